@@ -1,0 +1,3 @@
+module github.com/commit-run/commit-run
+
+go 1.26.8
