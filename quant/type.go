@@ -96,3 +96,26 @@ func (t Type) RowBytes(n int) (int, error) {
 	}
 	return n / ti.blockSize * ti.blockBytes, nil
 }
+
+// Matrix is a row-major matrix of Rows rows of Cols values each, stored in Type's blocks.
+// Quantization blocks run along a row, so each row is RowBytes(Cols) bytes.
+type Matrix struct {
+	Type       Type
+	Rows, Cols int
+	Data       []byte
+}
+
+// RowBytes returns the bytes of one row.
+func (m Matrix) RowBytes() int { return m.Cols / types[m.Type].blockSize * types[m.Type].blockBytes }
+
+// Row returns row r's bytes.
+func (m Matrix) Row(r int) []byte {
+	n := m.RowBytes()
+	return m.Data[r*n : (r+1)*n : (r+1)*n]
+}
+
+// SubRows returns rows [from, to) as a matrix of their own.
+func (m Matrix) SubRows(from, to int) Matrix {
+	n := m.RowBytes()
+	return Matrix{Type: m.Type, Rows: to - from, Cols: m.Cols, Data: m.Data[from*n : to*n : to*n]}
+}
