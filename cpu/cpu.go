@@ -1,0 +1,95 @@
+// Package cpu is the CPU device: it computes on the host with every core, and it is the
+// reference numerics every other device is tested against. Its matrix products round the
+// activations to each weight type's dot type before the dot products, as llama.cpp's CPU
+// backend does, so that our numbers agree with llama.cpp's on quantized models.
+package cpu
+
+import (
+	"runtime"
+	"sync"
+
+	"github.com/commit-run/commit-run/quant"
+)
+
+// Device computes on the CPU with a fixed number of threads. It is safe for concurrent use.
+type Device struct {
+	threads int
+	scratch sync.Pool
+}
+
+// New returns a CPU device with the given number of threads (0 = every core).
+func New(threads int) *Device {
+	if threads <= 0 {
+		threads = runtime.NumCPU()
+	}
+	return &Device{threads: threads}
+}
+
+// Threads returns the number of compute threads.
+func (d *Device) Threads() int { return d.threads }
+
+// Parallel calls fn(i) for i in [0, n), in contiguous chunks over the device's threads.
+func (d *Device) Parallel(n int, fn func(i int)) {
+	d.parallelRange(n, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			fn(i)
+		}
+	})
+}
+
+// parallelRange splits [0, n) into at most threads contiguous ranges.
+func (d *Device) parallelRange(n int, fn func(lo, hi int)) {
+	workers := min(d.threads, n)
+	if workers <= 1 {
+		if n > 0 {
+			fn(0, n)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	wg.Add(workers - 1)
+	for w := 1; w < workers; w++ {
+		lo, hi := n*w/workers, n*(w+1)/workers
+		go func() {
+			defer wg.Done()
+			fn(lo, hi)
+		}()
+	}
+	fn(0, n/workers)
+	wg.Wait()
+}
+
+func (d *Device) buffer(n int) *[]byte {
+	if p, ok := d.scratch.Get().(*[]byte); ok && cap(*p) >= n {
+		*p = (*p)[:n]
+		return p
+	}
+	b := make([]byte, n)
+	return &b
+}
+
+// MatMul computes out[t*w.Rows+o] = w row o · x row t for T rows of x. Each activation row is
+// quantized once to the weight's dot type; the rows of w are then split across threads, and
+// each thread walks its rows once for all T activations so each weight row is read once.
+func (d *Device) MatMul(w quant.Matrix, x []float32, T int, out []float32) {
+	dt := w.Type.DotType()
+	xrow, err := dt.RowBytes(w.Cols)
+	if err != nil {
+		panic("cpu.MatMul: " + err.Error()) // shapes are validated at load; this is a bug
+	}
+	buf := d.buffer(xrow * T)
+	xq := *buf
+	for t := 0; t < T; t++ {
+		quant.QuantizeRow(dt, x[t*w.Cols:(t+1)*w.Cols], xq[t*xrow:(t+1)*xrow])
+	}
+	rb := w.RowBytes()
+	d.parallelRange(w.Rows, func(lo, hi int) {
+		for o := lo; o < hi; o++ {
+			row := w.Data[o*rb : (o+1)*rb]
+			for t := 0; t < T; t++ {
+				out[t*w.Rows+o] = quant.VecDot(w.Type, w.Cols, row, xq[t*xrow:(t+1)*xrow])
+			}
+		}
+	})
+	d.scratch.Put(buf)
+}

@@ -1,0 +1,117 @@
+package models
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/commit-run/commit-run/quant"
+)
+
+// Backend is what the models need from a device to compute: matrix products over weights in
+// their stored type, and a way to spread independent work over threads. Implementations must
+// be safe for concurrent use (several sessions compute at once).
+type Backend interface {
+	// MatMul computes out[t*w.Rows+o] = dot(w row o, x[t*w.Cols:(t+1)*w.Cols]) for t < T,
+	// rounding x to w.Type.DotType() first, as llama.cpp's CPU backend does.
+	MatMul(w quant.Matrix, x []float32, T int, out []float32)
+	// Parallel calls fn(i) for every i in [0, n), spread across the device's threads, and
+	// returns when all calls have returned.
+	Parallel(n int, fn func(i int))
+}
+
+// Model is a loaded architecture: hyper-parameters and weight handles, plus the attention
+// code of its family. The engine runs the layer loop and the feed-forward blocks.
+type Model struct {
+	Config     *Config
+	File       *File
+	TokenEmbd  *Tensor
+	OutputNorm Norm
+	Output     *Tensor // token_embd when the file ties them
+	Layers     []Layer
+}
+
+// Layer is one transformer block.
+type Layer struct {
+	AttnNorm Norm
+	Attn     Attention
+	FFNNorm  Norm
+	// Exactly one of Dense and MoE is set.
+	Dense *FFN
+	MoE   *MoE
+}
+
+// Norm is an RMSNorm weight (and optional bias), decoded to floats at load.
+type Norm struct {
+	Weight []float32
+	Bias   []float32
+}
+
+// FFN is a SwiGLU feed-forward block: down(silu(gate x) * (up x)).
+type FFN struct {
+	Gate, Up, Down quant.Matrix
+}
+
+// Gating is how router logits become expert probabilities (llama.cpp expert_gating_func).
+type Gating int
+
+// The gating functions of llama.cpp.
+const (
+	GatingSoftmax       Gating = 1
+	GatingSigmoid       Gating = 2
+	GatingSoftmaxWeight Gating = 3 // softmax over the selected top-k logits
+)
+
+// MoE is a routed mixture-of-experts block with optional shared experts.
+type MoE struct {
+	Router *Tensor // ffn_gate_inp {n_embd, n_expert}
+	// GateExps, UpExps {n_embd, n_ff_exp, n_expert} and DownExps {n_ff_exp, n_embd, n_expert}.
+	GateExps, UpExps, DownExps *Tensor
+	// SelectionBias is added to the probabilities for choosing experts only (exp_probs_b).
+	SelectionBias []float32
+	Experts, Used  int
+	Gating         Gating
+	NormWeights    bool    // renormalise the top-k weights to sum 1
+	WeightsScale   float32 // 0 = none
+	// Shared is the always-on shared expert(s), nil if none; SharedGate, when set, scales it
+	// by sigmoid(SharedGate . x) (Qwen2-MoE).
+	Shared     *FFN
+	SharedGate []float32
+}
+
+// Register adds an architecture. Each architecture file calls it from init.
+func Register(arch string, build func(f *File, c *Config) (*Model, error)) {
+	if _, dup := registry[arch]; dup {
+		panic("models: architecture registered twice: " + arch)
+	}
+	registry[arch] = build
+}
+
+var registry = map[string]func(f *File, c *Config) (*Model, error){}
+
+// Architectures lists the registered architecture names.
+func Architectures() []string {
+	var names []string
+	for n := range registry {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Load builds the model description of an opened file.
+func Load(f *File) (*Model, error) {
+	arch := f.Architecture()
+	build, ok := registry[arch]
+	if !ok {
+		return nil, fmt.Errorf("%s: architecture %q: %w (supported: %v)", f.Path, arch, ErrUnknownArchitecture, Architectures())
+	}
+	c, err := readConfig(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s (%s): %w", f.Path, arch, err)
+	}
+	m, err := build(f, c)
+	if err != nil {
+		return nil, fmt.Errorf("%s (%s): %w", f.Path, arch, err)
+	}
+	return m, nil
+}
