@@ -1,0 +1,147 @@
+// Package engine is commit-run's public Go API: open a GGUF model, create sessions, generate
+// text with streaming tokens and cancellation, evaluate perplexity, and free everything.
+//
+// A Model is safe for concurrent use by many Sessions; a Session is used by one goroutine at a
+// time. The command-line tool in cmd/commit-run uses nothing but this package.
+package engine
+
+import (
+	"context"
+)
+
+// Options configure Open. The zero value runs on the CPU with every core, the model's own
+// context length (capped by MaxContext) and an F16 KV cache, as llama.cpp does.
+type Options struct {
+	// Device selects where the model runs: "" or "cpu" for now.
+	Device string
+	// Threads is the number of compute threads; 0 uses every core.
+	Threads int
+	// ContextLength is the number of positions a session's KV cache holds; 0 uses the
+	// model's training context, capped at DefaultMaxContext.
+	ContextLength int
+	// KVType is the KV cache element type: "f16" (default, as llama.cpp) or "f32".
+	KVType string
+	// Progress, when set, is called while the model loads with the bytes done and the total.
+	Progress func(done, total int64)
+}
+
+// DefaultMaxContext caps the context length when Options.ContextLength is 0, so that a model
+// trained for 128K positions does not reserve a huge KV cache by default.
+const DefaultMaxContext = 4096
+
+// SamplerOptions choose the next token from a distribution. The zero value is greedy.
+type SamplerOptions struct {
+	// Temperature 0 (or Greedy) picks the most likely token.
+	Temperature float32
+	TopK        int     // 0 = off
+	TopP        float32 // 0 or 1 = off
+	// RepeatPenalty > 1 penalises tokens seen in the last RepeatLastN tokens (llama.cpp's rule:
+	// positive logits divided, negative multiplied). 0 or 1 = off.
+	RepeatPenalty float32
+	RepeatLastN   int // 0 = 64
+	Seed          uint64
+	Greedy        bool
+}
+
+// GenerateOptions control one call of Session.Generate or Session.Chat.
+type GenerateOptions struct {
+	// MaxTokens bounds the tokens generated; 0 = until EOS or the context is full.
+	MaxTokens int
+	Sampler   SamplerOptions
+	// Stop strings end generation when they appear in the output; they are not returned.
+	Stop []string
+	// IgnoreEOS keeps generating past end-of-generation tokens.
+	IgnoreEOS bool
+	// OnToken, when set, receives each generated token as soon as it is sampled. Text holds
+	// only complete UTF-8 and excludes stop strings; returning an error stops generation.
+	OnToken func(Token) error
+}
+
+// Token is one generated token.
+type Token struct {
+	ID   int32
+	Text string
+}
+
+// StopReason says why generation ended.
+type StopReason string
+
+// The reasons generation stops.
+const (
+	StopEOS       StopReason = "eos"
+	StopString    StopReason = "stop"
+	StopMaxTokens StopReason = "length"
+	StopContext   StopReason = "context"
+)
+
+// Result summarises one generation.
+type Result struct {
+	Tokens       []int32
+	Text         string
+	Reason       StopReason
+	PromptTokens int
+	// PromptDuration and DecodeDuration are wall times in seconds of the prompt pass and of
+	// all decode steps.
+	PromptSeconds float64
+	DecodeSeconds float64
+}
+
+// Message is one turn of a chat.
+type Message struct {
+	Role    string // "system", "user" or "assistant"
+	Content string
+}
+
+// Info describes an opened model (see Model.Info and Inspect).
+type Info struct {
+	Path         string
+	Architecture string
+	Name         string
+	Layers       int
+	Embedding    int
+	Vocab        int
+	Context      int // training context from the metadata
+	Heads        int
+	HeadsKV      int
+	// Experts is the routed expert count (0 for a dense model); ExpertsUsed is top-k.
+	Experts       int
+	ExpertsUsed   int
+	SharedExperts int
+	ExpertFFN     int
+	Parameters    int64
+	// ExpertParameters and ExpertBytes count routed-expert weights; the rest are non-expert.
+	ExpertParameters int64
+	ExpertBytes      int64
+	NonExpertBytes   int64
+	// TensorTypes counts tensors by ggml type name.
+	TensorTypes map[string]int
+	// TensorTypeBytes sums bytes by ggml type name.
+	TensorTypeBytes map[string]int64
+	ChatTemplate    string
+}
+
+// PerplexityResult is the outcome of Model.Perplexity.
+type PerplexityResult struct {
+	Tokens      int     // tokens scored
+	Bytes       int     // UTF-8 bytes of the scored text
+	Perplexity  float64 // exp(mean negative log-likelihood per token)
+	BitsPerByte float64
+	NLL         float64 // total negative log-likelihood in nats
+}
+
+// The methods below are the whole surface; their bodies live in the other files of the package.
+var (
+	_ func(string, Options) (*Model, error)                                       = Open
+	_ func(string) (*Info, error)                                                 = Inspect
+	_ func(*Model) Info                                                           = (*Model).Info
+	_ func(*Model, string, bool) ([]int32, error)                                 = (*Model).Tokenize
+	_ func(*Model, []int32) string                                                = (*Model).Detokenize
+	_ func(*Model) (*Session, error)                                              = (*Model).NewSession
+	_ func(*Model, context.Context, string, int) (PerplexityResult, error)        = (*Model).Perplexity
+	_ func(*Model) error                                                          = (*Model).Close
+	_ func(*Session, context.Context, []int32, GenerateOptions) (Result, error)   = (*Session).Generate
+	_ func(*Session, context.Context, []Message, GenerateOptions) (Result, error) = (*Session).Chat
+	_ func(*Session, context.Context, []int32, func(int, []float32) error) error  = (*Session).Probs
+	_ func(*Session)                                                              = (*Session).Reset
+	_ func(*Session) error                                                        = (*Session).Close
+)

@@ -1,0 +1,140 @@
+package engine
+
+import (
+	"math"
+	"reflect"
+	"testing"
+
+	"github.com/commit-run/commit-run/models"
+)
+
+func TestTopK(t *testing.T) {
+	nan := float32(math.NaN())
+	cases := []struct {
+		v    []float32
+		k    int
+		want []int
+	}{
+		{[]float32{0.1, 0.5, 0.2, 0.9}, 2, []int{3, 1}},
+		{[]float32{1, 1, 1}, 2, []int{0, 1}}, // ties keep the lower index
+		{[]float32{0.3}, 1, []int{0}},
+		{[]float32{nan, 0.2, 0.1}, 1, []int{1}},
+		{[]float32{-3, -1, -2, -0.5, -4}, 3, []int{3, 1, 2}},
+	}
+	for _, c := range cases {
+		if got := topK(c.v, c.k); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("topK(%v, %d) = %v, want %v", c.v, c.k, got, c.want)
+		}
+	}
+}
+
+func TestRoute(t *testing.T) {
+	logits := []float32{1, 3, 2, 0}
+	p := append([]float32(nil), logits...)
+	models.Softmax(p)
+	cases := []struct {
+		name string
+		moe  models.MoE
+		want routing
+	}{
+		{"softmax", models.MoE{Used: 2, Gating: models.GatingSoftmax},
+			routing{[]int{1, 2}, []float32{p[1], p[2]}}},
+		{"softmax renormalised", models.MoE{Used: 2, Gating: models.GatingSoftmax, NormWeights: true},
+			routing{[]int{1, 2}, []float32{p[1] / (p[1] + p[2]), p[2] / (p[1] + p[2])}}},
+		{"scaled", models.MoE{Used: 1, Gating: models.GatingSoftmax, WeightsScale: 2},
+			routing{[]int{1}, []float32{2 * p[1]}}},
+		{"selection bias changes choice, not weight", models.MoE{Used: 1, Gating: models.GatingSoftmax, SelectionBias: []float32{0, 0, 0, 1}},
+			routing{[]int{3}, []float32{p[3]}}},
+		{"sigmoid", models.MoE{Used: 1, Gating: models.GatingSigmoid},
+			routing{[]int{1}, []float32{models.Sigmoid(3)}}},
+		{"softmax over chosen weights", models.MoE{Used: 2, Gating: models.GatingSoftmaxWeight},
+			routing{[]int{1, 2}, []float32{float32(math.E / (math.E + 1)), float32(1 / (math.E + 1))}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := route(&c.moe, logits)
+			if !reflect.DeepEqual(got.experts, c.want.experts) {
+				t.Fatalf("experts %v, want %v", got.experts, c.want.experts)
+			}
+			for k := range got.weights {
+				if math.Abs(float64(got.weights[k]-c.want.weights[k])) > 1e-6 {
+					t.Fatalf("weights %v, want %v", got.weights, c.want.weights)
+				}
+			}
+		})
+	}
+}
+
+func TestStopMatcher(t *testing.T) {
+	cases := []struct {
+		stops  []string
+		pieces []string
+		want   string
+		hit    bool
+	}{
+		{nil, []string{"ab", "cd"}, "abcd", false},
+		{[]string{"</s>"}, []string{"hello", " <", "/s", ">", "x"}, "hello ", true},
+		{[]string{"END"}, []string{"the E", "N", "D"}, "the ", true},
+		{[]string{"END"}, []string{"the E", "NX"}, "the ENX", false},
+		{[]string{"xyz", "b"}, []string{"a", "bxyz"}, "a", true},
+	}
+	for _, c := range cases {
+		m := newStopMatcher(c.stops)
+		var out string
+		hit := false
+		for _, p := range c.pieces {
+			o, h := m.push(p)
+			out += o
+			if h {
+				hit = true
+				break
+			}
+		}
+		if !hit {
+			out += m.flush()
+		}
+		if out != c.want || hit != c.hit {
+			t.Errorf("stops %q pieces %q: got %q hit=%v, want %q hit=%v", c.stops, c.pieces, out, hit, c.want, c.hit)
+		}
+	}
+}
+
+func TestSampler(t *testing.T) {
+	logits := func() []float32 { return []float32{0, 2, 1, 3, -1} }
+	if got := newSampler(SamplerOptions{}).sample(logits(), nil); got != 3 {
+		t.Errorf("greedy picked %d, want 3", got)
+	}
+	// Repetition penalty: token 3 (logit 3) divided by 4 falls below token 1 (logit 2).
+	if got := newSampler(SamplerOptions{RepeatPenalty: 4}).sample(logits(), []int32{3}); got != 1 {
+		t.Errorf("greedy with repetition penalty picked %d, want 1", got)
+	}
+	// top-k 1 is greedy whatever the temperature.
+	for seed := uint64(0); seed < 20; seed++ {
+		if got := newSampler(SamplerOptions{Temperature: 5, TopK: 1, Seed: seed}).sample(logits(), nil); got != 3 {
+			t.Fatalf("top-k 1 picked %d", got)
+		}
+	}
+	// Same seed, same tokens; the distribution follows the temperature.
+	counts := map[int32]int{}
+	s1, s2 := newSampler(SamplerOptions{Temperature: 1, Seed: 7}), newSampler(SamplerOptions{Temperature: 1, Seed: 7})
+	for i := 0; i < 2000; i++ {
+		a, b := s1.sample(logits(), nil), s2.sample(logits(), nil)
+		if a != b {
+			t.Fatalf("same seed diverged at draw %d", i)
+		}
+		counts[a]++
+	}
+	if counts[3] < counts[1] || counts[1] < counts[2] || counts[4] > counts[0] {
+		t.Errorf("draw counts %v do not follow the logits", counts)
+	}
+	// top-p small enough keeps only the best token.
+	if got := newSampler(SamplerOptions{Temperature: 1, TopP: 0.1, Seed: 3}).sample(logits(), nil); got != 3 {
+		t.Errorf("top-p 0.1 picked %d", got)
+	}
+	bad := []SamplerOptions{{Temperature: -1}, {TopK: -2}, {TopP: 1.5}, {RepeatPenalty: -1}, {Temperature: float32(math.NaN())}}
+	for _, o := range bad {
+		if o.validate() == nil {
+			t.Errorf("%+v validated", o)
+		}
+	}
+}

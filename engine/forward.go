@@ -1,0 +1,72 @@
+package engine
+
+import (
+	"github.com/commit-run/commit-run/models"
+	"github.com/commit-run/commit-run/quant"
+)
+
+// forward runs T tokens at positions pos0.. through the model, appending to kv, and returns
+// the logits of the last token, or of every token when all is set (T rows of n_vocab).
+// The caller holds m.mu for reading and has checked that the positions fit the cache.
+func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, all bool) []float32 {
+	a := m.arch
+	c := a.Config
+	d := c.Embd
+	T := len(tokens)
+	b := m.dev
+	x := make([]float32, T*d)
+	emb := a.TokenEmbd.Matrix()
+	for t, id := range tokens {
+		quant.DequantizeRow(emb.Type, emb.Row(int(id)), x[t*d:(t+1)*d])
+	}
+	xn := make([]float32, T*d)
+	tmp := make([]float32, T*d)
+	for i := range a.Layers {
+		l := &a.Layers[i]
+		for t := 0; t < T; t++ {
+			models.RMSNorm(xn[t*d:(t+1)*d], x[t*d:(t+1)*d], l.AttnNorm, c.NormEps)
+		}
+		l.Attn.Forward(b, &kv.Layers[i], xn, T, pos0, tmp)
+		addTo(x, tmp)
+		for t := 0; t < T; t++ {
+			models.RMSNorm(xn[t*d:(t+1)*d], x[t*d:(t+1)*d], l.FFNNorm, c.NormEps)
+		}
+		if l.MoE != nil {
+			m.moe(l.MoE, xn, T, tmp)
+		} else {
+			m.ffn(l.Dense, xn, T, tmp)
+		}
+		addTo(x, tmp)
+	}
+	rows := x
+	if !all {
+		rows, T = x[(T-1)*d:], 1
+	}
+	for t := 0; t < T; t++ {
+		models.RMSNorm(xn[t*d:(t+1)*d], rows[t*d:(t+1)*d], a.OutputNorm, c.NormEps)
+	}
+	out := a.Output.Matrix()
+	logits := make([]float32, T*out.Rows)
+	b.MatMul(out, xn[:T*d], T, logits)
+	return logits
+}
+
+// ffn runs a dense SwiGLU block on T rows of x into out.
+func (m *Model) ffn(f *models.FFN, x []float32, T int, out []float32) {
+	nff := f.Gate.Rows
+	g := make([]float32, T*nff)
+	u := make([]float32, T*nff)
+	m.dev.MatMul(f.Gate, x, T, g)
+	m.dev.MatMul(f.Up, x, T, u)
+	for i := range g {
+		g[i] = models.SiLU(g[i]) * u[i]
+	}
+	m.dev.MatMul(f.Down, g, T, out)
+}
+
+func addTo(dst, src []float32) {
+	src = src[:len(dst)]
+	for i := range dst {
+		dst[i] += src[i]
+	}
+}

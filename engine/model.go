@@ -1,0 +1,199 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/commit-run/commit-run/cpu"
+	"github.com/commit-run/commit-run/models"
+	"github.com/commit-run/commit-run/tokenizer"
+)
+
+// Model is an opened model. It is safe for concurrent use by many sessions.
+type Model struct {
+	opts  Options
+	file  *models.File
+	arch  *models.Model
+	tok   *tokenizer.Tokenizer
+	dev   *cpu.Device
+	info  Info
+	nctx  int
+	kvF16 bool
+
+	// mu guards the memory map: computations hold it for reading, Close for writing, so
+	// closing the model never unmaps weights under a running forward pass.
+	mu     sync.RWMutex
+	closed bool
+}
+
+// ErrClosed is returned by calls on a closed model or session.
+var ErrClosed = errors.New("engine: model is closed")
+
+// Open memory-maps a GGUF file, checks it, and prepares it to run.
+func Open(path string, opts Options) (*Model, error) {
+	switch opts.Device {
+	case "", "cpu":
+	default:
+		return nil, fmt.Errorf("device %q is not available (this build supports: cpu)", opts.Device)
+	}
+	if opts.Threads < 0 || opts.Threads > 4096 {
+		return nil, fmt.Errorf("threads = %d: want 0 (all cores) to 4096", opts.Threads)
+	}
+	if opts.ContextLength < 0 || opts.ContextLength > 1<<22 {
+		return nil, fmt.Errorf("context length %d: want 0 (model default) to %d", opts.ContextLength, 1<<22)
+	}
+	var kvF16 bool
+	switch strings.ToLower(opts.KVType) {
+	case "", "f16":
+		kvF16 = true
+	case "f32":
+	default:
+		return nil, fmt.Errorf("KV cache type %q: want f16 or f32", opts.KVType)
+	}
+	f, err := models.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	arch, err := models.Load(f)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	tok, err := tokenizer.FromGGUF(f.KV)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: tokenizer: %w", path, err)
+	}
+	if tok.VocabSize() > arch.Config.Vocab {
+		f.Close()
+		return nil, fmt.Errorf("%s: the tokenizer has %d tokens but token_embd has only %d rows", path, tok.VocabSize(), arch.Config.Vocab)
+	}
+	m := &Model{opts: opts, file: f, arch: arch, tok: tok, dev: cpu.New(opts.Threads), kvF16: kvF16}
+	m.info = describe(f, arch)
+	m.nctx = opts.ContextLength
+	if m.nctx == 0 {
+		m.nctx = min(arch.Config.ContextLen, DefaultMaxContext)
+		if m.nctx <= 0 {
+			m.nctx = DefaultMaxContext
+		}
+	}
+	prefault(f, opts.Progress)
+	return m, nil
+}
+
+// Inspect reads a GGUF file's metadata and weights' layout without preparing it to run.
+func Inspect(path string) (*Info, error) {
+	f, err := models.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	arch, err := models.Load(f)
+	if err != nil {
+		return nil, err
+	}
+	info := describe(f, arch)
+	return &info, nil
+}
+
+func describe(f *models.File, m *models.Model) Info {
+	c := m.Config
+	info := Info{
+		Path: f.Path, Architecture: c.Arch, Name: f.KV.String("general.name"),
+		Layers: c.Layers, Embedding: c.Embd, Vocab: c.Vocab, Context: c.ContextLen,
+		Heads: c.Heads[0], HeadsKV: c.HeadsKV[0],
+		Experts: c.Experts, ExpertsUsed: c.ExpertsUsed, SharedExperts: c.Shared, ExpertFFN: c.ExpertFFN,
+		TensorTypes: map[string]int{}, TensorTypeBytes: map[string]int64{},
+		ChatTemplate: f.KV.String("tokenizer.chat_template"),
+	}
+	for _, l := range m.Layers {
+		if l.MoE != nil && l.MoE.Shared != nil && info.SharedExperts == 0 {
+			info.SharedExperts = 1
+		}
+	}
+	for _, t := range f.Tensors {
+		info.Parameters += t.Elements()
+		info.TensorTypes[t.Type.String()]++
+		info.TensorTypeBytes[t.Type.String()] += t.Bytes()
+		if strings.HasSuffix(t.Name, "_exps.weight") {
+			info.ExpertParameters += t.Elements()
+			info.ExpertBytes += t.Bytes()
+		} else {
+			info.NonExpertBytes += t.Bytes()
+		}
+	}
+	return info
+}
+
+// prefault reads the weights once so that the first tokens do not stall on page faults, and
+// reports progress while doing so. A file larger than most of the free memory is left to
+// fault in on demand: reading it all would only evict itself.
+func prefault(f *models.File, progress func(done, total int64)) {
+	var total int64
+	for _, t := range f.Tensors {
+		total += t.Bytes()
+	}
+	if avail := availableMemory(); avail > 0 && total > avail*3/4 {
+		if progress != nil {
+			progress(total, total)
+		}
+		return
+	}
+	const page = 4096
+	var done int64
+	var sink byte
+	for _, t := range f.Tensors {
+		for i := 0; i < len(t.Data); i += page {
+			sink ^= t.Data[i]
+		}
+		done += t.Bytes()
+		if progress != nil {
+			progress(done, total)
+		}
+	}
+	_ = sink
+}
+
+// availableMemory returns MemAvailable from /proc/meminfo in bytes, or 0 if unknown.
+func availableMemory() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		var kb int64
+		if n, _ := fmt.Sscanf(line, "MemAvailable: %d kB", &kb); n == 1 {
+			return kb * 1024
+		}
+	}
+	return 0
+}
+
+// Info describes the model.
+func (m *Model) Info() Info { return m.info }
+
+// ContextLength returns the positions each session's KV cache holds.
+func (m *Model) ContextLength() int { return m.nctx }
+
+// Tokenize turns text into token ids; addSpecial adds BOS/EOS as the model's metadata says.
+// Special tokens written in the text (like <|im_end|>) are recognised.
+func (m *Model) Tokenize(text string, addSpecial bool) ([]int32, error) {
+	return m.tok.Encode(text, addSpecial, true)
+}
+
+// Detokenize turns token ids into text.
+func (m *Model) Detokenize(ids []int32) string { return m.tok.Decode(ids) }
+
+// Close frees the model. Sessions still open fail with ErrClosed afterwards.
+func (m *Model) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil
+	}
+	m.closed = true
+	return m.file.Close()
+}

@@ -1,0 +1,157 @@
+package engine
+
+import (
+	"math"
+
+	"github.com/commit-run/commit-run/models"
+)
+
+// routing is the experts chosen for one token and their mixing weights, in top-k order.
+type routing struct {
+	experts []int
+	weights []float32
+}
+
+// route applies a MoE block's gating to one token's router logits (llama.cpp build_moe_ffn):
+// probabilities, selection by top-k of probability plus selection bias, then the weights'
+// optional softmax, renormalisation and scale.
+func route(moe *models.MoE, logits []float32) routing {
+	n := len(logits)
+	probs := make([]float32, n)
+	copy(probs, logits)
+	switch moe.Gating {
+	case models.GatingSigmoid:
+		for i, v := range probs {
+			probs[i] = models.Sigmoid(v)
+		}
+	case models.GatingSoftmaxWeight:
+		// selection uses the raw logits; the weights are a softmax over the chosen ones
+	default:
+		models.Softmax(probs)
+	}
+	sel := probs
+	if moe.SelectionBias != nil {
+		sel = make([]float32, n)
+		for i := range sel {
+			sel[i] = probs[i] + moe.SelectionBias[i]
+		}
+	}
+	r := routing{experts: topK(sel, moe.Used), weights: make([]float32, moe.Used)}
+	for k, e := range r.experts {
+		r.weights[k] = probs[e]
+	}
+	if moe.Gating == models.GatingSoftmaxWeight {
+		models.Softmax(r.weights)
+	}
+	if moe.NormWeights {
+		var sum float32
+		for _, w := range r.weights {
+			sum += w
+		}
+		sum = max(sum, 6.103515625e-5)
+		for k := range r.weights {
+			r.weights[k] /= sum
+		}
+	}
+	if moe.WeightsScale != 0 {
+		for k := range r.weights {
+			r.weights[k] *= moe.WeightsScale
+		}
+	}
+	return r
+}
+
+// topK returns the indices of the k largest values, largest first; ties keep the lower index.
+func topK(v []float32, k int) []int {
+	idx := make([]int, 0, k)
+	for i, x := range v {
+		if math.IsNaN(float64(x)) {
+			continue
+		}
+		pos := len(idx)
+		for pos > 0 && v[idx[pos-1]] < x {
+			pos--
+		}
+		if pos >= k {
+			continue
+		}
+		if len(idx) < k {
+			idx = append(idx, 0)
+		}
+		copy(idx[pos+1:], idx[pos:len(idx)-1])
+		idx[pos] = i
+	}
+	for len(idx) < k { // all NaN: any choice is as good
+		idx = append(idx, len(idx))
+	}
+	return idx
+}
+
+// moe runs a mixture-of-experts block on T rows of x into out. Tokens are grouped by expert
+// so that each chosen expert's weights are read once per batch; each token's expert outputs
+// are then summed in its top-k order, as llama.cpp sums them.
+func (m *Model) moe(moe *models.MoE, x []float32, T int, out []float32) {
+	d := m.arch.Config.Embd
+	logits := make([]float32, T*moe.Experts)
+	m.dev.MatMul(moe.Router.Matrix(), x, T, logits)
+	routes := make([]routing, T)
+	byExpert := make([][]int, moe.Experts) // entries t*Used+k
+	for t := 0; t < T; t++ {
+		routes[t] = route(moe, logits[t*moe.Experts:(t+1)*moe.Experts])
+		for k, e := range routes[t].experts {
+			byExpert[e] = append(byExpert[e], t*moe.Used+k)
+		}
+	}
+	ys := make([]float32, T*moe.Used*d)
+	for e, slots := range byExpert {
+		if len(slots) == 0 {
+			continue
+		}
+		n := len(slots)
+		xe := make([]float32, n*d)
+		for j, s := range slots {
+			copy(xe[j*d:(j+1)*d], x[(s/moe.Used)*d:(s/moe.Used+1)*d])
+		}
+		ye := make([]float32, n*d)
+		m.ffn(&models.FFN{Gate: moe.GateExps.Expert(e), Up: moe.UpExps.Expert(e), Down: moe.DownExps.Expert(e)}, xe, n, ye)
+		for j, s := range slots {
+			copy(ys[s*d:(s+1)*d], ye[j*d:(j+1)*d])
+		}
+	}
+	for t := 0; t < T; t++ {
+		o := out[t*d : (t+1)*d]
+		for i := range o {
+			o[i] = 0
+		}
+		for k := 0; k < moe.Used; k++ {
+			w := routes[t].weights[k]
+			y := ys[(t*moe.Used+k)*d : (t*moe.Used+k+1)*d]
+			for i := range o {
+				o[i] += w * y[i]
+			}
+		}
+	}
+	if moe.Shared == nil {
+		return
+	}
+	sh := make([]float32, T*d)
+	m.ffn(moe.Shared, x, T, sh)
+	for t := 0; t < T; t++ {
+		g := float32(1)
+		if moe.SharedGate != nil {
+			g = models.Sigmoid(dotF32(moe.SharedGate, x[t*d:(t+1)*d]))
+		}
+		o, s := out[t*d:(t+1)*d], sh[t*d:(t+1)*d]
+		for i := range o {
+			o[i] += g * s[i]
+		}
+	}
+}
+
+func dotF32(a, b []float32) float32 {
+	var s float32
+	for i, v := range a {
+		s += v * b[i]
+	}
+	return s
+}

@@ -1,0 +1,140 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+)
+
+// sampler picks tokens from logits with llama.cpp's usual chain: repetition penalty, top-k,
+// temperature, top-p. It owns its RNG so a seed reproduces a run.
+type sampler struct {
+	o   SamplerOptions
+	rng *rand.Rand
+	// scratch
+	cand []candidate
+}
+
+type candidate struct {
+	id int32
+	p  float32
+}
+
+func (o *SamplerOptions) validate() error {
+	switch {
+	case o.Temperature < 0 || o.Temperature > 100 || isNaN(o.Temperature):
+		return fmt.Errorf("temperature %g: want 0 to 100", o.Temperature)
+	case o.TopK < 0:
+		return fmt.Errorf("top-k %d: want 0 (off) or more", o.TopK)
+	case o.TopP < 0 || o.TopP > 1 || isNaN(o.TopP):
+		return fmt.Errorf("top-p %g: want 0 to 1", o.TopP)
+	case o.RepeatPenalty < 0 || o.RepeatPenalty > 100 || isNaN(o.RepeatPenalty):
+		return fmt.Errorf("repeat penalty %g: want 0 to 100 (1 = off)", o.RepeatPenalty)
+	case o.RepeatLastN < 0:
+		return fmt.Errorf("repeat-last-n %d: want 0 or more", o.RepeatLastN)
+	}
+	return nil
+}
+
+func isNaN(f float32) bool { return f != f }
+
+func newSampler(o SamplerOptions) *sampler {
+	return &sampler{o: o, rng: rand.New(rand.NewPCG(o.Seed, 0x636f6d6d69742d72))}
+}
+
+// sample picks the next token given the logits (modified in place) and the recent history.
+func (s *sampler) sample(logits []float32, history []int32) int32 {
+	o := s.o
+	if o.RepeatPenalty > 0 && o.RepeatPenalty != 1 {
+		n := o.RepeatLastN
+		if n == 0 {
+			n = 64
+		}
+		seen := map[int32]bool{}
+		for _, id := range history[max(0, len(history)-n):] {
+			if seen[id] || int(id) >= len(logits) || id < 0 {
+				continue
+			}
+			seen[id] = true
+			if logits[id] > 0 {
+				logits[id] /= o.RepeatPenalty
+			} else {
+				logits[id] *= o.RepeatPenalty
+			}
+		}
+	}
+	if o.Greedy || o.Temperature == 0 {
+		return argmax(logits)
+	}
+	c := s.cand[:0]
+	for i, l := range logits {
+		c = append(c, candidate{int32(i), l})
+	}
+	sort.Slice(c, func(i, j int) bool { return c[i].p > c[j].p || (c[i].p == c[j].p && c[i].id < c[j].id) })
+	if o.TopK > 0 && o.TopK < len(c) {
+		c = c[:o.TopK]
+	}
+	// softmax with temperature
+	maxl := c[0].p
+	var sum float64
+	for i := range c {
+		e := math.Exp(float64((c[i].p - maxl) / o.Temperature))
+		c[i].p = float32(e)
+		sum += e
+	}
+	for i := range c {
+		c[i].p = float32(float64(c[i].p) / sum)
+	}
+	if o.TopP > 0 && o.TopP < 1 {
+		var cum float32
+		for i := range c {
+			cum += c[i].p
+			if cum >= o.TopP {
+				c = c[:i+1]
+				break
+			}
+		}
+	}
+	var total float32
+	for _, x := range c {
+		total += x.p
+	}
+	r := s.rng.Float32() * total
+	s.cand = c
+	for _, x := range c {
+		r -= x.p
+		if r < 0 {
+			return x.id
+		}
+	}
+	return c[len(c)-1].id
+}
+
+func argmax(v []float32) int32 {
+	best := 0
+	for i, x := range v {
+		if x > v[best] {
+			best = i
+		}
+	}
+	return int32(best)
+}
+
+// softmaxInto writes the probabilities of logits into p (float64 sum, max subtracted).
+func softmaxInto(p, logits []float32) {
+	maxl := float32(math.Inf(-1))
+	for _, l := range logits {
+		maxl = max(maxl, l)
+	}
+	var sum float64
+	for i, l := range logits {
+		e := math.Exp(float64(l - maxl))
+		p[i] = float32(e)
+		sum += e
+	}
+	inv := 1 / sum
+	for i := range p {
+		p[i] = float32(float64(p[i]) * inv)
+	}
+}

@@ -1,0 +1,290 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/commit-run/commit-run/models"
+	"github.com/commit-run/commit-run/tokenizer"
+)
+
+// Session is one conversation's state on a Model: its KV cache and the tokens in it. Calls on
+// one session are serialised; use one session per concurrent conversation.
+type Session struct {
+	m      *Model
+	mu     sync.Mutex
+	kv     *models.KVCache
+	tokens []int32 // the tokens whose keys and values are in kv
+	closed bool
+}
+
+// prefillBatch bounds the tokens evaluated in one forward pass, which bounds the activation
+// memory of a long prompt. Numbers do not depend on it: every row is computed independently.
+const prefillBatch = 256
+
+// NewSession creates a session with its own KV cache of ContextLength positions.
+func (m *Model) NewSession() (*Session, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	kv, err := models.NewKVCache(m.arch, m.nctx, m.kvF16)
+	if err != nil {
+		return nil, err
+	}
+	return &Session{m: m, kv: kv}, nil
+}
+
+// Reset forgets the session's tokens.
+func (s *Session) Reset() {
+	s.mu.Lock()
+	s.tokens = s.tokens[:0]
+	s.mu.Unlock()
+}
+
+// Close frees the session's KV cache.
+func (s *Session) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.kv = nil
+	s.tokens = nil
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *Session) checkTokens(tokens []int32) error {
+	vocab := s.m.arch.Config.Vocab
+	for i, id := range tokens {
+		if id < 0 || int(id) >= vocab {
+			return fmt.Errorf("token %d at position %d is outside the vocabulary [0, %d)", id, i, vocab)
+		}
+	}
+	if len(tokens) > s.m.nctx {
+		return fmt.Errorf("prompt of %d tokens does not fit the context of %d tokens (raise it with the context length option, up to the model's %d)", len(tokens), s.m.nctx, s.m.arch.Config.ContextLen)
+	}
+	return nil
+}
+
+// eval appends tokens to the session and returns the logits after the last one (or after
+// each one when all is set). It holds the model's read lock per batch so Close cannot unmap
+// weights under it, and checks ctx between batches.
+func (s *Session) eval(ctx context.Context, tokens []int32, all bool) ([]float32, error) {
+	var out []float32
+	for len(tokens) > 0 {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		n := min(len(tokens), prefillBatch)
+		batch := tokens[:n]
+		s.m.mu.RLock()
+		if s.m.closed {
+			s.m.mu.RUnlock()
+			return nil, ErrClosed
+		}
+		logits := s.m.forward(s.kv, batch, len(s.tokens), all)
+		s.m.mu.RUnlock()
+		s.tokens = append(s.tokens, batch...)
+		tokens = tokens[n:]
+		if all {
+			out = append(out, logits...)
+		} else {
+			out = logits
+		}
+	}
+	return out, nil
+}
+
+// Probs evaluates tokens from position 0 and calls fn with the next-token distribution after
+// each position. The slice passed to fn is reused between calls.
+func (s *Session) Probs(ctx context.Context, tokens []int32, fn func(pos int, probs []float32) error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if err := s.checkTokens(tokens); err != nil {
+		return err
+	}
+	s.tokens = s.tokens[:0]
+	vocab := s.m.arch.Config.Vocab
+	probs := make([]float32, vocab)
+	for start := 0; start < len(tokens); start += prefillBatch {
+		end := min(start+prefillBatch, len(tokens))
+		logits, err := s.eval(ctx, tokens[start:end], true)
+		if err != nil {
+			return err
+		}
+		for t := 0; t < end-start; t++ {
+			softmaxInto(probs, logits[t*vocab:(t+1)*vocab])
+			if err := fn(start+t, probs); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Generate continues the token sequence prompt (the whole sequence from position 0: the
+// prefix already in the cache is reused) and samples up to opts.MaxTokens tokens.
+func (s *Session) Generate(ctx context.Context, prompt []int32, opts GenerateOptions) (res Result, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return Result{}, ErrClosed
+	}
+	if len(prompt) == 0 {
+		return Result{}, fmt.Errorf("empty prompt: give at least one token")
+	}
+	if opts.MaxTokens < 0 {
+		return Result{}, fmt.Errorf("max tokens %d: want 0 (until EOS or the context is full) or more", opts.MaxTokens)
+	}
+	if err := opts.Sampler.validate(); err != nil {
+		return Result{}, err
+	}
+	if err := s.checkTokens(prompt); err != nil {
+		return Result{}, err
+	}
+	res.PromptTokens = len(prompt)
+	// Reuse the cached prefix, but always evaluate at least one token to get logits.
+	keep := 0
+	for keep < len(s.tokens) && keep < len(prompt)-1 && s.tokens[keep] == prompt[keep] {
+		keep++
+	}
+	s.tokens = s.tokens[:keep]
+	start := time.Now()
+	logits, err := s.eval(ctx, prompt[keep:], false)
+	res.PromptSeconds = time.Since(start).Seconds()
+	if err != nil {
+		return res, err
+	}
+	smp := newSampler(opts.Sampler)
+	dec := s.m.tok.NewStreamDecoder()
+	stop := newStopMatcher(opts.Stop)
+	decodeStart := time.Now()
+	defer func() { res.DecodeSeconds = time.Since(decodeStart).Seconds() }()
+	emit := func(id int32, piece string) error {
+		res.Text += piece
+		if opts.OnToken != nil && (piece != "" || id >= 0) {
+			return opts.OnToken(Token{ID: id, Text: piece})
+		}
+		return nil
+	}
+	// Each iteration samples from the logits in hand and evaluates the new token only when
+	// another one will be sampled, so N tokens cost N-1 decode steps after the prompt.
+	for {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		id := smp.sample(logits, s.tokens)
+		if !opts.IgnoreEOS && s.m.tok.IsEOG(id) {
+			res.Reason = StopEOS
+			if tail := stop.flush(); tail != "" {
+				if err := emit(-1, tail); err != nil {
+					return res, err
+				}
+			}
+			break
+		}
+		res.Tokens = append(res.Tokens, id)
+		out, hit := stop.push(dec.Next(id))
+		if err := emit(id, out); err != nil {
+			return res, err
+		}
+		if hit {
+			res.Reason = StopString
+			break
+		}
+		if opts.MaxTokens > 0 && len(res.Tokens) >= opts.MaxTokens {
+			res.Reason = StopMaxTokens
+			break
+		}
+		if len(s.tokens) >= s.m.nctx {
+			res.Reason = StopContext
+			break
+		}
+		logits, err = s.eval(ctx, []int32{id}, false)
+		if err != nil {
+			return res, err
+		}
+	}
+	if res.Reason != StopString && res.Reason != StopEOS {
+		if tail := stop.flush(); tail != "" {
+			if err := emit(-1, tail); err != nil {
+				return res, err
+			}
+		}
+	}
+	return res, nil
+}
+
+// Chat renders the conversation with the model's chat template and generates the next
+// assistant turn; the rendered prefix shared with the previous call is not recomputed.
+func (s *Session) Chat(ctx context.Context, msgs []Message, opts GenerateOptions) (Result, error) {
+	if len(msgs) == 0 {
+		return Result{}, fmt.Errorf("chat needs at least one message")
+	}
+	tm := make([]tokenizer.Message, len(msgs))
+	for i, m := range msgs {
+		tm[i] = tokenizer.Message{Role: m.Role, Content: m.Content}
+	}
+	text, err := s.m.tok.RenderChat(tm, true)
+	if err != nil {
+		return Result{}, fmt.Errorf("chat template: %w", err)
+	}
+	ids, err := s.m.tok.Encode(text, false, true)
+	if err != nil {
+		return Result{}, err
+	}
+	if bos, ok := s.m.tok.BOS(); ok && s.m.tok.AddBOS() && (len(ids) == 0 || ids[0] != bos) {
+		ids = append([]int32{bos}, ids...)
+	}
+	return s.Generate(ctx, ids, opts)
+}
+
+// Perplexity scores text in consecutive windows of window tokens (0 = the context length),
+// each evaluated from an empty cache; every token but a window's first is predicted.
+func (m *Model) Perplexity(ctx context.Context, text string, window int) (PerplexityResult, error) {
+	if window < 0 || window == 1 {
+		return PerplexityResult{}, fmt.Errorf("window %d: want 0 (context length) or at least 2", window)
+	}
+	if window == 0 || window > m.nctx {
+		window = m.nctx
+	}
+	ids, err := m.tok.Encode(text, false, false)
+	if err != nil {
+		return PerplexityResult{}, err
+	}
+	if len(ids) < 2 {
+		return PerplexityResult{}, fmt.Errorf("text has %d tokens; need at least 2 to score", len(ids))
+	}
+	s, err := m.NewSession()
+	if err != nil {
+		return PerplexityResult{}, err
+	}
+	defer s.Close()
+	res := PerplexityResult{Bytes: len(text)}
+	if !utf8.ValidString(text) {
+		return res, fmt.Errorf("text is not valid UTF-8")
+	}
+	for start := 0; start+1 < len(ids); start += window {
+		win := ids[start:min(start+window, len(ids))]
+		err := s.Probs(ctx, win, func(pos int, p []float32) error {
+			if pos+1 < len(win) {
+				res.NLL -= math.Log(math.Max(float64(p[win[pos+1]]), 1e-30))
+				res.Tokens++
+			}
+			return nil
+		})
+		if err != nil {
+			return res, err
+		}
+	}
+	res.Perplexity = math.Exp(res.NLL / float64(res.Tokens))
+	res.BitsPerByte = res.NLL / math.Ln2 / float64(res.Bytes)
+	return res, nil
+}
