@@ -1,0 +1,209 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// runCLI runs the command tree in-process with stdin as input and returns stdout, stderr and
+// the exit status.
+func runCLI(t *testing.T, stdin string, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := run(args, strings.NewReader(stdin), &out, &errOut, nil)
+	return out.String(), errOut.String(), code
+}
+
+// tinyModel is the bundled test model, relative to the repository root (tests run in
+// cmd/commit-run).
+var tinyModel = filepath.Join("..", "..", defaultModel)
+
+// needModel skips end-to-end tests when the bundled model is absent.
+func needModel(t *testing.T) string {
+	t.Helper()
+	if _, err := os.Stat(tinyModel); err != nil {
+		t.Skipf("end-to-end test needs the bundled model %s: %v", defaultModel, err)
+	}
+	return tinyModel
+}
+
+// mustRun runs the CLI and fails the test unless it exits 0.
+func mustRun(t *testing.T, stdin string, args ...string) (string, string) {
+	t.Helper()
+	out, errOut, code := runCLI(t, stdin, args...)
+	if code != 0 {
+		t.Fatalf("commit-run %s: exit %d\nstderr: %s", strings.Join(args, " "), code, errOut)
+	}
+	return out, errOut
+}
+
+// tinyInfo reads the model's shape through inspect --json, which is itself under test here.
+func tinyInfo(t *testing.T, model string) inspectJSON {
+	t.Helper()
+	out, _ := mustRun(t, "", "inspect", "--json", model)
+	var info inspectJSON
+	if err := json.Unmarshal([]byte(out), &info); err != nil {
+		t.Fatalf("inspect --json: %v\n%s", err, out)
+	}
+	if info.Vocab < 4 || info.Layers <= 0 || info.Architecture == "" {
+		t.Fatalf("inspect --json: implausible shape %+v", info)
+	}
+	return info
+}
+
+func TestInspect(t *testing.T) {
+	model := needModel(t)
+	info := tinyInfo(t, model)
+	out, _ := mustRun(t, "", "inspect", model)
+	for _, want := range []string{"architecture", info.Architecture, "layers", "d_model", "vocab", "experts", "expert weights", "tensor types"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("inspect output lacks %q:\n%s", want, out)
+		}
+	}
+	// With no FILE, inspect reads -m.
+	if out2, _ := mustRun(t, "", "inspect", "-m", model); out2 != out {
+		t.Errorf("inspect -m differs from inspect FILE")
+	}
+}
+
+// promptIDsArg holds ids that exist in any vocabulary of at least 4 tokens.
+const promptIDsArg = "1,2,3"
+
+func TestGenerateJSON(t *testing.T) {
+	model := needModel(t)
+	info := tinyInfo(t, model)
+	for _, n := range []int{1, 5} {
+		out, _ := mustRun(t, "", "generate", "-m", model, "--tokens", promptIDsArg,
+			"-n", fmt.Sprint(n), "--greedy", "--ignore-eos", "--json")
+		var res generateJSON
+		if err := json.Unmarshal([]byte(out), &res); err != nil || strings.Count(out, "\n") != 1 {
+			t.Fatalf("-n %d: want one JSON line, got %q (%v)", n, out, err)
+		}
+		if len(res.Tokens) != n || res.Stop != "length" || res.PromptTokens != 3 {
+			t.Errorf("-n %d: tokens %v, stop %q, prompt_tokens %d; want %d tokens, stop length, 3 prompt tokens",
+				n, res.Tokens, res.Stop, res.PromptTokens, n)
+		}
+		for _, id := range res.Tokens {
+			if id < 0 || int(id) >= info.Vocab {
+				t.Errorf("-n %d: token %d outside the vocabulary of %d", n, id, info.Vocab)
+			}
+		}
+	}
+}
+
+// Greedy decoding is deterministic, and a seeded sampler replays.
+func TestGenerateDeterministic(t *testing.T) {
+	model := needModel(t)
+	for _, mode := range [][]string{{"--greedy"}, {"--seed", "7", "--temp", "1"}} {
+		args := append([]string{"generate", "-m", model, "--tokens", promptIDsArg, "-n", "6", "--ignore-eos", "--json"}, mode...)
+		a, _ := mustRun(t, "", args...)
+		b, _ := mustRun(t, "", args...)
+		var ra, rb generateJSON
+		json.Unmarshal([]byte(a), &ra)
+		json.Unmarshal([]byte(b), &rb)
+		if fmt.Sprint(ra.Tokens) != fmt.Sprint(rb.Tokens) {
+			t.Errorf("%v: runs differ: %v vs %v", mode, ra.Tokens, rb.Tokens)
+		}
+	}
+}
+
+func TestGenerateStream(t *testing.T) {
+	model := needModel(t)
+	out, errOut := mustRun(t, "", "generate", "-m", model, "--prompt", "Hello", "-n", "4", "--greedy", "--ignore-eos")
+	if !strings.HasSuffix(out, "\n") {
+		t.Errorf("stdout %q does not end the line", out)
+	}
+	for _, want := range []string{"prompt:", "decode:", "tokens/s", "stop: length"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+}
+
+func TestGenerateTokenOutOfVocab(t *testing.T) {
+	model := needModel(t)
+	info := tinyInfo(t, model)
+	_, errOut, code := runCLI(t, "", "generate", "-m", model, "--tokens", fmt.Sprintf("1,%d", info.Vocab), "-n", "1")
+	if code != 1 || !strings.Contains(errOut, "out of range") {
+		t.Errorf("code %d, stderr %q; want an out-of-range error", code, errOut)
+	}
+}
+
+func TestLogits(t *testing.T) {
+	model := needModel(t)
+	info := tinyInfo(t, model)
+	out, _ := mustRun(t, "", "logits", "-m", model, "--tokens", promptIDsArg)
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("want 3 lines, got %d", len(lines))
+	}
+	for i, line := range lines {
+		var l struct {
+			Pos   int       `json:"pos"`
+			Token int32     `json:"token"`
+			Probs []float64 `json:"probs"`
+		}
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatalf("line %d: %v", i, err)
+		}
+		sum := 0.0
+		for _, p := range l.Probs {
+			sum += p
+		}
+		if l.Pos != i || l.Token != int32(i+1) || len(l.Probs) != info.Vocab || math.Abs(sum-1) > 1e-3 {
+			t.Errorf("line %d: pos %d token %d, %d probs summing to %v; want pos %d token %d, %d probs summing to 1",
+				i, l.Pos, l.Token, len(l.Probs), sum, i, i+1, info.Vocab)
+		}
+	}
+
+	out, _ = mustRun(t, "", "logits", "-m", model, "--tokens", promptIDsArg, "--top", "3")
+	for i, line := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		var l struct {
+			Top [][2]float64 `json:"top"`
+		}
+		if err := json.Unmarshal([]byte(line), &l); err != nil || len(l.Top) != min(3, info.Vocab) {
+			t.Fatalf("--top line %d: %q (%v)", i, line, err)
+		}
+		if l.Top[0][1] < l.Top[1][1] {
+			t.Errorf("--top line %d not sorted: %v", i, l.Top)
+		}
+	}
+}
+
+func TestEvalPPL(t *testing.T) {
+	model := needModel(t)
+	text := filepath.Join(t.TempDir(), "text.txt")
+	os.WriteFile(text, []byte(strings.Repeat("The quick brown fox jumps over the lazy dog. ", 8)), 0o644)
+	out, _ := mustRun(t, "", "eval", "ppl", "-m", model, "--text", text, "--window", "32", "--json")
+	var r pplJSON
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%q: %v", out, err)
+	}
+	if r.Tokens <= 0 || r.Perplexity < 1 || r.BitsPerByte <= 0 {
+		t.Errorf("implausible result %+v", r)
+	}
+	out, _ = mustRun(t, "", "eval", "ppl", "-m", model, "--text", text, "--window", "32")
+	if !strings.Contains(out, "perplexity") || !strings.Contains(out, "bits/byte") {
+		t.Errorf("text output: %q", out)
+	}
+}
+
+// Piped chat answers each line, /reset clears and /exit stops reading.
+func TestChatPiped(t *testing.T) {
+	model := needModel(t)
+	in := "Hello\n\n/reset\nHi again\n/exit\nnever read\n"
+	out, errOut := mustRun(t, in, "chat", "-m", model, "-n", "3", "--greedy", "--system", "Be brief.")
+	// Each reply ends its line; a reply may hold newlines of its own.
+	if got := strings.Count(out, "\n"); got < 2 {
+		t.Errorf("want 2 replies, got %d lines: %q (stderr %q)", got, out, errOut)
+	}
+	if strings.Contains(out, "> ") {
+		t.Errorf("piped chat printed a prompt: %q", out)
+	}
+}

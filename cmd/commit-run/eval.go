@@ -1,0 +1,102 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+// pplJSON is the --json output of eval ppl.
+type pplJSON struct {
+	Tokens      int     `json:"tokens"`
+	Bytes       int     `json:"bytes"`
+	Perplexity  float64 `json:"perplexity"`
+	BitsPerByte float64 `json:"bits_per_byte"`
+	NLL         float64 `json:"nll"`
+	Window      int     `json:"window"`
+}
+
+func (a *app) evalCmd() *cobra.Command {
+	// eval groups the quality measurements; ppl is the first. A bare `eval` prints its help.
+	cmd := &cobra.Command{
+		Use:   "eval",
+		Short: "Measure model quality (eval ppl)",
+		Args:  cobra.NoArgs,
+	}
+	cmd.AddCommand(a.pplCmd())
+	return cmd
+}
+
+func (a *app) pplCmd() *cobra.Command {
+	var (
+		textFile string
+		window   int
+		asJSON   bool
+	)
+	cmd := &cobra.Command{
+		Use:     "ppl --text FILE",
+		Short:   "Perplexity and bits per byte of a text file",
+		Example: "  commit-run eval ppl -m model.gguf --text wiki.test.raw --window 512",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if textFile == "" {
+				return fmt.Errorf("eval ppl needs --text FILE (- for stdin)")
+			}
+			// A window of one token predicts nothing.
+			if window < 0 || window == 1 || window > maxCtx {
+				return fmt.Errorf("--window %d: want 0 (the context length) or 2 to %d", window, maxCtx)
+			}
+			text, err := readText(textFile, a.stdin)
+			if err != nil {
+				return err
+			}
+			m, err := a.openModel()
+			if err != nil {
+				return err
+			}
+			defer m.Close()
+			r, err := m.Perplexity(cmd.Context(), string(text), window)
+			if err != nil {
+				return err
+			}
+			if math.IsNaN(r.Perplexity) || math.IsInf(r.Perplexity, 0) || math.IsNaN(r.BitsPerByte) || math.IsInf(r.BitsPerByte, 0) {
+				return fmt.Errorf("perplexity is not finite (%v over %d tokens, nll %v)", r.Perplexity, r.Tokens, r.NLL)
+			}
+			if asJSON {
+				return writeJSON(a.stdout, pplJSON{
+					Tokens: r.Tokens, Bytes: r.Bytes, Perplexity: r.Perplexity,
+					BitsPerByte: r.BitsPerByte, NLL: r.NLL, Window: window,
+				})
+			}
+			fmt.Fprintf(a.stdout, "tokens      %d\nbytes       %d\nperplexity  %.4f\nbits/byte   %.4f\n",
+				r.Tokens, r.Bytes, r.Perplexity, r.BitsPerByte)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&textFile, "text", "", "UTF-8 text `FILE` to score (- for stdin)")
+	f.IntVar(&window, "window", 0, "tokens per scoring window (0 = the context length)")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object")
+	return cmd
+}
+
+// readText reads the --text file, or stdin for "-".
+func readText(name string, stdin io.Reader) ([]byte, error) {
+	var b []byte
+	var err error
+	if name == "-" {
+		b, err = io.ReadAll(stdin)
+	} else {
+		b, err = os.ReadFile(name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--text: %w", err)
+	}
+	if len(b) == 0 {
+		return nil, fmt.Errorf("--text %s is empty", name)
+	}
+	return b, nil
+}

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/commit-run/commit-run/engine"
+)
+
+// defaultModel is the small model bundled with the repository, so that `commit-run generate`
+// works from a checkout with no flags at all.
+const defaultModel = "models/testdata/tiny.gguf"
+
+// exitInterrupted is the conventional status of a process stopped by SIGINT (128 + 2).
+const exitInterrupted = 130
+
+// app holds one invocation's streams and global flags. Each run builds a fresh one, so that
+// tests can execute the command tree many times in one process.
+type app struct {
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+
+	modelPath  string
+	threads    int
+	ctxLen     int
+	kvType     string
+	device     string
+	profMode   string
+	profDir    string
+	stopProf   func()
+	interrupts *interrupts
+}
+
+// run executes the command line args and returns the process exit status. sig delivers
+// Ctrl-C / SIGTERM; it may be nil (tests).
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer, sig <-chan os.Signal) int {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr, stopProf: func() {}}
+	a.interrupts = newInterrupts(cancel, func() {
+		// A second Ctrl-C while the first is still unwinding (a long engine call that does not
+		// check its context) must still leave a usable profile behind.
+		a.stopProf()
+		os.Exit(exitInterrupted)
+	})
+	if sig != nil {
+		done := make(chan struct{})
+		defer close(done)
+		go a.interrupts.serve(sig, done)
+	}
+
+	root := a.rootCmd()
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	// Stop the profile on every path out, errors and Ctrl-C included, so the file is complete.
+	a.stopProf()
+	if err == nil {
+		return 0
+	}
+	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		fmt.Fprintln(stderr, "commit-run: interrupted")
+		return exitInterrupted
+	}
+	// One line: multi-line engine errors would bury the cause under noise.
+	fmt.Fprintln(stderr, "commit-run: "+strings.ReplaceAll(err.Error(), "\n", "; "))
+	return 1
+}
+
+func (a *app) rootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "commit-run",
+		Short: "Run Mixture-of-Experts language models from GGUF files",
+		Long: "commit-run runs Mixture-of-Experts language models stored as GGUF files.\n" +
+			"Without -m it uses the bundled test model " + defaultModel + ".",
+		// Runtime errors (missing file, engine failure) are not usage mistakes: print only the
+		// error, once, from run.
+		SilenceUsage:      true,
+		SilenceErrors:     true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return a.setup() },
+	}
+	// Cobra's default for a bad flag value is the error plus the whole usage text; keep it to
+	// one line with a pointer to --help.
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return fmt.Errorf("%v (see %s --help)", err, cmd.CommandPath())
+	})
+	// Shell completion is not worth a top-level entry in a tool with five commands.
+	root.CompletionOptions.HiddenDefaultCmd = true
+	pf := root.PersistentFlags()
+	pf.StringVarP(&a.modelPath, "model", "m", defaultModel, "GGUF model `FILE`")
+	pf.IntVar(&a.threads, "threads", 0, "compute threads (0 = all cores)")
+	pf.IntVar(&a.ctxLen, "ctx", 0, fmt.Sprintf("context length in tokens (0 = the model's, at most %d)", engine.DefaultMaxContext))
+	pf.StringVar(&a.kvType, "kv-type", "f16", "KV cache element type: f16 or f32")
+	pf.StringVar(&a.device, "device", "cpu", "device to run on")
+	pf.StringVar(&a.profMode, "profile", "", "write a Go profile: cpu or mem")
+	pf.StringVar(&a.profDir, "profile-dir", ".", "`DIR` for the --profile output (cpu.pprof or mem.pprof)")
+
+	root.AddCommand(a.chatCmd(), a.generateCmd(), a.inspectCmd(), a.logitsCmd(), a.evalCmd())
+	return root
+}
+
+// maxThreads and maxCtx bound the global numeric flags: anything above is a typo, and the
+// engine would otherwise try to spawn that many goroutines or reserve that much KV cache.
+const (
+	maxThreads = 4096
+	maxCtx     = 1 << 24
+)
+
+// setup validates the global flags and starts profiling; it runs before every subcommand.
+func (a *app) setup() error {
+	if a.threads < 0 || a.threads > maxThreads {
+		return fmt.Errorf("--threads %d: want 0 (all cores) to %d", a.threads, maxThreads)
+	}
+	if a.ctxLen < 0 || a.ctxLen > maxCtx {
+		return fmt.Errorf("--ctx %d: want 0 (the model's) to %d", a.ctxLen, maxCtx)
+	}
+	switch a.kvType {
+	case "f16", "f32":
+	default:
+		return fmt.Errorf("--kv-type %q: want f16 or f32", a.kvType)
+	}
+	stop, err := startProfile(a.profMode, a.profDir, a.stderr)
+	if err != nil {
+		return err
+	}
+	a.stopProf = stop
+	return nil
+}
+
+// checkModelPath turns the engine's "no such file" into advice on how to choose a model.
+func (a *app) checkModelPath(path string) error {
+	if _, err := os.Stat(path); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			if path == defaultModel {
+				return fmt.Errorf("no model at %s (the default, relative to the working directory); pass one with -m FILE", path)
+			}
+			return fmt.Errorf("model file %s does not exist; pass a GGUF file with -m FILE", path)
+		}
+		return err
+	}
+	return nil
+}
+
+// openModel opens the -m model with the global options, drawing a load progress bar on a
+// terminal.
+func (a *app) openModel() (*engine.Model, error) {
+	if err := a.checkModelPath(a.modelPath); err != nil {
+		return nil, err
+	}
+	opts := engine.Options{
+		Device:        a.device,
+		Threads:       a.threads,
+		ContextLength: a.ctxLen,
+		KVType:        a.kvType,
+	}
+	var bar *progressBar
+	if isTerminal(a.stderr) {
+		bar = newProgressBar(a.stderr, "loading")
+		opts.Progress = bar.update
+	}
+	m, err := engine.Open(a.modelPath, opts)
+	if bar != nil {
+		bar.finish()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", a.modelPath, err)
+	}
+	return m, nil
+}
+
+// session opens the model and one session on it; closing the returned func frees both.
+func (a *app) session() (*engine.Model, *engine.Session, func(), error) {
+	m, err := a.openModel()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	s, err := m.NewSession()
+	if err != nil {
+		m.Close()
+		return nil, nil, nil, err
+	}
+	return m, s, func() { s.Close(); m.Close() }, nil
+}
