@@ -1,0 +1,93 @@
+package synth
+
+import (
+	"fmt"
+)
+
+// BenchOptions override the real shape of an architecture for a benchmark model; zero fields
+// keep the real model's value (see Bench).
+type BenchOptions struct {
+	Layers, Embd, Heads, HeadsKV int
+	Experts, ExpertsUsed         int
+	ExpertFFN                    int // routed expert width
+	FFN                          int // dense width (dense models, DeepSeek's leading dense layers)
+	Vocab                        int
+	Seed                         uint64
+	Types                        Recipe
+}
+
+// realShapes are the public shapes of the target models (DESIGN.md section 7 and their GGUF
+// metadata), used as benchmark defaults. Layer counts are real too; benchmarks usually
+// override them to keep files small.
+var realShapes = map[string]Spec{
+	// Mixtral-8x7B.
+	ArchLlama: {Arch: ArchLlama, Tokenizer: TokSPM, Vocab: 32000, Layers: 32, Embd: 4096, Heads: 32, HeadsKV: 8,
+		Experts: 8, ExpertsUsed: 2, ExpertFFN: 14336, Context: 32768, RopeBase: 1e6, Eps: 1e-5},
+	// Qwen1.5-MoE-A2.7B.
+	ArchQwen2MoE: {Arch: ArchQwen2MoE, Tokenizer: TokQwen2, Vocab: 151936, Layers: 24, Embd: 2048, Heads: 16,
+		Experts: 60, ExpertsUsed: 4, ExpertFFN: 1408, SharedFFN: 5632, Context: 8192, RopeBase: 1e6, Eps: 1e-6},
+	// Qwen3-30B-A3B.
+	ArchQwen3MoE: {Arch: ArchQwen3MoE, Tokenizer: TokQwen3, Vocab: 151936, Layers: 48, Embd: 2048, Heads: 32,
+		HeadsKV: 4, HeadDim: 128, FFN: 6144, Experts: 128, ExpertsUsed: 8, ExpertFFN: 768,
+		Context: 40960, RopeBase: 1e6, Eps: 1e-6},
+	// OLMoE-1B-7B.
+	ArchOLMoE: {Arch: ArchOLMoE, Tokenizer: TokOLMo, Vocab: 50304, Layers: 16, Embd: 2048, Heads: 16,
+		Experts: 64, ExpertsUsed: 8, ExpertFFN: 1024, Context: 4096, RopeBase: 10000, Eps: 1e-5},
+	// DeepSeek-V2-Lite (MLA layout).
+	ArchDeepSeek2: {Arch: ArchDeepSeek2, Tokenizer: TokDeepSeek, Vocab: 102400, Layers: 27, Embd: 2048, Heads: 16,
+		FFN: 10944, LeadingDense: 1, Experts: 64, ExpertsUsed: 6, ExpertFFN: 1408, SharedExperts: 2,
+		ExpertWeightsScale: 1, MLA: true, KVLoraRank: 512, RopeDim: 64, QKNopeDim: 128, VHeadDim: 128,
+		Context: 163840, RopeBase: 10000, Eps: 1e-6,
+		YaRN: &YaRN{Factor: 40, OrigContext: 4096, LogMultiplier: 0.0707}},
+	// Dense Llama-2-7B, Qwen2-1.5B and Qwen3-1.7B, for comparisons with dense models.
+	ArchQwen2: {Arch: ArchQwen2, Tokenizer: TokQwen2, Vocab: 151936, Layers: 28, Embd: 1536, Heads: 12, HeadsKV: 2,
+		FFN: 8960, Context: 32768, RopeBase: 1e6, Eps: 1e-6},
+	ArchQwen3: {Arch: ArchQwen3, Tokenizer: TokQwen3, Vocab: 151936, Layers: 28, Embd: 2048, Heads: 16, HeadsKV: 8,
+		HeadDim: 128, FFN: 6144, Tied: true, Context: 40960, RopeBase: 1e6, Eps: 1e-6},
+}
+
+// denseLlama is Llama-2-7B, the default for -arch llama with -experts 0.
+var denseLlama = Spec{Arch: ArchLlama, Tokenizer: TokSPM, Vocab: 32000, Layers: 32, Embd: 4096, Heads: 32,
+	FFN: 11008, Context: 4096, RopeBase: 10000, Eps: 1e-5}
+
+// Bench returns a benchmark spec: the real shape of arch with the options' overrides. For
+// llama, Experts < 0 asks for the dense Llama-2 shape.
+func Bench(arch string, o BenchOptions) (Spec, error) {
+	s, ok := realShapes[arch]
+	if !ok {
+		return Spec{}, fmt.Errorf("no benchmark shape for architecture %q", arch)
+	}
+	if arch == ArchLlama && o.Experts < 0 {
+		s, o.Experts = denseLlama, 0
+	}
+	set := func(dst *int, v int) {
+		if v != 0 {
+			*dst = v
+		}
+	}
+	set(&s.Layers, o.Layers)
+	set(&s.Embd, o.Embd)
+	set(&s.Heads, o.Heads)
+	set(&s.HeadsKV, o.HeadsKV)
+	set(&s.Experts, o.Experts)
+	set(&s.ExpertsUsed, o.ExpertsUsed)
+	set(&s.ExpertFFN, o.ExpertFFN)
+	set(&s.FFN, o.FFN)
+	set(&s.Vocab, o.Vocab)
+	if s.ExpertsUsed > s.Experts {
+		s.ExpertsUsed = s.Experts
+	}
+	if s.LeadingDense >= s.Layers {
+		s.LeadingDense = 0
+	}
+	s.Seed = o.Seed
+	if s.Seed == 0 {
+		s.Seed = 1
+	}
+	s.Types = o.Types
+	if s.Types.Name == "" {
+		s.Types = Q8_0
+	}
+	s.Name = fmt.Sprintf("bench-%s-e%d-k%d-%s", arch, s.Experts, s.ExpertsUsed, s.Types.Name)
+	return s, s.Validate()
+}

@@ -1,0 +1,163 @@
+package synth
+
+import (
+	"fmt"
+	"math"
+)
+
+// init kinds: how a tensor's values are drawn.
+const (
+	initWeight = iota // normal(0, std)
+	initNorm          // RMSNorm weight: around 1
+	initBias          // normal(0, std)
+	initRouter        // normal(0, std), each expert's row scaled by its own factor
+)
+
+// tensorDef is one tensor of a spec before its type is chosen.
+type tensorDef struct {
+	name  string
+	shape []uint64 // ggml order: shape[0] is the row length
+	role  string   // name without "blk.N." and ".weight"/".bias"
+	layer int      // -1 outside the layers
+	init  int
+	std   float64
+	// quantizable weights get their type from the recipe; the rest stay F32.
+	quantizable bool
+}
+
+func (d *tensorDef) elements() uint64 {
+	n := uint64(1)
+	for _, v := range d.shape {
+		n *= v
+	}
+	return n
+}
+
+// Gains of the weight families. Weights are drawn with std gain/sqrt(fan_in), so a gain of 1
+// keeps activations at unit scale; the larger gains make distributions peaked:
+//   - logitGain: logits have std ~3, so the top token of a 300-600 token vocabulary typically
+//     has probability 0.1-0.6 rather than ~1/vocab;
+//   - qkGain: attention scores have std ~qkGain^2 without q/k norms, so attention is not uniform;
+//   - routerGain: router logits have std ~2.5, times a per-expert factor in [0.5, 1.7], so some
+//     experts win much more often and top-k weights are far from equal.
+const (
+	logitGain  = 3.0
+	qkGain     = 1.4
+	ffnGain    = 1.5
+	routerGain = 2.5
+	biasStd    = 0.3
+)
+
+func gain(g float64, fanIn int) float64 { return g / math.Sqrt(float64(fanIn)) }
+
+// tensorDefs lists a spec's tensors with llama.cpp's names and shapes (see each architecture's
+// load_arch_tensors in llama.cpp's src/models/).
+func (s *Spec) tensorDefs() ([]tensorDef, error) {
+	var ts []tensorDef
+	w := func(name, role string, il int, std float64, shape ...int) {
+		ts = append(ts, tensorDef{name: name, shape: u64(shape), role: role, layer: il, init: initWeight, std: std, quantizable: true})
+	}
+	norm := func(name, role string, il int, n int) {
+		ts = append(ts, tensorDef{name: name, shape: u64([]int{n}), role: role, layer: il, init: initNorm})
+	}
+	bias := func(name, role string, il int, n int) {
+		ts = append(ts, tensorDef{name: name, shape: u64([]int{n}), role: role, layer: il, init: initBias, std: biasStd})
+	}
+	n, v := s.Embd, s.Vocab
+	embdStd := 1.0
+	if s.Tied {
+		// The tied LM head is token_embd itself, so its scale sets the logits' scale.
+		embdStd = gain(logitGain, n)
+	}
+	w("token_embd.weight", "token_embd", -1, embdStd, n, v)
+	norm("output_norm.weight", "output_norm", -1, n)
+	if !s.Tied {
+		w("output.weight", "output", -1, gain(logitGain, n), n, v)
+	}
+
+	hd, hkv := s.headDim(), s.headsKV()
+	for il := 0; il < s.Layers; il++ {
+		p := fmt.Sprintf("blk.%d.", il)
+		lw := func(role string, std float64, shape ...int) { w(p+role+".weight", role, il, std, shape...) }
+		norm(p+"attn_norm.weight", "attn_norm", il, n)
+		norm(p+"ffn_norm.weight", "ffn_norm", il, n)
+
+		// Attention.
+		if s.Arch == ArchDeepSeek2 {
+			qk := s.QKNopeDim + s.RopeDim
+			if s.QLoraRank > 0 {
+				lw("attn_q_a", 1/math.Sqrt(float64(n)), n, s.QLoraRank)
+				norm(p+"attn_q_a_norm.weight", "attn_q_a_norm", il, s.QLoraRank)
+				lw("attn_q_b", gain(qkGain, s.QLoraRank), s.QLoraRank, s.Heads*qk)
+			} else {
+				lw("attn_q", gain(qkGain, n), n, s.Heads*qk)
+			}
+			lw("attn_kv_a_mqa", gain(qkGain, n), n, s.KVLoraRank+s.RopeDim)
+			norm(p+"attn_kv_a_norm.weight", "attn_kv_a_norm", il, s.KVLoraRank)
+			if s.MLA {
+				// attn_k_b is stored transposed per head ({nope, kv_lora, head}) so that it can
+				// be applied to q ("absorbed") rather than to the cache.
+				lw("attn_k_b", gain(1, s.KVLoraRank), s.QKNopeDim, s.KVLoraRank, s.Heads)
+				lw("attn_v_b", gain(1, s.KVLoraRank), s.KVLoraRank, s.VHeadDim, s.Heads)
+			} else {
+				lw("attn_kv_b", gain(1, s.KVLoraRank), s.KVLoraRank, s.Heads*(s.QKNopeDim+s.VHeadDim))
+			}
+			lw("attn_output", gain(1, s.Heads*s.VHeadDim), s.Heads*s.VHeadDim, n)
+		} else {
+			lw("attn_q", gain(qkGain, n), n, s.Heads*hd)
+			lw("attn_k", gain(qkGain, n), n, hkv*hd)
+			lw("attn_v", gain(1, n), n, hkv*hd)
+			lw("attn_output", gain(1, s.Heads*hd), s.Heads*hd, n)
+			switch s.Arch {
+			case ArchQwen2, ArchQwen2MoE:
+				bias(p+"attn_q.bias", "attn_q.bias", il, s.Heads*hd)
+				bias(p+"attn_k.bias", "attn_k.bias", il, hkv*hd)
+				bias(p+"attn_v.bias", "attn_v.bias", il, hkv*hd)
+			case ArchQwen3, ArchQwen3MoE:
+				norm(p+"attn_q_norm.weight", "attn_q_norm", il, hd)
+				norm(p+"attn_k_norm.weight", "attn_k_norm", il, hd)
+			case ArchOLMoE:
+				norm(p+"attn_q_norm.weight", "attn_q_norm", il, s.Heads*hd)
+				norm(p+"attn_k_norm.weight", "attn_k_norm", il, hkv*hd)
+			}
+		}
+
+		// Feed-forward.
+		if !s.moe(il) {
+			lw("ffn_gate", gain(ffnGain, n), n, s.FFN)
+			lw("ffn_up", gain(ffnGain, n), n, s.FFN)
+			lw("ffn_down", gain(1, s.FFN), s.FFN, n)
+			continue
+		}
+		e, f := s.Experts, s.ExpertFFN
+		ts = append(ts, tensorDef{name: p + "ffn_gate_inp.weight", shape: u64([]int{n, e}), role: "ffn_gate_inp",
+			layer: il, init: initRouter, std: gain(routerGain, n)})
+		lw("ffn_gate_exps", gain(ffnGain, n), n, f, e)
+		lw("ffn_up_exps", gain(ffnGain, n), n, f, e)
+		lw("ffn_down_exps", gain(1, f), f, n, e)
+		shared := 0
+		switch s.Arch {
+		case ArchQwen2MoE:
+			shared = s.SharedFFN
+			// The sigmoid gate of the shared expert: one logit per token, stored as a vector.
+			ts = append(ts, tensorDef{name: p + "ffn_gate_inp_shexp.weight", shape: u64([]int{n}),
+				role: "ffn_gate_inp_shexp", layer: il, init: initWeight, std: gain(2, n)})
+		case ArchDeepSeek2:
+			shared = s.SharedExperts * s.ExpertFFN
+		}
+		if shared > 0 {
+			lw("ffn_gate_shexp", gain(ffnGain, n), n, shared)
+			lw("ffn_up_shexp", gain(ffnGain, n), n, shared)
+			lw("ffn_down_shexp", gain(1, shared), shared, n)
+		}
+	}
+	return ts, nil
+}
+
+func u64(v []int) []uint64 {
+	out := make([]uint64, len(v))
+	for i, x := range v {
+		out[i] = uint64(x)
+	}
+	return out
+}
