@@ -236,12 +236,10 @@ func (s *Session) Chat(ctx context.Context, msgs []Message, opts GenerateOptions
 	if err != nil {
 		return Result{}, fmt.Errorf("chat template: %w", err)
 	}
-	ids, err := s.m.tok.Encode(text, false, true)
+	// The template may write BOS itself; EncodePrompt adds it only when it did not.
+	ids, err := s.m.tok.EncodePrompt(text)
 	if err != nil {
 		return Result{}, err
-	}
-	if bos, ok := s.m.tok.BOS(); ok && s.m.tok.AddBOS() && (len(ids) == 0 || ids[0] != bos) {
-		ids = append([]int32{bos}, ids...)
 	}
 	return s.Generate(ctx, ids, opts)
 }
