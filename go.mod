@@ -1,3 +1,28 @@
 module github.com/commit-run/commit-run
 
 go 1.26.8
+
+require (
+	github.com/dlclark/regexp2 v1.11.4
+	github.com/nikolalohinski/gonja/v2 v2.9.1
+	github.com/ollama/ollama v0.17.4
+	github.com/pkg/profile v1.7.0
+	github.com/spf13/cobra v1.10.2
+	github.com/spf13/pflag v1.0.9
+)
+
+require (
+	github.com/dustin/go-humanize v1.0.1 // indirect
+	github.com/felixge/fgprof v0.9.3 // indirect
+	github.com/google/pprof v0.0.0-20250403155104-27863c87afa6 // indirect
+	github.com/inconshreveable/mousetrap v1.1.0 // indirect
+	github.com/json-iterator/go v1.1.12 // indirect
+	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
+	github.com/modern-go/reflect2 v1.0.2 // indirect
+	github.com/pkg/errors v0.9.1 // indirect
+	github.com/sirupsen/logrus v1.9.3 // indirect
+	golang.org/x/exp v0.0.0-20250218142911-aa4b98e5adaa // indirect
+	golang.org/x/sync v0.17.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/text v0.30.0 // indirect
+)
