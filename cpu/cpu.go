@@ -1,7 +1,8 @@
 // Package cpu is the CPU device: it computes on the host with every core, and it is the
 // reference numerics every other device is tested against. Its matrix products round the
-// activations to each weight type's dot type before the dot products, as llama.cpp's CPU
-// backend does, so that our numbers agree with llama.cpp's on quantized models.
+// activations to each weight type's dot type before the dot products and sum in the float
+// order of llama.cpp's x86 CPU backend, so that our numbers agree with llama.cpp's on quantized
+// models.
 package cpu
 
 import (
@@ -71,7 +72,22 @@ func (d *Device) buffer(n int) *[]byte {
 // MatMul computes out[t*w.Rows+o] = w row o · x row t for T rows of x. Each activation row is
 // quantized once to the weight's dot type; the rows of w are then split across threads, and
 // each thread walks its rows once for all T activations so each weight row is read once.
+//
+// The dot products are those llama.cpp's x86 CPU backend runs for a product of T rows (see
+// quant.X86Dot), so that the results agree with llama.cpp's to the bit.
 func (d *Device) MatMul(w quant.Matrix, x []float32, T int, out []float32) {
+	d.matMul(w, x, T, out, T)
+}
+
+// MatMulID is MatMul with the kernels llama.cpp's MUL_MAT_ID uses for expert weights, which
+// take the activation rows one at a time whatever their number.
+func (d *Device) MatMulID(w quant.Matrix, x []float32, T int, out []float32) {
+	d.matMul(w, x, T, out, 1)
+}
+
+// matMul computes MatMul choosing the kernels as for a product over batch rows (T, or 1 for
+// row-by-row products).
+func (d *Device) matMul(w quant.Matrix, x []float32, T int, out []float32, batch int) {
 	dt := w.Type.DotType()
 	xrow, err := dt.RowBytes(w.Cols)
 	if err != nil {
@@ -82,12 +98,20 @@ func (d *Device) MatMul(w quant.Matrix, x []float32, T int, out []float32) {
 	for t := 0; t < T; t++ {
 		quant.QuantizeRow(dt, x[t*w.Cols:(t+1)*w.Cols], xq[t*xrow:(t+1)*xrow])
 	}
+	kernels := make([]func(n int, w, x []byte) float32, T)
+	for t := range kernels {
+		if batch == 1 {
+			kernels[t] = quant.X86Dot(w.Type, w.Rows, 1, 0)
+		} else {
+			kernels[t] = quant.X86Dot(w.Type, w.Rows, batch, t)
+		}
+	}
 	rb := w.RowBytes()
 	d.parallelRange(w.Rows, func(lo, hi int) {
 		for o := lo; o < hi; o++ {
 			row := w.Data[o*rb : (o+1)*rb]
 			for t := 0; t < T; t++ {
-				out[t*w.Rows+o] = quant.VecDot(w.Type, w.Cols, row, xq[t*xrow:(t+1)*xrow])
+				out[t*w.Rows+o] = kernels[t](w.Cols, row, xq[t*xrow:(t+1)*xrow])
 			}
 		}
 	})

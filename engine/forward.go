@@ -53,15 +53,21 @@ func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, all bool) 
 
 // ffn runs a dense SwiGLU block on T rows of x into out.
 func (m *Model) ffn(f *models.FFN, x []float32, T int, out []float32) {
+	m.swiglu(m.dev.MatMul, f, x, T, out)
+}
+
+// swiglu runs a SwiGLU block with the given matrix product: MatMul for dense blocks, MatMulID
+// for routed experts (llama.cpp's MUL_MAT_ID, whose kernels differ for some weight types).
+func (m *Model) swiglu(matMul func(quant.Matrix, []float32, int, []float32), f *models.FFN, x []float32, T int, out []float32) {
 	nff := f.Gate.Rows
 	g := make([]float32, T*nff)
 	u := make([]float32, T*nff)
-	m.dev.MatMul(f.Gate, x, T, g)
-	m.dev.MatMul(f.Up, x, T, u)
-	for i := range g {
-		g[i] = models.SiLU(g[i]) * u[i]
+	matMul(f.Gate, x, T, g)
+	matMul(f.Up, x, T, u)
+	for t := 0; t < T; t++ {
+		models.SwiGLU(g[t*nff:(t+1)*nff], g[t*nff:(t+1)*nff], u[t*nff:(t+1)*nff])
 	}
-	m.dev.MatMul(f.Down, g, T, out)
+	matMul(f.Down, g, T, out)
 }
 
 func addTo(dst, src []float32) {

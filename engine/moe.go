@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/commit-run/commit-run/models"
+	"github.com/commit-run/commit-run/quant"
 )
 
 // routing is the experts chosen for one token and their mixing weights, in top-k order.
@@ -44,11 +45,12 @@ func route(moe *models.MoE, logits []float32) routing {
 		models.Softmax(r.weights)
 	}
 	if moe.NormWeights {
-		var sum float32
+		// ggml_sum_rows adds in float64.
+		var sum64 float64
 		for _, w := range r.weights {
-			sum += w
+			sum64 += float64(w)
 		}
-		sum = max(sum, 6.103515625e-5)
+		sum := max(float32(sum64), 6.103515625e-5)
 		for k := range r.weights {
 			r.weights[k] /= sum
 		}
@@ -113,7 +115,7 @@ func (m *Model) moe(moe *models.MoE, x []float32, T int, out []float32) {
 			copy(xe[j*d:(j+1)*d], x[(s/moe.Used)*d:(s/moe.Used+1)*d])
 		}
 		ye := make([]float32, n*d)
-		m.ffn(&models.FFN{Gate: moe.GateExps.Expert(e), Up: moe.UpExps.Expert(e), Down: moe.DownExps.Expert(e)}, xe, n, ye)
+		m.swiglu(m.dev.MatMulID, &models.FFN{Gate: moe.GateExps.Expert(e), Up: moe.UpExps.Expert(e), Down: moe.DownExps.Expert(e)}, xe, n, ye)
 		for j, s := range slots {
 			copy(ys[s*d:(s+1)*d], ye[j*d:(j+1)*d])
 		}
@@ -127,7 +129,8 @@ func (m *Model) moe(moe *models.MoE, x []float32, T int, out []float32) {
 			w := routes[t].weights[k]
 			y := ys[(t*moe.Used+k)*d : (t*moe.Used+k+1)*d]
 			for i := range o {
-				o[i] += w * y[i]
+				// ggml_mul then ggml_add: the conversion keeps the compiler from fusing them.
+				o[i] += float32(w * y[i])
 			}
 		}
 	}
@@ -139,19 +142,13 @@ func (m *Model) moe(moe *models.MoE, x []float32, T int, out []float32) {
 	for t := 0; t < T; t++ {
 		g := float32(1)
 		if moe.SharedGate != nil {
-			g = models.Sigmoid(dotF32(moe.SharedGate, x[t*d:(t+1)*d]))
+			// llama.cpp's qwen2moe graph computes the gate's sigmoid as silu(v)/v, and v as a
+			// one-row matrix product (ggml_vec_dot_f32).
+			g = models.SiLUOverX(quant.DotF32Vec(moe.SharedGate, x[t*d:(t+1)*d]))
 		}
 		o, s := out[t*d:(t+1)*d], sh[t*d:(t+1)*d]
 		for i := range o {
-			o[i] += g * s[i]
+			o[i] += float32(g * s[i])
 		}
 	}
-}
-
-func dotF32(a, b []float32) float32 {
-	var s float32
-	for i, v := range a {
-		s += v * b[i]
-	}
-	return s
 }

@@ -77,7 +77,7 @@ func (a *StdAttention) Forward(b Backend, c *LayerCache, x []float32, T, pos0 in
 		kvh := h / group
 		n := pos0 + t + 1
 		qh := q[t*qd+h*a.HeadDK : t*qd+(h+1)*a.HeadDK]
-		attend(c, qh, kvh*a.HeadDK, kvh*a.HeadDV, n, a.Scale, ctx[(t*a.Heads+h)*a.HeadDV:(t*a.Heads+h+1)*a.HeadDV])
+		attend(c, qh, kvh*a.HeadDK, kvh*a.HeadDV, n, a.Scale, T > 1, ctx[(t*a.Heads+h)*a.HeadDV:(t*a.Heads+h+1)*a.HeadDV])
 	})
 	b.MatMul(a.O, ctx, T, out)
 	if a.BO != nil {
@@ -88,9 +88,13 @@ func (a *StdAttention) Forward(b Backend, c *LayerCache, x []float32, T, pos0 in
 }
 
 // attend computes softmax(scale * q·K[0:n]) · V[0:n] for one head whose key starts at kOff and
-// value at vOff in each cached row. With an F16 cache, q and the probabilities are rounded to
-// F16 first, as llama.cpp's matmuls against F16 K and V round their other operand.
-func attend(c *LayerCache, q []float32, kOff, vOff, n int, scale float32, out []float32) {
+// value at vOff in each cached row, in the arithmetic of llama.cpp's attention without flash
+// attention: the scores are ggml_vec_dot_f32 products, the softmax runs over the whole padded
+// KV length, and the weighted sum of values is a matrix product over the positions (tinyBLAS
+// when a batch of tokens is evaluated, ggml_vec_dot_f32 for one token). With an F16 cache, q
+// and the probabilities are rounded to F16 first, as llama.cpp's matmuls against F16 K and V
+// round their other operand.
+func attend(c *LayerCache, q []float32, kOff, vOff, n int, scale float32, batched bool, out []float32) {
 	if c.F16 {
 		q = append([]float32(nil), q...)
 		roundF16(q)
@@ -99,21 +103,38 @@ func attend(c *LayerCache, q []float32, kOff, vOff, n int, scale float32, out []
 	krow := make([]float32, len(q))
 	for p := 0; p < n; p++ {
 		c.K(p, kOff, krow)
-		scores[p] = dot(q, krow) * scale
+		scores[p] = quant.DotF32Vec(krow, q) * scale
 	}
-	Softmax(scores)
+	SoftmaxPadded(scores)
 	if c.F16 {
 		roundF16(scores)
 	}
-	for i := range out {
-		out[i] = 0
-	}
-	vrow := make([]float32, len(out))
+	weightedSum(scores, len(out), batched, func(p int, v []float32) { c.V(p, vOff, v) }, out)
+}
+
+// weightedSum writes out[d] = sum over p of w[p]*V[p][d], with V's rows read by row, as
+// llama.cpp's kq·V product over a KV length padded with zero weights: 16 fused lanes over the
+// positions (tinyBLAS) when batched, ggml_vec_dot_f32 otherwise.
+func weightedSum(w []float32, dim int, batched bool, row func(p int, v []float32), out []float32) {
+	n := len(w)
+	padded := (n + 63) &^ 63
+	vt := make([]float32, dim*padded) // V transposed: dim rows of the positions
+	v := make([]float32, dim)
 	for p := 0; p < n; p++ {
-		c.V(p, vOff, vrow)
-		w := scores[p]
-		for i, v := range vrow {
-			out[i] += w * v
+		row(p, v)
+		for d, x := range v {
+			vt[d*padded+p] = x
+		}
+	}
+	wp := make([]float32, padded)
+	copy(wp, w)
+	for d := range out[:dim] {
+		col := vt[d*padded : (d+1)*padded]
+		if batched {
+			m := (n + 15) &^ 15
+			out[d] = quant.DotF32Lanes16(col[:m], wp[:m])
+		} else {
+			out[d] = quant.DotF32Vec(col, wp)
 		}
 	}
 }
@@ -124,10 +145,11 @@ func addBias(x, b []float32) {
 	}
 }
 
-// defaultScale is 1/sqrt(head size), unless the file sets attention.scale.
+// defaultScale is 1/sqrt(head size) (1.0f/sqrtf in float32, as llama.cpp), unless the file
+// sets attention.scale.
 func defaultScale(r *kvReader, headDim int) float32 {
 	if s := r.float(".attention.scale", 0); s != 0 {
 		return s
 	}
-	return float32(1 / math.Sqrt(float64(headDim)))
+	return 1 / float32(math.Sqrt(float64(headDim)))
 }

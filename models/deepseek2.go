@@ -3,8 +3,6 @@ package models
 import (
 	"fmt"
 	"math"
-
-	"github.com/commit-run/commit-run/quant"
 )
 
 // DeepSeek-V2 (-Lite): MLA attention, leading dense layers, routed experts with shared experts,
@@ -81,12 +79,7 @@ func buildDeepseek2(f *File, c *Config) (*Model, error) {
 				}
 			}
 		} else if kvb := l.tensor(p+"attn_kv_b.weight", rank, h*(nope+headV)); kvb != nil {
-			mat := kvb.Matrix()
-			for j := 0; j < h; j++ {
-				base := j * (nope + headV)
-				at.KB = append(at.KB, transposeF32(mat.SubRows(base, base+nope)))
-				at.VB = append(at.VB, mat.SubRows(base+nope, base+nope+headV))
-			}
+			at.KVB = kvb.Matrix()
 		}
 		layer := Layer{AttnNorm: l.norm(p+"attn_norm", c.Embd), Attn: at, FFNNorm: l.norm(p+"ffn_norm", c.Embd)}
 		if i < c.DenseLead {
@@ -104,20 +97,4 @@ func buildDeepseek2(f *File, c *Config) (*Model, error) {
 		m.Layers = append(m.Layers, layer)
 	}
 	return l.done(m)
-}
-
-// transposeF32 returns the transpose of m as an F32 matrix. The legacy attn_kv_b layout stores
-// k_b the wrong way round for the absorbed form; it is small enough to copy once at load.
-func transposeF32(m quant.Matrix) quant.Matrix {
-	rows := make([]float32, m.Cols)
-	t := make([]float32, m.Rows*m.Cols)
-	for r := 0; r < m.Rows; r++ {
-		quant.DequantizeRow(m.Type, m.Row(r), rows)
-		for col, v := range rows {
-			t[col*m.Rows+r] = v
-		}
-	}
-	data := make([]byte, 4*len(t))
-	quant.QuantizeRow(quant.F32, t, data)
-	return quant.Matrix{Type: quant.F32, Rows: m.Cols, Cols: m.Rows, Data: data}
 }

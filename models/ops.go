@@ -6,13 +6,18 @@ import (
 	"github.com/commit-run/commit-run/quant"
 )
 
-// RMSNorm writes x / sqrt(mean(x²) + eps) * w (+ b) to dst, summing in float64 as ggml does.
+// RMSNorm writes x / sqrt(mean(x²) + eps) * w (+ b) to dst in ggml's arithmetic: the squares
+// are float32 products summed in float64, and the scale is 1.0f/sqrtf(mean + eps) in float32.
+// Matching it to the bit matters: the normalised rows are then rounded to 8-bit blocks, where
+// a last-bit difference can move a block's scale across a float16 rounding boundary.
 func RMSNorm(dst, x []float32, n Norm, eps float32) {
 	var sum float64
 	for _, v := range x {
-		sum += float64(v) * float64(v)
+		sum += float64(v * v)
 	}
-	scale := float32(1 / math.Sqrt(float64(float32(sum/float64(len(x)))+eps)))
+	// The square root of a float32 taken in float64 and rounded back is the correctly rounded
+	// float32 square root (sqrtf).
+	scale := 1 / float32(math.Sqrt(float64(float32(sum/float64(len(x)))+eps)))
 	w := n.Weight
 	if w == nil {
 		for i, v := range x {
@@ -31,31 +36,12 @@ func RMSNorm(dst, x []float32, n Norm, eps float32) {
 	}
 }
 
-// Softmax normalises x in place, subtracting the maximum first.
-func Softmax(x []float32) {
-	maxv := float32(math.Inf(-1))
-	for _, v := range x {
-		if v > maxv {
-			maxv = v
-		}
-	}
-	var sum float64
-	for i, v := range x {
-		e := float32(math.Exp(float64(v - maxv)))
-		x[i] = e
-		sum += float64(e)
-	}
-	inv := float32(1 / sum)
-	for i := range x {
-		x[i] *= inv
-	}
-}
+// Sigmoid returns 1 / (1 + e^-x) as ggml_vec_sigmoid_f32 computes it.
+func Sigmoid(x float32) float32 { return 1 / (1 + expf(-x)) }
 
-// SiLU returns x * sigmoid(x).
-func SiLU(x float32) float32 { return x / (1 + float32(math.Exp(float64(-x)))) }
-
-// Sigmoid returns 1 / (1 + e^-x).
-func Sigmoid(x float32) float32 { return 1 / (1 + float32(math.Exp(float64(-x)))) }
+// SiLUOverX returns silu(x)/x, the sigmoid as llama.cpp's qwen2moe graph computes the shared
+// expert's gate (ggml_silu then ggml_div on one value).
+func SiLUOverX(x float32) float32 { return siluScalar(x) / x }
 
 // roundF16 rounds every value to the nearest float16, as a matmul against an F16 KV cache
 // rounds its other operand.
@@ -63,15 +49,6 @@ func roundF16(x []float32) {
 	for i, v := range x {
 		x[i] = quant.FP16ToFP32(quant.FP32ToFP16(v))
 	}
-}
-
-func dot(a, b []float32) float32 {
-	b = b[:len(a)]
-	var s float32
-	for i, v := range a {
-		s += v * b[i]
-	}
-	return s
 }
 
 // addTo adds src to dst element-wise.

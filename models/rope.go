@@ -2,22 +2,25 @@ package models
 
 import "math"
 
-// ropeCache fills cs with (cos, sin) pairs for every rotated pair at position pos, computed the
+// RoPE follows ggml's CPU rope op to the bit (ggml_rope_cache_init, rope_yarn and
+// rotate_pairs as llama.cpp's x86 build compiles them, with fused multiply-adds).
+
+// cache fills cs with (cos, sin) pairs for every rotated pair at position pos, computed the
 // way ggml does (float32 theta advanced by repeated multiplication), so long positions round
 // the same as llama.cpp.
 func (r *Rope) cache(pos int, cs []float32) {
-	thetaScale := float32(math.Pow(float64(r.FreqBase), -2.0/float64(r.Dims)))
+	thetaScale := float32(math.Pow(float64(r.FreqBase), float64(-2/float32(r.Dims))))
 	var lo, hi float32
 	if r.ExtFactor != 0 {
 		lo, hi = r.yarnCorrDims()
 	}
 	theta := float32(pos)
 	for i0 := 0; i0 < r.Dims; i0 += 2 {
-		ff := float32(1)
+		t := theta
 		if r.FreqFactors != nil {
-			ff = r.FreqFactors[i0/2]
+			t = theta / r.FreqFactors[i0/2]
 		}
-		c, s := r.yarn(theta/ff, lo, hi, i0)
+		c, s := r.yarn(t, lo, hi, i0)
 		cs[i0], cs[i0+1] = c, s
 		theta *= thetaScale
 	}
@@ -30,11 +33,15 @@ func (r *Rope) yarn(thetaExtrap, lo, hi float32, i0 int) (float32, float32) {
 	if r.ExtFactor != 0 {
 		y := (float32(i0/2) - lo) / max(0.001, hi-lo)
 		ramp := (1 - min(1, max(0, y))) * r.ExtFactor
-		theta = thetaInterp*(1-ramp) + thetaExtrap*ramp
-		mscale *= 1 + 0.1*float32(math.Log(float64(1/r.FreqScale)))
+		theta = fma32(thetaInterp, 1-ramp, float32(thetaExtrap*ramp))
+		mscale *= fma32(logf(1/r.FreqScale), 0.1, 1)
 	}
-	return float32(math.Cos(float64(theta))) * mscale, float32(math.Sin(float64(theta))) * mscale
+	sin, cos := sincosf(theta)
+	return cos * mscale, sin * mscale
 }
+
+// logf is the C library's logf, correctly rounded in practice.
+func logf(x float32) float32 { return float32(math.Log(float64(x))) }
 
 func (r *Rope) yarnCorrDims() (float32, float32) {
 	dim := func(beta float32) float32 {
@@ -52,15 +59,15 @@ func (r *Rope) apply(x, cs []float32) {
 		for i := 0; i < half; i++ {
 			c, s := cs[2*i], cs[2*i+1]
 			x0, x1 := x[i], x[i+half]
-			x[i] = x0*c - x1*s
-			x[i+half] = x0*s + x1*c
+			x[i] = fma32(x0, c, -float32(x1*s))
+			x[i+half] = fma32(x0, s, float32(x1*c))
 		}
 		return
 	}
 	for i := 0; i < r.Dims; i += 2 {
 		c, s := cs[i], cs[i+1]
 		x0, x1 := x[i], x[i+1]
-		x[i] = x0*c - x1*s
-		x[i+1] = x0*s + x1*c
+		x[i] = fma32(x0, c, -float32(x1*s))
+		x[i+1] = fma32(x0, s, float32(x1*c))
 	}
 }
