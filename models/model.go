@@ -68,10 +68,10 @@ type MoE struct {
 	GateExps, UpExps, DownExps *Tensor
 	// SelectionBias is added to the probabilities for choosing experts only (exp_probs_b).
 	SelectionBias []float32
-	Experts, Used  int
-	Gating         Gating
-	NormWeights    bool    // renormalise the top-k weights to sum 1
-	WeightsScale   float32 // 0 = none
+	Experts, Used int
+	Gating        Gating
+	NormWeights   bool    // renormalise the top-k weights to sum 1
+	WeightsScale  float32 // 0 = none
 	// Shared is the always-on shared expert(s), nil if none; SharedGate, when set, scales it
 	// by sigmoid(SharedGate . x) (Qwen2-MoE).
 	Shared     *FFN

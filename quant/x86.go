@@ -756,6 +756,39 @@ func x86BF16Vec(n int, w, x []byte) float32 {
 // arguments and preconditions are as for VecDot. Every weight type the engine supports has its
 // x86 kernel here.
 func X86Dot(t Type, rows, batch, i int) func(n int, w, x []byte) float32 {
+	if f := fastX86(t, rows, batch, i); f != nil {
+		return f
+	}
+	return x86Dot(t, rows, batch, i)
+}
+
+// fastX86 returns the assembly kernel that computes exactly what x86Dot's Go kernel computes
+// for the same product (TestFastMatchesX86 holds them to the bit), or nil where there is none
+// or the CPU lacks AVX2/FMA/F16C.
+func fastX86(t Type, rows, batch, i int) func(n int, w, x []byte) float32 {
+	repacked := rows%8 == 0
+	switch t {
+	case Q8_0, Q5_0, Q6_K:
+		return vecDotFast[t]
+	case Q4_0:
+		if repacked {
+			return fastRepackQ4_0
+		}
+		return vecDotFast[t]
+	case Q4_K:
+		switch {
+		case repacked && i < batch-batch%4:
+			return fastRepackGemmQ4K
+		case repacked:
+			return fastRepackQ4K
+		}
+		return vecDotFast[t]
+	}
+	return nil
+}
+
+// x86Dot is X86Dot's choice among the Go kernels.
+func x86Dot(t Type, rows, batch, i int) func(n int, w, x []byte) float32 {
 	// ggml_repack_get_optimal_repack_type repacks Q4_0, IQ4_NL, Q4_K (AVX2) and Q2_K (AVX-512)
 	// into groups of 8 rows when the row count allows; the repacked product takes the
 	// activation rows in groups of four (GEMM) and the rest one at a time (GEMV). Other
