@@ -10,7 +10,8 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
-types=${TYPES:-q8_0 q4_0}
+# q4_0-preset is llama.cpp's Q4_0 preset (Q4_0 throughout, Q6_K output).
+types=${TYPES:-q8_0 q4_0-preset}
 layers=${LAYERS:-4}
 threads=${THREADS:-$(nproc)}
 tokens=${TOKENS:-32}

@@ -77,6 +77,11 @@ var (
 		"attn_v": quant.Q4_1, "ffn_down_exps": quant.Q4_1, "ffn_down": quant.Q4_1, "ffn_down_shexp": quant.Q4_1,
 		"output": quant.Q6_K,
 	}}
+	// Q4_0Preset is what llama.cpp's Q4_0 preset writes: Q4_0 throughout, Q6_K output. The
+	// benchmark uses it; the golden Q4_0M mix exists to cover Q4_1 as well.
+	Q4_0Preset = Recipe{Name: "q4_0-preset", FileType: ftypeQ4_0, Base: quant.Q4_0, Rules: map[string]quant.Type{
+		"output": quant.Q6_K,
+	}}
 	// Q5_1M mixes Q5_1 and Q5_0.
 	Q5_1M = Recipe{Name: "q5_1", FileType: ftypeQ5_1, Base: quant.Q5_1, Rules: map[string]quant.Type{
 		"attn_q": quant.Q5_0, "attn_k": quant.Q5_0, "ffn_gate_exps": quant.Q5_0, "ffn_gate": quant.Q5_0,
@@ -150,7 +155,7 @@ func (r Recipe) String() string { return r.Name }
 // fallbacks where rows do not divide into its blocks.
 func RecipeByName(name string) (Recipe, error) {
 	name = strings.ToLower(name)
-	for _, r := range []Recipe{F32, F16, BF16, Q8_0, Q4KM, Q5KM, Q3KM, Q2K, Q4_0M, Q5_1M, IQ4NL} {
+	for _, r := range []Recipe{F32, F16, BF16, Q8_0, Q4KM, Q5KM, Q3KM, Q2K, Q4_0M, Q4_0Preset, Q5_1M, IQ4NL} {
 		if r.Name == name {
 			return r, nil
 		}

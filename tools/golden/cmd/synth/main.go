@@ -62,7 +62,7 @@ func run() error {
 		ffn     = flag.Int("ffn", 0, "routed expert width (dense models: FFN width)")
 		dense   = flag.Int("dense-ffn", 0, "dense FFN width of DeepSeek's leading layers")
 		vocab   = flag.Int("vocab", 0, "vocabulary size")
-		typ     = flag.String("type", "q8_0", "type recipe: f32 f16 bf16 q8_0 q4km q5km q3km q2k q4_0 q5_1 iq4_nl, or a single type (q4_k, q6_k, ...)")
+		typ     = flag.String("type", "q8_0", "type recipe: f32 f16 bf16 q8_0 q4km q5km q3km q2k q4_0 q4_0-preset q5_1 iq4_nl, or a single type (q4_k, q6_k, ...)")
 		seed    = flag.Uint64("seed", 1, "random seed")
 	)
 	flag.Parse()
