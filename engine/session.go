@@ -253,6 +253,9 @@ func (m *Model) Perplexity(ctx context.Context, text string, window int) (Perple
 	if window == 0 || window > m.nctx {
 		window = m.nctx
 	}
+	if !utf8.ValidString(text) {
+		return PerplexityResult{}, fmt.Errorf("text is not valid UTF-8")
+	}
 	ids, err := m.tok.Encode(text, false, false)
 	if err != nil {
 		return PerplexityResult{}, err
@@ -266,9 +269,6 @@ func (m *Model) Perplexity(ctx context.Context, text string, window int) (Perple
 	}
 	defer s.Close()
 	res := PerplexityResult{Bytes: len(text)}
-	if !utf8.ValidString(text) {
-		return res, fmt.Errorf("text is not valid UTF-8")
-	}
 	for start := 0; start+1 < len(ids); start += window {
 		win := ids[start:min(start+window, len(ids))]
 		err := s.Probs(ctx, win, func(pos int, p []float32) error {
