@@ -28,6 +28,22 @@ func init() {
 	fastRepackQ4_0 = avx2RepackQ4_0
 	fastRepackQ4K = avx2RepackQ4K
 	fastRepackGemmQ4K = avx2RepackGemmQ4K
+	fastX86Q4_1 = avx2DotQ4_1
+	fastX86Q5_1 = avx2DotQ5_1
+	fastX86IQ4NL = avx2LanesIQ4NL
+	fastX86VecIQ4NL = avx2VecIQ4NL
+	fastX86RepackIQ4NL = avx2RepackIQ4NL
+	fastX86Q5K = avx2DotQ5K
+	fastX86Q3K = avx2DotQ3K
+	fastX86Q2K = avx2DotQ2K
+	fastX86RepackQ2K = avx2RepackQ2K
+	fastX86RepackGemmQ2K = avx2RepackGemmQ2K
+	fastX86F32Vec = avx2F32Vec
+	fastX86F32Gemm = avx2F32Gemm
+	fastX86F16Vec = avx2F16Vec
+	fastX86F16Gemm = avx2F16Gemm
+	fastX86BF16Vec = avx2BF16Vec
+	fastX86BF16Gemm = avx2BF16Gemm
 }
 
 // The wrappers slice the rows to whole blocks, which panics on a short row as the portable
@@ -74,4 +90,84 @@ func avx2RepackQ4K(n int, w, x []byte) float32 {
 func avx2RepackGemmQ4K(n int, w, x []byte) float32 {
 	nb := n / 256
 	return q4KRepackGemmAVX2(w[:nb*144], x[:nb*292], nb)
+}
+
+func avx2DotQ4_1(n int, w, x []byte) float32 {
+	nb := n / 32
+	return q4_1DotAVX2(w[:nb*20], x[:nb*36], nb)
+}
+
+func avx2DotQ5_1(n int, w, x []byte) float32 {
+	nb := n / 32
+	return q5_1DotAVX2(w[:nb*24], x[:nb*36], nb)
+}
+
+func avx2LanesIQ4NL(n int, w, x []byte) float32 {
+	nb := n / 32
+	return iq4nlLanesAVX2(w[:nb*18], x[:nb*34], nb)
+}
+
+func avx2VecIQ4NL(n int, w, x []byte) float32 {
+	nb := n / 32
+	return iq4nlVecAVX2(w[:nb*18], x[:nb*34], nb)
+}
+
+func avx2RepackIQ4NL(n int, w, x []byte) float32 {
+	nb := n / 32
+	return iq4nlRepackAVX2(w[:nb*18], x[:nb*34], nb)
+}
+
+func avx2DotQ5K(n int, w, x []byte) float32 {
+	nb := n / 256
+	return q5KDotAVX2(w[:nb*176], x[:nb*292], nb)
+}
+
+func avx2DotQ3K(n int, w, x []byte) float32 {
+	nb := n / 256
+	return q3KDotAVX2(w[:nb*110], x[:nb*292], nb)
+}
+
+func avx2DotQ2K(n int, w, x []byte) float32 {
+	nb := n / 256
+	return q2KDotAVX2(w[:nb*84], x[:nb*292], nb)
+}
+
+func avx2RepackQ2K(n int, w, x []byte) float32 {
+	nb := n / 256
+	return q2KRepackAVX2(w[:nb*84], x[:nb*292], nb)
+}
+
+func avx2RepackGemmQ2K(n int, w, x []byte) float32 {
+	nb := n / 256
+	return q2KRepackGemmAVX2(w[:nb*84], x[:nb*292], nb)
+}
+
+// The float kernels take n elements; the Gemm ones fall back to the Vec ones where n is not a
+// multiple of their step, as x86F32Gemm, x86F16Gemm and x86BF16Gemm do.
+
+func avx2F32Vec(n int, w, x []byte) float32 { return f32VecAVX2(w[:4*n], x[:4*n], n) }
+
+func avx2F32Gemm(n int, w, x []byte) float32 {
+	if n%16 != 0 {
+		return avx2F32Vec(n, w, x)
+	}
+	return f32GemmAVX2(w[:4*n], x[:4*n], n)
+}
+
+func avx2F16Vec(n int, w, x []byte) float32 { return f16VecAVX2(w[:2*n], x[:2*n], n) }
+
+func avx2F16Gemm(n int, w, x []byte) float32 {
+	if n%16 != 0 {
+		return avx2F16Vec(n, w, x)
+	}
+	return f16GemmAVX2(w[:2*n], x[:2*n], n)
+}
+
+func avx2BF16Vec(n int, w, x []byte) float32 { return bf16VecAVX2(w[:2*n], x[:2*n], n) }
+
+func avx2BF16Gemm(n int, w, x []byte) float32 {
+	if n%32 != 0 {
+		return avx2BF16Vec(n, w, x)
+	}
+	return bf16GemmAVX2(w[:2*n], x[:2*n], n)
 }

@@ -120,6 +120,60 @@ DATA q6shuf<>+240(SB)/8, $0x0f800f800f800f80
 DATA q6shuf<>+248(SB)/8, $0x0f800f800f800f80
 GLOBL q6shuf<>(SB), RODATA|NOPTR, $256
 
+DATA iq4nlvalues<>+0(SB)/8, $0xf6eaddcfbfad9881
+DATA iq4nlvalues<>+8(SB)/8, $0x7159453526190d01
+DATA iq4nlvalues<>+16(SB)/8, $0xf6eaddcfbfad9881
+DATA iq4nlvalues<>+24(SB)/8, $0x7159453526190d01
+GLOBL iq4nlvalues<>(SB), RODATA|NOPTR, $32
+
+DATA three<>+0(SB)/8, $0x0303030303030303
+DATA three<>+8(SB)/8, $0x0303030303030303
+DATA three<>+16(SB)/8, $0x0303030303030303
+DATA three<>+24(SB)/8, $0x0303030303030303
+GLOBL three<>(SB), RODATA|NOPTR, $32
+
+DATA four<>+0(SB)/8, $0x0404040404040404
+DATA four<>+8(SB)/8, $0x0404040404040404
+DATA four<>+16(SB)/8, $0x0404040404040404
+DATA four<>+24(SB)/8, $0x0404040404040404
+GLOBL four<>(SB), RODATA|NOPTR, $32
+
+DATA thirtytwo<>+0(SB)/8, $0x2020202020202020
+DATA thirtytwo<>+8(SB)/8, $0x2020202020202020
+DATA thirtytwo<>+16(SB)/8, $0x2020202020202020
+DATA thirtytwo<>+24(SB)/8, $0x2020202020202020
+GLOBL thirtytwo<>(SB), RODATA|NOPTR, $32
+
+DATA expw<>+0(SB)/8, $0x7f807f807f807f80
+DATA expw<>+8(SB)/8, $0x7f807f807f807f80
+DATA expw<>+16(SB)/8, $0x7f807f807f807f80
+DATA expw<>+24(SB)/8, $0x7f807f807f807f80
+GLOBL expw<>(SB), RODATA|NOPTR, $32
+
+DATA absw<>+0(SB)/8, $0x7fff7fff7fff7fff
+DATA absw<>+8(SB)/8, $0x7fff7fff7fff7fff
+DATA absw<>+16(SB)/8, $0x7fff7fff7fff7fff
+DATA absw<>+24(SB)/8, $0x7fff7fff7fff7fff
+GLOBL absw<>(SB), RODATA|NOPTR, $32
+
+DATA expd<>+0(SB)/8, $0x7f8000007f800000
+DATA expd<>+8(SB)/8, $0x7f8000007f800000
+DATA expd<>+16(SB)/8, $0x7f8000007f800000
+DATA expd<>+24(SB)/8, $0x7f8000007f800000
+GLOBL expd<>(SB), RODATA|NOPTR, $32
+
+DATA absd<>+0(SB)/8, $0x7fffffff7fffffff
+DATA absd<>+8(SB)/8, $0x7fffffff7fffffff
+DATA absd<>+16(SB)/8, $0x7fffffff7fffffff
+DATA absd<>+24(SB)/8, $0x7fffffff7fffffff
+GLOBL absd<>(SB), RODATA|NOPTR, $32
+
+DATA highw<>+0(SB)/8, $0xffff0000ffff0000
+DATA highw<>+8(SB)/8, $0xffff0000ffff0000
+DATA highw<>+16(SB)/8, $0xffff0000ffff0000
+DATA highw<>+24(SB)/8, $0xffff0000ffff0000
+GLOBL highw<>(SB), RODATA|NOPTR, $32
+
 // func q8_0DotAVX2(w []byte, x []byte, nb int) float32
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·q8_0DotAVX2(SB), NOSPLIT, $0-60
@@ -835,5 +889,1462 @@ done:
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
 	VMOVSS       X1, ret+56(FP)
+	VZEROUPPER
+	RET
+
+// func q4_1DotAVX2(w []byte, x []byte, nb int) float32
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·q4_1DotAVX2(SB), NOSPLIT, $0-60
+	MOVQ    w_base+0(FP), AX
+	MOVQ    x_base+24(FP), CX
+	MOVQ    nb+48(FP), DX
+	VXORPS  Y0, Y0, Y0
+	VXORPS  X1, X1, X1
+	VMOVDQU ones16<>+0(SB), Y2
+	VMOVDQU low4<>+0(SB), Y3
+	TESTQ   DX, DX
+	JZ      done
+
+loop:
+	PREFETCHT0   2048(AX)
+	MOVL         (AX), BX
+	MOVL         (CX), SI
+	SHLQ         $0x20, SI
+	ORQ          SI, BX
+	VMOVQ        BX, X4
+	VCVTPH2PS    X4, X4
+	VMOVHLPS     X4, X4, X5
+	VMOVSHDUP    X4, X6
+	VMOVSHDUP    X5, X7
+	VFMADD231SS  X7, X6, X1
+	VMULSS       X5, X4, X4
+	VBROADCASTSS X4, Y4
+	VMOVDQU      4(AX), X5
+	VPSRLW       $0x04, X5, X6
+	VINSERTI128  $0x01, X6, Y5, Y6
+	VPAND        Y3, Y6, Y6
+	VPMADDUBSW   4(CX), Y6, Y6
+	VPMADDWD     Y2, Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VFMADD231PS  Y6, Y4, Y0
+	ADDQ         $0x00000014, AX
+	ADDQ         $0x00000024, CX
+	DECQ         DX
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X0, X2, X2
+	VMOVHLPS     X2, X2, X0
+	VADDPS       X0, X2, X2
+	VMOVSHDUP    X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       X1, X2, X2
+	VMOVSS       X2, ret+56(FP)
+	VZEROUPPER
+	RET
+
+// func q5_1DotAVX2(w []byte, x []byte, nb int) float32
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·q5_1DotAVX2(SB), NOSPLIT, $0-60
+	MOVQ    w_base+0(FP), AX
+	MOVQ    x_base+24(FP), CX
+	MOVQ    nb+48(FP), DX
+	VXORPS  Y0, Y0, Y0
+	VXORPS  X1, X1, X1
+	VMOVDQU ones16<>+0(SB), Y2
+	VMOVDQU low4<>+0(SB), Y3
+	VMOVDQU sixteen<>+0(SB), Y4
+	VMOVDQU qhshuf<>+0(SB), Y5
+	VMOVDQU bitsel<>+0(SB), Y6
+	TESTQ   DX, DX
+	JZ      done
+
+loop:
+	PREFETCHT0   2048(AX)
+	MOVL         (AX), BX
+	MOVL         (CX), SI
+	SHLQ         $0x20, SI
+	ORQ          SI, BX
+	VMOVQ        BX, X7
+	VCVTPH2PS    X7, X7
+	VMOVHLPS     X7, X7, X8
+	VMOVSHDUP    X7, X9
+	VMOVSHDUP    X8, X10
+	VFMADD231SS  X10, X9, X1
+	VMULSS       X8, X7, X7
+	VBROADCASTSS X7, Y7
+	VPBROADCASTD 4(AX), Y8
+	VPSHUFB      Y5, Y8, Y8
+	VPAND        Y6, Y8, Y8
+	VPCMPEQB     Y6, Y8, Y8
+	VPAND        Y4, Y8, Y8
+	VMOVDQU      8(AX), X9
+	VPSRLW       $0x04, X9, X10
+	VINSERTI128  $0x01, X10, Y9, Y10
+	VPAND        Y3, Y10, Y10
+	VPOR         Y8, Y10, Y10
+	VPMADDUBSW   4(CX), Y10, Y10
+	VPMADDWD     Y2, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  Y10, Y7, Y0
+	ADDQ         $0x00000018, AX
+	ADDQ         $0x00000024, CX
+	DECQ         DX
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X0, X2, X2
+	VMOVHLPS     X2, X2, X0
+	VADDPS       X0, X2, X2
+	VMOVSHDUP    X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       X1, X2, X2
+	VMOVSS       X2, ret+56(FP)
+	VZEROUPPER
+	RET
+
+// func iq4nlLanesAVX2(w []byte, x []byte, nb int) float32
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·iq4nlLanesAVX2(SB), NOSPLIT, $0-60
+	MOVQ    w_base+0(FP), AX
+	MOVQ    x_base+24(FP), CX
+	MOVQ    nb+48(FP), DX
+	VXORPS  Y0, Y0, Y0
+	VMOVDQU ones16<>+0(SB), Y1
+	VMOVDQU low4<>+0(SB), Y2
+	VMOVDQU iq4nlvalues<>+0(SB), Y3
+	TESTQ   DX, DX
+	JZ      done
+
+loop:
+	PREFETCHT0   2048(AX)
+	VMOVDQU      2(AX), X4
+	VPSRLW       $0x04, X4, X5
+	VINSERTI128  $0x01, X5, Y4, Y5
+	VPAND        Y2, Y5, Y5
+	VPSHUFB      Y5, Y3, Y5
+	VMOVDQU      2(CX), Y6
+	VPABSB       Y6, Y7
+	VPSIGNB      Y6, Y5, Y5
+	VPMADDUBSW   Y5, Y7, Y7
+	VPMADDWD     Y1, Y7, Y7
+	MOVWLZX      (AX), BX
+	MOVWLZX      (CX), SI
+	SHLL         $0x10, SI
+	ORL          SI, BX
+	VMOVD        BX, X4
+	VCVTPH2PS    X4, X4
+	VMOVSHDUP    X4, X5
+	VMULSS       X5, X4, X4
+	VBROADCASTSS X4, Y5
+	VCVTDQ2PS    Y7, Y7
+	VFMADD231PS  Y7, Y5, Y0
+	ADDQ         $0x00000012, AX
+	ADDQ         $0x00000022, CX
+	DECQ         DX
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, ret+56(FP)
+	VZEROUPPER
+	RET
+
+// func iq4nlRepackAVX2(w []byte, x []byte, nb int) float32
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·iq4nlRepackAVX2(SB), NOSPLIT, $0-60
+	MOVQ    w_base+0(FP), AX
+	MOVQ    x_base+24(FP), CX
+	MOVQ    nb+48(FP), DX
+	VXORPS  Y0, Y0, Y0
+	VMOVDQU ones16<>+0(SB), Y1
+	VMOVDQU low4<>+0(SB), Y2
+	VMOVDQU iq4nlvalues<>+0(SB), Y3
+	TESTQ   DX, DX
+	JZ      done
+
+loop:
+	PREFETCHT0   2048(AX)
+	VMOVDQU      2(AX), X4
+	VPSRLW       $0x04, X4, X5
+	VINSERTI128  $0x01, X5, Y4, Y5
+	VPAND        Y2, Y5, Y5
+	VPSHUFB      Y5, Y3, Y5
+	VMOVDQU      2(CX), Y6
+	VPABSB       Y6, Y7
+	VPSIGNB      Y6, Y5, Y5
+	VPMADDUBSW   Y5, Y7, Y7
+	VPMADDWD     Y1, Y7, Y7
+	MOVWLZX      (AX), BX
+	MOVWLZX      (CX), SI
+	SHLL         $0x10, SI
+	ORL          SI, BX
+	VMOVD        BX, X4
+	VCVTPH2PS    X4, X4
+	VMOVSHDUP    X4, X5
+	VMULSS       X5, X4, X4
+	VEXTRACTI128 $0x01, Y7, X5
+	VPADDD       X7, X5, X5
+	VPSHUFD      $0x4e, X5, X6
+	VPADDD       X6, X5, X5
+	VPSHUFD      $0xb1, X5, X6
+	VPADDD       X6, X5, X5
+	VCVTDQ2PS    X5, X5
+	VFMADD231SS  X4, X5, X0
+	ADDQ         $0x00000012, AX
+	ADDQ         $0x00000022, CX
+	DECQ         DX
+	JNZ          loop
+
+done:
+	VMOVSS X0, ret+56(FP)
+	VZEROUPPER
+	RET
+
+// func iq4nlVecAVX2(w []byte, x []byte, nb int) float32
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·iq4nlVecAVX2(SB), NOSPLIT, $0-60
+	MOVQ    w_base+0(FP), AX
+	MOVQ    x_base+24(FP), CX
+	MOVQ    nb+48(FP), DX
+	VXORPS  Y0, Y0, Y0
+	VXORPS  Y1, Y1, Y1
+	VMOVDQU ones16<>+0(SB), Y2
+	VMOVDQU low4<>+0(SB), Y3
+	VMOVDQU iq4nlvalues<>+0(SB), Y4
+	MOVQ    DX, BX
+	SHRQ    $0x01, BX
+	JZ      pairsdone
+
+pairs:
+	PREFETCHT0   2048(AX)
+	MOVWLZX      (AX), SI
+	MOVWLZX      (CX), DI
+	SHLL         $0x10, DI
+	ORL          DI, SI
+	VMOVD        SI, X5
+	VCVTPH2PS    X5, X5
+	VMOVSHDUP    X5, X6
+	VMULSS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VMOVDQU      2(AX), X6
+	VPSRLW       $0x04, X6, X7
+	VINSERTI128  $0x01, X7, Y6, Y7
+	VPAND        Y3, Y7, Y7
+	VPSHUFB      Y7, Y4, Y7
+	VMOVDQU      2(CX), Y8
+	VPABSB       Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y9
+	VPMADDWD     Y2, Y9, Y9
+	VCVTDQ2PS    Y9, Y9
+	VFMADD231PS  Y9, Y5, Y0
+	MOVWLZX      18(AX), SI
+	MOVWLZX      34(CX), DI
+	SHLL         $0x10, DI
+	ORL          DI, SI
+	VMOVD        SI, X5
+	VCVTPH2PS    X5, X5
+	VMOVSHDUP    X5, X6
+	VMULSS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VMOVDQU      20(AX), X6
+	VPSRLW       $0x04, X6, X7
+	VINSERTI128  $0x01, X7, Y6, Y7
+	VPAND        Y3, Y7, Y7
+	VPSHUFB      Y7, Y4, Y7
+	VMOVDQU      36(CX), Y8
+	VPABSB       Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y9
+	VPMADDWD     Y2, Y9, Y9
+	VCVTDQ2PS    Y9, Y9
+	VFMADD231PS  Y9, Y5, Y1
+	ADDQ         $0x00000024, AX
+	ADDQ         $0x00000044, CX
+	DECQ         BX
+	JNZ          pairs
+
+pairsdone:
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	TESTQ        $0x00000001, DX
+	JZ           ret
+	MOVWLZX      (AX), DX
+	MOVWLZX      (CX), BX
+	SHLL         $0x10, BX
+	ORL          BX, DX
+	VMOVD        DX, X0
+	VCVTPH2PS    X0, X0
+	VMOVSHDUP    X0, X5
+	VMULSS       X5, X0, X0
+	VMOVDQU      2(AX), X6
+	VPSRLW       $0x04, X6, X5
+	VINSERTI128  $0x01, X5, Y6, Y5
+	VPAND        Y3, Y5, Y5
+	VPSHUFB      Y5, Y4, Y5
+	VMOVDQU      2(CX), Y3
+	VPABSB       Y3, Y4
+	VPSIGNB      Y3, Y5, Y5
+	VPMADDUBSW   Y5, Y4, Y4
+	VPMADDWD     Y2, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X2
+	VPADDD       X4, X2, X2
+	VPSHUFD      $0x4e, X2, X3
+	VPADDD       X3, X2, X2
+	VPSHUFD      $0xb1, X2, X3
+	VPADDD       X3, X2, X2
+	VCVTDQ2PS    X2, X2
+	VFMADD231SS  X2, X0, X1
+
+ret:
+	VMOVSS X1, ret+56(FP)
+	VZEROUPPER
+	RET
+
+// func q5KDotAVX2(w []byte, x []byte, nb int) float32
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·q5KDotAVX2(SB), NOSPLIT, $0-60
+	MOVQ    w_base+0(FP), AX
+	MOVQ    x_base+24(FP), CX
+	MOVQ    nb+48(FP), DX
+	VXORPS  Y0, Y0, Y0
+	VXORPS  X1, X1, X1
+	VMOVDQU low4<>+0(SB), Y2
+	VMOVDQU sixteen<>+0(SB), Y3
+	TESTQ   DX, DX
+	JZ      done
+
+loop:
+	PREFETCHT0   2048(AX)
+	PREFETCHT0   2112(AX)
+	PREFETCHT0   2176(AX)
+	VMOVD        (AX), X4
+	VCVTPH2PS    X4, X4
+	VBROADCASTSS (CX), X5
+	VMULPS       X5, X4, X4
+	VMOVSHDUP    X4, X5
+	MOVL         4(AX), BX
+	MOVL         8(AX), SI
+	MOVL         12(AX), DI
+	MOVL         DI, R8
+	SHRL         $0x04, R8
+	ANDL         $0x0f0f0f0f, R8
+	MOVL         SI, R9
+	SHRL         $0x06, R9
+	ANDL         $0x03030303, R9
+	SHLL         $0x04, R9
+	ORL          R9, R8
+	ANDL         $0x0f0f0f0f, DI
+	MOVL         BX, R9
+	SHRL         $0x06, R9
+	ANDL         $0x03030303, R9
+	SHLL         $0x04, R9
+	ORL          R9, DI
+	ANDL         $0x3f3f3f3f, SI
+	ANDL         $0x3f3f3f3f, BX
+	SHLQ         $0x20, DI
+	ORQ          DI, BX
+	SHLQ         $0x20, R8
+	ORQ          R8, SI
+	VMOVQ        SI, X6
+	VPUNPCKLBW   X6, X6, X6
+	VPMOVZXBW    X6, Y6
+	VPMADDWD     260(CX), Y6, Y6
+	VEXTRACTI128 $0x01, Y6, X7
+	VPADDD       X6, X7, X7
+	VPSHUFD      $0x4e, X7, X6
+	VPADDD       X6, X7, X7
+	VPSHUFD      $0xb1, X7, X6
+	VPADDD       X6, X7, X7
+	VCVTDQ2PS    X7, X7
+	VFNMADD231SS X5, X7, X1
+	VMOVQ        BX, X5
+	VPMOVZXBW    X5, X5
+	VINSERTI128  $0x01, X5, Y5, Y5
+	VMOVDQU      16(AX), Y6
+	VMOVDQU      48(AX), Y7
+	VPSRLW       $0x04, Y7, Y8
+	VPAND        Y2, Y7, Y7
+	VPAND        Y2, Y8, Y8
+	VPSLLW       $0x04, Y6, Y9
+	VPAND        Y3, Y9, Y9
+	VPOR         Y9, Y7, Y7
+	VPSLLW       $0x03, Y6, Y9
+	VPAND        Y3, Y9, Y9
+	VPOR         Y9, Y8, Y8
+	VPMADDUBSW   4(CX), Y7, Y7
+	VPMADDUBSW   36(CX), Y8, Y8
+	VPSHUFB      k4shuf<>+0(SB), Y5, Y9
+	VPSHUFB      k4shuf<>+32(SB), Y5, Y10
+	VPMADDWD     Y9, Y7, Y7
+	VPMADDWD     Y10, Y8, Y8
+	VPADDD       Y8, Y7, Y7
+	VMOVDQU      80(AX), Y8
+	VPSRLW       $0x04, Y8, Y9
+	VPAND        Y2, Y8, Y8
+	VPAND        Y2, Y9, Y9
+	VPSLLW       $0x02, Y6, Y10
+	VPAND        Y3, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSLLW       $0x01, Y6, Y10
+	VPAND        Y3, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMADDUBSW   68(CX), Y8, Y8
+	VPMADDUBSW   100(CX), Y9, Y9
+	VPSHUFB      k4shuf<>+64(SB), Y5, Y10
+	VPSHUFB      k4shuf<>+96(SB), Y5, Y11
+	VPMADDWD     Y10, Y8, Y8
+	VPMADDWD     Y11, Y9, Y9
+	VPADDD       Y9, Y8, Y8
+	VPADDD       Y8, Y7, Y7
+	VMOVDQU      112(AX), Y8
+	VPSRLW       $0x04, Y8, Y9
+	VPAND        Y2, Y8, Y8
+	VPAND        Y2, Y9, Y9
+	VMOVDQA      Y6, Y10
+	VPAND        Y3, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSRLW       $0x01, Y6, Y10
+	VPAND        Y3, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMADDUBSW   132(CX), Y8, Y8
+	VPMADDUBSW   164(CX), Y9, Y9
+	VPSHUFB      k4shuf<>+128(SB), Y5, Y10
+	VPSHUFB      k4shuf<>+160(SB), Y5, Y11
+	VPMADDWD     Y10, Y8, Y8
+	VPMADDWD     Y11, Y9, Y9
+	VPADDD       Y9, Y8, Y8
+	VPADDD       Y8, Y7, Y7
+	VMOVDQU      144(AX), Y8
+	VPSRLW       $0x04, Y8, Y9
+	VPAND        Y2, Y8, Y8
+	VPAND        Y2, Y9, Y9
+	VPSRLW       $0x02, Y6, Y10
+	VPAND        Y3, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSRLW       $0x03, Y6, Y10
+	VPAND        Y3, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMADDUBSW   196(CX), Y8, Y8
+	VPMADDUBSW   228(CX), Y9, Y9
+	VPSHUFB      k4shuf<>+192(SB), Y5, Y6
+	VPSHUFB      k4shuf<>+224(SB), Y5, Y10
+	VPMADDWD     Y6, Y8, Y8
+	VPMADDWD     Y10, Y9, Y9
+	VPADDD       Y9, Y8, Y8
+	VPADDD       Y8, Y7, Y7
+	VCVTDQ2PS    Y7, Y7
+	VBROADCASTSS X4, Y4
+	VFMADD231PS  Y7, Y4, Y0
+	ADDQ         $0x000000b0, AX
+	ADDQ         $0x00000124, CX
+	DECQ         DX
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X0, X2, X2
+	VMOVHLPS     X2, X2, X0
+	VADDPS       X0, X2, X2
+	VMOVSHDUP    X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       X1, X2, X2
+	VMOVSS       X2, ret+56(FP)
+	VZEROUPPER
+	RET
+
+// func q3KDotAVX2(w []byte, x []byte, nb int) float32
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·q3KDotAVX2(SB), NOSPLIT, $0-60
+	MOVQ    w_base+0(FP), AX
+	MOVQ    x_base+24(FP), CX
+	MOVQ    nb+48(FP), DX
+	VXORPS  Y0, Y0, Y0
+	VMOVDQU three<>+0(SB), Y1
+	VMOVDQU four<>+0(SB), Y2
+	TESTQ   DX, DX
+	JZ      done
+
+loop:
+	PREFETCHT0   2048(AX)
+	PREFETCHT0   2112(AX)
+	MOVWLZX      108(AX), BX
+	VMOVD        BX, X3
+	VCVTPH2PS    X3, X3
+	VMULSS       (CX), X3, X3
+	VBROADCASTSS X3, Y3
+	MOVL         96(AX), BX
+	MOVL         100(AX), SI
+	MOVL         104(AX), DI
+	MOVL         BX, R8
+	ANDL         $0x0f0f0f0f, R8
+	MOVL         DI, R9
+	SHLL         $0x04, R9
+	ANDL         $0x30303030, R9
+	ORL          R9, R8
+	MOVL         SI, R9
+	ANDL         $0x0f0f0f0f, R9
+	MOVL         DI, R10
+	SHLL         $0x02, R10
+	ANDL         $0x30303030, R10
+	ORL          R10, R9
+	SHRL         $0x04, BX
+	ANDL         $0x0f0f0f0f, BX
+	MOVL         DI, R10
+	ANDL         $0x30303030, R10
+	ORL          R10, BX
+	SHRL         $0x04, SI
+	ANDL         $0x0f0f0f0f, SI
+	SHRL         $0x02, DI
+	ANDL         $0x30303030, DI
+	ORL          DI, SI
+	SHLQ         $0x20, R9
+	ORQ          R9, R8
+	SHLQ         $0x20, SI
+	ORQ          SI, BX
+	VMOVQ        R8, X4
+	VPINSRQ      $0x01, BX, X4, X4
+	VPSUBB       thirtytwo<>+0(SB), X4, X4
+	VINSERTI128  $0x01, X4, Y4, Y5
+	VMOVDQU      (AX), Y6
+	VMOVDQU      32(AX), Y7
+	VPAND        Y1, Y7, Y8
+	VPMADDUBSW   4(CX), Y8, Y8
+	VPSLLW       $0x02, Y6, Y9
+	VPANDN       Y2, Y9, Y9
+	VPMADDUBSW   4(CX), Y9, Y9
+	VPSUBW       Y9, Y8, Y8
+	VPSHUFB      q6shuf<>+0(SB), Y5, Y9
+	VPSRAW       $0x08, Y9, Y9
+	VPMADDWD     Y9, Y8, Y8
+	VPSRLW       $0x02, Y7, Y9
+	VPAND        Y1, Y9, Y9
+	VPMADDUBSW   36(CX), Y9, Y9
+	VPSLLW       $0x01, Y6, Y10
+	VPANDN       Y2, Y10, Y10
+	VPMADDUBSW   36(CX), Y10, Y10
+	VPSUBW       Y10, Y9, Y9
+	VPSHUFB      q6shuf<>+32(SB), Y5, Y10
+	VPSRAW       $0x08, Y10, Y10
+	VPMADDWD     Y10, Y9, Y9
+	VPADDD       Y9, Y8, Y8
+	VPSRLW       $0x04, Y7, Y9
+	VPAND        Y1, Y9, Y9
+	VPMADDUBSW   68(CX), Y9, Y9
+	VMOVDQA      Y6, Y10
+	VPANDN       Y2, Y10, Y10
+	VPMADDUBSW   68(CX), Y10, Y10
+	VPSUBW       Y10, Y9, Y9
+	VPSHUFB      q6shuf<>+64(SB), Y5, Y10
+	VPSRAW       $0x08, Y10, Y10
+	VPMADDWD     Y10, Y9, Y9
+	VPADDD       Y9, Y8, Y8
+	VPSRLW       $0x06, Y7, Y7
+	VPAND        Y1, Y7, Y7
+	VPMADDUBSW   100(CX), Y7, Y7
+	VPSRLW       $0x01, Y6, Y9
+	VPANDN       Y2, Y9, Y9
+	VPMADDUBSW   100(CX), Y9, Y9
+	VPSUBW       Y9, Y7, Y7
+	VPSHUFB      q6shuf<>+96(SB), Y5, Y9
+	VPSRAW       $0x08, Y9, Y9
+	VPMADDWD     Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VMOVDQU      64(AX), Y7
+	VPAND        Y1, Y7, Y9
+	VPMADDUBSW   132(CX), Y9, Y9
+	VPSRLW       $0x02, Y6, Y10
+	VPANDN       Y2, Y10, Y10
+	VPMADDUBSW   132(CX), Y10, Y10
+	VPSUBW       Y10, Y9, Y9
+	VPSHUFB      q6shuf<>+128(SB), Y5, Y10
+	VPSRAW       $0x08, Y10, Y10
+	VPMADDWD     Y10, Y9, Y9
+	VPSRLW       $0x02, Y7, Y10
+	VPAND        Y1, Y10, Y10
+	VPMADDUBSW   164(CX), Y10, Y10
+	VPSRLW       $0x03, Y6, Y11
+	VPANDN       Y2, Y11, Y11
+	VPMADDUBSW   164(CX), Y11, Y11
+	VPSUBW       Y11, Y10, Y10
+	VPSHUFB      q6shuf<>+160(SB), Y5, Y11
+	VPSRAW       $0x08, Y11, Y11
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VPSRLW       $0x04, Y7, Y10
+	VPAND        Y1, Y10, Y10
+	VPMADDUBSW   196(CX), Y10, Y10
+	VPSRLW       $0x04, Y6, Y11
+	VPANDN       Y2, Y11, Y11
+	VPMADDUBSW   196(CX), Y11, Y11
+	VPSUBW       Y11, Y10, Y10
+	VPSHUFB      q6shuf<>+192(SB), Y5, Y11
+	VPSRAW       $0x08, Y11, Y11
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VPSRLW       $0x06, Y7, Y7
+	VPAND        Y1, Y7, Y7
+	VPMADDUBSW   228(CX), Y7, Y7
+	VPSRLW       $0x05, Y6, Y6
+	VPANDN       Y2, Y6, Y6
+	VPMADDUBSW   228(CX), Y6, Y6
+	VPSUBW       Y6, Y7, Y7
+	VPSHUFB      q6shuf<>+224(SB), Y5, Y5
+	VPSRAW       $0x08, Y5, Y5
+	VPMADDWD     Y5, Y7, Y7
+	VPADDD       Y7, Y9, Y9
+	VPADDD       Y9, Y8, Y8
+	VCVTDQ2PS    Y8, Y8
+	VFMADD231PS  Y8, Y3, Y0
+	ADDQ         $0x0000006e, AX
+	ADDQ         $0x00000124, CX
+	DECQ         DX
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, ret+56(FP)
+	VZEROUPPER
+	RET
+
+// func q2KDotAVX2(w []byte, x []byte, nb int) float32
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·q2KDotAVX2(SB), NOSPLIT, $0-60
+	MOVQ    w_base+0(FP), AX
+	MOVQ    x_base+24(FP), CX
+	MOVQ    nb+48(FP), DX
+	VXORPS  Y0, Y0, Y0
+	VXORPS  X1, X1, X1
+	VMOVDQU low4<>+0(SB), Y1
+	VMOVDQU three<>+0(SB), Y2
+	TESTQ   DX, DX
+	JZ      done
+
+loop:
+	PREFETCHT0   2048(AX)
+	PREFETCHT0   2112(AX)
+	VMOVD        80(AX), X3
+	VCVTPH2PS    X3, X3
+	VBROADCASTSS (CX), X4
+	VMULPS       X4, X3, X3
+	VMOVSHDUP    X3, X4
+	VMOVDQU      (AX), X5
+	VPSRLW       $0x04, X5, X6
+	VPAND        X1, X6, X6
+	VPMOVZXBW    X6, Y6
+	VPMADDWD     260(CX), Y6, Y6
+	VPAND        X1, X5, X5
+	VINSERTI128  $0x01, X5, Y5, Y7
+	VCVTDQ2PS    Y6, Y6
+	VBROADCASTSS X4, Y4
+	VFNMADD231PS Y6, Y4, Y0
+	VMOVDQU      16(AX), Y4
+	VPAND        Y2, Y4, Y6
+	VPMADDUBSW   4(CX), Y6, Y6
+	VPSHUFB      q6shuf<>+0(SB), Y7, Y8
+	VPSRAW       $0x08, Y8, Y8
+	VPMADDWD     Y8, Y6, Y6
+	VPSRLW       $0x02, Y4, Y8
+	VPAND        Y2, Y8, Y8
+	VPMADDUBSW   36(CX), Y8, Y8
+	VPSHUFB      q6shuf<>+32(SB), Y7, Y9
+	VPSRAW       $0x08, Y9, Y9
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y8, Y6, Y6
+	VPSRLW       $0x04, Y4, Y8
+	VPAND        Y2, Y8, Y8
+	VPMADDUBSW   68(CX), Y8, Y8
+	VPSHUFB      q6shuf<>+64(SB), Y7, Y9
+	VPSRAW       $0x08, Y9, Y9
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y8, Y6, Y6
+	VPSRLW       $0x06, Y4, Y4
+	VPAND        Y2, Y4, Y4
+	VPMADDUBSW   100(CX), Y4, Y4
+	VPSHUFB      q6shuf<>+96(SB), Y7, Y8
+	VPSRAW       $0x08, Y8, Y8
+	VPMADDWD     Y8, Y4, Y4
+	VPADDD       Y4, Y6, Y6
+	VMOVDQU      48(AX), Y4
+	VPAND        Y2, Y4, Y8
+	VPMADDUBSW   132(CX), Y8, Y8
+	VPSHUFB      q6shuf<>+128(SB), Y7, Y9
+	VPSRAW       $0x08, Y9, Y9
+	VPMADDWD     Y9, Y8, Y8
+	VPSRLW       $0x02, Y4, Y9
+	VPAND        Y2, Y9, Y9
+	VPMADDUBSW   164(CX), Y9, Y9
+	VPSHUFB      q6shuf<>+160(SB), Y7, Y10
+	VPSRAW       $0x08, Y10, Y10
+	VPMADDWD     Y10, Y9, Y9
+	VPADDD       Y9, Y8, Y8
+	VPSRLW       $0x04, Y4, Y9
+	VPAND        Y2, Y9, Y9
+	VPMADDUBSW   196(CX), Y9, Y9
+	VPSHUFB      q6shuf<>+192(SB), Y7, Y10
+	VPSRAW       $0x08, Y10, Y10
+	VPMADDWD     Y10, Y9, Y9
+	VPADDD       Y9, Y8, Y8
+	VPSRLW       $0x06, Y4, Y4
+	VPAND        Y2, Y4, Y4
+	VPMADDUBSW   228(CX), Y4, Y4
+	VPSHUFB      q6shuf<>+224(SB), Y7, Y7
+	VPSRAW       $0x08, Y7, Y7
+	VPMADDWD     Y7, Y4, Y4
+	VPADDD       Y4, Y8, Y8
+	VPADDD       Y8, Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VBROADCASTSS X3, Y3
+	VFMADD231PS  Y6, Y3, Y0
+	ADDQ         $0x00000054, AX
+	ADDQ         $0x00000124, CX
+	DECQ         DX
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, ret+56(FP)
+	VZEROUPPER
+	RET
+
+// func q2KRepackAVX2(w []byte, x []byte, nb int) float32
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·q2KRepackAVX2(SB), NOSPLIT, $0-60
+	MOVQ    w_base+0(FP), AX
+	MOVQ    x_base+24(FP), CX
+	MOVQ    nb+48(FP), DX
+	VXORPS  Y0, Y0, Y0
+	VXORPS  X1, X1, X1
+	VMOVDQU low4<>+0(SB), Y2
+	VMOVDQU three<>+0(SB), Y3
+	TESTQ   DX, DX
+	JZ      done
+
+loop:
+	PREFETCHT0   2048(AX)
+	PREFETCHT0   2112(AX)
+	VMOVD        80(AX), X4
+	VCVTPH2PS    X4, X4
+	VBROADCASTSS (CX), X5
+	VMULPS       X5, X4, X4
+	VMOVSHDUP    X4, X5
+	VMOVDQU      (AX), X6
+	VPSRLW       $0x04, X6, X7
+	VPAND        X2, X7, X7
+	VPMOVZXBW    X7, Y7
+	VPMADDWD     260(CX), Y7, Y7
+	VPAND        X2, X6, X6
+	VINSERTI128  $0x01, X6, Y6, Y8
+	VMOVDQU      16(AX), Y9
+	VPAND        Y3, Y9, Y10
+	VPMADDUBSW   4(CX), Y10, Y10
+	VPSHUFB      q6shuf<>+0(SB), Y8, Y11
+	VPSRAW       $0x08, Y11, Y11
+	VPMADDWD     Y11, Y10, Y10
+	VPSRLW       $0x02, Y9, Y11
+	VPAND        Y3, Y11, Y11
+	VPMADDUBSW   36(CX), Y11, Y11
+	VPSHUFB      q6shuf<>+32(SB), Y8, Y12
+	VPSRAW       $0x08, Y12, Y12
+	VPMADDWD     Y12, Y11, Y11
+	VPADDD       Y11, Y10, Y10
+	VPSRLW       $0x04, Y9, Y11
+	VPAND        Y3, Y11, Y11
+	VPMADDUBSW   68(CX), Y11, Y11
+	VPSHUFB      q6shuf<>+64(SB), Y8, Y12
+	VPSRAW       $0x08, Y12, Y12
+	VPMADDWD     Y12, Y11, Y11
+	VPADDD       Y11, Y10, Y10
+	VPSRLW       $0x06, Y9, Y9
+	VPAND        Y3, Y9, Y9
+	VPMADDUBSW   100(CX), Y9, Y9
+	VPSHUFB      q6shuf<>+96(SB), Y8, Y11
+	VPSRAW       $0x08, Y11, Y11
+	VPMADDWD     Y11, Y9, Y9
+	VPADDD       Y9, Y10, Y10
+	VMOVDQU      48(AX), Y9
+	VPAND        Y3, Y9, Y11
+	VPMADDUBSW   132(CX), Y11, Y11
+	VPSHUFB      q6shuf<>+128(SB), Y8, Y12
+	VPSRAW       $0x08, Y12, Y12
+	VPMADDWD     Y12, Y11, Y11
+	VPSRLW       $0x02, Y9, Y12
+	VPAND        Y3, Y12, Y12
+	VPMADDUBSW   164(CX), Y12, Y12
+	VPSHUFB      q6shuf<>+160(SB), Y8, Y13
+	VPSRAW       $0x08, Y13, Y13
+	VPMADDWD     Y13, Y12, Y12
+	VPADDD       Y12, Y11, Y11
+	VPSRLW       $0x04, Y9, Y12
+	VPAND        Y3, Y12, Y12
+	VPMADDUBSW   196(CX), Y12, Y12
+	VPSHUFB      q6shuf<>+192(SB), Y8, Y13
+	VPSRAW       $0x08, Y13, Y13
+	VPMADDWD     Y13, Y12, Y12
+	VPADDD       Y12, Y11, Y11
+	VPSRLW       $0x06, Y9, Y9
+	VPAND        Y3, Y9, Y9
+	VPMADDUBSW   228(CX), Y9, Y9
+	VPSHUFB      q6shuf<>+224(SB), Y8, Y8
+	VPSRAW       $0x08, Y8, Y8
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y11, Y11
+	VPADDD       Y11, Y10, Y10
+	VEXTRACTI128 $0x01, Y10, X6
+	VPADDD       X10, X6, X6
+	VPSHUFD      $0x4e, X6, X8
+	VPADDD       X8, X6, X6
+	VPSHUFD      $0xb1, X6, X8
+	VPADDD       X8, X6, X6
+	VCVTDQ2PS    X6, X6
+	VFMADD231SS  X4, X6, X0
+	VEXTRACTI128 $0x01, Y7, X4
+	VPADDD       X7, X4, X4
+	VPSHUFD      $0x4e, X4, X6
+	VPADDD       X6, X4, X4
+	VPSHUFD      $0xb1, X4, X6
+	VPADDD       X6, X4, X4
+	VCVTDQ2PS    X4, X4
+	VFMADD231SS  X5, X4, X1
+	ADDQ         $0x00000054, AX
+	ADDQ         $0x00000124, CX
+	DECQ         DX
+	JNZ          loop
+
+done:
+	VSUBSS X1, X0, X0
+	VMOVSS X0, ret+56(FP)
+	VZEROUPPER
+	RET
+
+// func q2KRepackGemmAVX2(w []byte, x []byte, nb int) float32
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·q2KRepackGemmAVX2(SB), NOSPLIT, $0-60
+	MOVQ    w_base+0(FP), AX
+	MOVQ    x_base+24(FP), CX
+	MOVQ    nb+48(FP), DX
+	VXORPS  Y0, Y0, Y0
+	VXORPS  X1, X1, X1
+	VMOVDQU low4<>+0(SB), Y2
+	VMOVDQU three<>+0(SB), Y3
+	TESTQ   DX, DX
+	JZ      done
+
+loop:
+	PREFETCHT0   2048(AX)
+	PREFETCHT0   2112(AX)
+	VMOVD        80(AX), X4
+	VCVTPH2PS    X4, X4
+	VBROADCASTSS (CX), X5
+	VMULPS       X5, X4, X4
+	VMOVSHDUP    X4, X5
+	VMOVDQU      (AX), X6
+	VPSRLW       $0x04, X6, X7
+	VPAND        X2, X7, X7
+	VPMOVZXBW    X7, Y7
+	VPMADDWD     260(CX), Y7, Y7
+	VPAND        X2, X6, X6
+	VINSERTI128  $0x01, X6, Y6, Y8
+	VMOVDQU      16(AX), Y9
+	VPAND        Y3, Y9, Y10
+	VPMADDUBSW   4(CX), Y10, Y10
+	VPSHUFB      q6shuf<>+0(SB), Y8, Y11
+	VPSRAW       $0x08, Y11, Y11
+	VPMADDWD     Y11, Y10, Y10
+	VPSRLW       $0x02, Y9, Y11
+	VPAND        Y3, Y11, Y11
+	VPMADDUBSW   36(CX), Y11, Y11
+	VPSHUFB      q6shuf<>+32(SB), Y8, Y12
+	VPSRAW       $0x08, Y12, Y12
+	VPMADDWD     Y12, Y11, Y11
+	VPADDD       Y11, Y10, Y10
+	VPSRLW       $0x04, Y9, Y11
+	VPAND        Y3, Y11, Y11
+	VPMADDUBSW   68(CX), Y11, Y11
+	VPSHUFB      q6shuf<>+64(SB), Y8, Y12
+	VPSRAW       $0x08, Y12, Y12
+	VPMADDWD     Y12, Y11, Y11
+	VPADDD       Y11, Y10, Y10
+	VPSRLW       $0x06, Y9, Y9
+	VPAND        Y3, Y9, Y9
+	VPMADDUBSW   100(CX), Y9, Y9
+	VPSHUFB      q6shuf<>+96(SB), Y8, Y11
+	VPSRAW       $0x08, Y11, Y11
+	VPMADDWD     Y11, Y9, Y9
+	VPADDD       Y9, Y10, Y10
+	VMOVDQU      48(AX), Y9
+	VPAND        Y3, Y9, Y11
+	VPMADDUBSW   132(CX), Y11, Y11
+	VPSHUFB      q6shuf<>+128(SB), Y8, Y12
+	VPSRAW       $0x08, Y12, Y12
+	VPMADDWD     Y12, Y11, Y11
+	VPSRLW       $0x02, Y9, Y12
+	VPAND        Y3, Y12, Y12
+	VPMADDUBSW   164(CX), Y12, Y12
+	VPSHUFB      q6shuf<>+160(SB), Y8, Y13
+	VPSRAW       $0x08, Y13, Y13
+	VPMADDWD     Y13, Y12, Y12
+	VPADDD       Y12, Y11, Y11
+	VPSRLW       $0x04, Y9, Y12
+	VPAND        Y3, Y12, Y12
+	VPMADDUBSW   196(CX), Y12, Y12
+	VPSHUFB      q6shuf<>+192(SB), Y8, Y13
+	VPSRAW       $0x08, Y13, Y13
+	VPMADDWD     Y13, Y12, Y12
+	VPADDD       Y12, Y11, Y11
+	VPSRLW       $0x06, Y9, Y9
+	VPAND        Y3, Y9, Y9
+	VPMADDUBSW   228(CX), Y9, Y9
+	VPSHUFB      q6shuf<>+224(SB), Y8, Y8
+	VPSRAW       $0x08, Y8, Y8
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y11, Y11
+	VPHADDD      Y11, Y10, Y10
+	VEXTRACTI128 $0x01, Y10, X6
+	VPADDD       X10, X6, X6
+	VEXTRACTI128 $0x01, Y7, X8
+	VPHADDD      X8, X7, X8
+	VPHADDD      X8, X6, X6
+	VCVTDQ2PS    X6, X6
+	VFMADD231SS  X4, X6, X0
+	VMOVHLPS     X6, X6, X7
+	VFMADD231SS  X5, X7, X1
+	VMOVSHDUP    X6, X7
+	VFMADD231SS  X4, X7, X0
+	VMOVHLPS     X6, X6, X7
+	VMOVSHDUP    X7, X7
+	VFMADD231SS  X5, X7, X1
+	ADDQ         $0x00000054, AX
+	ADDQ         $0x00000124, CX
+	DECQ         DX
+	JNZ          loop
+
+done:
+	VSUBSS X1, X0, X0
+	VMOVSS X0, ret+56(FP)
+	VZEROUPPER
+	RET
+
+// func f32VecAVX2(w []byte, x []byte, n int) float32
+// Requires: AVX, FMA3, MMX+
+TEXT ·f32VecAVX2(SB), NOSPLIT, $0-60
+	MOVQ   w_base+0(FP), AX
+	MOVQ   x_base+24(FP), CX
+	MOVQ   n+48(FP), DX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   DX, BX
+	SHRQ   $0x06, BX
+	JZ     loopdone
+
+loop:
+	PREFETCHT0  2048(AX)
+	PREFETCHT0  2112(AX)
+	PREFETCHT0  2176(AX)
+	PREFETCHT0  2240(AX)
+	VMOVUPS     (AX), Y8
+	VFMADD231PS (CX), Y8, Y0
+	VMOVUPS     32(AX), Y8
+	VFMADD231PS 32(CX), Y8, Y1
+	VMOVUPS     64(AX), Y8
+	VFMADD231PS 64(CX), Y8, Y2
+	VMOVUPS     96(AX), Y8
+	VFMADD231PS 96(CX), Y8, Y3
+	VMOVUPS     128(AX), Y8
+	VFMADD231PS 128(CX), Y8, Y4
+	VMOVUPS     160(AX), Y8
+	VFMADD231PS 160(CX), Y8, Y5
+	VMOVUPS     192(AX), Y8
+	VFMADD231PS 192(CX), Y8, Y6
+	VMOVUPS     224(AX), Y8
+	VFMADD231PS 224(CX), Y8, Y7
+	ADDQ        $0x00000100, AX
+	ADDQ        $0x00000100, CX
+	DECQ        BX
+	JNZ         loop
+
+loopdone:
+	VADDPS       Y4, Y0, Y0
+	VADDPS       Y6, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VADDPS       Y5, Y1, Y1
+	VADDPS       Y7, Y3, Y3
+	VADDPS       Y3, Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	ANDQ         $0x3f, DX
+	MOVQ         DX, BX
+	ANDQ         $0x07, DX
+	SHRQ         $0x03, BX
+	SHLQ         $0x03, BX
+	JZ           fused
+
+rounded:
+	VMOVSS (AX), X0
+	VMULSS (CX), X0, X0
+	VADDSS X0, X1, X1
+	ADDQ   $0x04, AX
+	ADDQ   $0x04, CX
+	DECQ   BX
+	JNZ    rounded
+
+fused:
+	TESTQ DX, DX
+	JZ    ret
+
+fusedloop:
+	VMOVSS      (AX), X0
+	VFMADD231SS (CX), X0, X1
+	ADDQ        $0x04, AX
+	ADDQ        $0x04, CX
+	DECQ        DX
+	JNZ         fusedloop
+
+ret:
+	VMOVSS X1, ret+56(FP)
+	VZEROUPPER
+	RET
+
+// func f32GemmAVX2(w []byte, x []byte, n int) float32
+// Requires: AVX, FMA3, MMX+
+TEXT ·f32GemmAVX2(SB), NOSPLIT, $0-60
+	MOVQ   w_base+0(FP), AX
+	MOVQ   x_base+24(FP), CX
+	MOVQ   n+48(FP), DX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	SHRQ   $0x04, DX
+	JZ     loopdone
+
+loop:
+	PREFETCHT0  2048(AX)
+	VMOVUPS     (AX), Y2
+	VFMADD231PS (CX), Y2, Y0
+	VMOVUPS     32(AX), Y2
+	VFMADD231PS 32(CX), Y2, Y1
+	ADDQ        $0x00000040, AX
+	ADDQ        $0x00000040, CX
+	DECQ        DX
+	JNZ         loop
+
+loopdone:
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, ret+56(FP)
+	VZEROUPPER
+	RET
+
+// func f16VecAVX2(w []byte, x []byte, n int) float32
+// Requires: AVX, F16C, FMA3, MMX+
+TEXT ·f16VecAVX2(SB), NOSPLIT, $0-60
+	MOVQ   w_base+0(FP), AX
+	MOVQ   x_base+24(FP), CX
+	MOVQ   n+48(FP), DX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   DX, BX
+	SHRQ   $0x06, BX
+	JZ     loopdone
+
+loop:
+	PREFETCHT0  2048(AX)
+	PREFETCHT0  2112(AX)
+	VCVTPH2PS   (AX), Y8
+	VCVTPH2PS   (CX), Y9
+	VFMADD231PS Y9, Y8, Y0
+	VCVTPH2PS   16(AX), Y8
+	VCVTPH2PS   16(CX), Y9
+	VFMADD231PS Y9, Y8, Y1
+	VCVTPH2PS   32(AX), Y8
+	VCVTPH2PS   32(CX), Y9
+	VFMADD231PS Y9, Y8, Y2
+	VCVTPH2PS   48(AX), Y8
+	VCVTPH2PS   48(CX), Y9
+	VFMADD231PS Y9, Y8, Y3
+	VCVTPH2PS   64(AX), Y8
+	VCVTPH2PS   64(CX), Y9
+	VFMADD231PS Y9, Y8, Y4
+	VCVTPH2PS   80(AX), Y8
+	VCVTPH2PS   80(CX), Y9
+	VFMADD231PS Y9, Y8, Y5
+	VCVTPH2PS   96(AX), Y8
+	VCVTPH2PS   96(CX), Y9
+	VFMADD231PS Y9, Y8, Y6
+	VCVTPH2PS   112(AX), Y8
+	VCVTPH2PS   112(CX), Y9
+	VFMADD231PS Y9, Y8, Y7
+	ADDQ        $0x00000080, AX
+	ADDQ        $0x00000080, CX
+	DECQ        BX
+	JNZ         loop
+
+loopdone:
+	VADDPS       Y4, Y0, Y0
+	VADDPS       Y6, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VADDPS       Y5, Y1, Y1
+	VADDPS       Y7, Y3, Y3
+	VADDPS       Y3, Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	ANDQ         $0x3f, DX
+	VCVTSS2SD    X1, X10, X10
+	TESTQ        DX, DX
+	JZ           ret
+
+tail:
+	MOVWLZX   (AX), BX
+	VMOVD     BX, X0
+	VCVTPH2PS X0, X0
+	MOVWLZX   (CX), BX
+	VMOVD     BX, X1
+	VCVTPH2PS X1, X1
+	VMULSS    X1, X0, X0
+	VCVTSS2SD X0, X0, X0
+	VADDSD    X0, X10, X10
+	ADDQ      $0x02, AX
+	ADDQ      $0x02, CX
+	DECQ      DX
+	JNZ       tail
+
+ret:
+	VCVTSD2SS X10, X10, X10
+	VMOVSS    X10, ret+56(FP)
+	VZEROUPPER
+	RET
+
+// func f16GemmAVX2(w []byte, x []byte, n int) float32
+// Requires: AVX, F16C, FMA3, MMX+
+TEXT ·f16GemmAVX2(SB), NOSPLIT, $0-60
+	MOVQ   w_base+0(FP), AX
+	MOVQ   x_base+24(FP), CX
+	MOVQ   n+48(FP), DX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	SHRQ   $0x04, DX
+	JZ     loopdone
+
+loop:
+	PREFETCHT0  2048(AX)
+	VCVTPH2PS   (AX), Y2
+	VCVTPH2PS   (CX), Y3
+	VFMADD231PS Y3, Y2, Y0
+	VCVTPH2PS   16(AX), Y2
+	VCVTPH2PS   16(CX), Y3
+	VFMADD231PS Y3, Y2, Y1
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, CX
+	DECQ        DX
+	JNZ         loop
+
+loopdone:
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, ret+56(FP)
+	VZEROUPPER
+	RET
+
+// func bf16VecAVX2(w []byte, x []byte, n int) float32
+// Requires: AVX, AVX2, FMA3, MMX+
+TEXT ·bf16VecAVX2(SB), NOSPLIT, $0-60
+	MOVQ    w_base+0(FP), AX
+	MOVQ    x_base+24(FP), CX
+	MOVQ    n+48(FP), DX
+	VPXOR   Y0, Y0, Y0
+	VMOVDQU expw<>+0(SB), Y1
+	VMOVDQU absw<>+0(SB), Y2
+	VMOVDQU expd<>+0(SB), Y3
+	VMOVDQU absd<>+0(SB), Y4
+	VMOVDQU highw<>+0(SB), Y5
+	VXORPS  Y6, Y6, Y6
+	VXORPS  Y7, Y7, Y7
+	VXORPS  Y8, Y8, Y8
+	VXORPS  Y9, Y9, Y9
+	MOVQ    DX, BX
+	SHRQ    $0x06, BX
+	JZ      loopdone
+
+loop:
+	PREFETCHT0  2048(AX)
+	PREFETCHT0  2112(AX)
+	VMOVDQU     (AX), Y10
+	VMOVDQU     (CX), Y11
+	VPAND       Y1, Y10, Y12
+	VPCMPEQW    Y0, Y12, Y12
+	VPAND       Y2, Y12, Y12
+	VPANDN      Y10, Y12, Y10
+	VPAND       Y1, Y11, Y12
+	VPCMPEQW    Y0, Y12, Y12
+	VPAND       Y2, Y12, Y12
+	VPANDN      Y11, Y12, Y11
+	VPAND       Y5, Y10, Y12
+	VPAND       Y5, Y11, Y15
+	VFMADD231PS Y15, Y12, Y6
+	VPAND       Y3, Y6, Y12
+	VPCMPEQD    Y0, Y12, Y12
+	VPAND       Y4, Y12, Y12
+	VPANDN      Y6, Y12, Y6
+	VPSLLD      $0x10, Y10, Y10
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y11, Y10, Y6
+	VPAND       Y3, Y6, Y10
+	VPCMPEQD    Y0, Y10, Y10
+	VPAND       Y4, Y10, Y10
+	VPANDN      Y6, Y10, Y6
+	VMOVDQU     32(AX), Y10
+	VMOVDQU     32(CX), Y11
+	VPAND       Y1, Y10, Y12
+	VPCMPEQW    Y0, Y12, Y12
+	VPAND       Y2, Y12, Y12
+	VPANDN      Y10, Y12, Y10
+	VPAND       Y1, Y11, Y12
+	VPCMPEQW    Y0, Y12, Y12
+	VPAND       Y2, Y12, Y12
+	VPANDN      Y11, Y12, Y11
+	VPAND       Y5, Y10, Y12
+	VPAND       Y5, Y11, Y15
+	VFMADD231PS Y15, Y12, Y7
+	VPAND       Y3, Y7, Y12
+	VPCMPEQD    Y0, Y12, Y12
+	VPAND       Y4, Y12, Y12
+	VPANDN      Y7, Y12, Y7
+	VPSLLD      $0x10, Y10, Y10
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y11, Y10, Y7
+	VPAND       Y3, Y7, Y10
+	VPCMPEQD    Y0, Y10, Y10
+	VPAND       Y4, Y10, Y10
+	VPANDN      Y7, Y10, Y7
+	VMOVDQU     64(AX), Y10
+	VMOVDQU     64(CX), Y11
+	VPAND       Y1, Y10, Y12
+	VPCMPEQW    Y0, Y12, Y12
+	VPAND       Y2, Y12, Y12
+	VPANDN      Y10, Y12, Y10
+	VPAND       Y1, Y11, Y12
+	VPCMPEQW    Y0, Y12, Y12
+	VPAND       Y2, Y12, Y12
+	VPANDN      Y11, Y12, Y11
+	VPAND       Y5, Y10, Y12
+	VPAND       Y5, Y11, Y15
+	VFMADD231PS Y15, Y12, Y8
+	VPAND       Y3, Y8, Y12
+	VPCMPEQD    Y0, Y12, Y12
+	VPAND       Y4, Y12, Y12
+	VPANDN      Y8, Y12, Y8
+	VPSLLD      $0x10, Y10, Y10
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y11, Y10, Y8
+	VPAND       Y3, Y8, Y10
+	VPCMPEQD    Y0, Y10, Y10
+	VPAND       Y4, Y10, Y10
+	VPANDN      Y8, Y10, Y8
+	VMOVDQU     96(AX), Y10
+	VMOVDQU     96(CX), Y11
+	VPAND       Y1, Y10, Y12
+	VPCMPEQW    Y0, Y12, Y12
+	VPAND       Y2, Y12, Y12
+	VPANDN      Y10, Y12, Y10
+	VPAND       Y1, Y11, Y12
+	VPCMPEQW    Y0, Y12, Y12
+	VPAND       Y2, Y12, Y12
+	VPANDN      Y11, Y12, Y11
+	VPAND       Y5, Y10, Y12
+	VPAND       Y5, Y11, Y15
+	VFMADD231PS Y15, Y12, Y9
+	VPAND       Y3, Y9, Y12
+	VPCMPEQD    Y0, Y12, Y12
+	VPAND       Y4, Y12, Y12
+	VPANDN      Y9, Y12, Y9
+	VPSLLD      $0x10, Y10, Y10
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y11, Y10, Y9
+	VPAND       Y3, Y9, Y10
+	VPCMPEQD    Y0, Y10, Y10
+	VPAND       Y4, Y10, Y10
+	VPANDN      Y9, Y10, Y9
+	ADDQ        $0x00000080, AX
+	ADDQ        $0x00000080, CX
+	DECQ        BX
+	JNZ         loop
+
+loopdone:
+	VADDPS       Y7, Y6, Y6
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X6, X0, X0
+	VMOVHLPS     X0, X0, X1
+	VADDPS       X1, X0, X0
+	VMOVSHDUP    X0, X1
+	VADDSS       X1, X0, X0
+	VADDPS       Y9, Y8, Y8
+	VEXTRACTF128 $0x01, Y8, X1
+	VADDPS       X8, X1, X1
+	VMOVHLPS     X1, X1, X2
+	VADDPS       X2, X1, X1
+	VMOVSHDUP    X1, X2
+	VADDSS       X2, X1, X1
+	VCVTSS2SD    X0, X13, X13
+	VCVTSS2SD    X1, X14, X14
+	VADDSD       X14, X13, X13
+	ANDQ         $0x3f, DX
+	JZ           ret
+
+tail:
+	MOVWLZX   (AX), BX
+	SHLL      $0x10, BX
+	VMOVD     BX, X0
+	MOVWLZX   (CX), BX
+	SHLL      $0x10, BX
+	VMOVD     BX, X1
+	VMULSS    X1, X0, X0
+	VCVTSS2SD X0, X0, X0
+	VADDSD    X0, X13, X13
+	ADDQ      $0x02, AX
+	ADDQ      $0x02, CX
+	DECQ      DX
+	JNZ       tail
+
+ret:
+	VCVTSD2SS X13, X13, X13
+	VMOVSS    X13, ret+56(FP)
+	VZEROUPPER
+	RET
+
+// func bf16GemmAVX2(w []byte, x []byte, n int) float32
+// Requires: AVX, AVX2, FMA3, MMX+
+TEXT ·bf16GemmAVX2(SB), NOSPLIT, $0-60
+	MOVQ    w_base+0(FP), AX
+	MOVQ    x_base+24(FP), CX
+	MOVQ    n+48(FP), DX
+	VPXOR   Y0, Y0, Y0
+	VMOVDQU expw<>+0(SB), Y1
+	VMOVDQU absw<>+0(SB), Y2
+	VMOVDQU expd<>+0(SB), Y3
+	VMOVDQU absd<>+0(SB), Y4
+	VMOVDQU highw<>+0(SB), Y5
+	VXORPS  Y6, Y6, Y6
+	VXORPS  Y7, Y7, Y7
+	SHRQ    $0x05, DX
+	JZ      loopdone
+
+loop:
+	PREFETCHT0  2048(AX)
+	VMOVDQU     (AX), Y8
+	VMOVDQU     (CX), Y9
+	VPAND       Y1, Y8, Y10
+	VPCMPEQW    Y0, Y10, Y10
+	VPAND       Y2, Y10, Y10
+	VPANDN      Y8, Y10, Y8
+	VPAND       Y1, Y9, Y10
+	VPCMPEQW    Y0, Y10, Y10
+	VPAND       Y2, Y10, Y10
+	VPANDN      Y9, Y10, Y9
+	VPAND       Y5, Y8, Y10
+	VPAND       Y5, Y9, Y11
+	VFMADD231PS Y11, Y10, Y6
+	VPAND       Y3, Y6, Y10
+	VPCMPEQD    Y0, Y10, Y10
+	VPAND       Y4, Y10, Y10
+	VPANDN      Y6, Y10, Y6
+	VPSLLD      $0x10, Y8, Y8
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS Y9, Y8, Y6
+	VPAND       Y3, Y6, Y8
+	VPCMPEQD    Y0, Y8, Y8
+	VPAND       Y4, Y8, Y8
+	VPANDN      Y6, Y8, Y6
+	VMOVDQU     32(AX), Y8
+	VMOVDQU     32(CX), Y9
+	VPAND       Y1, Y8, Y10
+	VPCMPEQW    Y0, Y10, Y10
+	VPAND       Y2, Y10, Y10
+	VPANDN      Y8, Y10, Y8
+	VPAND       Y1, Y9, Y10
+	VPCMPEQW    Y0, Y10, Y10
+	VPAND       Y2, Y10, Y10
+	VPANDN      Y9, Y10, Y9
+	VPAND       Y5, Y8, Y10
+	VPAND       Y5, Y9, Y11
+	VFMADD231PS Y11, Y10, Y7
+	VPAND       Y3, Y7, Y10
+	VPCMPEQD    Y0, Y10, Y10
+	VPAND       Y4, Y10, Y10
+	VPANDN      Y7, Y10, Y7
+	VPSLLD      $0x10, Y8, Y8
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS Y9, Y8, Y7
+	VPAND       Y3, Y7, Y8
+	VPCMPEQD    Y0, Y8, Y8
+	VPAND       Y4, Y8, Y8
+	VPANDN      Y7, Y8, Y7
+	ADDQ        $0x00000040, AX
+	ADDQ        $0x00000040, CX
+	DECQ        DX
+	JNZ         loop
+
+loopdone:
+	VADDPS       Y7, Y6, Y6
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X6, X0, X0
+	VMOVHLPS     X0, X0, X1
+	VADDPS       X1, X0, X0
+	VMOVSHDUP    X0, X1
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, ret+56(FP)
 	VZEROUPPER
 	RET

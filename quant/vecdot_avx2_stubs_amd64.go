@@ -48,3 +48,103 @@ func q4KRepackGemmAVX2(w []byte, x []byte, nb int) float32
 //
 //go:noescape
 func q6KDotAVX2(w []byte, x []byte, nb int) float32
+
+// q4_1DotAVX2 is ggml_vec_dot_q4_1_q8_1 (AVX2) over nb blocks of w and x, as quant's
+// x86LanesQ4_1: d_w*d_x times the eight 4-element lanes fused per block, m_w*s_x fused into a
+// scalar, hsum_float_8 of the lanes plus the scalar at the end.
+//
+//go:noescape
+func q4_1DotAVX2(w []byte, x []byte, nb int) float32
+
+// q5_1DotAVX2 is ggml_vec_dot_q5_1_q8_1 (AVX2) over nb blocks of w and x, as quant's
+// x86LanesQ5_1 (the order of q4_1DotAVX2).
+//
+//go:noescape
+func q5_1DotAVX2(w []byte, x []byte, nb int) float32
+
+// iq4nlLanesAVX2 is quant's x86LanesIQ4NL over nb blocks of w and x (llamafile's tinyBLAS for
+// IQ4_NL): d_w*d_x times the eight 4-element lanes fused per block, hsum_float_8 at the end.
+//
+//go:noescape
+func iq4nlLanesAVX2(w []byte, x []byte, nb int) float32
+
+// iq4nlRepackAVX2 is quant's x86RepackIQ4NL over nb blocks of w and x (the 8-row interleaved
+// GEMV/GEMM of repacked IQ4_NL): one fused multiply-add of each block's integer sum.
+//
+//go:noescape
+func iq4nlRepackAVX2(w []byte, x []byte, nb int) float32
+
+// iq4nlVecAVX2 is ggml_vec_dot_iq4_nl_q8_0 (AVX2) over nb blocks of w and x, as quant's
+// x86VecIQ4NL.
+//
+//go:noescape
+func iq4nlVecAVX2(w []byte, x []byte, nb int) float32
+
+// q5KDotAVX2 is ggml_vec_dot_q5_K_q8_K (AVX2) over nb super-blocks of w and x, as quant's
+// x86Q5K: the scaled quants in eight lanes, the min term summed as an integer and fused into a
+// scalar per super-block.
+//
+//go:noescape
+func q5KDotAVX2(w []byte, x []byte, nb int) float32
+
+// q3KDotAVX2 is ggml_vec_dot_q3_K_q8_K (AVX2) over nb super-blocks of w and x, as quant's
+// x86Q3K.
+//
+//go:noescape
+func q3KDotAVX2(w []byte, x []byte, nb int) float32
+
+// q2KDotAVX2 is ggml_vec_dot_q2_K_q8_K (AVX2) over nb super-blocks of w and x, as quant's
+// x86Q2K: per super-block the min term in eight lanes of two sub-blocks each, fused with
+// -dmin, then the scaled quants fused with d, into one set of lanes.
+//
+//go:noescape
+func q2KDotAVX2(w []byte, x []byte, nb int) float32
+
+// q2KRepackAVX2 is the product of one row of llama.cpp's repacked Q2_K with nb super-blocks of x
+// as ggml_gemv_q2_K_8x8_q8_K computes it (quant's x86RepackQ2K): per super-block one fused
+// multiply-add of the scaled integer sum and one of the min term, in two accumulators
+// subtracted at the end.
+//
+//go:noescape
+func q2KRepackAVX2(w []byte, x []byte, nb int) float32
+
+// q2KRepackGemmAVX2 is q2KRepackAVX2 as ggml_gemm_q2_K_8x8_q8_K computes it (quant's
+// x86RepackGemmQ2K), with the fused multiply-adds per 128-element half.
+//
+//go:noescape
+func q2KRepackGemmAVX2(w []byte, x []byte, nb int) float32
+
+// f32VecAVX2 is quant's x86F32Vec (ggml_vec_dot_f32, AVX-512) over n elements of w and x.
+//
+//go:noescape
+func f32VecAVX2(w []byte, x []byte, n int) float32
+
+// f32GemmAVX2 is quant's x86F32Gemm (tinyBLAS, AVX-512) over n elements of w and x, n a
+// multiple of 16.
+//
+//go:noescape
+func f32GemmAVX2(w []byte, x []byte, n int) float32
+
+// f16VecAVX2 is quant's x86F16Vec (ggml_vec_dot_f16, AVX-512) over n elements of w and x.
+//
+//go:noescape
+func f16VecAVX2(w []byte, x []byte, n int) float32
+
+// f16GemmAVX2 is quant's x86F16Gemm (tinyBLAS, AVX-512) over n elements of w and x, n a
+// multiple of 16.
+//
+//go:noescape
+func f16GemmAVX2(w []byte, x []byte, n int) float32
+
+// bf16VecAVX2 is quant's x86BF16Vec (ggml_vec_dot_bf16 with AVX512-BF16) over n elements of w
+// and x: two sets of 16 VDPBF16PS lanes for the halves of every 64 elements, each reduced
+// and added in float64, then the remaining products (float32) added in float64.
+//
+//go:noescape
+func bf16VecAVX2(w []byte, x []byte, n int) float32
+
+// bf16GemmAVX2 is quant's x86BF16Gemm (tinyBLAS with AVX512-BF16) over n elements of w and x,
+// n a multiple of 32: lane l of 16 takes the pair 2l, 2l+1 of every 32 elements.
+//
+//go:noescape
+func bf16GemmAVX2(w []byte, x []byte, n int) float32

@@ -35,30 +35,56 @@ func simdUseFast(t testing.TB) {
 
 // simdKernel is a fast kernel under test.
 type simdKernel struct {
-	name  string // the type, with "/repack" or "/repack-gemm" for the repacked orders
+	name  string // the type, with "/repack", "/repack-gemm", "/x86..." for the other orders
 	typ   Type
 	f     func(n int, w, x []byte) float32
-	order int // simdVec, simdRepack or simdRepackGemm: which float order simdModel gives
+	order int // simdVec, simdRepack, simdRepackGemm or simdX86: which float order it has
+	// x86 is the Go kernel of x86.go (quant.X86Dot) that f must match to the bit.
+	x86 func(n int, w, x []byte) float32
 }
 
 const (
 	simdVec        = iota // ggml_vec_dot_*, the VecDot kernels of vecDotFast
 	simdRepack            // one row of the repacked GEMV (fastRepackQ4_0, fastRepackQ4K)
 	simdRepackGemm        // one row of the repacked Q4_K GEMM (fastRepackGemmQ4K)
+	simdX86               // the order of its x86.go kernel (fastX86*, which VecDot does not use)
 )
+
+// simdX86Kernels maps the name of each fast kernel to the x86.go kernel it reproduces.
+var simdX86Kernels = map[string]func(int, []byte, []byte) float32{
+	"Q8_0": x86LanesQ8_0, "Q4_0": x86LanesQ4_0, "Q5_0": x86LanesQ5_0, "Q4_K": x86Q4K, "Q6_K": x86Q6K,
+	"Q4_0/repack": x86RepackQ4_0, "Q4_K/repack": x86RepackQ4K, "Q4_K/repack-gemm": x86RepackGemmQ4K,
+}
 
 // simdKernels returns the fast kernels of this machine.
 func simdKernels() []simdKernel {
 	var out []simdKernel
 	for typ, f := range vecDotFast {
 		if f != nil {
-			out = append(out, simdKernel{Type(typ).String(), Type(typ), f, simdVec})
+			name := Type(typ).String()
+			out = append(out, simdKernel{name, Type(typ), f, simdVec, simdX86Kernels[name]})
 		}
 	}
 	for _, k := range []simdKernel{
-		{"Q4_0/repack", Q4_0, fastRepackQ4_0, simdRepack},
-		{"Q4_K/repack", Q4_K, fastRepackQ4K, simdRepack},
-		{"Q4_K/repack-gemm", Q4_K, fastRepackGemmQ4K, simdRepackGemm},
+		{"Q4_0/repack", Q4_0, fastRepackQ4_0, simdRepack, x86RepackQ4_0},
+		{"Q4_K/repack", Q4_K, fastRepackQ4K, simdRepack, x86RepackQ4K},
+		{"Q4_K/repack-gemm", Q4_K, fastRepackGemmQ4K, simdRepackGemm, x86RepackGemmQ4K},
+		{"Q4_1/x86", Q4_1, fastX86Q4_1, simdX86, x86LanesQ4_1},
+		{"Q5_1/x86", Q5_1, fastX86Q5_1, simdX86, x86LanesQ5_1},
+		{"IQ4_NL/x86", IQ4_NL, fastX86IQ4NL, simdX86, x86LanesIQ4NL},
+		{"IQ4_NL/x86-vec", IQ4_NL, fastX86VecIQ4NL, simdX86, x86VecIQ4NL},
+		{"IQ4_NL/repack", IQ4_NL, fastX86RepackIQ4NL, simdX86, x86RepackIQ4NL},
+		{"Q5_K/x86", Q5_K, fastX86Q5K, simdX86, x86Q5K},
+		{"Q3_K/x86", Q3_K, fastX86Q3K, simdX86, x86Q3K},
+		{"Q2_K/x86", Q2_K, fastX86Q2K, simdX86, x86Q2K},
+		{"Q2_K/repack", Q2_K, fastX86RepackQ2K, simdX86, x86RepackQ2K},
+		{"Q2_K/repack-gemm", Q2_K, fastX86RepackGemmQ2K, simdX86, x86RepackGemmQ2K},
+		{"F32/x86-vec", F32, fastX86F32Vec, simdX86, x86F32Vec},
+		{"F32/x86-gemm", F32, fastX86F32Gemm, simdX86, x86F32Gemm},
+		{"F16/x86-vec", F16, fastX86F16Vec, simdX86, x86F16Vec},
+		{"F16/x86-gemm", F16, fastX86F16Gemm, simdX86, x86F16Gemm},
+		{"BF16/x86-vec", BF16, fastX86BF16Vec, simdX86, x86BF16Vec},
+		{"BF16/x86-gemm", BF16, fastX86BF16Gemm, simdX86, x86BF16Gemm},
 	} {
 		if k.f != nil {
 			out = append(out, k)
@@ -346,6 +372,10 @@ func simdModelRepack(k simdKernel, n int, w, x []byte) float32 {
 // with the model of its float order.
 func simdCheck(t testing.TB, k simdKernel, n int, w, x []byte) {
 	t.Helper()
+	if k.order == simdX86 {
+		simdCheckX86(t, k, n, w, x)
+		return
+	}
 	typ := k.typ
 	ref := vecDotRef[typ](n, w, x)
 	got := k.f(n, w, x)
@@ -364,6 +394,18 @@ func simdCheck(t testing.TB, k simdKernel, n int, w, x []byte) {
 		if model := simdModel(k, n, w, x); math.Float32bits(got) != math.Float32bits(model) {
 			t.Errorf("%s n=%d: fast %.9g, model of ggml's kernel %.9g", k.name, n, got, model)
 		}
+	}
+}
+
+// simdCheckX86 holds a fast kernel to its x86.go kernel bit for bit, whatever the bytes: the
+// Go kernels compute exact integer sums and round each float32 operation once, as the
+// assembly does, so even infinities and subnormals agree (NaNs agree as NaNs; their payloads
+// are not compared).
+func simdCheckX86(t testing.TB, k simdKernel, n int, w, x []byte) {
+	t.Helper()
+	got, want := k.f(n, w, x), k.x86(n, w, x)
+	if math.Float32bits(got) != math.Float32bits(want) && !(got != got && want != want) {
+		t.Errorf("%s n=%d: fast %.9g (%08x), x86.go %.9g (%08x)", k.name, n, got, math.Float32bits(got), want, math.Float32bits(want))
 	}
 }
 
@@ -389,24 +431,65 @@ func simdTameScales(typ Type, w, x []byte) {
 		v := binary.LittleEndian.Uint16(b)
 		binary.LittleEndian.PutUint16(b, v&0x83ff|0x2c00) // |v| in [2^-4, 2^-3)
 	}
+	switch typ {
+	case F32, F16, BF16:
+		simdTameFloats(typ, w, 0)
+		simdTameFloats(typ, x, 0)
+		return
+	}
 	wb, xb := typ.BlockBytes(), typ.DotType().BlockBytes()
 	for i := 0; i+wb <= len(w); i += wb {
 		switch typ {
-		case Q4_K:
+		case Q4_K, Q5_K, Q4_1, Q5_1:
 			h(w[i:])
 			h(w[i+2:])
 		case Q6_K:
 			h(w[i+208:])
+		case Q3_K:
+			h(w[i+108:])
+		case Q2_K:
+			h(w[i+80:])
+			h(w[i+82:])
 		default:
 			h(w[i:])
 		}
 	}
 	for i := 0; i+xb <= len(x); i += xb {
-		if typ.DotType() == Q8_K {
+		switch typ.DotType() {
+		case Q8_K:
 			v := binary.LittleEndian.Uint32(x[i:])
 			binary.LittleEndian.PutUint32(x[i:], v&0x807fffff|0x3c000000) // [2^-7, 2^-6)
-		} else {
+		case Q8_1:
 			h(x[i:])
+			h(x[i+2:])
+		default:
+			h(x[i:])
+		}
+	}
+}
+
+// simdTameFloats gives the F32, F16 or BF16 values of b exponents in a range of 16 binades
+// around 2^shift (from their own bits), keeping signs and mantissas: finite products whose
+// sums do not overflow. A shift of -63 puts BF16 and F32 products near the float32 subnormal
+// range, where VDPBF16PS flushes.
+func simdTameFloats(typ Type, b []byte, shift int) {
+	switch typ {
+	case F32:
+		for i := 0; i+4 <= len(b); i += 4 {
+			v := binary.LittleEndian.Uint32(b[i:])
+			e := uint32(127+shift-8) + v>>23&0xf
+			binary.LittleEndian.PutUint32(b[i:], v&0x807fffff|e<<23)
+		}
+	case F16:
+		for i := 0; i+2 <= len(b); i += 2 {
+			v := binary.LittleEndian.Uint16(b[i:])
+			binary.LittleEndian.PutUint16(b[i:], v&0x83ff|(11+v>>10&7)<<10)
+		}
+	case BF16:
+		for i := 0; i+2 <= len(b); i += 2 {
+			v := binary.LittleEndian.Uint16(b[i:])
+			e := uint16(127+shift-8) + v>>7&0xf
+			binary.LittleEndian.PutUint16(b[i:], v&0x807f|e<<7)
 		}
 	}
 }
@@ -485,7 +568,7 @@ func TestVecDotFastGolden(t *testing.T) {
 				t.Errorf("%v n=%d: fast %.9g, ggml AVX2 kernel %.9g: |diff| %.3g > 2e-6 * %.3g", r.typ, r.n, got, r.simd, diff, scale)
 			}
 		}
-		simdCheck(t, simdKernel{r.typ.String(), r.typ, f, simdVec}, r.n, r.a, r.b)
+		simdCheck(t, simdKernel{r.typ.String(), r.typ, f, simdVec, simdX86Kernels[r.typ.String()]}, r.n, r.a, r.b)
 	}
 	for typ, f := range vecDotFast {
 		if f != nil && seen[Type(typ)] == 0 {
@@ -523,15 +606,13 @@ func TestVecDotUsesFast(t *testing.T) {
 
 // TestFastMatchesX86 checks each fast kernel against the Go kernel of x86.go (quant.X86Dot)
 // that describes the same llama.cpp arithmetic: they must agree bit for bit, so that X86Dot
-// can hand out the fast kernels.
+// can hand out the fast kernels. The rows are quantized ones, random bytes with finite scales,
+// random bytes with any scales (infinities and NaNs included), and constant bytes at the
+// integer edges.
 func TestFastMatchesX86(t *testing.T) {
-	x86 := map[string]func(int, []byte, []byte) float32{
-		"Q8_0": x86LanesQ8_0, "Q4_0": x86LanesQ4_0, "Q5_0": x86LanesQ5_0, "Q4_K": x86Q4K, "Q6_K": x86Q6K,
-		"Q4_0/repack": x86RepackQ4_0, "Q4_K/repack": x86RepackQ4K, "Q4_K/repack-gemm": x86RepackGemmQ4K,
-	}
 	r := rand.New(rand.NewPCG(27, 28))
 	for _, k := range simdNeed(t) {
-		model := x86[k.name]
+		model := k.x86
 		if model == nil {
 			t.Errorf("%s: no x86.go kernel to compare with", k.name)
 			continue
@@ -539,21 +620,99 @@ func TestFastMatchesX86(t *testing.T) {
 		typ := k.typ
 		for trial := 0; trial < 200; trial++ {
 			n := (1 + r.IntN(24)) * typ.BlockSize()
+			if typ.BlockSize() == 1 {
+				// Float rows: multiples of the GEMM steps and any lengths, with tails.
+				n = 32 * r.IntN(12)
+				if trial%8 >= 4 {
+					n = r.IntN(400)
+				}
+			}
 			wn, _ := typ.RowBytes(n)
 			xn, _ := typ.DotType().RowBytes(n)
 			w, x := make([]byte, wn), make([]byte, xn)
-			if trial%2 == 0 {
+			switch trial % 4 {
+			case 0:
 				QuantizeRow(typ, randomRow(r, n, 0.05), w)
 				QuantizeRow(typ.DotType(), randomRow(r, n, 1), x)
-			} else {
+			case 1, 2:
 				w, x = simdRandomBytes(r, wn), simdRandomBytes(r, xn)
+				if trial%4 == 1 {
+					simdTameScales(typ, w, x)
+				}
+			case 3:
+				c := []byte{0x80, 0x7f, 0xff, 0x88, 0x00, 0x0f}[trial/4%6]
+				for i := range w {
+					w[i] = c
+				}
+				for i := range x {
+					x[i] = c ^ byte(trial/24&1)<<7
+				}
 				simdTameScales(typ, w, x)
-				if typ == Q6_K {
-					simdFixBsums(x)
+			}
+			if typ.BlockSize() == 1 {
+				switch trial % 16 {
+				case 5:
+					// Products near float32's subnormal range.
+					simdTameFloats(typ, w, -63)
+					simdTameFloats(typ, x, -63)
+				case 9, 13:
+					// Large values times subnormal and tiny ones (BF16 reads the subnormals
+					// as zero).
+					big, tiny := w, x
+					if trial%16 == 13 {
+						big, tiny = x, w
+					}
+					simdTameFloats(typ, big, 56)
+					simdTameFloats(typ, tiny, -119)
 				}
 			}
-			if got, want := k.f(n, w, x), model(n, w, x); math.Float32bits(got) != math.Float32bits(want) {
-				t.Errorf("%s n=%d trial %d: fast %.9g, x86.go %.9g", k.name, n, trial, got, want)
+			if typ == Q6_K && trial%4 != 0 {
+				simdFixBsums(x)
+			}
+			got, want := k.f(n, w, x), model(n, w, x)
+			if math.Float32bits(got) != math.Float32bits(want) && !(got != got && want != want) {
+				t.Errorf("%s n=%d trial %d: fast %.9g (%08x), x86.go %.9g (%08x)", k.name, n, trial, got, math.Float32bits(got), want, math.Float32bits(want))
+			}
+		}
+	}
+}
+
+// TestFastX86Dispatch checks that X86Dot hands out, for every type and product shape, a fast
+// kernel only where it computes what x86Dot's choice of Go kernel computes: bit for bit.
+func TestFastX86Dispatch(t *testing.T) {
+	simdNeed(t)
+	r := rand.New(rand.NewPCG(29, 30))
+	for _, typ := range weightTypes {
+		ns := []int{768}
+		if typ.BlockSize() == 1 {
+			ns = append(ns, 100, 48)
+		}
+		for _, n := range ns {
+			wn, _ := typ.RowBytes(n)
+			xn, _ := typ.DotType().RowBytes(n)
+			for trial := 0; trial < 4; trial++ {
+				w, x := make([]byte, wn), make([]byte, xn)
+				if trial%2 == 0 {
+					QuantizeRow(typ, randomRow(r, n, 0.05), w)
+					QuantizeRow(typ.DotType(), randomRow(r, n, 1), x)
+				} else {
+					w, x = simdRandomBytes(r, wn), simdRandomBytes(r, xn)
+					simdTameScales(typ, w, x)
+					if typ == Q6_K {
+						simdFixBsums(x)
+					}
+				}
+				for _, rows := range []int{1, 4, 8, 12, 16} {
+					for _, batch := range []int{1, 2, 4, 6, 9} {
+						for _, i := range []int{0, batch - 1} {
+							got := X86Dot(typ, rows, batch, i)(n, w, x)
+							want := x86Dot(typ, rows, batch, i)(n, w, x)
+							if math.Float32bits(got) != math.Float32bits(want) {
+								t.Errorf("%v n=%d rows=%d batch=%d row=%d: X86Dot %.9g, x86Dot %.9g", typ, n, rows, batch, i, got, want)
+							}
+						}
+					}
+				}
 			}
 		}
 	}
@@ -572,6 +731,19 @@ func FuzzVecDotFast(f *testing.F) {
 	f.Add(uint8(0x82), bytesOf(0xff, 40*(34+34)))
 	f.Add(uint8(0x83), bytesOf(0x88, 9*(18+34)))
 	f.Add(uint8(0x84), bytesOf(0x08, 9*(22+34)))
+	f.Add(uint8(0x88), bytesOf(0x0f, 9*(20+36)))
+	f.Add(uint8(0x89), bytesOf(0x80, 9*(24+36)))
+	f.Add(uint8(0x8a), bytesOf(0x80, 9*(18+34)))
+	f.Add(uint8(0x8b), bytesOf(0xf0, 9*(18+34)))
+	f.Add(uint8(0x8c), bytesOf(0x7f, 9*(18+34)))
+	f.Add(uint8(0x8d), bytesOf(0x80, 3*(176+292)))
+	f.Add(uint8(0x8e), bytesOf(0x80, 3*(110+292)))
+	f.Add(uint8(0x8f), bytesOf(0xff, 3*(84+292)))
+	f.Add(uint8(0x90), bytesOf(0x7f, 3*(84+292)))
+	f.Add(uint8(0x91), bytesOf(0x80, 3*(84+292)))
+	for i := 0; i < 6; i++ {
+		f.Add(uint8(0x92+i), bytesOf(0x0f, 4*(77+i)))
+	}
 	f.Fuzz(func(t *testing.T, sel uint8, data []byte) {
 		ks := simdNeed(t)
 		k := ks[int(sel&0x7f)%len(ks)]
@@ -620,11 +792,30 @@ func BenchmarkVecDotFast(b *testing.B) {
 }
 
 // simdBench runs the portable kernel of each type with a fast kernel ("ref"), then its fast
-// kernels, on rows rows of benchN elements.
+// kernels, on rows rows of benchN elements. The fastX86 kernels, which VecDot does not use,
+// run after the x86.go kernel they reproduce ("/go").
 func simdBench(b *testing.B, rowsOf func(Type) (w, x []byte, rows int)) {
 	ks := simdKernels()
 	done := map[Type]bool{}
 	for _, k := range ks {
+		if k.order == simdX86 {
+			w, x, rows := rowsOf(k.typ)
+			rb := len(w) / rows
+			for _, v := range []struct {
+				name string
+				f    func(int, []byte, []byte) float32
+			}{{k.name + "/go", k.x86}, {k.name + "/avx2", k.f}} {
+				b.Run(v.name, func(b *testing.B) {
+					b.SetBytes(int64(len(w)))
+					for b.Loop() {
+						for o := 0; o < rows; o++ {
+							sinkF32 = v.f(benchN, w[o*rb:(o+1)*rb], x)
+						}
+					}
+				})
+			}
+			continue
+		}
 		if done[k.typ] {
 			continue
 		}

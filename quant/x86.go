@@ -783,6 +783,45 @@ func fastX86(t Type, rows, batch, i int) func(n int, w, x []byte) float32 {
 			return fastRepackQ4K
 		}
 		return vecDotFast[t]
+	case Q4_1:
+		return fastX86Q4_1
+	case Q5_1:
+		return fastX86Q5_1
+	case IQ4_NL:
+		switch {
+		case repacked:
+			return fastX86RepackIQ4NL
+		case batch >= 2:
+			return fastX86IQ4NL
+		}
+		return fastX86VecIQ4NL
+	case Q5_K:
+		return fastX86Q5K
+	case Q3_K:
+		return fastX86Q3K
+	case Q2_K:
+		switch {
+		case repacked && i < batch-batch%4:
+			return fastX86RepackGemmQ2K
+		case repacked:
+			return fastX86RepackQ2K
+		}
+		return fastX86Q2K
+	case F32:
+		if batch >= 2 && rows%4 == 0 {
+			return fastX86F32Gemm
+		}
+		return fastX86F32Vec
+	case F16:
+		if batch >= 2 && rows%4 == 0 {
+			return fastX86F16Gemm
+		}
+		return fastX86F16Vec
+	case BF16:
+		if batch >= 2 && rows%4 == 0 {
+			return fastX86BF16Gemm
+		}
+		return fastX86BF16Vec
 	}
 	return nil
 }

@@ -4,16 +4,18 @@
 //
 //	go generate -run asmgen ./quant
 //
-// Every kernel reproduces the arithmetic of one of llama.cpp's x86 AVX2 kernels (ggml-cpu
-// arch/x86/quants.c, ggml_vec_dot_*): the same int32 lane sums and the same float32 fused
-// multiply-adds in the same order, so its result is bit-identical to ggml's on the inputs
-// ggml computes exactly (all the engine makes). Where ggml's integer tricks would overflow or
-// saturate on arbitrary bytes (_mm256_sign_epi8 of -128, _mm256_maddubs_epi16 of pairs of
-// -128 products, _mm_hadd_epi16 of large bsums), these kernels use exact sequences instead, so
-// their integer sums equal those of quant's portable kernels for any bytes. The one exception
-// is Q6_K, which, like llama.cpp today, takes the quants' offset of 32 from the activation's
-// bsums: its sums are exact when the bsums are the sums of the quants, as QuantizeRow makes
-// them.
+// Every kernel reproduces the arithmetic of one of llama.cpp's x86 kernels (ggml-cpu
+// arch/x86/quants.c ggml_vec_dot_*, the repacked GEMV/GEMM, llamafile's tinyBLAS), as quant's
+// x86.go describes it: the same int32 lane sums and the same float32 fused multiply-adds in
+// the same order, so its result is bit-identical to ggml's on the inputs ggml computes exactly
+// (all the engine makes) and to x86.go's Go kernel on any input. Where ggml's integer tricks
+// would overflow or saturate on arbitrary bytes (_mm256_sign_epi8 of -128,
+// _mm256_maddubs_epi16 of pairs of -128 products, _mm_hadd_epi16 of large bsums), these
+// kernels use exact sequences instead, so their integer sums equal those of quant's portable
+// kernels for any bytes. The one exception is Q6_K, which, like llama.cpp today, takes the
+// quants' offset of 32 from the activation's bsums: its sums are exact when the bsums are the
+// sums of the quants, as QuantizeRow makes them. The F32, F16 and BF16 kernels reproduce
+// AVX-512 code with AVX2 registers, two per 16-lane accumulator (see floats).
 package main
 
 import (
@@ -33,6 +35,13 @@ func main() {
 	q5_0()
 	q4K()
 	q6K()
+	q4_1()
+	q5_1()
+	iq4nl()
+	q5K()
+	q3K()
+	q2K()
+	floats()
 	Generate()
 }
 
@@ -49,6 +58,15 @@ var (
 	cBitSel  Mem // bytes 1, 2, 4, ..., 128 repeated
 	cK4Shuf  Mem // 8 x 32 bytes: get_scale_shuffle_k4(i), int16 i to every int16
 	cQ6Shuf  Mem // 8 x 32 bytes: int8 scale 2i (low lane), 2i+1 (high lane) to the high byte of every int16
+	cIQ4NL   Mem // kvalues_iq4nl, in both 128-bit lanes
+	cThree   Mem // bytes 0x03
+	cFour    Mem // bytes 0x04
+	cThirty2 Mem // bytes 0x20 (the offset of Q3_K's 6-bit scales)
+	cExpW    Mem // int16 0x7f80 (a bfloat16's exponent)
+	cAbsW    Mem // int16 0x7fff
+	cExpD    Mem // int32 0x7f800000 (a float32's exponent)
+	cAbsD    Mem // int32 0x7fffffff
+	cHighW   Mem // int32 0xffff0000
 )
 
 func table(name string, b []byte) Mem {
@@ -99,6 +117,20 @@ func consts() {
 	}
 	cK4Shuf = table("k4shuf", k4)
 	cQ6Shuf = table("q6shuf", q6)
+	iq4 := []int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
+	kv := make([]byte, 32)
+	for i := range kv {
+		kv[i] = byte(iq4[i%16])
+	}
+	cIQ4NL = table("iq4nlvalues", kv)
+	cThree = splat("three", 0x03)
+	cFour = splat("four", 0x04)
+	cThirty2 = splat("thirtytwo", 0x20)
+	cExpW = splat("expw", 0x80, 0x7f)
+	cAbsW = splat("absw", 0xff, 0x7f)
+	cExpD = splat("expd", 0, 0, 0x80, 0x7f)
+	cAbsD = splat("absd", 0xff, 0xff, 0xff, 0x7f)
+	cHighW = splat("highw", 0, 0, 0xff, 0xff)
 }
 
 // Helpers.
@@ -142,10 +174,13 @@ func scale32(wp, xp Register) VecVirtual {
 }
 
 // scale32Scalar is scale32 in the low lane of an XMM register.
-func scale32Scalar(wp, xp Register) VecVirtual {
+func scale32Scalar(wp, xp Register) VecVirtual { return scale32ScalarAt(at(wp, 0), at(xp, 0)) }
+
+// scale32ScalarAt is scale32Scalar for the fp16 scales at wm and xm.
+func scale32ScalarAt(wm, xm Mem) VecVirtual {
 	a, b := GP32(), GP32()
-	MOVWLZX(at(wp, 0), a)
-	MOVWLZX(at(xp, 0), b)
+	MOVWLZX(wm, a)
+	MOVWLZX(xm, b)
 	SHLL(U8(16), b)
 	ORL(b, a)
 	h := XMM()
@@ -348,6 +383,36 @@ func q5_0() {
 	finish32(acc)
 }
 
+// kScalesMins unpacks the 12 scale bytes of a Q4_K/Q5_K block at wp+4 into 8 scales (bytes
+// of u0) and 8 mins (bytes of u1), 6 bits each: ggml's utmp shuffle.
+func kScalesMins(wp Register) (u0, u1 GPVirtual) {
+	u0, u1, u2, t, s := GP64(), GP64(), GP64(), GP64(), GP64()
+	MOVL(at(wp, 4), u0.As32())
+	MOVL(at(wp, 8), u1.As32())
+	MOVL(at(wp, 12), u2.As32())
+	MOVL(u2.As32(), t.As32())
+	SHRL(U8(4), t.As32())
+	ANDL(U32(0x0f0f0f0f), t.As32())
+	MOVL(u1.As32(), s.As32())
+	SHRL(U8(6), s.As32())
+	ANDL(U32(0x03030303), s.As32())
+	SHLL(U8(4), s.As32())
+	ORL(s.As32(), t.As32()) // mins 4..7
+	ANDL(U32(0x0f0f0f0f), u2.As32())
+	MOVL(u0.As32(), s.As32())
+	SHRL(U8(6), s.As32())
+	ANDL(U32(0x03030303), s.As32())
+	SHLL(U8(4), s.As32())
+	ORL(s.As32(), u2.As32())         // scales 4..7
+	ANDL(U32(0x3f3f3f3f), u1.As32()) // mins 0..3
+	ANDL(U32(0x3f3f3f3f), u0.As32()) // scales 0..3
+	SHLQ(U8(32), u2)
+	ORQ(u2, u0)
+	SHLQ(U8(32), t)
+	ORQ(t, u1)
+	return u0, u1
+}
+
 // The Q4_K kernels: ggml_vec_dot_q4_K_q8_K, and one row of the repacked (8-row interleaved)
 // products ggml_gemv_q4_K_8x8_q8_K and ggml_gemm_q4_K_8x8_q8_K.
 const (
@@ -386,31 +451,7 @@ func q4KKernel(name, doc string, mode int) {
 	dmin := XMM()
 	VSHUFPS(U8(0x55), h, h, dmin)
 
-	// The 12 scale bytes to 8 scales and 8 mins (ggml's utmp shuffle).
-	u0, u1, u2, t, s := GP64(), GP64(), GP64(), GP64(), GP64()
-	MOVL(at(wp, 4), u0.As32())
-	MOVL(at(wp, 8), u1.As32())
-	MOVL(at(wp, 12), u2.As32())
-	MOVL(u2.As32(), t.As32())
-	SHRL(U8(4), t.As32())
-	ANDL(U32(0x0f0f0f0f), t.As32())
-	MOVL(u1.As32(), s.As32())
-	SHRL(U8(6), s.As32())
-	ANDL(U32(0x03030303), s.As32())
-	SHLL(U8(4), s.As32())
-	ORL(s.As32(), t.As32()) // mins 4..7
-	ANDL(U32(0x0f0f0f0f), u2.As32())
-	MOVL(u0.As32(), s.As32())
-	SHRL(U8(6), s.As32())
-	ANDL(U32(0x03030303), s.As32())
-	SHLL(U8(4), s.As32())
-	ORL(s.As32(), u2.As32())         // scales 4..7
-	ANDL(U32(0x3f3f3f3f), u1.As32()) // mins 0..3
-	ANDL(U32(0x3f3f3f3f), u0.As32()) // scales 0..3
-	SHLQ(U8(32), u2)
-	ORQ(u2, u0)
-	SHLQ(U8(32), t)
-	ORQ(t, u1)
+	u0, u1 := kScalesMins(wp)
 
 	// Min term: ggml adds the bsums in pairs in int16 (_mm_hadd_epi16) and then takes
 	// m_j*(b_2j + b_2j+1) in pairs of j per int32 lane. Here each min is doubled so that
@@ -580,4 +621,829 @@ func q6K() {
 	VFMADD231PS(sumi, d, acc)
 	loopEnd(nb, []Register{wp, xp}, []int{210, 292})
 	finish32(acc)
+}
+
+// The kernels below reproduce quant/x86.go's Go kernels of quant.X86Dot to the bit (the test
+// TestFastMatchesX86 holds them to it) for the types whose VecDot has no fast kernel.
+
+// scaleSum32 reads the fp16 pairs (d, m) of a Q4_1/Q5_1 block at wp and (d, s) of a Q8_1 block
+// at xp, fuses m_w*s_x into the low lane of summs (x86.go: summs = fma32(m, s, summs)) and
+// returns d_w*d_x broadcast.
+func scaleSum32(wp, xp Register, summs VecVirtual) VecVirtual {
+	a, b := GP64(), GP64()
+	MOVL(at(wp, 0), a.As32())
+	MOVL(at(xp, 0), b.As32())
+	SHLQ(U8(32), b)
+	ORQ(b, a)
+	h := XMM()
+	VMOVQ(a, h)
+	VCVTPH2PS(h, h) // d_w, m_w, d_x, s_x
+	t := XMM()
+	VMOVHLPS(h, h, t) // d_x, s_x
+	m, s := XMM(), XMM()
+	VMOVSHDUP(h, m)
+	VMOVSHDUP(t, s)
+	VFMADD231SS(s, m, summs)
+	VMULSS(t, h, h)
+	d := YMM()
+	VBROADCASTSS(h, d)
+	return d
+}
+
+// finishSumms returns hsum8(acc) + summs (x86.go's Q4_1 and Q5_1 kernels).
+func finishSumms(acc, summs VecVirtual) {
+	r := hsum8(acc)
+	VADDSS(summs, r, r)
+	storeRet(r)
+	VZEROUPPER()
+	RET()
+}
+
+func q4_1() {
+	wp, xp, nb := sig("q4_1DotAVX2", "q4_1DotAVX2 is ggml_vec_dot_q4_1_q8_1 (AVX2) over nb blocks of w and x, as quant's\n"+
+		"x86LanesQ4_1: d_w*d_x times the eight 4-element lanes fused per block, m_w*s_x fused into a\n"+
+		"scalar, hsum_float_8 of the lanes plus the scalar at the end.")
+	acc, summs := YMM(), XMM()
+	VXORPS(acc, acc, acc)
+	VXORPS(summs, summs, summs)
+	ones, low4 := load(cOnes16), load(cLow4)
+	loopStart(nb)
+	prefetch(wp, 1)
+	d := scaleSum32(wp, xp, summs)
+	// Unsigned nibbles times int8 activations: VPMADDUBSW's pairs are at most 2*15*128, exact.
+	q := nibbles32(at(wp, 4), low4)
+	VPMADDUBSW(at(xp, 4), q, q)
+	VPMADDWD(ones, q, q)
+	VCVTDQ2PS(q, q)
+	VFMADD231PS(q, d, acc)
+	loopEnd(nb, []Register{wp, xp}, []int{20, 36})
+	finishSumms(acc, summs)
+}
+
+// highBits32 returns bit k of the 32-bit mask at m as 0x10 in byte k (bytes_from_bits_32).
+func highBits32(m Mem, shuf, bits, sixteen VecVirtual) VecVirtual {
+	h := YMM()
+	VPBROADCASTD(m, h)
+	VPSHUFB(shuf, h, h)
+	VPAND(bits, h, h)
+	VPCMPEQB(bits, h, h)
+	VPAND(sixteen, h, h)
+	return h
+}
+
+func q5_1() {
+	wp, xp, nb := sig("q5_1DotAVX2", "q5_1DotAVX2 is ggml_vec_dot_q5_1_q8_1 (AVX2) over nb blocks of w and x, as quant's\n"+
+		"x86LanesQ5_1 (the order of q4_1DotAVX2).")
+	acc, summs := YMM(), XMM()
+	VXORPS(acc, acc, acc)
+	VXORPS(summs, summs, summs)
+	ones, low4, sixteen := load(cOnes16), load(cLow4), load(cSixteen)
+	shuf, bits := load(cQhShuf), load(cBitSel)
+	loopStart(nb)
+	prefetch(wp, 1)
+	d := scaleSum32(wp, xp, summs)
+	h := highBits32(at(wp, 4), shuf, bits, sixteen)
+	q := nibbles32(at(wp, 8), low4)
+	VPOR(h, q, q)
+	// Quants 0..31 times int8: pairs at most 2*31*128, exact.
+	VPMADDUBSW(at(xp, 4), q, q)
+	VPMADDWD(ones, q, q)
+	VCVTDQ2PS(q, q)
+	VFMADD231PS(q, d, acc)
+	loopEnd(nb, []Register{wp, xp}, []int{24, 36})
+	finishSumms(acc, summs)
+}
+
+// The IQ4_NL kernels: the 4-bit indices looked up in kvalues_iq4nl (-127..113) and
+// multiplied with the Q8_0 activation.
+
+// iq4nlPairs returns the int16 sums of neighbouring products of the IQ4_NL block's quants
+// (16 bytes of indices at m, low nibbles first) with the 32 int8 activations at y. ggml's
+// mul_add_epi8 takes the signs from the weights, which is wrong for activations of -128;
+// here VPMADDUBSW multiplies |y| (unsigned, 128 included) with q*sign(y) (q is never -128):
+// every pair is at most 2*127*128 in magnitude, exact in int16.
+func iq4nlPairs(m, y Mem, low4, kv VecVirtual) VecVirtual {
+	q := nibbles32(m, low4)
+	VPSHUFB(q, kv, q)
+	v, a := YMM(), YMM()
+	VMOVDQU(y, v)
+	VPABSB(v, a)
+	VPSIGNB(v, q, q)
+	VPMADDUBSW(q, a, a)
+	return a
+}
+
+func iq4nl() {
+	iq4nlKernel("iq4nlLanesAVX2", "iq4nlLanesAVX2 is quant's x86LanesIQ4NL over nb blocks of w and x (llamafile's tinyBLAS for\n"+
+		"IQ4_NL): d_w*d_x times the eight 4-element lanes fused per block, hsum_float_8 at the end.", false)
+	iq4nlKernel("iq4nlRepackAVX2", "iq4nlRepackAVX2 is quant's x86RepackIQ4NL over nb blocks of w and x (the 8-row interleaved\n"+
+		"GEMV/GEMM of repacked IQ4_NL): one fused multiply-add of each block's integer sum.", true)
+	iq4nlVec()
+}
+
+func iq4nlKernel(name, doc string, repack bool) {
+	wp, xp, nb := sig(name, doc)
+	acc := YMM()
+	VXORPS(acc, acc, acc)
+	ones, low4, kv := load(cOnes16), load(cLow4), load(cIQ4NL)
+	loopStart(nb)
+	prefetch(wp, 1)
+	p := iq4nlPairs(at(wp, 2), at(xp, 2), low4, kv)
+	VPMADDWD(ones, p, p)
+	if repack {
+		d := scale32Scalar(wp, xp)
+		s := hsumInt(p)
+		VCVTDQ2PS(s, s)
+		VFMADD231SS(d, s, acc.AsX())
+	} else {
+		d := scale32(wp, xp)
+		VCVTDQ2PS(p, p)
+		VFMADD231PS(p, d, acc)
+	}
+	loopEnd(nb, []Register{wp, xp}, []int{18, 34})
+	if repack {
+		storeRet(acc.AsX())
+		VZEROUPPER()
+		RET()
+		return
+	}
+	finish32(acc)
+}
+
+// iq4nlVec is x86VecIQ4NL (ggml_vec_dot_iq4_nl_q8_0): even and odd blocks in two sets of
+// lanes, added lane-wise and reduced at the end, and a last odd block fused as a scalar.
+func iq4nlVec() {
+	wp, xp, nb := sig("iq4nlVecAVX2", "iq4nlVecAVX2 is ggml_vec_dot_iq4_nl_q8_0 (AVX2) over nb blocks of w and x, as quant's\n"+
+		"x86VecIQ4NL.")
+	acc := [2]VecVirtual{YMM(), YMM()}
+	VXORPS(acc[0], acc[0], acc[0])
+	VXORPS(acc[1], acc[1], acc[1])
+	ones, low4, kv := load(cOnes16), load(cLow4), load(cIQ4NL)
+	pairs := GP64()
+	MOVQ(nb, pairs)
+	SHRQ(U8(1), pairs)
+	JZ(LabelRef("pairsdone"))
+	Label("pairs")
+	prefetch(wp, 36)
+	for h := 0; h < 2; h++ {
+		d := YMM()
+		VBROADCASTSS(scale32ScalarAt(at(wp, 18*h), at(xp, 34*h)), d)
+		p := iq4nlPairs(at(wp, 18*h+2), at(xp, 34*h+2), low4, kv)
+		VPMADDWD(ones, p, p)
+		VCVTDQ2PS(p, p)
+		VFMADD231PS(p, d, acc[h])
+	}
+	ADDQ(U32(36), wp)
+	ADDQ(U32(68), xp)
+	DECQ(pairs)
+	JNZ(LabelRef("pairs"))
+	Label("pairsdone")
+	VADDPS(acc[1], acc[0], acc[0])
+	r := hsum8(acc[0])
+	TESTQ(U32(1), nb)
+	JZ(LabelRef("ret"))
+	d := scale32Scalar(wp, xp)
+	p := iq4nlPairs(at(wp, 2), at(xp, 2), low4, kv)
+	VPMADDWD(ones, p, p)
+	s := hsumInt(p)
+	VCVTDQ2PS(s, s)
+	VFMADD231SS(s, d, r)
+	Label("ret")
+	storeRet(r)
+	VZEROUPPER()
+	RET()
+}
+
+// kMinsSum returns, in the low lane of an XMM, kMins (the int32 sum of m_j*(b_2j + b_2j+1))
+// for the mins in the bytes of u1 and the Q8_K bsums at xp+260: each min doubled to two int16
+// words, VPMADDWD with the bsums, exact for any bsums.
+func kMinsSum(u1, xp Register) VecVirtual {
+	mn := XMM()
+	VMOVQ(u1, mn)
+	VPUNPCKLBW(mn, mn, mn)
+	mw := YMM()
+	VPMOVZXBW(mn, mw)
+	VPMADDWD(at(xp, 260), mw, mw)
+	return hsumInt(mw)
+}
+
+// wordScales returns the 8 byte scales of u0 as int16 words, in both 128-bit lanes (for
+// cK4Shuf).
+func wordScales(u0 Register) VecVirtual {
+	sc := XMM()
+	VMOVQ(u0, sc)
+	scw := YMM()
+	VPMOVZXBW(sc, scw.AsX())
+	VINSERTI128(U8(1), scw.AsX(), scw, scw)
+	return scw
+}
+
+// bitTo moves bit from of every byte of v to bit to (other bits are garbage), by a word shift
+// that carries no bit across bytes into bit to; dst may be v.
+func bitTo(v, dst VecVirtual, from, to int) {
+	switch {
+	case from > to:
+		VPSRLW(U8(from-to), v, dst)
+	case from < to:
+		VPSLLW(U8(to-from), v, dst)
+	default:
+		if dst != v {
+			VMOVDQA(v, dst)
+		}
+	}
+}
+
+func q5K() {
+	wp, xp, nb := sig("q5KDotAVX2", "q5KDotAVX2 is ggml_vec_dot_q5_K_q8_K (AVX2) over nb super-blocks of w and x, as quant's\n"+
+		"x86Q5K: the scaled quants in eight lanes, the min term summed as an integer and fused into a\n"+
+		"scalar per super-block.")
+	acc, summs := YMM(), XMM()
+	VXORPS(acc, acc, acc)
+	VXORPS(summs, summs, summs)
+	low4, sixteen := load(cLow4), load(cSixteen)
+	loopStart(nb)
+	prefetch(wp, 176)
+
+	// d = y.d * fp16(w.d), dmin = y.d * fp16(w.dmin); summs += -dmin * kMins (VFNMADD).
+	h := XMM()
+	VMOVD(at(wp, 0), h)
+	VCVTPH2PS(h, h)
+	yd := XMM()
+	VBROADCASTSS(at(xp, 0), yd)
+	VMULPS(yd, h, h)
+	dmin := XMM()
+	VMOVSHDUP(h, dmin)
+	u0, u1 := kScalesMins(wp)
+	mins := kMinsSum(u1, xp)
+	VCVTDQ2PS(mins, mins)
+	VFNMADD231SS(dmin, mins, summs)
+	scw := wordScales(u0)
+
+	// Pair j: the low nibbles of qs[32j..] with bit 2j of qh (sub-block 2j), the high ones with
+	// bit 2j+1 (sub-block 2j+1); 5-bit quants times int8 in VPMADDUBSW are exact.
+	qh := YMM()
+	VMOVDQU(at(wp, 16), qh)
+	var sum VecVirtual
+	for j := 0; j < 4; j++ {
+		lo, hi, b := YMM(), YMM(), YMM()
+		VMOVDQU(at(wp, 48+32*j), lo)
+		VPSRLW(U8(4), lo, hi)
+		VPAND(low4, lo, lo)
+		VPAND(low4, hi, hi)
+		bitTo(qh, b, 2*j, 4)
+		VPAND(sixteen, b, b)
+		VPOR(b, lo, lo)
+		bitTo(qh, b, 2*j+1, 4)
+		VPAND(sixteen, b, b)
+		VPOR(b, hi, hi)
+		VPMADDUBSW(at(xp, 4+64*j), lo, lo)
+		VPMADDUBSW(at(xp, 4+64*j+32), hi, hi)
+		sl, sh := YMM(), YMM()
+		VPSHUFB(cK4Shuf.Offset(32*(2*j)), scw, sl)
+		VPSHUFB(cK4Shuf.Offset(32*(2*j+1)), scw, sh)
+		VPMADDWD(sl, lo, lo)
+		VPMADDWD(sh, hi, hi)
+		VPADDD(hi, lo, lo)
+		if j == 0 {
+			sum = lo
+		} else {
+			VPADDD(lo, sum, sum)
+		}
+	}
+	VCVTDQ2PS(sum, sum)
+	d := YMM()
+	VBROADCASTSS(h, d)
+	VFMADD231PS(sum, d, acc)
+	loopEnd(nb, []Register{wp, xp}, []int{176, 292})
+	finishSumms(acc, summs)
+}
+
+// k2BitLanes returns the eight int32 lanes of the 2-bit quants of one 128-element half of a
+// Q2_K/Q3_K block (qs at qm, group g in bits 2g, 2g+1 of every byte) times the activation at
+// xp+4+128*half, the 16 int8 scales (both 128-bit lanes of scb) applied per sub-block. hmask,
+// if valid, holds Q3_K's high bits: where bit 4*half+g is clear, 4 is subtracted.
+func k2BitLanes(qm Mem, xp Register, half int, scb, three, four VecVirtual, hmask VecVirtual) VecVirtual {
+	qs := YMM()
+	VMOVDQU(qm, qs)
+	var sum VecVirtual
+	for g := 0; g < 4; g++ {
+		q := YMM()
+		if g == 0 {
+			VPAND(three, qs, q)
+		} else {
+			VPSRLW(U8(2*g), qs, q)
+			VPAND(three, q, q)
+		}
+		y := at(xp, 4+128*half+32*g)
+		VPMADDUBSW(y, q, q)
+		if hmask != nil {
+			m := YMM()
+			bitTo(hmask, m, 4*half+g, 2)
+			VPANDN(four, m, m) // 4 where the bit is clear
+			VPMADDUBSW(y, m, m)
+			VPSUBW(m, q, q)
+		}
+		s := YMM()
+		VPSHUFB(cQ6Shuf.Offset(32*(4*half+g)), scb, s)
+		VPSRAW(U8(8), s, s)
+		VPMADDWD(s, q, q)
+		if g == 0 {
+			sum = q
+		} else {
+			VPADDD(q, sum, sum)
+		}
+	}
+	return sum
+}
+
+func q3K() {
+	wp, xp, nb := sig("q3KDotAVX2", "q3KDotAVX2 is ggml_vec_dot_q3_K_q8_K (AVX2) over nb super-blocks of w and x, as quant's\n"+
+		"x86Q3K.")
+	acc := YMM()
+	VXORPS(acc, acc, acc)
+	three, four := load(cThree), load(cFour)
+	loopStart(nb)
+	prefetch(wp, 110)
+
+	g := GP32()
+	MOVWLZX(at(wp, 108), g)
+	h := XMM()
+	VMOVD(g, h)
+	VCVTPH2PS(h, h)
+	VMULSS(at(xp, 0), h, h)
+	d := YMM()
+	VBROADCASTSS(h, d)
+
+	// The 16 6-bit scales: low nibbles from bytes 0..7, high bits from bytes 8..11 (ggml's
+	// kmask shuffle), minus 32, as int8 in both 128-bit lanes.
+	a0, a1, a2 := GP64(), GP64(), GP64()
+	MOVL(at(wp, 96), a0.As32())
+	MOVL(at(wp, 100), a1.As32())
+	MOVL(at(wp, 104), a2.As32())
+	var sc [4]Register
+	for k := 0; k < 4; k++ {
+		lo, top := GP64(), GP64()
+		src := a0
+		if k%2 == 1 {
+			src = a1
+		}
+		MOVL(src.As32(), lo.As32())
+		if k >= 2 {
+			SHRL(U8(4), lo.As32())
+		}
+		ANDL(U32(0x0f0f0f0f), lo.As32())
+		// Bits 2k, 2k+1 of the bytes of a2 to bits 4, 5.
+		MOVL(a2.As32(), top.As32())
+		switch {
+		case 2*k < 4:
+			SHLL(U8(4-2*k), top.As32())
+		case 2*k > 4:
+			SHRL(U8(2*k-4), top.As32())
+		}
+		ANDL(U32(0x30303030), top.As32())
+		ORL(top.As32(), lo.As32())
+		sc[k] = lo
+	}
+	SHLQ(U8(32), sc[1])
+	ORQ(sc[1], sc[0])
+	SHLQ(U8(32), sc[3])
+	ORQ(sc[3], sc[2])
+	sx := XMM()
+	VMOVQ(sc[0], sx)
+	VPINSRQ(U8(1), sc[2], sx, sx)
+	VPSUBB(cThirty2, sx, sx)
+	scb := YMM()
+	VINSERTI128(U8(1), sx, sx.AsY(), scb)
+
+	// q = (2 bits) - 4 + 4*hbit: VPMADDUBSW of the 2 bits minus that of 4 where hbit is clear,
+	// both exact.
+	hm := YMM()
+	VMOVDQU(at(wp, 0), hm)
+	s0 := k2BitLanes(at(wp, 32), xp, 0, scb, three, four, hm)
+	s1 := k2BitLanes(at(wp, 64), xp, 1, scb, three, four, hm)
+	VPADDD(s1, s0, s0)
+	VCVTDQ2PS(s0, s0)
+	VFMADD231PS(s0, d, acc)
+	loopEnd(nb, []Register{wp, xp}, []int{110, 292})
+	finish32(acc)
+}
+
+// The Q2_K kernels: ggml_vec_dot_q2_K_q8_K, and one row of the repacked (8-row interleaved)
+// products ggml_gemv_q2_K_8x8_q8_K and ggml_gemm_q2_K_8x8_q8_K.
+const (
+	q2KVec = iota
+	q2KRepack
+	q2KRepackGemm
+)
+
+func q2K() {
+	q2KKernel("q2KDotAVX2", "q2KDotAVX2 is ggml_vec_dot_q2_K_q8_K (AVX2) over nb super-blocks of w and x, as quant's\n"+
+		"x86Q2K: per super-block the min term in eight lanes of two sub-blocks each, fused with\n"+
+		"-dmin, then the scaled quants fused with d, into one set of lanes.", q2KVec)
+	q2KKernel("q2KRepackAVX2", "q2KRepackAVX2 is the product of one row of llama.cpp's repacked Q2_K with nb super-blocks of x\n"+
+		"as ggml_gemv_q2_K_8x8_q8_K computes it (quant's x86RepackQ2K): per super-block one fused\n"+
+		"multiply-add of the scaled integer sum and one of the min term, in two accumulators\n"+
+		"subtracted at the end.", q2KRepack)
+	q2KKernel("q2KRepackGemmAVX2", "q2KRepackGemmAVX2 is q2KRepackAVX2 as ggml_gemm_q2_K_8x8_q8_K computes it (quant's\n"+
+		"x86RepackGemmQ2K), with the fused multiply-adds per 128-element half.", q2KRepackGemm)
+}
+
+func q2KKernel(name, doc string, mode int) {
+	wp, xp, nb := sig(name, doc)
+	acc := YMM()
+	VXORPS(acc, acc, acc)
+	accm := XMM()
+	VXORPS(accm, accm, accm)
+	low4, three := load(cLow4), load(cThree)
+	loopStart(nb)
+	prefetch(wp, 84)
+
+	// d = y.d * fp16(w.d), dmin = y.d * fp16(w.dmin).
+	h := XMM()
+	VMOVD(at(wp, 80), h)
+	VCVTPH2PS(h, h)
+	yd := XMM()
+	VBROADCASTSS(at(xp, 0), yd)
+	VMULPS(yd, h, h)
+	dmin := XMM()
+	VMOVSHDUP(h, dmin)
+
+	// Mins (high nibbles) times bsums: lane l = m_2l*b_2l + m_2l+1*b_2l+1, exact.
+	scx, mx := XMM(), XMM()
+	VMOVDQU(at(wp, 0), scx)
+	VPSRLW(U8(4), scx, mx)
+	VPAND(low4.AsX(), mx, mx)
+	mw := YMM()
+	VPMOVZXBW(mx, mw)
+	VPMADDWD(at(xp, 260), mw, mw)
+	// Scales (low nibbles) as int8 in both 128-bit lanes.
+	VPAND(low4.AsX(), scx, scx)
+	scb := YMM()
+	VINSERTI128(U8(1), scx, scx.AsY(), scb)
+
+	if mode == q2KVec {
+		// The min term first, fused with -dmin (VFNMADD: -(dmin*m)+acc, as x86.go's
+		// fma32(-yd*dmin, m, acc)).
+		VCVTDQ2PS(mw, mw)
+		dm := YMM()
+		VBROADCASTSS(dmin, dm)
+		VFNMADD231PS(mw, dm, acc)
+	}
+	s0 := k2BitLanes(at(wp, 16), xp, 0, scb, three, nil, nil)
+	s1 := k2BitLanes(at(wp, 48), xp, 1, scb, three, nil, nil)
+	switch mode {
+	case q2KVec:
+		VPADDD(s1, s0, s0)
+		VCVTDQ2PS(s0, s0)
+		d := YMM()
+		VBROADCASTSS(h, d)
+		VFMADD231PS(s0, d, acc)
+	case q2KRepack:
+		VPADDD(s1, s0, s0)
+		sum := hsumInt(s0)
+		VCVTDQ2PS(sum, sum)
+		VFMADD231SS(h, sum, acc.AsX())
+		m := hsumInt(mw)
+		VCVTDQ2PS(m, m)
+		VFMADD231SS(dmin, m, accm)
+	case q2KRepackGemm:
+		// [sum half 0, sum half 1, min half 0, min half 1] by a VPHADDD tree (the int32 sums
+		// are exact in any order), then the fused multiply-adds in half order.
+		VPHADDD(s1, s0, s0)
+		a := XMM()
+		VEXTRACTI128(U8(1), s0, a)
+		VPADDD(s0.AsX(), a, a)
+		b := XMM()
+		VEXTRACTI128(U8(1), mw, b)
+		VPHADDD(b, mw.AsX(), b)
+		VPHADDD(b, a, a)
+		VCVTDQ2PS(a, a)
+		t := XMM()
+		VFMADD231SS(h, a, acc.AsX())
+		VMOVHLPS(a, a, t)
+		VFMADD231SS(dmin, t, accm)
+		VMOVSHDUP(a, t)
+		VFMADD231SS(h, t, acc.AsX())
+		VMOVHLPS(a, a, t)
+		VMOVSHDUP(t, t)
+		VFMADD231SS(dmin, t, accm)
+	}
+	loopEnd(nb, []Register{wp, xp}, []int{84, 292})
+	if mode == q2KVec {
+		finish32(acc)
+		return
+	}
+	r := acc.AsX()
+	VSUBSS(accm, r, r)
+	storeRet(r)
+	VZEROUPPER()
+	RET()
+}
+
+// The float kernels: quant's x86F32Vec, x86F32Gemm, x86F16Vec, x86F16Gemm, x86BF16Vec and
+// x86BF16Gemm. Their 16-lane accumulators (AVX-512 registers in llama.cpp's zen4 build) are
+// pairs of YMM registers, lanes 0..7 and 8..15: every lane sees the same fused multiply-adds,
+// and _mm512_reduce_add_ps (quant's hsum16) adds the upper eight lanes to the lower eight
+// before hsum_float_8.
+
+type floatKind int
+
+const (
+	kindF32 floatKind = iota
+	kindF16
+)
+
+func (k floatKind) size() int {
+	if k == kindF32 {
+		return 4
+	}
+	return 2
+}
+
+// fma8 fuses the products of the 8 elements of w and x from element e into acc.
+func fma8(k floatKind, wp, xp Register, e int, acc VecVirtual) {
+	a := YMM()
+	if k == kindF32 {
+		VMOVUPS(at(wp, 4*e), a)
+		VFMADD231PS(at(xp, 4*e), a, acc)
+		return
+	}
+	b := YMM()
+	VCVTPH2PS(at(wp, 2*e), a)
+	VCVTPH2PS(at(xp, 2*e), b)
+	VFMADD231PS(b, a, acc)
+}
+
+// hsum16 is _mm512_reduce_add_ps of the 16 lanes lo, hi: hi+lo, then hsum_float_8.
+func hsum16(lo, hi VecVirtual) VecVirtual {
+	VADDPS(hi, lo, lo)
+	return hsum8(lo)
+}
+
+// floatSig declares a float kernel over n elements of w and x.
+func floatSig(name, doc string) (wp, xp, n Register) {
+	TEXT(name, NOSPLIT, "func(w, x []byte, n int) float32")
+	Pragma("noescape")
+	Doc(strings.Split(doc, "\n")...)
+	wp = Load(Param("w").Base(), GP64())
+	xp = Load(Param("x").Base(), GP64())
+	n = Load(Param("n"), GP64())
+	return
+}
+
+func zeros(k int) []VecVirtual {
+	v := make([]VecVirtual, k)
+	for i := range v {
+		v[i] = YMM()
+		VXORPS(v[i], v[i], v[i])
+	}
+	return v
+}
+
+// floatLoop runs body over n/step steps, advancing wp and xp by stride bytes each.
+func floatLoop(label string, n Register, step, stride int, wp, xp Register, body func()) {
+	c := GP64()
+	MOVQ(n, c)
+	SHRQ(U8(uint8(bitsOf(step))), c)
+	JZ(LabelRef(label + "done"))
+	Label(label)
+	body()
+	ADDQ(U32(stride), wp)
+	ADDQ(U32(stride), xp)
+	DECQ(c)
+	JNZ(LabelRef(label))
+	Label(label + "done")
+}
+
+func bitsOf(step int) int {
+	b := 0
+	for 1<<b < step {
+		b++
+	}
+	if 1<<b != step {
+		panic("step")
+	}
+	return b
+}
+
+func floats() {
+	for _, k := range []floatKind{kindF32, kindF16} {
+		name, typ := "f32", "F32"
+		if k == kindF16 {
+			name, typ = "f16", "F16"
+		}
+		floatVec(k, name+"VecAVX2", name+"VecAVX2 is quant's x86"+typ+"Vec (ggml_vec_dot_"+name+", AVX-512) over n elements of w and x.")
+		floatGemm(k, name+"GemmAVX2", name+"GemmAVX2 is quant's x86"+typ+"Gemm (tinyBLAS, AVX-512) over n elements of w and x, n a\n"+
+			"multiple of 16.")
+	}
+	bf16Vec()
+	bf16Gemm()
+}
+
+func floatGemm(k floatKind, name, doc string) {
+	wp, xp, n := floatSig(name, doc)
+	acc := zeros(2)
+	floatLoop("loop", n, 16, 16*k.size(), wp, xp, func() {
+		prefetch(wp, 16*k.size())
+		fma8(k, wp, xp, 0, acc[0])
+		fma8(k, wp, xp, 8, acc[1])
+	})
+	storeRet(hsum16(acc[0], acc[1]))
+	VZEROUPPER()
+	RET()
+}
+
+// floatVec is ggml_vec_dot_f32/f16: four 16-lane accumulators over steps of 64 elements,
+// folded 0+2, 1+3, 0+1 and reduced; then the rest. F32: the products of the elements up to
+// the last multiple of 8 rounded and added one by one, the remaining ones fused. F16: the
+// reduced sum and the rest's rounded products added in float64.
+func floatVec(k floatKind, name, doc string) {
+	wp, xp, n := floatSig(name, doc)
+	acc := zeros(8) // accumulator j: acc[2j] lanes 0..7, acc[2j+1] lanes 8..15
+	floatLoop("loop", n, 64, 64*k.size(), wp, xp, func() {
+		prefetch(wp, 64*k.size())
+		for i := 0; i < 8; i++ {
+			fma8(k, wp, xp, 8*i, acc[i])
+		}
+	})
+	for h := 0; h < 2; h++ {
+		VADDPS(acc[4+h], acc[h], acc[h])
+		VADDPS(acc[6+h], acc[2+h], acc[2+h])
+		VADDPS(acc[2+h], acc[h], acc[h])
+	}
+	sum := hsum16(acc[0], acc[1])
+	rem := GP64()
+	MOVQ(n, rem)
+	ANDQ(U8(63), rem)
+	a := XMM()
+	if k == kindF32 {
+		r8 := GP64()
+		MOVQ(rem, r8)
+		ANDQ(U8(7), rem)
+		SHRQ(U8(3), r8)
+		SHLQ(U8(3), r8)
+		JZ(LabelRef("fused"))
+		Label("rounded")
+		VMOVSS(at(wp, 0), a)
+		VMULSS(at(xp, 0), a, a)
+		VADDSS(a, sum, sum)
+		ADDQ(U8(4), wp)
+		ADDQ(U8(4), xp)
+		DECQ(r8)
+		JNZ(LabelRef("rounded"))
+		Label("fused")
+		TESTQ(rem, rem)
+		JZ(LabelRef("ret"))
+		Label("fusedloop")
+		VMOVSS(at(wp, 0), a)
+		VFMADD231SS(at(xp, 0), a, sum)
+		ADDQ(U8(4), wp)
+		ADDQ(U8(4), xp)
+		DECQ(rem)
+		JNZ(LabelRef("fusedloop"))
+		Label("ret")
+		storeRet(sum)
+		VZEROUPPER()
+		RET()
+		return
+	}
+	sd := XMM()
+	VCVTSS2SD(sum, sd, sd)
+	TESTQ(rem, rem)
+	JZ(LabelRef("ret"))
+	b := XMM()
+	Label("tail")
+	halfAt(at(wp, 0), a)
+	halfAt(at(xp, 0), b)
+	VMULSS(b, a, a)
+	VCVTSS2SD(a, a, a)
+	VADDSD(a, sd, sd)
+	ADDQ(U8(2), wp)
+	ADDQ(U8(2), xp)
+	DECQ(rem)
+	JNZ(LabelRef("tail"))
+	Label("ret")
+	VCVTSD2SS(sd, sd, sd)
+	storeRet(sd)
+	VZEROUPPER()
+	RET()
+}
+
+// halfAt widens the fp16 at m into the low lane of dst.
+func halfAt(m Mem, dst VecVirtual) {
+	g := GP32()
+	MOVWLZX(m, g)
+	VMOVD(g, dst)
+	VCVTPH2PS(dst, dst)
+}
+
+// The BF16 kernels reproduce VDPBF16PS (AVX512-BF16) as quant's dpbf16 describes it: per
+// float32 lane, the odd bfloat16 pair then the even one fused into the accumulator, inputs
+// with a zero exponent read as zero and results with a zero exponent flushed to zero, signs
+// kept.
+
+// dazW zeroes (keeping the sign) the bfloat16 words of v whose exponent is zero.
+func dazW(v, zero, expW, absW VecVirtual) {
+	m := YMM()
+	VPAND(expW, v, m)
+	VPCMPEQW(zero, m, m)
+	VPAND(absW, m, m)
+	VPANDN(v, m, v)
+}
+
+// ftzD flushes (keeping the sign) the float32 lanes of v whose exponent is zero.
+func ftzD(v, zero, expD, absD VecVirtual) {
+	m := YMM()
+	VPAND(expD, v, m)
+	VPCMPEQD(zero, m, m)
+	VPAND(absD, m, m)
+	VPANDN(v, m, v)
+}
+
+type bf16Consts struct{ zero, expW, absW, expD, absD, high VecVirtual }
+
+func loadBF16Consts() bf16Consts {
+	var c bf16Consts
+	c.zero = YMM()
+	VPXOR(c.zero, c.zero, c.zero)
+	c.expW, c.absW, c.expD, c.absD, c.high = load(cExpW), load(cAbsW), load(cExpD), load(cAbsD), load(cHighW)
+	return c
+}
+
+// dpbf16 is VDPBF16PS of the 16 bfloat16 pairs at wm and xm into the 8 lanes of acc.
+func dpbf16(wm, xm Mem, acc VecVirtual, c bf16Consts) {
+	w, x := YMM(), YMM()
+	VMOVDQU(wm, w)
+	VMOVDQU(xm, x)
+	dazW(w, c.zero, c.expW, c.absW)
+	dazW(x, c.zero, c.expW, c.absW)
+	wo, xo := YMM(), YMM()
+	VPAND(c.high, w, wo)
+	VPAND(c.high, x, xo)
+	VFMADD231PS(xo, wo, acc)
+	ftzD(acc, c.zero, c.expD, c.absD)
+	VPSLLD(U8(16), w, w)
+	VPSLLD(U8(16), x, x)
+	VFMADD231PS(x, w, acc)
+	ftzD(acc, c.zero, c.expD, c.absD)
+}
+
+func bf16Gemm() {
+	wp, xp, n := floatSig("bf16GemmAVX2", "bf16GemmAVX2 is quant's x86BF16Gemm (tinyBLAS with AVX512-BF16) over n elements of w and x,\n"+
+		"n a multiple of 32: lane l of 16 takes the pair 2l, 2l+1 of every 32 elements.")
+	c := loadBF16Consts()
+	acc := zeros(2)
+	floatLoop("loop", n, 32, 64, wp, xp, func() {
+		prefetch(wp, 64)
+		dpbf16(at(wp, 0), at(xp, 0), acc[0], c)
+		dpbf16(at(wp, 32), at(xp, 32), acc[1], c)
+	})
+	storeRet(hsum16(acc[0], acc[1]))
+	VZEROUPPER()
+	RET()
+}
+
+func bf16Vec() {
+	wp, xp, n := floatSig("bf16VecAVX2", "bf16VecAVX2 is quant's x86BF16Vec (ggml_vec_dot_bf16 with AVX512-BF16) over n elements of w\n"+
+		"and x: two sets of 16 VDPBF16PS lanes for the halves of every 64 elements, each reduced\n"+
+		"and added in float64, then the remaining products (float32) added in float64.")
+	c := loadBF16Consts()
+	acc := zeros(4)
+	floatLoop("loop", n, 64, 128, wp, xp, func() {
+		prefetch(wp, 128)
+		for i := 0; i < 4; i++ {
+			dpbf16(at(wp, 32*i), at(xp, 32*i), acc[i], c)
+		}
+	})
+	s0 := hsum16(acc[0], acc[1])
+	s1 := hsum16(acc[2], acc[3])
+	sd, t := XMM(), XMM()
+	VCVTSS2SD(s0, sd, sd)
+	VCVTSS2SD(s1, t, t)
+	VADDSD(t, sd, sd)
+	rem := GP64()
+	MOVQ(n, rem)
+	ANDQ(U8(63), rem)
+	JZ(LabelRef("ret"))
+	a, b := XMM(), XMM()
+	g := GP32()
+	Label("tail")
+	MOVWLZX(at(wp, 0), g)
+	SHLL(U8(16), g)
+	VMOVD(g, a)
+	MOVWLZX(at(xp, 0), g)
+	SHLL(U8(16), g)
+	VMOVD(g, b)
+	VMULSS(b, a, a)
+	VCVTSS2SD(a, a, a)
+	VADDSD(a, sd, sd)
+	ADDQ(U8(2), wp)
+	ADDQ(U8(2), xp)
+	DECQ(rem)
+	JNZ(LabelRef("tail"))
+	Label("ret")
+	VCVTSD2SS(sd, sd, sd)
+	storeRet(sd)
+	VZEROUPPER()
+	RET()
 }
