@@ -6,6 +6,10 @@ import "math"
 // __expf_fma variants its ifuncs pick on any AVX2 machine), which llama.cpp's rope and scalar
 // SiLU/softmax call. They are not correctly rounded: near a rounding boundary they can differ
 // by one unit in the last place from float32(math.Sin(x)) and float32(math.Exp(x)).
+//
+// Matching their rounding needs their polynomials: the coefficients and tables below are those
+// of Arm's optimized-routines (MIT OR Apache-2.0 WITH LLVM-exception), which glibc ships as
+// sysdeps/ieee754/flt-32 and whose copyright stays with Arm Limited.
 
 var (
 	sincosfTable = [2][14]float64{}
