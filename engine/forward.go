@@ -27,7 +27,7 @@ func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, all bool) 
 			models.RMSNorm(xn[t*d:(t+1)*d], x[t*d:(t+1)*d], l.AttnNorm, c.NormEps)
 		}
 		l.Attn.Forward(b, &kv.Layers[i], xn, T, pos0, tmp)
-		addTo(x, tmp)
+		models.AddTo(x, tmp)
 		for t := 0; t < T; t++ {
 			models.RMSNorm(xn[t*d:(t+1)*d], x[t*d:(t+1)*d], l.FFNNorm, c.NormEps)
 		}
@@ -36,7 +36,7 @@ func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, all bool) 
 		} else {
 			m.ffn(l.Dense, xn, T, tmp)
 		}
-		addTo(x, tmp)
+		models.AddTo(x, tmp)
 	}
 	rows := x
 	if !all {
@@ -68,11 +68,4 @@ func (m *Model) swiglu(matMul func(quant.Matrix, []float32, int, []float32), f *
 		models.SwiGLU(g[t*nff:(t+1)*nff], g[t*nff:(t+1)*nff], u[t*nff:(t+1)*nff])
 	}
 	matMul(f.Down, g, T, out)
-}
-
-func addTo(dst, src []float32) {
-	src = src[:len(dst)]
-	for i := range dst {
-		dst[i] += src[i]
-	}
 }

@@ -141,7 +141,7 @@ func weightedSum(w []float32, dim int, batched bool, row func(p int, v []float32
 
 func addBias(x, b []float32) {
 	if b != nil {
-		addTo(x, b)
+		AddTo(x, b)
 	}
 }
 

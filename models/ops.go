@@ -51,8 +51,8 @@ func roundF16(x []float32) {
 	}
 }
 
-// addTo adds src to dst element-wise.
-func addTo(dst, src []float32) {
+// AddTo adds src to dst element-wise (the residual connections).
+func AddTo(dst, src []float32) {
 	src = src[:len(dst)]
 	for i := range dst {
 		dst[i] += src[i]

@@ -90,7 +90,7 @@ func softmax(x []float32, padded bool) {
 			x[i+l] = e
 			lanes[l] = e
 		}
-		sum += float64(hsum16(&lanes))
+		sum += float64(quant.HSum16(&lanes))
 	}
 	for ; i < n; i++ {
 		e := expf(x[i] - maxv)
@@ -101,14 +101,4 @@ func softmax(x []float32, padded bool) {
 	for i := range x {
 		x[i] *= inv
 	}
-}
-
-// hsum16 is GCC's _mm512_reduce_add_ps (as quant's): halves of 8, then 4, then 2, then 1.
-func hsum16(a *[16]float32) float32 {
-	var t [8]float32
-	for i := range t {
-		t[i] = a[i+8] + a[i]
-	}
-	u0, u1, u2, u3 := t[4]+t[0], t[5]+t[1], t[6]+t[2], t[7]+t[3]
-	return (u0 + u2) + (u1 + u3)
 }

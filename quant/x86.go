@@ -73,8 +73,9 @@ func hsum8(a *[8]float32) float32 {
 	return (v0 + v2) + (v1 + v3)
 }
 
-// hsum16 is GCC's _mm512_reduce_add_ps: halves of 8, then 4, then 2, then 1.
-func hsum16(a *[16]float32) float32 {
+// HSum16 adds 16 lanes in the order of GCC's _mm512_reduce_add_ps (halves of 8, then 4, then
+// 2, then 1), which ggml's AVX-512 kernels end with; package models needs the same order.
+func HSum16(a *[16]float32) float32 {
 	var t [8]float32
 	for i := range t {
 		t[i] = a[i+8] + a[i]
@@ -547,7 +548,7 @@ func DotF32Lanes16(a, b []float32) float32 {
 	for i := 0; i+16 <= len(a); i += 16 {
 		lanes16(&acc, (*[16]float32)(a[i:]), (*[16]float32)(b[i:]))
 	}
-	return hsum16(&acc)
+	return HSum16(&acc)
 }
 
 func lanes16(acc, x, y *[16]float32) {
@@ -595,7 +596,7 @@ func (v *vecF32) finish(a, b []float32) float32 {
 	for r := 0; r < 16; r++ {
 		acc[0][r] += acc[1][r]
 	}
-	sum := hsum16(&acc[0])
+	sum := HSum16(&acc[0])
 	n, i := len(a), 0
 	for ; n-i >= 16; i += 16 {
 		for k := i; k < i+16; k++ {
@@ -635,7 +636,7 @@ func x86F32Gemm(n int, w, x []byte) float32 {
 		f32s(b[:], x[4*i:])
 		lanes16(&acc, &a, &b)
 	}
-	return hsum16(&acc)
+	return HSum16(&acc)
 }
 
 func x86F32Vec(n int, w, x []byte) float32 {
@@ -666,7 +667,7 @@ func x86F16Gemm(n int, w, x []byte) float32 {
 		}
 		lanes16(&acc, &a, &b)
 	}
-	return hsum16(&acc)
+	return HSum16(&acc)
 }
 
 // x86F16Vec is ggml_vec_dot_f16 on AVX-512 without AVX512-FP16: the steps of 64 as
@@ -725,7 +726,7 @@ func x86BF16Gemm(n int, w, x []byte) float32 {
 			acc[l] = dpbf16(acc[l], w[k:], x[k:])
 		}
 	}
-	return hsum16(&acc)
+	return HSum16(&acc)
 }
 
 // x86BF16Vec is ggml_vec_dot_bf16 with AVX512-BF16: two sets of VDPBF16PS lanes for the two
@@ -742,8 +743,8 @@ func x86BF16Vec(n int, w, x []byte) float32 {
 			}
 		}
 	}
-	sum := float64(hsum16(&c[0]))
-	sum += float64(hsum16(&c[1]))
+	sum := float64(HSum16(&c[0]))
+	sum += float64(HSum16(&c[1]))
 	for ; i < n; i++ {
 		sum += float64(BF16ToFP32(binary.LittleEndian.Uint16(w[2*i:])) * BF16ToFP32(binary.LittleEndian.Uint16(x[2*i:])))
 	}

@@ -56,7 +56,7 @@ func TestHsumOrders(t *testing.T) {
 		h[i] = b[i+8] + b[i]
 	}
 	want := ((h[4] + h[0]) + (h[6] + h[2])) + ((h[5] + h[1]) + (h[7] + h[3]))
-	if got := hsum16(&b); got != want {
+	if got := HSum16(&b); got != want {
 		t.Errorf("hsum16 = %g, want %g", got, want)
 	}
 }
