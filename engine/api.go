@@ -118,7 +118,14 @@ type Info struct {
 	// TensorTypeBytes sums bytes by ggml type name.
 	TensorTypeBytes map[string]int64
 	ChatTemplate    string
+	// ChatStop are stop strings the model's file asks chats to use (GGUF key
+	// general.commit_run.chat_stop), for models that never learnt to emit EOS; Session.Chat
+	// adds them to GenerateOptions.Stop.
+	ChatStop []string
 }
+
+// KeyChatStop is the GGUF key of Info.ChatStop: an array of strings.
+const KeyChatStop = "general.commit_run.chat_stop"
 
 // PerplexityResult is the outcome of Model.Perplexity.
 type PerplexityResult struct {

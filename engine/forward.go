@@ -7,8 +7,9 @@ import (
 
 // forward runs T tokens at positions pos0.. through the model, appending to kv, and returns
 // the logits of the last token, or of every token when all is set (T rows of n_vocab).
+// obs, when not nil, sees every MoE layer's routing.
 // The caller holds m.mu for reading and has checked that the positions fit the cache.
-func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, all bool) []float32 {
+func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, all bool, obs RouteObserver) []float32 {
 	a := m.arch
 	c := a.Config
 	d := c.Embd
@@ -32,7 +33,14 @@ func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, all bool) 
 			models.RMSNorm(xn[t*d:(t+1)*d], x[t*d:(t+1)*d], l.FFNNorm, c.NormEps)
 		}
 		if l.MoE != nil {
-			m.moe(l.MoE, xn, T, tmp)
+			var ev *RouteEvent
+			if obs != nil {
+				ev = &RouteEvent{Layer: i, Pos0: pos0, Tokens: T}
+			}
+			m.moe(l.MoE, xn, T, tmp, ev)
+			if ev != nil {
+				obs(ev)
+			}
 		} else {
 			m.ffn(l.Dense, xn, T, tmp)
 		}

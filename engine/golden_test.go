@@ -2,7 +2,10 @@ package engine_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -37,19 +40,7 @@ func TestGolden(t *testing.T) {
 }
 
 func checkGolden(t *testing.T, fx *fixture.Fixture) {
-	spec, err := synth.GoldenSpec(fx.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), fx.Name+".gguf")
-	sum, err := synth.WriteFile(spec, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if sum != fx.SHA256 {
-		t.Fatalf("regenerated %s has sha256 %s, but the fixture was made from %s: the generator changed "+
-			"(regenerate the fixtures with tools/golden/regen.sh) or this platform computes it differently", fx.Name, sum, fx.SHA256)
-	}
+	path := goldenModel(t, fx)
 
 	m, err := engine.Open(path, engine.Options{Threads: fx.Generator.Threads, KVType: "f32"})
 	if err != nil {
@@ -164,4 +155,37 @@ func topWith(p []float64, k int) []string {
 		out = append(out, fmt.Sprintf("%d:%.4f", id, p[id]))
 	}
 	return out
+}
+
+// goldenModel returns the model file a fixture was made from: the committed file of a bundled
+// model, or the synth model regenerated into a temporary directory. Either way its hash must be
+// the fixture's.
+func goldenModel(t *testing.T, fx *fixture.Fixture) string {
+	t.Helper()
+	if fx.Model != "" {
+		path := filepath.Join("..", filepath.FromSlash(fx.Model))
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("fixture %s: %v", fx.Name, err)
+		}
+		if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != fx.SHA256 {
+			t.Fatalf("%s has sha256 %x, but the fixture was made from %s: the model changed "+
+				"(regenerate its fixture with tools/tinymoe/golden.sh)", fx.Model, sum, fx.SHA256)
+		}
+		return path
+	}
+	spec, err := synth.GoldenSpec(fx.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), fx.Name+".gguf")
+	sum, err := synth.WriteFile(spec, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum != fx.SHA256 {
+		t.Fatalf("regenerated %s has sha256 %s, but the fixture was made from %s: the generator changed "+
+			"(regenerate the fixtures with tools/golden/regen.sh) or this platform computes it differently", fx.Name, sum, fx.SHA256)
+	}
+	return path
 }

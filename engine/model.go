@@ -108,6 +108,7 @@ func describe(f *models.File, m *models.Model) Info {
 		Experts: c.Experts, ExpertsUsed: c.ExpertsUsed, SharedExperts: c.Shared, ExpertFFN: c.ExpertFFN,
 		TensorTypes: map[string]int{}, TensorTypeBytes: map[string]int64{},
 		ChatTemplate: f.KV.String("tokenizer.chat_template"),
+		ChatStop:     f.KV.Strings(KeyChatStop),
 	}
 	for _, l := range m.Layers {
 		if l.MoE != nil && l.MoE.Shared != nil && info.SharedExperts == 0 {

@@ -91,8 +91,9 @@ func topK(v []float32, k int) []int {
 
 // moe runs a mixture-of-experts block on T rows of x into out. Tokens are grouped by expert
 // so that each chosen expert's weights are read once per batch; each token's expert outputs
-// are then summed in its top-k order, as llama.cpp sums them.
-func (m *Model) moe(moe *models.MoE, x []float32, T int, out []float32) {
+// are then summed in its top-k order, as llama.cpp sums them. When ev is not nil it is filled
+// with the routing decision.
+func (m *Model) moe(moe *models.MoE, x []float32, T int, out []float32, ev *RouteEvent) {
 	d := m.arch.Config.Embd
 	logits := make([]float32, T*moe.Experts)
 	m.dev.MatMul(moe.Router.Matrix(), x, T, logits)
@@ -102,6 +103,16 @@ func (m *Model) moe(moe *models.MoE, x []float32, T int, out []float32) {
 		routes[t] = route(moe, logits[t*moe.Experts:(t+1)*moe.Experts])
 		for k, e := range routes[t].experts {
 			byExpert[e] = append(byExpert[e], t*moe.Used+k)
+		}
+	}
+	if ev != nil {
+		ev.Experts, ev.Used = moe.Experts, moe.Used
+		ev.Input, ev.Logits = x[:T*d], logits
+		ev.Selected = make([]int, 0, T*moe.Used)
+		ev.Weights = make([]float32, 0, T*moe.Used)
+		for _, r := range routes {
+			ev.Selected = append(ev.Selected, r.experts...)
+			ev.Weights = append(ev.Weights, r.weights...)
 		}
 	}
 	ys := make([]float32, T*moe.Used*d)

@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/commit-run/commit-run/models"
 	"github.com/commit-run/commit-run/tokenizer"
@@ -20,6 +20,15 @@ type Session struct {
 	kv     *models.KVCache
 	tokens []int32 // the tokens whose keys and values are in kv
 	closed bool
+	route  RouteObserver
+}
+
+// ObserveRouting makes every later forward pass of the session report each MoE layer's
+// routing to obs (nil stops it). obs runs on the session's goroutine, inside the pass.
+func (s *Session) ObserveRouting(obs RouteObserver) {
+	s.mu.Lock()
+	s.route = obs
+	s.mu.Unlock()
 }
 
 // prefillBatch bounds the tokens evaluated in one forward pass, which bounds the activation
@@ -86,7 +95,7 @@ func (s *Session) eval(ctx context.Context, tokens []int32, all bool) ([]float32
 			s.m.mu.RUnlock()
 			return nil, ErrClosed
 		}
-		logits := s.m.forward(s.kv, batch, len(s.tokens), all)
+		logits := s.m.forward(s.kv, batch, len(s.tokens), all, s.route)
 		s.m.mu.RUnlock()
 		s.tokens = append(s.tokens, batch...)
 		tokens = tokens[n:]
@@ -241,36 +250,30 @@ func (s *Session) Chat(ctx context.Context, msgs []Message, opts GenerateOptions
 	if err != nil {
 		return Result{}, err
 	}
+	if stops := s.m.info.ChatStop; len(stops) > 0 {
+		opts.Stop = append(slices.Clip(opts.Stop), stops...)
+	}
 	return s.Generate(ctx, ids, opts)
 }
 
 // Perplexity scores text in consecutive windows of window tokens (0 = the context length),
 // each evaluated from an empty cache; every token but a window's first is predicted.
 func (m *Model) Perplexity(ctx context.Context, text string, window int) (PerplexityResult, error) {
-	if window < 0 || window == 1 {
-		return PerplexityResult{}, fmt.Errorf("window %d: want 0 (context length) or at least 2", window)
-	}
-	if window == 0 || window > m.nctx {
-		window = m.nctx
-	}
-	if !utf8.ValidString(text) {
-		return PerplexityResult{}, fmt.Errorf("text is not valid UTF-8")
-	}
-	ids, err := m.tok.Encode(text, false, false)
+	ids, window, err := m.windowed(text, window)
 	if err != nil {
 		return PerplexityResult{}, err
-	}
-	if len(ids) < 2 {
-		return PerplexityResult{}, fmt.Errorf("text has %d tokens; need at least 2 to score", len(ids))
 	}
 	s, err := m.NewSession()
 	if err != nil {
 		return PerplexityResult{}, err
 	}
 	defer s.Close()
+	// Bits per byte count the bytes of the scored tokens only: a window's first token is
+	// context, not prediction.
 	res := PerplexityResult{Bytes: len(text)}
 	for start := 0; start+1 < len(ids); start += window {
 		win := ids[start:min(start+window, len(ids))]
+		res.Bytes -= len(m.tok.Detokenize(win[:1], false, false))
 		err := s.Probs(ctx, win, func(pos int, p []float32) error {
 			if pos+1 < len(win) {
 				res.NLL -= math.Log(math.Max(float64(p[win[pos+1]]), 1e-30))

@@ -759,3 +759,20 @@ func splitDigitGroups(cpts []rune, pieces []int) []int {
 		}
 	})
 }
+
+// PreTokenize splits text the way a byte-level BPE vocabulary with
+// tokenizer.ggml.pre = pre splits it before merging, and returns the pieces
+// byte-level encoded (a space as "Ġ", a newline as "Ċ"). Tools that train a
+// BPE vocabulary use it so that their merges are learnt on exactly the pieces
+// this package and llama.cpp will later merge.
+func PreTokenize(pre, text string) ([]string, error) {
+	info, ok := preTypes[pre]
+	if !ok {
+		return nil, fmt.Errorf("tokenizer: unknown pre-tokenizer %q", pre)
+	}
+	p, err := compilePre(info.set)
+	if err != nil {
+		return nil, err
+	}
+	return p.split(text)
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -39,11 +40,21 @@ type inspectJSON struct {
 }
 
 func (a *app) inspectCmd() *cobra.Command {
-	var asJSON bool
+	var (
+		asJSON   bool
+		routing  bool
+		textFile string
+		window   int
+	)
 	cmd := &cobra.Command{
 		Use:   "inspect [FILE]",
 		Short: "Describe a GGUF model: shape, experts, parameters and weight bytes (FILE defaults to -m)",
-		Args:  cobra.MaximumNArgs(1),
+		Long: "inspect describes a GGUF model without loading its weights.\n" +
+			"With --routing it runs the model over --text and reports, per MoE layer, the expert load\n" +
+			"(busiest expert over the mean, balancedness = mean/max) and the router's certainty: the KL\n" +
+			"divergence of the router softmax from uniform, in nats (0 = no preference, ln(experts) = certain).",
+		Example: "  commit-run inspect --routing --text models/testdata/war-and-peace-heldout.txt",
+		Args:    cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			path := a.modelPath
 			if len(args) == 1 {
@@ -51,6 +62,16 @@ func (a *app) inspectCmd() *cobra.Command {
 			}
 			if err := a.checkModelPath(path); err != nil {
 				return err
+			}
+			if routing || textFile != "" {
+				if !routing || textFile == "" {
+					return fmt.Errorf("inspect: --routing and --text FILE go together")
+				}
+				if window < 0 || window == 1 || window > maxCtx {
+					return fmt.Errorf("--window %d: want 0 (the context length) or 2 to %d", window, maxCtx)
+				}
+				a.modelPath = path
+				return a.inspectRouting(cmd, textFile, window, asJSON)
 			}
 			info, err := engine.Inspect(path)
 			if err != nil {
@@ -62,8 +83,90 @@ func (a *app) inspectCmd() *cobra.Command {
 			return printInfo(a.stdout, info)
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
+	f := cmd.Flags()
+	f.BoolVar(&asJSON, "json", false, "print one JSON object")
+	f.BoolVar(&routing, "routing", false, "run the model over --text and report expert load and router certainty per layer")
+	f.StringVar(&textFile, "text", "", "UTF-8 text `FILE` for --routing (- for stdin)")
+	f.IntVar(&window, "window", 0, "tokens per evaluation window for --routing (0 = the context length)")
 	return cmd
+}
+
+// routingJSON is the --routing --json output.
+type routingJSON struct {
+	Tokens int                `json:"tokens"`
+	Layers []layerRoutingJSON `json:"layers"`
+}
+
+type layerRoutingJSON struct {
+	Layer        int     `json:"layer"`
+	Experts      int     `json:"experts"`
+	Used         int     `json:"experts_used"`
+	Tokens       int     `json:"tokens"`
+	Load         []int   `json:"load"`
+	MaxOverMean  float64 `json:"max_over_mean"`
+	Balancedness float64 `json:"balancedness"`
+	KLMean       float64 `json:"kl_mean"`
+	KLStd        float64 `json:"kl_std"`
+	KLP10        float64 `json:"kl_p10"`
+	KLP50        float64 `json:"kl_p50"`
+	KLP90        float64 `json:"kl_p90"`
+	KLMax        float64 `json:"kl_max"`
+}
+
+func (a *app) inspectRouting(cmd *cobra.Command, textFile string, window int, asJSON bool) error {
+	text, err := readText(textFile, a.stdin)
+	if err != nil {
+		return err
+	}
+	m, err := a.openModel()
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	r, err := m.Routing(cmd.Context(), string(text), window)
+	if err != nil {
+		return err
+	}
+	if len(r.Layers) == 0 {
+		return fmt.Errorf("inspect --routing: %s has no MoE layers", a.modelPath)
+	}
+	if asJSON {
+		out := routingJSON{Tokens: r.Tokens}
+		for _, l := range r.Layers {
+			out.Layers = append(out.Layers, layerRoutingJSON{Layer: l.Layer, Experts: l.Experts, Used: l.Used,
+				Tokens: l.Tokens, Load: l.Load, MaxOverMean: l.MaxOverMean, Balancedness: l.Balancedness,
+				KLMean: l.KLMean, KLStd: l.KLStd, KLP10: l.KLP10, KLP50: l.KLP50, KLP90: l.KLP90, KLMax: l.KLMax})
+		}
+		return writeJSON(a.stdout, out)
+	}
+	fmt.Fprintf(a.stdout, "routing over %d tokens; KL of the router softmax from uniform in nats (max ln %d = %.3f)\n",
+		r.Tokens, r.Layers[0].Experts, r.Layers[0].KLMax)
+	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "layer\texperts\tmax/mean\tbalance\tKL mean\tKL sd\tKL p10\tKL p50\tKL p90\tload per expert (x mean, busiest first)")
+	for _, l := range r.Layers {
+		fmt.Fprintf(tw, "%d\t%d top-%d\t%.2f\t%.2f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%s\n", l.Layer, l.Experts, l.Used,
+			l.MaxOverMean, l.Balancedness, l.KLMean, l.KLStd, l.KLP10, l.KLP50, l.KLP90, loadLine(l))
+	}
+	return tw.Flush()
+}
+
+// loadLine lists experts' loads relative to the mean, busiest first; long lists are cut.
+func loadLine(l engine.LayerRouting) string {
+	mean := float64(l.Tokens*l.Used) / float64(l.Experts)
+	loads := slices.Clone(l.Load)
+	slices.SortFunc(loads, func(x, y int) int { return cmp.Compare(y, x) })
+	var b strings.Builder
+	for i, n := range loads {
+		if i == 12 && len(loads) > 16 {
+			fmt.Fprintf(&b, " ... %.2f", float64(loads[len(loads)-1])/mean)
+			break
+		}
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%.2f", float64(n)/mean)
+	}
+	return b.String()
 }
 
 func toInspectJSON(in *engine.Info) inspectJSON {

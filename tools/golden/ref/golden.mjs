@@ -157,6 +157,7 @@ async function evaluate(entry, model, context, prompt) {
     return {
         format: 1,
         name: entry.name,
+        ...(entry.model ? {model: entry.model} : {}),
         arch: entry.arch,
         types: entry.types,
         sha256: entry.sha256,

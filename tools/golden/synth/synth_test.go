@@ -25,6 +25,9 @@ func TestFixturesMatchGenerator(t *testing.T) {
 	}
 	names := map[string]bool{}
 	for _, f := range fs {
+		if f.Model != "" {
+			continue // a committed model file, checked by its hash in the engine's golden test
+		}
 		names[f.Name] = true
 		s, err := GoldenSpec(f.Name)
 		if err != nil {

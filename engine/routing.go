@@ -1,0 +1,174 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"unicode/utf8"
+)
+
+// RouteEvent is one MoE layer's routing of a batch of tokens. The slices belong to the forward
+// pass and are valid only during the observer's call; copy what you keep.
+type RouteEvent struct {
+	Layer   int // block index
+	Pos0    int // position of the batch's first token
+	Tokens  int // tokens in the batch
+	Experts int // routed experts of the layer
+	Used    int // experts chosen per token (top-k)
+	// Input is the router's input, the normalised hidden state: Tokens rows of the embedding
+	// width.
+	Input []float32
+	// Logits are the router's raw outputs: Tokens rows of Experts.
+	Logits []float32
+	// Selected are the chosen experts, Tokens rows of Used in top-k order; Weights their
+	// mixing weights after the architecture's normalisation and scale.
+	Selected []int
+	Weights  []float32
+}
+
+// RouteObserver receives routing decisions; see Session.ObserveRouting.
+type RouteObserver func(*RouteEvent)
+
+// LayerRouting summarises one MoE layer's routing over a text.
+type LayerRouting struct {
+	Layer   int
+	Experts int
+	Used    int
+	Tokens  int
+	// Load counts how often each expert was chosen (Tokens*Used in all).
+	Load []int
+	// MaxOverMean is the busiest expert's load over the mean load (1 = perfectly balanced);
+	// Balancedness is its inverse, mean/max, as the expert-parallel literature defines it.
+	MaxOverMean  float64
+	Balancedness float64
+	// Router certainty: KL(softmax(router logits) || uniform) per token, in nats; 0 for a
+	// router that cannot tell experts apart, ln(Experts) for one that is certain.
+	KLMean, KLStd       float64
+	KLP10, KLP50, KLP90 float64
+	KLMax               float64 // ln(Experts)
+}
+
+// RoutingReport is the outcome of Model.Routing.
+type RoutingReport struct {
+	Tokens int // tokens evaluated
+	Layers []LayerRouting
+}
+
+// Routing evaluates text in consecutive windows of window tokens (0 = the context length), as
+// Perplexity does, and summarises every MoE layer's expert load and router certainty.
+func (m *Model) Routing(ctx context.Context, text string, window int) (RoutingReport, error) {
+	ids, window, err := m.windowed(text, window)
+	if err != nil {
+		return RoutingReport{}, err
+	}
+	s, err := m.NewSession()
+	if err != nil {
+		return RoutingReport{}, err
+	}
+	defer s.Close()
+
+	type acc struct {
+		load []int
+		kl   []float64
+		e, k int
+	}
+	layers := map[int]*acc{}
+	probs := []float64{}
+	s.ObserveRouting(func(ev *RouteEvent) {
+		a := layers[ev.Layer]
+		if a == nil {
+			a = &acc{load: make([]int, ev.Experts), e: ev.Experts, k: ev.Used}
+			layers[ev.Layer] = a
+		}
+		for _, e := range ev.Selected {
+			a.load[e]++
+		}
+		for t := 0; t < ev.Tokens; t++ {
+			if len(probs) < ev.Experts {
+				probs = make([]float64, ev.Experts)
+			}
+			a.kl = append(a.kl, klFromUniform(ev.Logits[t*ev.Experts:(t+1)*ev.Experts], probs[:ev.Experts]))
+		}
+	})
+	rep := RoutingReport{}
+	for start := 0; start < len(ids); start += window {
+		win := ids[start:min(start+window, len(ids))]
+		if err := s.Probs(ctx, win, func(int, []float32) error { return nil }); err != nil {
+			return rep, err
+		}
+		rep.Tokens += len(win)
+	}
+	keys := make([]int, 0, len(layers))
+	for l := range layers {
+		keys = append(keys, l)
+	}
+	slices.Sort(keys)
+	for _, l := range keys {
+		a := layers[l]
+		lr := LayerRouting{Layer: l, Experts: a.e, Used: a.k, Tokens: len(a.kl), Load: a.load, KLMax: math.Log(float64(a.e))}
+		busiest := slices.Max(a.load)
+		mean := float64(len(a.kl)*a.k) / float64(a.e)
+		if mean > 0 {
+			lr.MaxOverMean = float64(busiest) / mean
+			lr.Balancedness = mean / float64(busiest)
+		}
+		var sum, sq float64
+		for _, v := range a.kl {
+			sum += v
+			sq += v * v
+		}
+		n := float64(len(a.kl))
+		lr.KLMean = sum / n
+		lr.KLStd = math.Sqrt(max(0, sq/n-lr.KLMean*lr.KLMean))
+		sorted := slices.Clone(a.kl)
+		slices.Sort(sorted)
+		q := func(p float64) float64 { return sorted[min(len(sorted)-1, int(p*float64(len(sorted))))] }
+		lr.KLP10, lr.KLP50, lr.KLP90 = q(0.1), q(0.5), q(0.9)
+		rep.Layers = append(rep.Layers, lr)
+	}
+	return rep, nil
+}
+
+// klFromUniform is KL(softmax(logits) || uniform) = ln(n) - H(softmax(logits)), in float64;
+// p is scratch of len(logits).
+func klFromUniform(logits []float32, p []float64) float64 {
+	mx := math.Inf(-1)
+	for _, v := range logits {
+		mx = math.Max(mx, float64(v))
+	}
+	var z float64
+	for i, v := range logits {
+		p[i] = math.Exp(float64(v) - mx)
+		z += p[i]
+	}
+	h := 0.0
+	for i := range p {
+		if q := p[i] / z; q > 0 {
+			h -= q * math.Log(q)
+		}
+	}
+	return math.Log(float64(len(logits))) - h
+}
+
+// windowed validates an evaluation text and window and returns the text's tokens and the
+// window to use.
+func (m *Model) windowed(text string, window int) ([]int32, int, error) {
+	if window < 0 || window == 1 {
+		return nil, 0, fmt.Errorf("window %d: want 0 (context length) or at least 2", window)
+	}
+	if window == 0 || window > m.nctx {
+		window = m.nctx
+	}
+	if !utf8.ValidString(text) {
+		return nil, 0, fmt.Errorf("text is not valid UTF-8")
+	}
+	ids, err := m.tok.Encode(text, false, false)
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(ids) < 2 {
+		return nil, 0, fmt.Errorf("text has %d tokens; need at least 2", len(ids))
+	}
+	return ids, window, nil
+}
