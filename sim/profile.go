@@ -1,0 +1,196 @@
+package sim
+
+import (
+	"bytes"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// Profile is the data that describes one GPU to the simulator. All rates are per second and
+// all times are seconds.
+type Profile struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	// MemoryBytes is the device memory.
+	MemoryBytes int64 `json:"memory_bytes"`
+	// MemoryBandwidth is the public device-memory bandwidth in bytes/s.
+	MemoryBandwidth float64 `json:"memory_bandwidth"`
+	// PeakFLOPS is the public dense FP16 tensor-core rate with FP32 accumulate, in FLOP/s.
+	// GeForce cards run FP32 accumulate at half their FP16-accumulate rate, and FP32
+	// accumulate is what inference kernels use.
+	PeakFLOPS float64 `json:"peak_flops"`
+	// PCIeBandwidth is the link's theoretical host-to-device rate in bytes/s.
+	PCIeBandwidth float64 `json:"pcie_bandwidth"`
+	// PCIeEffective is the measured pinned host-to-device rate in bytes/s (bandwidthTest,
+	// nvbandwidth). Copies are priced with it, not with PCIeBandwidth.
+	PCIeEffective float64 `json:"pcie_effective"`
+	// CopyLatency is the fixed cost of one host-to-device copy.
+	CopyLatency float64 `json:"copy_latency"`
+	// LaunchOverhead is the fixed cost of one kernel.
+	LaunchOverhead float64 `json:"launch_overhead"`
+	// Sources says where each number comes from.
+	Sources []string `json:"sources"`
+	// Calibrated is false until the profile was compared against a real GPU run.
+	Calibrated bool `json:"calibrated"`
+}
+
+// Bounds beyond which a number is a typo (a unit slip of 1e3 or more), not a GPU.
+const (
+	maxMemoryBytes = 16 << 40 // 16 TiB
+	maxBandwidth   = 100e12   // 100 TB/s
+	maxFLOPS       = 1e18     // 1 EFLOP/s
+	maxLatency     = 1.0      // one second per op
+)
+
+//go:embed profiles/*.json
+var embedded embed.FS
+
+// Profiles lists the names of the embedded profiles, sorted.
+func Profiles() []string {
+	// Cannot fail: go:embed refuses to build when the pattern matches nothing.
+	entries, _ := fs.ReadDir(embedded, "profiles")
+	var names []string
+	for _, e := range entries {
+		if n, ok := strings.CutSuffix(e.Name(), ".json"); ok && !e.IsDir() {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
+// LoadProfile returns a validated profile. A plain name (no path separator, no .json suffix)
+// is looked up among the embedded profiles; anything else is read as a JSON file, so users
+// can describe their own card.
+func LoadProfile(name string) (*Profile, error) {
+	if isPath(name) {
+		data, err := os.ReadFile(name)
+		if err != nil {
+			return nil, fmt.Errorf("read profile file: %w", err)
+		}
+		p, err := parseProfile(data)
+		if err != nil {
+			return nil, fmt.Errorf("profile file %s: %w", name, err)
+		}
+		return p, nil
+	}
+	data, err := embedded.ReadFile(path.Join("profiles", name+".json"))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("unknown GPU profile %q (known: %s; or give the path of a .json file)",
+				name, strings.Join(Profiles(), ", "))
+		}
+		return nil, fmt.Errorf("embedded profile %q: %w", name, err)
+	}
+	p, err := parseProfile(data)
+	if err != nil {
+		return nil, fmt.Errorf("embedded profile %q: %w", name, err)
+	}
+	if p.Name != name {
+		return nil, fmt.Errorf("embedded profile file %s.json names itself %q", name, p.Name)
+	}
+	return p, nil
+}
+
+func isPath(name string) bool {
+	return strings.ContainsRune(name, '/') || strings.ContainsRune(name, filepath.Separator) ||
+		strings.HasSuffix(name, ".json")
+}
+
+// parseProfile decodes exactly one JSON object and validates it. Unknown fields are errors
+// so that a misspelt key does not silently leave a rate at zero.
+func parseProfile(data []byte) (*Profile, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var p Profile
+	if err := dec.Decode(&p); err != nil {
+		return nil, fmt.Errorf("decode JSON: %w", err)
+	}
+	if err := dec.Decode(&struct{}{}); err != io.EOF {
+		return nil, errors.New("decode JSON: trailing data after the profile object")
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// Validate checks that every number is finite, positive (latencies may be zero, for
+// ideal-link what-if profiles) and within physical reason. Errors name the profile and the
+// field by its JSON key.
+func (p *Profile) Validate() error {
+	if strings.TrimSpace(p.Name) == "" {
+		return errors.New("profile: name is empty")
+	}
+	fail := func(field string, v any, why string) error {
+		return fmt.Errorf("profile %q: %s = %v %s", p.Name, field, v, why)
+	}
+	if p.MemoryBytes <= 0 {
+		return fail("memory_bytes", p.MemoryBytes, "must be positive")
+	}
+	if p.MemoryBytes > maxMemoryBytes {
+		return fail("memory_bytes", p.MemoryBytes, "is more than 16 TiB")
+	}
+	rates := []struct {
+		field string
+		v     float64
+		max   float64
+		unit  string
+	}{
+		{"memory_bandwidth", p.MemoryBandwidth, maxBandwidth, "100 TB/s"},
+		{"peak_flops", p.PeakFLOPS, maxFLOPS, "1e18 FLOP/s"},
+		{"pcie_bandwidth", p.PCIeBandwidth, maxBandwidth, "100 TB/s"},
+		{"pcie_effective", p.PCIeEffective, maxBandwidth, "100 TB/s"},
+	}
+	for _, r := range rates {
+		if math.IsNaN(r.v) || math.IsInf(r.v, 0) {
+			return fail(r.field, r.v, "must be finite")
+		}
+		if r.v <= 0 {
+			return fail(r.field, r.v, "must be positive")
+		}
+		if r.v > r.max {
+			return fail(r.field, r.v, "is more than "+r.unit)
+		}
+	}
+	if p.PCIeEffective > p.PCIeBandwidth {
+		return fail("pcie_effective", p.PCIeEffective,
+			fmt.Sprintf("exceeds pcie_bandwidth %v: a measured rate cannot beat the link", p.PCIeBandwidth))
+	}
+	for _, l := range []struct {
+		field string
+		v     float64
+	}{{"copy_latency", p.CopyLatency}, {"launch_overhead", p.LaunchOverhead}} {
+		if math.IsNaN(l.v) || math.IsInf(l.v, 0) {
+			return fail(l.field, l.v, "must be finite")
+		}
+		if l.v < 0 {
+			return fail(l.field, l.v, "must not be negative")
+		}
+		if l.v > maxLatency {
+			return fail(l.field, l.v, "is more than one second")
+		}
+	}
+	return nil
+}
+
+// KernelTime is the roofline time of one kernel that moves bytes through device memory and
+// performs flops: whichever limit binds, plus the launch overhead.
+func (p *Profile) KernelTime(bytes, flops float64) float64 {
+	return max(bytes/p.MemoryBandwidth, flops/p.PeakFLOPS) + p.LaunchOverhead
+}
+
+// CopyTime is the time of one pinned host-to-device copy of bytes.
+func (p *Profile) CopyTime(bytes float64) float64 {
+	return bytes/p.PCIeEffective + p.CopyLatency
+}
