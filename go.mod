@@ -9,6 +9,7 @@ require (
 	github.com/pkg/profile v1.7.0
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.9
+	github.com/tidwall/btree v1.8.2
 	golang.org/x/sys v0.49.0
 )
 
