@@ -103,6 +103,8 @@ type Info struct {
 	Context      int // training context from the metadata
 	Heads        int
 	HeadsKV      int
+	// MoELayers are the block indices of the layers that route over experts.
+	MoELayers []int
 	// Experts is the routed expert count (0 for a dense model); ExpertsUsed is top-k.
 	Experts       int
 	ExpertsUsed   int

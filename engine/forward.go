@@ -35,7 +35,7 @@ func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, all bool, 
 		if l.MoE != nil {
 			var ev *RouteEvent
 			if obs != nil {
-				ev = &RouteEvent{Layer: i, Pos0: pos0, Tokens: T}
+				ev = &RouteEvent{Layer: i, Pos0: pos0, Tokens: T, IDs: tokens}
 			}
 			m.moe(l.MoE, xn, T, tmp, ev)
 			if ev != nil {

@@ -110,7 +110,10 @@ func describe(f *models.File, m *models.Model) Info {
 		ChatTemplate: f.KV.String("tokenizer.chat_template"),
 		ChatStop:     f.KV.Strings(KeyChatStop),
 	}
-	for _, l := range m.Layers {
+	for i, l := range m.Layers {
+		if l.MoE != nil {
+			info.MoELayers = append(info.MoELayers, i)
+		}
 		if l.MoE != nil && l.MoE.Shared != nil && info.SharedExperts == 0 {
 			info.SharedExperts = 1
 		}

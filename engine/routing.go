@@ -11,9 +11,11 @@ import (
 // RouteEvent is one MoE layer's routing of a batch of tokens. The slices belong to the forward
 // pass and are valid only during the observer's call; copy what you keep.
 type RouteEvent struct {
-	Layer   int // block index
-	Pos0    int // position of the batch's first token
-	Tokens  int // tokens in the batch
+	Layer  int // block index
+	Pos0   int // position of the batch's first token
+	Tokens int // tokens in the batch
+	// IDs are the batch's token ids.
+	IDs     []int32
 	Experts int // routed experts of the layer
 	Used    int // experts chosen per token (top-k)
 	// Input is the router's input, the normalised hidden state: Tokens rows of the embedding
@@ -67,7 +69,10 @@ func (m *Model) Routing(ctx context.Context, text string, window int) (RoutingRe
 		return RoutingReport{}, err
 	}
 	defer s.Close()
+	return m.routingReport(ctx, s, ids, window)
+}
 
+func (m *Model) routingReport(ctx context.Context, s *Session, ids []int32, window int) (RoutingReport, error) {
 	type acc struct {
 		load []int
 		kl   []float64
@@ -91,13 +96,10 @@ func (m *Model) Routing(ctx context.Context, text string, window int) (RoutingRe
 			a.kl = append(a.kl, klFromUniform(ev.Logits[t*ev.Experts:(t+1)*ev.Experts], probs[:ev.Experts]))
 		}
 	})
-	rep := RoutingReport{}
-	for start := 0; start < len(ids); start += window {
-		win := ids[start:min(start+window, len(ids))]
-		if err := s.Probs(ctx, win, func(int, []float32) error { return nil }); err != nil {
-			return rep, err
-		}
-		rep.Tokens += len(win)
+	n, err := s.observe(ctx, ids, window)
+	rep := RoutingReport{Tokens: n}
+	if err != nil {
+		return rep, err
 	}
 	keys := make([]int, 0, len(layers))
 	for l := range layers {
@@ -128,6 +130,41 @@ func (m *Model) Routing(ctx context.Context, text string, window int) (RoutingRe
 		rep.Layers = append(rep.Layers, lr)
 	}
 	return rep, nil
+}
+
+// Observe runs text through the model in consecutive windows of window tokens (0 = the
+// context length), each from an empty cache, as Perplexity does, and reports every MoE
+// layer's routing to obs. Teacher-forced tokens route exactly as the same tokens would when
+// decoded one by one. It returns the number of tokens evaluated.
+func (m *Model) Observe(ctx context.Context, text string, window int, obs RouteObserver) (int, error) {
+	if obs == nil {
+		return 0, fmt.Errorf("observe: no observer")
+	}
+	ids, window, err := m.windowed(text, window)
+	if err != nil {
+		return 0, err
+	}
+	s, err := m.NewSession()
+	if err != nil {
+		return 0, err
+	}
+	defer s.Close()
+	s.ObserveRouting(obs)
+	return s.observe(ctx, ids, window)
+}
+
+// observe evaluates ids window by window on s (whose observer is set) without computing the
+// distribution over the vocabulary for more than one position per batch.
+func (s *Session) observe(ctx context.Context, ids []int32, window int) (int, error) {
+	n := 0
+	for start := 0; start < len(ids); start += window {
+		win := ids[start:min(start+window, len(ids))]
+		if err := s.run(ctx, win); err != nil {
+			return n, err
+		}
+		n += len(win)
+	}
+	return n, nil
 }
 
 // klFromUniform is KL(softmax(logits) || uniform) = ln(n) - H(softmax(logits)), in float64;

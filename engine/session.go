@@ -108,6 +108,21 @@ func (s *Session) eval(ctx context.Context, tokens []int32, all bool) ([]float32
 	return out, nil
 }
 
+// run evaluates tokens from position 0, keeping only the last position's logits.
+func (s *Session) run(ctx context.Context, tokens []int32) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if err := s.checkTokens(tokens); err != nil {
+		return err
+	}
+	s.tokens = s.tokens[:0]
+	_, err := s.eval(ctx, tokens, false)
+	return err
+}
+
 // Probs evaluates tokens from position 0 and calls fn with the next-token distribution after
 // each position. The slice passed to fn is reused between calls.
 func (s *Session) Probs(ctx context.Context, tokens []int32, fn func(pos int, probs []float32) error) error {
