@@ -1,0 +1,63 @@
+package offload
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Policy is how the experts a layer needs get onto the device.
+type Policy int
+
+const (
+	// OnDemand routes, then loads the chosen experts that miss, then computes (vLLM-like).
+	OnDemand Policy = iota
+	// Prefetch predicts the next layer's experts and loads them early; a wrong prediction is
+	// repaired by loading the right experts on demand before computing (MoE-Infinity-like).
+	Prefetch
+	// Commit computes with the predicted experts and never falls back (CommitMoE); Output
+	// Weight Adjustment repairs the mixing weights.
+	Commit
+	// CPUMiss computes an expert that misses on the host from host memory, overlapped with
+	// the device's work, instead of moving it (Fiddler, llama.cpp --n-cpu-moe).
+	CPUMiss
+)
+
+var policyNames = []string{"ondemand", "prefetch", "commit", "cpu-miss"}
+
+func (p Policy) String() string {
+	if p >= 0 && int(p) < len(policyNames) {
+		return policyNames[p]
+	}
+	return fmt.Sprintf("Policy(%d)", int(p))
+}
+
+// ParsePolicy reads a policy name.
+func ParsePolicy(s string) (Policy, error) {
+	for i, n := range policyNames {
+		if strings.EqualFold(strings.TrimSpace(s), n) {
+			return Policy(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown expert policy %q: want one of %s", s, strings.Join(policyNames, ", "))
+}
+
+// ParsePolicies reads a comma-separated list of policies ("ondemand,commit"), each once.
+func ParsePolicies(s string) ([]Policy, error) {
+	var out []Policy
+	seen := map[Policy]bool{}
+	for _, f := range strings.Split(s, ",") {
+		p, err := ParsePolicy(f)
+		if err != nil {
+			return nil, err
+		}
+		if seen[p] {
+			return nil, fmt.Errorf("expert policy %s listed twice in %q", p, s)
+		}
+		seen[p] = true
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// predicts reports whether the policy uses a next-layer prediction.
+func (p Policy) predicts() bool { return p == Prefetch || p == Commit }

@@ -1,0 +1,150 @@
+package offload
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/commit-run/commit-run/sim"
+)
+
+// Round numbers so that every time below is worked out by hand: a 1 MB expert takes 10 ms to
+// copy and 1 ms to compute, attention 1 ms, everything else is free.
+func testProfile() *sim.Profile {
+	return &sim.Profile{Name: "test", MemoryBytes: 1 << 30, MemoryBandwidth: 1e9, PeakFLOPS: 1e12,
+		PCIeBandwidth: 1e8, PCIeEffective: 1e8}
+}
+
+func testShape() *Shape {
+	return &Shape{Name: "test", MoELayers: 2, Experts: 2, Used: 1, ExpertBytes: 1e6, Attn: Cost{Bytes: 1e6}}
+}
+
+type oracle struct{}
+
+func (oracle) Predict(_, _ int, truth []int) []int { return truth }
+
+type fixedWrong struct{ experts int }
+
+func (f fixedWrong) Predict(_, _ int, truth []int) []int { return []int{(truth[0] + 1) % f.experts} }
+
+const ms = 1e-3
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+
+func timeRun(t *testing.T, c *Timing, tokens [][][]int) []TokenStats {
+	t.Helper()
+	st, err := c.Run(sim.NewTimeline(), tokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func TestTimingOnDemand(t *testing.T) {
+	c := &Timing{Shape: testShape(), Profile: testProfile(), Policy: OnDemand, Slots: 2}
+	st := timeRun(t, c, [][][]int{{{0}, {1}}, {{0}, {1}}})
+	// Token 0: attn [0,1], host learns the route at 1, copy [1,11], expert [11,12]; attn
+	// [12,13], copy [13,23], expert [23,24].
+	a := st[0]
+	if !near(a.Latency, 24*ms) || !near(a.Stall, 20*ms) || !near(a.Compute, 4*ms) || a.Misses != 2 || a.Hits != 0 ||
+		a.Moved != 2e6 || a.Needed != 2e6 || !near(a.Limit, 20*ms) {
+		t.Errorf("cold token: %+v", a)
+	}
+	// Token 1 finds both experts: compute only.
+	if b := st[1]; !near(b.Latency, 4*ms) || b.Hits != 2 || b.Moved != 0 || b.Stall != 0 || !near(b.Limit, 4*ms) {
+		t.Errorf("warm token: %+v", b)
+	}
+}
+
+func TestTimingCommitOverlapsTheNextLayer(t *testing.T) {
+	c := &Timing{Shape: testShape(), Profile: testProfile(), Policy: Commit, Slots: 2, Predict: oracle{}}
+	st := timeRun(t, c, [][][]int{{{0}, {1}}})
+	// Layer 0 loads on demand, copy [1,11]; layer 1's expert is predicted at time 1 and copied
+	// [11,21] behind it; expert L0 [11,12]; attn L1 [12,13]; expert L1 waits for 21: [21,22].
+	a := st[0]
+	if !near(a.Latency, 22*ms) || !near(a.Stall, 18*ms) || a.Correct != 1 || a.Predicted != 1 || a.Hits != 1 || a.Misses != 1 {
+		t.Errorf("commit: %+v", a)
+	}
+}
+
+func TestTimingCommitNeverFallsBack(t *testing.T) {
+	// Always wrong: prefetch repairs with an on-demand load, commit computes with the wrong
+	// expert and moves nothing more.
+	for _, p := range []Policy{Prefetch, Commit} {
+		c := &Timing{Shape: testShape(), Profile: testProfile(), Policy: p, Slots: 2, Predict: fixedWrong{2}}
+		st := timeRun(t, c, [][][]int{{{0}, {0}}})
+		a := st[0]
+		switch p {
+		case Prefetch:
+			// L0 on demand [1,11]; predicted L1E1 copied [11,21]; L1 truth E0 on demand [21,31].
+			if a.Correct != 0 || a.Moved != 3e6 || !near(a.Latency, 32*ms) {
+				t.Errorf("prefetch: %+v", a)
+			}
+		case Commit:
+			if a.Correct != 0 || a.Moved != 2e6 || !near(a.Latency, 22*ms) {
+				t.Errorf("commit: %+v", a)
+			}
+		}
+	}
+}
+
+func TestTimingCPUMiss(t *testing.T) {
+	c := &Timing{Shape: testShape(), Profile: testProfile(), Policy: CPUMiss, Slots: 2, CPU: CPUCost{Bandwidth: 5e8}}
+	st := timeRun(t, c, [][][]int{{{0}, {1}}})
+	// L0: route known at 1, expert on the host [1,3] (copy in the background [1,11]); attn L1
+	// [3,4]; host [4,6]; logits at 6.
+	a := st[0]
+	if !near(a.Latency, 6*ms) || a.OnCPU != 2 || a.Misses != 2 || a.Needed != 0 || a.Moved != 2e6 {
+		t.Errorf("cpu-miss: %+v", a)
+	}
+	// A host slower than the link falls back to loading.
+	c.CPU = CPUCost{Bandwidth: 1e7}
+	if st := timeRun(t, c, [][][]int{{{0}, {1}}}); st[0].OnCPU != 0 || !near(st[0].Latency, 24*ms) {
+		t.Errorf("slow host: %+v", st[0])
+	}
+}
+
+func TestTimingErrors(t *testing.T) {
+	base := func() *Timing {
+		return &Timing{Shape: testShape(), Profile: testProfile(), Policy: OnDemand, Slots: 2}
+	}
+	cases := []struct {
+		name   string
+		mod    func(*Timing)
+		tokens [][][]int
+		want   string
+	}{
+		{"layers", func(*Timing) {}, [][][]int{{{0}}}, "routes 1 MoE layers"},
+		{"range", func(*Timing) {}, [][][]int{{{0}, {2}}}, "out of range"},
+		{"top-k", func(*Timing) {}, [][][]int{{{0, 1}, {1}}}, "top-1"},
+		{"no predictor", func(c *Timing) { c.Policy = Commit }, [][][]int{{{0}, {1}}}, "predictor"},
+		{"no host", func(c *Timing) { c.Policy = CPUMiss }, [][][]int{{{0}, {1}}}, "host"},
+		{"no slots", func(c *Timing) { c.Slots = 0 }, [][][]int{{{0}, {1}}}, "slots"},
+	}
+	for _, cs := range cases {
+		c := base()
+		cs.mod(c)
+		if _, err := c.Run(sim.NewTimeline(), cs.tokens); err == nil || !strings.Contains(err.Error(), cs.want) {
+			t.Errorf("%s: %v, want an error mentioning %q", cs.name, err, cs.want)
+		}
+	}
+}
+
+func TestShapeSlots(t *testing.T) {
+	s := testShape()
+	s.Resident = 5e6
+	if n, err := s.Slots(5e6+3.5e6, OnDemand); err != nil || n != 3 {
+		t.Errorf("slots %d, %v; want 3", n, err)
+	}
+	if n, err := s.Slots(1e9, OnDemand); err != nil || n != 4 {
+		t.Errorf("a budget above the model: %d slots, %v; want every expert (4)", n, err)
+	}
+	if _, err := s.Slots(5e6+1.5e6, Commit); err == nil || !strings.Contains(err.Error(), "needs at least") {
+		t.Errorf("commit needs two layers' experts: %v", err)
+	}
+	for _, b := range []float64{0, -1, math.Inf(1), math.NaN()} {
+		if _, err := s.Slots(b, OnDemand); err == nil {
+			t.Errorf("budget %v: no error", b)
+		}
+	}
+}
