@@ -1,0 +1,133 @@
+package offload
+
+import (
+	"cmp"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// The predictors below stand in for the Commit Router (issue 5) in timing runs. Each is
+// called once per (token, MoE layer), in order, before that layer routes; the truth it is
+// given is the route it is predicting, which only Oracle and Accuracy may look at (to model
+// a predictor of known quality) and which the heuristics only remember for later tokens.
+
+// Oracle predicts exactly what the router will choose.
+type Oracle struct{}
+
+func (Oracle) Predict(_, _ int, truth []int) []int { return slices.Clone(truth) }
+
+// Accuracy models a predictor whose top-k overlaps the router's in a share p of experts on
+// average: each chosen expert is kept with probability p, else replaced by one the router
+// did not choose.
+type Accuracy struct {
+	P       float64
+	Experts int
+	rng     *rand.Rand
+}
+
+// NewAccuracy returns a deterministic Accuracy predictor.
+func NewAccuracy(p float64, experts int, seed uint64) (*Accuracy, error) {
+	if !(p >= 0 && p <= 1) || experts < 1 {
+		return nil, fmt.Errorf("accuracy predictor: p %v over %d experts: want 0 <= p <= 1", p, experts)
+	}
+	return &Accuracy{P: p, Experts: experts, rng: rand.New(rand.NewPCG(seed, 0xacc))}, nil
+}
+
+func (a *Accuracy) Predict(_, _ int, truth []int) []int {
+	out := make([]int, 0, len(truth))
+	var wrong []int
+	for _, e := range truth {
+		if a.rng.Float64() < a.P {
+			out = append(out, e)
+		} else {
+			wrong = append(wrong, e)
+		}
+	}
+	for range wrong {
+		if len(truth) >= a.Experts {
+			break // no expert outside the truth to pick
+		}
+		for {
+			e := a.rng.IntN(a.Experts)
+			if !slices.Contains(truth, e) && !slices.Contains(out, e) {
+				out = append(out, e)
+				break
+			}
+		}
+	}
+	for _, e := range wrong { // only when every expert is chosen anyway
+		if len(out) == len(truth) {
+			break
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// PrevToken predicts that a layer chooses what it chose for the previous token (experts are
+// reused across neighbouring tokens); before any history, the first k experts.
+type PrevToken struct{ last map[int][]int }
+
+func (p *PrevToken) Predict(_, j int, truth []int) []int {
+	if p.last == nil {
+		p.last = map[int][]int{}
+	}
+	pred, ok := p.last[j]
+	if !ok {
+		pred = make([]int, len(truth))
+		for i := range pred {
+			pred[i] = i
+		}
+	}
+	p.last[j] = slices.Clone(truth)
+	return pred
+}
+
+// Frequency predicts a layer's k most used experts so far (ties to the lower id).
+type Frequency struct {
+	Experts int
+	counts  map[int][]int
+}
+
+func (f *Frequency) Predict(_, j int, truth []int) []int {
+	if f.counts == nil {
+		f.counts = map[int][]int{}
+	}
+	c := f.counts[j]
+	if c == nil {
+		c = make([]int, f.Experts)
+		f.counts[j] = c
+	}
+	idx := make([]int, f.Experts)
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(c[b], c[a]) })
+	pred := slices.Clone(idx[:len(truth)])
+	for _, e := range truth {
+		c[e]++
+	}
+	return pred
+}
+
+// ParsePredictor reads a predictor name: oracle, prev-token, frequency, or accuracy=P.
+func ParsePredictor(s string, experts int, seed uint64) (Predictor, error) {
+	switch name, val, _ := strings.Cut(strings.TrimSpace(s), "="); name {
+	case "oracle":
+		return Oracle{}, nil
+	case "prev-token":
+		return &PrevToken{}, nil
+	case "frequency":
+		return &Frequency{Experts: experts}, nil
+	case "accuracy":
+		p, err := strconv.ParseFloat(val, 64)
+		if err != nil {
+			return nil, fmt.Errorf("predictor %q: want accuracy=P with 0 <= P <= 1", s)
+		}
+		return NewAccuracy(p, experts, seed)
+	}
+	return nil, fmt.Errorf("unknown predictor %q: want oracle, prev-token, frequency or accuracy=P", s)
+}
