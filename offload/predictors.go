@@ -21,11 +21,15 @@ func (Oracle) Predict(_, _ int, truth []int) []int { return slices.Clone(truth) 
 
 // Accuracy models a predictor whose top-k overlaps the router's in a share p of experts on
 // average: each chosen expert is kept with probability p, else replaced by one the router
-// did not choose.
+// did not choose. A learnt predictor's mistakes are plausible experts, not random ones, so a
+// replacement is drawn in proportion to how often the layer has chosen each expert so far
+// (plus one): uniform replacements would be mostly cold experts and overstate the bytes a
+// wrong prediction costs.
 type Accuracy struct {
 	P       float64
 	Experts int
 	rng     *rand.Rand
+	counts  map[int][]float64
 }
 
 // NewAccuracy returns a deterministic Accuracy predictor.
@@ -36,7 +40,27 @@ func NewAccuracy(p float64, experts int, seed uint64) (*Accuracy, error) {
 	return &Accuracy{P: p, Experts: experts, rng: rand.New(rand.NewPCG(seed, 0xacc))}, nil
 }
 
-func (a *Accuracy) Predict(_, _ int, truth []int) []int {
+func (a *Accuracy) Predict(_, j int, truth []int) []int {
+	if a.counts == nil {
+		a.counts = map[int][]float64{}
+	}
+	c := a.counts[j]
+	if c == nil {
+		c = make([]float64, a.Experts)
+		for i := range c {
+			c[i] = 1
+		}
+		a.counts[j] = c
+	}
+	defer func() {
+		for _, e := range truth {
+			c[e]++
+		}
+	}()
+	var total float64
+	for _, v := range c {
+		total += v
+	}
 	out := make([]int, 0, len(truth))
 	var wrong []int
 	for _, e := range truth {
@@ -51,7 +75,7 @@ func (a *Accuracy) Predict(_, _ int, truth []int) []int {
 			break // no expert outside the truth to pick
 		}
 		for {
-			e := a.rng.IntN(a.Experts)
+			e := drawWeighted(a.rng, c, total)
 			if !slices.Contains(truth, e) && !slices.Contains(out, e) {
 				out = append(out, e)
 				break
@@ -65,6 +89,18 @@ func (a *Accuracy) Predict(_, _ int, truth []int) []int {
 		out = append(out, e)
 	}
 	return out
+}
+
+// drawWeighted draws an index in proportion to w (whose sum is total).
+func drawWeighted(r *rand.Rand, w []float64, total float64) int {
+	u := r.Float64() * total
+	for i, v := range w {
+		if u < v {
+			return i
+		}
+		u -= v
+	}
+	return len(w) - 1
 }
 
 // PrevToken predicts that a layer chooses what it chose for the previous token (experts are

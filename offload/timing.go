@@ -138,6 +138,9 @@ func (c *Timing) Run(tl *sim.Timeline, tokens [][][]int) ([]TokenStats, error) {
 	}
 	r := &timingRun{Timing: c, tl: tl, cache: cache, ready: map[ExpertKey]sim.Event{}, free: map[int]sim.Event{}}
 	r.compute, r.copy = tl.NewStream("compute"), tl.NewStream("copy")
+	if c.Policy == CPUMiss {
+		r.cpu = tl.NewStream("cpu")
+	}
 	out := make([]TokenStats, 0, len(tokens))
 	for t, layers := range tokens {
 		if len(layers) != s.MoELayers {
@@ -173,6 +176,7 @@ type timingRun struct {
 	*Timing
 	tl            *sim.Timeline
 	compute, copy *sim.Stream
+	cpu           *sim.Stream // the host's expert workers (cpu-miss), beside the issuing thread
 	cache         *Cache
 	ready         map[ExpertKey]sim.Event // when a slot's copy of the expert lands
 	free          map[int]sim.Event       // when the last kernel reading a slot ends
@@ -251,17 +255,23 @@ func (r *timingRun) token(t int, layers [][]int, all [][][]int) (TokenStats, err
 		// prefetch cannot take their slots.
 		var waits []sim.Event
 		var onCPU []int
-		var background []ExpertKey
 		for _, e := range use {
 			k := ExpertKey{j, e}
 			if r.Policy == CPUMiss {
-				// A miss runs on the host when that beats moving the expert; the expert is
-				// still copied in the background so that later tokens find it.
-				if _, ok := r.cache.Lookup(k); !ok && r.CPU.Seconds(s.ExpertBytes) <= r.Profile.CopyTime(s.ExpertBytes) {
-					onCPU = append(onCPU, e)
-					background = append(background, k)
-					st.Misses++
-					continue
+				// A miss runs on the host's expert workers when they would finish it before
+				// the copy stream could deliver it: queue-aware, so that with several misses
+				// some are copied while others are computed on the host.
+				if _, ok := r.cache.Lookup(k); !ok {
+					now := r.tl.Now()
+					cpuDone := max(r.cpu.Tail(), now) + r.CPU.Seconds(s.ExpertBytes)
+					copyDone := max(r.copy.Tail(), now) + r.Profile.CopyTime(s.ExpertBytes)
+					if cpuDone <= copyDone {
+						r.cpu.Enqueue("cpu", fmt.Sprintf("cpu L%d E%d", j, e), r.CPU.Seconds(s.ExpertBytes))
+						onCPU = append(onCPU, e)
+						st.Misses++
+						st.OnCPU++
+						continue
+					}
 				}
 			}
 			if !residentAtStart[k] {
@@ -280,11 +290,6 @@ func (r *timingRun) token(t int, layers [][]int, all [][][]int) (TokenStats, err
 				st.Misses++
 			}
 			waits = append(waits, ev)
-		}
-		for _, k := range background {
-			if _, _, err := r.load(k, &st); err != nil {
-				return st, err
-			}
 		}
 
 		// Predict and prefetch the next MoE layer (or the next token's first) while this one
@@ -315,14 +320,6 @@ func (r *timingRun) token(t int, layers [][]int, all [][][]int) (TokenStats, err
 
 		// Experts computed on the host run while the device computes the resident ones; the
 		// device then waits for their results.
-		var hostDone sim.Event
-		if len(onCPU) > 0 {
-			for _, e := range onCPU {
-				r.tl.HostWork("cpu", fmt.Sprintf("cpu L%d E%d", j, e), r.CPU.Seconds(s.ExpertBytes))
-				st.OnCPU++
-			}
-			hostDone = sim.Event{At: r.tl.Now(), Stream: sim.HostRow}
-		}
 		for i, e := range slices.DeleteFunc(slices.Clone(use), func(e int) bool { return slices.Contains(onCPU, e) }) {
 			k := ExpertKey{j, e}
 			r.compute.Wait(waits[i])
@@ -335,7 +332,7 @@ func (r *timingRun) token(t int, layers [][]int, all [][][]int) (TokenStats, err
 		}
 		r.kernel("shared", "shared "+lbl, s.Shared, &st)
 		if len(onCPU) > 0 {
-			r.compute.Wait(hostDone)
+			r.compute.Wait(r.cpu.Record())
 		}
 	}
 	r.kernel("head", "head", s.Head, &st)

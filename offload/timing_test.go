@@ -91,11 +91,18 @@ func TestTimingCommitNeverFallsBack(t *testing.T) {
 func TestTimingCPUMiss(t *testing.T) {
 	c := &Timing{Shape: testShape(), Profile: testProfile(), Policy: CPUMiss, Slots: 2, CPU: CPUCost{Bandwidth: 5e8}}
 	st := timeRun(t, c, [][][]int{{{0}, {1}}})
-	// L0: route known at 1, expert on the host [1,3] (copy in the background [1,11]); attn L1
-	// [3,4]; host [4,6]; logits at 6.
+	// L0: route known at 1, the host finishes the expert at 3, before a copy would (11); attn
+	// L1 waits for it: [3,4]; host [4,6]; logits at 6. Nothing is copied.
 	a := st[0]
-	if !near(a.Latency, 6*ms) || a.OnCPU != 2 || a.Misses != 2 || a.Needed != 0 || a.Moved != 2e6 {
+	if !near(a.Latency, 6*ms) || a.OnCPU != 2 || a.Misses != 2 || a.Needed != 0 || a.Moved != 0 {
 		t.Errorf("cpu-miss: %+v", a)
+	}
+	// Two misses in a layer: E0 goes to the host (done at 1+7=8, before a copy at 11), E1 is
+	// copied (done at 11, before the busy host at 15); its kernel [11,12].
+	two := &Timing{Shape: &Shape{Name: "two", MoELayers: 1, Experts: 4, Used: 2, ExpertBytes: 1e6, Attn: Cost{Bytes: 1e6}},
+		Profile: testProfile(), Policy: CPUMiss, Slots: 4, CPU: CPUCost{Bandwidth: 1e6 / 7e-3}}
+	if st := timeRun(t, two, [][][]int{{{0, 1}}}); st[0].OnCPU != 1 || st[0].Moved != 1e6 || !near(st[0].Latency, 12*ms) {
+		t.Errorf("two misses: %+v", st[0])
 	}
 	// A host slower than the link falls back to loading.
 	c.CPU = CPUCost{Bandwidth: 1e7}

@@ -104,7 +104,7 @@ func (a *app) rootCmd() *cobra.Command {
 	pf.StringVar(&a.profMode, "profile", "", "write a Go profile: cpu or mem")
 	pf.StringVar(&a.profDir, "profile-dir", ".", "`DIR` for the --profile output (cpu.pprof or mem.pprof)")
 
-	root.AddCommand(a.chatCmd(), a.generateCmd(), a.inspectCmd(), a.logitsCmd(), a.evalCmd())
+	root.AddCommand(a.chatCmd(), a.generateCmd(), a.inspectCmd(), a.logitsCmd(), a.evalCmd(), a.traceCmd(), a.benchCmd())
 	return root
 }
 

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestBenchShapeOnSim(t *testing.T) {
+	dir := t.TempDir()
+	out, _ := mustRun(t, "", "--device", "sim:rtx2080ti", "bench", "--shape", "olmoe-1b-7b@q4_k", "--gpu-mem", "2GiB",
+		"--tokens", "8", "--host-bw", "20GB", "--timeline", filepath.Join(dir, "t.svg"))
+	for _, want := range []string{"SYNTHETIC routing", "ondemand", "prefetch", "commit", "cpu-miss", "measured/limit"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("bench output lacks %q:\n%s", want, out)
+		}
+	}
+	for _, p := range []string{"ondemand", "prefetch", "commit", "cpu-miss"} {
+		if b, err := os.ReadFile(filepath.Join(dir, "t-"+p+".svg")); err != nil || !strings.Contains(string(b), "<svg") {
+			t.Errorf("timeline of %s: %v", p, err)
+		}
+	}
+	js, _ := mustRun(t, "", "--device", "sim:rtx4090", "bench", "--shape", "mixtral-8x7b", "--tokens", "4", "--policy", "commit", "--json")
+	var rep struct {
+		Synthetic bool
+		Policies  []struct{ Policy string }
+	}
+	if err := json.Unmarshal([]byte(js), &rep); err != nil || !rep.Synthetic || len(rep.Policies) != 1 || rep.Policies[0].Policy != "commit" {
+		t.Errorf("--json: %v %+v\n%s", err, rep, js)
+	}
+}
+
+func TestBenchModel(t *testing.T) {
+	model := needModel(t)
+	out, _ := mustRun(t, "", "-m", model, "bench", "--tokens", "4")
+	for _, want := range []string{"per-token latency", "time to first token", "tokens/s"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("bench output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestBenchBadInput(t *testing.T) {
+	model := needModel(t)
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "--shape", "mixtral-8x7b"}, "--device sim:"},
+		{[]string{"--device", "sim:gtx480", "bench", "--shape", "mixtral-8x7b"}, "unknown"},
+		{[]string{"--device", "sim:rtx4090", "bench", "--shape", "gpt-9"}, "unknown model shape"},
+		{[]string{"--device", "sim:rtx4090", "bench", "--shape", "mixtral-8x7b", "--gpu-mem", "-3GiB"}, "--gpu-mem"},
+		{[]string{"--device", "sim:rtx4090", "bench", "--shape", "mixtral-8x7b", "--gpu-mem", "100GiB"}, "exceeds"},
+		{[]string{"--device", "sim:rtx2080ti", "bench", "--shape", "mixtral-8x7b", "--gpu-mem", "1GiB"}, "needs at least"},
+		{[]string{"--device", "sim:rtx4090", "bench", "--shape", "mixtral-8x7b", "--policy", "magic"}, "unknown expert policy"},
+		{[]string{"--device", "sim:rtx4090", "bench", "--shape", "mixtral-8x7b", "--eviction", "fifo"}, "--eviction"},
+		{[]string{"--device", "sim:rtx4090", "bench", "--shape", "mixtral-8x7b", "--trace", "/nonexistent.trace"}, "no such file"},
+		{[]string{"--device", "sim:rtx4090", "bench", "--shape", "mixtral-8x7b", "--predictor", "accuracy=7"}, "accuracy"},
+		{[]string{"--device", "sim:rtx4090", "bench", "--shape", "mixtral-8x7b", "--skew", "-2"}, "skew"},
+		{[]string{"bench", "--gpu-mem", "8GiB"}, "needs --shape"},
+		{[]string{"bench", "--tokens", "-1"}, "--tokens"},
+	}
+	for _, c := range cases {
+		_, errOut, code := runCLI(t, "", append([]string{"-m", model}, c.args...)...)
+		if code == 0 || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d, stderr %q, want an error mentioning %q", c.args, code, errOut, c.want)
+		}
+	}
+}

@@ -1,0 +1,285 @@
+package engine
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/commit-run/commit-run/cpu"
+	"github.com/commit-run/commit-run/offload"
+	"github.com/commit-run/commit-run/quant"
+	"github.com/commit-run/commit-run/sim"
+	"github.com/commit-run/commit-run/trace"
+)
+
+// SimBenchOptions configure a timing-only benchmark: decode tokens of a model shape on a
+// simulated GPU, with no weights and no arithmetic, so shapes far larger than this machine
+// can hold are timed. Routing comes from a recorded trace or a synthetic router.
+type SimBenchOptions struct {
+	// Shape is a public model shape with its weight type, e.g. "mixtral-8x7b@q4_k".
+	Shape string
+	// Device is "sim:<profile>" (a built-in profile name or a JSON file).
+	Device string
+	// GPUMem is the device memory budget in bytes; 0 = the profile's memory.
+	GPUMem float64
+	// Context is the KV cache fill the attention is priced at (0 = 512).
+	Context  int
+	Policies []offload.Policy
+	Eviction offload.Eviction
+	Tokens   int // decode tokens timed (0 = 64)
+	// Trace, when set, replays a recorded routing trace; otherwise Synthetic draws routing.
+	Trace     string
+	Synthetic trace.SynthOptions // Layers, Experts and Used are taken from the shape
+	// Predictor feeds prefetch and commit: oracle, prev-token, frequency or accuracy=P.
+	Predictor string
+	Seed      uint64
+	// HostBandwidth is the rate the host computes a missed expert at (cpu-miss), bytes/s;
+	// 0 measures it on this machine.
+	HostBandwidth float64
+	// Timeline, when set, receives an SVG of the first TimelineTokens tokens per policy.
+	Timeline       func(p offload.Policy) (io.WriteCloser, error)
+	TimelineTokens int
+}
+
+// PolicyReport is one policy's figures in a SimBenchReport; times in seconds.
+type PolicyReport struct {
+	Policy          string
+	Slots           int
+	Mean, P50, P90  float64 // per-token latency
+	TokensPerSecond float64
+	HitRate         float64 // experts found on the device when needed
+	MovedPerToken   float64 // bytes
+	StallPerToken   float64
+	Accuracy        float64 // |predicted ∩ chosen| / k; NaN without a predictor
+	OnCPUPerToken   float64 // experts computed on the host (cpu-miss)
+	LimitPerToken   float64 // the physical limit (DESIGN.md §6), mean
+	OverLimit       float64 // mean latency / mean limit
+}
+
+// SimBenchReport is the outcome of SimBench.
+type SimBenchReport struct {
+	Shape         string
+	Device        string
+	Calibrated    bool // whether the profile was checked against a real GPU
+	GPUMem        float64
+	ExpertBytes   float64
+	Resident      float64
+	Tokens        int
+	Routing       string // where the routing came from
+	Synthetic     bool   // routing drawn by a synthetic router: label every figure so
+	Predictor     string
+	HostBandwidth float64
+	Policies      []PolicyReport
+}
+
+// SimBench runs the timing-only benchmark.
+func SimBench(o SimBenchOptions) (*SimBenchReport, error) {
+	name, ok := strings.CutPrefix(o.Device, "sim:")
+	if !ok || name == "" {
+		return nil, fmt.Errorf("device %q: the timing-only benchmark runs on sim:<profile> (profiles: %s)", o.Device, strings.Join(sim.Profiles(), ", "))
+	}
+	prof, err := sim.LoadProfile(name)
+	if err != nil {
+		return nil, err
+	}
+	ctx := cmp.Or(o.Context, 512)
+	shape, err := offload.PublicShape(o.Shape, quant.Q4_K, ctx)
+	if err != nil {
+		return nil, err
+	}
+	budget := o.GPUMem
+	if budget == 0 {
+		budget = float64(prof.MemoryBytes)
+	}
+	if budget > float64(prof.MemoryBytes) {
+		return nil, fmt.Errorf("--gpu-mem %.1f GiB exceeds the %.1f GiB of %s", budget/(1<<30), float64(prof.MemoryBytes)/(1<<30), prof.Name)
+	}
+	n := cmp.Or(o.Tokens, 64)
+	if n < 1 || n > 1<<20 {
+		return nil, fmt.Errorf("tokens %d: want 1 to %d", n, 1<<20)
+	}
+	policies := o.Policies
+	if len(policies) == 0 {
+		policies = []offload.Policy{offload.OnDemand, offload.Prefetch, offload.Commit, offload.CPUMiss}
+	}
+	rep := &SimBenchReport{Shape: shape.Name, Device: "sim:" + prof.Name, Calibrated: prof.Calibrated, GPUMem: budget,
+		ExpertBytes: shape.ExpertBytes, Resident: shape.Resident, Tokens: n, Predictor: cmp.Or(o.Predictor, "oracle")}
+
+	tokens, err := benchRouting(o, shape, n, rep)
+	if err != nil {
+		return nil, err
+	}
+	host := o.HostBandwidth
+	if host == 0 && slices.Contains(policies, offload.CPUMiss) {
+		host = MeasureHostExpertBandwidth()
+	}
+	rep.HostBandwidth = host
+
+	for _, p := range policies {
+		slots, err := shape.Slots(budget, p)
+		if err != nil {
+			return nil, err
+		}
+		var pred offload.Predictor
+		if p == offload.Prefetch || p == offload.Commit {
+			if pred, err = offload.ParsePredictor(rep.Predictor, shape.Experts, o.Seed); err != nil {
+				return nil, err
+			}
+		}
+		t := &offload.Timing{Shape: shape, Profile: prof, Policy: p, Eviction: o.Eviction, Slots: slots, Predict: pred,
+			CPU: offload.CPUCost{Bandwidth: host, Overhead: 20e-6}}
+		tl := sim.NewTimeline()
+		st, err := t.Run(tl, tokens)
+		if err != nil {
+			return nil, fmt.Errorf("policy %s: %w", p, err)
+		}
+		rep.Policies = append(rep.Policies, summarise(p, slots, st))
+		if o.Timeline != nil {
+			if err := drawTimeline(o, p, tl, st, rep); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return rep, nil
+}
+
+// benchRouting returns n tokens of routing for the shape.
+func benchRouting(o SimBenchOptions, shape *offload.Shape, n int, rep *SimBenchReport) ([][][]int, error) {
+	out := make([][][]int, 0, n)
+	if o.Trace != "" {
+		r, err := trace.Open(o.Trace)
+		if err != nil {
+			return nil, err
+		}
+		defer r.Close()
+		h := r.Header()
+		if len(h.MoELayers) != shape.MoELayers || h.Experts != shape.Experts || h.Used != shape.Used {
+			return nil, fmt.Errorf("trace %s routes %d MoE layers over top-%d of %d experts; shape %s has %d layers, top-%d of %d",
+				o.Trace, len(h.MoELayers), h.Used, h.Experts, shape.Name, shape.MoELayers, shape.Used, shape.Experts)
+		}
+		for len(out) < n {
+			t, err := r.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return nil, err
+			}
+			layers := make([][]int, len(t.Layers))
+			for i, l := range t.Layers {
+				layers[i] = l.Experts
+			}
+			out = append(out, layers)
+		}
+		if len(out) < n {
+			return nil, fmt.Errorf("trace %s holds %d tokens, the benchmark asks for %d", o.Trace, len(out), n)
+		}
+		rep.Routing, rep.Synthetic = fmt.Sprintf("trace %s (%s)", o.Trace, h.Source), h.Synthetic
+		return out, nil
+	}
+	so := o.Synthetic
+	so.Layers, so.Experts, so.Used = shape.MoELayers, shape.Experts, shape.Used
+	so.Seed = o.Seed
+	sr, err := trace.NewSynthRouter(so)
+	if err != nil {
+		return nil, err
+	}
+	for len(out) < n {
+		t := sr.Next()
+		layers := make([][]int, len(t.Layers))
+		for i, l := range t.Layers {
+			layers[i] = l.Experts
+		}
+		out = append(out, layers)
+	}
+	rep.Routing, rep.Synthetic = sr.Header(shape.Name).Source, true
+	return out, nil
+}
+
+func summarise(p offload.Policy, slots int, st []offload.TokenStats) PolicyReport {
+	r := PolicyReport{Policy: p.String(), Slots: slots}
+	lat := make([]float64, len(st))
+	var hits, needed, correct, predicted int
+	var sumLimit float64
+	for i, s := range st {
+		lat[i] = s.Latency
+		r.Mean += s.Latency
+		r.MovedPerToken += s.Moved
+		r.StallPerToken += s.Stall
+		r.OnCPUPerToken += float64(s.OnCPU)
+		sumLimit += s.Limit
+		hits += s.Hits
+		needed += s.Hits + s.Misses
+		correct += s.Correct
+		predicted += s.Predicted
+	}
+	k := float64(len(st))
+	r.Mean /= k
+	r.MovedPerToken /= k
+	r.StallPerToken /= k
+	r.OnCPUPerToken /= k
+	r.LimitPerToken = sumLimit / k
+	r.OverLimit = r.Mean / r.LimitPerToken
+	r.TokensPerSecond = 1 / r.Mean
+	slices.Sort(lat)
+	r.P50 = lat[int(0.5*float64(len(lat)-1)+0.5)]
+	r.P90 = lat[int(0.9*float64(len(lat)-1)+0.5)]
+	r.HitRate = float64(hits) / float64(max(needed, 1))
+	r.Accuracy = math.NaN()
+	if predicted > 0 {
+		r.Accuracy = float64(correct) / float64(predicted)
+	}
+	return r
+}
+
+func drawTimeline(o SimBenchOptions, p offload.Policy, tl *sim.Timeline, st []offload.TokenStats, rep *SimBenchReport) error {
+	n := min(cmp.Or(o.TimelineTokens, 2), len(st))
+	end := 0.0
+	for _, s := range st[:n] {
+		end += s.Latency
+	}
+	w, err := o.Timeline(p)
+	if err != nil {
+		return err
+	}
+	label := "recorded routing"
+	if rep.Synthetic {
+		label = "SYNTHETIC routing"
+	}
+	title := fmt.Sprintf("%s on %s, %.1f GiB, policy %s, %s: first %d tokens", rep.Shape, rep.Device, rep.GPUMem/(1<<30), p, label, n)
+	if err := sim.WriteSVG(w, tl.Spans(), 0, end, title); err != nil {
+		w.Close()
+		return err
+	}
+	return w.Close()
+}
+
+// MeasureHostExpertBandwidth times this machine's CPU device on a Q4_K matrix-vector
+// product (the work of an expert computed on the host) and returns the weight bytes it
+// streams per second, best of three.
+func MeasureHostExpertBandwidth() float64 {
+	const rows, cols = 4096, 4096
+	w := quant.Matrix{Type: quant.Q4_K, Rows: rows, Cols: cols}
+	rb, _ := quant.Q4_K.RowBytes(cols)
+	w.Data = make([]byte, rows*rb)
+	src := make([]float32, cols)
+	for r := 0; r < rows; r++ {
+		for i := range src {
+			src[i] = float32((r*31+i*17)%97-48) / 97
+		}
+		quant.QuantizeRow(quant.Q4_K, src, w.Data[r*rb:(r+1)*rb])
+	}
+	d := cpu.New(0)
+	x, out := make([]float32, cols), make([]float32, rows)
+	best := math.Inf(1)
+	for i := 0; i < 3; i++ {
+		start := time.Now()
+		d.MatMulID(w, x, 1, out)
+		best = min(best, time.Since(start).Seconds())
+	}
+	return float64(len(w.Data)) / best
+}
