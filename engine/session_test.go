@@ -317,3 +317,29 @@ func TestRecordTrace(t *testing.T) {
 		}
 	}
 }
+
+func TestModelShape(t *testing.T) {
+	m := openTiny(t, engine.Options{ContextLength: 64})
+	info := m.Info()
+	s, err := m.Shape(32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.MoELayers != len(info.MoELayers) || s.Experts != info.Experts || s.Used != info.ExpertsUsed {
+		t.Errorf("shape %+v does not match %+v", s, info)
+	}
+	// Every byte of the file is an expert's or resident.
+	if got, want := s.ExpertBytes*float64(info.Experts*len(info.MoELayers))+s.Resident, float64(info.ExpertBytes+info.NonExpertBytes); got < want {
+		t.Errorf("experts + resident = %v bytes, the weights alone are %v", got, want)
+	}
+	// The slot holds the largest layer's expert (tiny.gguf's first layer keeps ffn_down in Q6_K).
+	if mean := float64(info.ExpertBytes) / float64(info.Experts*len(info.MoELayers)); s.ExpertBytes < mean || s.ExpertBytes > 1.5*mean {
+		t.Errorf("expert bytes %v, the mean expert has %v", s.ExpertBytes, mean)
+	}
+	if s.Attn.Bytes <= 0 || s.Router.Bytes <= 0 || s.Head.Bytes <= 0 || s.Shared.Bytes <= 0 {
+		t.Errorf("costs missing: %+v", s)
+	}
+	if _, err := m.Shape(0); err == nil {
+		t.Error("context fill 0: no error")
+	}
+}

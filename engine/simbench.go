@@ -2,6 +2,7 @@ package engine
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"io"
 	"math"
@@ -20,6 +21,10 @@ import (
 // simulated GPU, with no weights and no arithmetic, so shapes far larger than this machine
 // can hold are timed. Routing comes from a recorded trace or a synthetic router.
 type SimBenchOptions struct {
+	// Model, when set, is timed instead of a public shape: its own tensors give the costs and
+	// the routing is what it chooses while decoding Prompts greedily (Tokens per prompt).
+	Model   *Model
+	Prompts []string
 	// Shape is a public model shape with its weight type, e.g. "mixtral-8x7b@q4_k".
 	Shape string
 	// Device is "sim:<profile>" (a built-in profile name or a JSON file).
@@ -78,6 +83,7 @@ type SimBenchReport struct {
 
 // SimBench runs the timing-only benchmark.
 func SimBench(o SimBenchOptions) (*SimBenchReport, error) {
+	var err error
 	name, ok := strings.CutPrefix(o.Device, "sim:")
 	if !ok || name == "" {
 		return nil, fmt.Errorf("device %q: the timing-only benchmark runs on sim:<profile> (profiles: %s)", o.Device, strings.Join(sim.Profiles(), ", "))
@@ -87,7 +93,12 @@ func SimBench(o SimBenchOptions) (*SimBenchReport, error) {
 		return nil, err
 	}
 	ctx := cmp.Or(o.Context, 512)
-	shape, err := offload.PublicShape(o.Shape, quant.Q4_K, ctx)
+	var shape *offload.Shape
+	if o.Model != nil {
+		shape, err = o.Model.Shape(ctx)
+	} else {
+		shape, err = offload.PublicShape(o.Shape, quant.Q4_K, ctx)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +120,14 @@ func SimBench(o SimBenchOptions) (*SimBenchReport, error) {
 	rep := &SimBenchReport{Shape: shape.Name, Device: "sim:" + prof.Name, Calibrated: prof.Calibrated, GPUMem: budget,
 		ExpertBytes: shape.ExpertBytes, Resident: shape.Resident, Tokens: n, Predictor: cmp.Or(o.Predictor, "oracle")}
 
-	tokens, err := benchRouting(o, shape, n, rep)
+	var tokens [][][]int
+	if o.Model != nil {
+		tokens, err = decodeRouting(o.Model, o.Prompts, n)
+		rep.Routing = fmt.Sprintf("recorded while %s decoded %d prompts greedily", o.Model.info.Path, len(o.Prompts))
+		rep.Tokens = len(tokens)
+	} else {
+		tokens, err = benchRouting(o, shape, n, rep)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -145,6 +163,52 @@ func SimBench(o SimBenchOptions) (*SimBenchReport, error) {
 		}
 	}
 	return rep, nil
+}
+
+// decodeRouting decodes n tokens after each prompt greedily and returns every decode step's
+// routing (the prompt's own batch is not a decode step).
+func decodeRouting(m *Model, prompts []string, n int) ([][][]int, error) {
+	if len(prompts) == 0 {
+		return nil, fmt.Errorf("bench: no prompts")
+	}
+	moeIndex := map[int]int{}
+	for i, l := range m.info.MoELayers {
+		moeIndex[l] = i
+	}
+	s, err := m.NewSession()
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	var out [][][]int
+	var cur [][]int
+	promptLen := 0
+	s.ObserveRouting(func(ev *RouteEvent) {
+		if ev.Tokens != 1 || ev.Pos0 < promptLen {
+			return
+		}
+		j := moeIndex[ev.Layer]
+		if j == 0 {
+			cur = make([][]int, len(m.info.MoELayers))
+			out = append(out, cur)
+		}
+		cur[j] = slices.Clone(ev.Selected)
+	})
+	for _, p := range prompts {
+		ids, err := m.Tokenize(p, true)
+		if err != nil {
+			return nil, err
+		}
+		promptLen = len(ids)
+		s.Reset()
+		if _, err := s.Generate(context.Background(), ids, GenerateOptions{MaxTokens: n, IgnoreEOS: true, Sampler: SamplerOptions{Greedy: true}}); err != nil {
+			return nil, fmt.Errorf("bench: prompt %q: %w", p, err)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("bench: no decode steps (ask for at least 2 tokens)")
+	}
+	return out, nil
 }
 
 // benchRouting returns n tokens of routing for the shape.

@@ -52,12 +52,12 @@ func (a *app) benchCmd() *cobra.Command {
 			"  commit-run bench --shape mixtral-8x7b@q4_k --device sim:rtx4090 --gpu-mem 16GiB --predictor accuracy=0.85 --timeline mixtral.svg",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if f.shape != "" {
+			if f.shape != "" || strings.HasPrefix(a.device, "sim:") {
 				return a.simBench(f)
 			}
 			for _, name := range []string{"gpu-mem", "policy", "eviction", "trace", "predictor", "timeline", "skew", "cross-layer", "temporal", "host-bw"} {
 				if cmd.Flags().Changed(name) {
-					return fmt.Errorf("--%s applies to the offloading benchmark, which needs --shape for now (the offloading engine does not yet run real weights)", name)
+					return fmt.Errorf("--%s applies to the offloading benchmark: pass --device sim:<profile> (a simulated GPU; the CPU device keeps every expert in memory)", name)
 				}
 			}
 			return a.modelBench(cmd, f)
@@ -112,6 +112,25 @@ func (a *app) simBench(f benchFlags) error {
 		Synthetic: trace.SynthOptions{Skew: f.skew, CrossLayer: f.crossLayer, Temporal: f.temporal}}
 	if !strings.HasPrefix(a.device, "sim:") {
 		return fmt.Errorf("--shape times a model shape on a simulated GPU: pass --device sim:<profile> (e.g. sim:rtx4090)")
+	}
+	if f.shape == "" {
+		if f.traceFile != "" {
+			return fmt.Errorf("--trace replays routing for --shape; with -m the routing is the model's own")
+		}
+		prompts, err := benchPromptList(f.prompts)
+		if err != nil {
+			return err
+		}
+		// Numbers on the CPU, time on the simulated GPU.
+		m, err := a.openModelOn("cpu")
+		if err != nil {
+			return err
+		}
+		defer m.Close()
+		o.Model, o.Prompts = m, prompts
+		if o.Tokens == 0 {
+			o.Tokens = 32
+		}
 	}
 	if f.ctxFill < 1 || f.ctxFill > 1<<20 {
 		return fmt.Errorf("--ctx-fill %d: want 1 to %d", f.ctxFill, 1<<20)
@@ -168,11 +187,33 @@ func (a *app) simBench(f benchFlags) error {
 		if !math.IsNaN(p.Accuracy) {
 			acc = fmt.Sprintf("%.3f", p.Accuracy)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%.2f\t%.1f\t%.3f\t%.1f\t%.2f\t%s\t%.1f\t%.2f\t%.2f\t\n", p.Policy, p.Slots,
+		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%.2f\t%.1f\t%.3f\t%.2f\t%.2f\t%s\t%.1f\t%.2f\t%.2f\t\n", p.Policy, p.Slots,
 			p.Mean*1e3, p.P50*1e3, p.P90*1e3, p.TokensPerSecond, p.HitRate, p.MovedPerToken/1e6, p.StallPerToken*1e3, acc,
 			p.OnCPUPerToken, p.LimitPerToken*1e3, p.OverLimit)
 	}
 	return tw.Flush()
+}
+
+// benchPromptList returns the built-in prompts, or those of file, one per non-empty line.
+func benchPromptList(file string) ([]string, error) {
+	if file == "" {
+		return benchPrompts, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("--prompts: %w", err)
+	}
+	var prompts []string
+	sc := bufio.NewScanner(strings.NewReader(string(b)))
+	for sc.Scan() {
+		if l := strings.TrimSpace(sc.Text()); l != "" {
+			prompts = append(prompts, l)
+		}
+	}
+	if len(prompts) == 0 {
+		return nil, fmt.Errorf("--prompts %s has no prompts", file)
+	}
+	return prompts, nil
 }
 
 // modelBench decodes tokens after each prompt with the real model and reports latencies.
@@ -184,22 +225,9 @@ func (a *app) modelBench(cmd *cobra.Command, f benchFlags) error {
 	if n < 1 || n > maxCtx {
 		return fmt.Errorf("--tokens %d: want 1 to %d", n, maxCtx)
 	}
-	prompts := benchPrompts
-	if f.prompts != "" {
-		b, err := os.ReadFile(f.prompts)
-		if err != nil {
-			return fmt.Errorf("--prompts: %w", err)
-		}
-		prompts = nil
-		sc := bufio.NewScanner(strings.NewReader(string(b)))
-		for sc.Scan() {
-			if l := strings.TrimSpace(sc.Text()); l != "" {
-				prompts = append(prompts, l)
-			}
-		}
-		if len(prompts) == 0 {
-			return fmt.Errorf("--prompts %s has no prompts", f.prompts)
-		}
+	prompts, err := benchPromptList(f.prompts)
+	if err != nil {
+		return err
 	}
 	m, s, closeAll, err := a.session()
 	if err != nil {

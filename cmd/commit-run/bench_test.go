@@ -42,6 +42,16 @@ func TestBenchModel(t *testing.T) {
 	}
 }
 
+func TestBenchModelOnSim(t *testing.T) {
+	model := needModel(t)
+	out, _ := mustRun(t, "", "-m", model, "--device", "sim:rtx2080ti", "bench", "--tokens", "6", "--gpu-mem", "64MiB", "--host-bw", "10GB")
+	for _, want := range []string{"recorded routing", "recorded while", "commit", "measured/limit"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("bench output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
 func TestBenchBadInput(t *testing.T) {
 	model := needModel(t)
 	cases := []struct {
@@ -59,7 +69,9 @@ func TestBenchBadInput(t *testing.T) {
 		{[]string{"--device", "sim:rtx4090", "bench", "--shape", "mixtral-8x7b", "--trace", "/nonexistent.trace"}, "no such file"},
 		{[]string{"--device", "sim:rtx4090", "bench", "--shape", "mixtral-8x7b", "--predictor", "accuracy=7"}, "accuracy"},
 		{[]string{"--device", "sim:rtx4090", "bench", "--shape", "mixtral-8x7b", "--skew", "-2"}, "skew"},
-		{[]string{"bench", "--gpu-mem", "8GiB"}, "needs --shape"},
+		{[]string{"bench", "--gpu-mem", "8GiB"}, "--device sim:"},
+		{[]string{"--device", "sim:rtx4090", "bench", "--trace", "x.trace"}, "--trace replays"},
+		{[]string{"--device", "sim:rtx4090", "bench", "--gpu-mem", "1KiB"}, "needs at least"},
 		{[]string{"bench", "--tokens", "-1"}, "--tokens"},
 	}
 	for _, c := range cases {
