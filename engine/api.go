@@ -23,6 +23,9 @@ type Options struct {
 	KVType string
 	// Progress, when set, is called while the model loads with the bytes done and the total.
 	Progress func(done, total int64)
+	// Offload, when set, keeps the routed experts in a host store and serves them from a
+	// budgeted set of device slots (see OffloadOptions).
+	Offload *OffloadOptions
 }
 
 // DefaultMaxContext caps the context length when Options.ContextLength is 0, so that a model

@@ -9,7 +9,7 @@ import (
 // the logits of the last token, or of every token when all is set (T rows of n_vocab).
 // obs, when not nil, sees every MoE layer's routing.
 // The caller holds m.mu for reading and has checked that the positions fit the cache.
-func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, all bool, obs RouteObserver) []float32 {
+func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, all bool, obs RouteObserver) ([]float32, error) {
 	a := m.arch
 	c := a.Config
 	d := c.Embd
@@ -37,7 +37,9 @@ func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, all bool, 
 			if obs != nil {
 				ev = &RouteEvent{Layer: i, Pos0: pos0, Tokens: T, IDs: tokens}
 			}
-			m.moe(l.MoE, xn, T, tmp, ev)
+			if err := m.moe(i, l.MoE, xn, T, tmp, ev); err != nil {
+				return nil, err
+			}
 			if ev != nil {
 				obs(ev)
 			}
@@ -56,7 +58,7 @@ func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, all bool, 
 	out := a.Output.Matrix()
 	logits := make([]float32, T*out.Rows)
 	b.MatMul(out, xn[:T*d], T, logits)
-	return logits
+	return logits, nil
 }
 
 // ffn runs a dense SwiGLU block on T rows of x into out.

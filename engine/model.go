@@ -22,6 +22,7 @@ type Model struct {
 	info  Info
 	nctx  int
 	kvF16 bool
+	off   *offloader // nil unless Options.Offload
 
 	// mu guards the memory map: computations hold it for reading, Close for writing, so
 	// closing the model never unmaps weights under a running forward pass.
@@ -78,6 +79,12 @@ func Open(path string, opts Options) (*Model, error) {
 		m.nctx = min(arch.Config.ContextLen, DefaultMaxContext)
 		if m.nctx <= 0 {
 			m.nctx = DefaultMaxContext
+		}
+	}
+	if opts.Offload != nil {
+		if m.off, err = newOffloader(m, *opts.Offload); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 	}
 	prefault(f, opts.Progress)

@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/commit-run/commit-run/models"
+	"github.com/commit-run/commit-run/offload"
 	"github.com/commit-run/commit-run/quant"
 )
 
@@ -93,7 +94,7 @@ func topK(v []float32, k int) []int {
 // so that each chosen expert's weights are read once per batch; each token's expert outputs
 // are then summed in its top-k order, as llama.cpp sums them. When ev is not nil it is filled
 // with the routing decision.
-func (m *Model) moe(moe *models.MoE, x []float32, T int, out []float32, ev *RouteEvent) {
+func (m *Model) moe(layer int, moe *models.MoE, x []float32, T int, out []float32, ev *RouteEvent) error {
 	d := m.arch.Config.Embd
 	logits := make([]float32, T*moe.Experts)
 	m.dev.MatMul(moe.Router.Matrix(), x, T, logits)
@@ -115,6 +116,15 @@ func (m *Model) moe(moe *models.MoE, x []float32, T int, out []float32, ev *Rout
 			ev.Weights = append(ev.Weights, r.weights...)
 		}
 	}
+	var needed []int
+	for e, slots := range byExpert {
+		if len(slots) > 0 {
+			needed = append(needed, e)
+		}
+	}
+	if m.off != nil {
+		m.off.route(layer, needed)
+	}
 	ys := make([]float32, T*moe.Used*d)
 	for e, slots := range byExpert {
 		if len(slots) == 0 {
@@ -126,7 +136,19 @@ func (m *Model) moe(moe *models.MoE, x []float32, T int, out []float32, ev *Rout
 			copy(xe[j*d:(j+1)*d], x[(s/moe.Used)*d:(s/moe.Used+1)*d])
 		}
 		ye := make([]float32, n*d)
-		m.swiglu(m.dev.MatMulID, &models.FFN{Gate: moe.GateExps.Expert(e), Up: moe.UpExps.Expert(e), Down: moe.DownExps.Expert(e)}, xe, n, ye)
+		w := offload.ExpertWeights{Gate: moe.GateExps.Expert(e), Up: moe.UpExps.Expert(e), Down: moe.DownExps.Expert(e)}
+		done := func() error { return nil }
+		if m.off != nil {
+			// Served from a device slot (or the host store, for a cpu-miss miss).
+			var err error
+			if w, done, err = m.off.acquire(layer, e); err != nil {
+				return err
+			}
+		}
+		m.swiglu(m.dev.MatMulID, &models.FFN{Gate: w.Gate, Up: w.Up, Down: w.Down}, xe, n, ye)
+		if err := done(); err != nil {
+			return err
+		}
 		for j, s := range slots {
 			copy(ys[s*d:(s+1)*d], ye[j*d:(j+1)*d])
 		}
@@ -145,8 +167,13 @@ func (m *Model) moe(moe *models.MoE, x []float32, T int, out []float32, ev *Rout
 			}
 		}
 	}
+	if m.off != nil {
+		if err := m.off.prefetch(layer, moe.Used); err != nil {
+			return err
+		}
+	}
 	if moe.Shared == nil {
-		return
+		return nil
 	}
 	sh := make([]float32, T*d)
 	m.ffn(moe.Shared, x, T, sh)
@@ -162,4 +189,5 @@ func (m *Model) moe(moe *models.MoE, x []float32, T int, out []float32, ev *Rout
 			o[i] += float32(g * s[i])
 		}
 	}
+	return nil
 }

@@ -46,6 +46,14 @@ func (m *Model) NewSession() (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
+	if m.off != nil {
+		m.off.mu.Lock()
+		err := m.off.mem.alloc(kv.Bytes(), "a session's KV cache")
+		m.off.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+	}
 	return &Session{m: m, kv: kv}, nil
 }
 
@@ -59,6 +67,11 @@ func (s *Session) Reset() {
 // Close frees the session's KV cache.
 func (s *Session) Close() error {
 	s.mu.Lock()
+	if off := s.m.off; off != nil && !s.closed && s.kv != nil {
+		off.mu.Lock()
+		off.mem.free(s.kv.Bytes())
+		off.mu.Unlock()
+	}
 	s.closed = true
 	s.kv = nil
 	s.tokens = nil
@@ -95,8 +108,11 @@ func (s *Session) eval(ctx context.Context, tokens []int32, all bool) ([]float32
 			s.m.mu.RUnlock()
 			return nil, ErrClosed
 		}
-		logits := s.m.forward(s.kv, batch, len(s.tokens), all, s.route)
+		logits, err := s.m.forward(s.kv, batch, len(s.tokens), all, s.route)
 		s.m.mu.RUnlock()
+		if err != nil {
+			return nil, err
+		}
 		s.tokens = append(s.tokens, batch...)
 		tokens = tokens[n:]
 		if all {

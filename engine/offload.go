@@ -1,0 +1,264 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/commit-run/commit-run/models"
+	"github.com/commit-run/commit-run/offload"
+)
+
+// OffloadOptions turn on expert offloading: the routed experts live in a host store and are
+// copied into a fixed set of device slots as the policy decides; everything else stays
+// resident. On the CPU device the "device" is a budgeted region of host memory, which is
+// what proves the pipeline moves the right bytes: the logits must not change.
+type OffloadOptions struct {
+	Policy offload.Policy
+	// GPUMem is the device memory budget in bytes: resident weights, one session's KV cache
+	// and the expert slots must fit in it.
+	GPUMem   int64
+	Eviction offload.Eviction
+	// Predictor feeds prefetch: prev-token (default) or frequency, heuristics that need no
+	// future.
+	// Commit accepts only "oracle" here, which computes with the router's own choice; a
+	// learnt predictor with Output Weight Adjustment comes with the predictor package.
+	Predictor string
+}
+
+// OffloadStats count what the offloader did since the model was opened.
+type OffloadStats struct {
+	Slots          int
+	SlotBytes      int64
+	Resident       int64 // non-expert weights and one session's KV cache
+	Hits, Misses   int64 // experts found in a slot, or copied in when needed
+	Prefetched     int64 // experts copied ahead of their layer
+	OnCPU          int64 // experts computed from host memory (cpu-miss)
+	BytesCopied    int64
+	PeakDeviceMem  int64
+	DeviceMemLimit int64
+}
+
+// deviceMemory is a hard budget: every allocation is checked, the peak is kept.
+type deviceMemory struct {
+	budget, used, peak int64
+}
+
+func (d *deviceMemory) alloc(n int64, what string) error {
+	if d.used+n > d.budget {
+		return fmt.Errorf("device memory: %s needs %d bytes, %d of the %d-byte budget are in use", what, n, d.used, d.budget)
+	}
+	d.used += n
+	d.peak = max(d.peak, d.used)
+	return nil
+}
+
+func (d *deviceMemory) free(n int64) { d.used -= n }
+
+// offloader serves routed experts from device slots. One per model, shared by its sessions.
+type offloader struct {
+	mu     sync.Mutex
+	opts   OffloadOptions
+	store  *offload.Store
+	cache  *offload.Cache
+	slots  [][]byte
+	mem    deviceMemory
+	moeIdx map[int]int   // block index -> MoE layer number
+	next   map[int]int   // MoE block -> the next MoE block (-1 for the last)
+	last   map[int][]int // MoE block -> the experts it chose last (prev-token)
+	counts map[int][]int // MoE block -> how often it chose each expert (frequency)
+	stats  OffloadStats
+}
+
+// newOffloader sizes the slots from the budget, which must hold the resident weights, one
+// session's KV cache and at least one layer's top-k (two layers' for prefetch).
+func newOffloader(m *Model, o OffloadOptions) (*offloader, error) {
+	switch o.Policy {
+	case offload.OnDemand, offload.CPUMiss:
+	case offload.Prefetch:
+		if o.Predictor == "" {
+			o.Predictor = "prev-token"
+		}
+	case offload.Commit:
+		if o.Predictor != "" && o.Predictor != "oracle" {
+			return nil, fmt.Errorf("offload: commit with predictor %q needs the Commit Router and OWA, which are not built yet; use --predictor oracle", o.Predictor)
+		}
+	default:
+		return nil, fmt.Errorf("offload: unknown policy %v", o.Policy)
+	}
+	if o.GPUMem <= 0 {
+		return nil, fmt.Errorf("offload: device memory budget %d bytes: want a positive size", o.GPUMem)
+	}
+	store, err := offload.NewStore(m.arch, offload.StoreOptions{})
+	if err != nil {
+		return nil, err
+	}
+	f := &offloader{opts: o, store: store, mem: deviceMemory{budget: o.GPUMem}, moeIdx: map[int]int{}, next: map[int]int{},
+		last: map[int][]int{}, counts: map[int][]int{}}
+	layers := store.Layers()
+	for i, l := range layers {
+		f.moeIdx[l] = i
+		f.next[l] = -1
+		if i+1 < len(layers) {
+			f.next[l] = layers[i+1]
+		}
+	}
+	if o.Policy == offload.Prefetch && o.Predictor != "prev-token" && o.Predictor != "frequency" {
+		return nil, fmt.Errorf("offload: prefetch with predictor %q: a running model can use prev-token or frequency (oracle and accuracy=P model predictors in timing runs)", o.Predictor)
+	}
+	kv, err := models.NewKVCache(m.arch, m.nctx, m.kvF16)
+	if err != nil {
+		return nil, err
+	}
+	resident := m.info.NonExpertBytes + kv.Bytes()
+	need := m.arch.Config.ExpertsUsed
+	if o.Policy == offload.Prefetch {
+		need *= 2
+	}
+	slot := store.SlotBytes()
+	free := o.GPUMem - resident
+	n := int(max(free, 0) / slot)
+	if n < need {
+		return nil, fmt.Errorf("offload: a %d-byte device budget is too small: the resident weights (%d bytes) and one session's KV cache (%d bytes) leave room for %d expert slots of %d bytes, policy %s needs %d: at least %d bytes",
+			o.GPUMem, m.info.NonExpertBytes, kv.Bytes(), n, slot, o.Policy, need, resident+int64(need)*slot)
+	}
+	n = min(n, m.arch.Config.Experts*len(layers))
+	if err := f.mem.alloc(m.info.NonExpertBytes, "resident weights"); err != nil {
+		return nil, err
+	}
+	if err := f.mem.alloc(int64(n)*slot, "expert slots"); err != nil {
+		return nil, err
+	}
+	if f.cache, err = offload.NewCache(n, o.Eviction); err != nil {
+		return nil, err
+	}
+	f.slots = make([][]byte, n)
+	for i := range f.slots {
+		f.slots[i] = make([]byte, slot)
+	}
+	f.stats.Slots, f.stats.SlotBytes, f.stats.Resident = n, slot, resident
+	return f, nil
+}
+
+// route notes a layer's chosen experts (for the prediction heuristics).
+func (f *offloader) route(layer int, experts []int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.last[layer] = slices.Clone(experts)
+	c := f.counts[layer]
+	if c == nil {
+		c = make([]int, f.store.Experts(layer))
+		f.counts[layer] = c
+	}
+	for _, e := range experts {
+		c[e]++
+	}
+}
+
+// acquire returns expert e of layer's weights: from its slot, copied in if it missed and
+// pinned until done is called; or, for a cpu-miss miss, straight from the host store. One
+// expert at a time, so a batch that needs more experts than there are slots still runs.
+func (f *offloader) acquire(layer, e int) (w offload.ExpertWeights, done func() error, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k := offload.ExpertKey{Layer: layer, Expert: e}
+	if f.opts.Policy == offload.CPUMiss {
+		if _, ok := f.cache.Lookup(k); !ok {
+			// The host computes it from its own memory: the same bytes, so the same numbers.
+			w, err := f.store.Expert(k)
+			if err != nil {
+				return w, nil, err
+			}
+			f.stats.OnCPU++
+			f.stats.Misses++
+			return w, func() error { return nil }, nil
+		}
+	}
+	lay, err := f.store.Layout(layer)
+	if err != nil {
+		return w, nil, err
+	}
+	slot, hit, err := f.load(k)
+	if err != nil {
+		return w, nil, err
+	}
+	if err := f.cache.Pin(k); err != nil {
+		return w, nil, err
+	}
+	if hit {
+		f.stats.Hits++
+	} else {
+		f.stats.Misses++
+	}
+	return lay.View(f.slots[slot]), func() error {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.cache.Unpin(k)
+	}, nil
+}
+
+// load makes k resident and returns its slot.
+func (f *offloader) load(k offload.ExpertKey) (int, bool, error) {
+	slot, hit, _, _, err := f.cache.Assign(k)
+	if err != nil {
+		return 0, false, fmt.Errorf("offload: %w", err)
+	}
+	if !hit {
+		r, err := f.store.Region(k)
+		if err != nil {
+			return 0, false, err
+		}
+		copy(f.slots[slot], r)
+		f.stats.BytesCopied += int64(len(r))
+	}
+	return slot, hit, nil
+}
+
+// prefetch loads, for the prefetch policy, the experts predicted for the MoE layer after
+// layer (the same token's next layer, or the next token's first) from what that layer chose
+// before: it runs after layer's experts are computed and never looks ahead.
+func (f *offloader) prefetch(layer int, k int) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.opts.Policy != offload.Prefetch {
+		return nil
+	}
+	next := f.next[layer]
+	if next < 0 {
+		next = f.store.Layers()[0]
+	}
+	var pred []int
+	if f.opts.Predictor == "frequency" {
+		if c := f.counts[next]; c != nil {
+			idx := make([]int, len(c))
+			for i := range idx {
+				idx[i] = i
+			}
+			slices.SortStableFunc(idx, func(a, b int) int { return c[b] - c[a] })
+			pred = idx[:k]
+		}
+	} else {
+		pred = f.last[next]
+		pred = pred[:min(len(pred), k)]
+	}
+	for _, e := range pred {
+		if _, hit, err := f.load(offload.ExpertKey{Layer: next, Expert: e}); err != nil {
+			return err
+		} else if !hit {
+			f.stats.Prefetched++
+		}
+	}
+	return nil
+}
+
+// Offload reports the offloader's statistics; ok is false when offloading is off.
+func (m *Model) Offload() (OffloadStats, bool) {
+	if m.off == nil {
+		return OffloadStats{}, false
+	}
+	m.off.mu.Lock()
+	defer m.off.mu.Unlock()
+	s := m.off.stats
+	s.PeakDeviceMem, s.DeviceMemLimit = m.off.mem.peak, m.off.mem.budget
+	return s, true
+}

@@ -1,0 +1,148 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/commit-run/commit-run/engine"
+	"github.com/commit-run/commit-run/offload"
+	"github.com/commit-run/commit-run/tools/golden/fixture"
+)
+
+// offloadRun evaluates prompt (every position's distribution) and a short greedy continuation.
+func offloadRun(t *testing.T, path string, opts engine.Options, prompt []int32) ([][]float32, []int32) {
+	t.Helper()
+	m, err := engine.Open(path, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	s, err := m.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var probs [][]float32
+	if err := s.Probs(context.Background(), prompt, func(_ int, p []float32) error {
+		probs = append(probs, slices.Clone(p))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Generate(context.Background(), prompt, engine.GenerateOptions{MaxTokens: 6, IgnoreEOS: true, Sampler: engine.SamplerOptions{Greedy: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, ok := m.Offload(); ok && st.PeakDeviceMem > st.DeviceMemLimit {
+		t.Fatalf("peak device memory %d over the %d budget", st.PeakDeviceMem, st.DeviceMemLimit)
+	}
+	return probs, res.Tokens
+}
+
+// TestOffloadKeepsTheNumbers runs every golden and bundled MoE model with each policy at a
+// budget that holds only one layer's top-k (two for prefetch), one between, and one that
+// holds every expert: every probability and every greedy token must equal the run without
+// offloading, bit for bit.
+func TestOffloadKeepsTheNumbers(t *testing.T) {
+	fxs, err := fixture.LoadDir(goldenDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fx := range fxs {
+		t.Run(fx.Name, func(t *testing.T) {
+			path := goldenModel(t, fx)
+			info, err := engine.Inspect(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.Experts == 0 {
+				t.Skipf("%s is dense: nothing to offload", fx.Name)
+			}
+			base := engine.Options{Threads: 2, KVType: "f32", ContextLength: 64}
+			wantP, wantG := offloadRun(t, path, base, fx.Prompt)
+			for _, pol := range []offload.Policy{offload.OnDemand, offload.Prefetch, offload.Commit, offload.CPUMiss} {
+				// The store's slot size and the resident bytes, from a run that fits everything.
+				o := base
+				o.Offload = &engine.OffloadOptions{Policy: pol, GPUMem: 1 << 40, Predictor: map[offload.Policy]string{offload.Prefetch: "prev-token", offload.Commit: "oracle"}[pol]}
+				m, err := engine.Open(path, o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				st, _ := m.Offload()
+				m.Close()
+				k := int64(info.ExpertsUsed)
+				if pol == offload.Prefetch {
+					k *= 2
+				}
+				all := int64(info.Experts * len(info.MoELayers))
+				for _, slots := range []int64{k, (k + all) / 2, all} {
+					o.Offload.GPUMem = st.Resident + slots*st.SlotBytes
+					gotP, gotG := offloadRun(t, path, o, fx.Prompt)
+					if !slices.Equal(gotG, wantG) {
+						t.Fatalf("%s, %d slots: greedy %v, without offloading %v", pol, slots, gotG, wantG)
+					}
+					for pos := range wantP {
+						if !slices.Equal(gotP[pos], wantP[pos]) {
+							t.Fatalf("%s, %d slots: probabilities differ at position %d", pol, slots, pos)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestOffloadBudget(t *testing.T) {
+	big := engine.Options{Offload: &engine.OffloadOptions{Policy: offload.OnDemand, GPUMem: 1 << 40}, ContextLength: 64}
+	m, err := engine.Open(tinyModel, big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := m.Offload()
+	m.Close()
+	info, _ := engine.Inspect(tinyModel)
+
+	// One slot short of top-k: refused at load time, saying how much is needed.
+	o := big
+	need := st.Resident + int64(info.ExpertsUsed)*st.SlotBytes
+	o.Offload = &engine.OffloadOptions{Policy: offload.OnDemand, GPUMem: need - 1}
+	_, err = engine.Open(tinyModel, o)
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("at least %d bytes", need)) {
+		t.Errorf("budget %d: %v, want an error naming %d bytes", need-1, err, need)
+	}
+	// The smallest budget runs one session; a second one's KV cache does not fit.
+	o.Offload = &engine.OffloadOptions{Policy: offload.OnDemand, GPUMem: need}
+	m, err = engine.Open(tinyModel, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	s1, err := m.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.NewSession(); err == nil || !strings.Contains(err.Error(), "KV cache") {
+		t.Errorf("second session in a full budget: %v", err)
+	}
+	s1.Close()
+	s2, err := m.NewSession()
+	if err != nil {
+		t.Fatalf("closing a session did not free its KV cache: %v", err)
+	}
+	s2.Close()
+
+	for name, oo := range map[string]engine.OffloadOptions{
+		"zero budget":     {Policy: offload.OnDemand},
+		"negative budget": {Policy: offload.OnDemand, GPUMem: -5},
+		"commit guess":    {Policy: offload.Commit, GPUMem: 1 << 40, Predictor: "accuracy=0.9"},
+		"prefetch oracle": {Policy: offload.Prefetch, GPUMem: 1 << 40, Predictor: "oracle"},
+	} {
+		oo := oo
+		if _, err := engine.Open(tinyModel, engine.Options{Offload: &oo}); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}
