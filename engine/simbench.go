@@ -45,7 +45,7 @@ type SimBenchOptions struct {
 	// HostBandwidth is the rate the host computes a missed expert at (cpu-miss), bytes/s;
 	// 0 measures it on this machine.
 	HostBandwidth float64
-	// Timeline, when set, receives an SVG of the first TimelineTokens tokens per policy.
+	// Timeline, when set, receives an SVG of the last TimelineTokens tokens per policy.
 	Timeline       func(p offload.Policy) (io.WriteCloser, error)
 	TimelineTokens int
 }
@@ -301,9 +301,13 @@ func summarise(p offload.Policy, slots int, st []offload.TokenStats) PolicyRepor
 }
 
 func drawTimeline(o SimBenchOptions, p offload.Policy, tl *sim.Timeline, st []offload.TokenStats, rep *SimBenchReport) error {
+	// The last tokens: the cache is warm there, as in a long decode.
 	n := min(cmp.Or(o.TimelineTokens, 2), len(st))
-	end := 0.0
-	for _, s := range st[:n] {
+	from, end := 0.0, 0.0
+	for i, s := range st {
+		if i < len(st)-n {
+			from += s.Latency
+		}
 		end += s.Latency
 	}
 	w, err := o.Timeline(p)
@@ -314,8 +318,8 @@ func drawTimeline(o SimBenchOptions, p offload.Policy, tl *sim.Timeline, st []of
 	if rep.Synthetic {
 		label = "SYNTHETIC routing"
 	}
-	title := fmt.Sprintf("%s on %s, %.1f GiB, policy %s, %s: first %d tokens", rep.Shape, rep.Device, rep.GPUMem/(1<<30), p, label, n)
-	if err := sim.WriteSVG(w, tl.Spans(), 0, end, title); err != nil {
+	title := fmt.Sprintf("%s on %s, %.1f GiB, policy %s, %s: decode tokens %d-%d", rep.Shape, rep.Device, rep.GPUMem/(1<<30), p, label, len(st)-n+1, len(st))
+	if err := sim.WriteSVG(w, tl.Spans(), from, end, title); err != nil {
 		w.Close()
 		return err
 	}

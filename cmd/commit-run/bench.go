@@ -77,7 +77,7 @@ func (a *app) benchCmd() *cobra.Command {
 	fl.StringVar(&f.predictor, "predictor", "accuracy=0.8", "next-layer prediction for prefetch and commit: oracle, prev-token, frequency or accuracy=P")
 	fl.StringVar(&f.hostBW, "host-bw", "", "host rate for computing a missed expert, e.g. 20GB (default: measured on this machine)")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the synthetic router and predictor")
-	fl.StringVar(&f.timeline, "timeline", "", "write the compute and copy streams of the first tokens as `FILE.svg` (one per policy)")
+	fl.StringVar(&f.timeline, "timeline", "", "write the compute, copy and host streams of the last tokens as `FILE.svg` (one per policy)")
 	fl.IntVar(&f.timelineTokens, "timeline-tokens", 2, "tokens drawn by --timeline")
 	fl.StringVar(&f.prompts, "prompts", "", "prompts `FILE`, one per line (real-model benchmark)")
 	fl.BoolVar(&f.asJSON, "json", false, "print one JSON object")
