@@ -1,6 +1,6 @@
 # commit-run: the two commands of the README are `make run` and `make test`.
 GO ?= go
-MODEL ?= models/testdata/tiny.gguf
+MODEL ?= models/testdata/tinymoe-qwen2moe.gguf
 THREADS ?= 0
 BIN := bin/commit-run
 
@@ -22,14 +22,18 @@ test:
 FUZZTIME ?= 30s
 fuzz:
 	$(GO) test ./models -run '^$$' -fuzz FuzzOpen -fuzztime $(FUZZTIME)
+	$(GO) test ./offload -run '^$$' -fuzz FuzzCache -fuzztime $(FUZZTIME)
+	$(GO) test ./trace -run '^$$' -fuzz FuzzReader -fuzztime $(FUZZTIME)
 
 # Decode tokens/s of commit-run vs llama.cpp on a synthetic OLMoE-shaped model (needs Node.js).
 bench-cpu:
 	bash tools/bench/cpu.sh
 
-# Regenerate the llama.cpp reference outputs (needs Node.js and npm; see tools/golden/README.md).
+# Regenerate the llama.cpp reference outputs (needs Node.js and npm; see tools/golden/README.md):
+# the synthetic golden models, then the bundled trained models (tools/tinymoe/README.md).
 golden:
 	bash tools/golden/regen.sh
+	bash tools/tinymoe/golden.sh
 
 clean:
 	rm -rf bin

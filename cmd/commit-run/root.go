@@ -15,7 +15,7 @@ import (
 
 // defaultModel is the small model bundled with the repository, so that `commit-run generate`
 // works from a checkout with no flags at all.
-const defaultModel = "models/testdata/tiny.gguf"
+const defaultModel = "models/testdata/tinymoe-qwen2moe.gguf"
 
 // exitInterrupted is the conventional status of a process stopped by SIGINT (128 + 2).
 const exitInterrupted = 130
@@ -81,7 +81,7 @@ func (a *app) rootCmd() *cobra.Command {
 		Use:   "commit-run",
 		Short: "Run Mixture-of-Experts language models from GGUF files",
 		Long: "commit-run runs Mixture-of-Experts language models stored as GGUF files.\n" +
-			"Without -m it uses the bundled test model " + defaultModel + ".",
+			"Without -m it uses the bundled model " + defaultModel + ", a tiny MoE trained on War and Peace.",
 		// Runtime errors (missing file, engine failure) are not usage mistakes: print only the
 		// error, once, from run.
 		SilenceUsage:      true,

@@ -16,12 +16,21 @@ import (
 	"github.com/commit-run/commit-run/tools/golden/synth"
 )
 
-// ChatTemplate makes a conversation a story: every message is a paragraph, and the model
-// writes the next one. ChatStop ends a reply at the paragraph's end (the models never saw
-// their EOS token, so they would otherwise write on until the context is full).
+// ChatTemplate makes a conversation a scene of the novel: the user's lines and the model's
+// replies are quoted speech, each its own paragraph, and the generation prompt opens the
+// model's quote, so the model answers in the book's dialogue. A reply ends at its paragraph's
+// end (ChatStop): the models never saw their EOS token and would otherwise write on until the
+// context is full. The prompt ends in a quote rather than the blank line itself because a
+// text-final "\n\n" is pre-tokenized differently from one followed by a word, which the
+// models never saw before a paragraph.
 const (
-	ChatTemplate = "{%- for message in messages -%}{{ message['content'] | trim }}{{ '\\n\\n' }}{%- endfor -%}"
-	ChatStop     = "\n\n"
+	ChatTemplate = "{%- for message in messages -%}" +
+		"{%- if message['role'] == 'system' -%}{{ message['content'] | trim }}" +
+		"{%- elif message['role'] == 'assistant' -%}\"{{ message['content'] | trim }}" +
+		"{%- else -%}\"{{ message['content'] | trim }}\"" +
+		"{%- endif -%}{{ '\\n\\n' }}{%- endfor -%}" +
+		"{%- if add_generation_prompt -%}\"{%- endif -%}"
+	ChatStop = "\n\n"
 )
 
 // Export writes the trained weights w of the variant c as GGUF with vocabulary v, every weight

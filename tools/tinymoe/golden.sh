@@ -5,6 +5,7 @@
 #   engine/testdata/ppl/tinymoe-*.json         perplexity of the held-out text, window by window
 #                                              (checked by engine TestBundledPerplexity)
 # Needs Go, node >= 20 and npm (first run installs node-llama-cpp, as tools/golden/regen.sh does).
+#   ONLY=tinymoe-mixtral tools/tinymoe/golden.sh    # one model
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -20,7 +21,7 @@ if [ ! -f "$work/heldout.u16" ]; then
 fi
 cmp "$work/heldout.txt" models/testdata/war-and-peace-heldout.txt
 
-models=(models/testdata/tinymoe-*.gguf)
+models=(models/testdata/${ONLY:-tinymoe-*}.gguf)
 go run ./tools/tinymoe/cmd/tinymoe manifest -prep "$work" -out "$work/manifest.json" "${models[@]}"
 node tools/golden/ref/golden.mjs --manifest "$work/manifest.json" --out engine/testdata/golden --threads "$threads"
 

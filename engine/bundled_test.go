@@ -1,0 +1,200 @@
+package engine_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/commit-run/commit-run/engine"
+)
+
+// The bundled trained models (tools/tinymoe) and the held-out text they never trained on.
+const (
+	heldOutText = "../models/testdata/war-and-peace-heldout.txt"
+	pplDir      = "testdata/ppl"
+)
+
+var pplWindows = flag.Int("ppl.windows", 32, "held-out windows TestBundledPerplexity scores (0 = all)")
+
+// pplRecord is what tools/golden/ref/ppl.mjs wrote: llama.cpp's perplexity of the held-out
+// text with the engine's windows, window by window.
+type pplRecord struct {
+	Model       string       `json:"model"`
+	ModelSHA256 string       `json:"model_sha256"`
+	TextSHA256  string       `json:"text_sha256"`
+	Window      int          `json:"window"`
+	Tokens      int          `json:"tokens"`
+	Perplexity  float64      `json:"perplexity"`
+	Windows     [][2]float64 `json:"windows"` // scored tokens, negative log-likelihood
+}
+
+func sha256File(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+// TestBundledPerplexity checks the engine's held-out perplexity of each bundled model against
+// llama.cpp's on the same file and the same tokens (regenerate with tools/tinymoe/golden.sh).
+func TestBundledPerplexity(t *testing.T) {
+	paths, _ := filepath.Glob(filepath.Join(pplDir, "*.json"))
+	if len(paths) == 0 {
+		t.Fatalf("no llama.cpp perplexity records in %s", pplDir)
+	}
+	text, err := os.ReadFile(heldOutText)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec pplRecord
+		if err := json.Unmarshal(b, &rec); err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		t.Run(filepath.Base(rec.Model), func(t *testing.T) {
+			model := filepath.Join("..", filepath.FromSlash(rec.Model))
+			if got := sha256File(t, model); got != rec.ModelSHA256 {
+				t.Fatalf("%s changed since its record was made (regenerate with tools/tinymoe/golden.sh)", rec.Model)
+			}
+			if got := sha256File(t, heldOutText); got != rec.TextSHA256 {
+				t.Fatalf("%s changed since %s was made", heldOutText, p)
+			}
+			m, err := engine.Open(model, engine.Options{KVType: "f32", Threads: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			ids, err := m.Tokenize(string(text), false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ids) != rec.Tokens {
+				t.Fatalf("engine has %d held-out tokens, llama.cpp %d", len(ids), rec.Tokens)
+			}
+			s, err := m.NewSession()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			n := len(rec.Windows)
+			if *pplWindows > 0 {
+				n = min(n, *pplWindows)
+			}
+			var ours, theirs, scored float64
+			for w := 0; w < n; w++ {
+				win := ids[w*rec.Window : min((w+1)*rec.Window, len(ids))]
+				var nll float64
+				err := s.Probs(context.Background(), win, func(pos int, p []float32) error {
+					if pos+1 < len(win) {
+						nll -= math.Log(float64(p[win[pos+1]]))
+					}
+					return nil
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := rec.Windows[w][1]; math.Abs(nll-want) > 1e-4*want {
+					t.Errorf("window %d: negative log-likelihood %.6f, llama.cpp %.6f", w, nll, want)
+				}
+				ours += nll
+				theirs += rec.Windows[w][1]
+				scored += rec.Windows[w][0]
+			}
+			po, pt := math.Exp(ours/scored), math.Exp(theirs/scored)
+			t.Logf("perplexity over %d windows (%.0f tokens): engine %.5f, llama.cpp %.5f (whole text: llama.cpp %.4f)", n, scored, po, pt, rec.Perplexity)
+			if math.Abs(po-pt) > 1e-4*pt {
+				t.Errorf("perplexity %.5f, llama.cpp %.5f", po, pt)
+			}
+		})
+	}
+}
+
+// TestBundledRouting checks what makes the trained models a yardstick for expert selection:
+// routing that is learnt, not uniform. On held-out text the busiest expert of most layers gets
+// at least 1.5x the mean load, and the router's certainty varies from token to token.
+func TestBundledRouting(t *testing.T) {
+	models, _ := filepath.Glob("../models/testdata/tinymoe-*.gguf")
+	if len(models) == 0 {
+		t.Fatal("no bundled trained models in ../models/testdata")
+	}
+	text, err := os.ReadFile(heldOutText)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range models {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			m, err := engine.Open(path, engine.Options{Threads: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			r, err := m.Routing(context.Background(), string(text[:40000]), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			skewed := 0
+			for _, l := range r.Layers {
+				t.Logf("layer %d: max/mean %.2f, KL mean %.3f sd %.3f p10 %.3f p90 %.3f", l.Layer, l.MaxOverMean, l.KLMean, l.KLStd, l.KLP10, l.KLP90)
+				if l.MaxOverMean >= 1.5 {
+					skewed++
+				}
+				if l.KLP90 < 1.5*l.KLP10 || l.KLStd <= 0 {
+					t.Errorf("layer %d: router certainty barely varies (p10 %.4f, p90 %.4f)", l.Layer, l.KLP10, l.KLP90)
+				}
+			}
+			if 2*skewed <= len(r.Layers) {
+				t.Errorf("only %d of %d layers have a busiest expert at 1.5x the mean load", skewed, len(r.Layers))
+			}
+		})
+	}
+}
+
+// TestBundledChat checks that `commit-run chat` on a bundled model answers a line with a
+// paragraph: the file's chat template makes the conversation paragraphs of the story and its
+// stop string ends the reply at the paragraph's end.
+func TestBundledChat(t *testing.T) {
+	models, _ := filepath.Glob("../models/testdata/tinymoe-*.gguf")
+	if len(models) == 0 {
+		t.Fatal("no bundled trained models in ../models/testdata")
+	}
+	for _, path := range models {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			m, err := engine.Open(path, engine.Options{Threads: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			if got := m.Info().ChatStop; len(got) != 1 || got[0] != "\n\n" {
+				t.Fatalf("chat stop strings %q, want [\"\\n\\n\"]", got)
+			}
+			s, err := m.NewSession()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			res, err := s.Chat(context.Background(), []engine.Message{{Role: "user", Content: "Prince Andrew looked at Pierre and said nothing."}},
+				engine.GenerateOptions{MaxTokens: 400, Sampler: engine.SamplerOptions{Temperature: 0.8, TopP: 0.95, Seed: 7}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("reply (%s): %q", res.Reason, res.Text)
+			if res.Reason != engine.StopString || strings.Contains(res.Text, "\n\n") || len(res.Text) < 10 {
+				t.Errorf("reply ended by %s after %d bytes, want a paragraph ended by the blank line", res.Reason, len(res.Text))
+			}
+		})
+	}
+}
