@@ -259,4 +259,3 @@ func randomWeights(c *Config, vocab int) (map[string][]int, map[string][]float32
 	}
 	return shapes, data
 }
-
