@@ -5,7 +5,6 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/commit-run/commit-run/models"
 	"github.com/commit-run/commit-run/offload"
 )
 
@@ -106,11 +105,8 @@ func newOffloader(m *Model, o OffloadOptions) (*offloader, error) {
 	if o.Policy == offload.Prefetch && o.Predictor != "prev-token" && o.Predictor != "frequency" {
 		return nil, fmt.Errorf("offload: prefetch with predictor %q: a running model can use prev-token or frequency (oracle and accuracy=P model predictors in timing runs)", o.Predictor)
 	}
-	kv, err := models.NewKVCache(m.arch, m.nctx, m.kvF16)
-	if err != nil {
-		return nil, err
-	}
-	resident := m.info.NonExpertBytes + kv.Bytes()
+	kvBytes := kvCacheBytes(m)
+	resident := m.info.NonExpertBytes + kvBytes
 	need := m.arch.Config.ExpertsUsed
 	if o.Policy == offload.Prefetch {
 		need *= 2
@@ -120,7 +116,7 @@ func newOffloader(m *Model, o OffloadOptions) (*offloader, error) {
 	n := int(max(free, 0) / slot)
 	if n < need {
 		return nil, fmt.Errorf("offload: a %d-byte device budget is too small: the resident weights (%d bytes) and one session's KV cache (%d bytes) leave room for %d expert slots of %d bytes, policy %s needs %d: at least %d bytes",
-			o.GPUMem, m.info.NonExpertBytes, kv.Bytes(), n, slot, o.Policy, need, resident+int64(need)*slot)
+			o.GPUMem, m.info.NonExpertBytes, kvBytes, n, slot, o.Policy, need, resident+int64(need)*slot)
 	}
 	n = min(n, m.arch.Config.Experts*len(layers))
 	if err := f.mem.alloc(m.info.NonExpertBytes, "resident weights"); err != nil {
@@ -138,6 +134,20 @@ func newOffloader(m *Model, o OffloadOptions) (*offloader, error) {
 	}
 	f.stats.Slots, f.stats.SlotBytes, f.stats.Resident = n, slot, resident
 	return f, nil
+}
+
+// kvCacheBytes is the size of one session's KV cache, without allocating it.
+func kvCacheBytes(m *Model) int64 {
+	elem := int64(4)
+	if m.kvF16 {
+		elem = 2
+	}
+	var n int64
+	for _, l := range m.arch.Layers {
+		kd, vd := l.Attn.CacheDims()
+		n += int64(kd+vd) * int64(m.nctx) * elem
+	}
+	return n
 }
 
 // route notes a layer's chosen experts (for the prediction heuristics).
@@ -171,6 +181,10 @@ func (f *offloader) acquire(layer, e int) (w offload.ExpertWeights, done func() 
 			}
 			f.stats.OnCPU++
 			f.stats.Misses++
+			// Copy it in behind the computation, so that later tokens find it on the device.
+			if _, _, err := f.load(k); err != nil {
+				return w, nil, err
+			}
 			return w, func() error { return nil }, nil
 		}
 	}
