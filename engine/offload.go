@@ -244,12 +244,7 @@ func (f *offloader) prefetch(layer int, k int) error {
 	var pred []int
 	if f.opts.Predictor == "frequency" {
 		if c := f.counts[next]; c != nil {
-			idx := make([]int, len(c))
-			for i := range idx {
-				idx[i] = i
-			}
-			slices.SortStableFunc(idx, func(a, b int) int { return c[b] - c[a] })
-			pred = idx[:k]
+			pred = offload.MostUsed(c, k)
 		}
 	} else {
 		pred = f.last[next]

@@ -124,10 +124,9 @@ func (s *Session) eval(ctx context.Context, tokens []int32, all bool) ([]float32
 	return out, nil
 }
 
-// run evaluates tokens from position 0, keeping only the last position's logits.
-func (s *Session) run(ctx context.Context, tokens []int32) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// restart checks tokens for an evaluation from position 0 and empties the cache; the caller
+// holds s.mu.
+func (s *Session) restart(tokens []int32) error {
 	if s.closed {
 		return ErrClosed
 	}
@@ -135,6 +134,16 @@ func (s *Session) run(ctx context.Context, tokens []int32) error {
 		return err
 	}
 	s.tokens = s.tokens[:0]
+	return nil
+}
+
+// run evaluates tokens from position 0, keeping only the last position's logits.
+func (s *Session) run(ctx context.Context, tokens []int32) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.restart(tokens); err != nil {
+		return err
+	}
 	_, err := s.eval(ctx, tokens, false)
 	return err
 }
@@ -144,13 +153,9 @@ func (s *Session) run(ctx context.Context, tokens []int32) error {
 func (s *Session) Probs(ctx context.Context, tokens []int32, fn func(pos int, probs []float32) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return ErrClosed
-	}
-	if err := s.checkTokens(tokens); err != nil {
+	if err := s.restart(tokens); err != nil {
 		return err
 	}
-	s.tokens = s.tokens[:0]
 	vocab := s.m.arch.Config.Vocab
 	probs := make([]float32, vocab)
 	for start := 0; start < len(tokens); start += prefillBatch {

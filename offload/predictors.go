@@ -137,16 +137,22 @@ func (f *Frequency) Predict(_, j int, truth []int) []int {
 		c = make([]int, f.Experts)
 		f.counts[j] = c
 	}
-	idx := make([]int, f.Experts)
-	for i := range idx {
-		idx[i] = i
-	}
-	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(c[b], c[a]) })
-	pred := slices.Clone(idx[:len(truth)])
+	pred := MostUsed(c, len(truth))
 	for _, e := range truth {
 		c[e]++
 	}
 	return pred
+}
+
+// MostUsed returns the k experts with the highest counts, most used first, ties to the lower
+// id.
+func MostUsed(counts []int, k int) []int {
+	idx := make([]int, len(counts))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(counts[b], counts[a]) })
+	return idx[:min(k, len(idx))]
 }
 
 // ParsePredictor reads a predictor name: oracle, prev-token, frequency, or accuracy=P.

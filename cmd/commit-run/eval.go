@@ -7,6 +7,8 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/commit-run/commit-run/engine"
 )
 
 // pplJSON is the --json output of eval ppl.
@@ -45,20 +47,12 @@ func (a *app) pplCmd() *cobra.Command {
 			if textFile == "" {
 				return fmt.Errorf("eval ppl needs --text FILE (- for stdin)")
 			}
-			// A window of one token predicts nothing.
-			if window < 0 || window == 1 || window > maxCtx {
-				return fmt.Errorf("--window %d: want 0 (the context length) or 2 to %d", window, maxCtx)
-			}
-			text, err := readText(textFile, a.stdin)
-			if err != nil {
-				return err
-			}
-			m, err := a.openModel()
+			text, m, err := a.windowedText(textFile, window)
 			if err != nil {
 				return err
 			}
 			defer m.Close()
-			r, err := m.Perplexity(cmd.Context(), string(text), window)
+			r, err := m.Perplexity(cmd.Context(), text, window)
 			if err != nil {
 				return err
 			}
@@ -81,6 +75,24 @@ func (a *app) pplCmd() *cobra.Command {
 	f.IntVar(&window, "window", 0, "tokens per scoring window (0 = the context length)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
 	return cmd
+}
+
+// windowedText checks --window, reads --text and opens the model: what the commands that run
+// a text in windows (eval ppl, inspect --routing, trace record) share.
+func (a *app) windowedText(textFile string, window int) (string, *engine.Model, error) {
+	// A window of one token predicts nothing.
+	if window < 0 || window == 1 || window > maxCtx {
+		return "", nil, fmt.Errorf("--window %d: want 0 (the context length) or 2 to %d", window, maxCtx)
+	}
+	text, err := readText(textFile, a.stdin)
+	if err != nil {
+		return "", nil, err
+	}
+	m, err := a.openModel()
+	if err != nil {
+		return "", nil, err
+	}
+	return string(text), m, nil
 }
 
 // readText reads the --text file, or stdin for "-".

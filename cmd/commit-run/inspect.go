@@ -67,9 +67,6 @@ func (a *app) inspectCmd() *cobra.Command {
 				if !routing || textFile == "" {
 					return fmt.Errorf("inspect: --routing and --text FILE go together")
 				}
-				if window < 0 || window == 1 || window > maxCtx {
-					return fmt.Errorf("--window %d: want 0 (the context length) or 2 to %d", window, maxCtx)
-				}
 				a.modelPath = path
 				return a.inspectRouting(cmd, textFile, window, asJSON)
 			}
@@ -114,16 +111,12 @@ type layerRoutingJSON struct {
 }
 
 func (a *app) inspectRouting(cmd *cobra.Command, textFile string, window int, asJSON bool) error {
-	text, err := readText(textFile, a.stdin)
-	if err != nil {
-		return err
-	}
-	m, err := a.openModel()
+	text, m, err := a.windowedText(textFile, window)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
-	r, err := m.Routing(cmd.Context(), string(text), window)
+	r, err := m.Routing(cmd.Context(), text, window)
 	if err != nil {
 		return err
 	}

@@ -41,25 +41,18 @@ func (a *app) traceRecordCmd() *cobra.Command {
 			if textFile == "" || out == "" {
 				return fmt.Errorf("trace record needs --text FILE and --out FILE")
 			}
-			if window < 0 || window == 1 || window > maxCtx {
-				return fmt.Errorf("--window %d: want 0 (the context length) or 2 to %d", window, maxCtx)
-			}
 			in := trace.InputFormat(inputs)
 			switch in {
 			case trace.InputsNone, trace.InputsF16, trace.InputsF32:
 			default:
 				return fmt.Errorf("--inputs %q: want none, f16 or f32", inputs)
 			}
-			text, err := readText(textFile, a.stdin)
-			if err != nil {
-				return err
-			}
-			m, err := a.openModel()
+			text, m, err := a.windowedText(textFile, window)
 			if err != nil {
 				return err
 			}
 			defer m.Close()
-			h := m.TraceHeader(engineTraceOptions(in, logits, textFile))
+			h := m.TraceHeader(engine.TraceOptions{Inputs: in, Logits: logits, Source: textFile})
 			if len(h.MoELayers) == 0 {
 				return fmt.Errorf("trace record: %s has no MoE layers", a.modelPath)
 			}
@@ -67,7 +60,7 @@ func (a *app) traceRecordCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			n, err := m.RecordTrace(cmd.Context(), string(text), window, w)
+			n, err := m.RecordTrace(cmd.Context(), text, window, w)
 			if cerr := w.Close(); err == nil {
 				err = cerr
 			}
@@ -145,8 +138,4 @@ func (a *app) traceInfoCmd() *cobra.Command {
 			return tw.Flush()
 		},
 	}
-}
-
-func engineTraceOptions(in trace.InputFormat, logits bool, source string) engine.TraceOptions {
-	return engine.TraceOptions{Inputs: in, Logits: logits, Source: source}
 }
