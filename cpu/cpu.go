@@ -6,25 +6,76 @@
 package cpu
 
 import (
+	"math"
 	"runtime"
 	"sync"
 
+	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/quant"
 )
 
 // Device computes on the CPU with a fixed number of threads. It is safe for concurrent use.
+// As a device.Device its streams are the calling thread: work is done when the call returns,
+// so events have always happened.
 type Device struct {
 	threads int
 	scratch sync.Pool
+	mem     *device.Memory
 }
 
+// Option configures New.
+type Option func(*Device)
+
+// WithMemory makes the device account its allocations against m (by default the budget is
+// unlimited: host memory is the operating system's to manage).
+func WithMemory(m *device.Memory) Option { return func(d *Device) { d.mem = m } }
+
 // New returns a CPU device with the given number of threads (0 = every core).
-func New(threads int) *Device {
+func New(threads int, opts ...Option) *Device {
 	if threads <= 0 {
 		threads = runtime.NumCPU()
 	}
-	return &Device{threads: threads}
+	d := &Device{threads: threads}
+	for _, o := range opts {
+		o(d)
+	}
+	if d.mem == nil {
+		d.mem, _ = device.NewMemory(math.MaxInt64)
+	}
+	return d
 }
+
+// syncStream is a stream whose work is done by the time the call that enqueued it returns.
+type syncStream struct{}
+
+func (syncStream) Record() device.Event { return nil }
+func (syncStream) Wait(device.Event)    {}
+
+// Name is "cpu".
+func (d *Device) Name() string { return "cpu" }
+
+// Memory is the device's budget.
+func (d *Device) Memory() *device.Memory { return d.mem }
+
+// Compute and Copy are the calling thread.
+func (d *Device) Compute() device.Stream { return syncStream{} }
+func (d *Device) Copy() device.Stream    { return syncStream{} }
+
+// CopyIn copies at once: host and device memory are the same memory.
+func (d *Device) CopyIn(dst, src []byte) { copy(dst, src) }
+
+// Sync returns at once: every event has happened.
+func (d *Device) Sync(device.Event) {}
+
+// Host is the device itself.
+func (d *Device) Host() device.HostKernels { return hostKernels{d} }
+
+type hostKernels struct{ *Device }
+
+func (hostKernels) Record() device.Event { return nil }
+func (hostKernels) Wait(device.Event)    {}
+
+var _ device.Device = (*Device)(nil)
 
 // Threads returns the number of compute threads.
 func (d *Device) Threads() int { return d.threads }

@@ -12,8 +12,14 @@ import (
 // Options configure Open. The zero value runs on the CPU with every core, the model's own
 // context length (capped by MaxContext) and an F16 KV cache, as llama.cpp does.
 type Options struct {
-	// Device selects where the model runs: "" or "cpu" for now.
+	// Device selects where the model runs: "" or "cpu", or "sim:<profile>" for a simulated
+	// GPU (numbers computed on the CPU, time kept on the modelled card's virtual timeline;
+	// see Devices and Model.Clock).
 	Device string
+	// HostBandwidth is, on a simulated device, the rate in bytes/s at which the modelled host
+	// computes an expert from host memory (cpu-miss); 0 = 20 GB/s. Measure this machine's with
+	// MeasureHostExpertBandwidth.
+	HostBandwidth float64
 	// Threads is the number of compute threads; 0 uses every core.
 	Threads int
 	// ContextLength is the number of positions a session's KV cache holds; 0 uses the

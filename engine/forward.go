@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/models"
 	"github.com/commit-run/commit-run/quant"
 )
@@ -20,18 +21,21 @@ func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, all bool, 
 	for t, id := range tokens {
 		quant.DequantizeRow(emb.Type, emb.Row(int(id)), x[t*d:(t+1)*d])
 	}
+	if m.off != nil {
+		m.off.beginPass()
+	}
+	m.label("embed", "embed")
+	m.charge("embed", float64(T*(emb.RowBytes()+4*d)), 0)
 	xn := make([]float32, T*d)
 	tmp := make([]float32, T*d)
 	for i := range a.Layers {
 		l := &a.Layers[i]
-		for t := 0; t < T; t++ {
-			models.RMSNorm(xn[t*d:(t+1)*d], x[t*d:(t+1)*d], l.AttnNorm, c.NormEps)
-		}
+		m.label("attention", "attn L%d", i)
+		m.rmsNorm(xn, x, T, l.AttnNorm)
 		l.Attn.Forward(b, &kv.Layers[i], xn, T, pos0, tmp)
+		m.chargeAttention(i, T, pos0)
 		models.AddTo(x, tmp)
-		for t := 0; t < T; t++ {
-			models.RMSNorm(xn[t*d:(t+1)*d], x[t*d:(t+1)*d], l.FFNNorm, c.NormEps)
-		}
+		m.rmsNorm(xn, x, T, l.FFNNorm)
 		if l.MoE != nil {
 			var ev *RouteEvent
 			if obs != nil {
@@ -44,31 +48,63 @@ func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, all bool, 
 				obs(ev)
 			}
 		} else {
+			m.label("dense", "ffn L%d", i)
 			m.ffn(l.Dense, xn, T, tmp)
 		}
 		models.AddTo(x, tmp)
+		m.charge("add", float64(12*T*d), float64(T*d))
 	}
 	rows := x
 	if !all {
 		rows, T = x[(T-1)*d:], 1
 	}
-	for t := 0; t < T; t++ {
-		models.RMSNorm(xn[t*d:(t+1)*d], rows[t*d:(t+1)*d], a.OutputNorm, c.NormEps)
-	}
+	m.label("head", "head")
+	m.rmsNorm(xn, rows, T, a.OutputNorm)
 	out := a.Output.Matrix()
 	logits := make([]float32, T*out.Rows)
 	b.MatMul(out, xn[:T*d], T, logits)
+	// The host reads the logits to sample.
+	b.Sync(b.Compute().Record())
 	return logits, nil
+}
+
+// rmsNorm normalises T rows of x into dst.
+func (m *Model) rmsNorm(dst, x []float32, T int, n models.Norm) {
+	d := m.arch.Config.Embd
+	for t := 0; t < T; t++ {
+		models.RMSNorm(dst[t*d:(t+1)*d], x[t*d:(t+1)*d], n, m.arch.Config.NormEps)
+	}
+	m.charge("norm", float64(8*T*d+4*d), float64(4*T*d))
+}
+
+// chargeAttention prices block i's attention over the cache, which the models compute
+// outside the device's kernels: reading positions pos0+T keys and values, and for each of
+// T queries and every head a dot product and a weighted sum per position. Its projections
+// are priced by the device's MatMul.
+func (m *Model) chargeAttention(i, T, pos0 int) {
+	if m.charger == nil {
+		return
+	}
+	c := m.arch.Config
+	kd, vd := m.arch.Layers[i].Attn.CacheDims()
+	elem := 4.0
+	if m.kvF16 {
+		elem = 2
+	}
+	n := float64(pos0 + T)
+	heads := float64(c.Heads[i]) / float64(max(c.HeadsKV[i], 1))
+	m.charger.Charge("attention", n*float64(kd+vd)*elem+float64(8*T*(kd+vd)), 2*float64(T)*n*float64(kd+vd)*heads)
 }
 
 // ffn runs a dense SwiGLU block on T rows of x into out.
 func (m *Model) ffn(f *models.FFN, x []float32, T int, out []float32) {
-	m.swiglu(m.dev.MatMul, f, x, T, out)
+	m.swiglu(m.dev.MatMul, m.charger, f, x, T, out)
 }
 
 // swiglu runs a SwiGLU block with the given matrix product: MatMul for dense blocks, MatMulID
 // for routed experts (llama.cpp's MUL_MAT_ID, whose kernels differ for some weight types).
-func (m *Model) swiglu(matMul func(quant.Matrix, []float32, int, []float32), f *models.FFN, x []float32, T int, out []float32) {
+// ch, when not nil, is charged for the activation.
+func (m *Model) swiglu(matMul func(quant.Matrix, []float32, int, []float32), ch device.Charger, f *models.FFN, x []float32, T int, out []float32) {
 	nff := f.Gate.Rows
 	g := make([]float32, T*nff)
 	u := make([]float32, T*nff)
@@ -76,6 +112,9 @@ func (m *Model) swiglu(matMul func(quant.Matrix, []float32, int, []float32), f *
 	matMul(f.Up, x, T, u)
 	for t := 0; t < T; t++ {
 		models.SwiGLU(g[t*nff:(t+1)*nff], g[t*nff:(t+1)*nff], u[t*nff:(t+1)*nff])
+	}
+	if ch != nil {
+		ch.Charge("swiglu", float64(12*T*nff), float64(4*T*nff))
 	}
 	matMul(f.Down, g, T, out)
 }

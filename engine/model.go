@@ -3,26 +3,30 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"sync"
 
-	"github.com/commit-run/commit-run/cpu"
+	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/models"
 	"github.com/commit-run/commit-run/tokenizer"
 )
 
 // Model is an opened model. It is safe for concurrent use by many sessions.
 type Model struct {
-	opts  Options
-	file  *models.File
-	arch  *models.Model
-	tok   *tokenizer.Tokenizer
-	dev   *cpu.Device
-	info  Info
-	nctx  int
-	kvF16 bool
-	off   *offloader // nil unless Options.Offload
+	opts Options
+	file *models.File
+	arch *models.Model
+	tok  *tokenizer.Tokenizer
+	dev  device.Device
+	// Optional capabilities of dev, found once.
+	charger device.Charger
+	labeler device.Labeler
+	info    Info
+	nctx    int
+	kvF16   bool
+	off     *offloader // nil unless Options.Offload
 
 	// mu guards the memory map: computations hold it for reading, Close for writing, so
 	// closing the model never unmaps weights under a running forward pass.
@@ -35,11 +39,6 @@ var ErrClosed = errors.New("engine: model is closed")
 
 // Open memory-maps a GGUF file, checks it, and prepares it to run.
 func Open(path string, opts Options) (*Model, error) {
-	switch opts.Device {
-	case "", "cpu":
-	default:
-		return nil, fmt.Errorf("device %q is not available (this build supports: cpu)", opts.Device)
-	}
 	if opts.Threads < 0 || opts.Threads > 4096 {
 		return nil, fmt.Errorf("threads = %d: want 0 (all cores) to 4096", opts.Threads)
 	}
@@ -72,7 +71,18 @@ func Open(path string, opts Options) (*Model, error) {
 		f.Close()
 		return nil, fmt.Errorf("%s: the tokenizer has %d tokens but token_embd has only %d rows", path, tok.VocabSize(), arch.Config.Vocab)
 	}
-	m := &Model{opts: opts, file: f, arch: arch, tok: tok, dev: cpu.New(opts.Threads), kvF16: kvF16}
+	if !(opts.HostBandwidth >= 0) || math.IsInf(opts.HostBandwidth, 0) {
+		f.Close()
+		return nil, fmt.Errorf("host bandwidth %v bytes/s: want a positive rate, or 0 for the default", opts.HostBandwidth)
+	}
+	dev, err := newDevice(opts)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	m := &Model{opts: opts, file: f, arch: arch, tok: tok, dev: dev, kvF16: kvF16}
+	m.charger, _ = dev.(device.Charger)
+	m.labeler, _ = dev.(device.Labeler)
 	m.info = describe(f, arch)
 	m.nctx = opts.ContextLength
 	if m.nctx == 0 {
@@ -86,6 +96,10 @@ func Open(path string, opts Options) (*Model, error) {
 			f.Close()
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
+	} else if err := dev.Memory().Alloc(m.info.NonExpertBytes+m.info.ExpertBytes, "the weights"); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %.2f GiB of weights do not fit on %s (%.2f GiB): offload the experts to host memory with a device memory budget (--gpu-mem): %w",
+			path, float64(m.info.NonExpertBytes+m.info.ExpertBytes)/(1<<30), dev.Name(), float64(dev.Memory().Budget())/(1<<30), err)
 	}
 	prefault(f, opts.Progress)
 	return m, nil

@@ -3,6 +3,7 @@ package engine
 import (
 	"math"
 
+	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/models"
 	"github.com/commit-run/commit-run/offload"
 	"github.com/commit-run/commit-run/quant"
@@ -97,6 +98,7 @@ func topK(v []float32, k int) []int {
 func (m *Model) moe(layer int, moe *models.MoE, x []float32, T int, out []float32, ev *RouteEvent) error {
 	d := m.arch.Config.Embd
 	logits := make([]float32, T*moe.Experts)
+	m.label("router", "router L%d", layer)
 	m.dev.MatMul(moe.Router.Matrix(), x, T, logits)
 	routes := make([]routing, T)
 	byExpert := make([][]int, moe.Experts) // entries t*Used+k
@@ -123,9 +125,12 @@ func (m *Model) moe(layer int, moe *models.MoE, x []float32, T int, out []float3
 		}
 	}
 	if m.off != nil {
-		m.off.route(layer, needed)
+		// The host reads the routing to issue the loads of the experts that miss.
+		m.dev.Sync(m.dev.Compute().Record())
+		m.off.route(layer, needed, T)
 	}
 	ys := make([]float32, T*moe.Used*d)
+	var host device.HostKernels // cpu-miss: the host's kernels, once it computes an expert
 	for e, slots := range byExpert {
 		if len(slots) == 0 {
 			continue
@@ -138,14 +143,27 @@ func (m *Model) moe(layer int, moe *models.MoE, x []float32, T int, out []float3
 		ye := make([]float32, n*d)
 		w := offload.ExpertWeights{Gate: moe.GateExps.Expert(e), Up: moe.UpExps.Expert(e), Down: moe.DownExps.Expert(e)}
 		done := func() error { return nil }
+		onHost := false
 		if m.off != nil {
 			// Served from a device slot (or the host store, for a cpu-miss miss).
 			var err error
-			if w, done, err = m.off.acquire(layer, e); err != nil {
+			if w, onHost, done, err = m.off.acquire(layer, e); err != nil {
 				return err
 			}
 		}
-		m.swiglu(m.dev.MatMulID, &models.FFN{Gate: w.Gate, Up: w.Up, Down: w.Down}, xe, n, ye)
+		ffn := &models.FFN{Gate: w.Gate, Up: w.Up, Down: w.Down}
+		if onHost {
+			if host == nil {
+				host = m.dev.Host()
+				// The host's kernels start once the layer's input has reached it.
+				host.Wait(m.dev.Compute().Record())
+			}
+			m.label("cpu", "cpu L%d E%d", layer, e)
+			m.swiglu(host.MatMulID, nil, ffn, xe, n, ye)
+		} else {
+			m.label("expert", "L%d E%d", layer, e)
+			m.swiglu(m.dev.MatMulID, m.charger, ffn, xe, n, ye)
+		}
 		if err := done(); err != nil {
 			return err
 		}
@@ -153,6 +171,12 @@ func (m *Model) moe(layer int, moe *models.MoE, x []float32, T int, out []float3
 			copy(ys[s*d:(s+1)*d], ye[j*d:(j+1)*d])
 		}
 	}
+	if host != nil {
+		// The device combines the experts' outputs once the host's are back.
+		m.dev.Compute().Wait(host.Record())
+	}
+	m.label("combine", "combine L%d", layer)
+	m.charge("combine", float64(4*T*d*(moe.Used+1)), float64(2*T*d*moe.Used))
 	for t := 0; t < T; t++ {
 		o := out[t*d : (t+1)*d]
 		for i := range o {
@@ -176,6 +200,7 @@ func (m *Model) moe(layer int, moe *models.MoE, x []float32, T int, out []float3
 		return nil
 	}
 	sh := make([]float32, T*d)
+	m.label("shared", "shared L%d", layer)
 	m.ffn(moe.Shared, x, T, sh)
 	for t := 0; t < T; t++ {
 		g := float32(1)

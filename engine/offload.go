@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/offload"
 )
 
@@ -27,46 +28,44 @@ type OffloadOptions struct {
 
 // OffloadStats count what the offloader did since the model was opened.
 type OffloadStats struct {
-	Slots          int
-	SlotBytes      int64
-	Resident       int64 // non-expert weights and one session's KV cache
-	Hits, Misses   int64 // experts found in a slot, or copied in when needed
-	Prefetched     int64 // experts copied ahead of their layer
-	OnCPU          int64 // experts computed from host memory (cpu-miss)
-	BytesCopied    int64
-	PeakDeviceMem  int64
-	DeviceMemLimit int64
+	Slots        int
+	SlotBytes    int64
+	Resident     int64 // non-expert weights and one session's KV cache
+	Hits, Misses int64 // experts found in a slot, or copied in when needed
+	Prefetched   int64 // experts copied ahead of their layer
+	OnCPU        int64 // experts computed from host memory (cpu-miss)
+	BytesCopied  int64
+	// NeededBytes are the bytes of the experts computed on the device that were not resident
+	// when their forward pass began: what any schedule would have had to move.
+	NeededBytes int64
+	// Predicted counts the experts prefetch predicted for a single-token pass, Correct those
+	// the router then chose.
+	Predicted, Correct int64
+	PeakDeviceMem      int64
+	DeviceMemLimit     int64
 }
-
-// deviceMemory is a hard budget: every allocation is checked, the peak is kept.
-type deviceMemory struct {
-	budget, used, peak int64
-}
-
-func (d *deviceMemory) alloc(n int64, what string) error {
-	if d.used+n > d.budget {
-		return fmt.Errorf("device memory: %s needs %d bytes, %d of the %d-byte budget are in use", what, n, d.used, d.budget)
-	}
-	d.used += n
-	d.peak = max(d.peak, d.used)
-	return nil
-}
-
-func (d *deviceMemory) free(n int64) { d.used -= n }
 
 // offloader serves routed experts from device slots. One per model, shared by its sessions.
 type offloader struct {
-	mu     sync.Mutex
-	opts   OffloadOptions
-	store  *offload.Store
-	cache  *offload.Cache
-	slots  [][]byte
-	mem    deviceMemory
-	moeIdx map[int]int   // block index -> MoE layer number
-	next   map[int]int   // MoE block -> the next MoE block (-1 for the last)
-	last   map[int][]int // MoE block -> the experts it chose last (prev-token)
-	counts map[int][]int // MoE block -> how often it chose each expert (frequency)
-	stats  OffloadStats
+	mu    sync.Mutex
+	opts  OffloadOptions
+	store *offload.Store
+	cache *offload.Cache
+	slots [][]byte
+	dev   device.Device
+	// planner, when the device has one, decides cpu-miss per expert: compute on the host or
+	// copy, whichever finishes first.
+	planner device.Planner
+	ready   map[offload.ExpertKey]device.Event // when an expert's copy into its slot lands
+	free    map[int]device.Event               // when the last kernel reading a slot ends
+	// Per forward pass: the experts resident at its start, and those counted as needed.
+	atStart, counted map[offload.ExpertKey]bool
+	moeIdx           map[int]int   // block index -> MoE layer number
+	next             map[int]int   // MoE block -> the next MoE block (-1 for the last)
+	last             map[int][]int // MoE block -> the experts it chose last (prev-token)
+	counts           map[int][]int // MoE block -> how often it chose each expert (frequency)
+	pending          map[int][]int // MoE block -> the experts prefetched for its next pass
+	stats            OffloadStats
 }
 
 // newOffloader sizes the slots from the budget, which must hold the resident weights, one
@@ -92,8 +91,9 @@ func newOffloader(m *Model, o OffloadOptions) (*offloader, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &offloader{opts: o, store: store, mem: deviceMemory{budget: o.GPUMem}, moeIdx: map[int]int{}, next: map[int]int{},
-		last: map[int][]int{}, counts: map[int][]int{}}
+	f := &offloader{opts: o, store: store, dev: m.dev, moeIdx: map[int]int{}, next: map[int]int{},
+		last: map[int][]int{}, counts: map[int][]int{}, pending: map[int][]int{}, ready: map[offload.ExpertKey]device.Event{}, free: map[int]device.Event{}}
+	f.planner, _ = m.dev.(device.Planner)
 	layers := store.Layers()
 	for i, l := range layers {
 		f.moeIdx[l] = i
@@ -119,10 +119,12 @@ func newOffloader(m *Model, o OffloadOptions) (*offloader, error) {
 			o.GPUMem, m.info.NonExpertBytes, kvBytes, n, slot, o.Policy, need, resident+int64(need)*slot)
 	}
 	n = min(n, m.arch.Config.Experts*len(layers))
-	if err := f.mem.alloc(m.info.NonExpertBytes, "resident weights"); err != nil {
+	mem := m.dev.Memory()
+	if err := mem.Alloc(m.info.NonExpertBytes, "resident weights"); err != nil {
 		return nil, err
 	}
-	if err := f.mem.alloc(int64(n)*slot, "expert slots"); err != nil {
+	if err := mem.Alloc(int64(n)*slot, "expert slots"); err != nil {
+		mem.Free(m.info.NonExpertBytes)
 		return nil, err
 	}
 	if f.cache, err = offload.NewCache(n, o.Eviction); err != nil {
@@ -150,10 +152,22 @@ func kvCacheBytes(m *Model) int64 {
 	return n
 }
 
-// route notes a layer's chosen experts (for the prediction heuristics).
-func (f *offloader) route(layer int, experts []int) {
+// route notes a layer's chosen experts for T tokens (for the prediction heuristics), and at
+// batch size 1 scores the prediction made for it.
+func (f *offloader) route(layer int, experts []int, T int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if pred, ok := f.pending[layer]; ok {
+		delete(f.pending, layer)
+		if T == 1 {
+			for _, e := range pred {
+				f.stats.Predicted++
+				if slices.Contains(experts, e) {
+					f.stats.Correct++
+				}
+			}
+		}
+	}
 	f.last[layer] = slices.Clone(experts)
 	c := f.counts[layer]
 	if c == nil {
@@ -165,53 +179,90 @@ func (f *offloader) route(layer int, experts []int) {
 	}
 }
 
-// acquire returns expert e of layer's weights: from its slot, copied in if it missed and
-// pinned until done is called; or, for a cpu-miss miss, straight from the host store. One
-// expert at a time, so a batch that needs more experts than there are slots still runs.
-func (f *offloader) acquire(layer, e int) (w offload.ExpertWeights, done func() error, err error) {
+// beginPass starts a forward pass: what is resident now is what the pass does not have to
+// move (the physical limit's bytes, DESIGN.md §6).
+func (f *offloader) beginPass() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.atStart, f.counted = map[offload.ExpertKey]bool{}, map[offload.ExpertKey]bool{}
+	for _, k := range f.cache.Resident() {
+		f.atStart[k] = true
+	}
+}
+
+// onHost says whether cpu-miss computes expert k on the host: it is not in a slot, and the
+// host would finish it no later than a copy would land (always, on a device that cannot
+// tell). Queue-aware, so that of several misses some are copied while others are computed.
+func (f *offloader) onHost(k offload.ExpertKey) bool {
+	if f.opts.Policy != offload.CPUMiss {
+		return false
+	}
+	if _, ok := f.cache.Lookup(k); ok {
+		return false
+	}
+	if f.planner == nil {
+		return true
+	}
+	b := f.store.SlotBytes()
+	return f.planner.HostDone(b, 3) <= f.planner.CopyDone(b)
+}
+
+// acquire returns expert e of layer's weights and whether to compute it on the host. On the
+// device, they are in its slot, copied in if it missed, pinned until done is called, and
+// the compute stream waits for the copy. For a cpu-miss miss they are the host store's.
+// One expert at a time, so a batch that needs more experts than there are slots still runs.
+func (f *offloader) acquire(layer, e int) (w offload.ExpertWeights, host bool, done func() error, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	k := offload.ExpertKey{Layer: layer, Expert: e}
-	if f.opts.Policy == offload.CPUMiss {
-		if _, ok := f.cache.Lookup(k); !ok {
-			// The host computes it from its own memory: the same bytes, so the same numbers.
-			w, err := f.store.Expert(k)
-			if err != nil {
-				return w, nil, err
-			}
-			f.stats.OnCPU++
-			f.stats.Misses++
-			// Copy it in behind the computation, so that later tokens find it on the device.
-			if _, _, err := f.load(k); err != nil {
-				return w, nil, err
-			}
-			return w, func() error { return nil }, nil
+	if f.onHost(k) {
+		// The host computes it from its own memory: the same bytes, so the same numbers.
+		if w, err = f.store.Expert(k); err != nil {
+			return w, false, nil, err
 		}
+		f.stats.OnCPU++
+		f.stats.Misses++
+		if f.planner == nil {
+			// A device that cannot weigh host against copy (the CPU) fills the slot behind
+			// the computation, so that later tokens find it resident.
+			if _, _, err := f.load(k); err != nil {
+				return w, false, nil, err
+			}
+		}
+		return w, true, func() error { return nil }, nil
 	}
 	lay, err := f.store.Layout(layer)
 	if err != nil {
-		return w, nil, err
+		return w, false, nil, err
 	}
 	slot, hit, err := f.load(k)
 	if err != nil {
-		return w, nil, err
+		return w, false, nil, err
 	}
 	if err := f.cache.Pin(k); err != nil {
-		return w, nil, err
+		return w, false, nil, err
 	}
 	if hit {
 		f.stats.Hits++
 	} else {
 		f.stats.Misses++
 	}
-	return lay.View(f.slots[slot]), func() error {
+	if f.atStart != nil && !f.atStart[k] && !f.counted[k] {
+		f.counted[k] = true
+		f.stats.NeededBytes += f.store.SlotBytes()
+	}
+	f.dev.Compute().Wait(f.ready[k])
+	return lay.View(f.slots[slot]), false, func() error {
 		f.mu.Lock()
 		defer f.mu.Unlock()
+		// The slot may be overwritten once the kernels enqueued so far are done.
+		f.free[slot] = f.dev.Compute().Record()
 		return f.cache.Unpin(k)
 	}, nil
 }
 
-// load makes k resident and returns its slot.
+// load makes k resident, or on its way on the copy stream, and returns its slot. A slot is
+// overwritten in place once the kernels reading its old expert are done.
 func (f *offloader) load(k offload.ExpertKey) (int, bool, error) {
 	slot, hit, _, _, err := f.cache.Assign(k)
 	if err != nil {
@@ -222,7 +273,13 @@ func (f *offloader) load(k offload.ExpertKey) (int, bool, error) {
 		if err != nil {
 			return 0, false, err
 		}
-		copy(f.slots[slot], r)
+		cp := f.dev.Copy()
+		cp.Wait(f.free[slot])
+		if l, ok := f.dev.(device.Labeler); ok {
+			l.Label("copy", fmt.Sprintf("L%d E%d", k.Layer, k.Expert))
+		}
+		f.dev.CopyIn(f.slots[slot], r)
+		f.ready[k] = cp.Record()
 		f.stats.BytesCopied += int64(len(r))
 	}
 	return slot, hit, nil
@@ -250,6 +307,7 @@ func (f *offloader) prefetch(layer int, k int) error {
 		pred = f.last[next]
 		pred = pred[:min(len(pred), k)]
 	}
+	f.pending[next] = slices.Clone(pred)
 	for _, e := range pred {
 		if _, hit, err := f.load(offload.ExpertKey{Layer: next, Expert: e}); err != nil {
 			return err
@@ -268,6 +326,7 @@ func (m *Model) Offload() (OffloadStats, bool) {
 	m.off.mu.Lock()
 	defer m.off.mu.Unlock()
 	s := m.off.stats
-	s.PeakDeviceMem, s.DeviceMemLimit = m.off.mem.peak, m.off.mem.budget
+	mem := m.dev.Memory()
+	s.PeakDeviceMem, s.DeviceMemLimit = mem.Peak(), mem.Budget()
 	return s, true
 }

@@ -46,13 +46,8 @@ func (m *Model) NewSession() (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	if m.off != nil {
-		m.off.mu.Lock()
-		err := m.off.mem.alloc(kv.Bytes(), "a session's KV cache")
-		m.off.mu.Unlock()
-		if err != nil {
-			return nil, err
-		}
+	if err := m.dev.Memory().Alloc(kv.Bytes(), "a session's KV cache"); err != nil {
+		return nil, fmt.Errorf("new session on %s: %w", m.dev.Name(), err)
 	}
 	return &Session{m: m, kv: kv}, nil
 }
@@ -67,10 +62,8 @@ func (s *Session) Reset() {
 // Close frees the session's KV cache.
 func (s *Session) Close() error {
 	s.mu.Lock()
-	if off := s.m.off; off != nil && !s.closed && s.kv != nil {
-		off.mu.Lock()
-		off.mem.free(s.kv.Bytes())
-		off.mu.Unlock()
+	if !s.closed && s.kv != nil {
+		s.m.dev.Memory().Free(s.kv.Bytes())
 	}
 	s.closed = true
 	s.kv = nil

@@ -3,6 +3,7 @@ package engine
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -55,6 +56,7 @@ type PolicyReport struct {
 	Policy          string
 	Slots           int
 	Mean, P50, P90  float64 // per-token latency
+	TTFT            float64 // time to first token, mean over prompts (real-model runs)
 	TokensPerSecond float64
 	HitRate         float64 // experts found on the device when needed
 	MovedPerToken   float64 // bytes
@@ -63,6 +65,22 @@ type PolicyReport struct {
 	OnCPUPerToken   float64 // experts computed on the host (cpu-miss)
 	LimitPerToken   float64 // the physical limit (DESIGN.md §6), mean
 	OverLimit       float64 // mean latency / mean limit
+}
+
+// MarshalJSON writes the figures that do not apply (NaN: no predictor, no simulated clock)
+// as null, which JSON can hold and NaN it cannot.
+func (r PolicyReport) MarshalJSON() ([]byte, error) {
+	type plain PolicyReport
+	nullable := func(v float64) *float64 {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil
+		}
+		return &v
+	}
+	return json.Marshal(struct {
+		plain
+		StallPerToken, Accuracy, LimitPerToken, OverLimit *float64
+	}{plain(r), nullable(r.StallPerToken), nullable(r.Accuracy), nullable(r.LimitPerToken), nullable(r.OverLimit)})
 }
 
 // SimBenchReport is the outcome of SimBench.
@@ -155,7 +173,7 @@ func SimBench(o SimBenchOptions) (*SimBenchReport, error) {
 		if err != nil {
 			return nil, fmt.Errorf("policy %s: %w", p, err)
 		}
-		rep.Policies = append(rep.Policies, summarise(p, slots, st))
+		rep.Policies = append(rep.Policies, summarise(p.String(), slots, st))
 		if o.Timeline != nil {
 			if err := drawTimeline(o, p, tl, st, rep); err != nil {
 				return nil, err
@@ -264,8 +282,8 @@ func benchRouting(o SimBenchOptions, shape *offload.Shape, n int, rep *SimBenchR
 	return out, nil
 }
 
-func summarise(p offload.Policy, slots int, st []offload.TokenStats) PolicyReport {
-	r := PolicyReport{Policy: p.String(), Slots: slots}
+func summarise(policy string, slots int, st []offload.TokenStats) PolicyReport {
+	r := PolicyReport{Policy: policy, Slots: slots}
 	lat := make([]float64, len(st))
 	var hits, needed, correct, predicted int
 	var sumLimit float64

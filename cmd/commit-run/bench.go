@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
 	"io"
 	"math"
@@ -11,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -29,35 +29,38 @@ var benchPrompts = []string{
 }
 
 type benchFlags struct {
-	shape, gpuMem, policies, eviction, traceFile, predictor, timeline, prompts string
-	tokens, ctxFill, timelineTokens                                            int
-	skew, crossLayer, temporal                                                 float64
-	hostBW                                                                     string
-	seed                                                                       uint64
-	asJSON                                                                     bool
+	shape, traceFile, timeline, prompts string
+	tokens, ctxFill, timelineTokens     int
+	skew, crossLayer, temporal          float64
+	seed                                uint64
+	asJSON, timingOnly                  bool
 }
 
 func (a *app) benchCmd() *cobra.Command {
 	var f benchFlags
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Per-token decode latency: of the model on this machine, or of a model shape on a simulated GPU",
-		Long: "Without --shape, bench decodes --tokens tokens after each prompt (built-in or --prompts FILE, one per\n" +
-			"line) with -m on --device and reports per-token latency (mean, p50, p90), time to first token and tokens/s.\n\n" +
-			"With --shape (e.g. mixtral-8x7b@q4_k) and --device sim:<profile>, it times decode of that model shape on the\n" +
-			"simulated GPU with the experts offloaded to host memory, for each --policy side by side: no weights are\n" +
-			"loaded, routing comes from --trace or a synthetic router (labelled as such), and the prediction of\n" +
-			"prefetch/commit from --predictor. Shapes: " + strings.Join(offload.PublicShapes(), ", ") + ".",
+		Short: "Per-token decode latency of a model, on this machine or a simulated GPU, with its experts offloaded",
+		Long: "bench decodes --tokens tokens greedily after each prompt (built-in or --prompts FILE, one per line) with -m on\n" +
+			"--device and reports per-token latency (mean, p50, p90), time to first token and tokens/s. With --gpu-mem the\n" +
+			"routed experts live in host memory and each --policy (default ondemand,prefetch,cpu-miss) runs side by side with\n" +
+			"the expert cache's hit rate, bytes moved and prediction accuracy. On --device sim:<profile> the numbers are\n" +
+			"computed and every time is the simulated GPU's: stalls waiting for copies and the physical limit are reported too.\n\n" +
+			"With --shape (e.g. mixtral-8x7b@q4_k) on sim:<profile> it times decode of a model shape with no weights loaded:\n" +
+			"routing comes from --trace or a synthetic router (labelled as such), and the prediction of prefetch/commit from\n" +
+			"--predictor (oracle, prev-token, frequency or accuracy=P; default accuracy=0.8). --timing-only does the same for\n" +
+			"-m, with the routing the model chooses. Shapes: " + strings.Join(offload.PublicShapes(), ", ") + ".",
 		Example: "  commit-run bench --tokens 32\n" +
+			"  commit-run bench --device sim:rtx2080ti --gpu-mem 24MiB --timeline tiny.svg\n" +
 			"  commit-run bench --shape mixtral-8x7b@q4_k --device sim:rtx4090 --gpu-mem 16GiB --predictor accuracy=0.85 --timeline mixtral.svg",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if f.shape != "" || strings.HasPrefix(a.device, "sim:") {
+			if f.shape != "" || f.timingOnly {
 				return a.simBench(f)
 			}
-			for _, name := range []string{"gpu-mem", "policy", "eviction", "trace", "predictor", "timeline", "skew", "cross-layer", "temporal", "host-bw"} {
+			for _, name := range []string{"trace", "skew", "cross-layer", "temporal", "ctx-fill"} {
 				if cmd.Flags().Changed(name) {
-					return fmt.Errorf("--%s applies to the offloading benchmark: pass --device sim:<profile> (a simulated GPU; the CPU device keeps every expert in memory)", name)
+					return fmt.Errorf("--%s applies to timing-only runs (--shape or --timing-only)", name)
 				}
 			}
 			return a.modelBench(cmd, f)
@@ -65,23 +68,32 @@ func (a *app) benchCmd() *cobra.Command {
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.shape, "shape", "", "model `SHAPE[@TYPE]` to time on a simulated GPU (timing only, no weights)")
-	fl.StringVar(&f.gpuMem, "gpu-mem", "", "device memory budget, e.g. 12GiB (default: the profile's memory)")
-	fl.StringVar(&f.policies, "policy", "ondemand,prefetch,commit,cpu-miss", "expert policies to compare")
-	fl.StringVar(&f.eviction, "eviction", "lru", "expert cache eviction: lru or lfu")
+	fl.BoolVar(&f.timingOnly, "timing-only", false, "time -m on a simulated GPU from the routing it chooses, without computing offloaded runs")
 	fl.IntVar(&f.tokens, "tokens", 0, "decode tokens per prompt (default 32) or timed (default 64 with --shape)")
-	fl.IntVar(&f.ctxFill, "ctx-fill", 512, "KV cache positions the simulated attention reads")
+	fl.IntVar(&f.ctxFill, "ctx-fill", 512, "KV cache positions the timing-only attention reads")
 	fl.StringVar(&f.traceFile, "trace", "", "replay the routing of a trace `FILE` (commit-run trace record)")
 	fl.Float64Var(&f.skew, "skew", 0.8, "synthetic routing: Zipf exponent of expert popularity")
 	fl.Float64Var(&f.crossLayer, "cross-layer", 0.5, "synthetic routing: probability a choice follows the previous layer's")
 	fl.Float64Var(&f.temporal, "temporal", 0.2, "synthetic routing: probability a choice repeats the previous token's")
-	fl.StringVar(&f.predictor, "predictor", "accuracy=0.8", "next-layer prediction for prefetch and commit: oracle, prev-token, frequency or accuracy=P")
-	fl.StringVar(&f.hostBW, "host-bw", "", "host rate for computing a missed expert, e.g. 20GB (default: measured on this machine)")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the synthetic router and predictor")
-	fl.StringVar(&f.timeline, "timeline", "", "write the compute, copy and host streams of the last tokens as `FILE.svg` (one per policy)")
+	fl.StringVar(&f.timeline, "timeline", "", "on a simulated GPU, write the streams of the last tokens as `FILE.svg` (one per policy)")
 	fl.IntVar(&f.timelineTokens, "timeline-tokens", 2, "tokens drawn by --timeline")
-	fl.StringVar(&f.prompts, "prompts", "", "prompts `FILE`, one per line (real-model benchmark)")
+	fl.StringVar(&f.prompts, "prompts", "", "prompts `FILE`, one per line")
 	fl.BoolVar(&f.asJSON, "json", false, "print one JSON object")
 	return cmd
+}
+
+// timelineFiles names the --timeline picture of each policy: FILE-policy.svg.
+func timelineFiles(file string) func(string) (io.WriteCloser, error) {
+	if file == "" {
+		return nil
+	}
+	ext := filepath.Ext(file)
+	base := strings.TrimSuffix(file, ext)
+	if ext == "" {
+		ext = ".svg"
+	}
+	return func(p string) (io.WriteCloser, error) { return os.Create(base + "-" + p + ext) }
 }
 
 // parseBytes reads a size such as 12GiB, 1.5G, 800MB or 1073741824.
@@ -108,10 +120,13 @@ func parseBytes(s string) (float64, error) {
 
 func (a *app) simBench(f benchFlags) error {
 	o := engine.SimBenchOptions{Shape: f.shape, Device: a.device, Context: f.ctxFill, Tokens: f.tokens, Trace: f.traceFile,
-		Predictor: f.predictor, Seed: f.seed, TimelineTokens: f.timelineTokens,
+		Predictor: cmp.Or(a.predictor, "accuracy=0.8"), Seed: f.seed, TimelineTokens: f.timelineTokens,
 		Synthetic: trace.SynthOptions{Skew: f.skew, CrossLayer: f.crossLayer, Temporal: f.temporal}}
 	if !strings.HasPrefix(a.device, "sim:") {
-		return fmt.Errorf("--shape times a model shape on a simulated GPU: pass --device sim:<profile> (e.g. sim:rtx4090)")
+		return fmt.Errorf("--shape and --timing-only time on a simulated GPU: pass --device sim:<profile> (e.g. sim:rtx4090)")
+	}
+	if f.shape != "" && f.timingOnly {
+		return fmt.Errorf("--timing-only times -m; --shape is timing-only already")
 	}
 	if f.shape == "" {
 		if f.traceFile != "" {
@@ -122,9 +137,17 @@ func (a *app) simBench(f benchFlags) error {
 			return err
 		}
 		// Numbers on the CPU, time on the simulated GPU.
-		m, err := a.openModelOn("cpu")
+		if err := a.checkModelPath(a.modelPath); err != nil {
+			return err
+		}
+		opts, err := a.engineOptions("cpu", "")
 		if err != nil {
 			return err
+		}
+		opts.Offload = nil // the routing is computed with every expert in memory
+		m, err := engine.Open(a.modelPath, opts)
+		if err != nil {
+			return fmt.Errorf("open %s: %w", a.modelPath, err)
 		}
 		defer m.Close()
 		o.Model, o.Prompts = m, prompts
@@ -139,31 +162,22 @@ func (a *app) simBench(f benchFlags) error {
 		return fmt.Errorf("--timeline-tokens %d: want 1 to 64", f.timelineTokens)
 	}
 	var err error
-	if f.gpuMem != "" {
-		if o.GPUMem, err = parseBytes(f.gpuMem); err != nil {
+	if a.gpuMem != "" {
+		if o.GPUMem, err = parseBytes(a.gpuMem); err != nil {
 			return fmt.Errorf("--gpu-mem: %w", err)
 		}
 	}
-	if f.hostBW != "" {
-		if o.HostBandwidth, err = parseBytes(f.hostBW); err != nil {
-			return fmt.Errorf("--host-bw: %w", err)
-		}
+	if o.HostBandwidth, err = a.hostBandwidth(); err != nil {
+		return err
 	}
-	if o.Policies, err = offload.ParsePolicies(f.policies); err != nil {
+	if o.Policies, err = offload.ParsePolicies(cmp.Or(a.policy, "ondemand,prefetch,commit,cpu-miss")); err != nil {
 		return fmt.Errorf("--policy: %w", err)
 	}
-	if o.Eviction, err = offload.ParseEviction(f.eviction); err != nil {
+	if o.Eviction, err = offload.ParseEviction(a.eviction); err != nil {
 		return fmt.Errorf("--eviction: %w", err)
 	}
-	if f.timeline != "" {
-		ext := filepath.Ext(f.timeline)
-		base := strings.TrimSuffix(f.timeline, ext)
-		if ext == "" {
-			ext = ".svg"
-		}
-		o.Timeline = func(p offload.Policy) (io.WriteCloser, error) {
-			return os.Create(base + "-" + p.String() + ext)
-		}
+	if files := timelineFiles(f.timeline); files != nil {
+		o.Timeline = func(p offload.Policy) (io.WriteCloser, error) { return files(p.String()) }
 	}
 	rep, err := engine.SimBench(o)
 	if err != nil {
@@ -216,79 +230,81 @@ func benchPromptList(file string) ([]string, error) {
 	return prompts, nil
 }
 
-// modelBench decodes tokens after each prompt with the real model and reports latencies.
+// modelBench decodes tokens after each prompt with the real model and reports latencies,
+// for each policy when the experts are offloaded.
 func (a *app) modelBench(cmd *cobra.Command, f benchFlags) error {
-	n := f.tokens
-	if n == 0 {
-		n = 32
+	if f.tokens != 0 && (f.tokens < 2 || f.tokens > maxCtx) {
+		return fmt.Errorf("--tokens %d: want 2 to %d (the first token is the time to first token)", f.tokens, maxCtx)
 	}
-	if n < 1 || n > maxCtx {
-		return fmt.Errorf("--tokens %d: want 1 to %d", n, maxCtx)
+	if f.timelineTokens < 1 || f.timelineTokens > 64 {
+		return fmt.Errorf("--timeline-tokens %d: want 1 to 64", f.timelineTokens)
+	}
+	if f.timeline != "" && !strings.HasPrefix(a.device, "sim:") {
+		return fmt.Errorf("--timeline draws a simulated GPU's streams: pass --device sim:<profile>")
 	}
 	prompts, err := benchPromptList(f.prompts)
 	if err != nil {
 		return err
 	}
-	m, s, closeAll, err := a.session()
+	if err := a.checkModelPath(a.modelPath); err != nil {
+		return err
+	}
+	base, err := a.engineOptions(a.device, "")
 	if err != nil {
 		return err
 	}
-	defer closeAll()
-	var lat, ttft []float64
-	for _, p := range prompts {
-		ids, err := m.Tokenize(p, true)
-		if err != nil {
-			return err
+	o := engine.BenchOptions{Options: base, Prompts: prompts, Tokens: f.tokens, Timeline: timelineFiles(f.timeline), TimelineTokens: f.timelineTokens}
+	o.Options.Offload = nil
+	if off := base.Offload; off != nil {
+		o.GPUMem, o.Eviction, o.Predictor = off.GPUMem, off.Eviction, off.Predictor
+		if o.Policies, err = offload.ParsePolicies(cmp.Or(a.policy, "ondemand,prefetch,cpu-miss")); err != nil {
+			return fmt.Errorf("--policy: %w", err)
 		}
-		s.Reset()
-		start := time.Now()
-		last := start
-		first := true
-		_, err = s.Generate(cmd.Context(), ids, engine.GenerateOptions{MaxTokens: n, IgnoreEOS: true,
-			Sampler: engine.SamplerOptions{Greedy: true},
-			OnToken: func(engine.Token) error {
-				now := time.Now()
-				if first {
-					ttft = append(ttft, now.Sub(start).Seconds())
-					first = false
-				} else {
-					lat = append(lat, now.Sub(last).Seconds())
-				}
-				last = now
-				return nil
-			}})
-		if err != nil {
-			return err
+		if slices.Contains(o.Policies, offload.CPUMiss) && strings.HasPrefix(a.device, "sim:") && o.Options.HostBandwidth == 0 {
+			o.Options.HostBandwidth = engine.MeasureHostExpertBandwidth()
 		}
 	}
-	if len(lat) == 0 {
-		return fmt.Errorf("bench: no decode steps were timed (use --tokens 2 or more)")
+	rep, err := engine.Bench(cmd.Context(), a.modelPath, o)
+	if err != nil {
+		return err
 	}
-	mean := func(v []float64) float64 {
-		t := 0.0
-		for _, x := range v {
-			t += x
-		}
-		return t / float64(len(v))
-	}
-	slices.Sort(lat)
-	pct := func(q float64) float64 { return lat[int(q*float64(len(lat)-1)+0.5)] }
-	info := m.Info()
-	res := struct {
-		Model        string  `json:"model"`
-		Device       string  `json:"device"`
-		Prompts      int     `json:"prompts"`
-		Tokens       int     `json:"tokens_per_prompt"`
-		MeanMS       float64 `json:"mean_ms"`
-		P50MS        float64 `json:"p50_ms"`
-		P90MS        float64 `json:"p90_ms"`
-		TTFTMS       float64 `json:"ttft_ms"`
-		TokensPerSec float64 `json:"tokens_per_second"`
-	}{info.Path, a.device, len(prompts), n, mean(lat) * 1e3, pct(0.5) * 1e3, pct(0.9) * 1e3, mean(ttft) * 1e3, 1 / mean(lat)}
 	if f.asJSON {
-		return writeJSON(a.stdout, res)
+		return writeJSON(a.stdout, rep)
 	}
-	fmt.Fprintf(a.stdout, "%s on %s: %d prompts x %d tokens\nper-token latency  mean %.2f ms  p50 %.2f ms  p90 %.2f ms\ntime to first token %.2f ms\ndecode %.1f tokens/s\n",
-		res.Model, res.Device, res.Prompts, res.Tokens, res.MeanMS, res.P50MS, res.P90MS, res.TTFTMS, res.TokensPerSec)
-	return nil
+	if len(rep.Rows) == 1 && rep.GPUMem == 0 {
+		p := rep.Rows[0]
+		fmt.Fprintf(a.stdout, "%s on %s: %d prompts x %d tokens\nper-token latency  mean %.3f ms  p50 %.3f ms  p90 %.3f ms\ntime to first token %.3f ms\ndecode %.1f tokens/s\n",
+			rep.Model, rep.Device, rep.Prompts, rep.Tokens, p.Mean*1e3, p.P50*1e3, p.P90*1e3, p.TTFT*1e3, p.TokensPerSecond)
+		if rep.Simulated {
+			fmt.Fprintf(a.stdout, "simulated time (profile calibrated: %v), numbers computed on the CPU; physical limit %.3f ms per token, measured/limit %.2f\n",
+				rep.Calibrated, p.LimitPerToken*1e3, p.OverLimit)
+		}
+		return nil
+	}
+	clock := "wall clock of this machine"
+	if rep.Simulated {
+		clock = fmt.Sprintf("simulated time (profile calibrated: %v); numbers computed on the CPU", rep.Calibrated)
+	}
+	fmt.Fprintf(a.stdout, "%s on %s: %d prompts x %d tokens, batch size 1, %s\n", rep.Model, rep.Device, rep.Prompts, rep.Tokens, clock)
+	if rep.GPUMem > 0 {
+		fmt.Fprintf(a.stdout, "%.2f MiB device budget: %.2f MiB resident, %.3f MiB per expert slot; prefetch predictor %s\n",
+			float64(rep.GPUMem)/(1<<20), float64(rep.Resident)/(1<<20), float64(rep.SlotBytes)/(1<<20), cmp.Or(rep.Predictor, "prev-token"))
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\tslots\tTTFT ms\tmean ms\tp50 ms\tp90 ms\ttok/s\thit rate\tKB moved/tok\tstall ms/tok\taccuracy\ton CPU/tok\tlimit ms\tmeasured/limit\t")
+	for _, p := range rep.Rows {
+		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f\t%s\t%.1f\t%s\t%s\t%.2f\t%s\t%s\t\n", p.Policy, p.Slots,
+			p.TTFT*1e3, p.Mean*1e3, p.P50*1e3, p.P90*1e3, p.TokensPerSecond, orDash(p.HitRate, "%.3f", p.Slots > 0), p.MovedPerToken/1e3,
+			orDash(p.StallPerToken*1e3, "%.3f", true), orDash(p.Accuracy, "%.3f", true), p.OnCPUPerToken,
+			orDash(p.LimitPerToken*1e3, "%.3f", true), orDash(p.OverLimit, "%.2f", true))
+	}
+	return tw.Flush()
+}
+
+// orDash formats v, or "-" for a figure that does not apply (NaN, or ok false).
+func orDash(v float64, format string, ok bool) string {
+	if !ok || math.IsNaN(v) {
+		return "-"
+	}
+	return fmt.Sprintf(format, v)
 }

@@ -44,11 +44,41 @@ func TestBenchModel(t *testing.T) {
 
 func TestBenchModelOnSim(t *testing.T) {
 	model := needModel(t)
-	out, _ := mustRun(t, "", "-m", model, "--device", "sim:rtx2080ti", "bench", "--tokens", "6", "--gpu-mem", "64MiB", "--host-bw", "10GB")
-	for _, want := range []string{"recorded routing", "recorded while", "commit", "measured/limit"} {
+	dir := t.TempDir()
+	out, _ := mustRun(t, "", "-m", model, "--device", "sim:rtx2080ti", "--gpu-mem", "3.4MiB", "--host-bw", "10GB",
+		"bench", "--tokens", "6", "--timeline", filepath.Join(dir, "t.svg"))
+	for _, want := range []string{"simulated time", "ondemand", "prefetch", "cpu-miss", "stall ms/tok", "measured/limit"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("bench output lacks %q:\n%s", want, out)
 		}
+	}
+	for _, p := range []string{"ondemand", "prefetch", "cpu-miss"} {
+		if b, err := os.ReadFile(filepath.Join(dir, "t-"+p+".svg")); err != nil || !strings.Contains(string(b), "<svg") {
+			t.Errorf("timeline of %s: %v", p, err)
+		}
+	}
+	out, _ = mustRun(t, "", "-m", model, "--device", "sim:rtx2080ti", "--gpu-mem", "64MiB", "--host-bw", "10GB", "bench", "--timing-only", "--tokens", "6")
+	for _, want := range []string{"recorded routing", "recorded while", "commit", "measured/limit"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("bench --timing-only output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// Offloading on the CPU device runs the same pipeline on the wall clock.
+func TestBenchModelOffloadedOnCPU(t *testing.T) {
+	model := needModel(t)
+	js, _ := mustRun(t, "", "-m", model, "--gpu-mem", "3.4MiB", "--policy", "ondemand,prefetch", "bench", "--tokens", "3", "--json")
+	var rep struct {
+		Simulated bool
+		Rows      []struct {
+			Policy  string
+			Slots   int
+			HitRate float64
+		}
+	}
+	if err := json.Unmarshal([]byte(js), &rep); err != nil || rep.Simulated || len(rep.Rows) != 2 || rep.Rows[1].Policy != "prefetch" || rep.Rows[0].Slots != 10 {
+		t.Errorf("--json: %v %+v\n%s", err, rep, js)
 	}
 }
 
@@ -69,9 +99,15 @@ func TestBenchBadInput(t *testing.T) {
 		{[]string{"--device", "sim:rtx4090", "bench", "--shape", "mixtral-8x7b", "--trace", "/nonexistent.trace"}, "no such file"},
 		{[]string{"--device", "sim:rtx4090", "bench", "--shape", "mixtral-8x7b", "--predictor", "accuracy=7"}, "accuracy"},
 		{[]string{"--device", "sim:rtx4090", "bench", "--shape", "mixtral-8x7b", "--skew", "-2"}, "skew"},
-		{[]string{"bench", "--gpu-mem", "8GiB"}, "--device sim:"},
-		{[]string{"--device", "sim:rtx4090", "bench", "--trace", "x.trace"}, "--trace replays"},
-		{[]string{"--device", "sim:rtx4090", "bench", "--gpu-mem", "1KiB"}, "needs at least"},
+		{[]string{"bench", "--policy", "ondemand"}, "--gpu-mem"},
+		{[]string{"bench", "--timeline", "x.svg"}, "--device sim:"},
+		{[]string{"bench", "--gpu-mem", "64MiB", "--policy", "commit"}, "--timing-only"},
+		{[]string{"--device", "sim:rtx4090", "bench", "--trace", "x.trace"}, "timing-only"},
+		{[]string{"--device", "sim:rtx4090", "bench", "--timing-only", "--trace", "x.trace"}, "--trace replays"},
+		{[]string{"--device", "sim:rtx4090", "bench", "--gpu-mem", "1KiB"}, "at least 2927104 bytes"},
+		{[]string{"--device", "sim:rtx2080ti", "bench", "--gpu-mem", "64GiB"}, "exceeds"},
+		{[]string{"--device", "sim:nope", "bench"}, "unknown"},
+		{[]string{"--device", "cuda:0", "bench"}, "not available"},
 		{[]string{"bench", "--tokens", "-1"}, "--tokens"},
 	}
 	for _, c := range cases {

@@ -207,3 +207,54 @@ func TestChatPiped(t *testing.T) {
 		t.Errorf("piped chat printed a prompt: %q", out)
 	}
 }
+
+// Offloading, on the CPU and on a simulated GPU, with every policy that keeps the numbers,
+// generates exactly the tokens of the run with every weight in memory.
+func TestGenerateOffloaded(t *testing.T) {
+	model := needModel(t)
+	base := []string{"generate", "-m", model, "--tokens", promptIDsArg, "-n", "6", "--ignore-eos", "--greedy", "--json"}
+	want, _ := mustRun(t, "", base...)
+	var rw generateJSON
+	json.Unmarshal([]byte(want), &rw)
+	for _, extra := range [][]string{
+		{"--gpu-mem", "3.4MiB"},
+		{"--gpu-mem", "3.4MiB", "--policy", "prefetch", "--predictor", "frequency", "--eviction", "lfu"},
+		{"--device", "sim:rtx4090", "--gpu-mem", "3.4MiB", "--policy", "cpu-miss", "--host-bw", "30GB"},
+		{"--device", "sim:h100-pcie"},
+	} {
+		got, _ := mustRun(t, "", append(extra, base...)...)
+		var rg generateJSON
+		json.Unmarshal([]byte(got), &rg)
+		if len(rw.Tokens) == 0 || fmt.Sprint(rg.Tokens) != fmt.Sprint(rw.Tokens) {
+			t.Errorf("%v: tokens %v, want %v", extra, rg.Tokens, rw.Tokens)
+		}
+	}
+}
+
+func TestOffloadFlagsBadInput(t *testing.T) {
+	model := needModel(t)
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--policy", "prefetch"}, "--gpu-mem"},
+		{[]string{"--gpu-mem", "-1GiB"}, "--gpu-mem"},
+		{[]string{"--gpu-mem", "lots"}, "--gpu-mem"},
+		{[]string{"--gpu-mem", "1MiB"}, "at least"},
+		{[]string{"--gpu-mem", "8MiB", "--policy", "fastest"}, "unknown expert policy"},
+		{[]string{"--gpu-mem", "8MiB", "--eviction", "random"}, "--eviction"},
+		{[]string{"--gpu-mem", "8MiB", "--policy", "prefetch", "--predictor", "psychic"}, "predictor"},
+		{[]string{"--gpu-mem", "8MiB", "--policy", "commit", "--predictor", "prev-token"}, "Commit Router"},
+		{[]string{"--device", "sim:rtx4090", "--gpu-mem", "30GiB"}, "exceeds"},
+		{[]string{"--device", "sim:", "--gpu-mem", "8MiB"}, "profile"},
+		{[]string{"--device", "sim:/nonexistent/card.json"}, "no such file"},
+		{[]string{"--device", "sim:rtx4090", "--host-bw", "0"}, "--host-bw"},
+	}
+	for _, c := range cases {
+		args := append(c.args, "generate", "-m", model, "--prompt", "Hello", "-n", "1")
+		_, errOut, code := runCLI(t, "", args...)
+		if code == 0 || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d, stderr %q, want an error mentioning %q", c.args, code, errOut, c.want)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/commit-run/commit-run/engine"
+	"github.com/commit-run/commit-run/offload"
 )
 
 // defaultModel is the small model bundled with the repository, so that `commit-run generate`
@@ -27,15 +28,17 @@ type app struct {
 	stdout io.Writer
 	stderr io.Writer
 
-	modelPath  string
-	threads    int
-	ctxLen     int
-	kvType     string
-	device     string
-	profMode   string
-	profDir    string
-	stopProf   func()
-	interrupts *interrupts
+	modelPath string
+	threads   int
+	ctxLen    int
+	kvType    string
+	device    string
+	// Offloading: set by --gpu-mem; the policy, eviction and predictor refine it.
+	gpuMem, policy, eviction, predictor, hostBW string
+	profMode                                    string
+	profDir                                     string
+	stopProf                                    func()
+	interrupts                                  *interrupts
 }
 
 // run executes the command line args and returns the process exit status. sig delivers
@@ -100,7 +103,12 @@ func (a *app) rootCmd() *cobra.Command {
 	pf.IntVar(&a.threads, "threads", 0, "compute threads (0 = all cores)")
 	pf.IntVar(&a.ctxLen, "ctx", 0, fmt.Sprintf("context length in tokens (0 = the model's, at most %d)", engine.DefaultMaxContext))
 	pf.StringVar(&a.kvType, "kv-type", "f16", "KV cache element type: f16 or f32")
-	pf.StringVar(&a.device, "device", "cpu", "device to run on")
+	pf.StringVar(&a.device, "device", "cpu", "device to run on: cpu, or sim:<profile> for a simulated GPU ("+strings.Join(engine.Devices()[1:], ", ")+", or a profile JSON file)")
+	pf.StringVar(&a.gpuMem, "gpu-mem", "", "offload the routed experts to host memory within this device memory `SIZE`, e.g. 12GiB")
+	pf.StringVar(&a.policy, "policy", "", "expert policy with --gpu-mem: ondemand (default), prefetch, commit or cpu-miss; bench takes a comma-separated list")
+	pf.StringVar(&a.eviction, "eviction", "lru", "expert cache eviction: lru or lfu")
+	pf.StringVar(&a.predictor, "predictor", "", "next-layer prediction for prefetch: prev-token (default) or frequency (bench --shape: also oracle, accuracy=P)")
+	pf.StringVar(&a.hostBW, "host-bw", "", "simulated devices: the rate the host computes a missed expert at (cpu-miss), e.g. 20GB (default: measured on this machine)")
 	pf.StringVar(&a.profMode, "profile", "", "write a Go profile: cpu or mem")
 	pf.StringVar(&a.profDir, "profile-dir", ".", "`DIR` for the --profile output (cpu.pprof or mem.pprof)")
 
@@ -159,11 +167,9 @@ func (a *app) openModelOn(device string) (*engine.Model, error) {
 	if err := a.checkModelPath(a.modelPath); err != nil {
 		return nil, err
 	}
-	opts := engine.Options{
-		Device:        device,
-		Threads:       a.threads,
-		ContextLength: a.ctxLen,
-		KVType:        a.kvType,
+	opts, err := a.engineOptions(device, a.policy)
+	if err != nil {
+		return nil, err
 	}
 	var bar *progressBar
 	if isTerminal(a.stderr) {
@@ -178,6 +184,55 @@ func (a *app) openModelOn(device string) (*engine.Model, error) {
 		return nil, fmt.Errorf("open %s: %w", a.modelPath, err)
 	}
 	return m, nil
+}
+
+// engineOptions are the engine options the global flags ask for, offloading with policy
+// included (bench passes "" and compares its list of policies itself).
+func (a *app) engineOptions(device, policy string) (engine.Options, error) {
+	opts := engine.Options{Device: device, Threads: a.threads, ContextLength: a.ctxLen, KVType: a.kvType}
+	var err error
+	if opts.HostBandwidth, err = a.hostBandwidth(); err != nil {
+		return opts, err
+	}
+	if a.gpuMem == "" {
+		for _, f := range []struct{ name, v string }{{"policy", a.policy}, {"predictor", a.predictor}} {
+			if f.v != "" {
+				return opts, fmt.Errorf("--%s chooses how offloaded experts are served: pass a device memory budget with --gpu-mem", f.name)
+			}
+		}
+		return opts, nil
+	}
+	o := &engine.OffloadOptions{Predictor: a.predictor}
+	mem, err := parseBytes(a.gpuMem)
+	if err != nil {
+		return opts, fmt.Errorf("--gpu-mem: %w", err)
+	}
+	o.GPUMem = int64(mem)
+	if policy != "" {
+		if o.Policy, err = offload.ParsePolicy(policy); err != nil {
+			return opts, fmt.Errorf("--policy: %w", err)
+		}
+	}
+	if o.Eviction, err = offload.ParseEviction(a.eviction); err != nil {
+		return opts, fmt.Errorf("--eviction: %w", err)
+	}
+	opts.Offload = o
+	if strings.HasPrefix(device, "sim:") && o.Policy == offload.CPUMiss && opts.HostBandwidth == 0 {
+		opts.HostBandwidth = engine.MeasureHostExpertBandwidth()
+	}
+	return opts, nil
+}
+
+// hostBandwidth reads --host-bw (0 when unset).
+func (a *app) hostBandwidth() (float64, error) {
+	if a.hostBW == "" {
+		return 0, nil
+	}
+	v, err := parseBytes(a.hostBW)
+	if err != nil {
+		return 0, fmt.Errorf("--host-bw: %w", err)
+	}
+	return v, nil
 }
 
 // session opens the model and one session on it; closing the returned func frees both.

@@ -1,0 +1,104 @@
+// Package device defines what the engine needs from a place to compute: memory with a hard
+// budget, a compute stream and a copy stream ordered by events, and the kernels the models
+// use. Devices know nothing of MoE: the engine and offload/ decide what lives where and when
+// it moves; a device only moves bytes, runs kernels and keeps time.
+//
+// The core interface is small. What only some devices can do is found by type assertion, the
+// way database/sql/driver does it: a Clock (virtual or measured time), a Charger (work the
+// engine computes itself, such as attention over the cache, priced on the compute stream) and
+// a Planner (when a copy or a host computation started now would finish, for cpu-miss).
+package device
+
+import (
+	"github.com/commit-run/commit-run/quant"
+)
+
+// Kernels are the computations the models and the engine ask of a device. Implementations
+// are safe for concurrent use: several sessions compute at once.
+type Kernels interface {
+	// MatMul computes out[t*w.Rows+o] = dot(w row o, x[t*w.Cols:(t+1)*w.Cols]) for t < T.
+	MatMul(w quant.Matrix, x []float32, T int, out []float32)
+	// MatMulID is MatMul for a routed expert's matrix (llama.cpp's MUL_MAT_ID, whose
+	// kernels differ from MUL_MAT's for some weight types).
+	MatMulID(w quant.Matrix, x []float32, T int, out []float32)
+	// Parallel calls fn(i) for every i in [0, n), spread across the device's threads, and
+	// returns when all calls have returned.
+	Parallel(n int, fn func(i int))
+}
+
+// Event is a point in a stream's work that other streams and the host can wait for, as a
+// recorded CUDA event. Its concrete type belongs to the device that recorded it; nil has
+// always happened.
+type Event any
+
+// Stream is an in-order queue of device work.
+type Stream interface {
+	// Record returns an event that happens when the work enqueued so far is done.
+	Record() Event
+	// Wait makes the stream's later work start after ev.
+	Wait(ev Event)
+}
+
+// Device is a place to compute. Kernels run on its compute stream in call order; CopyIn
+// runs on its copy stream; the host thread orders them with events.
+type Device interface {
+	Kernels
+	// Name is how users select the device: "cpu", "sim:rtx4090", "cuda:0".
+	Name() string
+	// Memory is the device's memory budget. Everything placed on the device is allocated
+	// from it, so its peak is the device's peak.
+	Memory() *Memory
+	// Compute is the stream kernels run on.
+	Compute() Stream
+	// Copy is the stream CopyIn runs on.
+	Copy() Stream
+	// CopyIn copies host bytes src to device bytes dst (of the same length) on the copy
+	// stream. dst may be read by kernels only after the compute stream waits for an event
+	// recorded on the copy stream after the call.
+	CopyIn(dst, src []byte)
+	// Sync blocks the host until ev has happened: the host reads a result of the device.
+	Sync(ev Event)
+	// Host is the host CPU, for work the engine chooses to compute there instead of moving
+	// its weights (cpu-miss). Its kernels run in call order on its own stream.
+	Host() HostKernels
+}
+
+// HostKernels are the host CPU's kernels, seen from a device: a stream of their own, so that
+// the device can wait for what the host computed.
+type HostKernels interface {
+	Kernels
+	Stream
+}
+
+// Clock is implemented by devices that keep time the engine should report instead of the
+// wall clock: the simulator's virtual time.
+type Clock interface {
+	// Now is the host thread's time in seconds since the device was made.
+	Now() float64
+}
+
+// Charger is implemented by devices that price work by its size. The engine computes some
+// small operations itself (norms, attention over the KV cache, the routing softmax) and
+// charges them here so that the device's time sees them.
+type Charger interface {
+	// Charge adds a kernel of the given kind that reads or writes bytes and performs flops
+	// to the compute stream, after the work enqueued before it.
+	Charge(kind string, bytes, flops float64)
+}
+
+// Planner is implemented by devices that can tell when work started now would finish, which
+// is what cpu-miss's per-expert cost model compares.
+type Planner interface {
+	// CopyDone is when a copy of n bytes enqueued now on the copy stream would land.
+	CopyDone(n int64) float64
+	// HostDone is when the host would finish kernels reading n bytes of weights started now.
+	HostDone(n int64, kernels int) float64
+}
+
+// Labeler is implemented by devices that keep a timeline: the engine names the work it
+// enqueues next (kind "expert", label "L3 E5") so that a picture of the streams says what
+// each span is. A device without one ignores labels.
+type Labeler interface {
+	// Label names the kernels and copies enqueued next, until the next Label call.
+	Label(kind, label string)
+}

@@ -1,0 +1,218 @@
+package engine
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"time"
+
+	"github.com/commit-run/commit-run/offload"
+	"github.com/commit-run/commit-run/sim"
+)
+
+// BenchOptions configure Bench: a real model decoding real prompts, the numbers computed.
+type BenchOptions struct {
+	// Options open the model (device, threads, context, KV type); Offload is set by Bench.
+	Options Options
+	// Policies are run one after the other, each on a freshly opened model; nil runs the
+	// model with every weight resident on the device.
+	Policies  []offload.Policy
+	GPUMem    int64
+	Eviction  offload.Eviction
+	Predictor string // prefetch: prev-token (default) or frequency
+	Prompts   []string
+	Tokens    int // decoded per prompt (0 = 32)
+	// Timeline, on a simulated device, receives an SVG of the last TimelineTokens tokens
+	// of each run (policy "resident" when nothing is offloaded).
+	Timeline       func(policy string) (io.WriteCloser, error)
+	TimelineTokens int
+}
+
+// BenchReport is the outcome of Bench; times in seconds.
+type BenchReport struct {
+	Model  string
+	Device string
+	// Simulated says the times are the simulated GPU's virtual time (numbers computed on the
+	// CPU), not this machine's wall clock.
+	Simulated  bool
+	Calibrated bool // a simulated device's profile was checked against a real GPU
+	GPUMem     int64
+	SlotBytes  int64
+	Resident   int64 // non-expert weights and one session's KV cache
+	Prompts    int
+	Tokens     int // decoded per prompt
+	Predictor  string
+	Rows       []PolicyReport
+}
+
+// Bench decodes Tokens tokens greedily after each prompt, at batch size 1, once per policy,
+// and reports per-token latency, time to first token and the offloader's figures. On a
+// simulated device every figure comes from its timeline, and the physical limit (DESIGN.md
+// §6) is max(compute, bytes not resident at the token's start / effective PCIe rate).
+func Bench(ctx context.Context, path string, o BenchOptions) (*BenchReport, error) {
+	n := cmp.Or(o.Tokens, 32)
+	if n < 2 || n > 1<<20 {
+		return nil, fmt.Errorf("bench: %d tokens per prompt: want 2 to %d (the first is the time to first token)", n, 1<<20)
+	}
+	if len(o.Prompts) == 0 {
+		return nil, fmt.Errorf("bench: no prompts")
+	}
+	rep := &BenchReport{Model: path, GPUMem: o.GPUMem, Prompts: len(o.Prompts), Tokens: n}
+	runs := []*offload.Policy{nil}
+	if len(o.Policies) > 0 {
+		runs = nil
+		for _, p := range o.Policies {
+			if p == offload.Commit {
+				return nil, fmt.Errorf("bench: commit computes with predicted experts, and a running model has no predictor for it until the Commit Router exists; time commit from the model's routing with --timing-only")
+			}
+			runs = append(runs, &p)
+		}
+		if o.GPUMem <= 0 {
+			return nil, fmt.Errorf("bench: offloading needs a device memory budget (--gpu-mem)")
+		}
+	}
+	for _, p := range runs {
+		row, err := benchRun(ctx, path, o, p, n, rep)
+		if err != nil {
+			return nil, err
+		}
+		rep.Rows = append(rep.Rows, row)
+	}
+	return rep, nil
+}
+
+// benchRun opens the model with policy p (nil: no offloading) and times the prompts.
+func benchRun(ctx context.Context, path string, o BenchOptions, p *offload.Policy, n int, rep *BenchReport) (PolicyReport, error) {
+	opts := o.Options
+	opts.Offload = nil
+	name := "resident"
+	if p != nil {
+		name = p.String()
+		opts.Offload = &OffloadOptions{Policy: *p, GPUMem: o.GPUMem, Eviction: o.Eviction, Predictor: o.Predictor}
+	}
+	m, err := Open(path, opts)
+	if err != nil {
+		return PolicyReport{}, err
+	}
+	defer m.Close()
+	s, err := m.NewSession()
+	if err != nil {
+		return PolicyReport{}, err
+	}
+	defer s.Close()
+	sd, simulated := m.dev.(*sim.Device)
+	rep.Device, rep.Simulated = m.dev.Name(), simulated
+	var pcie float64
+	if simulated {
+		rep.Calibrated = sd.Profile().Calibrated
+		pcie = sd.Profile().PCIeEffective
+	}
+	clock := func() float64 {
+		if t, ok := m.Clock(); ok {
+			return t
+		}
+		return float64(time.Now().UnixNano()) / 1e9
+	}
+	take := func() benchSnap {
+		sn := benchSnap{t: clock()}
+		sn.off, _ = m.Offload()
+		if simulated {
+			sn.dv = sd.Stats()
+		}
+		return sn
+	}
+	var st []offload.TokenStats
+	var ttft float64
+	var drawFrom, drawTo float64
+	for _, prompt := range o.Prompts {
+		ids, err := m.Tokenize(prompt, true)
+		if err != nil {
+			return PolicyReport{}, err
+		}
+		s.Reset()
+		start := take()
+		last := start
+		first := true
+		_, err = s.Generate(ctx, ids, GenerateOptions{MaxTokens: n, IgnoreEOS: true, Sampler: SamplerOptions{Greedy: true},
+			OnToken: func(Token) error {
+				now := take()
+				if first {
+					ttft += now.t - start.t
+					first = false
+				} else {
+					st = append(st, tokenStats(last, now, pcie))
+				}
+				last = now
+				return nil
+			}})
+		if err != nil {
+			return PolicyReport{}, fmt.Errorf("bench %s, prompt %q: %w", name, prompt, err)
+		}
+		drawTo = last.t
+		if k := min(cmp.Or(o.TimelineTokens, 2), len(st)); k > 0 {
+			drawFrom = drawTo
+			for _, x := range st[len(st)-k:] {
+				drawFrom -= x.Latency
+			}
+		}
+	}
+	if len(st) == 0 {
+		return PolicyReport{}, fmt.Errorf("bench: no decode steps were timed")
+	}
+	var slots int
+	if off, ok := m.Offload(); ok {
+		slots = off.Slots
+		rep.SlotBytes, rep.Resident = off.SlotBytes, off.Resident
+		rep.Predictor = m.off.opts.Predictor
+	}
+	row := summarise(name, slots, st)
+	row.TTFT = ttft / float64(len(o.Prompts))
+	if !simulated {
+		row.StallPerToken, row.LimitPerToken, row.OverLimit = math.NaN(), math.NaN(), math.NaN()
+	}
+	if o.Timeline != nil && simulated {
+		w, err := o.Timeline(name)
+		if err != nil {
+			return row, err
+		}
+		title := fmt.Sprintf("%s on %s, %.2f GiB, policy %s, the model's own routing: the last decode tokens", path, rep.Device, float64(o.GPUMem)/(1<<30), name)
+		if err := sim.WriteSVG(w, sd.Spans(), drawFrom, drawTo, title); err != nil {
+			w.Close()
+			return row, err
+		}
+		if err := w.Close(); err != nil {
+			return row, err
+		}
+	}
+	return row, nil
+}
+
+// benchSnap is the clock and the counters at one moment of a benchmark run.
+type benchSnap struct {
+	t   float64
+	off OffloadStats
+	dv  sim.Stats
+}
+
+// tokenStats are the figures of the decode step between snapshots a and b.
+func tokenStats(a, b benchSnap, pcie float64) offload.TokenStats {
+	st := offload.TokenStats{
+		Latency:   b.t - a.t,
+		Stall:     b.dv.ComputeStalled - a.dv.ComputeStalled,
+		Compute:   b.dv.ComputeBusy - a.dv.ComputeBusy,
+		Moved:     float64(b.off.BytesCopied - a.off.BytesCopied),
+		Needed:    float64(b.off.NeededBytes - a.off.NeededBytes),
+		Hits:      int(b.off.Hits - a.off.Hits),
+		Misses:    int(b.off.Misses - a.off.Misses),
+		OnCPU:     int(b.off.OnCPU - a.off.OnCPU),
+		Correct:   int(b.off.Correct - a.off.Correct),
+		Predicted: int(b.off.Predicted - a.off.Predicted),
+	}
+	st.Limit = st.Compute
+	if pcie > 0 {
+		st.Limit = max(st.Compute, st.Needed/pcie)
+	}
+	return st
+}

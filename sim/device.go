@@ -1,0 +1,255 @@
+package sim
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/commit-run/commit-run/device"
+	"github.com/commit-run/commit-run/quant"
+)
+
+// DeviceOptions configure NewDevice.
+type DeviceOptions struct {
+	// Numerics computes the numbers: the CPU device. Its own streams are not used.
+	Numerics device.Kernels
+	// Memory is the budget; nil means the profile's memory.
+	Memory *device.Memory
+	// HostBandwidth is the rate in bytes/s the host reads weights at when it computes an
+	// expert itself (cpu-miss): measure it on the machine being modelled. 0 = 20 GB/s.
+	HostBandwidth float64
+	// HostOverhead is the fixed cost of one host kernel (dispatch, moving the activation
+	// between host and device). 0 = 10 µs.
+	HostOverhead float64
+}
+
+// Device is the simulated GPU sim:<profile>: numbers computed on the CPU, every kernel and
+// copy charged to a virtual-time timeline of the modelled card. Kernels run on a "compute"
+// stream, copies on a "copy" stream and the host's expert kernels on a "cpu" stream beside
+// the issuing thread. It is safe for concurrent use, but a timeline models one issuing
+// thread: concurrent sessions interleave on it as they would on a real card.
+type Device struct {
+	mu                 sync.Mutex
+	prof               *Profile
+	num                device.Kernels
+	mem                *device.Memory
+	tl                 *Timeline
+	compute, copy, cpu *Stream
+	hostBW, hostOver   float64
+	kind, label        string
+}
+
+// NewDevice returns a simulated device of profile p.
+func NewDevice(p *Profile, o DeviceOptions) (*Device, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	if o.Numerics == nil {
+		return nil, fmt.Errorf("sim device %s: no numerics device", p.Name)
+	}
+	if o.HostBandwidth < 0 || o.HostOverhead < 0 {
+		return nil, fmt.Errorf("sim device %s: host bandwidth %v and overhead %v: want positive numbers", p.Name, o.HostBandwidth, o.HostOverhead)
+	}
+	d := &Device{prof: p, num: o.Numerics, mem: o.Memory, tl: NewTimeline(), hostBW: o.HostBandwidth, hostOver: o.HostOverhead}
+	if d.mem == nil {
+		var err error
+		if d.mem, err = device.NewMemory(p.MemoryBytes); err != nil {
+			return nil, err
+		}
+	}
+	if d.mem.Budget() > p.MemoryBytes {
+		return nil, fmt.Errorf("sim device %s: a budget of %.2f GiB exceeds the card's %.2f GiB", p.Name, float64(d.mem.Budget())/(1<<30), float64(p.MemoryBytes)/(1<<30))
+	}
+	if d.hostBW == 0 {
+		d.hostBW = 20e9
+	}
+	if d.hostOver == 0 {
+		d.hostOver = 10e-6
+	}
+	d.compute, d.copy, d.cpu = d.tl.NewStream("compute"), d.tl.NewStream("copy"), d.tl.NewStream("cpu")
+	return d, nil
+}
+
+// Profile is the modelled card.
+func (d *Device) Profile() *Profile { return d.prof }
+
+// Name is "sim:<profile>".
+func (d *Device) Name() string { return "sim:" + d.prof.Name }
+
+// Memory is the device's budget.
+func (d *Device) Memory() *device.Memory { return d.mem }
+
+// Now is the issuing thread's virtual time.
+func (d *Device) Now() float64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.tl.Now()
+}
+
+// Stats are the totals of a device's timeline, in seconds.
+type Stats struct {
+	Now            float64
+	ComputeBusy    float64 // kernel time on the compute stream
+	ComputeStalled float64 // compute-stream time blocked on other streams' events
+	CopyBusy       float64
+	HostWaited     float64 // issuing-thread time blocked on the device
+	HostCompute    float64 // time of the host's expert kernels
+}
+
+// Stats reports the timeline's totals so far.
+func (d *Device) Stats() Stats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return Stats{Now: d.tl.Now(), ComputeBusy: d.compute.Busy(), ComputeStalled: d.compute.Stalled(), CopyBusy: d.copy.Busy(),
+		HostWaited: d.tl.HostWaited(), HostCompute: d.cpu.Busy()}
+}
+
+// Spans returns every span drawn so far, for WriteSVG.
+func (d *Device) Spans() []Span {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.tl.Spans()
+}
+
+// Label names the work enqueued next.
+func (d *Device) Label(kind, label string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.kind, d.label = kind, label
+}
+
+func (d *Device) names(kind string) (string, string) {
+	if d.kind != "" {
+		kind = d.kind
+	}
+	return kind, d.label
+}
+
+// matMulCost is what a matrix product of T rows reads, writes and computes: the weights as
+// stored, the activations in and out as float32.
+func matMulCost(w quant.Matrix, T int) (bytes, flops float64) {
+	return float64(len(w.Data)) + 4*float64(T)*float64(w.Rows+w.Cols), 2 * float64(T) * float64(w.Rows) * float64(w.Cols)
+}
+
+// MatMul computes on the CPU and charges one kernel.
+func (d *Device) MatMul(w quant.Matrix, x []float32, T int, out []float32) {
+	d.num.MatMul(w, x, T, out)
+	d.charge("matmul", w, T)
+}
+
+// MatMulID computes on the CPU and charges one kernel.
+func (d *Device) MatMulID(w quant.Matrix, x []float32, T int, out []float32) {
+	d.num.MatMulID(w, x, T, out)
+	d.charge("expert", w, T)
+}
+
+func (d *Device) charge(kind string, w quant.Matrix, T int) {
+	b, f := matMulCost(w, T)
+	d.Charge(kind, b, f)
+}
+
+// Charge enqueues a kernel priced by the profile's roofline.
+func (d *Device) Charge(kind string, bytes, flops float64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	k, l := d.names(kind)
+	d.compute.Enqueue(k, l, d.prof.KernelTime(bytes, flops))
+}
+
+// Parallel spreads host work over the numerics device's threads; it is not device time.
+func (d *Device) Parallel(n int, fn func(i int)) { d.num.Parallel(n, fn) }
+
+// CopyIn copies at once and charges the copy to the copy stream.
+func (d *Device) CopyIn(dst, src []byte) {
+	copy(dst, src)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	k, l := d.names("copy")
+	if k != "copy" {
+		k = "copy" // a copy is drawn as a copy whatever the label's kind
+	}
+	d.copy.Enqueue(k, l, d.prof.CopyTime(float64(len(src))))
+}
+
+// Sync advances the issuing thread to ev.
+func (d *Device) Sync(ev device.Event) {
+	if ev == nil {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.tl.HostWait(ev.(Event))
+}
+
+// CopyDone is when a copy of n bytes enqueued now would land.
+func (d *Device) CopyDone(n int64) float64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return max(d.copy.Tail(), d.tl.Now()) + d.prof.CopyTime(float64(n))
+}
+
+// HostDone is when the host would finish kernels reading n bytes of weights started now.
+func (d *Device) HostDone(n int64, kernels int) float64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return max(d.cpu.Tail(), d.tl.Now()) + float64(n)/d.hostBW + float64(kernels)*d.hostOver
+}
+
+// Compute, Copy: the device's streams.
+func (d *Device) Compute() device.Stream { return stream{d, d.compute} }
+func (d *Device) Copy() device.Stream    { return stream{d, d.copy} }
+
+// Host is the host CPU's kernels on the "cpu" stream, priced at the host bandwidth.
+func (d *Device) Host() device.HostKernels { return host{stream{d, d.cpu}} }
+
+type stream struct {
+	d *Device
+	s *Stream
+}
+
+func (s stream) Record() device.Event {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	return s.s.Record()
+}
+
+func (s stream) Wait(ev device.Event) {
+	if ev == nil {
+		return
+	}
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	s.s.Wait(ev.(Event))
+}
+
+type host struct{ stream }
+
+func (h host) MatMul(w quant.Matrix, x []float32, T int, out []float32) {
+	h.d.num.MatMul(w, x, T, out)
+	h.charge(w)
+}
+
+func (h host) MatMulID(w quant.Matrix, x []float32, T int, out []float32) {
+	h.d.num.MatMulID(w, x, T, out)
+	h.charge(w)
+}
+
+func (h host) Parallel(n int, fn func(i int)) { h.d.num.Parallel(n, fn) }
+
+// charge prices a host kernel by the weights it reads: at batch size 1 the host is bound by
+// memory bandwidth, as the device is.
+func (h host) charge(w quant.Matrix) {
+	d := h.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, l := d.names("cpu")
+	d.cpu.Enqueue("cpu", l, float64(len(w.Data))/d.hostBW+d.hostOver)
+}
+
+var (
+	_ device.Device  = (*Device)(nil)
+	_ device.Clock   = (*Device)(nil)
+	_ device.Charger = (*Device)(nil)
+	_ device.Labeler = (*Device)(nil)
+)
+
+var _ device.Planner = (*Device)(nil)

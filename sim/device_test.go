@@ -1,0 +1,150 @@
+package sim_test
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/commit-run/commit-run/device"
+	"github.com/commit-run/commit-run/quant"
+	"github.com/commit-run/commit-run/sim"
+)
+
+// countingKernels stands in for the CPU device: it counts the products it is asked for.
+type countingKernels struct{ matMuls, ids int }
+
+func (k *countingKernels) MatMul(quant.Matrix, []float32, int, []float32)   { k.matMuls++ }
+func (k *countingKernels) MatMulID(quant.Matrix, []float32, int, []float32) { k.ids++ }
+func (k *countingKernels) Parallel(n int, fn func(int)) {
+	for i := 0; i < n; i++ {
+		fn(i)
+	}
+}
+
+// roundProfile has numbers that make hand arithmetic easy: 1 GB/s everywhere, 1 µs fixed costs.
+func roundProfile() *sim.Profile {
+	return &sim.Profile{Name: "round", MemoryBytes: 1 << 30, MemoryBandwidth: 1e9, PeakFLOPS: 1e12,
+		PCIeBandwidth: 2e9, PCIeEffective: 1e9, CopyLatency: 1e-6, LaunchOverhead: 1e-6, Sources: []string{"test"}}
+}
+
+func newRoundDevice(t *testing.T, k device.Kernels) *sim.Device {
+	t.Helper()
+	d, err := sim.NewDevice(roundProfile(), sim.DeviceOptions{Numerics: k, HostBandwidth: 2e9, HostOverhead: 5e-6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-12 }
+
+// One copy overlapped with one kernel, then a kernel that needs the copy: it stalls until the
+// copy lands, and the host's sync ends with it.
+func TestDeviceCopyOverlapsKernel(t *testing.T) {
+	d := newRoundDevice(t, &countingKernels{})
+	src := make([]byte, 999_000)
+	d.CopyIn(make([]byte, len(src)), src) // copy stream [0, 1 ms]
+	d.Charge("k1", 499_000, 0)            // compute [0, 0.5 ms]
+	d.Compute().Wait(d.Copy().Record())
+	d.Charge("k2", 999_000, 0) // compute [1 ms, 2 ms]
+	d.Sync(d.Compute().Record())
+	st := d.Stats()
+	if !near(st.Now, 2e-3) || !near(st.ComputeStalled, 0.5e-3) || !near(st.CopyBusy, 1e-3) || !near(st.ComputeBusy, 1.5e-3) || !near(st.HostWaited, 2e-3) {
+		t.Errorf("stats %+v: want now 2 ms, compute stalled 0.5 ms, copy 1 ms, compute 1.5 ms, host waited 2 ms", st)
+	}
+	var kinds []string
+	for _, s := range d.Spans() {
+		kinds = append(kinds, s.Stream+"/"+s.Kind)
+	}
+	if got := strings.Join(kinds, " "); got != "copy/copy compute/k1 compute/stall compute/k2 host/wait" {
+		t.Errorf("spans %s", got)
+	}
+}
+
+// A kernel that does not wait for the copy runs at once: events order streams only when
+// asked to, as on CUDA.
+func TestDeviceNoEventNoStall(t *testing.T) {
+	d := newRoundDevice(t, &countingKernels{})
+	d.CopyIn(make([]byte, 999_000), make([]byte, 999_000))
+	d.Charge("k", 999_000, 0)
+	d.Sync(d.Compute().Record())
+	if st := d.Stats(); !near(st.Now, 1e-3) || st.ComputeStalled != 0 {
+		t.Errorf("stats %+v: want now 1 ms and no stall", st)
+	}
+}
+
+// A matrix product computes (through the numerics) and is priced by the roofline of the
+// weights as stored plus float32 activations in and out.
+func TestDeviceMatMulCost(t *testing.T) {
+	k := &countingKernels{}
+	d := newRoundDevice(t, k)
+	w := quant.Matrix{Type: quant.F32, Rows: 250, Cols: 1000, Data: make([]byte, 250*1000*4)}
+	d.MatMul(w, make([]float32, 1000), 1, make([]float32, 250))
+	d.MatMulID(w, make([]float32, 4000), 4, make([]float32, 1000))
+	d.Sync(d.Compute().Record())
+	// bytes 1e6 + 4*T*1250; flops 2*T*250e3 stay far under the memory time.
+	want := (1e6+5000)/1e9 + 1e-6 + (1e6+20000)/1e9 + 1e-6
+	if st := d.Stats(); k.matMuls != 1 || k.ids != 1 || !near(st.ComputeBusy, want) {
+		t.Errorf("numerics %d+%d calls, compute %v s, want 1+1 and %v s", k.matMuls, k.ids, st.ComputeBusy, want)
+	}
+	// A product with enough rows is bound by flops instead.
+	d2 := newRoundDevice(t, k)
+	d2.MatMul(w, make([]float32, 1000*10000), 10000, make([]float32, 250*10000))
+	if got, want := d2.Stats().ComputeBusy, 2*1e4*250e3/1e12+1e-6; got < want {
+		t.Errorf("10000 rows: %v s, want at least the flops time %v s", got, want)
+	}
+}
+
+// The host's kernels run on their own stream at the host bandwidth; the device waits for
+// their result only through an event, and the planner predicts both finishing times.
+func TestDeviceHostKernels(t *testing.T) {
+	d := newRoundDevice(t, &countingKernels{})
+	w := quant.Matrix{Type: quant.F32, Rows: 1, Cols: 500_000, Data: make([]byte, 2_000_000)}
+	if got, want := d.HostDone(2_000_000, 1), 2e6/2e9+5e-6; !near(got, want) {
+		t.Errorf("HostDone %v, want %v", got, want)
+	}
+	if got, want := d.CopyDone(2_000_000), 2e6/1e9+1e-6; !near(got, want) {
+		t.Errorf("CopyDone %v, want %v", got, want)
+	}
+	h := d.Host()
+	h.MatMul(w, make([]float32, 500_000), 1, make([]float32, 1)) // cpu [0, 1.005 ms]
+	d.Charge("k", 99_000, 0)                                     // compute [0, 0.1 ms]
+	d.Compute().Wait(h.Record())
+	d.Charge("combine", 0, 0) // compute [1.005 ms, 1.006 ms]
+	d.Sync(d.Compute().Record())
+	if st := d.Stats(); !near(st.Now, 1.006e-3) || !near(st.HostCompute, 1.005e-3) || !near(st.ComputeStalled, 0.905e-3) {
+		t.Errorf("stats %+v: want now 1.006 ms, host 1.005 ms, stalled 0.905 ms", st)
+	}
+}
+
+func TestDeviceLabels(t *testing.T) {
+	d := newRoundDevice(t, &countingKernels{})
+	d.Label("expert", "L1 E3")
+	d.Charge("swiglu", 10, 0)
+	d.CopyIn(make([]byte, 8), make([]byte, 8))
+	sp := d.Spans()
+	if len(sp) != 2 || sp[0].Kind != "expert" || sp[0].Label != "L1 E3" || sp[1].Kind != "copy" || sp[1].Label != "L1 E3" {
+		t.Errorf("spans %+v: want the kernel drawn as expert L1 E3 and the copy as a copy", sp)
+	}
+}
+
+func TestNewDeviceBadInput(t *testing.T) {
+	k := &countingKernels{}
+	big, _ := device.NewMemory(2 << 30)
+	cases := []struct {
+		name string
+		p    *sim.Profile
+		o    sim.DeviceOptions
+		want string
+	}{
+		{"no numerics", roundProfile(), sim.DeviceOptions{}, "numerics"},
+		{"budget over the card", roundProfile(), sim.DeviceOptions{Numerics: k, Memory: big}, "exceeds"},
+		{"negative host rate", roundProfile(), sim.DeviceOptions{Numerics: k, HostBandwidth: -1}, "host bandwidth"},
+		{"bad profile", &sim.Profile{Name: "x"}, sim.DeviceOptions{Numerics: k}, "memory_bytes"},
+	}
+	for _, c := range cases {
+		if _, err := sim.NewDevice(c.p, c.o); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error mentioning %q", c.name, err, c.want)
+		}
+	}
+}
