@@ -37,6 +37,9 @@ type SimBenchOptions struct {
 	Policies []offload.Policy
 	Eviction offload.Eviction
 	Tokens   int // decode tokens timed (0 = 64)
+	// PromptLen is the prompt prefilled before the timed decode, for the time to first
+	// token (shapes only: a model's -m routing covers decode steps); 0 = none.
+	PromptLen int
 	// Trace, when set, replays a recorded routing trace; otherwise Synthetic draws routing.
 	Trace     string
 	Synthetic trace.SynthOptions // Layers, Experts and Used are taken from the shape
@@ -92,6 +95,7 @@ type SimBenchReport struct {
 	ExpertBytes   float64
 	Resident      float64
 	Tokens        int
+	PromptLen     int    // prompt tokens prefilled before the decode (0: no time to first token)
 	Routing       string // where the routing came from
 	Synthetic     bool   // routing drawn by a synthetic router: label every figure so
 	Predictor     string
@@ -144,10 +148,18 @@ func SimBench(o SimBenchOptions) (*SimBenchReport, error) {
 		rep.Routing = fmt.Sprintf("recorded while %s decoded %d prompts greedily", o.Model.info.Path, len(o.Prompts))
 		rep.Tokens = len(tokens)
 	} else {
-		tokens, err = benchRouting(o, shape, n, rep)
+		if o.PromptLen < 0 || o.PromptLen > 1<<16 {
+			return nil, fmt.Errorf("prompt length %d: want 0 to %d", o.PromptLen, 1<<16)
+		}
+		tokens, err = benchRouting(o, shape, o.PromptLen+n, rep)
 	}
 	if err != nil {
 		return nil, err
+	}
+	var prompt [][][]int
+	if o.Model == nil {
+		prompt, tokens = tokens[:o.PromptLen], tokens[o.PromptLen:]
+		rep.PromptLen = o.PromptLen
 	}
 	host := o.HostBandwidth
 	if host == 0 && slices.Contains(policies, offload.CPUMiss) {
@@ -169,13 +181,15 @@ func SimBench(o SimBenchOptions) (*SimBenchReport, error) {
 		t := &offload.Timing{Shape: shape, Profile: prof, Policy: p, Eviction: o.Eviction, Slots: slots, Predict: pred,
 			CPU: offload.CPUCost{Bandwidth: host, Overhead: 20e-6}}
 		tl := sim.NewTimeline()
-		st, err := t.Run(tl, tokens)
+		ttft, st, err := t.RunPrompt(tl, prompt, tokens)
 		if err != nil {
 			return nil, fmt.Errorf("policy %s: %w", p, err)
 		}
-		rep.Policies = append(rep.Policies, summarise(p.String(), slots, st))
+		row := summarise(p.String(), slots, st)
+		row.TTFT = ttft
+		rep.Policies = append(rep.Policies, row)
 		if o.Timeline != nil {
-			if err := drawTimeline(o, p, tl, st, rep); err != nil {
+			if err := drawTimeline(o, p, tl, ttft, st, rep); err != nil {
 				return nil, err
 			}
 		}
@@ -318,10 +332,11 @@ func summarise(policy string, slots int, st []offload.TokenStats) PolicyReport {
 	return r
 }
 
-func drawTimeline(o SimBenchOptions, p offload.Policy, tl *sim.Timeline, st []offload.TokenStats, rep *SimBenchReport) error {
+// drawTimeline draws the last decode tokens, which start after the prefill's ttft.
+func drawTimeline(o SimBenchOptions, p offload.Policy, tl *sim.Timeline, ttft float64, st []offload.TokenStats, rep *SimBenchReport) error {
 	// The last tokens: the cache is warm there, as in a long decode.
 	n := min(cmp.Or(o.TimelineTokens, 2), len(st))
-	from, end := 0.0, 0.0
+	from, end := ttft, ttft
 	for i, s := range st {
 		if i < len(st)-n {
 			from += s.Latency

@@ -122,6 +122,58 @@ type TokenStats struct {
 // order) on the profile's timeline and returns each token's figures. The timeline keeps
 // every span for drawing.
 func (c *Timing) Run(tl *sim.Timeline, tokens [][][]int) ([]TokenStats, error) {
+	_, st, err := c.RunPrompt(tl, nil, tokens)
+	return st, err
+}
+
+// RunPrompt times the prefill of prompt (its tokens' routing, as for Run) in one batch, then
+// decodes tokens with the cache the prefill left, and returns the time to first token (0 for
+// an empty prompt) and each decode token's figures.
+func (c *Timing) RunPrompt(tl *sim.Timeline, prompt, tokens [][][]int) (float64, []TokenStats, error) {
+	r, err := c.start(tl)
+	if err != nil {
+		return 0, nil, err
+	}
+	var ttft float64
+	if len(prompt) > 0 {
+		for t, layers := range prompt {
+			if err := c.checkToken(layers); err != nil {
+				return 0, nil, fmt.Errorf("prompt token %d: %w", t, err)
+			}
+		}
+		if ttft, err = r.prefill(prompt); err != nil {
+			return 0, nil, err
+		}
+	}
+	out := make([]TokenStats, 0, len(tokens))
+	for t, layers := range tokens {
+		if err := c.checkToken(layers); err != nil {
+			return ttft, out, fmt.Errorf("token %d: %w", t, err)
+		}
+		st, err := r.token(t, layers, tokens)
+		if err != nil {
+			return ttft, out, err
+		}
+		out = append(out, st)
+	}
+	return ttft, out, nil
+}
+
+// checkToken checks one token's routing against the shape.
+func (c *Timing) checkToken(layers [][]int) error {
+	if len(layers) != c.Shape.MoELayers {
+		return fmt.Errorf("routes %d MoE layers, the shape has %d", len(layers), c.Shape.MoELayers)
+	}
+	for j, ex := range layers {
+		if err := checkExperts(ex, c.Shape); err != nil {
+			return fmt.Errorf("MoE layer %d: %w", j, err)
+		}
+	}
+	return nil
+}
+
+// start validates the configuration and makes the run's streams and cache.
+func (c *Timing) start(tl *sim.Timeline) (*timingRun, error) {
 	s := c.Shape
 	if err := s.Validate(); err != nil {
 		return nil, err
@@ -141,23 +193,7 @@ func (c *Timing) Run(tl *sim.Timeline, tokens [][][]int) ([]TokenStats, error) {
 	if c.Policy == CPUMiss {
 		r.cpu = tl.NewStream("cpu")
 	}
-	out := make([]TokenStats, 0, len(tokens))
-	for t, layers := range tokens {
-		if len(layers) != s.MoELayers {
-			return out, fmt.Errorf("token %d routes %d MoE layers, the shape has %d", t, len(layers), s.MoELayers)
-		}
-		for j, ex := range layers {
-			if err := checkExperts(ex, s); err != nil {
-				return out, fmt.Errorf("token %d, MoE layer %d: %w", t, j, err)
-			}
-		}
-		st, err := r.token(t, layers, tokens)
-		if err != nil {
-			return out, err
-		}
-		out = append(out, st)
-	}
-	return out, nil
+	return r, nil
 }
 
 func checkExperts(ex []int, s *Shape) error {
@@ -210,6 +246,68 @@ func (r *timingRun) load(k ExpertKey, st *TokenStats) (sim.Event, bool, error) {
 	r.ready[k] = ev
 	st.Moved += r.Shape.ExpertBytes
 	return ev, false, nil
+}
+
+// prefill runs the prompt's tokens through every layer in one batch: each weight is read
+// once and its flops scale with the tokens; the experts a layer's tokens choose are loaded
+// on demand whatever the policy (a prediction is per token; a prompt's batch needs most
+// experts anyway), each computed for the tokens that chose it as soon as it lands. Attention
+// is priced at the shape's context for every prompt token: an approximation that
+// overstates short prompts. It returns the time to the first token's logits.
+func (r *timingRun) prefill(prompt [][][]int) (float64, error) {
+	s := r.Shape
+	var st TokenStats
+	start := r.tl.Now()
+	T := float64(len(prompt))
+	batch := func(c Cost) Cost { return Cost{Bytes: c.Bytes, FLOPs: c.FLOPs * T, Kernels: c.Kernels} }
+	for d := 0; d < s.DenseLayers; d++ {
+		r.kernel("attention", fmt.Sprintf("attn D%d", d), batch(s.Attn), &st)
+		r.kernel("dense", fmt.Sprintf("ffn D%d", d), batch(s.Dense), &st)
+	}
+	for j := 0; j < s.MoELayers; j++ {
+		lbl := fmt.Sprintf("L%d", j)
+		r.kernel("attention", "attn "+lbl, batch(s.Attn), &st)
+		r.kernel("router", "router "+lbl, batch(s.Router), &st)
+		r.tl.HostWait(r.compute.Record())
+		// The experts in order of first use, and how many tokens chose each.
+		var order []int
+		uses := map[int]int{}
+		for _, layers := range prompt {
+			for _, e := range layers[j] {
+				if uses[e] == 0 {
+					order = append(order, e)
+				}
+				uses[e]++
+			}
+		}
+		// Resident experts first, while the misses are on their way.
+		slices.SortStableFunc(order, func(a, b int) int {
+			_, ra := r.cache.Lookup(ExpertKey{j, a})
+			_, rb := r.cache.Lookup(ExpertKey{j, b})
+			switch {
+			case ra && !rb:
+				return -1
+			case rb && !ra:
+				return 1
+			}
+			return 0
+		})
+		for _, e := range order {
+			k := ExpertKey{j, e}
+			ev, _, err := r.load(k, &st)
+			if err != nil {
+				return 0, err
+			}
+			r.compute.Wait(ev)
+			r.kernel("expert", fmt.Sprintf("L%d E%d x%d", j, e, uses[e]), Cost{Bytes: s.ExpertBytes, FLOPs: s.ExpertFLOPs * float64(uses[e])}, &st)
+			slot, _ := r.cache.Lookup(k)
+			r.free[slot] = r.compute.Record()
+		}
+		r.kernel("shared", "shared "+lbl, batch(s.Shared), &st)
+	}
+	r.kernel("head", "head", s.Head, &st) // the last token's logits only
+	r.tl.HostWait(r.compute.Record())
+	return r.tl.Now() - start, nil
 }
 
 func (r *timingRun) token(t int, layers [][]int, all [][][]int) (TokenStats, error) {

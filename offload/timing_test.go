@@ -155,3 +155,31 @@ func TestShapeSlots(t *testing.T) {
 		}
 	}
 }
+
+// A prompt of two tokens is one batch: each layer loads the union of its tokens' experts,
+// computing each as soon as it lands, and the decode after it starts with a warm cache.
+func TestTimingPrefill(t *testing.T) {
+	c := &Timing{Shape: testShape(), Profile: testProfile(), Policy: OnDemand, Slots: 4}
+	ttft, st, err := c.RunPrompt(sim.NewTimeline(), [][][]int{{{0}, {1}}, {{1}, {1}}}, [][][]int{{{0}, {1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Layer 0: attn [0,1], route read at 1, copy E0 [1,11], E0 [11,12], copy E1 [11,21],
+	// E1 [21,22]. Layer 1: attn [22,23], copy E1 [23,33], E1 for both tokens [33,34].
+	if !near(ttft, 34*ms) {
+		t.Errorf("time to first token %v ms, want 34", ttft/ms)
+	}
+	if d := st[0]; !near(d.Latency, 4*ms) || d.Hits != 2 || d.Moved != 0 {
+		t.Errorf("decode after the prompt: %+v, want 4 ms from a warm cache", d)
+	}
+	// The prompt's expert flops scale with the tokens that chose the expert.
+	sh := testShape()
+	sh.ExpertFLOPs = 1e9 // 1 ms per token at 1e12 FLOP/s: two tokens take 2 ms, not 1
+	c = &Timing{Shape: sh, Profile: testProfile(), Policy: OnDemand, Slots: 4}
+	if ttft, _, err = c.RunPrompt(sim.NewTimeline(), [][][]int{{{0}, {1}}, {{1}, {1}}}, nil); err != nil || !near(ttft, 35*ms) {
+		t.Errorf("time to first token %v ms (%v), want 35", ttft/ms, err)
+	}
+	if _, _, err := c.RunPrompt(sim.NewTimeline(), [][][]int{{{0}}}, nil); err == nil || !strings.Contains(err.Error(), "prompt token 0") {
+		t.Errorf("a prompt token routing one layer of two: %v", err)
+	}
+}

@@ -31,6 +31,7 @@ var benchPrompts = []string{
 type benchFlags struct {
 	shape, traceFile, timeline, prompts string
 	tokens, ctxFill, timelineTokens     int
+	promptLen                           int
 	skew, crossLayer, temporal          float64
 	seed                                uint64
 	asJSON, timingOnly                  bool
@@ -58,7 +59,7 @@ func (a *app) benchCmd() *cobra.Command {
 			if f.shape != "" || f.timingOnly {
 				return a.simBench(f)
 			}
-			for _, name := range []string{"trace", "skew", "cross-layer", "temporal", "ctx-fill"} {
+			for _, name := range []string{"trace", "skew", "cross-layer", "temporal", "ctx-fill", "prompt-len"} {
 				if cmd.Flags().Changed(name) {
 					return fmt.Errorf("--%s applies to timing-only runs (--shape or --timing-only)", name)
 				}
@@ -71,6 +72,7 @@ func (a *app) benchCmd() *cobra.Command {
 	fl.BoolVar(&f.timingOnly, "timing-only", false, "time -m on a simulated GPU from the routing it chooses, without computing offloaded runs")
 	fl.IntVar(&f.tokens, "tokens", 0, "decode tokens per prompt (default 32) or timed (default 64 with --shape)")
 	fl.IntVar(&f.ctxFill, "ctx-fill", 512, "KV cache positions the timing-only attention reads")
+	fl.IntVar(&f.promptLen, "prompt-len", 128, "prompt tokens prefilled before a --shape decode, for the time to first token")
 	fl.StringVar(&f.traceFile, "trace", "", "replay the routing of a trace `FILE` (commit-run trace record)")
 	fl.Float64Var(&f.skew, "skew", 0.8, "synthetic routing: Zipf exponent of expert popularity")
 	fl.Float64Var(&f.crossLayer, "cross-layer", 0.5, "synthetic routing: probability a choice follows the previous layer's")
@@ -120,7 +122,7 @@ func parseBytes(s string) (float64, error) {
 
 func (a *app) simBench(f benchFlags) error {
 	o := engine.SimBenchOptions{Shape: f.shape, Device: a.device, Context: f.ctxFill, Tokens: f.tokens, Trace: f.traceFile,
-		Predictor: cmp.Or(a.predictor, "accuracy=0.8"), Seed: f.seed, TimelineTokens: f.timelineTokens,
+		Predictor: cmp.Or(a.predictor, "accuracy=0.8"), Seed: f.seed, TimelineTokens: f.timelineTokens, PromptLen: f.promptLen,
 		Synthetic: trace.SynthOptions{Skew: f.skew, CrossLayer: f.crossLayer, Temporal: f.temporal}}
 	if !strings.HasPrefix(a.device, "sim:") {
 		return fmt.Errorf("--shape and --timing-only time on a simulated GPU: pass --device sim:<profile> (e.g. sim:rtx4090)")
@@ -192,18 +194,18 @@ func (a *app) simBench(f benchFlags) error {
 	}
 	fmt.Fprintf(a.stdout, "%s on %s (profile calibrated: %v), %.2f GiB budget: %.1f MiB per expert, %.2f GiB resident\n",
 		rep.Shape, rep.Device, rep.Calibrated, rep.GPUMem/(1<<30), rep.ExpertBytes/(1<<20), rep.Resident/(1<<30))
-	fmt.Fprintf(a.stdout, "%d decode tokens, %s: %s; predictor %s; host computes experts at %.1f GB/s\n",
-		rep.Tokens, routing, rep.Routing, rep.Predictor, rep.HostBandwidth/1e9)
+	prompt := "no prompt prefilled"
+	if rep.PromptLen > 0 {
+		prompt = fmt.Sprintf("after a %d-token prompt", rep.PromptLen)
+	}
+	fmt.Fprintf(a.stdout, "%d decode tokens %s, %s: %s; predictor %s; host computes experts at %.1f GB/s\n",
+		rep.Tokens, prompt, routing, rep.Routing, rep.Predictor, rep.HostBandwidth/1e9)
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tslots\tmean ms\tp50 ms\tp90 ms\ttok/s\thit rate\tMB moved/tok\tstall ms/tok\taccuracy\ton CPU/tok\tlimit ms\tmeasured/limit\t")
+	fmt.Fprintln(tw, "policy\tslots\tTTFT ms\tmean ms\tp50 ms\tp90 ms\ttok/s\thit rate\tMB moved/tok\tstall ms/tok\taccuracy\ton CPU/tok\tlimit ms\tmeasured/limit\t")
 	for _, p := range rep.Policies {
-		acc := "-"
-		if !math.IsNaN(p.Accuracy) {
-			acc = fmt.Sprintf("%.3f", p.Accuracy)
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%.2f\t%.1f\t%.3f\t%.2f\t%.2f\t%s\t%.1f\t%.2f\t%.2f\t\n", p.Policy, p.Slots,
-			p.Mean*1e3, p.P50*1e3, p.P90*1e3, p.TokensPerSecond, p.HitRate, p.MovedPerToken/1e6, p.StallPerToken*1e3, acc,
-			p.OnCPUPerToken, p.LimitPerToken*1e3, p.OverLimit)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%.2f\t%.2f\t%.2f\t%.1f\t%.3f\t%.2f\t%.2f\t%s\t%.1f\t%.2f\t%.2f\t\n", p.Policy, p.Slots,
+			orDash(p.TTFT*1e3, "%.1f", rep.PromptLen > 0), p.Mean*1e3, p.P50*1e3, p.P90*1e3, p.TokensPerSecond, p.HitRate, p.MovedPerToken/1e6,
+			p.StallPerToken*1e3, orDash(p.Accuracy, "%.3f", true), p.OnCPUPerToken, p.LimitPerToken*1e3, p.OverLimit)
 	}
 	return tw.Flush()
 }

@@ -12,7 +12,7 @@ func TestBenchShapeOnSim(t *testing.T) {
 	dir := t.TempDir()
 	out, _ := mustRun(t, "", "--device", "sim:rtx2080ti", "bench", "--shape", "olmoe-1b-7b@q4_k", "--gpu-mem", "2GiB",
 		"--tokens", "8", "--host-bw", "20GB", "--timeline", filepath.Join(dir, "t.svg"))
-	for _, want := range []string{"SYNTHETIC routing", "ondemand", "prefetch", "commit", "cpu-miss", "measured/limit"} {
+	for _, want := range []string{"SYNTHETIC routing", "after a 128-token prompt", "TTFT ms", "ondemand", "prefetch", "commit", "cpu-miss", "measured/limit"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("bench output lacks %q:\n%s", want, out)
 		}
@@ -100,6 +100,8 @@ func TestBenchBadInput(t *testing.T) {
 		{[]string{"--device", "sim:rtx4090", "bench", "--shape", "mixtral-8x7b", "--predictor", "accuracy=7"}, "accuracy"},
 		{[]string{"--device", "sim:rtx4090", "bench", "--shape", "mixtral-8x7b", "--skew", "-2"}, "skew"},
 		{[]string{"bench", "--policy", "ondemand"}, "--gpu-mem"},
+		{[]string{"bench", "--prompt-len", "8"}, "timing-only"},
+		{[]string{"--device", "sim:rtx4090", "bench", "--shape", "mixtral-8x7b", "--prompt-len", "-1"}, "prompt length"},
 		{[]string{"bench", "--timeline", "x.svg"}, "--device sim:"},
 		{[]string{"bench", "--gpu-mem", "64MiB", "--policy", "commit"}, "--timing-only"},
 		{[]string{"--device", "sim:rtx4090", "bench", "--trace", "x.trace"}, "timing-only"},
