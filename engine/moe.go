@@ -19,8 +19,26 @@ type routing struct {
 // probabilities, selection by top-k of probability plus selection bias, then the weights'
 // optional softmax, renormalisation and scale.
 func route(moe *models.MoE, logits []float32) routing {
+	probs, sel := gateProbs(moe, logits)
+	experts := topK(sel, moe.Used)
+	return routing{experts: experts, weights: gateWeights(moe, probs, experts)}
+}
+
+// commitRoute is the routing of a token that computes with experts chosen ahead of its
+// router (commit): the router's own probabilities of those experts, through the same
+// softmax, renormalisation and scale as a routed choice. Output Weight Adjustment, which
+// corrects these weights for the experts the router would have chosen, belongs to the
+// Commit Router's predictor.
+func commitRoute(moe *models.MoE, logits []float32, experts []int) routing {
+	probs, _ := gateProbs(moe, logits)
+	return routing{experts: experts, weights: gateWeights(moe, probs, experts)}
+}
+
+// gateProbs returns the gating probabilities of every expert and the scores selection
+// ranks them by (the probabilities plus the selection bias, if the model has one).
+func gateProbs(moe *models.MoE, logits []float32) (probs, sel []float32) {
 	n := len(logits)
-	probs := make([]float32, n)
+	probs = make([]float32, n)
 	copy(probs, logits)
 	switch moe.Gating {
 	case models.GatingSigmoid:
@@ -32,37 +50,42 @@ func route(moe *models.MoE, logits []float32) routing {
 	default:
 		models.Softmax(probs)
 	}
-	sel := probs
+	sel = probs
 	if moe.SelectionBias != nil {
 		sel = make([]float32, n)
 		for i := range sel {
 			sel[i] = probs[i] + moe.SelectionBias[i]
 		}
 	}
-	r := routing{experts: topK(sel, moe.Used), weights: make([]float32, moe.Used)}
-	for k, e := range r.experts {
-		r.weights[k] = probs[e]
+	return probs, sel
+}
+
+// gateWeights returns the mixing weights of the chosen experts.
+func gateWeights(moe *models.MoE, probs []float32, experts []int) []float32 {
+	w := make([]float32, len(experts))
+	for k, e := range experts {
+		w[k] = probs[e]
 	}
 	if moe.Gating == models.GatingSoftmaxWeight {
-		models.Softmax(r.weights)
+		models.Softmax(w)
 	}
 	if moe.NormWeights {
 		// ggml_sum_rows adds in float64.
 		var sum64 float64
-		for _, w := range r.weights {
-			sum64 += float64(w)
+		for _, v := range w {
+			sum64 += float64(v)
 		}
 		sum := max(float32(sum64), 6.103515625e-5)
-		for k := range r.weights {
-			r.weights[k] /= sum
+		for k := range w {
+			w[k] /= sum
 		}
 	}
 	if moe.WeightsScale != 0 {
-		for k := range r.weights {
-			r.weights[k] *= moe.WeightsScale
+		for k := range w {
+			w[k] *= moe.WeightsScale
 		}
 	}
-	return r
+	return w
 }
 
 // topK returns the indices of the k largest values, largest first; ties keep the lower index.
@@ -101,14 +124,11 @@ func (m *Model) moe(layer int, moe *models.MoE, x []float32, T int, out []float3
 	m.label("router", "router L%d", layer)
 	m.dev.MatMul(moe.Router.Matrix(), x, T, logits)
 	routes := make([]routing, T)
-	byExpert := make([][]int, moe.Experts) // entries t*Used+k
 	for t := 0; t < T; t++ {
 		routes[t] = route(moe, logits[t*moe.Experts:(t+1)*moe.Experts])
-		for k, e := range routes[t].experts {
-			byExpert[e] = append(byExpert[e], t*moe.Used+k)
-		}
 	}
 	if ev != nil {
+		// The router's own choice, under commit too: what a predictor learns from.
 		ev.Experts, ev.Used = moe.Experts, moe.Used
 		ev.Input, ev.Logits = x[:T*d], logits
 		ev.Selected = make([]int, 0, T*moe.Used)
@@ -118,16 +138,25 @@ func (m *Model) moe(layer int, moe *models.MoE, x []float32, T int, out []float3
 			ev.Weights = append(ev.Weights, r.weights...)
 		}
 	}
-	var needed []int
-	for e, slots := range byExpert {
-		if len(slots) > 0 {
-			needed = append(needed, e)
+	if m.off != nil {
+		chosen := make([][]int, T)
+		for t, r := range routes {
+			chosen[t] = r.experts
+		}
+		if pred := m.off.route(layer, chosen); pred != nil {
+			// Commit: compute with the experts loaded ahead of the router, never fall back.
+			// The host need not wait for the routing to know what to compute.
+			routes[0] = commitRoute(moe, logits[:moe.Experts], pred)
+		} else {
+			// The host reads the routing to issue the loads of the experts that miss.
+			m.dev.Sync(m.dev.Compute().Record())
 		}
 	}
-	if m.off != nil {
-		// The host reads the routing to issue the loads of the experts that miss.
-		m.dev.Sync(m.dev.Compute().Record())
-		m.off.route(layer, needed, T)
+	byExpert := make([][]int, moe.Experts) // entries t*Used+k
+	for t, r := range routes {
+		for k, e := range r.experts {
+			byExpert[e] = append(byExpert[e], t*moe.Used+k)
+		}
 	}
 	ys := make([]float32, T*moe.Used*d)
 	var host device.HostKernels // cpu-miss: the host's kernels, once it computes an expert

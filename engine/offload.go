@@ -19,10 +19,11 @@ type OffloadOptions struct {
 	// and the expert slots must fit in it.
 	GPUMem   int64
 	Eviction offload.Eviction
-	// Predictor feeds prefetch: prev-token (default) or frequency, heuristics that need no
-	// future.
-	// Commit accepts only "oracle" here, which computes with the router's own choice; a
-	// learnt predictor with Output Weight Adjustment comes with the predictor package.
+	// Predictor names what prefetch and commit predict the next layer's experts with:
+	// prev-token (default) or frequency, heuristics that need no future; commit also takes
+	// oracle, which computes with the router's own choice (the numbers of ondemand). The
+	// learnt Commit Router with Output Weight Adjustment comes with the predictor package;
+	// until then commit weights its experts with the router's probabilities of them.
 	Predictor string
 }
 
@@ -78,8 +79,8 @@ func newOffloader(m *Model, o OffloadOptions) (*offloader, error) {
 			o.Predictor = "prev-token"
 		}
 	case offload.Commit:
-		if o.Predictor != "" && o.Predictor != "oracle" {
-			return nil, fmt.Errorf("offload: commit with predictor %q needs the Commit Router and OWA, which are not built yet; use --predictor oracle", o.Predictor)
+		if o.Predictor == "" {
+			o.Predictor = "prev-token"
 		}
 	default:
 		return nil, fmt.Errorf("offload: unknown policy %v", o.Policy)
@@ -102,14 +103,16 @@ func newOffloader(m *Model, o OffloadOptions) (*offloader, error) {
 			f.next[l] = layers[i+1]
 		}
 	}
-	if o.Policy == offload.Prefetch && o.Predictor != "prev-token" && o.Predictor != "frequency" {
-		return nil, fmt.Errorf("offload: prefetch with predictor %q: a running model can use prev-token or frequency (oracle and accuracy=P model predictors in timing runs)", o.Predictor)
+	switch {
+	case o.Policy == offload.Prefetch && o.Predictor != "prev-token" && o.Predictor != "frequency",
+		o.Policy == offload.Commit && o.Predictor != "prev-token" && o.Predictor != "frequency" && o.Predictor != "oracle":
+		return nil, fmt.Errorf("offload: %s with predictor %q: a running model can use prev-token or frequency (commit also oracle: the router's own choice; accuracy=P models a predictor in timing runs; the Commit Router is to come)", o.Policy, o.Predictor)
 	}
 	kvBytes := kvCacheBytes(m)
 	resident := m.info.NonExpertBytes + kvBytes
 	need := m.arch.Config.ExpertsUsed
-	if o.Policy == offload.Prefetch {
-		need *= 2
+	if o.Policy == offload.Prefetch || o.Policy == offload.Commit && o.Predictor != "oracle" {
+		need *= 2 // this layer's experts and the next one's, loading
 	}
 	slot := store.SlotBytes()
 	free := o.GPUMem - resident
@@ -152,31 +155,39 @@ func kvCacheBytes(m *Model) int64 {
 	return n
 }
 
-// route notes a layer's chosen experts for T tokens (for the prediction heuristics), and at
-// batch size 1 scores the prediction made for it.
-func (f *offloader) route(layer int, experts []int, T int) {
+// route notes the experts the router chose for each of a layer's tokens (for the prediction
+// heuristics) and, at batch size 1, scores the prediction made for it. For commit it returns
+// that prediction: the experts to compute with instead (nil: use the router's).
+func (f *offloader) route(layer int, chosen [][]int) (commit []int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if pred, ok := f.pending[layer]; ok {
 		delete(f.pending, layer)
-		if T == 1 {
+		if len(chosen) == 1 {
 			for _, e := range pred {
 				f.stats.Predicted++
-				if slices.Contains(experts, e) {
+				if slices.Contains(chosen[0], e) {
 					f.stats.Correct++
 				}
 			}
+			if f.opts.Policy == offload.Commit && len(pred) == len(chosen[0]) {
+				commit = pred
+			}
 		}
 	}
-	f.last[layer] = slices.Clone(experts)
+	// prev-token predicts from the last token's choice, frequency from every token's.
+	f.last[layer] = slices.Clone(chosen[len(chosen)-1])
 	c := f.counts[layer]
 	if c == nil {
 		c = make([]int, f.store.Experts(layer))
 		f.counts[layer] = c
 	}
-	for _, e := range experts {
-		c[e]++
+	for _, ex := range chosen {
+		for _, e := range ex {
+			c[e]++
+		}
 	}
+	return commit
 }
 
 // beginPass starts a forward pass: what is resident now is what the pass does not have to
@@ -291,7 +302,7 @@ func (f *offloader) load(k offload.ExpertKey) (int, bool, error) {
 func (f *offloader) prefetch(layer int, k int) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.opts.Policy != offload.Prefetch {
+	if !f.predicts() {
 		return nil
 	}
 	next := f.next[layer]
@@ -316,6 +327,12 @@ func (f *offloader) prefetch(layer int, k int) error {
 		}
 	}
 	return nil
+}
+
+// predicts says whether the policy loads the next layer's experts from a prediction: prefetch,
+// and commit with a predictor (the oracle commits to the router's own choice).
+func (f *offloader) predicts() bool {
+	return f.opts.Policy == offload.Prefetch || f.opts.Policy == offload.Commit && f.opts.Predictor != "oracle"
 }
 
 // Offload reports the offloader's statistics; ok is false when offloading is off.

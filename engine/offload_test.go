@@ -237,3 +237,37 @@ func TestBenchOnSim(t *testing.T) {
 		t.Errorf("a 1 TB/s host computed no expert")
 	}
 }
+
+// Commit with a heuristic predictor computes with the predicted experts and never falls back:
+// its predictions are scored against the router, and where they miss the continuation is not
+// the router's (the greedy text of the bundled model departs from ondemand's).
+func TestCommitComputesWithPredictions(t *testing.T) {
+	gen := func(pol offload.Policy, pred string) ([]int32, engine.OffloadStats) {
+		m, err := engine.Open(tinyModel, engine.Options{ContextLength: 128, Offload: &engine.OffloadOptions{Policy: pol, GPUMem: 1 << 40, Predictor: pred}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		s, _ := m.NewSession()
+		defer s.Close()
+		ids, _ := m.Tokenize("Prince Andrew looked at Pierre and said", true)
+		res, err := s.Generate(context.Background(), ids, engine.GenerateOptions{MaxTokens: 24, IgnoreEOS: true, Sampler: engine.SamplerOptions{Greedy: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, _ := m.Offload()
+		return res.Tokens, st
+	}
+	want, _ := gen(offload.OnDemand, "")
+	oracle, _ := gen(offload.Commit, "oracle")
+	if !slices.Equal(oracle, want) {
+		t.Errorf("commit to the router's own choice: %v, ondemand %v", oracle, want)
+	}
+	got, st := gen(offload.Commit, "prev-token")
+	if st.Predicted == 0 || st.Correct >= st.Predicted {
+		t.Errorf("commit with prev-token scored %d of %d predictions right", st.Correct, st.Predicted)
+	}
+	if slices.Equal(got, want) {
+		t.Errorf("commit with %d of %d predictions right decoded exactly ondemand's tokens", st.Correct, st.Predicted)
+	}
+}

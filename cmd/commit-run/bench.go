@@ -44,7 +44,7 @@ func (a *app) benchCmd() *cobra.Command {
 		Short: "Per-token decode latency of a model, on this machine or a simulated GPU, with its experts offloaded",
 		Long: "bench decodes --tokens tokens greedily after each prompt (built-in or --prompts FILE, one per line) with -m on\n" +
 			"--device and reports per-token latency (mean, p50, p90), time to first token and tokens/s. With --gpu-mem the\n" +
-			"routed experts live in host memory and each --policy (default ondemand,prefetch,cpu-miss) runs side by side with\n" +
+			"routed experts live in host memory and each --policy (default all four) runs side by side with\n" +
 			"the expert cache's hit rate, bytes moved and prediction accuracy. On --device sim:<profile> the numbers are\n" +
 			"computed and every time is the simulated GPU's: stalls waiting for copies and the physical limit are reported too.\n\n" +
 			"With --shape (e.g. mixtral-8x7b@q4_k) on sim:<profile> it times decode of a model shape with no weights loaded:\n" +
@@ -259,7 +259,7 @@ func (a *app) modelBench(cmd *cobra.Command, f benchFlags) error {
 	o.Options.Offload = nil
 	if off := base.Offload; off != nil {
 		o.GPUMem, o.Eviction, o.Predictor = off.GPUMem, off.Eviction, off.Predictor
-		if o.Policies, err = offload.ParsePolicies(cmp.Or(a.policy, "ondemand,prefetch,cpu-miss")); err != nil {
+		if o.Policies, err = offload.ParsePolicies(cmp.Or(a.policy, "ondemand,prefetch,commit,cpu-miss")); err != nil {
 			return fmt.Errorf("--policy: %w", err)
 		}
 		if slices.Contains(o.Policies, offload.CPUMiss) && strings.HasPrefix(a.device, "sim:") && o.Options.HostBandwidth == 0 {
@@ -289,7 +289,7 @@ func (a *app) modelBench(cmd *cobra.Command, f benchFlags) error {
 	}
 	fmt.Fprintf(a.stdout, "%s on %s: %d prompts x %d tokens, batch size 1, %s\n", rep.Model, rep.Device, rep.Prompts, rep.Tokens, clock)
 	if rep.GPUMem > 0 {
-		fmt.Fprintf(a.stdout, "%.2f MiB device budget: %.2f MiB resident, %.3f MiB per expert slot; prefetch predictor %s\n",
+		fmt.Fprintf(a.stdout, "%.2f MiB device budget: %.2f MiB resident, %.3f MiB per expert slot; prefetch/commit predictor %s\n",
 			float64(rep.GPUMem)/(1<<20), float64(rep.Resident)/(1<<20), float64(rep.SlotBytes)/(1<<20), cmp.Or(rep.Predictor, "prev-token"))
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)

@@ -47,12 +47,12 @@ func TestBenchModelOnSim(t *testing.T) {
 	dir := t.TempDir()
 	out, _ := mustRun(t, "", "-m", model, "--device", "sim:rtx2080ti", "--gpu-mem", "3.4MiB", "--host-bw", "10GB",
 		"bench", "--tokens", "6", "--timeline", filepath.Join(dir, "t.svg"))
-	for _, want := range []string{"simulated time", "ondemand", "prefetch", "cpu-miss", "stall ms/tok", "measured/limit"} {
+	for _, want := range []string{"simulated time", "ondemand", "prefetch", "commit", "cpu-miss", "stall ms/tok", "measured/limit"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("bench output lacks %q:\n%s", want, out)
 		}
 	}
-	for _, p := range []string{"ondemand", "prefetch", "cpu-miss"} {
+	for _, p := range []string{"ondemand", "prefetch", "commit", "cpu-miss"} {
 		if b, err := os.ReadFile(filepath.Join(dir, "t-"+p+".svg")); err != nil || !strings.Contains(string(b), "<svg") {
 			t.Errorf("timeline of %s: %v", p, err)
 		}
@@ -103,7 +103,7 @@ func TestBenchBadInput(t *testing.T) {
 		{[]string{"bench", "--prompt-len", "8"}, "timing-only"},
 		{[]string{"--device", "sim:rtx4090", "bench", "--shape", "mixtral-8x7b", "--prompt-len", "-1"}, "prompt length"},
 		{[]string{"bench", "--timeline", "x.svg"}, "--device sim:"},
-		{[]string{"bench", "--gpu-mem", "64MiB", "--policy", "commit"}, "--timing-only"},
+		{[]string{"bench", "--gpu-mem", "64MiB", "--policy", "commit", "--predictor", "oracle"}, "--timing-only"},
 		{[]string{"--device", "sim:rtx4090", "bench", "--trace", "x.trace"}, "timing-only"},
 		{[]string{"--device", "sim:rtx4090", "bench", "--timing-only", "--trace", "x.trace"}, "--trace replays"},
 		{[]string{"--device", "sim:rtx4090", "bench", "--gpu-mem", "1KiB"}, "at least 2927104 bytes"},

@@ -244,7 +244,7 @@ func TestOffloadFlagsBadInput(t *testing.T) {
 		{[]string{"--gpu-mem", "8MiB", "--policy", "fastest"}, "unknown expert policy"},
 		{[]string{"--gpu-mem", "8MiB", "--eviction", "random"}, "--eviction"},
 		{[]string{"--gpu-mem", "8MiB", "--policy", "prefetch", "--predictor", "psychic"}, "predictor"},
-		{[]string{"--gpu-mem", "8MiB", "--policy", "commit", "--predictor", "prev-token"}, "Commit Router"},
+		{[]string{"--gpu-mem", "8MiB", "--policy", "commit", "--predictor", "accuracy=0.9"}, "Commit Router"},
 		{[]string{"--device", "sim:rtx4090", "--gpu-mem", "30GiB"}, "exceeds"},
 		{[]string{"--device", "sim:", "--gpu-mem", "8MiB"}, "profile"},
 		{[]string{"--device", "sim:/nonexistent/card.json"}, "no such file"},
