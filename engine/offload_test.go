@@ -3,6 +3,8 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -269,5 +271,50 @@ func TestCommitComputesWithPredictions(t *testing.T) {
 	}
 	if slices.Equal(got, want) {
 		t.Errorf("commit with %d of %d predictions right decoded exactly ondemand's tokens", st.Correct, st.Predicted)
+	}
+}
+
+// Without offloading, a simulated GPU holds every weight and each session's KV cache in its
+// memory; a card too small for the model is refused at load time, pointing to --gpu-mem.
+func TestSimDeviceMemory(t *testing.T) {
+	info, err := engine.Inspect(tinyModel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := engine.Open(tinyModel, engine.Options{Device: "sim:rtx2080ti", ContextLength: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Device() != "sim:rtx2080ti" {
+		t.Errorf("device %q", m.Device())
+	}
+	weights := info.NonExpertBytes + info.ExpertBytes
+	if budget, used, _ := m.DeviceMemory(); budget != 11811160064 || used != weights {
+		t.Errorf("budget %d, used %d: want the card's 11 GiB and the %d bytes of weights", budget, used, weights)
+	}
+	s, err := m.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, withKV, _ := m.DeviceMemory()
+	s.Close()
+	if _, used, peak := m.DeviceMemory(); withKV <= weights || used != weights || peak != withKV {
+		t.Errorf("a session's KV cache: used %d with it, %d after closing it, peak %d", withKV, used, peak)
+	}
+	m.Close()
+
+	small := filepath.Join(t.TempDir(), "small.json")
+	card := `{"name": "small", "memory_bytes": 1572864, "memory_bandwidth": 1e11, "peak_flops": 1e13,
+		"pcie_bandwidth": 1e10, "pcie_effective": 8e9, "sources": ["a test card"]}`
+	if err := os.WriteFile(small, []byte(card), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := engine.Open(tinyModel, engine.Options{Device: "sim:" + small}); err == nil || !strings.Contains(err.Error(), "--gpu-mem") {
+		t.Errorf("a 1.5 MiB card: %v, want an error pointing to --gpu-mem", err)
+	}
+	if m, err := engine.Open(tinyModel, engine.Options{Device: "sim:" + small, ContextLength: 64, Offload: &engine.OffloadOptions{GPUMem: 1572864}}); err != nil {
+		t.Errorf("the same card with the experts offloaded: %v", err)
+	} else {
+		m.Close()
 	}
 }

@@ -160,14 +160,11 @@ func (a *app) checkModelPath(path string) error {
 
 // openModel opens the -m model with the global options, drawing a load progress bar on a
 // terminal.
-func (a *app) openModel() (*engine.Model, error) { return a.openModelOn(a.device) }
-
-// openModelOn opens -m on the given device (the simulated-GPU benchmark computes on the CPU).
-func (a *app) openModelOn(device string) (*engine.Model, error) {
+func (a *app) openModel() (*engine.Model, error) {
 	if err := a.checkModelPath(a.modelPath); err != nil {
 		return nil, err
 	}
-	opts, err := a.engineOptions(device, a.policy)
+	opts, err := a.engineOptions(a.device, a.policy)
 	if err != nil {
 		return nil, err
 	}
