@@ -151,7 +151,8 @@ func benchRun(ctx context.Context, path string, o BenchOptions, p *offload.Polic
 			return PolicyReport{}, fmt.Errorf("bench %s, prompt %q: %w", name, prompt, err)
 		}
 		drawTo = last.t
-		if k := min(cmp.Or(o.TimelineTokens, 2), len(st)); k > 0 {
+		// The prompt's last decode tokens, never reaching back into its prefill.
+		if k := min(cmp.Or(o.TimelineTokens, 2), n-1, len(st)); k > 0 {
 			drawFrom = drawTo
 			for _, x := range st[len(st)-k:] {
 				drawFrom -= x.Latency
