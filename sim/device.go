@@ -163,11 +163,8 @@ func (d *Device) CopyIn(dst, src []byte) {
 	copy(dst, src)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	k, l := d.names("copy")
-	if k != "copy" {
-		k = "copy" // a copy is drawn as a copy whatever the label's kind
-	}
-	d.copy.Enqueue(k, l, d.prof.CopyTime(float64(len(src))))
+	_, l := d.names("copy") // a copy is drawn as a copy whatever the label's kind
+	d.copy.Enqueue("copy", l, d.prof.CopyTime(float64(len(src))))
 }
 
 // Sync advances the issuing thread to ev.
