@@ -42,10 +42,10 @@ func newDevice(opts Options) (device.Device, error) {
 		if err != nil {
 			return nil, fmt.Errorf("device %s: %w", name, err)
 		}
-		budget = min(budget, prof.MemoryBytes)
-		if opts.Offload != nil && opts.Offload.GPUMem > prof.MemoryBytes {
-			return nil, fmt.Errorf("device %s: a %.2f GiB budget exceeds the card's %.2f GiB", name, float64(opts.Offload.GPUMem)/(1<<30), float64(prof.MemoryBytes)/(1<<30))
+		if opts.Offload == nil {
+			budget = prof.MemoryBytes
 		}
+		// sim.NewDevice refuses a budget over the card.
 		mem, err := device.NewMemory(budget)
 		if err != nil {
 			return nil, err
@@ -81,10 +81,19 @@ func (m *Model) charge(kind string, bytes, flops float64) {
 	}
 }
 
-// label names the device work enqueued next, on devices that draw it; the label is only
-// formatted for those.
-func (m *Model) label(kind, format string, args ...any) {
-	if m.labeler != nil {
-		m.labeler.Label(kind, fmt.Sprintf(format, args...))
+// label names the device work enqueued next, on devices that draw it: name, then "L<layer>"
+// and "E<expert>" where they are not negative. Plain arguments rather than a format, so that
+// devices that draw nothing pay nothing on the hot path.
+func (m *Model) label(kind, name string, layer, expert int) {
+	if m.labeler == nil {
+		return
 	}
+	text := name
+	if layer >= 0 {
+		text = strings.TrimSpace(fmt.Sprintf("%s L%d", name, layer))
+	}
+	if expert >= 0 {
+		text = fmt.Sprintf("%s E%d", text, expert)
+	}
+	m.labeler.Label(kind, text)
 }

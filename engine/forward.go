@@ -24,13 +24,13 @@ func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, all bool, 
 	if m.off != nil {
 		m.off.beginPass()
 	}
-	m.label("embed", "embed")
+	m.label("embed", "embed", -1, -1)
 	m.charge("embed", float64(T*(emb.RowBytes()+4*d)), 0)
 	xn := make([]float32, T*d)
 	tmp := make([]float32, T*d)
 	for i := range a.Layers {
 		l := &a.Layers[i]
-		m.label("attention", "attn L%d", i)
+		m.label("attention", "attn", i, -1)
 		m.rmsNorm(xn, x, T, l.AttnNorm)
 		l.Attn.Forward(b, &kv.Layers[i], xn, T, pos0, tmp)
 		m.chargeAttention(i, T, pos0)
@@ -48,7 +48,7 @@ func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, all bool, 
 				obs(ev)
 			}
 		} else {
-			m.label("dense", "ffn L%d", i)
+			m.label("dense", "ffn", i, -1)
 			m.ffn(l.Dense, xn, T, tmp)
 		}
 		models.AddTo(x, tmp)
@@ -58,7 +58,7 @@ func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, all bool, 
 	if !all {
 		rows, T = x[(T-1)*d:], 1
 	}
-	m.label("head", "head")
+	m.label("head", "head", -1, -1)
 	m.rmsNorm(xn, rows, T, a.OutputNorm)
 	out := a.Output.Matrix()
 	logits := make([]float32, T*out.Rows)

@@ -121,7 +121,7 @@ func topK(v []float32, k int) []int {
 func (m *Model) moe(layer int, moe *models.MoE, x []float32, T int, out []float32, ev *RouteEvent) error {
 	d := m.arch.Config.Embd
 	logits := make([]float32, T*moe.Experts)
-	m.label("router", "router L%d", layer)
+	m.label("router", "router", layer, -1)
 	m.dev.MatMul(moe.Router.Matrix(), x, T, logits)
 	routes := make([]routing, T)
 	for t := 0; t < T; t++ {
@@ -187,10 +187,10 @@ func (m *Model) moe(layer int, moe *models.MoE, x []float32, T int, out []float3
 				// The host's kernels start once the layer's input has reached it.
 				host.Wait(m.dev.Compute().Record())
 			}
-			m.label("cpu", "cpu L%d E%d", layer, e)
+			m.label("cpu", "cpu", layer, e)
 			m.swiglu(host.MatMulID, nil, ffn, xe, n, ye)
 		} else {
-			m.label("expert", "L%d E%d", layer, e)
+			m.label("expert", "", layer, e)
 			m.swiglu(m.dev.MatMulID, m.charger, ffn, xe, n, ye)
 		}
 		if err := done(); err != nil {
@@ -204,7 +204,7 @@ func (m *Model) moe(layer int, moe *models.MoE, x []float32, T int, out []float3
 		// The device combines the experts' outputs once the host's are back.
 		m.dev.Compute().Wait(host.Record())
 	}
-	m.label("combine", "combine L%d", layer)
+	m.label("combine", "combine", layer, -1)
 	m.charge("combine", float64(4*T*d*(moe.Used+1)), float64(2*T*d*moe.Used))
 	for t := 0; t < T; t++ {
 		o := out[t*d : (t+1)*d]
@@ -229,7 +229,7 @@ func (m *Model) moe(layer int, moe *models.MoE, x []float32, T int, out []float3
 		return nil
 	}
 	sh := make([]float32, T*d)
-	m.label("shared", "shared L%d", layer)
+	m.label("shared", "shared", layer, -1)
 	m.ffn(moe.Shared, x, T, sh)
 	for t := 0; t < T; t++ {
 		g := float32(1)

@@ -59,14 +59,16 @@ type offloader struct {
 	planner device.Planner
 	ready   map[offload.ExpertKey]device.Event // when an expert's copy into its slot lands
 	free    map[int]device.Event               // when the last kernel reading a slot ends
-	// Per forward pass: the experts resident at its start, and those counted as needed.
-	atStart, counted map[offload.ExpertKey]bool
-	moeIdx           map[int]int   // block index -> MoE layer number
-	next             map[int]int   // MoE block -> the next MoE block (-1 for the last)
-	last             map[int][]int // MoE block -> the experts it chose last (prev-token)
-	counts           map[int][]int // MoE block -> how often it chose each expert (frequency)
-	pending          map[int][]int // MoE block -> the experts prefetched for its next pass
-	stats            OffloadStats
+	// pass numbers forward passes; loadedIn is the pass each expert was last copied in, so
+	// that one copied during the current pass was not resident at its start.
+	pass     uint64
+	loadedIn map[offload.ExpertKey]uint64
+	moeIdx   map[int]int   // block index -> MoE layer number
+	next     map[int]int   // MoE block -> the next MoE block (-1 for the last)
+	last     map[int][]int // MoE block -> the experts it chose last (prev-token)
+	counts   map[int][]int // MoE block -> how often it chose each expert (frequency)
+	pending  map[int][]int // MoE block -> the experts prefetched for its next pass
+	stats    OffloadStats
 }
 
 // newOffloader sizes the slots from the budget, which must hold the resident weights, one
@@ -85,15 +87,13 @@ func newOffloader(m *Model, o OffloadOptions) (*offloader, error) {
 	default:
 		return nil, fmt.Errorf("offload: unknown policy %v", o.Policy)
 	}
-	if o.GPUMem <= 0 {
-		return nil, fmt.Errorf("offload: device memory budget %d bytes: want a positive size", o.GPUMem)
-	}
 	store, err := offload.NewStore(m.arch, offload.StoreOptions{})
 	if err != nil {
 		return nil, err
 	}
 	f := &offloader{opts: o, store: store, dev: m.dev, moeIdx: map[int]int{}, next: map[int]int{},
-		last: map[int][]int{}, counts: map[int][]int{}, pending: map[int][]int{}, ready: map[offload.ExpertKey]device.Event{}, free: map[int]device.Event{}}
+		last: map[int][]int{}, counts: map[int][]int{}, pending: map[int][]int{}, ready: map[offload.ExpertKey]device.Event{}, free: map[int]device.Event{},
+		loadedIn: map[offload.ExpertKey]uint64{}}
 	f.planner, _ = m.dev.(device.Planner)
 	layers := store.Layers()
 	for i, l := range layers {
@@ -194,11 +194,8 @@ func (f *offloader) route(layer int, chosen [][]int) (commit []int) {
 // move (the physical limit's bytes, DESIGN.md §6).
 func (f *offloader) beginPass() {
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.atStart, f.counted = map[offload.ExpertKey]bool{}, map[offload.ExpertKey]bool{}
-	for _, k := range f.cache.Resident() {
-		f.atStart[k] = true
-	}
+	f.pass++
+	f.mu.Unlock()
 }
 
 // onHost says whether cpu-miss computes expert k on the host: it is not in a slot, and the
@@ -258,8 +255,9 @@ func (f *offloader) acquire(layer, e int) (w offload.ExpertWeights, host bool, d
 	} else {
 		f.stats.Misses++
 	}
-	if f.atStart != nil && !f.atStart[k] && !f.counted[k] {
-		f.counted[k] = true
+	if f.loadedIn[k] == f.pass {
+		// Copied during this pass: a schedule had to move it. A pass acquires each expert
+		// of a layer once, so it is counted once.
 		f.stats.NeededBytes += f.store.SlotBytes()
 	}
 	f.dev.Compute().Wait(f.ready[k])
@@ -291,6 +289,7 @@ func (f *offloader) load(k offload.ExpertKey) (int, bool, error) {
 		}
 		f.dev.CopyIn(f.slots[slot], r)
 		f.ready[k] = cp.Record()
+		f.loadedIn[k] = f.pass
 		f.stats.BytesCopied += int64(len(r))
 	}
 	return slot, hit, nil

@@ -4,20 +4,14 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/quant"
 )
 
-// Backend is what the models need from a device to compute: matrix products over weights in
-// their stored type, and a way to spread independent work over threads. Implementations must
-// be safe for concurrent use (several sessions compute at once).
-type Backend interface {
-	// MatMul computes out[t*w.Rows+o] = dot(w row o, x[t*w.Cols:(t+1)*w.Cols]) for t < T,
-	// rounding x to w.Type.DotType() first, as llama.cpp's CPU backend does.
-	MatMul(w quant.Matrix, x []float32, T int, out []float32)
-	// Parallel calls fn(i) for every i in [0, n), spread across the device's threads, and
-	// returns when all calls have returned.
-	Parallel(n int, fn func(i int))
-}
+// Backend is what the models need from a device to compute: its kernels (matrix products
+// over weights in their stored type, with activations rounded to the type's dot type as
+// llama.cpp's CPU backend does) and a way to spread work over threads.
+type Backend = device.Kernels
 
 // Model is a loaded architecture: hyper-parameters and weight handles, plus the attention
 // code of its family. The engine runs the layer loop and the feed-forward blocks.
