@@ -134,15 +134,8 @@ func (a *app) simBench(f benchFlags) error {
 		if f.traceFile != "" {
 			return fmt.Errorf("--trace replays routing for --shape; with -m the routing is the model's own")
 		}
-		prompts, err := benchPromptList(f.prompts)
-		if err != nil {
-			return err
-		}
 		// Numbers on the CPU, time on the simulated GPU.
-		if err := a.checkModelPath(a.modelPath); err != nil {
-			return err
-		}
-		opts, err := a.engineOptions("cpu", "")
+		prompts, opts, err := a.benchModelOptions(f, "cpu")
 		if err != nil {
 			return err
 		}
@@ -244,14 +237,7 @@ func (a *app) modelBench(cmd *cobra.Command, f benchFlags) error {
 	if f.timeline != "" && !strings.HasPrefix(a.device, "sim:") {
 		return fmt.Errorf("--timeline draws a simulated GPU's streams: pass --device sim:<profile>")
 	}
-	prompts, err := benchPromptList(f.prompts)
-	if err != nil {
-		return err
-	}
-	if err := a.checkModelPath(a.modelPath); err != nil {
-		return err
-	}
-	base, err := a.engineOptions(a.device, "")
+	prompts, base, err := a.benchModelOptions(f, a.device)
 	if err != nil {
 		return err
 	}
@@ -301,6 +287,20 @@ func (a *app) modelBench(cmd *cobra.Command, f benchFlags) error {
 			orDash(p.LimitPerToken*1e3, "%.3f", true), orDash(p.OverLimit, "%.2f", true))
 	}
 	return tw.Flush()
+}
+
+// benchModelOptions reads the prompts and the options that open -m on device; the offload
+// policy is left to the caller, which compares a list of them.
+func (a *app) benchModelOptions(f benchFlags, device string) ([]string, engine.Options, error) {
+	prompts, err := benchPromptList(f.prompts)
+	if err != nil {
+		return nil, engine.Options{}, err
+	}
+	if err := a.checkModelPath(a.modelPath); err != nil {
+		return nil, engine.Options{}, err
+	}
+	opts, err := a.engineOptions(device, "")
+	return prompts, opts, err
 }
 
 // orDash formats v, or "-" for a figure that does not apply (NaN, or ok false).
