@@ -41,6 +41,7 @@
 //
 //	model         string  model name                 arch       string  architecture (GGUF)
 //	model_sha256  string  optional, 64 hex digits    layers     int     block count
+//	fingerprint   string  optional, 64 hex digits: the model's routing fingerprint
 //	moe_layers    [int]   block indices that route, strictly increasing, each < layers
 //	experts       int     routed experts per layer, 1..65535
 //	used          int     experts chosen per token (top-k), 1..experts

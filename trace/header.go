@@ -36,11 +36,15 @@ type Header struct {
 	Model       string `json:"model"`
 	Arch        string `json:"arch"`
 	ModelSHA256 string `json:"model_sha256,omitempty"` // of the model file; optional
-	Layers      int    `json:"layers"`                 // block count
-	MoELayers   []int  `json:"moe_layers"`             // block indices that route, increasing
-	Experts     int    `json:"experts"`                // routed experts per MoE layer
-	Used        int    `json:"used"`                   // experts chosen per token (top-k)
-	Embd        int    `json:"embd"`                   // router input width
+	// Fingerprint is the model's routing fingerprint (engine.Model.Fingerprint: SHA-256 of
+	// its routers and token embedding), optional: what a Commit Router trained on the trace
+	// is bound to, cheap to check without hashing a many-gigabyte file.
+	Fingerprint string `json:"fingerprint,omitempty"`
+	Layers      int    `json:"layers"`     // block count
+	MoELayers   []int  `json:"moe_layers"` // block indices that route, increasing
+	Experts     int    `json:"experts"`    // routed experts per MoE layer
+	Used        int    `json:"used"`       // experts chosen per token (top-k)
+	Embd        int    `json:"embd"`       // router input width
 	// Inputs says whether and how router inputs are stored; Logits whether router logits are
 	// (always f32: they are the trainer's target, and the softmax amplifies rounding).
 	Inputs  InputFormat `json:"inputs"`
@@ -102,6 +106,11 @@ func (h *Header) layout() (layout, error) {
 	if h.ModelSHA256 != "" {
 		if b, err := hex.DecodeString(h.ModelSHA256); err != nil || len(b) != 32 {
 			return layout{}, fmt.Errorf("model_sha256 %q: want 64 hex digits", h.ModelSHA256)
+		}
+	}
+	if h.Fingerprint != "" {
+		if b, err := hex.DecodeString(h.Fingerprint); err != nil || len(b) != 32 {
+			return layout{}, fmt.Errorf("fingerprint %q: want 64 hex digits", h.Fingerprint)
 		}
 	}
 	if h.Created != "" {
