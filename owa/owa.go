@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
+	"strings"
 )
 
 // Params are one model's OWA settings.
@@ -112,4 +114,50 @@ func Adjust(scores []float32, trueSet, pred []int, p Params) ([]float32, bool) {
 		out[k] = float32(g[k] * scale)
 	}
 	return out, true
+}
+
+// Parse reads a user's override of the settings p for a model with used experts per token:
+// "" keeps p, "off" turns OWA off (on is false), "neutral" sets alpha1 = alpha2 = 1 and
+// keeps p's range, and a comma-separated list of a1=F, a2=F and range=MIN-MAX (or a single
+// N) replaces those fields of p.
+func Parse(s string, p Params, used int) (_ Params, on bool, _ error) {
+	switch s = strings.TrimSpace(s); s {
+	case "":
+		return p, true, p.Validate(used)
+	case "off":
+		return p, false, nil
+	case "neutral":
+		p.Alpha1, p.Alpha2 = 1, 1
+		return p, true, p.Validate(used)
+	}
+	for _, f := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(f), "=")
+		if !ok {
+			return p, false, fmt.Errorf("owa %q: %q is not key=value (a1, a2, range), off or neutral", s, f)
+		}
+		var err error
+		switch k {
+		case "a1", "alpha1":
+			p.Alpha1, err = strconv.ParseFloat(v, 64)
+		case "a2", "alpha2":
+			p.Alpha2, err = strconv.ParseFloat(v, 64)
+		case "range":
+			lo, hi, two := strings.Cut(v, "-")
+			if p.MinCorrect, err = strconv.Atoi(lo); err == nil {
+				p.MaxCorrect = p.MinCorrect
+				if two {
+					p.MaxCorrect, err = strconv.Atoi(hi)
+				}
+			}
+		default:
+			return p, false, fmt.Errorf("owa %q: unknown key %q: want a1, a2 or range", s, k)
+		}
+		if err != nil {
+			return p, false, fmt.Errorf("owa %q: %s: %w", s, k, err)
+		}
+	}
+	if err := p.Validate(used); err != nil {
+		return p, false, err
+	}
+	return p, true, nil
 }

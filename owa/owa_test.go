@@ -119,3 +119,37 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestParse(t *testing.T) {
+	base := Params{Alpha1: 1.3, Alpha2: 1, MinCorrect: 2, MaxCorrect: 3}
+	for _, c := range []struct {
+		in   string
+		want Params
+		on   bool
+		err  string
+	}{
+		{"", base, true, ""},
+		{"off", base, false, ""},
+		{"neutral", Params{1, 1, 2, 3}, true, ""},
+		{"a1=1.1", Params{1.1, 1, 2, 3}, true, ""},
+		{"a1=1.2, a2=1.05,range=1-3", Params{1.2, 1.05, 1, 3}, true, ""},
+		{"range=2", Params{1.3, 1, 2, 2}, true, ""},
+		{"range=0-2", Params{}, false, "trigger range"},
+		{"range=3-5", Params{}, false, "trigger range"},
+		{"a1=-1", Params{}, false, "alpha1"},
+		{"a1=x", Params{}, false, "a1"},
+		{"beta=1", Params{}, false, "unknown key"},
+		{"on", Params{}, false, "not key=value"},
+	} {
+		got, on, err := Parse(c.in, base, 4)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("Parse(%q) error %v, want %q", c.in, err, c.err)
+			}
+			continue
+		}
+		if err != nil || got != c.want || on != c.on {
+			t.Errorf("Parse(%q) = %+v, %v, %v; want %+v, %v", c.in, got, on, err, c.want, c.on)
+		}
+	}
+}
