@@ -32,6 +32,10 @@ type Options struct {
 	// Offload, when set, keeps the routed experts in a host store and serves them from a
 	// budgeted set of device slots (see OffloadOptions).
 	Offload *OffloadOptions
+	// Commit, when set, computes single-token passes with the Commit Router's predicted
+	// experts and Output Weight Adjustment (see CommitOptions). Offloading with policy commit
+	// and predictor "router" (its default) turns it on with its defaults.
+	Commit *CommitOptions
 }
 
 // DefaultMaxContext caps the context length when Options.ContextLength is 0, so that a model

@@ -18,12 +18,16 @@ type BenchOptions struct {
 	Options Options
 	// Policies are run one after the other, each on a freshly opened model; nil runs the
 	// model with every weight resident on the device.
-	Policies  []offload.Policy
-	GPUMem    int64
-	Eviction  offload.Eviction
-	Predictor string // prefetch and commit: prev-token (default) or frequency
-	Prompts   []string
-	Tokens    int // decoded per prompt (0 = 32)
+	Policies []offload.Policy
+	GPUMem   int64
+	Eviction offload.Eviction
+	// Predictor is prefetch's and commit's: router (the Commit Router, commit's default),
+	// prev-token (prefetch's default) or frequency.
+	Predictor string
+	// Commit configures the Commit Router of commit runs that use it (nil: defaults).
+	Commit  *CommitOptions
+	Prompts []string
+	Tokens  int // decoded per prompt (0 = 32)
 	// Timeline, on a simulated device, receives an SVG of the last TimelineTokens tokens
 	// of each run (policy "resident" when nothing is offloaded).
 	Timeline       func(policy string) (io.WriteCloser, error)
@@ -86,11 +90,14 @@ func Bench(ctx context.Context, path string, o BenchOptions) (*BenchReport, erro
 // benchRun opens the model with policy p (nil: no offloading) and times the prompts.
 func benchRun(ctx context.Context, path string, o BenchOptions, p *offload.Policy, n int, rep *BenchReport) (PolicyReport, error) {
 	opts := o.Options
-	opts.Offload = nil
+	opts.Offload, opts.Commit = nil, nil
 	name := "resident"
 	if p != nil {
 		name = p.String()
 		opts.Offload = &OffloadOptions{Policy: *p, GPUMem: o.GPUMem, Eviction: o.Eviction, Predictor: o.Predictor}
+		if *p == offload.Commit && (o.Predictor == "" || o.Predictor == "router") {
+			opts.Commit = o.Commit
+		}
 	}
 	m, err := Open(path, opts)
 	if err != nil {
@@ -169,6 +176,9 @@ func benchRun(ctx context.Context, path string, o BenchOptions, p *offload.Polic
 		rep.Predictor = m.off.opts.Predictor
 	}
 	row := summarise(name, slots, st)
+	if m.off != nil && m.off.opts.Policy != offload.OnDemand && m.off.opts.Policy != offload.CPUMiss {
+		row.Predictor = m.off.opts.Predictor
+	}
 	row.TTFT = ttft / float64(len(o.Prompts))
 	if !simulated {
 		row.StallPerToken, row.LimitPerToken, row.OverLimit = math.NaN(), math.NaN(), math.NaN()

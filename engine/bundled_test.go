@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -127,10 +128,7 @@ func TestBundledPerplexity(t *testing.T) {
 // routing that is learnt, not uniform. On held-out text the busiest expert of most layers gets
 // at least 1.5x the mean load, and the router's certainty varies from token to token.
 func TestBundledRouting(t *testing.T) {
-	models, _ := filepath.Glob("../models/testdata/tinymoe-*.gguf")
-	if len(models) == 0 {
-		t.Fatal("no bundled trained models in ../models/testdata")
-	}
+	models := bundledModels(t)
 	text, err := os.ReadFile(heldOutText)
 	if err != nil {
 		t.Fatal(err)
@@ -167,10 +165,7 @@ func TestBundledRouting(t *testing.T) {
 // paragraph: the file's chat template makes the conversation paragraphs of the story and its
 // stop string ends the reply at the paragraph's end.
 func TestBundledChat(t *testing.T) {
-	models, _ := filepath.Glob("../models/testdata/tinymoe-*.gguf")
-	if len(models) == 0 {
-		t.Fatal("no bundled trained models in ../models/testdata")
-	}
+	models := bundledModels(t)
 	for _, path := range models {
 		t.Run(filepath.Base(path), func(t *testing.T) {
 			m, err := engine.Open(path, engine.Options{Threads: 2})
@@ -197,4 +192,16 @@ func TestBundledChat(t *testing.T) {
 			}
 		})
 	}
+}
+
+// bundledModels are the trained models in ../models/testdata, without their Commit Router
+// sidecar files.
+func bundledModels(t *testing.T) []string {
+	t.Helper()
+	paths, _ := filepath.Glob("../models/testdata/tinymoe-*.gguf")
+	paths = slices.DeleteFunc(paths, func(p string) bool { return strings.HasSuffix(p, ".commit-router.gguf") })
+	if len(paths) == 0 {
+		t.Fatal("no bundled trained models in ../models/testdata")
+	}
+	return paths
 }

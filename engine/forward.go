@@ -8,9 +8,10 @@ import (
 
 // forward runs T tokens at positions pos0.. through the model, appending to kv, and returns
 // the logits of the last token, or of every token when all is set (T rows of n_vocab).
-// obs, when not nil, sees every MoE layer's routing.
-// The caller holds m.mu for reading and has checked that the positions fit the cache.
-func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, all bool, obs RouteObserver) ([]float32, error) {
+// obs, when not nil, sees every MoE layer's routing; cs, when not nil, holds the session's
+// Commit Router predictions. The caller holds m.mu for reading and has checked that the
+// positions fit the cache.
+func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, all bool, obs RouteObserver, cs *commitState) ([]float32, error) {
 	a := m.arch
 	c := a.Config
 	d := c.Embd
@@ -23,6 +24,9 @@ func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, all bool, 
 	}
 	if m.off != nil {
 		m.off.beginPass()
+	}
+	if cs != nil && len(tokens) > 1 {
+		cs.forget()
 	}
 	m.label("embed", "embed", -1, -1)
 	m.charge("embed", float64(T*(emb.RowBytes()+4*d)), 0)
@@ -41,7 +45,7 @@ func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, all bool, 
 			if obs != nil {
 				ev = &RouteEvent{Layer: i, Pos0: pos0, Tokens: T, IDs: tokens}
 			}
-			if err := m.moe(i, l.MoE, xn, T, tmp, ev); err != nil {
+			if err := m.moe(i, l.MoE, xn, T, pos0, tmp, ev, cs); err != nil {
 				return nil, err
 			}
 			if ev != nil {

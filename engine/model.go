@@ -27,6 +27,9 @@ type Model struct {
 	nctx    int
 	kvF16   bool
 	off     *offloader // nil unless Options.Offload
+	commit  *committer // nil unless Options.Commit or offloading with the Commit Router
+	fpOnce  sync.Once
+	fp      string
 
 	// mu guards the memory map: computations hold it for reading, Close for writing, so
 	// closing the model never unmaps weights under a running forward pass.
@@ -91,8 +94,12 @@ func Open(path string, opts Options) (*Model, error) {
 			m.nctx = DefaultMaxContext
 		}
 	}
-	if opts.Offload != nil {
-		if m.off, err = newOffloader(m, *opts.Offload); err != nil {
+	if err := m.openCommit(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if m.opts.Offload != nil {
+		if m.off, err = newOffloader(m, *m.opts.Offload); err != nil {
 			f.Close()
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}

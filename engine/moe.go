@@ -25,10 +25,9 @@ func route(moe *models.MoE, logits []float32) routing {
 }
 
 // commitRoute is the routing of a token that computes with experts chosen ahead of its
-// router (commit): the router's own probabilities of those experts, through the same
-// softmax, renormalisation and scale as a routed choice. Output Weight Adjustment, which
-// corrects these weights for the experts the router would have chosen, belongs to the
-// Commit Router's predictor.
+// router (commit) when Output Weight Adjustment does not apply: the router's own
+// probabilities of those experts, through the same softmax, renormalisation and scale as a
+// routed choice.
 func commitRoute(moe *models.MoE, logits []float32, experts []int) routing {
 	probs, _ := gateProbs(moe, logits)
 	return routing{experts: experts, weights: gateWeights(moe, probs, experts)}
@@ -114,11 +113,12 @@ func topK(v []float32, k int) []int {
 	return idx
 }
 
-// moe runs a mixture-of-experts block on T rows of x into out. Tokens are grouped by expert
-// so that each chosen expert's weights are read once per batch; each token's expert outputs
-// are then summed in its top-k order, as llama.cpp sums them. When ev is not nil it is filled
-// with the routing decision.
-func (m *Model) moe(layer int, moe *models.MoE, x []float32, T int, out []float32, ev *RouteEvent) error {
+// moe runs a mixture-of-experts block on T rows of x (at positions pos0..) into out. Tokens
+// are grouped by expert so that each chosen expert's weights are read once per batch; each
+// token's expert outputs are then summed in its top-k order, as llama.cpp sums them. When ev
+// is not nil it is filled with the routing decision. cs holds the session's Commit Router
+// predictions (nil: none).
+func (m *Model) moe(layer int, moe *models.MoE, x []float32, T, pos0 int, out []float32, ev *RouteEvent, cs *commitState) error {
 	d := m.arch.Config.Embd
 	logits := make([]float32, T*moe.Experts)
 	m.label("router", "router", layer, -1)
@@ -138,19 +138,44 @@ func (m *Model) moe(layer int, moe *models.MoE, x []float32, T int, out []float3
 			ev.Weights = append(ev.Weights, r.weights...)
 		}
 	}
+	// The Commit Router: the experts predicted for this token and layer while the previous
+	// layer ran, and its prediction for the next layer, made from this layer's router input
+	// before this layer's experts are enqueued so that their copies overlap them.
+	var predicted, next []int
+	var nextLayer int
+	var predEv device.Event
+	if cs != nil && T == 1 {
+		j := m.commit.idx[layer]
+		predicted = cs.take(j, pos0)
+		if predicted == nil && j == 0 && m.commit.compute {
+			m.commit.firstByRouter()
+		}
+		var nj, npos int
+		nj, npos, next = m.predict(layer, x[:m.arch.Config.Embd], pos0)
+		cs.pending[nj], cs.pos[nj] = next, npos
+		nextLayer = m.commit.moe[nj]
+		predEv = m.dev.Compute().Record()
+	}
+	var commit []int // the experts to compute with instead of the router's choice
 	if m.off != nil {
 		chosen := make([][]int, T)
 		for t, r := range routes {
 			chosen[t] = r.experts
 		}
-		if pred := m.off.route(layer, chosen); pred != nil {
-			// Commit: compute with the experts loaded ahead of the router, never fall back.
-			// The host need not wait for the routing to know what to compute.
-			routes[0] = commitRoute(moe, logits[:moe.Experts], pred)
-		} else {
-			// The host reads the routing to issue the loads of the experts that miss.
-			m.dev.Sync(m.dev.Compute().Record())
-		}
+		commit = m.off.route(layer, chosen, predicted)
+	} else if m.commit != nil && m.commit.compute {
+		commit = predicted
+	}
+	if m.commit != nil && !m.commit.cross && m.commit.idx[layer] == 0 {
+		commit = nil // the cross-token prediction only prefetched
+	}
+	if commit != nil {
+		// Commit: compute with the experts loaded ahead of the router, never fall back.
+		// The host need not wait for the routing to know what to compute.
+		routes[0] = m.commitRouting(layer, moe, logits[:moe.Experts], routes[0], commit)
+	} else if m.off != nil {
+		// The host reads the routing to issue the loads of the experts that miss.
+		m.dev.Sync(m.dev.Compute().Record())
 	}
 	byExpert := make([][]int, moe.Experts) // entries t*Used+k
 	for t, r := range routes {
@@ -221,7 +246,7 @@ func (m *Model) moe(layer int, moe *models.MoE, x []float32, T int, out []float3
 		}
 	}
 	if m.off != nil {
-		if err := m.off.prefetch(layer, moe.Used); err != nil {
+		if err := m.off.prefetch(layer, moe.Used, nextLayer, next, predEv); err != nil {
 			return err
 		}
 	}

@@ -46,3 +46,38 @@ func TestCommitRoute(t *testing.T) {
 		}
 	}
 }
+
+// OWA's scores are in the units of the mixing weights: the router's own top-k gets exactly
+// the weights routing gives it, under every gating the models use; and OWA applied to a
+// prediction that is all right (outside its trigger range) leaves routing's weights.
+func TestOWAScores(t *testing.T) {
+	logits := []float32{0.3, 2, -1, 1.2, 0.7, -0.4}
+	for _, c := range []struct {
+		name string
+		moe  models.MoE
+	}{
+		{"softmax", models.MoE{Experts: 6, Used: 3}},
+		{"softmax, renormalised", models.MoE{Experts: 6, Used: 2, NormWeights: true}},
+		{"softmax, scaled", models.MoE{Experts: 6, Used: 3, WeightsScale: 2.5}},
+		{"sigmoid, renormalised, scaled", models.MoE{Experts: 6, Used: 3, Gating: models.GatingSigmoid, NormWeights: true, WeightsScale: 1.8}},
+		{"softmax over the chosen", models.MoE{Experts: 6, Used: 2, Gating: models.GatingSoftmaxWeight}},
+	} {
+		r := route(&c.moe, logits)
+		s := owaScores(&c.moe, logits, r.experts)
+		for k, e := range r.experts {
+			if math.Abs(float64(s[e]-r.weights[k])) > 1e-6 {
+				t.Errorf("%s: score of expert %d = %v, routing's weight %v", c.name, e, s[e], r.weights[k])
+			}
+		}
+		// A non-chosen expert scores below every chosen one, as its probability is lower.
+		for e := range logits {
+			if !slices.Contains(r.experts, e) && s[e] >= s[r.experts[len(r.experts)-1]] {
+				t.Errorf("%s: unchosen expert %d scores %v, above the chosen %v", c.name, e, s[e], s)
+			}
+		}
+		m := &Model{info: Info{Architecture: "qwen2moe", Experts: 6, ExpertsUsed: c.moe.Used}}
+		if got := m.commitRouting(0, &c.moe, logits, r, r.experts); !slices.Equal(got.weights, r.weights) {
+			t.Errorf("%s: committing to the router's own choice gives %v, routing %v", c.name, got.weights, r.weights)
+		}
+	}
+}

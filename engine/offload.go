@@ -20,10 +20,9 @@ type OffloadOptions struct {
 	GPUMem   int64
 	Eviction offload.Eviction
 	// Predictor names what prefetch and commit predict the next layer's experts with:
-	// prev-token (default) or frequency, heuristics that need no future; commit also takes
-	// oracle, which computes with the router's own choice (the numbers of ondemand). The
-	// learnt Commit Router with Output Weight Adjustment comes with the predictor package;
-	// until then commit weights its experts with the router's probabilities of them.
+	// router, the learnt Commit Router (commit's default; see CommitOptions), or prev-token
+	// (prefetch's default) or frequency, heuristics that need no training; commit also takes
+	// oracle, which computes with the router's own choice (the numbers of ondemand).
 	Predictor string
 }
 
@@ -82,7 +81,7 @@ func newOffloader(m *Model, o OffloadOptions) (*offloader, error) {
 		}
 	case offload.Commit:
 		if o.Predictor == "" {
-			o.Predictor = "prev-token"
+			o.Predictor = "router"
 		}
 	default:
 		return nil, fmt.Errorf("offload: unknown policy %v", o.Policy)
@@ -104,12 +103,16 @@ func newOffloader(m *Model, o OffloadOptions) (*offloader, error) {
 		}
 	}
 	switch {
-	case o.Policy == offload.Prefetch && o.Predictor != "prev-token" && o.Predictor != "frequency",
-		o.Policy == offload.Commit && o.Predictor != "prev-token" && o.Predictor != "frequency" && o.Predictor != "oracle":
-		return nil, fmt.Errorf("offload: %s with predictor %q: a running model can use prev-token or frequency (commit also oracle: the router's own choice; accuracy=P models a predictor in timing runs; the Commit Router is to come)", o.Policy, o.Predictor)
+	case o.Policy == offload.Prefetch && !slices.Contains([]string{"router", "prev-token", "frequency"}, o.Predictor),
+		o.Policy == offload.Commit && !slices.Contains([]string{"router", "prev-token", "frequency", "oracle"}, o.Predictor):
+		return nil, fmt.Errorf("offload: %s with predictor %q: a running model can use router (the Commit Router), prev-token or frequency (commit also oracle: the router's own choice; accuracy=P models a predictor in timing runs)", o.Policy, o.Predictor)
 	}
 	kvBytes := kvCacheBytes(m)
-	resident := m.info.NonExpertBytes + kvBytes
+	var predBytes int64 // the Commit Router's weights, already on the device
+	if m.commit != nil {
+		predBytes = m.commit.bytes
+	}
+	resident := m.info.NonExpertBytes + kvBytes + predBytes
 	need := m.arch.Config.ExpertsUsed
 	if o.Policy == offload.Prefetch || o.Policy == offload.Commit && o.Predictor != "oracle" {
 		need *= 2 // this layer's experts and the next one's, loading
@@ -118,8 +121,8 @@ func newOffloader(m *Model, o OffloadOptions) (*offloader, error) {
 	free := o.GPUMem - resident
 	n := int(max(free, 0) / slot)
 	if n < need {
-		return nil, fmt.Errorf("offload: a %d-byte device budget is too small: the resident weights (%d bytes) and one session's KV cache (%d bytes) leave room for %d expert slots of %d bytes, policy %s needs %d: at least %d bytes",
-			o.GPUMem, m.info.NonExpertBytes, kvBytes, n, slot, o.Policy, need, resident+int64(need)*slot)
+		return nil, fmt.Errorf("offload: a %d-byte device budget is too small: the resident weights (%d bytes), one session's KV cache (%d bytes) and the Commit Router (%d bytes) leave room for %d expert slots of %d bytes, policy %s needs %d: at least %d bytes",
+			o.GPUMem, m.info.NonExpertBytes, kvBytes, predBytes, n, slot, o.Policy, need, resident+int64(need)*slot)
 	}
 	n = min(n, m.arch.Config.Experts*len(layers))
 	mem := m.dev.Memory()
@@ -156,13 +159,18 @@ func kvCacheBytes(m *Model) int64 {
 }
 
 // route notes the experts the router chose for each of a layer's tokens (for the prediction
-// heuristics) and, at batch size 1, scores the prediction made for it. For commit it returns
-// that prediction: the experts to compute with instead (nil: use the router's).
-func (f *offloader) route(layer int, chosen [][]int) (commit []int) {
+// heuristics) and, at batch size 1, scores the prediction made for it: learnt, the Commit
+// Router's, or else the heuristic's. For commit it returns that prediction: the experts to
+// compute with instead (nil: use the router's).
+func (f *offloader) route(layer int, chosen [][]int, learnt []int) (commit []int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if pred, ok := f.pending[layer]; ok {
-		delete(f.pending, layer)
+	pred, ok := f.pending[layer]
+	delete(f.pending, layer)
+	if learnt != nil {
+		pred, ok = learnt, true
+	}
+	if ok {
 		if len(chosen) == 1 {
 			for _, e := range pred {
 				f.stats.Predicted++
@@ -295,10 +303,25 @@ func (f *offloader) load(k offload.ExpertKey) (int, bool, error) {
 	return slot, hit, nil
 }
 
-// prefetch loads, for the prefetch policy, the experts predicted for the MoE layer after
-// layer (the same token's next layer, or the next token's first) from what that layer chose
-// before: it runs after layer's experts are computed and never looks ahead.
-func (f *offloader) prefetch(layer int, k int) error {
+// prefetch loads the experts predicted for the MoE layer after layer (the same token's next
+// layer, or the next token's first), after layer's experts are enqueued: learnt, the Commit
+// Router's prediction for block nextLayer, which the host reads once event ready says it is
+// computed; or else the heuristic's, from what that layer chose before, which never looks
+// ahead.
+func (f *offloader) prefetch(layer int, k int, nextLayer int, learnt []int, ready device.Event) error {
+	if learnt != nil {
+		f.dev.Sync(ready)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, e := range learnt {
+			if _, hit, err := f.load(offload.ExpertKey{Layer: nextLayer, Expert: e}); err != nil {
+				return err
+			} else if !hit {
+				f.stats.Prefetched++
+			}
+		}
+		return nil
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.predicts() {
@@ -328,10 +351,11 @@ func (f *offloader) prefetch(layer int, k int) error {
 	return nil
 }
 
-// predicts says whether the policy loads the next layer's experts from a prediction: prefetch,
-// and commit with a predictor (the oracle commits to the router's own choice).
+// predicts says whether the policy loads the next layer's experts from a heuristic's
+// prediction: prefetch and commit with prev-token or frequency (the oracle commits to the
+// router's own choice; the Commit Router's predictions come from the engine).
 func (f *offloader) predicts() bool {
-	return f.opts.Policy == offload.Prefetch || f.opts.Policy == offload.Commit && f.opts.Predictor != "oracle"
+	return (f.opts.Policy == offload.Prefetch || f.opts.Policy == offload.Commit) && f.opts.Predictor != "oracle" && f.opts.Predictor != "router"
 }
 
 // Offload reports the offloader's statistics; ok is false when offloading is off.

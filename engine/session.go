@@ -21,6 +21,7 @@ type Session struct {
 	tokens []int32 // the tokens whose keys and values are in kv
 	closed bool
 	route  RouteObserver
+	commit *commitState // the Commit Router's pending predictions; nil when not committing
 }
 
 // ObserveRouting makes every later forward pass of the session report each MoE layer's
@@ -49,7 +50,11 @@ func (m *Model) NewSession() (*Session, error) {
 	if err := m.dev.Memory().Alloc(kv.Bytes(), "a session's KV cache"); err != nil {
 		return nil, fmt.Errorf("new session on %s: %w", m.dev.Name(), err)
 	}
-	return &Session{m: m, kv: kv}, nil
+	s := &Session{m: m, kv: kv}
+	if m.commit != nil {
+		s.commit = m.commit.newState()
+	}
+	return s, nil
 }
 
 // Reset forgets the session's tokens.
@@ -101,7 +106,7 @@ func (s *Session) eval(ctx context.Context, tokens []int32, all bool) ([]float32
 			s.m.mu.RUnlock()
 			return nil, ErrClosed
 		}
-		logits, err := s.m.forward(s.kv, batch, len(s.tokens), all, s.route)
+		logits, err := s.m.forward(s.kv, batch, len(s.tokens), all, s.route, s.commit)
 		s.m.mu.RUnlock()
 		if err != nil {
 			return nil, err
@@ -144,6 +149,11 @@ func (s *Session) run(ctx context.Context, tokens []int32) error {
 // Probs evaluates tokens from position 0 and calls fn with the next-token distribution after
 // each position. The slice passed to fn is reused between calls.
 func (s *Session) Probs(ctx context.Context, tokens []int32, fn func(pos int, probs []float32) error) error {
+	return s.probs(ctx, tokens, prefillBatch, fn)
+}
+
+// probs is Probs with step tokens per forward pass.
+func (s *Session) probs(ctx context.Context, tokens []int32, step int, fn func(pos int, probs []float32) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.restart(tokens); err != nil {
@@ -151,8 +161,8 @@ func (s *Session) Probs(ctx context.Context, tokens []int32, fn func(pos int, pr
 	}
 	vocab := s.m.arch.Config.Vocab
 	probs := make([]float32, vocab)
-	for start := 0; start < len(tokens); start += prefillBatch {
-		end := min(start+prefillBatch, len(tokens))
+	for start := 0; start < len(tokens); start += step {
+		end := min(start+step, len(tokens))
 		logits, err := s.eval(ctx, tokens[start:end], true)
 		if err != nil {
 			return err
@@ -288,9 +298,37 @@ func (s *Session) Chat(ctx context.Context, msgs []Message, opts GenerateOptions
 // Perplexity scores text in consecutive windows of window tokens (0 = the context length),
 // each evaluated from an empty cache; every token but a window's first is predicted.
 func (m *Model) Perplexity(ctx context.Context, text string, window int) (PerplexityResult, error) {
-	ids, window, err := m.windowed(text, window)
+	return m.PerplexityWith(ctx, text, PerplexityOptions{Window: window})
+}
+
+// PerplexityOptions configure PerplexityWith.
+type PerplexityOptions struct {
+	// Window is the tokens per window; 0 = the context length.
+	Window int
+	// Decode evaluates one token per forward pass, as decoding runs, instead of a window's
+	// tokens in batches: what committed routing, which acts on single-token passes only, is
+	// measured with. Slower, and with the same numbers as batches when nothing commits.
+	Decode bool
+	// MaxTokens stops after the windows that hold this many tokens (0 = all of the text).
+	MaxTokens int
+}
+
+// PerplexityWith is Perplexity with options.
+func (m *Model) PerplexityWith(ctx context.Context, text string, o PerplexityOptions) (PerplexityResult, error) {
+	if o.MaxTokens < 0 {
+		return PerplexityResult{}, fmt.Errorf("perplexity: max tokens %d: want 0 (all) or more", o.MaxTokens)
+	}
+	ids, window, err := m.windowed(text, o.Window)
 	if err != nil {
 		return PerplexityResult{}, err
+	}
+	if o.MaxTokens > 0 && o.MaxTokens < len(ids) {
+		ids = ids[:o.MaxTokens]
+		text = m.tok.Detokenize(ids, false, false)
+	}
+	step := prefillBatch
+	if o.Decode {
+		step = 1
 	}
 	s, err := m.NewSession()
 	if err != nil {
@@ -303,7 +341,7 @@ func (m *Model) Perplexity(ctx context.Context, text string, window int) (Perple
 	for start := 0; start+1 < len(ids); start += window {
 		win := ids[start:min(start+window, len(ids))]
 		res.Bytes -= len(m.tok.Detokenize(win[:1], false, false))
-		err := s.Probs(ctx, win, func(pos int, p []float32) error {
+		err := s.probs(ctx, win, step, func(pos int, p []float32) error {
 			if pos+1 < len(win) {
 				res.NLL -= math.Log(math.Max(float64(p[win[pos+1]]), 1e-30))
 				res.Tokens++

@@ -57,6 +57,7 @@ type SimBenchOptions struct {
 // PolicyReport is one policy's figures in a SimBenchReport; times in seconds.
 type PolicyReport struct {
 	Policy          string
+	Predictor       string // what prefetch or commit predicted with ("" for the others)
 	Slots           int
 	Mean, P50, P90  float64 // per-token latency
 	TTFT            float64 // time to first token, mean over prompts (real-model runs)

@@ -23,7 +23,8 @@ func (m *Model) TraceHeader(opts TraceOptions) trace.Header {
 	return trace.Header{
 		Model: m.info.Name, Arch: m.info.Architecture, Layers: m.info.Layers, MoELayers: m.info.MoELayers,
 		Experts: m.info.Experts, Used: m.info.ExpertsUsed, Embd: m.info.Embedding,
-		Inputs: opts.Inputs, Logits: opts.Logits, Source: opts.Source,
+		Fingerprint: m.Fingerprint(),
+		Inputs:      opts.Inputs, Logits: opts.Logits, Source: opts.Source,
 		Created: time.Now().UTC().Format(time.RFC3339),
 	}
 }

@@ -1,0 +1,394 @@
+package engine
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"slices"
+	"sync"
+
+	"github.com/commit-run/commit-run/models"
+	"github.com/commit-run/commit-run/offload"
+	"github.com/commit-run/commit-run/owa"
+	"github.com/commit-run/commit-run/predictor"
+	"github.com/commit-run/commit-run/quant"
+)
+
+// CommitOptions turn on committed routing (CommitMoE): in a single-token pass, as decoding
+// runs, each MoE layer computes with the experts the Commit Router predicted for it while the
+// previous layer ran, and never falls back to the router's choice; Output Weight Adjustment
+// repairs the mixing weights from the router's scores. The router still runs: its scores are
+// what OWA and the accuracy counts use. A token's first MoE layer uses the router unless
+// CrossToken is set, and always when the pass does not continue a single-token pass (the
+// first decoded token after a prompt), as there is no previous token to predict from.
+// Batched passes (prefill, batched evaluation) route as the router says.
+//
+// Without offloading this changes only the numbers, which is how commit's quality is
+// measured (Model.PerplexityWith with TokenAtATime); with OffloadOptions.Policy commit, the
+// offloader also prefetches the predicted experts.
+type CommitOptions struct {
+	// Predictor is the Commit Router file; "" = the model's sidecar file
+	// (predictor.SidecarPath: model.gguf -> model.commit-router.gguf).
+	Predictor string
+	// OWA are the Output Weight Adjustment settings; nil = owa.Defaults for the model.
+	OWA *owa.Params
+	// OWASpec, when not empty, overrides them as owa.Parse reads it: "off", "neutral", or
+	// a1=F,a2=F,range=MIN-MAX (a user's flag).
+	OWASpec string
+	// NoOWA weights the predicted experts with the router's own probabilities of them.
+	NoOWA bool
+	// OnlyAllWrong computes with the predicted experts only for a token and layer where none
+	// of them is an expert the router chose, and with the router's elsewhere: CommitMoE's
+	// Table 1 experiment (how much expert choice matters where prediction fails).
+	OnlyAllWrong bool
+	// CrossToken also commits each token's first MoE layer to the prediction made from the
+	// previous token's last layer, CommitMoE's whole pipeline. Off, the first MoE layer
+	// waits for its router, as ondemand does, and that prediction only prefetches: the
+	// cross-token prediction is the hardest one (CommitMoE §4.2), and on the bundled models
+	// committing to it costs far more quality than everything else (tinymoe-qwen2moe, first
+	// 1024 held-out tokens: +36% perplexity with it, +0.6% without).
+	CrossToken bool
+}
+
+// committer holds what committed routing needs; it is read-only after Open.
+type committer struct {
+	router *predictor.Router
+	path   string
+	owa    owa.Params
+	useOWA bool
+	only0  bool
+	cross  bool        // CrossToken
+	moe    []int       // MoE block indices, in order
+	idx    map[int]int // block index -> MoE layer number
+	bytes  int64       // device bytes of the predictor's weights
+	// compute says whether single-token passes compute with the predictions (commit), or
+	// only prefetch them (the prefetch policy with the Commit Router as its predictor).
+	compute bool
+
+	mu    sync.Mutex
+	stats CommitStats
+}
+
+// CommitStats count what committed routing did since the model was opened.
+type CommitStats struct {
+	// Layers[j] counts MoE layer j's committed tokens: Tokens routed with a prediction,
+	// Correct predicted experts the router also chose (of Tokens*k), AllWrong tokens where
+	// none was, OWA tokens whose weights OWA adjusted.
+	Layers []CommitLayerStats
+	// FirstByRouter counts first MoE layers routed by the router because no prediction was
+	// pending (the first decoded token of a sequence).
+	FirstByRouter int64
+}
+
+// CommitLayerStats are one MoE layer's commit counts.
+type CommitLayerStats struct {
+	Layer                          int // block index
+	Tokens, Correct, AllWrong, OWA int64
+}
+
+// Accuracy is the mean share of predicted experts the router also chose.
+func (s CommitLayerStats) Accuracy(k int) float64 {
+	if s.Tokens == 0 {
+		return math.NaN()
+	}
+	return float64(s.Correct) / float64(s.Tokens*int64(k))
+}
+
+// commitState is a session's pending predictions: what the Commit Router predicted for each
+// MoE layer and for which position.
+type commitState struct {
+	pending [][]int
+	pos     []int
+}
+
+// openCommit sets up committed routing when the options ask for it: Options.Commit, or
+// offloading with the Commit Router as the predictor (commit's default). The Commit Router's
+// weights live on the device.
+func (m *Model) openCommit() error {
+	if off := m.opts.Offload; off != nil {
+		o := *off // the caller's options stay as they were
+		if o.Predictor == "" && o.Policy == offload.Commit {
+			o.Predictor = "router"
+		}
+		m.opts.Offload = &o
+	}
+	off := m.opts.Offload
+	learnt := off != nil && off.Predictor == "router"
+	o := m.opts.Commit
+	if o == nil && !learnt {
+		return nil
+	}
+	if o != nil && off != nil && !(learnt && off.Policy == offload.Commit) {
+		return fmt.Errorf("commit: committed routing offloads with policy commit and predictor router, not policy %s with predictor %q", off.Policy, off.Predictor)
+	}
+	if o == nil {
+		o = &CommitOptions{}
+	}
+	c, err := newCommitter(m, *o)
+	if err != nil {
+		return err
+	}
+	c.compute = off == nil || off.Policy == offload.Commit
+	if err := m.dev.Memory().Alloc(c.bytes, "the Commit Router"); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	m.commit = c
+	return nil
+}
+
+func (c *committer) firstByRouter() {
+	c.mu.Lock()
+	c.stats.FirstByRouter++
+	c.mu.Unlock()
+}
+
+func newCommitter(m *Model, o CommitOptions) (*committer, error) {
+	if len(m.info.MoELayers) == 0 {
+		return nil, fmt.Errorf("commit: %s has no MoE layers", m.info.Path)
+	}
+	path := o.Predictor
+	if path == "" {
+		path = predictor.SidecarPath(m.info.Path)
+	}
+	r, err := predictor.Load(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) && o.Predictor == "" {
+			return nil, fmt.Errorf("commit: no Commit Router for %s at %s: train one with `commit-run predictor collect` and `commit-run predictor train`, or name a file with --predictor-file", m.info.Path, path)
+		}
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	if err := r.ID.Check(m.PredictorIdentity()); err != nil {
+		return nil, fmt.Errorf("commit: %s: %w", path, err)
+	}
+	c := &committer{router: r, path: path, useOWA: !o.NoOWA, only0: o.OnlyAllWrong, cross: o.CrossToken, moe: m.info.MoELayers,
+		idx: map[int]int{}, bytes: r.Bytes()}
+	c.owa = owa.Defaults(m.info.Architecture, m.info.Experts, m.info.ExpertsUsed)
+	if o.OWA != nil {
+		c.owa = *o.OWA
+	}
+	on, err := true, c.owa.Validate(m.info.ExpertsUsed)
+	if err == nil && o.OWASpec != "" {
+		c.owa, on, err = owa.Parse(o.OWASpec, c.owa, m.info.ExpertsUsed)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	c.useOWA = c.useOWA && on
+	for j, l := range c.moe {
+		c.idx[l] = j
+	}
+	c.stats.Layers = make([]CommitLayerStats, len(c.moe))
+	for j, l := range c.moe {
+		c.stats.Layers[j].Layer = l
+	}
+	return c, nil
+}
+
+func (c *committer) newState() *commitState {
+	s := &commitState{pending: make([][]int, len(c.moe)), pos: make([]int, len(c.moe))}
+	for j := range s.pos {
+		s.pos[j] = -1
+	}
+	return s
+}
+
+// take returns the experts predicted for MoE layer j of the token at pos, or nil.
+func (s *commitState) take(j, pos int) []int {
+	if s.pos[j] != pos {
+		return nil
+	}
+	p := s.pending[j]
+	s.pending[j], s.pos[j] = nil, -1
+	return p
+}
+
+// forget drops every prediction: a batched pass breaks the chain of single-token passes.
+func (s *commitState) forget() {
+	for j := range s.pos {
+		s.pending[j], s.pos[j] = nil, -1
+	}
+}
+
+// predict runs the Commit Router on layer's router input h (one token at pos) and returns the
+// experts it predicts for the next MoE layer (the next token's first after the last) and the
+// layer and position they are for. The device is charged for it on the compute stream.
+func (m *Model) predict(layer int, h []float32, pos int) (next, nextPos int, experts []int) {
+	c := m.commit
+	j := c.idx[layer]
+	next, nextPos = j+1, pos
+	if next == len(c.moe) {
+		next, nextPos = 0, pos+1
+	}
+	nm := m.arch.Layers[c.moe[next]].MoE
+	logits := make([]float32, nm.Experts)
+	c.router.Predict(j, h, logits)
+	n := c.router.Nets[j]
+	m.label("predictor", "predict", layer, -1)
+	m.charge("predictor", float64(4*n.Params()+4*(n.In+n.Hidden+n.Out)), float64(2*n.Params()))
+	_, sel := gateProbs(nm, logits)
+	return next, nextPos, topK(sel, nm.Used)
+}
+
+// commitRouting is the routing of a token that computes with the predicted experts pred
+// instead of the router's choice truth (made from logits): OWA's weights when it triggers,
+// else the router's probabilities of the predicted experts through the model's gating. With
+// OnlyAllWrong it keeps the router's choice unless every prediction is wrong.
+func (m *Model) commitRouting(layer int, moe *models.MoE, logits []float32, truth routing, pred []int) routing {
+	correct := owa.Correct(truth.experts, pred)
+	c := m.commit
+	var st *CommitLayerStats
+	if c != nil {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		st = &c.stats.Layers[c.idx[layer]]
+		st.Tokens++
+		st.Correct += int64(correct)
+		if correct == 0 {
+			st.AllWrong++
+		}
+	}
+	if c != nil && c.only0 && correct > 0 {
+		return truth
+	}
+	if c == nil || c.useOWA {
+		p := owa.Defaults(m.info.Architecture, m.info.Experts, m.info.ExpertsUsed)
+		if c != nil {
+			p = c.owa
+		}
+		if w, ok := owa.Adjust(owaScores(moe, logits, truth.experts), truth.experts, pred, p); ok {
+			if st != nil {
+				st.OWA++
+			}
+			return routing{experts: pred, weights: w}
+		}
+	}
+	return commitRoute(moe, logits, pred)
+}
+
+// owaScores are every expert's scores in the units of the model's mixing weights (package
+// owa): the weight it would get beside the router's true top-k, so that the true top-k's
+// scores are exactly the weights route gives them.
+func owaScores(moe *models.MoE, logits []float32, trueSet []int) []float32 {
+	probs, _ := gateProbs(moe, logits)
+	if moe.Gating == models.GatingSoftmaxWeight {
+		// The weights are a softmax over the chosen experts' logits.
+		mx := float32(math.Inf(-1))
+		for _, e := range trueSet {
+			mx = max(mx, logits[e])
+		}
+		for e, l := range logits {
+			probs[e] = float32(math.Exp(float64(l - mx)))
+		}
+		normalizeBy(probs, trueSet)
+	}
+	if moe.NormWeights {
+		normalizeBy(probs, trueSet)
+	}
+	if moe.WeightsScale != 0 {
+		for e := range probs {
+			probs[e] *= moe.WeightsScale
+		}
+	}
+	return probs
+}
+
+// normalizeBy divides v by the sum of its entries at idx, as gateWeights renormalises.
+func normalizeBy(v []float32, idx []int) {
+	var sum64 float64
+	for _, e := range idx {
+		sum64 += float64(v[e])
+	}
+	sum := max(float32(sum64), 6.103515625e-5)
+	for e := range v {
+		v[e] /= sum
+	}
+}
+
+// CommitStats reports committed routing's counts; ok is false when it is off.
+func (m *Model) CommitStats() (CommitStats, bool) {
+	if m.commit == nil {
+		return CommitStats{}, false
+	}
+	m.commit.mu.Lock()
+	defer m.commit.mu.Unlock()
+	s := m.commit.stats
+	s.Layers = slices.Clone(s.Layers)
+	return s, true
+}
+
+// CommitRouterPath is the Commit Router file committed routing uses ("" when it is off).
+func (m *Model) CommitRouterPath() string {
+	if m.commit == nil {
+		return ""
+	}
+	return m.commit.path
+}
+
+// PredictorIdentity is what a Commit Router for m must have been trained for.
+func (m *Model) PredictorIdentity() predictor.Identity {
+	return predictor.Identity{
+		Model: m.info.Name, Arch: m.info.Architecture, Fingerprint: m.Fingerprint(),
+		Layers: m.info.Layers, MoELayers: slices.Clone(m.info.MoELayers),
+		Experts: m.info.Experts, Used: m.info.ExpertsUsed, Embd: m.info.Embedding,
+	}
+}
+
+// Fingerprint identifies the model's routing: the SHA-256 of its architecture, its routers'
+// and its token embedding's bytes. It binds a Commit Router or a trace to the model without
+// hashing the whole file, whose bulk is the experts; a fine-tune changes the routers too.
+func (m *Model) Fingerprint() string {
+	m.fpOnce.Do(func() {
+		h := sha256.New()
+		h.Write([]byte(m.info.Architecture))
+		h.Write(m.arch.TokenEmbd.Matrix().Data)
+		for _, l := range m.arch.Layers {
+			if l.MoE != nil {
+				h.Write(l.MoE.Router.Matrix().Data)
+			}
+		}
+		m.fp = hex.EncodeToString(h.Sum(nil))
+	})
+	return m.fp
+}
+
+// PredictorInit is the Commit Router's warm start: for MoE layer j's net, the router of the
+// layer it predicts (j+1, or the first for the last net) with each input column scaled by the
+// ratio of that layer's FFN norm weight to layer j's. Adjacent layers' hidden states point
+// the same way (CommitMoE §4.2, after Zhong et al.), and a router input is that state times
+// its layer's norm weight, so the rescaled next router applied to h(j) approximates the next
+// router applied to h(j+1): a predictor that starts where a good one is near.
+func (m *Model) PredictorInit() [][]float32 {
+	layers := m.info.MoELayers
+	d := m.arch.Config.Embd
+	init := make([][]float32, len(layers))
+	for j, l := range layers {
+		t := layers[(j+1)%len(layers)]
+		r := m.arch.Layers[t].MoE.Router.Matrix()
+		w := make([]float32, r.Rows*d)
+		for e := 0; e < r.Rows; e++ {
+			quant.DequantizeRow(r.Type, r.Row(e), w[e*d:(e+1)*d])
+		}
+		from, to := m.arch.Layers[l].FFNNorm.Weight, m.arch.Layers[t].FFNNorm.Weight
+		if len(from) == d && len(to) == d {
+			var mean float64
+			for _, g := range from {
+				mean += math.Abs(float64(g))
+			}
+			mean /= float64(d)
+			for i := 0; i < d; i++ {
+				ratio := float32(0)
+				if math.Abs(float64(from[i])) > 1e-3*mean {
+					ratio = to[i] / from[i]
+				}
+				for e := 0; e < r.Rows; e++ {
+					w[e*d+i] *= ratio
+				}
+			}
+		}
+		init[j] = w
+	}
+	return init
+}
