@@ -241,8 +241,9 @@ func (a *app) modelBench(cmd *cobra.Command, f benchFlags) error {
 	if err != nil {
 		return err
 	}
-	o := engine.BenchOptions{Options: base, Prompts: prompts, Tokens: f.tokens, Timeline: timelineFiles(f.timeline), TimelineTokens: f.timelineTokens}
-	o.Options.Offload = nil
+	o := engine.BenchOptions{Options: base, Prompts: prompts, Tokens: f.tokens, Timeline: timelineFiles(f.timeline), TimelineTokens: f.timelineTokens,
+		Commit: a.commitOptions()}
+	o.Options.Offload, o.Options.Commit = nil, nil
 	if off := base.Offload; off != nil {
 		o.GPUMem, o.Eviction, o.Predictor = off.GPUMem, off.Eviction, off.Predictor
 		if o.Policies, err = offload.ParsePolicies(cmp.Or(a.policy, "ondemand,prefetch,commit,cpu-miss")); err != nil {
@@ -275,13 +276,13 @@ func (a *app) modelBench(cmd *cobra.Command, f benchFlags) error {
 	}
 	fmt.Fprintf(a.stdout, "%s on %s: %d prompts x %d tokens, batch size 1, %s\n", rep.Model, rep.Device, rep.Prompts, rep.Tokens, clock)
 	if rep.GPUMem > 0 {
-		fmt.Fprintf(a.stdout, "%.2f MiB device budget: %.2f MiB resident, %.3f MiB per expert slot; prefetch/commit predictor %s\n",
-			float64(rep.GPUMem)/(1<<20), float64(rep.Resident)/(1<<20), float64(rep.SlotBytes)/(1<<20), cmp.Or(rep.Predictor, "prev-token"))
+		fmt.Fprintf(a.stdout, "%.2f MiB device budget: %.2f MiB resident, %.3f MiB per expert slot\n",
+			float64(rep.GPUMem)/(1<<20), float64(rep.Resident)/(1<<20), float64(rep.SlotBytes)/(1<<20))
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tslots\tTTFT ms\tmean ms\tp50 ms\tp90 ms\ttok/s\thit rate\tKB moved/tok\tstall ms/tok\taccuracy\ton CPU/tok\tlimit ms\tmeasured/limit\t")
+	fmt.Fprintln(tw, "policy\tpredictor\tslots\tTTFT ms\tmean ms\tp50 ms\tp90 ms\ttok/s\thit rate\tKB moved/tok\tstall ms/tok\taccuracy\ton CPU/tok\tlimit ms\tmeasured/limit\t")
 	for _, p := range rep.Rows {
-		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f\t%s\t%.1f\t%s\t%s\t%.2f\t%s\t%s\t\n", p.Policy, p.Slots,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f\t%s\t%.1f\t%s\t%s\t%.2f\t%s\t%s\t\n", p.Policy, cmp.Or(p.Predictor, "-"), p.Slots,
 			p.TTFT*1e3, p.Mean*1e3, p.P50*1e3, p.P90*1e3, p.TokensPerSecond, orDash(p.HitRate, "%.3f", p.Slots > 0), p.MovedPerToken/1e3,
 			orDash(p.StallPerToken*1e3, "%.3f", true), orDash(p.Accuracy, "%.3f", true), p.OnCPUPerToken,
 			orDash(p.LimitPerToken*1e3, "%.3f", true), orDash(p.OverLimit, "%.2f", true))

@@ -34,9 +34,11 @@ func (a *app) evalCmd() *cobra.Command {
 
 func (a *app) pplCmd() *cobra.Command {
 	var (
-		textFile string
-		window   int
-		asJSON   bool
+		textFile  string
+		window    int
+		maxTokens int
+		decode    bool
+		asJSON    bool
 	)
 	cmd := &cobra.Command{
 		Use:     "ppl --text FILE",
@@ -47,12 +49,18 @@ func (a *app) pplCmd() *cobra.Command {
 			if textFile == "" {
 				return fmt.Errorf("eval ppl needs --text FILE (- for stdin)")
 			}
+			if maxTokens < 0 {
+				return fmt.Errorf("--max-tokens %d: want 0 (all) or more", maxTokens)
+			}
 			text, m, err := a.windowedText(textFile, window)
 			if err != nil {
 				return err
 			}
 			defer m.Close()
-			r, err := m.Perplexity(cmd.Context(), text, window)
+			// Committed routing acts on single-token passes, as decoding runs: batches would
+			// measure the router's choice.
+			commit := m.CommitRouterPath() != ""
+			r, err := m.PerplexityWith(cmd.Context(), text, engine.PerplexityOptions{Window: window, MaxTokens: maxTokens, Decode: decode || commit})
 			if err != nil {
 				return err
 			}
@@ -67,12 +75,22 @@ func (a *app) pplCmd() *cobra.Command {
 			}
 			fmt.Fprintf(a.stdout, "tokens      %d\nbytes       %d\nperplexity  %.4f\nbits/byte   %.4f\n",
 				r.Tokens, r.Bytes, r.Perplexity, r.BitsPerByte)
+			if st, ok := m.CommitStats(); ok {
+				k := m.Info().ExpertsUsed
+				fmt.Fprintf(a.stdout, "commit      one token per pass, Commit Router %s\n", m.CommitRouterPath())
+				for _, l := range st.Layers {
+					fmt.Fprintf(a.stdout, "  layer %-3d accuracy %.3f  all wrong %.3f  OWA applied %.3f  (%d tokens)\n", l.Layer,
+						l.Accuracy(k), float64(l.AllWrong)/float64(max(l.Tokens, 1)), float64(l.OWA)/float64(max(l.Tokens, 1)), l.Tokens)
+				}
+			}
 			return nil
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&textFile, "text", "", "UTF-8 text `FILE` to score (- for stdin)")
 	f.IntVar(&window, "window", 0, "tokens per scoring window (0 = the context length)")
+	f.IntVar(&maxTokens, "max-tokens", 0, "score only the text's first N tokens (0 = all)")
+	f.BoolVar(&decode, "decode", false, "evaluate one token per forward pass, as decoding runs (always under --policy commit)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
 	return cmd
 }

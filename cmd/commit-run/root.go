@@ -35,10 +35,13 @@ type app struct {
 	device    string
 	// Offloading: set by --gpu-mem; the policy, eviction and predictor refine it.
 	gpuMem, policy, eviction, predictor, hostBW string
-	profMode                                    string
-	profDir                                     string
-	stopProf                                    func()
-	interrupts                                  *interrupts
+	// Committed routing: the Commit Router file and the OWA override.
+	predictorFile, owaSpec string
+	crossToken             bool
+	profMode               string
+	profDir                string
+	stopProf               func()
+	interrupts             *interrupts
 }
 
 // run executes the command line args and returns the process exit status. sig delivers
@@ -105,14 +108,17 @@ func (a *app) rootCmd() *cobra.Command {
 	pf.StringVar(&a.kvType, "kv-type", "f16", "KV cache element type: f16 or f32")
 	pf.StringVar(&a.device, "device", "cpu", "device to run on: cpu, or sim:<profile> for a simulated GPU ("+strings.Join(engine.Devices()[1:], ", ")+", or a profile JSON file)")
 	pf.StringVar(&a.gpuMem, "gpu-mem", "", "offload the routed experts to host memory within this device memory `SIZE`, e.g. 12GiB")
-	pf.StringVar(&a.policy, "policy", "", "expert policy with --gpu-mem: ondemand (default), prefetch, commit (computes with predicted experts: changes the output) or cpu-miss; bench takes a comma-separated list")
+	pf.StringVar(&a.policy, "policy", "", "expert policy with --gpu-mem: ondemand (default), prefetch, commit (computes with predicted experts: changes the output) or cpu-miss; bench takes a comma-separated list; commit without --gpu-mem computes with the Commit Router's experts without offloading (to measure quality)")
 	pf.StringVar(&a.eviction, "eviction", "lru", "expert cache eviction: lru or lfu")
-	pf.StringVar(&a.predictor, "predictor", "", "next-layer prediction for prefetch and commit: prev-token (default) or frequency; commit also oracle (the router's own choice); bench --shape also accuracy=P")
+	pf.StringVar(&a.predictor, "predictor", "", "next-layer prediction for prefetch and commit: router (the trained Commit Router, commit's default), prev-token (prefetch's default) or frequency; commit also oracle (the router's own choice); bench --shape also accuracy=P")
+	pf.StringVar(&a.predictorFile, "predictor-file", "", "Commit Router `FILE` (default: the model's sidecar, MODEL.commit-router.gguf)")
+	pf.BoolVar(&a.crossToken, "cross-token", false, "under commit, also commit each token's first MoE layer to the prediction from the previous token (CommitMoE's whole pipeline; costs quality on the bundled models)")
+	pf.StringVar(&a.owaSpec, "owa", "", "Output Weight Adjustment under commit: the model's defaults, off, neutral (alpha1 = alpha2 = 1), or overrides a1=F,a2=F,range=MIN-MAX")
 	pf.StringVar(&a.hostBW, "host-bw", "", "simulated devices: the rate the host computes a missed expert at (cpu-miss), e.g. 20GB (default: measured on this machine)")
 	pf.StringVar(&a.profMode, "profile", "", "write a Go profile: cpu or mem")
 	pf.StringVar(&a.profDir, "profile-dir", ".", "`DIR` for the --profile output (cpu.pprof or mem.pprof)")
 
-	root.AddCommand(a.chatCmd(), a.generateCmd(), a.inspectCmd(), a.logitsCmd(), a.evalCmd(), a.traceCmd(), a.benchCmd())
+	root.AddCommand(a.chatCmd(), a.generateCmd(), a.inspectCmd(), a.logitsCmd(), a.evalCmd(), a.traceCmd(), a.benchCmd(), a.predictorCmd())
 	return root
 }
 
@@ -161,11 +167,22 @@ func (a *app) checkModelPath(path string) error {
 // openModel opens the -m model with the global options, drawing a load progress bar on a
 // terminal.
 func (a *app) openModel() (*engine.Model, error) {
-	if err := a.checkModelPath(a.modelPath); err != nil {
-		return nil, err
-	}
 	opts, err := a.engineOptions(a.device, a.policy)
 	if err != nil {
+		return nil, err
+	}
+	return a.openModelWith(opts)
+}
+
+// plainOptions are the options of the global flags that say how to run the model, without
+// offloading or committed routing: for the commands that study the router itself.
+func (a *app) plainOptions() engine.Options {
+	return engine.Options{Device: a.device, Threads: a.threads, ContextLength: a.ctxLen, KVType: a.kvType}
+}
+
+// openModelWith opens the -m model with opts, drawing a load progress bar on a terminal.
+func (a *app) openModelWith(opts engine.Options) (*engine.Model, error) {
+	if err := a.checkModelPath(a.modelPath); err != nil {
 		return nil, err
 	}
 	var bar *progressBar
@@ -191,13 +208,22 @@ func (a *app) engineOptions(device, policy string) (engine.Options, error) {
 	if opts.HostBandwidth, err = a.hostBandwidth(); err != nil {
 		return opts, err
 	}
+	learnt := a.predictor == "" || a.predictor == "router"
 	if a.gpuMem == "" {
-		for _, f := range []struct{ name, v string }{{"policy", a.policy}, {"predictor", a.predictor}} {
+		if policy == "commit" && learnt {
+			// Committed routing without offloading: the numbers of commit, for quality.
+			opts.Commit = a.commitOptions()
+			return opts, nil
+		}
+		for _, f := range []struct{ name, v string }{{"policy", a.policy}, {"predictor", a.predictor}, {"predictor-file", a.predictorFile}, {"owa", a.owaSpec}} {
 			if f.v != "" {
-				return opts, fmt.Errorf("--%s chooses how offloaded experts are served: pass a device memory budget with --gpu-mem", f.name)
+				return opts, fmt.Errorf("--%s chooses how offloaded experts are served: pass a device memory budget with --gpu-mem (or --policy commit alone, to compute with the Commit Router's experts without offloading)", f.name)
 			}
 		}
 		return opts, nil
+	}
+	if (a.predictorFile != "" || a.owaSpec != "" || a.crossToken) && !(learnt && (policy == "commit" || policy == "")) {
+		return opts, fmt.Errorf("--predictor-file, --owa and --cross-token configure the Commit Router: use them with --policy commit and --predictor router")
 	}
 	o := &engine.OffloadOptions{Predictor: a.predictor}
 	mem, err := parseBytes(a.gpuMem)
@@ -214,10 +240,18 @@ func (a *app) engineOptions(device, policy string) (engine.Options, error) {
 		return opts, fmt.Errorf("--eviction: %w", err)
 	}
 	opts.Offload = o
+	if o.Policy == offload.Commit && learnt {
+		opts.Commit = a.commitOptions()
+	}
 	if strings.HasPrefix(device, "sim:") && o.Policy == offload.CPUMiss && opts.HostBandwidth == 0 {
 		opts.HostBandwidth = engine.MeasureHostExpertBandwidth()
 	}
 	return opts, nil
+}
+
+// commitOptions are the Commit Router options of the global flags.
+func (a *app) commitOptions() *engine.CommitOptions {
+	return &engine.CommitOptions{Predictor: a.predictorFile, OWASpec: a.owaSpec, CrossToken: a.crossToken}
 }
 
 // hostBandwidth reads --host-bw (0 when unset).

@@ -38,37 +38,7 @@ func (a *app) traceRecordCmd() *cobra.Command {
 		Example: "  commit-run trace record --text models/testdata/war-and-peace-heldout.txt --out heldout.trace --logits --inputs f16",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if textFile == "" || out == "" {
-				return fmt.Errorf("trace record needs --text FILE and --out FILE")
-			}
-			in := trace.InputFormat(inputs)
-			switch in {
-			case trace.InputsNone, trace.InputsF16, trace.InputsF32:
-			default:
-				return fmt.Errorf("--inputs %q: want none, f16 or f32", inputs)
-			}
-			text, m, err := a.windowedText(textFile, window)
-			if err != nil {
-				return err
-			}
-			defer m.Close()
-			h := m.TraceHeader(engine.TraceOptions{Inputs: in, Logits: logits, Source: textFile})
-			if len(h.MoELayers) == 0 {
-				return fmt.Errorf("trace record: %s has no MoE layers", a.modelPath)
-			}
-			w, err := trace.Create(out, h)
-			if err != nil {
-				return err
-			}
-			n, err := m.RecordTrace(cmd.Context(), text, window, w)
-			if cerr := w.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return fmt.Errorf("trace record %s: %w (the file holds the tokens before the error)", out, err)
-			}
-			fmt.Fprintf(a.stderr, "recorded %d tokens x %d MoE layers to %s\n", n, len(h.MoELayers), out)
-			return nil
+			return a.record(cmd, "trace record", textFile, out, inputs, logits, window, 0)
 		},
 	}
 	f := cmd.Flags()
@@ -78,6 +48,48 @@ func (a *app) traceRecordCmd() *cobra.Command {
 	f.BoolVar(&logits, "logits", false, "store router logits")
 	f.IntVar(&window, "window", 0, "tokens per evaluation window (0 = the context length)")
 	return cmd
+}
+
+// record runs -m over a text file in windows and writes its routing trace to out: trace
+// record and predictor collect.
+func (a *app) record(cmd *cobra.Command, what, textFile, out, inputs string, logits bool, window, maxTokens int) error {
+	if textFile == "" || out == "" {
+		return fmt.Errorf("%s needs --text FILE and --out FILE", what)
+	}
+	in := trace.InputFormat(inputs)
+	switch in {
+	case trace.InputsNone, trace.InputsF16, trace.InputsF32:
+	default:
+		return fmt.Errorf("--inputs %q: want none, f16 or f32", inputs)
+	}
+	if maxTokens < 0 {
+		return fmt.Errorf("--max-tokens %d: want 0 (all) or more", maxTokens)
+	}
+	text, m, err := a.windowedText(textFile, window)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	if text, err = m.FirstTokens(text, maxTokens); err != nil {
+		return err
+	}
+	h := m.TraceHeader(engine.TraceOptions{Inputs: in, Logits: logits, Source: textFile})
+	if len(h.MoELayers) == 0 {
+		return fmt.Errorf("%s: %s has no MoE layers", what, a.modelPath)
+	}
+	w, err := trace.Create(out, h)
+	if err != nil {
+		return err
+	}
+	n, err := m.RecordTrace(cmd.Context(), text, window, w)
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("%s %s: %w (the file holds the tokens before the error)", what, out, err)
+	}
+	fmt.Fprintf(a.stderr, "recorded %d tokens x %d MoE layers to %s\n", n, len(h.MoELayers), out)
+	return nil
 }
 
 func (a *app) traceInfoCmd() *cobra.Command {

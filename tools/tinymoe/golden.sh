@@ -21,7 +21,11 @@ if [ ! -f "$work/heldout.u16" ]; then
 fi
 cmp "$work/heldout.txt" models/testdata/war-and-peace-heldout.txt
 
-models=(models/testdata/${ONLY:-tinymoe-*}.gguf)
+models=()
+for m in models/testdata/${ONLY:-tinymoe-*}.gguf; do
+    # Not the Commit Router sidecar files beside the models.
+    [[ $m == *.commit-router.gguf ]] || models+=("$m")
+done
 go run ./tools/tinymoe/cmd/tinymoe manifest -prep "$work" -out "$work/manifest.json" "${models[@]}"
 node tools/golden/ref/golden.mjs --manifest "$work/manifest.json" --out engine/testdata/golden --threads "$threads"
 
