@@ -15,6 +15,7 @@ import (
 	"github.com/commit-run/commit-run/engine"
 	"github.com/commit-run/commit-run/owa"
 	"github.com/commit-run/commit-run/predictor"
+	"github.com/commit-run/commit-run/trace"
 )
 
 func (a *app) predictorCmd() *cobra.Command {
@@ -36,21 +37,59 @@ func (a *app) predictorCmd() *cobra.Command {
 
 func (a *app) predictorCollectCmd() *cobra.Command {
 	var (
-		textFile, out, inputs string
-		window, maxTokens     int
+		textFile, prompts, out, inputs string
+		window, maxTokens, tokens      int
 	)
 	cmd := &cobra.Command{
-		Use:   "collect --text FILE --out FILE.trace",
-		Short: "Record router inputs and logits of every token and MoE layer over a text",
-		Long: "predictor collect runs -m over --text in windows and streams, per token and MoE layer, the router\n" +
-			"input h(i) and the router logits to a trace file in chunks: what predictor train learns from.",
+		Use:   "collect (--text FILE | --prompts FILE) --out FILE.trace",
+		Short: "Record router inputs and logits of every token and MoE layer over a text or prompts",
+		Long: "predictor collect runs -m over --text in windows, or decodes --tokens tokens greedily after each\n" +
+			"line of --prompts (the generated tokens are recorded, as CommitMoE collects its data), and streams,\n" +
+			"per token and MoE layer, the router input h(i) and the router logits to a trace file in chunks:\n" +
+			"what predictor train learns from.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.record(cmd, "predictor collect", textFile, out, inputs, true, window, maxTokens)
+			if prompts == "" {
+				return a.record(cmd, "predictor collect", textFile, out, inputs, true, window, maxTokens)
+			}
+			if textFile != "" || out == "" {
+				return fmt.Errorf("predictor collect needs either --text or --prompts, and --out FILE")
+			}
+			if tokens < 1 || tokens > maxCtx {
+				return fmt.Errorf("--tokens %d: want 1 or more per prompt", tokens)
+			}
+			in := trace.InputFormat(inputs)
+			if in != trace.InputsF16 && in != trace.InputsF32 {
+				return fmt.Errorf("--inputs %q: want f16 or f32", inputs)
+			}
+			ps, err := benchPromptList(prompts)
+			if err != nil {
+				return err
+			}
+			m, err := a.openModelWith(a.plainOptions())
+			if err != nil {
+				return err
+			}
+			defer m.Close()
+			w, err := trace.Create(out, m.TraceHeader(engine.TraceOptions{Inputs: in, Logits: true, Source: prompts}))
+			if err != nil {
+				return err
+			}
+			n, err := m.RecordGenerated(cmd.Context(), ps, tokens, w)
+			if cerr := w.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return fmt.Errorf("predictor collect %s: %w (the file holds the tokens before the error)", out, err)
+			}
+			fmt.Fprintf(a.stderr, "recorded %d generated tokens of %d prompts to %s\n", n, len(ps), out)
+			return nil
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&textFile, "text", "", "UTF-8 text `FILE` to run (- for stdin)")
+	f.StringVar(&prompts, "prompts", "", "`FILE` of prompts, one per line, to decode after")
+	f.IntVar(&tokens, "tokens", 20, "with --prompts: tokens decoded and recorded per prompt")
 	f.StringVar(&out, "out", "", "trace `FILE` to write")
 	f.StringVar(&inputs, "inputs", "f16", "how to store router inputs: f16 or f32")
 	f.IntVar(&window, "window", 256, "tokens per evaluation window (0 = the context length)")

@@ -30,6 +30,18 @@ func TestPredictorCollectTrainEval(t *testing.T) {
 			t.Errorf("predictor eval lacks %q:\n%s", want, out)
 		}
 	}
+	// The paper's data: the first generated tokens of prompts.
+	gen := filepath.Join(dir, "gen.trace")
+	prompts := filepath.Join(dir, "prompts.txt")
+	os.WriteFile(prompts, []byte("The Emperor said\n\nPierre looked at\n"), 0o644)
+	_, errOut = mustRun(t, "", "-m", bundledQwen, "predictor", "collect", "--prompts", prompts, "--tokens", "8", "--out", gen)
+	if !strings.Contains(errOut, "recorded 16 generated tokens of 2 prompts") {
+		t.Errorf("collect --prompts: %q", errOut)
+	}
+	info, _ := mustRun(t, "", "trace", "info", gen)
+	if !strings.Contains(info, "16 tokens") {
+		t.Errorf("trace info of the generated tokens:\n%s", info)
+	}
 	out, _ = mustRun(t, "", "-m", bundledQwen, "--policy", "commit", "--predictor-file", pred, "eval", "ppl", "--text", heldOut, "--max-tokens", "300", "--window", "128")
 	for _, want := range []string{"perplexity", "one token per pass", "layer 1", "accuracy"} {
 		if !strings.Contains(out, want) {
@@ -56,6 +68,8 @@ func TestPredictorBadInput(t *testing.T) {
 		want string
 	}{
 		{[]string{"predictor", "train"}, "--trace"},
+		{[]string{"predictor", "collect", "--prompts", heldOut, "--text", heldOut, "--out", filepath.Join(dir, "c")}, "either --text or --prompts"},
+		{[]string{"predictor", "collect", "--prompts", heldOut, "--tokens", "0", "--out", filepath.Join(dir, "c")}, "--tokens"},
 		{[]string{"predictor", "train", "--trace", empty}, "empty.trace"},
 		{[]string{"predictor", "train", "--trace", filepath.Join(dir, "ok.trace"), "--lr", "0"}, "--lr"},
 		{[]string{"predictor", "train", "--trace", filepath.Join(dir, "ok.trace"), "--init", "zeros"}, "--init"},
