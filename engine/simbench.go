@@ -45,6 +45,8 @@ type SimBenchOptions struct {
 	Synthetic trace.SynthOptions // Layers, Experts and Used are taken from the shape
 	// Predictor feeds prefetch and commit: oracle, prev-token, frequency or accuracy=P.
 	Predictor string
+	// CrossToken makes commit commit each token's first MoE layer too (CommitOptions).
+	CrossToken bool
 	Seed      uint64
 	// HostBandwidth is the rate the host computes a missed expert at (cpu-miss), bytes/s;
 	// 0 measures it on this machine.
@@ -180,7 +182,7 @@ func SimBench(o SimBenchOptions) (*SimBenchReport, error) {
 			}
 		}
 		t := &offload.Timing{Shape: shape, Profile: prof, Policy: p, Eviction: o.Eviction, Slots: slots, Predict: pred,
-			CPU: offload.CPUCost{Bandwidth: host, Overhead: 20e-6}}
+			CPU: offload.CPUCost{Bandwidth: host, Overhead: 20e-6}, CrossToken: o.CrossToken}
 		tl := sim.NewTimeline()
 		ttft, st, err := t.RunPrompt(tl, prompt, tokens)
 		if err != nil {

@@ -98,6 +98,10 @@ type Timing struct {
 	Slots    int
 	Predict  Predictor // prefetch and commit
 	CPU      CPUCost   // cpu-miss
+	// CrossToken commits each token's first MoE layer to the prediction made from the
+	// previous token (CommitMoE's whole pipeline). Without it that layer waits for its router,
+	// as the engine's commit does by default, and the prediction only prefetches.
+	CrossToken bool
 }
 
 // TokenStats are one decode token's figures.
@@ -333,7 +337,7 @@ func (r *timingRun) token(t int, layers [][]int, all [][][]int) (TokenStats, err
 
 		// The experts this layer computes with.
 		use := truth
-		committed := r.Policy == Commit && r.pending != nil
+		committed := r.Policy == Commit && r.pending != nil && (j > 0 || r.CrossToken)
 		if committed {
 			use = r.pending[j]
 		} else {

@@ -183,3 +183,23 @@ func TestTimingPrefill(t *testing.T) {
 		t.Errorf("a prompt token routing one layer of two: %v", err)
 	}
 }
+
+// A token's first MoE layer commits to the cross-token prediction only with CrossToken;
+// otherwise it waits for its router and computes the router's experts, loading a miss.
+func TestTimingCommitCrossToken(t *testing.T) {
+	tokens := [][][]int{{{0}, {1}}, {{0}, {1}}}
+	for _, cross := range []bool{false, true} {
+		c := &Timing{Shape: testShape(), Profile: testProfile(), Policy: Commit, Slots: 3, Predict: fixedWrong{2}, CrossToken: cross}
+		b := timeRun(t, c, tokens)[1]
+		if cross {
+			// Token 2's L0 computes with the predicted L0E1, whose copy token 1's last layer
+			// issued (10 ms) just before: it waits 8 ms for it.
+			if !near(b.Latency, 12*ms) || !near(b.Stall, 8*ms) {
+				t.Errorf("cross-token commit: %+v", b)
+			}
+		} else if !near(b.Latency, 4*ms) || b.Stall != 0 || b.Hits != 2 {
+			// L0 computes the router's L0E0, resident since token 1: four 1 ms kernels.
+			t.Errorf("commit within a token: %+v", b)
+		}
+	}
+}

@@ -122,7 +122,7 @@ func parseBytes(s string) (float64, error) {
 
 func (a *app) simBench(f benchFlags) error {
 	o := engine.SimBenchOptions{Shape: f.shape, Device: a.device, Context: f.ctxFill, Tokens: f.tokens, Trace: f.traceFile,
-		Predictor: cmp.Or(a.predictor, "accuracy=0.8"), Seed: f.seed, TimelineTokens: f.timelineTokens, PromptLen: f.promptLen,
+		Predictor: cmp.Or(a.predictor, "accuracy=0.8"), CrossToken: a.crossToken, Seed: f.seed, TimelineTokens: f.timelineTokens, PromptLen: f.promptLen,
 		Synthetic: trace.SynthOptions{Skew: f.skew, CrossLayer: f.crossLayer, Temporal: f.temporal}}
 	if !strings.HasPrefix(a.device, "sim:") {
 		return fmt.Errorf("--shape and --timing-only time on a simulated GPU: pass --device sim:<profile> (e.g. sim:rtx4090)")
