@@ -47,7 +47,7 @@ type SimBenchOptions struct {
 	Predictor string
 	// CrossToken makes commit commit each token's first MoE layer too (CommitOptions).
 	CrossToken bool
-	Seed      uint64
+	Seed       uint64
 	// HostBandwidth is the rate the host computes a missed expert at (cpu-miss), bytes/s;
 	// 0 measures it on this machine.
 	HostBandwidth float64
