@@ -79,6 +79,10 @@ func (a *app) pplCmd() *cobra.Command {
 				k := m.Info().ExpertsUsed
 				fmt.Fprintf(a.stdout, "commit      one token per pass, Commit Router %s\n", m.CommitRouterPath())
 				for _, l := range st.Layers {
+					if l.Tokens == 0 {
+						fmt.Fprintf(a.stdout, "  layer %-3d routed by its router (the cross-token prediction only prefetches; --cross-token commits it)\n", l.Layer)
+						continue
+					}
 					fmt.Fprintf(a.stdout, "  layer %-3d accuracy %.3f  all wrong %.3f  OWA applied %.3f  (%d tokens)\n", l.Layer,
 						l.Accuracy(k), float64(l.AllWrong)/float64(max(l.Tokens, 1)), float64(l.OWA)/float64(max(l.Tokens, 1)), l.Tokens)
 				}
