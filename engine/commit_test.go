@@ -241,4 +241,29 @@ func TestCommitRouterBadInput(t *testing.T) {
 	if _, err := m.TrainCommitRouter(context.Background(), foreign, engine.TrainRouterOptions{TrainOptions: predictor.DefaultTrainOptions()}); err == nil || !strings.Contains(err.Error(), "does not come from") {
 		t.Errorf("training on another model's trace: %v", err)
 	}
+
+	// A trace cut short is scored on the tokens it holds; one cut inside its header is not.
+	own := filepath.Join(dir, "own.trace")
+	if w, err = trace.Create(own, m.TraceHeader(engine.TraceOptions{Inputs: trace.InputsF16, Logits: true})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.RecordTrace(context.Background(), heldOutPrefix(t, 6000), 128, w); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	b, _ = os.ReadFile(own)
+	r, err := predictor.Load(predictor.SidecarPath(bundledQwen))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		n  int
+		ok bool
+	}{{len(b) * 2 / 3, true}, {20, false}} {
+		os.WriteFile(own, b[:c.n], 0o644)
+		rep, err := m.EvalCommitRouter(r, own, predictor.All, 0)
+		if c.ok != (err == nil) || c.ok && rep.Samples == 0 {
+			t.Errorf("a trace cut to %d of %d bytes: %d samples, %v", c.n, len(b), rep.Samples, err)
+		}
+	}
 }

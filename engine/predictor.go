@@ -80,8 +80,9 @@ func (m *Model) EvalCommitRouter(r *predictor.Router, tracePath string, split pr
 		return predictor.EvalReport{}, err
 	}
 	defer tr.Close()
+	// A trace cut short (a collection stopped early) is scored on the tokens it holds.
 	ds, err := predictor.LoadDataset(tr, predictor.DataOptions{MaxTokens: maxTokens})
-	if err != nil && !errors.Is(err, trace.ErrTruncated) {
+	if err != nil && (ds == nil || !errors.Is(err, trace.ErrTruncated)) {
 		return predictor.EvalReport{}, fmt.Errorf("trace %s: %w", tracePath, err)
 	}
 	return predictor.Evaluate(r, ds, split)
