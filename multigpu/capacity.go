@@ -63,10 +63,10 @@ type DropMetric int
 const (
 	// ByScore keeps the tokens with the highest router scores: stable under reordering of
 	// the batch, and the best for quality in the paper's Table 1.
-	ByScore DropMetric = iota
-	ByOrder            // keeps the first tokens of the batch
-	ByReverseOrder     // keeps the last
-	ByRandom           // keeps a random subset (seeded)
+	ByScore        DropMetric = iota
+	ByOrder                   // keeps the first tokens of the batch
+	ByReverseOrder            // keeps the last
+	ByRandom                  // keeps a random subset (seeded)
 )
 
 func (m DropMetric) String() string {
