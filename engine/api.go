@@ -7,6 +7,8 @@ package engine
 
 import (
 	"context"
+
+	"github.com/commit-run/commit-run/multigpu"
 )
 
 // Options configure Open. The zero value runs on the CPU with every core, the model's own
@@ -36,6 +38,20 @@ type Options struct {
 	// experts and Output Weight Adjustment (see CommitOptions). Offloading with policy commit
 	// and predictor "router" (its default) turns it on with its defaults.
 	Commit *CommitOptions
+	// Drop, when set, enforces a per-expert capacity on every batched MoE pass
+	// (capacity-aware token drop; see DropOptions).
+	Drop *DropOptions
+}
+
+// DropOptions are capacity-aware token drop (seeds/000): in a pass of T >= 2 tokens, an expert
+// chosen by more than floor(Gamma * T * k / experts) of them computes only that many, chosen by
+// Metric, and the others' choice of it contributes nothing (a token that loses every choice
+// passes through the residual). Single-token passes never drop: their capacity would be under
+// one token.
+type DropOptions struct {
+	Gamma  float64
+	Metric multigpu.DropMetric
+	Seed   uint64 // for multigpu.ByRandom
 }
 
 // DefaultMaxContext caps the context length when Options.ContextLength is 0, so that a model

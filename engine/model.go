@@ -10,6 +10,7 @@ import (
 
 	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/models"
+	"github.com/commit-run/commit-run/multigpu"
 	"github.com/commit-run/commit-run/tokenizer"
 )
 
@@ -28,8 +29,10 @@ type Model struct {
 	kvF16   bool
 	off     *offloader // nil unless Options.Offload
 	commit  *committer // nil unless Options.Commit or offloading with the Commit Router
-	fpOnce  sync.Once
-	fp      string
+	// dropStats counts capacity-aware token drop's work; nil unless Options.Drop.
+	dropStats *dropCounter
+	fpOnce    sync.Once
+	fp        string
 
 	// mu guards the memory map: computations hold it for reading, Close for writing, so
 	// closing the model never unmaps weights under a running forward pass.
@@ -93,6 +96,17 @@ func Open(path string, opts Options) (*Model, error) {
 		if m.nctx <= 0 {
 			m.nctx = DefaultMaxContext
 		}
+	}
+	if o := opts.Drop; o != nil {
+		if !(o.Gamma >= 0) || o.Gamma > 1e6 {
+			f.Close()
+			return nil, fmt.Errorf("capacity factor %v: want 0 or more", o.Gamma)
+		}
+		if _, err := multigpu.ParseDropMetric(o.Metric.String()); err != nil {
+			f.Close()
+			return nil, err
+		}
+		m.dropStats = &dropCounter{}
 	}
 	if err := m.openCommit(); err != nil {
 		f.Close()

@@ -2,9 +2,11 @@ package engine
 
 import (
 	"math"
+	"sync"
 
 	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/models"
+	"github.com/commit-run/commit-run/multigpu"
 	"github.com/commit-run/commit-run/offload"
 	"github.com/commit-run/commit-run/quant"
 )
@@ -113,6 +115,32 @@ func topK(v []float32, k int) []int {
 	return idx
 }
 
+// dropped applies capacity-aware token drop to a batch's routing: which choices are kept
+// (nil: all of them).
+func (m *Model) dropped(moe *models.MoE, routes []routing) ([]bool, error) {
+	o := m.opts.Drop
+	if o == nil || len(routes) < 2 {
+		return nil, nil
+	}
+	r := multigpu.Routing{Experts: moe.Experts, K: moe.Used}
+	for _, rt := range routes {
+		r.Choice = append(r.Choice, rt.experts...)
+		r.Score = append(r.Score, rt.weights...)
+	}
+	c, err := multigpu.Capacity(len(routes), moe.Used, moe.Experts, o.Gamma)
+	if err != nil {
+		return nil, err
+	}
+	p, err := multigpu.Drop(r, c, o.Metric, o.Seed)
+	if err != nil {
+		return nil, err
+	}
+	if m.dropStats != nil {
+		m.dropStats.add(len(r.Choice), p.Dropped)
+	}
+	return p.Kept, nil
+}
+
 // moe runs a mixture-of-experts block on T rows of x (at positions pos0..) into out. Tokens
 // are grouped by expert so that each chosen expert's weights are read once per batch; each
 // token's expert outputs are then summed in its top-k order, as llama.cpp sums them. When ev
@@ -177,9 +205,17 @@ func (m *Model) moe(layer int, moe *models.MoE, x []float32, T, pos0 int, out []
 		// The host reads the routing to issue the loads of the experts that miss.
 		m.dev.Sync(m.dev.Compute().Record())
 	}
+	kept, err := m.dropped(moe, routes)
+	if err != nil {
+		return err
+	}
 	byExpert := make([][]int, moe.Experts) // entries t*Used+k
 	for t, r := range routes {
 		for k, e := range r.experts {
+			if kept != nil && !kept[t*moe.Used+k] {
+				routes[t].weights[k] = 0 // dropped: its output stays zero
+				continue
+			}
 			byExpert[e] = append(byExpert[e], t*moe.Used+k)
 		}
 	}
@@ -269,4 +305,28 @@ func (m *Model) moe(layer int, moe *models.MoE, x []float32, T, pos0 int, out []
 		}
 	}
 	return nil
+}
+
+// dropCounter counts the expert choices of batched passes and those token drop dropped.
+type dropCounter struct {
+	mu               sync.Mutex
+	choices, dropped int64
+}
+
+func (c *dropCounter) add(choices, dropped int) {
+	c.mu.Lock()
+	c.choices += int64(choices)
+	c.dropped += int64(dropped)
+	c.mu.Unlock()
+}
+
+// DropStats reports capacity-aware token drop's counts since the model was opened: the expert
+// choices of the batched passes and how many were dropped; ok is false when it is off.
+func (m *Model) DropStats() (choices, dropped int64, ok bool) {
+	if m.dropStats == nil {
+		return 0, 0, false
+	}
+	m.dropStats.mu.Lock()
+	defer m.dropStats.mu.Unlock()
+	return m.dropStats.choices, m.dropStats.dropped, true
 }

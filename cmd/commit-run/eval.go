@@ -75,6 +75,9 @@ func (a *app) pplCmd() *cobra.Command {
 			}
 			fmt.Fprintf(a.stdout, "tokens      %d\nbytes       %d\nperplexity  %.4f\nbits/byte   %.4f\n",
 				r.Tokens, r.Bytes, r.Perplexity, r.BitsPerByte)
+			if c, d, ok := m.DropStats(); ok {
+				fmt.Fprintf(a.stdout, "dropped     %.4f of %d expert choices (capacity factor %v, by %s)\n", float64(d)/float64(max(c, 1)), c, a.capacityFactor, a.dropMetric)
+			}
 			if st, ok := m.CommitStats(); ok {
 				k := m.Info().ExpertsUsed
 				fmt.Fprintf(a.stdout, "commit      one token per pass, Commit Router %s\n", m.CommitRouterPath())

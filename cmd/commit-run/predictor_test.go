@@ -94,3 +94,23 @@ func TestPredictorBadInput(t *testing.T) {
 		t.Errorf("commit without a Commit Router: exit %d, %q", code, errOut)
 	}
 }
+
+func TestTokenDropFlags(t *testing.T) {
+	out, _ := mustRun(t, "", "-m", bundledQwen, "--capacity-factor", "1.5", "--drop-metric", "random", "eval", "ppl", "--text", heldOut, "--max-tokens", "600", "--window", "256")
+	if !strings.Contains(out, "dropped ") || !strings.Contains(out, "by random") {
+		t.Errorf("eval ppl with token drop:\n%s", out)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--capacity-factor", "-1"}, "--capacity-factor"},
+		{[]string{"--capacity-factor", "1", "--drop-metric", "best"}, "--drop-metric"},
+	} {
+		args := append([]string{"-m", bundledQwen}, c.args...)
+		_, errOut, code := runCLI(t, "", append(args, "eval", "ppl", "--text", heldOut)...)
+		if code == 0 || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d, %q", c.args, code, errOut)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/commit-run/commit-run/engine"
+	"github.com/commit-run/commit-run/multigpu"
 	"github.com/commit-run/commit-run/offload"
 )
 
@@ -38,10 +39,13 @@ type app struct {
 	// Committed routing: the Commit Router file and the OWA override.
 	predictorFile, owaSpec string
 	crossToken             bool
-	profMode               string
-	profDir                string
-	stopProf               func()
-	interrupts             *interrupts
+	// Capacity-aware token drop in batched passes.
+	capacityFactor float64
+	dropMetric     string
+	profMode       string
+	profDir        string
+	stopProf       func()
+	interrupts     *interrupts
 }
 
 // run executes the command line args and returns the process exit status. sig delivers
@@ -114,6 +118,8 @@ func (a *app) rootCmd() *cobra.Command {
 	pf.StringVar(&a.predictorFile, "predictor-file", "", "Commit Router `FILE` (default: the model's sidecar, MODEL.commit-router.gguf)")
 	pf.BoolVar(&a.crossToken, "cross-token", false, "under commit, also commit each token's first MoE layer to the prediction from the previous token (CommitMoE's whole pipeline; costs quality on the bundled models)")
 	pf.StringVar(&a.owaSpec, "owa", "", "Output Weight Adjustment under commit: the model's defaults, off, neutral (alpha1 = alpha2 = 1), or overrides a1=F,a2=F,range=MIN-MAX")
+	pf.Float64Var(&a.capacityFactor, "capacity-factor", 0, "capacity-aware token drop in batched passes (prefill, eval ppl): each expert computes at most FACTOR x the mean load of a batch (0 = off)")
+	pf.StringVar(&a.dropMetric, "drop-metric", "score", "which tokens an expert over capacity keeps: score, order, reverse or random")
 	pf.StringVar(&a.hostBW, "host-bw", "", "simulated devices: the rate the host computes a missed expert at (cpu-miss), e.g. 20GB (default: measured on this machine)")
 	pf.StringVar(&a.profMode, "profile", "", "write a Go profile: cpu or mem")
 	pf.StringVar(&a.profDir, "profile-dir", ".", "`DIR` for the --profile output (cpu.pprof or mem.pprof)")
@@ -205,6 +211,9 @@ func (a *app) openModelWith(opts engine.Options) (*engine.Model, error) {
 func (a *app) engineOptions(device, policy string) (engine.Options, error) {
 	opts := engine.Options{Device: device, Threads: a.threads, ContextLength: a.ctxLen, KVType: a.kvType}
 	var err error
+	if opts.Drop, err = a.dropOptions(); err != nil {
+		return opts, err
+	}
 	if opts.HostBandwidth, err = a.hostBandwidth(); err != nil {
 		return opts, err
 	}
@@ -247,6 +256,21 @@ func (a *app) engineOptions(device, policy string) (engine.Options, error) {
 		opts.HostBandwidth = engine.MeasureHostExpertBandwidth()
 	}
 	return opts, nil
+}
+
+// dropOptions are the token drop options of the global flags (nil: off).
+func (a *app) dropOptions() (*engine.DropOptions, error) {
+	m, err := multigpu.ParseDropMetric(a.dropMetric)
+	if err != nil {
+		return nil, fmt.Errorf("--drop-metric: %w", err)
+	}
+	switch {
+	case a.capacityFactor == 0:
+		return nil, nil
+	case !(a.capacityFactor > 0) || a.capacityFactor > 1e6:
+		return nil, fmt.Errorf("--capacity-factor %v: want a factor above 0 (0 = off)", a.capacityFactor)
+	}
+	return &engine.DropOptions{Gamma: a.capacityFactor, Metric: m, Seed: 1}, nil
 }
 
 // commitOptions are the Commit Router options of the global flags.
