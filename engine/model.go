@@ -10,7 +10,6 @@ import (
 
 	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/models"
-	"github.com/commit-run/commit-run/multigpu"
 	"github.com/commit-run/commit-run/tokenizer"
 )
 
@@ -102,9 +101,9 @@ func Open(path string, opts Options) (*Model, error) {
 			f.Close()
 			return nil, fmt.Errorf("capacity factor %v: want 0 or more", o.Gamma)
 		}
-		if _, err := multigpu.ParseDropMetric(o.Metric.String()); err != nil {
+		if !o.Metric.Valid() {
 			f.Close()
-			return nil, err
+			return nil, fmt.Errorf("token drop: unknown metric %v", o.Metric)
 		}
 		m.dropStats = &dropCounter{}
 	}

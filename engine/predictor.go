@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -33,21 +34,17 @@ func (m *Model) openRouterTrace(path string) (*trace.Reader, error) {
 	got, want := predictor.IdentityOf(h), m.PredictorIdentity()
 	if h.Fingerprint != "" {
 		err = got.Check(want)
-	} else if !sameShape(got, want) {
-		// An older trace without a fingerprint: the shape is all that can be checked.
-		err = fmt.Errorf("recorded from %q (%s), a model of another shape", h.Model, h.Arch)
+	} else if got.Arch != want.Arch {
+		err = fmt.Errorf("recorded from %q (%s), a model of another architecture", h.Model, h.Arch)
+	} else {
+		// A trace without a fingerprint: the shape is all that can be checked.
+		err = want.CheckShape(got)
 	}
 	if err != nil {
 		r.Close()
 		return nil, fmt.Errorf("trace %s does not come from %s: %w", path, m.info.Path, err)
 	}
 	return r, nil
-}
-
-// sameShape compares the routing shapes of two identities, for traces without a fingerprint.
-func sameShape(a, b predictor.Identity) bool {
-	return a.Arch == b.Arch && a.Layers == b.Layers && slices.Equal(a.MoELayers, b.MoELayers) &&
-		a.Experts == b.Experts && a.Used == b.Used && a.Embd == b.Embd
 }
 
 // TrainCommitRouter trains a Commit Router for m on a trace recorded from m with router inputs
@@ -219,15 +216,7 @@ func TuneOWA(ctx context.Context, path string, opts Options, predictorFile, text
 			}
 		}
 	}
-	slices.SortStableFunc(out, func(a, b TuneResult) int {
-		switch {
-		case a.Perplexity < b.Perplexity:
-			return -1
-		case a.Perplexity > b.Perplexity:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(out, func(a, b TuneResult) int { return cmp.Compare(a.Perplexity, b.Perplexity) })
 	return out, nil
 }
 

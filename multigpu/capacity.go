@@ -83,6 +83,9 @@ func (m DropMetric) String() string {
 	return fmt.Sprintf("DropMetric(%d)", int(m))
 }
 
+// Valid says whether m is one of the metrics.
+func (m DropMetric) Valid() bool { return m >= ByScore && m <= ByRandom }
+
 // ParseDropMetric reads score, order, reverse or random.
 func ParseDropMetric(s string) (DropMetric, error) {
 	for m := ByScore; m <= ByRandom; m++ {

@@ -2,6 +2,7 @@ package multigpu
 
 import (
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -118,22 +119,19 @@ func TestDropMetrics(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i := range c.want {
-			if p.Kept[i] != c.want[i] {
-				t.Errorf("%v keeps %v, want %v", c.m, p.Kept, c.want)
-				break
-			}
+		if !slices.Equal(p.Kept, c.want) {
+			t.Errorf("%v keeps %v, want %v", c.m, p.Kept, c.want)
 		}
 	}
 	a, _ := Drop(r, 2, ByRandom, 3)
 	b, _ := Drop(r, 2, ByRandom, 3)
-	if a.Dropped != 3 || !equalBools(a.Kept, b.Kept) {
+	if a.Dropped != 3 || !slices.Equal(a.Kept, b.Kept) {
 		t.Errorf("random: %+v and %+v with one seed", a, b)
 	}
 	// Top-2: a token's two choices are judged independently, by expert.
 	r2 := Routing{Experts: 3, K: 2, Choice: []int{0, 1, 0, 2, 0, 1}, Score: []float32{0.6, 0.4, 0.7, 0.3, 0.5, 0.5}}
 	p, _ := Drop(r2, 2, ByScore, 0)
-	if want := []bool{true, true, true, true, false, true}; !equalBools(p.Kept, want) || p.Load[0] != 2 || p.Load[1] != 2 || p.Load[2] != 1 {
+	if want := []bool{true, true, true, true, false, true}; !slices.Equal(p.Kept, want) || p.Load[0] != 2 || p.Load[1] != 2 || p.Load[2] != 1 {
 		t.Errorf("top-2: %+v", p)
 	}
 }
@@ -159,16 +157,4 @@ func TestDropBadInput(t *testing.T) {
 			t.Errorf("ParseDropMetric(%q) = %v, %v", m.String(), got, err)
 		}
 	}
-}
-
-func equalBools(a, b []bool) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

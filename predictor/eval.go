@@ -79,7 +79,7 @@ func Evaluate(r *Router, ds *Dataset, split Split) (EvalReport, error) {
 	if r == nil || ds == nil {
 		return EvalReport{}, errors.New("predictor: evaluate: no router or no dataset")
 	}
-	if err := r.ID.checkShape(IdentityOf(ds.h)); err != nil {
+	if err := r.ID.CheckShape(IdentityOf(ds.h)); err != nil {
 		return EvalReport{}, fmt.Errorf("predictor: evaluate: %w", err)
 	}
 	if len(r.Nets) != ds.m {

@@ -55,11 +55,11 @@ func (id Identity) Check(other Identity) error {
 	return fmt.Errorf("predictor trained for %s cannot serve %s: %s", id.describe(), other.describe(), strings.Join(diffs, ", "))
 }
 
-// checkShape is Check for the routing shape alone: what a dataset must have for a router to
+// CheckShape is Check for the routing shape alone: what a dataset must have for a router to
 // be trained or scored on it. Which model a trace came from is its reader's business (the
 // engine checks traces against the model it has open), and a trace without a fingerprint
 // may name the model differently.
-func (id Identity) checkShape(other Identity) error {
+func (id Identity) CheckShape(other Identity) error {
 	if diffs := id.shapeDiffs(other); len(diffs) > 0 {
 		return fmt.Errorf("router for %s, trace of %s: %s", id.describe(), other.describe(), strings.Join(diffs, ", "))
 	}

@@ -159,7 +159,7 @@ func Train(ctx context.Context, ds *Dataset, id Identity, o TrainOptions) (*Rout
 	if ds == nil {
 		return nil, errors.New("predictor: train: no dataset")
 	}
-	if err := id.checkShape(IdentityOf(ds.h)); err != nil {
+	if err := id.CheckShape(IdentityOf(ds.h)); err != nil {
 		return nil, fmt.Errorf("predictor: train: the trace does not fit: %w", err)
 	}
 	r, err := NewRouter(id, o.Init, o.Seed)

@@ -105,9 +105,8 @@ func (a *app) pplCmd() *cobra.Command {
 // windowedText checks --window, reads --text and opens the model: what the commands that run
 // a text in windows (eval ppl, inspect --routing, trace record) share.
 func (a *app) windowedText(textFile string, window int) (string, *engine.Model, error) {
-	// A window of one token predicts nothing.
-	if window < 0 || window == 1 || window > maxCtx {
-		return "", nil, fmt.Errorf("--window %d: want 0 (the context length) or 2 to %d", window, maxCtx)
+	if err := checkWindow(window); err != nil {
+		return "", nil, err
 	}
 	text, err := readText(textFile, a.stdin)
 	if err != nil {
@@ -136,4 +135,12 @@ func readText(name string, stdin io.Reader) ([]byte, error) {
 		return nil, fmt.Errorf("--text %s is empty", name)
 	}
 	return b, nil
+}
+
+// checkWindow checks --window: a window of one token predicts nothing.
+func checkWindow(window int) error {
+	if window < 0 || window == 1 || window > maxCtx {
+		return fmt.Errorf("--window %d: want 0 (the context length) or 2 to %d", window, maxCtx)
+	}
+	return nil
 }

@@ -317,8 +317,8 @@ func (a *app) printRouterEval(rep predictor.EvalReport, r *predictor.Router, tra
 
 // printQuality runs the quality comparison on a held-out text.
 func (a *app) printQuality(cmd *cobra.Command, textFile string, window, maxTokens int) error {
-	if window < 0 || window == 1 || window > maxCtx {
-		return fmt.Errorf("--window %d: want 0 (the context length) or 2 to %d", window, maxCtx)
+	if err := checkWindow(window); err != nil {
+		return err
 	}
 	text, err := readText(textFile, a.stdin)
 	if err != nil {
@@ -369,8 +369,8 @@ func (a *app) predictorTuneCmd() *cobra.Command {
 			if textFile == "" {
 				return fmt.Errorf("predictor tune needs --text FILE (a validation text)")
 			}
-			if window < 0 || window == 1 || window > maxCtx {
-				return fmt.Errorf("--window %d: want 0 (the context length) or 2 to %d", window, maxCtx)
+			if err := checkWindow(window); err != nil {
+				return err
 			}
 			if maxTokens < 0 || top < 1 {
 				return fmt.Errorf("--max-tokens %d, --top %d: want 0 or more tokens and 1 or more rows", maxTokens, top)
