@@ -1,6 +1,8 @@
 // Package multigpu is expert parallelism across devices: how one MoE layer's batch of tokens is
 // spread over the devices that hold its experts, and the policies that fight the straggler (the
-// most loaded device sets the layer's latency). It plans; it moves nothing and knows nothing
-// of devices: capacity-aware token drop (seeds/000), EPLB replica placement (seeds/002), and,
-// to come, expanded drop, device-level capacity, MACS and HarMoEny rebalancing.
+// most loaded device sets the layer's latency). A Policy turns a Batch and a Placement into a
+// Schedule (which device computes which token's expert, which experts are fetched, what is
+// dropped): round-robin placement (Static), capacity-aware token drop, expanded drop and
+// device-level capacity (seeds/000), MACS (seeds/001), EPLB replicas (seeds/002) and HarMoEny
+// rebalancing (seeds/004). It plans and models time (Cluster, Simulate); it moves no data.
 package multigpu
