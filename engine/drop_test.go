@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"math"
 	"testing"
 
 	"github.com/commit-run/commit-run/engine"
@@ -25,8 +26,8 @@ func TestTokenDropBundled(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, d, _ := m.DropStats()
-		return r.Perplexity, float64(d) / float64(max(c, 1))
+		st, _ := m.DropStats()
+		return r.Perplexity, float64(st.Dropped) / float64(max(st.Choices, 1))
 	}
 	base, _ := ppl(nil)
 	if p, d := ppl(&engine.DropOptions{Gamma: 100}); p != base || d != 0 {
@@ -49,5 +50,52 @@ func TestTokenDropBundled(t *testing.T) {
 				t.Errorf("gamma %v: dropping by %v gives perplexity %v, by score %v", g, m, p, byScore[g])
 			}
 		}
+	}
+}
+
+// Expanded drop and device-level capacity on the bundled models, planned for 4 devices:
+// expanded drop drops the choices token drop drops and computes extra experts of the
+// tokens' own devices; device-level capacity drops fewer choices than expert-level; with every
+// choice within capacity nothing changes.
+func TestExpandedDropBundled(t *testing.T) {
+	text := heldOutPrefix(t, 6000)
+	po := engine.PerplexityOptions{Window: 256, MaxTokens: 512}
+	for _, path := range []string{bundledQwen, bundledMixtral} {
+		run := func(o *engine.DropOptions) (float64, engine.DropStats) {
+			m, err := engine.Open(path, engine.Options{Drop: o})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			r, err := m.PerplexityWith(context.Background(), text, po)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, _ := m.DropStats()
+			return r.Perplexity, st
+		}
+		base, _ := run(nil)
+		if p, st := run(&engine.DropOptions{Gamma: 1000, Expand: true, Devices: 4}); p == base || st.Dropped != 0 || st.Added == 0 {
+			// A capacity that holds every offer computes every local expert for every token.
+			t.Errorf("%s: unbounded expanded drop: perplexity %v (base %v), %+v", path, p, base, st)
+		}
+		if p, st := run(&engine.DropOptions{Gamma: 1000, Devices: 4, DeviceLevel: true}); p != base || st.Dropped != 0 {
+			t.Errorf("%s: unbounded device-level drop: perplexity %v (base %v), %+v", path, p, base, st)
+		}
+		pt, td := run(&engine.DropOptions{Gamma: 1, Devices: 4})
+		pe, ed := run(&engine.DropOptions{Gamma: 1, Devices: 4, Expand: true})
+		_, dd := run(&engine.DropOptions{Gamma: 1, Devices: 4, DeviceLevel: true})
+		t.Logf("%s: base %.4f, token drop %.4f (%+v), expanded %.4f (%+v), device-level %+v", path, base, pt, td, pe, ed, dd)
+		// The added experts change later layers' inputs and so their routing: the drops
+		// agree within a few percent, not exactly (multigpu tests the same batch).
+		if math.Abs(float64(ed.Dropped-td.Dropped)) > 0.03*float64(td.Dropped) || ed.Added == 0 || pe == pt {
+			t.Errorf("%s: expanded drop %+v against token drop %+v", path, ed, td)
+		}
+		if dd.Dropped >= td.Dropped {
+			t.Errorf("%s: device-level capacity drops %d, expert-level %d", path, dd.Dropped, td.Dropped)
+		}
+	}
+	if _, err := engine.Open(bundledQwen, engine.Options{Drop: &engine.DropOptions{Gamma: 1, Devices: 17}}); err == nil {
+		t.Error("token drop over 17 devices for 16 experts: no error")
 	}
 }

@@ -105,6 +105,10 @@ func Open(path string, opts Options) (*Model, error) {
 			f.Close()
 			return nil, fmt.Errorf("token drop: unknown metric %v", o.Metric)
 		}
+		if o.Devices < 0 || (arch.Config.Experts > 0 && o.Devices > arch.Config.Experts) {
+			f.Close()
+			return nil, fmt.Errorf("token drop over %d devices: want 1 to the model's %d experts", o.Devices, arch.Config.Experts)
+		}
 		m.dropStats = &dropCounter{}
 	}
 	if err := m.openCommit(); err != nil {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"math"
+	"slices"
 	"sync"
 
 	"github.com/commit-run/commit-run/device"
@@ -115,30 +116,95 @@ func topK(v []float32, k int) []int {
 	return idx
 }
 
-// dropped applies capacity-aware token drop to a batch's routing: which choices are kept
-// (nil: all of them).
-func (m *Model) dropped(moe *models.MoE, routes []routing) ([]bool, error) {
+// dropped plans capacity-aware token drop (or expanded drop) for a batch: it returns which of
+// each token's experts are computed (nil: all of them) and appends to routes the experts
+// expanded drop adds beyond the top-k, with their weights.
+func (m *Model) dropped(moe *models.MoE, logits []float32, routes []routing) ([][]bool, error) {
 	o := m.opts.Drop
 	if o == nil || len(routes) < 2 {
 		return nil, nil
 	}
-	r := multigpu.Routing{Experts: moe.Experts, K: moe.Used}
+	E := moe.Experts
+	b := multigpu.Batch{Routing: multigpu.Routing{Experts: E, K: moe.Used}}
 	for _, rt := range routes {
-		r.Choice = append(r.Choice, rt.experts...)
-		r.Score = append(r.Score, rt.weights...)
+		b.Choice = append(b.Choice, rt.experts...)
+		b.Score = append(b.Score, rt.weights...)
 	}
-	c, err := multigpu.Capacity(len(routes), moe.Used, moe.Experts, o.Gamma)
+	if o.Expand {
+		b.Probs = make([]float32, len(routes)*E)
+		for t, rt := range routes {
+			extraWeights(moe, logits[t*E:(t+1)*E], rt, b.Probs[t*E:(t+1)*E])
+		}
+	}
+	p, err := multigpu.RoundRobin(E, max(o.Devices, 1))
 	if err != nil {
 		return nil, err
 	}
-	p, err := multigpu.Drop(r, c, o.Metric, o.Seed)
+	pol := multigpu.CapacityDrop{Gamma: o.Gamma, Metric: o.Metric, Seed: o.Seed, Expand: o.Expand, DeviceLevel: o.DeviceLevel}
+	s, err := pol.Plan(b, p)
 	if err != nil {
 		return nil, err
+	}
+	kept := make([][]bool, len(routes))
+	for t := range kept {
+		kept[t] = make([]bool, moe.Used)
+	}
+	for _, a := range s.Assign {
+		if a.Choice >= 0 {
+			kept[a.Token][a.Choice] = true
+			continue
+		}
+		rt := &routes[a.Token]
+		rt.experts = append(slices.Clip(rt.experts), a.Expert)
+		rt.weights = append(slices.Clip(rt.weights), a.Score)
+		kept[a.Token] = append(kept[a.Token], true)
 	}
 	if m.dropStats != nil {
-		m.dropStats.add(len(r.Choice), p.Dropped)
+		m.dropStats.add(len(b.Choice), s.Dropped, s.Rerouted)
 	}
-	return p.Kept, nil
+	return kept, nil
+}
+
+// extraWeights fills w with the mixing weight each expert would have beside a token's top-k
+// choice, on the scale of its top-k weights (the same softmax, normalisation by the top-k's
+// sum, and scale), so that an expert expanded drop adds weighs what the router says of it
+// and the top-k keep theirs exactly.
+func extraWeights(moe *models.MoE, logits []float32, rt routing, w []float32) {
+	probs, _ := gateProbs(moe, logits)
+	if moe.Gating == models.GatingSoftmaxWeight {
+		// The weights are a softmax over the chosen logits: extend its denominator's terms.
+		mx := float32(math.Inf(-1))
+		for _, e := range rt.experts {
+			mx = max(mx, logits[e])
+		}
+		var den float64
+		for _, e := range rt.experts {
+			den += math.Exp(float64(logits[e] - mx))
+		}
+		for e := range w {
+			w[e] = float32(math.Exp(float64(logits[e]-mx)) / den)
+		}
+	} else {
+		copy(w, probs)
+	}
+	if moe.NormWeights {
+		var sum64 float64
+		for _, e := range rt.experts {
+			sum64 += float64(w[e])
+		}
+		sum := max(float32(sum64), 6.103515625e-5)
+		for e := range w {
+			w[e] /= sum
+		}
+	}
+	if moe.WeightsScale != 0 {
+		for e := range w {
+			w[e] *= moe.WeightsScale
+		}
+	}
+	for k, e := range rt.experts {
+		w[e] = rt.weights[k]
+	}
 }
 
 // moe runs a mixture-of-experts block on T rows of x (at positions pos0..) into out. Tokens
@@ -205,21 +271,29 @@ func (m *Model) moe(layer int, moe *models.MoE, x []float32, T, pos0 int, out []
 		// The host reads the routing to issue the loads of the experts that miss.
 		m.dev.Sync(m.dev.Compute().Record())
 	}
-	kept, err := m.dropped(moe, routes)
+	kept, err := m.dropped(moe, logits, routes)
 	if err != nil {
 		return err
 	}
-	byExpert := make([][]int, moe.Experts) // entries t*Used+k
+	// Slot off[t]+k holds token t's k-th expert's output: top-k first, then any expanded
+	// drop added.
+	off := make([]int, T+1)
+	for t, r := range routes {
+		off[t+1] = off[t] + len(r.experts)
+	}
+	slotToken := make([]int, off[T])
+	byExpert := make([][]int, moe.Experts) // slots
 	for t, r := range routes {
 		for k, e := range r.experts {
-			if kept != nil && !kept[t*moe.Used+k] {
+			slotToken[off[t]+k] = t
+			if kept != nil && !kept[t][k] {
 				routes[t].weights[k] = 0 // dropped: its output stays zero
 				continue
 			}
-			byExpert[e] = append(byExpert[e], t*moe.Used+k)
+			byExpert[e] = append(byExpert[e], off[t]+k)
 		}
 	}
-	ys := make([]float32, T*moe.Used*d)
+	ys := make([]float32, off[T]*d)
 	var host device.HostKernels // cpu-miss: the host's kernels, once it computes an expert
 	for e, slots := range byExpert {
 		if len(slots) == 0 {
@@ -228,7 +302,8 @@ func (m *Model) moe(layer int, moe *models.MoE, x []float32, T, pos0 int, out []
 		n := len(slots)
 		xe := make([]float32, n*d)
 		for j, s := range slots {
-			copy(xe[j*d:(j+1)*d], x[(s/moe.Used)*d:(s/moe.Used+1)*d])
+			t := slotToken[s]
+			copy(xe[j*d:(j+1)*d], x[t*d:(t+1)*d])
 		}
 		ye := make([]float32, n*d)
 		w := offload.ExpertWeights{Gate: moe.GateExps.Expert(e), Up: moe.UpExps.Expert(e), Down: moe.DownExps.Expert(e)}
@@ -266,15 +341,14 @@ func (m *Model) moe(layer int, moe *models.MoE, x []float32, T, pos0 int, out []
 		m.dev.Compute().Wait(host.Record())
 	}
 	m.label("combine", "combine", layer, -1)
-	m.charge("combine", float64(4*T*d*(moe.Used+1)), float64(2*T*d*moe.Used))
+	m.charge("combine", float64(4*d*(off[T]+T)), float64(2*d*off[T]))
 	for t := 0; t < T; t++ {
 		o := out[t*d : (t+1)*d]
 		for i := range o {
 			o[i] = 0
 		}
-		for k := 0; k < moe.Used; k++ {
-			w := routes[t].weights[k]
-			y := ys[(t*moe.Used+k)*d : (t*moe.Used+k+1)*d]
+		for k, w := range routes[t].weights {
+			y := ys[(off[t]+k)*d : (off[t]+k+1)*d]
 			for i := range o {
 				// ggml_mul then ggml_add: the conversion keeps the compiler from fusing them.
 				o[i] += float32(w * y[i])
@@ -307,26 +381,34 @@ func (m *Model) moe(layer int, moe *models.MoE, x []float32, T, pos0 int, out []
 	return nil
 }
 
-// dropCounter counts the expert choices of batched passes and those token drop dropped.
+// dropCounter counts the expert choices of batched passes, those token drop dropped and the
+// experts expanded drop added.
 type dropCounter struct {
-	mu               sync.Mutex
-	choices, dropped int64
+	mu                      sync.Mutex
+	choices, dropped, added int64
 }
 
-func (c *dropCounter) add(choices, dropped int) {
+func (c *dropCounter) add(choices, dropped, added int) {
 	c.mu.Lock()
 	c.choices += int64(choices)
 	c.dropped += int64(dropped)
+	c.added += int64(added)
 	c.mu.Unlock()
 }
 
-// DropStats reports capacity-aware token drop's counts since the model was opened: the expert
-// choices of the batched passes and how many were dropped; ok is false when it is off.
-func (m *Model) DropStats() (choices, dropped int64, ok bool) {
+// DropStats are capacity-aware token drop's counts since the model was opened.
+type DropStats struct {
+	// Choices are the top-k expert choices of the batched passes; Dropped those not
+	// computed; Added the experts expanded drop computed beyond the top-k.
+	Choices, Dropped, Added int64
+}
+
+// DropStats reports token drop's counts; ok is false when it is off.
+func (m *Model) DropStats() (st DropStats, ok bool) {
 	if m.dropStats == nil {
-		return 0, 0, false
+		return DropStats{}, false
 	}
 	m.dropStats.mu.Lock()
 	defer m.dropStats.mu.Unlock()
-	return m.dropStats.choices, m.dropStats.dropped, true
+	return DropStats{Choices: m.dropStats.choices, Dropped: m.dropStats.dropped, Added: m.dropStats.added}, true
 }

@@ -23,7 +23,7 @@ func (m *Model) Shape(ctxFill int) (*offload.Shape, error) {
 	}
 	type blockCost struct{ attn, router, shared, dense offload.Cost }
 	blocks := make([]blockCost, c.Layers)
-	s := &offload.Shape{Name: m.info.Name, Experts: c.Experts, Used: c.ExpertsUsed}
+	s := &offload.Shape{Name: m.info.Name, Experts: c.Experts, Used: c.ExpertsUsed, Embd: c.Embd}
 	expertBytes := make(map[int]float64)
 	var nonExpert float64
 	for _, t := range m.file.Tensors {

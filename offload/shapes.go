@@ -91,7 +91,7 @@ func PublicShape(name string, t quant.Type, ctx int) (*Shape, error) {
 	moeLayers := a.layers - a.dense
 	s := &Shape{
 		Name:        base + "@" + strings.ToLower(t.String()),
-		DenseLayers: a.dense, MoELayers: moeLayers, Experts: a.experts, Used: a.used,
+		DenseLayers: a.dense, MoELayers: moeLayers, Experts: a.experts, Used: a.used, Embd: a.embd,
 		ExpertBytes: expertW * bpw, ExpertFLOPs: 2 * expertW,
 		// Norms, projections, rope, attention, residual: about ten launches per block.
 		Attn:   Cost{Bytes: attnW*bpw + kvRead, FLOPs: attnFLOPs, Kernels: 10},

@@ -23,6 +23,9 @@ type Shape struct {
 	MoELayers   int
 	Experts     int
 	Used        int // top-k
+	// Embd is the hidden width: a token's activations are Embd values (expert parallelism
+	// sends them between devices).
+	Embd int
 	// ExpertBytes is one routed expert's weights as stored (the slot size); ExpertFLOPs one
 	// token through one expert.
 	ExpertBytes float64

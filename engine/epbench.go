@@ -1,0 +1,318 @@
+package engine
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"strings"
+
+	"github.com/commit-run/commit-run/models"
+	"github.com/commit-run/commit-run/multigpu"
+	"github.com/commit-run/commit-run/offload"
+	"github.com/commit-run/commit-run/quant"
+	"github.com/commit-run/commit-run/sim"
+	"github.com/commit-run/commit-run/trace"
+)
+
+// EPBenchOptions configure a simulated expert-parallel benchmark: batches of tokens routed
+// through every MoE layer of a model shape, spread over Devices simulated GPUs, planned by
+// each policy side by side.
+type EPBenchOptions struct {
+	// Model, when set, gives the costs (its own tensors) instead of Shape.
+	Model *Model
+	// Shape is a public model shape with its weight type, e.g. "qwen1.5-moe-a2.7b@q4_k".
+	Shape string
+	// Device is "sim:<profile>": every rank is that GPU.
+	Device  string
+	Devices int
+	// LinkBandwidth is each device's all-to-all rate, bytes/s; 0: the profile's measured
+	// PCIe rate (consumer cards exchange through PCIe).
+	LinkBandwidth float64
+	// Tokens per batch, Steps batches (defaults 1024 and 8).
+	Tokens, Steps int
+	// Context is the KV cache fill attention is priced at (0 = 512).
+	Context int
+	// Routing: a recorded trace (Trace), or HarMoEny's synthetic skew: Skew of the tokens'
+	// probability on Hot experts per layer (0: 1), Visual share of image tokens.
+	Trace  string
+	Skew   float64
+	Hot    int
+	Visual float64
+	Seed   uint64
+	// Policies are planned in order; see ParseEPPolicy.
+	Policies []string
+	// Gamma and Metric are the capacity factor and drop metric of the capacity-aware
+	// policies (0: 1.5; score).
+	Gamma  float64
+	Metric multigpu.DropMetric
+	// HarMoEnyThreshold is HarMoEny's token threshold q; 0: eq. 4 from the profile.
+	HarMoEnyThreshold int
+}
+
+// EPBenchReport is the result of EPBench.
+type EPBenchReport struct {
+	Shape, Device, Routing string
+	Devices, Tokens, Steps int
+	Synthetic              bool
+	LinkBandwidth          float64
+	// HarMoEnyThreshold is the q HarMoEny planned with.
+	HarMoEnyThreshold int
+	Rows              []multigpu.SimReport
+}
+
+// EPPolicies lists the policies EPBench plans with.
+func EPPolicies() []string {
+	return []string{"round-robin", "token-drop", "token-drop/device", "expanded-drop", "expanded-drop/device", "harmoeny", "eplb", "macs"}
+}
+
+// epEnv is what a planner is made for: the layer's experts over the devices, the machine, and
+// the options of the capacity-aware policies.
+type epEnv struct {
+	experts, devices int
+	gamma            float64
+	metric           multigpu.DropMetric
+	seed             uint64
+	cluster          multigpu.Cluster
+	cost             multigpu.ExpertCost
+	harmoenyQ        int
+	// calibrate draws a batch of a layer that is not measured, for MACS's expert classes;
+	// nil: no calibration (every expert shared).
+	calibrate func(layer int) (multigpu.Batch, error)
+}
+
+// newEPPolicy makes a planner by name.
+func newEPPolicy(name string, env epEnv) (multigpu.Policy, error) {
+	switch name {
+	case "round-robin":
+		return multigpu.Static{}, nil
+	case "token-drop", "token-drop/device", "expanded-drop", "expanded-drop/device":
+		return multigpu.CapacityDrop{Gamma: env.gamma, Metric: env.metric, Seed: env.seed,
+			Expand: strings.HasPrefix(name, "expanded"), DeviceLevel: strings.HasSuffix(name, "/device")}, nil
+	case "harmoeny":
+		return multigpu.HarMoEny{Threshold: env.harmoenyQ, Cluster: env.cluster, Cost: env.cost}, nil
+	case "macs":
+		return &macsLayers{base: multigpu.DefaultMACS(env.gamma), calibrate: env.calibrate, classes: map[int][]multigpu.ExpertClass{}}, nil
+	case "eplb":
+		// Spare slots for a quarter of the experts (at least one per device), re-planned
+		// every 4 batches from the last 4.
+		return multigpu.NewEPLB(env.experts+max(env.devices, env.experts/4), 4, 4)
+	}
+	return nil, fmt.Errorf("expert-parallel policy %q: want one of %s", name, strings.Join(EPPolicies(), ", "))
+}
+
+// EPBench simulates expert parallelism over Devices GPUs of the profile for each policy.
+func EPBench(o EPBenchOptions) (*EPBenchReport, error) {
+	if o.Devices < 1 || o.Devices > 1024 {
+		return nil, fmt.Errorf("--ep %d: want 1 to 1024 devices", o.Devices)
+	}
+	if o.Tokens == 0 {
+		o.Tokens = 1024
+	}
+	if o.Steps == 0 {
+		o.Steps = 8
+	}
+	if o.Context == 0 {
+		o.Context = 512
+	}
+	if o.Gamma == 0 {
+		o.Gamma = 1.5
+	}
+	if o.Tokens < 1 || o.Tokens > 1<<20 || o.Steps < 1 || o.Steps > 1<<16 {
+		return nil, fmt.Errorf("expert-parallel bench: %d tokens per batch, %d batches: want 1 to %d and 1 to %d", o.Tokens, o.Steps, 1<<20, 1<<16)
+	}
+	if !(o.Gamma > 0) || math.IsInf(o.Gamma, 0) {
+		return nil, fmt.Errorf("capacity factor %v: want more than 0", o.Gamma)
+	}
+	if !(o.LinkBandwidth >= 0) || math.IsInf(o.LinkBandwidth, 0) {
+		return nil, fmt.Errorf("link bandwidth %v bytes/s: want a positive rate, or 0 for the profile's PCIe", o.LinkBandwidth)
+	}
+	prof, ok := strings.CutPrefix(o.Device, "sim:")
+	if !ok {
+		return nil, fmt.Errorf("--ep simulates its devices: pass --device sim:<profile> (e.g. sim:rtx4090), not %q", o.Device)
+	}
+	p, err := sim.LoadProfile(prof)
+	if err != nil {
+		return nil, err
+	}
+	var shape *offload.Shape
+	if o.Model != nil {
+		shape, err = o.Model.Shape(o.Context)
+	} else if o.Shape != "" {
+		shape, err = offload.PublicShape(o.Shape, quant.Q4_K, o.Context)
+	} else {
+		err = fmt.Errorf("expert-parallel bench: give a model (-m) or a --shape")
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := shape.Validate(); err != nil {
+		return nil, err
+	}
+	if shape.Embd < 1 {
+		return nil, fmt.Errorf("shape %s: hidden width %d", shape.Name, shape.Embd)
+	}
+	link := o.LinkBandwidth
+	if link == 0 {
+		link = p.PCIeEffective
+	}
+	cfg := multigpu.SimConfig{
+		Cluster: multigpu.Cluster{Devices: o.Devices, FLOPS: p.PeakFLOPS, MemBW: p.MemoryBandwidth, LinkBW: link,
+			HostBW: p.PCIeEffective, LinkLatency: p.CopyLatency, Launch: 3 * p.LaunchOverhead},
+		Expert: multigpu.ExpertCost{WeightBytes: shape.ExpertBytes, FLOPsPerToken: shape.ExpertFLOPs,
+			// Activations travel as 16-bit values, as NCCL all-to-alls of inference engines send them.
+			TokenBytes: 2 * float64(shape.Embd), ElementBytes: 2 * shape.ExpertBytes / max(shape.ExpertFLOPs, 1)},
+		Dense: multigpu.ExpertCost{WeightBytes: shape.Attn.Bytes + shape.Router.Bytes + shape.Shared.Bytes,
+			FLOPsPerToken: shape.Attn.FLOPs + shape.Router.FLOPs + shape.Shared.FLOPs},
+		Layers: shape.MoELayers, Steps: o.Steps,
+	}
+	if o.HarMoEnyThreshold < 0 {
+		return nil, fmt.Errorf("HarMoEny threshold %d tokens: want 0 (eq. 4) or more", o.HarMoEnyThreshold)
+	}
+	env := epEnv{experts: shape.Experts, devices: o.Devices, gamma: o.Gamma, metric: o.Metric, seed: o.Seed,
+		cluster: cfg.Cluster, cost: cfg.Expert, harmoenyQ: o.HarMoEnyThreshold}
+	rep := &EPBenchReport{Shape: shape.Name, Device: p.Name, Devices: o.Devices, Tokens: o.Tokens, Steps: o.Steps, LinkBandwidth: link}
+	var w multigpu.Workload
+	if o.Trace != "" {
+		tw, err := loadTraceWorkload(o.Trace, shape, o.Tokens, o.Steps)
+		if err != nil {
+			return nil, err
+		}
+		w, rep.Routing, rep.Synthetic = tw, tw.source, tw.synthetic
+	} else {
+		sk := multigpu.Skew{Experts: shape.Experts, K: shape.Used, Tokens: o.Tokens, Alpha: o.Skew, Hot: o.Hot, Seed: o.Seed, Visual: o.Visual}
+		if err := sk.Check(); err != nil {
+			return nil, err
+		}
+		w, rep.Synthetic = sk, true
+		if o.Visual > 0 {
+			cal := sk
+			cal.Seed = ^o.Seed // batches apart from the measured ones
+			env.calibrate = func(layer int) (multigpu.Batch, error) { return cal.Batch(0, layer) }
+		}
+		rep.Routing = fmt.Sprintf("skew %.2f on %d hot expert(s) per layer, seed %d", o.Skew, max(o.Hot, 1), o.Seed)
+		if o.Visual > 0 {
+			rep.Routing += fmt.Sprintf(", %.0f%% image tokens", 100*o.Visual)
+		}
+	}
+	start, err := multigpu.RoundRobin(shape.Experts, o.Devices)
+	if err != nil {
+		return nil, err
+	}
+	if len(o.Policies) == 0 {
+		o.Policies = EPPolicies()
+	}
+	if rep.HarMoEnyThreshold = o.HarMoEnyThreshold; rep.HarMoEnyThreshold == 0 {
+		if rep.HarMoEnyThreshold, err = multigpu.HarMoEnyThreshold(cfg.Cluster, cfg.Expert); err != nil {
+			return nil, err
+		}
+	}
+	for _, name := range o.Policies {
+		pol, err := newEPPolicy(strings.TrimSpace(name), env)
+		if err != nil {
+			return nil, err
+		}
+		r, err := multigpu.Simulate(pol, w, start, cfg)
+		if err != nil {
+			return nil, err
+		}
+		rep.Rows = append(rep.Rows, r)
+	}
+	return rep, nil
+}
+
+// macsLayers is MACS with each layer's experts classed visual, text or shared from a
+// calibration batch of that layer, made the first time the layer is planned.
+type macsLayers struct {
+	base      multigpu.MACS
+	calibrate func(layer int) (multigpu.Batch, error)
+	classes   map[int][]multigpu.ExpertClass
+}
+
+func (*macsLayers) Name() string { return "macs" }
+
+func (x *macsLayers) Plan(b multigpu.Batch, p multigpu.Placement) (multigpu.Schedule, error) {
+	cls, ok := x.classes[b.Layer]
+	if !ok && x.calibrate != nil {
+		cb, err := x.calibrate(b.Layer)
+		if err != nil {
+			return multigpu.Schedule{}, err
+		}
+		counts, tokens, err := multigpu.ActivationCounts(cb)
+		if err != nil {
+			return multigpu.Schedule{}, err
+		}
+		// The paper's margin of 0.1 is on frequencies that average k/experts per token; we
+		// scale it to half that mean, so that a 3:1 preference of one modality shows.
+		if cls, err = multigpu.ClassifyExperts(counts, tokens, 0.5*float64(b.K)/float64(b.Experts)); err != nil {
+			return multigpu.Schedule{}, err
+		}
+	}
+	x.classes[b.Layer] = cls
+	m := x.base
+	m.Classes = cls
+	return m.Plan(b, p)
+}
+
+// traceWorkload serves batches of consecutive recorded tokens.
+type traceWorkload struct {
+	tokens          []*trace.Token
+	experts, k, per int
+	logits          bool
+	source          string
+	synthetic       bool
+}
+
+func loadTraceWorkload(path string, shape *offload.Shape, per, steps int) (*traceWorkload, error) {
+	r, err := trace.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	h := r.Header()
+	if len(h.MoELayers) != shape.MoELayers || h.Experts != shape.Experts || h.Used != shape.Used {
+		return nil, fmt.Errorf("trace %s routes %d MoE layers over top-%d of %d experts; shape %s has %d layers, top-%d of %d",
+			path, len(h.MoELayers), h.Used, h.Experts, shape.Name, shape.MoELayers, shape.Used, shape.Experts)
+	}
+	w := &traceWorkload{experts: h.Experts, k: h.Used, per: per, logits: h.Logits, synthetic: h.Synthetic,
+		source: fmt.Sprintf("trace %s (%s)", path, h.Source)}
+	for len(w.tokens) < per*steps {
+		t, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		w.tokens = append(w.tokens, t)
+	}
+	if len(w.tokens) < per*steps {
+		return nil, fmt.Errorf("trace %s holds %d tokens; %d batches of %d need %d", path, len(w.tokens), steps, per, per*steps)
+	}
+	return w, nil
+}
+
+// Batch is tokens [step*per, (step+1)*per) at MoE layer layer. With logits recorded, the
+// scores are the router's softmax (the scale expanded drop compares across experts);
+// without, the recorded mixing weights and no scores beyond the top-k.
+func (w *traceWorkload) Batch(step, layer int) (multigpu.Batch, error) {
+	b := multigpu.Batch{Routing: multigpu.Routing{Experts: w.experts, K: w.k}, Layer: layer}
+	if w.logits {
+		b.Probs = make([]float32, 0, w.per*w.experts)
+	}
+	for _, t := range w.tokens[step*w.per : (step+1)*w.per] {
+		lr := t.Layers[layer]
+		b.Choice = append(b.Choice, lr.Experts...)
+		if !w.logits {
+			b.Score = append(b.Score, lr.Weights...)
+			continue
+		}
+		p := make([]float32, len(lr.Logits))
+		copy(p, lr.Logits)
+		models.Softmax(p)
+		b.Probs = append(b.Probs, p...)
+		for _, e := range lr.Experts {
+			b.Score = append(b.Score, p[e])
+		}
+	}
+	return b, nil
+}
