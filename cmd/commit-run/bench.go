@@ -35,6 +35,7 @@ type benchFlags struct {
 	skew, crossLayer, temporal          float64
 	seed                                uint64
 	asJSON, timingOnly                  bool
+	ep                                  epFlags
 }
 
 func (a *app) benchCmd() *cobra.Command {
@@ -50,12 +51,25 @@ func (a *app) benchCmd() *cobra.Command {
 			"With --shape (e.g. mixtral-8x7b@q4_k) on sim:<profile> it times decode of a model shape with no weights loaded:\n" +
 			"routing comes from --trace or a synthetic router (labelled as such), and the prediction of prefetch/commit from\n" +
 			"--predictor (oracle, prev-token, frequency or accuracy=P; default accuracy=0.8). --timing-only does the same for\n" +
-			"-m, with the routing the model chooses. Shapes: " + strings.Join(offload.PublicShapes(), ", ") + ".",
+			"-m, with the routing the model chooses. Shapes: " + strings.Join(offload.PublicShapes(), ", ") + ".\n\n" +
+			"With --ep N it simulates expert parallelism instead: N devices of --device sim:<profile>, experts placed\n" +
+			"round-robin, batches of --batch tokens routed by --trace or HarMoEny's synthetic skew (--alpha), and each\n" +
+			"--ep-policy side by side: per-layer maximum device load, balancedness, dropped tokens, straggler and batch latency.\n" +
+			"The capacity-aware policies use --capacity-factor (default 1.5) and --drop-metric.",
 		Example: "  commit-run bench --tokens 32\n" +
 			"  commit-run bench --device sim:rtx2080ti --gpu-mem 24MiB --timeline tiny.svg\n" +
-			"  commit-run bench --shape mixtral-8x7b@q4_k --device sim:rtx4090 --gpu-mem 16GiB --predictor accuracy=0.85 --timeline mixtral.svg",
+			"  commit-run bench --shape mixtral-8x7b@q4_k --device sim:rtx4090 --gpu-mem 16GiB --predictor accuracy=0.85 --timeline mixtral.svg\n" +
+			"  commit-run bench --ep 8 --shape qwen1.5-moe-a2.7b@q4_k --device sim:h100-pcie --alpha 0.9",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("ep") {
+				return a.epBench(cmd, f)
+			}
+			for _, name := range epBenchFlagNames {
+				if cmd.Flags().Changed(name) {
+					return fmt.Errorf("--%s applies to expert-parallel runs (--ep N)", name)
+				}
+			}
 			if f.shape != "" || f.timingOnly {
 				return a.simBench(f)
 			}
@@ -82,6 +96,7 @@ func (a *app) benchCmd() *cobra.Command {
 	fl.IntVar(&f.timelineTokens, "timeline-tokens", 2, "tokens drawn by --timeline")
 	fl.StringVar(&f.prompts, "prompts", "", "prompts `FILE`, one per line")
 	fl.BoolVar(&f.asJSON, "json", false, "print one JSON object")
+	f.ep.register(cmd)
 	return cmd
 }
 

@@ -75,8 +75,12 @@ func (a *app) pplCmd() *cobra.Command {
 			}
 			fmt.Fprintf(a.stdout, "tokens      %d\nbytes       %d\nperplexity  %.4f\nbits/byte   %.4f\n",
 				r.Tokens, r.Bytes, r.Perplexity, r.BitsPerByte)
-			if c, d, ok := m.DropStats(); ok {
-				fmt.Fprintf(a.stdout, "dropped     %.4f of %d expert choices (capacity factor %v, by %s)\n", float64(d)/float64(max(c, 1)), c, a.capacityFactor, a.dropMetric)
+			if st, ok := m.DropStats(); ok {
+				c := float64(max(st.Choices, 1))
+				fmt.Fprintf(a.stdout, "dropped     %.4f of %d expert choices (capacity factor %v, by %s)\n", float64(st.Dropped)/c, st.Choices, a.capacityFactor, a.dropMetric)
+				if a.expandedDrop {
+					fmt.Fprintf(a.stdout, "added       %.4f experts per choice beyond the top-k (expanded drop over %d devices)\n", float64(st.Added)/c, a.dropDevices)
+				}
 			}
 			if st, ok := m.CommitStats(); ok {
 				k := m.Info().ExpertsUsed

@@ -42,6 +42,9 @@ type app struct {
 	// Capacity-aware token drop in batched passes.
 	capacityFactor float64
 	dropMetric     string
+	expandedDrop   bool
+	deviceCapacity bool
+	dropDevices    int
 	profMode       string
 	profDir        string
 	stopProf       func()
@@ -120,6 +123,9 @@ func (a *app) rootCmd() *cobra.Command {
 	pf.StringVar(&a.owaSpec, "owa", "", "Output Weight Adjustment under commit: the model's defaults, off, neutral (alpha1 = alpha2 = 1), or overrides a1=F,a2=F,range=MIN-MAX")
 	pf.Float64Var(&a.capacityFactor, "capacity-factor", 0, "capacity-aware token drop in batched passes (prefill, eval ppl): each expert computes at most FACTOR x the mean load of a batch (0 = off)")
 	pf.StringVar(&a.dropMetric, "drop-metric", "score", "which tokens an expert over capacity keeps: score, order, reverse or random")
+	pf.BoolVar(&a.expandedDrop, "expanded-drop", false, "with --capacity-factor: expanded drop, each token also offered to the experts of its own device (see --drop-devices)")
+	pf.BoolVar(&a.deviceCapacity, "device-capacity", false, "with --capacity-factor: cap each device's experts together (device-level capacity) instead of each expert")
+	pf.IntVar(&a.dropDevices, "drop-devices", 1, "with --capacity-factor: the expert-parallel devices token drop plans for, experts placed round-robin, each device capping its share of the batch")
 	pf.StringVar(&a.hostBW, "host-bw", "", "simulated devices: the rate the host computes a missed expert at (cpu-miss), e.g. 20GB (default: measured on this machine)")
 	pf.StringVar(&a.profMode, "profile", "", "write a Go profile: cpu or mem")
 	pf.StringVar(&a.profDir, "profile-dir", ".", "`DIR` for the --profile output (cpu.pprof or mem.pprof)")
@@ -266,11 +272,16 @@ func (a *app) dropOptions() (*engine.DropOptions, error) {
 	}
 	switch {
 	case a.capacityFactor == 0:
+		if a.expandedDrop || a.deviceCapacity || a.dropDevices != 1 {
+			return nil, fmt.Errorf("--expanded-drop, --device-capacity and --drop-devices shape capacity-aware token drop: pass --capacity-factor too")
+		}
 		return nil, nil
 	case !(a.capacityFactor > 0) || a.capacityFactor > 1e6:
 		return nil, fmt.Errorf("--capacity-factor %v: want a factor above 0 (0 = off)", a.capacityFactor)
+	case a.dropDevices < 1 || a.dropDevices > 1024:
+		return nil, fmt.Errorf("--drop-devices %d: want 1 to 1024", a.dropDevices)
 	}
-	return &engine.DropOptions{Gamma: a.capacityFactor, Metric: m, Seed: 1}, nil
+	return &engine.DropOptions{Gamma: a.capacityFactor, Metric: m, Seed: 1, Expand: a.expandedDrop, DeviceLevel: a.deviceCapacity, Devices: a.dropDevices}, nil
 }
 
 // commitOptions are the Commit Router options of the global flags.
