@@ -263,16 +263,12 @@ type traceWorkload struct {
 }
 
 func loadTraceWorkload(path string, shape *offload.Shape, per, steps int) (*traceWorkload, error) {
-	r, err := trace.Open(path)
+	r, err := openShapeTrace(path, shape)
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
 	h := r.Header()
-	if len(h.MoELayers) != shape.MoELayers || h.Experts != shape.Experts || h.Used != shape.Used {
-		return nil, fmt.Errorf("trace %s routes %d MoE layers over top-%d of %d experts; shape %s has %d layers, top-%d of %d",
-			path, len(h.MoELayers), h.Used, h.Experts, shape.Name, shape.MoELayers, shape.Used, shape.Experts)
-	}
 	w := &traceWorkload{experts: h.Experts, k: h.Used, per: per, logits: h.Logits, synthetic: h.Synthetic,
 		source: fmt.Sprintf("trace %s (%s)", path, h.Source)}
 	for len(w.tokens) < per*steps {

@@ -246,20 +246,32 @@ func decodeRouting(m *Model, prompts []string, n int) ([][][]int, error) {
 	return out, nil
 }
 
+// openShapeTrace opens a routing trace for a shape, checking that it routes the shape's MoE
+// layers over the same experts.
+func openShapeTrace(path string, shape *offload.Shape) (*trace.Reader, error) {
+	r, err := trace.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	h := r.Header()
+	if len(h.MoELayers) != shape.MoELayers || h.Experts != shape.Experts || h.Used != shape.Used {
+		r.Close()
+		return nil, fmt.Errorf("trace %s routes %d MoE layers over top-%d of %d experts; shape %s has %d layers, top-%d of %d",
+			path, len(h.MoELayers), h.Used, h.Experts, shape.Name, shape.MoELayers, shape.Used, shape.Experts)
+	}
+	return r, nil
+}
+
 // benchRouting returns n tokens of routing for the shape.
 func benchRouting(o SimBenchOptions, shape *offload.Shape, n int, rep *SimBenchReport) ([][][]int, error) {
 	out := make([][][]int, 0, n)
 	if o.Trace != "" {
-		r, err := trace.Open(o.Trace)
+		r, err := openShapeTrace(o.Trace, shape)
 		if err != nil {
 			return nil, err
 		}
 		defer r.Close()
 		h := r.Header()
-		if len(h.MoELayers) != shape.MoELayers || h.Experts != shape.Experts || h.Used != shape.Used {
-			return nil, fmt.Errorf("trace %s routes %d MoE layers over top-%d of %d experts; shape %s has %d layers, top-%d of %d",
-				o.Trace, len(h.MoELayers), h.Used, h.Experts, shape.Name, shape.MoELayers, shape.Used, shape.Experts)
-		}
 		for len(out) < n {
 			t, err := r.Next()
 			if err == io.EOF {

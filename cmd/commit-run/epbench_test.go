@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -41,7 +42,6 @@ func TestBenchEPModel(t *testing.T) {
 
 func TestBenchEPBadInput(t *testing.T) {
 	model := needModel(t)
-	const heldOut = "../../models/testdata/war-and-peace-heldout.txt"
 	for _, c := range []struct {
 		args []string
 		want string
@@ -65,5 +65,20 @@ func TestBenchEPBadInput(t *testing.T) {
 		if code == 0 || !strings.Contains(errOut, c.want) {
 			t.Errorf("%v: exit %d, stderr %q, want an error mentioning %q", c.args, code, errOut, c.want)
 		}
+	}
+}
+
+// A recorded trace drives the planners: the bundled model's own routing, with its router
+// logits as the gating scores expanded drop offers by.
+func TestBenchEPTrace(t *testing.T) {
+	tr := filepath.Join(t.TempDir(), "r.trace")
+	mustRun(t, "", "-m", bundledQwen, "predictor", "collect", "--text", heldOut, "--max-tokens", "300", "--window", "128", "--out", tr)
+	out, _ := mustRun(t, "", "-m", bundledQwen, "--device", "sim:rtx4090", "bench", "--ep", "4", "--trace", tr, "--batch", "128", "--batches", "2")
+	if !strings.Contains(out, "recorded routing: trace") || !strings.Contains(out, "expanded-drop") {
+		t.Errorf("bench --ep --trace:\n%s", out)
+	}
+	_, errOut, code := runCLI(t, "", "-m", bundledQwen, "--device", "sim:rtx4090", "bench", "--ep", "4", "--trace", tr, "--batch", "128", "--batches", "9")
+	if code == 0 || !strings.Contains(errOut, "holds") {
+		t.Errorf("a trace too short: exit %d, %q", code, errOut)
 	}
 }
