@@ -17,17 +17,8 @@ func TestTokenDropBundled(t *testing.T) {
 	text := heldOutPrefix(t, 12000)
 	po := engine.PerplexityOptions{Window: 256, MaxTokens: 1024}
 	ppl := func(o *engine.DropOptions) (float64, float64) {
-		m, err := engine.Open(bundledQwen, engine.Options{Drop: o})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer m.Close()
-		r, err := m.PerplexityWith(context.Background(), text, po)
-		if err != nil {
-			t.Fatal(err)
-		}
-		st, _ := m.DropStats()
-		return r.Perplexity, float64(st.Dropped) / float64(max(st.Choices, 1))
+		p, st := dropPerplexity(t, bundledQwen, text, po, o)
+		return p, float64(st.Dropped) / float64(max(st.Choices, 1))
 	}
 	base, _ := ppl(nil)
 	if p, d := ppl(&engine.DropOptions{Gamma: 100}); p != base || d != 0 {
@@ -61,19 +52,7 @@ func TestExpandedDropBundled(t *testing.T) {
 	text := heldOutPrefix(t, 6000)
 	po := engine.PerplexityOptions{Window: 256, MaxTokens: 512}
 	for _, path := range []string{bundledQwen, bundledMixtral} {
-		run := func(o *engine.DropOptions) (float64, engine.DropStats) {
-			m, err := engine.Open(path, engine.Options{Drop: o})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close()
-			r, err := m.PerplexityWith(context.Background(), text, po)
-			if err != nil {
-				t.Fatal(err)
-			}
-			st, _ := m.DropStats()
-			return r.Perplexity, st
-		}
+		run := func(o *engine.DropOptions) (float64, engine.DropStats) { return dropPerplexity(t, path, text, po, o) }
 		base, _ := run(nil)
 		if p, st := run(&engine.DropOptions{Gamma: 1000, Expand: true, Devices: 4}); p == base || st.Dropped != 0 || st.Added == 0 {
 			// A capacity that holds every offer computes every local expert for every token.
@@ -98,4 +77,20 @@ func TestExpandedDropBundled(t *testing.T) {
 	if _, err := engine.Open(bundledQwen, engine.Options{Drop: &engine.DropOptions{Gamma: 1, Devices: 17}}); err == nil {
 		t.Error("token drop over 17 devices for 16 experts: no error")
 	}
+}
+
+// dropPerplexity is the perplexity of text under token drop o (nil: none) and its counts.
+func dropPerplexity(t *testing.T, path, text string, po engine.PerplexityOptions, o *engine.DropOptions) (float64, engine.DropStats) {
+	t.Helper()
+	m, err := engine.Open(path, engine.Options{Drop: o})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	r, err := m.PerplexityWith(context.Background(), text, po)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := m.DropStats()
+	return r.Perplexity, st
 }

@@ -55,7 +55,9 @@ type EPBenchReport struct {
 	Devices, Tokens, Steps int
 	Synthetic              bool
 	LinkBandwidth          float64
-	// HarMoEnyThreshold is the q HarMoEny planned with.
+	// Gamma is the capacity factor the capacity-aware policies used; HarMoEnyThreshold the q
+	// HarMoEny planned with.
+	Gamma             float64
 	HarMoEnyThreshold int
 	Rows              []multigpu.SimReport
 }
@@ -170,7 +172,7 @@ func EPBench(o EPBenchOptions) (*EPBenchReport, error) {
 	}
 	env := epEnv{experts: shape.Experts, devices: o.Devices, gamma: o.Gamma, metric: o.Metric, seed: o.Seed,
 		cluster: cfg.Cluster, cost: cfg.Expert, harmoenyQ: o.HarMoEnyThreshold}
-	rep := &EPBenchReport{Shape: shape.Name, Device: p.Name, Devices: o.Devices, Tokens: o.Tokens, Steps: o.Steps, LinkBandwidth: link}
+	rep := &EPBenchReport{Shape: shape.Name, Device: p.Name, Devices: o.Devices, Tokens: o.Tokens, Steps: o.Steps, LinkBandwidth: link, Gamma: o.Gamma}
 	var w multigpu.Workload
 	if o.Trace != "" {
 		tw, err := loadTraceWorkload(o.Trace, shape, o.Tokens, o.Steps)

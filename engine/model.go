@@ -10,6 +10,7 @@ import (
 
 	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/models"
+	"github.com/commit-run/commit-run/multigpu"
 	"github.com/commit-run/commit-run/tokenizer"
 )
 
@@ -30,6 +31,8 @@ type Model struct {
 	commit  *committer // nil unless Options.Commit or offloading with the Commit Router
 	// dropStats counts capacity-aware token drop's work; nil unless Options.Drop.
 	dropStats *dropCounter
+	// dropPlace is the round-robin placement token drop plans over, made once.
+	dropPlace multigpu.Placement
 	fpOnce    sync.Once
 	fp        string
 
@@ -110,6 +113,12 @@ func Open(path string, opts Options) (*Model, error) {
 			return nil, fmt.Errorf("token drop over %d devices: want 1 to the model's %d experts", o.Devices, arch.Config.Experts)
 		}
 		m.dropStats = &dropCounter{}
+		if arch.Config.Experts > 0 {
+			if m.dropPlace, err = multigpu.RoundRobin(arch.Config.Experts, max(o.Devices, 1)); err != nil {
+				f.Close()
+				return nil, fmt.Errorf("token drop: %w", err)
+			}
+		}
 	}
 	if err := m.openCommit(); err != nil {
 		f.Close()

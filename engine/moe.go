@@ -71,12 +71,18 @@ func gateWeights(moe *models.MoE, probs []float32, experts []int) []float32 {
 	if moe.Gating == models.GatingSoftmaxWeight {
 		models.Softmax(w)
 	}
+	var sum64 float64
+	for _, v := range w {
+		sum64 += float64(v)
+	}
+	normalise(moe, w, sum64)
+	return w
+}
+
+// normalise applies the gating's renormalisation by sum64, the chosen experts' summed weight
+// (ggml_sum_rows adds in float64), and its scale to weights w.
+func normalise(moe *models.MoE, w []float32, sum64 float64) {
 	if moe.NormWeights {
-		// ggml_sum_rows adds in float64.
-		var sum64 float64
-		for _, v := range w {
-			sum64 += float64(v)
-		}
 		sum := max(float32(sum64), 6.103515625e-5)
 		for k := range w {
 			w[k] /= sum
@@ -87,7 +93,6 @@ func gateWeights(moe *models.MoE, probs []float32, experts []int) []float32 {
 			w[k] *= moe.WeightsScale
 		}
 	}
-	return w
 }
 
 // topK returns the indices of the k largest values, largest first; ties keep the lower index.
@@ -136,12 +141,8 @@ func (m *Model) dropped(moe *models.MoE, logits []float32, routes []routing) ([]
 			extraWeights(moe, logits[t*E:(t+1)*E], rt, b.Probs[t*E:(t+1)*E])
 		}
 	}
-	p, err := multigpu.RoundRobin(E, max(o.Devices, 1))
-	if err != nil {
-		return nil, err
-	}
 	pol := multigpu.CapacityDrop{Gamma: o.Gamma, Metric: o.Metric, Seed: o.Seed, Expand: o.Expand, DeviceLevel: o.DeviceLevel}
-	s, err := pol.Plan(b, p)
+	s, err := pol.Plan(b, m.dropPlace)
 	if err != nil {
 		return nil, err
 	}
@@ -187,21 +188,11 @@ func extraWeights(moe *models.MoE, logits []float32, rt routing, w []float32) {
 	} else {
 		copy(w, probs)
 	}
-	if moe.NormWeights {
-		var sum64 float64
-		for _, e := range rt.experts {
-			sum64 += float64(w[e])
-		}
-		sum := max(float32(sum64), 6.103515625e-5)
-		for e := range w {
-			w[e] /= sum
-		}
+	var sum64 float64
+	for _, e := range rt.experts {
+		sum64 += float64(w[e])
 	}
-	if moe.WeightsScale != 0 {
-		for e := range w {
-			w[e] *= moe.WeightsScale
-		}
-	}
+	normalise(moe, w, sum64)
 	for k, e := range rt.experts {
 		w[e] = rt.weights[k]
 	}

@@ -194,17 +194,6 @@ func TestHarMoEnyFetches(t *testing.T) {
 	}
 }
 
-// harStaticLoad is what each device computes with no rebalancing: every choice to its expert's
-// holder, its own device when it holds one, else the least loaded (DeepSpeed's round robin
-// when nothing is replicated).
-func harStaticLoad(b Batch, p Placement) []float64 {
-	load := make([]float64, p.Devices)
-	for i, e := range b.Choice {
-		load[nearest(p, e, b.HomeOf(i/b.K, p.Devices), load)]++
-	}
-	return load
-}
-
 // harRandomBatch draws a skewed batch (low experts are hot), with homes either sharded or
 // random, on a round-robin or a random replicated placement.
 func harRandomBatch(rng *rand.Rand) (Batch, Placement) {
@@ -270,7 +259,11 @@ func TestHarMoEnyConserves(t *testing.T) {
 				t.Fatalf("batch %d: fetch %+v (used %v)", it, f, used)
 			}
 		}
-		static, load := harStaticLoad(b, p), s.DeviceLoad()
+		st, err := Static{}.Plan(b, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		static, load := st.DeviceLoad(), s.DeviceLoad()
 		if Straggler(load) > Straggler(static) {
 			t.Fatalf("batch %d: straggler %v above the static %v", it, Straggler(load), Straggler(static))
 		}

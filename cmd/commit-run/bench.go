@@ -100,6 +100,15 @@ func (a *app) benchCmd() *cobra.Command {
 	return cmd
 }
 
+// routingLabel says where a timing-only run's routing came from; synthetic routing is
+// labelled so that no figure made from it passes for a model's.
+func routingLabel(synthetic bool) string {
+	if synthetic {
+		return "SYNTHETIC routing"
+	}
+	return "recorded routing"
+}
+
 // timelineFiles names the --timeline picture of each policy: FILE-policy.svg.
 func timelineFiles(file string) func(string) (io.WriteCloser, error) {
 	if file == "" {
@@ -196,10 +205,7 @@ func (a *app) simBench(f benchFlags) error {
 	if f.asJSON {
 		return writeJSON(a.stdout, rep)
 	}
-	routing := "recorded routing"
-	if rep.Synthetic {
-		routing = "SYNTHETIC routing"
-	}
+	routing := routingLabel(rep.Synthetic)
 	fmt.Fprintf(a.stdout, "%s on %s (profile calibrated: %v), %.2f GiB budget: %.1f MiB per expert, %.2f GiB resident\n",
 		rep.Shape, rep.Device, rep.Calibrated, rep.GPUMem/(1<<30), rep.ExpertBytes/(1<<20), rep.Resident/(1<<30))
 	prompt := "no prompt prefilled"

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -82,13 +81,9 @@ func (a *app) epBench(cmd *cobra.Command, f benchFlags) error {
 	if f.asJSON {
 		return writeJSON(a.stdout, rep)
 	}
-	routing := "recorded routing"
-	if rep.Synthetic {
-		routing = "SYNTHETIC routing"
-	}
 	fmt.Fprintf(a.stdout, "%s on %d x %s, all-to-all at %.1f GB/s per device; %d batches of %d tokens; %s: %s\n",
-		rep.Shape, rep.Devices, rep.Device, rep.LinkBandwidth/1e9, rep.Steps, rep.Tokens, routing, rep.Routing)
-	fmt.Fprintf(a.stdout, "capacity factor %v (by %s); HarMoEny threshold q = %d tokens\n", cmp.Or(a.capacityFactor, 1.5), a.dropMetric, rep.HarMoEnyThreshold)
+		rep.Shape, rep.Devices, rep.Device, rep.LinkBandwidth/1e9, rep.Steps, rep.Tokens, routingLabel(rep.Synthetic), rep.Routing)
+	fmt.Fprintf(a.stdout, "capacity factor %v (by %s); HarMoEny threshold q = %d tokens\n", rep.Gamma, a.dropMetric, rep.HarMoEnyThreshold)
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "policy\tmax load\tbalancedness\tdropped\textra\tfetches\tstraggler ms/layer\tlayer ms\tbatch ms\ttok/s\tspeedup\t")
 	base := 0.0
