@@ -102,3 +102,16 @@ type Labeler interface {
 	// Label names the kernels and copies enqueued next, until the next Label call.
 	Label(kind, label string)
 }
+
+// Linker is implemented by devices that model their link to other devices in virtual time,
+// so that a collective among several simulated devices takes the time their interconnect
+// would. Devices whose time is the wall clock have no Linker: their collectives take what
+// they take.
+type Linker interface {
+	// Ready is when the device can start a collective: the work issued to its compute
+	// stream so far is done and its host has issued the call.
+	Ready() float64
+	// Transfer occupies the device's link from start to end with the collective named by
+	// the last Label, and makes the compute stream's later work wait for its end.
+	Transfer(start, end float64)
+}

@@ -34,6 +34,7 @@ type Device struct {
 	mem                *device.Memory
 	tl                 *Timeline
 	compute, copy, cpu *Stream
+	link               *Stream // collectives with other devices (expert parallelism)
 	hostBW, hostOver   float64
 	kind, label        string
 }
@@ -66,6 +67,7 @@ func NewDevice(p *Profile, o DeviceOptions) (*Device, error) {
 		d.hostOver = 10e-6
 	}
 	d.compute, d.copy, d.cpu = d.tl.NewStream("compute"), d.tl.NewStream("copy"), d.tl.NewStream("cpu")
+	d.link = d.tl.NewStream("link")
 	return d, nil
 }
 
@@ -191,6 +193,28 @@ func (d *Device) HostDone(n int64, kernels int) float64 {
 	return max(d.cpu.Tail(), d.tl.Now()) + float64(n)/d.hostBW + float64(kernels)*d.hostOver
 }
 
+// Ready is when the compute stream's work issued so far is done, or the host's time if later.
+func (d *Device) Ready() float64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.compute.Record().At
+}
+
+// Transfer draws a collective on the "link" row from start to end (never before the host
+// issued it or the link's previous collective ended) and makes the compute stream wait for
+// it. start and end come from every member of the collective, so they agree on its timing.
+func (d *Device) Transfer(start, end float64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !(end >= start) {
+		panic(fmt.Sprintf("sim: transfer from %v to %v", start, end)) // a caller's bug
+	}
+	d.link.Wait(Event{At: start, Stream: "peers"})
+	_, l := d.names("link")
+	sp := d.link.Enqueue("link", l, end-start)
+	d.compute.Wait(Event{At: sp.End, Stream: "link"})
+}
+
 // Compute, Copy: the device's streams.
 func (d *Device) Compute() device.Stream { return stream{d, d.compute} }
 func (d *Device) Copy() device.Stream    { return stream{d, d.copy} }
@@ -249,4 +273,7 @@ var (
 	_ device.Labeler = (*Device)(nil)
 )
 
-var _ device.Planner = (*Device)(nil)
+var (
+	_ device.Planner = (*Device)(nil)
+	_ device.Linker  = (*Device)(nil)
+)

@@ -148,3 +148,28 @@ func TestNewDeviceBadInput(t *testing.T) {
 		}
 	}
 }
+
+// A collective on the link starts when every member is ready (the start its caller passes,
+// never before the device itself is ready), and the compute stream's next kernel waits for it.
+func TestDeviceTransfer(t *testing.T) {
+	d := newRoundDevice(t, &countingKernels{})
+	d.Charge("k", 1000, 0) // 1 µs launch + 1 µs of bytes
+	if r := d.Ready(); !near(r, 2e-6) {
+		t.Fatalf("ready at %v, want 2 µs", r)
+	}
+	d.Label("link", "dispatch L0")
+	d.Transfer(5e-6, 9e-6) // another rank was ready at 5 µs
+	d.Charge("k", 1000, 0)
+	if r := d.Ready(); !near(r, 11e-6) {
+		t.Errorf("kernel after the transfer ends at %v, want 11 µs", r)
+	}
+	var link []sim.Span
+	for _, sp := range d.Spans() {
+		if sp.Stream == "link" && sp.Kind == "link" {
+			link = append(link, sp)
+		}
+	}
+	if len(link) != 1 || !near(link[0].Start, 5e-6) || !near(link[0].End, 9e-6) || link[0].Label != "dispatch L0" {
+		t.Errorf("link spans %+v, want one dispatch L0 from 5 to 9 µs", link)
+	}
+}
