@@ -41,6 +41,9 @@ type Options struct {
 	// Drop, when set, enforces a per-expert capacity on every batched MoE pass
 	// (capacity-aware token drop; see DropOptions).
 	Drop *DropOptions
+	// EP, when set, spreads the experts over several devices of Device's kind (expert
+	// parallelism; see EPOptions).
+	EP *EPOptions
 }
 
 // DropOptions are capacity-aware token drop (seeds/000): in a pass of T >= 2 tokens, an expert

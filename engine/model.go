@@ -33,6 +33,9 @@ type Model struct {
 	dropStats *dropCounter
 	// dropPlace is the round-robin placement token drop plans over, made once.
 	dropPlace multigpu.Placement
+	// ep is the expert-parallel group this model is rank `rank` of; nil on one device.
+	ep   *epGroup
+	rank int
 	fpOnce    sync.Once
 	fp        string
 
@@ -124,7 +127,12 @@ func Open(path string, opts Options) (*Model, error) {
 		f.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if m.opts.Offload != nil {
+	if m.opts.EP != nil {
+		if err := m.openEP(); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+	} else if m.opts.Offload != nil {
 		if m.off, err = newOffloader(m, *m.opts.Offload); err != nil {
 			f.Close()
 			return nil, fmt.Errorf("%s: %w", path, err)

@@ -204,25 +204,12 @@ func extraWeights(moe *models.MoE, logits []float32, rt routing, w []float32) {
 // is not nil it is filled with the routing decision. cs holds the session's Commit Router
 // predictions (nil: none).
 func (m *Model) moe(layer int, moe *models.MoE, x []float32, T, pos0 int, out []float32, ev *RouteEvent, cs *commitState) error {
+	if m.ep != nil {
+		return m.epMoE(layer, moe, x, T, out, ev)
+	}
 	d := m.arch.Config.Embd
-	logits := make([]float32, T*moe.Experts)
-	m.label("router", "router", layer, -1)
-	m.dev.MatMul(moe.Router.Matrix(), x, T, logits)
-	routes := make([]routing, T)
-	for t := 0; t < T; t++ {
-		routes[t] = route(moe, logits[t*moe.Experts:(t+1)*moe.Experts])
-	}
-	if ev != nil {
-		// The router's own choice, under commit too: what a predictor learns from.
-		ev.Experts, ev.Used = moe.Experts, moe.Used
-		ev.Input, ev.Logits = x[:T*d], logits
-		ev.Selected = make([]int, 0, T*moe.Used)
-		ev.Weights = make([]float32, 0, T*moe.Used)
-		for _, r := range routes {
-			ev.Selected = append(ev.Selected, r.experts...)
-			ev.Weights = append(ev.Weights, r.weights...)
-		}
-	}
+	logits, routes := m.routeTokens(layer, moe, x, T)
+	ev.fill(moe, x[:T*d], logits, routes)
 	// The Commit Router: the experts predicted for this token and layer while the previous
 	// layer ran, and its prediction for the next layer, made from this layer's router input
 	// before this layer's experts are enqueued so that their copies overlap them.
@@ -331,6 +318,50 @@ func (m *Model) moe(layer int, moe *models.MoE, x []float32, T, pos0 int, out []
 		// The device combines the experts' outputs once the host's are back.
 		m.dev.Compute().Wait(host.Record())
 	}
+	m.combine(layer, routes, ys, off, out)
+	if m.off != nil {
+		if err := m.off.prefetch(layer, moe.Used, nextLayer, next, predEv); err != nil {
+			return err
+		}
+	}
+	m.sharedExpert(layer, moe, x, T, out)
+	return nil
+}
+
+// routeTokens runs a MoE block's router on T rows of x and routes every token.
+func (m *Model) routeTokens(layer int, moe *models.MoE, x []float32, T int) ([]float32, []routing) {
+	logits := make([]float32, T*moe.Experts)
+	m.label("router", "router", layer, -1)
+	m.dev.MatMul(moe.Router.Matrix(), x, T, logits)
+	routes := make([]routing, T)
+	for t := range routes {
+		routes[t] = route(moe, logits[t*moe.Experts:(t+1)*moe.Experts])
+	}
+	return logits, routes
+}
+
+// fill records the router's own choice in ev (nil: nothing), under commit too: what a
+// predictor learns from.
+func (ev *RouteEvent) fill(moe *models.MoE, x, logits []float32, routes []routing) {
+	if ev == nil {
+		return
+	}
+	ev.Experts, ev.Used = moe.Experts, moe.Used
+	ev.Input, ev.Logits = x, logits
+	ev.Selected = make([]int, 0, len(routes)*moe.Used)
+	ev.Weights = make([]float32, 0, len(routes)*moe.Used)
+	for _, r := range routes {
+		ev.Selected = append(ev.Selected, r.experts...)
+		ev.Weights = append(ev.Weights, r.weights...)
+	}
+}
+
+// combine sums each token's expert outputs into out, weighted, in the order of its slots:
+// slot off[t]+k of ys holds token t's k-th expert's output (top-k first, then any expert
+// beyond them); a dropped choice has weight 0 and a zero output.
+func (m *Model) combine(layer int, routes []routing, ys []float32, off []int, out []float32) {
+	d := m.arch.Config.Embd
+	T := len(routes)
 	m.label("combine", "combine", layer, -1)
 	m.charge("combine", float64(4*d*(off[T]+T)), float64(2*d*off[T]))
 	for t := 0; t < T; t++ {
@@ -346,14 +377,15 @@ func (m *Model) moe(layer int, moe *models.MoE, x []float32, T, pos0 int, out []
 			}
 		}
 	}
-	if m.off != nil {
-		if err := m.off.prefetch(layer, moe.Used, nextLayer, next, predEv); err != nil {
-			return err
-		}
-	}
+}
+
+// sharedExpert adds a MoE block's shared expert, gated where the architecture gates it, to
+// out.
+func (m *Model) sharedExpert(layer int, moe *models.MoE, x []float32, T int, out []float32) {
 	if moe.Shared == nil {
-		return nil
+		return
 	}
+	d := m.arch.Config.Embd
 	sh := make([]float32, T*d)
 	m.label("shared", "shared", layer, -1)
 	m.ffn(moe.Shared, x, T, sh)
@@ -369,7 +401,6 @@ func (m *Model) moe(layer int, moe *models.MoE, x []float32, T, pos0 int, out []
 			o[i] += float32(g * s[i])
 		}
 	}
-	return nil
 }
 
 // dropCounter counts the expert choices of batched passes, those token drop dropped and the

@@ -106,7 +106,7 @@ func (s *Session) eval(ctx context.Context, tokens []int32, all bool) ([]float32
 			s.m.mu.RUnlock()
 			return nil, ErrClosed
 		}
-		logits, err := s.m.forward(s.kv, batch, len(s.tokens), all, s.route, s.commit)
+		logits, err := s.m.pass(s.kv, batch, len(s.tokens), all, s.route, s.commit)
 		s.m.mu.RUnlock()
 		if err != nil {
 			return nil, err
@@ -330,17 +330,22 @@ func (m *Model) PerplexityWith(ctx context.Context, text string, o PerplexityOpt
 	if o.Decode {
 		step = 1
 	}
+	// Bits per byte count the bytes of the scored tokens only: a window's first token is
+	// context, not prediction.
+	res := PerplexityResult{Bytes: len(text)}
+	for start := 0; start+1 < len(ids); start += window {
+		res.Bytes -= len(m.tok.Detokenize(ids[start:start+1], false, false))
+	}
+	if m.ep != nil {
+		return m.epPerplexity(ctx, ids, window, step, res)
+	}
 	s, err := m.NewSession()
 	if err != nil {
 		return PerplexityResult{}, err
 	}
 	defer s.Close()
-	// Bits per byte count the bytes of the scored tokens only: a window's first token is
-	// context, not prediction.
-	res := PerplexityResult{Bytes: len(text)}
 	for start := 0; start+1 < len(ids); start += window {
 		win := ids[start:min(start+window, len(ids))]
-		res.Bytes -= len(m.tok.Detokenize(win[:1], false, false))
 		err := s.probs(ctx, win, step, func(pos int, p []float32) error {
 			if pos+1 < len(win) {
 				res.NLL -= math.Log(math.Max(float64(p[win[pos+1]]), 1e-30))

@@ -52,14 +52,18 @@ func (a *app) benchCmd() *cobra.Command {
 			"routing comes from --trace or a synthetic router (labelled as such), and the prediction of prefetch/commit from\n" +
 			"--predictor (oracle, prev-token, frequency or accuracy=P; default accuracy=0.8). --timing-only does the same for\n" +
 			"-m, with the routing the model chooses. Shapes: " + strings.Join(offload.PublicShapes(), ", ") + ".\n\n" +
-			"With --ep N it simulates expert parallelism instead: N devices of --device sim:<profile>, experts placed\n" +
-			"round-robin, batches of --batch tokens routed by --trace or HarMoEny's synthetic skew (--alpha), and each\n" +
-			"--ep-policy side by side: per-layer maximum device load, balancedness, dropped tokens, straggler and batch latency.\n" +
-			"The capacity-aware policies use --capacity-factor (default 1.5) and --drop-metric.",
+			"With --ep N it measures expert parallelism instead, each --ep-policy side by side: per-layer maximum device\n" +
+			"load, balancedness, dropped tokens, straggler and batch latency. With -m and --text FILE it runs the model on\n" +
+			"N devices of --device (cpu or sim:<profile>, the all-to-alls on a modelled link), each device evaluating its own\n" +
+			"window of --batch/N tokens of the text per batch, and reports the perplexity each planner leaves too. With\n" +
+			"--shape (or -m without --text) it simulates N devices of --device sim:<profile> with a cost model, batches of\n" +
+			"--batch tokens routed by --trace or HarMoEny's synthetic skew (--alpha). The capacity-aware policies use\n" +
+			"--capacity-factor (default 1.5) and --drop-metric.",
 		Example: "  commit-run bench --tokens 32\n" +
 			"  commit-run bench --device sim:rtx2080ti --gpu-mem 24MiB --timeline tiny.svg\n" +
 			"  commit-run bench --shape mixtral-8x7b@q4_k --device sim:rtx4090 --gpu-mem 16GiB --predictor accuracy=0.85 --timeline mixtral.svg\n" +
-			"  commit-run bench --ep 8 --shape qwen1.5-moe-a2.7b@q4_k --device sim:h100-pcie --alpha 0.9",
+			"  commit-run bench --ep 8 --shape qwen1.5-moe-a2.7b@q4_k --device sim:h100-pcie --alpha 0.9\n" +
+			"  commit-run bench --ep 4 --device sim:rtx4090 --text models/testdata/war-and-peace-heldout.txt --batch 1024 --batches 4",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cmd.Flags().Changed("ep") {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"text/tabwriter"
 
@@ -11,31 +12,28 @@ import (
 	"github.com/commit-run/commit-run/multigpu"
 )
 
-// epFlags are bench's expert-parallel flags.
+// epFlags are bench's expert-parallel flags (--ep, --ep-policy, --link-bw and --harmoeny-q are
+// global: eval and chat run with expert parallelism too).
 type epFlags struct {
-	devices, batch, batches, hot int
-	harmoenyQ                    int
-	policies, linkBW             string
-	alpha, visual                float64
-	perLayer                     bool
+	batch, batches, hot int
+	alpha, visual       float64
+	perLayer            bool
+	text                string
 }
 
 func (f *epFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
-	fl.IntVar(&f.devices, "ep", 0, "expert parallelism: simulate `N` devices of --device sim:<profile> and plan each MoE layer's batches with each --ep-policy")
-	fl.StringVar(&f.policies, "ep-policy", "", "expert-parallel planners, comma-separated (default all): "+strings.Join(engine.EPPolicies(), ", "))
 	fl.IntVar(&f.batch, "batch", 1024, "--ep: tokens per batch, spread evenly over the devices")
-	fl.IntVar(&f.batches, "batches", 8, "--ep: batches simulated")
+	fl.IntVar(&f.batches, "batches", 8, "--ep: batches run or simulated")
+	fl.StringVar(&f.text, "text", "", "--ep with -m: run the model on the devices over this text `FILE`, each device evaluating its own window of --batch/N tokens per batch")
 	fl.Float64Var(&f.alpha, "alpha", 0, "--ep synthetic routing: share of tokens sent to the hottest expert(s) of each layer (HarMoEny's skew, 0 to 1)")
 	fl.IntVar(&f.hot, "hot", 1, "--ep synthetic routing: hot experts per layer")
 	fl.Float64Var(&f.visual, "visual", 0, "--ep synthetic routing: share of image tokens (MACS)")
-	fl.StringVar(&f.linkBW, "link-bw", "", "--ep: each device's all-to-all bandwidth, e.g. 50GB (default: the profile's PCIe rate)")
 	fl.BoolVar(&f.perLayer, "per-layer", false, "--ep: print every layer's figures")
-	fl.IntVar(&f.harmoenyQ, "harmoeny-q", 0, "--ep: HarMoEny's token threshold q, the fewest tokens worth moving to a device that must fetch the expert (0: eq. 4 from the profile's FLOPS and PCIe rate)")
 }
 
 // epBenchFlagNames are the flags that apply only with --ep.
-var epBenchFlagNames = []string{"ep-policy", "batch", "batches", "alpha", "hot", "visual", "link-bw", "per-layer", "harmoeny-q"}
+var epBenchFlagNames = []string{"batch", "batches", "text", "alpha", "hot", "visual", "per-layer"}
 
 func (a *app) epBench(cmd *cobra.Command, f benchFlags) error {
 	for _, name := range []string{"timing-only", "timeline", "prompts", "tokens", "prompt-len", "skew", "cross-layer", "temporal"} {
@@ -50,17 +48,20 @@ func (a *app) epBench(cmd *cobra.Command, f benchFlags) error {
 	if e.batch < 1 || e.batches < 1 {
 		return fmt.Errorf("--batch %d, --batches %d: want at least one batch of one token", e.batch, e.batches)
 	}
-	o := engine.EPBenchOptions{Shape: f.shape, Device: a.device, Devices: e.devices, Tokens: e.batch, Steps: e.batches,
-		Context: f.ctxFill, Trace: f.traceFile, Skew: e.alpha, Hot: e.hot, Visual: e.visual, Seed: f.seed, Gamma: a.capacityFactor, HarMoEnyThreshold: e.harmoenyQ}
-	if e.policies != "" {
-		o.Policies = strings.Split(e.policies, ",")
+	if e.text != "" {
+		return a.epRun(cmd, f)
+	}
+	o := engine.EPBenchOptions{Shape: f.shape, Device: a.device, Devices: a.epDevices, Tokens: e.batch, Steps: e.batches,
+		Context: f.ctxFill, Trace: f.traceFile, Skew: e.alpha, Hot: e.hot, Visual: e.visual, Seed: f.seed, Gamma: a.capacityFactor, HarMoEnyThreshold: a.harmoenyQ}
+	if a.epPolicy != "" {
+		o.Policies = strings.Split(a.epPolicy, ",")
 	}
 	var err error
 	if o.Metric, err = multigpu.ParseDropMetric(a.dropMetric); err != nil {
 		return fmt.Errorf("--drop-metric: %w", err)
 	}
-	if e.linkBW != "" {
-		if o.LinkBandwidth, err = parseBytes(e.linkBW); err != nil {
+	if a.linkBW != "" {
+		if o.LinkBandwidth, err = parseBytes(a.linkBW); err != nil {
 			return fmt.Errorf("--link-bw: %w", err)
 		}
 	}
@@ -114,6 +115,112 @@ func (a *app) epBench(cmd *cobra.Command, f benchFlags) error {
 		fmt.Fprintln(tw, "layer\tmax load\tbalancedness\tstraggler ms\tlayer ms\t")
 		for l, x := range r.Layers {
 			fmt.Fprintf(tw, "%d\t%.1f\t%.3f\t%.3f\t%.3f\t\n", l, x.MaxLoad, x.Balancedness, x.Straggler*1e3, x.Total*1e3)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// epRunRow is one planner's run of the model over the devices.
+type epRunRow struct {
+	Policy     string
+	Perplexity float64
+	Stats      engine.EPStats
+}
+
+// epRun runs -m over --ep devices with every --ep-policy on windows of --text.
+func (a *app) epRun(cmd *cobra.Command, f benchFlags) error {
+	e := f.ep
+	for _, name := range []string{"shape", "trace", "alpha", "hot", "visual", "ctx-fill", "seed"} {
+		if cmd.Flags().Changed(name) {
+			return fmt.Errorf("--%s does not apply to a run of the model over --text", name)
+		}
+	}
+	if a.epDevices < 2 || a.epDevices > 1024 {
+		return fmt.Errorf("--ep %d: want 2 to 1024 devices", a.epDevices)
+	}
+	window := e.batch / a.epDevices
+	if window < 2 {
+		return fmt.Errorf("--batch %d over %d devices leaves %d tokens per device: want at least 2", e.batch, a.epDevices, window)
+	}
+	data, err := os.ReadFile(e.text)
+	if err != nil {
+		return fmt.Errorf("--text: %w", err)
+	}
+	policies := engine.EPPolicies()
+	if a.epPolicy != "" {
+		policies = strings.Split(a.epPolicy, ",")
+	}
+	var rows []epRunRow
+	for _, p := range policies {
+		opts := engine.Options{Device: a.device, Threads: a.threads, ContextLength: a.ctxLen, KVType: a.kvType}
+		if opts.EP, err = a.epOptions(strings.TrimSpace(p)); err != nil {
+			return err
+		}
+		m, err := a.openModelWith(opts)
+		if err != nil {
+			return err
+		}
+		r, err := m.PerplexityWith(cmd.Context(), string(data), engine.PerplexityOptions{Window: window, MaxTokens: e.batch * e.batches})
+		st, _ := m.EPStats()
+		m.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		rows = append(rows, epRunRow{Policy: st.Policy, Perplexity: r.Perplexity, Stats: st})
+	}
+	if f.asJSON {
+		return writeJSON(a.stdout, rows)
+	}
+	clock := "wall time, the devices sharing this machine's cores"
+	if strings.HasPrefix(a.device, "sim:") {
+		clock = "simulated time, numbers computed on the CPU"
+	}
+	fmt.Fprintf(a.stdout, "%s on %d x %s: batches of %d windows of %d tokens of %s, %s\n", a.modelPath, a.epDevices, a.device, a.epDevices, window, e.text, clock)
+	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\tperplexity\tmax load\tbalancedness\tdropped\textra\tfetches\tMB moved/batch\tstraggler ms/layer\tlayer ms\tbatch ms\ttok/s\tspeedup\t")
+	base := 0.0
+	for _, r := range rows {
+		st := r.Stats
+		var maxLoad, bal, strag, total, tokens, choices, dropped, extra, fetches, moved float64
+		for _, l := range st.Layers {
+			n := float64(max(l.Passes, 1))
+			maxLoad += l.MaxLoad / n
+			bal += l.Balancedness / n
+			strag += l.Straggler / n
+			total += l.Time / n
+			choices += float64(l.Choices)
+			dropped += float64(l.Dropped)
+			extra += float64(l.Extra)
+			fetches += float64(l.Fetches)
+			moved += float64(l.Bytes)
+		}
+		if len(st.Layers) > 0 {
+			tokens = float64(st.Layers[0].Tokens)
+		}
+		nl, steps := float64(max(len(st.Layers), 1)), float64(max(st.Steps, 1))
+		batch := st.Seconds / steps
+		if base == 0 {
+			base = batch
+		}
+		fmt.Fprintf(tw, "%s\t%.4f\t%.1f\t%.3f\t%.3f\t%.3f\t%.1f\t%.2f\t%.3f\t%.3f\t%.2f\t%.0f\t%.2fx\t\n", r.Policy, r.Perplexity, maxLoad/nl, bal/nl,
+			dropped/max(choices, 1), extra/max(choices, 1), fetches/steps, moved/steps/1e6, strag/nl*1e3, total/nl*1e3, batch*1e3, tokens/max(st.Seconds, 1e-12), base/batch)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if !e.perLayer {
+		return nil
+	}
+	for _, r := range rows {
+		fmt.Fprintf(a.stdout, "\n%s per layer\n", r.Policy)
+		tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "layer\tmax load\tbalancedness\tdropped\tstraggler ms\tlayer ms\t")
+		for _, l := range r.Stats.Layers {
+			n := float64(max(l.Passes, 1))
+			fmt.Fprintf(tw, "%d\t%.1f\t%.3f\t%.3f\t%.3f\t%.3f\t\n", l.Layer, l.MaxLoad/n, l.Balancedness/n, float64(l.Dropped)/float64(max(l.Choices, 1)), l.Straggler/n*1e3, l.Time/n*1e3)
 		}
 		if err := tw.Flush(); err != nil {
 			return err

@@ -82,3 +82,72 @@ func TestBenchEPTrace(t *testing.T) {
 		t.Errorf("a trace too short: exit %d, %q", code, errOut)
 	}
 }
+
+// With -m and --text the model runs on the devices: every planner's perplexity beside its
+// loads and times, and eval ppl under expert parallelism.
+func TestBenchEPRun(t *testing.T) {
+	out, _ := mustRun(t, "", "-m", bundledQwen, "--device", "sim:rtx4090", "--ep", "4", "--capacity-factor", "1", "bench",
+		"--text", heldOut, "--batch", "256", "--batches", "2", "--per-layer")
+	for _, want := range []string{"4 x sim:rtx4090", "windows of 64 tokens", "simulated time", "perplexity", "MB moved/batch",
+		"round-robin", "token-drop", "expanded-drop/device", "harmoeny", "eplb", "macs", "1.00x", "macs per layer"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("bench --ep --text output lacks %q:\n%s", want, out)
+		}
+	}
+	js, _ := mustRun(t, "", "-m", bundledMixtral, "--ep", "2", "--ep-policy", "round-robin,token-drop", "--capacity-factor", "1",
+		"bench", "--text", heldOut, "--batch", "64", "--batches", "2", "--json")
+	var rows []struct {
+		Policy     string
+		Perplexity float64
+		Stats      struct {
+			Devices, Steps int
+			Layers         []struct{ Choices, Dropped int64 }
+		}
+	}
+	if err := json.Unmarshal([]byte(js), &rows); err != nil || len(rows) != 2 || rows[0].Stats.Devices != 2 || rows[0].Stats.Steps != 2 ||
+		rows[0].Stats.Layers[0].Dropped != 0 || rows[1].Stats.Layers[0].Dropped == 0 || !(rows[1].Perplexity > 0) {
+		t.Errorf("--json: %v %+v\n%s", err, rows, js)
+	}
+	// eval ppl over the devices: round-robin drops nothing, so it is the one device's number.
+	one, _ := mustRun(t, "", "-m", bundledQwen, "eval", "ppl", "--text", heldOut, "--window", "64", "--max-tokens", "512")
+	ep, _ := mustRun(t, "", "-m", bundledQwen, "--ep", "3", "eval", "ppl", "--text", heldOut, "--window", "64", "--max-tokens", "512")
+	pick := func(s string) string {
+		for _, l := range strings.Split(s, "\n") {
+			if strings.HasPrefix(l, "perplexity") {
+				return l
+			}
+		}
+		return ""
+	}
+	if pick(one) == "" || pick(one) != pick(ep) {
+		t.Errorf("eval ppl --ep 3 %q, one device %q", pick(ep), pick(one))
+	}
+	if !strings.Contains(ep, "expert parallelism") {
+		t.Errorf("eval ppl --ep does not report its devices:\n%s", ep)
+	}
+}
+
+func TestEPBadFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--ep", "1", "eval", "ppl", "--text", heldOut}, "--ep 1"},
+		{[]string{"--ep-policy", "eplb", "eval", "ppl", "--text", heldOut}, "pass --ep N"},
+		{[]string{"--harmoeny-q", "5", "eval", "ppl", "--text", heldOut}, "pass --ep N"},
+		{[]string{"--ep", "2", "--ep-policy", "eplb,macs", "eval", "ppl", "--text", heldOut}, "one planner"},
+		{[]string{"--ep", "2", "--ep-policy", "magic", "eval", "ppl", "--text", heldOut}, "want one of"},
+		{[]string{"--ep", "2", "--expanded-drop", "eval", "ppl", "--text", heldOut}, "--ep-policy expanded-drop"},
+		{[]string{"--ep", "2", "--gpu-mem", "1MiB", "eval", "ppl", "--text", heldOut}, "--ep spreads"},
+		{[]string{"--ep", "64", "eval", "ppl", "--text", heldOut}, "want 2 to the model's 16 experts"},
+		{[]string{"--ep", "2", "--link-bw", "fast", "eval", "ppl", "--text", heldOut}, "--link-bw"},
+		{[]string{"--ep", "4", "bench", "--text", heldOut, "--batch", "4"}, "at least 2"},
+		{[]string{"--ep", "4", "bench", "--text", "/nonexistent", "--batch", "64"}, "--text"},
+		{[]string{"--ep", "4", "bench", "--text", heldOut, "--alpha", "0.5"}, "--alpha does not apply"},
+	} {
+		_, errOut, code := runCLI(t, "", append([]string{"-m", bundledQwen}, c.args...)...)
+		if code == 0 || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d, stderr %q, want an error mentioning %q", c.args, code, errOut, c.want)
+		}
+	}
+}

@@ -82,6 +82,15 @@ func (a *app) pplCmd() *cobra.Command {
 					fmt.Fprintf(a.stdout, "added       %.4f experts per choice beyond the top-k (expanded drop over %d devices)\n", float64(st.Added)/c, a.dropDevices)
 				}
 			}
+			if st, ok := m.EPStats(); ok {
+				var choices, dropped, extra int64
+				for _, l := range st.Layers {
+					choices, dropped, extra = choices+l.Choices, dropped+l.Dropped, extra+l.Extra
+				}
+				c := float64(max(choices, 1))
+				fmt.Fprintf(a.stdout, "expert parallelism over %d x %s, planned by %s: %.4f of %d expert choices dropped, %.4f added\n",
+					st.Devices, m.Device(), st.Policy, float64(dropped)/c, choices, float64(extra)/c)
+			}
 			if st, ok := m.CommitStats(); ok {
 				k := m.Info().ExpertsUsed
 				fmt.Fprintf(a.stdout, "commit      one token per pass, Commit Router %s\n", m.CommitRouterPath())

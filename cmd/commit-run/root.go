@@ -45,6 +45,9 @@ type app struct {
 	expandedDrop   bool
 	deviceCapacity bool
 	dropDevices    int
+	// Expert parallelism: --ep devices, --ep-policy, --link-bw, --harmoeny-q.
+	epDevices, harmoenyQ int
+	epPolicy, linkBW     string
 	profMode       string
 	profDir        string
 	stopProf       func()
@@ -126,6 +129,10 @@ func (a *app) rootCmd() *cobra.Command {
 	pf.BoolVar(&a.expandedDrop, "expanded-drop", false, "with --capacity-factor: expanded drop, each token also offered to the experts of its own device (see --drop-devices)")
 	pf.BoolVar(&a.deviceCapacity, "device-capacity", false, "with --capacity-factor: cap each device's experts together (device-level capacity) instead of each expert")
 	pf.IntVar(&a.dropDevices, "drop-devices", 1, "with --capacity-factor: the expert-parallel devices token drop plans for, experts placed round-robin, each device capping its share of the batch")
+	pf.IntVar(&a.epDevices, "ep", 0, "expert parallelism: spread the experts over `N` devices of --device's kind (eval ppl spreads its windows over them; a chat's tokens live on the first); bench --ep compares --ep-policy planners")
+	pf.StringVar(&a.epPolicy, "ep-policy", "", "with --ep: the planner of each MoE layer's batch, "+strings.Join(engine.EPPolicies(), ", ")+" (default round-robin; bench takes a comma-separated list, default all); the capacity-aware ones use --capacity-factor (default 1.5) and --drop-metric")
+	pf.StringVar(&a.linkBW, "link-bw", "", "with --ep on simulated devices: each device's all-to-all bandwidth, e.g. 50GB (default: the profile's PCIe rate)")
+	pf.IntVar(&a.harmoenyQ, "harmoeny-q", 0, "with --ep: HarMoEny's token threshold q, the fewest tokens worth moving to a device that must fetch the expert (0: eq. 4 from the profile's FLOPS and PCIe rate; 150 on the CPU)")
 	pf.StringVar(&a.hostBW, "host-bw", "", "simulated devices: the rate the host computes a missed expert at (cpu-miss), e.g. 20GB (default: measured on this machine)")
 	pf.StringVar(&a.profMode, "profile", "", "write a Go profile: cpu or mem")
 	pf.StringVar(&a.profDir, "profile-dir", ".", "`DIR` for the --profile output (cpu.pprof or mem.pprof)")
@@ -217,8 +224,15 @@ func (a *app) openModelWith(opts engine.Options) (*engine.Model, error) {
 func (a *app) engineOptions(device, policy string) (engine.Options, error) {
 	opts := engine.Options{Device: device, Threads: a.threads, ContextLength: a.ctxLen, KVType: a.kvType}
 	var err error
-	if opts.Drop, err = a.dropOptions(); err != nil {
+	if opts.EP, err = a.epOptions(a.epPolicy); err != nil {
 		return opts, err
+	}
+	if opts.EP == nil {
+		if opts.Drop, err = a.dropOptions(); err != nil {
+			return opts, err
+		}
+	} else if a.gpuMem != "" || a.policy != "" {
+		return opts, fmt.Errorf("--gpu-mem and --policy offload experts to host memory; --ep spreads them over devices (see --ep-policy)")
 	}
 	if opts.HostBandwidth, err = a.hostBandwidth(); err != nil {
 		return opts, err
@@ -262,6 +276,48 @@ func (a *app) engineOptions(device, policy string) (engine.Options, error) {
 		opts.HostBandwidth = engine.MeasureHostExpertBandwidth()
 	}
 	return opts, nil
+}
+
+// epOptions are the expert-parallel options of the global flags with one planner (nil: one
+// device).
+func (a *app) epOptions(policy string) (*engine.EPOptions, error) {
+	if a.epDevices == 0 {
+		for _, f := range []struct{ name, v string }{{"ep-policy", a.epPolicy}, {"link-bw", a.linkBW}} {
+			if f.v != "" {
+				return nil, fmt.Errorf("--%s applies to expert parallelism: pass --ep N", f.name)
+			}
+		}
+		if a.harmoenyQ != 0 {
+			return nil, fmt.Errorf("--harmoeny-q applies to expert parallelism: pass --ep N")
+		}
+		return nil, nil
+	}
+	if a.epDevices < 2 || a.epDevices > 1024 {
+		return nil, fmt.Errorf("--ep %d: want 2 to 1024 devices (0 = one device)", a.epDevices)
+	}
+	if a.expandedDrop || a.deviceCapacity || a.dropDevices != 1 {
+		return nil, fmt.Errorf("--expanded-drop, --device-capacity and --drop-devices plan token drop on one device; with --ep choose --ep-policy expanded-drop, token-drop/device or expanded-drop/device")
+	}
+	if strings.Contains(policy, ",") {
+		return nil, fmt.Errorf("--ep-policy %q: one planner at a time (bench compares several)", policy)
+	}
+	if !(a.capacityFactor >= 0) || a.capacityFactor > 1e6 {
+		return nil, fmt.Errorf("--capacity-factor %v: want a factor above 0 (0 = 1.5 under --ep)", a.capacityFactor)
+	}
+	if a.harmoenyQ < 0 {
+		return nil, fmt.Errorf("--harmoeny-q %d: want 0 (eq. 4) or more tokens", a.harmoenyQ)
+	}
+	m, err := multigpu.ParseDropMetric(a.dropMetric)
+	if err != nil {
+		return nil, fmt.Errorf("--drop-metric: %w", err)
+	}
+	o := &engine.EPOptions{Devices: a.epDevices, Policy: policy, Gamma: a.capacityFactor, Metric: m, Seed: 1, HarMoEnyThreshold: a.harmoenyQ}
+	if a.linkBW != "" {
+		if o.LinkBandwidth, err = parseBytes(a.linkBW); err != nil {
+			return nil, fmt.Errorf("--link-bw: %w", err)
+		}
+	}
+	return o, nil
 }
 
 // dropOptions are the token drop options of the global flags (nil: off).

@@ -1,0 +1,745 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/commit-run/commit-run/device"
+	"github.com/commit-run/commit-run/models"
+	"github.com/commit-run/commit-run/multigpu"
+	"github.com/commit-run/commit-run/sim"
+)
+
+// EPOptions run the model with expert parallelism (Options.EP): Devices ranks, each a device
+// of Options.Device's kind holding a copy of the non-expert weights and its share of the
+// experts. A forward pass runs on every rank at once, each on its own tokens; at every MoE
+// layer the ranks exchange their tokens' routing, plan the same schedule with Policy,
+// dispatch the tokens to the devices computing their experts and combine the results, all
+// through a transport (in-process for now). A session's tokens live on rank 0; a perplexity
+// evaluation spreads its windows over the ranks.
+type EPOptions struct {
+	// Devices is the number of ranks: 2 to the model's experts.
+	Devices int
+	// Policy plans each MoE layer's batch: one of EPPolicies ("" = round-robin).
+	Policy string
+	// Gamma, Metric and Seed are the capacity-aware policies' capacity factor (0: 1.5), drop
+	// metric and random seed.
+	Gamma  float64
+	Metric multigpu.DropMetric
+	Seed   uint64
+	// HarMoEnyThreshold is HarMoEny's token threshold q; 0: eq. 4 from a simulated
+	// device's profile, or the authors' default of 150 tokens on the CPU.
+	HarMoEnyThreshold int
+	// LinkBandwidth (bytes/s) and LinkLatency (s) model simulated devices' all-to-all; 0:
+	// the profile's PCIe rate and copy latency (consumer cards exchange through PCIe).
+	LinkBandwidth, LinkLatency float64
+}
+
+// defaultHarMoEnyQ is the token threshold of HarMoEny's published code (eq_tokens=150), used
+// where no device profile gives eq. 4 its numbers.
+const defaultHarMoEnyQ = 150
+
+// epGroup is the ranks of an expert-parallel model and what they share. Each rank plans with
+// its own policy and placement, as separate processes would: they agree because every rank
+// plans the same batches in the same order.
+type epGroup struct {
+	policy string
+	ranks  []*Model
+	local  *multigpu.LocalGroup
+	comms  []multigpu.Comm
+	clocks []func() float64
+	pols   []multigpu.Policy
+	place  [][]multigpu.Placement // [rank][MoE layer]
+	// moeIdx maps a block to its MoE layer's index (-1: dense); expertBytes is one expert's
+	// weights per MoE layer; held the expert bytes each rank has allocated.
+	moeIdx      []int
+	expertBytes []int64
+	held        []int64
+	// needProbs: the policy chooses experts beyond the top-k by gating score; needEntropy:
+	// it weighs tokens by their hidden state's entropy (MACS).
+	needProbs, needEntropy bool
+	// pending is each rank's copies of experts newly placed on it (EPLB), which that layer's
+	// next experts wait for; scratch the slot fetched and moved weights land in.
+	pending [][]device.Event
+	scratch [][]byte
+
+	mu sync.Mutex // one step at a time
+
+	smu   sync.Mutex
+	pass  []epPass
+	stats EPStats
+}
+
+// epPass gathers one MoE layer pass's figures from every rank.
+type epPass struct {
+	n              int
+	compute, total float64
+}
+
+// EPStats are an expert-parallel model's figures since it was opened.
+type EPStats struct {
+	Policy  string
+	Devices int
+	// Steps are the forward passes run on all ranks at once; Seconds their time on the
+	// devices' clocks (virtual on simulated GPUs, wall on the CPU), from the last rank ready
+	// to start to the last one done.
+	Steps   int
+	Seconds float64
+	Layers  []EPLayerStats
+	// Replans counts placements an EPLB policy changed; MovedBytes the expert weights it
+	// copied to their new devices.
+	Replans    int
+	MovedBytes int64
+}
+
+// EPLayerStats are one MoE layer's figures summed over its passes (divide by Passes for the
+// mean of a pass).
+type EPLayerStats struct {
+	Layer, Passes int
+	// Tokens routed; Choices their top-k choices, Dropped those not computed, Extra the
+	// experts computed beyond the top-k; Fetches the expert copies HarMoEny made.
+	Tokens, Choices, Dropped, Extra, Fetches int64
+	// Bytes are the hidden states and results moved between different ranks.
+	Bytes int64
+	// MaxLoad is the busiest device's computed tokens, Balancedness the mean over the max.
+	MaxLoad, Balancedness float64
+	// Straggler is the slowest rank's expert computation from the dispatch's end; Time the
+	// layer on the slowest rank, from its router to its combine; both in seconds.
+	Straggler, Time float64
+}
+
+// EPStats reports expert parallelism's figures; ok is false when the model runs on one
+// device.
+func (m *Model) EPStats() (EPStats, bool) {
+	g := m.ep
+	if g == nil {
+		return EPStats{}, false
+	}
+	g.smu.Lock()
+	defer g.smu.Unlock()
+	st := g.stats
+	st.Layers = slices.Clone(st.Layers)
+	return st, true
+}
+
+// openEP makes the ranks of Options.EP: rank 0 is m on its device, the others copies of m on
+// devices of the same kind. Each allocates the non-expert weights and its experts.
+func (m *Model) openEP() error {
+	o := *m.opts.EP
+	c := m.arch.Config
+	switch {
+	case c.Experts == 0:
+		return fmt.Errorf("expert parallelism: the model is dense")
+	case o.Devices < 2 || o.Devices > min(c.Experts, 1024):
+		return fmt.Errorf("expert parallelism over %d devices: want 2 to the model's %d experts", o.Devices, min(c.Experts, 1024))
+	case m.opts.Offload != nil:
+		return fmt.Errorf("expert parallelism spreads the experts over devices; it does not offload them to host memory too")
+	case m.opts.Commit != nil:
+		return fmt.Errorf("expert parallelism with the Commit Router is not supported")
+	case m.opts.Drop != nil:
+		return fmt.Errorf("expert parallelism plans token drop with its policy (token-drop, expanded-drop, ...); do not ask for single-device token drop too")
+	case !(o.Gamma >= 0) || math.IsInf(o.Gamma, 0):
+		return fmt.Errorf("capacity factor %v: want more than 0", o.Gamma)
+	case !o.Metric.Valid():
+		return fmt.Errorf("expert parallelism: unknown drop metric %v", o.Metric)
+	case o.HarMoEnyThreshold < 0:
+		return fmt.Errorf("HarMoEny threshold %d tokens: want 0 (the default) or more", o.HarMoEnyThreshold)
+	case !(o.LinkBandwidth >= 0) || math.IsInf(o.LinkBandwidth, 0) || !(o.LinkLatency >= 0) || math.IsInf(o.LinkLatency, 0):
+		return fmt.Errorf("link of %v bytes/s and %v s latency: want positive values, or 0 for the profile's", o.LinkBandwidth, o.LinkLatency)
+	}
+	if o.Gamma == 0 {
+		o.Gamma = 1.5
+	}
+	policy := strings.TrimSpace(o.Policy)
+	if policy == "" {
+		policy = "round-robin"
+	}
+	N := o.Devices
+	g := &epGroup{policy: policy, moeIdx: make([]int, c.Layers)}
+	var firstMoE *models.MoE
+	for i, l := range m.arch.Layers {
+		g.moeIdx[i] = -1
+		if l.MoE == nil {
+			continue
+		}
+		if firstMoE == nil {
+			firstMoE = l.MoE
+		}
+		g.moeIdx[i] = len(g.expertBytes)
+		var b int64
+		for _, t := range []*models.Tensor{l.MoE.GateExps, l.MoE.UpExps, l.MoE.DownExps} {
+			b += int64(len(t.Expert(0).Data))
+		}
+		g.expertBytes = append(g.expertBytes, b)
+	}
+	layers := len(g.expertBytes)
+	start, err := multigpu.RoundRobin(c.Experts, N)
+	if err != nil {
+		return err
+	}
+	local, err := multigpu.NewLocal(N)
+	if err != nil {
+		return err
+	}
+	g.local = local
+	devOpts := m.opts
+	if devOpts.Threads == 0 {
+		// The ranks compute at once; each gets its share of the cores.
+		devOpts.Threads = max(1, runtime.NumCPU()/N)
+	}
+	wall := time.Now()
+	env := epEnv{experts: c.Experts, devices: N, gamma: o.Gamma, metric: o.Metric, seed: o.Seed, harmoenyQ: o.HarMoEnyThreshold}
+	for r := range N {
+		rm := m
+		if r > 0 {
+			dev, err := newDevice(devOpts)
+			if err != nil {
+				return err
+			}
+			rm = m.rankModel(dev)
+		}
+		rm.ep, rm.rank = g, r
+		g.ranks = append(g.ranks, rm)
+		comm := local.Comm(r)
+		clock := func() float64 { return time.Since(wall).Seconds() }
+		if lk, ok := rm.dev.(device.Linker); ok {
+			link := multigpu.Link{Bandwidth: o.LinkBandwidth, Latency: o.LinkLatency}
+			if sd, ok := rm.dev.(*sim.Device); ok {
+				p := sd.Profile()
+				if link.Bandwidth == 0 {
+					link.Bandwidth = p.PCIeEffective
+				}
+				if link.Latency == 0 {
+					link.Latency = p.CopyLatency
+				}
+				if r == 0 {
+					env.cluster = multigpu.Cluster{Devices: N, FLOPS: p.PeakFLOPS, MemBW: p.MemoryBandwidth, LinkBW: link.Bandwidth,
+						LinkLatency: link.Latency, HostBW: p.PCIeEffective, Launch: 3 * p.LaunchOverhead}
+				}
+			}
+			if comm, err = multigpu.Modelled(comm, lk, link); err != nil {
+				return fmt.Errorf("expert parallelism on %s: %w", rm.dev.Name(), err)
+			}
+			clock = lk.Ready
+		}
+		g.comms = append(g.comms, comm)
+		g.clocks = append(g.clocks, clock)
+		place := make([]multigpu.Placement, layers)
+		for j := range place {
+			place[j] = start
+		}
+		g.place = append(g.place, place)
+		g.pending = append(g.pending, make([]device.Event, layers))
+		g.scratch = append(g.scratch, nil)
+		if err := rm.dev.Memory().Alloc(m.info.NonExpertBytes, "the non-expert weights"); err != nil {
+			return fmt.Errorf("expert parallelism, rank %d on %s: %.2f GiB of non-expert weights do not fit: %w", r, rm.dev.Name(), float64(m.info.NonExpertBytes)/(1<<30), err)
+		}
+		g.held = append(g.held, 0)
+		if err := g.hold(r); err != nil {
+			return err
+		}
+	}
+	if policy == "harmoeny" && env.harmoenyQ == 0 && env.cluster.Devices == 0 {
+		env.harmoenyQ = defaultHarMoEnyQ
+	}
+	if env.cluster.Devices > 0 {
+		// HarMoEny's eq. 4 needs the bytes of one weight element: the first MoE layer's.
+		params := 3 * float64(firstMoE.GateExps.Expert(0).Rows) * float64(firstMoE.GateExps.Expert(0).Cols)
+		env.cost = multigpu.ExpertCost{WeightBytes: float64(g.expertBytes[0]), FLOPsPerToken: 2 * params,
+			TokenBytes: 4 * float64(c.Embd), ElementBytes: float64(g.expertBytes[0]) / params}
+	}
+	for range N {
+		pol, err := newEPPolicy(policy, env)
+		if err != nil {
+			return err
+		}
+		g.pols = append(g.pols, pol)
+	}
+	g.needProbs = strings.HasPrefix(policy, "expanded") || policy == "macs"
+	g.needEntropy = policy == "macs"
+	g.pass = make([]epPass, layers)
+	g.stats = EPStats{Policy: policy, Devices: N, Layers: make([]EPLayerStats, layers)}
+	for i, j := range g.moeIdx {
+		if j >= 0 {
+			g.stats.Layers[j].Layer = i
+		}
+	}
+	m.ep = g
+	return nil
+}
+
+// rankModel is m on another device: the same file, weights and tokenizer.
+func (m *Model) rankModel(dev device.Device) *Model {
+	r := &Model{opts: m.opts, file: m.file, arch: m.arch, tok: m.tok, dev: dev, info: m.info, nctx: m.nctx, kvF16: m.kvF16}
+	r.charger, _ = dev.(device.Charger)
+	r.labeler, _ = dev.(device.Labeler)
+	return r
+}
+
+// hold allocates on rank r the experts its placements give it, in place of what it held.
+func (g *epGroup) hold(r int) error {
+	var b int64
+	for j, p := range g.place[r] {
+		b += int64(len(p.Local(r))) * g.expertBytes[j]
+	}
+	mem := g.ranks[r].dev.Memory()
+	mem.Free(g.held[r])
+	g.held[r] = 0
+	if err := mem.Alloc(b, "its experts"); err != nil {
+		return fmt.Errorf("expert parallelism, rank %d on %s: %.2f GiB of experts do not fit: %w", r, g.ranks[r].dev.Name(), float64(b)/(1<<30), err)
+	}
+	g.held[r] = b
+	return nil
+}
+
+// step runs one forward pass on every rank at once: work[r] is rank r's, or nil for a rank
+// with no tokens, which still serves its experts to the others.
+func (g *epGroup) step(work []*epWork) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	N := len(g.ranks)
+	var start float64
+	for _, c := range g.clocks {
+		start = max(start, c())
+	}
+	errs := make([]error, N)
+	var wg sync.WaitGroup
+	for r := range N {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m := g.ranks[r]
+			var err error
+			if w := work[r]; w != nil && len(w.tokens) > 0 {
+				w.logits, err = m.forward(w.kv, w.tokens, w.pos0, w.all, w.obs, nil)
+			} else {
+				err = m.serve()
+			}
+			if err != nil {
+				errs[r] = err
+				g.local.Abort(err)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			// Every rank fails with the error of the one that aborted the group.
+			g.local.Reset()
+			return err
+		}
+	}
+	var end float64
+	for _, c := range g.clocks {
+		end = max(end, c())
+	}
+	g.smu.Lock()
+	g.stats.Steps++
+	g.stats.Seconds += end - start
+	g.smu.Unlock()
+	return nil
+}
+
+// epWork is one rank's share of a step.
+type epWork struct {
+	kv     *models.KVCache
+	tokens []int32
+	pos0   int
+	all    bool
+	obs    RouteObserver
+	logits []float32
+}
+
+// serve is a pass of a rank with no tokens: it takes part in every MoE layer's exchanges and
+// computes the experts it is sent.
+func (m *Model) serve() error {
+	for i, l := range m.arch.Layers {
+		if l.MoE != nil {
+			if err := m.epMoE(i, l.MoE, nil, 0, nil, nil); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// pass runs a session's forward pass: on m's device, or with expert parallelism as rank 0's
+// tokens in a step of every rank.
+func (m *Model) pass(kv *models.KVCache, tokens []int32, pos0 int, all bool, obs RouteObserver, cs *commitState) ([]float32, error) {
+	if m.ep == nil {
+		return m.forward(kv, tokens, pos0, all, obs, cs)
+	}
+	work := make([]*epWork, len(m.ep.ranks))
+	work[0] = &epWork{kv: kv, tokens: tokens, pos0: pos0, all: all, obs: obs}
+	if err := m.ep.step(work); err != nil {
+		return nil, err
+	}
+	return work[0].logits, nil
+}
+
+// f32bytes is v's memory as bytes, for the transport.
+func f32bytes(v []float32) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), 4*len(v))
+}
+
+// epMoE is a MoE block under expert parallelism on this rank's T tokens (T may be 0). The
+// steps are HarMoEny's and DeepSpeed's: route locally, exchange the routing (metadata) with
+// every rank, plan the layer's schedule, dispatch the hidden states to the ranks computing
+// their experts, compute, send the results back and combine them in each token's top-k order,
+// exactly as the single-device block does.
+func (m *Model) epMoE(layer int, moe *models.MoE, x []float32, T int, out []float32, ev *RouteEvent) error {
+	g, r := m.ep, m.rank
+	N, E, K, d := len(g.ranks), moe.Experts, moe.Used, m.arch.Config.Embd
+	j := g.moeIdx[layer]
+	comm := g.comms[r]
+	t0 := g.clocks[r]()
+	logits, routes := m.routeTokens(layer, moe, x, T)
+	ev.fill(moe, x[:T*d], logits, routes)
+
+	// The metadata exchange: the host reads its tokens' routing and sends it to every rank.
+	m.dev.Sync(m.dev.Compute().Record())
+	width := 2 * K
+	if g.needProbs {
+		width += E
+	}
+	if g.needEntropy {
+		width++
+	}
+	meta := make([]float32, T*width)
+	for t, rt := range routes {
+		row := meta[t*width : (t+1)*width]
+		for k, e := range rt.experts {
+			row[k], row[K+k] = float32(e), rt.weights[k]
+		}
+		rest := row[2*K:]
+		if g.needProbs {
+			extraWeights(moe, logits[t*E:(t+1)*E], rt, rest[:E])
+			rest = rest[E:]
+		}
+		if g.needEntropy {
+			rest[0] = entropy(x[t*d : (t+1)*d])
+		}
+	}
+	m.label("link", "metadata", layer, -1)
+	counts, err := multigpu.AllGatherInt(comm, int64(T))
+	if err != nil {
+		return fmt.Errorf("layer %d: metadata exchange: %w", layer, err)
+	}
+	sizes := make([]int, N)
+	base := make([]int, N+1)
+	for i, n := range counts {
+		if n < 0 || n > 1<<24 {
+			return fmt.Errorf("layer %d: rank %d reports %d tokens", layer, i, n)
+		}
+		sizes[i] = int(n) * width * 4
+		base[i+1] = base[i] + int(n)
+	}
+	all, err := multigpu.AllGather(comm, f32bytes(meta), sizes)
+	if err != nil {
+		return fmt.Errorf("layer %d: metadata exchange: %w", layer, err)
+	}
+	// The host plans from what it received.
+	m.dev.Sync(m.dev.Compute().Record())
+	b := g.batch(all, base, width, E, K, j)
+	place := g.place[r][j]
+	s, err := g.pols[r].Plan(b, place)
+	if err != nil {
+		return fmt.Errorf("layer %d: %s: %w", layer, g.policy, err)
+	}
+	if err := s.Check(b, place); err != nil {
+		return fmt.Errorf("layer %d: %s: %w", layer, g.policy, err)
+	}
+
+	// Dispatch: each rank sends the hidden state of every assignment from it, in schedule
+	// order, so that every rank knows what it receives without being told.
+	sendIdx, recvIdx := make([][]int, N), make([][]int, N)
+	for i, a := range s.Assign {
+		if a.From == r {
+			sendIdx[a.To] = append(sendIdx[a.To], i)
+		}
+		if a.To == r {
+			recvIdx[a.From] = append(recvIdx[a.From], i)
+		}
+	}
+	send, recv := make([][]byte, N), make([][]byte, N)
+	rows := make([][]float32, N)
+	var moved int64
+	for q := range N {
+		buf := make([]float32, len(sendIdx[q])*d)
+		for k, i := range sendIdx[q] {
+			t := s.Assign[i].Token - base[r]
+			copy(buf[k*d:(k+1)*d], x[t*d:(t+1)*d])
+		}
+		send[q] = f32bytes(buf)
+		rows[q] = make([]float32, len(recvIdx[q])*d)
+		recv[q] = f32bytes(rows[q])
+		if q != r {
+			moved += int64(len(send[q]) + len(recv[q]))
+		}
+	}
+	m.label("link", "dispatch", layer, -1)
+	if err := comm.AllToAll(send, recv); err != nil {
+		return fmt.Errorf("layer %d: dispatch: %w", layer, err)
+	}
+	tD := g.clocks[r]()
+
+	// HarMoEny's fetches: copies from the host into the slot of an expert already done, so
+	// the fetched experts are computed last, once their copy has landed.
+	fetched := map[int]bool{}
+	var fetchEv device.Event
+	for _, f := range s.Fetches {
+		if f.To != r {
+			continue
+		}
+		fetched[f.Expert] = true
+		m.label("copy", "fetch", layer, f.Expert)
+		g.copyExpert(r, moe, f.Expert)
+		fetchEv = m.dev.Copy().Record()
+	}
+	if ev := g.pending[r][j]; ev != nil {
+		m.dev.Compute().Wait(ev)
+		g.pending[r][j] = nil
+	}
+	type slot struct{ src, k int }
+	byExpert := make([][]slot, E)
+	for q := range N {
+		for k, i := range recvIdx[q] {
+			e := s.Assign[i].Expert
+			byExpert[e] = append(byExpert[e], slot{q, k})
+		}
+	}
+	order := make([]int, 0, E)
+	for e := range E {
+		if len(byExpert[e]) > 0 && !fetched[e] {
+			order = append(order, e)
+		}
+	}
+	for e := range E {
+		if len(byExpert[e]) > 0 && fetched[e] {
+			order = append(order, e)
+		}
+	}
+	results := make([][]float32, N)
+	for q := range N {
+		results[q] = make([]float32, len(recvIdx[q])*d)
+	}
+	waited := false
+	for _, e := range order {
+		sl := byExpert[e]
+		n := len(sl)
+		xe, ye := make([]float32, n*d), make([]float32, n*d)
+		for i, p := range sl {
+			copy(xe[i*d:(i+1)*d], rows[p.src][p.k*d:(p.k+1)*d])
+		}
+		if fetched[e] && !waited {
+			m.dev.Compute().Wait(fetchEv)
+			waited = true
+		}
+		ffn := &models.FFN{Gate: moe.GateExps.Expert(e), Up: moe.UpExps.Expert(e), Down: moe.DownExps.Expert(e)}
+		m.label("expert", "", layer, e)
+		m.swiglu(m.dev.MatMulID, m.charger, ffn, xe, n, ye)
+		for i, p := range sl {
+			copy(results[p.src][p.k*d:(p.k+1)*d], ye[i*d:(i+1)*d])
+		}
+	}
+	tC := g.clocks[r]()
+
+	// Combine: the results go back in the order they came.
+	back := make([][]float32, N)
+	for q := range N {
+		send[q] = f32bytes(results[q])
+		back[q] = make([]float32, len(sendIdx[q])*d)
+		recv[q] = f32bytes(back[q])
+	}
+	m.label("link", "combine", layer, -1)
+	if err := comm.AllToAll(send, recv); err != nil {
+		return fmt.Errorf("layer %d: combine: %w", layer, err)
+	}
+	// Each token's slots: its top-k in order, then the experts added beyond them in schedule
+	// order, as the single-device block lays them out. A dropped choice keeps a zero output
+	// and weighs nothing.
+	kept := make([][]bool, T)
+	for t := range kept {
+		kept[t] = make([]bool, K)
+	}
+	extra := map[int]int{} // assignment -> slot index within its token
+	for i, a := range s.Assign {
+		if a.From != r {
+			continue
+		}
+		t := a.Token - base[r]
+		if a.Choice >= 0 {
+			kept[t][a.Choice] = true
+			continue
+		}
+		rt := &routes[t]
+		rt.experts = append(slices.Clip(rt.experts), a.Expert)
+		rt.weights = append(slices.Clip(rt.weights), a.Score)
+		extra[i] = len(rt.experts) - 1
+	}
+	off := make([]int, T+1)
+	for t := range routes {
+		for k := range K {
+			if !kept[t][k] {
+				routes[t].weights[k] = 0
+			}
+		}
+		off[t+1] = off[t] + len(routes[t].experts)
+	}
+	ys := make([]float32, off[T]*d)
+	for q := range N {
+		for k, i := range sendIdx[q] {
+			a := s.Assign[i]
+			t := a.Token - base[r]
+			sl := off[t] + a.Choice
+			if a.Choice < 0 {
+				sl = off[t] + extra[i]
+			}
+			copy(ys[sl*d:(sl+1)*d], back[q][k*d:(k+1)*d])
+		}
+	}
+	m.combine(layer, routes, ys, off, out)
+	m.sharedExpert(layer, moe, x, T, out)
+	g.record(j, r, tC-tD, g.clocks[r]()-t0, moved, s, b)
+	return g.replace(r, j, moe)
+}
+
+// batch is the layer's batch as every rank sees it after the metadata exchange: rank q's
+// tokens are tokens base[q].. of it, living on rank q.
+func (g *epGroup) batch(all [][]byte, base []int, width, E, K, layer int) multigpu.Batch {
+	T := base[len(base)-1]
+	b := multigpu.Batch{Routing: multigpu.Routing{Experts: E, K: K}, Layer: layer, Home: make([]int, T)}
+	b.Choice, b.Score = make([]int, 0, T*K), make([]float32, 0, T*K)
+	if g.needProbs {
+		b.Probs = make([]float32, 0, T*E)
+	}
+	if g.needEntropy {
+		b.Entropy = make([]float32, 0, T)
+	}
+	for q, raw := range all {
+		meta := unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(raw))), len(raw)/4)
+		for t := range base[q+1] - base[q] {
+			row := meta[t*width : (t+1)*width]
+			b.Home[base[q]+t] = q
+			for k := range K {
+				b.Choice = append(b.Choice, int(row[k]))
+			}
+			b.Score = append(b.Score, row[K:2*K]...)
+			rest := row[2*K:]
+			if g.needProbs {
+				b.Probs = append(b.Probs, rest[:E]...)
+				rest = rest[E:]
+			}
+			if g.needEntropy {
+				b.Entropy = append(b.Entropy, rest[0])
+			}
+		}
+	}
+	return b
+}
+
+// copyExpert copies expert e's weights from the host into rank r's spare slot on its copy
+// stream: the traffic of a fetch or a move. The numbers are computed from the same weights.
+func (g *epGroup) copyExpert(r int, moe *models.MoE, e int) {
+	dev := g.ranks[r].dev
+	for _, t := range []*models.Tensor{moe.GateExps, moe.UpExps, moe.DownExps} {
+		src := t.Expert(e).Data
+		if cap(g.scratch[r]) < len(src) {
+			g.scratch[r] = make([]byte, len(src))
+		}
+		dev.CopyIn(g.scratch[r][:len(src)], src)
+	}
+}
+
+// record adds rank r's figures of a pass of MoE layer j; the schedule's are counted once.
+func (g *epGroup) record(j, r int, compute, total float64, moved int64, s multigpu.Schedule, b multigpu.Batch) {
+	g.smu.Lock()
+	defer g.smu.Unlock()
+	L := &g.stats.Layers[j]
+	L.Bytes += moved / 2 // every byte is counted by its sender and its receiver
+	if r == 0 {
+		load := s.DeviceLoad()
+		L.Tokens += int64(s.Tokens)
+		L.Choices += int64(len(b.Choice))
+		L.Dropped += int64(s.Dropped)
+		L.Extra += int64(s.Rerouted)
+		L.Fetches += int64(len(s.Fetches))
+		L.MaxLoad += multigpu.Straggler(load)
+		L.Balancedness += multigpu.Balancedness(load)
+	}
+	p := &g.pass[j]
+	p.n++
+	p.compute, p.total = max(p.compute, compute), max(p.total, total)
+	if p.n == len(g.ranks) {
+		L.Passes++
+		L.Straggler += p.compute
+		L.Time += p.total
+		*p = epPass{}
+	}
+}
+
+// replace lets an EPLB policy move experts after a pass: rank r allocates its new experts
+// and copies those it did not hold; the layer's next experts wait for the copies.
+func (g *epGroup) replace(r, j int, moe *models.MoE) error {
+	rp, ok := g.pols[r].(multigpu.Replacer)
+	if !ok {
+		return nil
+	}
+	cur := g.place[r][j]
+	np, changed := rp.Replace(j, cur)
+	if !changed {
+		return nil
+	}
+	if err := np.Check(len(cur.Holders)); err != nil {
+		return fmt.Errorf("%s: new placement of MoE layer %d: %w", g.policy, j, err)
+	}
+	g.place[r][j] = np
+	if err := g.hold(r); err != nil {
+		return err
+	}
+	dev := g.ranks[r].dev
+	var moved int64
+	for e := range np.Holders {
+		if np.Holds(r, e) && !cur.Holds(r, e) {
+			g.ranks[r].label("copy", "move", g.stats.Layers[j].Layer, e)
+			g.copyExpert(r, moe, e)
+			moved += g.expertBytes[j]
+		}
+	}
+	if moved > 0 {
+		g.pending[r][j] = dev.Copy().Record()
+	}
+	g.smu.Lock()
+	g.stats.MovedBytes += moved
+	if r == 0 {
+		g.stats.Replans++
+	}
+	g.smu.Unlock()
+	return nil
+}
+
+// entropy is the Shannon entropy in nats of softmax(z), MACS's measure of how much a token's
+// hidden state says.
+func entropy(z []float32) float32 {
+	mx := math.Inf(-1)
+	for _, v := range z {
+		mx = math.Max(mx, float64(v))
+	}
+	var sum, dot float64
+	for _, v := range z {
+		p := math.Exp(float64(v) - mx)
+		sum += p
+		dot += p * (float64(v) - mx)
+	}
+	// H = log(sum) - E[v - mx] under p/sum.
+	return float32(max(0, math.Log(sum)-dot/sum))
+}
