@@ -261,8 +261,8 @@ func (m *Model) openEP() error {
 		}
 		g.pols = append(g.pols, pol)
 	}
-	g.needProbs = strings.HasPrefix(policy, "expanded") || policy == "macs"
-	g.needEntropy = policy == "macs"
+	g.needProbs = strings.HasPrefix(policy, "expanded") || strings.HasPrefix(policy, "macs")
+	g.needEntropy = strings.HasPrefix(policy, "macs")
 	g.pass = make([]epPass, layers)
 	g.stats = EPStats{Policy: policy, Devices: N, Layers: make([]EPLayerStats, layers)}
 	for i, j := range g.moeIdx {

@@ -64,7 +64,7 @@ type EPBenchReport struct {
 
 // EPPolicies lists the policies EPBench plans with.
 func EPPolicies() []string {
-	return []string{"round-robin", "token-drop", "token-drop/device", "expanded-drop", "expanded-drop/device", "harmoeny", "eplb", "macs"}
+	return []string{"round-robin", "token-drop", "token-drop/device", "expanded-drop", "expanded-drop/device", "harmoeny", "eplb", "macs", "macs-expanded"}
 }
 
 // epEnv is what a planner is made for: the layer's experts over the devices, the machine, and
@@ -92,8 +92,10 @@ func newEPPolicy(name string, env epEnv) (multigpu.Policy, error) {
 			Expand: strings.HasPrefix(name, "expanded"), DeviceLevel: strings.HasSuffix(name, "/device")}, nil
 	case "harmoeny":
 		return multigpu.HarMoEny{Threshold: env.harmoenyQ, Cluster: env.cluster, Cost: env.cost}, nil
-	case "macs":
-		return &macsLayers{base: multigpu.DefaultMACS(env.gamma), calibrate: env.calibrate, classes: map[int][]multigpu.ExpertClass{}}, nil
+	case "macs", "macs-expanded":
+		base := multigpu.DefaultMACS(env.gamma)
+		base.Expand = name == "macs-expanded"
+		return &macsLayers{name: name, base: base, calibrate: env.calibrate, classes: map[int][]multigpu.ExpertClass{}}, nil
 	case "eplb":
 		// Spare slots for a quarter of the experts (at least one per device), re-planned
 		// every 4 batches from the last 4.
@@ -225,12 +227,13 @@ func EPBench(o EPBenchOptions) (*EPBenchReport, error) {
 // macsLayers is MACS with each layer's experts classed visual, text or shared from a
 // calibration batch of that layer, made the first time the layer is planned.
 type macsLayers struct {
+	name      string
 	base      multigpu.MACS
 	calibrate func(layer int) (multigpu.Batch, error)
 	classes   map[int][]multigpu.ExpertClass
 }
 
-func (*macsLayers) Name() string { return "macs" }
+func (x *macsLayers) Name() string { return x.name }
 
 func (x *macsLayers) Plan(b multigpu.Batch, p multigpu.Placement) (multigpu.Schedule, error) {
 	cls, ok := x.classes[b.Layer]

@@ -34,10 +34,10 @@ type Model struct {
 	// dropPlace is the round-robin placement token drop plans over, made once.
 	dropPlace multigpu.Placement
 	// ep is the expert-parallel group this model is rank `rank` of; nil on one device.
-	ep   *epGroup
-	rank int
-	fpOnce    sync.Once
-	fp        string
+	ep     *epGroup
+	rank   int
+	fpOnce sync.Once
+	fp     string
 
 	// mu guards the memory map: computations hold it for reading, Close for writing, so
 	// closing the model never unmaps weights under a running forward pass.

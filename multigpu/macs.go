@@ -237,11 +237,7 @@ func VisualRatio(b Batch, w []float64) float64 {
 //
 // The invariant: every expert's final effective load, the summed weight w of all tokens it
 // computes over all its copies, its own top-k tokens and those rerouted to it alike, is at
-// most C_j.
-//
-// Not done: the paper's local expansion at generous capacities (appendix A.5), where idle
-// experts also take tokens that overflowed nowhere, beyond their top-k; CapacityDrop's Expand
-// is that idea for token drop.
+// most C_j. With Expand, idle local experts also take tokens beyond their top-k (A.5).
 type MACS struct {
 	// Gamma is the base capacity factor gamma_0.
 	Gamma float64
@@ -262,6 +258,11 @@ type MACS struct {
 	// Reroute enables local semantic rerouting; without it, or without the batch's Probs, every
 	// overflowing choice is dropped (the paper's "w/o Expanded").
 	Reroute bool
+	// Expand is the local expansion of appendix A.5: once top-k choices and reroutes are
+	// placed, experts of each token's own device with capacity left also take tokens that did
+	// not choose them, best rerouting score first, so that idle experts are used without
+	// moving a token off its device. It needs the batch's Probs.
+	Expand bool
 }
 
 // DefaultMACS is MACS with the paper's delta and rho at base capacity factor gamma, rerouting by
@@ -432,12 +433,10 @@ func (m MACS) Plan(b Batch, p Placement) (Schedule, error) {
 		home := b.HomeOf(t, p.Devices)
 		s.Assign = append(s.Assign, Assignment{Token: t, Expert: e, From: home, To: macsHolder(p, e, home), Choice: i % K, Score: b.Score[i]})
 	}
-	if !m.Reroute || b.Probs == nil || len(left) == 0 {
+	if b.Probs == nil || !(m.Reroute && len(left) > 0 || m.Expand) {
 		return s, nil
 	}
 
-	// Step 3: local semantic rerouting of what left, best-ranked first.
-	slices.SortFunc(left, rank)
 	local := make([][]int, p.Devices)
 	for d := range local {
 		local[d] = p.Local(d)
@@ -450,41 +449,73 @@ func (m MACS) Plan(b Batch, p Placement) (Schedule, error) {
 			muNorm[k] = macsNorm(m.Centroids[k*b.Dim : (k+1)*b.Dim])
 		}
 	}
-	taken := map[[2]int]bool{} // (token, expert) rerouted
-	for _, i := range left {
-		t := i / K
-		home := b.HomeOf(t, p.Devices)
-		d := macsHolder(p, b.Choice[i], home)
-		choice := b.Choice[t*K : (t+1)*K]
-		var z []float32
-		var zNorm float64
+	zNorm := make([]float64, T)
+	if semantic {
+		for t := range zNorm {
+			zNorm[t] = macsNorm(b.Features[t*b.Dim : (t+1)*b.Dim])
+		}
+	}
+	// score is eq. 10's S(x, E_k).
+	score := func(t, k int) float64 {
+		v := float64(b.Probs[t*E+k])
 		if semantic {
-			z = b.Features[t*b.Dim : (t+1)*b.Dim]
-			zNorm = macsNorm(z)
+			v = (1-m.Eta)*v + m.Eta*macsCosine(b.Features[t*b.Dim:(t+1)*b.Dim], m.Centroids[k*b.Dim:(k+1)*b.Dim], zNorm[t], muNorm[k])
 		}
-		best, bestScore := -1, 0.0
-		for _, k := range local[d] {
-			if slices.Contains(choice, k) || taken[[2]int{t, k}] {
-				continue
-			}
-			if !(load[k] < capacity[k] && load[k]+w[t] <= capacity[k]) {
-				continue
-			}
-			score := float64(b.Probs[t*E+k])
-			if semantic {
-				score = (1-m.Eta)*score + m.Eta*macsCosine(z, m.Centroids[k*b.Dim:(k+1)*b.Dim], zNorm, muNorm[k])
-			}
-			if best < 0 || score > bestScore {
-				best, bestScore = k, score
-			}
-		}
-		if best < 0 {
-			continue // fail-safe drop: no local expert has room
-		}
-		taken[[2]int{t, best}] = true
-		load[best] += w[t]
+		return v
+	}
+	fits := func(t, k int) bool { return load[k] < capacity[k] && load[k]+w[t] <= capacity[k] }
+	taken := map[[2]int]bool{} // (token, expert) rerouted or expanded
+	add := func(t, k, d int) {
+		taken[[2]int{t, k}] = true
+		load[k] += w[t]
 		s.Rerouted++
-		s.Assign = append(s.Assign, Assignment{Token: t, Expert: best, From: home, To: d, Choice: -1, Score: b.Probs[t*E+best]})
+		s.Assign = append(s.Assign, Assignment{Token: t, Expert: k, From: b.HomeOf(t, p.Devices), To: d, Choice: -1, Score: b.Probs[t*E+k]})
+	}
+
+	// Step 3: local semantic rerouting of what left, best-ranked first.
+	if m.Reroute {
+		slices.SortFunc(left, rank)
+		for _, i := range left {
+			t := i / K
+			d := macsHolder(p, b.Choice[i], b.HomeOf(t, p.Devices))
+			choice := b.Choice[t*K : (t+1)*K]
+			best, bestScore := -1, 0.0
+			for _, k := range local[d] {
+				if slices.Contains(choice, k) || taken[[2]int{t, k}] || !fits(t, k) {
+					continue
+				}
+				if v := score(t, k); best < 0 || v > bestScore {
+					best, bestScore = k, v
+				}
+			}
+			if best >= 0 {
+				add(t, best, d)
+			} // else the fail-safe drop: no local expert has room
+		}
+	}
+	if !m.Expand {
+		return s, nil
+	}
+	// Local expansion: every (token, expert of its own device) it neither chose nor was
+	// rerouted to, best score first, while the expert has room.
+	type offer struct {
+		t, k int
+		v    float64
+	}
+	var offers []offer
+	for t := range T {
+		choice := b.Choice[t*K : (t+1)*K]
+		for _, k := range local[b.HomeOf(t, p.Devices)] {
+			if !slices.Contains(choice, k) && !taken[[2]int{t, k}] {
+				offers = append(offers, offer{t, k, score(t, k)})
+			}
+		}
+	}
+	slices.SortStableFunc(offers, func(x, y offer) int { return cmp.Compare(y.v, x.v) })
+	for _, o := range offers {
+		if fits(o.t, o.k) {
+			add(o.t, o.k, b.HomeOf(o.t, p.Devices))
+		}
 	}
 	return s, nil
 }

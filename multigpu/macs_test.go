@@ -747,3 +747,65 @@ func TestMACSBadInput(t *testing.T) {
 		t.Errorf("default: %v", err)
 	}
 }
+
+// Local expansion (appendix A.5) only adds: the top-k choices computed and dropped are those
+// of MACS without it, every added expert is on the token's own device (no extra traffic),
+// and no expert exceeds its capacity. With capacity to spare it puts idle experts to work.
+func TestMACSLocalExpansion(t *testing.T) {
+	p, err := RoundRobin(16, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seed := range uint64(40) {
+		sk := Skew{Experts: 16, K: 4, Tokens: 96, Alpha: 0.5, Hot: 2, Seed: seed}
+		b, err := sk.Batch(0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, gamma := range []float64{0.7, 1, 3} {
+			plain := DefaultMACS(gamma)
+			exp := plain
+			exp.Expand = true
+			s0, err := plain.Plan(b, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s1, err := exp.Plan(b, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s1.Check(b, p); err != nil {
+				t.Fatalf("seed %d, gamma %v: %v", seed, gamma, err)
+			}
+			if s1.Dropped != s0.Dropped || s1.Rerouted < s0.Rerouted {
+				t.Errorf("seed %d, gamma %v: expansion dropped %d (without %d), added %d (without %d)", seed, gamma, s1.Dropped, s0.Dropped, s1.Rerouted, s0.Rerouted)
+			}
+			for i, a := range s0.Assign {
+				if s1.Assign[i] != a {
+					t.Fatalf("seed %d, gamma %v: assignment %d changed from %+v to %+v", seed, gamma, i, a, s1.Assign[i])
+				}
+			}
+			caps, err := exp.Capacities(b, VisualRatio(b, SemanticWeights(b, exp.Delta)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			load := make([]float64, 16)
+			for _, a := range s1.Assign {
+				load[a.Expert]++ // text only: every weight is 1
+			}
+			for i, a := range s1.Assign[len(s0.Assign):] {
+				if a.From != a.To || !p.Holds(a.To, a.Expert) || a.Choice != -1 {
+					t.Errorf("seed %d, gamma %v: added assignment %d %+v leaves the token's device", seed, gamma, i, a)
+				}
+			}
+			for e, l := range load {
+				if l > caps[e] {
+					t.Errorf("seed %d, gamma %v: expert %d computes %v tokens, capacity %v", seed, gamma, e, l, caps[e])
+				}
+			}
+			if gamma == 3 && s1.Rerouted-s0.Rerouted < 96 {
+				t.Errorf("seed %d: ample capacity added only %d experts for 96 tokens", seed, s1.Rerouted-s0.Rerouted)
+			}
+		}
+	}
+}

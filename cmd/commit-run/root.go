@@ -48,10 +48,10 @@ type app struct {
 	// Expert parallelism: --ep devices, --ep-policy, --link-bw, --harmoeny-q.
 	epDevices, harmoenyQ int
 	epPolicy, linkBW     string
-	profMode       string
-	profDir        string
-	stopProf       func()
-	interrupts     *interrupts
+	profMode             string
+	profDir              string
+	stopProf             func()
+	interrupts           *interrupts
 }
 
 // run executes the command line args and returns the process exit status. sig delivers
