@@ -665,7 +665,10 @@ func (g *epGroup) record(j, r int, compute, total float64, moved int64, s multig
 	g.smu.Lock()
 	defer g.smu.Unlock()
 	L := &g.stats.Layers[j]
-	L.Bytes += moved / 2 // every byte is counted by its sender and its receiver
+	// moved is what this rank sent and received in the dispatch: summed over the ranks that
+	// counts every dispatched byte twice, once for the dispatch and once for the combine,
+	// which moves the same rows back.
+	L.Bytes += moved
 	if r == 0 {
 		load := s.DeviceLoad()
 		L.Tokens += int64(s.Tokens)
@@ -704,6 +707,10 @@ func (g *epGroup) replace(r, j int, moe *models.MoE) error {
 	}
 	g.place[r][j] = np
 	if err := g.hold(r); err != nil {
+		g.place[r][j] = cur
+		if err2 := g.hold(r); err2 != nil {
+			return fmt.Errorf("%w; and the old placement no longer fits: %v", err, err2)
+		}
 		return err
 	}
 	dev := g.ranks[r].dev
