@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"math"
+	"runtime"
 	"strings"
 
 	"github.com/commit-run/commit-run/cpu"
@@ -28,6 +29,10 @@ func newDevice(opts Options) (device.Device, error) {
 			return nil, fmt.Errorf("offload: device memory budget %d bytes: want a positive size", opts.Offload.GPUMem)
 		}
 		budget = opts.Offload.GPUMem
+	}
+	if opts.EP != nil && opts.Threads == 0 {
+		// The ranks of expert parallelism compute at once; each gets its share of the cores.
+		opts.Threads = max(1, runtime.NumCPU()/max(opts.EP.Devices, 1))
 	}
 	name := strings.TrimSpace(opts.Device)
 	switch {

@@ -3,7 +3,6 @@ package engine
 import (
 	"fmt"
 	"math"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -188,17 +187,12 @@ func (m *Model) openEP() error {
 		return err
 	}
 	g.local = local
-	devOpts := m.opts
-	if devOpts.Threads == 0 {
-		// The ranks compute at once; each gets its share of the cores.
-		devOpts.Threads = max(1, runtime.NumCPU()/N)
-	}
 	wall := time.Now()
 	env := epEnv{experts: c.Experts, devices: N, gamma: o.Gamma, metric: o.Metric, seed: o.Seed, harmoenyQ: o.HarMoEnyThreshold}
 	for r := range N {
 		rm := m
 		if r > 0 {
-			dev, err := newDevice(devOpts)
+			dev, err := newDevice(m.opts)
 			if err != nil {
 				return err
 			}
@@ -415,6 +409,10 @@ func (m *Model) epMoE(layer int, moe *models.MoE, x []float32, T int, out []floa
 		width++
 	}
 	meta := make([]float32, T*width)
+	var scratch []float64 // for the entropies
+	if g.needEntropy {
+		scratch = make([]float64, d)
+	}
 	for t, rt := range routes {
 		row := meta[t*width : (t+1)*width]
 		for k, e := range rt.experts {
@@ -426,7 +424,9 @@ func (m *Model) epMoE(layer int, moe *models.MoE, x []float32, T int, out []floa
 			rest = rest[E:]
 		}
 		if g.needEntropy {
-			rest[0] = entropy(x[t*d : (t+1)*d])
+			// MACS's information measure: the Shannon entropy of softmax(hidden state),
+			// ln(d) less its KL divergence from uniform.
+			rest[0] = float32(max(0, math.Log(float64(d))-klFromUniform(x[t*d:(t+1)*d], scratch)))
 		}
 	}
 	m.label("link", "metadata", layer, -1)
@@ -732,21 +732,4 @@ func (g *epGroup) replace(r, j int, moe *models.MoE) error {
 	}
 	g.smu.Unlock()
 	return nil
-}
-
-// entropy is the Shannon entropy in nats of softmax(z), MACS's measure of how much a token's
-// hidden state says.
-func entropy(z []float32) float32 {
-	mx := math.Inf(-1)
-	for _, v := range z {
-		mx = math.Max(mx, float64(v))
-	}
-	var sum, dot float64
-	for _, v := range z {
-		p := math.Exp(float64(v) - mx)
-		sum += p
-		dot += p * (float64(v) - mx)
-	}
-	// H = log(sum) - E[v - mx] under p/sum.
-	return float32(max(0, math.Log(sum)-dot/sum))
 }
