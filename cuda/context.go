@@ -1,0 +1,88 @@
+package cuda
+
+import (
+	"fmt"
+	"sync"
+	"unsafe"
+)
+
+type contextSyms struct {
+	primaryCtxRetain, primaryCtxRelease, ctxSetCurrent, ctxSynchronize, memGetInfo uintptr
+}
+
+func (s *contextSyms) table() []symbol {
+	return []symbol{
+		// CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
+		{name: "cuDevicePrimaryCtxRetain", addr: &s.primaryCtxRetain},
+		// CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
+		{name: "cuDevicePrimaryCtxRelease_v2", addr: &s.primaryCtxRelease},
+		// CUresult cuCtxSetCurrent(CUcontext ctx);
+		{name: "cuCtxSetCurrent", addr: &s.ctxSetCurrent},
+		// CUresult cuCtxSynchronize(void);
+		{name: "cuCtxSynchronize", addr: &s.ctxSynchronize},
+		// CUresult cuMemGetInfo_v2(size_t *free, size_t *total);
+		{name: "cuMemGetInfo_v2", addr: &s.memGetInfo},
+	}
+}
+
+// Context is a device's primary context, the one the CUDA runtime and other libraries
+// (NCCL, cuBLAS) share, so that memory and streams made here work with theirs. Its methods
+// make it current on the calling thread themselves; it is safe for concurrent use.
+type Context struct {
+	d    *Driver
+	dev  Device
+	h    uintptr
+	once sync.Once
+}
+
+// Retain retains the device's primary context. Release it when done.
+func (dev Device) Retain() (*Context, error) {
+	var h uintptr
+	if err := dev.d.call("cuDevicePrimaryCtxRetain", dev.d.primaryCtxRetain, uintptr(unsafe.Pointer(&h)), uintptr(dev.h)); err != nil {
+		return nil, fmt.Errorf("cuda:%d: %w", dev.ordinal, err)
+	}
+	return &Context{d: dev.d, dev: dev, h: h}, nil
+}
+
+// Device is the context's device.
+func (c *Context) Device() Device { return c.dev }
+
+// Driver is the driver the context belongs to.
+func (c *Context) Driver() *Driver { return c.d }
+
+// Release releases the primary context; it is destroyed when its last user releases it. The
+// context's memory, streams and modules must not be used after.
+func (c *Context) Release() error {
+	var err error
+	c.once.Do(func() {
+		err = c.d.call("cuDevicePrimaryCtxRelease_v2", c.d.primaryCtxRelease, uintptr(c.dev.h))
+	})
+	return err
+}
+
+// do runs one call with the context current.
+//
+//go:uintptrescapes
+func (c *Context) do(name string, fn uintptr, args ...uintptr) error {
+	unlock, err := c.d.current(c.h)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return c.d.call(name, fn, args...)
+}
+
+// Synchronize blocks until all of the context's work is done, and reports the first
+// asynchronous error a kernel or copy raised.
+func (c *Context) Synchronize() error {
+	return c.do("cuCtxSynchronize", c.d.ctxSynchronize)
+}
+
+// MemInfo reports the device's free and total memory as the driver sees it now.
+func (c *Context) MemInfo() (free, total int64, err error) {
+	var f, t uint64
+	if err := c.do("cuMemGetInfo_v2", c.d.memGetInfo, uintptr(unsafe.Pointer(&f)), uintptr(unsafe.Pointer(&t))); err != nil {
+		return 0, 0, err
+	}
+	return int64(f), int64(t), nil
+}

@@ -1,0 +1,139 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"unsafe"
+
+	"github.com/ebitengine/purego"
+)
+
+// ErrNoDriver reports that no CUDA driver library could be loaded: the machine has no NVIDIA
+// driver, or not one this binary can use.
+var ErrNoDriver = errors.New("no CUDA driver found")
+
+// DefaultLibraries are the names Load tries, in order, when it is given no path: the
+// driver's versioned soname first, as the NVIDIA installer guarantees it.
+var DefaultLibraries = []string{"libcuda.so.1", "libcuda.so"}
+
+// symbol binds one C function of the driver to a field holding its address.
+type symbol struct {
+	name     string
+	addr     *uintptr
+	optional bool // a newer or older driver may lack it; callers check addr
+}
+
+// Driver is the loaded CUDA driver library, libcuda, with the addresses of the calls this
+// package binds. Each file of the package binds one API area and lists its symbols beside
+// their C prototypes. A Driver is safe for concurrent use.
+type Driver struct {
+	path    string
+	handle  uintptr
+	version int
+
+	initSyms
+	errorSyms
+	deviceSyms
+	contextSyms
+	memorySyms
+	streamSyms
+	eventSyms
+	moduleSyms
+	launchSyms
+}
+
+// Load opens the CUDA driver library at path (or, when path is empty, the first of
+// DefaultLibraries the dynamic loader finds), binds its calls and initialises it with cuInit.
+// Without a driver the error wraps ErrNoDriver.
+func Load(path string) (*Driver, error) {
+	names := DefaultLibraries
+	if path != "" {
+		names = []string{path}
+	}
+	var (
+		handle uintptr
+		errs   []error
+	)
+	for _, name := range names {
+		h, err := purego.Dlopen(name, purego.RTLD_NOW|purego.RTLD_LOCAL)
+		if err == nil {
+			handle, path = h, name
+			break
+		}
+		errs = append(errs, err)
+	}
+	if handle == 0 {
+		return nil, fmt.Errorf("%w (%w)", ErrNoDriver, errors.Join(errs...))
+	}
+	d := &Driver{path: path, handle: handle}
+	var tables [][]symbol
+	tables = append(tables, d.initSyms.table(), d.errorSyms.table(), d.deviceSyms.table(), d.contextSyms.table(),
+		d.memorySyms.table(), d.streamSyms.table(), d.eventSyms.table(), d.moduleSyms.table(), d.launchSyms.table())
+	for _, t := range tables {
+		for _, s := range t {
+			addr, err := purego.Dlsym(handle, s.name)
+			if err != nil {
+				if s.optional {
+					continue
+				}
+				purego.Dlclose(handle)
+				return nil, fmt.Errorf("%w: %s has no %s: the driver is too old or not NVIDIA's", ErrNoDriver, path, s.name)
+			}
+			*s.addr = addr
+		}
+	}
+	if err := d.init(); err != nil {
+		purego.Dlclose(handle)
+		return nil, err
+	}
+	return d, nil
+}
+
+// Path is the library Load opened.
+func (d *Driver) Path() string { return d.path }
+
+// Version is the driver's CUDA version as cuDriverGetVersion reports it: 1000*major +
+// 10*minor, e.g. 13000 for CUDA 13.0.
+func (d *Driver) Version() int { return d.version }
+
+// call calls a bound driver function and turns its CUresult into an error naming the call.
+// The uintptr arguments may be Go pointers converted in the call expression: the directive
+// keeps what they point to alive and on the heap until the call returns.
+//
+//go:uintptrescapes
+func (d *Driver) call(name string, fn uintptr, args ...uintptr) error {
+	r, _, _ := purego.SyscallN(fn, args...)
+	if res := Result(int32(r)); res != Success {
+		return d.newError(name, res)
+	}
+	return nil
+}
+
+// current makes ctx the calling thread's context and locks the goroutine to the thread until
+// the returned function is called. Every call that works in a context goes through it: Go
+// moves goroutines between threads, and a CUDA context is current per thread.
+func (d *Driver) current(ctx uintptr) (func(), error) {
+	runtime.LockOSThread()
+	if err := d.call("cuCtxSetCurrent", d.ctxSetCurrent, ctx); err != nil {
+		runtime.UnlockOSThread()
+		return nil, err
+	}
+	return runtime.UnlockOSThread, nil
+}
+
+// goString copies the NUL-terminated C string at p.
+func goString(p unsafe.Pointer) string {
+	if p == nil {
+		return ""
+	}
+	var b []byte
+	for i := 0; i < 1<<16; i++ {
+		c := *(*byte)(unsafe.Add(p, i))
+		if c == 0 {
+			break
+		}
+		b = append(b, c)
+	}
+	return string(b)
+}
