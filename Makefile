@@ -4,7 +4,7 @@ MODEL ?= models/testdata/tinymoe-qwen2moe.gguf
 THREADS ?= 0
 BIN := bin/commit-run
 
-.PHONY: run test build bench-cpu golden fuzz vet clean
+.PHONY: run test build bench-cpu golden fuzz vet clean kernels
 
 build:
 	$(GO) build -o $(BIN) ./cmd/commit-run
@@ -34,6 +34,10 @@ bench-cpu:
 golden:
 	bash tools/golden/regen.sh
 	bash tools/tinymoe/golden.sh
+
+# Rebuild the CUDA kernels' PTX (cuda/ptx/kernels.ptx) after editing cuda/kernels/ (nvcc, or clang).
+kernels:
+	bash tools/kernels/build.sh
 
 clean:
 	rm -rf bin

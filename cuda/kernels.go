@@ -1,0 +1,85 @@
+package cuda
+
+import (
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"sort"
+)
+
+// kernelPTX is the kernels' PTX module, built from kernels/*.cu by tools/kernels/build.sh
+// (make kernels). Its first line records the hash of the sources it was built from.
+//
+//go:embed ptx/kernels.ptx
+var kernelPTX []byte
+
+// kernelSources are the CUDA sources of kernelPTX, embedded so that a test can tell whether
+// the PTX is stale.
+//
+//go:embed kernels/*.cu kernels/*.cuh
+var kernelSources embed.FS
+
+// PTX returns the kernels' PTX module: one module with every kernel in KernelNames, for
+// compute capability 7.5 and newer. The caller must not modify it.
+func PTX() []byte { return kernelPTX }
+
+// SourcesHash returns the SHA-256 (hex) of the embedded kernel sources as HashSources
+// computes it.
+func SourcesHash() (string, error) { return HashSources(kernelSources) }
+
+// HashSources returns the hex SHA-256 over the kernel sources kernels/*.cu and kernels/*.cuh
+// of fsys (a view of the cuda directory): for each file in sorted path order, its path (such
+// as "kernels/mmv.cu"), a 0 byte, its contents and a 0 byte. tools/kernels/build.sh writes
+// this hash into the PTX's first line; the package's tests compare the two.
+func HashSources(fsys fs.FS) (string, error) {
+	var paths []string
+	for _, pat := range []string{"kernels/*.cu", "kernels/*.cuh"} {
+		m, err := fs.Glob(fsys, pat)
+		if err != nil {
+			return "", err
+		}
+		paths = append(paths, m...)
+	}
+	if len(paths) == 0 {
+		return "", fmt.Errorf("cuda: no kernel sources (kernels/*.cu, kernels/*.cuh)")
+	}
+	sort.Strings(paths)
+	h := sha256.New()
+	for _, p := range paths {
+		b, err := fs.ReadFile(fsys, p)
+		if err != nil {
+			return "", err
+		}
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+		h.Write(b)
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// KernelNames lists every kernel (extern "C" __global__ function) in the PTX module. Their
+// ABIs (parameters, grid and block sizes) are the comments above each in kernels/*.cu.
+var KernelNames = []string{
+	// mmv.cu: y = W x for ntok <= 8 tokens per pass over W
+	"mmv_f32", "mmv_f16", "mmv_bf16",
+	"mmv_q4_0", "mmv_q4_1", "mmv_q5_0", "mmv_q5_1", "mmv_q8_0", "mmv_iq4_nl",
+	"mmv_q2_K", "mmv_q3_K", "mmv_q4_K", "mmv_q5_K", "mmv_q6_K",
+	// getrows.cu: embedding lookups
+	"get_rows_f32", "get_rows_f16", "get_rows_bf16",
+	"get_rows_q4_0", "get_rows_q4_1", "get_rows_q5_0", "get_rows_q5_1", "get_rows_q8_0", "get_rows_iq4_nl",
+	"get_rows_q2_K", "get_rows_q3_K", "get_rows_q4_K", "get_rows_q5_K", "get_rows_q6_K",
+	// norm.cu
+	"rms_norm_f32", "rms_norm_strided_f32",
+	// elementwise.cu
+	"add_f32", "add_rows_f32", "swiglu_f32", "mul_f32", "scale_f32", "scale_add_f32", "combine_f32",
+	"f32_to_f16", "f16_to_f32", "copy_f32", "copy2d_f32", "copy2d_f32_f16",
+	// router.cu
+	"softmax_rows_f32", "sigmoid_f32", "topk_f32", "norm_weights_f32",
+	// rope.cu
+	"rope_f32",
+	// attention.cu
+	"attn_f32", "attn_f16kv",
+}

@@ -1,0 +1,509 @@
+// common.cuh: what every kernel file shares. The kernels are plain CUDA C that compiles three
+// ways, and this header hides the differences:
+//
+//   - nvcc (nvcc -ptx -arch=compute_75): the toolkit's implicit declarations (__shfl_xor_sync,
+//     __byte_perm, __fmul_rn, ...) are used; no toolkit header is included.
+//   - clang without the CUDA toolkit (clang -x cuda --cuda-device-only -nocudainc -nocudalib):
+//     the CUDA keywords and intrinsics are defined here from clang's builtins.
+//   - a host C++ compiler (neither of the above): only for testing the sources on a machine
+//     without a GPU. The test harness then provides threadIdx, blockIdx, blockDim, gridDim,
+//     cr_host_syncthreads and cr_host_shfl_xor, and runs each CUDA thread as a host thread.
+//
+// Nothing here calls the CUDA runtime or needs libdevice: the few transcendental functions the
+// kernels use are written out below (ports of the routines the CPU reference reproduces).
+#ifndef CR_COMMON_CUH
+#define CR_COMMON_CUH
+
+#if defined(__NVCC__)
+#define CR_DEVICE 1
+#define CR_NVCC 1
+#elif defined(__clang__) && defined(__CUDA__)
+#define CR_DEVICE 1
+#define CR_CLANG 1
+#include <__clang_cuda_builtin_vars.h>
+#define __global__ __attribute__((global))
+#define __device__ __attribute__((device))
+#define __host__ __attribute__((host))
+#define __shared__ __attribute__((shared))
+#define __constant__ __attribute__((constant))
+#define __forceinline__ __inline__ __attribute__((always_inline))
+#else
+#define CR_HOST 1
+#include <math.h>
+#include <string.h>
+struct cr_dim3 {
+	unsigned x, y, z;
+};
+extern thread_local cr_dim3 threadIdx, blockIdx, blockDim, gridDim;
+void cr_host_syncthreads(void);
+unsigned cr_host_shfl_xor(unsigned v, int lane_mask);
+#define __global__
+#define __device__
+#define __host__
+#define __shared__ static
+#define __constant__ static const
+#define __forceinline__ inline
+#define __syncthreads() cr_host_syncthreads()
+#endif
+
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef long long i64;
+
+// CR_FN marks the helpers: device functions, inlined.
+#define CR_FN static __device__ __forceinline__
+
+#define CR_WARP 32
+#define CR_FULL_MASK 0xffffffffu
+
+// ---- bit casts ----
+
+CR_FN float cr_as_f(u32 u) {
+#if defined(CR_NVCC)
+	return __uint_as_float(u);
+#else
+	union {
+		u32 u;
+		float f;
+	} c;
+	c.u = u;
+	return c.f;
+#endif
+}
+
+CR_FN u32 cr_f_bits(float f) {
+#if defined(CR_NVCC)
+	return __float_as_uint(f);
+#else
+	union {
+		u32 u;
+		float f;
+	} c;
+	c.f = f;
+	return c.u;
+#endif
+}
+
+CR_FN double cr_as_d(u64 u) {
+#if defined(CR_NVCC)
+	return __longlong_as_double((long long)u);
+#else
+	union {
+		u64 u;
+		double d;
+	} c;
+	c.u = u;
+	return c.d;
+#endif
+}
+
+CR_FN u64 cr_d_bits(double d) {
+#if defined(CR_NVCC)
+	return (u64)__double_as_longlong(d);
+#else
+	union {
+		u64 u;
+		double d;
+	} c;
+	c.d = d;
+	return c.u;
+#endif
+}
+
+// ---- warp shuffles (all 32 lanes of the warp must take part) ----
+
+CR_FN u32 cr_shfl_xor_u32(u32 v, int m) {
+#if defined(CR_NVCC)
+	return __shfl_xor_sync(CR_FULL_MASK, v, m);
+#elif defined(CR_CLANG)
+	return (u32)__nvvm_shfl_sync_bfly_i32(CR_FULL_MASK, (int)v, m, 0x1f);
+#else
+	return cr_host_shfl_xor(v, m);
+#endif
+}
+
+CR_FN float cr_shfl_xor(float v, int m) { return cr_as_f(cr_shfl_xor_u32(cr_f_bits(v), m)); }
+
+CR_FN double cr_shfl_xor_d(double v, int m) {
+	u64 b = cr_d_bits(v);
+	u32 lo = cr_shfl_xor_u32((u32)b, m), hi = cr_shfl_xor_u32((u32)(b >> 32), m);
+	return cr_as_d((u64)hi << 32 | lo);
+}
+
+// cr_warp_sum returns the sum of v over the warp to every lane (butterfly order).
+CR_FN float cr_warp_sum(float v) {
+	for (int m = 16; m > 0; m >>= 1)
+		v += cr_shfl_xor(v, m);
+	return v;
+}
+
+CR_FN double cr_warp_sum_d(double v) {
+	for (int m = 16; m > 0; m >>= 1)
+		v += cr_shfl_xor_d(v, m);
+	return v;
+}
+
+CR_FN float cr_warp_max(float v) {
+	for (int m = 16; m > 0; m >>= 1) {
+		float o = cr_shfl_xor(v, m);
+		v = o > v ? o : v;
+	}
+	return v;
+}
+
+// ---- byte permute: result byte i = byte (s >> 4i) & 7 of the 8 bytes {y:x} (x = bytes 0-3).
+// Callers keep bit 3 of every selector nibble clear (no sign replication).
+
+CR_FN u32 cr_prmt(u32 x, u32 y, u32 s) {
+#if defined(CR_NVCC)
+	return __byte_perm(x, y, s);
+#elif defined(CR_CLANG)
+	return (u32)__nvvm_prmt((int)x, (int)y, (int)s);
+#else
+	u64 v = (u64)y << 32 | x;
+	u32 r = 0;
+	for (int i = 0; i < 4; i++)
+		r |= (u32)((v >> (8 * ((s >> (4 * i)) & 7))) & 0xff) << (8 * i);
+	return r;
+#endif
+}
+
+// cr_byte_f returns 2^23 + byte k of w, exactly, as a float (0x4B0000bb): subtracting
+// 8388608.0f (or 8388608.0f + an offset) gives the byte as an exact integer-valued float
+// without an integer-to-float conversion, which has a quarter of the FMA throughput.
+#define CR_MAGIC 8388608.0f
+CR_FN float cr_byte_f(u32 w, int k) { return cr_as_f(cr_prmt(w, 0x4B000000u, 0x7650u | (u32)k)); }
+
+// ---- float arithmetic with one rounding and no contraction (where the reference rounds each
+// step, as the CPU device does) ----
+
+CR_FN float cr_fmul(float a, float b) {
+#if defined(CR_NVCC)
+	return __fmul_rn(a, b);
+#elif defined(CR_CLANG)
+	return __nvvm_mul_rn_f(a, b);
+#else
+	return a * b;
+#endif
+}
+
+CR_FN float cr_fadd(float a, float b) {
+#if defined(CR_NVCC)
+	return __fadd_rn(a, b);
+#elif defined(CR_CLANG)
+	return __nvvm_add_rn_f(a, b);
+#else
+	return a + b;
+#endif
+}
+
+CR_FN float cr_fdiv(float a, float b) {
+#if defined(CR_NVCC)
+	return __fdiv_rn(a, b);
+#elif defined(CR_CLANG)
+	return __nvvm_div_rn_f(a, b);
+#else
+	return a / b;
+#endif
+}
+
+CR_FN float cr_fsqrt(float a) {
+#if defined(CR_NVCC)
+	return __fsqrt_rn(a);
+#elif defined(CR_CLANG)
+	return __nvvm_sqrt_rn_f(a);
+#else
+	return sqrtf(a);
+#endif
+}
+
+CR_FN float cr_fma(float a, float b, float c) {
+#if defined(CR_NVCC)
+	return __fmaf_rn(a, b, c);
+#elif defined(CR_CLANG)
+	return __nvvm_fma_rn_f(a, b, c);
+#else
+	return fmaf(a, b, c);
+#endif
+}
+
+CR_FN double cr_dfma(double a, double b, double c) {
+#if defined(CR_NVCC)
+	return __fma_rn(a, b, c);
+#elif defined(CR_CLANG)
+	return __nvvm_fma_rn_d(a, b, c);
+#else
+	return fma(a, b, c);
+#endif
+}
+
+CR_FN double cr_dmul(double a, double b) {
+#if defined(CR_NVCC)
+	return __dmul_rn(a, b);
+#elif defined(CR_CLANG)
+	return __nvvm_mul_rn_d(a, b);
+#else
+	return a * b;
+#endif
+}
+
+CR_FN double cr_dadd(double a, double b) {
+#if defined(CR_NVCC)
+	return __dadd_rn(a, b);
+#elif defined(CR_CLANG)
+	return __nvvm_add_rn_d(a, b);
+#else
+	return a + b;
+#endif
+}
+
+CR_FN float cr_fabs(float a) { return cr_as_f(cr_f_bits(a) & 0x7fffffffu); }
+CR_FN float cr_inf(void) { return cr_as_f(0x7f800000u); }
+
+// ---- half and bfloat16 ----
+
+// cr_h2f widens an IEEE half (every half is exact in float32). On the device it is PTX's
+// cvt.f32.f16; the host version is the same function in bits (Go: quant.FP16ToFP32).
+CR_FN float cr_h2f(u16 h) {
+#if defined(CR_DEVICE)
+	float f;
+	asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+	return f;
+#else
+	u32 sign = (u32)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+	if (e == 0x1f)
+		return cr_as_f(sign | 0x7f800000u | (m ? 0x400000u | m << 13 : 0));
+	if (e != 0)
+		return cr_as_f(sign | (e + 112) << 23 | m << 13);
+	float v = (float)m * (1.0f / 16777216.0f);
+	return sign ? -v : v;
+#endif
+}
+
+// cr_f2h rounds a float to the nearest half, ties to even, overflowing to infinity (Go:
+// quant.FP32ToFP16; NaN payloads may differ).
+CR_FN u16 cr_f2h(float f) {
+#if defined(CR_DEVICE)
+	u16 h;
+	asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+	return h;
+#else
+	u32 b = cr_f_bits(f), sign = (b >> 16) & 0x8000u, mant = b & 0x7fffffu;
+	int exp = (int)((b >> 23) & 0xff);
+	if (exp == 0xff)
+		return (u16)(sign | 0x7c00u | (mant ? 0x200u | mant >> 13 : 0));
+	int e = exp - 127;
+	if (e > 15)
+		return (u16)(sign | 0x7c00u);
+	if (e >= -14) {
+		u32 h = (u32)(e + 15) << 10 | mant >> 13, rest = mant & 0x1fffu;
+		if (rest > 0x1000u || (rest == 0x1000u && (h & 1)))
+			h++;
+		return (u16)(sign | h);
+	}
+	if (exp == 0)
+		return (u16)sign;
+	u32 m = mant | 0x800000u, shift = (u32)(-e - 1);
+	if (shift > 24)
+		return (u16)sign;
+	u32 h = m >> shift, rest = m & ((1u << shift) - 1), hw = 1u << (shift - 1);
+	if (rest > hw || (rest == hw && (h & 1)))
+		h++;
+	return (u16)(sign | h);
+#endif
+}
+
+// cr_round_h rounds a float to the nearest half and back.
+CR_FN float cr_round_h(float f) { return cr_h2f(cr_f2h(f)); }
+
+CR_FN float cr_bf2f(u16 h) { return cr_as_f((u32)h << 16); }
+
+// ---- loads ----
+// cr_ldg_* read global memory through the read-only (non-coherent) path: only for data no
+// thread writes during the kernel. The pointer must be aligned to the access size.
+
+struct cr_u4 {
+	u32 x, y, z, w;
+};
+struct cr_f4 {
+	float x, y, z, w;
+};
+
+CR_FN cr_u4 cr_ldg_u4(const void* p) {
+	cr_u4 r;
+#if defined(CR_DEVICE)
+	asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+#else
+	memcpy(&r, p, 16);
+#endif
+	return r;
+}
+
+CR_FN cr_f4 cr_ldg_f4(const float* p) {
+	cr_f4 r;
+#if defined(CR_DEVICE)
+	asm("ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w) : "l"(p));
+#else
+	memcpy(&r, p, 16);
+#endif
+	return r;
+}
+
+CR_FN float cr_ldg_f(const float* p) {
+#if defined(CR_DEVICE)
+	float r;
+	asm("ld.global.nc.f32 %0, [%1];" : "=f"(r) : "l"(p));
+	return r;
+#else
+	return *p;
+#endif
+}
+
+CR_FN u32 cr_ldg_u32(const void* p) {
+	u32 r;
+#if defined(CR_DEVICE)
+	asm("ld.global.nc.u32 %0, [%1];" : "=r"(r) : "l"(p));
+#else
+	memcpy(&r, p, 4);
+#endif
+	return r;
+}
+
+CR_FN u16 cr_ldg_u16(const void* p) {
+	u16 r;
+#if defined(CR_DEVICE)
+	asm("ld.global.nc.u16 %0, [%1];" : "=h"(r) : "l"(p));
+#else
+	memcpy(&r, p, 2);
+#endif
+	return r;
+}
+
+// cr_ldg_words_a2 reads N consecutive little-endian u32 words from a 2-byte-aligned p with
+// aligned 4-byte loads (half as many load instructions as 16-bit loads), realigned with byte
+// permutes. When p is 2 mod 4 it reads the 2 bytes before p and after p + 4N, which lie in the
+// same aligned words, so in the same allocation.
+template <int N> CR_FN void cr_ldg_words_a2(const u8* p, u32* w) {
+	const u8* a = (const u8*)((u64)p & ~(u64)3);
+	const u32 r = (u32)((u64)p & 2), sel = 0x3210u + r * 0x1111u;
+	u32 lo = cr_ldg_u32(a);
+#pragma unroll
+	for (int i = 0; i < N; i++) {
+		u32 hi = (i + 1 < N || r) ? cr_ldg_u32(a + 4 * (i + 1)) : 0u;
+		w[i] = cr_prmt(lo, hi, sel);
+		lo = hi;
+	}
+}
+
+// Plain little-endian reads of any alignment, for code that is not on a hot path.
+CR_FN u32 cr_rd_u8(const u8* p) { return p[0]; }
+CR_FN u32 cr_rd_u16(const u8* p) { return (u32)p[0] | (u32)p[1] << 8; }
+CR_FN u32 cr_rd_u32(const u8* p) { return (u32)p[0] | (u32)p[1] << 8 | (u32)p[2] << 16 | (u32)p[3] << 24; }
+CR_FN float cr_rd_h(const u8* p) { return cr_h2f((u16)cr_rd_u16(p)); }
+
+// ---- exponentials ----
+
+// cr_exp_v is ggml_v_expf (llama.cpp's AVX-512 exp; Go: models.expAVX512) operation for
+// operation: a range reduction to 2^n * e^b and a degree-5 polynomial, 0 or +Inf outside about
+// [-104, 88]. The CPU reference uses it in softmax and SwiGLU.
+CR_FN float cr_exp_v(float x) {
+	const float r = 12582912.0f; // 0x1.8p23
+	float z = cr_fma(x, 1.44269502f, r);
+	float n = cr_fadd(z, -r);
+	float b = cr_fma(-n, 1.42860677e-06f, cr_fma(-n, 0.693145752f, x));
+	float u = cr_fmul(b, b);
+	float j = cr_fma(cr_fma(cr_fma(0.00824739039f, b, 0.0418997668f), u, cr_fma(0.166683957f, b, 0.499991268f)), u,
+	                 cr_fma(0.999999404f, b, 1.0f));
+	if (cr_fabs(n) > 192.0f)
+		return n <= 0.0f ? 0.0f : cr_inf();
+	if (n != n)
+		return n;
+	int k = (int)n;
+	if (k >= -125 && k <= 127)
+		return cr_fmul(j, cr_as_f((u32)(k + 127) << 23)); // exact scaling, one rounding
+	// scalef near the ends of the range: j * 2^k exact in double, rounded once.
+	return (float)cr_dmul((double)j, cr_as_d((u64)(k + 1023) << 52));
+}
+
+// __exp2f_data.tab of glibc / Arm optimized-routines (2^(i/32) with the index folded in).
+__constant__ u64 cr_exp2f_tab[32] = {
+    0x3ff0000000000000ull, 0x3fefd9b0d3158574ull, 0x3fefb5586cf9890full, 0x3fef9301d0125b51ull,
+    0x3fef72b83c7d517bull, 0x3fef54873168b9aaull, 0x3fef387a6e756238ull, 0x3fef1e9df51fdee1ull,
+    0x3fef06fe0a31b715ull, 0x3feef1a7373aa9cbull, 0x3feedea64c123422ull, 0x3feece086061892dull,
+    0x3feebfdad5362a27ull, 0x3feeb42b569d4f82ull, 0x3feeab07dd485429ull, 0x3feea47eb03a5585ull,
+    0x3feea09e667f3bcdull, 0x3fee9f75e8ec5f74ull, 0x3feea11473eb0187ull, 0x3feea589994cce13ull,
+    0x3feeace5422aa0dbull, 0x3feeb737b0cdc5e5ull, 0x3feec49182a3f090ull, 0x3feed503b23e255dull,
+    0x3feee89f995ad3adull, 0x3feeff76f2fb5e47ull, 0x3fef199bdd85529cull, 0x3fef3720dcef9069ull,
+    0x3fef5818dcfba487ull, 0x3fef7c97337b9b5full, 0x3fefa4afa2a490daull, 0x3fefd0765b6e4540ull,
+};
+
+// cr_expf is glibc's expf (FMA variant; Go: models.expf), computed in double: the CPU
+// reference's scalar exp (sigmoid gating, softmax tails).
+CR_FN float cr_expf(float x) {
+	u32 ax = (cr_f_bits(x) >> 20) & 0x7ffu;
+	if (ax >= 0x42bu) { // |x| >= 88, Inf or NaN
+		if (cr_f_bits(x) == 0xff800000u)
+			return 0.0f;
+		if (ax >= 0x7f8u)
+			return x + x;
+		if (x > 88.7228317f)
+			return cr_inf();
+		if (x < -103.972076f)
+			return 0.0f;
+		if (x < -103.278923f)
+			return 1.40129846e-45f;
+	}
+	const double inv_ln2_n = cr_as_d(0x40471547652b82feull); // 0x1.71547652b82fep+5
+	const double shift = cr_as_d(0x4338000000000000ull);     // 0x1.8p+52
+	double xd = (double)x;
+	double kd = cr_dfma(inv_ln2_n, xd, shift);
+	u64 ki = cr_d_bits(kd);
+	kd = cr_dadd(kd, -shift);
+	double r = cr_dfma(inv_ln2_n, xd, -kd);
+	u64 t = cr_exp2f_tab[ki % 32] + (ki << 47);
+	double s = cr_as_d(t);
+	double z = cr_dfma(r, cr_as_d(0x3ebc6af84b912394ull), cr_as_d(0x3f2ebfce50fac4f3ull));
+	double r2 = cr_dmul(r, r);
+	double y = cr_dfma(r, cr_as_d(0x3f962e42ff0c52d6ull), 1.0);
+	y = cr_dfma(z, r2, y);
+	return (float)cr_dmul(y, s);
+}
+
+// cr_hsum16 adds 16 values in the order of _mm512_reduce_add_ps (Go: quant.HSum16).
+CR_FN float cr_hsum16(const float* a) {
+	float t[8];
+#pragma unroll
+	for (int i = 0; i < 8; i++)
+		t[i] = cr_fadd(a[i + 8], a[i]);
+	float u0 = cr_fadd(t[4], t[0]), u1 = cr_fadd(t[5], t[1]), u2 = cr_fadd(t[6], t[2]), u3 = cr_fadd(t[7], t[3]);
+	return cr_fadd(cr_fadd(u0, u2), cr_fadd(u1, u3));
+}
+
+// ---- block-wide reductions (blockDim.x a multiple of 32, at most 1024, blockDim.y == 1;
+// every thread of the block must call them) ----
+
+CR_FN double cr_block_sum_d(double v, double* sh /* 32 doubles of shared memory */) {
+	int lane = threadIdx.x % CR_WARP, warp = threadIdx.x / CR_WARP, nw = blockDim.x / CR_WARP;
+	v = cr_warp_sum_d(v);
+	__syncthreads(); // sh may still be read from an earlier call
+	if (lane == 0)
+		sh[warp] = v;
+	__syncthreads();
+	v = lane < nw ? sh[lane] : 0.0;
+	return cr_warp_sum_d(v);
+}
+
+CR_FN float cr_block_max(float v, float* sh /* 32 floats of shared memory */) {
+	int lane = threadIdx.x % CR_WARP, warp = threadIdx.x / CR_WARP, nw = blockDim.x / CR_WARP;
+	v = cr_warp_max(v);
+	__syncthreads();
+	if (lane == 0)
+		sh[warp] = v;
+	__syncthreads();
+	v = lane < nw ? sh[lane] : -cr_inf();
+	return cr_warp_max(v);
+}
+
+#endif // CR_COMMON_CUH

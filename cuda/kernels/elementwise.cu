@@ -1,0 +1,111 @@
+// elementwise.cu: element-wise kernels. Unless a kernel says otherwise:
+//   grid (ceil(n / 256), 1, 1), block (256, 1, 1); each thread walks a grid-stride loop, so any
+//   grid and block work (a grid capped at, say, 1024 blocks is fine); no shared memory.
+//   Pointers are device pointers to float32 (or to halves as unsigned short) with no alignment
+//   beyond their element's.
+#include "common.cuh"
+
+#define EW_LOOP(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (i64)(n); i += (i64)gridDim.x * blockDim.x)
+
+// add_f32(float* dst, const float* src, int n): dst[i] += src[i] for i < n (the residual).
+extern "C" __global__ void add_f32(float* dst, const float* src, int n) {
+	EW_LOOP(i, n)
+	dst[i] = cr_fadd(dst[i], src[i]);
+}
+
+// add_rows_f32(float* x, const float* bias, int n, int d): x[i] += bias[i % d] for i < n
+// (a bias of d values added to every row of d values; n a multiple of d).
+extern "C" __global__ void add_rows_f32(float* x, const float* bias, int n, int d) {
+	EW_LOOP(i, n)
+	x[i] = cr_fadd(x[i], bias[i % d]);
+}
+
+// swiglu_f32(float* g, const float* u, int n): g[i] = silu(g[i]) * u[i] for i < n, with
+// silu(v) = v / (1 + exp(-v)) in the arithmetic of ggml_v_silu (models.SwiGLU's 16-wide path:
+// the exp is cr_exp_v, the division and product correctly rounded). models.SwiGLU computes the
+// last len%16 values of each row with glibc's expf instead; rows of a multiple of 16 values, as
+// every expert width is, match it bit for bit.
+extern "C" __global__ void swiglu_f32(float* g, const float* u, int n) {
+	EW_LOOP(i, n) {
+		float v = g[i];
+		g[i] = cr_fmul(cr_fdiv(v, cr_fadd(1.0f, cr_exp_v(0.0f - v))), u[i]);
+	}
+}
+
+// mul_f32(float* dst, const float* src, int n): dst[i] *= src[i] for i < n.
+extern "C" __global__ void mul_f32(float* dst, const float* src, int n) {
+	EW_LOOP(i, n)
+	dst[i] = cr_fmul(dst[i], src[i]);
+}
+
+// scale_f32(float* x, float s, int n): x[i] *= s for i < n.
+extern "C" __global__ void scale_f32(float* x, float s, int n) {
+	EW_LOOP(i, n)
+	x[i] = cr_fmul(x[i], s);
+}
+
+// scale_add_f32(float* dst, const float* src, float w, int n): dst[i] += w*src[i] for i < n,
+// the product rounded before the sum (ggml_mul then ggml_add, as the engine's combine).
+extern "C" __global__ void scale_add_f32(float* dst, const float* src, float w, int n) {
+	EW_LOOP(i, n)
+	dst[i] = cr_fadd(dst[i], cr_fmul(w, src[i]));
+}
+
+// combine_f32(float* out, const float* ys, const float* weights, int k, int d)
+//   One token's expert outputs summed into out: for i < d,
+//   out[i] += w[0]*ys[i] + w[1]*ys[d+i] + ... + w[k-1]*ys[(k-1)*d+i], each product rounded and
+//   added in turn to a sum that starts at 0 (the engine's combine), the sum then added to out
+//   (out starting at 0 gives the engine's result exactly).
+//   Several tokens: grid.y = ntok, token t reading ys + t*k*d and weights + t*k and writing
+//   out + t*d. grid (ceil(d / 256), ntok, 1); block (256, 1, 1).
+extern "C" __global__ void combine_f32(float* out, const float* ys, const float* weights, int k, int d) {
+	const i64 t = blockIdx.y;
+	out += t * d;
+	ys += t * k * (i64)d;
+	weights += t * k;
+	for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < d; i += (i64)gridDim.x * blockDim.x) {
+		float s = 0.0f;
+		for (int j = 0; j < k; j++)
+			s = cr_fadd(s, cr_fmul(weights[j], ys[(i64)j * d + i]));
+		out[i] = cr_fadd(out[i], s);
+	}
+}
+
+// f32_to_f16(unsigned short* dst, const float* src, int n): dst[i] = the IEEE half nearest to
+// src[i] (ties to even, overflow to infinity: quant.FP32ToFP16) for i < n.
+extern "C" __global__ void f32_to_f16(u16* dst, const float* src, int n) {
+	EW_LOOP(i, n)
+	dst[i] = cr_f2h(src[i]);
+}
+
+// f16_to_f32(float* dst, const unsigned short* src, int n): dst[i] = the half src[i] widened.
+extern "C" __global__ void f16_to_f32(float* dst, const u16* src, int n) {
+	EW_LOOP(i, n)
+	dst[i] = cr_h2f(src[i]);
+}
+
+// copy_f32(float* dst, const float* src, int n): dst[i] = src[i] for i < n (no overlap).
+extern "C" __global__ void copy_f32(float* dst, const float* src, int n) {
+	EW_LOOP(i, n)
+	dst[i] = src[i];
+}
+
+// copy2d_f32(float* dst, const float* src, int rows, int cols, int dst_stride, int src_stride)
+//   dst[r*dst_stride + c] = src[r*src_stride + c] for r < rows, c < cols (strides in floats;
+//   no overlap). Builds strided rows such as MLA's per-head [k_nope | k_pe] keys.
+//   grid (ceil(cols / 256), rows, 1); block (256, 1, 1); any grid.x >= 1 works.
+extern "C" __global__ void copy2d_f32(float* dst, const float* src, int rows, int cols, int dst_stride, int src_stride) {
+	for (i64 r = blockIdx.y; r < rows; r += gridDim.y)
+		for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x)
+			dst[r * dst_stride + c] = src[r * src_stride + c];
+}
+
+// copy2d_f32_f16(unsigned short* dst, const float* src, int rows, int cols, int dst_stride,
+//                int src_stride)
+//   copy2d_f32 that rounds to halves as f32_to_f16 (storing rows into an F16 KV cache).
+//   grid (ceil(cols / 256), rows, 1); block (256, 1, 1).
+extern "C" __global__ void copy2d_f32_f16(u16* dst, const float* src, int rows, int cols, int dst_stride, int src_stride) {
+	for (i64 r = blockIdx.y; r < rows; r += gridDim.y)
+		for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x)
+			dst[r * dst_stride + c] = cr_f2h(src[r * src_stride + c]);
+}
