@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -53,7 +54,7 @@ func Load(path string) (*Driver, error) {
 	}
 	var (
 		handle uintptr
-		errs   []error
+		errs   []string
 	)
 	for _, name := range names {
 		h, err := purego.Dlopen(name, purego.RTLD_NOW|purego.RTLD_LOCAL)
@@ -61,10 +62,10 @@ func Load(path string) (*Driver, error) {
 			handle, path = h, name
 			break
 		}
-		errs = append(errs, err)
+		errs = append(errs, err.Error())
 	}
 	if handle == 0 {
-		return nil, fmt.Errorf("%w (%w)", ErrNoDriver, errors.Join(errs...))
+		return nil, fmt.Errorf("%w (%s)", ErrNoDriver, strings.Join(errs, "; "))
 	}
 	d := &Driver{path: path, handle: handle}
 	var tables [][]symbol

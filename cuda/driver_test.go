@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -14,47 +12,26 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/commit-run/commit-run/internal/fakecuda"
 	"github.com/ebitengine/purego"
 )
 
-var fake struct {
-	once sync.Once
-	path string
-	err  error
-}
+var fake struct{ path string }
 
-// fakeDriver builds testdata/fakecuda.c into a libcuda.so.1 once per test binary and loads
-// it: the binding's calls, argument passing and errors are tested against it on machines
-// without a GPU. Tests skip without a C compiler.
+// fakeDriver loads the fake driver of package fakecuda: the binding's calls, argument passing
+// and errors are tested against it on machines without a GPU. Tests skip without a C
+// compiler to build it.
 func fakeDriver(t *testing.T) *Driver {
 	t.Helper()
-	fake.once.Do(func() {
-		cc := os.Getenv("CC")
-		if cc == "" {
-			cc = "gcc"
-		}
-		if _, err := exec.LookPath(cc); err != nil {
-			fake.err = err
-			return
-		}
-		dir, err := os.MkdirTemp("", "fakecuda")
-		if err != nil {
-			fake.err = err
-			return
-		}
-		fake.path = filepath.Join(dir, "libcuda.so.1")
-		out, err := exec.Command(cc, "-shared", "-fPIC", "-O1", "-o", fake.path, "testdata/fakecuda.c").CombinedOutput()
-		if err != nil {
-			fake.err = errors.New(string(out))
-		}
-	})
-	if fake.err != nil {
-		if errors.Is(fake.err, exec.ErrNotFound) {
-			t.Skipf("no C compiler to build the fake CUDA driver: %v", fake.err)
-		}
-		t.Fatalf("building the fake driver: %v", fake.err)
+	path, err := fakecuda.Build()
+	if errors.Is(err, fakecuda.ErrNoCompiler) {
+		t.Skip(err)
 	}
-	d, err := Load(fake.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake.path = path
+	d, err := Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}

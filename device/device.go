@@ -115,3 +115,31 @@ type Linker interface {
 	// the last Label, and makes the compute stream's later work wait for its end.
 	Transfer(start, end float64)
 }
+
+// Resident is implemented by devices with memory of their own, apart from the host's: a real
+// GPU. The engine hands them the weights that stay on the device before the first pass, and
+// takes device buffers (expert slots) from them. Handles stay byte slices so that the rest of
+// the engine is the same on every device: a buffer's slice reserves host addresses but no
+// memory, the host never reads or writes it, and the device's kernels and CopyIn translate it
+// to the device memory it stands for.
+type Resident interface {
+	// Upload copies b, weights in host memory, to the device and keeps them there: kernels
+	// given a matrix that lies in b read the device's copy. what names it in errors.
+	Upload(b []byte, what string) error
+	// Buffer allocates n bytes of device memory.
+	Buffer(n int64, what string) ([]byte, error)
+}
+
+// HostAllocator is implemented by devices that copy faster from memory they allocate on the
+// host (page-locked memory, for a GPU): the expert store is allocated with it.
+type HostAllocator interface {
+	// HostAlloc returns n bytes of host memory that live as long as the device.
+	HostAlloc(n int64) ([]byte, error)
+}
+
+// Faulter is implemented by devices whose kernels and copies can fail after the call that
+// enqueued them returned, as a GPU's do: the engine checks it after each forward pass.
+type Faulter interface {
+	// Err is the first failure, which stays: a GPU's errors are sticky.
+	Err() error
+}

@@ -14,10 +14,13 @@ import (
 // Options configure Open. The zero value runs on the CPU with every core, the model's own
 // context length (capped by MaxContext) and an F16 KV cache, as llama.cpp does.
 type Options struct {
-	// Device selects where the model runs: "" or "cpu", or "sim:<profile>" for a simulated
-	// GPU (numbers computed on the CPU, time kept on the modelled card's virtual timeline;
-	// see Devices and Model.Clock).
+	// Device selects where the model runs: "" or "cpu"; "cuda:N" for NVIDIA GPU N; "auto"
+	// for cuda:0 when there is one and the CPU otherwise (see Model.DeviceNote); or
+	// "sim:<profile>" for a simulated GPU (numbers computed on the CPU, time kept on the
+	// modelled card's virtual timeline; see Devices and Model.Clock).
 	Device string
+	// CUDALibrary is the CUDA driver library to load; "" finds libcuda.so.1.
+	CUDALibrary string
 	// HostBandwidth is, on a simulated device, the rate in bytes/s at which the modelled host
 	// computes an expert from host memory (cpu-miss); 0 = 20 GB/s. Measure this machine's with
 	// MeasureHostExpertBandwidth.

@@ -180,6 +180,9 @@ func benchRun(ctx context.Context, path string, o BenchOptions, p *offload.Polic
 		row.Predictor = m.off.opts.Predictor
 	}
 	row.TTFT = ttft / float64(len(o.Prompts))
+	if g, ok := m.GPUStats(); ok {
+		row.GPU = &g
+	}
 	if !simulated {
 		row.StallPerToken, row.LimitPerToken, row.OverLimit = math.NaN(), math.NaN(), math.NaN()
 	}

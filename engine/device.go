@@ -2,31 +2,60 @@ package engine
 
 import (
 	"fmt"
+	"io"
 	"math"
 	"runtime"
+	"strconv"
 	"strings"
 
 	"github.com/commit-run/commit-run/cpu"
+	"github.com/commit-run/commit-run/cuda"
 	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/sim"
 )
 
 // Devices lists the device names Open accepts, for help texts and errors.
 func Devices() []string {
-	out := []string{"cpu"}
+	out := []string{"cpu", "cuda:N", "auto"}
 	for _, p := range sim.Profiles() {
 		out = append(out, "sim:"+p)
 	}
 	return out
 }
 
+// CUDADevices lists the GPUs the CUDA driver sees (library "" finds libcuda.so.1). Without a
+// driver the error wraps cuda.ErrNoDriver.
+func CUDADevices(library string) ([]cuda.Info, error) {
+	drv, err := cuda.Load(library)
+	if err != nil {
+		return nil, err
+	}
+	n, err := drv.Count()
+	if err != nil {
+		return nil, err
+	}
+	var out []cuda.Info
+	for i := 0; i < n; i++ {
+		dev, err := drv.Device(i)
+		if err != nil {
+			return out, err
+		}
+		in, err := dev.Info()
+		if err != nil {
+			return out, fmt.Errorf("cuda:%d: %w", i, err)
+		}
+		out = append(out, in)
+	}
+	return out, nil
+}
+
 // newDevice makes the device opts name. Its memory budget is the offload budget when
 // offloading, otherwise the whole device (unlimited on the CPU).
-func newDevice(opts Options) (device.Device, error) {
+func newDevice(opts Options) (dev device.Device, note string, err error) {
 	budget := int64(math.MaxInt64)
 	if opts.Offload != nil {
 		if opts.Offload.GPUMem <= 0 {
-			return nil, fmt.Errorf("offload: device memory budget %d bytes: want a positive size", opts.Offload.GPUMem)
+			return nil, "", fmt.Errorf("offload: device memory budget %d bytes: want a positive size", opts.Offload.GPUMem)
 		}
 		budget = opts.Offload.GPUMem
 	}
@@ -39,13 +68,13 @@ func newDevice(opts Options) (device.Device, error) {
 	case name == "" || name == "cpu":
 		mem, err := device.NewMemory(budget)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
-		return cpu.New(opts.Threads, cpu.WithMemory(mem)), nil
+		return cpu.New(opts.Threads, cpu.WithMemory(mem)), "", nil
 	case strings.HasPrefix(name, "sim:"):
 		prof, err := sim.LoadProfile(strings.TrimPrefix(name, "sim:"))
 		if err != nil {
-			return nil, fmt.Errorf("device %s: %w", name, err)
+			return nil, "", fmt.Errorf("device %s: %w", name, err)
 		}
 		if opts.Offload == nil {
 			budget = prof.MemoryBytes
@@ -53,12 +82,96 @@ func newDevice(opts Options) (device.Device, error) {
 		// sim.NewDevice refuses a budget over the card.
 		mem, err := device.NewMemory(budget)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
-		return sim.NewDevice(prof, sim.DeviceOptions{Numerics: cpu.New(opts.Threads), Memory: mem, HostBandwidth: opts.HostBandwidth})
+		dev, err := sim.NewDevice(prof, sim.DeviceOptions{Numerics: cpu.New(opts.Threads), Memory: mem, HostBandwidth: opts.HostBandwidth})
+		return dev, "", err
+	case strings.HasPrefix(name, "cuda:"):
+		n, err := strconv.Atoi(strings.TrimPrefix(name, "cuda:"))
+		if err != nil || n < 0 {
+			return nil, "", fmt.Errorf("device %q: want cuda:N with N the GPU's number from 0 (commit-run devices lists them)", opts.Device)
+		}
+		g, err := openGPU(opts, n)
+		if err != nil {
+			return nil, "", err
+		}
+		return g, "", nil
+	case name == "auto":
+		opts.Device = "cpu"
+		if opts.EP != nil {
+			return newDevice(opts)
+		}
+		g, gerr := openGPU(opts, 0)
+		if gerr == nil {
+			return g, "", nil
+		}
+		dev, _, err := newDevice(opts)
+		return dev, fmt.Sprintf("device auto: running on the CPU (%v)", gerr), err
 	default:
-		return nil, fmt.Errorf("device %q is not available: want cpu or sim:<profile> (%s, or a profile JSON file)", opts.Device, strings.Join(sim.Profiles(), ", "))
+		return nil, "", fmt.Errorf("device %q is not available: want cpu, cuda:N, auto or sim:<profile> (%s, or a profile JSON file)", opts.Device, strings.Join(sim.Profiles(), ", "))
 	}
+}
+
+// openGPU opens cuda:n with the offload budget, or the card's free memory.
+func openGPU(opts Options, n int) (*cuda.GPU, error) {
+	if opts.EP != nil {
+		return nil, fmt.Errorf("device cuda:%d: expert parallelism runs on cpu or sim devices for now, not CUDA", n)
+	}
+	var budget int64
+	if opts.Offload != nil {
+		budget = opts.Offload.GPUMem
+	}
+	return cuda.Open(cuda.GPUOptions{Ordinal: n, Library: opts.CUDALibrary, Host: cpu.New(opts.Threads), Budget: budget})
+}
+
+// closeDevice releases a device that holds resources beyond Go memory (a GPU).
+func closeDevice(dev device.Device) error {
+	if c, ok := dev.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}
+
+// upload puts the weights that stay on the device there, on devices with memory of their
+// own: every tensor, or with offloading every tensor but the routed experts.
+func (m *Model) upload() error {
+	r, ok := m.dev.(device.Resident)
+	if !ok {
+		return nil
+	}
+	for _, t := range m.file.Tensors {
+		if m.off != nil && strings.HasSuffix(t.Name, "_exps.weight") {
+			continue
+		}
+		if err := r.Upload(t.Data, t.Name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// deviceErr is the first failure of the device's asynchronous work, if it reports them.
+func (m *Model) deviceErr() error {
+	if f, ok := m.dev.(device.Faulter); ok {
+		return f.Err()
+	}
+	return nil
+}
+
+// DeviceNote says how the device was chosen when it is not the one asked for: --device auto
+// without a GPU runs on the CPU.
+func (m *Model) DeviceNote() string { return m.devNote }
+
+// GPUStats are the CUDA device's counters: kernel launches, products left to the host, and
+// the expert copies measured on the copy stream.
+type GPUStats = cuda.GPUStats
+
+// GPUStats reports the CUDA device's counters; ok is false on other devices.
+func (m *Model) GPUStats() (GPUStats, bool) {
+	if g, ok := m.dev.(*cuda.GPU); ok {
+		return g.Stats(), true
+	}
+	return GPUStats{}, false
 }
 
 // Device is the name of the device the model runs on.

@@ -192,7 +192,7 @@ func (m *Model) openEP() error {
 	for r := range N {
 		rm := m
 		if r > 0 {
-			dev, err := newDevice(m.opts)
+			dev, _, err := newDevice(m.opts)
 			if err != nil {
 				return err
 			}

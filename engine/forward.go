@@ -69,6 +69,9 @@ func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, all bool, 
 	b.MatMul(out, xn[:T*d], T, logits)
 	// The host reads the logits to sample.
 	b.Sync(b.Compute().Record())
+	if err := m.deviceErr(); err != nil {
+		return nil, err
+	}
 	return logits, nil
 }
 

@@ -27,6 +27,7 @@ type Model struct {
 	info    Info
 	nctx    int
 	kvF16   bool
+	devNote string // how --device auto chose
 	off     *offloader // nil unless Options.Offload
 	commit  *committer // nil unless Options.Commit or offloading with the Commit Router
 	// dropStats counts capacity-aware token drop's work; nil unless Options.Drop.
@@ -86,12 +87,18 @@ func Open(path string, opts Options) (*Model, error) {
 		f.Close()
 		return nil, fmt.Errorf("host bandwidth %v bytes/s: want a positive rate, or 0 for the default", opts.HostBandwidth)
 	}
-	dev, err := newDevice(opts)
+	dev, note, err := newDevice(opts)
 	if err != nil {
 		f.Close()
 		return nil, err
 	}
-	m := &Model{opts: opts, file: f, arch: arch, tok: tok, dev: dev, kvF16: kvF16}
+	opened := false
+	defer func() {
+		if !opened {
+			closeDevice(dev)
+		}
+	}()
+	m := &Model{opts: opts, file: f, arch: arch, tok: tok, dev: dev, kvF16: kvF16, devNote: note}
 	m.charger, _ = dev.(device.Charger)
 	m.labeler, _ = dev.(device.Labeler)
 	m.info = describe(f, arch)
@@ -143,6 +150,11 @@ func Open(path string, opts Options) (*Model, error) {
 			path, float64(m.info.NonExpertBytes+m.info.ExpertBytes)/(1<<30), dev.Name(), float64(dev.Memory().Budget())/(1<<30), err)
 	}
 	prefault(f, opts.Progress)
+	if err := m.upload(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	opened = true
 	return m, nil
 }
 
@@ -261,5 +273,5 @@ func (m *Model) Close() error {
 		return nil
 	}
 	m.closed = true
-	return m.file.Close()
+	return errors.Join(closeDevice(m.dev), m.file.Close())
 }

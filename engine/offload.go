@@ -86,7 +86,11 @@ func newOffloader(m *Model, o OffloadOptions) (*offloader, error) {
 	default:
 		return nil, fmt.Errorf("offload: unknown policy %v", o.Policy)
 	}
-	store, err := offload.NewStore(m.arch, offload.StoreOptions{})
+	var so offload.StoreOptions
+	if h, ok := m.dev.(device.HostAllocator); ok {
+		so.Alloc = h.HostAlloc // page-locked: copies run at the link's speed, asynchronously
+	}
+	store, err := offload.NewStore(m.arch, so)
 	if err != nil {
 		return nil, err
 	}
@@ -137,8 +141,13 @@ func newOffloader(m *Model, o OffloadOptions) (*offloader, error) {
 		return nil, err
 	}
 	f.slots = make([][]byte, n)
+	res, _ := m.dev.(device.Resident)
 	for i := range f.slots {
-		f.slots[i] = make([]byte, slot)
+		if res == nil {
+			f.slots[i] = make([]byte, slot)
+		} else if f.slots[i], err = res.Buffer(slot, fmt.Sprintf("expert slot %d", i)); err != nil {
+			return nil, err
+		}
 	}
 	f.stats.Slots, f.stats.SlotBytes, f.stats.Resident = n, slot, resident
 	return f, nil

@@ -71,6 +71,9 @@ type PolicyReport struct {
 	OnCPUPerToken   float64 // experts computed on the host (cpu-miss)
 	LimitPerToken   float64 // the physical limit (DESIGN.md §6), mean
 	OverLimit       float64 // mean latency / mean limit
+	// GPU is the CUDA device's counters over the run, nil on other devices: its copy
+	// stream's measured bandwidth, and products it left to the host.
+	GPU *GPUStats `json:",omitempty"`
 }
 
 // MarshalJSON writes the figures that do not apply (NaN: no predictor, no simulated clock)

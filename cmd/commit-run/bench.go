@@ -312,7 +312,16 @@ func (a *app) modelBench(cmd *cobra.Command, f benchFlags) error {
 			orDash(p.StallPerToken*1e3, "%.3f", true), orDash(p.Accuracy, "%.3f", true), p.OnCPUPerToken,
 			orDash(p.LimitPerToken*1e3, "%.3f", true), orDash(p.OverLimit, "%.2f", true))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, p := range rep.Rows {
+		if g := p.GPU; g != nil {
+			fmt.Fprintf(a.stdout, "%s on the GPU: %d kernel launches, %d products on the host, copy stream %.2f GB/s measured over %.1f MB\n",
+				p.Policy, g.Launches, g.HostFallbacks, g.CopyBandwidth()/1e9, float64(g.CopyBytes)/1e6)
+		}
+	}
+	return nil
 }
 
 // benchModelOptions reads the prompts and the options that open -m on device; the offload

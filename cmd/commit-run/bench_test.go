@@ -109,7 +109,7 @@ func TestBenchBadInput(t *testing.T) {
 		{[]string{"--device", "sim:rtx4090", "bench", "--gpu-mem", "1KiB"}, "at least 2927104 bytes"},
 		{[]string{"--device", "sim:rtx2080ti", "bench", "--gpu-mem", "64GiB"}, "exceeds"},
 		{[]string{"--device", "sim:nope", "bench"}, "unknown"},
-		{[]string{"--device", "cuda:0", "bench"}, "not available"},
+		{[]string{"--device", "tpu:0", "bench"}, "not available"},
 		{[]string{"bench", "--tokens", "-1"}, "--tokens"},
 	}
 	for _, c := range cases {

@@ -155,7 +155,7 @@ func (a *app) epRun(cmd *cobra.Command, f benchFlags) error {
 	}
 	var rows []epRunRow
 	for _, p := range policies {
-		opts := engine.Options{Device: a.device, Threads: a.threads, ContextLength: a.ctxLen, KVType: a.kvType}
+		opts := a.baseOptions(a.device)
 		if opts.EP, err = a.epOptions(strings.TrimSpace(p)); err != nil {
 			return err
 		}

@@ -34,6 +34,7 @@ type app struct {
 	ctxLen    int
 	kvType    string
 	device    string
+	cudaLib   string
 	// Offloading: set by --gpu-mem; the policy, eviction and predictor refine it.
 	gpuMem, policy, eviction, predictor, hostBW string
 	// Committed routing: the Commit Router file and the OWA override.
@@ -116,7 +117,8 @@ func (a *app) rootCmd() *cobra.Command {
 	pf.IntVar(&a.threads, "threads", 0, "compute threads (0 = all cores)")
 	pf.IntVar(&a.ctxLen, "ctx", 0, fmt.Sprintf("context length in tokens (0 = the model's, at most %d)", engine.DefaultMaxContext))
 	pf.StringVar(&a.kvType, "kv-type", "f16", "KV cache element type: f16 or f32")
-	pf.StringVar(&a.device, "device", "cpu", "device to run on: cpu, or sim:<profile> for a simulated GPU ("+strings.Join(engine.Devices()[1:], ", ")+", or a profile JSON file)")
+	pf.StringVar(&a.device, "device", "cpu", "device to run on: cpu, cuda:N (NVIDIA GPU N; see commit-run devices), auto (cuda:0 if there is one, else the CPU), or sim:<profile> for a simulated GPU ("+strings.Join(simDevices(), ", ")+", or a profile JSON file)")
+	pf.StringVar(&a.cudaLib, "cuda-lib", "", "the CUDA driver library `FILE` (default: libcuda.so.1 from the loader's path)")
 	pf.StringVar(&a.gpuMem, "gpu-mem", "", "offload the routed experts to host memory within this device memory `SIZE`, e.g. 12GiB")
 	pf.StringVar(&a.policy, "policy", "", "expert policy with --gpu-mem: ondemand (default), prefetch, commit (computes with predicted experts: changes the output) or cpu-miss; bench takes a comma-separated list; commit without --gpu-mem computes with the Commit Router's experts without offloading (to measure quality)")
 	pf.StringVar(&a.eviction, "eviction", "lru", "expert cache eviction: lru or lfu")
@@ -137,7 +139,7 @@ func (a *app) rootCmd() *cobra.Command {
 	pf.StringVar(&a.profMode, "profile", "", "write a Go profile: cpu or mem")
 	pf.StringVar(&a.profDir, "profile-dir", ".", "`DIR` for the --profile output (cpu.pprof or mem.pprof)")
 
-	root.AddCommand(a.chatCmd(), a.generateCmd(), a.inspectCmd(), a.logitsCmd(), a.evalCmd(), a.traceCmd(), a.benchCmd(), a.predictorCmd())
+	root.AddCommand(a.chatCmd(), a.generateCmd(), a.inspectCmd(), a.logitsCmd(), a.evalCmd(), a.traceCmd(), a.benchCmd(), a.predictorCmd(), a.devicesCmd())
 	return root
 }
 
@@ -196,7 +198,12 @@ func (a *app) openModel() (*engine.Model, error) {
 // plainOptions are the options of the global flags that say how to run the model, without
 // offloading or committed routing: for the commands that study the router itself.
 func (a *app) plainOptions() engine.Options {
-	return engine.Options{Device: a.device, Threads: a.threads, ContextLength: a.ctxLen, KVType: a.kvType}
+	return a.baseOptions(a.device)
+}
+
+// baseOptions are the options of the global flags that say where and how to compute.
+func (a *app) baseOptions(device string) engine.Options {
+	return engine.Options{Device: device, CUDALibrary: a.cudaLib, Threads: a.threads, ContextLength: a.ctxLen, KVType: a.kvType}
 }
 
 // openModelWith opens the -m model with opts, drawing a load progress bar on a terminal.
@@ -216,13 +223,16 @@ func (a *app) openModelWith(opts engine.Options) (*engine.Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", a.modelPath, err)
 	}
+	if note := m.DeviceNote(); note != "" {
+		fmt.Fprintln(a.stderr, "commit-run: "+note)
+	}
 	return m, nil
 }
 
 // engineOptions are the engine options the global flags ask for, offloading with policy
 // included (bench passes "" and compares its list of policies itself).
 func (a *app) engineOptions(device, policy string) (engine.Options, error) {
-	opts := engine.Options{Device: device, Threads: a.threads, ContextLength: a.ctxLen, KVType: a.kvType}
+	opts := a.baseOptions(device)
 	var err error
 	if opts.EP, err = a.epOptions(a.epPolicy); err != nil {
 		return opts, err

@@ -7,7 +7,7 @@
 // Environment: FAKECUDA_DEVICES (default 1), FAKECUDA_MEM (bytes per device, default 1 GiB),
 // FAKECUDA_INIT_ERROR (a CUresult cuInit returns).
 //
-// Built by the tests: gcc -shared -fPIC -o libcuda.so.1 fakecuda.c
+// Built by fakecuda.Build: cc -shared -fPIC -o libcuda.so.1 fakecuda.c
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -310,9 +310,57 @@ static void fake_iota64(void **p) {
 	int n = *(int *)p[2];
 	for (int i = 0; i < n; i++) dst[i] = v + i;
 }
+
+// The matrix-vector products of kernels/mmv.cu for F32 and F16 weights, with its ABI:
+// (const unsigned char *w, const float *x, float *y, int rows, int cols, int ntok).
+static float half_to_float(uint16_t h) {
+	uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+	if (exp == 0) {
+		if (man == 0) {
+			bits = sign;
+		} else {
+			exp = 127 - 15 + 1;
+			while (!(man & 0x400)) { man <<= 1; exp--; }
+			bits = sign | (exp << 23) | ((man & 0x3ff) << 13);
+		}
+	} else if (exp == 31) {
+		bits = sign | 0x7f800000 | (man << 13);
+	} else {
+		bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+	}
+	float f;
+	memcpy(&f, &bits, 4);
+	return f;
+}
+static void mmv(void **p, int f16) {
+	const unsigned char *w = *(const unsigned char **)p[0];
+	const float *x = *(const float **)p[1];
+	float *y = *(float **)p[2];
+	int rows = *(int *)p[3], cols = *(int *)p[4], ntok = *(int *)p[5];
+	for (int t = 0; t < ntok; t++) {
+		for (int r = 0; r < rows; r++) {
+			float sum = 0;
+			for (int c = 0; c < cols; c++) {
+				float v;
+				if (f16) {
+					uint16_t h;
+					memcpy(&h, w + ((size_t)r * cols + c) * 2, 2);
+					v = half_to_float(h);
+				} else {
+					memcpy(&v, w + ((size_t)r * cols + c) * 4, 4);
+				}
+				sum += v * x[(size_t)t * cols + c];
+			}
+			y[(size_t)t * rows + r] = sum;
+		}
+	}
+}
+static void mmv_f32(void **p) { mmv(p, 0); }
+static void mmv_f16(void **p) { mmv(p, 1); }
+
 struct kern { const char *name; kernel fn; int shared; };
 static struct kern kernels[] = {
-	{"fake_axpy", fake_axpy, 0}, {"fake_iota64", fake_iota64, 0},
+	{"fake_axpy", fake_axpy, 0}, {"fake_iota64", fake_iota64, 0}, {"mmv_f32", mmv_f32, 0}, {"mmv_f16", mmv_f16, 0},
 };
 CUresult cuModuleGetFunction(void **f, struct module *m, const char *name) {
 	NEED_CTX();

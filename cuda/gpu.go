@@ -1,0 +1,589 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+
+	"github.com/commit-run/commit-run/device"
+	"github.com/commit-run/commit-run/quant"
+)
+
+// GPUOptions configure Open.
+type GPUOptions struct {
+	// Ordinal is N in cuda:N.
+	Ordinal int
+	// Library is the driver library to load; "" finds libcuda.so.1.
+	Library string
+	// Host is the CPU's kernels: the host's work for cpu-miss, and the products the GPU has
+	// no kernel for (counted in GPUStats.HostFallbacks).
+	Host device.Kernels
+	// Budget is the device memory the engine may use; 0 takes what is free on the card at
+	// start, less a reserve for the context and the kernels' scratch.
+	Budget int64
+	// PTX is the kernels' module; nil loads the embedded one.
+	PTX []byte
+}
+
+// mmvKernels name the matrix-vector kernel of each weight type.
+var mmvKernels = map[quant.Type]string{
+	quant.F32: "mmv_f32", quant.F16: "mmv_f16", quant.BF16: "mmv_bf16",
+	quant.Q4_0: "mmv_q4_0", quant.Q4_1: "mmv_q4_1", quant.Q5_0: "mmv_q5_0", quant.Q5_1: "mmv_q5_1", quant.Q8_0: "mmv_q8_0",
+	quant.Q2_K: "mmv_q2_K", quant.Q3_K: "mmv_q3_K", quant.Q4_K: "mmv_q4_K", quant.Q5_K: "mmv_q5_K", quant.Q6_K: "mmv_q6_K",
+	quant.IQ4_NL: "mmv_iq4_nl",
+}
+
+// The launch of a matrix-vector kernel (the ABI in kernels/mmv.cu): a warp per output row,
+// 4 rows per block, and a block's pass over its rows serves up to 8 tokens.
+const (
+	mmvRowsPerBlock   = 4
+	mmvTokensPerBlock = 8
+)
+
+// GPU is the device cuda:N. Weights the engine uploads and the buffers it asks for live in
+// device memory; kernels run on a compute stream and expert copies on a copy stream, ordered
+// by events. The matrix products are synchronous for now: the activations travel to the GPU
+// and back with each one, while norms, attention and routing run on the host.
+type GPU struct {
+	drv  *Driver
+	ctx  *Context
+	info Info
+	host device.Kernels
+	mem  *device.Memory
+
+	compute, copy *Stream
+	mod           *Module
+	mmv           map[quant.Type]*Function
+
+	// mu orders the synchronous products: one staging area, one sequence on the stream.
+	mu        sync.Mutex
+	args      Args
+	in, out   *HostBuffer
+	dx, dy    DevicePtr
+	dxN, dyN  int64
+	spansMu   sync.RWMutex
+	spans     []span // sorted by host address
+	pinned    []*HostBuffer
+	eventPool sync.Pool
+
+	copyMu    sync.Mutex
+	copies    []timedCopy
+	copyBytes int64
+	copySec   float64
+
+	launches, fallbacks atomic.Int64
+	err                 atomic.Pointer[error] // the first failure
+}
+
+// span maps a range of host addresses to device memory: an uploaded tensor (whose host copy
+// stays readable) or a buffer (whose host range is reserved but inaccessible).
+type span struct {
+	host   uintptr
+	n      int64
+	dev    DevicePtr
+	shadow []byte // the reservation of a buffer, unmapped on Close
+}
+
+type timedCopy struct {
+	start, end *Event
+	n          int64
+}
+
+// Open makes cuda:N: loads the driver, retains the device's primary context, creates the
+// streams and loads the kernels.
+func Open(o GPUOptions) (*GPU, error) {
+	name := fmt.Sprintf("cuda:%d", o.Ordinal)
+	if o.Host == nil {
+		return nil, fmt.Errorf("device %s: no host kernels", name)
+	}
+	drv, err := Load(o.Library)
+	if err != nil {
+		return nil, fmt.Errorf("device %s: %w", name, err)
+	}
+	dev, err := drv.Device(o.Ordinal)
+	if err != nil {
+		return nil, fmt.Errorf("device %s: %w", name, err)
+	}
+	info, err := dev.Info()
+	if err != nil {
+		return nil, fmt.Errorf("device %s: %w", name, err)
+	}
+	if info.Major < 7 || info.Major == 7 && info.Minor < 5 {
+		return nil, fmt.Errorf("device %s (%s) has compute capability %d.%d: the kernels need 7.5 or newer", name, info.Name, info.Major, info.Minor)
+	}
+	ctx, err := dev.Retain()
+	if err != nil {
+		return nil, fmt.Errorf("device %s: %w", name, err)
+	}
+	g := &GPU{drv: drv, ctx: ctx, info: info, host: o.Host, mmv: map[quant.Type]*Function{}}
+	if err := g.open(o); err != nil {
+		g.Close()
+		return nil, fmt.Errorf("device %s (%s): %w", name, info.Name, err)
+	}
+	return g, nil
+}
+
+func (g *GPU) open(o GPUOptions) error {
+	free, total, err := g.ctx.MemInfo()
+	if err != nil {
+		return err
+	}
+	budget := o.Budget
+	if budget == 0 {
+		// The context, the module and the staging buffers take some of what is free now.
+		budget = free - max(256<<20, total/32)
+	}
+	if budget <= 0 || budget > free {
+		return fmt.Errorf("a device memory budget of %.2f GiB: %.2f GiB of the card's %.2f GiB are free",
+			float64(budget)/(1<<30), float64(free)/(1<<30), float64(total)/(1<<30))
+	}
+	if g.mem, err = device.NewMemory(budget); err != nil {
+		return err
+	}
+	if g.compute, err = g.ctx.NewStream(); err != nil {
+		return err
+	}
+	if g.copy, err = g.ctx.NewStream(); err != nil {
+		return err
+	}
+	ptx := o.PTX
+	if ptx == nil {
+		ptx = PTX()
+	}
+	if len(ptx) == 0 {
+		return fmt.Errorf("this binary has no CUDA kernels")
+	}
+	if g.mod, err = g.ctx.LoadModule(ptx); err != nil {
+		return err
+	}
+	for t, name := range mmvKernels {
+		f, err := g.mod.Function(name)
+		if errors.Is(err, ErrNotFound) {
+			continue // products of this type run on the host
+		}
+		if err != nil {
+			return err
+		}
+		g.mmv[t] = f
+	}
+	return nil
+}
+
+// Close frees the device memory, the pinned host memory, the streams and the module, and
+// releases the context.
+func (g *GPU) Close() error {
+	var errs []error
+	g.spansMu.Lock()
+	for _, s := range g.spans {
+		errs = append(errs, g.ctx.Free(s.dev))
+		if s.shadow != nil {
+			errs = append(errs, syscall.Munmap(s.shadow))
+		}
+	}
+	g.spans = nil
+	g.spansMu.Unlock()
+	for _, b := range g.pinned {
+		errs = append(errs, b.Free())
+	}
+	g.pinned = nil
+	g.mu.Lock()
+	errs = append(errs, g.ctx.Free(g.dx), g.ctx.Free(g.dy))
+	g.dx, g.dy, g.dxN, g.dyN = 0, 0, 0, 0
+	for _, b := range []*HostBuffer{g.in, g.out} {
+		if b != nil {
+			errs = append(errs, b.Free())
+		}
+	}
+	g.in, g.out = nil, nil
+	g.mu.Unlock()
+	for _, s := range []*Stream{g.compute, g.copy} {
+		if s != nil {
+			errs = append(errs, s.Destroy())
+		}
+	}
+	if g.mod != nil {
+		errs = append(errs, g.mod.Unload())
+	}
+	errs = append(errs, g.ctx.Release())
+	return errors.Join(errs...)
+}
+
+// Info describes the card.
+func (g *GPU) Info() Info { return g.info }
+
+// Name is "cuda:N".
+func (g *GPU) Name() string { return fmt.Sprintf("cuda:%d", g.info.Ordinal) }
+
+// Memory is the engine's budget on the card.
+func (g *GPU) Memory() *device.Memory { return g.mem }
+
+// Err is the first failure of a kernel or copy. A failed product is computed on the host,
+// so the numbers stay right, but the engine stops at the end of the pass.
+func (g *GPU) Err() error {
+	if p := g.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (g *GPU) fail(err error) {
+	err = fmt.Errorf("device %s: %w", g.Name(), err)
+	g.err.CompareAndSwap(nil, &err)
+}
+
+// lookup translates host bytes that stand for device memory into their device address.
+func (g *GPU) lookup(b []byte) (DevicePtr, bool) {
+	if len(b) == 0 {
+		return 0, false
+	}
+	a := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	g.spansMu.RLock()
+	defer g.spansMu.RUnlock()
+	i, _ := slices.BinarySearchFunc(g.spans, a, func(s span, a uintptr) int {
+		switch {
+		case s.host > a:
+			return 1
+		case s.host < a:
+			return -1
+		}
+		return 0
+	})
+	if i < len(g.spans) && g.spans[i].host == a {
+		i++
+	}
+	if i == 0 {
+		return 0, false
+	}
+	s := g.spans[i-1]
+	off := int64(a - s.host)
+	if off+int64(len(b)) > s.n {
+		return 0, false
+	}
+	return s.dev.Add(off), true
+}
+
+func (g *GPU) addSpan(s span) {
+	g.spansMu.Lock()
+	defer g.spansMu.Unlock()
+	i, _ := slices.BinarySearchFunc(g.spans, s.host, func(x span, a uintptr) int {
+		switch {
+		case x.host > a:
+			return 1
+		case x.host < a:
+			return -1
+		}
+		return 0
+	})
+	g.spans = slices.Insert(g.spans, i, s)
+}
+
+// Upload implements device.Resident.
+func (g *GPU) Upload(b []byte, what string) error {
+	if len(b) == 0 {
+		return nil
+	}
+	if _, ok := g.lookup(b); ok {
+		return nil // already there (a tied output matrix is the embedding)
+	}
+	p, err := g.ctx.Alloc(int64(len(b)))
+	if err != nil {
+		return fmt.Errorf("%s: uploading %s: %w", g.Name(), what, err)
+	}
+	if err := errors.Join(g.copy.CopyHtoD(p, b), g.copy.Synchronize()); err != nil {
+		g.ctx.Free(p)
+		return fmt.Errorf("%s: uploading %s: %w", g.Name(), what, err)
+	}
+	g.addSpan(span{host: uintptr(unsafe.Pointer(unsafe.SliceData(b))), n: int64(len(b)), dev: p})
+	return nil
+}
+
+// Buffer implements device.Resident: device memory, and a reservation of as many host
+// addresses (no memory, no access) for the engine to hold it by.
+func (g *GPU) Buffer(n int64, what string) ([]byte, error) {
+	if n <= 0 {
+		return nil, fmt.Errorf("%s: a buffer of %d bytes for %s", g.Name(), n, what)
+	}
+	p, err := g.ctx.Alloc(n)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %s: %w", g.Name(), what, err)
+	}
+	shadow, err := syscall.Mmap(-1, 0, int(n), syscall.PROT_NONE, syscall.MAP_PRIVATE|syscall.MAP_ANON|syscall.MAP_NORESERVE)
+	if err != nil {
+		g.ctx.Free(p)
+		return nil, fmt.Errorf("%s: reserving addresses for %s: %w", g.Name(), what, err)
+	}
+	g.addSpan(span{host: uintptr(unsafe.Pointer(unsafe.SliceData(shadow))), n: n, dev: p, shadow: shadow})
+	return shadow, nil
+}
+
+// HostAlloc implements device.HostAllocator with pinned memory, freed on Close.
+func (g *GPU) HostAlloc(n int64) ([]byte, error) {
+	b, err := g.ctx.HostAlloc(int(n))
+	if err != nil {
+		return nil, err
+	}
+	g.spansMu.Lock()
+	g.pinned = append(g.pinned, b)
+	g.spansMu.Unlock()
+	return b.Bytes, nil
+}
+
+// gpuEvent is a recorded event; it goes back to the pool when the engine drops it.
+type gpuEvent struct{ ev *Event }
+
+func (g *GPU) record(s *Stream) device.Event {
+	ev, _ := g.eventPool.Get().(*Event)
+	if ev == nil {
+		var err error
+		if ev, err = g.ctx.NewEvent(false); err != nil {
+			g.fail(err)
+			return nil
+		}
+	}
+	if err := ev.Record(s); err != nil {
+		g.fail(err)
+		return nil
+	}
+	e := &gpuEvent{ev: ev}
+	runtime.AddCleanup(e, func(ev *Event) { g.eventPool.Put(ev) }, ev)
+	return e
+}
+
+type gpuStream struct {
+	g *GPU
+	s *Stream
+}
+
+func (s gpuStream) Record() device.Event { return s.g.record(s.s) }
+
+func (s gpuStream) Wait(ev device.Event) {
+	if e, ok := ev.(*gpuEvent); ok && e != nil {
+		if err := s.s.Wait(e.ev); err != nil {
+			s.g.fail(err)
+		}
+	}
+}
+
+// Compute is the stream the kernels run on.
+func (g *GPU) Compute() device.Stream { return gpuStream{g, g.compute} }
+
+// Copy is the stream expert copies run on.
+func (g *GPU) Copy() device.Stream { return gpuStream{g, g.copy} }
+
+// Sync blocks the host until ev has happened.
+func (g *GPU) Sync(ev device.Event) {
+	if e, ok := ev.(*gpuEvent); ok && e != nil {
+		if err := e.ev.Synchronize(); err != nil {
+			g.fail(err)
+		}
+	}
+}
+
+// CopyIn copies host bytes into a device buffer on the copy stream, timed with events so that
+// Stats can report the link's measured bandwidth. A destination in host memory is copied at
+// once.
+func (g *GPU) CopyIn(dst, src []byte) {
+	p, ok := g.lookup(dst)
+	if !ok {
+		copy(dst, src)
+		return
+	}
+	start, err1 := g.ctx.NewEvent(true)
+	end, err2 := g.ctx.NewEvent(true)
+	if err := errors.Join(err1, err2); err != nil {
+		g.fail(err)
+		return
+	}
+	if err := errors.Join(start.Record(g.copy), g.copy.CopyHtoD(p, src[:len(dst)]), end.Record(g.copy)); err != nil {
+		g.fail(err)
+		return
+	}
+	g.copyMu.Lock()
+	g.copies = append(g.copies, timedCopy{start, end, int64(len(dst))})
+	if len(g.copies) >= 256 {
+		g.drainCopies(len(g.copies) / 2)
+	}
+	g.copyMu.Unlock()
+}
+
+// drainCopies adds the time of the n oldest copies to the totals, waiting for them.
+func (g *GPU) drainCopies(n int) {
+	for _, c := range g.copies[:n] {
+		if err := c.end.Synchronize(); err != nil {
+			g.fail(err)
+		} else if sec, err := Elapsed(c.start, c.end); err == nil {
+			g.copySec += sec
+			g.copyBytes += c.n
+		}
+		c.start.Destroy()
+		c.end.Destroy()
+	}
+	g.copies = slices.Delete(g.copies, 0, n)
+}
+
+// GPUStats count what the GPU did.
+type GPUStats struct {
+	Launches      int64
+	HostFallbacks int64 // products computed on the host: no kernel for the type, or weights not on the device
+	CopyBytes     int64 // host-to-device expert copies, measured
+	CopySeconds   float64
+}
+
+// CopyBandwidth is the measured bandwidth of the copy stream in bytes/s.
+func (s GPUStats) CopyBandwidth() float64 {
+	if s.CopySeconds == 0 {
+		return 0
+	}
+	return float64(s.CopyBytes) / s.CopySeconds
+}
+
+// Stats waits for the copies in flight and reports the totals.
+func (g *GPU) Stats() GPUStats {
+	g.copyMu.Lock()
+	g.drainCopies(len(g.copies))
+	s := GPUStats{CopyBytes: g.copyBytes, CopySeconds: g.copySec}
+	g.copyMu.Unlock()
+	s.Launches, s.HostFallbacks = g.launches.Load(), g.fallbacks.Load()
+	return s
+}
+
+// Parallel spreads host work over the host's threads.
+func (g *GPU) Parallel(n int, fn func(i int)) { g.host.Parallel(n, fn) }
+
+// MatMul computes the product on the GPU when the weights are on it and the type has a
+// kernel, else on the host.
+func (g *GPU) MatMul(w quant.Matrix, x []float32, T int, out []float32) {
+	if !g.matMul(w, x, T, out) {
+		g.fallbacks.Add(1)
+		g.host.MatMul(g.hostCopy(w), x, T, out)
+	}
+}
+
+// MatMulID is MatMul for a routed expert's weights: the GPU's kernels are the same.
+func (g *GPU) MatMulID(w quant.Matrix, x []float32, T int, out []float32) {
+	if !g.matMul(w, x, T, out) {
+		g.fallbacks.Add(1)
+		g.host.MatMulID(g.hostCopy(w), x, T, out)
+	}
+}
+
+// hostCopy returns weights the host can read: w itself, or for weights in a device buffer
+// (an expert slot, whose host addresses are inaccessible) a copy read back from the device.
+// Reading back is slow, but a product the GPU cannot run still gets the right numbers.
+func (g *GPU) hostCopy(w quant.Matrix) quant.Matrix {
+	p, ok := g.lookup(w.Data)
+	if !ok || !g.isBuffer(w.Data) {
+		return w
+	}
+	buf := make([]byte, len(w.Data))
+	g.mu.Lock()
+	err := errors.Join(g.compute.CopyDtoH(buf, p), g.compute.Synchronize())
+	g.mu.Unlock()
+	if err != nil {
+		g.fail(err)
+		clear(buf) // the pass fails at its end with the device's error
+	}
+	w.Data = buf
+	return w
+}
+
+// isBuffer says whether b lies in a device buffer rather than uploaded host memory.
+func (g *GPU) isBuffer(b []byte) bool {
+	a := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	g.spansMu.RLock()
+	defer g.spansMu.RUnlock()
+	for _, s := range g.spans {
+		if s.shadow != nil && a >= s.host && a < s.host+uintptr(s.n) {
+			return true
+		}
+	}
+	return false
+}
+
+func (g *GPU) matMul(w quant.Matrix, x []float32, T int, out []float32) bool {
+	fn := g.mmv[w.Type]
+	if fn == nil || g.err.Load() != nil || T <= 0 {
+		return false
+	}
+	wp, ok := g.lookup(w.Data)
+	if !ok {
+		return false
+	}
+	nx, ny := int64(4*T*w.Cols), int64(4*T*w.Rows)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err := g.stage(nx, ny); err != nil {
+		g.fail(err)
+		return false
+	}
+	copy(g.in.Bytes, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(x))), nx))
+	grid := Dim3{X: (w.Rows + mmvRowsPerBlock - 1) / mmvRowsPerBlock, Y: (T + mmvTokensPerBlock - 1) / mmvTokensPerBlock}
+	err := errors.Join(
+		g.compute.CopyHtoD(g.dx, g.in.Bytes[:nx]),
+		g.compute.Launch(fn, grid, Dim3{X: 32, Y: mmvRowsPerBlock}, 0, g.args.Reset().Ptr(wp).Ptr(g.dx).Ptr(g.dy).Int(w.Rows).Int(w.Cols).Int(T)),
+		g.compute.CopyDtoH(g.out.Bytes[:ny], g.dy),
+		g.compute.Synchronize())
+	if err != nil {
+		g.fail(err)
+		return false
+	}
+	g.launches.Add(1)
+	copy(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(out))), ny), g.out.Bytes[:ny])
+	return true
+}
+
+// stage grows the staging buffers to nx input and ny output bytes. The caller holds g.mu.
+func (g *GPU) stage(nx, ny int64) error {
+	grow := func(buf **HostBuffer, dev *DevicePtr, have *int64, n int64) error {
+		if *have >= n {
+			return nil
+		}
+		n = max(n, 2**have, 1<<20)
+		if *buf != nil {
+			(*buf).Free()
+			*buf = nil
+		}
+		g.ctx.Free(*dev)
+		*dev, *have = 0, 0
+		b, err := g.ctx.HostAlloc(int(n))
+		if err != nil {
+			return err
+		}
+		p, err := g.ctx.Alloc(n)
+		if err != nil {
+			b.Free()
+			return err
+		}
+		*buf, *dev, *have = b, p, n
+		return nil
+	}
+	return errors.Join(grow(&g.in, &g.dx, &g.dxN, nx), grow(&g.out, &g.dy, &g.dyN, ny))
+}
+
+// Host is the host CPU seen from the GPU: its kernels finish before the call returns, and it
+// waits for the GPU's events by blocking.
+func (g *GPU) Host() device.HostKernels { return gpuHost{g} }
+
+type gpuHost struct{ g *GPU }
+
+func (h gpuHost) MatMul(w quant.Matrix, x []float32, T int, out []float32) {
+	h.g.host.MatMul(w, x, T, out)
+}
+func (h gpuHost) MatMulID(w quant.Matrix, x []float32, T int, out []float32) {
+	h.g.host.MatMulID(w, x, T, out)
+}
+func (h gpuHost) Parallel(n int, fn func(i int)) { h.g.host.Parallel(n, fn) }
+func (h gpuHost) Record() device.Event           { return nil }
+func (h gpuHost) Wait(ev device.Event)           { h.g.Sync(ev) }
+
+var (
+	_ device.Device        = (*GPU)(nil)
+	_ device.Resident      = (*GPU)(nil)
+	_ device.HostAllocator = (*GPU)(nil)
+	_ device.Faulter       = (*GPU)(nil)
+)

@@ -1,0 +1,203 @@
+package cuda
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/commit-run/commit-run/cpu"
+	"github.com/commit-run/commit-run/quant"
+)
+
+// fakeModule stands for the kernels' PTX on the fake driver, whose kernels are C functions.
+var fakeModule = []byte("// fake module")
+
+func openFakeGPU(t *testing.T, o GPUOptions) *GPU {
+	t.Helper()
+	fakeDriver(t)
+	o.Library, o.PTX = fake.path, fakeModule
+	if o.Host == nil {
+		o.Host = cpu.New(2)
+	}
+	g, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := g.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return g
+}
+
+func randMatrix(t *testing.T, typ quant.Type, rows, cols int, r *rand.Rand) quant.Matrix {
+	t.Helper()
+	f := make([]float32, rows*cols)
+	for i := range f {
+		f[i] = float32(r.NormFloat64())
+	}
+	rb, err := typ.RowBytes(cols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, rows*rb)
+	for i := 0; i < rows; i++ {
+		quant.QuantizeRow(typ, f[i*cols:(i+1)*cols], data[i*rb:(i+1)*rb])
+	}
+	return quant.Matrix{Type: typ, Rows: rows, Cols: cols, Data: data}
+}
+
+func TestGPUOpen(t *testing.T) {
+	g := openFakeGPU(t, GPUOptions{})
+	if g.Name() != "cuda:0" || g.Info().Name != "Fake GPU" {
+		t.Errorf("%s %+v", g.Name(), g.Info())
+	}
+	// 1 GiB free, less the reserve of 256 MiB.
+	if b := g.Memory().Budget(); b != 768<<20 {
+		t.Errorf("default budget %d", b)
+	}
+	g2 := openFakeGPU(t, GPUOptions{Budget: 100 << 20})
+	if b := g2.Memory().Budget(); b != 100<<20 {
+		t.Errorf("budget %d", b)
+	}
+
+	bad := []struct {
+		o    GPUOptions
+		want string
+	}{
+		{GPUOptions{Ordinal: 3, Host: cpu.New(1)}, "device cuda:3: no CUDA device 3: the driver"},
+		{GPUOptions{Budget: 2 << 30, Host: cpu.New(1)}, "a device memory budget of 2.00 GiB: 1.00 GiB of the card's 1.00 GiB are free"},
+		{GPUOptions{Budget: -1, Host: cpu.New(1)}, "device memory budget"},
+		{GPUOptions{}, "no host kernels"},
+		{GPUOptions{Host: cpu.New(1), PTX: []byte("syntax error")}, "CUDA_ERROR_INVALID_PTX"},
+	}
+	for _, c := range bad {
+		c.o.Library = fake.path
+		if c.o.PTX == nil {
+			c.o.PTX = fakeModule
+		}
+		if _, err := Open(c.o); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Open(%+v) = %v, want %q", c.o, err, c.want)
+		}
+	}
+	if _, err := Open(GPUOptions{Library: "/nonexistent/libcuda.so.1", Host: cpu.New(1)}); !errors.Is(err, ErrNoDriver) ||
+		!strings.HasPrefix(err.Error(), "device cuda:0: no CUDA driver found") {
+		t.Errorf("Open without a driver = %v", err)
+	}
+}
+
+// TestGPUMatMul runs products of uploaded weights and of a device buffer filled on the copy
+// stream, against the CPU; weights of a type without a kernel, or not on the device, are
+// computed on the host and counted.
+func TestGPUMatMul(t *testing.T) {
+	g := openFakeGPU(t, GPUOptions{})
+	host := cpu.New(2)
+	r := rand.New(rand.NewPCG(1, 2))
+	// checkRef compares a product of w with the exact one of ref's dequantised weights
+	// (tol > 0), which the GPU's F32 arithmetic approximates, or with the CPU's product of
+	// ref to the bit (tol 0: a product the GPU leaves to the host).
+	checkRef := func(name string, w, ref quant.Matrix, T int, tol float64) {
+		t.Helper()
+		x := make([]float32, T*w.Cols)
+		for i := range x {
+			x[i] = float32(r.NormFloat64())
+		}
+		got, want := make([]float32, T*w.Rows), make([]float32, T*w.Rows)
+		g.MatMul(w, x, T, got)
+		if tol == 0 {
+			host.MatMul(ref, x, T, want)
+		} else {
+			exactProduct(ref, x, T, want)
+		}
+		for i := range got {
+			if math.Abs(float64(got[i]-want[i])) > tol*(1+math.Abs(float64(want[i]))) {
+				t.Fatalf("%s T=%d: out[%d] = %v, want %v", name, T, i, got[i], want[i])
+			}
+		}
+	}
+	check := func(name string, w quant.Matrix, T int, tol float64) {
+		t.Helper()
+		checkRef(name, w, w, T, tol)
+	}
+	w32 := randMatrix(t, quant.F32, 70, 96, r)
+	w16 := randMatrix(t, quant.F16, 33, 128, r)
+	w8 := randMatrix(t, quant.Q8_0, 16, 64, r)
+	for _, w := range []quant.Matrix{w32, w16, w8} {
+		if err := g.Upload(w.Data, w.Type.String()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := g.Upload(w32.Data[:10], "a part of it"); err != nil {
+		t.Fatal(err)
+	}
+	for _, T := range []int{1, 3} {
+		check("f32", w32, T, 1e-5)
+		check("f16", w16, T, 1e-5)
+	}
+	if s := g.Stats(); s.Launches != 4 || s.HostFallbacks != 0 {
+		t.Errorf("after 4 products on the device: %+v", s)
+	}
+	check("q8_0 (no kernel)", w8, 2, 0)
+	check("not uploaded", randMatrix(t, quant.F32, 8, 32, r), 1, 0)
+	// Rows of an uploaded matrix are on the device too.
+	check("rows of f32", quant.Matrix{Type: quant.F32, Rows: 10, Cols: 96, Data: w32.Data[20*96*4 : 30*96*4]}, 2, 1e-5)
+	if s := g.Stats(); s.Launches != 5 || s.HostFallbacks != 2 {
+		t.Errorf("after 2 host products: %+v", s)
+	}
+
+	// An expert slot: a device buffer the host cannot touch, filled on the copy stream.
+	w := randMatrix(t, quant.F16, 40, 64, r)
+	slot, err := g.Buffer(int64(len(w.Data))+100, "a slot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.CopyIn(slot[100:], w.Data)
+	g.Compute().Wait(g.Copy().Record())
+	// The host reading the slot would fault: the reference reads the weights' host copy.
+	checkRef("slot", quant.Matrix{Type: w.Type, Rows: w.Rows, Cols: w.Cols, Data: slot[100:]}, w, 2, 1e-5)
+	g.Sync(g.Compute().Record())
+	g.Host().Wait(g.Copy().Record())
+	s := g.Stats()
+	if s.CopyBytes != int64(len(w.Data)) || s.Launches != 6 || s.HostFallbacks != 2 || s.CopySeconds < 0 {
+		t.Errorf("after the slot: %+v", s)
+	}
+	if err := g.Err(); err != nil {
+		t.Error(err)
+	}
+
+	// A copy into host memory is a plain copy.
+	dst := make([]byte, 4)
+	g.CopyIn(dst, []byte{1, 2, 3, 4})
+	if dst[3] != 4 {
+		t.Errorf("host CopyIn: %v", dst)
+	}
+	if _, err := g.Buffer(0, "nothing"); err == nil {
+		t.Error("a buffer of 0 bytes")
+	}
+	if _, err := g.Buffer(2<<30, "too much"); !errors.Is(err, ErrOutOfMemory) || !strings.Contains(err.Error(), "too much") {
+		t.Errorf("a buffer over the card = %v", err)
+	}
+	pinned, err := g.HostAlloc(1000)
+	if err != nil || len(pinned) != 1000 {
+		t.Errorf("HostAlloc = %d bytes, %v", len(pinned), err)
+	}
+}
+
+// exactProduct is the product of the dequantised weights, summed in float64.
+func exactProduct(w quant.Matrix, x []float32, T int, out []float32) {
+	row := make([]float32, w.Cols)
+	rb := w.RowBytes()
+	for o := 0; o < w.Rows; o++ {
+		quant.DequantizeRow(w.Type, w.Data[o*rb:(o+1)*rb], row)
+		for t := 0; t < T; t++ {
+			var s float64
+			for c, v := range row {
+				s += float64(v) * float64(x[t*w.Cols+c])
+			}
+			out[t*w.Rows+o] = float32(s)
+		}
+	}
+}

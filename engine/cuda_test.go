@@ -1,0 +1,180 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/commit-run/commit-run/engine"
+	"github.com/commit-run/commit-run/internal/fakecuda"
+	"github.com/commit-run/commit-run/offload"
+)
+
+// fakeCUDA builds the fake CUDA driver, or skips without a C compiler.
+func fakeCUDA(t *testing.T) string {
+	t.Helper()
+	lib, err := fakecuda.Build()
+	if errors.Is(err, fakecuda.ErrNoCompiler) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lib
+}
+
+type gpuRun struct {
+	probs  [][]float32
+	tokens []int32
+	gpu    engine.GPUStats
+	off    engine.OffloadStats
+}
+
+func runOn(t *testing.T, path string, o engine.Options, prompt []int32) gpuRun {
+	t.Helper()
+	m, err := engine.Open(path, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	s, err := m.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var r gpuRun
+	ctx := context.Background()
+	if err := s.Probs(ctx, prompt, func(_ int, p []float32) error {
+		r.probs = append(r.probs, slices.Clone(p))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Generate(ctx, prompt, engine.GenerateOptions{MaxTokens: 12, IgnoreEOS: true, Sampler: engine.SamplerOptions{Greedy: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.tokens = res.Tokens
+	r.gpu, _ = m.GPUStats()
+	r.off, _ = m.Offload()
+	return r
+}
+
+func maxDiff(a, b [][]float32) float64 {
+	var d float64
+	for i := range a {
+		for j := range a[i] {
+			d = max(d, math.Abs(float64(a[i][j]-b[i][j])))
+		}
+	}
+	return d
+}
+
+// TestCUDAFakeDriver runs the bundled models on cuda:0 of the fake driver, whose F32 and F16
+// kernels are plain F32 products: the engine's GPU path (weights uploaded, expert slots in
+// device buffers filled on the copy stream, kernels waiting on its events) gives the CPU's
+// greedy tokens and its next-token probabilities within 2e-3, and offloading with any policy
+// leaves the GPU's numbers as they were.
+func TestCUDAFakeDriver(t *testing.T) {
+	lib := fakeCUDA(t)
+	for _, path := range []string{bundledQwen, bundledMixtral} {
+		m, err := engine.Open(path, engine.Options{Threads: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		prompt, err := m.Tokenize("The old prince said that", true)
+		m.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		base := engine.Options{Threads: 2, KVType: "f32", ContextLength: 64}
+		want := runOn(t, path, base, prompt)
+		o := base
+		o.Device, o.CUDALibrary = "cuda:0", lib
+		got := runOn(t, path, o, prompt)
+		if !slices.Equal(got.tokens, want.tokens) {
+			t.Errorf("%s: greedy on the GPU %v, on the CPU %v", path, got.tokens, want.tokens)
+		}
+		if d := maxDiff(got.probs, want.probs); d > 2e-3 {
+			t.Errorf("%s: probabilities differ from the CPU's by up to %g", path, d)
+		}
+		if got.gpu.Launches == 0 || got.gpu.HostFallbacks != 0 {
+			t.Errorf("%s: %+v, want every product on the GPU", path, got.gpu)
+		}
+
+		for _, pol := range []offload.Policy{offload.OnDemand, offload.Prefetch, offload.Commit, offload.CPUMiss} {
+			oo := o
+			oo.Offload = &engine.OffloadOptions{Policy: pol, Predictor: map[offload.Policy]string{offload.Prefetch: "prev-token", offload.Commit: "oracle"}[pol]}
+			// The resident bytes and the slot size, from the CPU.
+			probe := base
+			probe.Offload = &engine.OffloadOptions{Policy: pol, GPUMem: 1 << 40, Predictor: oo.Offload.Predictor}
+			pm, err := engine.Open(path, probe)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, _ := pm.Offload()
+			info := pm.Info()
+			pm.Close()
+			oo.Offload.GPUMem = st.Resident + 2*int64(info.ExpertsUsed)*st.SlotBytes
+			r := runOn(t, path, oo, prompt)
+			if pol == offload.CPUMiss {
+				// Misses are computed on the host, in the CPU's arithmetic.
+				if d := maxDiff(r.probs, got.probs); d > 2e-3 || !slices.Equal(r.tokens, got.tokens) {
+					t.Errorf("%s %s: probabilities %g from the GPU's, greedy %v vs %v", path, pol, d, r.tokens, got.tokens)
+				}
+				continue
+			}
+			if !slices.Equal(r.tokens, got.tokens) || maxDiff(r.probs, got.probs) != 0 {
+				t.Errorf("%s %s: offloading changed the GPU's numbers (greedy %v vs %v)", path, pol, r.tokens, got.tokens)
+			}
+			if r.off.BytesCopied == 0 || r.gpu.CopyBytes != r.off.BytesCopied || r.gpu.HostFallbacks != 0 {
+				t.Errorf("%s %s: offload %+v, GPU %+v: want the copies measured on the copy stream", path, pol, r.off, r.gpu)
+			}
+		}
+	}
+}
+
+func TestCUDADeviceErrors(t *testing.T) {
+	lib := fakeCUDA(t)
+	cases := []struct {
+		o    engine.Options
+		want string
+	}{
+		{engine.Options{Device: "cuda:0", CUDALibrary: "/nonexistent/libcuda.so.1"}, "device cuda:0: no CUDA driver found"},
+		{engine.Options{Device: "cuda:1", CUDALibrary: lib}, "device cuda:1: no CUDA device 1: the driver"},
+		{engine.Options{Device: "cuda:x"}, `device "cuda:x": want cuda:N`},
+		{engine.Options{Device: "cuda:-1"}, `device "cuda:-1": want cuda:N`},
+		{engine.Options{Device: "cuda:0", CUDALibrary: lib, Offload: &engine.OffloadOptions{Policy: offload.OnDemand, GPUMem: 2 << 30}}, "a device memory budget of 2.00 GiB"},
+		{engine.Options{Device: "cuda:0", CUDALibrary: lib, EP: &engine.EPOptions{Devices: 2}}, "not CUDA"},
+		{engine.Options{Device: "gpu"}, "want cpu, cuda:N, auto or sim:<profile>"},
+	}
+	for _, c := range cases {
+		if m, err := engine.Open(bundledQwen, c.o); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Open on %s = %v, want %q", c.o.Device, err, c.want)
+			if m != nil {
+				m.Close()
+			}
+		}
+	}
+
+	// auto takes the GPU when there is one, and says why when it runs on the CPU.
+	m, err := engine.Open(bundledQwen, engine.Options{Device: "auto", CUDALibrary: lib, Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Device() != "cuda:0" || m.DeviceNote() != "" {
+		t.Errorf("auto with a GPU: %s, %q", m.Device(), m.DeviceNote())
+	}
+	m.Close()
+	m, err = engine.Open(bundledQwen, engine.Options{Device: "auto", CUDALibrary: "/nonexistent/libcuda.so.1", Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if note := m.DeviceNote(); m.Device() != "cpu" || !strings.Contains(note, "device auto: running on the CPU (device cuda:0: no CUDA driver found") {
+		t.Errorf("auto without a driver: %s, %q", m.Device(), note)
+	}
+}
