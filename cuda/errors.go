@@ -12,16 +12,15 @@ type Result int32
 
 // The results this package acts on (cuda.h's CUresult values).
 const (
-	Success                        Result = 0
-	ErrInvalidValue                Result = 1
-	ErrOutOfMemory                 Result = 2
-	ErrNotInitialized              Result = 3
-	ErrNoDevice                    Result = 100
-	ErrInvalidDevice               Result = 101
-	ErrInvalidPTX                  Result = 218
-	ErrNotFound                    Result = 500
-	ErrNotReady                    Result = 600
-	ErrHostMemoryAlreadyRegistered Result = 712
+	Success           Result = 0
+	ErrInvalidValue   Result = 1
+	ErrOutOfMemory    Result = 2
+	ErrNotInitialized Result = 3
+	ErrNoDevice       Result = 100
+	ErrInvalidDevice  Result = 101
+	ErrInvalidPTX     Result = 218
+	ErrNotFound       Result = 500
+	ErrNotReady       Result = 600
 )
 
 type errorSyms struct {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -72,6 +73,7 @@ type GPU struct {
 	eventPool sync.Pool
 
 	copyMu    sync.Mutex
+	timers    []*Event // timing events of drained copies, for reuse
 	copies    []timedCopy
 	copyBytes int64
 	copySec   float64
@@ -201,6 +203,15 @@ func (g *GPU) Close() error {
 	}
 	g.in, g.out = nil, nil
 	g.mu.Unlock()
+	g.copyMu.Lock()
+	for _, c := range g.copies {
+		g.timers = append(g.timers, c.start, c.end)
+	}
+	for _, ev := range g.timers {
+		errs = append(errs, ev.Destroy())
+	}
+	g.copies, g.timers = nil, nil
+	g.copyMu.Unlock()
 	for _, s := range []*Stream{g.compute, g.copy} {
 		if s != nil {
 			errs = append(errs, s.Destroy())
@@ -236,49 +247,39 @@ func (g *GPU) fail(err error) {
 	g.err.CompareAndSwap(nil, &err)
 }
 
-// lookup translates host bytes that stand for device memory into their device address.
-func (g *GPU) lookup(b []byte) (DevicePtr, bool) {
+// find returns the span holding the host bytes b, if any.
+func (g *GPU) find(b []byte) (span, bool) {
 	if len(b) == 0 {
-		return 0, false
+		return span{}, false
 	}
 	a := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
 	g.spansMu.RLock()
 	defer g.spansMu.RUnlock()
-	i, _ := slices.BinarySearchFunc(g.spans, a, func(s span, a uintptr) int {
-		switch {
-		case s.host > a:
-			return 1
-		case s.host < a:
-			return -1
-		}
-		return 0
-	})
-	if i < len(g.spans) && g.spans[i].host == a {
-		i++
-	}
+	// The last span starting at or before a.
+	i := sort.Search(len(g.spans), func(i int) bool { return g.spans[i].host > a })
 	if i == 0 {
-		return 0, false
+		return span{}, false
 	}
 	s := g.spans[i-1]
-	off := int64(a - s.host)
-	if off+int64(len(b)) > s.n {
+	if int64(a-s.host)+int64(len(b)) > s.n {
+		return span{}, false
+	}
+	return s, true
+}
+
+// lookup translates host bytes that stand for device memory into their device address.
+func (g *GPU) lookup(b []byte) (DevicePtr, bool) {
+	s, ok := g.find(b)
+	if !ok {
 		return 0, false
 	}
-	return s.dev.Add(off), true
+	return s.dev.Add(int64(uintptr(unsafe.Pointer(unsafe.SliceData(b))) - s.host)), true
 }
 
 func (g *GPU) addSpan(s span) {
 	g.spansMu.Lock()
 	defer g.spansMu.Unlock()
-	i, _ := slices.BinarySearchFunc(g.spans, s.host, func(x span, a uintptr) int {
-		switch {
-		case x.host > a:
-			return 1
-		case x.host < a:
-			return -1
-		}
-		return 0
-	})
+	i := sort.Search(len(g.spans), func(i int) bool { return g.spans[i].host > s.host })
 	g.spans = slices.Insert(g.spans, i, s)
 }
 
@@ -393,8 +394,10 @@ func (g *GPU) CopyIn(dst, src []byte) {
 		copy(dst, src)
 		return
 	}
-	start, err1 := g.ctx.NewEvent(true)
-	end, err2 := g.ctx.NewEvent(true)
+	g.copyMu.Lock()
+	defer g.copyMu.Unlock()
+	start, err1 := g.timer()
+	end, err2 := g.timer()
 	if err := errors.Join(err1, err2); err != nil {
 		g.fail(err)
 		return
@@ -403,15 +406,25 @@ func (g *GPU) CopyIn(dst, src []byte) {
 		g.fail(err)
 		return
 	}
-	g.copyMu.Lock()
 	g.copies = append(g.copies, timedCopy{start, end, int64(len(dst))})
 	if len(g.copies) >= 256 {
 		g.drainCopies(len(g.copies) / 2)
 	}
-	g.copyMu.Unlock()
 }
 
-// drainCopies adds the time of the n oldest copies to the totals, waiting for them.
+// timer returns a timing event, reused from a drained copy when there is one. The caller
+// holds g.copyMu.
+func (g *GPU) timer() (*Event, error) {
+	if n := len(g.timers); n > 0 {
+		ev := g.timers[n-1]
+		g.timers = g.timers[:n-1]
+		return ev, nil
+	}
+	return g.ctx.NewEvent(true)
+}
+
+// drainCopies adds the time of the n oldest copies to the totals, waiting for them. The
+// caller holds g.copyMu.
 func (g *GPU) drainCopies(n int) {
 	for _, c := range g.copies[:n] {
 		if err := c.end.Synchronize(); err != nil {
@@ -420,8 +433,7 @@ func (g *GPU) drainCopies(n int) {
 			g.copySec += sec
 			g.copyBytes += c.n
 		}
-		c.start.Destroy()
-		c.end.Destroy()
+		g.timers = append(g.timers, c.start, c.end)
 	}
 	g.copies = slices.Delete(g.copies, 0, n)
 }
@@ -476,10 +488,11 @@ func (g *GPU) MatMulID(w quant.Matrix, x []float32, T int, out []float32) {
 // (an expert slot, whose host addresses are inaccessible) a copy read back from the device.
 // Reading back is slow, but a product the GPU cannot run still gets the right numbers.
 func (g *GPU) hostCopy(w quant.Matrix) quant.Matrix {
-	p, ok := g.lookup(w.Data)
-	if !ok || !g.isBuffer(w.Data) {
-		return w
+	s, ok := g.find(w.Data)
+	if !ok || s.shadow == nil {
+		return w // host memory, or an upload whose host copy is still there
 	}
+	p, _ := g.lookup(w.Data)
 	buf := make([]byte, len(w.Data))
 	g.mu.Lock()
 	err := errors.Join(g.compute.CopyDtoH(buf, p), g.compute.Synchronize())
@@ -490,19 +503,6 @@ func (g *GPU) hostCopy(w quant.Matrix) quant.Matrix {
 	}
 	w.Data = buf
 	return w
-}
-
-// isBuffer says whether b lies in a device buffer rather than uploaded host memory.
-func (g *GPU) isBuffer(b []byte) bool {
-	a := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
-	g.spansMu.RLock()
-	defer g.spansMu.RUnlock()
-	for _, s := range g.spans {
-		if s.shadow != nil && a >= s.host && a < s.host+uintptr(s.n) {
-			return true
-		}
-	}
-	return false
 }
 
 func (g *GPU) matMul(w quant.Matrix, x []float32, T int, out []float32) bool {

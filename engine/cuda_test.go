@@ -33,7 +33,10 @@ type gpuRun struct {
 	off    engine.OffloadStats
 }
 
-func runOn(t *testing.T, path string, o engine.Options, prompt []int32) gpuRun {
+// runOn opens path with o and returns the next-token probabilities along prompt, n greedy
+// tokens after it, and the device's and offloader's figures; it checks that the device
+// memory never went over its budget.
+func runOn(t *testing.T, path string, o engine.Options, prompt []int32, n int) gpuRun {
 	t.Helper()
 	m, err := engine.Open(path, o)
 	if err != nil {
@@ -53,13 +56,16 @@ func runOn(t *testing.T, path string, o engine.Options, prompt []int32) gpuRun {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := s.Generate(ctx, prompt, engine.GenerateOptions{MaxTokens: 12, IgnoreEOS: true, Sampler: engine.SamplerOptions{Greedy: true}})
+	res, err := s.Generate(ctx, prompt, engine.GenerateOptions{MaxTokens: n, IgnoreEOS: true, Sampler: engine.SamplerOptions{Greedy: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.tokens = res.Tokens
 	r.gpu, _ = m.GPUStats()
 	r.off, _ = m.Offload()
+	if r.off.PeakDeviceMem > r.off.DeviceMemLimit {
+		t.Fatalf("peak device memory %d over the %d budget", r.off.PeakDeviceMem, r.off.DeviceMemLimit)
+	}
 	return r
 }
 
@@ -91,10 +97,10 @@ func TestCUDAFakeDriver(t *testing.T) {
 			t.Fatal(err)
 		}
 		base := engine.Options{Threads: 2, KVType: "f32", ContextLength: 64}
-		want := runOn(t, path, base, prompt)
+		want := runOn(t, path, base, prompt, 12)
 		o := base
 		o.Device, o.CUDALibrary = "cuda:0", lib
-		got := runOn(t, path, o, prompt)
+		got := runOn(t, path, o, prompt, 12)
 		if !slices.Equal(got.tokens, want.tokens) {
 			t.Errorf("%s: greedy on the GPU %v, on the CPU %v", path, got.tokens, want.tokens)
 		}
@@ -119,7 +125,7 @@ func TestCUDAFakeDriver(t *testing.T) {
 			info := pm.Info()
 			pm.Close()
 			oo.Offload.GPUMem = st.Resident + 2*int64(info.ExpertsUsed)*st.SlotBytes
-			r := runOn(t, path, oo, prompt)
+			r := runOn(t, path, oo, prompt, 12)
 			if pol == offload.CPUMiss {
 				// Misses are computed on the host, in the CPU's arithmetic.
 				if d := maxDiff(r.probs, got.probs); d > 2e-3 || !slices.Equal(r.tokens, got.tokens) {

@@ -27,7 +27,7 @@ type Model struct {
 	info    Info
 	nctx    int
 	kvF16   bool
-	devNote string // how --device auto chose
+	devNote string     // how --device auto chose
 	off     *offloader // nil unless Options.Offload
 	commit  *committer // nil unless Options.Commit or offloading with the Commit Router
 	// dropStats counts capacity-aware token drop's work; nil unless Options.Drop.

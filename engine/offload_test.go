@@ -17,31 +17,8 @@ import (
 // offloadRun evaluates prompt (every position's distribution) and a short greedy continuation.
 func offloadRun(t *testing.T, path string, opts engine.Options, prompt []int32) ([][]float32, []int32) {
 	t.Helper()
-	m, err := engine.Open(path, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	s, err := m.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	var probs [][]float32
-	if err := s.Probs(context.Background(), prompt, func(_ int, p []float32) error {
-		probs = append(probs, slices.Clone(p))
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	res, err := s.Generate(context.Background(), prompt, engine.GenerateOptions{MaxTokens: 6, IgnoreEOS: true, Sampler: engine.SamplerOptions{Greedy: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st, ok := m.Offload(); ok && st.PeakDeviceMem > st.DeviceMemLimit {
-		t.Fatalf("peak device memory %d over the %d budget", st.PeakDeviceMem, st.DeviceMemLimit)
-	}
-	return probs, res.Tokens
+	r := runOn(t, path, opts, prompt, 6)
+	return r.probs, r.tokens
 }
 
 // TestOffloadKeepsTheNumbers runs every golden and bundled MoE model with each policy at a
