@@ -10,6 +10,7 @@
 // Every call makes its context current on the calling thread first, since Go moves
 // goroutines between threads and a CUDA context is current per thread.
 //
-// The binding is tested on every machine against a fake driver (testdata/fakecuda.c, built
-// by the tests with the C compiler) and, where a GPU is present, against the real one.
+// The binding is tested on every machine against a fake driver (internal/fakecuda, built by
+// the tests with the C and C++ compilers), whose launches run the kernels' CUDA C on the host
+// with every CUDA thread emulated, and, where a GPU is present, against the real one.
 package cuda

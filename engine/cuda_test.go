@@ -79,8 +79,8 @@ func maxDiff(a, b [][]float32) float64 {
 	return d
 }
 
-// TestCUDAFakeDriver runs the bundled models on cuda:0 of the fake driver, whose F32 and F16
-// kernels are plain F32 products: the engine's GPU path (weights uploaded, expert slots in
+// TestCUDAFakeDriver runs the bundled models on cuda:0 of the fake driver, which runs the
+// project's kernels with every CUDA thread emulated: the engine's GPU path (weights uploaded, expert slots in
 // device buffers filled on the copy stream, kernels waiting on its events) gives the CPU's
 // greedy tokens and its next-token probabilities within 2e-3, and offloading with any policy
 // leaves the GPU's numbers as they were.

@@ -1,13 +1,14 @@
 // A fake CUDA driver for the binding's tests on machines without a GPU. It exports the calls
 // package cuda binds, with the driver's prototypes and results, and keeps "device memory" in
-// host memory. Kernels are C functions named fake_*. Like the real driver it refuses calls
+// host memory. Kernels are C functions named fake_* and the project's own kernels, run by the
+// emulator of emu.cc. Like the real driver it refuses calls
 // that need a context when none is current on the calling thread, so the tests see whether
 // the binding makes its context current on whatever thread Go runs it.
 //
 // Environment: FAKECUDA_DEVICES (default 1), FAKECUDA_MEM (bytes per device, default 1 GiB),
 // FAKECUDA_INIT_ERROR (a CUresult cuInit returns).
 //
-// Built by fakecuda.Build: cc -shared -fPIC -o libcuda.so.1 fakecuda.c
+// Built by fakecuda.Build, linked with emu.cc.
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -65,6 +66,7 @@ static const char *names[][2] = {
 	{"3", "CUDA_ERROR_NOT_INITIALIZED"}, {"100", "CUDA_ERROR_NO_DEVICE"}, {"101", "CUDA_ERROR_INVALID_DEVICE"},
 	{"201", "CUDA_ERROR_INVALID_CONTEXT"}, {"218", "CUDA_ERROR_INVALID_PTX"}, {"400", "CUDA_ERROR_INVALID_HANDLE"},
 	{"500", "CUDA_ERROR_NOT_FOUND"}, {"713", "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED"},
+	{"719", "CUDA_ERROR_LAUNCH_FAILED"},
 };
 CUresult cuGetErrorName(CUresult e, const char **s) {
 	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
@@ -78,6 +80,7 @@ CUresult cuGetErrorString(CUresult e, const char **s) {
 	case INVALID_CONTEXT: *s = "invalid device context"; return SUCCESS;
 	case INVALID_PTX: *s = "a PTX JIT compilation failed"; return SUCCESS;
 	case NOT_FOUND: *s = "named symbol not found"; return SUCCESS;
+	case 719: *s = "unspecified launch failure"; return SUCCESS;
 	}
 	return cuGetErrorName(e, s);
 }
@@ -311,63 +314,33 @@ static void fake_iota64(void **p) {
 	for (int i = 0; i < n; i++) dst[i] = v + i;
 }
 
-// The matrix-vector products of kernels/mmv.cu for F32 and F16 weights, with its ABI:
-// (const unsigned char *w, const float *x, float *y, int rows, int cols, int ntok).
-static float half_to_float(uint16_t h) {
-	uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-	if (exp == 0) {
-		if (man == 0) {
-			bits = sign;
-		} else {
-			exp = 127 - 15 + 1;
-			while (!(man & 0x400)) { man <<= 1; exp--; }
-			bits = sign | (exp << 23) | ((man & 0x3ff) << 13);
-		}
-	} else if (exp == 31) {
-		bits = sign | 0x7f800000 | (man << 13);
-	} else {
-		bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
-	}
-	float f;
-	memcpy(&f, &bits, 4);
-	return f;
-}
-static void mmv(void **p, int f16) {
-	const unsigned char *w = *(const unsigned char **)p[0];
-	const float *x = *(const float **)p[1];
-	float *y = *(float **)p[2];
-	int rows = *(int *)p[3], cols = *(int *)p[4], ntok = *(int *)p[5];
-	for (int t = 0; t < ntok; t++) {
-		for (int r = 0; r < rows; r++) {
-			float sum = 0;
-			for (int c = 0; c < cols; c++) {
-				float v;
-				if (f16) {
-					uint16_t h;
-					memcpy(&h, w + ((size_t)r * cols + c) * 2, 2);
-					v = half_to_float(h);
-				} else {
-					memcpy(&v, w + ((size_t)r * cols + c) * 4, 4);
-				}
-				sum += v * x[(size_t)t * cols + c];
-			}
-			y[(size_t)t * rows + r] = sum;
-		}
-	}
-}
-static void mmv_f32(void **p) { mmv(p, 0); }
-static void mmv_f16(void **p) { mmv(p, 1); }
+// The project's kernels (cuda/kernels) run in the emulator of emu.cc.
+void *emu_find(const char *name);
+int emu_launch(void *k, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, void **params);
 
-struct kern { const char *name; kernel fn; int shared; };
-static struct kern kernels[] = {
-	{"fake_axpy", fake_axpy, 0}, {"fake_iota64", fake_iota64, 0}, {"mmv_f32", mmv_f32, 0}, {"mmv_f16", mmv_f16, 0},
+struct kern { const char *name; kernel fn; int shared; void *emu; };
+static struct kern kernels[128] = {
+	{"fake_axpy", fake_axpy, 0, 0}, {"fake_iota64", fake_iota64, 0, 0},
 };
 CUresult cuModuleGetFunction(void **f, struct module *m, const char *name) {
 	NEED_CTX();
 	if (!m || m->magic != 0x3d3d) return INVALID_HANDLE;
-	for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++)
-		if (!strcmp(kernels[i].name, name)) { *f = &kernels[i]; return SUCCESS; }
-	return NOT_FOUND;
+	CUresult r = NOT_FOUND;
+	pthread_mutex_lock(&mu);
+	size_t i = 0;
+	for (; i < sizeof kernels / sizeof kernels[0] && kernels[i].name; i++)
+		if (!strcmp(kernels[i].name, name)) { *f = &kernels[i]; r = SUCCESS; break; }
+	if (r == NOT_FOUND && i < sizeof kernels / sizeof kernels[0]) {
+		void *k = emu_find(name);
+		if (k) {
+			kernels[i].name = strdup(name);
+			kernels[i].emu = k;
+			*f = &kernels[i];
+			r = SUCCESS;
+		}
+	}
+	pthread_mutex_unlock(&mu);
+	return r;
 }
 CUresult cuFuncSetAttribute(void *f, int attr, int value) {
 	NEED_CTX();
@@ -387,6 +360,8 @@ CUresult cuLaunchKernel(void *f, unsigned int gx, unsigned int gy, unsigned int 
 	if (gx == 0 || gy == 0 || gz == 0 || bx * by * bz == 0 || bx * by * bz > 1024) return INVALID_VALUE;
 	unsigned int v[8] = {gx, gy, gz, bx, by, bz, shared, 1};
 	memcpy(last, v, sizeof v);
-	((struct kern *)f)->fn(params);
+	struct kern *k = f;
+	if (k->emu) return emu_launch(k->emu, gx, gy, gz, bx, by, bz, params);
+	k->fn(params);
 	return SUCCESS;
 }
