@@ -48,8 +48,9 @@ const (
 
 // GPU is the device cuda:N. Weights the engine uploads and the buffers it asks for live in
 // device memory; kernels run on a compute stream and expert copies on a copy stream, ordered
-// by events. The matrix products are synchronous for now: the activations travel to the GPU
-// and back with each one, while norms, attention and routing run on the host.
+// by events. With its Ops (ops.go) a whole forward pass runs in device memory and only
+// returns to the host where the host reads a result; a product of host activations (a model
+// whose attention has no device Ops) copies them in and out synchronously.
 type GPU struct {
 	drv  *Driver
 	ctx  *Context
@@ -77,6 +78,10 @@ type GPU struct {
 	copies    []timedCopy
 	copyBytes int64
 	copySec   float64
+
+	fns     map[string]*Function // the Ops' kernels, found on first use (under mu)
+	ring    DevicePtr            // the Ops' parameters (under mu)
+	ringOff int64
 
 	launches, fallbacks atomic.Int64
 	err                 atomic.Pointer[error] // the first failure
@@ -122,7 +127,7 @@ func Open(o GPUOptions) (*GPU, error) {
 	if err != nil {
 		return nil, fmt.Errorf("device %s: %w", name, err)
 	}
-	g := &GPU{drv: drv, ctx: ctx, info: info, host: o.Host, mmv: map[quant.Type]*Function{}}
+	g := &GPU{drv: drv, ctx: ctx, info: info, host: o.Host, mmv: map[quant.Type]*Function{}, fns: map[string]*Function{}}
 	if err := g.open(o); err != nil {
 		g.Close()
 		return nil, fmt.Errorf("device %s (%s): %w", name, info.Name, err)
@@ -194,8 +199,8 @@ func (g *GPU) Close() error {
 	}
 	g.pinned = nil
 	g.mu.Lock()
-	errs = append(errs, g.ctx.Free(g.dx), g.ctx.Free(g.dy))
-	g.dx, g.dy, g.dxN, g.dyN = 0, 0, 0, 0
+	errs = append(errs, g.ctx.Free(g.dx), g.ctx.Free(g.dy), g.ctx.Free(g.ring))
+	g.dx, g.dy, g.dxN, g.dyN, g.ring = 0, 0, 0, 0, 0
 	for _, b := range []*HostBuffer{g.in, g.out} {
 		if b != nil {
 			errs = append(errs, b.Free())
@@ -320,6 +325,30 @@ func (g *GPU) Buffer(n int64, what string) ([]byte, error) {
 	}
 	g.addSpan(span{host: uintptr(unsafe.Pointer(unsafe.SliceData(shadow))), n: n, dev: p, shadow: shadow})
 	return shadow, nil
+}
+
+// Release implements device.Resident: it frees a buffer once the compute stream is done with
+// it (cuMemFree waits for the device's work). A buffer that is not one, or of a closed GPU,
+// is left alone.
+func (g *GPU) Release(b []byte) {
+	s, ok := g.find(b)
+	if !ok || s.shadow == nil || uintptr(unsafe.Pointer(unsafe.SliceData(b))) != s.host {
+		return
+	}
+	g.spansMu.Lock()
+	i := sort.Search(len(g.spans), func(i int) bool { return g.spans[i].host >= s.host })
+	if i < len(g.spans) && g.spans[i].host == s.host {
+		g.spans = slices.Delete(g.spans, i, i+1)
+	} else {
+		ok = false
+	}
+	g.spansMu.Unlock()
+	if !ok {
+		return
+	}
+	if err := errors.Join(g.ctx.Free(s.dev), syscall.Munmap(s.shadow)); err != nil {
+		g.fail(err)
+	}
 }
 
 // HostAlloc implements device.HostAllocator with pinned memory, freed on Close.
@@ -471,16 +500,35 @@ func (g *GPU) Parallel(n int, fn func(i int)) { g.host.Parallel(n, fn) }
 // kernel, else on the host.
 func (g *GPU) MatMul(w quant.Matrix, x []float32, T int, out []float32) {
 	if !g.matMul(w, x, T, out) {
-		g.fallbacks.Add(1)
-		g.host.MatMul(g.hostCopy(w), x, T, out)
+		g.onHost(g.host.MatMul, w, x, T, out)
 	}
 }
 
 // MatMulID is MatMul for a routed expert's weights: the GPU's kernels are the same.
 func (g *GPU) MatMulID(w quant.Matrix, x []float32, T int, out []float32) {
 	if !g.matMul(w, x, T, out) {
-		g.fallbacks.Add(1)
-		g.host.MatMulID(g.hostCopy(w), x, T, out)
+		g.onHost(g.host.MatMulID, w, x, T, out)
+	}
+}
+
+// onHost computes a product the GPU cannot on the host, reading back whatever of weights,
+// input and output lives in device memory. Slow, but the numbers stay right.
+func (g *GPU) onHost(mm func(quant.Matrix, []float32, int, []float32), w quant.Matrix, x []float32, T int, out []float32) {
+	g.fallbacks.Add(1)
+	x, out = x[:T*w.Cols], out[:T*w.Rows]
+	_, xDev := g.lookup(floatBytes(x))
+	_, yDev := g.lookup(floatBytes(out))
+	xh, yh := x, out
+	if xDev {
+		xh = make([]float32, len(x))
+		g.Read(xh, x)
+	}
+	if yDev {
+		yh = make([]float32, len(out))
+	}
+	mm(g.hostCopy(w), xh, T, yh)
+	if yDev {
+		g.Write(out, yh)
 	}
 }
 
@@ -515,25 +563,40 @@ func (g *GPU) matMul(w quant.Matrix, x []float32, T int, out []float32) bool {
 		return false
 	}
 	nx, ny := int64(4*T*w.Cols), int64(4*T*w.Rows)
+	xb, yb := floatBytes(x[:T*w.Cols]), floatBytes(out[:T*w.Rows])
+	// Activations in device memory stay there; host ones travel through the staging buffers.
+	xp, xDev := g.lookup(xb)
+	yp, yDev := g.lookup(yb)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if err := g.stage(nx, ny); err != nil {
-		g.fail(err)
-		return false
+	if !xDev || !yDev {
+		if err := g.stage(nx, ny); err != nil {
+			g.fail(err)
+			return false
+		}
 	}
-	copy(g.in.Bytes, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(x))), nx))
+	var errs []error
+	if !xDev {
+		copy(g.in.Bytes, xb)
+		errs = append(errs, g.compute.CopyHtoD(g.dx, g.in.Bytes[:nx]))
+		xp = g.dx
+	}
+	if !yDev {
+		yp = g.dy
+	}
 	grid := Dim3{X: (w.Rows + mmvRowsPerBlock - 1) / mmvRowsPerBlock, Y: (T + mmvTokensPerBlock - 1) / mmvTokensPerBlock}
-	err := errors.Join(
-		g.compute.CopyHtoD(g.dx, g.in.Bytes[:nx]),
-		g.compute.Launch(fn, grid, Dim3{X: 32, Y: mmvRowsPerBlock}, 0, g.args.Reset().Ptr(wp).Ptr(g.dx).Ptr(g.dy).Int(w.Rows).Int(w.Cols).Int(T)),
-		g.compute.CopyDtoH(g.out.Bytes[:ny], g.dy),
-		g.compute.Synchronize())
-	if err != nil {
+	errs = append(errs, g.compute.Launch(fn, grid, Dim3{X: 32, Y: mmvRowsPerBlock}, 0, g.args.Reset().Ptr(wp).Ptr(xp).Ptr(yp).Int(w.Rows).Int(w.Cols).Int(T)))
+	if !yDev {
+		errs = append(errs, g.compute.CopyDtoH(g.out.Bytes[:ny], g.dy), g.compute.Synchronize())
+	}
+	if err := errors.Join(errs...); err != nil {
 		g.fail(err)
 		return false
 	}
 	g.launches.Add(1)
-	copy(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(out))), ny), g.out.Bytes[:ny])
+	if !yDev {
+		copy(yb, g.out.Bytes[:ny])
+	}
 	return true
 }
 

@@ -82,4 +82,6 @@ var KernelNames = []string{
 	"rope_f32",
 	// attention.cu
 	"attn_f32", "attn_f16kv",
+	// moe.cu
+	"combine_off_f32", "gated_add_f32",
 }

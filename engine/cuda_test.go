@@ -27,10 +27,11 @@ func fakeCUDA(t *testing.T) string {
 }
 
 type gpuRun struct {
-	probs  [][]float32
-	tokens []int32
-	gpu    engine.GPUStats
-	off    engine.OffloadStats
+	probs    [][]float32
+	tokens   []int32
+	gpu      engine.GPUStats
+	off      engine.OffloadStats
+	resident bool
 }
 
 // runOn opens path with o and returns the next-token probabilities along prompt, n greedy
@@ -62,6 +63,7 @@ func runOn(t *testing.T, path string, o engine.Options, prompt []int32, n int) g
 	}
 	r.tokens = res.Tokens
 	r.gpu, _ = m.GPUStats()
+	r.resident = m.Resident()
 	r.off, _ = m.Offload()
 	if r.off.PeakDeviceMem > r.off.DeviceMemLimit {
 		t.Fatalf("peak device memory %d over the %d budget", r.off.PeakDeviceMem, r.off.DeviceMemLimit)
@@ -107,16 +109,16 @@ func TestCUDAFakeDriver(t *testing.T) {
 		if d := maxDiff(got.probs, want.probs); d > 2e-3 {
 			t.Errorf("%s: probabilities differ from the CPU's by up to %g", path, d)
 		}
-		if got.gpu.Launches == 0 || got.gpu.HostFallbacks != 0 {
-			t.Errorf("%s: %+v, want every product on the GPU", path, got.gpu)
+		if got.gpu.Launches == 0 || got.gpu.HostFallbacks != 0 || !got.resident {
+			t.Errorf("%s: %+v, resident %v: want the whole pass on the GPU", path, got.gpu, got.resident)
 		}
 
 		for _, pol := range []offload.Policy{offload.OnDemand, offload.Prefetch, offload.Commit, offload.CPUMiss} {
 			oo := o
 			oo.Offload = &engine.OffloadOptions{Policy: pol, Predictor: map[offload.Policy]string{offload.Prefetch: "prev-token", offload.Commit: "oracle"}[pol]}
-			// The resident bytes and the slot size, from the CPU.
-			probe := base
-			probe.Offload = &engine.OffloadOptions{Policy: pol, GPUMem: 1 << 40, Predictor: oo.Offload.Predictor}
+			// The resident bytes (activations included) and the slot size.
+			probe := o
+			probe.Offload = &engine.OffloadOptions{Policy: pol, GPUMem: 512 << 20, Predictor: oo.Offload.Predictor}
 			pm, err := engine.Open(path, probe)
 			if err != nil {
 				t.Fatal(err)

@@ -270,7 +270,7 @@ func (m *Model) openEP() error {
 
 // rankModel is m on another device: the same file, weights and tokenizer.
 func (m *Model) rankModel(dev device.Device) *Model {
-	r := &Model{opts: m.opts, file: m.file, arch: m.arch, tok: m.tok, dev: dev, info: m.info, nctx: m.nctx, kvF16: m.kvF16}
+	r := &Model{opts: m.opts, file: m.file, arch: m.arch, tok: m.tok, dev: dev, info: m.info, nctx: m.nctx, kvF16: m.kvF16, ops: models.HostOps{K: dev}}
 	r.charger, _ = dev.(device.Charger)
 	r.labeler, _ = dev.(device.Labeler)
 	return r
@@ -396,7 +396,8 @@ func (m *Model) epMoE(layer int, moe *models.MoE, x []float32, T int, out []floa
 	j := g.moeIdx[layer]
 	comm := g.comms[r]
 	t0 := g.clocks[r]()
-	logits, routes := m.routeTokens(layer, moe, x, T)
+	hb := m.hostBackend()
+	logits, routes := m.routeTokens(hb, layer, moe, x, T)
 	ev.fill(moe, x[:T*d], logits, routes)
 
 	// The metadata exchange: the host reads its tokens' routing and sends it to every rank.
@@ -546,7 +547,7 @@ func (m *Model) epMoE(layer int, moe *models.MoE, x []float32, T int, out []floa
 		}
 		ffn := &models.FFN{Gate: moe.GateExps.Expert(e), Up: moe.UpExps.Expert(e), Down: moe.DownExps.Expert(e)}
 		m.label("expert", "", layer, e)
-		m.swiglu(m.dev.MatMulID, m.charger, ffn, xe, n, ye)
+		m.swiglu(m.hostBackend(), m.dev.MatMulID, m.charger, ffn, xe, n, ye)
 		for i, p := range sl {
 			copy(results[p.src][p.k*d:(p.k+1)*d], ye[i*d:(i+1)*d])
 		}
@@ -607,8 +608,8 @@ func (m *Model) epMoE(layer int, moe *models.MoE, x []float32, T int, out []floa
 			copy(ys[sl*d:(sl+1)*d], back[q][k*d:(k+1)*d])
 		}
 	}
-	m.combine(layer, routes, ys, off, out)
-	m.sharedExpert(layer, moe, x, T, out)
+	m.combine(hb, layer, routes, ys, off, out)
+	m.sharedExpert(hb, layer, moe, x, T, out)
 	g.record(j, r, tC-tD, g.clocks[r]()-t0, moved, s, b)
 	return g.replace(r, j, moe)
 }

@@ -22,7 +22,7 @@ func (m *Model) epPerplexity(ctx context.Context, ids []int32, window, step int,
 	}
 	kvs := make([]*models.KVCache, N)
 	for r, rm := range g.ranks {
-		kv, err := models.NewKVCache(m.arch, m.nctx, m.kvF16)
+		kv, err := models.NewKVCache(m.arch, m.nctx, m.kvF16, models.HostAlloc)
 		if err != nil {
 			return res, err
 		}

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"errors"
+
 	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/models"
 	"github.com/commit-run/commit-run/quant"
@@ -16,12 +18,20 @@ func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, all bool, 
 	c := a.Config
 	d := c.Embd
 	T := len(tokens)
-	b := m.dev
-	x := make([]float32, T*d)
-	emb := a.TokenEmbd.Matrix()
-	for t, id := range tokens {
-		quant.DequantizeRow(emb.Type, emb.Row(int(id)), x[t*d:(t+1)*d])
+	if m.resident {
+		m.passMu.Lock()
+		defer m.passMu.Unlock()
 	}
+	// The pass's long-lived activations come from one arena, each layer's from another that
+	// the next layer reuses.
+	pa, la := m.getArena(), m.getArena()
+	defer m.putArena(pa)
+	defer m.putArena(la)
+	b := &backend{Kernels: m.dev, Ops: m.ops, a: pa}
+	bl := &backend{Kernels: m.dev, Ops: m.ops, a: la}
+	x := b.Floats(T * d)
+	emb := a.TokenEmbd.Matrix()
+	m.ops.Embed(x, emb, tokens)
 	if m.off != nil {
 		m.off.beginPass()
 	}
@@ -30,22 +40,23 @@ func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, all bool, 
 	}
 	m.label("embed", "embed", -1, -1)
 	m.charge("embed", float64(T*(emb.RowBytes()+4*d)), 0)
-	xn := make([]float32, T*d)
-	tmp := make([]float32, T*d)
+	xn := b.Floats(T * d)
+	tmp := b.Floats(T * d)
 	for i := range a.Layers {
+		la.reset()
 		l := &a.Layers[i]
 		m.label("attention", "attn", i, -1)
-		m.rmsNorm(xn, x, T, l.AttnNorm)
-		l.Attn.Forward(b, &kv.Layers[i], xn, T, pos0, tmp)
+		m.rmsNorm(xn, x, l.AttnNorm)
+		l.Attn.Forward(bl, &kv.Layers[i], xn, T, pos0, tmp)
 		m.chargeAttention(i, T, pos0)
-		models.AddTo(x, tmp)
-		m.rmsNorm(xn, x, T, l.FFNNorm)
+		m.ops.Add(x, tmp)
+		m.rmsNorm(xn, x, l.FFNNorm)
 		if l.MoE != nil {
 			var ev *RouteEvent
 			if obs != nil {
 				ev = &RouteEvent{Layer: i, Pos0: pos0, Tokens: T, IDs: tokens}
 			}
-			if err := m.moe(i, l.MoE, xn, T, pos0, tmp, ev, cs); err != nil {
+			if err := m.moe(bl, i, l.MoE, xn, T, pos0, tmp, ev, cs); err != nil {
 				return nil, err
 			}
 			if ev != nil {
@@ -53,9 +64,9 @@ func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, all bool, 
 			}
 		} else {
 			m.label("dense", "ffn", i, -1)
-			m.ffn(l.Dense, xn, T, tmp)
+			m.ffn(bl, l.Dense, xn, T, tmp)
 		}
-		models.AddTo(x, tmp)
+		m.ops.Add(x, tmp)
 		m.charge("add", float64(12*T*d), float64(T*d))
 	}
 	rows := x
@@ -63,25 +74,24 @@ func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, all bool, 
 		rows, T = x[(T-1)*d:], 1
 	}
 	m.label("head", "head", -1, -1)
-	m.rmsNorm(xn, rows, T, a.OutputNorm)
+	m.rmsNorm(xn[:T*d], rows, a.OutputNorm)
 	out := a.Output.Matrix()
-	logits := make([]float32, T*out.Rows)
+	logits := b.Floats(T * out.Rows)
 	b.MatMul(out, xn[:T*d], T, logits)
 	// The host reads the logits to sample.
-	b.Sync(b.Compute().Record())
-	if err := m.deviceErr(); err != nil {
+	logits = m.toHost(logits)
+	m.dev.Sync(m.dev.Compute().Record())
+	if err := errors.Join(pa.err, la.err, m.deviceErr()); err != nil {
 		return nil, err
 	}
 	return logits, nil
 }
 
-// rmsNorm normalises T rows of x into dst.
-func (m *Model) rmsNorm(dst, x []float32, T int, n models.Norm) {
+// rmsNorm normalises the rows of x into dst.
+func (m *Model) rmsNorm(dst, x []float32, n models.Norm) {
 	d := m.arch.Config.Embd
-	for t := 0; t < T; t++ {
-		models.RMSNorm(dst[t*d:(t+1)*d], x[t*d:(t+1)*d], n, m.arch.Config.NormEps)
-	}
-	m.charge("norm", float64(8*T*d+4*d), float64(4*T*d))
+	m.ops.RMSNorm(dst, x, d, n.Weight, n.Bias, m.arch.Config.NormEps)
+	m.charge("norm", float64(8*len(x)+4*d), float64(4*len(x)))
 }
 
 // chargeAttention prices block i's attention over the cache, which the models compute
@@ -104,22 +114,19 @@ func (m *Model) chargeAttention(i, T, pos0 int) {
 }
 
 // ffn runs a dense SwiGLU block on T rows of x into out.
-func (m *Model) ffn(f *models.FFN, x []float32, T int, out []float32) {
-	m.swiglu(m.dev.MatMul, m.charger, f, x, T, out)
+func (m *Model) ffn(b models.Backend, f *models.FFN, x []float32, T int, out []float32) {
+	m.swiglu(b, b.MatMul, m.charger, f, x, T, out)
 }
 
 // swiglu runs a SwiGLU block with the given matrix product: MatMul for dense blocks, MatMulID
 // for routed experts (llama.cpp's MUL_MAT_ID, whose kernels differ for some weight types).
 // ch, when not nil, is charged for the activation.
-func (m *Model) swiglu(matMul func(quant.Matrix, []float32, int, []float32), ch device.Charger, f *models.FFN, x []float32, T int, out []float32) {
+func (m *Model) swiglu(b models.Backend, matMul func(quant.Matrix, []float32, int, []float32), ch device.Charger, f *models.FFN, x []float32, T int, out []float32) {
 	nff := f.Gate.Rows
-	g := make([]float32, T*nff)
-	u := make([]float32, T*nff)
+	g, u := b.Floats(T*nff), b.Floats(T*nff)
 	matMul(f.Gate, x, T, g)
 	matMul(f.Up, x, T, u)
-	for t := 0; t < T; t++ {
-		models.SwiGLU(g[t*nff:(t+1)*nff], g[t*nff:(t+1)*nff], u[t*nff:(t+1)*nff])
-	}
+	b.SwiGLU(g, u, nff)
 	if ch != nil {
 		ch.Charge("swiglu", float64(12*T*nff), float64(4*T*nff))
 	}

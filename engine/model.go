@@ -39,6 +39,15 @@ type Model struct {
 	rank   int
 	fpOnce sync.Once
 	fp     string
+	// ops compute a pass besides the products: the device's own when resident (the pass's
+	// activations and KV caches live on the device), else the host's.
+	ops      device.Ops
+	resident bool
+	arenas   arenas
+	actPool  actPool
+	// passMu makes passes in device memory one at a time: their activations share one
+	// reserve, and the device runs one stream anyway.
+	passMu sync.Mutex
 
 	// mu guards the memory map: computations hold it for reading, Close for writing, so
 	// closing the model never unmaps weights under a running forward pass.
@@ -134,6 +143,12 @@ func Open(path string, opts Options) (*Model, error) {
 		f.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	m.resident = m.residentPasses()
+	m.actPool.reserve = m.activationBytes()
+	if err := dev.Memory().Alloc(m.actPool.reserve, "activations"); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: one pass's activations (%d bytes for up to %d tokens) do not fit on %s: %w", path, m.actPool.reserve, prefillBatch, dev.Name(), err)
+	}
 	if m.opts.EP != nil {
 		if err := m.openEP(); err != nil {
 			f.Close()
@@ -151,6 +166,10 @@ func Open(path string, opts Options) (*Model, error) {
 	}
 	prefault(f, opts.Progress)
 	if err := m.upload(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if err := m.setupOps(); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}

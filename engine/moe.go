@@ -9,7 +9,6 @@ import (
 	"github.com/commit-run/commit-run/models"
 	"github.com/commit-run/commit-run/multigpu"
 	"github.com/commit-run/commit-run/offload"
-	"github.com/commit-run/commit-run/quant"
 )
 
 // routing is the experts chosen for one token and their mixing weights, in top-k order.
@@ -203,13 +202,18 @@ func extraWeights(moe *models.MoE, logits []float32, rt routing, w []float32) {
 // token's expert outputs are then summed in its top-k order, as llama.cpp sums them. When ev
 // is not nil it is filled with the routing decision. cs holds the session's Commit Router
 // predictions (nil: none).
-func (m *Model) moe(layer int, moe *models.MoE, x []float32, T, pos0 int, out []float32, ev *RouteEvent, cs *commitState) error {
+func (m *Model) moe(b models.Backend, layer int, moe *models.MoE, x []float32, T, pos0 int, out []float32, ev *RouteEvent, cs *commitState) error {
 	if m.ep != nil {
 		return m.epMoE(layer, moe, x, T, out, ev)
 	}
 	d := m.arch.Config.Embd
-	logits, routes := m.routeTokens(layer, moe, x, T)
-	ev.fill(moe, x[:T*d], logits, routes)
+	logits, routes := m.routeTokens(b, layer, moe, x, T)
+	// The router's input, where the host reads it: observers and the Commit Router.
+	var xh []float32
+	if ev != nil || cs != nil && T == 1 {
+		xh = m.toHost(x[:T*d])
+	}
+	ev.fill(moe, xh, logits, routes)
 	// The Commit Router: the experts predicted for this token and layer while the previous
 	// layer ran, and its prediction for the next layer, made from this layer's router input
 	// before this layer's experts are enqueued so that their copies overlap them.
@@ -223,7 +227,7 @@ func (m *Model) moe(layer int, moe *models.MoE, x []float32, T, pos0 int, out []
 			m.commit.firstByRouter()
 		}
 		var nj, npos int
-		nj, npos, next = m.predict(layer, x[:m.arch.Config.Embd], pos0)
+		nj, npos, next = m.predict(layer, xh[:d], pos0)
 		cs.pending[nj], cs.pos[nj] = next, npos
 		nextLayer = m.commit.moe[nj]
 		predEv = m.dev.Compute().Record()
@@ -271,19 +275,37 @@ func (m *Model) moe(layer int, moe *models.MoE, x []float32, T, pos0 int, out []
 			byExpert[e] = append(byExpert[e], off[t]+k)
 		}
 	}
-	ys := make([]float32, off[T]*d)
+	// The experts' outputs land in yAll in the order they are computed, then move to their
+	// slots; a dropped slot takes yAll's last row, zeros.
+	yAll := b.Floats((off[T] + 1) * d)
+	b.Zero(yAll[off[T]*d:])
+	inv := make([]int32, off[T])
+	for s := range inv {
+		inv[s] = int32(off[T])
+	}
+	pos := 0
 	var host device.HostKernels // cpu-miss: the host's kernels, once it computes an expert
 	for e, slots := range byExpert {
 		if len(slots) == 0 {
 			continue
 		}
 		n := len(slots)
-		xe := make([]float32, n*d)
+		rows := make([]int32, n)
+		inOrder := n == T
 		for j, s := range slots {
-			t := slotToken[s]
-			copy(xe[j*d:(j+1)*d], x[t*d:(t+1)*d])
+			rows[j] = int32(slotToken[s])
+			inOrder = inOrder && rows[j] == int32(j)
 		}
-		ye := make([]float32, n*d)
+		xe := x[:n*d]
+		if !inOrder {
+			xe = b.Floats(n * d)
+			b.Gather(xe, x, rows, d)
+		}
+		ye := yAll[pos*d : (pos+n)*d]
+		for j, s := range slots {
+			inv[s] = int32(pos + j)
+		}
+		pos += n
 		w := offload.ExpertWeights{Gate: moe.GateExps.Expert(e), Up: moe.UpExps.Expert(e), Down: moe.DownExps.Expert(e)}
 		done := func() error { return nil }
 		onHost := false
@@ -302,37 +324,50 @@ func (m *Model) moe(layer int, moe *models.MoE, x []float32, T, pos0 int, out []
 				host.Wait(m.dev.Compute().Record())
 			}
 			m.label("cpu", "cpu", layer, e)
-			m.swiglu(host.MatMulID, nil, ffn, xe, n, ye)
+			m.hostExpert(host, ffn, xe, n, ye)
 		} else {
 			m.label("expert", "", layer, e)
-			m.swiglu(m.dev.MatMulID, m.charger, ffn, xe, n, ye)
+			m.swiglu(b, b.MatMulID, m.charger, ffn, xe, n, ye)
 		}
 		if err := done(); err != nil {
 			return err
-		}
-		for j, s := range slots {
-			copy(ys[s*d:(s+1)*d], ye[j*d:(j+1)*d])
 		}
 	}
 	if host != nil {
 		// The device combines the experts' outputs once the host's are back.
 		m.dev.Compute().Wait(host.Record())
 	}
-	m.combine(layer, routes, ys, off, out)
+	ys := b.Floats(off[T] * d)
+	b.Gather(ys, yAll, inv, d)
+	m.combine(b, layer, routes, ys, off, out)
 	if m.off != nil {
 		if err := m.off.prefetch(layer, moe.Used, nextLayer, next, predEv); err != nil {
 			return err
 		}
 	}
-	m.sharedExpert(layer, moe, x, T, out)
+	m.sharedExpert(b, layer, moe, x, T, out)
 	return nil
 }
 
+// hostExpert computes an expert on the host (cpu-miss), from and to the pass's memory.
+func (m *Model) hostExpert(host device.HostKernels, f *models.FFN, x []float32, T int, out []float32) {
+	hb := &backend{Kernels: host, Ops: models.HostOps{K: host}, a: &arena{}}
+	xh, yh := m.toHost(x), out
+	if m.resident {
+		yh = make([]float32, len(out))
+	}
+	m.swiglu(hb, host.MatMulID, nil, f, xh, T, yh)
+	if m.resident {
+		m.ops.Write(out, yh)
+	}
+}
+
 // routeTokens runs a MoE block's router on T rows of x and routes every token.
-func (m *Model) routeTokens(layer int, moe *models.MoE, x []float32, T int) ([]float32, []routing) {
-	logits := make([]float32, T*moe.Experts)
+func (m *Model) routeTokens(b models.Backend, layer int, moe *models.MoE, x []float32, T int) ([]float32, []routing) {
+	logits := b.Floats(T * moe.Experts)
 	m.label("router", "router", layer, -1)
-	m.dev.MatMul(moe.Router.Matrix(), x, T, logits)
+	b.MatMul(moe.Router.Matrix(), x, T, logits)
+	logits = m.toHost(logits)
 	routes := make([]routing, T)
 	for t := range routes {
 		routes[t] = route(moe, logits[t*moe.Experts:(t+1)*moe.Experts])
@@ -359,47 +394,34 @@ func (ev *RouteEvent) fill(moe *models.MoE, x, logits []float32, routes []routin
 // combine sums each token's expert outputs into out, weighted, in the order of its slots:
 // slot off[t]+k of ys holds token t's k-th expert's output (top-k first, then any expert
 // beyond them); a dropped choice has weight 0 and a zero output.
-func (m *Model) combine(layer int, routes []routing, ys []float32, off []int, out []float32) {
+func (m *Model) combine(b models.Backend, layer int, routes []routing, ys []float32, off []int, out []float32) {
 	d := m.arch.Config.Embd
 	T := len(routes)
 	m.label("combine", "combine", layer, -1)
 	m.charge("combine", float64(4*d*(off[T]+T)), float64(2*d*off[T]))
-	for t := 0; t < T; t++ {
-		o := out[t*d : (t+1)*d]
-		for i := range o {
-			o[i] = 0
-		}
-		for k, w := range routes[t].weights {
-			y := ys[(off[t]+k)*d : (off[t]+k+1)*d]
-			for i := range o {
-				// ggml_mul then ggml_add: the conversion keeps the compiler from fusing them.
-				o[i] += float32(w * y[i])
-			}
-		}
+	w := make([]float32, 0, off[T])
+	o32 := make([]int32, T+1)
+	for t, r := range routes {
+		w = append(w, r.weights...)
+		o32[t+1] = int32(off[t+1])
 	}
+	b.Combine(out, ys, w, o32, d)
 }
 
 // sharedExpert adds a MoE block's shared expert, gated where the architecture gates it, to
 // out.
-func (m *Model) sharedExpert(layer int, moe *models.MoE, x []float32, T int, out []float32) {
+func (m *Model) sharedExpert(b models.Backend, layer int, moe *models.MoE, x []float32, T int, out []float32) {
 	if moe.Shared == nil {
 		return
 	}
 	d := m.arch.Config.Embd
-	sh := make([]float32, T*d)
+	sh := b.Floats(T * d)
 	m.label("shared", "shared", layer, -1)
-	m.ffn(moe.Shared, x, T, sh)
-	for t := 0; t < T; t++ {
-		g := float32(1)
-		if moe.SharedGate != nil {
-			// llama.cpp's qwen2moe graph computes the gate's sigmoid as silu(v)/v, and v as a
-			// one-row matrix product (ggml_vec_dot_f32).
-			g = models.SiLUOverX(quant.DotF32Vec(moe.SharedGate, x[t*d:(t+1)*d]))
-		}
-		o, s := out[t*d:(t+1)*d], sh[t*d:(t+1)*d]
-		for i := range o {
-			o[i] += float32(g * s[i])
-		}
+	m.ffn(b, moe.Shared, x, T, sh)
+	if moe.SharedGate != nil {
+		b.GatedAdd(out[:T*d], sh, x, moe.SharedGate, d)
+	} else {
+		b.Add(out[:T*d], sh)
 	}
 }
 

@@ -116,7 +116,8 @@ func newOffloader(m *Model, o OffloadOptions) (*offloader, error) {
 	if m.commit != nil {
 		predBytes = m.commit.bytes
 	}
-	resident := m.info.NonExpertBytes + kvBytes + predBytes
+	act := m.actPool.reserve // taken from the budget already, as the Commit Router
+	resident := m.info.NonExpertBytes + kvBytes + predBytes + act
 	need := m.arch.Config.ExpertsUsed
 	if o.Policy == offload.Prefetch || o.Policy == offload.Commit && o.Predictor != "oracle" {
 		need *= 2 // this layer's experts and the next one's, loading
@@ -125,8 +126,8 @@ func newOffloader(m *Model, o OffloadOptions) (*offloader, error) {
 	free := o.GPUMem - resident
 	n := int(max(free, 0) / slot)
 	if n < need {
-		return nil, fmt.Errorf("offload: a %d-byte device budget is too small: the resident weights (%d bytes), one session's KV cache (%d bytes) and the Commit Router (%d bytes) leave room for %d expert slots of %d bytes, policy %s needs %d: at least %d bytes",
-			o.GPUMem, m.info.NonExpertBytes, kvBytes, predBytes, n, slot, o.Policy, need, resident+int64(need)*slot)
+		return nil, fmt.Errorf("offload: a %d-byte device budget is too small: the resident weights (%d bytes), one session's KV cache (%d bytes), the Commit Router (%d bytes) and one pass's activations (%d bytes) leave room for %d expert slots of %d bytes, policy %s needs %d: at least %d bytes",
+			o.GPUMem, m.info.NonExpertBytes, kvBytes, predBytes, act, n, slot, o.Policy, need, resident+int64(need)*slot)
 	}
 	n = min(n, m.arch.Config.Experts*len(layers))
 	mem := m.dev.Memory()

@@ -43,11 +43,12 @@ func (m *Model) NewSession() (*Session, error) {
 	if m.closed {
 		return nil, ErrClosed
 	}
-	kv, err := models.NewKVCache(m.arch, m.nctx, m.kvF16)
-	if err != nil {
-		return nil, err
+	if err := m.dev.Memory().Alloc(kvCacheBytes(m), "a session's KV cache"); err != nil {
+		return nil, fmt.Errorf("new session on %s: %w", m.dev.Name(), err)
 	}
-	if err := m.dev.Memory().Alloc(kv.Bytes(), "a session's KV cache"); err != nil {
+	kv, err := m.newKV()
+	if err != nil {
+		m.dev.Memory().Free(kvCacheBytes(m))
 		return nil, fmt.Errorf("new session on %s: %w", m.dev.Name(), err)
 	}
 	s := &Session{m: m, kv: kv}
@@ -68,6 +69,7 @@ func (s *Session) Reset() {
 func (s *Session) Close() error {
 	s.mu.Lock()
 	if !s.closed && s.kv != nil {
+		s.m.freeKV(s.kv)
 		s.m.dev.Memory().Free(s.kv.Bytes())
 	}
 	s.closed = true

@@ -3,6 +3,7 @@ package models
 import (
 	"math"
 
+	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/quant"
 )
 
@@ -72,16 +73,17 @@ func (a *MLAttention) Forward(b Backend, c *LayerCache, x []float32, T, pos0 int
 	ckv := make([]float32, T*kvd)
 	b.MatMul(a.KVA, x, T, ckv)
 	cs := make([]float32, a.RopeD)
+	rp := a.Rope.Params()
 	for t := 0; t < T; t++ {
-		a.Rope.cache(pos0+t, cs)
+		ropeCache(rp, pos0+t, cs)
 		for h := 0; h < a.Heads; h++ {
-			a.Rope.apply(q[t*qd+h*hk+a.Nope:], cs)
+			ropeApply(rp, q[t*qd+h*hk+a.Nope:], cs)
 		}
 		row := ckv[t*kvd : (t+1)*kvd]
 		RMSNorm(row[:a.Rank], row[:a.Rank], a.KVANorm, a.Eps)
-		a.Rope.apply(row[a.Rank:], cs)
+		ropeApply(rp, row[a.Rank:], cs)
 		if !a.legacy() {
-			c.PutK(pos0+t, row)
+			putK(&c.KVLayer, pos0+t, row)
 		}
 	}
 	if a.legacy() {
@@ -104,7 +106,7 @@ func (a *MLAttention) Forward(b Backend, c *LayerCache, x []float32, T, pos0 int
 		matVec(a.KB[h], qh[:a.Nope], qabs[:a.Rank], kbBatch, t)
 		copy(qabs[a.Rank:], qh[a.Nope:])
 		latent := make([]float32, a.Rank)
-		attendLatent(c, qabs, a.Rank, pos0+t+1, a.Scale, T > 1, latent)
+		attendLatent(&c.KVLayer, qabs, a.Rank, pos0+t+1, a.Scale, T > 1, latent)
 		matVec(a.VB[h], latent, ctx[(t*a.Heads+h)*a.HeadV:(t*a.Heads+h+1)*a.HeadV], T, t)
 	})
 	b.MatMul(a.O, ctx, T, out)
@@ -135,34 +137,34 @@ func (a *MLAttention) forwardLegacy(b Backend, c *LayerCache, q, ckv []float32, 
 			copy(krow[h*hk+a.Nope:(h+1)*hk], kpe)
 			copy(vrow[h*a.HeadV:(h+1)*a.HeadV], src[a.Nope:])
 		}
-		c.PutK(pos0+t, krow)
-		c.PutV(pos0+t, vrow)
+		putK(&c.KVLayer, pos0+t, krow)
+		putV(&c.KVLayer, pos0+t, vrow)
 	}
 	ctx := make([]float32, T*a.Heads*a.HeadV)
 	b.Parallel(T*a.Heads, func(i int) {
 		t, h := i/a.Heads, i%a.Heads
 		qh := q[t*qd+h*hk : t*qd+(h+1)*hk]
-		attend(c, qh, h*hk, h*a.HeadV, pos0+t+1, a.Scale, T > 1, ctx[(t*a.Heads+h)*a.HeadV:(t*a.Heads+h+1)*a.HeadV])
+		attend(&c.KVLayer, qh, h*hk, h*a.HeadV, pos0+t+1, a.Scale, T > 1, ctx[(t*a.Heads+h)*a.HeadV:(t*a.Heads+h+1)*a.HeadV])
 	})
 	b.MatMul(a.O, ctx, T, out)
 }
 
 // attendLatent is attend for MLA, where the value is the first rank values of the key row.
-func attendLatent(c *LayerCache, q []float32, rank, n int, scale float32, batched bool, out []float32) {
+func attendLatent(c *device.KVLayer, q []float32, rank, n int, scale float32, batched bool, out []float32) {
 	if c.F16 {
 		roundF16(q)
 	}
 	scores := make([]float32, n)
 	krow := make([]float32, len(q))
 	for p := 0; p < n; p++ {
-		c.K(p, 0, krow)
+		rowK(c, p, 0, krow)
 		scores[p] = quant.DotF32Vec(krow, q) * scale
 	}
 	SoftmaxPadded(scores)
 	if c.F16 {
 		roundF16(scores)
 	}
-	weightedSum(scores, rank, batched, func(p int, v []float32) { c.K(p, 0, v) }, out)
+	weightedSum(scores, rank, batched, func(p int, v []float32) { rowK(c, p, 0, v) }, out)
 }
 
 // matVec is a single-threaded matrix-vector product in the matrix's stored type, with the

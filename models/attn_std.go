@@ -3,6 +3,7 @@ package models
 import (
 	"math"
 
+	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/quant"
 )
 
@@ -33,58 +34,38 @@ type StdAttention struct {
 // CacheDims implements Attention.
 func (a *StdAttention) CacheDims() (int, int) { return a.HeadsKV * a.HeadDK, a.HeadsKV * a.HeadDV }
 
+// OnDevice implements OnDevice: Forward uses the backend's Ops alone.
+func (a *StdAttention) OnDevice() {}
+
 // Forward implements Attention.
 func (a *StdAttention) Forward(b Backend, c *LayerCache, x []float32, T, pos0 int, out []float32) {
 	qd, kd, vd := a.Heads*a.HeadDK, a.HeadsKV*a.HeadDK, a.HeadsKV*a.HeadDV
-	q := make([]float32, T*qd)
-	k := make([]float32, T*kd)
-	v := make([]float32, T*vd)
+	q, k, v := b.Floats(T*qd), b.Floats(T*kd), b.Floats(T*vd)
 	b.MatMul(a.Q, x, T, q)
 	b.MatMul(a.K, x, T, k)
 	b.MatMul(a.V, x, T, v)
-	cs := make([]float32, a.Rope.Dims)
-	for t := 0; t < T; t++ {
-		qt, kt, vt := q[t*qd:(t+1)*qd], k[t*kd:(t+1)*kd], v[t*vd:(t+1)*vd]
-		addBias(qt, a.BQ)
-		addBias(kt, a.BK)
-		addBias(vt, a.BV)
-		switch a.QKNorm {
-		case QKNormFull:
-			RMSNorm(qt, qt, a.QNorm, a.Eps)
-			RMSNorm(kt, kt, a.KNorm, a.Eps)
-		case QKNormPerHead:
-			for h := 0; h < a.Heads; h++ {
-				RMSNorm(qt[h*a.HeadDK:(h+1)*a.HeadDK], qt[h*a.HeadDK:(h+1)*a.HeadDK], a.QNorm, a.Eps)
-			}
-			for h := 0; h < a.HeadsKV; h++ {
-				RMSNorm(kt[h*a.HeadDK:(h+1)*a.HeadDK], kt[h*a.HeadDK:(h+1)*a.HeadDK], a.KNorm, a.Eps)
-			}
-		}
-		a.Rope.cache(pos0+t, cs)
-		for h := 0; h < a.Heads; h++ {
-			a.Rope.apply(qt[h*a.HeadDK:], cs)
-		}
-		for h := 0; h < a.HeadsKV; h++ {
-			a.Rope.apply(kt[h*a.HeadDK:], cs)
-		}
-		c.PutK(pos0+t, kt)
-		c.PutV(pos0+t, vt)
+	addBias(b, q, a.BQ)
+	addBias(b, k, a.BK)
+	addBias(b, v, a.BV)
+	switch a.QKNorm {
+	case QKNormFull:
+		b.RMSNorm(q, q, qd, a.QNorm.Weight, a.QNorm.Bias, a.Eps)
+		b.RMSNorm(k, k, kd, a.KNorm.Weight, a.KNorm.Bias, a.Eps)
+	case QKNormPerHead:
+		b.RMSNorm(q, q, a.HeadDK, a.QNorm.Weight, a.QNorm.Bias, a.Eps)
+		b.RMSNorm(k, k, a.HeadDK, a.KNorm.Weight, a.KNorm.Bias, a.Eps)
 	}
-	ctx := make([]float32, T*a.Heads*a.HeadDV)
-	group := a.Heads / a.HeadsKV
-	b.Parallel(T*a.Heads, func(i int) {
-		t, h := i/a.Heads, i%a.Heads
-		kvh := h / group
-		n := pos0 + t + 1
-		qh := q[t*qd+h*a.HeadDK : t*qd+(h+1)*a.HeadDK]
-		attend(c, qh, kvh*a.HeadDK, kvh*a.HeadDV, n, a.Scale, T > 1, ctx[(t*a.Heads+h)*a.HeadDV:(t*a.Heads+h+1)*a.HeadDV])
+	rp := a.Rope.Params()
+	b.Rope(q, pos0, T, a.Heads, a.HeadDK, qd, rp)
+	b.Rope(k, pos0, T, a.HeadsKV, a.HeadDK, kd, rp)
+	b.StoreKV(&c.KVLayer, pos0, k, v)
+	ctx := b.Floats(T * a.Heads * a.HeadDV)
+	b.Attend(ctx, q, &c.KVLayer, pos0, T, &device.AttnShape{
+		Heads: a.Heads, KVHeads: a.HeadsKV, DK: a.HeadDK, DV: a.HeadDV,
+		KHeadStride: a.HeadDK, VHeadStride: a.HeadDV, Scale: a.Scale,
 	})
 	b.MatMul(a.O, ctx, T, out)
-	if a.BO != nil {
-		for t := 0; t < T; t++ {
-			addBias(out[t*a.O.Rows:(t+1)*a.O.Rows], a.BO)
-		}
-	}
+	addBias(b, out, a.BO)
 }
 
 // attend computes softmax(scale * q·K[0:n]) · V[0:n] for one head whose key starts at kOff and
@@ -94,7 +75,7 @@ func (a *StdAttention) Forward(b Backend, c *LayerCache, x []float32, T, pos0 in
 // when a batch of tokens is evaluated, ggml_vec_dot_f32 for one token). With an F16 cache, q
 // and the probabilities are rounded to F16 first, as llama.cpp's matmuls against F16 K and V
 // round their other operand.
-func attend(c *LayerCache, q []float32, kOff, vOff, n int, scale float32, batched bool, out []float32) {
+func attend(c *device.KVLayer, q []float32, kOff, vOff, n int, scale float32, batched bool, out []float32) {
 	if c.F16 {
 		q = append([]float32(nil), q...)
 		roundF16(q)
@@ -102,14 +83,14 @@ func attend(c *LayerCache, q []float32, kOff, vOff, n int, scale float32, batche
 	scores := make([]float32, n)
 	krow := make([]float32, len(q))
 	for p := 0; p < n; p++ {
-		c.K(p, kOff, krow)
+		rowK(c, p, kOff, krow)
 		scores[p] = quant.DotF32Vec(krow, q) * scale
 	}
 	SoftmaxPadded(scores)
 	if c.F16 {
 		roundF16(scores)
 	}
-	weightedSum(scores, len(out), batched, func(p int, v []float32) { c.V(p, vOff, v) }, out)
+	weightedSum(scores, len(out), batched, func(p int, v []float32) { rowV(c, p, vOff, v) }, out)
 }
 
 // weightedSum writes out[d] = sum over p of w[p]*V[p][d], with V's rows read by row, as
@@ -139,9 +120,10 @@ func weightedSum(w []float32, dim int, batched bool, row func(p int, v []float32
 	}
 }
 
-func addBias(x, b []float32) {
-	if b != nil {
-		AddTo(x, b)
+// addBias adds bias, when there is one, to every row of x.
+func addBias(b Backend, x, bias []float32) {
+	if bias != nil {
+		b.AddRows(x, bias)
 	}
 }
 

@@ -2,7 +2,9 @@ package models
 
 import (
 	"fmt"
+	"unsafe"
 
+	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/quant"
 )
 
@@ -17,6 +19,14 @@ type Attention interface {
 	Forward(b Backend, c *LayerCache, x []float32, T, pos0 int, out []float32)
 }
 
+// OnDevice is implemented by attentions whose Forward computes with the backend's Ops alone,
+// so that a device with Ops can run it in its own memory. The others (MLA) compute on the
+// host and need activations and a cache in host memory.
+type OnDevice interface {
+	Attention
+	OnDevice()
+}
+
 // KVCache holds every layer's keys and values for the positions of one session.
 type KVCache struct {
 	Layers []LayerCache
@@ -25,14 +35,18 @@ type KVCache struct {
 
 // LayerCache is one layer's part of the KV cache, in F32 or F16.
 type LayerCache struct {
-	KDim, VDim int
-	F16        bool
-	k, v       []float32
-	k16, v16   []uint16
+	device.KVLayer
 }
 
-// NewKVCache allocates a cache of n positions for m.
-func NewKVCache(m *Model, n int, f16 bool) (*KVCache, error) {
+// Alloc returns n bytes for what; NewKVCache takes it so that the engine decides where a
+// cache lives.
+type Alloc func(n int64, what string) ([]byte, error)
+
+// HostAlloc allocates in host memory.
+func HostAlloc(n int64, _ string) ([]byte, error) { return make([]byte, n), nil }
+
+// NewKVCache allocates a cache of n positions for m with alloc.
+func NewKVCache(m *Model, n int, f16 bool, alloc Alloc) (*KVCache, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("KV cache of %d positions", n)
 	}
@@ -41,20 +55,43 @@ func NewKVCache(m *Model, n int, f16 bool) (*KVCache, error) {
 		kd, vd := l.Attn.CacheDims()
 		lc := &kv.Layers[i]
 		lc.KDim, lc.VDim, lc.F16 = kd, vd, f16
+		elem := int64(4)
 		if f16 {
-			lc.k16, lc.v16 = make([]uint16, n*kd), make([]uint16, n*vd)
+			elem = 2
+		}
+		var kb, vb []byte
+		var err error
+		if kb, err = alloc(int64(n*kd)*elem, fmt.Sprintf("layer %d's key cache", i)); err != nil {
+			return nil, err
+		}
+		if vd > 0 {
+			if vb, err = alloc(int64(n*vd)*elem, fmt.Sprintf("layer %d's value cache", i)); err != nil {
+				return nil, err
+			}
+		}
+		if f16 {
+			lc.K16, lc.V16 = bytesAs[uint16](kb), bytesAs[uint16](vb)
 		} else {
-			lc.k, lc.v = make([]float32, n*kd), make([]float32, n*vd)
+			lc.K, lc.V = bytesAs[float32](kb), bytesAs[float32](vb)
 		}
 	}
 	return kv, nil
+}
+
+// bytesAs views b (aligned, as every allocation is) as values of type T.
+func bytesAs[T float32 | uint16](b []byte) []T {
+	if len(b) == 0 {
+		return nil
+	}
+	var z T
+	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/int(unsafe.Sizeof(z)))
 }
 
 // Bytes returns the memory the cache holds.
 func (kv *KVCache) Bytes() int64 {
 	var n int64
 	for _, l := range kv.Layers {
-		n += int64(len(l.k)+len(l.v))*4 + int64(len(l.k16)+len(l.v16))*2
+		n += int64(len(l.K)+len(l.V))*4 + int64(len(l.K16)+len(l.V16))*2
 	}
 	return n
 }
@@ -81,14 +118,18 @@ func get(f16 bool, src32 []float32, src16 []uint16, off int, dst []float32) {
 	copy(dst, src32[off:off+len(dst)])
 }
 
-// PutK stores a key row (KDim values) for pos.
-func (c *LayerCache) PutK(pos int, k []float32) { put(c.F16, c.k, c.k16, pos*c.KDim, k) }
+// putK stores a key row (KDim values) for pos.
+func putK(c *device.KVLayer, pos int, k []float32) { put(c.F16, c.K, c.K16, pos*c.KDim, k) }
 
-// PutV stores a value row (VDim values) for pos.
-func (c *LayerCache) PutV(pos int, v []float32) { put(c.F16, c.v, c.v16, pos*c.VDim, v) }
+// putV stores a value row (VDim values) for pos.
+func putV(c *device.KVLayer, pos int, v []float32) { put(c.F16, c.V, c.V16, pos*c.VDim, v) }
 
-// K reads key values [from, from+len(dst)) of position pos.
-func (c *LayerCache) K(pos, from int, dst []float32) { get(c.F16, c.k, c.k16, pos*c.KDim+from, dst) }
+// rowK reads key values [from, from+len(dst)) of position pos.
+func rowK(c *device.KVLayer, pos, from int, dst []float32) {
+	get(c.F16, c.K, c.K16, pos*c.KDim+from, dst)
+}
 
-// V reads value values [from, from+len(dst)) of position pos.
-func (c *LayerCache) V(pos, from int, dst []float32) { get(c.F16, c.v, c.v16, pos*c.VDim+from, dst) }
+// rowV reads value values [from, from+len(dst)) of position pos.
+func rowV(c *device.KVLayer, pos, from int, dst []float32) {
+	get(c.F16, c.V, c.V16, pos*c.VDim+from, dst)
+}

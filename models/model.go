@@ -4,14 +4,8 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/quant"
 )
-
-// Backend is what the models need from a device to compute: its kernels (matrix products
-// over weights in their stored type, with activations rounded to the type's dot type as
-// llama.cpp's CPU backend does) and a way to spread work over threads.
-type Backend = device.Kernels
 
 // Model is a loaded architecture: hyper-parameters and weight handles, plus the attention
 // code of its family. The engine runs the layer loop and the feed-forward blocks.

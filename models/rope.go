@@ -1,43 +1,58 @@
 package models
 
-import "math"
+import (
+	"math"
+
+	"github.com/commit-run/commit-run/device"
+)
 
 // RoPE follows ggml's CPU rope op to the bit (ggml_rope_cache_init, rope_yarn and
 // rotate_pairs as llama.cpp's x86 build compiles them, with fused multiply-adds).
 
-// cache fills cs with (cos, sin) pairs for every rotated pair at position pos, computed the
-// way ggml does (float32 theta advanced by repeated multiplication), so long positions round
-// the same as llama.cpp.
-func (r *Rope) cache(pos int, cs []float32) {
-	thetaScale := float32(math.Pow(float64(r.FreqBase), float64(-2/float32(r.Dims))))
-	var lo, hi float32
-	if r.ExtFactor != 0 {
-		lo, hi = r.yarnCorrDims()
+// Params returns the rotation's parameters as the kernels take them, computed as ggml does.
+func (r *Rope) Params() *device.RoPE {
+	p := &device.RoPE{
+		Dims:        r.Dims,
+		NeoX:        r.NeoX,
+		ThetaScale:  float32(math.Pow(float64(r.FreqBase), float64(-2/float32(r.Dims)))),
+		FreqScale:   r.FreqScale,
+		ExtFactor:   r.ExtFactor,
+		MScale:      r.AttnFactor,
+		FreqFactors: r.FreqFactors,
 	}
+	if r.ExtFactor != 0 {
+		p.CorrLo, p.CorrHi = r.yarnCorrDims()
+		p.MScale *= fma32(logf(1/r.FreqScale), 0.1, 1)
+	}
+	return p
+}
+
+// ropeCache fills cs with (cos, sin) pairs for every rotated pair at position pos, computed
+// the way ggml does (float32 theta advanced by repeated multiplication), so long positions
+// round the same as llama.cpp.
+func ropeCache(p *device.RoPE, pos int, cs []float32) {
 	theta := float32(pos)
-	for i0 := 0; i0 < r.Dims; i0 += 2 {
+	for i0 := 0; i0 < p.Dims; i0 += 2 {
 		t := theta
-		if r.FreqFactors != nil {
-			t = theta / r.FreqFactors[i0/2]
+		if p.FreqFactors != nil {
+			t = theta / p.FreqFactors[i0/2]
 		}
-		c, s := r.yarn(t, lo, hi, i0)
+		c, s := ropeYarn(p, t, i0)
 		cs[i0], cs[i0+1] = c, s
-		theta *= thetaScale
+		theta *= p.ThetaScale
 	}
 }
 
-func (r *Rope) yarn(thetaExtrap, lo, hi float32, i0 int) (float32, float32) {
-	thetaInterp := r.FreqScale * thetaExtrap
+func ropeYarn(p *device.RoPE, thetaExtrap float32, i0 int) (float32, float32) {
+	thetaInterp := p.FreqScale * thetaExtrap
 	theta := thetaInterp
-	mscale := r.AttnFactor
-	if r.ExtFactor != 0 {
-		y := (float32(i0/2) - lo) / max(0.001, hi-lo)
-		ramp := (1 - min(1, max(0, y))) * r.ExtFactor
+	if p.ExtFactor != 0 {
+		y := (float32(i0/2) - p.CorrLo) / max(0.001, p.CorrHi-p.CorrLo)
+		ramp := (1 - min(1, max(0, y))) * p.ExtFactor
 		theta = fma32(thetaInterp, 1-ramp, float32(thetaExtrap*ramp))
-		mscale *= fma32(logf(1/r.FreqScale), 0.1, 1)
 	}
 	sin, cos := sincosf(theta)
-	return cos * mscale, sin * mscale
+	return cos * p.MScale, sin * p.MScale
 }
 
 // logf is the C library's logf, correctly rounded in practice.
@@ -52,10 +67,10 @@ func (r *Rope) yarnCorrDims() (float32, float32) {
 	return max(0, lo), min(float32(r.Dims-1), hi)
 }
 
-// apply rotates the first Dims values of one head vector x using a cache from r.cache.
-func (r *Rope) apply(x, cs []float32) {
-	if r.NeoX {
-		half := r.Dims / 2
+// ropeApply rotates the first Dims values of one head vector x using a cache from ropeCache.
+func ropeApply(p *device.RoPE, x, cs []float32) {
+	if p.NeoX {
+		half := p.Dims / 2
 		for i := 0; i < half; i++ {
 			c, s := cs[2*i], cs[2*i+1]
 			x0, x1 := x[i], x[i+half]
@@ -64,7 +79,7 @@ func (r *Rope) apply(x, cs []float32) {
 		}
 		return
 	}
-	for i := 0; i < r.Dims; i += 2 {
+	for i := 0; i < p.Dims; i += 2 {
 		c, s := cs[i], cs[i+1]
 		x0, x1 := x[i], x[i+1]
 		x[i] = fma32(x0, c, -float32(x1*s))

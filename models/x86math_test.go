@@ -113,13 +113,13 @@ func TestRopeRotation(t *testing.T) {
 		ro := &Rope{Dims: 64, NeoX: neox, FreqBase: 10000, FreqScale: 1, AttnFactor: 1, BetaFast: 32, BetaSlow: 1, OrigCtx: 4096}
 		cs := make([]float32, ro.Dims)
 		for _, pos := range []int{0, 1, 7, 130} {
-			ro.cache(pos, cs)
+			ropeCache(ro.Params(), pos, cs)
 			x := make([]float32, ro.Dims)
 			for i := range x {
 				x[i] = float32(r.NormFloat64())
 			}
 			y := append([]float32(nil), x...)
-			ro.apply(y, cs)
+			ropeApply(ro.Params(), y, cs)
 			for i := 0; i < ro.Dims/2; i++ {
 				a, b := 2*i, 2*i+1
 				if neox {

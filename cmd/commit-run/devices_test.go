@@ -33,7 +33,7 @@ func TestDevicesAndCUDAFlags(t *testing.T) {
 	if out, _, code := runCLI(t, "", "devices", "--cuda-lib", lib); code != 0 || !strings.Contains(out, "\ncuda:0  Fake GPU  1.0 GiB  sm_89") {
 		t.Errorf("devices with the fake driver: %q", out)
 	}
-	out, errOut, code = runCLI(t, "", "bench", "-m", model, "--tokens", "4", "--device", "cuda:0", "--cuda-lib", lib, "--gpu-mem", "4MiB", "--policy", "ondemand,prefetch")
+	out, errOut, code = runCLI(t, "", "bench", "-m", model, "--tokens", "4", "--device", "cuda:0", "--cuda-lib", lib, "--gpu-mem", "10MiB", "--policy", "ondemand,prefetch")
 	if code != 0 || !strings.Contains(out, "ondemand on the GPU: ") || !strings.Contains(out, " 0 products on the host, copy stream ") {
 		t.Errorf("bench on the fake GPU: %d %q %q", code, out, errOut)
 	}

@@ -9,3 +9,4 @@
 #include "router.cu"
 #include "rope.cu"
 #include "attention.cu"
+#include "moe.cu"

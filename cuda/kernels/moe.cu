@@ -1,0 +1,42 @@
+// moe.cu: the mixture-of-experts block's own element-wise kernels.
+#include "common.cuh"
+
+// combine_off_f32(float* out, const float* ys, const float* w, const int* off, int d)
+//   Each token's expert outputs summed, weighted, into out: for token t and i < d,
+//   out[t*d + i] = sum over j in [off[t], off[t+1]) of w[j] * ys[j*d + i], each product rounded
+//   and added in j order to a sum that starts at 0, as the engine's combine (models.HostOps)
+//   does, so the result is the CPU's to the bit. off has ntok+1 ints, w off[ntok] floats (device
+//   memory); tokens may have different numbers of experts (expanded drop).
+//   grid (ceil(d / 256), ntok, 1); block (256, 1, 1); no shared memory.
+extern "C" __global__ void combine_off_f32(float* out, const float* ys, const float* w, const int* off, int d) {
+	const int t = blockIdx.y;
+	const int i = blockIdx.x * blockDim.x + threadIdx.x;
+	if (i >= d)
+		return;
+	float o = 0.0f;
+	for (int j = off[t]; j < off[t + 1]; j++)
+		o = cr_fadd(o, cr_fmul(w[j], ys[(i64)j * d + i]));
+	out[(i64)t * d + i] = o;
+}
+
+// gated_add_f32(float* out, const float* sh, const float* x, const float* gate, int d)
+//   Qwen2-MoE's gated shared expert: for token t, v = gate . x[t*d ...] and
+//   out[t*d + i] += (silu(v)/v) * sh[t*d + i], with silu(v) = v / (1 + expf(-v)) in glibc's
+//   expf (models.SiLUOverX), the product rounded before the sum. The dot product adds in
+//   float64, where the CPU adds float32 lanes: the gate agrees to float32 rounding.
+//   grid (ntok, 1, 1); block (256, 1, 1) (any multiple of 32 up to 1024); no dynamic shared
+//   memory.
+extern "C" __global__ void gated_add_f32(float* out, const float* sh, const float* x, const float* gate, int d) {
+	__shared__ double sd[32];
+	const i64 t = blockIdx.x;
+	const float* xt = x + t * d;
+	double s = 0.0;
+	for (int i = threadIdx.x; i < d; i += blockDim.x)
+		s += (double)cr_fmul(gate[i], xt[i]);
+	const float v = (float)cr_block_sum_d(s, sd);
+	const float g = cr_fdiv(cr_fdiv(v, cr_fadd(1.0f, cr_expf(0.0f - v))), v);
+	float* o = out + t * d;
+	const float* st = sh + t * d;
+	for (int i = threadIdx.x; i < d; i += blockDim.x)
+		o[i] = cr_fadd(o[i], cr_fmul(g, st[i]));
+}

@@ -1,0 +1,307 @@
+package cuda
+
+import (
+	"fmt"
+	"strings"
+	"unsafe"
+
+	"github.com/commit-run/commit-run/device"
+	"github.com/commit-run/commit-run/quant"
+)
+
+// The GPU's device.Ops: every operation is a kernel launch (or a copy) on the compute stream,
+// on slices that stand for device memory (buffers, uploads). The host arrays some take (token
+// ids, positions, mixing weights) go through a ring of device memory on the same stream: a
+// copy into the ring is ordered after every kernel enqueued before it, so reusing the ring
+// never overwrites what a pending kernel still reads. An operation on memory that is not the
+// device's fails the GPU (a sticky error the pass reports) instead of touching it.
+
+// paramRing is the bytes of the ring for the host arrays of operations.
+const paramRing = 1 << 20
+
+func floatBytes(x []float32) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(x))), 4*len(x))
+}
+
+func int32Bytes(x []int32) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(x))), 4*len(x))
+}
+
+// opCall is one operation's launches: it collects the device addresses of its operands and
+// the first failure, and enqueues under g.mu.
+type opCall struct {
+	g    *GPU
+	name string
+	err  error
+}
+
+// begin starts operation name; the caller must call end.
+func (g *GPU) begin(name string) *opCall {
+	g.mu.Lock()
+	return &opCall{g: g, name: name}
+}
+
+func (c *opCall) end() {
+	if c.err != nil && c.g.err.Load() == nil {
+		c.g.fail(fmt.Errorf("%s: %w", c.name, c.err))
+	}
+	c.g.mu.Unlock()
+}
+
+// ptr returns the device address of b, which must be device memory (nil b: a null pointer).
+func (c *opCall) ptr(b []byte, what string) DevicePtr {
+	if b == nil || c.err != nil {
+		return 0
+	}
+	p, ok := c.g.lookup(b)
+	if !ok {
+		c.err = fmt.Errorf("%s (%d bytes at %p) is not device memory", what, len(b), unsafe.SliceData(b))
+	}
+	return p
+}
+
+func (c *opCall) f(x []float32, what string) DevicePtr {
+	if x == nil {
+		return 0
+	}
+	return c.ptr(floatBytes(x), what)
+}
+
+// param copies host bytes b into the ring and returns their device address.
+func (c *opCall) param(b []byte) DevicePtr {
+	g := c.g
+	if c.err != nil {
+		return 0
+	}
+	n := int64(len(b)+255) &^ 255
+	if n > paramRing {
+		c.err = fmt.Errorf("%d bytes of parameters, over the ring's %d", len(b), paramRing)
+		return 0
+	}
+	if g.ring == 0 {
+		if g.ring, c.err = g.ctx.Alloc(paramRing); c.err != nil {
+			return 0
+		}
+	}
+	if g.ringOff+n > paramRing {
+		g.ringOff = 0
+	}
+	p := g.ring.Add(g.ringOff)
+	g.ringOff += n
+	if len(b) > 0 {
+		c.err = g.compute.CopyHtoD(p, b)
+	}
+	return p
+}
+
+// launch runs kernel name with the arguments in g.args.
+func (c *opCall) launch(name string, grid, block Dim3) {
+	g := c.g
+	if c.err != nil {
+		return
+	}
+	fn, ok := g.fns[name]
+	if !ok {
+		if fn, c.err = g.mod.Function(name); c.err != nil {
+			return
+		}
+		g.fns[name] = fn
+	}
+	if c.err = g.compute.Launch(fn, grid, block, 0, &g.args); c.err == nil {
+		g.launches.Add(1)
+	}
+}
+
+func blocks(n, per int) int { return max((n+per-1)/per, 1) }
+
+// elementwise grid: a grid-stride loop, so the grid can be capped.
+func ewGrid(n int) Dim3 { return Dim3{X: min(blocks(n, 256), 4096)} }
+
+// Embed implements device.Ops.
+func (g *GPU) Embed(dst []float32, w quant.Matrix, ids []int32) {
+	c := g.begin("embedding")
+	defer c.end()
+	name, ok := mmvKernels[w.Type]
+	if !ok {
+		c.err = fmt.Errorf("no kernel for %s rows", w.Type)
+		return
+	}
+	wp, d := c.ptr(w.Data, "the embedding"), c.f(dst, "the activations")
+	idp := c.param(int32Bytes(ids))
+	g.args.Reset().Ptr(wp).Ptr(idp).Ptr(d).Int(w.Cols).Int(len(ids))
+	c.launch("get_rows_"+strings.TrimPrefix(name, "mmv_"), Dim3{X: len(ids), Y: blocks(w.Cols, 32*256)}, Dim3{X: 256})
+}
+
+// RMSNorm implements device.Ops.
+func (g *GPU) RMSNorm(dst, x []float32, d int, w, b []float32, eps float32) {
+	c := g.begin("RMSNorm")
+	defer c.end()
+	dp, xp := c.f(dst, "the output"), c.f(x, "the input")
+	wp, bp := c.f(w, "the norm's weight"), c.f(b, "the norm's bias")
+	g.args.Reset().Ptr(dp).Ptr(xp).Ptr(wp).Ptr(bp).Int(d).Float(eps)
+	c.launch("rms_norm_f32", Dim3{X: len(x) / d}, Dim3{X: 256})
+}
+
+// Add implements device.Ops.
+func (g *GPU) Add(dst, src []float32) {
+	c := g.begin("add")
+	defer c.end()
+	g.args.Reset().Ptr(c.f(dst, "the sum")).Ptr(c.f(src, "the addend")).Int(len(dst))
+	c.launch("add_f32", ewGrid(len(dst)), Dim3{X: 256})
+}
+
+// AddRows implements device.Ops.
+func (g *GPU) AddRows(x, bias []float32) {
+	c := g.begin("bias")
+	defer c.end()
+	g.args.Reset().Ptr(c.f(x, "the activations")).Ptr(c.f(bias, "the bias")).Int(len(x)).Int(len(bias))
+	c.launch("add_rows_f32", ewGrid(len(x)), Dim3{X: 256})
+}
+
+// SwiGLU implements device.Ops. The kernel is the CPU's arithmetic on rows of a multiple of
+// 16 values, as every feed-forward width is.
+func (g *GPU) SwiGLU(gate, u []float32, d int) {
+	c := g.begin("SwiGLU")
+	defer c.end()
+	g.args.Reset().Ptr(c.f(gate, "the gate")).Ptr(c.f(u, "the up projection")).Int(len(gate))
+	c.launch("swiglu_f32", ewGrid(len(gate)), Dim3{X: 256})
+}
+
+// Rope implements device.Ops.
+func (g *GPU) Rope(x []float32, pos0, T, heads, headStride, tokStride int, r *device.RoPE) {
+	c := g.begin("RoPE")
+	defer c.end()
+	pos := make([]int32, T)
+	for t := range pos {
+		pos[t] = int32(pos0 + t)
+	}
+	xp, ff := c.f(x, "the activations"), c.f(r.FreqFactors, "the frequency factors")
+	pp := c.param(int32Bytes(pos))
+	neox := 0
+	if r.NeoX {
+		neox = 1
+	}
+	g.args.Reset().Ptr(xp).Ptr(pp).Int(T).Int(heads).Int(headStride).Int(tokStride).Int(r.Dims).Int(neox).
+		Float(r.ThetaScale).Float(r.FreqScale).Float(r.ExtFactor).Float(r.MScale).Float(r.CorrLo).Float(r.CorrHi).Ptr(ff)
+	c.launch("rope_f32", Dim3{X: T}, Dim3{X: min(max((r.Dims/2+31)&^31, 32), 1024)})
+}
+
+// StoreKV implements device.Ops.
+func (g *GPU) StoreKV(kv *device.KVLayer, pos0 int, k, v []float32) {
+	c := g.begin("KV store")
+	defer c.end()
+	store := func(src []float32, dim int, d32 []float32, d16 []uint16, what string) {
+		n := len(src)
+		sp := c.f(src, what)
+		if kv.F16 {
+			dp := c.ptr(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(d16[pos0*dim:]))), 2*n), "the "+what+" cache")
+			g.args.Reset().Ptr(dp).Ptr(sp).Int(n)
+			c.launch("f32_to_f16", ewGrid(n), Dim3{X: 256})
+			return
+		}
+		dp := c.f(d32[pos0*dim:pos0*dim+n], "the "+what+" cache")
+		g.args.Reset().Ptr(dp).Ptr(sp).Int(n)
+		c.launch("copy_f32", ewGrid(n), Dim3{X: 256})
+	}
+	store(k, kv.KDim, kv.K, kv.K16, "keys")
+	if v != nil {
+		store(v, kv.VDim, kv.V, kv.V16, "values")
+	}
+}
+
+// Attend implements device.Ops.
+func (g *GPU) Attend(out, q []float32, kv *device.KVLayer, pos0, T int, a *device.AttnShape) {
+	c := g.begin("attention")
+	defer c.end()
+	qp, op := c.f(q, "the queries"), c.f(out, "the output")
+	var kp, vp DevicePtr
+	name := "attn_f32"
+	if kv.F16 {
+		name = "attn_f16kv"
+		kp = c.ptr(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(kv.K16))), 2*len(kv.K16)), "the key cache")
+		vp = kp
+		if !a.Latent {
+			vp = c.ptr(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(kv.V16))), 2*len(kv.V16)), "the value cache")
+		}
+	} else {
+		kp = c.f(kv.K, "the key cache")
+		vp = kp
+		if !a.Latent {
+			vp = c.f(kv.V, "the value cache")
+		}
+	}
+	vstride := kv.VDim
+	if a.Latent {
+		vstride = kv.KDim
+	}
+	g.args.Reset().Ptr(qp).Ptr(kp).Ptr(vp).Ptr(op).Int(T).Int(a.Heads).Int(a.KVHeads).Int(a.DK).Int(a.DV).
+		Int(kv.KDim).Int(vstride).Int(a.KHeadStride).Int(a.VHeadStride).Int(pos0).Float(a.Scale)
+	c.launch(name, Dim3{X: a.Heads, Y: T}, Dim3{X: 256})
+}
+
+// Gather implements device.Ops.
+func (g *GPU) Gather(dst, src []float32, rows []int32, d int) {
+	if len(rows) == 0 {
+		return
+	}
+	c := g.begin("gather")
+	defer c.end()
+	dp, sp := c.f(dst, "the destination"), c.f(src, "the source")
+	ip := c.param(int32Bytes(rows))
+	g.args.Reset().Ptr(sp).Ptr(ip).Ptr(dp).Int(d).Int(len(rows))
+	c.launch("get_rows_f32", Dim3{X: len(rows), Y: blocks(d, 32*256)}, Dim3{X: 256})
+}
+
+// Combine implements device.Ops.
+func (g *GPU) Combine(out, ys []float32, weights []float32, off []int32, d int) {
+	c := g.begin("combine")
+	defer c.end()
+	T := len(off) - 1
+	op, yp := c.f(out, "the output"), c.f(ys, "the experts' outputs")
+	wp, offp := c.param(floatBytes(weights)), c.param(int32Bytes(off))
+	g.args.Reset().Ptr(op).Ptr(yp).Ptr(wp).Ptr(offp).Int(d)
+	c.launch("combine_off_f32", Dim3{X: blocks(d, 256), Y: T}, Dim3{X: 256})
+}
+
+// GatedAdd implements device.Ops.
+func (g *GPU) GatedAdd(out, sh, x, gate []float32, d int) {
+	c := g.begin("gated shared expert")
+	defer c.end()
+	g.args.Reset().Ptr(c.f(out, "the output")).Ptr(c.f(sh, "the shared expert's output")).Ptr(c.f(x, "the input")).
+		Ptr(c.f(gate, "the gate")).Int(d)
+	c.launch("gated_add_f32", Dim3{X: len(out) / d}, Dim3{X: 256})
+}
+
+// Zero implements device.Ops.
+func (g *GPU) Zero(x []float32) {
+	c := g.begin("zero")
+	defer c.end()
+	if p := c.f(x, "the activations"); c.err == nil {
+		c.err = g.compute.Memset(p, 0, int64(4*len(x)))
+	}
+}
+
+// Read implements device.Ops: it waits for the compute stream.
+func (g *GPU) Read(dst, src []float32) {
+	c := g.begin("read back")
+	defer c.end()
+	if p := c.f(src, "the source"); c.err == nil {
+		if c.err = g.compute.CopyDtoH(floatBytes(dst), p); c.err == nil {
+			c.err = g.compute.Synchronize()
+		}
+	}
+	if c.err != nil {
+		clear(dst)
+	}
+}
+
+// Write implements device.Ops.
+func (g *GPU) Write(dst, src []float32) {
+	c := g.begin("write")
+	defer c.end()
+	if p := c.f(dst, "the destination"); c.err == nil {
+		c.err = g.compute.CopyHtoD(p, floatBytes(src))
+	}
+}
+
+var _ device.Ops = (*GPU)(nil)

@@ -1,0 +1,83 @@
+package device
+
+import "github.com/commit-run/commit-run/quant"
+
+// Ops are the kernels of a forward pass besides the matrix products. models.HostOps computes
+// them on the host in the CPU reference's arithmetic; a device that implements Ops itself (a
+// GPU) computes whole passes in its own memory: the engine then allocates a pass's
+// activations, the KV cache and the norm weights on the device (Resident), and the host sees
+// only what it reads back with Read: router logits and output logits.
+//
+// Like Kernels, the methods enqueue work on the compute stream and report no errors: a
+// device whose work can fail later implements Faulter. Slices are rows of floats; d is the row
+// width where rows matter.
+type Ops interface {
+	// Embed writes row ids[t] of w, dequantised, to row t of dst.
+	Embed(dst []float32, w quant.Matrix, ids []int32)
+	// RMSNorm writes each row of x normalised (x / sqrt(mean(x²) + eps)), times w and plus b
+	// where they are not nil, to dst (which may be x).
+	RMSNorm(dst, x []float32, d int, w, b []float32, eps float32)
+	// Add adds src to dst; AddRows adds bias to every row of x.
+	Add(dst, src []float32)
+	AddRows(x, bias []float32)
+	// SwiGLU writes silu(g) * u to g, row by row.
+	SwiGLU(g, u []float32, d int)
+	// Rope rotates, in place, head h of token t, which starts at x[t*tokStride+h*headStride],
+	// for T tokens at positions pos0.. and heads heads.
+	Rope(x []float32, pos0, T, heads, headStride, tokStride int, r *RoPE)
+	// StoreKV writes the keys (rows of c.KDim) and values (rows of c.VDim; nil when the cache
+	// has none) of len(k)/c.KDim tokens to the cache at positions pos0...
+	StoreKV(c *KVLayer, pos0 int, k, v []float32)
+	// Attend writes the causal attention of T queries at positions pos0.. over the cache to
+	// out (T rows of Heads*DV).
+	Attend(out, q []float32, c *KVLayer, pos0, T int, a *AttnShape)
+	// Gather writes row rows[j] of src to row j of dst.
+	Gather(dst, src []float32, rows []int32, d int)
+	// Combine writes to row t of out the sum over j in [off[t], off[t+1]) of weights[j] times
+	// row j of ys, in j order (weights and off are host memory).
+	Combine(out, ys []float32, weights []float32, off []int32, d int)
+	// GatedAdd adds to row t of out row t of sh times silu(g)/g, g = gate · row t of x:
+	// Qwen2-MoE's gated shared expert.
+	GatedAdd(out, sh, x, gate []float32, d int)
+	// Zero sets x to zeros.
+	Zero(x []float32)
+	// Read copies device floats to host memory once the work enqueued so far is done; Write
+	// copies host floats to the device in stream order.
+	Read(dst, src []float32)
+	Write(dst, src []float32)
+}
+
+// RoPE is a rotary embedding's parameters as the kernels use them (models.Rope computes them
+// from the file's hyper-parameters).
+type RoPE struct {
+	Dims        int  // rotated values per head
+	NeoX        bool // rotate (i, i+Dims/2) instead of (2i, 2i+1)
+	ThetaScale  float32
+	FreqScale   float32
+	ExtFactor   float32 // YaRN's extrapolation mix, 0 = off
+	MScale      float32 // magnitude of cos and sin
+	CorrLo      float32 // YaRN's correction range (when ExtFactor != 0)
+	CorrHi      float32
+	FreqFactors []float32 // Dims/2 divisors of the angles, or nil
+}
+
+// KVLayer is one layer's key/value cache: a row of KDim keys and one of VDim values per
+// position, in F32 (K, V) or F16 (K16, V16).
+type KVLayer struct {
+	KDim, VDim int
+	F16        bool
+	K, V       []float32
+	K16, V16   []uint16
+}
+
+// AttnShape is the geometry of one layer's attention over its cache.
+type AttnShape struct {
+	Heads, KVHeads int
+	DK, DV         int // key and value values per head
+	// KHeadStride and VHeadStride are the offsets of consecutive KV heads in a cached row.
+	KHeadStride, VHeadStride int
+	Scale                    float32
+	// Latent says that the values are the first DV keys of the key row (MLA's absorbed
+	// form): the cache has no values.
+	Latent bool
+}

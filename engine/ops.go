@@ -1,0 +1,288 @@
+package engine
+
+import (
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"github.com/commit-run/commit-run/device"
+	"github.com/commit-run/commit-run/models"
+)
+
+// setupOps chooses how a forward pass computes besides the matrix products. On a device with
+// Ops and memory of its own (a GPU), a pass runs in device memory: activations, the KV cache
+// and the norm weights live there, and the host reads back only router logits and output
+// logits. That needs every layer's attention to compute with Ops alone; MLA does not yet, so
+// DeepSeek-V2 keeps its activations on the host and runs only the products on the device.
+// Everywhere else the host's Ops compute, the CPU reference.
+func (m *Model) setupOps() error {
+	m.ops = models.HostOps{K: m.dev}
+	if !m.resident {
+		return nil
+	}
+	ops := m.dev.(device.Ops)
+	res := m.dev.(device.Resident)
+	// The small host-decoded weights the Ops read: norms, biases, the shared expert's gate,
+	// RoPE's frequency factors.
+	up := func(v []float32, what string) error {
+		if len(v) == 0 {
+			return nil
+		}
+		return res.Upload(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), 4*len(v)), what)
+	}
+	norm := func(n models.Norm, what string) error {
+		if err := up(n.Weight, what); err != nil {
+			return err
+		}
+		return up(n.Bias, what+" bias")
+	}
+	if err := norm(m.arch.OutputNorm, "output_norm"); err != nil {
+		return err
+	}
+	for i, l := range m.arch.Layers {
+		name := func(s string) string { return fmt.Sprintf("blk.%d.%s", i, s) }
+		errs := []error{norm(l.AttnNorm, name("attn_norm")), norm(l.FFNNorm, name("ffn_norm"))}
+		if a, ok := l.Attn.(*models.StdAttention); ok {
+			errs = append(errs, up(a.BQ, name("attn_q.bias")), up(a.BK, name("attn_k.bias")), up(a.BV, name("attn_v.bias")),
+				up(a.BO, name("attn_output.bias")), norm(a.QNorm, name("attn_q_norm")), norm(a.KNorm, name("attn_k_norm")),
+				up(a.Rope.FreqFactors, name("rope_freqs")))
+		}
+		if l.MoE != nil {
+			errs = append(errs, up(l.MoE.SharedGate, name("ffn_gate_inp_shexp")))
+		}
+		for _, err := range errs {
+			if err != nil {
+				return err
+			}
+		}
+	}
+	m.ops = ops
+	return nil
+}
+
+// residentPasses says whether passes can run in the device's memory: a device with Ops and
+// memory of its own, one device, and every layer's attention computing with Ops alone.
+func (m *Model) residentPasses() bool {
+	_, ok := m.dev.(device.Ops)
+	_, rok := m.dev.(device.Resident)
+	if !ok || !rok || m.opts.EP != nil {
+		return false
+	}
+	for _, l := range m.arch.Layers {
+		if _, ok := l.Attn.(models.OnDevice); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// activationBytes bounds the device memory of one pass's activations at up to prefillBatch
+// tokens, every row's logits kept: what the arenas of forward allocate, each allocation
+// rounded up to 64 floats. Zero when passes do not run in device memory.
+func (m *Model) activationBytes() int64 {
+	if !m.resident {
+		return 0
+	}
+	c := m.arch.Config
+	T, d := int64(prefillBatch), int64(c.Embd)
+	const slack = 64
+	pass := 3*(T*d+slack) + T*int64(c.Vocab) + slack
+	var layer int64
+	for _, l := range m.arch.Layers {
+		var n int64
+		if a, ok := l.Attn.(*models.StdAttention); ok {
+			n += T*int64(a.Heads*a.HeadDK+a.HeadsKV*(a.HeadDK+a.HeadDV)+a.Heads*a.HeadDV) + 4*slack
+		}
+		if f := l.Dense; f != nil {
+			n += 2 * (T*int64(f.Gate.Rows) + slack)
+		}
+		if moe := l.MoE; moe != nil {
+			k, E := int64(moe.Used), int64(moe.Experts)
+			nff := int64(moe.GateExps.Expert(0).Rows)
+			// Router logits, the outputs in computing order and in slot order (expanded drop
+			// adds at most one expert per token), and per computed expert its gathered input,
+			// gate and up.
+			slots := T * (k + 1)
+			n += T*E + (slots+1)*d + slots*d + slots*(d+2*nff) + min(E, slots)*3*slack + 3*slack
+			if sh := moe.Shared; sh != nil {
+				n += T*d + 2*T*int64(sh.Gate.Rows) + 3*slack
+			}
+		}
+		layer = max(layer, n)
+	}
+	return 4 * (pass + layer)
+}
+
+// Resident reports whether forward passes run in the device's memory (a GPU with every
+// layer's attention on its Ops), rather than with host activations.
+func (m *Model) Resident() bool { return m.resident }
+
+// newKV allocates a session's KV cache: in device memory when passes run there, where a
+// failure part way gives back what it took.
+func (m *Model) newKV() (*models.KVCache, error) {
+	if !m.resident {
+		return models.NewKVCache(m.arch, m.nctx, m.kvF16, models.HostAlloc)
+	}
+	res := m.dev.(device.Resident)
+	var got [][]byte
+	kv, err := models.NewKVCache(m.arch, m.nctx, m.kvF16, func(n int64, what string) ([]byte, error) {
+		b, err := res.Buffer(n, what)
+		if err == nil {
+			got = append(got, b)
+		}
+		return b, err
+	})
+	if err != nil {
+		for _, b := range got {
+			res.Release(b)
+		}
+	}
+	return kv, err
+}
+
+// freeKV gives a KV cache's device memory back.
+func (m *Model) freeKV(kv *models.KVCache) {
+	if !m.resident {
+		return
+	}
+	res := m.dev.(device.Resident)
+	for _, l := range kv.Layers {
+		for _, b := range [][]byte{bytesOf(l.K), bytesOf(l.V), bytesOf(l.K16), bytesOf(l.V16)} {
+			if len(b) > 0 {
+				res.Release(b)
+			}
+		}
+	}
+}
+
+func bytesOf[T float32 | uint16](v []T) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	var z T
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), len(v)*int(unsafe.Sizeof(z)))
+}
+
+// arena hands out a pass's activations. On the host they are Go memory; on a device they
+// are carved from device buffers that the arena keeps, and reset makes them reusable: the
+// device runs its work in stream order, so a later kernel writing reused memory runs after
+// the earlier ones reading it. Device arenas draw on the model's activation reserve, taken
+// from the device's budget when the model was opened.
+type arena struct {
+	res    device.Resident // nil: host memory
+	pool   *actPool
+	chunks [][]float32
+	i, off int   // the chunk in use and the floats taken from it
+	err    error // the first failed allocation
+}
+
+// actPool is the activation reserve: bytes taken from the device's budget at Open, and the
+// bytes the arenas' buffers hold.
+type actPool struct {
+	mu             sync.Mutex
+	reserve, taken int64
+}
+
+// arenaChunk is the floats of one device allocation, unless one request needs more.
+const arenaChunk = 1 << 20
+
+func (a *arena) floats(n int) []float32 {
+	if a.res == nil {
+		return make([]float32, n)
+	}
+	// 256-byte alignment, as cudaMalloc's, for the kernels' vector loads.
+	n64 := (n + 63) &^ 63
+	for ; a.i < len(a.chunks); a.i, a.off = a.i+1, 0 {
+		if c := a.chunks[a.i]; a.off+n64 <= len(c) {
+			s := c[a.off : a.off+n : a.off+n]
+			a.off += n64
+			return s
+		}
+	}
+	p := a.pool
+	p.mu.Lock()
+	size := min(max(n64, arenaChunk), int((p.reserve-p.taken)/4))
+	if size < n64 {
+		p.mu.Unlock()
+		return a.failed(n, fmt.Errorf("%d bytes more than the %d reserved", 4*n, p.reserve))
+	}
+	p.taken += int64(size) * 4
+	p.mu.Unlock()
+	b, err := a.res.Buffer(int64(size)*4, "activations")
+	if err != nil {
+		p.mu.Lock()
+		p.taken -= int64(size) * 4
+		p.mu.Unlock()
+		return a.failed(n, err)
+	}
+	a.chunks = append(a.chunks, unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(b))), size))
+	a.i, a.off = len(a.chunks)-1, n64
+	return a.chunks[a.i][:n:n]
+}
+
+// failed records a failed allocation and returns host memory, which the device's Ops refuse
+// (a sticky device error), so that the pass ends with the error instead of a crash.
+func (a *arena) failed(n int, err error) []float32 {
+	if a.err == nil {
+		a.err = fmt.Errorf("memory for activations: %w", err)
+	}
+	return make([]float32, n)
+}
+
+func (a *arena) reset() { a.i, a.off = 0, 0 }
+
+// arenas keeps the arenas of finished passes for the next ones.
+type arenas struct {
+	mu   sync.Mutex
+	free []*arena
+}
+
+func (m *Model) getArena() *arena {
+	m.arenas.mu.Lock()
+	defer m.arenas.mu.Unlock()
+	if n := len(m.arenas.free); n > 0 {
+		a := m.arenas.free[n-1]
+		m.arenas.free = m.arenas.free[:n-1]
+		return a
+	}
+	a := &arena{}
+	if m.resident {
+		a.res, a.pool = m.dev.(device.Resident), &m.actPool
+	}
+	return a
+}
+
+func (m *Model) putArena(a *arena) {
+	a.reset()
+	a.err = nil
+	m.arenas.mu.Lock()
+	m.arenas.free = append(m.arenas.free, a)
+	m.arenas.mu.Unlock()
+}
+
+// backend is what a layer computes with: the device's kernels, the pass's Ops and an arena.
+type backend struct {
+	device.Kernels
+	device.Ops
+	a *arena
+}
+
+func (b *backend) Floats(n int) []float32 { return b.a.floats(n) }
+
+var _ models.Backend = (*backend)(nil)
+
+// toHost returns x readable by the host: x itself, or a copy read back from the device.
+func (m *Model) toHost(x []float32) []float32 {
+	if !m.resident {
+		return x
+	}
+	h := make([]float32, len(x))
+	m.ops.Read(h, x)
+	return h
+}
+
+// hostBackend computes on the device's kernels with the host's Ops and Go memory: expert
+// parallelism, whose ranks are host devices.
+func (m *Model) hostBackend() *backend {
+	return &backend{Kernels: m.dev, Ops: models.HostOps{K: m.dev}, a: &arena{}}
+}

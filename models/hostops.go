@@ -1,0 +1,141 @@
+package models
+
+import (
+	"github.com/commit-run/commit-run/device"
+	"github.com/commit-run/commit-run/quant"
+)
+
+// Backend is what the models compute with: a device's kernels, the forward pass's other
+// operations (the device's own Ops, or HostOps), and memory for a pass's activations.
+type Backend interface {
+	device.Kernels
+	device.Ops
+	// Floats returns n floats of the pass's scratch memory, on the device that computes the
+	// pass; their contents are undefined.
+	Floats(n int) []float32
+}
+
+// HostOps computes device.Ops on the host in the arithmetic of llama.cpp's CPU backend: the
+// reference every device's Ops are tested against. K spreads attention over its threads.
+type HostOps struct {
+	K device.Kernels
+}
+
+var _ device.Ops = HostOps{}
+
+// Embed implements device.Ops.
+func (HostOps) Embed(dst []float32, w quant.Matrix, ids []int32) {
+	d := w.Cols
+	for t, id := range ids {
+		quant.DequantizeRow(w.Type, w.Row(int(id)), dst[t*d:(t+1)*d])
+	}
+}
+
+// RMSNorm implements device.Ops.
+func (HostOps) RMSNorm(dst, x []float32, d int, w, b []float32, eps float32) {
+	n := Norm{Weight: w, Bias: b}
+	for t := 0; t < len(x)/d; t++ {
+		RMSNorm(dst[t*d:(t+1)*d], x[t*d:(t+1)*d], n, eps)
+	}
+}
+
+// Add implements device.Ops.
+func (HostOps) Add(dst, src []float32) { AddTo(dst, src) }
+
+// AddRows implements device.Ops.
+func (HostOps) AddRows(x, bias []float32) {
+	d := len(bias)
+	for t := 0; t < len(x)/d; t++ {
+		AddTo(x[t*d:(t+1)*d], bias)
+	}
+}
+
+// SwiGLU implements device.Ops.
+func (HostOps) SwiGLU(g, u []float32, d int) {
+	for t := 0; t < len(g)/d; t++ {
+		SwiGLU(g[t*d:(t+1)*d], g[t*d:(t+1)*d], u[t*d:(t+1)*d])
+	}
+}
+
+// Rope implements device.Ops.
+func (HostOps) Rope(x []float32, pos0, T, heads, headStride, tokStride int, r *device.RoPE) {
+	cs := make([]float32, r.Dims)
+	for t := 0; t < T; t++ {
+		ropeCache(r, pos0+t, cs)
+		for h := 0; h < heads; h++ {
+			ropeApply(r, x[t*tokStride+h*headStride:], cs)
+		}
+	}
+}
+
+// StoreKV implements device.Ops.
+func (HostOps) StoreKV(c *device.KVLayer, pos0 int, k, v []float32) {
+	for t := 0; t < len(k)/c.KDim; t++ {
+		putK(c, pos0+t, k[t*c.KDim:(t+1)*c.KDim])
+		if v != nil {
+			putV(c, pos0+t, v[t*c.VDim:(t+1)*c.VDim])
+		}
+	}
+}
+
+// Attend implements device.Ops.
+func (o HostOps) Attend(out, q []float32, c *device.KVLayer, pos0, T int, a *device.AttnShape) {
+	group := a.Heads / a.KVHeads
+	qd := a.Heads * a.DK
+	o.K.Parallel(T*a.Heads, func(i int) {
+		t, h := i/a.Heads, i%a.Heads
+		kvh := h / group
+		n := pos0 + t + 1
+		qh := q[t*qd+h*a.DK : t*qd+(h+1)*a.DK]
+		dst := out[(t*a.Heads+h)*a.DV : (t*a.Heads+h+1)*a.DV]
+		if a.Latent {
+			attendLatent(c, append([]float32(nil), qh...), a.DV, n, a.Scale, T > 1, dst)
+			return
+		}
+		attend(c, qh, kvh*a.KHeadStride, kvh*a.VHeadStride, n, a.Scale, T > 1, dst)
+	})
+}
+
+// Gather implements device.Ops.
+func (HostOps) Gather(dst, src []float32, rows []int32, d int) {
+	for j, r := range rows {
+		copy(dst[j*d:(j+1)*d], src[int(r)*d:(int(r)+1)*d])
+	}
+}
+
+// Combine implements device.Ops.
+func (HostOps) Combine(out, ys []float32, weights []float32, off []int32, d int) {
+	for t := 0; t < len(out)/d; t++ {
+		o := out[t*d : (t+1)*d]
+		clear(o)
+		for j := int(off[t]); j < int(off[t+1]); j++ {
+			w, y := weights[j], ys[j*d:(j+1)*d]
+			for i := range o {
+				// ggml_mul then ggml_add: the conversion keeps the compiler from fusing them.
+				o[i] += float32(w * y[i])
+			}
+		}
+	}
+}
+
+// GatedAdd implements device.Ops.
+func (HostOps) GatedAdd(out, sh, x, gate []float32, d int) {
+	for t := 0; t < len(out)/d; t++ {
+		// llama.cpp's qwen2moe graph computes the gate's sigmoid as silu(v)/v, and v as a
+		// one-row matrix product (ggml_vec_dot_f32).
+		g := SiLUOverX(quant.DotF32Vec(gate, x[t*d:(t+1)*d]))
+		o, s := out[t*d:(t+1)*d], sh[t*d:(t+1)*d]
+		for i := range o {
+			o[i] += float32(g * s[i])
+		}
+	}
+}
+
+// Zero implements device.Ops.
+func (HostOps) Zero(x []float32) { clear(x) }
+
+// Read implements device.Ops.
+func (HostOps) Read(dst, src []float32) { copy(dst, src) }
+
+// Write implements device.Ops.
+func (HostOps) Write(dst, src []float32) { copy(dst, src) }
