@@ -547,7 +547,7 @@ func (m *Model) epMoE(layer int, moe *models.MoE, x []float32, T int, out []floa
 		}
 		ffn := &models.FFN{Gate: moe.GateExps.Expert(e), Up: moe.UpExps.Expert(e), Down: moe.DownExps.Expert(e)}
 		m.label("expert", "", layer, e)
-		m.swiglu(m.hostBackend(), m.dev.MatMulID, m.charger, ffn, xe, n, ye)
+		m.swiglu(hb, m.dev.MatMulID, m.charger, ffn, xe, n, ye)
 		for i, p := range sl {
 			copy(results[p.src][p.k*d:(p.k+1)*d], ye[i*d:(i+1)*d])
 		}
