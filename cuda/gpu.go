@@ -327,12 +327,13 @@ func (g *GPU) Buffer(n int64, what string) ([]byte, error) {
 	return shadow, nil
 }
 
-// Release implements device.Resident: it frees a buffer once the compute stream is done with
-// it (cuMemFree waits for the device's work). A buffer that is not one, or of a closed GPU,
-// is left alone.
+// Release implements device.Resident: it frees a buffer, or the device copy of an upload
+// (b as it was uploaded: an expert that moves to another device), once the compute stream is
+// done with it (cuMemFree waits for the device's work). Anything else, or memory of a closed
+// GPU, is left alone.
 func (g *GPU) Release(b []byte) {
 	s, ok := g.find(b)
-	if !ok || s.shadow == nil || uintptr(unsafe.Pointer(unsafe.SliceData(b))) != s.host {
+	if !ok || uintptr(unsafe.Pointer(unsafe.SliceData(b))) != s.host || s.shadow == nil && int64(len(b)) != s.n {
 		return
 	}
 	g.spansMu.Lock()
@@ -346,7 +347,11 @@ func (g *GPU) Release(b []byte) {
 	if !ok {
 		return
 	}
-	if err := errors.Join(g.ctx.Free(s.dev), syscall.Munmap(s.shadow)); err != nil {
+	err := g.ctx.Free(s.dev)
+	if s.shadow != nil {
+		err = errors.Join(err, syscall.Munmap(s.shadow))
+	}
+	if err != nil {
 		g.fail(err)
 	}
 }

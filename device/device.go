@@ -128,7 +128,8 @@ type Resident interface {
 	Upload(b []byte, what string) error
 	// Buffer allocates n bytes of device memory.
 	Buffer(n int64, what string) ([]byte, error)
-	// Release frees a Buffer once the work enqueued so far is done with it.
+	// Release frees a Buffer, or the device's copy of an Upload of exactly b, once the work
+	// enqueued so far is done with it.
 	Release(b []byte)
 }
 

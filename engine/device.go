@@ -114,9 +114,6 @@ func newDevice(opts Options) (dev device.Device, note string, err error) {
 
 // openGPU opens cuda:n with the offload budget, or the card's free memory.
 func openGPU(opts Options, n int) (*cuda.GPU, error) {
-	if opts.EP != nil {
-		return nil, fmt.Errorf("device cuda:%d: expert parallelism runs on cpu or sim devices for now, not CUDA", n)
-	}
 	var budget int64
 	if opts.Offload != nil {
 		budget = opts.Offload.GPUMem
@@ -133,18 +130,30 @@ func closeDevice(dev device.Device) error {
 }
 
 // upload puts the weights that stay on the device there, on devices with memory of their
-// own: every tensor, or with offloading every tensor but the routed experts.
+// own: every tensor; with offloading every tensor but the routed experts; with expert
+// parallelism every tensor but the routed experts, and the experts the rank holds.
 func (m *Model) upload() error {
 	r, ok := m.dev.(device.Resident)
 	if !ok {
 		return nil
 	}
 	for _, t := range m.file.Tensors {
-		if m.off != nil && strings.HasSuffix(t.Name, "_exps.weight") {
+		if (m.off != nil || m.ep != nil) && strings.HasSuffix(t.Name, "_exps.weight") {
 			continue
 		}
 		if err := r.Upload(t.Data, t.Name); err != nil {
 			return err
+		}
+	}
+	if g := m.ep; g != nil {
+		for i, l := range m.arch.Layers {
+			if j := g.moeIdx[i]; j >= 0 {
+				for _, e := range g.place[m.rank][j].Local(m.rank) {
+					if err := g.uploadExpert(m.rank, l.MoE, e); err != nil {
+						return err
+					}
+				}
+			}
 		}
 	}
 	return nil

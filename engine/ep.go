@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -9,9 +10,11 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/commit-run/commit-run/cuda"
 	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/models"
 	"github.com/commit-run/commit-run/multigpu"
+	"github.com/commit-run/commit-run/nccl"
 	"github.com/commit-run/commit-run/sim"
 )
 
@@ -20,8 +23,10 @@ import (
 // experts. A forward pass runs on every rank at once, each on its own tokens; at every MoE
 // layer the ranks exchange their tokens' routing, plan the same schedule with Policy,
 // dispatch the tokens to the devices computing their experts and combine the results, all
-// through a transport (in-process for now). A session's tokens live on rank 0; a perplexity
-// evaluation spreads its windows over the ranks.
+// through a transport: NCCL between CUDA GPUs, in-process copies otherwise. A session's tokens
+// live on rank 0; a perplexity evaluation spreads its windows over the ranks.
+//
+// On CUDA, rank r runs on cuda:(N+r) for Options.Device cuda:N, one GPU per rank.
 type EPOptions struct {
 	// Devices is the number of ranks: 2 to the model's experts.
 	Devices int
@@ -38,6 +43,12 @@ type EPOptions struct {
 	// LinkBandwidth (bytes/s) and LinkLatency (s) model simulated devices' all-to-all; 0:
 	// the profile's PCIe rate and copy latency (consumer cards exchange through PCIe).
 	LinkBandwidth, LinkLatency float64
+	// Transport moves the tokens between the ranks: "nccl" (CUDA GPUs only), "local" (the
+	// in-process transport: host memory copies), or "" for NCCL on GPUs when the library
+	// loads and in-process otherwise (EPStats.Transport says which, and why).
+	Transport string
+	// NCCLLibrary is the NCCL library to load; "" finds libnccl.so.2.
+	NCCLLibrary string
 }
 
 // defaultHarMoEnyQ is the token threshold of HarMoEny's published code (eq_tokens=150), used
@@ -50,7 +61,7 @@ const defaultHarMoEnyQ = 150
 type epGroup struct {
 	policy string
 	ranks  []*Model
-	local  *multigpu.LocalGroup
+	tr     epTransport
 	comms  []multigpu.Comm
 	clocks []func() float64
 	pols   []multigpu.Policy
@@ -75,6 +86,21 @@ type epGroup struct {
 	stats EPStats
 }
 
+// epTransport is a group's transport: its ranks' ends, and the way a failing rank releases
+// the others and the group is readied again.
+type epTransport interface {
+	Comm(r int) multigpu.Comm
+	Abort(err error)
+	Reset() error
+	Close() error
+}
+
+// localTransport is the in-process group as an epTransport.
+type localTransport struct{ *multigpu.LocalGroup }
+
+func (l localTransport) Reset() error { l.LocalGroup.Reset(); return nil }
+func (l localTransport) Close() error { return nil }
+
 // epPass gathers one MoE layer pass's figures from every rank.
 type epPass struct {
 	n              int
@@ -85,6 +111,9 @@ type epPass struct {
 type EPStats struct {
 	Policy  string
 	Devices int
+	// Transport names what moves the tokens ("in-process", "NCCL 2.23.4"), and why when
+	// the default could not be had.
+	Transport string
 	// Steps are the forward passes run on all ranks at once; Seconds their time on the
 	// devices' clocks (virtual on simulated GPUs, wall on the CPU), from the last rank ready
 	// to start to the last one done.
@@ -182,25 +211,35 @@ func (m *Model) openEP() error {
 	if err != nil {
 		return err
 	}
-	local, err := multigpu.NewLocal(N)
-	if err != nil {
-		return err
+	// From here on the group owns the other ranks' devices and the transport: closeEP
+	// releases them if opening fails.
+	m.ep = g
+	g.ranks = append(g.ranks, m)
+	for r := 1; r < N; r++ {
+		opts := m.opts
+		if gpu, ok := m.dev.(*cuda.GPU); ok {
+			opts.Device = fmt.Sprintf("cuda:%d", gpu.Info().Ordinal+r)
+		}
+		dev, _, err := newDevice(opts)
+		if err != nil {
+			if gpu, ok := m.dev.(*cuda.GPU); ok {
+				o := gpu.Info().Ordinal
+				err = fmt.Errorf("one GPU per rank, cuda:%d to cuda:%d: %w", o, o+N-1, err)
+			}
+			return fmt.Errorf("expert parallelism over %d devices, rank %d: %w", N, r, err)
+		}
+		g.ranks = append(g.ranks, m.rankModel(dev))
 	}
-	g.local = local
+	tr, how, err := newEPTransport(o, g.ranks)
+	if err != nil {
+		return fmt.Errorf("expert parallelism over %d devices: %w", N, err)
+	}
+	g.tr = tr
 	wall := time.Now()
 	env := epEnv{experts: c.Experts, devices: N, gamma: o.Gamma, metric: o.Metric, seed: o.Seed, harmoenyQ: o.HarMoEnyThreshold}
-	for r := range N {
-		rm := m
-		if r > 0 {
-			dev, _, err := newDevice(m.opts)
-			if err != nil {
-				return err
-			}
-			rm = m.rankModel(dev)
-		}
+	for r, rm := range g.ranks {
 		rm.ep, rm.rank = g, r
-		g.ranks = append(g.ranks, rm)
-		comm := local.Comm(r)
+		comm := tr.Comm(r)
 		clock := func() float64 { return time.Since(wall).Seconds() }
 		if lk, ok := rm.dev.(device.Linker); ok {
 			link := multigpu.Link{Bandwidth: o.LinkBandwidth, Latency: o.LinkLatency}
@@ -238,6 +277,12 @@ func (m *Model) openEP() error {
 		if err := g.hold(r); err != nil {
 			return err
 		}
+		if r > 0 {
+			// Rank 0 uploads its weights with the model's own (Open).
+			if err := rm.upload(); err != nil {
+				return fmt.Errorf("expert parallelism, rank %d: %w", r, err)
+			}
+		}
 	}
 	if policy == "harmoeny" && env.harmoenyQ == 0 && env.cluster.Devices == 0 {
 		env.harmoenyQ = defaultHarMoEnyQ
@@ -258,14 +303,82 @@ func (m *Model) openEP() error {
 	g.needProbs = strings.HasPrefix(policy, "expanded") || strings.HasPrefix(policy, "macs")
 	g.needEntropy = strings.HasPrefix(policy, "macs")
 	g.pass = make([]epPass, layers)
-	g.stats = EPStats{Policy: policy, Devices: N, Layers: make([]EPLayerStats, layers)}
+	g.stats = EPStats{Policy: policy, Devices: N, Transport: how, Layers: make([]EPLayerStats, layers)}
 	for i, j := range g.moeIdx {
 		if j >= 0 {
 			g.stats.Layers[j].Layer = i
 		}
 	}
-	m.ep = g
 	return nil
+}
+
+// newEPTransport makes what moves the tokens between the ranks, and says what it is.
+func newEPTransport(o EPOptions, ranks []*Model) (epTransport, string, error) {
+	var gpus []*cuda.GPU
+	for _, rm := range ranks {
+		if g, ok := rm.dev.(*cuda.GPU); ok {
+			gpus = append(gpus, g)
+		}
+	}
+	local := func() (epTransport, error) {
+		l, err := multigpu.NewLocal(len(ranks))
+		return localTransport{l}, err
+	}
+	switch strings.TrimSpace(o.Transport) {
+	case "", "auto":
+		if len(gpus) < len(ranks) {
+			tr, err := local()
+			return tr, "in-process", err
+		}
+		tr, name, nerr := newNCCL(o.NCCLLibrary, gpus)
+		if nerr == nil {
+			return tr, name, nil
+		}
+		l, err := local()
+		return l, fmt.Sprintf("in-process, through host memory (%v)", nerr), err
+	case "local":
+		tr, err := local()
+		return tr, "in-process", err
+	case "nccl":
+		if len(gpus) < len(ranks) {
+			return nil, "", fmt.Errorf("the nccl transport moves tokens between CUDA GPUs; the ranks are on %s", ranks[0].dev.Name())
+		}
+		return newNCCL(o.NCCLLibrary, gpus)
+	default:
+		return nil, "", fmt.Errorf("transport %q: want nccl, local or auto", o.Transport)
+	}
+}
+
+// newNCCL loads NCCL and makes a group of the GPUs.
+func newNCCL(lib string, gpus []*cuda.GPU) (epTransport, string, error) {
+	l, err := nccl.Load(lib)
+	if err != nil {
+		return nil, "", err
+	}
+	g, err := multigpu.NewNCCL(l, gpus)
+	if err != nil {
+		return nil, "", err
+	}
+	return g, "NCCL " + l.VersionString(), nil
+}
+
+// closeEP releases what the group holds beyond rank 0's device: the transport and the other
+// ranks' devices.
+func (m *Model) closeEP() error {
+	g := m.ep
+	if g == nil || m.rank != 0 {
+		return nil
+	}
+	var errs []error
+	if g.tr != nil {
+		errs = append(errs, g.tr.Close())
+		g.tr = nil
+	}
+	for _, rm := range g.ranks[1:] {
+		errs = append(errs, closeDevice(rm.dev))
+	}
+	g.ranks = g.ranks[:1]
+	return errors.Join(errs...)
 }
 
 // rankModel is m on another device: the same file, weights and tokenizer.
@@ -317,7 +430,7 @@ func (g *epGroup) step(work []*epWork) error {
 			}
 			if err != nil {
 				errs[r] = err
-				g.local.Abort(err)
+				g.tr.Abort(err)
 			}
 		}()
 	}
@@ -325,7 +438,9 @@ func (g *epGroup) step(work []*epWork) error {
 	for _, err := range errs {
 		if err != nil {
 			// Every rank fails with the error of the one that aborted the group.
-			g.local.Reset()
+			if rerr := g.tr.Reset(); rerr != nil {
+				return fmt.Errorf("%w; and the transport could not be made again: %v", err, rerr)
+			}
 			return err
 		}
 	}
@@ -503,7 +618,9 @@ func (m *Model) epMoE(layer int, moe *models.MoE, x []float32, T int, out []floa
 		}
 		fetched[f.Expert] = true
 		m.label("copy", "fetch", layer, f.Expert)
-		g.copyExpert(r, moe, f.Expert)
+		if err := g.copyExpert(r, moe, f.Expert); err != nil {
+			return fmt.Errorf("layer %d: fetching expert %d: %w", layer, f.Expert, err)
+		}
 		fetchEv = m.dev.Copy().Record()
 	}
 	if ev := g.pending[r][j]; ev != nil {
@@ -551,6 +668,10 @@ func (m *Model) epMoE(layer int, moe *models.MoE, x []float32, T int, out []floa
 		for i, p := range sl {
 			copy(results[p.src][p.k*d:(p.k+1)*d], ye[i*d:(i+1)*d])
 		}
+	}
+	for e := range fetched {
+		// A fetched expert visits for this pass; the slot it borrowed is free again.
+		g.releaseExpert(r, moe, e)
 	}
 	tC := g.clocks[r]()
 
@@ -648,16 +769,44 @@ func (g *epGroup) batch(all [][]byte, base []int, width, E, K, layer int) multig
 	return b
 }
 
-// copyExpert copies expert e's weights from the host into rank r's spare slot on its copy
-// stream: the traffic of a fetch or a move. The numbers are computed from the same weights.
-func (g *epGroup) copyExpert(r int, moe *models.MoE, e int) {
+// copyExpert copies expert e's weights from the host to rank r: the traffic of a fetch or a
+// move. A GPU uploads them, so that its kernels read them; other devices copy them into a
+// spare slot on their copy stream, and compute from the same weights in host memory.
+func (g *epGroup) copyExpert(r int, moe *models.MoE, e int) error {
 	dev := g.ranks[r].dev
+	if _, ok := dev.(device.Resident); ok {
+		return g.uploadExpert(r, moe, e)
+	}
 	for _, t := range []*models.Tensor{moe.GateExps, moe.UpExps, moe.DownExps} {
 		src := t.Expert(e).Data
 		if cap(g.scratch[r]) < len(src) {
 			g.scratch[r] = make([]byte, len(src))
 		}
 		dev.CopyIn(g.scratch[r][:len(src)], src)
+	}
+	return nil
+}
+
+// uploadExpert puts expert e's weights on rank r's device, if it has memory of its own.
+func (g *epGroup) uploadExpert(r int, moe *models.MoE, e int) error {
+	res, ok := g.ranks[r].dev.(device.Resident)
+	if !ok {
+		return nil
+	}
+	for _, t := range []*models.Tensor{moe.GateExps, moe.UpExps, moe.DownExps} {
+		if err := res.Upload(t.Expert(e).Data, fmt.Sprintf("%s, expert %d", t.Name, e)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// releaseExpert frees rank r's device copy of expert e, once its work is done.
+func (g *epGroup) releaseExpert(r int, moe *models.MoE, e int) {
+	if res, ok := g.ranks[r].dev.(device.Resident); ok {
+		for _, t := range []*models.Tensor{moe.GateExps, moe.UpExps, moe.DownExps} {
+			res.Release(t.Expert(e).Data)
+		}
 	}
 }
 
@@ -717,10 +866,15 @@ func (g *epGroup) replace(r, j int, moe *models.MoE) error {
 	dev := g.ranks[r].dev
 	var moved int64
 	for e := range np.Holders {
-		if np.Holds(r, e) && !cur.Holds(r, e) {
+		switch {
+		case np.Holds(r, e) && !cur.Holds(r, e):
 			g.ranks[r].label("copy", "move", g.stats.Layers[j].Layer, e)
-			g.copyExpert(r, moe, e)
+			if err := g.copyExpert(r, moe, e); err != nil {
+				return fmt.Errorf("%s: moving expert %d of MoE layer %d to rank %d: %w", g.policy, e, j, r, err)
+			}
 			moved += g.expertBytes[j]
+		case !np.Holds(r, e) && cur.Holds(r, e):
+			g.releaseExpert(r, moe, e)
 		}
 	}
 	if moved > 0 {

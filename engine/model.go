@@ -102,12 +102,13 @@ func Open(path string, opts Options) (*Model, error) {
 		return nil, err
 	}
 	opened := false
+	m := &Model{opts: opts, file: f, arch: arch, tok: tok, dev: dev, kvF16: kvF16, devNote: note}
 	defer func() {
 		if !opened {
+			m.closeEP()
 			closeDevice(dev)
 		}
 	}()
-	m := &Model{opts: opts, file: f, arch: arch, tok: tok, dev: dev, kvF16: kvF16, devNote: note}
 	m.charger, _ = dev.(device.Charger)
 	m.labeler, _ = dev.(device.Labeler)
 	m.info = describe(f, arch)
@@ -292,5 +293,5 @@ func (m *Model) Close() error {
 		return nil
 	}
 	m.closed = true
-	return errors.Join(closeDevice(m.dev), m.file.Close())
+	return errors.Join(m.closeEP(), closeDevice(m.dev), m.file.Close())
 }

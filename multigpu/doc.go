@@ -4,5 +4,7 @@
 // Schedule (which device computes which token's expert, which experts are fetched, what is
 // dropped): round-robin placement (Static), capacity-aware token drop, expanded drop and
 // device-level capacity (seeds/000), MACS (seeds/001), EPLB replicas (seeds/002) and HarMoEny
-// rebalancing (seeds/004). It plans and models time (Cluster, Simulate); it moves no data.
+// rebalancing (seeds/004). It plans and models time (Cluster, Simulate), and its transports
+// (Comm) move the tokens between the ranks of an executed run: in-process (LocalGroup), on a
+// modelled link (Modelled), or between CUDA GPUs with NCCL (NCCLGroup).
 package multigpu

@@ -179,6 +179,9 @@ func (a *app) epRun(cmd *cobra.Command, f benchFlags) error {
 		clock = "simulated time, numbers computed on the CPU"
 	}
 	fmt.Fprintf(a.stdout, "%s on %d x %s: batches of %d windows of %d tokens of %s, %s\n", a.modelPath, a.epDevices, a.device, a.epDevices, window, e.text, clock)
+	if len(rows) > 0 {
+		fmt.Fprintf(a.stdout, "tokens moved by: %s\n", rows[0].Stats.Transport)
+	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "policy\tperplexity\tmax load\tbalancedness\tdropped\textra\tfetches\tMB moved/batch\tstraggler ms/layer\tlayer ms\tbatch ms\ttok/s\tspeedup\t")
 	base := 0.0

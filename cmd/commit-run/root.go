@@ -46,9 +46,11 @@ type app struct {
 	expandedDrop   bool
 	deviceCapacity bool
 	dropDevices    int
-	// Expert parallelism: --ep devices, --ep-policy, --link-bw, --harmoeny-q.
+	// Expert parallelism: --ep devices, --ep-policy, --link-bw, --harmoeny-q, --ep-transport,
+	// --nccl-lib.
 	epDevices, harmoenyQ int
 	epPolicy, linkBW     string
+	epTransport, ncclLib string
 	profMode             string
 	profDir              string
 	stopProf             func()
@@ -131,7 +133,9 @@ func (a *app) rootCmd() *cobra.Command {
 	pf.BoolVar(&a.expandedDrop, "expanded-drop", false, "with --capacity-factor: expanded drop, each token also offered to the experts of its own device (see --drop-devices)")
 	pf.BoolVar(&a.deviceCapacity, "device-capacity", false, "with --capacity-factor: cap each device's experts together (device-level capacity) instead of each expert")
 	pf.IntVar(&a.dropDevices, "drop-devices", 1, "with --capacity-factor: the expert-parallel devices token drop plans for, experts placed round-robin, each device capping its share of the batch")
-	pf.IntVar(&a.epDevices, "ep", 0, "expert parallelism: spread the experts over `N` devices of --device's kind (eval ppl spreads its windows over them; a chat's tokens live on the first); bench --ep compares --ep-policy planners")
+	pf.IntVar(&a.epDevices, "ep", 0, "expert parallelism: spread the experts over `N` devices of --device's kind, on CUDA one GPU per rank from --device's (eval ppl spreads its windows over them; a chat's tokens live on the first); bench --ep compares --ep-policy planners")
+	pf.StringVar(&a.epTransport, "ep-transport", "", "with --ep: what moves the tokens between the devices: nccl (CUDA GPUs), local (in-process copies through host memory), or auto (default: NCCL on GPUs when it loads, else local)")
+	pf.StringVar(&a.ncclLib, "nccl-lib", "", "with --ep on CUDA: the NCCL library `FILE` (default: libnccl.so.2 from the loader's path)")
 	pf.StringVar(&a.epPolicy, "ep-policy", "", "with --ep: the planner of each MoE layer's batch, "+strings.Join(engine.EPPolicies(), ", ")+" (default round-robin; bench takes a comma-separated list, default all); the capacity-aware ones use --capacity-factor (default 1.5) and --drop-metric")
 	pf.StringVar(&a.linkBW, "link-bw", "", "with --ep on simulated devices: each device's all-to-all bandwidth, e.g. 50GB (default: the profile's PCIe rate)")
 	pf.IntVar(&a.harmoenyQ, "harmoeny-q", 0, "with --ep: HarMoEny's token threshold q, the fewest tokens worth moving to a device that must fetch the expert (0: eq. 4 from the profile's FLOPS and PCIe rate; 150 on the CPU)")
@@ -292,7 +296,7 @@ func (a *app) engineOptions(device, policy string) (engine.Options, error) {
 // device).
 func (a *app) epOptions(policy string) (*engine.EPOptions, error) {
 	if a.epDevices == 0 {
-		for _, f := range []struct{ name, v string }{{"ep-policy", a.epPolicy}, {"link-bw", a.linkBW}} {
+		for _, f := range []struct{ name, v string }{{"ep-policy", a.epPolicy}, {"link-bw", a.linkBW}, {"ep-transport", a.epTransport}, {"nccl-lib", a.ncclLib}} {
 			if f.v != "" {
 				return nil, fmt.Errorf("--%s applies to expert parallelism: pass --ep N", f.name)
 			}
@@ -321,7 +325,8 @@ func (a *app) epOptions(policy string) (*engine.EPOptions, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--drop-metric: %w", err)
 	}
-	o := &engine.EPOptions{Devices: a.epDevices, Policy: policy, Gamma: a.capacityFactor, Metric: m, Seed: 1, HarMoEnyThreshold: a.harmoenyQ}
+	o := &engine.EPOptions{Devices: a.epDevices, Policy: policy, Gamma: a.capacityFactor, Metric: m, Seed: 1, HarMoEnyThreshold: a.harmoenyQ,
+		Transport: a.epTransport, NCCLLibrary: a.ncclLib}
 	if a.linkBW != "" {
 		if o.LinkBandwidth, err = parseBytes(a.linkBW); err != nil {
 			return nil, fmt.Errorf("--link-bw: %w", err)

@@ -1,0 +1,262 @@
+package multigpu
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/commit-run/commit-run/cuda"
+	"github.com/commit-run/commit-run/nccl"
+)
+
+// NCCLGroup is the transport of ranks on the CUDA GPUs of one process: NCCL moves the bytes
+// between the devices, over NVLink or PCIe as it finds them, with one communicator per GPU
+// (ncclCommInitAll). A collective stages the caller's host buffers in device memory, exchanges
+// them with grouped ncclSend/ncclRecv on the rank's own stream, and copies what arrived back.
+//
+// As with every Comm the ranks must agree on the sizes (each knows them from the schedule):
+// NCCL matches a send with a receive by order, not by size, so a disagreement would corrupt
+// or hang where the in-process transport reports it. Empty messages are not posted at all.
+type NCCLGroup struct {
+	lib  *nccl.Library
+	gpus []*cuda.GPU
+
+	mu      sync.Mutex
+	comms   []*nccl.Comm
+	aborted error
+	ranks   []*ncclRank
+}
+
+// ncclRank is one GPU's end: its stream and staging memory.
+type ncclRank struct {
+	g      *NCCLGroup
+	r      int
+	stream *cuda.Stream
+	buf    *cuda.DeviceBuffer
+}
+
+// ncclAlign keeps every message of a staging buffer at an aligned device address, where NCCL
+// copies fastest.
+const ncclAlign = 256
+
+// NewNCCL makes a group of the GPUs, rank r on gpus[r]: one communicator each.
+func NewNCCL(lib *nccl.Library, gpus []*cuda.GPU) (*NCCLGroup, error) {
+	if lib == nil || len(gpus) == 0 {
+		return nil, errors.New("NCCL group: no library or no GPUs")
+	}
+	seen := map[int]bool{}
+	for _, g := range gpus {
+		o := g.Info().Ordinal
+		if seen[o] {
+			// NCCL needs a device per rank; two ranks on one GPU would deadlock its kernels.
+			return nil, fmt.Errorf("NCCL group: cuda:%d holds two ranks; NCCL wants one GPU per rank", o)
+		}
+		seen[o] = true
+	}
+	g := &NCCLGroup{lib: lib, gpus: gpus}
+	if err := g.init(); err != nil {
+		return nil, err
+	}
+	for r, gpu := range gpus {
+		var s *cuda.Stream
+		err := gpu.Context().Do(func() (err error) {
+			s, err = gpu.Context().NewStream()
+			return err
+		})
+		if err != nil {
+			g.Close()
+			return nil, fmt.Errorf("NCCL group: rank %d on %s: %w", r, gpu.Name(), err)
+		}
+		g.ranks = append(g.ranks, &ncclRank{g: g, r: r, stream: s})
+	}
+	return g, nil
+}
+
+// init makes the communicators.
+func (g *NCCLGroup) init() error {
+	devs := make([]int, len(g.gpus))
+	for r, gpu := range g.gpus {
+		devs[r] = gpu.Info().Ordinal
+	}
+	comms, err := g.lib.InitAll(devs)
+	if err != nil {
+		return fmt.Errorf("NCCL group of %d GPUs (NCCL %s): %w", len(devs), g.lib.VersionString(), err)
+	}
+	g.comms = comms
+	return nil
+}
+
+// Comm is rank r's end of the group.
+func (g *NCCLGroup) Comm(r int) Comm { return g.ranks[r] }
+
+// Abort makes the collectives under way fail (ncclCommAbort on every communicator releases
+// the ranks waiting for one that failed) and the later ones too, until Reset.
+func (g *NCCLGroup) Abort(err error) {
+	if err == nil {
+		err = ErrAborted
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.aborted != nil {
+		return
+	}
+	g.aborted = err
+	for _, c := range g.comms {
+		c.Abort()
+	}
+	g.comms = nil
+}
+
+// Reset makes new communicators after an Abort. No rank may be inside a collective.
+func (g *NCCLGroup) Reset() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.aborted == nil {
+		return nil
+	}
+	if err := g.init(); err != nil {
+		return err
+	}
+	g.aborted = nil
+	return nil
+}
+
+// Close destroys the communicators and frees the ranks' streams and staging memory.
+func (g *NCCLGroup) Close() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var errs []error
+	for _, c := range g.comms {
+		errs = append(errs, c.Destroy())
+	}
+	g.comms = nil
+	for _, rk := range g.ranks {
+		errs = append(errs, rk.buf.Free(), rk.stream.Destroy())
+		rk.buf = nil
+	}
+	g.ranks = nil
+	return errors.Join(errs...)
+}
+
+// comm is rank r's communicator, or the error that aborted the group.
+func (g *NCCLGroup) comm(r int) (*nccl.Comm, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.aborted != nil {
+		return nil, g.aborted
+	}
+	return g.comms[r], nil
+}
+
+func (rk *ncclRank) Rank() int { return rk.r }
+func (rk *ncclRank) Size() int { return len(rk.g.gpus) }
+
+func (rk *ncclRank) AllToAll(send, recv [][]byte) error {
+	g, me := rk.g, rk.r
+	n := len(g.gpus)
+	gpu := g.gpus[me]
+	fail := func(err error) error {
+		err = fmt.Errorf("NCCL all-to-all on rank %d (%s): %w", me, gpu.Name(), err)
+		g.Abort(err)
+		return err
+	}
+	if len(send) != n || len(recv) != n {
+		return fail(fmt.Errorf("%d send and %d receive buffers for %d ranks", len(send), len(recv), n))
+	}
+	if len(send[me]) != len(recv[me]) {
+		return fail(fmt.Errorf("sends itself %d bytes and expects %d", len(send[me]), len(recv[me])))
+	}
+	comm, err := g.comm(me)
+	if err != nil {
+		return err
+	}
+	copy(recv[me], send[me])
+	// The staging layout: every peer's outgoing message, then every incoming one.
+	sendOff, recvOff := make([]int64, n), make([]int64, n)
+	var total int64
+	for j := range n {
+		if j != me {
+			sendOff[j] = total
+			total += roundUp(int64(len(send[j])), ncclAlign)
+		}
+	}
+	for j := range n {
+		if j != me {
+			recvOff[j] = total
+			total += roundUp(int64(len(recv[j])), ncclAlign)
+		}
+	}
+	if total == 0 {
+		return nil
+	}
+	if rk.buf == nil || rk.buf.Size < total {
+		if err := rk.buf.Free(); err != nil {
+			return fail(err)
+		}
+		rk.buf = nil
+		buf, err := gpu.DeviceBuffer(max(total, 1<<20), "NCCL's staging buffers")
+		if err != nil {
+			return fail(err)
+		}
+		rk.buf = buf
+	}
+	base, s := rk.buf.Ptr, rk.stream
+	err = gpu.Context().Do(func() error {
+		for j := range n {
+			if j != me {
+				if err := s.CopyHtoD(base.Add(sendOff[j]), send[j]); err != nil {
+					return err
+				}
+			}
+		}
+		if err := g.lib.GroupStart(); err != nil {
+			return err
+		}
+		var errs []error
+		for j := range n {
+			if j == me {
+				continue
+			}
+			if k := len(send[j]); k > 0 {
+				errs = append(errs, comm.Send(uintptr(base.Add(sendOff[j])), k, nccl.Uint8, j, s.Handle()))
+			}
+			if k := len(recv[j]); k > 0 {
+				errs = append(errs, comm.Recv(uintptr(base.Add(recvOff[j])), k, nccl.Uint8, j, s.Handle()))
+			}
+		}
+		// The group is closed even when a call in it failed, or this thread's NCCL state
+		// would stay inside it.
+		errs = append(errs, g.lib.GroupEnd())
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
+		for j := range n {
+			if j != me {
+				if err := s.CopyDtoH(recv[j], base.Add(recvOff[j])); err != nil {
+					return err
+				}
+			}
+		}
+		if err := s.Synchronize(); err != nil {
+			return errors.Join(err, comm.AsyncError())
+		}
+		return comm.AsyncError()
+	})
+	if err != nil {
+		if g.abortedBy() != nil {
+			// Another rank failed first: report its error, not the abort it caused here.
+			return g.abortedBy()
+		}
+		return fail(err)
+	}
+	return nil
+}
+
+// abortedBy is the error the group was aborted with, if it was.
+func (g *NCCLGroup) abortedBy() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.aborted
+}
+
+func roundUp(n, to int64) int64 { return (n + to - 1) / to * to }
