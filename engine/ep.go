@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -49,6 +50,15 @@ type EPOptions struct {
 	Transport string
 	// NCCLLibrary is the NCCL library to load; "" finds libnccl.so.2.
 	NCCLLibrary string
+	// Rendezvous, when set, runs one rank per process, on one machine or several: this
+	// process is rank Rank of Devices, on Options.Device (a CUDA GPU; NCCL moves the tokens),
+	// and the processes meet at Rendezvous, the host:port where rank 0 listens. Rank 0 runs
+	// the passes (sessions, perplexity, with its own tokens); every other rank calls
+	// Model.ServeEP, which serves its experts until rank 0 closes the model.
+	Rendezvous string
+	Rank       int
+	// RendezvousTimeout bounds the wait for the other processes at Open; 0: 5 minutes.
+	RendezvousTimeout time.Duration
 }
 
 // defaultHarMoEnyQ is the token threshold of HarMoEny's published code (eq_tokens=150), used
@@ -60,8 +70,13 @@ const defaultHarMoEnyQ = 150
 // plans the same batches in the same order.
 type epGroup struct {
 	policy string
+	// ranks are every rank's model, by rank; in a group of processes only this process's
+	// rank (local) is here, the others are nil.
 	ranks  []*Model
+	local  []int
+	multi  bool
 	tr     epTransport
+	how    string // what the transport is, for EPStats
 	comms  []multigpu.Comm
 	clocks []func() float64
 	pols   []multigpu.Policy
@@ -79,7 +94,8 @@ type epGroup struct {
 	pending [][]device.Event
 	scratch [][]byte
 
-	mu sync.Mutex // one step at a time
+	mu      sync.Mutex // one step at a time
+	lastCmd int64      // rank 0's last command to a group of processes (under mu)
 
 	smu   sync.Mutex
 	pass  []epPass
@@ -180,6 +196,12 @@ func (m *Model) openEP() error {
 		return fmt.Errorf("HarMoEny threshold %d tokens: want 0 (the default) or more", o.HarMoEnyThreshold)
 	case !(o.LinkBandwidth >= 0) || math.IsInf(o.LinkBandwidth, 0) || !(o.LinkLatency >= 0) || math.IsInf(o.LinkLatency, 0):
 		return fmt.Errorf("link of %v bytes/s and %v s latency: want positive values, or 0 for the profile's", o.LinkBandwidth, o.LinkLatency)
+	case o.Rendezvous == "" && o.Rank != 0:
+		return fmt.Errorf("expert parallelism: rank %d of a group of processes needs the rendezvous address of rank 0", o.Rank)
+	case o.Rendezvous != "" && (o.Rank < 0 || o.Rank >= o.Devices):
+		return fmt.Errorf("expert parallelism: rank %d of %d processes: want 0 to %d", o.Rank, o.Devices, o.Devices-1)
+	case o.RendezvousTimeout < 0:
+		return fmt.Errorf("expert parallelism: a rendezvous timeout of %v", o.RendezvousTimeout)
 	}
 	if o.Gamma == 0 {
 		o.Gamma = 1.5
@@ -214,32 +236,23 @@ func (m *Model) openEP() error {
 	// From here on the group owns the other ranks' devices and the transport: closeEP
 	// releases them if opening fails.
 	m.ep = g
-	g.ranks = append(g.ranks, m)
-	for r := 1; r < N; r++ {
-		opts := m.opts
-		if gpu, ok := m.dev.(*cuda.GPU); ok {
-			opts.Device = fmt.Sprintf("cuda:%d", gpu.Info().Ordinal+r)
+	g.ranks = make([]*Model, N)
+	if o.Rendezvous != "" {
+		if err := g.openProcess(m, o); err != nil {
+			return err
 		}
-		dev, _, err := newDevice(opts)
-		if err != nil {
-			if gpu, ok := m.dev.(*cuda.GPU); ok {
-				o := gpu.Info().Ordinal
-				err = fmt.Errorf("one GPU per rank, cuda:%d to cuda:%d: %w", o, o+N-1, err)
-			}
-			return fmt.Errorf("expert parallelism over %d devices, rank %d: %w", N, r, err)
-		}
-		g.ranks = append(g.ranks, m.rankModel(dev))
+	} else if err := g.openLocal(m, o); err != nil {
+		return err
 	}
-	tr, how, err := newEPTransport(o, g.ranks)
-	if err != nil {
-		return fmt.Errorf("expert parallelism over %d devices: %w", N, err)
-	}
-	g.tr = tr
 	wall := time.Now()
 	env := epEnv{experts: c.Experts, devices: N, gamma: o.Gamma, metric: o.Metric, seed: o.Seed, harmoenyQ: o.HarMoEnyThreshold}
-	for r, rm := range g.ranks {
+	g.comms, g.clocks = make([]multigpu.Comm, N), make([]func() float64, N)
+	g.place, g.pending, g.scratch = make([][]multigpu.Placement, N), make([][]device.Event, N), make([][]byte, N)
+	g.held = make([]int64, N)
+	for _, r := range g.local {
+		rm := g.ranks[r]
 		rm.ep, rm.rank = g, r
-		comm := tr.Comm(r)
+		comm := g.tr.Comm(r)
 		clock := func() float64 { return time.Since(wall).Seconds() }
 		if lk, ok := rm.dev.(device.Linker); ok {
 			link := multigpu.Link{Bandwidth: o.LinkBandwidth, Latency: o.LinkLatency}
@@ -256,29 +269,27 @@ func (m *Model) openEP() error {
 						LinkLatency: link.Latency, HostBW: p.PCIeEffective, Launch: 3 * p.LaunchOverhead}
 				}
 			}
+			var err error
 			if comm, err = multigpu.Modelled(comm, lk, link); err != nil {
 				return fmt.Errorf("expert parallelism on %s: %w", rm.dev.Name(), err)
 			}
 			clock = lk.Ready
 		}
-		g.comms = append(g.comms, comm)
-		g.clocks = append(g.clocks, clock)
+		g.comms[r], g.clocks[r] = comm, clock
 		place := make([]multigpu.Placement, layers)
 		for j := range place {
 			place[j] = start
 		}
-		g.place = append(g.place, place)
-		g.pending = append(g.pending, make([]device.Event, layers))
-		g.scratch = append(g.scratch, nil)
+		g.place[r] = place
+		g.pending[r] = make([]device.Event, layers)
 		if err := rm.dev.Memory().Alloc(m.info.NonExpertBytes, "the non-expert weights"); err != nil {
 			return fmt.Errorf("expert parallelism, rank %d on %s: %.2f GiB of non-expert weights do not fit: %w", r, rm.dev.Name(), float64(m.info.NonExpertBytes)/(1<<30), err)
 		}
-		g.held = append(g.held, 0)
 		if err := g.hold(r); err != nil {
 			return err
 		}
-		if r > 0 {
-			// Rank 0 uploads its weights with the model's own (Open).
+		if r != g.local[0] {
+			// The first local rank uploads its weights with the model's own (Open).
 			if err := rm.upload(); err != nil {
 				return fmt.Errorf("expert parallelism, rank %d: %w", r, err)
 			}
@@ -303,12 +314,77 @@ func (m *Model) openEP() error {
 	g.needProbs = strings.HasPrefix(policy, "expanded") || strings.HasPrefix(policy, "macs")
 	g.needEntropy = strings.HasPrefix(policy, "macs")
 	g.pass = make([]epPass, layers)
-	g.stats = EPStats{Policy: policy, Devices: N, Transport: how, Layers: make([]EPLayerStats, layers)}
+	g.stats = EPStats{Policy: policy, Devices: N, Transport: g.how, Layers: make([]EPLayerStats, layers)}
 	for i, j := range g.moeIdx {
 		if j >= 0 {
 			g.stats.Layers[j].Layer = i
 		}
 	}
+	return nil
+}
+
+// openLocal makes every rank in this process: rank 0 is m on its device, the others copies
+// of m on devices of the same kind; on CUDA, one GPU per rank from m's.
+func (g *epGroup) openLocal(m *Model, o EPOptions) error {
+	N := o.Devices
+	g.ranks[0] = m
+	g.local = []int{0}
+	for r := 1; r < N; r++ {
+		opts := m.opts
+		if gpu, ok := m.dev.(*cuda.GPU); ok {
+			opts.Device = fmt.Sprintf("cuda:%d", gpu.Info().Ordinal+r)
+		}
+		dev, _, err := newDevice(opts)
+		if err != nil {
+			if gpu, ok := m.dev.(*cuda.GPU); ok {
+				o := gpu.Info().Ordinal
+				err = fmt.Errorf("one GPU per rank, cuda:%d to cuda:%d: %w", o, o+N-1, err)
+			}
+			return fmt.Errorf("expert parallelism over %d devices, rank %d: %w", N, r, err)
+		}
+		g.ranks[r] = m.rankModel(dev)
+		g.local = append(g.local, r)
+	}
+	tr, how, err := newEPTransport(o, g.ranks)
+	if err != nil {
+		return fmt.Errorf("expert parallelism over %d devices: %w", N, err)
+	}
+	g.tr, g.how = tr, how
+	return nil
+}
+
+// openProcess makes this process's rank of a group of processes: m on its GPU, with NCCL
+// communicators made from the id the rendezvous hands out.
+func (g *epGroup) openProcess(m *Model, o EPOptions) error {
+	N, r := o.Devices, o.Rank
+	gpu, ok := m.dev.(*cuda.GPU)
+	if !ok {
+		return fmt.Errorf("expert parallelism over processes runs on CUDA GPUs, with NCCL; %s is not one", m.dev.Name())
+	}
+	if t := strings.TrimSpace(o.Transport); t != "" && t != "auto" && t != "nccl" {
+		return fmt.Errorf("expert parallelism over processes: transport %q: the processes exchange tokens with NCCL", o.Transport)
+	}
+	g.multi = true
+	g.ranks[r] = m
+	g.local = []int{r}
+	lib, err := nccl.Load(o.NCCLLibrary)
+	if err != nil {
+		return fmt.Errorf("expert parallelism over processes: %w", err)
+	}
+	// Processes that disagree on what they run would exchange garbage: the rendezvous
+	// refuses them.
+	fp := fmt.Sprintf("%s %d bytes, %d experts, planner %s, capacity %g, metric %v, seed %d, q %d",
+		m.info.Name, m.info.NonExpertBytes+m.info.ExpertBytes, m.arch.Config.Experts, g.policy, o.Gamma, o.Metric, o.Seed, o.HarMoEnyThreshold)
+	rv := multigpu.Rendezvous{Addr: o.Rendezvous, Ranks: N, Rank: r, Fingerprint: fp, Timeout: o.RendezvousTimeout}
+	id, err := rv.Run(context.Background(), lib.NewUniqueID)
+	if err != nil {
+		return fmt.Errorf("expert parallelism over processes: %w", err)
+	}
+	tr, err := multigpu.NewNCCLRank(lib, gpu, id, N, r)
+	if err != nil {
+		return fmt.Errorf("expert parallelism over processes: %w", err)
+	}
+	g.tr, g.how = tr, fmt.Sprintf("NCCL %s, %d processes", lib.VersionString(), N)
 	return nil
 }
 
@@ -366,19 +442,101 @@ func newNCCL(lib string, gpus []*cuda.GPU) (epTransport, string, error) {
 // ranks' devices.
 func (m *Model) closeEP() error {
 	g := m.ep
-	if g == nil || m.rank != 0 {
+	if g == nil || len(g.local) == 0 || m.rank != g.local[0] {
 		return nil
 	}
 	var errs []error
+	if g.multi && g.tr != nil && m.rank == 0 {
+		// Release the other processes from ServeEP; a group that failed has released them.
+		errs = append(errs, g.control(epStop))
+	}
 	if g.tr != nil {
 		errs = append(errs, g.tr.Close())
 		g.tr = nil
 	}
-	for _, rm := range g.ranks[1:] {
-		errs = append(errs, closeDevice(rm.dev))
+	for _, r := range g.local {
+		if rm := g.ranks[r]; rm != m {
+			errs = append(errs, closeDevice(rm.dev))
+		}
 	}
-	g.ranks = g.ranks[:1]
+	g.local = []int{m.rank}
 	return errors.Join(errs...)
+}
+
+// The commands rank 0 of a group of processes sends the others before each pass.
+const (
+	epStop = iota
+	epStep
+)
+
+// control sends rank 0's command to every process of the group (the others send nothing of
+// use) and returns it.
+func (g *epGroup) control(cmd int64) error {
+	r := g.local[0]
+	if r != 0 {
+		cmd = 0
+	}
+	all, err := multigpu.AllGatherInt(g.comms[r], cmd)
+	if err != nil {
+		g.tr.Abort(err)
+		return fmt.Errorf("expert parallelism over processes: %w", err)
+	}
+	if all[0] != cmd && r == 0 {
+		return fmt.Errorf("expert parallelism over processes: rank 0 sent %d and received %d", cmd, all[0])
+	}
+	g.lastCmd = all[0]
+	return nil
+}
+
+// ErrNotServing is ServeEP's error on a model that is not a serving rank of a group of
+// processes.
+var ErrNotServing = errors.New("engine: not a serving rank of expert parallelism over processes")
+
+// ServeEP runs this process's rank of a group of processes (EPOptions.Rendezvous with a rank
+// above 0): it takes part in every pass rank 0 runs, computing the experts it holds for the
+// tokens it is sent, and returns nil when rank 0 closes its model. ctx is looked at between
+// passes only: a pass under way waits for the others. An error of any rank ends the group.
+func (m *Model) ServeEP(ctx context.Context) error {
+	g := m.ep
+	if g == nil || !g.multi || m.rank == 0 {
+		return ErrNotServing
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := g.serveStep(m); err != nil {
+			return err
+		}
+		if g.lastCmd == epStop {
+			return nil
+		}
+	}
+}
+
+// serveStep waits for rank 0's command and carries it out.
+func (g *epGroup) serveStep(m *Model) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err := g.control(0); err != nil {
+		return err
+	}
+	switch g.lastCmd {
+	case epStop:
+		return nil
+	case epStep:
+		start := g.clocks[m.rank]()
+		if err := m.serve(); err != nil {
+			g.tr.Abort(err)
+			return err
+		}
+		g.smu.Lock()
+		g.stats.Steps++
+		g.stats.Seconds += g.clocks[m.rank]() - start
+		g.smu.Unlock()
+		return nil
+	}
+	return fmt.Errorf("expert parallelism over processes: rank 0 sent command %d", g.lastCmd)
 }
 
 // rankModel is m on another device: the same file, weights and tokenizer.
@@ -412,12 +570,21 @@ func (g *epGroup) step(work []*epWork) error {
 	defer g.mu.Unlock()
 	N := len(g.ranks)
 	var start float64
-	for _, c := range g.clocks {
-		start = max(start, c())
+	for _, r := range g.local {
+		start = max(start, g.clocks[r]())
+	}
+	if g.multi {
+		if g.local[0] != 0 {
+			return fmt.Errorf("rank %d of a group of processes serves its experts (ServeEP); the passes run on rank 0", g.local[0])
+		}
+		// The other processes wait in ServeEP for rank 0 to say that a pass begins.
+		if err := g.control(epStep); err != nil {
+			return err
+		}
 	}
 	errs := make([]error, N)
 	var wg sync.WaitGroup
-	for r := range N {
+	for _, r := range g.local {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -445,8 +612,8 @@ func (g *epGroup) step(work []*epWork) error {
 		}
 	}
 	var end float64
-	for _, c := range g.clocks {
-		end = max(end, c())
+	for _, r := range g.local {
+		end = max(end, g.clocks[r]())
 	}
 	g.smu.Lock()
 	g.stats.Steps++
@@ -819,7 +986,7 @@ func (g *epGroup) record(j, r int, compute, total float64, moved int64, s multig
 	// counts every dispatched byte twice, once for the dispatch and once for the combine,
 	// which moves the same rows back.
 	L.Bytes += moved
-	if r == 0 {
+	if r == g.local[0] {
 		load := s.DeviceLoad()
 		L.Tokens += int64(s.Tokens)
 		L.Choices += int64(len(b.Choice))
@@ -832,7 +999,7 @@ func (g *epGroup) record(j, r int, compute, total float64, moved int64, s multig
 	p := &g.pass[j]
 	p.n++
 	p.compute, p.total = max(p.compute, compute), max(p.total, total)
-	if p.n == len(g.ranks) {
+	if p.n == len(g.local) {
 		L.Passes++
 		L.Straggler += p.compute
 		L.Time += p.total
@@ -882,7 +1049,7 @@ func (g *epGroup) replace(r, j int, moe *models.MoE) error {
 	}
 	g.smu.Lock()
 	g.stats.MovedBytes += moved
-	if r == 0 {
+	if r == g.local[0] {
 		g.stats.Replans++
 	}
 	g.smu.Unlock()

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/commit-run/commit-run/engine"
 	"github.com/commit-run/commit-run/internal/fakenccl"
@@ -159,4 +161,138 @@ func TestEPCUDATransports(t *testing.T) {
 			t.Errorf("%s %+v: %v, want %q", c.dev, c.ep, err, c.want)
 		}
 	}
+}
+
+// Expert parallelism over processes: each rank its own Model, as separate processes would
+// have (here goroutines of one test process, since the fake NCCL moves bytes within one
+// process), meeting at a rendezvous. Rank 0 runs the passes, the others serve their experts
+// until it closes; the numbers are those of the in-process group on the same GPUs.
+func TestEPProcesses(t *testing.T) {
+	cudaLib, ncclLib := fakeCUDA(t), fakeNCCL(t)
+	const N = 3
+	t.Setenv("FAKECUDA_DEVICES", fmt.Sprint(N))
+	text := heldOutPrefix(t, 1500)
+	po := engine.PerplexityOptions{Window: 64, MaxTokens: 192}
+	ctx := context.Background()
+	ep := engine.EPOptions{Devices: N, Policy: "eplb", NCCLLibrary: ncclLib}
+	in, err := engine.Open(bundledQwen, engine.Options{Device: "cuda:0", CUDALibrary: cudaLib, Threads: 1, EP: &ep})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := in.PerplexityWith(ctx, text, po)
+	in.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	addr := freeAddr(t)
+	served := make(chan error, N)
+	var rank0 *engine.Model
+	opened := make(chan error, N)
+	for r := range N {
+		go func() {
+			o := ep
+			o.Rendezvous, o.Rank = addr, r
+			m, err := engine.Open(bundledQwen, engine.Options{Device: fmt.Sprintf("cuda:%d", r), CUDALibrary: cudaLib, Threads: 1, EP: &o})
+			if r == 0 {
+				rank0 = m
+				opened <- err
+				return
+			}
+			if err != nil {
+				opened <- err
+				served <- err
+				return
+			}
+			opened <- nil
+			served <- errors.Join(m.ServeEP(ctx), m.Close())
+		}()
+	}
+	for range N {
+		if err := <-opened; err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := rank0.PerplexityWith(ctx, text, po)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The windows run one at a time on rank 0 here, N at a time in the group of one
+	// process: EPLB re-plans from other batches, and an expert's product of more tokens may
+	// take the batched kernel, which rounds differently; without drops the numbers agree to
+	// float32 rounding.
+	if math.Abs(got.Perplexity/want.Perplexity-1) > 1e-6 {
+		t.Errorf("over processes: perplexity %v, in one process %v", got.Perplexity, want.Perplexity)
+	}
+	st, _ := rank0.EPStats()
+	if !strings.Contains(st.Transport, "3 processes") || st.Steps == 0 {
+		t.Errorf("stats %+v", st)
+	}
+	if err := rank0.ServeEP(ctx); !errors.Is(err, engine.ErrNotServing) {
+		t.Errorf("ServeEP on rank 0: %v", err)
+	}
+	if err := rank0.Close(); err != nil {
+		t.Errorf("closing rank 0: %v", err)
+	}
+	for range N - 1 {
+		if err := <-served; err != nil {
+			t.Errorf("a serving rank: %v", err)
+		}
+	}
+}
+
+// A process that joins the wrong group is refused at the rendezvous, and every process of
+// the group fails at Open with the reason.
+func TestEPProcessesMismatch(t *testing.T) {
+	cudaLib, ncclLib := fakeCUDA(t), fakeNCCL(t)
+	t.Setenv("FAKECUDA_DEVICES", "2")
+	addr := freeAddr(t)
+	errs := make(chan error, 2)
+	for r, policy := range []string{"round-robin", "eplb"} {
+		go func() {
+			o := engine.EPOptions{Devices: 2, Policy: policy, NCCLLibrary: ncclLib, Rendezvous: addr, Rank: r, RendezvousTimeout: 20 * time.Second}
+			m, err := engine.Open(bundledQwen, engine.Options{Device: fmt.Sprintf("cuda:%d", r), CUDALibrary: cudaLib, Threads: 1, EP: &o})
+			if err == nil {
+				m.Close()
+			}
+			errs <- err
+		}()
+	}
+	for range 2 {
+		if err := <-errs; err == nil || !strings.Contains(err.Error(), "planner") {
+			t.Errorf("mismatched planners: %v", err)
+		}
+	}
+	for _, c := range []struct {
+		dev  string
+		o    engine.EPOptions
+		want string
+	}{
+		{"cuda:0", engine.EPOptions{Devices: 2, Rank: 1}, "needs the rendezvous address"},
+		{"cuda:0", engine.EPOptions{Devices: 2, Rank: 2, Rendezvous: addr}, "want 0 to 1"},
+		{"cpu", engine.EPOptions{Devices: 2, Rendezvous: addr}, "runs on CUDA GPUs"},
+		{"cuda:0", engine.EPOptions{Devices: 2, Rendezvous: addr, Transport: "local"}, "exchange tokens with NCCL"},
+		{"cuda:1", engine.EPOptions{Devices: 2, Rank: 1, Rendezvous: addr, NCCLLibrary: ncclLib, RendezvousTimeout: 300 * time.Millisecond}, "rank 0 never answered"},
+	} {
+		m, err := engine.Open(bundledQwen, engine.Options{Device: c.dev, CUDALibrary: cudaLib, Threads: 1, EP: &c.o})
+		if err == nil {
+			m.Close()
+			t.Errorf("%s %+v: opened", c.dev, c.o)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s %+v: %v, want %q", c.dev, c.o, err, c.want)
+		}
+	}
+}
+
+// freeAddr is a loopback address with a port nobody listens on now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }

@@ -16,12 +16,16 @@ import (
 func (m *Model) epPerplexity(ctx context.Context, ids []int32, window, step int, res PerplexityResult) (PerplexityResult, error) {
 	g := m.ep
 	N := len(g.ranks)
+	if g.multi {
+		// Only this process's rank has tokens: the windows run one at a time on it.
+		N = 1
+	}
 	var wins [][]int32
 	for start := 0; start+1 < len(ids); start += window {
 		wins = append(wins, ids[start:min(start+window, len(ids))])
 	}
 	kvs := make([]*models.KVCache, N)
-	for r, rm := range g.ranks {
+	for r, rm := range g.ranks[:N] {
 		kv, err := models.NewKVCache(m.arch, m.nctx, m.kvF16, models.HostAlloc)
 		if err != nil {
 			return res, err

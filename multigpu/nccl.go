@@ -3,28 +3,33 @@ package multigpu
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/commit-run/commit-run/cuda"
 	"github.com/commit-run/commit-run/nccl"
 )
 
-// NCCLGroup is the transport of ranks on the CUDA GPUs of one process: NCCL moves the bytes
-// between the devices, over NVLink or PCIe as it finds them, with one communicator per GPU
-// (ncclCommInitAll). A collective stages the caller's host buffers in device memory, exchanges
-// them with grouped ncclSend/ncclRecv on the rank's own stream, and copies what arrived back.
+// NCCLGroup is the transport of ranks on CUDA GPUs: NCCL moves the bytes between the devices,
+// over NVLink, PCIe or the network as it finds them, with one communicator per GPU. Either
+// every rank is a GPU of this process (NewNCCL: ncclCommInitAll), or this process holds one
+// rank of a group of processes, on one or several machines (NewNCCLRank). A collective stages
+// the caller's host buffers in device memory, exchanges them with grouped ncclSend/ncclRecv
+// on the rank's own stream, and copies what arrived back.
 //
 // As with every Comm the ranks must agree on the sizes (each knows them from the schedule):
 // NCCL matches a send with a receive by order, not by size, so a disagreement would corrupt
 // or hang where the in-process transport reports it. Empty messages are not posted at all.
 type NCCLGroup struct {
 	lib  *nccl.Library
-	gpus []*cuda.GPU
+	n    int
+	gpus []*cuda.GPU    // by rank; nil for the ranks of other processes
+	id   *nccl.UniqueID // a group of processes: the id its communicators were made from
 
 	mu      sync.Mutex
-	comms   []*nccl.Comm
+	comms   []*nccl.Comm // by rank, nil where gpus is
 	aborted error
-	ranks   []*ncclRank
+	ranks   []*ncclRank // by rank, nil where gpus is
 }
 
 // ncclRank is one GPU's end: its stream and staging memory.
@@ -53,11 +58,38 @@ func NewNCCL(lib *nccl.Library, gpus []*cuda.GPU) (*NCCLGroup, error) {
 		}
 		seen[o] = true
 	}
-	g := &NCCLGroup{lib: lib, gpus: gpus}
+	g := &NCCLGroup{lib: lib, n: len(gpus), gpus: gpus}
 	if err := g.init(); err != nil {
 		return nil, err
 	}
-	for r, gpu := range gpus {
+	return g, g.streams()
+}
+
+// NewNCCLRank makes this process's end of a group of nranks processes: rank on gpu. Every
+// process passes the id rank 0 made (Library.NewUniqueID, handed out by Rendezvous), and the
+// call returns once all have joined.
+func NewNCCLRank(lib *nccl.Library, gpu *cuda.GPU, id nccl.UniqueID, nranks, rank int) (*NCCLGroup, error) {
+	if lib == nil || gpu == nil {
+		return nil, errors.New("NCCL group: no library or no GPU")
+	}
+	if nranks < 1 || rank < 0 || rank >= nranks {
+		return nil, fmt.Errorf("NCCL group: rank %d of %d", rank, nranks)
+	}
+	g := &NCCLGroup{lib: lib, n: nranks, gpus: make([]*cuda.GPU, nranks), id: &id}
+	g.gpus[rank] = gpu
+	if err := g.init(); err != nil {
+		return nil, err
+	}
+	return g, g.streams()
+}
+
+// streams gives every local rank its stream; on failure the group is closed.
+func (g *NCCLGroup) streams() error {
+	g.ranks = make([]*ncclRank, g.n)
+	for r, gpu := range g.gpus {
+		if gpu == nil {
+			continue
+		}
 		var s *cuda.Stream
 		err := gpu.Context().Do(func() (err error) {
 			s, err = gpu.Context().NewStream()
@@ -65,15 +97,29 @@ func NewNCCL(lib *nccl.Library, gpus []*cuda.GPU) (*NCCLGroup, error) {
 		})
 		if err != nil {
 			g.Close()
-			return nil, fmt.Errorf("NCCL group: rank %d on %s: %w", r, gpu.Name(), err)
+			return fmt.Errorf("NCCL group: rank %d on %s: %w", r, gpu.Name(), err)
 		}
-		g.ranks = append(g.ranks, &ncclRank{g: g, r: r, stream: s})
+		g.ranks[r] = &ncclRank{g: g, r: r, stream: s}
 	}
-	return g, nil
+	return nil
 }
 
 // init makes the communicators.
 func (g *NCCLGroup) init() error {
+	if g.id != nil {
+		r := slices.IndexFunc(g.gpus, func(gpu *cuda.GPU) bool { return gpu != nil })
+		var c *nccl.Comm
+		err := g.gpus[r].Context().Do(func() (err error) {
+			c, err = g.lib.InitRank(*g.id, g.n, r)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("NCCL group of %d processes, rank %d on %s (NCCL %s): %w", g.n, r, g.gpus[r].Name(), g.lib.VersionString(), err)
+		}
+		g.comms = make([]*nccl.Comm, g.n)
+		g.comms[r] = c
+		return nil
+	}
 	devs := make([]int, len(g.gpus))
 	for r, gpu := range g.gpus {
 		devs[r] = gpu.Info().Ordinal
@@ -86,8 +132,13 @@ func (g *NCCLGroup) init() error {
 	return nil
 }
 
-// Comm is rank r's end of the group.
-func (g *NCCLGroup) Comm(r int) Comm { return g.ranks[r] }
+// Comm is rank r's end of the group; nil for a rank of another process.
+func (g *NCCLGroup) Comm(r int) Comm {
+	if g.ranks[r] == nil {
+		return nil
+	}
+	return g.ranks[r]
+}
 
 // Abort makes the collectives under way fail (ncclCommAbort on every communicator releases
 // the ranks waiting for one that failed) and the later ones too, until Reset.
@@ -102,17 +153,23 @@ func (g *NCCLGroup) Abort(err error) {
 	}
 	g.aborted = err
 	for _, c := range g.comms {
-		c.Abort()
+		if c != nil {
+			c.Abort()
+		}
 	}
 	g.comms = nil
 }
 
-// Reset makes new communicators after an Abort. No rank may be inside a collective.
+// Reset makes new communicators after an Abort. No rank may be inside a collective. A group of
+// processes cannot be re-formed this way: every process would have to agree on a new id.
 func (g *NCCLGroup) Reset() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.aborted == nil {
 		return nil
+	}
+	if g.id != nil {
+		return fmt.Errorf("a group of %d processes cannot be re-formed after an error (%v): start every process again", g.n, g.aborted)
 	}
 	if err := g.init(); err != nil {
 		return err
@@ -127,12 +184,16 @@ func (g *NCCLGroup) Close() error {
 	defer g.mu.Unlock()
 	var errs []error
 	for _, c := range g.comms {
-		errs = append(errs, c.Destroy())
+		if c != nil {
+			errs = append(errs, c.Destroy())
+		}
 	}
 	g.comms = nil
 	for _, rk := range g.ranks {
-		errs = append(errs, rk.buf.Free(), rk.stream.Destroy())
-		rk.buf = nil
+		if rk != nil {
+			errs = append(errs, rk.buf.Free(), rk.stream.Destroy())
+			rk.buf = nil
+		}
 	}
 	g.ranks = nil
 	return errors.Join(errs...)
@@ -149,11 +210,11 @@ func (g *NCCLGroup) comm(r int) (*nccl.Comm, error) {
 }
 
 func (rk *ncclRank) Rank() int { return rk.r }
-func (rk *ncclRank) Size() int { return len(rk.g.gpus) }
+func (rk *ncclRank) Size() int { return rk.g.n }
 
 func (rk *ncclRank) AllToAll(send, recv [][]byte) error {
 	g, me := rk.g, rk.r
-	n := len(g.gpus)
+	n := g.n
 	gpu := g.gpus[me]
 	fail := func(err error) error {
 		err = fmt.Errorf("NCCL all-to-all on rank %d (%s): %w", me, gpu.Name(), err)

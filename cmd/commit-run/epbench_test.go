@@ -144,6 +144,14 @@ func TestEPBadFlags(t *testing.T) {
 		{[]string{"--ep", "4", "bench", "--text", heldOut, "--batch", "4"}, "at least 2"},
 		{[]string{"--ep", "4", "bench", "--text", "/nonexistent", "--batch", "64"}, "--text"},
 		{[]string{"--ep", "4", "bench", "--text", heldOut, "--alpha", "0.5"}, "--alpha does not apply"},
+		{[]string{"--ep-transport", "nccl", "eval", "ppl", "--text", heldOut}, "pass --ep N"},
+		{[]string{"--ep", "2", "--ep-transport", "nccl", "eval", "ppl", "--text", heldOut}, "moves tokens between CUDA GPUs"},
+		{[]string{"--ep", "2", "--ep-transport", "pigeon", "eval", "ppl", "--text", heldOut}, "want nccl, local or auto"},
+		{[]string{"--ep-rank", "1", "eval", "ppl", "--text", heldOut}, "--ep-rank applies"},
+		{[]string{"--ep", "2", "--ep-rank", "1", "eval", "ppl", "--text", heldOut}, "pass --ep-rendezvous"},
+		{[]string{"--ep", "2", "--ep-rendezvous", "127.0.0.1:1", "--ep-rank", "2", "ep-serve"}, "want 0 to 1"},
+		{[]string{"--ep", "2", "--ep-rendezvous", "127.0.0.1:1", "--ep-rank", "1", "ep-serve"}, "runs on CUDA GPUs"},
+		{[]string{"ep-serve"}, "pass --ep N, --ep-rendezvous"},
 	} {
 		_, errOut, code := runCLI(t, "", append([]string{"-m", bundledQwen}, c.args...)...)
 		if code == 0 || !strings.Contains(errOut, c.want) {

@@ -51,6 +51,8 @@ type app struct {
 	epDevices, harmoenyQ int
 	epPolicy, linkBW     string
 	epTransport, ncclLib string
+	epRank               int
+	epRendezvous         string
 	profMode             string
 	profDir              string
 	stopProf             func()
@@ -136,6 +138,8 @@ func (a *app) rootCmd() *cobra.Command {
 	pf.IntVar(&a.epDevices, "ep", 0, "expert parallelism: spread the experts over `N` devices of --device's kind, on CUDA one GPU per rank from --device's (eval ppl spreads its windows over them; a chat's tokens live on the first); bench --ep compares --ep-policy planners")
 	pf.StringVar(&a.epTransport, "ep-transport", "", "with --ep: what moves the tokens between the devices: nccl (CUDA GPUs), local (in-process copies through host memory), or auto (default: NCCL on GPUs when it loads, else local)")
 	pf.StringVar(&a.ncclLib, "nccl-lib", "", "with --ep on CUDA: the NCCL library `FILE` (default: libnccl.so.2 from the loader's path)")
+	pf.StringVar(&a.epRendezvous, "ep-rendezvous", "", "with --ep N: run one rank per process, on this machine or several; rank 0 listens at `HOST:PORT`, the others connect (start rank 0 with any command, the others with ep-serve)")
+	pf.IntVar(&a.epRank, "ep-rank", 0, "with --ep-rendezvous: this process's rank, 0 to N-1, on --device's GPU")
 	pf.StringVar(&a.epPolicy, "ep-policy", "", "with --ep: the planner of each MoE layer's batch, "+strings.Join(engine.EPPolicies(), ", ")+" (default round-robin; bench takes a comma-separated list, default all); the capacity-aware ones use --capacity-factor (default 1.5) and --drop-metric")
 	pf.StringVar(&a.linkBW, "link-bw", "", "with --ep on simulated devices: each device's all-to-all bandwidth, e.g. 50GB (default: the profile's PCIe rate)")
 	pf.IntVar(&a.harmoenyQ, "harmoeny-q", 0, "with --ep: HarMoEny's token threshold q, the fewest tokens worth moving to a device that must fetch the expert (0: eq. 4 from the profile's FLOPS and PCIe rate; 150 on the CPU)")
@@ -143,7 +147,8 @@ func (a *app) rootCmd() *cobra.Command {
 	pf.StringVar(&a.profMode, "profile", "", "write a Go profile: cpu or mem")
 	pf.StringVar(&a.profDir, "profile-dir", ".", "`DIR` for the --profile output (cpu.pprof or mem.pprof)")
 
-	root.AddCommand(a.chatCmd(), a.generateCmd(), a.inspectCmd(), a.logitsCmd(), a.evalCmd(), a.traceCmd(), a.benchCmd(), a.predictorCmd(), a.devicesCmd())
+	root.AddCommand(a.chatCmd(), a.generateCmd(), a.inspectCmd(), a.logitsCmd(), a.evalCmd(), a.traceCmd(), a.benchCmd(), a.predictorCmd(), a.devicesCmd(),
+		a.epServeCmd())
 	return root
 }
 
@@ -296,13 +301,16 @@ func (a *app) engineOptions(device, policy string) (engine.Options, error) {
 // device).
 func (a *app) epOptions(policy string) (*engine.EPOptions, error) {
 	if a.epDevices == 0 {
-		for _, f := range []struct{ name, v string }{{"ep-policy", a.epPolicy}, {"link-bw", a.linkBW}, {"ep-transport", a.epTransport}, {"nccl-lib", a.ncclLib}} {
+		for _, f := range []struct{ name, v string }{{"ep-policy", a.epPolicy}, {"link-bw", a.linkBW}, {"ep-transport", a.epTransport}, {"nccl-lib", a.ncclLib}, {"ep-rendezvous", a.epRendezvous}} {
 			if f.v != "" {
 				return nil, fmt.Errorf("--%s applies to expert parallelism: pass --ep N", f.name)
 			}
 		}
 		if a.harmoenyQ != 0 {
 			return nil, fmt.Errorf("--harmoeny-q applies to expert parallelism: pass --ep N")
+		}
+		if a.epRank != 0 {
+			return nil, fmt.Errorf("--ep-rank applies to expert parallelism over processes: pass --ep N and --ep-rendezvous")
 		}
 		return nil, nil
 	}
@@ -326,7 +334,13 @@ func (a *app) epOptions(policy string) (*engine.EPOptions, error) {
 		return nil, fmt.Errorf("--drop-metric: %w", err)
 	}
 	o := &engine.EPOptions{Devices: a.epDevices, Policy: policy, Gamma: a.capacityFactor, Metric: m, Seed: 1, HarMoEnyThreshold: a.harmoenyQ,
-		Transport: a.epTransport, NCCLLibrary: a.ncclLib}
+		Transport: a.epTransport, NCCLLibrary: a.ncclLib, Rendezvous: a.epRendezvous, Rank: a.epRank}
+	if a.epRank != 0 && a.epRendezvous == "" {
+		return nil, fmt.Errorf("--ep-rank %d: pass --ep-rendezvous HOST:PORT too (rank 0's address)", a.epRank)
+	}
+	if a.epRendezvous != "" && (a.epRank < 0 || a.epRank >= a.epDevices) {
+		return nil, fmt.Errorf("--ep-rank %d: want 0 to %d", a.epRank, a.epDevices-1)
+	}
 	if a.linkBW != "" {
 		if o.LinkBandwidth, err = parseBytes(a.linkBW); err != nil {
 			return nil, fmt.Errorf("--link-bw: %w", err)
