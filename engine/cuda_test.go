@@ -156,7 +156,7 @@ func TestCUDADeviceErrors(t *testing.T) {
 		{engine.Options{Device: "cuda:x"}, `device "cuda:x": want cuda:N`},
 		{engine.Options{Device: "cuda:-1"}, `device "cuda:-1": want cuda:N`},
 		{engine.Options{Device: "cuda:0", CUDALibrary: lib, Offload: &engine.OffloadOptions{Policy: offload.OnDemand, GPUMem: 2 << 30}}, "a device memory budget of 2.00 GiB"},
-		{engine.Options{Device: "cuda:0", CUDALibrary: lib, EP: &engine.EPOptions{Devices: 2}}, "not CUDA"},
+		{engine.Options{Device: "cuda:0", CUDALibrary: lib, EP: &engine.EPOptions{Devices: 2}}, "one GPU per rank, cuda:0 to cuda:1: device cuda:1: no CUDA device 1"},
 		{engine.Options{Device: "gpu"}, "want cpu, cuda:N, auto or sim:<profile>"},
 	}
 	for _, c := range cases {
