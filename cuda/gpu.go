@@ -46,6 +46,31 @@ const (
 	mmvTokensPerBlock = 8
 )
 
+// mmqKernels name the batched (prefill) product kernel of each weight type.
+var mmqKernels = map[quant.Type]string{
+	quant.F32: "mmq_f32", quant.F16: "mmq_f16", quant.BF16: "mmq_bf16",
+	quant.Q4_0: "mmq_q4_0", quant.Q4_1: "mmq_q4_1", quant.Q5_0: "mmq_q5_0", quant.Q5_1: "mmq_q5_1", quant.Q8_0: "mmq_q8_0",
+	quant.Q2_K: "mmq_q2_K", quant.Q3_K: "mmq_q3_K", quant.Q4_K: "mmq_q4_K", quant.Q5_K: "mmq_q5_K", quant.Q6_K: "mmq_q6_K",
+	quant.IQ4_NL: "mmq_iq4_nl",
+}
+
+// The launch of a batched product kernel (the ABI in kernels/mmq.cu): 256 threads compute a
+// tile of 64 rows by 64 tokens.
+const (
+	mmqRowsPerBlock   = 64
+	mmqTokensPerBlock = 64
+	mmqThreads        = 256
+)
+
+// mmqMinTokens is the token count from which a product runs on mmq instead of mmv. Up to 8
+// tokens mmv reads the weights once, with wide coalesced loads and a warp per row, and is the
+// better kernel: a product of so few tokens is bound by the weights' bandwidth. From 9 tokens
+// mmv reads the weights again for every 8 more, while mmq reads them once per 64 tokens and
+// reuses each decoded weight across its tile. The crossover has not been measured (no GPU where this was written: BenchmarkMMQ
+// on a card is how to tune it); mmq wastes most of its 64-token tile at 9 tokens and has only
+// rows/64 blocks to spread over the SMs, so the true crossover may well be higher.
+const mmqMinTokens = mmvTokensPerBlock + 1
+
 // GPU is the device cuda:N. Weights the engine uploads and the buffers it asks for live in
 // device memory; kernels run on a compute stream and expert copies on a copy stream, ordered
 // by events. With its Ops (ops.go) a whole forward pass runs in device memory and only
@@ -60,7 +85,7 @@ type GPU struct {
 
 	compute, copy *Stream
 	mod           *Module
-	mmv           map[quant.Type]*Function
+	mmv, mmq      map[quant.Type]*Function // products by weight type: few tokens, many (prefill)
 
 	// mu orders the synchronous products: one staging area, one sequence on the stream.
 	mu        sync.Mutex
@@ -83,8 +108,8 @@ type GPU struct {
 	ring    DevicePtr            // the Ops' parameters (under mu)
 	ringOff int64
 
-	launches, fallbacks atomic.Int64
-	err                 atomic.Pointer[error] // the first failure
+	launches, fallbacks, mmqLaunches atomic.Int64
+	err                              atomic.Pointer[error] // the first failure
 }
 
 // span maps a range of host addresses to device memory: an uploaded tensor (whose host copy
@@ -127,7 +152,8 @@ func Open(o GPUOptions) (*GPU, error) {
 	if err != nil {
 		return nil, fmt.Errorf("device %s: %w", name, err)
 	}
-	g := &GPU{drv: drv, ctx: ctx, info: info, host: o.Host, mmv: map[quant.Type]*Function{}, fns: map[string]*Function{}}
+	g := &GPU{drv: drv, ctx: ctx, info: info, host: o.Host, mmv: map[quant.Type]*Function{}, mmq: map[quant.Type]*Function{},
+		fns: map[string]*Function{}}
 	if err := g.open(o); err != nil {
 		g.Close()
 		return nil, fmt.Errorf("device %s (%s): %w", name, info.Name, err)
@@ -177,6 +203,16 @@ func (g *GPU) open(o GPUOptions) error {
 			return err
 		}
 		g.mmv[t] = f
+	}
+	for t, name := range mmqKernels {
+		f, err := g.mod.Function(name)
+		if errors.Is(err, ErrNotFound) {
+			continue // every product of this type runs on mmv (or the host)
+		}
+		if err != nil {
+			return err
+		}
+		g.mmq[t] = f
 	}
 	return nil
 }
@@ -475,6 +511,7 @@ func (g *GPU) drainCopies(n int) {
 // GPUStats count what the GPU did.
 type GPUStats struct {
 	Launches      int64
+	MMQLaunches   int64 // of the Launches, products of mmqMinTokens or more tokens on the batched kernels (prefill)
 	HostFallbacks int64 // products computed on the host: no kernel for the type, or weights not on the device
 	CopyBytes     int64 // host-to-device expert copies, measured
 	CopySeconds   float64
@@ -494,7 +531,7 @@ func (g *GPU) Stats() GPUStats {
 	g.drainCopies(len(g.copies))
 	s := GPUStats{CopyBytes: g.copyBytes, CopySeconds: g.copySec}
 	g.copyMu.Unlock()
-	s.Launches, s.HostFallbacks = g.launches.Load(), g.fallbacks.Load()
+	s.Launches, s.MMQLaunches, s.HostFallbacks = g.launches.Load(), g.mmqLaunches.Load(), g.fallbacks.Load()
 	return s
 }
 
@@ -560,6 +597,10 @@ func (g *GPU) hostCopy(w quant.Matrix) quant.Matrix {
 
 func (g *GPU) matMul(w quant.Matrix, x []float32, T int, out []float32) bool {
 	fn := g.mmv[w.Type]
+	mmq := T >= mmqMinTokens && g.mmq[w.Type] != nil
+	if mmq {
+		fn = g.mmq[w.Type]
+	}
 	if fn == nil || g.err.Load() != nil || T <= 0 {
 		return false
 	}
@@ -590,7 +631,12 @@ func (g *GPU) matMul(w quant.Matrix, x []float32, T int, out []float32) bool {
 		yp = g.dy
 	}
 	grid := Dim3{X: (w.Rows + mmvRowsPerBlock - 1) / mmvRowsPerBlock, Y: (T + mmvTokensPerBlock - 1) / mmvTokensPerBlock}
-	errs = append(errs, g.compute.Launch(fn, grid, Dim3{X: 32, Y: mmvRowsPerBlock}, 0, g.args.Reset().Ptr(wp).Ptr(xp).Ptr(yp).Int(w.Rows).Int(w.Cols).Int(T)))
+	block := Dim3{X: 32, Y: mmvRowsPerBlock}
+	if mmq {
+		grid = Dim3{X: (w.Rows + mmqRowsPerBlock - 1) / mmqRowsPerBlock, Y: (T + mmqTokensPerBlock - 1) / mmqTokensPerBlock}
+		block = Dim3{X: mmqThreads}
+	}
+	errs = append(errs, g.compute.Launch(fn, grid, block, 0, g.args.Reset().Ptr(wp).Ptr(xp).Ptr(yp).Int(w.Rows).Int(w.Cols).Int(T)))
 	if !yDev {
 		errs = append(errs, g.compute.CopyDtoH(g.out.Bytes[:ny], g.dy), g.compute.Synchronize())
 	}
@@ -599,6 +645,9 @@ func (g *GPU) matMul(w quant.Matrix, x []float32, T int, out []float32) bool {
 		return false
 	}
 	g.launches.Add(1)
+	if mmq {
+		g.mmqLaunches.Add(1)
+	}
 	if !yDev {
 		copy(yb, g.out.Bytes[:ny])
 	}

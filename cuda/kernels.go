@@ -67,6 +67,10 @@ var KernelNames = []string{
 	"mmv_f32", "mmv_f16", "mmv_bf16",
 	"mmv_q4_0", "mmv_q4_1", "mmv_q5_0", "mmv_q5_1", "mmv_q8_0", "mmv_iq4_nl",
 	"mmv_q2_K", "mmv_q3_K", "mmv_q4_K", "mmv_q5_K", "mmv_q6_K",
+	// mmq.cu: y = W x for many tokens (prefill), a tiled product reading W once per 64 tokens
+	"mmq_f32", "mmq_f16", "mmq_bf16",
+	"mmq_q4_0", "mmq_q4_1", "mmq_q5_0", "mmq_q5_1", "mmq_q8_0", "mmq_iq4_nl",
+	"mmq_q2_K", "mmq_q3_K", "mmq_q4_K", "mmq_q5_K", "mmq_q6_K",
 	// getrows.cu: embedding lookups
 	"get_rows_f32", "get_rows_f16", "get_rows_bf16",
 	"get_rows_q4_0", "get_rows_q4_1", "get_rows_q5_0", "get_rows_q5_1", "get_rows_q8_0", "get_rows_iq4_nl",
@@ -82,6 +86,10 @@ var KernelNames = []string{
 	"rope_f32",
 	// attention.cu
 	"attn_f32", "attn_f16kv",
+	// mla.cu: MLA's per-head products
+	"mmv_heads_f32", "mmv_heads_f16", "mmv_heads_bf16",
+	"mmv_heads_q4_0", "mmv_heads_q4_1", "mmv_heads_q5_0", "mmv_heads_q5_1", "mmv_heads_q8_0", "mmv_heads_iq4_nl",
+	"mmv_heads_q2_K", "mmv_heads_q3_K", "mmv_heads_q4_K", "mmv_heads_q5_K", "mmv_heads_q6_K",
 	// moe.cu
 	"combine_off_f32", "gated_add_f32",
 }

@@ -173,7 +173,7 @@ type kernelCase struct {
 
 func allKernelCases() []kernelCase {
 	var cs []kernelCase
-	for _, f := range []func() []kernelCase{mmvCases, getRowsCases, normCases, elementwiseCases, routerCases, ropeCases, attnCases, moeCases} {
+	for _, f := range []func() []kernelCase{mmvCases, mmqCases, getRowsCases, normCases, elementwiseCases, routerCases, ropeCases, attnCases, mmvHeadsCases, moeCases} {
 		cs = append(cs, f()...)
 	}
 	return cs

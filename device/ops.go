@@ -22,6 +22,10 @@ type Ops interface {
 	AddRows(x, bias []float32)
 	// SwiGLU writes silu(g) * u to g, row by row.
 	SwiGLU(g, u []float32, d int)
+	// RMSNormStrided is RMSNorm for rows that are not packed: row r of x is the d floats at
+	// x[r*xStride:], normalised to dst[r*dstStride:]; the floats between d and a stride are
+	// left alone. (MLA normalises the latent, the first values of each kv_a row, in place.)
+	RMSNormStrided(dst, x []float32, rows, d, dstStride, xStride int, w, b []float32, eps float32)
 	// Rope rotates, in place, head h of token t, which starts at x[t*tokStride+h*headStride],
 	// for T tokens at positions pos0.. and heads heads.
 	Rope(x []float32, pos0, T, heads, headStride, tokStride int, r *RoPE)
@@ -31,6 +35,15 @@ type Ops interface {
 	// Attend writes the causal attention of T queries at positions pos0.. over the cache to
 	// out (T rows of Heads*DV).
 	Attend(out, q []float32, c *KVLayer, pos0, T int, a *AttnShape)
+	// MatMulHeads computes, for each head h < len(w) and each of T tokens t, w[h] times the
+	// w[h].Cols floats at x[t*l.XTok+h*l.XHead:] into the w[h].Rows floats at
+	// out[t*l.OutTok+h*l.OutHead:], each head as MatMul(w[h]) of its T rows would: MLA's
+	// per-head products with k_b and v_b, many small matrices of one type and shape, read in
+	// place from (and written into) the rows of all heads.
+	MatMulHeads(w []quant.Matrix, x []float32, T int, out []float32, l *HeadLayout)
+	// Copy2D copies rows rows of cols floats, row r from src[r*srcStride:] to
+	// dst[r*dstStride:]; dst and src do not overlap (a zero srcStride repeats one row).
+	Copy2D(dst, src []float32, rows, cols, dstStride, srcStride int)
 	// Gather writes row rows[j] of src to row j of dst.
 	Gather(dst, src []float32, rows []int32, d int)
 	// Combine writes to row t of out the sum over j in [off[t], off[t+1]) of weights[j] times
@@ -59,6 +72,13 @@ type RoPE struct {
 	CorrLo      float32 // YaRN's correction range (when ExtFactor != 0)
 	CorrHi      float32
 	FreqFactors []float32 // Dims/2 divisors of the angles, or nil
+}
+
+// HeadLayout places the heads' rows of MatMulHeads: token t's input of head h starts at
+// x[t*XTok+h*XHead], and its output at out[t*OutTok+h*OutHead] (strides in floats).
+type HeadLayout struct {
+	XTok, XHead     int
+	OutTok, OutHead int
 }
 
 // KVLayer is one layer's key/value cache: a row of KDim keys and one of VDim values per

@@ -12,8 +12,7 @@ import (
 // setupOps chooses how a forward pass computes besides the matrix products. On a device with
 // Ops and memory of its own (a GPU), a pass runs in device memory: activations, the KV cache
 // and the norm weights live there, and the host reads back only router logits and output
-// logits. That needs every layer's attention to compute with Ops alone; MLA does not yet, so
-// DeepSeek-V2 keeps its activations on the host and runs only the products on the device.
+// logits. That needs every layer's attention to compute with Ops alone (models.OnDevice).
 // Everywhere else the host's Ops compute, the CPU reference.
 func (m *Model) setupOps() error {
 	m.ops = models.HostOps{K: m.dev}
@@ -42,9 +41,13 @@ func (m *Model) setupOps() error {
 	for i, l := range m.arch.Layers {
 		name := func(s string) string { return fmt.Sprintf("blk.%d.%s", i, s) }
 		errs := []error{norm(l.AttnNorm, name("attn_norm")), norm(l.FFNNorm, name("ffn_norm"))}
-		if a, ok := l.Attn.(*models.StdAttention); ok {
+		switch a := l.Attn.(type) {
+		case *models.StdAttention:
 			errs = append(errs, up(a.BQ, name("attn_q.bias")), up(a.BK, name("attn_k.bias")), up(a.BV, name("attn_v.bias")),
 				up(a.BO, name("attn_output.bias")), norm(a.QNorm, name("attn_q_norm")), norm(a.KNorm, name("attn_k_norm")),
+				up(a.Rope.FreqFactors, name("rope_freqs")))
+		case *models.MLAttention:
+			errs = append(errs, norm(a.QANorm, name("attn_q_a_norm")), norm(a.KVANorm, name("attn_kv_a_norm")),
 				up(a.Rope.FreqFactors, name("rope_freqs")))
 		}
 		if l.MoE != nil {
@@ -90,8 +93,11 @@ func (m *Model) activationBytes() int64 {
 	var layer int64
 	for _, l := range m.arch.Layers {
 		var n int64
-		if a, ok := l.Attn.(*models.StdAttention); ok {
+		switch a := l.Attn.(type) {
+		case *models.StdAttention:
 			n += T*int64(a.Heads*a.HeadDK+a.HeadsKV*(a.HeadDK+a.HeadDV)+a.Heads*a.HeadDV) + 4*slack
+		case *models.MLAttention:
+			n += mlaFloats(a, T, slack)
 		}
 		if f := l.Dense; f != nil {
 			n += 2 * (T*int64(f.Gate.Rows) + slack)
@@ -111,6 +117,22 @@ func (m *Model) activationBytes() int64 {
 		layer = max(layer, n)
 	}
 	return 4 * (pass + layer)
+}
+
+// mlaFloats is what MLAttention.Forward takes from the layer's arena for T tokens, each
+// allocation rounded up by slack: q (and q_a), the kv_a rows [latent | k_pe], then for the
+// absorbed form the absorbed queries, each head's latent output and its value, for the legacy
+// form the packed latent, kv_b's output, the heads' keys and values and the attention output.
+func mlaFloats(a *models.MLAttention, T, slack int64) int64 {
+	H, nope, rope, rank, hv := int64(a.Heads), int64(a.Nope), int64(a.RopeD), int64(a.Rank), int64(a.HeadV)
+	n := T*H*(nope+rope) + T*(rank+rope) + 2*slack
+	if a.QA.Data != nil {
+		n += T*int64(a.QA.Rows) + slack
+	}
+	if a.KVB.Data != nil {
+		return n + T*rank + T*H*(nope+hv) + T*H*(nope+rope) + 2*T*H*hv + 5*slack
+	}
+	return n + T*H*(rank+rope) + T*H*rank + T*H*hv + 3*slack
 }
 
 // Resident reports whether forward passes run in the device's memory (a GPU with every

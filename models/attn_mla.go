@@ -53,62 +53,61 @@ func (a *MLAttention) CacheDims() (int, int) {
 
 func (a *MLAttention) legacy() bool { return a.KVB.Data != nil }
 
-// Forward implements Attention.
+// OnDevice implements OnDevice: Forward uses the backend's Ops alone.
+func (a *MLAttention) OnDevice() {}
+
+// Forward implements Attention. Everything goes through the backend's products and Ops, so
+// that a GPU keeps the pass in its memory; HostOps computes each step as llama.cpp's CPU
+// backend does, so that the CPU's numbers are those of the golden references.
 func (a *MLAttention) Forward(b Backend, c *LayerCache, x []float32, T, pos0 int, out []float32) {
 	hk := a.Nope + a.RopeD
 	qd := a.Heads * hk
-	q := make([]float32, T*qd)
+	q := b.Floats(T * qd)
 	if a.QA.Data != nil {
-		qa := make([]float32, T*a.QA.Rows)
+		qa := b.Floats(T * a.QA.Rows)
 		b.MatMul(a.QA, x, T, qa)
-		for t := 0; t < T; t++ {
-			row := qa[t*a.QA.Rows : (t+1)*a.QA.Rows]
-			RMSNorm(row, row, a.QANorm, a.Eps)
-		}
+		b.RMSNorm(qa, qa, a.QA.Rows, a.QANorm.Weight, a.QANorm.Bias, a.Eps)
 		b.MatMul(a.QB, qa, T, q)
 	} else {
 		b.MatMul(a.Q, x, T, q)
 	}
+	// ckv holds per token [kv (rank) | k_pe (rope)]: the latent is normalised in place and
+	// k_pe rotated, which makes the row the absorbed form caches.
 	kvd := a.Rank + a.RopeD
-	ckv := make([]float32, T*kvd)
+	ckv := b.Floats(T * kvd)
 	b.MatMul(a.KVA, x, T, ckv)
-	cs := make([]float32, a.RopeD)
 	rp := a.Rope.Params()
-	for t := 0; t < T; t++ {
-		ropeCache(rp, pos0+t, cs)
-		for h := 0; h < a.Heads; h++ {
-			ropeApply(rp, q[t*qd+h*hk+a.Nope:], cs)
-		}
-		row := ckv[t*kvd : (t+1)*kvd]
-		RMSNorm(row[:a.Rank], row[:a.Rank], a.KVANorm, a.Eps)
-		ropeApply(rp, row[a.Rank:], cs)
-		if !a.legacy() {
-			putK(&c.KVLayer, pos0+t, row)
-		}
-	}
+	b.Rope(q[a.Nope:], pos0, T, a.Heads, hk, qd, rp)
+	b.RMSNormStrided(ckv, ckv, T, a.Rank, kvd, kvd, a.KVANorm.Weight, a.KVANorm.Bias, a.Eps)
+	b.Rope(ckv[a.Rank:], pos0, T, 1, kvd, kvd, rp)
 	if a.legacy() {
 		a.forwardLegacy(b, c, q, ckv, T, pos0, out)
 		return
 	}
-	ctx := make([]float32, T*a.Heads*a.HeadV)
-	b.Parallel(T*a.Heads, func(i int) {
-		t, h := i/a.Heads, i%a.Heads
-		qh := q[t*qd+h*hk : t*qd+(h+1)*hk]
-		// The absorbed query: [k_b^T q_nope | q_pe] against the cached [kv_norm | k_pe].
-		qabs := make([]float32, kvd)
+	b.StoreKV(&c.KVLayer, pos0, ckv, nil)
+	// The absorbed queries [k_b^T q_nope | q_pe] of every (token, head), against the cached
+	// [kv_norm | k_pe].
+	qabs := b.Floats(T * a.Heads * kvd)
+	kb := &device.HeadLayout{XTok: qd, XHead: hk, OutTok: a.Heads * kvd, OutHead: kvd}
+	if a.KB[0].Type == quant.F32 && T > 1 {
 		// llama.cpp multiplies k_b with a permuted (non-contiguous) view of q_nope: F32 k_b
-		// then takes ggml_vec_dot_f32 row by row instead of tinyBLAS, while the other types
-		// convert the view to their dot type first and so keep the batched kernels.
-		kbBatch := T
-		if a.KB[h].Type == quant.F32 {
-			kbBatch = 1
+		// then takes ggml_vec_dot_f32 row by row instead of tinyBLAS, as a product of one row
+		// does, while the other types convert the view to their dot type first and so keep
+		// the batched kernels.
+		for t := 0; t < T; t++ {
+			b.MatMulHeads(a.KB, q[t*qd:], 1, qabs[t*a.Heads*kvd:], kb)
 		}
-		matVec(a.KB[h], qh[:a.Nope], qabs[:a.Rank], kbBatch, t)
-		copy(qabs[a.Rank:], qh[a.Nope:])
-		latent := make([]float32, a.Rank)
-		attendLatent(&c.KVLayer, qabs, a.Rank, pos0+t+1, a.Scale, T > 1, latent)
-		matVec(a.VB[h], latent, ctx[(t*a.Heads+h)*a.HeadV:(t*a.Heads+h+1)*a.HeadV], T, t)
+	} else {
+		b.MatMulHeads(a.KB, q, T, qabs, kb)
+	}
+	b.Copy2D(qabs[a.Rank:], q[a.Nope:], T*a.Heads, a.RopeD, kvd, hk)
+	// Each head's attention output in the latent space, then mapped to its value by v_b.
+	lat := b.Floats(T * a.Heads * a.Rank)
+	b.Attend(lat, qabs, &c.KVLayer, pos0, T, &device.AttnShape{
+		Heads: a.Heads, KVHeads: 1, DK: kvd, DV: a.Rank, Scale: a.Scale, Latent: true,
 	})
+	ctx := b.Floats(T * a.Heads * a.HeadV)
+	b.MatMulHeads(a.VB, lat, T, ctx, &device.HeadLayout{XTok: a.Heads * a.Rank, XHead: a.Rank, OutTok: a.Heads * a.HeadV, OutHead: a.HeadV})
 	b.MatMul(a.O, ctx, T, out)
 }
 
@@ -120,31 +119,30 @@ func (a *MLAttention) forwardLegacy(b Backend, c *LayerCache, q, ckv []float32, 
 	hk := a.Nope + a.RopeD
 	qd := a.Heads * hk
 	kvd := a.Rank + a.RopeD
-	latent := make([]float32, T*a.Rank)
-	for t := 0; t < T; t++ {
-		copy(latent[t*a.Rank:(t+1)*a.Rank], ckv[t*kvd:t*kvd+a.Rank])
-	}
+	latent := b.Floats(T * a.Rank)
+	b.Copy2D(latent, ckv, T, a.Rank, a.Rank, kvd)
 	hkv := a.Nope + a.HeadV
-	kv := make([]float32, T*a.Heads*hkv)
+	kv := b.Floats(T * a.Heads * hkv)
 	b.MatMul(a.KVB, latent, T, kv)
-	krow := make([]float32, qd)
-	vrow := make([]float32, a.Heads*a.HeadV)
-	for t := 0; t < T; t++ {
-		kpe := ckv[t*kvd+a.Rank : (t+1)*kvd]
-		for h := 0; h < a.Heads; h++ {
-			src := kv[(t*a.Heads+h)*hkv : (t*a.Heads+h+1)*hkv]
-			copy(krow[h*hk:h*hk+a.Nope], src[:a.Nope])
-			copy(krow[h*hk+a.Nope:(h+1)*hk], kpe)
-			copy(vrow[h*a.HeadV:(h+1)*a.HeadV], src[a.Nope:])
+	// Per token the heads' keys [k_nope | k_pe] and values, rows of the cache.
+	k, v := b.Floats(T*qd), b.Floats(T*a.Heads*a.HeadV)
+	b.Copy2D(k, kv, T*a.Heads, a.Nope, hk, hkv)
+	b.Copy2D(v, kv[a.Nope:], T*a.Heads, a.HeadV, a.HeadV, hkv)
+	// k_pe goes to every head: one copy per token (its row repeated) or per head, whichever
+	// is fewer.
+	if T < a.Heads {
+		for t := 0; t < T; t++ {
+			b.Copy2D(k[t*qd+a.Nope:], ckv[t*kvd+a.Rank:], a.Heads, a.RopeD, hk, 0)
 		}
-		putK(&c.KVLayer, pos0+t, krow)
-		putV(&c.KVLayer, pos0+t, vrow)
+	} else {
+		for h := 0; h < a.Heads; h++ {
+			b.Copy2D(k[h*hk+a.Nope:], ckv[a.Rank:], T, a.RopeD, qd, kvd)
+		}
 	}
-	ctx := make([]float32, T*a.Heads*a.HeadV)
-	b.Parallel(T*a.Heads, func(i int) {
-		t, h := i/a.Heads, i%a.Heads
-		qh := q[t*qd+h*hk : t*qd+(h+1)*hk]
-		attend(&c.KVLayer, qh, h*hk, h*a.HeadV, pos0+t+1, a.Scale, T > 1, ctx[(t*a.Heads+h)*a.HeadV:(t*a.Heads+h+1)*a.HeadV])
+	b.StoreKV(&c.KVLayer, pos0, k, v)
+	ctx := b.Floats(T * a.Heads * a.HeadV)
+	b.Attend(ctx, q, &c.KVLayer, pos0, T, &device.AttnShape{
+		Heads: a.Heads, KVHeads: a.Heads, DK: hk, DV: a.HeadV, KHeadStride: hk, VHeadStride: a.HeadV, Scale: a.Scale,
 	})
 	b.MatMul(a.O, ctx, T, out)
 }
@@ -165,20 +163,6 @@ func attendLatent(c *device.KVLayer, q []float32, rank, n int, scale float32, ba
 		roundF16(scores)
 	}
 	weightedSum(scores, rank, batched, func(p int, v []float32) { rowK(c, p, 0, v) }, out)
-}
-
-// matVec is a single-threaded matrix-vector product in the matrix's stored type, with the
-// vector rounded to the dot type as a ggml matmul would, and the kernel llama.cpp uses for
-// activation row t of a batch of T; MLA calls it inside a parallel loop.
-func matVec(m quant.Matrix, x, out []float32, T, t int) {
-	dt := m.Type.DotType()
-	n, _ := dt.RowBytes(m.Cols)
-	xq := make([]byte, n)
-	quant.QuantizeRow(dt, x, xq)
-	dot := quant.X86Dot(m.Type, m.Rows, T, t)
-	for r := 0; r < m.Rows; r++ {
-		out[r] = dot(m.Cols, m.Row(r), xq)
-	}
 }
 
 // mlaScale is DeepSeek-V2's attention scale: YaRN's magnitude correction moves from the rotary

@@ -39,6 +39,14 @@ func (HostOps) RMSNorm(dst, x []float32, d int, w, b []float32, eps float32) {
 	}
 }
 
+// RMSNormStrided implements device.Ops.
+func (HostOps) RMSNormStrided(dst, x []float32, rows, d, dstStride, xStride int, w, b []float32, eps float32) {
+	n := Norm{Weight: w, Bias: b}
+	for r := 0; r < rows; r++ {
+		RMSNorm(dst[r*dstStride:r*dstStride+d], x[r*xStride:r*xStride+d], n, eps)
+	}
+}
+
 // Add implements device.Ops.
 func (HostOps) Add(dst, src []float32) { AddTo(dst, src) }
 
@@ -96,6 +104,27 @@ func (o HostOps) Attend(out, q []float32, c *device.KVLayer, pos0, T int, a *dev
 	})
 }
 
+// MatMulHeads implements device.Ops with the CPU's products (matVec: the kernel cpu.MatMul
+// would take for row t of a product of T rows), one (token, head) pair per task: the
+// matrices are small, so spreading the pairs over the threads beats spreading each product's
+// rows.
+func (o HostOps) MatMulHeads(w []quant.Matrix, x []float32, T int, out []float32, l *device.HeadLayout) {
+	H := len(w)
+	o.K.Parallel(T*H, func(i int) {
+		t, h := i/H, i%H
+		m := w[h]
+		xo, oo := t*l.XTok+h*l.XHead, t*l.OutTok+h*l.OutHead
+		matVec(m, x[xo:xo+m.Cols], out[oo:oo+m.Rows], T, t)
+	})
+}
+
+// Copy2D implements device.Ops.
+func (HostOps) Copy2D(dst, src []float32, rows, cols, dstStride, srcStride int) {
+	for r := 0; r < rows; r++ {
+		copy(dst[r*dstStride:r*dstStride+cols], src[r*srcStride:r*srcStride+cols])
+	}
+}
+
 // Gather implements device.Ops.
 func (HostOps) Gather(dst, src []float32, rows []int32, d int) {
 	for j, r := range rows {
@@ -139,3 +168,17 @@ func (HostOps) Read(dst, src []float32) { copy(dst, src) }
 
 // Write implements device.Ops.
 func (HostOps) Write(dst, src []float32) { copy(dst, src) }
+
+// matVec is a single-threaded matrix-vector product in the matrix's stored type, with the
+// vector rounded to the dot type as a ggml matmul would, and the kernel llama.cpp uses for
+// activation row t of a batch of T; MatMulHeads calls it inside a parallel loop.
+func matVec(m quant.Matrix, x, out []float32, T, t int) {
+	dt := m.Type.DotType()
+	n, _ := dt.RowBytes(m.Cols)
+	xq := make([]byte, n)
+	quant.QuantizeRow(dt, x, xq)
+	dot := quant.X86Dot(m.Type, m.Rows, T, t)
+	for r := 0; r < m.Rows; r++ {
+		out[r] = dot(m.Cols, m.Row(r), xq)
+	}
+}

@@ -20,8 +20,8 @@ type Attention interface {
 }
 
 // OnDevice is implemented by attentions whose Forward computes with the backend's Ops alone,
-// so that a device with Ops can run it in its own memory. The others (MLA) compute on the
-// host and need activations and a cache in host memory.
+// so that a device with Ops can run it in its own memory. An attention without it would read
+// and write activations on the host, and so would need them, and its cache, in host memory.
 type OnDevice interface {
 	Attention
 	OnDevice()

@@ -1,0 +1,96 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/commit-run/commit-run/quant"
+)
+
+// BenchmarkMMQ times the prefill products of a 4096 x 4096 matrix, mmq against mmv on the
+// same product, for a few token counts: the figures to set mmqMinTokens by (the token count
+// from which mmq is faster) and to see how far mmq is from the card's limits. Each reports
+//
+//	weight-GB/s  the matrix's bytes per product over the time of a product (what a kernel
+//	             reading the weights once would move; mmv re-reads them every 8 tokens,
+//	             mmq every 64, mostly from L2);
+//	GFLOP/s      2*rows*cols*T per product over its time.
+//
+// Times are the device's, between events around b.N back-to-back launches. It runs only on a
+// CUDA device: under the fake driver every CUDA thread is a fiber on the host, and its
+// timings say nothing about a GPU.
+func BenchmarkMMQ(b *testing.B) {
+	k := openKernels(b)
+	if !k.real {
+		b.Skip("no CUDA device: the fake driver's emulator has no meaningful timings")
+	}
+	const rows, cols = 4096, 4096
+	r := rand.New(rand.NewPCG(1, 1))
+	for _, typ := range []quant.Type{quant.Q4_K, quant.Q8_0} {
+		// 64 quantized rows, repeated: quantizing 16M values would take longer than the runs.
+		rb, err := typ.RowBytes(cols)
+		if err != nil {
+			b.Fatal(err)
+		}
+		data := make([]byte, rows*rb)
+		for i := 0; i < 64; i++ {
+			quant.QuantizeRow(typ, randF32(r, cols, 1), data[i*rb:(i+1)*rb])
+		}
+		for i := 64; i < rows; i++ {
+			copy(data[i*rb:(i+1)*rb], data[(i%64)*rb:])
+		}
+		dw := k.put(b, data)
+		for _, T := range []int{16, 64, 256} {
+			dx, dy := k.putF32(b, randF32(r, T*cols, 1)), k.alloc(b, 4*T*rows)
+			for _, kernel := range []string{"mmq", "mmv"} {
+				name, grid, block := mmqKernels[typ], Dim3{X: ceilDiv(rows, mmqRowsPerBlock), Y: ceilDiv(T, mmqTokensPerBlock)}, Dim3{X: mmqThreads}
+				if kernel == "mmv" {
+					name, grid, block = mmvKernels[typ], Dim3{X: ceilDiv(rows, mmvRowsPerBlock), Y: ceilDiv(T, mmvTokensPerBlock)}, Dim3{X: 32, Y: mmvRowsPerBlock}
+				}
+				b.Run(fmt.Sprintf("%s/T=%d/%s", typ, T, kernel), func(b *testing.B) {
+					sec := timeLaunches(b, k, name, grid, block, dw, dx, dy, rows, cols, T)
+					b.ReportMetric(float64(len(data))/sec/1e9, "weight-GB/s")
+					b.ReportMetric(2*float64(rows)*cols*float64(T)/sec/1e9, "GFLOP/s")
+				})
+			}
+		}
+	}
+}
+
+// timeLaunches launches kernel name b.N times after a warm-up and returns the device's
+// seconds per launch.
+func timeLaunches(b *testing.B, k *kernelEnv, name string, grid, block Dim3, w, x, y DevicePtr, rows, cols, T int) float64 {
+	b.Helper()
+	f, err := k.mod.Function(name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var args Args
+	args.Ptr(w).Ptr(x).Ptr(y).Int(rows).Int(cols).Int(T)
+	start, err1 := k.ctx.NewEvent(true)
+	end, err2 := k.ctx.NewEvent(true)
+	if err := errors.Join(err1, err2); err != nil {
+		b.Fatal(err)
+	}
+	defer start.Destroy()
+	defer end.Destroy()
+	if err := errors.Join(k.s.Launch(f, grid, block, 0, &args), k.s.Synchronize()); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	err = start.Record(k.s)
+	for i := 0; i < b.N && err == nil; i++ {
+		err = k.s.Launch(f, grid, block, 0, &args)
+	}
+	if err := errors.Join(err, end.Record(k.s), end.Synchronize()); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	sec, err := Elapsed(start, end)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return sec / float64(b.N)
+}
