@@ -13,15 +13,15 @@ type contextSyms struct {
 func (s *contextSyms) table() []symbol {
 	return []symbol{
 		// CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
-		{name: "cuDevicePrimaryCtxRetain", addr: &s.primaryCtxRetain},
+		{Name: "cuDevicePrimaryCtxRetain", Addr: &s.primaryCtxRetain},
 		// CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
-		{name: "cuDevicePrimaryCtxRelease_v2", addr: &s.primaryCtxRelease},
+		{Name: "cuDevicePrimaryCtxRelease_v2", Addr: &s.primaryCtxRelease},
 		// CUresult cuCtxSetCurrent(CUcontext ctx);
-		{name: "cuCtxSetCurrent", addr: &s.ctxSetCurrent},
+		{Name: "cuCtxSetCurrent", Addr: &s.ctxSetCurrent},
 		// CUresult cuCtxSynchronize(void);
-		{name: "cuCtxSynchronize", addr: &s.ctxSynchronize},
+		{Name: "cuCtxSynchronize", Addr: &s.ctxSynchronize},
 		// CUresult cuMemGetInfo_v2(size_t *free, size_t *total);
-		{name: "cuMemGetInfo_v2", addr: &s.memGetInfo},
+		{Name: "cuMemGetInfo_v2", Addr: &s.memGetInfo},
 	}
 }
 

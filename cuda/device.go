@@ -33,15 +33,15 @@ type deviceSyms struct {
 func (s *deviceSyms) table() []symbol {
 	return []symbol{
 		// CUresult cuDeviceGetCount(int *count);
-		{name: "cuDeviceGetCount", addr: &s.deviceGetCount},
+		{Name: "cuDeviceGetCount", Addr: &s.deviceGetCount},
 		// CUresult cuDeviceGet(CUdevice *device, int ordinal);
-		{name: "cuDeviceGet", addr: &s.deviceGet},
+		{Name: "cuDeviceGet", Addr: &s.deviceGet},
 		// CUresult cuDeviceGetName(char *name, int len, CUdevice dev);
-		{name: "cuDeviceGetName", addr: &s.deviceGetName},
+		{Name: "cuDeviceGetName", Addr: &s.deviceGetName},
 		// CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev);
-		{name: "cuDeviceTotalMem_v2", addr: &s.deviceTotalMem},
+		{Name: "cuDeviceTotalMem_v2", Addr: &s.deviceTotalMem},
 		// CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev);
-		{name: "cuDeviceGetAttribute", addr: &s.deviceGetAttribute},
+		{Name: "cuDeviceGetAttribute", Addr: &s.deviceGetAttribute},
 	}
 }
 

@@ -4,9 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"strings"
 	"unsafe"
 
+	"github.com/commit-run/commit-run/internal/dl"
 	"github.com/ebitengine/purego"
 )
 
@@ -18,12 +18,9 @@ var ErrNoDriver = errors.New("no CUDA driver found")
 // driver's versioned soname first, as the NVIDIA installer guarantees it.
 var DefaultLibraries = []string{"libcuda.so.1", "libcuda.so"}
 
-// symbol binds one C function of the driver to a field holding its address.
-type symbol struct {
-	name     string
-	addr     *uintptr
-	optional bool // a newer or older driver may lack it; callers check addr
-}
+// symbol binds one C function of the driver to a field holding its address (Optional: a
+// newer or older driver may lack it; callers check the address).
+type symbol = dl.Symbol
 
 // Driver is the loaded CUDA driver library, libcuda, with the addresses of the calls this
 // package binds. Each file of the package binds one API area and lists its symbols beside
@@ -52,37 +49,14 @@ func Load(path string) (*Driver, error) {
 	if path != "" {
 		names = []string{path}
 	}
-	var (
-		handle uintptr
-		errs   []string
-	)
-	for _, name := range names {
-		h, err := purego.Dlopen(name, purego.RTLD_NOW|purego.RTLD_LOCAL)
-		if err == nil {
-			handle, path = h, name
-			break
-		}
-		errs = append(errs, err.Error())
-	}
-	if handle == 0 {
-		return nil, fmt.Errorf("%w (%s)", ErrNoDriver, strings.Join(errs, "; "))
+	handle, path, err := dl.Open(names)
+	if err != nil {
+		return nil, fmt.Errorf("%w (%v)", ErrNoDriver, err)
 	}
 	d := &Driver{path: path, handle: handle}
-	var tables [][]symbol
-	tables = append(tables, d.initSyms.table(), d.errorSyms.table(), d.deviceSyms.table(), d.contextSyms.table(),
-		d.memorySyms.table(), d.streamSyms.table(), d.eventSyms.table(), d.moduleSyms.table(), d.launchSyms.table())
-	for _, t := range tables {
-		for _, s := range t {
-			addr, err := purego.Dlsym(handle, s.name)
-			if err != nil {
-				if s.optional {
-					continue
-				}
-				purego.Dlclose(handle)
-				return nil, fmt.Errorf("%w: %s has no %s: the driver is too old or not NVIDIA's", ErrNoDriver, path, s.name)
-			}
-			*s.addr = addr
-		}
+	if missing := dl.Bind(handle, d.initSyms.table(), d.errorSyms.table(), d.deviceSyms.table(), d.contextSyms.table(),
+		d.memorySyms.table(), d.streamSyms.table(), d.eventSyms.table(), d.moduleSyms.table(), d.launchSyms.table()); missing != "" {
+		return nil, fmt.Errorf("%w: %s has no %s: the driver is too old or not NVIDIA's", ErrNoDriver, path, missing)
 	}
 	if err := d.init(); err != nil {
 		purego.Dlclose(handle)

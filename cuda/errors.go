@@ -30,9 +30,9 @@ type errorSyms struct {
 func (s *errorSyms) table() []symbol {
 	return []symbol{
 		// CUresult cuGetErrorName(CUresult error, const char **pStr);
-		{name: "cuGetErrorName", addr: &s.getErrorName},
+		{Name: "cuGetErrorName", Addr: &s.getErrorName},
 		// CUresult cuGetErrorString(CUresult error, const char **pStr);
-		{name: "cuGetErrorString", addr: &s.getErrorString},
+		{Name: "cuGetErrorString", Addr: &s.getErrorString},
 	}
 }
 

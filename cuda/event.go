@@ -17,17 +17,17 @@ type eventSyms struct {
 func (s *eventSyms) table() []symbol {
 	return []symbol{
 		// CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags);
-		{name: "cuEventCreate", addr: &s.eventCreate},
+		{Name: "cuEventCreate", Addr: &s.eventCreate},
 		// CUresult cuEventDestroy_v2(CUevent hEvent);
-		{name: "cuEventDestroy_v2", addr: &s.eventDestroy},
+		{Name: "cuEventDestroy_v2", Addr: &s.eventDestroy},
 		// CUresult cuEventRecord(CUevent hEvent, CUstream hStream);
-		{name: "cuEventRecord", addr: &s.eventRecord},
+		{Name: "cuEventRecord", Addr: &s.eventRecord},
 		// CUresult cuEventSynchronize(CUevent hEvent);
-		{name: "cuEventSynchronize", addr: &s.eventSynchronize},
+		{Name: "cuEventSynchronize", Addr: &s.eventSynchronize},
 		// CUresult cuEventQuery(CUevent hEvent);
-		{name: "cuEventQuery", addr: &s.eventQuery},
+		{Name: "cuEventQuery", Addr: &s.eventQuery},
 		// CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd);
-		{name: "cuEventElapsedTime", addr: &s.eventElapsedTime},
+		{Name: "cuEventElapsedTime", Addr: &s.eventElapsedTime},
 	}
 }
 

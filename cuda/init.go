@@ -9,9 +9,9 @@ type initSyms struct {
 func (s *initSyms) table() []symbol {
 	return []symbol{
 		// CUresult cuInit(unsigned int Flags);
-		{name: "cuInit", addr: &s.cuInit},
+		{Name: "cuInit", Addr: &s.cuInit},
 		// CUresult cuDriverGetVersion(int *driverVersion);
-		{name: "cuDriverGetVersion", addr: &s.driverGetVersion},
+		{Name: "cuDriverGetVersion", Addr: &s.driverGetVersion},
 	}
 }
 

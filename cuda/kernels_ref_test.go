@@ -336,7 +336,7 @@ func mmvCols(typ quant.Type) []int {
 }
 
 // mmvCase is a product of rows x cols weights (starting off whole rows into their
-// allocation) with ntok tokens on grid.y = gridY.
+// allocation) with ntok tokens on grid.y = gridY: of mmv's kernels, or of mmq's.
 type mmvCase struct {
 	typ                          quant.Type
 	rows, cols, ntok, gridY, off int

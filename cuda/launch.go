@@ -15,7 +15,7 @@ func (s *launchSyms) table() []symbol {
 		// CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
 		//     unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes,
 		//     CUstream hStream, void **kernelParams, void **extra);
-		{name: "cuLaunchKernel", addr: &s.launchKernel},
+		{Name: "cuLaunchKernel", Addr: &s.launchKernel},
 	}
 }
 

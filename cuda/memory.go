@@ -26,25 +26,25 @@ type memorySyms struct {
 func (s *memorySyms) table() []symbol {
 	return []symbol{
 		// CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
-		{name: "cuMemAlloc_v2", addr: &s.memAlloc},
+		{Name: "cuMemAlloc_v2", Addr: &s.memAlloc},
 		// CUresult cuMemFree_v2(CUdeviceptr dptr);
-		{name: "cuMemFree_v2", addr: &s.memFree},
+		{Name: "cuMemFree_v2", Addr: &s.memFree},
 		// CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags);
-		{name: "cuMemHostAlloc", addr: &s.memHostAlloc},
+		{Name: "cuMemHostAlloc", Addr: &s.memHostAlloc},
 		// CUresult cuMemFreeHost(void *p);
-		{name: "cuMemFreeHost", addr: &s.memFreeHost},
+		{Name: "cuMemFreeHost", Addr: &s.memFreeHost},
 		// CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags);
-		{name: "cuMemHostRegister_v2", addr: &s.memHostRegister},
+		{Name: "cuMemHostRegister_v2", Addr: &s.memHostRegister},
 		// CUresult cuMemHostUnregister(void *p);
-		{name: "cuMemHostUnregister", addr: &s.memHostUnregister},
+		{Name: "cuMemHostUnregister", Addr: &s.memHostUnregister},
 		// CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream);
-		{name: "cuMemcpyHtoDAsync_v2", addr: &s.memcpyHtoDAsync},
+		{Name: "cuMemcpyHtoDAsync_v2", Addr: &s.memcpyHtoDAsync},
 		// CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
-		{name: "cuMemcpyDtoHAsync_v2", addr: &s.memcpyDtoHAsync},
+		{Name: "cuMemcpyDtoHAsync_v2", Addr: &s.memcpyDtoHAsync},
 		// CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
-		{name: "cuMemcpyDtoDAsync_v2", addr: &s.memcpyDtoDAsync},
+		{Name: "cuMemcpyDtoDAsync_v2", Addr: &s.memcpyDtoDAsync},
 		// CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream);
-		{name: "cuMemsetD8Async", addr: &s.memsetD8Async},
+		{Name: "cuMemsetD8Async", Addr: &s.memsetD8Async},
 	}
 }
 

@@ -30,20 +30,9 @@ func mmqCols(typ quant.Type) []int {
 	}
 }
 
-// mmqCase is a product of rows x cols weights (starting off whole rows into their
-// allocation) with ntok tokens on grid.y = gridY.
-type mmqCase struct {
-	typ                          quant.Type
-	rows, cols, ntok, gridY, off int
-}
-
-func (c mmqCase) String() string {
-	return fmt.Sprintf("rows=%d,cols=%d,ntok=%d,grid.y=%d,off=%d", c.rows, c.cols, c.ntok, c.gridY, c.off)
-}
-
 func mmqCases() []kernelCase {
 	var cs []kernelCase
-	add := func(c mmqCase) {
+	add := func(c mmvCase) {
 		cs = append(cs, kernelCase{mmqKernels[c.typ], c.String(), func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkMMQ(t, k, c, r) }})
 	}
 	for _, typ := range mmvTypes {
@@ -53,19 +42,19 @@ func mmqCases() []kernelCase {
 		// 9 and 17 tokens (mmv's territory just past mmqMinTokens), one whole tile and two.
 		for _, rows := range []int{1, 63, 64, 65, 130} {
 			for _, ntok := range []int{9, 17, 64, 100} {
-				add(mmqCase{typ, rows, cols[0], ntok, ceilDiv(ntok, mmqTokensPerBlock), 0})
+				add(mmvCase{typ, rows, cols[0], ntok, ceilDiv(ntok, mmqTokensPerBlock), 0})
 			}
 		}
 		// The other lengths on fewer shapes.
 		for _, n := range cols[1:] {
-			add(mmqCase{typ, 65, n, 17, 1, 0})
-			add(mmqCase{typ, 130, n, 100, 2, 0})
+			add(mmvCase{typ, 65, n, 17, 1, 0})
+			add(mmvCase{typ, 130, n, 100, 2, 0})
 		}
 		// Matrices at whole-row offsets inside their allocation (odd ones: the 2-byte-aligned
 		// layouts start at 2 mod 4); grid.y = 1 for 100 tokens (the block takes its second
 		// token tile in a loop) and more blocks in grid.y than tiles.
-		add(mmqCase{typ, 63, cols[len(cols)-1], 100, 1, 1})
-		add(mmqCase{typ, 5, cols[0], 20, 3, 3})
+		add(mmvCase{typ, 63, cols[len(cols)-1], 100, 1, 1})
+		add(mmvCase{typ, 5, cols[0], 20, 3, 3})
 		cs = append(cs,
 			kernelCase{mmqKernels[typ], "same as mmv", func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkMMQvsMMV(t, k, typ, r) }},
 			kernelCase{mmqKernels[typ], "any token count", func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkMMQTokens(t, k, typ, r) }})
@@ -105,7 +94,7 @@ const mmqGuard = 64
 
 // runMMQ launches c's kernel on weights dw (whole matrix; c.off rows in) and activations dx,
 // and returns y, after checking the kernel wrote nothing past it.
-func runMMQ(t *testing.T, k *kernelEnv, c mmqCase, dw, dx DevicePtr, rb int) []float32 {
+func runMMQ(t *testing.T, k *kernelEnv, c mmvCase, dw, dx DevicePtr, rb int) []float32 {
 	t.Helper()
 	n := c.ntok * c.rows
 	dy := k.alloc(t, 4*(n+mmqGuard))
@@ -122,7 +111,7 @@ func runMMQ(t *testing.T, k *kernelEnv, c mmqCase, dw, dx DevicePtr, rb int) []f
 }
 
 // checkMMQ runs one product against the float64 product of quant.DequantizeRow's weights.
-func checkMMQ(t *testing.T, k *kernelEnv, c mmqCase, r *rand.Rand) {
+func checkMMQ(t *testing.T, k *kernelEnv, c mmvCase, r *rand.Rand) {
 	t.Helper()
 	w := randMatrix(t, c.typ, c.off+c.rows, c.cols, r)
 	x := randF32(r, c.ntok*c.cols, 1)
@@ -139,7 +128,7 @@ func checkMMQ(t *testing.T, k *kernelEnv, c mmqCase, r *rand.Rand) {
 // exact product, so the two within the sum of the bounds (mmv's is in checkMMV).
 func checkMMQvsMMV(t *testing.T, k *kernelEnv, typ quant.Type, r *rand.Rand) {
 	cols := mmqCols(typ)
-	c := mmqCase{typ: typ, rows: 70, cols: cols[len(cols)-1], ntok: 17, gridY: 1}
+	c := mmvCase{typ: typ, rows: 70, cols: cols[len(cols)-1], ntok: 17, gridY: 1}
 	w := randMatrix(t, typ, c.rows, c.cols, r)
 	x := randF32(r, c.ntok*c.cols, 1)
 	dw, dx := k.put(t, w.Data), k.putF32(t, x)
@@ -164,7 +153,7 @@ func checkMMQvsMMV(t *testing.T, k *kernelEnv, typ quant.Type, r *rand.Rand) {
 // the first tokens of a product come out the same, bit for bit, from a launch with fewer
 // tokens on another grid.
 func checkMMQTokens(t *testing.T, k *kernelEnv, typ quant.Type, r *rand.Rand) {
-	c := mmqCase{typ: typ, rows: 65, cols: mmqCols(typ)[0], ntok: 100, gridY: 2}
+	c := mmvCase{typ: typ, rows: 65, cols: mmqCols(typ)[0], ntok: 100, gridY: 2}
 	w := randMatrix(t, typ, c.rows, c.cols, r)
 	x := randF32(r, c.ntok*c.cols, 1)
 	dw, dx := k.put(t, w.Data), k.putF32(t, x)
@@ -184,7 +173,7 @@ func FuzzMMQ(f *testing.F) {
 	f.Add(uint8(0), uint8(129), uint8(38), uint8(129), uint8(0), uint64(99)) // F32, 130 rows, 39 columns, 130 tokens
 	k := openKernels(f)
 	f.Fuzz(func(t *testing.T, typ, rows, blocks, ntok, gy uint8, seed uint64) {
-		c := mmqCase{typ: mmvTypes[int(typ)%len(mmvTypes)], rows: 1 + int(rows)%150, ntok: 1 + int(ntok)%140,
+		c := mmvCase{typ: mmvTypes[int(typ)%len(mmvTypes)], rows: 1 + int(rows)%150, ntok: 1 + int(ntok)%140,
 			gridY: 1 + int(gy)%3, off: int(seed % 3)}
 		switch c.typ.BlockSize() {
 		case 1:

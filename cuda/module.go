@@ -24,13 +24,13 @@ type moduleSyms struct {
 func (s *moduleSyms) table() []symbol {
 	return []symbol{
 		// CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions, CUjit_option *options, void **optionValues);
-		{name: "cuModuleLoadDataEx", addr: &s.moduleLoadDataEx},
+		{Name: "cuModuleLoadDataEx", Addr: &s.moduleLoadDataEx},
 		// CUresult cuModuleUnload(CUmodule hmod);
-		{name: "cuModuleUnload", addr: &s.moduleUnload},
+		{Name: "cuModuleUnload", Addr: &s.moduleUnload},
 		// CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name);
-		{name: "cuModuleGetFunction", addr: &s.moduleGetFunction},
+		{Name: "cuModuleGetFunction", Addr: &s.moduleGetFunction},
 		// CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value);
-		{name: "cuFuncSetAttribute", addr: &s.funcSetAttribute},
+		{Name: "cuFuncSetAttribute", Addr: &s.funcSetAttribute},
 	}
 }
 

@@ -11,13 +11,13 @@ type streamSyms struct {
 func (s *streamSyms) table() []symbol {
 	return []symbol{
 		// CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags);
-		{name: "cuStreamCreate", addr: &s.streamCreate},
+		{Name: "cuStreamCreate", Addr: &s.streamCreate},
 		// CUresult cuStreamDestroy_v2(CUstream hStream);
-		{name: "cuStreamDestroy_v2", addr: &s.streamDestroy},
+		{Name: "cuStreamDestroy_v2", Addr: &s.streamDestroy},
 		// CUresult cuStreamSynchronize(CUstream hStream);
-		{name: "cuStreamSynchronize", addr: &s.streamSynchronize},
+		{Name: "cuStreamSynchronize", Addr: &s.streamSynchronize},
 		// CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags);
-		{name: "cuStreamWaitEvent", addr: &s.streamWaitEvent},
+		{Name: "cuStreamWaitEvent", Addr: &s.streamWaitEvent},
 	}
 }
 

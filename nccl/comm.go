@@ -15,26 +15,26 @@ type commSyms struct {
 func (s *commSyms) table() []symbol {
 	return []symbol{
 		// ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId);
-		{name: "ncclGetUniqueId", addr: &s.getUniqueID},
+		{Name: "ncclGetUniqueId", Addr: &s.getUniqueID},
 		// ncclResult_t ncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist);
-		{name: "ncclCommInitAll", addr: &s.commInitAll},
+		{Name: "ncclCommInitAll", Addr: &s.commInitAll},
 		// ncclResult_t ncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myrank,
 		//     int nId, ncclUniqueId *commIds, ncclConfig_t *config);  (NCCL 2.23 and newer)
 		// Bound instead of ncclCommInitRank(ncclComm_t*, int, ncclUniqueId, int), whose id is a
 		// 128-byte struct passed by value: on the stack, which purego.SyscallN cannot fill.
-		{name: "ncclCommInitRankScalable", addr: &s.commInitRankScalable, optional: true},
+		{Name: "ncclCommInitRankScalable", Addr: &s.commInitRankScalable, Optional: true},
 		// ncclResult_t ncclCommDestroy(ncclComm_t comm);
-		{name: "ncclCommDestroy", addr: &s.commDestroy},
+		{Name: "ncclCommDestroy", Addr: &s.commDestroy},
 		// ncclResult_t ncclCommAbort(ncclComm_t comm);
-		{name: "ncclCommAbort", addr: &s.commAbort},
+		{Name: "ncclCommAbort", Addr: &s.commAbort},
 		// ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError);
-		{name: "ncclCommGetAsyncError", addr: &s.commGetAsyncError},
+		{Name: "ncclCommGetAsyncError", Addr: &s.commGetAsyncError},
 		// ncclResult_t ncclCommCount(const ncclComm_t comm, int *count);
-		{name: "ncclCommCount", addr: &s.commCount},
+		{Name: "ncclCommCount", Addr: &s.commCount},
 		// ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank);
-		{name: "ncclCommUserRank", addr: &s.commUserRank},
+		{Name: "ncclCommUserRank", Addr: &s.commUserRank},
 		// ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device);
-		{name: "ncclCommCuDevice", addr: &s.commCuDevice},
+		{Name: "ncclCommCuDevice", Addr: &s.commCuDevice},
 	}
 }
 

@@ -53,9 +53,9 @@ type errorSyms struct {
 func (s *errorSyms) table() []symbol {
 	return []symbol{
 		// const char *ncclGetErrorString(ncclResult_t result);
-		{name: "ncclGetErrorString", addr: &s.getErrorString},
+		{Name: "ncclGetErrorString", Addr: &s.getErrorString},
 		// const char *ncclGetLastError(ncclComm_t comm);  (NCCL 2.13 and newer)
-		{name: "ncclGetLastError", addr: &s.getLastError, optional: true},
+		{Name: "ncclGetLastError", Addr: &s.getLastError, Optional: true},
 	}
 }
 

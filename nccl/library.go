@@ -4,9 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"strings"
 	"unsafe"
 
+	"github.com/commit-run/commit-run/internal/dl"
 	"github.com/ebitengine/purego"
 )
 
@@ -18,12 +18,9 @@ var ErrNoLibrary = errors.New("no NCCL library found")
 // versioned soname first, as NVIDIA's packages install it.
 var DefaultLibraries = []string{"libnccl.so.2", "libnccl.so"}
 
-// symbol binds one C function of the library to a field holding its address.
-type symbol struct {
-	name     string
-	addr     *uintptr
-	optional bool // an older library may lack it; callers check addr
-}
+// symbol binds one C function of the library to a field holding its address (Optional: an
+// older library may lack it; callers check the address).
+type symbol = dl.Symbol
 
 // Library is a loaded NCCL library with the addresses of the calls this package binds. Each
 // file of the package binds one API area and lists its symbols beside their C prototypes. A
@@ -46,7 +43,7 @@ type librarySyms struct {
 func (s *librarySyms) table() []symbol {
 	return []symbol{
 		// ncclResult_t ncclGetVersion(int *version);
-		{name: "ncclGetVersion", addr: &s.getVersion},
+		{Name: "ncclGetVersion", Addr: &s.getVersion},
 	}
 }
 
@@ -58,35 +55,13 @@ func Load(path string) (*Library, error) {
 	if path != "" {
 		names = []string{path}
 	}
-	var (
-		handle uintptr
-		errs   []string
-	)
-	for _, name := range names {
-		h, err := purego.Dlopen(name, purego.RTLD_NOW|purego.RTLD_LOCAL)
-		if err == nil {
-			handle, path = h, name
-			break
-		}
-		errs = append(errs, err.Error())
-	}
-	if handle == 0 {
-		return nil, fmt.Errorf("%w (%s)", ErrNoLibrary, strings.Join(errs, "; "))
+	handle, path, err := dl.Open(names)
+	if err != nil {
+		return nil, fmt.Errorf("%w (%v)", ErrNoLibrary, err)
 	}
 	l := &Library{path: path, handle: handle}
-	tables := [][]symbol{l.librarySyms.table(), l.errorSyms.table(), l.commSyms.table(), l.p2pSyms.table()}
-	for _, t := range tables {
-		for _, s := range t {
-			addr, err := purego.Dlsym(handle, s.name)
-			if err != nil {
-				if s.optional {
-					continue
-				}
-				purego.Dlclose(handle)
-				return nil, fmt.Errorf("%w: %s has no %s: it is not NCCL, or an NCCL older than 2.7", ErrNoLibrary, path, s.name)
-			}
-			*s.addr = addr
-		}
+	if missing := dl.Bind(handle, l.librarySyms.table(), l.errorSyms.table(), l.commSyms.table(), l.p2pSyms.table()); missing != "" {
+		return nil, fmt.Errorf("%w: %s has no %s: it is not NCCL, or an NCCL older than 2.7", ErrNoLibrary, path, missing)
 	}
 	var v int32
 	if err := l.call("ncclGetVersion", 0, l.getVersion, uintptr(unsafe.Pointer(&v))); err != nil {

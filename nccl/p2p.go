@@ -50,15 +50,15 @@ type p2pSyms struct {
 func (s *p2pSyms) table() []symbol {
 	return []symbol{
 		// ncclResult_t ncclGroupStart(void);
-		{name: "ncclGroupStart", addr: &s.groupStart},
+		{Name: "ncclGroupStart", Addr: &s.groupStart},
 		// ncclResult_t ncclGroupEnd(void);
-		{name: "ncclGroupEnd", addr: &s.groupEnd},
+		{Name: "ncclGroupEnd", Addr: &s.groupEnd},
 		// ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype,
 		//     int peer, ncclComm_t comm, cudaStream_t stream);
-		{name: "ncclSend", addr: &s.send},
+		{Name: "ncclSend", Addr: &s.send},
 		// ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype,
 		//     int peer, ncclComm_t comm, cudaStream_t stream);
-		{name: "ncclRecv", addr: &s.recv},
+		{Name: "ncclRecv", Addr: &s.recv},
 	}
 }
 

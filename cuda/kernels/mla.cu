@@ -62,42 +62,6 @@ template <class T> struct mh_scalar<T, 1> {
 	CR_FN float get(const u8* row, int c) { return T::scalar(row, c); }
 };
 
-// mh_row is mmv_row with token strides for x and y: tokens [t0, t0+nt) of one row, nt <= NT,
-// with the whole warp.
-template <class T, int NT>
-CR_FN void mh_row(const u8* wr, const float* x, float* y, int cols, int x_tok, int y_tok, int row, int t0, int nt,
-                  const float* tab) {
-	const int lane = threadIdx.x, s = lane % T::LPB, step = CR_WARP / T::LPB;
-	const int nb = cols / T::QK;
-	float acc[NT];
-#pragma unroll
-	for (int t = 0; t < NT; t++)
-		acc[t] = 0.0f;
-	const float* xb = x + (i64)t0 * x_tok;
-	int b = lane / T::LPB;
-	if (b < nb) {
-		typename T::raw r = T::load(wr + (i64)b * T::BB, s);
-		for (;;) {
-			int bn = b + step;
-			typename T::raw rn = r;
-			if (bn < nb)
-				rn = T::load(wr + (i64)bn * T::BB, s); // in flight while r is used
-			mmv_call<T, NT>::dot(r, s, xb + (i64)b * T::QK, x_tok, nt, acc, tab);
-			if (bn >= nb)
-				break;
-			r = rn;
-			b = bn;
-		}
-	}
-#pragma unroll
-	for (int t = 0; t < NT; t++)
-		if (t < nt) {
-			float v = cr_warp_sum(acc[t]);
-			if (lane == 0)
-				y[(i64)(t0 + t) * y_tok + row] = v;
-		}
-}
-
 // mh_row_slow computes tokens [t0, t0+nt) of one row (nt <= MMV_TOKENS) for any alignment:
 // lanes over 32-value pieces for the block types, over single values for the float types.
 template <class T>
@@ -155,14 +119,8 @@ CR_FN void mh_entry(const u8* w, const float* x, float* y, int rows, int cols, i
 		int nt = ntok - t0 < MMV_TOKENS ? ntok - t0 : MMV_TOKENS;
 		if (!vec)
 			mh_row_slow<T>(wr, xh, yh, cols, x_tok, y_tok, 0, t0, nt);
-		else if (nt == 1)
-			mh_row<T, 1>(wr, xh, yh, cols, x_tok, y_tok, 0, t0, 1, tab);
-		else if (nt == 2)
-			mh_row<T, 2>(wr, xh, yh, cols, x_tok, y_tok, 0, t0, 2, tab);
-		else if (nt <= 4)
-			mh_row<T, 4>(wr, xh, yh, cols, x_tok, y_tok, 0, t0, nt, tab);
 		else
-			mh_row<T, 8>(wr, xh, yh, cols, x_tok, y_tok, 0, t0, nt, tab);
+			mmv_rows<T>(wr, xh, yh, cols, x_tok, y_tok, 0, t0, nt, tab);
 	}
 }
 

@@ -572,16 +572,19 @@ template <int NT> struct mmv_call<mmv_iq4_nl_t, NT> {
 	}
 };
 
-// mmv_row computes tokens [t0, t0+nt) of one row, nt <= NT, with the whole warp.
+// mmv_row computes tokens [t0, t0+nt) of one row, nt <= NT, with the whole warp: token t's
+// activations at x + t*x_tok, its output at y[t*y_tok + row] (mmv's own products have
+// x_tok = cols and y_tok = rows; mla.cu's per-head products other strides).
 template <class T, int NT>
-CR_FN void mmv_row(const u8* wr, const float* x, float* y, int rows, int cols, int row, int t0, int nt, const float* tab) {
+CR_FN void mmv_row(const u8* wr, const float* x, float* y, int cols, int x_tok, int y_tok, int row, int t0, int nt,
+                   const float* tab) {
 	const int lane = threadIdx.x, s = lane % T::LPB, step = CR_WARP / T::LPB;
 	const int nb = cols / T::QK;
 	float acc[NT];
 #pragma unroll
 	for (int t = 0; t < NT; t++)
 		acc[t] = 0.0f;
-	const float* xb = x + (i64)t0 * cols;
+	const float* xb = x + (i64)t0 * x_tok;
 	int b = lane / T::LPB;
 	if (b < nb) {
 		typename T::raw r = T::load(wr + (i64)b * T::BB, s);
@@ -590,7 +593,7 @@ CR_FN void mmv_row(const u8* wr, const float* x, float* y, int rows, int cols, i
 			typename T::raw rn = r;
 			if (bn < nb)
 				rn = T::load(wr + (i64)bn * T::BB, s); // in flight while r is used
-			mmv_call<T, NT>::dot(r, s, xb + (i64)b * T::QK, cols, nt, acc, tab);
+			mmv_call<T, NT>::dot(r, s, xb + (i64)b * T::QK, x_tok, nt, acc, tab);
 			if (bn >= nb)
 				break;
 			r = rn;
@@ -602,7 +605,7 @@ CR_FN void mmv_row(const u8* wr, const float* x, float* y, int rows, int cols, i
 		if (t < nt) {
 			float v = cr_warp_sum(acc[t]);
 			if (lane == 0)
-				y[(i64)(t0 + t) * rows + row] = v;
+				y[(i64)(t0 + t) * y_tok + row] = v;
 		}
 }
 
@@ -647,6 +650,20 @@ template <class T> struct mmv_scalar<T, 1> {
 	}
 };
 
+// mmv_rows is mmv_row for nt <= MMV_TOKENS tokens, with the fewest accumulators that hold them.
+template <class T>
+CR_FN void mmv_rows(const u8* wr, const float* x, float* y, int cols, int x_tok, int y_tok, int row, int t0, int nt,
+                    const float* tab) {
+	if (nt == 1)
+		mmv_row<T, 1>(wr, x, y, cols, x_tok, y_tok, row, t0, 1, tab);
+	else if (nt == 2)
+		mmv_row<T, 2>(wr, x, y, cols, x_tok, y_tok, row, t0, 2, tab);
+	else if (nt <= 4)
+		mmv_row<T, 4>(wr, x, y, cols, x_tok, y_tok, row, t0, nt, tab);
+	else
+		mmv_row<T, 8>(wr, x, y, cols, x_tok, y_tok, row, t0, nt, tab);
+}
+
 // mmv_entry is the body of every mmv kernel: the warp's row, then the tokens 8 at a time.
 template <class T>
 CR_FN void mmv_entry(const u8* w, const float* x, float* y, int rows, int cols, int ntok, const float* tab) {
@@ -662,14 +679,8 @@ CR_FN void mmv_entry(const u8* w, const float* x, float* y, int rows, int cols, 
 		int nt = ntok - t0 < MMV_TOKENS ? ntok - t0 : MMV_TOKENS;
 		if (!vec)
 			mmv_scalar<T>::run(wr, x, y, rows, cols, row, t0, nt);
-		else if (nt == 1)
-			mmv_row<T, 1>(wr, x, y, rows, cols, row, t0, 1, tab);
-		else if (nt == 2)
-			mmv_row<T, 2>(wr, x, y, rows, cols, row, t0, 2, tab);
-		else if (nt <= 4)
-			mmv_row<T, 4>(wr, x, y, rows, cols, row, t0, nt, tab);
 		else
-			mmv_row<T, 8>(wr, x, y, rows, cols, row, t0, nt, tab);
+			mmv_rows<T>(wr, x, y, cols, cols, rows, row, t0, nt, tab);
 	}
 }
 

@@ -19,6 +19,8 @@ import (
 	"runtime"
 	"sort"
 	"sync"
+
+	"github.com/commit-run/commit-run/internal/cbuild"
 )
 
 var (
@@ -104,48 +106,26 @@ func build() (string, error) {
 		h.Write(b)
 		h.Write([]byte{0})
 	}
-	final := filepath.Join(os.TempDir(), "commit-run-fakecuda-"+hex.EncodeToString(h.Sum(nil))[:16])
-	lib := filepath.Join(final, "libcuda.so.1")
-	if _, err := os.Stat(lib); err == nil {
-		return lib, nil
-	}
-
-	dir, err := os.MkdirTemp("", "fakecuda-build")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(dir)
-	files := map[string][]byte{"fakecuda.c": driverSource, "emu.cc": emuSource, "emu_table.inc": table.Bytes()}
-	for name, b := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
-			return "", err
+	key := hex.EncodeToString(h.Sum(nil))[:16]
+	return cbuild.Cached("commit-run-fakecuda", key, "libcuda.so.1", func(dir string) error {
+		files := map[string][]byte{"fakecuda.c": driverSource, "emu.cc": emuSource, "emu_table.inc": table.Bytes()}
+		for name, b := range files {
+			if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+				return err
+			}
 		}
-	}
-	steps := [][]string{
-		{cc, "-c", "-fPIC", "-O1", "-o", "fakecuda.o", "fakecuda.c"},
-		{cxx, "-std=c++17", "-shared", "-fPIC", "-O2", "-ftls-model=initial-exec", "-I", filepath.Join(cudaDir, "kernels"), "-I", ".",
-			"-o", "libcuda.so.1", "emu.cc", "fakecuda.o"},
-	}
-	for _, s := range steps {
-		cmd := exec.Command(s[0], s[1:]...)
-		cmd.Dir = dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return "", fmt.Errorf("building the fake CUDA driver: %s: %v\n%s", s[0], err, out)
+		steps := [][]string{
+			{cc, "-c", "-fPIC", "-O1", "-o", "fakecuda.o", "fakecuda.c"},
+			{cxx, "-std=c++17", "-shared", "-fPIC", "-O2", "-ftls-model=initial-exec", "-I", filepath.Join(cudaDir, "kernels"), "-I", ".",
+				"-o", "libcuda.so.1", "emu.cc", "fakecuda.o"},
 		}
-	}
-	// Publish the library whole: another test binary may be building the same one.
-	tmp, err := os.MkdirTemp(os.TempDir(), "fakecuda-lib")
-	if err != nil {
-		return "", err
-	}
-	if err := os.Rename(filepath.Join(dir, "libcuda.so.1"), filepath.Join(tmp, "libcuda.so.1")); err != nil {
-		return "", err
-	}
-	if err := os.Rename(tmp, final); err != nil {
-		os.RemoveAll(tmp)
-		if _, serr := os.Stat(lib); serr != nil {
-			return "", fmt.Errorf("fakecuda: %w", err)
+		for _, s := range steps {
+			cmd := exec.Command(s[0], s[1:]...)
+			cmd.Dir = dir
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return fmt.Errorf("building the fake CUDA driver: %s: %v\n%s", s[0], err, out)
+			}
 		}
-	}
-	return lib, nil
+		return nil
+	})
 }

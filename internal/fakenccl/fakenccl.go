@@ -21,6 +21,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"github.com/commit-run/commit-run/internal/cbuild"
 )
 
 //go:embed testdata/fakenccl.c
@@ -66,41 +68,16 @@ func build() (string, error) {
 		h.Write(b)
 		h.Write([]byte{0})
 	}
-	final := filepath.Join(os.TempDir(), "commit-run-fakenccl-"+hex.EncodeToString(h.Sum(nil))[:16])
-	lib := filepath.Join(final, libName)
-	if _, err := os.Stat(lib); err == nil {
-		return lib, nil
-	}
-
-	dir, err := os.MkdirTemp("", "fakenccl-build")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(dir)
-	if err := os.WriteFile(filepath.Join(dir, "fakenccl.c"), source, 0o644); err != nil {
-		return "", err
-	}
-	cmd := exec.Command(ccArgs[0], append(ccArgs[1:], flags...)...)
-	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building the fake NCCL library: %s: %v\n%s", cc, err, out)
-	}
-	// Publish the library whole, by renaming its directory: another test binary may be
-	// building the same one, and must find either nothing or a complete file.
-	tmp, err := os.MkdirTemp(os.TempDir(), "fakenccl-lib")
-	if err != nil {
-		return "", err
-	}
-	if err := os.Rename(filepath.Join(dir, libName), filepath.Join(tmp, libName)); err != nil {
-		os.RemoveAll(tmp)
-		return "", err
-	}
-	if err := os.Rename(tmp, final); err != nil {
-		os.RemoveAll(tmp)
-		// Another builder won the race; its library is as good as ours.
-		if _, serr := os.Stat(lib); serr != nil {
-			return "", fmt.Errorf("fakenccl: %w", err)
+	key := hex.EncodeToString(h.Sum(nil))[:16]
+	return cbuild.Cached("commit-run-fakenccl", key, libName, func(dir string) error {
+		if err := os.WriteFile(filepath.Join(dir, "fakenccl.c"), source, 0o644); err != nil {
+			return err
 		}
-	}
-	return lib, nil
+		cmd := exec.Command(ccArgs[0], append(ccArgs[1:], flags...)...)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("building the fake NCCL library: %s: %v\n%s", cc, err, out)
+		}
+		return nil
+	})
 }

@@ -1,0 +1,47 @@
+// Package cbuild builds the C libraries the tests load in place of NVIDIA's (internal/fakecuda,
+// internal/fakenccl) once per version of their sources, in the temporary directory, so that the
+// test binaries of several packages share one build.
+package cbuild
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// Cached returns the path of file in the directory prefix-key of os.TempDir(), where key names
+// everything the library is built from. When it is not there yet, build makes it: it is given
+// a fresh work directory and leaves file in it. The library is then published whole, by
+// renaming a directory, so that a test binary building the same one at once finds either
+// nothing or a complete file.
+func Cached(prefix, key, file string, build func(dir string) error) (string, error) {
+	final := filepath.Join(os.TempDir(), prefix+"-"+key)
+	lib := filepath.Join(final, file)
+	if _, err := os.Stat(lib); err == nil {
+		return lib, nil
+	}
+	dir, err := os.MkdirTemp("", prefix+"-build")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(dir)
+	if err := build(dir); err != nil {
+		return "", err
+	}
+	tmp, err := os.MkdirTemp(os.TempDir(), prefix+"-lib")
+	if err != nil {
+		return "", err
+	}
+	if err := os.Rename(filepath.Join(dir, file), filepath.Join(tmp, file)); err != nil {
+		os.RemoveAll(tmp)
+		return "", err
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		os.RemoveAll(tmp)
+		// Another builder won the race; its library is as good as ours.
+		if _, serr := os.Stat(lib); serr != nil {
+			return "", fmt.Errorf("%s: %w", prefix, err)
+		}
+	}
+	return lib, nil
+}

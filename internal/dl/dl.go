@@ -1,0 +1,52 @@
+// Package dl opens the shared libraries the project binds at run time (the CUDA driver, NCCL)
+// with purego, and binds their calls to fields holding their addresses: the loading that
+// packages cuda and nccl share, so that each keeps only its own tables and errors.
+package dl
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/ebitengine/purego"
+)
+
+// Symbol binds one C function of a library to the field that holds its address.
+type Symbol struct {
+	Name string
+	Addr *uintptr
+	// Optional: another version of the library may lack it; callers check Addr.
+	Optional bool
+}
+
+// Open opens the first of names the dynamic loader finds and returns its handle and name;
+// the error lists why each failed.
+func Open(names []string) (handle uintptr, path string, err error) {
+	var errs []string
+	for _, name := range names {
+		h, err := purego.Dlopen(name, purego.RTLD_NOW|purego.RTLD_LOCAL)
+		if err == nil {
+			return h, name, nil
+		}
+		errs = append(errs, err.Error())
+	}
+	return 0, "", errors.New(strings.Join(errs, "; "))
+}
+
+// Bind looks up every symbol of the tables in the library. It returns the name of the first
+// required symbol the library lacks ("" when it has them all), having closed the library.
+func Bind(handle uintptr, tables ...[]Symbol) (missing string) {
+	for _, t := range tables {
+		for _, s := range t {
+			addr, err := purego.Dlsym(handle, s.Name)
+			if err != nil {
+				if s.Optional {
+					continue
+				}
+				purego.Dlclose(handle)
+				return s.Name
+			}
+			*s.Addr = addr
+		}
+	}
+	return ""
+}
