@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"github.com/commit-run/commit-run/models"
 	"github.com/commit-run/commit-run/multigpu"
 	"github.com/commit-run/commit-run/nccl"
+	"github.com/commit-run/commit-run/quant"
 	"github.com/commit-run/commit-run/sim"
 )
 
@@ -59,6 +61,17 @@ type EPOptions struct {
 	Rank       int
 	// RendezvousTimeout bounds the wait for the other processes at Open; 0: 5 minutes.
 	RendezvousTimeout time.Duration
+	// MACSEta is the weight of semantic affinity against the gating score when the MACS
+	// planners reroute a token its expert has no room for (seeds/001 eq. 10), 0 to 1; the
+	// paper gives no value. Above 0 it needs MACSCalibration.
+	MACSEta float64
+	// MACSCalibration is text whose routing gives every expert its semantic centroid, the
+	// mean router input of the tokens that chose it (seeds/001 appendix A.3). Open runs its
+	// first MACSCalibrationTokens tokens (0: 4096) through the model on the CPU, in windows
+	// of up to 512; each rank then sends, with its tokens' routing, their cosine with every
+	// centroid.
+	MACSCalibration       string
+	MACSCalibrationTokens int
 }
 
 // defaultHarMoEnyQ is the token threshold of HarMoEny's published code (eq_tokens=150), used
@@ -89,10 +102,16 @@ type epGroup struct {
 	// needProbs: the policy chooses experts beyond the top-k by gating score; needEntropy:
 	// it weighs tokens by their hidden state's entropy (MACS).
 	needProbs, needEntropy bool
+	// centroids are MACS's expert centroids by MoE layer (nil: no semantic rerouting), from
+	// calibrated tokens of the calibration text; each rank sends its tokens' affinities.
+	centroids  [][]float32
+	calibrated int
 	// pending is each rank's copies of experts newly placed on it (EPLB), which that layer's
-	// next experts wait for; scratch the slot fetched and moved weights land in.
+	// next experts wait for; scratch the slot fetched and moved weights land in on a device
+	// without memory of its own, fetch a GPU's slots for fetched experts.
 	pending [][]device.Event
 	scratch [][]byte
+	fetch   []epFetch
 
 	mu      sync.Mutex // one step at a time
 	lastCmd int64      // rank 0's last command to a group of processes (under mu)
@@ -140,6 +159,9 @@ type EPStats struct {
 	// copied to their new devices.
 	Replans    int
 	MovedBytes int64
+	// CalibrationTokens are the tokens MACS's expert centroids came from (0: rerouting by
+	// gating score alone).
+	CalibrationTokens int
 }
 
 // EPLayerStats are one MoE layer's figures summed over its passes (divide by Passes for the
@@ -174,7 +196,7 @@ func (m *Model) EPStats() (EPStats, bool) {
 
 // openEP makes the ranks of Options.EP: rank 0 is m on its device, the others copies of m on
 // devices of the same kind. Each allocates the non-expert weights and its experts.
-func (m *Model) openEP() error {
+func (m *Model) openEP(path string) error {
 	o := *m.opts.EP
 	c := m.arch.Config
 	switch {
@@ -202,6 +224,16 @@ func (m *Model) openEP() error {
 		return fmt.Errorf("expert parallelism: rank %d of %d processes: want 0 to %d", o.Rank, o.Devices, o.Devices-1)
 	case o.RendezvousTimeout < 0:
 		return fmt.Errorf("expert parallelism: a rendezvous timeout of %v", o.RendezvousTimeout)
+	case !(o.MACSEta >= 0 && o.MACSEta <= 1):
+		return fmt.Errorf("MACS eta %v: want 0 to 1", o.MACSEta)
+	case o.MACSCalibrationTokens < 0 || o.MACSCalibrationTokens > 1<<24:
+		return fmt.Errorf("MACS calibration of %d tokens: want 0 (4096) to %d", o.MACSCalibrationTokens, 1<<24)
+	case (o.MACSEta > 0 || o.MACSCalibration != "") && !strings.HasPrefix(strings.TrimSpace(o.Policy), "macs"):
+		return fmt.Errorf("MACS eta and calibration apply to the macs planners, not %q", o.Policy)
+	case o.MACSEta > 0 && o.MACSCalibration == "":
+		return fmt.Errorf("MACS eta %v weighs the affinity to each expert's centroid: give a calibration text for the centroids", o.MACSEta)
+	case o.MACSEta == 0 && o.MACSCalibration != "":
+		return fmt.Errorf("a MACS calibration gives the centroids that rerouting weighs by eta: give eta above 0 too")
 	}
 	if o.Gamma == 0 {
 		o.Gamma = 1.5
@@ -233,6 +265,13 @@ func (m *Model) openEP() error {
 	if err != nil {
 		return err
 	}
+	if o.MACSEta > 0 {
+		mu, ran, err := macsCentroids(path, m.opts, o.MACSCalibration, cmp.Or(o.MACSCalibrationTokens, defaultMACSCalibrationTokens), g.moeIdx)
+		if err != nil {
+			return err
+		}
+		g.centroids, g.calibrated = mu, ran
+	}
 	// From here on the group owns the other ranks' devices and the transport: closeEP
 	// releases them if opening fails.
 	m.ep = g
@@ -245,9 +284,10 @@ func (m *Model) openEP() error {
 		return err
 	}
 	wall := time.Now()
-	env := epEnv{experts: c.Experts, devices: N, gamma: o.Gamma, metric: o.Metric, seed: o.Seed, harmoenyQ: o.HarMoEnyThreshold}
+	env := epEnv{experts: c.Experts, devices: N, gamma: o.Gamma, metric: o.Metric, seed: o.Seed, harmoenyQ: o.HarMoEnyThreshold, eta: o.MACSEta}
 	g.comms, g.clocks = make([]multigpu.Comm, N), make([]func() float64, N)
 	g.place, g.pending, g.scratch = make([][]multigpu.Placement, N), make([][]device.Event, N), make([][]byte, N)
+	g.fetch = make([]epFetch, N)
 	g.held = make([]int64, N)
 	for _, r := range g.local {
 		rm := g.ranks[r]
@@ -314,7 +354,7 @@ func (m *Model) openEP() error {
 	g.needProbs = strings.HasPrefix(policy, "expanded") || strings.HasPrefix(policy, "macs")
 	g.needEntropy = strings.HasPrefix(policy, "macs")
 	g.pass = make([]epPass, layers)
-	g.stats = EPStats{Policy: policy, Devices: N, Transport: g.how, Layers: make([]EPLayerStats, layers)}
+	g.stats = EPStats{Policy: policy, Devices: N, Transport: g.how, Layers: make([]EPLayerStats, layers), CalibrationTokens: g.calibrated}
 	for i, j := range g.moeIdx {
 		if j >= 0 {
 			g.stats.Layers[j].Layer = i
@@ -373,8 +413,8 @@ func (g *epGroup) openProcess(m *Model, o EPOptions) error {
 	}
 	// Processes that disagree on what they run would exchange garbage: the rendezvous
 	// refuses them.
-	fp := fmt.Sprintf("%s %d bytes, %d experts, planner %s, capacity %g, metric %v, seed %d, q %d",
-		m.info.Name, m.info.NonExpertBytes+m.info.ExpertBytes, m.arch.Config.Experts, g.policy, o.Gamma, o.Metric, o.Seed, o.HarMoEnyThreshold)
+	fp := fmt.Sprintf("%s %d bytes, %d experts, planner %s, capacity %g, metric %v, seed %d, q %d, eta %g",
+		m.info.Name, m.info.NonExpertBytes+m.info.ExpertBytes, m.arch.Config.Experts, g.policy, o.Gamma, o.Metric, o.Seed, o.HarMoEnyThreshold, o.MACSEta)
 	rv := multigpu.Rendezvous{Addr: o.Rendezvous, Ranks: N, Rank: r, Fingerprint: fp, Timeout: o.RendezvousTimeout}
 	id, err := rv.Run(context.Background(), lib.NewUniqueID)
 	if err != nil {
@@ -691,6 +731,9 @@ func (m *Model) epMoE(layer int, moe *models.MoE, x []float32, T int, out []floa
 	if g.needEntropy {
 		width++
 	}
+	if g.centroids != nil {
+		width += E
+	}
 	meta := make([]float32, T*width)
 	var scratch []float64 // for the entropies
 	if g.needEntropy {
@@ -710,6 +753,10 @@ func (m *Model) epMoE(layer int, moe *models.MoE, x []float32, T int, out []floa
 			// MACS's information measure: the Shannon entropy of softmax(hidden state),
 			// ln(d) less its KL divergence from uniform.
 			rest[0] = float32(max(0, math.Log(float64(d))-klFromUniform(x[t*d:(t+1)*d], scratch)))
+			rest = rest[1:]
+		}
+		if g.centroids != nil {
+			multigpu.Affinities(x[t*d:(t+1)*d], g.centroids[j], rest[:E])
 		}
 	}
 	m.label("link", "metadata", layer, -1)
@@ -775,19 +822,20 @@ func (m *Model) epMoE(layer int, moe *models.MoE, x []float32, T int, out []floa
 	}
 	tD := g.clocks[r]()
 
-	// HarMoEny's fetches: copies from the host into the slot of an expert already done, so
-	// the fetched experts are computed last, once their copy has landed.
-	fetched := map[int]bool{}
+	// HarMoEny's fetches: asynchronous copies from the host into a slot, so the fetched
+	// experts are computed last, once their copy has landed, while the others compute.
+	fetched := map[int]*models.FFN{}
 	var fetchEv device.Event
 	for _, f := range s.Fetches {
-		if f.To != r {
+		if f.To != r || fetched[f.Expert] != nil {
 			continue
 		}
-		fetched[f.Expert] = true
 		m.label("copy", "fetch", layer, f.Expert)
-		if err := g.copyExpert(r, moe, f.Expert); err != nil {
+		ffn, err := g.fetchExpert(r, moe, f.Expert, len(fetched))
+		if err != nil {
 			return fmt.Errorf("layer %d: fetching expert %d: %w", layer, f.Expert, err)
 		}
+		fetched[f.Expert] = ffn
 		fetchEv = m.dev.Copy().Record()
 	}
 	if ev := g.pending[r][j]; ev != nil {
@@ -804,12 +852,12 @@ func (m *Model) epMoE(layer int, moe *models.MoE, x []float32, T int, out []floa
 	}
 	order := make([]int, 0, E)
 	for e := range E {
-		if len(byExpert[e]) > 0 && !fetched[e] {
+		if len(byExpert[e]) > 0 && fetched[e] == nil {
 			order = append(order, e)
 		}
 	}
 	for e := range E {
-		if len(byExpert[e]) > 0 && fetched[e] {
+		if len(byExpert[e]) > 0 && fetched[e] != nil {
 			order = append(order, e)
 		}
 	}
@@ -825,20 +873,24 @@ func (m *Model) epMoE(layer int, moe *models.MoE, x []float32, T int, out []floa
 		for i, p := range sl {
 			copy(xe[i*d:(i+1)*d], rows[p.src][p.k*d:(p.k+1)*d])
 		}
-		if fetched[e] && !waited {
+		ffn := fetched[e]
+		if ffn != nil && !waited {
 			m.dev.Compute().Wait(fetchEv)
 			waited = true
 		}
-		ffn := &models.FFN{Gate: moe.GateExps.Expert(e), Up: moe.UpExps.Expert(e), Down: moe.DownExps.Expert(e)}
+		if ffn == nil {
+			ffn = &models.FFN{Gate: moe.GateExps.Expert(e), Up: moe.UpExps.Expert(e), Down: moe.DownExps.Expert(e)}
+		}
 		m.label("expert", "", layer, e)
 		m.swiglu(hb, m.dev.MatMulID, m.charger, ffn, xe, n, ye)
 		for i, p := range sl {
 			copy(results[p.src][p.k*d:(p.k+1)*d], ye[i*d:(i+1)*d])
 		}
 	}
-	for e := range fetched {
-		// A fetched expert visits for this pass; the slot it borrowed is free again.
-		g.releaseExpert(r, moe, e)
+	if len(fetched) > 0 {
+		// A fetched expert visits for this pass; its slot is free again once the compute
+		// stream is done with it.
+		g.fetch[r].free = m.dev.Compute().Record()
 	}
 	tC := g.clocks[r]()
 
@@ -914,6 +966,9 @@ func (g *epGroup) batch(all [][]byte, base []int, width, E, K, layer int) multig
 	if g.needEntropy {
 		b.Entropy = make([]float32, 0, T)
 	}
+	if g.centroids != nil {
+		b.Affinity = make([]float32, 0, T*E)
+	}
 	for q, raw := range all {
 		meta := unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(raw))), len(raw)/4)
 		for t := range base[q+1] - base[q] {
@@ -930,6 +985,10 @@ func (g *epGroup) batch(all [][]byte, base []int, width, E, K, layer int) multig
 			}
 			if g.needEntropy {
 				b.Entropy = append(b.Entropy, rest[0])
+				rest = rest[1:]
+			}
+			if g.centroids != nil {
+				b.Affinity = append(b.Affinity, rest[:E]...)
 			}
 		}
 	}
@@ -952,6 +1011,74 @@ func (g *epGroup) copyExpert(r int, moe *models.MoE, e int) error {
 		dev.CopyIn(g.scratch[r][:len(src)], src)
 	}
 	return nil
+}
+
+// epFetch is a rank's slots for fetched experts on a device with memory of its own: each
+// three device buffers (gate, up, down) as large as any layer's, charged to the budget when
+// first needed and reused layer after layer, so that a fetch is an asynchronous copy on the
+// copy stream and allocates nothing.
+type epFetch struct {
+	slots [][3][]byte
+	size  [3]int // bytes of each slot's buffers
+	// free is the compute stream done with the slots' last experts (nil: nothing to wait for).
+	free device.Event
+}
+
+// fetchExpert copies expert e's weights from the host into rank r's fetch slot i, on the copy
+// stream, and returns the expert as the rank computes it: from the slot on a device with
+// memory of its own, from host memory on the others, where the copy is the traffic.
+func (g *epGroup) fetchExpert(r int, moe *models.MoE, e, i int) (*models.FFN, error) {
+	dev := g.ranks[r].dev
+	ts := [3]*models.Tensor{moe.GateExps, moe.UpExps, moe.DownExps}
+	res, ok := dev.(device.Resident)
+	if !ok {
+		if err := g.copyExpert(r, moe, e); err != nil {
+			return nil, err
+		}
+		return &models.FFN{Gate: moe.GateExps.Expert(e), Up: moe.UpExps.Expert(e), Down: moe.DownExps.Expert(e)}, nil
+	}
+	f := &g.fetch[r]
+	if f.size == [3]int{} {
+		for _, l := range g.ranks[r].arch.Layers {
+			if l.MoE != nil {
+				for k, t := range [3]*models.Tensor{l.MoE.GateExps, l.MoE.UpExps, l.MoE.DownExps} {
+					f.size[k] = max(f.size[k], len(t.Expert(0).Data))
+				}
+			}
+		}
+	}
+	for len(f.slots) <= i {
+		n := int64(f.size[0] + f.size[1] + f.size[2])
+		if err := dev.Memory().Alloc(n, "a slot for fetched experts"); err != nil {
+			return nil, fmt.Errorf("rank %d on %s: %w", r, dev.Name(), err)
+		}
+		var slot [3][]byte
+		for k, t := range ts {
+			b, err := res.Buffer(int64(f.size[k]), fmt.Sprintf("a slot for fetched %s experts", t.Name))
+			if err != nil {
+				for _, b := range slot[:k] {
+					res.Release(b)
+				}
+				dev.Memory().Free(n)
+				return nil, fmt.Errorf("rank %d: %w", r, err)
+			}
+			slot[k] = b
+		}
+		f.slots = append(f.slots, slot)
+	}
+	if f.free != nil {
+		// The slots' last experts may still be computing.
+		dev.Copy().Wait(f.free)
+		f.free = nil
+	}
+	var ms [3]quant.Matrix
+	for k, t := range ts {
+		ms[k] = t.Expert(e)
+		src := ms[k].Data
+		dev.CopyIn(f.slots[i][k][:len(src)], src)
+		ms[k].Data = f.slots[i][k][:len(src)]
+	}
+	return &models.FFN{Gate: ms[0], Up: ms[1], Down: ms[2]}, nil
 }
 
 // uploadExpert puts expert e's weights on rank r's device, if it has memory of its own.

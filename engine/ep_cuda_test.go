@@ -105,7 +105,7 @@ func TestEPCUDANCCL(t *testing.T) {
 		if bytes == 0 || c.policy == "harmoeny" && fetches == 0 || c.policy == "eplb" && st.Replans == 0 {
 			t.Errorf("%s: %d bytes moved, %d fetches, %d replans", name, bytes, fetches, st.Replans)
 		}
-		t.Logf("%s: perplexity %.6f (one GPU %.6f, CPU %.6f), %s, %d launches on rank 0", name, got.Perplexity, wantGPU.Perplexity, want.Perplexity, st.Transport, gs.Launches)
+		t.Logf("%s: perplexity %.6f (one GPU %.6f, CPU %.6f), %s, %d launches and %d bytes copied on rank 0", name, got.Perplexity, wantGPU.Perplexity, want.Perplexity, st.Transport, gs.Launches, gs.CopyBytes)
 		if err := m.Close(); err != nil {
 			t.Errorf("%s: close: %v", name, err)
 		}

@@ -3,6 +3,8 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"math"
+	"os"
 	"strings"
 	"testing"
 
@@ -133,6 +135,48 @@ func TestEPPoliciesBundled(t *testing.T) {
 	}
 }
 
+// MACS's semantic rerouting in a run of the model: the centroids come from a calibration
+// text, each rank sends its tokens' affinities, and with eta 1 the planner reroutes by them
+// alone, so the run differs from rerouting by gating score; nothing else changes.
+func TestEPMACSSemanticRerouting(t *testing.T) {
+	raw, err := os.ReadFile(heldOutText)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calibration := string(raw[100000:130000]) // far from the evaluated text
+	text := heldOutPrefix(t, 6000)
+	po := engine.PerplexityOptions{Window: 128, MaxTokens: 900}
+	ctx := context.Background()
+	var ppl [2]float64
+	for i, eta := range []float64{0, 1} {
+		o := &engine.EPOptions{Devices: 4, Policy: "macs", Gamma: 1}
+		if eta > 0 {
+			o.MACSEta, o.MACSCalibration = eta, calibration
+		}
+		m := openEP(t, bundledQwen, "cpu", o)
+		got, err := m.PerplexityWith(ctx, text, po)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, _ := m.EPStats()
+		var ch, dr, ex int64
+		for _, l := range st.Layers {
+			ch, dr, ex = ch+l.Choices, dr+l.Dropped, ex+l.Extra
+		}
+		t.Logf("eta %g: perplexity %.4f, calibrated on %d tokens, dropped %.3f, rerouted %.3f", eta, got.Perplexity, st.CalibrationTokens, float64(dr)/float64(ch), float64(ex)/float64(ch))
+		if want := map[bool]int{false: 0, true: 4096}[eta > 0]; st.CalibrationTokens != want {
+			t.Errorf("eta %g: calibrated on %d tokens, want %d", eta, st.CalibrationTokens, want)
+		}
+		if dr == 0 || ex == 0 {
+			t.Errorf("eta %g: dropped %d and rerouted %d choices: the test needs both", eta, dr, ex)
+		}
+		ppl[i] = got.Perplexity
+	}
+	if ppl[0] == ppl[1] {
+		t.Errorf("eta 1 computed what eta 0 computed (perplexity %v): the affinities did not reach the planner", ppl[0])
+	}
+}
+
 func TestEPBadOptions(t *testing.T) {
 	for _, c := range []struct {
 		o    engine.Options
@@ -146,6 +190,13 @@ func TestEPBadOptions(t *testing.T) {
 		{engine.Options{EP: &engine.EPOptions{Devices: 2}, Drop: &engine.DropOptions{Gamma: 1}}, "token drop"},
 		{engine.Options{EP: &engine.EPOptions{Devices: 2}, Offload: &engine.OffloadOptions{GPUMem: 1 << 20}}, "offload"},
 		{engine.Options{EP: &engine.EPOptions{Devices: 2}, Device: "sim:nonesuch"}, "nonesuch"},
+		{engine.Options{EP: &engine.EPOptions{Devices: 2, Policy: "macs", MACSEta: 1.5, MACSCalibration: "text"}}, "eta 1.5"},
+		{engine.Options{EP: &engine.EPOptions{Devices: 2, Policy: "macs", MACSEta: math.NaN(), MACSCalibration: "text"}}, "eta NaN"},
+		{engine.Options{EP: &engine.EPOptions{Devices: 2, Policy: "macs", MACSEta: 0.5}}, "give a calibration text"},
+		{engine.Options{EP: &engine.EPOptions{Devices: 2, Policy: "macs", MACSCalibration: "text"}}, "give eta above 0"},
+		{engine.Options{EP: &engine.EPOptions{Devices: 2, Policy: "eplb", MACSEta: 0.5, MACSCalibration: "text"}}, "not \"eplb\""},
+		{engine.Options{EP: &engine.EPOptions{Devices: 2, Policy: "macs", MACSEta: 0.5, MACSCalibration: "text", MACSCalibrationTokens: -1}}, "-1 tokens"},
+		{engine.Options{EP: &engine.EPOptions{Devices: 2, Policy: "macs", MACSEta: 0.5, MACSCalibration: "a"}}, "MACS calibration: text has 1 tokens"},
 	} {
 		m, err := engine.Open(bundledQwen, c.o)
 		if err == nil {

@@ -77,6 +77,8 @@ type epEnv struct {
 	cluster          multigpu.Cluster
 	cost             multigpu.ExpertCost
 	harmoenyQ        int
+	// eta weighs semantic affinity in MACS's rerouting; the batches carry the affinities.
+	eta float64
 	// calibrate draws a batch of a layer that is not measured, for MACS's expert classes;
 	// nil: no calibration (every expert shared).
 	calibrate func(layer int) (multigpu.Batch, error)
@@ -95,6 +97,7 @@ func newEPPolicy(name string, env epEnv) (multigpu.Policy, error) {
 	case "macs", "macs-expanded":
 		base := multigpu.DefaultMACS(env.gamma)
 		base.Expand = name == "macs-expanded"
+		base.Eta = env.eta
 		return &macsLayers{name: name, base: base, calibrate: env.calibrate, classes: map[int][]multigpu.ExpertClass{}}, nil
 	case "eplb":
 		// Spare slots for a quarter of the experts (at least one per device), re-planned

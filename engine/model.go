@@ -151,7 +151,7 @@ func Open(path string, opts Options) (*Model, error) {
 		return nil, fmt.Errorf("%s: one pass's activations (%d bytes for up to %d tokens) do not fit on %s: %w", path, m.actPool.reserve, prefillBatch, dev.Name(), err)
 	}
 	if m.opts.EP != nil {
-		if err := m.openEP(); err != nil {
+		if err := m.openEP(path); err != nil {
 			f.Close()
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}

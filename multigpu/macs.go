@@ -226,8 +226,8 @@ func VisualRatio(b Batch, w []float64) float64 {
 //     (the copy on their home device if it holds one, else the first holder), the experts not
 //     in the token's top-k nor already taken by it, whose effective load is below capacity and
 //     stays within it with the token's weight added; the one with the highest score of eq. 10,
-//     (1 - Eta) * G(x)_k + Eta * cos(z_x, mu_k), or G(x)_k alone without centroids or hidden
-//     states, takes it (ties: the lower expert), on that same device. A choice without one is
+//     (1 - Eta) * G(x)_k + Eta * cos(z_x, mu_k) (the batch's Affinity, or from Centroids and
+//     Features), or G(x)_k alone without them, takes it (ties: the lower expert), on that same device. A choice without one is
 //     dropped (the fail-safe).
 //
 // Ranking the rerouting by retention gives the tokens most worth keeping the first pick of
@@ -249,8 +249,9 @@ type MACS struct {
 	// shared, which leaves every capacity at the base.
 	Classes []ExpertClass
 	// Centroids, when set, is every expert's semantic centroid mu_k (experts*Dim,
-	// ExpertCentroids), for the semantic affinity of rerouting; without them, or without the
-	// batch's Features, rerouting scores by the gating score alone.
+	// ExpertCentroids), for the semantic affinity of rerouting with the batch's Features; a
+	// batch's Affinity, computed where its hidden states live, takes their place. Without
+	// either, rerouting scores by the gating score alone.
 	Centroids []float32
 	// MinCapacity is the floor on every expert's capacity (the paper's clamp against degenerate
 	// capacities; it gives no value).
@@ -441,25 +442,19 @@ func (m MACS) Plan(b Batch, p Placement) (Schedule, error) {
 	for d := range local {
 		local[d] = p.Local(d)
 	}
-	semantic := m.Centroids != nil && b.Features != nil && m.Eta > 0
-	var muNorm []float64
-	if semantic {
-		muNorm = make([]float64, E)
-		for k := range muNorm {
-			muNorm[k] = macsNorm(m.Centroids[k*b.Dim : (k+1)*b.Dim])
+	aff := b.Affinity
+	if aff == nil && m.Centroids != nil && b.Features != nil && m.Eta > 0 {
+		aff = make([]float32, T*E)
+		for t := range T {
+			Affinities(b.Features[t*b.Dim:(t+1)*b.Dim], m.Centroids, aff[t*E:(t+1)*E])
 		}
 	}
-	zNorm := make([]float64, T)
-	if semantic {
-		for t := range zNorm {
-			zNorm[t] = macsNorm(b.Features[t*b.Dim : (t+1)*b.Dim])
-		}
-	}
+	semantic := aff != nil && m.Eta > 0
 	// score is eq. 10's S(x, E_k).
 	score := func(t, k int) float64 {
 		v := float64(b.Probs[t*E+k])
 		if semantic {
-			v = (1-m.Eta)*v + m.Eta*macsCosine(b.Features[t*b.Dim:(t+1)*b.Dim], m.Centroids[k*b.Dim:(k+1)*b.Dim], zNorm[t], muNorm[k])
+			v = (1-m.Eta)*v + m.Eta*float64(aff[t*E+k])
 		}
 		return v
 	}
@@ -527,6 +522,18 @@ func macsNorm(v []float32) float64 {
 		s += float64(x) * float64(x)
 	}
 	return math.Sqrt(s)
+}
+
+// Affinities writes the cosine similarity of hidden state z with every expert's centroid
+// (ExpertCentroids, len(out) experts of len(z) values) into out: eq. 10's sim(z_x, mu_k), 0
+// for a zero vector. Where the hidden state lives, it turns the state into Batch.Affinity.
+func Affinities(z, centroids []float32, out []float32) {
+	D := len(z)
+	nz := macsNorm(z)
+	for k := range out {
+		mu := centroids[k*D : (k+1)*D]
+		out[k] = float32(macsCosine(z, mu, nz, macsNorm(mu)))
+	}
 }
 
 // macsCosine is the cosine similarity of a and b of norms na and nb; 0 when either is the zero

@@ -178,6 +178,24 @@ func TestMACSByHand(t *testing.T) {
 			loads: []float64{2 * a, bw, 2 + bw, 2},
 		},
 		{
+			// The same affinities as "centroids", given by the batch as the engine's ranks
+			// send them: token 4 is 1 to experts 1 and 3, token 6 1/sqrt 2 to experts 1 to 3.
+			name: "affinity",
+			edit: func(b *Batch, m *MACS) {
+				b.Affinity = make([]float32, 9*4)
+				b.Affinity[4*4+1], b.Affinity[4*4+3] = 1, 1
+				for k := 1; k < 4; k++ {
+					b.Affinity[6*4+k] = float32(1 / math.Sqrt2)
+				}
+				m.Eta = 0.5
+			},
+			assign: append(slices.Clone(kept),
+				Assignment{Token: 4, Expert: 1, From: 1, To: 0, Choice: -1, Score: 0.03},
+				Assignment{Token: 6, Expert: 2, From: 0, To: 0, Choice: -1, Score: 0.15}),
+			dropped: 3, rerouted: 2,
+			loads: []float64{2 * a, bw, 2 + bw, 2},
+		},
+		{
 			name:    "no rerouting",
 			edit:    func(_ *Batch, m *MACS) { m.Reroute = false },
 			assign:  kept,
@@ -685,6 +703,42 @@ func TestMACSReducesToTokenDrop(t *testing.T) {
 	}
 }
 
+// A batch that carries its tokens' affinities plans exactly as one that carries their hidden
+// states beside MACS's centroids: the engine's ranks send the former.
+func TestMACSAffinityAsFeatures(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 21))
+	n := 0
+	for iter := range 1000 {
+		b, p, m := macsRandom(rng)
+		if b.Features == nil || b.Probs == nil || !m.Reroute {
+			continue
+		}
+		want, err := m.Plan(b, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := b
+		a.Features, a.Dim = nil, 0
+		a.Affinity = make([]float32, b.Tokens()*b.Experts)
+		for t := range b.Tokens() {
+			Affinities(b.Features[t*b.Dim:(t+1)*b.Dim], m.Centroids, a.Affinity[t*b.Experts:(t+1)*b.Experts])
+		}
+		mc := m
+		mc.Centroids = nil
+		got, err := mc.Plan(a, p)
+		if err != nil {
+			t.Fatalf("%d: %v", iter, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%d: with affinities %+v, with features %+v", iter, got, want)
+		}
+		n += want.Rerouted
+	}
+	if n == 0 {
+		t.Fatal("no token was rerouted: the comparison tested nothing")
+	}
+}
+
 func TestMACSBadInput(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -722,6 +776,15 @@ func TestMACSBadInput(t *testing.T) {
 			m.Centroids = make([]float32, 8)
 			m.Centroids[5] = float32(math.NaN())
 		}, "centroid of expert 2"},
+		{"affinity size", func(b *Batch, _ *Placement, _ *MACS) { b.Affinity = make([]float32, 35) }, "35 affinities for 9 tokens of 4 experts"},
+		{"affinity NaN", func(b *Batch, _ *Placement, _ *MACS) {
+			b.Affinity = make([]float32, 36)
+			b.Affinity[6] = float32(math.NaN())
+		}, "affinity of token 1 for expert 2"},
+		{"affinity not a cosine", func(b *Batch, _ *Placement, _ *MACS) {
+			b.Affinity = make([]float32, 36)
+			b.Affinity[0] = 2
+		}, "want a cosine"},
 		{"features NaN", func(b *Batch, _ *Placement, m *MACS) {
 			b.Dim, b.Features = 2, make([]float32, 18)
 			b.Features[9] = float32(math.Inf(-1))

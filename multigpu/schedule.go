@@ -52,6 +52,11 @@ type Batch struct {
 	// rerouting.
 	Features []float32
 	Dim      int
+	// Affinity, when set, is each token's semantic affinity to every expert (tokens*Experts):
+	// the cosine of its hidden state with the expert's centroid (Affinities), for MACS's
+	// rerouting in place of Features. Computed on the token's home device, it crosses the
+	// link as Experts numbers per token where Features would be the whole hidden state.
+	Affinity []float32
 }
 
 // HomeOf is the device token t lives on among devices.
@@ -116,6 +121,17 @@ func (b Batch) Check(devices int) error {
 	}
 	if b.Features != nil && (b.Dim < 1 || len(b.Features) != T*b.Dim) {
 		return fmt.Errorf("batch: %d feature values for %d tokens of dimension %d", len(b.Features), T, b.Dim)
+	}
+	if b.Affinity != nil {
+		if len(b.Affinity) != T*b.Experts {
+			return fmt.Errorf("batch: %d affinities for %d tokens of %d experts", len(b.Affinity), T, b.Experts)
+		}
+		for i, a := range b.Affinity {
+			// A cosine, with room for rounding.
+			if !(a >= -1.001 && a <= 1.001) {
+				return fmt.Errorf("batch: affinity of token %d for expert %d is %v: want a cosine, -1 to 1", i/b.Experts, i%b.Experts, a)
+			}
+		}
 	}
 	return nil
 }

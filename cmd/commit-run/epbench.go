@@ -51,6 +51,9 @@ func (a *app) epBench(cmd *cobra.Command, f benchFlags) error {
 	if e.text != "" {
 		return a.epRun(cmd, f)
 	}
+	if a.macsEta != 0 || a.macsCalibration != "" {
+		return fmt.Errorf("--macs-eta and --macs-calibration need the model's hidden states: run it with --text (synthetic and recorded routing have none)")
+	}
 	o := engine.EPBenchOptions{Shape: f.shape, Device: a.device, Devices: a.epDevices, Tokens: e.batch, Steps: e.batches,
 		Context: f.ctxFill, Trace: f.traceFile, Skew: e.alpha, Hot: e.hot, Visual: e.visual, Seed: f.seed, Gamma: a.capacityFactor, HarMoEnyThreshold: a.harmoenyQ}
 	if a.epPolicy != "" {
@@ -153,6 +156,9 @@ func (a *app) epRun(cmd *cobra.Command, f benchFlags) error {
 	if a.epPolicy != "" {
 		policies = strings.Split(a.epPolicy, ",")
 	}
+	if err := a.macsFlagsFit(policies); err != nil {
+		return err
+	}
 	var rows []epRunRow
 	for _, p := range policies {
 		opts := a.baseOptions(a.device)
@@ -181,6 +187,12 @@ func (a *app) epRun(cmd *cobra.Command, f benchFlags) error {
 	fmt.Fprintf(a.stdout, "%s on %d x %s: batches of %d windows of %d tokens of %s, %s\n", a.modelPath, a.epDevices, a.device, a.epDevices, window, e.text, clock)
 	if len(rows) > 0 {
 		fmt.Fprintf(a.stdout, "tokens moved by: %s\n", rows[0].Stats.Transport)
+	}
+	for _, r := range rows {
+		if n := r.Stats.CalibrationTokens; n > 0 {
+			fmt.Fprintf(a.stdout, "MACS reroutes with eta %g, expert centroids from %d tokens of %s\n", a.macsEta, n, a.macsCalibration)
+			break
+		}
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "policy\tperplexity\tmax load\tbalancedness\tdropped\textra\tfetches\tMB moved/batch\tstraggler ms/layer\tlayer ms\tbatch ms\ttok/s\tspeedup\t")

@@ -125,6 +125,17 @@ func TestBenchEPRun(t *testing.T) {
 	if !strings.Contains(ep, "expert parallelism") {
 		t.Errorf("eval ppl --ep does not report its devices:\n%s", ep)
 	}
+	// MACS's semantic rerouting: both commands say where the centroids came from.
+	calibrated := "MACS reroutes with eta 0.5, expert centroids from 4096 tokens of " + heldOut
+	macs, _ := mustRun(t, "", "-m", bundledQwen, "--ep", "2", "--ep-policy", "macs", "--capacity-factor", "1", "--macs-eta", "0.5",
+		"--macs-calibration", heldOut, "eval", "ppl", "--text", heldOut, "--window", "64", "--max-tokens", "256")
+	bench, _ := mustRun(t, "", "-m", bundledQwen, "--ep", "2", "--ep-policy", "round-robin,macs-expanded", "--capacity-factor", "1", "--macs-eta", "0.5",
+		"--macs-calibration", heldOut, "bench", "--text", heldOut, "--batch", "128", "--batches", "1")
+	for _, out := range []string{macs, bench} {
+		if !strings.Contains(out, calibrated) {
+			t.Errorf("MACS with eta 0.5: want %q in\n%s", calibrated, out)
+		}
+	}
 }
 
 func TestEPBadFlags(t *testing.T) {
@@ -152,6 +163,14 @@ func TestEPBadFlags(t *testing.T) {
 		{[]string{"--ep", "2", "--ep-rendezvous", "127.0.0.1:1", "--ep-rank", "2", "ep-serve"}, "want 0 to 1"},
 		{[]string{"--ep", "2", "--ep-rendezvous", "127.0.0.1:1", "--ep-rank", "1", "ep-serve"}, "runs on CUDA GPUs"},
 		{[]string{"ep-serve"}, "pass --ep N, --ep-rendezvous"},
+		{[]string{"--macs-eta", "0.5", "--macs-calibration", heldOut, "eval", "ppl", "--text", heldOut}, "pass --ep N and --ep-policy macs"},
+		{[]string{"--ep", "2", "--macs-eta", "0.5", "--macs-calibration", heldOut, "eval", "ppl", "--text", heldOut}, "apply to --ep-policy macs"},
+		{[]string{"--ep", "2", "--ep-policy", "macs", "--macs-eta", "0.5", "eval", "ppl", "--text", heldOut}, "pass both"},
+		{[]string{"--ep", "2", "--ep-policy", "macs", "--macs-calibration", heldOut, "eval", "ppl", "--text", heldOut}, "pass both"},
+		{[]string{"--ep", "2", "--ep-policy", "macs", "--macs-eta", "2", "--macs-calibration", heldOut, "eval", "ppl", "--text", heldOut}, "--macs-eta 2: want 0 to 1"},
+		{[]string{"--ep", "2", "--ep-policy", "macs", "--macs-eta", "0.5", "--macs-calibration", "/nonexistent", "eval", "ppl", "--text", heldOut}, "--macs-calibration: open /nonexistent"},
+		{[]string{"--ep", "2", "--ep-policy", "eplb,harmoeny", "--macs-eta", "0.5", "--macs-calibration", heldOut, "bench", "--text", heldOut}, "apply to --ep-policy macs"},
+		{[]string{"--ep", "2", "--macs-eta", "0.5", "--macs-calibration", heldOut, "bench", "--shape", "olmoe-1b-7b"}, "need the model's hidden states"},
 	} {
 		_, errOut, code := runCLI(t, "", append([]string{"-m", bundledQwen}, c.args...)...)
 		if code == 0 || !strings.Contains(errOut, c.want) {

@@ -90,6 +90,9 @@ func (a *app) pplCmd() *cobra.Command {
 				c := float64(max(choices, 1))
 				fmt.Fprintf(a.stdout, "expert parallelism over %d x %s, planned by %s: %.4f of %d expert choices dropped, %.4f added\n",
 					st.Devices, m.Device(), st.Policy, float64(dropped)/c, choices, float64(extra)/c)
+				if st.CalibrationTokens > 0 {
+					fmt.Fprintf(a.stdout, "MACS reroutes with eta %g, expert centroids from %d tokens of %s\n", a.macsEta, st.CalibrationTokens, a.macsCalibration)
+				}
 			}
 			if st, ok := m.CommitStats(); ok {
 				k := m.Info().ExpertsUsed

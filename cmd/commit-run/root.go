@@ -53,10 +53,13 @@ type app struct {
 	epTransport, ncclLib string
 	epRank               int
 	epRendezvous         string
-	profMode             string
-	profDir              string
-	stopProf             func()
-	interrupts           *interrupts
+	// MACS's semantic rerouting: --macs-eta and the --macs-calibration text.
+	macsEta         float64
+	macsCalibration string
+	profMode        string
+	profDir         string
+	stopProf        func()
+	interrupts      *interrupts
 }
 
 // run executes the command line args and returns the process exit status. sig delivers
@@ -141,6 +144,8 @@ func (a *app) rootCmd() *cobra.Command {
 	pf.StringVar(&a.epRendezvous, "ep-rendezvous", "", "with --ep N: run one rank per process, on this machine or several; rank 0 listens at `HOST:PORT`, the others connect (start rank 0 with any command, the others with ep-serve)")
 	pf.IntVar(&a.epRank, "ep-rank", 0, "with --ep-rendezvous: this process's rank, 0 to N-1, on --device's GPU")
 	pf.StringVar(&a.epPolicy, "ep-policy", "", "with --ep: the planner of each MoE layer's batch, "+strings.Join(engine.EPPolicies(), ", ")+" (default round-robin; bench takes a comma-separated list, default all); the capacity-aware ones use --capacity-factor (default 1.5) and --drop-metric")
+	pf.Float64Var(&a.macsEta, "macs-eta", 0, "with --ep-policy macs or macs-expanded: the weight of semantic affinity against the gating score when MACS reroutes a token (eq. 10), 0 to 1; needs --macs-calibration")
+	pf.StringVar(&a.macsCalibration, "macs-calibration", "", "with --macs-eta: a text `FILE` whose routing gives each expert its centroid (its first 4096 tokens, run on the CPU at start)")
 	pf.StringVar(&a.linkBW, "link-bw", "", "with --ep on simulated devices: each device's all-to-all bandwidth, e.g. 50GB (default: the profile's PCIe rate)")
 	pf.IntVar(&a.harmoenyQ, "harmoeny-q", 0, "with --ep: HarMoEny's token threshold q, the fewest tokens worth moving to a device that must fetch the expert (0: eq. 4 from the profile's FLOPS and PCIe rate; 150 on the CPU)")
 	pf.StringVar(&a.hostBW, "host-bw", "", "simulated devices: the rate the host computes a missed expert at (cpu-miss), e.g. 20GB (default: measured on this machine)")
@@ -246,6 +251,11 @@ func (a *app) engineOptions(device, policy string) (engine.Options, error) {
 	if opts.EP, err = a.epOptions(a.epPolicy); err != nil {
 		return opts, err
 	}
+	if opts.EP != nil {
+		if err := a.macsFlagsFit([]string{a.epPolicy}); err != nil {
+			return opts, err
+		}
+	}
 	if opts.EP == nil {
 		if opts.Drop, err = a.dropOptions(); err != nil {
 			return opts, err
@@ -312,6 +322,9 @@ func (a *app) epOptions(policy string) (*engine.EPOptions, error) {
 		if a.epRank != 0 {
 			return nil, fmt.Errorf("--ep-rank applies to expert parallelism over processes: pass --ep N and --ep-rendezvous")
 		}
+		if a.macsEta != 0 || a.macsCalibration != "" {
+			return nil, fmt.Errorf("--macs-eta and --macs-calibration apply to expert parallelism: pass --ep N and --ep-policy macs or macs-expanded")
+		}
 		return nil, nil
 	}
 	if a.epDevices < 2 || a.epDevices > 1024 {
@@ -346,7 +359,45 @@ func (a *app) epOptions(policy string) (*engine.EPOptions, error) {
 			return nil, fmt.Errorf("--link-bw: %w", err)
 		}
 	}
+	if strings.HasPrefix(strings.TrimSpace(policy), "macs") {
+		if err := a.macsOptions(o); err != nil {
+			return nil, err
+		}
+	}
 	return o, nil
+}
+
+// macsOptions sets o's MACS calibration from --macs-eta and --macs-calibration.
+func (a *app) macsOptions(o *engine.EPOptions) error {
+	if !(a.macsEta >= 0 && a.macsEta <= 1) {
+		return fmt.Errorf("--macs-eta %v: want 0 to 1", a.macsEta)
+	}
+	if (a.macsEta > 0) != (a.macsCalibration != "") {
+		return fmt.Errorf("--macs-eta weighs the affinity to expert centroids that --macs-calibration gives: pass both")
+	}
+	o.MACSEta = a.macsEta
+	if a.macsCalibration != "" {
+		data, err := os.ReadFile(a.macsCalibration)
+		if err != nil {
+			return fmt.Errorf("--macs-calibration: %w", err)
+		}
+		o.MACSCalibration = string(data)
+	}
+	return nil
+}
+
+// macsFlagsFit says why --macs-eta and --macs-calibration do not fit planners, when they are
+// given and none of planners is MACS's.
+func (a *app) macsFlagsFit(planners []string) error {
+	if a.macsEta == 0 && a.macsCalibration == "" {
+		return nil
+	}
+	for _, p := range planners {
+		if strings.HasPrefix(strings.TrimSpace(p), "macs") {
+			return nil
+		}
+	}
+	return fmt.Errorf("--macs-eta and --macs-calibration apply to --ep-policy macs or macs-expanded")
 }
 
 // dropOptions are the token drop options of the global flags (nil: off).
