@@ -104,6 +104,8 @@ type GPU struct {
 	copyBytes int64
 	copySec   float64
 
+	timing computeTimer // the compute stream's marks and waits for copies (timing.go)
+
 	fns     map[string]*Function // the Ops' kernels, found on first use (under mu)
 	ring    DevicePtr            // the Ops' parameters (under mu)
 	ringOff int64
@@ -253,6 +255,7 @@ func (g *GPU) Close() error {
 	}
 	g.copies, g.timers = nil, nil
 	g.copyMu.Unlock()
+	errs = append(errs, g.closeTiming()...)
 	for _, s := range []*Stream{g.compute, g.copy} {
 		if s != nil {
 			errs = append(errs, s.Destroy())
@@ -405,7 +408,10 @@ func (g *GPU) HostAlloc(n int64) ([]byte, error) {
 }
 
 // gpuEvent is a recorded event; it goes back to the pool when the engine drops it.
-type gpuEvent struct{ ev *Event }
+type gpuEvent struct {
+	ev   *Event
+	from *Stream // where it was recorded: a wait of the compute stream on the copy stream is timed
+}
 
 func (g *GPU) record(s *Stream) device.Event {
 	ev, _ := g.eventPool.Get().(*Event)
@@ -420,7 +426,7 @@ func (g *GPU) record(s *Stream) device.Event {
 		g.fail(err)
 		return nil
 	}
-	e := &gpuEvent{ev: ev}
+	e := &gpuEvent{ev: ev, from: s}
 	runtime.AddCleanup(e, func(ev *Event) { g.eventPool.Put(ev) }, ev)
 	return e
 }
@@ -432,9 +438,13 @@ type gpuStream struct {
 
 func (s gpuStream) Record() device.Event { return s.g.record(s.s) }
 
+// Wait makes the stream wait for ev. The compute stream's waits for the copy stream (an
+// expert being copied in) are timed, for the stall in GPUStats; other waits are not.
 func (s gpuStream) Wait(ev device.Event) {
 	if e, ok := ev.(*gpuEvent); ok && e != nil {
-		if err := s.s.Wait(e.ev); err != nil {
+		if s.s == s.g.compute && e.from == s.g.copy {
+			s.g.waitForCopy(e.ev)
+		} else if err := s.s.Wait(e.ev); err != nil {
 			s.g.fail(err)
 		}
 	}
@@ -457,13 +467,15 @@ func (g *GPU) Sync(ev device.Event) {
 
 // CopyIn copies host bytes into a device buffer on the copy stream, timed with events so that
 // Stats can report the link's measured bandwidth. A destination in host memory is copied at
-// once.
+// once. Like copy, it copies as many bytes as the shorter of the two holds: an expert slot is
+// sized for the largest expert, and a smaller one fills only its start.
 func (g *GPU) CopyIn(dst, src []byte) {
 	p, ok := g.lookup(dst)
 	if !ok {
 		copy(dst, src)
 		return
 	}
+	n := min(len(dst), len(src))
 	g.copyMu.Lock()
 	defer g.copyMu.Unlock()
 	start, err1 := g.timer()
@@ -472,11 +484,11 @@ func (g *GPU) CopyIn(dst, src []byte) {
 		g.fail(err)
 		return
 	}
-	if err := errors.Join(start.Record(g.copy), g.copy.CopyHtoD(p, src[:len(dst)]), end.Record(g.copy)); err != nil {
+	if err := errors.Join(start.Record(g.copy), g.copy.CopyHtoD(p, src[:n]), end.Record(g.copy)); err != nil {
 		g.fail(err)
 		return
 	}
-	g.copies = append(g.copies, timedCopy{start, end, int64(len(dst))})
+	g.copies = append(g.copies, timedCopy{start, end, int64(n)})
 	if len(g.copies) >= 256 {
 		g.drainCopies(len(g.copies) / 2)
 	}
@@ -515,6 +527,17 @@ type GPUStats struct {
 	HostFallbacks int64 // products computed on the host: no kernel for the type, or weights not on the device
 	CopyBytes     int64 // host-to-device expert copies, measured
 	CopySeconds   float64
+	// StallSeconds is the compute stream's time in waits for the copy stream, from when its
+	// earlier work was done to when the awaited copy landed: the time offloading cost the
+	// kernels, measured by the device itself rather than inferred from the host's clock. A
+	// gap in which the host had not yet enqueued the wait counts too.
+	StallSeconds float64
+	// DeviceSeconds is the compute stream's time from the first Mark to the last, summed
+	// over consecutive Marks: what the device itself took for the marked work (a decode
+	// token each), beside the host's wall clock, which adds the host's work before the first
+	// kernel and after the last. Gaps in which the stream waited for the host count.
+	DeviceSeconds float64
+	Marks         int64 // the Marks that DeviceSeconds spans (intervals: Marks - 1)
 }
 
 // CopyBandwidth is the measured bandwidth of the copy stream in bytes/s.
@@ -525,14 +548,21 @@ func (s GPUStats) CopyBandwidth() float64 {
 	return float64(s.CopyBytes) / s.CopySeconds
 }
 
-// Stats waits for the copies in flight and reports the totals.
+// Stats waits for the copies in flight and the compute stream's waits for them, and reports
+// the totals.
 func (g *GPU) Stats() GPUStats {
 	g.copyMu.Lock()
 	g.drainCopies(len(g.copies))
 	s := GPUStats{CopyBytes: g.copyBytes, CopySeconds: g.copySec}
 	g.copyMu.Unlock()
-	s.Launches, s.MMQLaunches, s.HostFallbacks = g.launches.Load(), g.mmqLaunches.Load(), g.fallbacks.Load()
+	g.readTiming(&s)
+	g.counters(&s)
 	return s
+}
+
+// counters adds the launch counters to s.
+func (g *GPU) counters(s *GPUStats) {
+	s.Launches, s.MMQLaunches, s.HostFallbacks = g.launches.Load(), g.mmqLaunches.Load(), g.fallbacks.Load()
 }
 
 // Parallel spreads host work over the host's threads.

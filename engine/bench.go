@@ -8,6 +8,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/commit-run/commit-run/cuda"
 	"github.com/commit-run/commit-run/offload"
 	"github.com/commit-run/commit-run/sim"
 )
@@ -54,7 +55,10 @@ type BenchReport struct {
 // Bench decodes Tokens tokens greedily after each prompt, at batch size 1, once per policy,
 // and reports per-token latency, time to first token and the offloader's figures. On a
 // simulated device every figure comes from its timeline, and the physical limit (DESIGN.md
-// §6) is max(compute, bytes not resident at the token's start / effective PCIe rate).
+// §6) is max(compute, bytes not resident at the token's start / effective PCIe rate). On a
+// CUDA GPU the latency is still the wall clock, what the user waits, but the stall and the
+// compute come from the device's events (deviceTimer) and the limit divides the bytes by the
+// copy stream's bandwidth measured so far in the run.
 func Bench(ctx context.Context, path string, o BenchOptions) (*BenchReport, error) {
 	n := cmp.Or(o.Tokens, 32)
 	if n < 2 || n > 1<<20 {
@@ -116,6 +120,7 @@ func benchRun(ctx context.Context, path string, o BenchOptions, p *offload.Polic
 		rep.Calibrated = sd.Profile().Calibrated
 		pcie = sd.Profile().PCIeEffective
 	}
+	timer, timed := m.dev.(deviceTimer)
 	clock := func() float64 {
 		if t, ok := m.Clock(); ok {
 			return t
@@ -128,9 +133,13 @@ func benchRun(ctx context.Context, path string, o BenchOptions, p *offload.Polic
 		if simulated {
 			sn.dv = sd.Stats()
 		}
+		if timed {
+			sn.gpu, sn.timed = timer.Mark(), true
+		}
 		return sn
 	}
 	var st []offload.TokenStats
+	var devTime float64 // device seconds of the timed tokens, summed
 	var ttft float64
 	var drawFrom, drawTo float64
 	for _, prompt := range o.Prompts {
@@ -150,6 +159,7 @@ func benchRun(ctx context.Context, path string, o BenchOptions, p *offload.Polic
 					first = false
 				} else {
 					st = append(st, tokenStats(last, now, pcie))
+					devTime += now.gpu.DeviceSeconds - last.gpu.DeviceSeconds
 				}
 				last = now
 				return nil
@@ -183,7 +193,9 @@ func benchRun(ctx context.Context, path string, o BenchOptions, p *offload.Polic
 	if g, ok := m.GPUStats(); ok {
 		row.GPU = &g
 	}
-	if !simulated {
+	if timed {
+		row.DeviceTimePerToken = devTime / float64(len(st))
+	} else if !simulated {
 		row.StallPerToken, row.LimitPerToken, row.OverLimit = math.NaN(), math.NaN(), math.NaN()
 	}
 	if o.Timeline != nil && simulated {
@@ -203,14 +215,27 @@ func benchRun(ctx context.Context, path string, o BenchOptions, p *offload.Polic
 	return row, nil
 }
 
-// benchSnap is the clock and the counters at one moment of a benchmark run.
-type benchSnap struct {
-	t   float64
-	off OffloadStats
-	dv  sim.Stats
+// deviceTimer is implemented by devices that time their own streams, a CUDA GPU with events:
+// Mark puts a point on the compute stream after the work enqueued so far, waits for it and
+// reports the counters up to it. Bench marks each token, so that a token's device time and
+// stall are the device's and not the host's guess.
+type deviceTimer interface {
+	Mark() GPUStats
 }
 
-// tokenStats are the figures of the decode step between snapshots a and b.
+var _ deviceTimer = (*cuda.GPU)(nil)
+
+// benchSnap is the clock and the counters at one moment of a benchmark run.
+type benchSnap struct {
+	t     float64
+	off   OffloadStats
+	dv    sim.Stats
+	gpu   GPUStats // at a Mark of a deviceTimer (timed)
+	timed bool
+}
+
+// tokenStats are the figures of the decode step between snapshots a and b; pcie is the
+// simulated link's rate (0 on other devices).
 func tokenStats(a, b benchSnap, pcie float64) offload.TokenStats {
 	st := offload.TokenStats{
 		Latency:   b.t - a.t,
@@ -223,6 +248,13 @@ func tokenStats(a, b benchSnap, pcie float64) offload.TokenStats {
 		OnCPU:     int(b.off.OnCPU - a.off.OnCPU),
 		Correct:   int(b.off.Correct - a.off.Correct),
 		Predicted: int(b.off.Predicted - a.off.Predicted),
+	}
+	if b.timed {
+		// The token's device time is compute and stall; the bytes move at the rate the copy
+		// stream has shown so far (none yet: the limit is the compute).
+		st.Stall = max(b.gpu.StallSeconds-a.gpu.StallSeconds, 0)
+		st.Compute = max(b.gpu.DeviceSeconds-a.gpu.DeviceSeconds-st.Stall, 0)
+		pcie = b.gpu.CopyBandwidth()
 	}
 	st.Limit = st.Compute
 	if pcie > 0 {

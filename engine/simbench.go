@@ -71,6 +71,11 @@ type PolicyReport struct {
 	OnCPUPerToken   float64 // experts computed on the host (cpu-miss)
 	LimitPerToken   float64 // the physical limit (DESIGN.md §6), mean
 	OverLimit       float64 // mean latency / mean limit
+	// DeviceTimePerToken is the mean time a CUDA GPU's compute stream took per decode token,
+	// between events recorded at consecutive tokens: set apart from the wall-clock latency,
+	// it shows how much of a token the host's own work and its waits added. 0 (absent from
+	// JSON) on other devices, whose time is the wall clock or the simulator's.
+	DeviceTimePerToken float64 `json:",omitempty"`
 	// GPU is the CUDA device's counters over the run, nil on other devices: its copy
 	// stream's measured bandwidth, and products it left to the host.
 	GPU *GPUStats `json:",omitempty"`

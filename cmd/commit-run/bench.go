@@ -47,7 +47,8 @@ func (a *app) benchCmd() *cobra.Command {
 			"--device and reports per-token latency (mean, p50, p90), time to first token and tokens/s. With --gpu-mem the\n" +
 			"routed experts live in host memory and each --policy (default all four) runs side by side with\n" +
 			"the expert cache's hit rate, bytes moved and prediction accuracy. On --device sim:<profile> the numbers are\n" +
-			"computed and every time is the simulated GPU's: stalls waiting for copies and the physical limit are reported too.\n\n" +
+			"computed and every time is the simulated GPU's: stalls waiting for copies and the physical limit are reported too;\n" +
+			"on cuda:N they come from the GPU's own events, with its device time per token.\n\n" +
 			"With --shape (e.g. mixtral-8x7b@q4_k) on sim:<profile> it times decode of a model shape with no weights loaded:\n" +
 			"routing comes from --trace or a synthetic router (labelled as such), and the prediction of prefetch/commit from\n" +
 			"--predictor (oracle, prev-token, frequency or accuracy=P; default accuracy=0.8). --timing-only does the same for\n" +
@@ -293,11 +294,21 @@ func (a *app) modelBench(cmd *cobra.Command, f benchFlags) error {
 			fmt.Fprintf(a.stdout, "simulated time (profile calibrated: %v), numbers computed on the CPU; physical limit %.3f ms per token, measured/limit %.2f\n",
 				rep.Calibrated, p.LimitPerToken*1e3, p.OverLimit)
 		}
+		if p.GPU != nil {
+			fmt.Fprintf(a.stdout, "device time %.3f ms per token (CUDA events); physical limit %.3f ms per token (the device's compute), measured/limit %.2f\n",
+				p.DeviceTimePerToken*1e3, p.LimitPerToken*1e3, p.OverLimit)
+		}
 		return nil
 	}
+	// On a GPU the device times its own streams: a column of its time per token, and the
+	// limit is what it measured.
+	gpu := slices.ContainsFunc(rep.Rows, func(p engine.PolicyReport) bool { return p.GPU != nil })
 	clock := "wall clock of this machine"
 	if rep.Simulated {
 		clock = fmt.Sprintf("simulated time (profile calibrated: %v); numbers computed on the CPU", rep.Calibrated)
+	}
+	if gpu {
+		clock += "; device time and stall from CUDA events, limit = max(device compute, bytes needed / the copy stream's measured bandwidth)"
 	}
 	fmt.Fprintf(a.stdout, "%s on %s: %d prompts x %d tokens, batch size 1, %s\n", rep.Model, rep.Device, rep.Prompts, rep.Tokens, clock)
 	if rep.GPUMem > 0 {
@@ -305,10 +316,18 @@ func (a *app) modelBench(cmd *cobra.Command, f benchFlags) error {
 			float64(rep.GPUMem)/(1<<20), float64(rep.Resident)/(1<<20), float64(rep.SlotBytes)/(1<<20))
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tpredictor\tslots\tTTFT ms\tmean ms\tp50 ms\tp90 ms\ttok/s\thit rate\tKB moved/tok\tstall ms/tok\taccuracy\ton CPU/tok\tlimit ms\tmeasured/limit\t")
+	devCol := ""
+	if gpu {
+		devCol = "device ms/tok\t"
+	}
+	fmt.Fprintln(tw, "policy\tpredictor\tslots\tTTFT ms\tmean ms\tp50 ms\tp90 ms\t"+devCol+"tok/s\thit rate\tKB moved/tok\tstall ms/tok\taccuracy\ton CPU/tok\tlimit ms\tmeasured/limit\t")
 	for _, p := range rep.Rows {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f\t%s\t%.1f\t%s\t%s\t%.2f\t%s\t%s\t\n", p.Policy, cmp.Or(p.Predictor, "-"), p.Slots,
-			p.TTFT*1e3, p.Mean*1e3, p.P50*1e3, p.P90*1e3, p.TokensPerSecond, orDash(p.HitRate, "%.3f", p.Slots > 0), p.MovedPerToken/1e3,
+		dev := ""
+		if gpu {
+			dev = orDash(p.DeviceTimePerToken*1e3, "%.3f", p.GPU != nil) + "\t"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%s%.1f\t%s\t%.1f\t%s\t%s\t%.2f\t%s\t%s\t\n", p.Policy, cmp.Or(p.Predictor, "-"), p.Slots,
+			p.TTFT*1e3, p.Mean*1e3, p.P50*1e3, p.P90*1e3, dev, p.TokensPerSecond, orDash(p.HitRate, "%.3f", p.Slots > 0), p.MovedPerToken/1e3,
 			orDash(p.StallPerToken*1e3, "%.3f", true), orDash(p.Accuracy, "%.3f", true), p.OnCPUPerToken,
 			orDash(p.LimitPerToken*1e3, "%.3f", true), orDash(p.OverLimit, "%.2f", true))
 	}

@@ -2,10 +2,16 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/commit-run/commit-run/internal/fakecuda"
 )
 
 func TestBenchShapeOnSim(t *testing.T) {
@@ -116,6 +122,70 @@ func TestBenchBadInput(t *testing.T) {
 		_, errOut, code := runCLI(t, "", append([]string{"-m", model}, c.args...)...)
 		if code == 0 || !strings.Contains(errOut, c.want) {
 			t.Errorf("%v: exit %d, stderr %q, want an error mentioning %q", c.args, code, errOut, c.want)
+		}
+	}
+}
+
+// On a GPU (the fake driver's cuda:0) the stall, the device time and the physical limit are
+// measured with CUDA events, so the table prints them rather than dashes.
+func TestBenchModelOnFakeGPU(t *testing.T) {
+	model := needModel(t)
+	lib, err := fakecuda.Build()
+	if errors.Is(err, fakecuda.ErrNoCompiler) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompts := filepath.Join(t.TempDir(), "prompts.txt")
+	if err := os.WriteFile(prompts, []byte("Prince Andrew said\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"-m", model, "--device", "cuda:0", "--cuda-lib", lib, "--gpu-mem", "10MiB", "--policy", "ondemand,prefetch",
+		"bench", "--tokens", "3", "--prompts", prompts}
+	out, _ := mustRun(t, "", args...)
+	if !strings.Contains(out, "limit = max(device compute, bytes needed / the copy stream's measured bandwidth)") {
+		t.Errorf("the header does not say what the limit is on a GPU:\n%s", out)
+	}
+	var header []string
+	rows := 0
+	for _, l := range strings.Split(out, "\n") {
+		f := regexp.MustCompile(`\s{2,}`).Split(strings.TrimSpace(l), -1) // the table's columns
+		if len(f) > 0 && f[0] == "policy" {
+			header = f
+			continue
+		}
+		if header == nil || len(f) != len(header) || (f[0] != "ondemand" && f[0] != "prefetch") {
+			continue
+		}
+		rows++
+		for i, col := range header {
+			switch col {
+			case "device ms/tok", "stall ms/tok", "limit ms", "measured/limit":
+				if v, err := strconv.ParseFloat(f[i], 64); err != nil || v < 0 {
+					t.Errorf("%s: %s is %q, want a figure:\n%s", f[0], col, f[i], out)
+				}
+			}
+		}
+	}
+	if rows != 2 || !slices.Contains(header, "device ms/tok") {
+		t.Errorf("%d rows, header %q:\n%s", rows, header, out)
+	}
+
+	js, _ := mustRun(t, "", append(args, "--json")...)
+	var rep struct {
+		Rows []struct {
+			DeviceTimePerToken       float64
+			StallPerToken, OverLimit *float64
+			LimitPerToken            *float64
+		}
+	}
+	if err := json.Unmarshal([]byte(js), &rep); err != nil || len(rep.Rows) != 2 {
+		t.Fatalf("--json: %v\n%s", err, js)
+	}
+	for _, r := range rep.Rows {
+		if r.DeviceTimePerToken <= 0 || r.StallPerToken == nil || r.LimitPerToken == nil || r.OverLimit == nil || *r.OverLimit <= 0 {
+			t.Errorf("--json row %+v:\n%s", r, js)
 		}
 	}
 }

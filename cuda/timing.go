@@ -1,0 +1,182 @@
+package cuda
+
+import (
+	"errors"
+	"slices"
+	"sync"
+)
+
+// computeTimer times the compute stream with timing events: the device time between the
+// engine's marks (a decode token's), and the time the stream sat in waits for the copy
+// stream (the stall behind expert copies). Its events are pooled: a wait records two, a mark
+// one, and none is created once the pool has grown to the run's needs.
+type computeTimer struct {
+	mu    sync.Mutex
+	free  []*Event    // timing events ready for reuse
+	made  int         // timing events created, all in free, waits or last when idle
+	waits []timedCopy // compute-stream waits on the copy stream not yet read (n unused)
+	last  *Event      // the latest mark, the start of the next interval
+	stall float64     // seconds of the waits read
+	dev   float64     // seconds between consecutive marks, summed
+	marks int64
+}
+
+// event returns a timing event from the pool, or a new one. The caller holds t.mu.
+func (t *computeTimer) event(c *Context) (*Event, error) {
+	if n := len(t.free); n > 0 {
+		ev := t.free[n-1]
+		t.free = t.free[:n-1]
+		return ev, nil
+	}
+	ev, err := c.NewEvent(true)
+	if err == nil {
+		t.made++
+	}
+	return ev, err
+}
+
+// waitForCopy makes the compute stream wait for ev, an event of the copy stream, between two
+// timing events: the time from the first to the second is how long the stream waited,
+// nothing enqueued on it left to run, for the copy to land. Both are recorded under t.mu so
+// that a mark never falls between them.
+func (g *GPU) waitForCopy(ev *Event) {
+	t := &g.timing
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	start, err1 := t.event(g.ctx)
+	end, err2 := t.event(g.ctx)
+	if err := errors.Join(err1, err2); err != nil {
+		t.release(start, end)
+		g.fail(err)
+		// The wait still orders the kernels after the copy.
+		if err := g.compute.Wait(ev); err != nil {
+			g.fail(err)
+		}
+		return
+	}
+	if err := errors.Join(start.Record(g.compute), g.compute.Wait(ev), end.Record(g.compute)); err != nil {
+		t.release(start, end)
+		g.fail(err)
+		return
+	}
+	t.waits = append(t.waits, timedCopy{start: start, end: end})
+	if len(t.waits) >= 256 {
+		// Read what has happened without blocking; block only on a backlog that has not.
+		if g.drainWaits(t.doneWaits()) == 0 && len(t.waits) >= 1024 {
+			g.drainWaits(len(t.waits) / 2)
+		}
+	}
+}
+
+// release returns events to the pool. The caller holds t.mu.
+func (t *computeTimer) release(evs ...*Event) {
+	for _, ev := range evs {
+		if ev != nil {
+			t.free = append(t.free, ev)
+		}
+	}
+}
+
+// doneWaits counts the oldest waits whose end has happened, without blocking. The caller
+// holds g.timing.mu.
+func (t *computeTimer) doneWaits() int {
+	for i, w := range t.waits {
+		if ok, err := w.end.Done(); !ok || err != nil {
+			return i
+		}
+	}
+	return len(t.waits)
+}
+
+// drainWaits adds the time of the n oldest waits to the stall, waiting for them, and returns
+// n. The caller holds g.timing.mu.
+func (g *GPU) drainWaits(n int) int {
+	t := &g.timing
+	for _, w := range t.waits[:n] {
+		if err := w.end.Synchronize(); err != nil {
+			g.fail(err)
+		} else if sec, err := Elapsed(w.start, w.end); err != nil {
+			g.fail(err)
+		} else {
+			t.stall += max(sec, 0)
+		}
+		t.free = append(t.free, w.start, w.end)
+	}
+	t.waits = slices.Delete(t.waits, 0, n)
+	return n
+}
+
+// Mark records a timing event on the compute stream after the work enqueued so far, waits
+// for it, and reports the counters up to it. The engine marks where a decode token's logits
+// have been read, when the stream has nothing left to run, so the wait costs nothing; the
+// change of DeviceSeconds between two marks is then the device time of the token, and that
+// of StallSeconds its time waiting for copies. Copies still in flight (a prefetch for the
+// next token) are not waited for: the copy figures are those of the copies already landed.
+func (g *GPU) Mark() GPUStats {
+	t := &g.timing
+	t.mu.Lock()
+	ev, err := t.event(g.ctx)
+	if err == nil {
+		if err = errors.Join(ev.Record(g.compute), ev.Synchronize()); err != nil {
+			t.release(ev)
+		}
+	}
+	if err != nil {
+		g.fail(err)
+	} else {
+		if t.last != nil {
+			if sec, err := Elapsed(t.last, ev); err != nil {
+				g.fail(err)
+			} else {
+				t.dev += max(sec, 0)
+			}
+			t.release(t.last)
+		}
+		t.last = ev
+		t.marks++
+		// Every wait enqueued so far came before the mark on the stream: all have happened.
+		g.drainWaits(len(t.waits))
+	}
+	s := GPUStats{DeviceSeconds: t.dev, StallSeconds: t.stall, Marks: t.marks}
+	t.mu.Unlock()
+
+	g.copyMu.Lock()
+	n := 0
+	for _, c := range g.copies {
+		if ok, err := c.end.Done(); !ok || err != nil {
+			break
+		}
+		n++
+	}
+	g.drainCopies(n)
+	s.CopyBytes, s.CopySeconds = g.copyBytes, g.copySec
+	g.copyMu.Unlock()
+	g.counters(&s)
+	return s
+}
+
+// readTiming waits for the compute stream's timed waits and adds the timer's totals to s.
+func (g *GPU) readTiming(s *GPUStats) {
+	t := &g.timing
+	t.mu.Lock()
+	g.drainWaits(len(t.waits))
+	s.DeviceSeconds, s.StallSeconds, s.Marks = t.dev, t.stall, t.marks
+	t.mu.Unlock()
+}
+
+// closeTiming destroys the timer's events.
+func (g *GPU) closeTiming() []error {
+	t := &g.timing
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, w := range t.waits {
+		t.free = append(t.free, w.start, w.end)
+	}
+	t.release(t.last)
+	var errs []error
+	for _, ev := range t.free {
+		errs = append(errs, ev.Destroy())
+	}
+	t.waits, t.free, t.last, t.made = nil, nil, nil, 0
+	return errs
+}
