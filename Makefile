@@ -4,7 +4,7 @@ MODEL ?= models/testdata/tinymoe-qwen2moe.gguf
 THREADS ?= 0
 BIN := bin/commit-run
 
-.PHONY: run test build bench-cpu golden fuzz vet clean kernels
+.PHONY: run test build bench-cpu golden fuzz vet clean kernels gpu-pack
 
 build:
 	$(GO) build -o $(BIN) ./cmd/commit-run
@@ -38,6 +38,14 @@ golden:
 # Rebuild the CUDA kernels' PTX (cuda/ptx/kernels.ptx) after editing cuda/kernels/ (nvcc, or clang).
 kernels:
 	bash tools/kernels/build.sh
+
+# Binaries for a lent GPU machine, which has no Go: carry bin/gpu and run tools/gpu/check.sh there.
+gpu-pack:
+	mkdir -p bin/gpu
+	$(GO) test -c -ldflags='-s -w' -o bin/gpu/cuda.test ./cuda
+	$(GO) test -c -ldflags='-s -w' -o bin/gpu/engine.test ./engine
+	$(GO) build -ldflags='-s -w' -o bin/gpu/commit-run ./cmd/commit-run
+	$(GO) build -ldflags='-s -w' -o bin/gpu/synth ./tools/golden/cmd/synth
 
 clean:
 	rm -rf bin

@@ -33,6 +33,7 @@ import (
 // kernelEnv runs kernels of the PTX module on one stream.
 type kernelEnv struct {
 	real     bool // a CUDA device, not the fake driver
+	info     Info // the device's, on a real one
 	ctx      *Context
 	s        *Stream
 	mod      *Module
@@ -86,12 +87,13 @@ func openKernels(tb testing.TB) *kernelEnv {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { mod.Unload() })
+	var info Info
 	if real {
-		if in, err := dev.Info(); err == nil {
-			tb.Logf("kernels on %s", in)
+		if info, err = dev.Info(); err == nil {
+			tb.Logf("kernels on %s", info)
 		}
 	}
-	return &kernelEnv{real: real, ctx: ctx, s: s, mod: mod, fns: map[string]*Function{}, launched: map[string]bool{}}
+	return &kernelEnv{real: real, info: info, ctx: ctx, s: s, mod: mod, fns: map[string]*Function{}, launched: map[string]bool{}}
 }
 
 // alloc returns n bytes of device memory, freed when tb ends, filled with 0xff bytes: NaN

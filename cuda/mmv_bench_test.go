@@ -1,0 +1,102 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/commit-run/commit-run/quant"
+)
+
+// BenchmarkMMVDecode times decode's matrix-vector products (one token) on matrices of
+// Mixtral's expert shapes, 14336 x 4096 (gate, up) and 4096 x 14336 (down), and reports how
+// close each kernel comes to the card's memory bandwidth: the goal is 60% for Q4_K
+// and Q8_0.
+//
+//	weight-GB/s  the matrix's bytes over the time of a product (each weight is read once);
+//	%peak        that over the theoretical bandwidth from the memory clock and bus width.
+//
+// The launches cycle through copies of the matrix that together exceed four times the L2
+// cache, so that every product reads its weights from memory, as decode reads an expert
+// once per token. Times are the device's, between events around b.N launches. It runs only
+// on a CUDA device.
+func BenchmarkMMVDecode(b *testing.B) {
+	k := openKernels(b)
+	if !k.real {
+		b.Skip("no CUDA device: the fake driver's emulator has no meaningful timings")
+	}
+	r := rand.New(rand.NewPCG(2, 2))
+	for _, typ := range []quant.Type{quant.Q4_K, quant.Q8_0, quant.Q6_K, quant.Q5_K, quant.Q4_0, quant.F16} {
+		for _, shape := range [][2]int{{14336, 4096}, {4096, 14336}} {
+			rows, cols := shape[0], shape[1]
+			rb, err := typ.RowBytes(cols)
+			if err != nil {
+				b.Fatal(err)
+			}
+			data := make([]byte, rows*rb)
+			for i := 0; i < 64; i++ {
+				quant.QuantizeRow(typ, randF32(r, cols, 1), data[i*rb:(i+1)*rb])
+			}
+			for i := 64; i < rows; i++ {
+				copy(data[i*rb:(i+1)*rb], data[(i%64)*rb:])
+			}
+			copies := max(2, (4*k.info.L2+len(data)-1)/len(data))
+			ws := make([]DevicePtr, copies)
+			for i := range ws {
+				ws[i] = k.put(b, data)
+			}
+			dx, dy := k.putF32(b, randF32(r, cols, 1)), k.alloc(b, 4*rows)
+			b.Run(fmt.Sprintf("%s/%dx%d", typ, rows, cols), func(b *testing.B) {
+				sec := timeDecode(b, k, mmvKernels[typ], ws, dx, dy, rows, cols)
+				gbs := float64(len(data)) / sec / 1e9
+				b.ReportMetric(gbs, "weight-GB/s")
+				if k.info.MemoryBandwidth > 0 {
+					b.ReportMetric(100*gbs*1e9/k.info.MemoryBandwidth, "%peak")
+				}
+			})
+		}
+	}
+}
+
+// timeDecode launches the one-token product b.N times, cycling through the matrices ws, and
+// returns the device's seconds per launch.
+func timeDecode(b *testing.B, k *kernelEnv, name string, ws []DevicePtr, x, y DevicePtr, rows, cols int) float64 {
+	b.Helper()
+	f, err := k.mod.Function(name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	grid, block := Dim3{X: ceilDiv(rows, mmvRowsPerBlock), Y: 1}, Dim3{X: 32, Y: mmvRowsPerBlock}
+	args := make([]Args, len(ws))
+	for i, w := range ws {
+		args[i].Ptr(w).Ptr(x).Ptr(y).Int(rows).Int(cols).Int(1)
+	}
+	start, err1 := k.ctx.NewEvent(true)
+	end, err2 := k.ctx.NewEvent(true)
+	if err := errors.Join(err1, err2); err != nil {
+		b.Fatal(err)
+	}
+	defer start.Destroy()
+	defer end.Destroy()
+	for i := range args {
+		err = errors.Join(err, k.s.Launch(f, grid, block, 0, &args[i]))
+	}
+	if err := errors.Join(err, k.s.Synchronize()); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	err = start.Record(k.s)
+	for i := 0; i < b.N && err == nil; i++ {
+		err = k.s.Launch(f, grid, block, 0, &args[i%len(args)])
+	}
+	if err := errors.Join(err, end.Record(k.s), end.Synchronize()); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	sec, err := Elapsed(start, end)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return sec / float64(b.N)
+}

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Runs issue 6's checks that need a GPU, on a lent machine that has the CUDA toolkit but no Go,
+# from the binaries `make gpu-pack` builds into bin/gpu (carry bin/gpu). From the repo root:
+#   bash tools/gpu/check.sh [STAGE ...]      (default: every stage; logs under $OUT or /tmp/gpu-check)
+# Stages: smi ptxas cuda engine kernels offload. Each writes STAGE.log and goes on after a failure,
+# so that one call of a short lease gathers everything.
+set -u
+cd "$(dirname "$0")/../.."
+root=$PWD
+bin=$root/bin/gpu
+out=${OUT:-/tmp/gpu-check}
+mkdir -p "$out"
+stages=("$@")
+[[ ${#stages[@]} -gt 0 ]] || stages=(smi ptxas cuda engine kernels offload)
+
+smi() {
+	nvidia-smi
+	nvidia-smi --query-gpu=name,memory.total,pcie.link.gen.current,pcie.link.width.current,pcie.link.gen.max,pcie.link.width.max --format=csv
+}
+
+# The committed PTX is clang's: NVIDIA's assembler must take it for the oldest and the newest
+# target, as the driver's JIT does.
+ptxas_check() {
+	for arch in sm_75 sm_89 sm_90; do
+		ptxas -arch=$arch -O3 cuda/ptx/kernels.ptx -o /dev/null && echo "ptxas $arch: ok"
+	done
+}
+
+# Every test of the two packages, on the real driver (the tests take it when it sees a device).
+cuda_tests() { (cd cuda && "$bin/cuda.test" -test.v -test.count=1 -test.timeout 9m); }
+engine_tests() { (cd engine && "$bin/engine.test" -test.v -test.count=1 -test.timeout 9m -test.run 'CUDA|GPU|Device'); }
+
+# Decode's bandwidth (goal 60% of peak for Q4_K and Q8_0) and prefill's mmq against mmv.
+kernels() { (cd cuda && "$bin/cuda.test" -test.run '^$' -test.bench 'MMVDecode|MMQ' -test.benchtime 200x); }
+
+# The four policies on a real shape at Q4_K with random weights, the budget well below the
+# experts, on the GPU and on the simulated H100 for calibration.
+offload() {
+	local m=/tmp/olmoe-q4k.gguf
+	[[ -e $m ]] || "$bin/synth" -arch olmoe -layers 8 -type q4_k -out $m || return
+	local size=$(stat -c %s $m)
+	local mem=$((size * 35 / 100 / 1048576))MiB
+	for dev in cuda:0 sim:h100-pcie; do
+		echo "== $dev, --gpu-mem $mem of $((size / 1048576)) MiB"
+		"$bin/commit-run" -m $m --device $dev --gpu-mem $mem bench --policy ondemand,prefetch,commit,cpu-miss \
+			--predictor prev-token --tokens 64 --json >"$out/offload-${dev%%:*}.json"
+		"$bin/commit-run" -m $m --device $dev --gpu-mem $mem bench --policy ondemand,prefetch,commit,cpu-miss \
+			--predictor prev-token --tokens 64
+	done
+}
+
+for s in "${stages[@]}"; do
+	case $s in
+	smi) f=smi ;;
+	ptxas) f=ptxas_check ;;
+	cuda) f=cuda_tests ;;
+	engine) f=engine_tests ;;
+	kernels) f=kernels ;;
+	offload) f=offload ;;
+	*) echo "check.sh: unknown stage $s" >&2; exit 2 ;;
+	esac
+	echo "== $s"
+	$f >"$out/$s.log" 2>&1
+	echo "rc=$?" >>"$out/$s.log"
+	tail -n 15 "$out/$s.log"
+done
