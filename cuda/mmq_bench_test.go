@@ -50,7 +50,7 @@ func BenchmarkMMQ(b *testing.B) {
 					name, grid, block = mmvKernels[typ], Dim3{X: ceilDiv(rows, mmvRowsPerBlock), Y: ceilDiv(T, mmvTokensPerBlock)}, Dim3{X: 32, Y: mmvRowsPerBlock}
 				}
 				b.Run(fmt.Sprintf("%s/T=%d/%s", typ, T, kernel), func(b *testing.B) {
-					sec := timeLaunches(b, k, name, grid, block, dw, dx, dy, rows, cols, T)
+					sec := timeLaunches(b, k, name, grid, block, []Args{productArgs(dw, dx, dy, rows, cols, T)})
 					b.ReportMetric(float64(len(data))/sec/1e9, "weight-GB/s")
 					b.ReportMetric(2*float64(rows)*cols*float64(T)/sec/1e9, "GFLOP/s")
 				})
@@ -59,16 +59,14 @@ func BenchmarkMMQ(b *testing.B) {
 	}
 }
 
-// timeLaunches launches kernel name b.N times after a warm-up and returns the device's
-// seconds per launch.
-func timeLaunches(b *testing.B, k *kernelEnv, name string, grid, block Dim3, w, x, y DevicePtr, rows, cols, T int) float64 {
+// timeLaunches launches kernel name b.N times after a warm-up, cycling through the argument
+// lists args, and returns the device's seconds per launch.
+func timeLaunches(b *testing.B, k *kernelEnv, name string, grid, block Dim3, args []Args) float64 {
 	b.Helper()
 	f, err := k.mod.Function(name)
 	if err != nil {
 		b.Fatal(err)
 	}
-	var args Args
-	args.Ptr(w).Ptr(x).Ptr(y).Int(rows).Int(cols).Int(T)
 	start, err1 := k.ctx.NewEvent(true)
 	end, err2 := k.ctx.NewEvent(true)
 	if err := errors.Join(err1, err2); err != nil {
@@ -76,13 +74,16 @@ func timeLaunches(b *testing.B, k *kernelEnv, name string, grid, block Dim3, w, 
 	}
 	defer start.Destroy()
 	defer end.Destroy()
-	if err := errors.Join(k.s.Launch(f, grid, block, 0, &args), k.s.Synchronize()); err != nil {
+	for i := range args {
+		err = errors.Join(err, k.s.Launch(f, grid, block, 0, &args[i]))
+	}
+	if err := errors.Join(err, k.s.Synchronize()); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
 	err = start.Record(k.s)
 	for i := 0; i < b.N && err == nil; i++ {
-		err = k.s.Launch(f, grid, block, 0, &args)
+		err = k.s.Launch(f, grid, block, 0, &args[i%len(args)])
 	}
 	if err := errors.Join(err, end.Record(k.s), end.Synchronize()); err != nil {
 		b.Fatal(err)
@@ -93,4 +94,11 @@ func timeLaunches(b *testing.B, k *kernelEnv, name string, grid, block Dim3, w, 
 		b.Fatal(err)
 	}
 	return sec / float64(b.N)
+}
+
+// productArgs are the arguments of a product kernel (mmv, mmq) over w, x and y.
+func productArgs(w, x, y DevicePtr, rows, cols, T int) Args {
+	var a Args
+	a.Ptr(w).Ptr(x).Ptr(y).Int(rows).Int(cols).Int(T)
+	return a
 }

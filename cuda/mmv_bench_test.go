@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -48,7 +47,12 @@ func BenchmarkMMVDecode(b *testing.B) {
 			}
 			dx, dy := k.putF32(b, randF32(r, cols, 1)), k.alloc(b, 4*rows)
 			b.Run(fmt.Sprintf("%s/%dx%d", typ, rows, cols), func(b *testing.B) {
-				sec := timeDecode(b, k, mmvKernels[typ], ws, dx, dy, rows, cols)
+				args := make([]Args, len(ws))
+				for i, w := range ws {
+					args[i] = productArgs(w, dx, dy, rows, cols, 1)
+				}
+				grid, block := Dim3{X: ceilDiv(rows, mmvRowsPerBlock), Y: 1}, Dim3{X: 32, Y: mmvRowsPerBlock}
+				sec := timeLaunches(b, k, mmvKernels[typ], grid, block, args)
 				gbs := float64(len(data)) / sec / 1e9
 				b.ReportMetric(gbs, "weight-GB/s")
 				if k.info.MemoryBandwidth > 0 {
@@ -57,46 +61,4 @@ func BenchmarkMMVDecode(b *testing.B) {
 			})
 		}
 	}
-}
-
-// timeDecode launches the one-token product b.N times, cycling through the matrices ws, and
-// returns the device's seconds per launch.
-func timeDecode(b *testing.B, k *kernelEnv, name string, ws []DevicePtr, x, y DevicePtr, rows, cols int) float64 {
-	b.Helper()
-	f, err := k.mod.Function(name)
-	if err != nil {
-		b.Fatal(err)
-	}
-	grid, block := Dim3{X: ceilDiv(rows, mmvRowsPerBlock), Y: 1}, Dim3{X: 32, Y: mmvRowsPerBlock}
-	args := make([]Args, len(ws))
-	for i, w := range ws {
-		args[i].Ptr(w).Ptr(x).Ptr(y).Int(rows).Int(cols).Int(1)
-	}
-	start, err1 := k.ctx.NewEvent(true)
-	end, err2 := k.ctx.NewEvent(true)
-	if err := errors.Join(err1, err2); err != nil {
-		b.Fatal(err)
-	}
-	defer start.Destroy()
-	defer end.Destroy()
-	for i := range args {
-		err = errors.Join(err, k.s.Launch(f, grid, block, 0, &args[i]))
-	}
-	if err := errors.Join(err, k.s.Synchronize()); err != nil {
-		b.Fatal(err)
-	}
-	b.ResetTimer()
-	err = start.Record(k.s)
-	for i := 0; i < b.N && err == nil; i++ {
-		err = k.s.Launch(f, grid, block, 0, &args[i%len(args)])
-	}
-	if err := errors.Join(err, end.Record(k.s), end.Synchronize()); err != nil {
-		b.Fatal(err)
-	}
-	b.StopTimer()
-	sec, err := Elapsed(start, end)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return sec / float64(b.N)
 }
