@@ -103,9 +103,11 @@ type epGroup struct {
 	// it weighs tokens by their hidden state's entropy (MACS).
 	needProbs, needEntropy bool
 	// centroids are MACS's expert centroids by MoE layer (nil: no semantic rerouting), from
-	// calibrated tokens of the calibration text; each rank sends its tokens' affinities.
-	centroids  [][]float32
-	calibrated int
+	// calibrated tokens of the calibration text, and their norms; each rank sends its
+	// tokens' affinities.
+	centroids     [][]float32
+	centroidNorms [][]float64
+	calibrated    int
 	// pending is each rank's copies of experts newly placed on it (EPLB), which that layer's
 	// next experts wait for; scratch the slot fetched and moved weights land in on a device
 	// without memory of its own, fetch a GPU's slots for fetched experts.
@@ -271,6 +273,9 @@ func (m *Model) openEP(path string) error {
 			return err
 		}
 		g.centroids, g.calibrated = mu, ran
+		for _, mj := range mu {
+			g.centroidNorms = append(g.centroidNorms, multigpu.CentroidNorms(mj, c.Embd))
+		}
 	}
 	// From here on the group owns the other ranks' devices and the transport: closeEP
 	// releases them if opening fails.
@@ -756,7 +761,7 @@ func (m *Model) epMoE(layer int, moe *models.MoE, x []float32, T int, out []floa
 			rest = rest[1:]
 		}
 		if g.centroids != nil {
-			multigpu.Affinities(x[t*d:(t+1)*d], g.centroids[j], rest[:E])
+			multigpu.Affinities(x[t*d:(t+1)*d], g.centroids[j], g.centroidNorms[j], rest[:E])
 		}
 	}
 	m.label("link", "metadata", layer, -1)

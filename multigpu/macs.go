@@ -445,8 +445,9 @@ func (m MACS) Plan(b Batch, p Placement) (Schedule, error) {
 	aff := b.Affinity
 	if aff == nil && m.Centroids != nil && b.Features != nil && m.Eta > 0 {
 		aff = make([]float32, T*E)
+		norms := CentroidNorms(m.Centroids, b.Dim)
 		for t := range T {
-			Affinities(b.Features[t*b.Dim:(t+1)*b.Dim], m.Centroids, aff[t*E:(t+1)*E])
+			Affinities(b.Features[t*b.Dim:(t+1)*b.Dim], m.Centroids, norms, aff[t*E:(t+1)*E])
 		}
 	}
 	semantic := aff != nil && m.Eta > 0
@@ -524,15 +525,25 @@ func macsNorm(v []float32) float64 {
 	return math.Sqrt(s)
 }
 
+// CentroidNorms are the Euclidean norms of every expert's centroid (centroids holds experts
+// rows of dim values), which Affinities divides by: computed once, not per token.
+func CentroidNorms(centroids []float32, dim int) []float64 {
+	n := make([]float64, len(centroids)/dim)
+	for k := range n {
+		n[k] = macsNorm(centroids[k*dim : (k+1)*dim])
+	}
+	return n
+}
+
 // Affinities writes the cosine similarity of hidden state z with every expert's centroid
-// (ExpertCentroids, len(out) experts of len(z) values) into out: eq. 10's sim(z_x, mu_k), 0
-// for a zero vector. Where the hidden state lives, it turns the state into Batch.Affinity.
-func Affinities(z, centroids []float32, out []float32) {
+// (ExpertCentroids, len(out) experts of len(z) values, their norms from CentroidNorms) into
+// out: eq. 10's sim(z_x, mu_k), 0 for a zero vector. Where the hidden state lives, it turns
+// the state into Batch.Affinity.
+func Affinities(z, centroids []float32, norms []float64, out []float32) {
 	D := len(z)
 	nz := macsNorm(z)
 	for k := range out {
-		mu := centroids[k*D : (k+1)*D]
-		out[k] = float32(macsCosine(z, mu, nz, macsNorm(mu)))
+		out[k] = float32(macsCosine(z, centroids[k*D:(k+1)*D], nz, norms[k]))
 	}
 }
 

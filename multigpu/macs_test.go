@@ -720,8 +720,9 @@ func TestMACSAffinityAsFeatures(t *testing.T) {
 		a := b
 		a.Features, a.Dim = nil, 0
 		a.Affinity = make([]float32, b.Tokens()*b.Experts)
+		norms := CentroidNorms(m.Centroids, b.Dim)
 		for t := range b.Tokens() {
-			Affinities(b.Features[t*b.Dim:(t+1)*b.Dim], m.Centroids, a.Affinity[t*b.Experts:(t+1)*b.Experts])
+			Affinities(b.Features[t*b.Dim:(t+1)*b.Dim], m.Centroids, norms, a.Affinity[t*b.Experts:(t+1)*b.Experts])
 		}
 		mc := m
 		mc.Centroids = nil
