@@ -62,7 +62,7 @@ func (g *GPU) waitForCopy(ev *Event) {
 	t.waits = append(t.waits, timedCopy{start: start, end: end})
 	if len(t.waits) >= 256 {
 		// Read what has happened without blocking; block only on a backlog that has not.
-		if g.drainWaits(t.doneWaits()) == 0 && len(t.waits) >= 1024 {
+		if g.drainWaits(done(t.waits)) == 0 && len(t.waits) >= 1024 {
 			g.drainWaits(len(t.waits) / 2)
 		}
 	}
@@ -77,15 +77,15 @@ func (t *computeTimer) release(evs ...*Event) {
 	}
 }
 
-// doneWaits counts the oldest waits whose end has happened, without blocking. The caller
-// holds g.timing.mu.
-func (t *computeTimer) doneWaits() int {
-	for i, w := range t.waits {
+// done counts the oldest of the timed spans whose end has happened, without blocking: those
+// a drain can read without waiting.
+func done(spans []timedCopy) int {
+	for i, w := range spans {
 		if ok, err := w.end.Done(); !ok || err != nil {
 			return i
 		}
 	}
-	return len(t.waits)
+	return len(spans)
 }
 
 // drainWaits adds the time of the n oldest waits to the stall, waiting for them, and returns
@@ -141,14 +141,7 @@ func (g *GPU) Mark() GPUStats {
 	t.mu.Unlock()
 
 	g.copyMu.Lock()
-	n := 0
-	for _, c := range g.copies {
-		if ok, err := c.end.Done(); !ok || err != nil {
-			break
-		}
-		n++
-	}
-	g.drainCopies(n)
+	g.drainCopies(done(g.copies))
 	s.CopyBytes, s.CopySeconds = g.copyBytes, g.copySec
 	g.copyMu.Unlock()
 	g.counters(&s)
