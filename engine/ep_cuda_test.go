@@ -49,16 +49,7 @@ func TestEPCUDANCCL(t *testing.T) {
 		t.Fatal(err)
 	}
 	gen := func(m *engine.Model) []int32 {
-		s, err := m.NewSession()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		res, err := s.Generate(ctx, prompt, engine.GenerateOptions{MaxTokens: 8, IgnoreEOS: true, Sampler: engine.SamplerOptions{Greedy: true}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res.Tokens
+		return generated(t, m, prompt, engine.GenerateOptions{MaxTokens: 8, IgnoreEOS: true, Sampler: engine.SamplerOptions{Greedy: true}})
 	}
 	wantGen := gen(one)
 	gpu, err := engine.Open(bundledQwen, engine.Options{Device: "cuda:0", CUDALibrary: cudaLib, Threads: 2})

@@ -21,6 +21,21 @@ func openEP(t *testing.T, path, dev string, ep *engine.EPOptions) *engine.Model 
 	return m
 }
 
+// generated is the tokens a new session of m generates after prompt.
+func generated(t *testing.T, m *engine.Model, prompt []int32, o engine.GenerateOptions) []int32 {
+	t.Helper()
+	s, err := m.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	res, err := s.Generate(context.Background(), prompt, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Tokens
+}
+
 // Expert parallelism with a policy that drops nothing computes what one device computes, to
 // the bit: the held-out perplexity with windows spread over the ranks, and a greedy
 // generation whose tokens live on rank 0 while the other ranks serve their experts.
@@ -39,16 +54,7 @@ func TestEPMatchesOneDevice(t *testing.T) {
 			t.Fatal(err)
 		}
 		gen := func(m *engine.Model) []int32 {
-			s, err := m.NewSession()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			res, err := s.Generate(ctx, prompt, engine.GenerateOptions{MaxTokens: 12, IgnoreEOS: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return res.Tokens
+			return generated(t, m, prompt, engine.GenerateOptions{MaxTokens: 12, IgnoreEOS: true})
 		}
 		wantGen := gen(one)
 		for _, c := range []struct {
