@@ -422,6 +422,29 @@ CR_FN void mmv_kscale(u32 s1, u32 s2, u32 s3, int j, u32* sc, u32* m) {
 	}
 }
 
+// mmv_k_dot is Q4_K's and Q5_K's common end: lane s's 32 quants v, 16 of sub-block 2c and 16
+// of 2c+1 (c = s/2), take their scales and mins from the block's header h, and their products
+// with each token's x[64c + l0 ..] and x[64c + 32 + l0 ..] (l0 = 16(s&1)) join acc.
+template <int NT> CR_FN void mmv_k_dot(float* v, const cr_u4& h, int s, const float* x, int cols, int nt, float* acc) {
+	int c = s >> 1, l0 = 16 * (s & 1);
+	float d = cr_h2f((u16)(h.x & 0xffffu)), dmin = cr_h2f((u16)(h.x >> 16));
+	u32 sc1, m1, sc2, m2;
+	mmv_kscale(h.y, h.z, h.w, 2 * c, &sc1, &m1);
+	mmv_kscale(h.y, h.z, h.w, 2 * c + 1, &sc2, &m2);
+	float d1 = d * (float)sc1, dm1 = dmin * (float)m1, d2 = d * (float)sc2, dm2 = dmin * (float)m2;
+#pragma unroll
+	for (int i = 0; i < 16; i++) {
+		v[i] = cr_fma(d1, v[i], -dm1);
+		v[16 + i] = cr_fma(d2, v[16 + i], -dm2);
+	}
+#pragma unroll
+	for (int t = 0; t < NT; t++)
+		if (t < nt) {
+			const float* xt = x + (i64)t * cols + 64 * c + l0;
+			acc[t] += (mmv_dot8(v, xt) + mmv_dot8(v + 8, xt + 8)) + (mmv_dot8(v + 16, xt + 32) + mmv_dot8(v + 24, xt + 40));
+		}
+}
+
 // Q4_K: eight lanes per block; lane s reads the 16-byte header (d, dmin, scales) and
 // qs[16s..16s+15], which is chunk c = s/2, bytes l0 = 16(s&1) ..: low nibbles are elements
 // 64c + l0 + i of sub-block 2c, high nibbles elements 64c + 32 + l0 + i of sub-block 2c+1.
@@ -437,12 +460,6 @@ struct mmv_q4_K_t {
 		return r;
 	}
 	template <int NT> CR_FN void dot(const raw& r, int s, const float* x, int cols, int nt, float* acc) {
-		int c = s >> 1, l0 = 16 * (s & 1);
-		float d = cr_h2f((u16)(r.h.x & 0xffffu)), dmin = cr_h2f((u16)(r.h.x >> 16));
-		u32 sc1, m1, sc2, m2;
-		mmv_kscale(r.h.y, r.h.z, r.h.w, 2 * c, &sc1, &m1);
-		mmv_kscale(r.h.y, r.h.z, r.h.w, 2 * c + 1, &sc2, &m2);
-		float d1 = d * (float)sc1, dm1 = dmin * (float)m1, d2 = d * (float)sc2, dm2 = dmin * (float)m2;
 		u32 q[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
 		float v[32];
 #pragma unroll
@@ -450,17 +467,7 @@ struct mmv_q4_K_t {
 			mmv_bytes4(q[i] & 0x0f0f0f0fu, 0.0f, v + 4 * i);
 			mmv_bytes4((q[i] >> 4) & 0x0f0f0f0fu, 0.0f, v + 16 + 4 * i);
 		}
-#pragma unroll
-		for (int i = 0; i < 16; i++) {
-			v[i] = cr_fma(d1, v[i], -dm1);
-			v[16 + i] = cr_fma(d2, v[16 + i], -dm2);
-		}
-#pragma unroll
-		for (int t = 0; t < NT; t++)
-			if (t < nt) {
-				const float* xt = x + (i64)t * cols + 64 * c + l0;
-				acc[t] += (mmv_dot8(v, xt) + mmv_dot8(v + 8, xt + 8)) + (mmv_dot8(v + 16, xt + 32) + mmv_dot8(v + 24, xt + 40));
-			}
+		mmv_k_dot<NT>(v, r.h, s, x, cols, nt, acc);
 	}
 };
 
@@ -479,12 +486,7 @@ struct mmv_q5_K_t {
 		return r;
 	}
 	template <int NT> CR_FN void dot(const raw& r, int s, const float* x, int cols, int nt, float* acc) {
-		int c = s >> 1, l0 = 16 * (s & 1);
-		float d = cr_h2f((u16)(r.h.x & 0xffffu)), dmin = cr_h2f((u16)(r.h.x >> 16));
-		u32 sc1, m1, sc2, m2;
-		mmv_kscale(r.h.y, r.h.z, r.h.w, 2 * c, &sc1, &m1);
-		mmv_kscale(r.h.y, r.h.z, r.h.w, 2 * c + 1, &sc2, &m2);
-		float d1 = d * (float)sc1, dm1 = dmin * (float)m1, d2 = d * (float)sc2, dm2 = dmin * (float)m2;
+		int c = s >> 1;
 		u32 q[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
 		u32 qh[4] = {r.qh.x, r.qh.y, r.qh.z, r.qh.w};
 		float v[32];
@@ -493,17 +495,7 @@ struct mmv_q5_K_t {
 			mmv_bytes4((q[i] & 0x0f0f0f0fu) | ((qh[i] >> (2 * c)) & 0x01010101u) << 4, 0.0f, v + 4 * i);
 			mmv_bytes4(((q[i] >> 4) & 0x0f0f0f0fu) | ((qh[i] >> (2 * c + 1)) & 0x01010101u) << 4, 0.0f, v + 16 + 4 * i);
 		}
-#pragma unroll
-		for (int i = 0; i < 16; i++) {
-			v[i] = cr_fma(d1, v[i], -dm1);
-			v[16 + i] = cr_fma(d2, v[16 + i], -dm2);
-		}
-#pragma unroll
-		for (int t = 0; t < NT; t++)
-			if (t < nt) {
-				const float* xt = x + (i64)t * cols + 64 * c + l0;
-				acc[t] += (mmv_dot8(v, xt) + mmv_dot8(v + 8, xt + 8)) + (mmv_dot8(v + 16, xt + 32) + mmv_dot8(v + 24, xt + 40));
-			}
+		mmv_k_dot<NT>(v, r.h, s, x, cols, nt, acc);
 	}
 };
 
