@@ -425,17 +425,22 @@ func FuzzMMV(f *testing.F) {
 	f.Fuzz(func(t *testing.T, typ, rows, blocks, ntok, gy uint8, seed uint64) {
 		c := mmvCase{typ: mmvTypes[int(typ)%len(mmvTypes)], rows: 1 + int(rows)%24, ntok: 1 + int(ntok)%20,
 			gridY: 1 + int(gy)%4, off: int(seed % 3)}
-		switch c.typ.BlockSize() {
-		case 1:
-			c.cols = 1 + int(blocks)%130
-		case 32:
-			c.cols = 32 * (1 + int(blocks)%8)
-		default:
-			c.cols = 256 * (1 + int(blocks)%3)
-		}
+		c.cols = fuzzCols(c.typ, blocks)
 		t.Log(mmvKernels[c.typ], c)
 		checkMMV(t, k, c, rand.New(rand.NewPCG(seed, 2)))
 	})
+}
+
+// fuzzCols is a fuzzed product's column count from its blocks byte: whole blocks of the
+// type, up to 3 super-blocks, 8 blocks of 32 or 130 single values.
+func fuzzCols(typ quant.Type, blocks uint8) int {
+	switch typ.BlockSize() {
+	case 1:
+		return 1 + int(blocks)%130
+	case 32:
+		return 32 * (1 + int(blocks)%8)
+	}
+	return 256 * (1 + int(blocks)%3)
 }
 
 // ---- get_rows ----

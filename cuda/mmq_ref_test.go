@@ -175,14 +175,7 @@ func FuzzMMQ(f *testing.F) {
 	f.Fuzz(func(t *testing.T, typ, rows, blocks, ntok, gy uint8, seed uint64) {
 		c := mmvCase{typ: mmvTypes[int(typ)%len(mmvTypes)], rows: 1 + int(rows)%150, ntok: 1 + int(ntok)%140,
 			gridY: 1 + int(gy)%3, off: int(seed % 3)}
-		switch c.typ.BlockSize() {
-		case 1:
-			c.cols = 1 + int(blocks)%130
-		case 32:
-			c.cols = 32 * (1 + int(blocks)%8)
-		default:
-			c.cols = 256 * (1 + int(blocks)%3)
-		}
+		c.cols = fuzzCols(c.typ, blocks)
 		t.Log(mmqKernels[c.typ], c)
 		checkMMQ(t, k, c, rand.New(rand.NewPCG(seed, 3)))
 	})
