@@ -175,7 +175,7 @@ type kernelCase struct {
 
 func allKernelCases() []kernelCase {
 	var cs []kernelCase
-	for _, f := range []func() []kernelCase{mmvCases, mmqCases, getRowsCases, normCases, elementwiseCases, routerCases, ropeCases, attnCases, mmvHeadsCases, moeCases} {
+	for _, f := range []func() []kernelCase{mmvCases, mmqCases, getRowsCases, normCases, elementwiseCases, routerCases, commitCases, ropeCases, attnCases, mmvHeadsCases, moeCases} {
 		cs = append(cs, f()...)
 	}
 	return cs
@@ -282,13 +282,6 @@ func i32sOf(b []byte) []int32 {
 	v := make([]int32, len(b)/4)
 	copy(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), 4*len(v)), b)
 	return v
-}
-
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 func i32bytes(v []int32) []byte {

@@ -66,6 +66,9 @@ func (a *Args) Int64(v int64) *Args { return a.put(uint64(v)) }
 // Float appends a float parameter.
 func (a *Args) Float(v float32) *Args { return a.put(uint64(math.Float32bits(v))) }
 
+// Float64 appends a double parameter.
+func (a *Args) Float64(v float64) *Args { return a.put(math.Float64bits(v)) }
+
 // Len is the number of arguments appended.
 func (a *Args) Len() int { return a.n }
 

@@ -1,6 +1,6 @@
 // Package device defines what the engine needs from a place to compute: memory with a hard
 // budget, a compute stream and a copy stream ordered by events, and the kernels the models
-// use. Devices know nothing of MoE: the engine and offload/ decide what lives where and when
+// use. Devices know nothing of offloading: the engine and offload/ decide what lives where and when
 // it moves; a device only moves bytes, runs kernels and keeps time.
 //
 // The core interface is small. What only some devices can do is found by type assertion, the
@@ -145,4 +145,62 @@ type HostAllocator interface {
 type Faulter interface {
 	// Err is the first failure, which stays: a GPU's errors are sticky.
 	Err() error
+}
+
+// GatingFunc is how a MoE router's logits become expert probabilities (models.Gating).
+type GatingFunc int
+
+const (
+	GatingSoftmax       GatingFunc = iota // softmax over every expert
+	GatingSigmoid                         // each logit's sigmoid
+	GatingSoftmaxWeight                   // the chosen experts' weights are a softmax over their logits
+)
+
+// Gating is a MoE router's gating as a Committer computes it: the engine's route (llama.cpp
+// build_moe_ffn).
+type Gating struct {
+	Func GatingFunc
+	// Bias is added to the probabilities to select the top-k (device memory), or nil.
+	Bias []float32
+	// Normalize renormalises the chosen weights to sum to 1; Scale, when not 0, multiplies
+	// them.
+	Normalize bool
+	Scale     float32
+}
+
+// OWA is Output Weight Adjustment's settings (package owa's Params) for a Committer; On false
+// turns it off.
+type OWA struct {
+	On                     bool
+	Alpha1, Alpha2         float64
+	MinCorrect, MaxCorrect int
+}
+
+// CommitMaxExperts and CommitMaxUsed bound the router a Committer weighs: experts per layer
+// and experts per token.
+const (
+	CommitMaxExperts = 512
+	CommitMaxUsed    = 16
+)
+
+// Committer is implemented by devices that compute committed routing in their own memory (a
+// GPU), so that the host enqueues a token's committed experts, and their weighted sum,
+// without reading the router's logits first: the synchronisation CommitMoE's commitment
+// exists to remove. The host reads what it needs for its statistics later, with ReadAsync.
+type Committer interface {
+	// CommitWeights enqueues the committed routing of one token: from its router's logits
+	// (device memory, at most CommitMaxExperts) and the gating g, the router's own top-k, and
+	// the mixing weights of the predicted experts pred (host memory, at most CommitMaxUsed,
+	// as many as the top-k) into w (device, len(pred) floats): OWA's when o is on and
+	// triggers, else the router's probabilities of pred through the gating. rec (device,
+	// len(pred)+1 floats) receives the router's top-k experts' indices and then 1 if OWA
+	// applied, else 0.
+	CommitWeights(logits []float32, g *Gating, pred []int32, o OWA, w, rec []float32)
+	// CombineOne is Ops.Combine for one row whose weights are in device memory: out =
+	// sum over j of w[j] times row j of ys, in j order.
+	CombineOne(out, ys, w []float32, d int)
+	// ReadAsync enqueues a copy of device floats src to host memory dst (from HostAlloc, so
+	// that the copy does not hold the host) on the compute stream and returns the event
+	// after which dst holds them.
+	ReadAsync(dst, src []float32) Event
 }
