@@ -110,8 +110,8 @@ type GPU struct {
 	ring    DevicePtr            // the Ops' parameters (under mu)
 	ringOff int64
 
-	launches, fallbacks, mmqLaunches atomic.Int64
-	err                              atomic.Pointer[error] // the first failure
+	launches, fallbacks, mmqLaunches, reads atomic.Int64
+	err                                     atomic.Pointer[error] // the first failure
 }
 
 // span maps a range of host addresses to device memory: an uploaded tensor (whose host copy
@@ -525,8 +525,11 @@ type GPUStats struct {
 	Launches      int64
 	MMQLaunches   int64 // of the Launches, products of mmqMinTokens or more tokens on the batched kernels (prefill)
 	HostFallbacks int64 // products computed on the host: no kernel for the type, or weights not on the device
-	CopyBytes     int64 // host-to-device expert copies, measured
-	CopySeconds   float64
+	// Reads are the host's synchronous read-backs (Ops.Read): each holds the host until the
+	// compute stream has run everything enqueued before it.
+	Reads       int64
+	CopyBytes   int64 // host-to-device expert copies, measured
+	CopySeconds float64
 	// StallSeconds is the compute stream's time in waits for the copy stream, from when its
 	// earlier work was done to when the awaited copy landed: the time offloading cost the
 	// kernels, measured by the device itself rather than inferred from the host's clock. A
@@ -563,6 +566,7 @@ func (g *GPU) Stats() GPUStats {
 // counters adds the launch counters to s.
 func (g *GPU) counters(s *GPUStats) {
 	s.Launches, s.MMQLaunches, s.HostFallbacks = g.launches.Load(), g.mmqLaunches.Load(), g.fallbacks.Load()
+	s.Reads = g.reads.Load()
 }
 
 // Parallel spreads host work over the host's threads.

@@ -285,6 +285,7 @@ func (g *GPU) Zero(x []float32) {
 func (g *GPU) Read(dst, src []float32) {
 	c := g.begin("read back")
 	defer c.end()
+	g.reads.Add(1)
 	if p := c.f(src, "the source"); c.err == nil {
 		if c.err = g.compute.CopyDtoH(floatBytes(dst), p); c.err == nil {
 			c.err = g.compute.Synchronize()

@@ -6,7 +6,8 @@ import "github.com/commit-run/commit-run/quant"
 // them on the host in the CPU reference's arithmetic; a device that implements Ops itself (a
 // GPU) computes whole passes in its own memory: the engine then allocates a pass's
 // activations, the KV cache and the norm weights on the device (Resident), and the host sees
-// only what it reads back with Read: router logits and output logits.
+// only what it reads back with Read: router logits and output logits (and, under commit on
+// a Committer, only output logits).
 //
 // Like Kernels, the methods enqueue work on the compute stream and report no errors: a
 // device whose work can fail later implements Faulter. Slices are rows of floats; d is the row

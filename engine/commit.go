@@ -237,35 +237,49 @@ func (m *Model) predict(layer int, h []float32, pos int) (next, nextPos int, exp
 // else the router's probabilities of the predicted experts through the model's gating. With
 // OnlyAllWrong it keeps the router's choice unless every prediction is wrong.
 func (m *Model) commitRouting(layer int, moe *models.MoE, logits []float32, truth routing, pred []int) routing {
-	correct := owa.Correct(truth.experts, pred)
 	c := m.commit
-	var st *CommitLayerStats
-	if c != nil {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		st = &c.stats.Layers[c.idx[layer]]
-		st.Tokens++
-		st.Correct += int64(correct)
-		if correct == 0 {
-			st.AllWrong++
-		}
-	}
-	if c != nil && c.only0 && correct > 0 {
+	if c != nil && c.only0 && owa.Correct(truth.experts, pred) > 0 {
+		m.countCommit(layer, truth.experts, pred, false)
 		return truth
 	}
-	if c == nil || c.useOWA {
-		p := owa.Defaults(m.info.Architecture, m.info.Experts, m.info.ExpertsUsed)
-		if c != nil {
-			p = c.owa
-		}
+	if p, on := m.owaParams(); on {
 		if w, ok := owa.Adjust(owaScores(moe, logits, truth.experts), truth.experts, pred, p); ok {
-			if st != nil {
-				st.OWA++
-			}
+			m.countCommit(layer, truth.experts, pred, true)
 			return routing{experts: pred, weights: w}
 		}
 	}
+	m.countCommit(layer, truth.experts, pred, false)
 	return commitRoute(moe, logits, pred)
+}
+
+// owaParams are the OWA settings committed routing uses, and whether it uses OWA: the
+// Commit Router's options', or the model's defaults when a heuristic commits.
+func (m *Model) owaParams() (owa.Params, bool) {
+	if c := m.commit; c != nil {
+		return c.owa, c.useOWA
+	}
+	return owa.Defaults(m.info.Architecture, m.info.Experts, m.info.ExpertsUsed), true
+}
+
+// countCommit adds a committed token of layer to the Commit Router's statistics: the
+// router's choice truth, the experts committed to, and whether OWA adjusted their weights.
+func (m *Model) countCommit(layer int, truth, pred []int, adjusted bool) {
+	c := m.commit
+	if c == nil {
+		return
+	}
+	correct := owa.Correct(truth, pred)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := &c.stats.Layers[c.idx[layer]]
+	st.Tokens++
+	st.Correct += int64(correct)
+	if correct == 0 {
+		st.AllWrong++
+	}
+	if adjusted {
+		st.OWA++
+	}
 }
 
 // owaScores are every expert's scores in the units of the model's mixing weights (package

@@ -22,6 +22,9 @@ func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, all bool, 
 		m.passMu.Lock()
 		defer m.passMu.Unlock()
 	}
+	if c := m.commitDev; c != nil {
+		defer func() { c.pending = c.pending[:0] }() // a failed pass's records are dropped
+	}
 	// The pass's long-lived activations come from one arena, each layer's from another that
 	// the next layer reuses.
 	pa, la := m.getArena(), m.getArena()
@@ -82,6 +85,9 @@ func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, all bool, 
 	logits = m.toHost(logits)
 	m.dev.Sync(m.dev.Compute().Record())
 	if err := errors.Join(pa.err, la.err, m.deviceErr()); err != nil {
+		return nil, err
+	}
+	if err := m.flushCommitted(); err != nil {
 		return nil, err
 	}
 	return logits, nil

@@ -30,6 +30,8 @@ type Model struct {
 	devNote string     // how --device auto chose
 	off     *offloader // nil unless Options.Offload
 	commit  *committer // nil unless Options.Commit or offloading with the Commit Router
+	// commitDev weighs committed routing on the device (nil: the host reads the routing).
+	commitDev *commitDevice
 	// dropStats counts capacity-aware token drop's work; nil unless Options.Drop.
 	dropStats *dropCounter
 	// dropPlace is the round-robin placement token drop plans over, made once.
@@ -171,6 +173,10 @@ func Open(path string, opts Options) (*Model, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	if err := m.setupOps(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if err := m.setupCommitDevice(); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}

@@ -207,6 +207,28 @@ func (m *Model) moe(b models.Backend, layer int, moe *models.MoE, x []float32, T
 		return m.epMoE(layer, moe, x, T, out, ev)
 	}
 	d := m.arch.Config.Embd
+	// The experts predicted for this token and layer while the previous layer ran (the
+	// Commit Router's, or the offloader's heuristic), and those to compute with instead of
+	// the router's choice (commit).
+	var learnt, pred, commit []int
+	if cs != nil && T == 1 {
+		j := m.commit.idx[layer]
+		learnt = cs.take(j, pos0)
+		if learnt == nil && j == 0 && m.commit.compute {
+			m.commit.firstByRouter()
+		}
+	}
+	if m.off != nil {
+		pred, commit = m.off.prediction(layer, learnt, T, moe.Used)
+	} else if m.commit != nil && m.commit.compute {
+		pred, commit = learnt, learnt
+	}
+	if m.commit != nil && !m.commit.cross && m.commit.idx[layer] == 0 {
+		commit = nil // the cross-token prediction only prefetched
+	}
+	if commit != nil && ev == nil && m.commitDev != nil && m.commitDev.fits(moe, m.commit) {
+		return m.moeCommitted(b, layer, moe, x, pos0, out, cs, pred, commit)
+	}
 	logits, routes := m.routeTokens(b, layer, moe, x, T)
 	// The router's input, where the host reads it: observers and the Commit Router.
 	var xh []float32
@@ -214,40 +236,27 @@ func (m *Model) moe(b models.Backend, layer int, moe *models.MoE, x []float32, T
 		xh = m.toHost(x[:T*d])
 	}
 	ev.fill(moe, xh, logits, routes)
-	// The Commit Router: the experts predicted for this token and layer while the previous
-	// layer ran, and its prediction for the next layer, made from this layer's router input
+	// The Commit Router's prediction for the next layer, made from this layer's router input
 	// before this layer's experts are enqueued so that their copies overlap them.
-	var predicted, next []int
+	var next []int
 	var nextLayer int
 	var predEv device.Event
 	if cs != nil && T == 1 {
-		j := m.commit.idx[layer]
-		predicted = cs.take(j, pos0)
-		if predicted == nil && j == 0 && m.commit.compute {
-			m.commit.firstByRouter()
-		}
 		var nj, npos int
 		nj, npos, next = m.predict(layer, xh[:d], pos0)
 		cs.pending[nj], cs.pos[nj] = next, npos
 		nextLayer = m.commit.moe[nj]
 		predEv = m.dev.Compute().Record()
 	}
-	var commit []int // the experts to compute with instead of the router's choice
 	if m.off != nil {
 		chosen := make([][]int, T)
 		for t, r := range routes {
 			chosen[t] = r.experts
 		}
-		commit = m.off.route(layer, chosen, predicted)
-	} else if m.commit != nil && m.commit.compute {
-		commit = predicted
-	}
-	if m.commit != nil && !m.commit.cross && m.commit.idx[layer] == 0 {
-		commit = nil // the cross-token prediction only prefetched
+		m.off.noteRouting(layer, chosen, pred)
 	}
 	if commit != nil {
 		// Commit: compute with the experts loaded ahead of the router, never fall back.
-		// The host need not wait for the routing to know what to compute.
 		routes[0] = m.commitRouting(layer, moe, logits[:moe.Experts], routes[0], commit)
 	} else if m.off != nil {
 		// The host reads the routing to issue the loads of the experts that miss.
@@ -257,8 +266,27 @@ func (m *Model) moe(b models.Backend, layer int, moe *models.MoE, x []float32, T
 	if err != nil {
 		return err
 	}
-	// Slot off[t]+k holds token t's k-th expert's output: top-k first, then any expanded
-	// drop added.
+	ys, off, err := m.experts(b, layer, moe, x, routes, kept)
+	if err != nil {
+		return err
+	}
+	m.combine(b, layer, routes, ys, off, out)
+	if m.off != nil {
+		if err := m.off.prefetch(layer, moe.Used, nextLayer, next, predEv); err != nil {
+			return err
+		}
+	}
+	m.sharedExpert(b, layer, moe, x, T, out)
+	return nil
+}
+
+// experts computes the routed experts of len(routes) rows of x and returns their outputs
+// ys, slot off[t]+k holding token t's k-th expert's (top-k first, then any expanded drop
+// added), and off. kept (nil: all) says which choices token drop keeps; a dropped one's
+// weight is set to 0 and its output is zeros.
+func (m *Model) experts(b models.Backend, layer int, moe *models.MoE, x []float32, routes []routing, kept [][]bool) ([]float32, []int, error) {
+	d := m.arch.Config.Embd
+	T := len(routes)
 	off := make([]int, T+1)
 	for t, r := range routes {
 		off[t+1] = off[t] + len(r.experts)
@@ -313,7 +341,7 @@ func (m *Model) moe(b models.Backend, layer int, moe *models.MoE, x []float32, T
 			// Served from a device slot (or the host store, for a cpu-miss miss).
 			var err error
 			if w, onHost, done, err = m.off.acquire(layer, e); err != nil {
-				return err
+				return nil, nil, err
 			}
 		}
 		ffn := &models.FFN{Gate: w.Gate, Up: w.Up, Down: w.Down}
@@ -330,7 +358,7 @@ func (m *Model) moe(b models.Backend, layer int, moe *models.MoE, x []float32, T
 			m.swiglu(b, b.MatMulID, m.charger, ffn, xe, n, ye)
 		}
 		if err := done(); err != nil {
-			return err
+			return nil, nil, err
 		}
 	}
 	if host != nil {
@@ -339,14 +367,7 @@ func (m *Model) moe(b models.Backend, layer int, moe *models.MoE, x []float32, T
 	}
 	ys := b.Floats(off[T] * d)
 	b.Gather(ys, yAll, inv, d)
-	m.combine(b, layer, routes, ys, off, out)
-	if m.off != nil {
-		if err := m.off.prefetch(layer, moe.Used, nextLayer, next, predEv); err != nil {
-			return err
-		}
-	}
-	m.sharedExpert(b, layer, moe, x, T, out)
-	return nil
+	return ys, off, nil
 }
 
 // hostExpert computes an expert on the host (cpu-miss), from and to the pass's memory.

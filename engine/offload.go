@@ -168,28 +168,34 @@ func kvCacheBytes(m *Model) int64 {
 	return n
 }
 
-// route notes the experts the router chose for each of a layer's tokens (for the prediction
-// heuristics) and, at batch size 1, scores the prediction made for it: learnt, the Commit
-// Router's, or else the heuristic's. For commit it returns that prediction: the experts to
-// compute with instead (nil: use the router's).
-func (f *offloader) route(layer int, chosen [][]int, learnt []int) (commit []int) {
+// prediction takes the experts predicted for layer's pass, learnt (the Commit Router's) or
+// else the heuristic's made when the layer before was enqueued, and returns them and, for
+// commit at batch size 1, the experts to compute with instead of the router's (nil: use the
+// router's). used is the layer's experts per token.
+func (f *offloader) prediction(layer int, learnt []int, T, used int) (pred, commit []int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	pred, ok := f.pending[layer]
+	pred = f.pending[layer]
 	delete(f.pending, layer)
 	if learnt != nil {
-		pred, ok = learnt, true
+		pred = learnt
 	}
-	if ok {
-		if len(chosen) == 1 {
-			for _, e := range pred {
-				f.stats.Predicted++
-				if slices.Contains(chosen[0], e) {
-					f.stats.Correct++
-				}
-			}
-			if f.opts.Policy == offload.Commit && len(pred) == len(chosen[0]) {
-				commit = pred
+	if T == 1 && f.opts.Policy == offload.Commit && len(pred) == used {
+		commit = pred
+	}
+	return pred, commit
+}
+
+// noteRouting notes the experts the router chose for each of a layer's tokens (for the
+// prediction heuristics) and, at batch size 1, scores the prediction pred made for it.
+func (f *offloader) noteRouting(layer int, chosen [][]int, pred []int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(chosen) == 1 {
+		for _, e := range pred {
+			f.stats.Predicted++
+			if slices.Contains(chosen[0], e) {
+				f.stats.Correct++
 			}
 		}
 	}
@@ -205,7 +211,6 @@ func (f *offloader) route(layer int, chosen [][]int, learnt []int) (commit []int
 			c[e]++
 		}
 	}
-	return commit
 }
 
 // beginPass starts a forward pass: what is resident now is what the pass does not have to

@@ -51,7 +51,7 @@ func (m *Model) setupOps() error {
 				up(a.Rope.FreqFactors, name("rope_freqs")))
 		}
 		if l.MoE != nil {
-			errs = append(errs, up(l.MoE.SharedGate, name("ffn_gate_inp_shexp")))
+			errs = append(errs, up(l.MoE.SharedGate, name("ffn_gate_inp_shexp")), up(l.MoE.SelectionBias, name("exp_probs_b")))
 		}
 		for _, err := range errs {
 			if err != nil {
