@@ -223,3 +223,29 @@ func TestCUDABench(t *testing.T) {
 		}
 	}
 }
+
+// TestCUDAHeadInChunks scores a window longer than the output logits the GPU holds at once
+// (headRows): the rows computed and read back in chunks give the CPU's perplexity.
+func TestCUDAHeadInChunks(t *testing.T) {
+	lib := fakeCUDA(t)
+	text := heldOutPrefix(t, 1500)
+	po := engine.PerplexityOptions{Window: 150, MaxTokens: 150}
+	nll := func(o engine.Options) engine.PerplexityResult {
+		t.Helper()
+		o.Threads, o.KVType, o.ContextLength = 2, "f32", 256
+		m, err := engine.Open(bundledQwen, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		r, err := m.PerplexityWith(context.Background(), text, po)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	want, got := nll(engine.Options{}), nll(engine.Options{Device: "cuda:0", CUDALibrary: lib})
+	if got.Tokens != 149 || got.Tokens != want.Tokens || math.Abs(got.NLL/want.NLL-1) > 1e-4 {
+		t.Errorf("GPU: %d tokens, NLL %v; CPU: %d tokens, NLL %v", got.Tokens, got.NLL, want.Tokens, want.NLL)
+	}
+}

@@ -27,7 +27,7 @@ func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, all bool, 
 	}
 	// The pass's long-lived activations come from one arena, each layer's from another that
 	// the next layer reuses.
-	pa, la := m.getArena(), m.getArena()
+	pa, la := m.getArena(passArena), m.getArena(layerArena)
 	defer m.putArena(pa)
 	defer m.putArena(la)
 	b := &backend{Kernels: m.dev, Ops: m.ops, a: pa}
@@ -79,10 +79,7 @@ func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, all bool, 
 	m.label("head", "head", -1, -1)
 	m.rmsNorm(xn[:T*d], rows, a.OutputNorm)
 	out := a.Output.Matrix()
-	logits := b.Floats(T * out.Rows)
-	b.MatMul(out, xn[:T*d], T, logits)
-	// The host reads the logits to sample.
-	logits = m.toHost(logits)
+	logits := m.head(b, out, xn[:T*d], T)
 	m.dev.Sync(m.dev.Compute().Record())
 	if err := errors.Join(pa.err, la.err, m.deviceErr()); err != nil {
 		return nil, err
@@ -91,6 +88,32 @@ func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, all bool, 
 		return nil, err
 	}
 	return logits, nil
+}
+
+// headRows bounds the rows of output logits a pass in device memory holds at once: a
+// vocabulary of 152k takes 39 MB for 64 rows, where a whole prefill batch's would take 155
+// MB of the device's budget (room for dozens of experts). 64 is the batched kernel's tile
+// of tokens, so the output matrix is read no more often than in one product.
+const headRows = 64
+
+// head computes the output logits of the T normalised rows xn and returns them where the
+// host reads them (to sample, or score every row): on a device, headRows rows at a time,
+// each read back before the next is computed.
+func (m *Model) head(b models.Backend, out quant.Matrix, xn []float32, T int) []float32 {
+	if !m.resident || T <= headRows {
+		logits := b.Floats(T * out.Rows)
+		b.MatMul(out, xn, T, logits)
+		return m.toHost(logits)
+	}
+	d, V := m.arch.Config.Embd, out.Rows
+	logits := make([]float32, T*V)
+	dl := b.Floats(headRows * V)
+	for t0 := 0; t0 < T; t0 += headRows {
+		n := min(headRows, T-t0)
+		b.MatMul(out, xn[t0*d:(t0+n)*d], n, dl[:n*V])
+		m.ops.Read(logits[t0*V:(t0+n)*V], dl[:n*V])
+	}
+	return logits
 }
 
 // rmsNorm normalises the rows of x into dst.

@@ -45,8 +45,7 @@ type Model struct {
 	// activations and KV caches live on the device), else the host's.
 	ops      device.Ops
 	resident bool
-	arenas   arenas
-	actPool  actPool
+	act      activations
 	// passMu makes passes in device memory one at a time: their activations share one
 	// reserve, and the device runs one stream anyway.
 	passMu sync.Mutex
@@ -147,10 +146,10 @@ func Open(path string, opts Options) (*Model, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	m.resident = m.residentPasses()
-	m.actPool.reserve = m.activationBytes()
-	if err := dev.Memory().Alloc(m.actPool.reserve, "activations"); err != nil {
+	m.act.pass, m.act.layer = m.activationFloats()
+	if err := dev.Memory().Alloc(m.act.bytes(), "activations"); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("%s: one pass's activations (%d bytes for up to %d tokens) do not fit on %s: %w", path, m.actPool.reserve, prefillBatch, dev.Name(), err)
+		return nil, fmt.Errorf("%s: one pass's activations (%d bytes for up to %d tokens) do not fit on %s: %w", path, m.act.bytes(), prefillBatch, dev.Name(), err)
 	}
 	if m.opts.EP != nil {
 		if err := m.openEP(path); err != nil {

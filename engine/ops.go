@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"sync"
 	"unsafe"
 
 	"github.com/commit-run/commit-run/device"
@@ -79,18 +78,18 @@ func (m *Model) residentPasses() bool {
 	return true
 }
 
-// activationBytes bounds the device memory of one pass's activations at up to prefillBatch
-// tokens, every row's logits kept: what the arenas of forward allocate, each allocation
-// rounded up to 64 floats. Zero when passes do not run in device memory.
-func (m *Model) activationBytes() int64 {
+// activationFloats bounds the device memory of one pass's activations at up to prefillBatch
+// tokens, the output logits headRows rows at a time: the floats forward takes from its pass
+// arena and, in its largest layer, from its layer arena, each allocation rounded up to 64
+// floats. Zero when passes do not run in device memory.
+func (m *Model) activationFloats() (pass, layer int64) {
 	if !m.resident {
-		return 0
+		return 0, 0
 	}
 	c := m.arch.Config
 	T, d := int64(prefillBatch), int64(c.Embd)
 	const slack = 64
-	pass := 3*(T*d+slack) + T*int64(c.Vocab) + slack
-	var layer int64
+	pass = 3*(T*d+slack) + min(T, headRows)*int64(c.Vocab) + slack
 	for _, l := range m.arch.Layers {
 		var n int64
 		switch a := l.Attn.(type) {
@@ -116,7 +115,7 @@ func (m *Model) activationBytes() int64 {
 		}
 		layer = max(layer, n)
 	}
-	return 4 * (pass + layer)
+	return pass, layer
 }
 
 // mlaFloats is what MLAttention.Forward takes from the layer's arena for T tokens, each
@@ -186,60 +185,37 @@ func bytesOf[T float32 | uint16](v []T) []byte {
 }
 
 // arena hands out a pass's activations. On the host they are Go memory; on a device they
-// are carved from device buffers that the arena keeps, and reset makes them reusable: the
-// device runs its work in stream order, so a later kernel writing reused memory runs after
-// the earlier ones reading it. Device arenas draw on the model's activation reserve, taken
-// from the device's budget when the model was opened.
+// are carved from one device buffer that the arena keeps, of the floats activationFloats
+// bounds, and reset makes them reusable: the device runs its work in stream order, so a
+// later kernel writing reused memory runs after the earlier ones reading it. The buffers
+// are the model's activation reserve, taken from the device's budget when it was opened.
 type arena struct {
-	res    device.Resident // nil: host memory
-	pool   *actPool
-	chunks [][]float32
-	i, off int   // the chunk in use and the floats taken from it
-	err    error // the first failed allocation
+	res   device.Resident // nil: host memory
+	limit int             // on a device: the floats of its buffer
+	buf   []float32
+	off   int   // the floats taken
+	err   error // the first failed allocation
 }
-
-// actPool is the activation reserve: bytes taken from the device's budget at Open, and the
-// bytes the arenas' buffers hold.
-type actPool struct {
-	mu             sync.Mutex
-	reserve, taken int64
-}
-
-// arenaChunk is the floats of one device allocation, unless one request needs more.
-const arenaChunk = 1 << 20
 
 func (a *arena) floats(n int) []float32 {
 	if a.res == nil {
 		return make([]float32, n)
 	}
+	if a.buf == nil {
+		b, err := a.res.Buffer(int64(a.limit)*4, "activations")
+		if err != nil {
+			return a.failed(n, err)
+		}
+		a.buf = unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(b))), a.limit)
+	}
 	// 256-byte alignment, as cudaMalloc's, for the kernels' vector loads.
 	n64 := (n + 63) &^ 63
-	for ; a.i < len(a.chunks); a.i, a.off = a.i+1, 0 {
-		if c := a.chunks[a.i]; a.off+n64 <= len(c) {
-			s := c[a.off : a.off+n : a.off+n]
-			a.off += n64
-			return s
-		}
+	if a.off+n64 > len(a.buf) {
+		return a.failed(n, fmt.Errorf("%d bytes more than the %d reserved", 4*n, 4*len(a.buf)))
 	}
-	p := a.pool
-	p.mu.Lock()
-	size := min(max(n64, arenaChunk), int((p.reserve-p.taken)/4))
-	if size < n64 {
-		p.mu.Unlock()
-		return a.failed(n, fmt.Errorf("%d bytes more than the %d reserved", 4*n, p.reserve))
-	}
-	p.taken += int64(size) * 4
-	p.mu.Unlock()
-	b, err := a.res.Buffer(int64(size)*4, "activations")
-	if err != nil {
-		p.mu.Lock()
-		p.taken -= int64(size) * 4
-		p.mu.Unlock()
-		return a.failed(n, err)
-	}
-	a.chunks = append(a.chunks, unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(b))), size))
-	a.i, a.off = len(a.chunks)-1, n64
-	return a.chunks[a.i][:n:n]
+	s := a.buf[a.off : a.off+n : a.off+n]
+	a.off += n64
+	return s
 }
 
 // failed records a failed allocation and returns host memory, which the device's Ops refuse
@@ -251,25 +227,39 @@ func (a *arena) failed(n int, err error) []float32 {
 	return make([]float32, n)
 }
 
-func (a *arena) reset() { a.i, a.off = 0, 0 }
+func (a *arena) reset() { a.off = 0 }
 
-// arenas keeps the arenas of finished passes for the next ones.
-type arenas struct {
-	mu   sync.Mutex
-	free []*arena
+// activations are a model's activation reserve: on a device, the floats of a pass's arena and
+// of its layer arena, and the two arenas, which passes in device memory (one at a time,
+// under passMu) reuse.
+type activations struct {
+	pass, layer int64
+	arenas      [2]*arena
 }
 
-func (m *Model) getArena() *arena {
-	m.arenas.mu.Lock()
-	defer m.arenas.mu.Unlock()
-	if n := len(m.arenas.free); n > 0 {
-		a := m.arenas.free[n-1]
-		m.arenas.free = m.arenas.free[:n-1]
-		return a
+// bytes is the reserve's size.
+func (a *activations) bytes() int64 { return 4 * (a.pass + a.layer) }
+
+// Arena kinds: a pass's long-lived activations, and each layer's, reset between layers.
+const (
+	passArena = iota
+	layerArena
+)
+
+// getArena returns an arena of kind for a pass: Go memory on the host; on a device the
+// model's own, which the caller, holding passMu, has to itself until putArena.
+func (m *Model) getArena(kind int) *arena {
+	if !m.resident {
+		return &arena{}
 	}
-	a := &arena{}
-	if m.resident {
-		a.res, a.pool = m.dev.(device.Resident), &m.actPool
+	a := m.act.arenas[kind]
+	if a == nil {
+		limit := m.act.pass
+		if kind == layerArena {
+			limit = m.act.layer
+		}
+		a = &arena{res: m.dev.(device.Resident), limit: int(limit)}
+		m.act.arenas[kind] = a
 	}
 	return a
 }
@@ -277,9 +267,6 @@ func (m *Model) getArena() *arena {
 func (m *Model) putArena(a *arena) {
 	a.reset()
 	a.err = nil
-	m.arenas.mu.Lock()
-	m.arenas.free = append(m.arenas.free, a)
-	m.arenas.mu.Unlock()
 }
 
 // backend is what a layer computes with: the device's kernels, the pass's Ops and an arena.
