@@ -128,6 +128,7 @@ func TestCUDACommitOnDevice(t *testing.T) {
 				t.Errorf("offload %+v: want experts copied and predictions scored", dev.off)
 			}
 			// The first token has nothing predicted: every layer's routing is read.
+			t.Logf("%d decode passes: %d read-backs with committed routing on the device, %d with the host reading the routing", passes, dev.gpu.Reads, host.gpu.Reads)
 			if limit := c.reads*passes + 2*dev.moe; dev.gpu.Reads > limit || host.gpu.Reads <= limit {
 				t.Errorf("%d read-backs in %d decode passes with committed routing on the device, %d with the host reading the routing: want at most %d, and more",
 					dev.gpu.Reads, passes, host.gpu.Reads, limit)
