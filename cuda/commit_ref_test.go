@@ -74,24 +74,7 @@ func commitRef(logits, bias []float32, gt device.GatingFunc, normalize bool, sca
 	for j, e := range predSet {
 		w[j] = probs[e]
 	}
-	if gt == device.GatingSoftmaxWeight {
-		models.Softmax(w)
-	}
-	if normalize {
-		var s float64
-		for _, v := range w {
-			s += float64(v)
-		}
-		sum := max(float32(s), 6.103515625e-5)
-		for j := range w {
-			w[j] /= sum
-		}
-	}
-	if scale != 0 {
-		for j := range w {
-			w[j] *= scale
-		}
-	}
+	gateWeightsRef(w, gt == device.GatingSoftmaxWeight, normalize, scale)
 	return w, truth, false
 }
 
@@ -132,6 +115,9 @@ func commitCases() []kernelCase {
 		{shape{128, 8}, device.GatingSoftmax, true, 0, false, device.OWA{On: true, Alpha1: 1.1, Alpha2: 0.95, MinCorrect: 1, MaxCorrect: 7}},
 		{shape{64, 6}, device.GatingSigmoid, true, 2.5, true, device.OWA{On: true, Alpha1: 1.2, Alpha2: 1, MinCorrect: 2, MaxCorrect: 5}},
 		{shape{256, 8}, device.GatingSigmoid, true, 2.5, true, device.OWA{On: true, Alpha1: 1, Alpha2: 1, MinCorrect: 1, MaxCorrect: 7}},
+		// The kernel's bounds, device.CommitMaxExperts and CommitMaxUsed, which its shared
+		// arrays must hold.
+		{shape{device.CommitMaxExperts, device.CommitMaxUsed}, device.GatingSigmoid, true, 0, false, device.OWA{On: true, Alpha1: 1.1, Alpha2: 1, MinCorrect: 4, MaxCorrect: 12}},
 		{shape{32, 4}, device.GatingSoftmaxWeight, false, 0, false, device.OWA{On: true, Alpha1: 1.3, Alpha2: 1.1, MinCorrect: 1, MaxCorrect: 3}},
 		{shape{32, 4}, device.GatingSoftmaxWeight, true, 2, false, device.OWA{On: true, Alpha1: 1, Alpha2: 1, MinCorrect: 2, MaxCorrect: 3}},
 		{shape{60, 4}, device.GatingSoftmax, true, 0, false, device.OWA{}},

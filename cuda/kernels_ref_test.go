@@ -908,25 +908,7 @@ func routerCases() []kernelCase {
 					args.Ptr(dw).Int(c.k).Int(rows).Int(b2i(c.softmax)).Int(b2i(c.normalize)).Float(c.scale))
 				want := slices.Clone(w)
 				for i := 0; i < rows; i++ {
-					row := want[i*c.k : (i+1)*c.k]
-					if c.softmax {
-						models.Softmax(row)
-					}
-					if c.normalize {
-						var s float64
-						for _, v := range row {
-							s += float64(v)
-						}
-						sum := max(float32(s), 6.103515625e-5)
-						for j := range row {
-							row[j] /= sum
-						}
-					}
-					if c.scale != 0 {
-						for j := range row {
-							row[j] *= c.scale
-						}
-					}
+					gateWeightsRef(want[i*c.k:(i+1)*c.k], c.softmax, c.normalize, c.scale)
 				}
 				checkBits(t, "w", k.getF32(t, dw, len(w)), want)
 			}})
@@ -935,6 +917,30 @@ func routerCases() []kernelCase {
 }
 
 // topkRef is the engine's topK on the scores p+bias, reporting the chosen experts' p.
+// gateWeightsRef finishes chosen experts' weights w in place as the engine's gateWeights
+// does: softmax (gating softmax_weight), renormalisation by their float64 sum (floored at
+// 6.1e-5), scale.
+func gateWeightsRef(w []float32, softmax, normalize bool, scale float32) {
+	if softmax {
+		models.Softmax(w)
+	}
+	if normalize {
+		var s float64
+		for _, v := range w {
+			s += float64(v)
+		}
+		sum := max(float32(s), 6.103515625e-5)
+		for j := range w {
+			w[j] /= sum
+		}
+	}
+	if scale != 0 {
+		for j := range w {
+			w[j] *= scale
+		}
+	}
+}
+
 func topkRef(p, bias []float32, k int) ([]int32, []float32) {
 	taken := make([]bool, len(p))
 	var ids []int32

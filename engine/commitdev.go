@@ -49,7 +49,10 @@ func (m *Model) setupCommitDevice() error {
 	cm, ok := m.dev.(device.Committer)
 	ha, hok := m.dev.(device.HostAllocator)
 	commits := m.commit != nil && m.commit.compute || m.off != nil && m.off.opts.Policy == offload.Commit
-	if !m.resident || !ok || !hok || !commits {
+	// OnlyAllWrong chooses between the router's experts and the predicted ones: the host
+	// must read the routing to know which to compute.
+	only0 := m.commit != nil && m.commit.only0
+	if !m.resident || !ok || !hok || !commits || only0 {
 		return nil
 	}
 	c := &commitDevice{dev: cm, slot: map[int]int{}, gating: map[int]*device.Gating{}}
@@ -80,11 +83,9 @@ func (m *Model) setupCommitDevice() error {
 	return nil
 }
 
-// fits says whether a layer's committed routing can run on the device: the kernel's bounds
-// on the router, and not OnlyAllWrong, whose choice between the router's experts and the
-// predicted ones the host must make.
-func (c *commitDevice) fits(moe *models.MoE, cr *committer) bool {
-	return moe.Experts <= device.CommitMaxExperts && moe.Used <= device.CommitMaxUsed && (cr == nil || !cr.only0)
+// fits says whether a layer's router is within the kernel's bounds.
+func (c *commitDevice) fits(moe *models.MoE) bool {
+	return moe.Experts <= device.CommitMaxExperts && moe.Used <= device.CommitMaxUsed
 }
 
 // moeCommitted is moe for one token whose experts, commit, were chosen ahead of its router,

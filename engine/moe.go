@@ -226,7 +226,7 @@ func (m *Model) moe(b models.Backend, layer int, moe *models.MoE, x []float32, T
 	if m.commit != nil && !m.commit.cross && m.commit.idx[layer] == 0 {
 		commit = nil // the cross-token prediction only prefetched
 	}
-	if commit != nil && ev == nil && m.commitDev != nil && m.commitDev.fits(moe, m.commit) {
+	if commit != nil && ev == nil && m.commitDev != nil && m.commitDev.fits(moe) {
 		return m.moeCommitted(b, layer, moe, x, pos0, out, cs, pred, commit)
 	}
 	logits, routes := m.routeTokens(b, layer, moe, x, T)
