@@ -131,6 +131,33 @@ template <int BF> struct mmv_half_t {
 	CR_FN float scalar(const u8* row, int c) { return cvt(cr_rd_u16(row + 2 * c)); }
 };
 
+// mmv_d_dot and mmv_dm_dot are the common ends of the 32-quant blocks whose lane s holds 16
+// quants v, elements 8s..8s+7 and 16+8s..16+8s+7: Q4_0's, IQ4_NL's and Q5_0's scale the dot
+// products by the half d (ggml's d * sum), Q4_1's and Q5_1's make d*q + m of each quant
+// first (the halves d and m in one word dm).
+template <int NT> CR_FN void mmv_d_dot(const float* v, u32 dh, int s, const float* x, int cols, int nt, float* acc) {
+	float d = cr_h2f((u16)dh);
+#pragma unroll
+	for (int t = 0; t < NT; t++)
+		if (t < nt) {
+			const float* xt = x + (i64)t * cols + 8 * s;
+			acc[t] = cr_fma(d, mmv_dot8(v, xt) + mmv_dot8(v + 8, xt + 16), acc[t]);
+		}
+}
+
+template <int NT> CR_FN void mmv_dm_dot(float* v, u32 dm, int s, const float* x, int cols, int nt, float* acc) {
+	float d = cr_h2f((u16)(dm & 0xffffu)), m = cr_h2f((u16)(dm >> 16));
+#pragma unroll
+	for (int i = 0; i < 16; i++)
+		v[i] = cr_fma(v[i], d, m);
+#pragma unroll
+	for (int t = 0; t < NT; t++)
+		if (t < nt) {
+			const float* xt = x + (i64)t * cols + 8 * s;
+			acc[t] += mmv_dot8(v, xt) + mmv_dot8(v + 8, xt + 16);
+		}
+}
+
 // Q4_0: two lanes per block, lane s takes qs[8s..8s+7]: elements 8s..8s+7 (low nibbles) and
 // 16+8s..16+8s+7 (high nibbles).
 struct mmv_q4_0_t {
@@ -153,13 +180,7 @@ struct mmv_q4_0_t {
 		mmv_bytes4(r.q1 & 0x0f0f0f0fu, 8.0f, v + 4);
 		mmv_bytes4((r.q0 >> 4) & 0x0f0f0f0fu, 8.0f, v + 8);
 		mmv_bytes4((r.q1 >> 4) & 0x0f0f0f0fu, 8.0f, v + 12);
-		float d = cr_h2f((u16)r.d);
-#pragma unroll
-		for (int t = 0; t < NT; t++)
-			if (t < nt) {
-				const float* xt = x + (i64)t * cols + 8 * s;
-				acc[t] = cr_fma(d, mmv_dot8(v, xt) + mmv_dot8(v + 8, xt + 16), acc[t]);
-			}
+		mmv_d_dot<NT>(v, r.d, s, x, cols, nt, acc);
 	}
 };
 
@@ -177,13 +198,7 @@ struct mmv_iq4_nl_t {
 			v[8 + i] = tab[(r.q0 >> (8 * i + 4)) & 0xf];
 			v[12 + i] = tab[(r.q1 >> (8 * i + 4)) & 0xf];
 		}
-		float d = cr_h2f((u16)r.d);
-#pragma unroll
-		for (int t = 0; t < NT; t++)
-			if (t < nt) {
-				const float* xt = x + (i64)t * cols + 8 * s;
-				acc[t] = cr_fma(d, mmv_dot8(v, xt) + mmv_dot8(v + 8, xt + 16), acc[t]);
-			}
+		mmv_d_dot<NT>(v, r.d, s, x, cols, nt, acc);
 	}
 };
 
@@ -206,16 +221,7 @@ struct mmv_q4_1_t {
 		mmv_bytes4(r.q1 & 0x0f0f0f0fu, 0.0f, v + 4);
 		mmv_bytes4((r.q0 >> 4) & 0x0f0f0f0fu, 0.0f, v + 8);
 		mmv_bytes4((r.q1 >> 4) & 0x0f0f0f0fu, 0.0f, v + 12);
-		float d = cr_h2f((u16)(r.dm & 0xffffu)), m = cr_h2f((u16)(r.dm >> 16));
-#pragma unroll
-		for (int i = 0; i < 16; i++)
-			v[i] = cr_fma(v[i], d, m);
-#pragma unroll
-		for (int t = 0; t < NT; t++)
-			if (t < nt) {
-				const float* xt = x + (i64)t * cols + 8 * s;
-				acc[t] += mmv_dot8(v, xt) + mmv_dot8(v + 8, xt + 16);
-			}
+		mmv_dm_dot<NT>(v, r.dm, s, x, cols, nt, acc);
 	}
 };
 
@@ -242,13 +248,7 @@ struct mmv_q5_0_t {
 		mmv_bytes4((r.q1 & 0x0f0f0f0fu) | mmv_spread4(hl >> 4), 16.0f, v + 4);
 		mmv_bytes4(((r.q0 >> 4) & 0x0f0f0f0fu) | mmv_spread4(hh), 16.0f, v + 8);
 		mmv_bytes4(((r.q1 >> 4) & 0x0f0f0f0fu) | mmv_spread4(hh >> 4), 16.0f, v + 12);
-		float d = cr_h2f((u16)r.d);
-#pragma unroll
-		for (int t = 0; t < NT; t++)
-			if (t < nt) {
-				const float* xt = x + (i64)t * cols + 8 * s;
-				acc[t] = cr_fma(d, mmv_dot8(v, xt) + mmv_dot8(v + 8, xt + 16), acc[t]);
-			}
+		mmv_d_dot<NT>(v, r.d, s, x, cols, nt, acc);
 	}
 };
 
@@ -273,16 +273,7 @@ struct mmv_q5_1_t {
 		mmv_bytes4((r.q1 & 0x0f0f0f0fu) | mmv_spread4(hl >> 4), 0.0f, v + 4);
 		mmv_bytes4(((r.q0 >> 4) & 0x0f0f0f0fu) | mmv_spread4(hh), 0.0f, v + 8);
 		mmv_bytes4(((r.q1 >> 4) & 0x0f0f0f0fu) | mmv_spread4(hh >> 4), 0.0f, v + 12);
-		float d = cr_h2f((u16)(r.dm & 0xffffu)), m = cr_h2f((u16)(r.dm >> 16));
-#pragma unroll
-		for (int i = 0; i < 16; i++)
-			v[i] = cr_fma(v[i], d, m);
-#pragma unroll
-		for (int t = 0; t < NT; t++)
-			if (t < nt) {
-				const float* xt = x + (i64)t * cols + 8 * s;
-				acc[t] += mmv_dot8(v, xt) + mmv_dot8(v + 8, xt + 16);
-			}
+		mmv_dm_dot<NT>(v, r.dm, s, x, cols, nt, acc);
 	}
 };
 
