@@ -3,12 +3,14 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/commit-run/commit-run/device"
@@ -29,6 +31,10 @@ type GPUOptions struct {
 	Budget int64
 	// PTX is the kernels' module; nil loads the embedded one.
 	PTX []byte
+	// HostBandwidth is the rate in bytes/s at which Host reads an expert's weights when it
+	// computes the expert itself (cpu-miss): what the device's Planner weighs a copy
+	// against. 0 = DefaultHostBandwidth.
+	HostBandwidth float64
 }
 
 // mmvKernels name the matrix-vector kernel of each weight type.
@@ -104,6 +110,9 @@ type GPU struct {
 	copyBytes int64
 	copySec   float64
 
+	opened time.Time // the Planner's time origin
+	hostBW float64   // the Planner's host rate, bytes/s
+
 	timing computeTimer // the compute stream's marks and waits for copies (timing.go)
 
 	fns     map[string]*Function // the Ops' kernels, found on first use (under mu)
@@ -154,8 +163,14 @@ func Open(o GPUOptions) (*GPU, error) {
 	if err != nil {
 		return nil, fmt.Errorf("device %s: %w", name, err)
 	}
+	if !(o.HostBandwidth >= 0) || math.IsInf(o.HostBandwidth, 0) {
+		return nil, fmt.Errorf("device %s: host bandwidth %v bytes/s: want a positive rate, or 0 for the default", name, o.HostBandwidth)
+	}
 	g := &GPU{drv: drv, ctx: ctx, info: info, host: o.Host, mmv: map[quant.Type]*Function{}, mmq: map[quant.Type]*Function{},
-		fns: map[string]*Function{}}
+		fns: map[string]*Function{}, opened: time.Now(), hostBW: o.HostBandwidth}
+	if g.hostBW == 0 {
+		g.hostBW = DefaultHostBandwidth
+	}
 	if err := g.open(o); err != nil {
 		g.Close()
 		return nil, fmt.Errorf("device %s (%s): %w", name, info.Name, err)

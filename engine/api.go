@@ -21,8 +21,9 @@ type Options struct {
 	Device string
 	// CUDALibrary is the CUDA driver library to load; "" finds libcuda.so.1.
 	CUDALibrary string
-	// HostBandwidth is, on a simulated device, the rate in bytes/s at which the modelled host
-	// computes an expert from host memory (cpu-miss); 0 = 20 GB/s. Measure this machine's with
+	// HostBandwidth is the rate in bytes/s at which the host computes an expert from host
+	// memory (cpu-miss): on a simulated device the modelled host's, on a GPU what cpu-miss
+	// weighs a copy against; 0 = 20 GB/s. Measure this machine's with
 	// MeasureHostExpertBandwidth.
 	HostBandwidth float64
 	// Threads is the number of compute threads; 0 uses every core.

@@ -118,7 +118,8 @@ func openGPU(opts Options, n int) (*cuda.GPU, error) {
 	if opts.Offload != nil {
 		budget = opts.Offload.GPUMem
 	}
-	return cuda.Open(cuda.GPUOptions{Ordinal: n, Library: opts.CUDALibrary, Host: cpu.New(opts.Threads), Budget: budget})
+	return cuda.Open(cuda.GPUOptions{Ordinal: n, Library: opts.CUDALibrary, Host: cpu.New(opts.Threads), Budget: budget,
+		HostBandwidth: opts.HostBandwidth})
 }
 
 // closeDevice releases a device that holds resources beyond Go memory (a GPU).

@@ -311,76 +311,126 @@ func (m *Model) experts(b models.Backend, layer int, moe *models.MoE, x []float3
 	for s := range inv {
 		inv[s] = int32(off[T])
 	}
+	// The experts in the order their outputs land in yAll, and the tokens of each.
+	var active, tokens []int
 	pos := 0
-	var host device.HostKernels // cpu-miss: the host's kernels, once it computes an expert
 	for e, slots := range byExpert {
 		if len(slots) == 0 {
 			continue
 		}
-		n := len(slots)
-		rows := make([]int32, n)
-		inOrder := n == T
-		for j, s := range slots {
-			rows[j] = int32(slotToken[s])
-			inOrder = inOrder && rows[j] == int32(j)
-		}
-		xe := x[:n*d]
-		if !inOrder {
-			xe = b.Floats(n * d)
-			b.Gather(xe, x, rows, d)
-		}
-		ye := yAll[pos*d : (pos+n)*d]
+		active, tokens = append(active, e), append(tokens, len(slots))
 		for j, s := range slots {
 			inv[s] = int32(pos + j)
 		}
+		pos += len(slots)
+	}
+	var plan []bool // cpu-miss: the experts the host computes
+	if m.off != nil {
+		plan = m.off.hostPlan(layer, active, tokens)
+	}
+	var xh []float32        // the layer's input where the host reads it
+	var xReady device.Event // when the device has computed it
+	if plan != nil {
+		// Read before the device's experts are enqueued, so that the host computes its
+		// experts while the device computes the others.
+		xh = m.toHost(x[:T*d])
+		xReady = m.dev.Compute().Record()
+	}
+	pos = 0
+	for i, e := range active {
+		slots := byExpert[e]
+		n := len(slots)
+		ye := yAll[pos*d : (pos+n)*d]
 		pos += n
+		if plan != nil && plan[i] {
+			continue
+		}
 		w := offload.ExpertWeights{Gate: moe.GateExps.Expert(e), Up: moe.UpExps.Expert(e), Down: moe.DownExps.Expert(e)}
 		done := func() error { return nil }
-		onHost := false
 		if m.off != nil {
-			// Served from a device slot (or the host store, for a cpu-miss miss).
+			// Served from a device slot.
 			var err error
-			if w, onHost, done, err = m.off.acquire(layer, e); err != nil {
+			if w, done, err = m.off.acquire(layer, e, false); err != nil {
 				return nil, nil, err
 			}
 		}
-		ffn := &models.FFN{Gate: w.Gate, Up: w.Up, Down: w.Down}
-		if onHost {
-			if host == nil {
-				host = m.dev.Host()
-				// The host's kernels start once the layer's input has reached it.
-				host.Wait(m.dev.Compute().Record())
-			}
-			m.label("cpu", "cpu", layer, e)
-			m.hostExpert(host, ffn, xe, n, ye)
-		} else {
-			m.label("expert", "", layer, e)
-			m.swiglu(b, b.MatMulID, m.charger, ffn, xe, n, ye)
+		xe := x[:n*d]
+		if rows, inOrder := expertRows(slots, slotToken); !inOrder {
+			xe = b.Floats(n * d)
+			b.Gather(xe, x, rows, d)
 		}
+		m.label("expert", "", layer, e)
+		m.swiglu(b, b.MatMulID, m.charger, &models.FFN{Gate: w.Gate, Up: w.Up, Down: w.Down}, xe, n, ye)
 		if err := done(); err != nil {
 			return nil, nil, err
 		}
 	}
-	if host != nil {
-		// The device combines the experts' outputs once the host's are back.
-		m.dev.Compute().Wait(host.Record())
+	if plan != nil {
+		if err := m.hostExperts(layer, plan, active, byExpert, slotToken, xh, xReady, yAll); err != nil {
+			return nil, nil, err
+		}
 	}
 	ys := b.Floats(off[T] * d)
 	b.Gather(ys, yAll, inv, d)
 	return ys, off, nil
 }
 
-// hostExpert computes an expert on the host (cpu-miss), from and to the pass's memory.
-func (m *Model) hostExpert(host device.HostKernels, f *models.FFN, x []float32, T int, out []float32) {
+// hostExperts computes the experts plan puts on the host (cpu-miss) from xh, the layer's
+// input on the host, which the device computed by xReady, into their rows of yAll; the
+// device's later work waits for them.
+func (m *Model) hostExperts(layer int, plan []bool, active []int, byExpert [][]int, slotToken []int, xh []float32, xReady device.Event, yAll []float32) error {
+	d := m.arch.Config.Embd
+	host := m.dev.Host()
+	host.Wait(xReady)
 	hb := &backend{Kernels: host, Ops: models.HostOps{K: host}, a: &arena{}}
-	xh, yh := m.toHost(x), out
-	if m.resident {
-		yh = make([]float32, len(out))
+	pos := 0
+	for i, e := range active {
+		slots := byExpert[e]
+		n := len(slots)
+		ye := yAll[pos*d : (pos+n)*d]
+		pos += n
+		if !plan[i] {
+			continue
+		}
+		w, done, err := m.off.acquire(layer, e, true)
+		if err != nil {
+			return err
+		}
+		xe := xh[:n*d]
+		if rows, inOrder := expertRows(slots, slotToken); !inOrder {
+			xe = make([]float32, n*d)
+			for j, r := range rows {
+				copy(xe[j*d:(j+1)*d], xh[int(r)*d:(int(r)+1)*d])
+			}
+		}
+		yh := ye
+		if m.resident {
+			yh = make([]float32, len(ye))
+		}
+		m.label("cpu", "cpu", layer, e)
+		m.swiglu(hb, host.MatMulID, nil, &models.FFN{Gate: w.Gate, Up: w.Up, Down: w.Down}, xe, n, yh)
+		if m.resident {
+			m.ops.Write(ye, yh)
+		}
+		if err := done(); err != nil {
+			return err
+		}
 	}
-	m.swiglu(hb, host.MatMulID, nil, f, xh, T, yh)
-	if m.resident {
-		m.ops.Write(out, yh)
+	// The device combines the experts' outputs once the host's are back.
+	m.dev.Compute().Wait(host.Record())
+	return nil
+}
+
+// expertRows returns the tokens whose slots are slots, and whether they are 0, 1, ... in
+// order, so that the expert reads the layer's input as it is.
+func expertRows(slots, slotToken []int) ([]int32, bool) {
+	rows := make([]int32, len(slots))
+	inOrder := true
+	for j, s := range slots {
+		rows[j] = int32(slotToken[s])
+		inOrder = inOrder && rows[j] == int32(j)
 	}
+	return rows, inOrder
 }
 
 // routeTokens runs a MoE block's router on T rows of x and routes every token.

@@ -221,35 +221,60 @@ func (f *offloader) beginPass() {
 	f.mu.Unlock()
 }
 
-// onHost says whether cpu-miss computes expert k on the host: it is not in a slot, and the
-// host would finish it no later than a copy would land (always, on a device that cannot
-// tell). Queue-aware, so that of several misses some are copied while others are computed.
-func (f *offloader) onHost(k offload.ExpertKey) bool {
+// hostPlan says which of a layer's experts cpu-miss computes on the host (nil: none, or not
+// cpu-miss): tokens[i] rows go to experts[i]. On a device that cannot weigh host against copy
+// (the CPU) that is every miss. On one with a Planner it is a miss the host would finish no
+// later than its copy would land, behind the copies and host work planned before it, so that
+// of several misses some are copied while others are computed. The host's kernels are priced
+// as a pass over the weights per token, so that a prompt's misses are copied: on a CPU the
+// multiply-adds grow with the batch (a Q4_K 2048x4096 product on the 2-core CI machine takes
+// 3.4 times as long for 8 tokens as for 1, 13 times for 32).
+func (f *offloader) hostPlan(layer int, experts, tokens []int) []bool {
 	if f.opts.Policy != offload.CPUMiss {
-		return false
+		return nil
 	}
-	if _, ok := f.cache.Lookup(k); ok {
-		return false
-	}
-	if f.planner == nil {
-		return true
-	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var plan []bool
 	b := f.store.SlotBytes()
-	return f.planner.HostDone(b, 3) <= f.planner.CopyDone(b)
+	var copied, hostBytes int64
+	var hostKernels int
+	for i, e := range experts {
+		if _, ok := f.cache.Lookup(offload.ExpertKey{Layer: layer, Expert: e}); ok {
+			continue
+		}
+		host := true
+		if f.planner != nil {
+			n := b * int64(max(tokens[i], 1))
+			host = f.planner.HostDone(hostBytes+n, hostKernels+3) <= f.planner.CopyDone(copied+b)
+			if host {
+				hostBytes, hostKernels = hostBytes+n, hostKernels+3
+			} else {
+				copied += b
+			}
+		}
+		if host {
+			if plan == nil {
+				plan = make([]bool, len(experts))
+			}
+			plan[i] = true
+		}
+	}
+	return plan
 }
 
-// acquire returns expert e of layer's weights and whether to compute it on the host. On the
-// device, they are in its slot, copied in if it missed, pinned until done is called, and
-// the compute stream waits for the copy. For a cpu-miss miss they are the host store's.
-// One expert at a time, so a batch that needs more experts than there are slots still runs.
-func (f *offloader) acquire(layer, e int) (w offload.ExpertWeights, host bool, done func() error, err error) {
+// acquire returns expert e of layer's weights. On the device (host false), they are in its
+// slot, copied in if it missed, pinned until done is called, and the compute stream waits
+// for the copy. For an expert hostPlan put on the host they are the host store's. One expert
+// at a time, so a batch that needs more experts than there are slots still runs.
+func (f *offloader) acquire(layer, e int, host bool) (w offload.ExpertWeights, done func() error, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	k := offload.ExpertKey{Layer: layer, Expert: e}
-	if f.onHost(k) {
+	if host {
 		// The host computes it from its own memory: the same bytes, so the same numbers.
 		if w, err = f.store.Expert(k); err != nil {
-			return w, false, nil, err
+			return w, nil, err
 		}
 		f.stats.OnCPU++
 		f.stats.Misses++
@@ -257,21 +282,21 @@ func (f *offloader) acquire(layer, e int) (w offload.ExpertWeights, host bool, d
 			// A device that cannot weigh host against copy (the CPU) fills the slot behind
 			// the computation, so that later tokens find it resident.
 			if _, _, err := f.load(k); err != nil {
-				return w, false, nil, err
+				return w, nil, err
 			}
 		}
-		return w, true, func() error { return nil }, nil
+		return w, func() error { return nil }, nil
 	}
 	lay, err := f.store.Layout(layer)
 	if err != nil {
-		return w, false, nil, err
+		return w, nil, err
 	}
 	slot, hit, err := f.load(k)
 	if err != nil {
-		return w, false, nil, err
+		return w, nil, err
 	}
 	if err := f.cache.Pin(k); err != nil {
-		return w, false, nil, err
+		return w, nil, err
 	}
 	if hit {
 		f.stats.Hits++
@@ -284,7 +309,7 @@ func (f *offloader) acquire(layer, e int) (w offload.ExpertWeights, host bool, d
 		f.stats.NeededBytes += f.store.SlotBytes()
 	}
 	f.dev.Compute().Wait(f.ready[k])
-	return lay.View(f.slots[slot]), false, func() error {
+	return lay.View(f.slots[slot]), func() error {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		// The slot may be overwritten once the kernels enqueued so far are done.

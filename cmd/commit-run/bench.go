@@ -275,7 +275,7 @@ func (a *app) modelBench(cmd *cobra.Command, f benchFlags) error {
 		if o.Policies, err = offload.ParsePolicies(cmp.Or(a.policy, "ondemand,prefetch,commit,cpu-miss")); err != nil {
 			return fmt.Errorf("--policy: %w", err)
 		}
-		if slices.Contains(o.Policies, offload.CPUMiss) && strings.HasPrefix(a.device, "sim:") && o.Options.HostBandwidth == 0 {
+		if slices.Contains(o.Policies, offload.CPUMiss) && weighsHost(a.device) && o.Options.HostBandwidth == 0 {
 			o.Options.HostBandwidth = engine.MeasureHostExpertBandwidth()
 		}
 	}

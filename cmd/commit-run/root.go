@@ -148,7 +148,7 @@ func (a *app) rootCmd() *cobra.Command {
 	pf.StringVar(&a.macsCalibration, "macs-calibration", "", "with --macs-eta: a text `FILE` whose routing gives each expert its centroid (its first 4096 tokens, run on the CPU at start)")
 	pf.StringVar(&a.linkBW, "link-bw", "", "with --ep on simulated devices: each device's all-to-all bandwidth, e.g. 50GB (default: the profile's PCIe rate)")
 	pf.IntVar(&a.harmoenyQ, "harmoeny-q", 0, "with --ep: HarMoEny's token threshold q, the fewest tokens worth moving to a device that must fetch the expert (0: eq. 4 from the profile's FLOPS and PCIe rate; 150 on the CPU)")
-	pf.StringVar(&a.hostBW, "host-bw", "", "simulated devices: the rate the host computes a missed expert at (cpu-miss), e.g. 20GB (default: measured on this machine)")
+	pf.StringVar(&a.hostBW, "host-bw", "", "GPUs, real or simulated: the rate the host computes a missed expert at (cpu-miss), e.g. 20GB (default: measured on this machine)")
 	pf.StringVar(&a.profMode, "profile", "", "write a Go profile: cpu or mem")
 	pf.StringVar(&a.profDir, "profile-dir", ".", "`DIR` for the --profile output (cpu.pprof or mem.pprof)")
 
@@ -301,10 +301,16 @@ func (a *app) engineOptions(device, policy string) (engine.Options, error) {
 	if o.Policy == offload.Commit && learnt {
 		opts.Commit = a.commitOptions()
 	}
-	if strings.HasPrefix(device, "sim:") && o.Policy == offload.CPUMiss && opts.HostBandwidth == 0 {
+	if weighsHost(device) && o.Policy == offload.CPUMiss && opts.HostBandwidth == 0 {
 		opts.HostBandwidth = engine.MeasureHostExpertBandwidth()
 	}
 	return opts, nil
+}
+
+// weighsHost says whether cpu-miss on device weighs the host's rate against a copy's (a GPU,
+// real or simulated), so that the rate is worth measuring; the CPU computes every miss.
+func weighsHost(device string) bool {
+	return device != "" && device != "cpu"
 }
 
 // epOptions are the expert-parallel options of the global flags with one planner (nil: one

@@ -1,0 +1,148 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"math"
+	"os"
+	"slices"
+	"testing"
+
+	"github.com/commit-run/commit-run/device"
+	"github.com/commit-run/commit-run/internal/fakecuda"
+	"github.com/commit-run/commit-run/offload"
+)
+
+// ratePlanner is a Planner on a clock that stands still: a copy costs copy seconds a byte,
+// the host host seconds a byte, so that hostPlan's queue accounting decides alone.
+type ratePlanner struct{ copy, host float64 }
+
+func (p ratePlanner) CopyDone(n int64) float64              { return float64(n) * p.copy }
+func (p ratePlanner) HostDone(n int64, kernels int) float64 { return float64(n) * p.host }
+
+var _ device.Planner = ratePlanner{}
+
+// openCPUMiss opens the bundled Qwen1.5-MoE model with cpu-miss on dev.
+func openCPUMiss(t *testing.T, o Options) *Model {
+	t.Helper()
+	o.Threads, o.KVType, o.ContextLength = 2, "f32", 64
+	if o.Offload == nil {
+		o.Offload = &OffloadOptions{Policy: offload.CPUMiss, GPUMem: 1 << 40}
+	}
+	m, err := Open("../models/testdata/tinymoe-qwen2moe.gguf", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// TestHostPlan: cpu-miss puts on the host the misses that the host finishes no later than
+// their copies would land, counting the copies and host work planned before them; a device
+// that cannot tell puts every miss there; a resident expert is never on the host.
+func TestHostPlan(t *testing.T) {
+	m := openCPUMiss(t, Options{})
+	f := m.off
+	layer := f.store.Layers()[0]
+	f.mu.Lock()
+	if _, _, err := f.load(offload.ExpertKey{Layer: layer, Expert: 5}); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Unlock()
+	ones := []int{1, 1, 1, 1}
+	cases := []struct {
+		name    string
+		planner device.Planner
+		experts []int
+		tokens  []int
+		want    []bool
+	}{
+		{"no planner: every miss", nil, []int{0, 5, 2}, []int{1, 1, 1}, []bool{true, false, true}},
+		{"host as fast as a copy: alternate", ratePlanner{1, 1}, []int{0, 1, 2, 3}, ones, []bool{true, false, true, false}},
+		{"host half as fast: one in three", ratePlanner{1, 2}, []int{0, 1, 2, 3, 4, 5}, []int{1, 1, 1, 1, 1, 1}, []bool{false, true, false, false, true, false}},
+		{"resident expert skipped", ratePlanner{1, 1}, []int{5, 0, 1}, []int{1, 1, 1}, []bool{false, true, false}},
+		{"host far slower", ratePlanner{1, 100}, []int{0, 1, 2, 3}, ones, nil},
+		{"four tokens cost four passes", ratePlanner{1, 1}, []int{0, 1}, []int{4, 1}, []bool{false, true}},
+		{"host far faster", ratePlanner{1, 0.01}, []int{0, 1, 2, 3}, ones, []bool{true, true, true, true}},
+	}
+	for _, c := range cases {
+		f.planner = c.planner
+		if got := f.hostPlan(layer, c.experts, c.tokens); !slices.Equal(got, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+	f.opts.Policy = offload.OnDemand
+	if got := f.hostPlan(layer, []int{0}, []int{1}); got != nil {
+		t.Errorf("ondemand planned %v on the host", got)
+	}
+}
+
+// TestCUDACPUMiss runs cpu-miss on the fake GPU: the host computes the misses it is given
+// while the device computes the rest, from the layer's input read once, and the numbers are
+// the CPU's. With the GPU's own Planner and with planners that send every miss, none, and
+// every other one to the host.
+func TestCUDACPUMiss(t *testing.T) {
+	lib, err := fakecuda.Build()
+	if errors.Is(err, fakecuda.ErrNoCompiler) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile("../models/testdata/war-and-peace-heldout.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(raw[:1500])
+	po := PerplexityOptions{Window: 24, MaxTokens: 48, Decode: true}
+	want, err := openCPUMiss(t, Options{Offload: &OffloadOptions{Policy: offload.OnDemand, GPUMem: 1 << 40}}).PerplexityWith(context.Background(), text, po)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe := openCPUMiss(t, Options{Device: "cuda:0", CUDALibrary: lib, Offload: &OffloadOptions{Policy: offload.CPUMiss, GPUMem: 512 << 20}})
+	st, _ := probe.Offload()
+	budget := st.Resident + 2*int64(probe.info.ExpertsUsed)*st.SlotBytes
+	probe.Close()
+
+	var noHost int64 // the read-backs with every expert on the device
+	for _, c := range []struct {
+		name    string
+		planner device.Planner // nil: the GPU's
+		check   func(OffloadStats) bool
+	}{
+		{"no miss on the host", ratePlanner{0, 1}, func(s OffloadStats) bool { return s.OnCPU == 0 && s.BytesCopied > 0 }},
+		{"the GPU's planner", nil, func(s OffloadStats) bool { return s.Misses > 0 }},
+		{"every miss on the host", ratePlanner{1, 0}, func(s OffloadStats) bool { return s.OnCPU > 0 && s.OnCPU == s.Misses && s.BytesCopied == 0 }},
+		{"every other miss", ratePlanner{1, 1}, func(s OffloadStats) bool { return s.OnCPU > 0 && s.OnCPU < s.Misses && s.BytesCopied > 0 }},
+	} {
+		m := openCPUMiss(t, Options{Device: "cuda:0", CUDALibrary: lib, Offload: &OffloadOptions{Policy: offload.CPUMiss, GPUMem: budget}})
+		if _, ok := m.off.planner.(interface{ Stats() GPUStats }); !ok {
+			t.Fatalf("%s: the offloader's planner is %T, want the GPU", c.name, m.off.planner)
+		}
+		if c.planner != nil {
+			m.off.planner = c.planner
+		}
+		got, err := m.PerplexityWith(context.Background(), text, po)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, _ := m.Offload()
+		g, _ := m.GPUStats()
+		t.Logf("%s: perplexity %.6f (CPU %.6f), %d hits, %d misses, %d on the host, %d bytes copied, %d read-backs",
+			c.name, got.Perplexity, want.Perplexity, s.Hits, s.Misses, s.OnCPU, s.BytesCopied, g.Reads)
+		if math.Abs(got.Perplexity-want.Perplexity) > 1e-3*want.Perplexity || !c.check(s) {
+			t.Errorf("%s: perplexity %v, the CPU's %v; %+v", c.name, got.Perplexity, want.Perplexity, s)
+		}
+		if noHost == 0 {
+			noHost = g.Reads
+		}
+		// The host reads a layer's input once, however many experts it computes.
+		if layers := int64(48 * len(m.info.MoELayers)); g.Reads > noHost+layers {
+			t.Errorf("%s: %d read-backs, %d without host experts: more than one more a layer", c.name, g.Reads, noHost)
+		}
+		if g.HostFallbacks != 0 {
+			t.Errorf("%s: %d products fell back to the host", c.name, g.HostFallbacks)
+		}
+		m.Close()
+	}
+}
