@@ -6,6 +6,7 @@ import (
 
 	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/models"
+	"github.com/commit-run/commit-run/quant"
 )
 
 // setupOps chooses how a forward pass computes besides the matrix products. On a device with
@@ -16,6 +17,9 @@ import (
 func (m *Model) setupOps() error {
 	m.ops = models.HostOps{K: m.dev}
 	if !m.resident {
+		if m.charger != nil {
+			m.ops = chargedOps{HostOps: models.HostOps{K: m.dev}, c: m.charger}
+		}
 		return nil
 	}
 	ops := m.dev.(device.Ops)
@@ -288,6 +292,26 @@ func (m *Model) toHost(x []float32) []float32 {
 	h := make([]float32, len(x))
 	m.ops.Read(h, x)
 	return h
+}
+
+// chargedOps are the host's Ops on a device that prices the work it does not compute (the
+// simulator). The heads' products (MLA's k_b and v_b) read weights a GPU would read, so they
+// are charged as its kernels; the other Ops' traffic is the activations', which the engine
+// charges with the work around them.
+type chargedOps struct {
+	models.HostOps
+	c device.Charger
+}
+
+// MatMulHeads implements device.Ops.
+func (o chargedOps) MatMulHeads(w []quant.Matrix, x []float32, T int, out []float32, l *device.HeadLayout) {
+	o.HostOps.MatMulHeads(w, x, T, out, l)
+	var bytes, flops float64
+	for _, h := range w {
+		bytes += float64(len(h.Data))
+		flops += 2 * float64(T) * float64(h.Rows) * float64(h.Cols)
+	}
+	o.c.Charge("attention", bytes, flops)
 }
 
 // hostBackend computes on the device's kernels with the host's Ops and Go memory: expert

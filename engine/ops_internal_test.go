@@ -1,0 +1,81 @@
+package engine
+
+import (
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/commit-run/commit-run/cpu"
+	"github.com/commit-run/commit-run/device"
+	"github.com/commit-run/commit-run/models"
+	"github.com/commit-run/commit-run/quant"
+	"github.com/commit-run/commit-run/tools/golden/synth"
+)
+
+// charges records what a Charger was charged.
+type charges struct {
+	kinds        []string
+	bytes, flops float64
+}
+
+func (c *charges) Charge(kind string, bytes, flops float64) {
+	c.kinds = append(c.kinds, kind)
+	c.bytes += bytes
+	c.flops += flops
+}
+
+// TestChargedOps: on a device that prices work, the heads' products (MLA's k_b and v_b) are
+// charged the weights they read and their multiply-adds, and compute the host's numbers.
+func TestChargedOps(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	const heads, rows, cols, T = 3, 8, 32, 2
+	w := make([]quant.Matrix, heads)
+	for h := range w {
+		f := make([]float32, rows*cols)
+		for i := range f {
+			f[i] = float32(r.NormFloat64())
+		}
+		rb, _ := quant.Q8_0.RowBytes(cols)
+		w[h] = quant.Matrix{Type: quant.Q8_0, Rows: rows, Cols: cols, Data: make([]byte, rows*rb)}
+		for i := 0; i < rows; i++ {
+			quant.QuantizeRow(quant.Q8_0, f[i*cols:(i+1)*cols], w[h].Data[i*rb:(i+1)*rb])
+		}
+	}
+	x := make([]float32, T*heads*cols)
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+	}
+	l := &device.HeadLayout{XTok: heads * cols, XHead: cols, OutTok: heads * rows, OutHead: rows}
+	host := models.HostOps{K: cpu.New(1)}
+	want, got := make([]float32, T*heads*rows), make([]float32, T*heads*rows)
+	host.MatMulHeads(w, x, T, want, l)
+	var c charges
+	chargedOps{HostOps: host, c: &c}.MatMulHeads(w, x, T, got, l)
+	if !slices.Equal(got, want) {
+		t.Error("the charged products differ from the host's")
+	}
+	if wb := float64(heads * len(w[0].Data)); c.bytes != wb || c.flops != 2*T*heads*rows*cols || !slices.Equal(c.kinds, []string{"attention"}) {
+		t.Errorf("charged %v: %v bytes, %v flops; want one attention kernel of %v bytes, %v flops", c.kinds, c.bytes, c.flops, wb, 2*T*heads*rows*cols)
+	}
+
+	// A model with MLA charges its heads' products on the simulator, not on the CPU.
+	spec, err := synth.GoldenSpec("deepseek2-mla-f32")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "mla.gguf")
+	if _, err := synth.WriteFile(spec, path); err != nil {
+		t.Fatal(err)
+	}
+	for dev, charged := range map[string]bool{"cpu": false, "sim:rtx4090": true} {
+		m, err := Open(path, Options{Device: dev, Threads: 1, ContextLength: 32})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := m.ops.(chargedOps); ok != charged {
+			t.Errorf("%s: Ops %T", dev, m.ops)
+		}
+		m.Close()
+	}
+}
