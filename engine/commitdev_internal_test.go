@@ -2,13 +2,12 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"math"
 	"os"
 	"slices"
 	"testing"
+	"time"
 
-	"github.com/commit-run/commit-run/internal/fakecuda"
 	"github.com/commit-run/commit-run/offload"
 )
 
@@ -20,13 +19,7 @@ import (
 // Router, with and without offloading, and with the prev-token heuristic, which reads this
 // token's first-layer choice at its last layer.
 func TestCUDACommitOnDevice(t *testing.T) {
-	lib, err := fakecuda.Build()
-	if errors.Is(err, fakecuda.ErrNoCompiler) {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	lib := GPUForTests(t)
 	raw, err := os.ReadFile("../models/testdata/war-and-peace-heldout.txt")
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +33,8 @@ func TestCUDACommitOnDevice(t *testing.T) {
 		off      OffloadStats
 		gpu      GPUStats
 		onDevice bool
-		moe      int64 // MoE layers
+		moe      int64         // MoE layers
+		wall     time.Duration // the passes, without opening the model
 	}
 	// run opens path with o, on the host-read path when hostRead is set, and evaluates text
 	// one token per pass.
@@ -55,9 +49,11 @@ func TestCUDACommitOnDevice(t *testing.T) {
 			m.commitDev = nil
 		}
 		r := result{onDevice: m.commitDev != nil, moe: int64(len(m.info.MoELayers))}
+		start := time.Now()
 		if r.rep, err = m.PerplexityWith(context.Background(), text, po); err != nil {
 			t.Fatal(err)
 		}
+		r.wall = time.Since(start)
 		r.commit, _ = m.CommitStats()
 		r.off, _ = m.Offload()
 		r.gpu, _ = m.GPUStats()
@@ -128,7 +124,9 @@ func TestCUDACommitOnDevice(t *testing.T) {
 				t.Errorf("offload %+v: want experts copied and predictions scored", dev.off)
 			}
 			// The first token has nothing predicted: every layer's routing is read.
-			t.Logf("%d decode passes: %d read-backs with committed routing on the device, %d with the host reading the routing", passes, dev.gpu.Reads, host.gpu.Reads)
+			// On a real GPU (-gpu=system) the wall times say what the read-backs cost.
+			t.Logf("%d decode passes: %d read-backs and %.3f ms a pass with committed routing on the device, %d and %.3f ms with the host reading the routing",
+				passes, dev.gpu.Reads, dev.wall.Seconds()*1e3/passes, host.gpu.Reads, host.wall.Seconds()*1e3/passes)
 			if limit := c.reads*passes + 2*dev.moe; dev.gpu.Reads > limit || host.gpu.Reads <= limit {
 				t.Errorf("%d read-backs in %d decode passes with committed routing on the device, %d with the host reading the routing: want at most %d, and more",
 					dev.gpu.Reads, passes, host.gpu.Reads, limit)

@@ -2,14 +2,12 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"math"
 	"os"
 	"slices"
 	"testing"
 
 	"github.com/commit-run/commit-run/device"
-	"github.com/commit-run/commit-run/internal/fakecuda"
 	"github.com/commit-run/commit-run/offload"
 )
 
@@ -77,18 +75,12 @@ func TestHostPlan(t *testing.T) {
 	}
 }
 
-// TestCUDACPUMiss runs cpu-miss on the fake GPU: the host computes the misses it is given
-// while the device computes the rest, from the layer's input read once, and the numbers are
-// the CPU's. With the GPU's own Planner and with planners that send every miss, none, and
-// every other one to the host.
+// TestCUDACPUMiss runs cpu-miss on cuda:0 (the fake driver, or -gpu=system): the host computes
+// the misses it is given while the device computes the rest, from the layer's input read once,
+// and the numbers are the CPU's. With the GPU's own Planner and with planners that send every
+// miss, none, and every other one to the host.
 func TestCUDACPUMiss(t *testing.T) {
-	lib, err := fakecuda.Build()
-	if errors.Is(err, fakecuda.ErrNoCompiler) {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	lib := GPUForTests(t)
 	raw, err := os.ReadFile("../models/testdata/war-and-peace-heldout.txt")
 	if err != nil {
 		t.Fatal(err)

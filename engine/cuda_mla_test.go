@@ -29,7 +29,7 @@ import (
 // models as much as DeepSeek's), which would hide any error of MLA's own. Against F32 weights
 // the CPU computes what the GPU's kernels compute, up to float32 rounding.
 func TestCUDAFakeDriverMLA(t *testing.T) {
-	lib := fakeCUDA(t)
+	lib := engine.GPUForTests(t)
 	for _, c := range []struct {
 		name, kv string
 	}{

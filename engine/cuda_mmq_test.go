@@ -8,10 +8,11 @@ import (
 )
 
 // TestCUDAPrefillMMQ prefills a prompt of more tokens than mmv takes in one pass on cuda:0 of
-// the fake driver: the batched products (cuda/kernels/mmq.cu) run, and the GPU still gives the
-// CPU's greedy tokens and its next-token probabilities within 2e-3, as in TestCUDAFakeDriver.
+// the fake driver (or -gpu=system): the batched products (cuda/kernels/mmq.cu) run, and the GPU
+// still gives the CPU's greedy tokens and its next-token probabilities within 2e-3, as in
+// TestCUDAFakeDriver.
 func TestCUDAPrefillMMQ(t *testing.T) {
-	lib := fakeCUDA(t)
+	lib := engine.GPUForTests(t)
 	for _, path := range []string{bundledQwen, bundledMixtral} {
 		m, err := engine.Open(path, engine.Options{Threads: 2})
 		if err != nil {

@@ -81,13 +81,13 @@ func maxDiff(a, b [][]float32) float64 {
 	return d
 }
 
-// TestCUDAFakeDriver runs the bundled models on cuda:0 of the fake driver, which runs the
-// project's kernels with every CUDA thread emulated: the engine's GPU path (weights uploaded, expert slots in
-// device buffers filled on the copy stream, kernels waiting on its events) gives the CPU's
-// greedy tokens and its next-token probabilities within 2e-3, and offloading with any policy
-// leaves the GPU's numbers as they were.
+// TestCUDAFakeDriver runs the bundled models on cuda:0 of the fake driver (the machine's with
+// -gpu=system), which runs the project's kernels with every CUDA thread emulated: the engine's
+// GPU path (weights uploaded, expert slots in device buffers filled on the copy stream, kernels
+// waiting on its events) gives the CPU's greedy tokens and its next-token probabilities within
+// 2e-3, and offloading with any policy leaves the GPU's numbers as they were.
 func TestCUDAFakeDriver(t *testing.T) {
-	lib := fakeCUDA(t)
+	lib := engine.GPUForTests(t)
 	for _, path := range []string{bundledQwen, bundledMixtral} {
 		m, err := engine.Open(path, engine.Options{Threads: 2})
 		if err != nil {
@@ -187,11 +187,11 @@ func TestCUDADeviceErrors(t *testing.T) {
 	}
 }
 
-// TestCUDABench benchmarks offloaded decode on cuda:0 of the fake driver: the stall, the
-// compute and the physical limit come from the GPU's events and its measured copy stream,
-// so they are figures, not the NaN of a device whose only clock is the wall's.
+// TestCUDABench benchmarks offloaded decode on cuda:0 of the fake driver (or -gpu=system): the
+// stall, the compute and the physical limit come from the GPU's events and its measured copy
+// stream, so they are figures, not the NaN of a device whose only clock is the wall's.
 func TestCUDABench(t *testing.T) {
-	lib := fakeCUDA(t)
+	lib := engine.GPUForTests(t)
 	o := engine.Options{Device: "cuda:0", CUDALibrary: lib, Threads: 2, ContextLength: 64}
 	probe := o
 	probe.Offload = &engine.OffloadOptions{GPUMem: 512 << 20}
@@ -227,7 +227,7 @@ func TestCUDABench(t *testing.T) {
 // TestCUDAHeadInChunks scores a window longer than the output logits the GPU holds at once
 // (headRows): the rows computed and read back in chunks give the CPU's perplexity.
 func TestCUDAHeadInChunks(t *testing.T) {
-	lib := fakeCUDA(t)
+	lib := engine.GPUForTests(t)
 	text := heldOutPrefix(t, 1500)
 	po := engine.PerplexityOptions{Window: 150, MaxTokens: 150}
 	nll := func(o engine.Options) engine.PerplexityResult {

@@ -26,9 +26,11 @@ ptxas_check() {
 	done
 }
 
-# Every test of the two packages, on the real driver (the tests take it when it sees a device).
+# Every test of the two packages on the real driver: cuda's kernel tests take it when they see a
+# device; engine's tests that compute on cuda:0 take it with -gpu=system (those of the fake's own
+# limits, its 1 GiB and its several devices, keep the fake).
 cuda_tests() { (cd cuda && "$bin/cuda.test" -test.v -test.count=1 -test.timeout 9m); }
-engine_tests() { (cd engine && "$bin/engine.test" -test.v -test.count=1 -test.timeout 9m -test.run 'CUDA|GPU|Device'); }
+engine_tests() { (cd engine && "$bin/engine.test" -test.v -test.count=1 -test.timeout 9m -test.run 'CUDA|GPU|Device' -gpu=system); }
 
 # Decode's bandwidth (goal 60% of peak for Q4_K and Q8_0) and prefill's mmq against mmv.
 kernels() { (cd cuda && "$bin/cuda.test" -test.run '^$' -test.bench 'MMVDecode|MMQ' -test.benchtime 200x); }

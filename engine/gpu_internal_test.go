@@ -1,0 +1,33 @@
+package engine
+
+import (
+	"errors"
+	"flag"
+	"testing"
+
+	"github.com/commit-run/commit-run/internal/fakecuda"
+)
+
+var gpuDriver = flag.String("gpu", "fake", "the CUDA driver the tests that compute on cuda:0 use: fake (built from internal/fakecuda) or system (the machine's libcuda.so.1, on a machine with a GPU)")
+
+// GPUForTests returns the CUDA driver library for a test that computes on cuda:0 and checks
+// what must hold on any GPU: the fake driver, or with -gpu=system the machine's (""). Tests of
+// the fake's own limits (its 1 GiB, its several devices) build the fake themselves.
+func GPUForTests(tb testing.TB) string {
+	tb.Helper()
+	switch *gpuDriver {
+	case "system":
+		return ""
+	case "fake":
+	default:
+		tb.Fatalf("-gpu=%s: want fake or system", *gpuDriver)
+	}
+	lib, err := fakecuda.Build()
+	if errors.Is(err, fakecuda.ErrNoCompiler) {
+		tb.Skip(err)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return lib
+}
