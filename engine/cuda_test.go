@@ -2,28 +2,19 @@ package engine_test
 
 import (
 	"context"
-	"errors"
 	"math"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/commit-run/commit-run/engine"
-	"github.com/commit-run/commit-run/internal/fakecuda"
 	"github.com/commit-run/commit-run/offload"
 )
 
 // fakeCUDA builds the fake CUDA driver, or skips without a C compiler.
 func fakeCUDA(t *testing.T) string {
 	t.Helper()
-	lib, err := fakecuda.Build()
-	if errors.Is(err, fakecuda.ErrNoCompiler) {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return lib
+	return engine.FakeGPUForTests(t)
 }
 
 type gpuRun struct {

@@ -22,6 +22,13 @@ func GPUForTests(tb testing.TB) string {
 	default:
 		tb.Fatalf("-gpu=%s: want fake or system", *gpuDriver)
 	}
+	return FakeGPUForTests(tb)
+}
+
+// FakeGPUForTests builds the fake CUDA driver and returns its library, or skips without a C
+// compiler.
+func FakeGPUForTests(tb testing.TB) string {
+	tb.Helper()
 	lib, err := fakecuda.Build()
 	if errors.Is(err, fakecuda.ErrNoCompiler) {
 		tb.Skip(err)
