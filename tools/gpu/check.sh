@@ -49,6 +49,12 @@ offload() {
 		"$bin/commit-run" -m $m --device $dev --gpu-mem $mem bench --policy ondemand,prefetch,commit,cpu-miss \
 			--predictor prev-token --tokens 64
 	done
+	# The calibration: simulated against measured per policy, and the copy stream's rate.
+	if command -v python3 >/dev/null; then
+		python3 tools/gpu/compare.py "$out/offload-cuda.json" "$out/offload-sim.json" sim/profiles/h100-pcie.json
+	else
+		echo "no python3: compare $out/offload-cuda.json and $out/offload-sim.json by hand"
+	fi
 }
 
 for s in "${stages[@]}"; do
