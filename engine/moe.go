@@ -311,18 +311,28 @@ func (m *Model) experts(b models.Backend, layer int, moe *models.MoE, x []float3
 	for s := range inv {
 		inv[s] = int32(off[T])
 	}
-	// The experts in the order their outputs land in yAll, and the tokens of each.
+	// The experts in the order their outputs land in yAll.
+	var jobs []expertJob
 	var active, tokens []int
 	pos := 0
 	for e, slots := range byExpert {
 		if len(slots) == 0 {
 			continue
 		}
-		active, tokens = append(active, e), append(tokens, len(slots))
-		for j, s := range slots {
-			inv[s] = int32(pos + j)
+		n := len(slots)
+		j := expertJob{e: e, n: n, y: yAll[pos*d : (pos+n)*d]}
+		inOrder := true
+		j.rows = make([]int32, n)
+		for k, s := range slots {
+			inv[s] = int32(pos + k)
+			j.rows[k] = int32(slotToken[s])
+			inOrder = inOrder && j.rows[k] == int32(k)
 		}
-		pos += len(slots)
+		if inOrder {
+			j.rows = nil // the expert reads the layer's input as it is
+		}
+		jobs, active, tokens = append(jobs, j), append(active, e), append(tokens, n)
+		pos += n
 	}
 	var plan []bool // cpu-miss: the experts the host computes
 	if m.off != nil {
@@ -336,15 +346,13 @@ func (m *Model) experts(b models.Backend, layer int, moe *models.MoE, x []float3
 		xh = m.toHost(x[:T*d])
 		xReady = m.dev.Compute().Record()
 	}
-	pos = 0
-	for i, e := range active {
-		slots := byExpert[e]
-		n := len(slots)
-		ye := yAll[pos*d : (pos+n)*d]
-		pos += n
+	var onHost []expertJob
+	for i, j := range jobs {
 		if plan != nil && plan[i] {
+			onHost = append(onHost, j)
 			continue
 		}
+		e := j.e
 		w := offload.ExpertWeights{Gate: moe.GateExps.Expert(e), Up: moe.UpExps.Expert(e), Down: moe.DownExps.Expert(e)}
 		done := func() error { return nil }
 		if m.off != nil {
@@ -354,19 +362,14 @@ func (m *Model) experts(b models.Backend, layer int, moe *models.MoE, x []float3
 				return nil, nil, err
 			}
 		}
-		xe := x[:n*d]
-		if rows, inOrder := expertRows(slots, slotToken); !inOrder {
-			xe = b.Floats(n * d)
-			b.Gather(xe, x, rows, d)
-		}
 		m.label("expert", "", layer, e)
-		m.swiglu(b, b.MatMulID, m.charger, &models.FFN{Gate: w.Gate, Up: w.Up, Down: w.Down}, xe, n, ye)
+		m.swiglu(b, b.MatMulID, m.charger, &models.FFN{Gate: w.Gate, Up: w.Up, Down: w.Down}, j.input(b, x, d), j.n, j.y)
 		if err := done(); err != nil {
 			return nil, nil, err
 		}
 	}
-	if plan != nil {
-		if err := m.hostExperts(layer, plan, active, byExpert, slotToken, xh, xReady, yAll); err != nil {
+	if len(onHost) > 0 {
+		if err := m.hostExperts(layer, onHost, xh, xReady); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -375,42 +378,45 @@ func (m *Model) experts(b models.Backend, layer int, moe *models.MoE, x []float3
 	return ys, off, nil
 }
 
-// hostExperts computes the experts plan puts on the host (cpu-miss) from xh, the layer's
-// input on the host, which the device computed by xReady, into their rows of yAll; the
-// device's later work waits for them.
-func (m *Model) hostExperts(layer int, plan []bool, active []int, byExpert [][]int, slotToken []int, xh []float32, xReady device.Event, yAll []float32) error {
+// expertJob is one routed expert of a layer's pass: its n tokens' rows of the layer's input
+// (nil: the first n, in order) and where its outputs land.
+type expertJob struct {
+	e, n int
+	rows []int32
+	y    []float32
+}
+
+// input returns the job's rows of x, gathered in b's memory when they are not x's first n.
+func (j expertJob) input(b models.Backend, x []float32, d int) []float32 {
+	if j.rows == nil {
+		return x[:j.n*d]
+	}
+	xe := b.Floats(j.n * d)
+	b.Gather(xe, x, j.rows, d)
+	return xe
+}
+
+// hostExperts computes the experts hostPlan put on the host (cpu-miss) from xh, the layer's
+// input on the host, which the device computed by xReady; the device's later work waits for
+// them.
+func (m *Model) hostExperts(layer int, jobs []expertJob, xh []float32, xReady device.Event) error {
 	d := m.arch.Config.Embd
 	host := m.dev.Host()
 	host.Wait(xReady)
 	hb := &backend{Kernels: host, Ops: models.HostOps{K: host}, a: &arena{}}
-	pos := 0
-	for i, e := range active {
-		slots := byExpert[e]
-		n := len(slots)
-		ye := yAll[pos*d : (pos+n)*d]
-		pos += n
-		if !plan[i] {
-			continue
-		}
-		w, done, err := m.off.acquire(layer, e, true)
+	for _, j := range jobs {
+		w, done, err := m.off.acquire(layer, j.e, true)
 		if err != nil {
 			return err
 		}
-		xe := xh[:n*d]
-		if rows, inOrder := expertRows(slots, slotToken); !inOrder {
-			xe = make([]float32, n*d)
-			for j, r := range rows {
-				copy(xe[j*d:(j+1)*d], xh[int(r)*d:(int(r)+1)*d])
-			}
-		}
-		yh := ye
+		yh := j.y
 		if m.resident {
-			yh = make([]float32, len(ye))
+			yh = make([]float32, len(j.y))
 		}
-		m.label("cpu", "cpu", layer, e)
-		m.swiglu(hb, host.MatMulID, nil, &models.FFN{Gate: w.Gate, Up: w.Up, Down: w.Down}, xe, n, yh)
+		m.label("cpu", "cpu", layer, j.e)
+		m.swiglu(hb, host.MatMulID, nil, &models.FFN{Gate: w.Gate, Up: w.Up, Down: w.Down}, j.input(hb, xh, d), j.n, yh)
 		if m.resident {
-			m.ops.Write(ye, yh)
+			m.ops.Write(j.y, yh)
 		}
 		if err := done(); err != nil {
 			return err
@@ -419,18 +425,6 @@ func (m *Model) hostExperts(layer int, plan []bool, active []int, byExpert [][]i
 	// The device combines the experts' outputs once the host's are back.
 	m.dev.Compute().Wait(host.Record())
 	return nil
-}
-
-// expertRows returns the tokens whose slots are slots, and whether they are 0, 1, ... in
-// order, so that the expert reads the layer's input as it is.
-func expertRows(slots, slotToken []int) ([]int32, bool) {
-	rows := make([]int32, len(slots))
-	inOrder := true
-	for j, s := range slots {
-		rows[j] = int32(slotToken[s])
-		inOrder = inOrder && rows[j] == int32(j)
-	}
-	return rows, inOrder
 }
 
 // routeTokens runs a MoE block's router on T rows of x and routes every token.
