@@ -386,19 +386,9 @@ func drawTimeline(o SimBenchOptions, p offload.Policy, tl *sim.Timeline, ttft fl
 // product (the work of an expert computed on the host) and returns the weight bytes it
 // streams per second, best of three.
 func MeasureHostExpertBandwidth() float64 {
-	const rows, cols = 4096, 4096
-	w := quant.Matrix{Type: quant.Q4_K, Rows: rows, Cols: cols}
-	rb, _ := quant.Q4_K.RowBytes(cols)
-	w.Data = make([]byte, rows*rb)
-	src := make([]float32, cols)
-	for r := 0; r < rows; r++ {
-		for i := range src {
-			src[i] = float32((r*31+i*17)%97-48) / 97
-		}
-		quant.QuantizeRow(quant.Q4_K, src, w.Data[r*rb:(r+1)*rb])
-	}
+	w := hostBenchMatrix(4096, 4096)
 	d := cpu.New(0)
-	x, out := make([]float32, cols), make([]float32, rows)
+	x, out := make([]float32, w.Cols), make([]float32, w.Rows)
 	best := math.Inf(1)
 	for i := 0; i < 3; i++ {
 		start := time.Now()
@@ -406,4 +396,19 @@ func MeasureHostExpertBandwidth() float64 {
 		best = min(best, time.Since(start).Seconds())
 	}
 	return float64(len(w.Data)) / best
+}
+
+// hostBenchMatrix is a Q4_K matrix of fixed, varied values (cols a multiple of 256) for
+// timing the host's products.
+func hostBenchMatrix(rows, cols int) quant.Matrix {
+	rb, _ := quant.Q4_K.RowBytes(cols)
+	w := quant.Matrix{Type: quant.Q4_K, Rows: rows, Cols: cols, Data: make([]byte, rows*rb)}
+	src := make([]float32, cols)
+	for r := 0; r < rows; r++ {
+		for i := range src {
+			src[i] = float32((r*31+i*17)%97-48) / 97
+		}
+		quant.QuantizeRow(quant.Q4_K, src, w.Data[r*rb:(r+1)*rb])
+	}
+	return w
 }
