@@ -3,7 +3,6 @@ package cuda
 import (
 	"errors"
 	"fmt"
-	"math"
 	"runtime"
 	"slices"
 	"sort"
@@ -31,10 +30,9 @@ type GPUOptions struct {
 	Budget int64
 	// PTX is the kernels' module; nil loads the embedded one.
 	PTX []byte
-	// HostBandwidth is the rate in bytes/s at which Host reads an expert's weights when it
-	// computes the expert itself (cpu-miss): what the device's Planner weighs a copy
-	// against. 0 = DefaultHostBandwidth.
-	HostBandwidth float64
+	// HostRates price Host's expert kernels (cpu-miss): what the device's Planner weighs a
+	// copy against. Zero rates take the device package's defaults.
+	HostRates device.HostRates
 }
 
 // mmvKernels name the matrix-vector kernel of each weight type.
@@ -110,8 +108,8 @@ type GPU struct {
 	copyBytes int64
 	copySec   float64
 
-	opened time.Time // the Planner's time origin
-	hostBW float64   // the Planner's host rate, bytes/s
+	opened    time.Time        // the Planner's time origin
+	hostRates device.HostRates // the Planner's, defaults filled
 
 	timing computeTimer // the compute stream's marks and waits for copies (timing.go)
 
@@ -163,14 +161,12 @@ func Open(o GPUOptions) (*GPU, error) {
 	if err != nil {
 		return nil, fmt.Errorf("device %s: %w", name, err)
 	}
-	if !(o.HostBandwidth >= 0) || math.IsInf(o.HostBandwidth, 0) {
-		return nil, fmt.Errorf("device %s: host bandwidth %v bytes/s: want a positive rate, or 0 for the default", name, o.HostBandwidth)
+	rates, err := o.HostRates.WithDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("device %s: %w", name, err)
 	}
 	g := &GPU{drv: drv, ctx: ctx, info: info, host: o.Host, mmv: map[quant.Type]*Function{}, mmq: map[quant.Type]*Function{},
-		fns: map[string]*Function{}, opened: time.Now(), hostBW: o.HostBandwidth}
-	if g.hostBW == 0 {
-		g.hostBW = DefaultHostBandwidth
-	}
+		fns: map[string]*Function{}, opened: time.Now(), hostRates: rates}
 	if err := g.open(o); err != nil {
 		g.Close()
 		return nil, fmt.Errorf("device %s (%s): %w", name, info.Name, err)

@@ -7,18 +7,11 @@ import (
 )
 
 const (
-	// DefaultHostBandwidth is the rate the host is assumed to compute an expert at when
-	// GPUOptions.HostBandwidth is 0: a desktop's DDR5 at batch size 1, as the simulator's
-	// default.
-	DefaultHostBandwidth = 20e9
 	// defaultCopyBandwidth prices copies until the copy stream has timed one: a PCIe 4.0 x16
 	// link's effective rate. One measured copy replaces it.
 	defaultCopyBandwidth = 24e9
 	// copyLatency is a copy's fixed cost: the driver's submission and the DMA engine's start.
 	copyLatency = 10e-6
-	// hostKernelOverhead is a host kernel's fixed cost beside its weights: the dispatch to
-	// the host's threads and its share of moving the activations between host and device.
-	hostKernelOverhead = 10e-6
 )
 
 // CopyDone implements device.Planner: when a copy of n bytes enqueued now would land,
@@ -49,9 +42,9 @@ func (g *GPU) CopyDone(n int64) float64 {
 }
 
 // HostDone implements device.Planner: the host computes the experts it is given when the
-// engine asks, so it starts now and reads n bytes at GPUOptions.HostBandwidth.
-func (g *GPU) HostDone(n int64, kernels int) float64 {
-	return g.now() + float64(n)/g.hostBW + float64(kernels)*hostKernelOverhead
+// engine asks, so it starts now, at GPUOptions.HostRates.
+func (g *GPU) HostDone(w device.HostWork) float64 {
+	return g.now() + g.hostRates.Seconds(w)
 }
 
 // now is the Planner's clock: seconds since the device was opened.

@@ -6,13 +6,14 @@ import (
 	"testing"
 
 	"github.com/commit-run/commit-run/cpu"
+	"github.com/commit-run/commit-run/device"
 )
 
 // TestGPUPlanner checks the Planner's prices on the fake driver, whose copies land at once
 // and whose events take the host's clock: a copy at the default rate until the copy stream
-// has timed one, then at the measured rate; host work at GPUOptions.HostBandwidth.
+// has timed one, then at the measured rate; host work at GPUOptions.HostRates.
 func TestGPUPlanner(t *testing.T) {
-	g := openFakeGPU(t, GPUOptions{HostBandwidth: 1e9})
+	g := openFakeGPU(t, GPUOptions{HostRates: device.HostRates{Bandwidth: 1e9, FLOPS: 1e10, Overhead: 1e-5}})
 	const n = 1 << 20
 	// within checks that f, evaluated between the clock readings lo and hi, is wait seconds
 	// after a time in [lo, hi].
@@ -26,8 +27,8 @@ func TestGPUPlanner(t *testing.T) {
 		}
 	}
 	within("a copy before any is timed", func() float64 { return g.CopyDone(n) }, copyLatency+n/defaultCopyBandwidth)
-	within("host work", func() float64 { return g.HostDone(n, 3) }, n/1e9+3*hostKernelOverhead)
-	within("no host work", func() float64 { return g.HostDone(0, 0) }, 0)
+	within("host work", func() float64 { return g.HostDone(device.HostWork{Bytes: n, FLOPs: 1e6, Kernels: 3}) }, n/1e9+1e6/1e10+3e-5)
+	within("no host work", func() float64 { return g.HostDone(device.HostWork{}) }, 0)
 
 	slot, err := g.Buffer(n, "a slot")
 	if err != nil {
@@ -51,13 +52,14 @@ func TestGPUPlanner(t *testing.T) {
 
 func TestGPUPlannerOptions(t *testing.T) {
 	fakeDriver(t)
-	for _, bw := range []float64{-1, math.NaN(), math.Inf(1)} {
-		_, err := Open(GPUOptions{Library: fake.path, PTX: fakeModule, Host: cpu.New(1), HostBandwidth: bw})
-		if err == nil || !strings.Contains(err.Error(), "host bandwidth") {
-			t.Errorf("host bandwidth %v: %v", bw, err)
+	for _, r := range []device.HostRates{{Bandwidth: -1}, {FLOPS: math.NaN()}, {Overhead: math.Inf(1)}} {
+		_, err := Open(GPUOptions{Library: fake.path, PTX: fakeModule, Host: cpu.New(1), HostRates: r})
+		if err == nil || !strings.Contains(err.Error(), "host") {
+			t.Errorf("host rates %+v: %v", r, err)
 		}
 	}
-	if g := openFakeGPU(t, GPUOptions{}); g.hostBW != DefaultHostBandwidth {
-		t.Errorf("default host bandwidth %v", g.hostBW)
+	want := device.HostRates{Bandwidth: device.DefaultHostBandwidth, FLOPS: device.DefaultHostFLOPS, Overhead: device.DefaultHostOverhead}
+	if g := openFakeGPU(t, GPUOptions{}); g.hostRates != want {
+		t.Errorf("default host rates %+v, want %+v", g.hostRates, want)
 	}
 }

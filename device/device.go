@@ -91,8 +91,8 @@ type Charger interface {
 type Planner interface {
 	// CopyDone is when a copy of n bytes enqueued now on the copy stream would land.
 	CopyDone(n int64) float64
-	// HostDone is when the host would finish kernels reading n bytes of weights started now.
-	HostDone(n int64, kernels int) float64
+	// HostDone is when the host would finish work w started now.
+	HostDone(w HostWork) float64
 }
 
 // Labeler is implemented by devices that keep a timeline: the engine names the work it

@@ -8,8 +8,14 @@ package engine
 import (
 	"context"
 
+	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/multigpu"
 )
+
+// HostRates price the host's expert kernels for cpu-miss on a GPU, real or simulated: the
+// rate a kernel reads its weights at for one token, and the rate of each further token's
+// arithmetic. Measure this machine's with MeasureHostRates.
+type HostRates = device.HostRates
 
 // Options configure Open. The zero value runs on the CPU with every core, the model's own
 // context length (capped by MaxContext) and an F16 KV cache, as llama.cpp does.
@@ -21,11 +27,10 @@ type Options struct {
 	Device string
 	// CUDALibrary is the CUDA driver library to load; "" finds libcuda.so.1.
 	CUDALibrary string
-	// HostBandwidth is the rate in bytes/s at which the host computes an expert from host
-	// memory (cpu-miss): on a simulated device the modelled host's, on a GPU what cpu-miss
-	// weighs a copy against; 0 = 20 GB/s. Measure this machine's with
-	// MeasureHostExpertBandwidth.
-	HostBandwidth float64
+	// HostRates are the rates at which the host computes an expert from host memory
+	// (cpu-miss): on a simulated device the modelled host's, on a GPU what cpu-miss weighs a
+	// copy against. Zero rates take device.DefaultHostBandwidth and its siblings.
+	HostRates HostRates
 	// Threads is the number of compute threads; 0 uses every core.
 	Threads int
 	// ContextLength is the number of positions a session's KV cache holds; 0 uses the

@@ -49,7 +49,10 @@ type BenchReport struct {
 	Prompts    int
 	Tokens     int // decoded per prompt
 	Predictor  string
-	Rows       []PolicyReport
+	// HostRates are what cpu-miss weighed a copy against, on a device that weighs (nil on
+	// the CPU, which computes every miss on the host, and without cpu-miss).
+	HostRates *HostRates `json:",omitempty"`
+	Rows      []PolicyReport
 }
 
 // Bench decodes Tokens tokens greedily after each prompt, at batch size 1, once per policy,
@@ -115,6 +118,10 @@ func benchRun(ctx context.Context, path string, o BenchOptions, p *offload.Polic
 	defer s.Close()
 	sd, simulated := m.dev.(*sim.Device)
 	rep.Device, rep.Simulated = m.dev.Name(), simulated
+	if m.off != nil && m.off.opts.Policy == offload.CPUMiss && m.off.planner != nil {
+		r, _ := opts.HostRates.WithDefaults() // Open checked them
+		rep.HostRates = &r
+	}
 	var pcie float64
 	if simulated {
 		rep.Calibrated = sd.Profile().Calibrated

@@ -12,11 +12,14 @@ import (
 )
 
 // ratePlanner is a Planner on a clock that stands still: a copy costs copy seconds a byte,
-// the host host seconds a byte, so that hostPlan's queue accounting decides alone.
-type ratePlanner struct{ copy, host float64 }
+// the host host seconds a byte of weights and flop seconds a flop of the further tokens, so
+// that hostPlan's queue accounting decides alone.
+type ratePlanner struct{ copy, host, flop float64 }
 
-func (p ratePlanner) CopyDone(n int64) float64              { return float64(n) * p.copy }
-func (p ratePlanner) HostDone(n int64, kernels int) float64 { return float64(n) * p.host }
+func (p ratePlanner) CopyDone(n int64) float64 { return float64(n) * p.copy }
+func (p ratePlanner) HostDone(w device.HostWork) float64 {
+	return float64(w.Bytes)*p.host + w.FLOPs*p.flop
+}
 
 var _ device.Planner = ratePlanner{}
 
@@ -47,6 +50,17 @@ func TestHostPlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.mu.Unlock()
+	w, err := f.store.Expert(offload.ExpertKey{Layer: layer, Expert: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A further token's arithmetic priced at 0.3 of a copy: with the weights read at half a
+	// copy's time, a second token fits before the copy lands, three more do not.
+	perToken := expertWork(w, 2).FLOPs
+	if perToken != 2*float64(w.Gate.Rows*w.Gate.Cols+w.Up.Rows*w.Up.Cols+w.Down.Rows*w.Down.Cols) {
+		t.Fatalf("an expert's arithmetic per token: %v flops", perToken)
+	}
+	batch := ratePlanner{1, 0.5, 0.3 * float64(f.store.SlotBytes()) / perToken}
 	ones := []int{1, 1, 1, 1}
 	cases := []struct {
 		name    string
@@ -56,12 +70,13 @@ func TestHostPlan(t *testing.T) {
 		want    []bool
 	}{
 		{"no planner: every miss", nil, []int{0, 5, 2}, []int{1, 1, 1}, []bool{true, false, true}},
-		{"host as fast as a copy: alternate", ratePlanner{1, 1}, []int{0, 1, 2, 3}, ones, []bool{true, false, true, false}},
-		{"host half as fast: one in three", ratePlanner{1, 2}, []int{0, 1, 2, 3, 4, 5}, []int{1, 1, 1, 1, 1, 1}, []bool{false, true, false, false, true, false}},
-		{"resident expert skipped", ratePlanner{1, 1}, []int{5, 0, 1}, []int{1, 1, 1}, []bool{false, true, false}},
-		{"host far slower", ratePlanner{1, 100}, []int{0, 1, 2, 3}, ones, nil},
-		{"four tokens cost four passes", ratePlanner{1, 1}, []int{0, 1}, []int{4, 1}, []bool{false, true}},
-		{"host far faster", ratePlanner{1, 0.01}, []int{0, 1, 2, 3}, ones, []bool{true, true, true, true}},
+		{"host as fast as a copy: alternate", ratePlanner{1, 1, 0}, []int{0, 1, 2, 3}, ones, []bool{true, false, true, false}},
+		{"host half as fast: one in three", ratePlanner{1, 2, 0}, []int{0, 1, 2, 3, 4, 5}, []int{1, 1, 1, 1, 1, 1}, []bool{false, true, false, false, true, false}},
+		{"resident expert skipped", ratePlanner{1, 1, 0}, []int{5, 0, 1}, []int{1, 1, 1}, []bool{false, true, false}},
+		{"host far slower", ratePlanner{1, 100, 0}, []int{0, 1, 2, 3}, ones, nil},
+		{"a second token's arithmetic fits", batch, []int{0}, []int{2}, []bool{true}},
+		{"four tokens' does not", batch, []int{0, 1}, []int{4, 1}, []bool{false, true}},
+		{"host far faster", ratePlanner{1, 0.01, 0}, []int{0, 1, 2, 3}, ones, []bool{true, true, true, true}},
 	}
 	for _, c := range cases {
 		f.planner = c.planner
@@ -102,10 +117,10 @@ func TestCUDACPUMiss(t *testing.T) {
 		planner device.Planner // nil: the GPU's
 		check   func(OffloadStats) bool
 	}{
-		{"no miss on the host", ratePlanner{0, 1}, func(s OffloadStats) bool { return s.OnCPU == 0 && s.BytesCopied > 0 }},
+		{"no miss on the host", ratePlanner{0, 1, 0}, func(s OffloadStats) bool { return s.OnCPU == 0 && s.BytesCopied > 0 }},
 		{"the GPU's planner", nil, func(s OffloadStats) bool { return s.Misses > 0 }},
-		{"every miss on the host", ratePlanner{1, 0}, func(s OffloadStats) bool { return s.OnCPU > 0 && s.OnCPU == s.Misses && s.BytesCopied == 0 }},
-		{"every other miss", ratePlanner{1, 1}, func(s OffloadStats) bool { return s.OnCPU > 0 && s.OnCPU < s.Misses && s.BytesCopied > 0 }},
+		{"every miss on the host", ratePlanner{1, 0, 0}, func(s OffloadStats) bool { return s.OnCPU > 0 && s.OnCPU == s.Misses && s.BytesCopied == 0 }},
+		{"every other miss", ratePlanner{1, 1, 0}, func(s OffloadStats) bool { return s.OnCPU > 0 && s.OnCPU < s.Misses && s.BytesCopied > 0 }},
 	} {
 		m := openCPUMiss(t, Options{Device: "cuda:0", CUDALibrary: lib, Offload: &OffloadOptions{Policy: offload.CPUMiss, GPUMem: budget}})
 		if _, ok := m.off.planner.(interface{ Stats() GPUStats }); !ok {

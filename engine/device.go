@@ -84,7 +84,7 @@ func newDevice(opts Options) (dev device.Device, note string, err error) {
 		if err != nil {
 			return nil, "", err
 		}
-		dev, err := sim.NewDevice(prof, sim.DeviceOptions{Numerics: cpu.New(opts.Threads), Memory: mem, HostBandwidth: opts.HostBandwidth})
+		dev, err := sim.NewDevice(prof, sim.DeviceOptions{Numerics: cpu.New(opts.Threads), Memory: mem, HostRates: opts.HostRates})
 		return dev, "", err
 	case strings.HasPrefix(name, "cuda:"):
 		n, err := strconv.Atoi(strings.TrimPrefix(name, "cuda:"))
@@ -119,7 +119,7 @@ func openGPU(opts Options, n int) (*cuda.GPU, error) {
 		budget = opts.Offload.GPUMem
 	}
 	return cuda.Open(cuda.GPUOptions{Ordinal: n, Library: opts.CUDALibrary, Host: cpu.New(opts.Threads), Budget: budget,
-		HostBandwidth: opts.HostBandwidth})
+		HostRates: opts.HostRates})
 }
 
 // closeDevice releases a device that holds resources beyond Go memory (a GPU).

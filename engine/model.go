@@ -3,7 +3,6 @@ package engine
 import (
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"strings"
 	"sync"
@@ -93,9 +92,9 @@ func Open(path string, opts Options) (*Model, error) {
 		f.Close()
 		return nil, fmt.Errorf("%s: the tokenizer has %d tokens but token_embd has only %d rows", path, tok.VocabSize(), arch.Config.Vocab)
 	}
-	if !(opts.HostBandwidth >= 0) || math.IsInf(opts.HostBandwidth, 0) {
+	if _, err := opts.HostRates.WithDefaults(); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("host bandwidth %v bytes/s: want a positive rate, or 0 for the default", opts.HostBandwidth)
+		return nil, err
 	}
 	dev, note, err := newDevice(opts)
 	if err != nil {

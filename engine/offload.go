@@ -225,10 +225,9 @@ func (f *offloader) beginPass() {
 // cpu-miss): tokens[i] rows go to experts[i]. On a device that cannot weigh host against copy
 // (the CPU) that is every miss. On one with a Planner it is a miss the host would finish no
 // later than its copy would land, behind the copies and host work planned before it, so that
-// of several misses some are copied while others are computed. The host's kernels are priced
-// as a pass over the weights per token, so that a prompt's misses are copied: on a CPU the
-// multiply-adds grow with the batch (BenchmarkHostMatMulBatch: a Q4_K 2048x4096 product on
-// a 2-core x86-64 machine takes 3.5 times as long for 8 tokens as for 1, 12.6 times for 32).
+// of several misses some are copied while others are computed. The planner prices the host's
+// work for the expert's whole batch (device.HostRates): on a CPU a prompt's multiply-adds grow
+// with its tokens, so its misses are copied once their arithmetic would outlast the copy.
 func (f *offloader) hostPlan(layer int, experts, tokens []int) []bool {
 	if f.opts.Policy != offload.CPUMiss {
 		return nil
@@ -237,30 +236,36 @@ func (f *offloader) hostPlan(layer int, experts, tokens []int) []bool {
 	defer f.mu.Unlock()
 	var plan []bool
 	b := f.store.SlotBytes()
-	var copied, hostBytes int64
-	var hostKernels int
+	var copied int64
+	var work device.HostWork
 	for i, e := range experts {
-		if _, ok := f.cache.Lookup(offload.ExpertKey{Layer: layer, Expert: e}); ok {
+		k := offload.ExpertKey{Layer: layer, Expert: e}
+		if _, ok := f.cache.Lookup(k); ok {
 			continue
 		}
-		host := true
 		if f.planner != nil {
-			n := b * int64(max(tokens[i], 1))
-			host = f.planner.HostDone(hostBytes+n, hostKernels+3) <= f.planner.CopyDone(copied+b)
-			if host {
-				hostBytes, hostKernels = hostBytes+n, hostKernels+3
-			} else {
+			w, err := f.store.Expert(k)
+			if err != nil {
+				continue // acquire reports it
+			}
+			next := work.Add(expertWork(w, tokens[i]))
+			if f.planner.HostDone(next) > f.planner.CopyDone(copied+b) {
 				copied += b
+				continue
 			}
+			work = next
 		}
-		if host {
-			if plan == nil {
-				plan = make([]bool, len(experts))
-			}
-			plan[i] = true
+		if plan == nil {
+			plan = make([]bool, len(experts))
 		}
+		plan[i] = true
 	}
 	return plan
+}
+
+// expertWork is the host's work for expert w on a batch of tokens: its three products.
+func expertWork(w offload.ExpertWeights, tokens int) device.HostWork {
+	return device.HostWork{}.Plus(w.Gate, tokens).Plus(w.Up, tokens).Plus(w.Down, tokens)
 }
 
 // acquire returns expert e of layer's weights. On the device (host false), they are in its

@@ -180,7 +180,7 @@ func TestBenchOnSim(t *testing.T) {
 	bench := func(slots int64, hostBW float64) *engine.BenchReport {
 		t.Helper()
 		rep, err := engine.Bench(context.Background(), tinyModel, engine.BenchOptions{
-			Options:  engine.Options{Device: "sim:rtx2080ti", ContextLength: 128, HostBandwidth: hostBW},
+			Options:  engine.Options{Device: "sim:rtx2080ti", ContextLength: 128, HostRates: engine.HostRates{Bandwidth: hostBW}},
 			Policies: []offload.Policy{offload.OnDemand, offload.Prefetch, offload.CPUMiss},
 			GPUMem:   st.Resident + slots*st.SlotBytes, Prompts: []string{"Prince Andrew said", "It was"}, Tokens: 6})
 		if err != nil {

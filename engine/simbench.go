@@ -174,7 +174,7 @@ func SimBench(o SimBenchOptions) (*SimBenchReport, error) {
 	}
 	host := o.HostBandwidth
 	if host == 0 && slices.Contains(policies, offload.CPUMiss) {
-		host = MeasureHostExpertBandwidth()
+		host = MeasureHostRates().Bandwidth
 	}
 	rep.HostBandwidth = host
 
@@ -382,20 +382,28 @@ func drawTimeline(o SimBenchOptions, p offload.Policy, tl *sim.Timeline, ttft fl
 	return w.Close()
 }
 
-// MeasureHostExpertBandwidth times this machine's CPU device on a Q4_K matrix-vector
-// product (the work of an expert computed on the host) and returns the weight bytes it
-// streams per second, best of three.
-func MeasureHostExpertBandwidth() float64 {
+// MeasureHostRates times this machine's CPU device on a Q4_K 4096x4096 product, the work of
+// an expert computed on the host: for one token, the weight bytes it streams per second, and
+// from 16 tokens, the flops per second of each token after the first. Best of three each.
+func MeasureHostRates() HostRates {
 	w := hostBenchMatrix(4096, 4096)
 	d := cpu.New(0)
-	x, out := make([]float32, w.Cols), make([]float32, w.Rows)
-	best := math.Inf(1)
-	for i := 0; i < 3; i++ {
-		start := time.Now()
-		d.MatMulID(w, x, 1, out)
-		best = min(best, time.Since(start).Seconds())
+	const T = 16
+	x, out := make([]float32, T*w.Cols), make([]float32, T*w.Rows)
+	best := func(T int) float64 {
+		b := math.Inf(1)
+		for i := 0; i < 3; i++ {
+			start := time.Now()
+			d.MatMulID(w, x[:T*w.Cols], T, out[:T*w.Rows])
+			b = min(b, time.Since(start).Seconds())
+		}
+		return max(b, 1e-9)
 	}
-	return float64(len(w.Data)) / best
+	one, many := best(1), best(T)
+	// 16 tokens cannot take less than one, whatever the noise: at worst price the further
+	// tokens as if each cost a hundredth of the first.
+	further := max(many-one, (T-1)*one/100)
+	return HostRates{Bandwidth: float64(len(w.Data)) / one, FLOPS: 2 * float64(w.Rows) * float64(w.Cols) * (T - 1) / further}
 }
 
 // hostBenchMatrix is a Q4_K matrix of fixed, varied values (cols a multiple of 256) for

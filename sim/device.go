@@ -14,12 +14,9 @@ type DeviceOptions struct {
 	Numerics device.Kernels
 	// Memory is the budget; nil means the profile's memory.
 	Memory *device.Memory
-	// HostBandwidth is the rate in bytes/s the host reads weights at when it computes an
-	// expert itself (cpu-miss): measure it on the machine being modelled. 0 = 20 GB/s.
-	HostBandwidth float64
-	// HostOverhead is the fixed cost of one host kernel (dispatch, moving the activation
-	// between host and device). 0 = 10 µs.
-	HostOverhead float64
+	// HostRates price the host's expert kernels (cpu-miss): measure them on the machine
+	// being modelled. Zero rates take the device package's defaults.
+	HostRates device.HostRates
 }
 
 // Device is the simulated GPU sim:<profile>: numbers computed on the CPU, every kernel and
@@ -35,7 +32,7 @@ type Device struct {
 	tl                 *Timeline
 	compute, copy, cpu *Stream
 	link               *Stream // collectives with other devices (expert parallelism)
-	hostBW, hostOver   float64
+	host               device.HostRates
 	kind, label        string
 }
 
@@ -47,24 +44,18 @@ func NewDevice(p *Profile, o DeviceOptions) (*Device, error) {
 	if o.Numerics == nil {
 		return nil, fmt.Errorf("sim device %s: no numerics device", p.Name)
 	}
-	if o.HostBandwidth < 0 || o.HostOverhead < 0 {
-		return nil, fmt.Errorf("sim device %s: host bandwidth %v and overhead %v: want positive numbers", p.Name, o.HostBandwidth, o.HostOverhead)
+	host, err := o.HostRates.WithDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("sim device %s: %w", p.Name, err)
 	}
-	d := &Device{prof: p, num: o.Numerics, mem: o.Memory, tl: NewTimeline(), hostBW: o.HostBandwidth, hostOver: o.HostOverhead}
+	d := &Device{prof: p, num: o.Numerics, mem: o.Memory, tl: NewTimeline(), host: host}
 	if d.mem == nil {
-		var err error
 		if d.mem, err = device.NewMemory(p.MemoryBytes); err != nil {
 			return nil, err
 		}
 	}
 	if d.mem.Budget() > p.MemoryBytes {
 		return nil, fmt.Errorf("sim device %s: a budget of %.2f GiB exceeds the card's %.2f GiB", p.Name, float64(d.mem.Budget())/(1<<30), float64(p.MemoryBytes)/(1<<30))
-	}
-	if d.hostBW == 0 {
-		d.hostBW = 20e9
-	}
-	if d.hostOver == 0 {
-		d.hostOver = 10e-6
 	}
 	d.compute, d.copy, d.cpu = d.tl.NewStream("compute"), d.tl.NewStream("copy"), d.tl.NewStream("cpu")
 	d.link = d.tl.NewStream("link")
@@ -186,11 +177,12 @@ func (d *Device) CopyDone(n int64) float64 {
 	return max(d.copy.Tail(), d.tl.Now()) + d.prof.CopyTime(float64(n))
 }
 
-// HostDone is when the host would finish kernels reading n bytes of weights started now.
-func (d *Device) HostDone(n int64, kernels int) float64 {
+// HostDone is when the host would finish work w started now, behind its kernels enqueued
+// before.
+func (d *Device) HostDone(w device.HostWork) float64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return max(d.cpu.Tail(), d.tl.Now()) + float64(n)/d.hostBW + float64(kernels)*d.hostOver
+	return max(d.cpu.Tail(), d.tl.Now()) + d.host.Seconds(w)
 }
 
 // Ready is when the compute stream's work issued so far is done, or the host's time if later.
@@ -219,7 +211,7 @@ func (d *Device) Transfer(start, end float64) {
 func (d *Device) Compute() device.Stream { return stream{d, d.compute} }
 func (d *Device) Copy() device.Stream    { return stream{d, d.copy} }
 
-// Host is the host CPU's kernels on the "cpu" stream, priced at the host bandwidth.
+// Host is the host CPU's kernels on the "cpu" stream, priced at DeviceOptions.HostRates.
 func (d *Device) Host() device.HostKernels { return host{stream{d, d.cpu}} }
 
 type stream struct {
@@ -246,24 +238,24 @@ type host struct{ stream }
 
 func (h host) MatMul(w quant.Matrix, x []float32, T int, out []float32) {
 	h.d.num.MatMul(w, x, T, out)
-	h.charge(w)
+	h.charge(w, T)
 }
 
 func (h host) MatMulID(w quant.Matrix, x []float32, T int, out []float32) {
 	h.d.num.MatMulID(w, x, T, out)
-	h.charge(w)
+	h.charge(w, T)
 }
 
 func (h host) Parallel(n int, fn func(i int)) { h.d.num.Parallel(n, fn) }
 
-// charge prices a host kernel by the weights it reads: at batch size 1 the host is bound by
-// memory bandwidth, as the device is.
-func (h host) charge(w quant.Matrix) {
+// charge prices a host kernel of T tokens at the host's rates: its weights read once, and
+// the arithmetic of its tokens after the first.
+func (h host) charge(w quant.Matrix, T int) {
 	d := h.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	_, l := d.names("cpu")
-	d.cpu.Enqueue("cpu", l, float64(len(w.Data))/d.hostBW+d.hostOver)
+	d.cpu.Enqueue("cpu", l, d.host.Seconds(device.HostWork{}.Plus(w, T)))
 }
 
 var (

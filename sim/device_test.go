@@ -29,7 +29,7 @@ func roundProfile() *sim.Profile {
 
 func newRoundDevice(t *testing.T, k device.Kernels) *sim.Device {
 	t.Helper()
-	d, err := sim.NewDevice(roundProfile(), sim.DeviceOptions{Numerics: k, HostBandwidth: 2e9, HostOverhead: 5e-6})
+	d, err := sim.NewDevice(roundProfile(), sim.DeviceOptions{Numerics: k, HostRates: device.HostRates{Bandwidth: 2e9, FLOPS: 1e11, Overhead: 5e-6}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestDeviceMatMulCost(t *testing.T) {
 func TestDeviceHostKernels(t *testing.T) {
 	d := newRoundDevice(t, &countingKernels{})
 	w := quant.Matrix{Type: quant.F32, Rows: 1, Cols: 500_000, Data: make([]byte, 2_000_000)}
-	if got, want := d.HostDone(2_000_000, 1), 2e6/2e9+5e-6; !near(got, want) {
+	if got, want := d.HostDone(device.HostWork{Bytes: 2_000_000, Kernels: 1}), 2e6/2e9+5e-6; !near(got, want) {
 		t.Errorf("HostDone %v, want %v", got, want)
 	}
 	if got, want := d.CopyDone(2_000_000), 2e6/1e9+1e-6; !near(got, want) {
@@ -114,6 +114,25 @@ func TestDeviceHostKernels(t *testing.T) {
 	d.Sync(d.Compute().Record())
 	if st := d.Stats(); !near(st.Now, 1.006e-3) || !near(st.HostCompute, 1.005e-3) || !near(st.ComputeStalled, 0.905e-3) {
 		t.Errorf("stats %+v: want now 1.006 ms, host 1.005 ms, stalled 0.905 ms", st)
+	}
+}
+
+// A host kernel of several tokens reads its weights once and adds the arithmetic of every
+// token after the first, as the planner prices it.
+func TestDeviceHostBatch(t *testing.T) {
+	d := newRoundDevice(t, &countingKernels{})
+	w := quant.Matrix{Type: quant.F32, Rows: 2, Cols: 250_000, Data: make([]byte, 2_000_000)}
+	work := device.HostWork{}.Plus(w, 4)
+	if work.Bytes != 2_000_000 || work.FLOPs != 3*2*500_000 || work.Kernels != 1 {
+		t.Fatalf("work %+v: want 2 MB, 3 further tokens of 1 Mflop, 1 kernel", work)
+	}
+	want := 2e6/2e9 + 3e6/1e11 + 5e-6
+	if got := d.HostDone(work); !near(got, want) {
+		t.Errorf("HostDone %v, want %v", got, want)
+	}
+	d.Host().MatMul(w, make([]float32, 4*250_000), 4, make([]float32, 4*2))
+	if st := d.Stats(); !near(st.HostCompute, want) {
+		t.Errorf("a 4-token host kernel took %v s, want %v s", st.HostCompute, want)
 	}
 }
 
@@ -139,7 +158,8 @@ func TestNewDeviceBadInput(t *testing.T) {
 	}{
 		{"no numerics", roundProfile(), sim.DeviceOptions{}, "numerics"},
 		{"budget over the card", roundProfile(), sim.DeviceOptions{Numerics: k, Memory: big}, "exceeds"},
-		{"negative host rate", roundProfile(), sim.DeviceOptions{Numerics: k, HostBandwidth: -1}, "host bandwidth"},
+		{"negative host rate", roundProfile(), sim.DeviceOptions{Numerics: k, HostRates: device.HostRates{Bandwidth: -1}}, "host bandwidth"},
+		{"infinite host flops", roundProfile(), sim.DeviceOptions{Numerics: k, HostRates: device.HostRates{FLOPS: math.Inf(1)}}, "host flops"},
 		{"bad profile", &sim.Profile{Name: "x"}, sim.DeviceOptions{Numerics: k}, "memory_bytes"},
 	}
 	for _, c := range cases {

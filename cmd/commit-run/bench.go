@@ -149,6 +149,37 @@ func parseBytes(s string) (float64, error) {
 	return v * mul, nil
 }
 
+// measureHostRates fills the rates r lacks with this machine's (a few tens of milliseconds).
+func measureHostRates(r engine.HostRates) engine.HostRates {
+	if r.Bandwidth == 0 || r.FLOPS == 0 {
+		m := engine.MeasureHostRates()
+		r.Bandwidth, r.FLOPS = cmp.Or(r.Bandwidth, m.Bandwidth), cmp.Or(r.FLOPS, m.FLOPS)
+	}
+	return r
+}
+
+// parseFLOPS reads an arithmetic rate such as 150G, 1.5T or 150GFLOPS.
+func parseFLOPS(s string) (float64, error) {
+	t := strings.TrimSpace(s)
+	for _, suffix := range []string{"FLOP/S", "FLOPS"} {
+		if strings.HasSuffix(strings.ToUpper(t), suffix) {
+			t = t[:len(t)-len(suffix)]
+			break
+		}
+	}
+	mul := 1.0
+	if n := len(t); n > 0 {
+		if m, ok := map[byte]float64{'K': 1e3, 'M': 1e6, 'G': 1e9, 'T': 1e12}[t[n-1]&^0x20]; ok {
+			t, mul = t[:n-1], m
+		}
+	}
+	v, err := strconv.ParseFloat(strings.TrimSpace(t), 64)
+	if err != nil || !(v > 0) || math.IsInf(v*mul, 0) {
+		return 0, fmt.Errorf("rate %q: want a positive rate such as 150G or 1.5TFLOPS", s)
+	}
+	return v * mul, nil
+}
+
 func (a *app) simBench(f benchFlags) error {
 	o := engine.SimBenchOptions{Shape: f.shape, Device: a.device, Context: f.ctxFill, Tokens: f.tokens, Trace: f.traceFile,
 		Predictor: cmp.Or(a.predictor, "accuracy=0.8"), CrossToken: a.crossToken, Seed: f.seed, TimelineTokens: f.timelineTokens, PromptLen: f.promptLen,
@@ -191,9 +222,14 @@ func (a *app) simBench(f benchFlags) error {
 			return fmt.Errorf("--gpu-mem: %w", err)
 		}
 	}
-	if o.HostBandwidth, err = a.hostBandwidth(); err != nil {
+	rates, err := a.hostRates()
+	if err != nil {
 		return err
 	}
+	if rates.FLOPS != 0 {
+		return fmt.Errorf("--host-flops prices a host expert's further tokens; --shape and --timing-only compute misses on the host only while decoding, one token at a time")
+	}
+	o.HostBandwidth = rates.Bandwidth
 	if o.Policies, err = offload.ParsePolicies(cmp.Or(a.policy, "ondemand,prefetch,commit,cpu-miss")); err != nil {
 		return fmt.Errorf("--policy: %w", err)
 	}
@@ -275,8 +311,8 @@ func (a *app) modelBench(cmd *cobra.Command, f benchFlags) error {
 		if o.Policies, err = offload.ParsePolicies(cmp.Or(a.policy, "ondemand,prefetch,commit,cpu-miss")); err != nil {
 			return fmt.Errorf("--policy: %w", err)
 		}
-		if slices.Contains(o.Policies, offload.CPUMiss) && weighsHost(a.device) && o.Options.HostBandwidth == 0 {
-			o.Options.HostBandwidth = engine.MeasureHostExpertBandwidth()
+		if slices.Contains(o.Policies, offload.CPUMiss) && weighsHost(a.device) {
+			o.Options.HostRates = measureHostRates(o.Options.HostRates)
 		}
 	}
 	rep, err := engine.Bench(cmd.Context(), a.modelPath, o)
@@ -314,6 +350,10 @@ func (a *app) modelBench(cmd *cobra.Command, f benchFlags) error {
 	if rep.GPUMem > 0 {
 		fmt.Fprintf(a.stdout, "%.2f MiB device budget: %.2f MiB resident, %.3f MiB per expert slot\n",
 			float64(rep.GPUMem)/(1<<20), float64(rep.Resident)/(1<<20), float64(rep.SlotBytes)/(1<<20))
+	}
+	if r := rep.HostRates; r != nil {
+		fmt.Fprintf(a.stdout, "cpu-miss weighs each copy against the host: %.1f GB/s of weights for a token, %.0f GFLOP/s for each further token\n",
+			r.Bandwidth/1e9, r.FLOPS/1e9)
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	devCol := ""

@@ -51,9 +51,10 @@ func TestBenchModel(t *testing.T) {
 func TestBenchModelOnSim(t *testing.T) {
 	model := needModel(t)
 	dir := t.TempDir()
-	out, _ := mustRun(t, "", "-m", model, "--device", "sim:rtx2080ti", "--gpu-mem", "3.4MiB", "--host-bw", "10GB",
+	out, _ := mustRun(t, "", "-m", model, "--device", "sim:rtx2080ti", "--gpu-mem", "3.4MiB", "--host-bw", "10GB", "--host-flops", "100GFLOPS",
 		"bench", "--tokens", "6", "--timeline", filepath.Join(dir, "t.svg"))
-	for _, want := range []string{"simulated time", "ondemand", "prefetch", "commit", "cpu-miss", "stall ms/tok", "measured/limit"} {
+	for _, want := range []string{"simulated time", "ondemand", "prefetch", "commit", "cpu-miss", "stall ms/tok", "measured/limit",
+		"10.0 GB/s of weights for a token, 100 GFLOP/s for each further token"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("bench output lacks %q:\n%s", want, out)
 		}
@@ -102,6 +103,7 @@ func TestBenchBadInput(t *testing.T) {
 		{[]string{"--device", "sim:rtx2080ti", "bench", "--shape", "mixtral-8x7b", "--gpu-mem", "1GiB"}, "needs at least"},
 		{[]string{"--device", "sim:rtx4090", "bench", "--shape", "mixtral-8x7b", "--policy", "magic"}, "unknown expert policy"},
 		{[]string{"--device", "sim:rtx4090", "bench", "--shape", "mixtral-8x7b", "--eviction", "fifo"}, "--eviction"},
+		{[]string{"--device", "sim:rtx4090", "--host-flops", "100G", "bench", "--shape", "mixtral-8x7b"}, "one token at a time"},
 		{[]string{"--device", "sim:rtx4090", "bench", "--shape", "mixtral-8x7b", "--trace", "/nonexistent.trace"}, "no such file"},
 		{[]string{"--device", "sim:rtx4090", "bench", "--shape", "mixtral-8x7b", "--predictor", "accuracy=7"}, "accuracy"},
 		{[]string{"--device", "sim:rtx4090", "bench", "--shape", "mixtral-8x7b", "--skew", "-2"}, "skew"},

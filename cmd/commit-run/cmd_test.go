@@ -249,6 +249,8 @@ func TestOffloadFlagsBadInput(t *testing.T) {
 		{[]string{"--device", "sim:", "--gpu-mem", "8MiB"}, "profile"},
 		{[]string{"--device", "sim:/nonexistent/card.json"}, "no such file"},
 		{[]string{"--device", "sim:rtx4090", "--host-bw", "0"}, "--host-bw"},
+		{[]string{"--device", "sim:rtx4090", "--host-flops", "fast"}, "--host-flops"},
+		{[]string{"--device", "sim:rtx4090", "--host-flops", "-3G"}, "--host-flops"},
 	}
 	for _, c := range cases {
 		args := append(c.args, "generate", "-m", model, "--prompt", "Hello", "-n", "1")

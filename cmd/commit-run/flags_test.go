@@ -13,6 +13,26 @@ import (
 	"github.com/spf13/pflag"
 )
 
+func TestParseFLOPS(t *testing.T) {
+	tests := []struct {
+		in   string
+		want float64 // 0: an error
+	}{
+		{"150G", 150e9}, {"1.5T", 1.5e12}, {"150GFLOPS", 150e9}, {" 2.5 tflop/s ", 2.5e12}, {"800m", 800e6}, {"4e10", 4e10},
+		{"", 0}, {"G", 0}, {"fast", 0}, {"-3G", 0}, {"0", 0}, {"NaN", 0}, {"1e308T", 0}, {"150GB", 0},
+	}
+	for _, tt := range tests {
+		got, err := parseFLOPS(tt.in)
+		if tt.want == 0 {
+			if err == nil || !strings.Contains(err.Error(), "positive rate") {
+				t.Errorf("parseFLOPS(%q) = %v, %v; want an error", tt.in, got, err)
+			}
+		} else if err != nil || got != tt.want {
+			t.Errorf("parseFLOPS(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
+		}
+	}
+}
+
 func TestParseTokens(t *testing.T) {
 	tests := []struct {
 		in      string

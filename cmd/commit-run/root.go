@@ -36,7 +36,7 @@ type app struct {
 	device    string
 	cudaLib   string
 	// Offloading: set by --gpu-mem; the policy, eviction and predictor refine it.
-	gpuMem, policy, eviction, predictor, hostBW string
+	gpuMem, policy, eviction, predictor, hostBW, hostFLOPS string
 	// Committed routing: the Commit Router file and the OWA override.
 	predictorFile, owaSpec string
 	crossToken             bool
@@ -148,7 +148,8 @@ func (a *app) rootCmd() *cobra.Command {
 	pf.StringVar(&a.macsCalibration, "macs-calibration", "", "with --macs-eta: a text `FILE` whose routing gives each expert its centroid (its first 4096 tokens, run on the CPU at start)")
 	pf.StringVar(&a.linkBW, "link-bw", "", "with --ep on simulated devices: each device's all-to-all bandwidth, e.g. 50GB (default: the profile's PCIe rate)")
 	pf.IntVar(&a.harmoenyQ, "harmoeny-q", 0, "with --ep: HarMoEny's token threshold q, the fewest tokens worth moving to a device that must fetch the expert (0: eq. 4 from the profile's FLOPS and PCIe rate; 150 on the CPU)")
-	pf.StringVar(&a.hostBW, "host-bw", "", "GPUs, real or simulated: the rate the host computes a missed expert at (cpu-miss), e.g. 20GB (default: measured on this machine)")
+	pf.StringVar(&a.hostBW, "host-bw", "", "GPUs, real or simulated: the rate the host reads a missed expert's weights at when it computes the expert itself (cpu-miss), e.g. 20GB (default: measured on this machine)")
+	pf.StringVar(&a.hostFLOPS, "host-flops", "", "GPUs, real or simulated: the rate of the arithmetic each further token of a batch adds to such a host expert, e.g. 150G (default: measured on this machine)")
 	pf.StringVar(&a.profMode, "profile", "", "write a Go profile: cpu or mem")
 	pf.StringVar(&a.profDir, "profile-dir", ".", "`DIR` for the --profile output (cpu.pprof or mem.pprof)")
 
@@ -263,7 +264,7 @@ func (a *app) engineOptions(device, policy string) (engine.Options, error) {
 	} else if a.gpuMem != "" || a.policy != "" {
 		return opts, fmt.Errorf("--gpu-mem and --policy offload experts to host memory; --ep spreads them over devices (see --ep-policy)")
 	}
-	if opts.HostBandwidth, err = a.hostBandwidth(); err != nil {
+	if opts.HostRates, err = a.hostRates(); err != nil {
 		return opts, err
 	}
 	learnt := a.predictor == "" || a.predictor == "router"
@@ -301,8 +302,8 @@ func (a *app) engineOptions(device, policy string) (engine.Options, error) {
 	if o.Policy == offload.Commit && learnt {
 		opts.Commit = a.commitOptions()
 	}
-	if weighsHost(device) && o.Policy == offload.CPUMiss && opts.HostBandwidth == 0 {
-		opts.HostBandwidth = engine.MeasureHostExpertBandwidth()
+	if weighsHost(device) && o.Policy == offload.CPUMiss {
+		opts.HostRates = measureHostRates(opts.HostRates)
 	}
 	return opts, nil
 }
@@ -431,16 +432,24 @@ func (a *app) commitOptions() *engine.CommitOptions {
 	return &engine.CommitOptions{Predictor: a.predictorFile, OWASpec: a.owaSpec, CrossToken: a.crossToken}
 }
 
-// hostBandwidth reads --host-bw (0 when unset).
-func (a *app) hostBandwidth() (float64, error) {
-	if a.hostBW == "" {
-		return 0, nil
+// hostRates reads --host-bw and --host-flops (0 when unset).
+func (a *app) hostRates() (engine.HostRates, error) {
+	var r engine.HostRates
+	if a.hostBW != "" {
+		v, err := parseBytes(a.hostBW)
+		if err != nil {
+			return r, fmt.Errorf("--host-bw: %w", err)
+		}
+		r.Bandwidth = v
 	}
-	v, err := parseBytes(a.hostBW)
-	if err != nil {
-		return 0, fmt.Errorf("--host-bw: %w", err)
+	if a.hostFLOPS != "" {
+		v, err := parseFLOPS(a.hostFLOPS)
+		if err != nil {
+			return r, fmt.Errorf("--host-flops: %w", err)
+		}
+		r.FLOPS = v
 	}
-	return v, nil
+	return r, nil
 }
 
 // session opens the model and one session on it; closing the returned func frees both.
