@@ -153,8 +153,11 @@ func TestOffloadCommitRouter(t *testing.T) {
 	want, wantStats, _ := run(engine.Options{Commit: &engine.CommitOptions{}})
 	info, _ := engine.Inspect(bundledQwen)
 	for _, dev := range []string{"cpu", "sim:rtx2080ti"} {
-		for _, mem := range []int64{info.NonExpertBytes + 3<<20, info.NonExpertBytes + info.ExpertBytes + 8<<20} {
-			got, cs, ost := run(engine.Options{Device: dev, ContextLength: 512, Offload: &engine.OffloadOptions{Policy: offload.Commit, GPUMem: mem}})
+		opts := engine.Options{Device: dev, ContextLength: 512, Offload: &engine.OffloadOptions{Policy: offload.Commit}}
+		st := offloadProbe(t, bundledQwen, opts)
+		for _, mem := range []int64{st.Resident + 24*st.SlotBytes, st.Resident + info.ExpertBytes + 8<<20} {
+			opts.Offload.GPUMem = mem
+			got, cs, ost := run(opts)
 			if !slices.Equal(got, want) {
 				t.Errorf("%s, %d-byte budget: offloaded commit decoded %v, committed routing %v", dev, mem, got, want)
 			}

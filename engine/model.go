@@ -146,19 +146,34 @@ func Open(path string, opts Options) (*Model, error) {
 	}
 	m.resident = m.residentPasses()
 	m.act.pass, m.act.layer = m.activationFloats()
-	if err := dev.Memory().Alloc(m.act.bytes(), "activations"); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("%s: one pass's activations (%d bytes for up to %d tokens) do not fit on %s: %w", path, m.act.bytes(), prefillBatch, dev.Name(), err)
+	allocActivations := func() error {
+		if err := dev.Memory().Alloc(m.act.bytes(), "activations"); err != nil {
+			return fmt.Errorf("%s: one pass's activations (%d bytes for up to %d tokens) do not fit on %s: %w", path, m.act.bytes(), prefillBatch, dev.Name(), err)
+		}
+		return nil
+	}
+	// Offloading sizes its slots around the activations, and says how large a budget must
+	// be when it is too small for them: it goes first.
+	offloaded := m.opts.EP == nil && m.opts.Offload != nil
+	if !offloaded {
+		if err := allocActivations(); err != nil {
+			f.Close()
+			return nil, err
+		}
 	}
 	if m.opts.EP != nil {
 		if err := m.openEP(path); err != nil {
 			f.Close()
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
-	} else if m.opts.Offload != nil {
+	} else if offloaded {
 		if m.off, err = newOffloader(m, *m.opts.Offload); err != nil {
 			f.Close()
 			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if err := allocActivations(); err != nil {
+			f.Close()
+			return nil, err
 		}
 	} else if err := dev.Memory().Alloc(m.info.NonExpertBytes+m.info.ExpertBytes, "the weights"); err != nil {
 		f.Close()

@@ -116,7 +116,7 @@ func newOffloader(m *Model, o OffloadOptions) (*offloader, error) {
 	if m.commit != nil {
 		predBytes = m.commit.bytes
 	}
-	act := m.act.bytes() // taken from the budget already, as the Commit Router
+	act := m.act.bytes() // Open allocates them after the slots
 	resident := m.info.NonExpertBytes + kvBytes + predBytes + act
 	need := m.arch.Config.ExpertsUsed
 	if o.Policy == offload.Prefetch || o.Policy == offload.Commit && o.Predictor != "oracle" {

@@ -14,6 +14,22 @@ import (
 	"github.com/commit-run/commit-run/tools/golden/fixture"
 )
 
+// offloadProbe opens path with opts' device and offloading, the budget 1 GiB (room for every
+// expert of a test model), for the store's slot size and what stays resident on that device.
+func offloadProbe(t *testing.T, path string, opts engine.Options) engine.OffloadStats {
+	t.Helper()
+	o := *opts.Offload
+	o.GPUMem = 1 << 30
+	opts.Offload = &o
+	m, err := engine.Open(path, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	st, _ := m.Offload()
+	return st
+}
+
 // offloadRun evaluates prompt (every position's distribution) and a short greedy continuation.
 func offloadRun(t *testing.T, path string, opts engine.Options, prompt []int32) ([][]float32, []int32) {
 	t.Helper()
@@ -43,15 +59,8 @@ func TestOffloadKeepsTheNumbers(t *testing.T) {
 			base := engine.Options{Threads: 2, KVType: "f32", ContextLength: 64}
 			wantP, wantG := offloadRun(t, path, base, fx.Prompt)
 			for _, pol := range []offload.Policy{offload.OnDemand, offload.Prefetch, offload.Commit, offload.CPUMiss} {
-				// The store's slot size and the resident bytes, from a run that fits everything.
 				o := base
-				o.Offload = &engine.OffloadOptions{Policy: pol, GPUMem: 1 << 40, Predictor: map[offload.Policy]string{offload.Prefetch: "prev-token", offload.Commit: "oracle"}[pol]}
-				m, err := engine.Open(path, o)
-				if err != nil {
-					t.Fatal(err)
-				}
-				st, _ := m.Offload()
-				m.Close()
+				o.Offload = &engine.OffloadOptions{Policy: pol, Predictor: map[offload.Policy]string{offload.Prefetch: "prev-token", offload.Commit: "oracle"}[pol]}
 				k := int64(info.ExpertsUsed)
 				if pol == offload.Prefetch {
 					k *= 2
@@ -60,8 +69,9 @@ func TestOffloadKeepsTheNumbers(t *testing.T) {
 				// The simulated GPU computes on the CPU but orders every copy and kernel by
 				// events, and cpu-miss there weighs host against copy per expert.
 				for _, dev := range []string{"cpu", "sim:rtx2080ti"} {
+					o.Device = dev
+					st := offloadProbe(t, path, o)
 					for _, slots := range []int64{k, (k + all) / 2, all} {
-						o.Device = dev
 						o.Offload.GPUMem = st.Resident + slots*st.SlotBytes
 						gotP, gotG := offloadRun(t, path, o, fx.Prompt)
 						if !slices.Equal(gotG, wantG) {
@@ -171,12 +181,7 @@ func TestBenchOnSim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	probe, err := engine.Open(tinyModel, engine.Options{ContextLength: 128, Offload: &engine.OffloadOptions{GPUMem: 1 << 40}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, _ := probe.Offload()
-	probe.Close()
+	st := offloadProbe(t, tinyModel, engine.Options{Device: "sim:rtx2080ti", ContextLength: 128, Offload: &engine.OffloadOptions{}})
 	bench := func(slots int64, hostBW float64) *engine.BenchReport {
 		t.Helper()
 		rep, err := engine.Bench(context.Background(), tinyModel, engine.BenchOptions{
@@ -265,9 +270,11 @@ func TestSimDeviceMemory(t *testing.T) {
 	if m.Device() != "sim:rtx2080ti" {
 		t.Errorf("device %q", m.Device())
 	}
+	// The weights and one pass's activations, which a GPU would hold (TestSimReservesActivations).
 	weights := info.NonExpertBytes + info.ExpertBytes
-	if budget, used, _ := m.DeviceMemory(); budget != 11811160064 || used != weights {
-		t.Errorf("budget %d, used %d: want the card's 11 GiB and the %d bytes of weights", budget, used, weights)
+	budget, loaded, _ := m.DeviceMemory()
+	if budget != 11811160064 || loaded <= weights || loaded > weights+64<<20 {
+		t.Errorf("budget %d, used %d: want the card's 11 GiB, and the %d bytes of weights and the activations", budget, loaded, weights)
 	}
 	s, err := m.NewSession()
 	if err != nil {
@@ -275,21 +282,22 @@ func TestSimDeviceMemory(t *testing.T) {
 	}
 	_, withKV, _ := m.DeviceMemory()
 	s.Close()
-	if _, used, peak := m.DeviceMemory(); withKV <= weights || used != weights || peak != withKV {
+	if _, used, peak := m.DeviceMemory(); withKV <= loaded || used != loaded || peak != withKV {
 		t.Errorf("a session's KV cache: used %d with it, %d after closing it, peak %d", withKV, used, peak)
 	}
 	m.Close()
 
+	// A card that holds one pass's activations (8 MB) and a few experts but not every weight.
 	small := filepath.Join(t.TempDir(), "small.json")
-	card := `{"name": "small", "memory_bytes": 1572864, "memory_bandwidth": 1e11, "peak_flops": 1e13,
+	card := `{"name": "small", "memory_bytes": 9500000, "memory_bandwidth": 1e11, "peak_flops": 1e13,
 		"pcie_bandwidth": 1e10, "pcie_effective": 8e9, "sources": ["a test card"]}`
 	if err := os.WriteFile(small, []byte(card), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := engine.Open(tinyModel, engine.Options{Device: "sim:" + small}); err == nil || !strings.Contains(err.Error(), "--gpu-mem") {
-		t.Errorf("a 1.5 MiB card: %v, want an error pointing to --gpu-mem", err)
+		t.Errorf("a 9.5 MB card: %v, want an error pointing to --gpu-mem", err)
 	}
-	if m, err := engine.Open(tinyModel, engine.Options{Device: "sim:" + small, ContextLength: 64, Offload: &engine.OffloadOptions{GPUMem: 1572864}}); err != nil {
+	if m, err := engine.Open(tinyModel, engine.Options{Device: "sim:" + small, ContextLength: 64, Offload: &engine.OffloadOptions{GPUMem: 9500000}}); err != nil {
 		t.Errorf("the same card with the experts offloaded: %v", err)
 	} else {
 		m.Close()

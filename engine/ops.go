@@ -7,6 +7,7 @@ import (
 	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/models"
 	"github.com/commit-run/commit-run/quant"
+	"github.com/commit-run/commit-run/sim"
 )
 
 // setupOps chooses how a forward pass computes besides the matrix products. On a device with
@@ -66,12 +67,18 @@ func (m *Model) setupOps() error {
 	return nil
 }
 
-// residentPasses says whether passes can run in the device's memory: a device with Ops and
-// memory of its own, one device, and every layer's attention computing with Ops alone.
+// residentPasses says whether passes run in the device's memory: a device with Ops and memory
+// of its own, and a model whose passes can (passesOnDevice).
 func (m *Model) residentPasses() bool {
 	_, ok := m.dev.(device.Ops)
 	_, rok := m.dev.(device.Resident)
-	if !ok || !rok || m.opts.EP != nil {
+	return ok && rok && m.passesOnDevice()
+}
+
+// passesOnDevice says whether the model's passes can run on a GPU: one device, and every
+// layer's attention computing with Ops alone.
+func (m *Model) passesOnDevice() bool {
+	if m.opts.EP != nil {
 		return false
 	}
 	for _, l := range m.arch.Layers {
@@ -82,14 +89,22 @@ func (m *Model) residentPasses() bool {
 	return true
 }
 
-// activationFloats bounds the device memory of one pass's activations at up to prefillBatch
-// tokens, the output logits headRows rows at a time: the floats forward takes from its pass
-// arena and, in its largest layer, from its layer arena, each allocation rounded up to 64
-// floats. Zero when passes do not run in device memory.
+// activationFloats is the device memory of one pass's activations (gpuActivationFloats), zero
+// when passes do not run in device memory. A simulated GPU computes on the host but reserves
+// them too, as the card would, so that a budget leaves it the card's expert slots.
 func (m *Model) activationFloats() (pass, layer int64) {
-	if !m.resident {
+	_, simulated := m.dev.(*sim.Device)
+	if !m.resident && !(simulated && m.passesOnDevice()) {
 		return 0, 0
 	}
+	return m.gpuActivationFloats()
+}
+
+// gpuActivationFloats bounds the device memory of one pass's activations on a GPU at up to
+// prefillBatch tokens, the output logits headRows rows at a time: the floats forward takes
+// from its pass arena and, in its largest layer, from its layer arena, each allocation
+// rounded up to 64 floats.
+func (m *Model) gpuActivationFloats() (pass, layer int64) {
 	c := m.arch.Config
 	T, d := int64(prefillBatch), int64(c.Embd)
 	const slack = 64

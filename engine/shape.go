@@ -11,8 +11,8 @@ import (
 // Shape prices one decode token of the model for the offloading timing model: every tensor's
 // bytes and flops sorted into attention, router, shared experts, dense FFN, head and routed
 // experts, with the attention reading an F16 KV cache filled to ctxFill positions. Resident is
-// what the offloading engine keeps on the device: every non-expert weight and a KV cache of
-// the model's context length.
+// what the offloading engine keeps on a GPU: every non-expert weight, a KV cache of the
+// model's context length and one pass's activations.
 func (m *Model) Shape(ctxFill int) (*offload.Shape, error) {
 	if ctxFill < 1 {
 		return nil, fmt.Errorf("shape: context fill %d", ctxFill)
@@ -102,6 +102,11 @@ func (m *Model) Shape(ctxFill int) (*offload.Shape, error) {
 	s.Attn.Kernels, s.Router.Kernels, s.Shared.Kernels, s.Dense.Kernels, s.Head.Kernels = 10, 2, 3, 3, 2
 	s.Predictor = offload.Cost{Bytes: float64(c.Embd * c.Experts * 4), FLOPs: float64(2 * c.Embd * c.Experts), Kernels: 1}
 	s.Resident = nonExpert + kvResident
+	if m.passesOnDevice() {
+		// On a GPU one pass's activations live beside them, as the engine reserves them.
+		pass, layer := m.gpuActivationFloats()
+		s.Resident += 4 * float64(pass+layer)
+	}
 	if s.Name == "" {
 		s.Name = m.info.Architecture
 	}

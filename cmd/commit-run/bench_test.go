@@ -51,7 +51,7 @@ func TestBenchModel(t *testing.T) {
 func TestBenchModelOnSim(t *testing.T) {
 	model := needModel(t)
 	dir := t.TempDir()
-	out, _ := mustRun(t, "", "-m", model, "--device", "sim:rtx2080ti", "--gpu-mem", "3.4MiB", "--host-bw", "10GB", "--host-flops", "100GFLOPS",
+	out, _ := mustRun(t, "", "-m", model, "--device", "sim:rtx2080ti", "--gpu-mem", "8.5MiB", "--host-bw", "10GB", "--host-flops", "100GFLOPS",
 		"bench", "--tokens", "6", "--timeline", filepath.Join(dir, "t.svg"))
 	for _, want := range []string{"simulated time", "ondemand", "prefetch", "commit", "cpu-miss", "stall ms/tok", "measured/limit",
 		"10.0 GB/s of weights for a token, 100 GFLOP/s for each further token"} {
@@ -114,7 +114,7 @@ func TestBenchBadInput(t *testing.T) {
 		{[]string{"bench", "--gpu-mem", "64MiB", "--policy", "commit", "--predictor", "oracle"}, "--timing-only"},
 		{[]string{"--device", "sim:rtx4090", "bench", "--trace", "x.trace"}, "timing-only"},
 		{[]string{"--device", "sim:rtx4090", "bench", "--timing-only", "--trace", "x.trace"}, "--trace replays"},
-		{[]string{"--device", "sim:rtx4090", "bench", "--gpu-mem", "1KiB"}, "at least 2927104 bytes"},
+		{[]string{"--device", "sim:rtx4090", "bench", "--gpu-mem", "1KiB"}, "at least 8202752 bytes"},
 		{[]string{"--device", "sim:rtx2080ti", "bench", "--gpu-mem", "64GiB"}, "exceeds"},
 		{[]string{"--device", "sim:nope", "bench"}, "unknown"},
 		{[]string{"--device", "tpu:0", "bench"}, "not available"},

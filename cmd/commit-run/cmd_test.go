@@ -219,7 +219,7 @@ func TestGenerateOffloaded(t *testing.T) {
 	for _, extra := range [][]string{
 		{"--gpu-mem", "3.4MiB"},
 		{"--gpu-mem", "3.4MiB", "--policy", "prefetch", "--predictor", "frequency", "--eviction", "lfu"},
-		{"--device", "sim:rtx4090", "--gpu-mem", "3.4MiB", "--policy", "cpu-miss", "--host-bw", "30GB"},
+		{"--device", "sim:rtx4090", "--gpu-mem", "8.5MiB", "--policy", "cpu-miss", "--host-bw", "30GB"},
 		{"--device", "sim:h100-pcie"},
 	} {
 		got, _ := mustRun(t, "", append(extra, base...)...)
