@@ -253,8 +253,12 @@ func (a *app) simBench(f benchFlags) error {
 	if rep.PromptLen > 0 {
 		prompt = fmt.Sprintf("after a %d-token prompt", rep.PromptLen)
 	}
-	fmt.Fprintf(a.stdout, "%d decode tokens %s, %s: %s; predictor %s; host computes experts at %.1f GB/s\n",
-		rep.Tokens, prompt, routing, rep.Routing, rep.Predictor, rep.HostBandwidth/1e9)
+	host := ""
+	if rep.HostBandwidth > 0 { // cpu-miss ran
+		host = fmt.Sprintf("; host computes experts at %.1f GB/s", rep.HostBandwidth/1e9)
+	}
+	fmt.Fprintf(a.stdout, "%d decode tokens %s, %s: %s; predictor %s%s\n",
+		rep.Tokens, prompt, routing, rep.Routing, rep.Predictor, host)
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "policy\tslots\tTTFT ms\tmean ms\tp50 ms\tp90 ms\ttok/s\thit rate\tMB moved/tok\tstall ms/tok\taccuracy\ton CPU/tok\tlimit ms\tmeasured/limit\t")
 	for _, p := range rep.Policies {

@@ -2,7 +2,7 @@
 # Runs issue 6's checks that need a GPU, on a lent machine that has the CUDA toolkit but no Go,
 # from the binaries `make gpu-pack` builds into bin/gpu (carry bin/gpu). From the repo root:
 #   bash tools/gpu/check.sh [STAGE ...]      (default: every stage; logs under $OUT or /tmp/gpu-check)
-# Stages: smi ptxas cuda engine kernels offload. Each writes STAGE.log and goes on after a failure,
+# Stages: smi ptxas cuda engine kernels host offload. Each writes STAGE.log and goes on after a failure,
 # so that one call of a short lease gathers everything.
 set -u
 cd "$(dirname "$0")/../.."
@@ -11,7 +11,7 @@ bin=$root/bin/gpu
 out=${OUT:-/tmp/gpu-check}
 mkdir -p "$out"
 stages=("$@")
-[[ ${#stages[@]} -gt 0 ]] || stages=(smi ptxas cuda engine kernels offload)
+[[ ${#stages[@]} -gt 0 ]] || stages=(smi ptxas cuda engine kernels host offload)
 
 smi() {
 	nvidia-smi
@@ -35,6 +35,9 @@ engine_tests() { (cd engine && "$bin/engine.test" -test.v -test.count=1 -test.ti
 # Decode's bandwidth (goal 60% of peak for Q4_K and Q8_0) and prefill's mmq against mmv.
 kernels() { (cd cuda && "$bin/cuda.test" -test.run '^$' -test.bench 'MMVDecode|MMQ' -test.benchtime 200x); }
 
+# The host's product at 1 to 32 tokens: what device.HostRates model for cpu-miss on this machine.
+host_rates() { (cd engine && "$bin/engine.test" -test.run '^$' -test.bench HostMatMulBatch -test.benchtime 20x); }
+
 # The four policies on a real shape at Q4_K with random weights, the budget well below the
 # experts, on the GPU and on the simulated H100 for calibration.
 offload() {
@@ -46,10 +49,9 @@ offload() {
 		echo "== $dev, --gpu-mem $mem of $((size / 1048576)) MiB"
 		"$bin/commit-run" -m $m --device $dev --gpu-mem $mem bench --policy ondemand,prefetch,commit,cpu-miss \
 			--predictor prev-token --tokens 64 --json >"$out/offload-${dev%%:*}.json"
-		"$bin/commit-run" -m $m --device $dev --gpu-mem $mem bench --policy ondemand,prefetch,commit,cpu-miss \
-			--predictor prev-token --tokens 64
 	done
-	# The calibration: simulated against measured per policy, and the copy stream's rate.
+	# Every figure of both runs, then the calibration: simulated against measured per policy,
+	# and the copy stream's rate against the profile's.
 	if command -v python3 >/dev/null; then
 		python3 tools/gpu/compare.py "$out/offload-cuda.json" "$out/offload-sim.json" sim/profiles/h100-pcie.json
 	else
@@ -64,6 +66,7 @@ for s in "${stages[@]}"; do
 	cuda) f=cuda_tests ;;
 	engine) f=engine_tests ;;
 	kernels) f=kernels ;;
+	host) f=host_rates ;;
 	offload) f=offload ;;
 	*) echo "check.sh: unknown stage $s" >&2; exit 2 ;;
 	esac

@@ -2,6 +2,8 @@
 """Compares a bench run on a real GPU with the same run on a simulated one (issue 6's simulator
 calibration): per policy, the measured and the simulated mean per-token latency and their ratio
 (goal: within 25%), and the copy stream's measured bandwidth against the profile's pcie_effective.
+First it prints every figure of both runs (what `commit-run bench` prints as text), with each
+policy's copy-stream bandwidth and its fraction of the profile's PCIe link.
 
     python3 tools/gpu/compare.py MEASURED.json SIMULATED.json [PROFILE.json]
 
@@ -10,6 +12,35 @@ tokens; tools/gpu/check.sh's offload stage writes them. It prints, it does not e
 """
 import json
 import sys
+
+
+def fmt(v, scale=1.0, digits=3):
+    """A figure, or "-" where the report has none (null: no predictor, no limit)."""
+    return "-" if v is None else f"{v * scale:.{digits}f}"
+
+
+def figures(rep, prof):
+    """Prints a bench report's rows with the copy stream's rate per policy (a real GPU's)."""
+    print(f"== {rep['Device']}: {rep['Model']}, {rep['Prompts']} prompts x {rep['Tokens']} tokens, "
+          f"{rep['GPUMem'] / 2**20:.0f} MiB budget, {rep['SlotBytes'] / 2**20:.3f} MiB per slot, "
+          f"{rep['Resident'] / 2**20:.1f} MiB resident")
+    h = rep.get("HostRates")
+    if h:
+        print(f"   cpu-miss weighed copies against a host of {h['Bandwidth'] / 1e9:.1f} GB/s, "
+              f"{h['FLOPS'] / 1e9:.0f} GFLOP/s per further token")
+    cols = ["policy", "slots", "TTFT ms", "mean ms", "p50 ms", "p90 ms", "device ms", "hit rate", "MB moved/tok",
+            "stall ms/tok", "accuracy", "on CPU/tok", "limit ms", "meas/limit", "copy GB/s", "of link"]
+    print(" ".join(f"{c:>12}" for c in cols))
+    for r in rep["Rows"]:
+        g = r.get("GPU") or {}
+        bw = g["CopyBytes"] / g["CopySeconds"] if g.get("CopySeconds") else None
+        link = bw / prof["pcie_bandwidth"] if bw is not None and prof else None
+        dev = r.get("DeviceTimePerToken")
+        cells = [r["Policy"], str(r["Slots"]), fmt(r["TTFT"], 1e3), fmt(r["Mean"], 1e3), fmt(r["P50"], 1e3),
+                 fmt(r["P90"], 1e3), fmt(dev, 1e3), fmt(r["HitRate"]), fmt(r["MovedPerToken"], 1e-6, 2),
+                 fmt(r["StallPerToken"], 1e3), fmt(r["Accuracy"]), fmt(r["OnCPUPerToken"], 1, 2),
+                 fmt(r["LimitPerToken"], 1e3), fmt(r["OverLimit"], 1, 2), fmt(bw, 1e-9, 2), fmt(link, 1, 2)]
+        print(" ".join(f"{c:>12}" for c in cells))
 
 
 def main(argv):
@@ -23,6 +54,13 @@ def main(argv):
     if real.get("Simulated") or not sim.get("Simulated"):
         print("compare.py: want a real GPU's run first and a simulated one second", file=sys.stderr)
         return 2
+    prof = None
+    if len(argv) == 4:
+        with open(argv[3]) as f:
+            prof = json.load(f)
+    for rep in (real, sim):
+        figures(rep, prof)
+    print()
     rows = {r["Policy"]: r for r in sim["Rows"]}
     print(f"{real['Device']} against {sim['Device']}, {real['Prompts']} prompts x {real['Tokens']} tokens, "
           f"{real['GPUMem'] / 2**20:.0f} MiB budget")
@@ -45,10 +83,8 @@ def main(argv):
     if copy_sec > 0:
         bw = copy_bytes / copy_sec
         line = f"copy stream measured {bw / 1e9:.2f} GB/s over {copy_bytes / 1e6:.1f} MB"
-        if len(argv) == 4:
-            with open(argv[3]) as f:
-                prof = json.load(f)
-            line += f"; the profile's pcie_effective is {prof['pcie_effective'] / 1e9:.2f} GB/s ({bw / prof['pcie_effective']:.2f}x)"
+        if prof:
+            line += f"; the profile's pcie_effective is {prof['pcie_effective'] / 1e9:.2f} GB/s ({bw / prof['pcie_effective']:.2f}x), its link {prof['pcie_bandwidth'] / 1e9:.1f} GB/s ({bw / prof['pcie_bandwidth']:.2f}x)"
         print(line)
     return 0
 
