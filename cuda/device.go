@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"unsafe"
+
+	"github.com/commit-run/commit-run/internal/dl"
 )
 
 // Attribute is a CUdevice_attribute.
@@ -90,7 +92,7 @@ func (dev Device) Name() (string, error) {
 	if err := dev.d.call("cuDeviceGetName", dev.d.deviceGetName, uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)-1), uintptr(dev.h)); err != nil {
 		return "", err
 	}
-	return goString(unsafe.Pointer(&buf[0])), nil
+	return dl.GoString(unsafe.Pointer(&buf[0])), nil
 }
 
 // TotalMemory is the GPU's memory in bytes.

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"unsafe"
 
 	"github.com/commit-run/commit-run/internal/dl"
 	"github.com/ebitengine/purego"
@@ -95,20 +94,4 @@ func (d *Driver) current(ctx uintptr) (func(), error) {
 		return nil, err
 	}
 	return runtime.UnlockOSThread, nil
-}
-
-// goString copies the NUL-terminated C string at p.
-func goString(p unsafe.Pointer) string {
-	if p == nil {
-		return ""
-	}
-	var b []byte
-	for i := 0; i < 1<<16; i++ {
-		c := *(*byte)(unsafe.Add(p, i))
-		if c == 0 {
-			break
-		}
-		b = append(b, c)
-	}
-	return string(b)
 }

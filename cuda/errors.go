@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/commit-run/commit-run/internal/dl"
 	"github.com/ebitengine/purego"
 )
 
@@ -72,13 +73,13 @@ func (d *Driver) newError(call string, res Result) *Error {
 	var p unsafe.Pointer
 	if d.getErrorName != 0 {
 		if r, _, _ := purego.SyscallN(d.getErrorName, uintptr(res), uintptr(unsafe.Pointer(&p))); r == 0 && p != nil {
-			e.Name = goString(p)
+			e.Name = dl.GoString(p)
 		}
 	}
 	p = nil
 	if d.getErrorString != 0 {
 		if r, _, _ := purego.SyscallN(d.getErrorString, uintptr(res), uintptr(unsafe.Pointer(&p))); r == 0 && p != nil {
-			e.Desc = goString(p)
+			e.Desc = dl.GoString(p)
 		}
 	}
 	return e

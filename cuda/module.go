@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"strings"
 	"unsafe"
+
+	"github.com/commit-run/commit-run/internal/dl"
 )
 
 // CUjit_option values for the logs of a PTX load.
@@ -62,7 +64,7 @@ func (c *Context) LoadModule(image []byte) (*Module, error) {
 	if err != nil {
 		var e *Error
 		if errors.As(err, &e) {
-			e.Log = strings.TrimSpace(goString(unsafe.Pointer(&logBuf[0])))
+			e.Log = strings.TrimSpace(dl.GoString(unsafe.Pointer(&logBuf[0])))
 		}
 		return nil, fmt.Errorf("cuda:%d: loading a %d-byte module: %w", c.dev.ordinal, len(image), err)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/commit-run/commit-run/internal/dl"
 	"github.com/ebitengine/purego"
 )
 
@@ -103,7 +104,7 @@ func (l *Library) newError(call string, res Result, comm uintptr) *Error {
 // cString copies the C string a call returned at address p, memory the library owns.
 // (Read through a pointer to p, as vet allows: p is no Go pointer the collector could move.)
 func cString(p uintptr) string {
-	return goString(*(*unsafe.Pointer)(unsafe.Pointer(&p)))
+	return dl.GoString(*(*unsafe.Pointer)(unsafe.Pointer(&p)))
 }
 
 // argError is an argument this package refuses before calling NCCL.

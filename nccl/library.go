@@ -117,19 +117,3 @@ func (l *Library) call(name string, comm, fn uintptr, args ...uintptr) error {
 	}
 	return nil
 }
-
-// goString copies the NUL-terminated C string at p.
-func goString(p unsafe.Pointer) string {
-	if p == nil {
-		return ""
-	}
-	var b []byte
-	for i := 0; i < 1<<16; i++ {
-		c := *(*byte)(unsafe.Add(p, i))
-		if c == 0 {
-			break
-		}
-		b = append(b, c)
-	}
-	return string(b)
-}

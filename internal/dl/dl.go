@@ -6,6 +6,7 @@ package dl
 import (
 	"errors"
 	"strings"
+	"unsafe"
 
 	"github.com/ebitengine/purego"
 )
@@ -49,4 +50,21 @@ func Bind(handle uintptr, tables ...[]Symbol) (missing string) {
 		}
 	}
 	return ""
+}
+
+// GoString copies the NUL-terminated C string at p (at most 64 KiB of it): names, messages
+// and logs the libraries write.
+func GoString(p unsafe.Pointer) string {
+	if p == nil {
+		return ""
+	}
+	var b []byte
+	for i := 0; i < 1<<16; i++ {
+		c := *(*byte)(unsafe.Add(p, i))
+		if c == 0 {
+			break
+		}
+		b = append(b, c)
+	}
+	return string(b)
 }
