@@ -17,7 +17,9 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/commit-run/commit-run/internal/cbuild"
@@ -67,8 +69,13 @@ func build() (string, error) {
 	if cxx == "" {
 		cxx = "g++"
 	}
-	for _, c := range []string{cc, cxx} {
-		if _, err := exec.LookPath(c); err != nil {
+	// $CC and $CXX may carry flags ("gcc -m64"), as make allows.
+	ccArgs, cxxArgs := strings.Fields(cc), strings.Fields(cxx)
+	for _, c := range [][]string{ccArgs, cxxArgs} {
+		if len(c) == 0 {
+			return "", fmt.Errorf("%w: CC or CXX is blank", ErrNoCompiler)
+		}
+		if _, err := exec.LookPath(c[0]); err != nil {
 			return "", fmt.Errorf("%w: %v", ErrNoCompiler, err)
 		}
 	}
@@ -115,9 +122,9 @@ func build() (string, error) {
 			}
 		}
 		steps := [][]string{
-			{cc, "-c", "-fPIC", "-O1", "-o", "fakecuda.o", "fakecuda.c"},
-			{cxx, "-std=c++17", "-shared", "-fPIC", "-O2", "-ftls-model=initial-exec", "-I", filepath.Join(cudaDir, "kernels"), "-I", ".",
-				"-o", "libcuda.so.1", "emu.cc", "fakecuda.o"},
+			append(slices.Clone(ccArgs), "-c", "-fPIC", "-O1", "-o", "fakecuda.o", "fakecuda.c"),
+			append(slices.Clone(cxxArgs), "-std=c++17", "-shared", "-fPIC", "-O2", "-ftls-model=initial-exec", "-I", filepath.Join(cudaDir, "kernels"), "-I", ".",
+				"-o", "libcuda.so.1", "emu.cc", "fakecuda.o"),
 		}
 		for _, s := range steps {
 			cmd := exec.Command(s[0], s[1:]...)
