@@ -6,6 +6,7 @@ import (
 
 	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/models"
+	"github.com/commit-run/commit-run/offload"
 	"github.com/commit-run/commit-run/quant"
 	"github.com/commit-run/commit-run/sim"
 )
@@ -100,36 +101,80 @@ func (m *Model) activationFloats() (pass, layer int64) {
 	return m.gpuActivationFloats()
 }
 
-// gpuActivationFloats bounds the device memory of one pass's activations on a GPU at up to
+// gpuActivationFloats bounds the device memory of one pass's activations on a GPU (see
+// activationFloatsOf) for the model's blocks.
+func (m *Model) gpuActivationFloats() (pass, layer int64) {
+	blocks := make([]blockActs, len(m.arch.Layers))
+	for i, l := range m.arch.Layers {
+		b := &blocks[i]
+		b.attn = l.Attn
+		if f := l.Dense; f != nil {
+			b.denseFF = int64(f.Gate.Rows)
+		}
+		if moe := l.MoE; moe != nil {
+			b.experts, b.used = int64(moe.Experts), int64(moe.Used)
+			b.expertFF = int64(moe.GateExps.Expert(0).Rows)
+			if sh := moe.Shared; sh != nil {
+				b.sharedFF = int64(sh.Gate.Rows)
+			}
+		}
+	}
+	c := m.arch.Config
+	return activationFloatsOf(int64(c.Embd), int64(c.Vocab), blocks)
+}
+
+// publicActivationFloats is gpuActivationFloats for a named shape, which has no weights: the
+// same bound over its published sizes, with MLA in its absorbed form.
+func publicActivationFloats(a offload.Arch) (pass, layer int64) {
+	var attn models.Attention = &models.StdAttention{Heads: a.Heads, HeadsKV: a.HeadsKV, HeadDK: a.HeadDim, HeadDV: a.HeadDim}
+	if a.MLA {
+		attn = &models.MLAttention{Heads: a.Heads, Nope: a.NopeDim, RopeD: a.RopeDim, Rank: a.KVLora, HeadV: a.VDim}
+	}
+	blocks := []blockActs{{attn: attn, experts: int64(a.Experts), used: int64(a.Used), expertFF: int64(a.FFN), sharedFF: int64(a.SharedFFN)}}
+	if a.Dense > 0 {
+		blocks = append(blocks, blockActs{attn: attn, denseFF: int64(a.DenseFFN)})
+	}
+	return activationFloatsOf(int64(a.Embd), int64(a.Vocab), blocks)
+}
+
+// blockActs are the sizes one block's activations depend on.
+type blockActs struct {
+	attn     models.Attention // only its sizes are read
+	denseFF  int64            // a dense block's FFN width, 0 if none
+	experts  int64            // 0 if the block has no MoE
+	used     int64
+	expertFF int64
+	sharedFF int64 // the shared expert's width, 0 if none
+}
+
+// activationFloatsOf bounds the device memory of one pass's activations on a GPU at up to
 // prefillBatch tokens, the output logits headRows rows at a time: the floats forward takes
 // from its pass arena and, in its largest layer, from its layer arena, each allocation
 // rounded up to 64 floats.
-func (m *Model) gpuActivationFloats() (pass, layer int64) {
-	c := m.arch.Config
-	T, d := int64(prefillBatch), int64(c.Embd)
+func activationFloatsOf(embd, vocab int64, blocks []blockActs) (pass, layer int64) {
+	T, d := int64(prefillBatch), embd
 	const slack = 64
-	pass = 3*(T*d+slack) + min(T, headRows)*int64(c.Vocab) + slack
-	for _, l := range m.arch.Layers {
+	pass = 3*(T*d+slack) + min(T, headRows)*vocab + slack
+	for _, b := range blocks {
 		var n int64
-		switch a := l.Attn.(type) {
+		switch a := b.attn.(type) {
 		case *models.StdAttention:
 			n += T*int64(a.Heads*a.HeadDK+a.HeadsKV*(a.HeadDK+a.HeadDV)+a.Heads*a.HeadDV) + 4*slack
 		case *models.MLAttention:
 			n += mlaFloats(a, T, slack)
 		}
-		if f := l.Dense; f != nil {
-			n += 2 * (T*int64(f.Gate.Rows) + slack)
+		if b.denseFF > 0 {
+			n += 2 * (T*b.denseFF + slack)
 		}
-		if moe := l.MoE; moe != nil {
-			k, E := int64(moe.Used), int64(moe.Experts)
-			nff := int64(moe.GateExps.Expert(0).Rows)
+		if b.experts > 0 {
+			k, E, nff := b.used, b.experts, b.expertFF
 			// Router logits, the outputs in computing order and in slot order (expanded drop
 			// adds at most one expert per token), and per computed expert its gathered input,
 			// gate and up.
 			slots := T * (k + 1)
 			n += T*E + (slots+1)*d + slots*d + slots*(d+2*nff) + min(E, slots)*3*slack + 3*slack
-			if sh := moe.Shared; sh != nil {
-				n += T*d + 2*T*int64(sh.Gate.Rows) + 3*slack
+			if b.sharedFF > 0 {
+				n += T*d + 2*T*b.sharedFF + 3*slack
 			}
 		}
 		layer = max(layer, n)

@@ -130,7 +130,7 @@ func SimBench(o SimBenchOptions) (*SimBenchReport, error) {
 	if o.Model != nil {
 		shape, err = o.Model.Shape(ctx)
 	} else {
-		shape, err = offload.PublicShape(o.Shape, quant.Q4_K, ctx)
+		shape, err = publicShape(o.Shape, ctx)
 	}
 	if err != nil {
 		return nil, err
@@ -419,4 +419,21 @@ func hostBenchMatrix(rows, cols int) quant.Matrix {
 		quant.QuantizeRow(quant.Q4_K, src, w.Data[r*rb:(r+1)*rb])
 	}
 	return w
+}
+
+// publicShape prices a named target model at Q4_K (or the type after its "@") for the
+// timing-only benchmark, its resident bytes with one pass's activations, as a GPU running the
+// engine reserves them beside the weights.
+func publicShape(name string, ctx int) (*offload.Shape, error) {
+	shape, err := offload.PublicShape(name, quant.Q4_K, ctx)
+	if err != nil {
+		return nil, err
+	}
+	a, err := offload.PublicArch(name)
+	if err != nil {
+		return nil, err
+	}
+	pass, layer := publicActivationFloats(a)
+	shape.Resident += 4 * float64(pass+layer)
+	return shape, nil
 }

@@ -1,7 +1,12 @@
 package engine
 
 import (
+	"cmp"
+	"path/filepath"
 	"testing"
+
+	"github.com/commit-run/commit-run/offload"
+	"github.com/commit-run/commit-run/tools/golden/synth"
 )
 
 // A simulated GPU reserves one pass's activations as a GPU does, so that the same budget
@@ -30,5 +35,64 @@ func TestSimReservesActivations(t *testing.T) {
 	}
 	if cpu.Resident >= gpu.Resident {
 		t.Errorf("the CPU keeps %d bytes resident, the GPU %d: want fewer without the activations", cpu.Resident, gpu.Resident)
+	}
+}
+
+// archOfSpec is the offload.Arch a synthetic model's spec describes.
+func archOfSpec(s synth.Spec) offload.Arch {
+	a := offload.Arch{Layers: s.Layers, Embd: s.Embd, Vocab: s.Vocab, Experts: s.Experts, Used: s.ExpertsUsed,
+		FFN: s.ExpertFFN, SharedFFN: s.SharedFFN + s.SharedExperts*s.ExpertFFN, Heads: s.Heads,
+		HeadsKV: cmp.Or(s.HeadsKV, s.Heads), HeadDim: cmp.Or(s.HeadDim, s.Embd/s.Heads)}
+	if s.LeadingDense > 0 {
+		a.Dense, a.DenseFFN = s.LeadingDense, s.FFN
+	}
+	if s.MLA {
+		a.HeadsKV, a.HeadDim = 0, 0
+		a.MLA, a.KVLora, a.RopeDim, a.NopeDim, a.VDim = true, s.KVLoraRank, s.RopeDim, s.QKNopeDim, s.VHeadDim
+	}
+	return a
+}
+
+// A named shape, which has no weights, reserves the activations a loaded model of the same
+// sizes reserves on a GPU, and the named shapes are the sizes of the real models.
+func TestPublicActivationFloats(t *testing.T) {
+	for _, name := range []string{"mixtral-f32", "qwen2moe-f32", "qwen3moe-f32", "olmoe-f32", "deepseek2-mla-f32"} {
+		t.Run(name, func(t *testing.T) {
+			spec, err := synth.GoldenSpec(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(t.TempDir(), name+".gguf")
+			if _, err := synth.WriteFile(spec, path); err != nil {
+				t.Fatal(err)
+			}
+			m, err := Open(path, Options{Device: "cpu", Threads: 1, ContextLength: 32})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			wantPass, wantLayer := m.gpuActivationFloats()
+			gotPass, gotLayer := publicActivationFloats(archOfSpec(spec))
+			if gotPass != wantPass || gotLayer != wantLayer {
+				t.Errorf("from the sizes: %d + %d floats; the loaded model: %d + %d", gotPass, gotLayer, wantPass, wantLayer)
+			}
+		})
+	}
+	for shape, arch := range map[string]string{"mixtral-8x7b": synth.ArchLlama, "qwen1.5-moe-a2.7b": synth.ArchQwen2MoE,
+		"qwen3-30b-a3b": synth.ArchQwen3MoE, "olmoe-1b-7b": synth.ArchOLMoE, "deepseek-v2-lite": synth.ArchDeepSeek2} {
+		spec, err := synth.Bench(arch, synth.BenchOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := offload.PublicArch(shape + "@q4_k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := archOfSpec(spec); got != want {
+			t.Errorf("%s: %+v; the benchmark model's shape is %+v", shape, got, want)
+		}
+	}
+	if _, err := offload.PublicArch("gpt-5"); err == nil {
+		t.Error("unknown shape: no error")
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/commit-run/commit-run/internal/fakecuda"
+	"github.com/commit-run/commit-run/offload"
+	"github.com/commit-run/commit-run/quant"
 )
 
 func TestBenchShapeOnSim(t *testing.T) {
@@ -31,10 +33,20 @@ func TestBenchShapeOnSim(t *testing.T) {
 	js, _ := mustRun(t, "", "--device", "sim:rtx4090", "bench", "--shape", "mixtral-8x7b", "--tokens", "4", "--policy", "commit", "--json")
 	var rep struct {
 		Synthetic bool
+		Resident  float64
 		Policies  []struct{ Policy string }
 	}
 	if err := json.Unmarshal([]byte(js), &rep); err != nil || !rep.Synthetic || len(rep.Policies) != 1 || rep.Policies[0].Policy != "commit" {
 		t.Errorf("--json: %v %+v\n%s", err, rep, js)
+	}
+	// Beside its weights and cache, the card holds a 256-token pass's activations: for Mixtral
+	// about 150 MiB, most of it the experts' gate and up outputs.
+	weights, err := offload.PublicShape("mixtral-8x7b", quant.Q4_K, 512)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if act := (rep.Resident - weights.Resident) / (1 << 20); act < 100 || act > 200 {
+		t.Errorf("resident %.0f MiB, %.0f MiB more than the weights and cache: want the activations, about 150 MiB", rep.Resident/(1<<20), act)
 	}
 }
 
