@@ -4,6 +4,8 @@
 #   bash tools/gpu/check.sh [STAGE ...]      (default: every stage; logs under $OUT or /tmp/gpu-check)
 # Stages: smi ptxas cuda engine kernels host offload. Each writes STAGE.log and goes on after a failure,
 # so that one call of a short lease gathers everything.
+# A dry run on a machine without a GPU: CUDA_LIB names a driver library for cuda:0 (the fake one
+# the tests build) and OFFLOAD_MODEL a small model for the offload stage in place of OLMoE's shape.
 set -u
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -41,7 +43,7 @@ host_rates() { (cd engine && "$bin/engine.test" -test.run '^$' -test.bench HostM
 # The four policies on a real shape at Q4_K with random weights, the budget well below the
 # experts, on the GPU and on the simulated H100 for calibration.
 offload() {
-	local m=/tmp/olmoe-q4k.gguf
+	local m=${OFFLOAD_MODEL:-/tmp/olmoe-q4k.gguf}
 	[[ -e $m ]] || "$bin/synth" -arch olmoe -layers 8 -type q4_k -out $m || return
 	local size=$(stat -c %s $m)
 	# Half the file: with a 512-position KV cache about 37% of the 512 experts fit beside the
@@ -50,7 +52,7 @@ offload() {
 	local mem=$((size * 50 / 100 / 1048576))MiB
 	for dev in cuda:0 sim:h100-pcie; do
 		echo "== $dev, --gpu-mem $mem of $((size / 1048576)) MiB"
-		"$bin/commit-run" -m $m --ctx 512 --device $dev --gpu-mem $mem bench --policy ondemand,prefetch,commit,cpu-miss \
+		"$bin/commit-run" -m $m --ctx 512 --device $dev ${CUDA_LIB:+--cuda-lib "$CUDA_LIB"} --gpu-mem $mem bench --policy ondemand,prefetch,commit,cpu-miss \
 			--predictor prev-token --tokens 64 --json >"$out/offload-${dev%%:*}.json"
 	done
 	# Every figure of both runs, then the calibration: simulated against measured per policy,
