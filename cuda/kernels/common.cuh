@@ -40,7 +40,10 @@ unsigned cr_host_shfl_xor(unsigned v, int lane_mask);
 #define __global__
 #define __device__
 #define __host__
-#define __shared__ static
+// Every block's shared variables in one section, which the emulator fills with 0xff bytes
+// (NaN floats) before each block, as a GPU leaves them undefined (GCC leaves a function
+// template's static locals out of the section).
+#define __shared__ static __attribute__((section("cr_shared")))
 #define __constant__ static const
 #define __forceinline__ inline
 #define __syncthreads() cr_host_syncthreads()

@@ -6,11 +6,21 @@
 // A block's fibers run until each finishes or waits: at __syncthreads the whole block must
 // arrive (every thread that has not exited, and none may have exited), at a warp shuffle every
 // lane of the warp. Blocks run one after another, so __shared__ variables (static locals
-// here, see common.cuh) belong to the running block. A launch that deadlocks, shuffles with an
+// here, see common.cuh) belong to the running block. Before each block they are filled with
+// 0xff bytes (NaN floats), since a GPU leaves a block's shared memory undefined, so that a
+// kernel reading it before a barrier orders the write fails here too. (GCC ignores the section
+// attribute that gathers them for the static locals of function templates: the attention's and
+// mmq's tiles are filled only when $CXX is clang++.) A launch that deadlocks, shuffles with an
 // exited lane or passes a barrier only part of the block reaches fails with
 // CUDA_ERROR_LAUNCH_FAILED and a message on stderr, where a GPU would hang or be undefined.
 //
 // Launches are serialized: the kernels' static shared memory is one per process.
+//
+// $FAKECUDA_SCHEDULE chooses the order threads and blocks run in: "forward" (the default: in
+// index order), "reverse", or "shuffle:SEED" (a new random order at every round of a block,
+// and a random order of the blocks). A GPU promises no order, so a kernel whose results
+// change with it reads what another thread writes without a barrier between them, or relies
+// on one block running before another; the tests run every kernel under all three.
 //
 // Fibers switch with a few instructions of assembly on x86-64 (callee-saved registers and the
 // stack pointer), and with swapcontext elsewhere, which is correct but makes two system calls
@@ -28,10 +38,16 @@
 
 #include <mutex>
 #include <utility>
+#include <vector>
 
 #include "all.cu"
 
 thread_local cr_dim3 threadIdx, blockIdx, blockDim, gridDim;
+
+// The kernels' __shared__ variables, which common.cuh places in section cr_shared: the linker
+// marks its bounds.
+extern "C" char __start_cr_shared[] __attribute__((weak, visibility("hidden")));
+extern "C" char __stop_cr_shared[] __attribute__((weak, visibility("hidden")));
 
 namespace {
 
@@ -59,8 +75,34 @@ struct Launch {
 	Fiber* cur;
 };
 
+enum Order { FORWARD, REVERSE, SHUFFLE };
+
+struct Schedule {
+	Order order;
+	uint64_t seed, rng; // SHUFFLE's seed and xorshift64* state (never 0)
+	int perm[kMaxThreads];
+	int first[kMaxThreads]; // the order the last block's threads first ran in
+	int nfirst;
+
+	uint64_t next() {
+		rng ^= rng >> 12;
+		rng ^= rng << 25;
+		rng ^= rng >> 27;
+		return rng * 2685821657736338717ull;
+	}
+	// arrange fills perm[0..n) with the order of the next round.
+	void arrange(int n) {
+		for (int i = 0; i < n; i++)
+			perm[i] = order == REVERSE ? n - 1 - i : i;
+		if (order == SHUFFLE)
+			for (int i = n - 1; i > 0; i--)
+				std::swap(perm[i], perm[next() % (uint64_t)(i + 1)]);
+	}
+};
+
 Launch* current;           // the launch in progress
 Fiber fibers[kMaxThreads]; // the running block's threads
+Schedule sched{FORWARD, 0, 1, {}, {}, 0};
 char* stacks;              // kMaxThreads stacks of kStack bytes, mapped once
 std::mutex launch_mu;
 
@@ -135,6 +177,11 @@ void fiber_main() {
 
 // run_block runs one block to completion; it returns an error message or nullptr.
 const char* run_block(int n) {
+	sched.nfirst = 0;
+	// A block finds its shared memory undefined on a GPU, often as the last block left it: a
+	// kernel that reads it before writing it would pass here with the last block's values.
+	if (__start_cr_shared)
+		memset(__start_cr_shared, 0xff, (size_t)(__stop_cr_shared - __start_cr_shared));
 	for (int t = 0; t < n; t++) {
 		Fiber& f = fibers[t];
 		f.idx.x = t % blockDim.x;
@@ -146,10 +193,14 @@ const char* run_block(int n) {
 			f.started = true;
 		}
 	}
-	for (;;) {
-		for (int t = 0; t < n; t++) {
+	for (int round = 0;; round++) {
+		sched.arrange(n);
+		for (int i = 0; i < n; i++) {
+			int t = sched.perm[i];
 			if (fibers[t].state != RUNNABLE)
 				continue;
+			if (round == 0)
+				sched.first[sched.nfirst++] = t;
 			current->cur = &fibers[t];
 			threadIdx = fibers[t].idx;
 			to_fiber(&fibers[t]);
@@ -194,6 +245,29 @@ const char* run_block(int n) {
 	}
 }
 
+// set_schedule reads $FAKECUDA_SCHEDULE into sched; it returns an error message or nullptr.
+const char* set_schedule() {
+	const char* v = getenv("FAKECUDA_SCHEDULE");
+	if (!v || !*v || !strcmp(v, "forward")) {
+		sched.order = FORWARD;
+	} else if (!strcmp(v, "reverse")) {
+		sched.order = REVERSE;
+	} else if (!strncmp(v, "shuffle:", 8)) {
+		char* end;
+		unsigned long long seed = strtoull(v + 8, &end, 10);
+		if (end == v + 8 || *end)
+			return "FAKECUDA_SCHEDULE: want shuffle:SEED with a decimal SEED";
+		// The same seed goes on from the last launch's state, so launches differ.
+		if (sched.order != SHUFFLE || sched.seed != seed)
+			sched.rng = (seed + 1) * 0x9e3779b97f4a7c15ull | 1;
+		sched.order = SHUFFLE;
+		sched.seed = seed;
+	} else {
+		return "FAKECUDA_SCHEDULE: want forward, reverse or shuffle:SEED";
+	}
+	return nullptr;
+}
+
 } // namespace
 
 void cr_host_syncthreads(void) { yield(AT_SYNC); }
@@ -235,6 +309,14 @@ extern "C" void* emu_find(const char* name) {
 	return nullptr;
 }
 
+// fake_first_order writes the order in which the last launch's last block's threads first
+// ran to out (up to 1024 thread indices) and returns how many there were.
+extern "C" int fake_first_order(int* out) {
+	std::lock_guard<std::mutex> lock(launch_mu);
+	memcpy(out, sched.first, sizeof(int) * sched.nfirst);
+	return sched.nfirst;
+}
+
 // emu_launch runs kernel k (from emu_find) on a grid of blocks; it returns 0, or 719
 // (CUDA_ERROR_LAUNCH_FAILED) after printing why.
 extern "C" int emu_launch(void* k, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
@@ -250,25 +332,40 @@ extern "C" int emu_launch(void* k, unsigned gx, unsigned gy, unsigned gz, unsign
 			return 2; // CUDA_ERROR_OUT_OF_MEMORY
 		stacks = (char*)p;
 	}
+	if (const char* err = set_schedule()) {
+		fprintf(stderr, "fakecuda: kernel %s: %s\n", e->name, err);
+		return 1; // CUDA_ERROR_INVALID_VALUE
+	}
 	Launch l{};
 	l.run = e->run;
 	l.params = params;
 	current = &l;
 	gridDim = cr_dim3{gx, gy, gz};
 	blockDim = cr_dim3{bx, by, bz};
-	for (unsigned z = 0; z < gz; z++)
-		for (unsigned y = 0; y < gy; y++)
-			for (unsigned x = 0; x < gx; x++) {
-				blockIdx = cr_dim3{x, y, z};
-				if (const char* err = run_block(n)) {
-					fprintf(stderr, "fakecuda: kernel %s, block (%u,%u,%u) of (%u,%u,%u), %d threads: %s\n", e->name, x, y, z,
-					        gx, gy, gz, n, err);
-					for (Fiber& f : fibers) // stuck inside the kernel: start afresh next time
-						f.started = false;
-					current = nullptr;
-					return 719;
-				}
-			}
+	// Blocks in linear order x, then y, then z; reversed, or shuffled up to a million blocks
+	// (reversed beyond, to keep the permutation's memory small).
+	uint64_t nb = (uint64_t)gx * gy * gz;
+	std::vector<uint32_t> blocks;
+	if (sched.order == SHUFFLE && nb <= (1u << 20)) {
+		blocks.resize(nb);
+		for (uint32_t i = 0; i < nb; i++)
+			blocks[i] = i;
+		for (uint64_t i = nb - 1; i > 0; i--)
+			std::swap(blocks[i], blocks[sched.next() % (i + 1)]);
+	}
+	for (uint64_t i = 0; i < nb; i++) {
+		uint64_t b = !blocks.empty() ? blocks[i] : sched.order == FORWARD ? i : nb - 1 - i;
+		unsigned x = (unsigned)(b % gx), y = (unsigned)(b / gx % gy), z = (unsigned)(b / gx / gy);
+		blockIdx = cr_dim3{x, y, z};
+		if (const char* err = run_block(n)) {
+			fprintf(stderr, "fakecuda: kernel %s, block (%u,%u,%u) of (%u,%u,%u), %d threads: %s\n", e->name, x, y, z, gx,
+			        gy, gz, n, err);
+			for (Fiber& f : fibers) // stuck inside the kernel: start afresh next time
+				f.started = false;
+			current = nullptr;
+			return 719;
+		}
+	}
 	current = nullptr;
 	return 0;
 }
