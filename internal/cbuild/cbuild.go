@@ -4,9 +4,13 @@
 package cbuild
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 )
 
 // Cached returns the path of file in the directory prefix-key of os.TempDir(), where key names
@@ -44,4 +48,21 @@ func Cached(prefix, key, file string, build func(dir string) error) (string, err
 		}
 	}
 	return lib, nil
+}
+
+// ErrNoCompiler reports that the compiler an environment variable names, or its default, is
+// not on the path; the fakes' tests skip then.
+var ErrNoCompiler = errors.New("no compiler")
+
+// Compiler returns the command line of the compiler $env names (def when unset), split into
+// words, since make allows flags there ("gcc -m64"); the first word must be on the path.
+func Compiler(env, def string) ([]string, error) {
+	args := strings.Fields(cmp.Or(os.Getenv(env), def))
+	if len(args) == 0 {
+		return nil, fmt.Errorf("%w: $%s is blank", ErrNoCompiler, env)
+	}
+	if _, err := exec.LookPath(args[0]); err != nil {
+		return nil, fmt.Errorf("%w: $%s: %v", ErrNoCompiler, env, err)
+	}
+	return args, nil
 }

@@ -62,23 +62,15 @@ func kernelDir() (string, error) {
 var entryRE = regexp.MustCompile(`(?m)^\.visible \.entry (\w+)\(`)
 
 func build() (string, error) {
-	cc, cxx := os.Getenv("CC"), os.Getenv("CXX")
-	if cc == "" {
-		cc = "gcc"
+	ccArgs, err := cbuild.Compiler("CC", "gcc")
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrNoCompiler, err)
 	}
-	if cxx == "" {
-		cxx = "g++"
+	cxxArgs, err := cbuild.Compiler("CXX", "g++")
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrNoCompiler, err)
 	}
-	// $CC and $CXX may carry flags ("gcc -m64"), as make allows.
-	ccArgs, cxxArgs := strings.Fields(cc), strings.Fields(cxx)
-	for _, c := range [][]string{ccArgs, cxxArgs} {
-		if len(c) == 0 {
-			return "", fmt.Errorf("%w: CC or CXX is blank", ErrNoCompiler)
-		}
-		if _, err := exec.LookPath(c[0]); err != nil {
-			return "", fmt.Errorf("%w: %v", ErrNoCompiler, err)
-		}
-	}
+	cc, cxx := strings.Join(ccArgs, " "), strings.Join(cxxArgs, " ")
 	cudaDir, err := kernelDir()
 	if err != nil {
 		return "", err

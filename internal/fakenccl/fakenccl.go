@@ -49,18 +49,11 @@ func Build() (string, error) {
 }
 
 func build() (string, error) {
-	cc := os.Getenv("CC")
-	if cc == "" {
-		cc = "gcc"
-	}
-	// $CC may carry flags ("gcc -m64"), as make allows.
-	ccArgs := strings.Fields(cc)
-	if len(ccArgs) == 0 {
-		return "", fmt.Errorf("%w: CC is blank", ErrNoCompiler)
-	}
-	if _, err := exec.LookPath(ccArgs[0]); err != nil {
+	ccArgs, err := cbuild.Compiler("CC", "gcc")
+	if err != nil {
 		return "", fmt.Errorf("%w: %v", ErrNoCompiler, err)
 	}
+	cc := strings.Join(ccArgs, " ")
 	flags := []string{"-shared", "-fPIC", "-O1", "-pthread", "-o", libName, "fakenccl.c"}
 
 	h := sha256.New()
