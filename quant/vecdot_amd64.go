@@ -9,7 +9,7 @@ import "golang.org/x/sys/cpu"
 //
 //	go generate -run asmgen ./quant
 //
-//go:generate go run -C ../internal/asmgen . -out ../../quant/vecdot_avx2_amd64.s -stubs ../../quant/vecdot_avx2_stubs_amd64.go -pkg quant
+//go:generate go run -C ../internal/asmgen . -set vecdot -out ../../quant/vecdot_avx2_amd64.s -stubs ../../quant/vecdot_avx2_stubs_amd64.go -pkg quant
 
 // hasAVX2 reports whether the CPU runs the AVX2 kernels: AVX2 integer ops, FMA for the
 // accumulation and F16C for the fp16 scales.

@@ -20,6 +20,9 @@ package main
 
 import (
 	"encoding/binary"
+	"flag"
+	"fmt"
+	"os"
 	"strings"
 
 	. "github.com/mmcloughlin/avo/build"
@@ -27,21 +30,36 @@ import (
 	. "github.com/mmcloughlin/avo/reg"
 )
 
+// sets are the groups of kernels, each written to an assembly file of its own (-set NAME), so
+// that each file's constants and kernels can be changed without regenerating the others.
+var sets = map[string]func(){
+	"vecdot": func() {
+		consts()
+		q8_0()
+		q4_0()
+		q5_0()
+		q4K()
+		q6K()
+		q4_1()
+		q5_1()
+		iq4nl()
+		q5K()
+		q3K()
+		q2K()
+		floats()
+	},
+}
+
 func main() {
+	set := flag.String("set", "vecdot", "the group of kernels to write")
+	flag.Parse()
+	gen, ok := sets[*set]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "asmgen: no kernel set %q\n", *set)
+		os.Exit(2)
+	}
 	ConstraintExpr("!purego")
-	consts()
-	q8_0()
-	q4_0()
-	q5_0()
-	q4K()
-	q6K()
-	q4_1()
-	q5_1()
-	iq4nl()
-	q5K()
-	q3K()
-	q2K()
-	floats()
+	gen()
 	Generate()
 }
 
