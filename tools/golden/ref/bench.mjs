@@ -1,24 +1,32 @@
 #!/usr/bin/env node
-// bench.mjs measures llama.cpp's decode speed on a GGUF model (CPU build through
-// node-llama-cpp) and prints one JSON line, for `make bench-cpu` to set beside commit-run's.
+// bench.mjs measures llama.cpp's prompt and decode speed on a GGUF model (CPU build through
+// node-llama-cpp) and prints one JSON line, for tools/bench/cpubench (`make bench-cpu`) to set
+// beside commit-run's.
 //
-//   node bench.mjs FILE [--threads N] [--tokens N] [--prompt N] [--warmup N] [--kv f16|f32] [--flash auto|on|off] [--no-mmap]
+//   node bench.mjs FILE [--threads N] [--tokens N] [--prompt N | --prompt-ids 1,2,3] [--batch N]
+//                       [--ctx N] [--warmup N] [--kv f16|f32] [--flash auto|on|off] [--no-mmap]
 //
-// The prompt (random ordinary token ids, fixed seed) is evaluated in one batch; then tokens are
-// decoded greedily one llama_decode at a time, end-of-generation tokens included, so every run
-// decodes exactly --tokens tokens. The first --warmup decode steps are not timed (they fault
-// the memory-mapped weights in). Defaults are llama.cpp's own: F16 KV cache, flash attention
-// auto.
+// The prompt (--prompt-ids, or --prompt random ordinary-looking token ids from a fixed seed) is
+// evaluated in batches of --batch tokens (llama.cpp's n_batch and n_ubatch; default the whole
+// prompt in one), keeping the last token's logits only; then --tokens tokens are decoded
+// greedily one llama_decode at a time, end-of-generation tokens included, so every run decodes
+// exactly --tokens tokens (0: the prompt alone, decode_tok_s is null). The first --warmup
+// decode steps are not timed. Defaults are llama.cpp's own: F16 KV cache, flash attention auto,
+// memory-mapped weights.
 import path from "node:path";
 import {parseArgs} from "node:util";
 import {loadLlama, cpuVariant, buildInfo} from "./common.mjs";
 
+const usage = "usage: node bench.mjs FILE [--threads N] [--tokens N] [--prompt N | --prompt-ids 1,2,3] [--batch N] [--ctx N] [--warmup N] [--kv f16|f32] [--flash auto|on|off] [--no-mmap]";
 const {values: args, positionals} = parseArgs({
     allowPositionals: true,
     options: {
         threads: {type: "string", default: "0"},
         tokens: {type: "string", default: "64"},
         prompt: {type: "string", default: "32"},
+        "prompt-ids": {type: "string", default: ""},
+        batch: {type: "string", default: "0"},
+        ctx: {type: "string", default: "0"},
         warmup: {type: "string", default: "2"},
         kv: {type: "string", default: "f16"},
         flash: {type: "string", default: "auto"},
@@ -26,25 +34,55 @@ const {values: args, positionals} = parseArgs({
     },
 });
 if (positionals.length !== 1) {
-    console.error("usage: node bench.mjs FILE [--threads N] [--tokens N] [--prompt N] [--warmup N] [--kv f16|f32] [--flash auto|on|off]");
+    console.error(usage);
     process.exit(2);
 }
 const file = positionals[0];
-const nTokens = Number(args.tokens), nPrompt = Number(args.prompt), nWarmup = Number(args.warmup);
+const count = (name, min) => {
+    const v = Number(args[name]);
+    if (!Number.isInteger(v) || v < min) throw new Error(`--${name} ${args[name]}: want an integer >= ${min}`);
+    return v;
+};
+const nTokens = count("tokens", 0), nWarmup = count("warmup", 0);
 const kv = args.kv.toUpperCase();
 if (!["F16", "F32"].includes(kv)) throw new Error(`--kv ${args.kv}: want f16 or f32`);
 const flash = {auto: "auto", on: true, off: false}[args.flash];
 if (flash === undefined) throw new Error(`--flash ${args.flash}: want auto, on or off`);
 
 const {llama} = await loadLlama();
-const threads = Number(args.threads) || llama.cpuMathCores;
+const threads = count("threads", 0) || llama.cpuMathCores;
+// node-llama-cpp caps every context's threads at maxThreads (the math cores by default); an
+// explicit --threads is what gets used, so that both engines of a comparison run as many.
+if (llama.maxThreads !== 0 && threads > llama.maxThreads) llama.maxThreads = threads;
 // --no-mmap reads the weights into memory at load, so that page faults on experts touched for
-// the first time do not land in the timed decode steps.
+// the first time do not land in the timed steps.
 const model = await llama.loadModel({modelPath: file, gpuLayers: 0, useMmap: !args["no-mmap"]});
-const ctxSize = nPrompt + nWarmup + nTokens + 8;
+const nVocab = model.fileInfo.metadata.tokenizer.ggml.tokens.length;
+
+let prompt;
+if (args["prompt-ids"] !== "") {
+    prompt = args["prompt-ids"].split(",").map((s) => {
+        const id = Number(s.trim());
+        if (!Number.isInteger(id) || id < 0 || id >= nVocab) throw new Error(`--prompt-ids: ${s} is not a token id below ${nVocab}`);
+        return id;
+    });
+} else {
+    // A fixed pseudo-random prompt (xorshift), so runs are comparable.
+    let x = 0x9e3779b9;
+    prompt = Array.from({length: count("prompt", 1)}, () => {
+        x ^= x << 13; x >>>= 0; x ^= x >>> 17; x ^= x << 5; x >>>= 0;
+        return x % nVocab;
+    });
+}
+const nPrompt = prompt.length;
+if (nPrompt === 0) throw new Error("empty prompt: give at least one token");
+// node-llama-cpp sets n_ubatch = n_batch = batchSize and splits longer evaluations into
+// batchSize-token llama_decode calls on its JavaScript side.
+const batchSize = count("batch", 0) || nPrompt;
+const ctxSize = count("ctx", 0) || nPrompt + nWarmup + nTokens + 8;
 const context = await model.createContext({
     contextSize: ctxSize,
-    batchSize: Math.max(nPrompt, 1),
+    batchSize,
     sequences: 1,
     threads,
     flashAttention: flash,
@@ -52,14 +90,6 @@ const context = await model.createContext({
     experimentalKvCacheValueType: kv,
 });
 const seq = context.getSequence();
-
-// A fixed pseudo-random prompt (xorshift), so runs are comparable.
-let x = 0x9e3779b9;
-const nVocab = model.fileInfo.metadata.tokenizer.ggml.tokens.length;
-const prompt = Array.from({length: nPrompt}, () => {
-    x ^= x << 13; x >>>= 0; x ^= x >>> 17; x ^= x << 5; x >>>= 0;
-    return x % nVocab;
-});
 
 const step = async (tokens) => {
     const res = await seq.controlledEvaluate(tokens.map((t, i) => i === tokens.length - 1
@@ -71,21 +101,26 @@ const step = async (tokens) => {
 const t0 = performance.now();
 let next = await step(prompt);
 const t1 = performance.now();
-for (let i = 0; i < nWarmup; i++) next = await step([next]);
+for (let i = 0; i < nWarmup && i < nTokens; i++) next = await step([next]);
 const t2 = performance.now();
 for (let i = 0; i < nTokens; i++) next = await step([next]);
 const t3 = performance.now();
 
+const promptSeconds = (t1 - t0) / 1000, decodeSeconds = (t3 - t2) / 1000;
 const build = buildInfo(llama);
 console.log(JSON.stringify({
     engine: "llama.cpp",
     model: path.resolve(file),
-    threads,
+    threads: context.currentThreads,
     prompt_tokens: nPrompt,
     decode_tokens: nTokens,
-    prompt_tok_s: nPrompt / ((t1 - t0) / 1000),
-    decode_tok_s: nTokens / ((t3 - t2) / 1000),
-    ms_per_token: (t3 - t2) / nTokens,
+    prompt_seconds: promptSeconds,
+    decode_seconds: decodeSeconds,
+    prompt_tok_s: nPrompt / promptSeconds,
+    decode_tok_s: nTokens > 0 ? nTokens / decodeSeconds : null,
+    ms_per_token: nTokens > 0 ? (t3 - t2) / nTokens : null,
+    batch_size: context.batchSize,
+    context_size: context.contextSize,
     kv_type: kv.toLowerCase(),
     flash_attention: context.flashAttention,
     mmap: !args["no-mmap"],
