@@ -82,8 +82,12 @@ type HeadLayout struct {
 	OutTok, OutHead int
 }
 
-// KVLayer is one layer's key/value cache: a row of KDim keys and one of VDim values per
-// position, in F32 (K, V) or F16 (K16, V16).
+// KVLayer is one layer's key/value cache: KDim keys and VDim values per position, in F32
+// (K, V) or F16 (K16, V16), len(K)/KDim positions. How they are laid out is the business of
+// the Ops that store and attend over them: models.HostOps keeps the keys in a row per
+// position and the values transposed, a row of every position per value (value j of
+// position p at j*positions+p: llama.cpp's V cache without flash attention, which attention
+// reads in order); the CUDA device keeps both in rows per position.
 type KVLayer struct {
 	KDim, VDim int
 	F16        bool

@@ -147,22 +147,22 @@ func (a *MLAttention) forwardLegacy(b Backend, c *LayerCache, q, ckv []float32, 
 	b.MatMul(a.O, ctx, T, out)
 }
 
-// attendLatent is attend for MLA, where the value is the first rank values of the key row.
-func attendLatent(c *device.KVLayer, q []float32, rank, n int, scale float32, batched bool, out []float32) {
-	if c.F16 {
-		roundF16(q)
+// attendLatent is attend for MLA's absorbed form, where every head attends over the one
+// latent row per position and the values are its first len(out) (rank) values: the weighted
+// sum runs along the rows of the cache, accumulated lane-major.
+func attendLatent(s *attnScratch, c *device.KVLayer, q []float32, a *device.AttnShape, n int, batched bool, out []float32) {
+	w := s.probs(c, q, 0, n, a.Scale)
+	acc := grow(&s.acc, 64*64)
+	switch {
+	case c.F16 && batched:
+		wsumRows16F16(out, w, c.K16, c.KDim, n, acc)
+	case c.F16:
+		wsumRowsF16(out, w, c.K16, c.KDim, n, acc)
+	case batched:
+		wsumRows16(out, w, c.K, c.KDim, n, acc)
+	default:
+		wsumRows(out, w, c.K, c.KDim, n, acc)
 	}
-	scores := make([]float32, n)
-	krow := make([]float32, len(q))
-	for p := 0; p < n; p++ {
-		rowK(c, p, 0, krow)
-		scores[p] = quant.DotF32Vec(krow, q) * scale
-	}
-	SoftmaxPadded(scores)
-	if c.F16 {
-		roundF16(scores)
-	}
-	weightedSum(scores, rank, batched, func(p int, v []float32) { rowK(c, p, 0, v) }, out)
 }
 
 // mlaScale is DeepSeek-V2's attention scale: YaRN's magnitude correction moves from the rotary

@@ -68,55 +68,54 @@ func (a *StdAttention) Forward(b Backend, c *LayerCache, x []float32, T, pos0 in
 	addBias(b, out, a.BO)
 }
 
-// attend computes softmax(scale * q·K[0:n]) · V[0:n] for one head whose key starts at kOff and
-// value at vOff in each cached row, in the arithmetic of llama.cpp's attention without flash
+// attend writes to out the attention of one head's query q over the first n cached
+// positions of KV head kvh, in the arithmetic of llama.cpp's attention without flash
 // attention: the scores are ggml_vec_dot_f32 products, the softmax runs over the whole padded
 // KV length, and the weighted sum of values is a matrix product over the positions (tinyBLAS
-// when a batch of tokens is evaluated, ggml_vec_dot_f32 for one token). With an F16 cache, q
-// and the probabilities are rounded to F16 first, as llama.cpp's matmuls against F16 K and V
-// round their other operand.
-func attend(c *device.KVLayer, q []float32, kOff, vOff, n int, scale float32, batched bool, out []float32) {
+// when a batch of tokens is evaluated, ggml_vec_dot_f32 for one token) along the rows of the
+// transposed value cache. With an F16 cache, q and the probabilities are rounded to F16
+// first, as llama.cpp's matmuls against F16 K and V round their other operand. s is the
+// calling worker's scratch.
+func attend(s *attnScratch, c *device.KVLayer, q []float32, kvh int, a *device.AttnShape, n int, batched bool, out []float32) {
+	w := s.probs(c, q, kvh*a.KHeadStride, n, a.Scale)
+	size := kvPositions(c)
+	off := kvh * a.VHeadStride * size
 	if c.F16 {
-		q = append([]float32(nil), q...)
-		roundF16(q)
+		f := wsumVecF16
+		if batched {
+			f = wsumLanesF16
+		}
+		wsumTransposed(f, out, w, c.V16[off:], size, n, batched, &s.row16)
+		return
 	}
-	scores := make([]float32, n)
-	krow := make([]float32, len(q))
-	for p := 0; p < n; p++ {
-		rowK(c, p, kOff, krow)
-		scores[p] = quant.DotF32Vec(krow, q) * scale
+	f := wsumVec
+	if batched {
+		f = wsumLanes
 	}
-	SoftmaxPadded(scores)
-	if c.F16 {
-		roundF16(scores)
-	}
-	weightedSum(scores, len(out), batched, func(p int, v []float32) { rowV(c, p, vOff, v) }, out)
+	wsumTransposed(f, out, w, c.V[off:], size, n, batched, &s.row32)
 }
 
-// weightedSum writes out[d] = sum over p of w[p]*V[p][d], with V's rows read by row, as
-// llama.cpp's kq·V product over a KV length padded with zero weights: 16 fused lanes over the
-// positions (tinyBLAS) when batched, ggml_vec_dot_f32 otherwise.
-func weightedSum(w []float32, dim int, batched bool, row func(p int, v []float32), out []float32) {
-	n := len(w)
-	padded := (n + 63) &^ 63
-	vt := make([]float32, dim*padded) // V transposed: dim rows of the positions
-	v := make([]float32, dim)
-	for p := 0; p < n; p++ {
-		row(p, v)
-		for d, x := range v {
-			vt[d*padded+p] = x
+// wsumTransposed is the weighted sum f over rows of a transposed value cache, whose padded
+// tails the kernels read: a row whose padding would run past the end of v (the last values
+// of a nearly full cache) is copied, padded, into row first.
+func wsumTransposed[E float32 | uint16](f func(out, w []float32, v []E, stride, n int), out, w []float32, v []E, stride, n int, batched bool, row *[]E) {
+	pad := (n + 63) &^ 63
+	if batched {
+		pad = (n + 15) &^ 15
+	}
+	safe := len(out)
+	if len(out) > 0 && (len(out)-1)*stride+pad > len(v) {
+		safe = 0
+		if len(v) >= pad {
+			safe = min(len(out), (len(v)-pad)/stride+1)
 		}
 	}
-	wp := make([]float32, padded)
-	copy(wp, w)
-	for d := range out[:dim] {
-		col := vt[d*padded : (d+1)*padded]
-		if batched {
-			m := (n + 15) &^ 15
-			out[d] = quant.DotF32Lanes16(col[:m], wp[:m])
-		} else {
-			out[d] = quant.DotF32Vec(col, wp)
-		}
+	f(out[:safe], w, v, stride, n)
+	for d := safe; d < len(out); d++ {
+		r := grow(row, pad)
+		copy(r, v[d*stride:d*stride+n])
+		clear(r[n:])
+		f(out[d:d+1], w, r, pad, n)
 	}
 }
 

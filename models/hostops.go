@@ -76,32 +76,12 @@ func (HostOps) Rope(x []float32, pos0, T, heads, headStride, tokStride int, r *d
 	}
 }
 
-// StoreKV implements device.Ops.
+// StoreKV implements device.Ops: keys in rows, values transposed (putV).
 func (HostOps) StoreKV(c *device.KVLayer, pos0 int, k, v []float32) {
-	for t := 0; t < len(k)/c.KDim; t++ {
-		putK(c, pos0+t, k[t*c.KDim:(t+1)*c.KDim])
-		if v != nil {
-			putV(c, pos0+t, v[t*c.VDim:(t+1)*c.VDim])
-		}
+	putK(c, pos0, k[:len(k)/c.KDim*c.KDim])
+	if v != nil {
+		putV(c, pos0, v[:len(k)/c.KDim*c.VDim])
 	}
-}
-
-// Attend implements device.Ops.
-func (o HostOps) Attend(out, q []float32, c *device.KVLayer, pos0, T int, a *device.AttnShape) {
-	group := a.Heads / a.KVHeads
-	qd := a.Heads * a.DK
-	o.K.Parallel(T*a.Heads, func(i int) {
-		t, h := i/a.Heads, i%a.Heads
-		kvh := h / group
-		n := pos0 + t + 1
-		qh := q[t*qd+h*a.DK : t*qd+(h+1)*a.DK]
-		dst := out[(t*a.Heads+h)*a.DV : (t*a.Heads+h+1)*a.DV]
-		if a.Latent {
-			attendLatent(c, append([]float32(nil), qh...), a.DV, n, a.Scale, T > 1, dst)
-			return
-		}
-		attend(c, qh, kvh*a.KHeadStride, kvh*a.VHeadStride, n, a.Scale, T > 1, dst)
-	})
 }
 
 // MatMulHeads implements device.Ops with the CPU's products (matVec: the kernel cpu.MatMul

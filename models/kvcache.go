@@ -33,7 +33,8 @@ type KVCache struct {
 	Size   int // positions
 }
 
-// LayerCache is one layer's part of the KV cache, in F32 or F16.
+// LayerCache is one layer's part of the KV cache, in F32 or F16, laid out by the Ops that
+// use it (see device.KVLayer; the host's: putK, putV).
 type LayerCache struct {
 	device.KVLayer
 }
@@ -96,40 +97,41 @@ func (kv *KVCache) Bytes() int64 {
 	return n
 }
 
-func put(f16 bool, dst32 []float32, dst16 []uint16, off int, src []float32) {
-	if f16 {
-		d := dst16[off : off+len(src)]
-		for i, v := range src {
-			d[i] = quant.FP32ToFP16(v)
-		}
+// kvPositions is the number of positions c holds.
+func kvPositions(c *device.KVLayer) int {
+	if c.F16 {
+		return len(c.K16) / c.KDim
+	}
+	return len(c.K) / c.KDim
+}
+
+// putK stores the key rows of len(k)/KDim tokens from position pos0 on.
+func putK(c *device.KVLayer, pos0 int, k []float32) {
+	off := pos0 * c.KDim
+	if c.F16 {
+		toF16(c.K16[off:off+len(k)], k)
 		return
 	}
-	copy(dst32[off:], src)
+	copy(c.K[off:off+len(k)], k)
 }
 
-func get(f16 bool, src32 []float32, src16 []uint16, off int, dst []float32) {
-	if f16 {
-		s := src16[off : off+len(dst)]
-		for i, v := range s {
-			dst[i] = quant.FP16ToFP32(v)
+// putV stores the values of len(v)/VDim tokens from position pos0 on, transposed: value j
+// of position p is at j*kvPositions(c)+p, so that attention reads each value's positions in
+// order (llama.cpp's V cache without flash attention).
+func putV(c *device.KVLayer, pos0 int, v []float32) {
+	T, size := len(v)/c.VDim, kvPositions(c)
+	for j := 0; j < c.VDim; j++ {
+		off := j*size + pos0
+		if c.F16 {
+			row := c.V16[off : off+T]
+			for t := range row {
+				row[t] = quant.FP32ToFP16(v[t*c.VDim+j])
+			}
+			continue
 		}
-		return
+		row := c.V[off : off+T]
+		for t := range row {
+			row[t] = v[t*c.VDim+j]
+		}
 	}
-	copy(dst, src32[off:off+len(dst)])
-}
-
-// putK stores a key row (KDim values) for pos.
-func putK(c *device.KVLayer, pos int, k []float32) { put(c.F16, c.K, c.K16, pos*c.KDim, k) }
-
-// putV stores a value row (VDim values) for pos.
-func putV(c *device.KVLayer, pos int, v []float32) { put(c.F16, c.V, c.V16, pos*c.VDim, v) }
-
-// rowK reads key values [from, from+len(dst)) of position pos.
-func rowK(c *device.KVLayer, pos, from int, dst []float32) {
-	get(c.F16, c.K, c.K16, pos*c.KDim+from, dst)
-}
-
-// rowV reads value values [from, from+len(dst)) of position pos.
-func rowV(c *device.KVLayer, pos, from int, dst []float32) {
-	get(c.F16, c.V, c.V16, pos*c.VDim+from, dst)
 }

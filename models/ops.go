@@ -1,10 +1,6 @@
 package models
 
-import (
-	"math"
-
-	"github.com/commit-run/commit-run/quant"
-)
+import "math"
 
 // RMSNorm writes x / sqrt(mean(x²) + eps) * w (+ b) to dst in ggml's arithmetic: the squares
 // are float32 products summed in float64, and the scale is 1.0f/sqrtf(mean + eps) in float32.
@@ -42,14 +38,6 @@ func Sigmoid(x float32) float32 { return 1 / (1 + expf(-x)) }
 // SiLUOverX returns silu(x)/x, the sigmoid as llama.cpp's qwen2moe graph computes the shared
 // expert's gate (ggml_silu then ggml_div on one value).
 func SiLUOverX(x float32) float32 { return siluScalar(x) / x }
-
-// roundF16 rounds every value to the nearest float16, as a matmul against an F16 KV cache
-// rounds its other operand.
-func roundF16(x []float32) {
-	for i, v := range x {
-		x[i] = quant.FP16ToFP32(quant.FP32ToFP16(v))
-	}
-}
 
 // AddTo adds src to dst element-wise (the residual connections).
 func AddTo(dst, src []float32) {

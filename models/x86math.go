@@ -44,16 +44,14 @@ func siluAVX512(x float32) float32 { return x / (1 + expAVX512(0-x)) }
 // 16-wide vectors.
 func siluScalar(x float32) float32 { return x / (1 + expf(-x)) }
 
-// SwiGLU writes silu(g)*u to dst as ggml_vec_swiglu_f32: 16-wide vectors, then the scalar
-// SiLU for the rest.
+// SwiGLU writes silu(g)*u to dst as ggml_vec_swiglu_f32: 16-wide vectors (swigluBlocks),
+// then the scalar SiLU for the rest.
 func SwiGLU(dst, g, u []float32) {
 	n := len(g)
 	u, dst = u[:n], dst[:n]
-	i := 0
-	for ; i < n&^15; i++ {
-		dst[i] = siluAVX512(g[i]) * u[i]
-	}
-	for ; i < n; i++ {
+	nv := n &^ 15
+	swigluBlocks(dst[:nv], g[:nv], u[:nv])
+	for i := nv; i < n; i++ {
 		dst[i] = siluScalar(g[i]) * u[i]
 	}
 }

@@ -1,0 +1,169 @@
+package models
+
+import "github.com/commit-run/commit-run/quant"
+
+// The kernels of the host's attention and SwiGLU. Each variable starts as its plain-Go
+// reference, which is also the fallback (purego builds, other architectures, CPUs without
+// AVX2, FMA and F16C); attn_amd64.go replaces them at start-up with assembly that computes the
+// same bits (NaN payloads aside), which attn_kernels_test.go checks against these.
+var (
+	// dotsF32 and dotsF16 write the scores of one head: out[p] = quant.DotF32Vec(row p of k,
+	// q) * scale for p < len(out), row p being the len(q) keys at k[p*stride:] (F16 keys
+	// widened to float32).
+	dotsF32 = dotsF32Go
+	dotsF16 = dotsF16Go
+
+	// softmaxBlocks is SoftmaxPadded of x[:n]; x has room for n rounded up to a multiple of 16,
+	// and what it holds after n is undefined afterwards.
+	softmaxBlocks = softmaxBlocksGo
+
+	// The weighted sums of the values, out[d] = sum over the n positions p of w[p] times
+	// value d of position p, in the order of a dot product along the positions padded with
+	// zero weights: quant.DotF32Vec's (Vec, Rows: one token, padded to 64 positions) or
+	// quant.DotF32Lanes16's (Lanes, Rows16: a token of a batch, padded to 16). w has room
+	// for the padding, with zeros from n on.
+	//
+	// wsumVec* and wsumLanes* read a transposed value cache: value d of position p is
+	// v[d*stride+p]. They read (but ignore) v's values up to the padding, which must lie
+	// inside v.
+	wsumVec      = wsumVecGo
+	wsumLanes    = wsumLanesGo
+	wsumVecF16   = wsumVecF16Go
+	wsumLanesF16 = wsumLanesF16Go
+	// wsumRows* read rows: value d of position p is v[p*stride+d] (MLA, whose values are the
+	// first values of its key rows); acc is scratch of 64*64 floats.
+	wsumRows      = wsumRowsGo
+	wsumRows16    = wsumRows16Go
+	wsumRowsF16   = wsumRowsF16Go
+	wsumRows16F16 = wsumRows16F16Go
+
+	// swigluBlocks writes siluAVX512(g[i]) * u[i] to dst[i] for i < len(dst), a multiple of
+	// 16 (the vector part of SwiGLU); dst may be g.
+	swigluBlocks = swigluBlocksGo
+
+	// roundF16 rounds every value of x to the nearest float16 in place, as a matmul against
+	// an F16 KV cache rounds its other operand, and toF16 writes src to dst as float16 (the
+	// F16 cache's keys).
+	roundF16 = roundF16Go
+	toF16    = toF16Go
+)
+
+func dotsF32Go(out, q, k []float32, stride int, scale float32) {
+	for p := range out {
+		out[p] = quant.DotF32Vec(k[p*stride:p*stride+len(q)], q) * scale
+	}
+}
+
+func dotsF16Go(out, q []float32, k []uint16, stride int, scale float32) {
+	for p := range out {
+		out[p] = dotF16Vec(k[p*stride:p*stride+len(q)], q) * scale
+	}
+}
+
+// dotF16Vec is quant.DotF32Vec of k (widened) and q, the way package quant computes it:
+// four 16-lane fused accumulators over steps of 64, folded 0+2, 1+3, 0+1 and reduced; then
+// the rest's products rounded and added one by one up to a multiple of 8, the last fused.
+func dotF16Vec(k []uint16, q []float32) float32 {
+	k = k[:len(q)]
+	var acc [4][16]float32
+	n := len(q)
+	np := n &^ 63
+	for i := 0; i < np; i++ {
+		a := &acc[(i>>4)&3][i&15]
+		*a = fma32(quant.FP16ToFP32(k[i]), q[i], *a)
+	}
+	sum := foldHSum(&acc)
+	i := np
+	for r8 := np + (n-np)&^7; i < r8; i++ {
+		sum += float32(quant.FP16ToFP32(k[i]) * q[i])
+	}
+	for ; i < n; i++ {
+		sum = fma32(quant.FP16ToFP32(k[i]), q[i], sum)
+	}
+	return sum
+}
+
+// foldHSum ends ggml_vec_dot_f32: accumulators 0+2 and 1+3, then 0+1, reduced as
+// _mm512_reduce_add_ps.
+func foldHSum(acc *[4][16]float32) float32 {
+	for r := 0; r < 16; r++ {
+		acc[0][r] += acc[2][r]
+		acc[1][r] += acc[3][r]
+	}
+	for r := 0; r < 16; r++ {
+		acc[0][r] += acc[1][r]
+	}
+	return quant.HSum16(&acc[0])
+}
+
+func softmaxBlocksGo(x []float32, n int) { softmax(x[:n], true) }
+
+func wsumVecGo(out, w, v []float32, stride, n int)   { wsumGo(out, w, v, nil, stride, 1, n, 64) }
+func wsumLanesGo(out, w, v []float32, stride, n int) { wsumGo(out, w, v, nil, stride, 1, n, 16) }
+func wsumVecF16Go(out, w []float32, v []uint16, stride, n int) {
+	wsumGo(out, w, nil, v, stride, 1, n, 64)
+}
+func wsumLanesF16Go(out, w []float32, v []uint16, stride, n int) {
+	wsumGo(out, w, nil, v, stride, 1, n, 16)
+}
+func wsumRowsGo(out, w, v []float32, stride, n int, _ []float32) {
+	wsumGo(out, w, v, nil, 1, stride, n, 64)
+}
+func wsumRows16Go(out, w, v []float32, stride, n int, _ []float32) {
+	wsumGo(out, w, v, nil, 1, stride, n, 16)
+}
+func wsumRowsF16Go(out, w []float32, v []uint16, stride, n int, _ []float32) {
+	wsumGo(out, w, nil, v, 1, stride, n, 64)
+}
+func wsumRows16F16Go(out, w []float32, v []uint16, stride, n int, _ []float32) {
+	wsumGo(out, w, nil, v, 1, stride, n, 16)
+}
+
+// wsumGo is every weighted sum: value d of position p is v32 or v16 at d*ds+p*ps, and
+// lanes (64 or 16) chooses the order, DotF32Vec's or DotF32Lanes16's over the positions
+// padded to a multiple of lanes, whose padding multiplies zero weights by zero values.
+func wsumGo(out, w, v32 []float32, v16 []uint16, ds, ps, n, lanes int) {
+	pad := (n + lanes - 1) &^ (lanes - 1)
+	for d := range out {
+		var acc [4][16]float32
+		for p := 0; p < pad; p++ {
+			var x, y float32
+			if p < n {
+				y = w[p]
+				if v16 != nil {
+					x = quant.FP16ToFP32(v16[d*ds+p*ps])
+				} else {
+					x = v32[d*ds+p*ps]
+				}
+			}
+			l := p & (lanes - 1)
+			a := &acc[l>>4][l&15]
+			*a = fma32(x, y, *a)
+		}
+		if lanes == 64 {
+			out[d] = foldHSum(&acc)
+		} else {
+			out[d] = quant.HSum16(&acc[0])
+		}
+	}
+}
+
+func swigluBlocksGo(dst, g, u []float32) {
+	g, u = g[:len(dst)], u[:len(dst)]
+	for i := range dst {
+		dst[i] = siluAVX512(g[i]) * u[i]
+	}
+}
+
+func roundF16Go(x []float32) {
+	for i, v := range x {
+		x[i] = quant.FP16ToFP32(quant.FP32ToFP16(v))
+	}
+}
+
+func toF16Go(dst []uint16, src []float32) {
+	dst = dst[:len(src)]
+	for i, v := range src {
+		dst[i] = quant.FP32ToFP16(v)
+	}
+}

@@ -1,0 +1,328 @@
+package models
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/commit-run/commit-run/device"
+	"github.com/commit-run/commit-run/quant"
+)
+
+// The host attention end to end (HostOps.StoreKV and Attend) against the implementation it
+// replaced (attn_ref_test.go), bit for bit: one token and batches, F16 and F32 caches, GQA,
+// MLA's latent form, caches filled to the last position, several threads.
+
+// testKernels is a device.Kernels whose Parallel spreads the indices over threads
+// goroutines in contiguous ranges, as cpu.Device does; with one thread it calls fn on the
+// calling goroutine, which allocates nothing.
+type testKernels struct{ threads int }
+
+func (testKernels) MatMul(quant.Matrix, []float32, int, []float32)   { panic("not for attention") }
+func (testKernels) MatMulID(quant.Matrix, []float32, int, []float32) { panic("not for attention") }
+func (k testKernels) Threads() int                                   { return k.threads }
+
+func (k testKernels) Parallel(n int, fn func(int)) {
+	if k.threads <= 1 {
+		for i := 0; i < n; i++ {
+			fn(i)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	w := min(k.threads, n)
+	for r := 0; r < w; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := n * r / w; i < n*(r+1)/w; i++ {
+				fn(i)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// dimsOnly is an Attention that only has cache dimensions, for NewKVCache.
+type dimsOnly struct{ k, v int }
+
+func (c dimsOnly) CacheDims() (int, int)                                      { return c.k, c.v }
+func (dimsOnly) Forward(Backend, *LayerCache, []float32, int, int, []float32) {}
+
+// attnCase is one layer's attention and the passes that fill its cache.
+type attnCase struct {
+	heads, kvHeads, dk, dv int
+	latent                 bool // MLA: dk = rank+rope, dv = rank
+	size                   int  // cache positions
+	passes                 [][2]int
+	qScale                 float64 // spread of the queries (large: scores beyond exp's range)
+}
+
+func (c attnCase) String() string {
+	return fmt.Sprintf("h%d/%d_dk%d_dv%d_latent%v_size%d_%v_q%g", c.heads, c.kvHeads, c.dk, c.dv, c.latent, c.size, c.passes, c.qScale)
+}
+
+func (c attnCase) shape() *device.AttnShape {
+	a := &device.AttnShape{Heads: c.heads, KVHeads: c.kvHeads, DK: c.dk, DV: c.dv, Scale: 1 / float32(math.Sqrt(float64(c.dk)))}
+	if c.latent {
+		a.KVHeads, a.Latent = 1, true
+	} else {
+		a.KHeadStride, a.VHeadStride = c.dk, c.dv
+	}
+	return a
+}
+
+func (c attnCase) cacheDims() (int, int) {
+	if c.latent {
+		return c.dk, 0
+	}
+	return c.kvHeads * c.dk, c.kvHeads * c.dv
+}
+
+func attnCases() []attnCase {
+	var cs []attnCase
+	passes := [][][2]int{
+		{{0, 1}, {1, 1}, {2, 1}},      // decode from the start
+		{{0, 5}, {5, 1}, {6, 3}},      // a short prompt, then more
+		{{0, 70}, {70, 1}, {71, 17}},  // across a 64-position boundary
+		{{0, 129}},                    // one long prompt
+		{{0, 33}, {33, 31}, {64, 64}}, // chunks ending on boundaries
+	}
+	for _, p := range passes {
+		last := p[len(p)-1]
+		full := last[0] + last[1]
+		for _, size := range []int{full, full + 5, full + 100} {
+			cs = append(cs,
+				attnCase{heads: 4, kvHeads: 4, dk: 16, dv: 16, size: size, passes: p, qScale: 1},
+				attnCase{heads: 8, kvHeads: 2, dk: 64, dv: 64, size: size, passes: p, qScale: 1},
+				attnCase{heads: 4, kvHeads: 2, dk: 128, dv: 128, size: size, passes: p, qScale: 3},
+				attnCase{heads: 2, kvHeads: 2, dk: 48, dv: 32, size: size, passes: p, qScale: 1},
+				attnCase{heads: 3, kvHeads: 1, dk: 100, dv: 72, size: size, passes: p, qScale: 1},
+				attnCase{heads: 4, dk: 144, dv: 128, latent: true, size: size, passes: p, qScale: 1},
+				attnCase{heads: 2, dk: 576, dv: 512, latent: true, size: size, passes: p, qScale: 1},
+				attnCase{heads: 2, dk: 48, dv: 32, latent: true, size: size, passes: p, qScale: 1},
+			)
+		}
+	}
+	// Scores far apart: most exponentials underflow (|n| > 192 and below).
+	cs = append(cs,
+		attnCase{heads: 2, kvHeads: 1, dk: 64, dv: 64, size: 200, passes: [][2]int{{0, 100}, {100, 1}}, qScale: 60},
+		attnCase{heads: 2, dk: 144, dv: 128, latent: true, size: 200, passes: [][2]int{{0, 100}, {100, 1}}, qScale: 60})
+	return cs
+}
+
+// runAttnCase fills both caches pass by pass and compares every pass's output.
+func runAttnCase(t *testing.T, c attnCase, f16 bool, threads int, seed uint64) {
+	t.Helper()
+	r := rand.New(rand.NewPCG(seed, uint64(c.dk)))
+	kd, vd := c.cacheDims()
+	kv, err := NewKVCache(&Model{Layers: []Layer{{Attn: dimsOnly{kd, vd}}}}, c.size, f16, HostAlloc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc := &kv.Layers[0].KVLayer
+	ref := newRefCache(kd, vd, c.size, f16)
+	ops := HostOps{K: testKernels{threads}}
+	a := c.shape()
+	randn := func(n int, s float64) []float32 {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(r.NormFloat64() * s)
+		}
+		return x
+	}
+	for _, p := range c.passes {
+		pos0, T := p[0], p[1]
+		k, q := randn(T*kd, 1), randn(T*c.heads*c.dk, c.qScale)
+		var v []float32
+		if vd > 0 {
+			v = randn(T*vd, 1)
+		}
+		ops.StoreKV(lc, pos0, k, v)
+		ref.store(pos0, k, v)
+		got := make([]float32, T*c.heads*c.dv)
+		want := make([]float32, len(got))
+		ops.Attend(got, q, lc, pos0, T, a)
+		ref.attendAll(want, q, pos0, T, a)
+		for i := range got {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("pass %v: out[%d] (token %d, head %d, value %d) = %g (%08x), want %g (%08x)", p, i,
+					i/(c.heads*c.dv), i/c.dv%c.heads, i%c.dv, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
+			}
+		}
+	}
+}
+
+func TestAttendMatchesReference(t *testing.T) {
+	cases := attnCases()
+	if testing.Short() {
+		cases = cases[:len(cases)/3]
+	}
+	for i, c := range cases {
+		for _, f16 := range []bool{true, false} {
+			threads := 1 + i%4
+			t.Run(fmt.Sprintf("%v/f16=%v/threads=%d", c, f16, threads), func(t *testing.T) {
+				runAttnCase(t, c, f16, threads, uint64(i))
+			})
+		}
+	}
+}
+
+// TestAttendDecodeAllocs holds decode attention (and its StoreKV) to no allocation once its
+// scratch is warm, on a device whose Parallel allocates nothing itself.
+func TestAttendDecodeAllocs(t *testing.T) {
+	for _, c := range []attnCase{
+		{heads: 8, kvHeads: 2, dk: 128, dv: 128, size: 300},
+		{heads: 4, dk: 576, dv: 512, latent: true, size: 300},
+	} {
+		for _, f16 := range []bool{true, false} {
+			kd, vd := c.cacheDims()
+			kv, err := NewKVCache(&Model{Layers: []Layer{{Attn: dimsOnly{kd, vd}}}}, c.size, f16, HostAlloc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lc := &kv.Layers[0].KVLayer
+			ops := HostOps{K: testKernels{1}}
+			k, q, out := make([]float32, kd), make([]float32, c.heads*c.dk), make([]float32, c.heads*c.dv)
+			var v []float32
+			if vd > 0 {
+				v = make([]float32, vd)
+			}
+			for i := range q {
+				q[i] = float32(i%7) * 0.1
+			}
+			pos := 0
+			step := func() {
+				ops.StoreKV(lc, pos, k, v)
+				ops.Attend(out, q, lc, pos, 1, c.shape())
+				pos = (pos + 1) % c.size
+			}
+			for i := 0; i < c.size; i++ { // scratch grown to the whole cache
+				step()
+			}
+			if n := testing.AllocsPerRun(100, step); n != 0 {
+				t.Errorf("%v f16=%v: %g allocations per decode step", c, f16, n)
+			}
+		}
+	}
+}
+
+// TestAttnChunks checks that the chunks of a pass cover its (head, token) pairs in order and
+// split their work evenly: no chunk exceeds an even share by more than one pair's work.
+func TestAttnChunks(t *testing.T) {
+	for _, heads := range []int{1, 3, 16} {
+		for _, T := range []int{1, 2, 7, 256} {
+			for _, pos0 := range []int{0, 5, 1000} {
+				for _, chunks := range []int{1, 2, 3, 8} {
+					j := &attnJob{a: device.AttnShape{Heads: heads}, pos0: pos0, T: T, chunks: min(chunks, heads*T)}
+					cost := func(p int) int64 { return int64(pos0 + p%T + 1 + attnPairCost) }
+					var total int64
+					for p := 0; p < heads*T; p++ {
+						total += cost(p)
+					}
+					if j.start(0) != 0 || j.start(j.chunks) != heads*T {
+						t.Fatalf("h%d T%d pos0 %d chunks %d: chunks span [%d, %d)", heads, T, pos0, j.chunks, j.start(0), j.start(j.chunks))
+					}
+					for c := 0; c < j.chunks; c++ {
+						lo, hi := j.start(c), j.start(c+1)
+						if hi < lo {
+							t.Fatalf("chunk %d: [%d, %d)", c, lo, hi)
+						}
+						var w int64
+						for p := lo; p < hi; p++ {
+							w += cost(p)
+						}
+						if limit := total/int64(j.chunks) + cost(T-1); w > limit {
+							t.Errorf("h%d T%d pos0 %d chunks %d: chunk %d has work %d, more than %d", heads, T, pos0, j.chunks, c, w, limit)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestSwiGLUMatchesReference(t *testing.T) {
+	r := rand.New(rand.NewPCG(41, 42))
+	for _, n := range []int{1, 8, 15, 16, 17, 31, 32, 40, 1000, 1024} {
+		for _, s := range []float64{1, 10, 200} {
+			g, u := make([]float32, n), make([]float32, n)
+			for i := range g {
+				g[i], u[i] = float32(r.NormFloat64()*s), float32(r.NormFloat64())
+			}
+			got, want := make([]float32, n), make([]float32, n)
+			SwiGLU(got, g, u)
+			refSwiGLU(want, g, u)
+			for i := range got {
+				if !sameFloat(got[i], want[i]) {
+					t.Fatalf("n=%d: [%d] silu(%g)*%g = %g, want %g", n, i, g[i], u[i], got[i], want[i])
+				}
+			}
+			SwiGLU(g, g, u) // in place
+			for i := range g {
+				if !sameFloat(g[i], want[i]) {
+					t.Fatalf("n=%d in place: [%d] = %g, want %g", n, i, g[i], want[i])
+				}
+			}
+		}
+	}
+}
+
+// sameFloat reports whether a and b have the same bits, or are both NaN (whose payloads
+// the kernels do not promise).
+func sameFloat(a, b float32) bool {
+	return math.Float32bits(a) == math.Float32bits(b) || a != a && b != b
+}
+
+func BenchmarkAttendDecode(b *testing.B) {
+	for _, n := range []int{256, 2048} {
+		for _, c := range []attnCase{
+			{heads: 16, kvHeads: 16, dk: 128, dv: 128},
+			{heads: 16, dk: 576, dv: 512, latent: true},
+		} {
+			c.size = n
+			b.Run(fmt.Sprintf("%s/n=%d", map[bool]string{false: "std", true: "mla"}[c.latent], n), func(b *testing.B) {
+				benchAttend(b, c, n-1, 1)
+			})
+		}
+	}
+}
+
+func BenchmarkAttendPrefill(b *testing.B) {
+	for _, T := range []int{256} {
+		c := attnCase{heads: 16, kvHeads: 16, dk: 128, dv: 128, size: T}
+		b.Run(fmt.Sprintf("std/T=%d", T), func(b *testing.B) { benchAttend(b, c, 0, T) })
+	}
+}
+
+// benchAttend times Attend of T tokens at pos0 over an F16 cache on one thread.
+func benchAttend(b *testing.B, c attnCase, pos0, T int) {
+	kd, vd := c.cacheDims()
+	kv, err := NewKVCache(&Model{Layers: []Layer{{Attn: dimsOnly{kd, vd}}}}, c.size, true, HostAlloc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	lc := &kv.Layers[0].KVLayer
+	ops := HostOps{K: testKernels{1}}
+	r := rand.New(rand.NewPCG(1, 2))
+	fill := func(n int) []float32 {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(r.NormFloat64())
+		}
+		return x
+	}
+	k := fill(c.size * kd)
+	var v []float32
+	if vd > 0 {
+		v = fill(c.size * vd)
+	}
+	ops.StoreKV(lc, 0, k, v)
+	q, out := fill(T*c.heads*c.dk), make([]float32, T*c.heads*c.dv)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ops.Attend(out, q, lc, pos0, T, c.shape())
+	}
+}
