@@ -23,6 +23,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 
 	. "github.com/mmcloughlin/avo/build"
@@ -61,6 +62,32 @@ func main() {
 	ConstraintExpr("!purego")
 	gen()
 	Generate()
+	if err := checkAVX2(flag.Lookup("out").Value.String()); err != nil {
+		fmt.Fprintln(os.Stderr, "asmgen:", err)
+		os.Exit(1)
+	}
+}
+
+// highVec matches the vector registers only AVX-512 has. avo's allocator hands them out when
+// a kernel keeps more than 16 vectors live; Go's assembler then encodes many instructions with
+// EVEX, which an AVX2 machine cannot run, so such a kernel must use fewer registers.
+var highVec = regexp.MustCompile(`\b[XYZ](1[6-9]|2[0-9]|3[01])\b`)
+
+// checkAVX2 fails if the assembly written to path uses a register AVX2 does not have.
+func checkAVX2(path string) error {
+	if path == "" || path == "-" {
+		return nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	for i, line := range strings.Split(string(b), "\n") {
+		if highVec.MatchString(line) {
+			return fmt.Errorf("%s:%d uses an AVX-512 register (too many live vectors): %s", path, i+1, strings.TrimSpace(line))
+		}
+	}
+	return nil
 }
 
 // Constants.

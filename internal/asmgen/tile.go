@@ -1,0 +1,227 @@
+package main
+
+import (
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+// The tile kernels (-set tile: quant/tile_avx2_amd64.s) compute a tile of a matrix product,
+// eight consecutive weight rows against T activation rows, for the weight types llama.cpp
+// repacks into interleaved groups of eight rows. Its repacked products keep one float32
+// accumulator per row and fuse one product per block (Q4_0) or per super-block or pair of
+// sub-blocks (Q4_K) into it; the eight rows of a tile are the eight float lanes of one
+// register here, so every output sees exactly the fused multiply-adds of quant's one-row
+// repacked kernels, in the same order. What a tile saves is work, not arithmetic: each weight
+// block is decoded once for all T activation rows, and each activation block is read once
+// for eight weight rows.
+//
+// The accumulators live in acc (T rows of eight floats, zeroed by the caller), so that T is
+// not bounded by the register file; the caller scatters them into the product's output.
+
+func init() { sets["tile"] = tiles }
+
+func tiles() {
+	tileConsts()
+	q4_0Tile()
+}
+
+var (
+	tOnes16 Mem // int16 1
+	tLow4   Mem // bytes 0x0f
+)
+
+func tileConsts() {
+	tOnes16 = splat("tileones16", 1, 0)
+	tLow4 = splat("tilelow4", 0x0f)
+}
+
+// tileArgs are the arguments every tile kernel takes.
+type tileArgs struct {
+	w0, w4, ldw, l3 Register // rows 0 and 4 of the tile, the row stride and three times it
+	x, ldx          Register // activation row 0 at the current block, and the row stride
+	aux             Register // the per-block activation terms of row 0 at the current block
+	auxStride       Register // bytes between two activation rows' terms (4*nb)
+	nb, T           Register
+	acc             Register
+}
+
+// tileSig declares a tile kernel and loads its arguments:
+//
+//	func(w []byte, ldw int, x []byte, ldx int, aux []int32, nb, T int, acc []float32)
+func tileSig(name, doc string) tileArgs {
+	TEXT(name, NOSPLIT, "func(w []byte, ldw int, x []byte, ldx int, aux []int32, nb int, T int, acc []float32)")
+	Pragma("noescape")
+	Doc(doc)
+	var a tileArgs
+	a.w0 = Load(Param("w").Base(), GP64())
+	a.ldw = Load(Param("ldw"), GP64())
+	a.x = Load(Param("x").Base(), GP64())
+	a.ldx = Load(Param("ldx"), GP64())
+	a.aux = Load(Param("aux").Base(), GP64())
+	a.nb = Load(Param("nb"), GP64())
+	a.T = Load(Param("T"), GP64())
+	a.acc = Load(Param("acc").Base(), GP64())
+	a.w4 = GP64()
+	LEAQ(Mem{Base: a.w0, Index: a.ldw, Scale: 4}, a.w4)
+	a.l3 = GP64()
+	LEAQ(Mem{Base: a.ldw, Index: a.ldw, Scale: 2}, a.l3)
+	a.auxStride = GP64()
+	MOVQ(a.nb, a.auxStride)
+	SHLQ(U8(2), a.auxStride)
+	return a
+}
+
+// row returns the address of byte off of tile row r at the current block.
+func (a tileArgs) row(r, off int) Mem {
+	base := a.w0
+	if r >= 4 {
+		base, r = a.w4, r-4
+	}
+	switch r {
+	case 0:
+		return Mem{Base: base, Disp: off}
+	case 1:
+		return Mem{Base: base, Index: a.ldw, Scale: 1, Disp: off}
+	case 2:
+		return Mem{Base: base, Index: a.ldw, Scale: 2, Disp: off}
+	}
+	return Mem{Base: base, Index: a.l3, Scale: 1, Disp: off}
+}
+
+// rowScales returns the eight rows' float16 scales at byte off of their blocks as float32
+// lanes.
+func (a tileArgs) rowScales(off int) VecVirtual {
+	h := XMM()
+	g := GP32()
+	MOVWLZX(a.row(0, off), g)
+	VMOVD(g, h)
+	for r := 1; r < 8; r++ {
+		VPINSRW(U8(r), a.row(r, off), h, h)
+	}
+	d := YMM()
+	VCVTPH2PS(h, d)
+	return d
+}
+
+// rowSums8 returns the sums of the eight int32 lanes of each of the registers row(0) ..
+// row(7) as the eight lanes of one register (lane r: the sum of row(r)), with a VPHADDD tree
+// that asks for each row's register only when it needs it, so that no more than four are live.
+// Integer sums are exact in any order.
+func rowSums8(row func(r int) VecVirtual) VecVirtual {
+	// [p0 01, p0 23, p1 01, p1 23 | p0 45, p0 67, p1 45, p1 67], and so on up the tree.
+	quad := func(r int) VecVirtual {
+		a := row(r)
+		VPHADDD(row(r+1), a, a)
+		b := row(r + 2)
+		VPHADDD(row(r+3), b, b)
+		VPHADDD(b, a, a) // [p_r..p_r+3 low halves | p_r..p_r+3 high halves]
+		return a
+	}
+	lo, hi := quad(0), quad(4)
+	s := YMM()
+	VPERM2I128(U8(0x20), hi, lo, s)
+	VPERM2I128(U8(0x31), hi, lo, lo)
+	VPADDD(lo, s, s)
+	return s
+}
+
+// transpose4x8 returns the four dwords of each of eight rows of 16 bytes (row r at m(r)) as
+// four registers: register j holds dword j of row r in dword lane r. Rows 0-3 go to the low
+// 128-bit lane and rows 4-7 to the high one, and a 4x4 dword transpose within each lane
+// (VPUNPCK*DQ, VPUNPCK*QDQ) does the rest.
+func transpose4x8(m func(r int) Mem) [4]VecVirtual {
+	var a [4]VecVirtual
+	for r := range a {
+		lo := XMM()
+		VMOVDQU(m(r), lo)
+		a[r] = YMM()
+		VINSERTI128(U8(1), m(r+4), lo.AsY(), a[r])
+	}
+	t0, t1, t2, t3 := YMM(), YMM(), YMM(), YMM()
+	VPUNPCKLDQ(a[1], a[0], t0) // [r0 d0, r1 d0, r0 d1, r1 d1]
+	VPUNPCKHDQ(a[1], a[0], t1) // [r0 d2, r1 d2, r0 d3, r1 d3]
+	VPUNPCKLDQ(a[3], a[2], t2)
+	VPUNPCKHDQ(a[3], a[2], t3)
+	var q [4]VecVirtual
+	q[0], q[1], q[2], q[3] = a[0], a[1], a[2], a[3]
+	VPUNPCKLQDQ(t2, t0, q[0]) // [r0 d0, r1 d0, r2 d0, r3 d0]
+	VPUNPCKHQDQ(t2, t0, q[1])
+	VPUNPCKLQDQ(t3, t1, q[2])
+	VPUNPCKHQDQ(t3, t1, q[3])
+	return q
+}
+
+// q4_0Tile is the Q4_0 tile: gemv_q4_b32_8x8_q8_0 and its GEMM, whose results are those of
+// quant's x86RepackQ4_0 for each row. The eight rows' quants are interleaved four at a time as
+// llama.cpp's repacking lays them out (register j: elements 4j..4j+3 of every row), so that
+// VPMADDUBSW against the activation's elements 4j..4j+3, broadcast, leaves each row's products
+// in its own lanes. The eight registers' int16 pair sums add up without overflow (at most
+// 8*2*15*128 = 30720), and VPMADDWD finishes each row's sum in its dword. aux holds 8 times the
+// sum of each activation block's quants, so that (q-8)·y is q·y less the block's term.
+func q4_0Tile() {
+	a := tileSig("q4_0Tile8AVX2", "q4_0Tile8AVX2 adds eight rows of repacked Q4_0 times T activation rows into acc.")
+	TESTQ(a.nb, a.nb)
+	JZ(LabelRef("done"))
+	TESTQ(a.T, a.T)
+	JZ(LabelRef("done"))
+	Label("block")
+	raw := transpose4x8(func(r int) Mem { return a.row(r, 2) })
+	// Elements 0..15 are the low nibbles of the block's bytes, 16..31 the high ones.
+	var q [8]VecVirtual
+	for j := 0; j < 4; j++ {
+		q[j+4] = YMM()
+		VPSRLW(U8(4), raw[j], q[j+4])
+		VPAND(tLow4, q[j+4], q[j+4])
+		q[j] = raw[j]
+		VPAND(tLow4, q[j], q[j])
+	}
+	dw := a.rowScales(0)
+
+	xt, auxt, acct, t := GP64(), GP64(), GP64(), GP64()
+	MOVQ(a.x, xt)
+	MOVQ(a.aux, auxt)
+	MOVQ(a.acc, acct)
+	MOVQ(a.T, t)
+	Label("token")
+	s := YMM()
+	for j := range q {
+		y := YMM()
+		VPBROADCASTD(Mem{Base: xt, Disp: 2 + 4*j}, y)
+		if j == 0 {
+			VPMADDUBSW(y, q[j], s)
+			continue
+		}
+		VPMADDUBSW(y, q[j], y)
+		VPADDW(y, s, s)
+	}
+	VPMADDWD(tOnes16, s, s)
+	off := YMM()
+	VPBROADCASTD(Mem{Base: auxt}, off)
+	VPSUBD(off, s, s)
+	VCVTDQ2PS(s, s)
+	hx := XMM()
+	VPBROADCASTW(Mem{Base: xt}, hx)
+	d := YMM()
+	VCVTPH2PS(hx, d)
+	VMULPS(d, dw, d) // fp16(w.d) * fp16(x.d), as the one-row kernel rounds it
+	acc := YMM()
+	VMOVUPS(Mem{Base: acct}, acc)
+	VFMADD231PS(s, d, acc)
+	VMOVUPS(acc, Mem{Base: acct})
+	ADDQ(a.ldx, xt)
+	ADDQ(a.auxStride, auxt)
+	ADDQ(U8(32), acct)
+	DECQ(t)
+	JNZ(LabelRef("token"))
+
+	ADDQ(U8(18), a.w0)
+	ADDQ(U8(18), a.w4)
+	ADDQ(U8(34), a.x)
+	ADDQ(U8(4), a.aux)
+	DECQ(a.nb)
+	JNZ(LabelRef("block"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}

@@ -1,0 +1,152 @@
+package quant
+
+import "fmt"
+
+// Matrix products in tiles. X86Rows computes a block of rows of a product with the results of
+// X86Dot's kernels (llama.cpp's x86 arithmetic, to the bit), but where the machine has a tile
+// kernel for the weight type it computes eight rows against many activation rows at a time:
+// every output sees the same float32 operations in the same order as X86Dot's kernel for it,
+// while each weight block is decoded once for all the activation rows and each activation
+// block is read once for eight weight rows. Elsewhere it calls X86Dot's kernel per output;
+// that loop is the reference every tile kernel is tested against.
+
+// tileRows is the number of weight rows a tile kernel computes: llama.cpp's repacked groups.
+const tileRows = 8
+
+// tileTokens bounds the activation rows of one tile call, so that its accumulators and the
+// activation blocks it walks stay in the first cache levels.
+const tileTokens = 64
+
+// A tileKernel adds tileRows weight rows (from w, ldw bytes apart) times T activation rows
+// (from x, ldx bytes apart, rounded to the weight's dot type) over nb blocks into acc[t*8+r].
+// aux holds the per-block activation terms of the weight type's prep, nb per activation row.
+type tileKernel func(w []byte, ldw int, x []byte, ldx int, aux []int32, nb, T int, acc []float32)
+
+// A tile is the tile kernels of one weight type and family of llama.cpp products.
+type tile struct {
+	gemv tileKernel // the activation rows llama.cpp multiplies one at a time
+	gemm tileKernel // those it multiplies four at a time (nil: as gemv)
+	// prep writes aux for T activation rows (xrow bytes apart) of nb blocks each; nil when
+	// the kernels need none.
+	prep func(x []byte, xrow, nb, T int, aux []int32)
+}
+
+// tiles holds the machine's tile kernels for each weight type llama.cpp repacks; an
+// architecture file fills it once at start-up according to the CPU's features.
+var tiles [len(types)]*tile
+
+// TileScratch is X86Rows's working memory, reused from call to call so that a product
+// allocates nothing once it has grown. The zero value is ready; it is not safe for concurrent
+// use.
+type TileScratch struct {
+	aux []int32
+	acc [tileTokens * tileRows]float32
+}
+
+// X86Rows computes rows [lo, hi) of the product of w with T activation rows x (each rounded to
+// w.Type.DotType() by QuantizeRow, xrow bytes apart) as llama.cpp's x86 backend computes them
+// in a product over batch activation rows: out[t*ldo+o] = X86Dot(w.Type, w.Rows, batch, t)
+// (w.Cols, w.Row(o), x row t), bit for bit. A batch of 1 takes every row one at a time, as
+// llama.cpp's MUL_MAT_ID does for expert weights.
+func X86Rows(w Matrix, lo, hi int, x []byte, xrow, T, batch int, out []float32, ldo int, s *TileScratch) {
+	if lo < 0 || hi > w.Rows || lo > hi || T < 0 || batch < 1 {
+		panic(fmt.Sprintf("quant: X86Rows: rows [%d,%d) of %d, %d activation rows of a batch of %d", lo, hi, w.Rows, T, batch))
+	}
+	tl := x86Tile(w.Type, w.Rows)
+	if tl == nil {
+		x86RowsDot(w, lo, hi, x, xrow, T, batch, out, ldo)
+		return
+	}
+	// Tiles start at multiples of 8, as llama.cpp's groups do; rows outside whole tiles
+	// take the one-row kernels, which compute the same.
+	tlo := min((lo+tileRows-1)/tileRows*tileRows, hi)
+	thi := max(hi/tileRows*tileRows, tlo)
+	x86RowsDot(w, lo, tlo, x, xrow, T, batch, out, ldo)
+	x86RowsDot(w, thi, hi, x, xrow, T, batch, out, ldo)
+	if tlo == thi {
+		return
+	}
+	bs := w.Type.BlockSize()
+	nb := w.Cols / bs
+	rb := w.RowBytes()
+	gemm := 0 // activation rows [0, gemm) are multiplied four at a time
+	if tl.gemm != nil {
+		gemm = batch - batch%4
+	}
+	for t0 := 0; t0 < T; t0 += tileTokens {
+		n := min(T-t0, tileTokens)
+		xs := x[t0*xrow : (t0+n)*xrow]
+		var aux []int32
+		if tl.prep != nil {
+			if cap(s.aux) < n*nb {
+				s.aux = make([]int32, n*nb)
+			}
+			aux = s.aux[:n*nb]
+			tl.prep(xs, xrow, nb, n, aux)
+		}
+		// The activation rows of this call in each of the kernels' families.
+		split := min(max(gemm-t0, 0), n)
+		for r := tlo; r < thi; r += tileRows {
+			acc := s.acc[:n*tileRows]
+			clear(acc)
+			wr := w.Data[r*rb : (r+tileRows)*rb]
+			if split > 0 {
+				tl.gemm(wr, rb, xs, xrow, aux, nb, split, acc)
+			}
+			if split < n {
+				tl.gemv(wr, rb, xs[split*xrow:], xrow, aux[min(split*nb, len(aux)):], nb, n-split, acc[split*tileRows:])
+			}
+			for t := 0; t < n; t++ {
+				copy(out[(t0+t)*ldo+r:(t0+t)*ldo+r+tileRows], acc[t*tileRows:(t+1)*tileRows])
+			}
+		}
+	}
+}
+
+// x86RowsDot is X86Rows one output at a time: the reference of the tile kernels.
+func x86RowsDot(w Matrix, lo, hi int, x []byte, xrow, T, batch int, out []float32, ldo int) {
+	if lo >= hi || T == 0 {
+		return
+	}
+	// X86Dot's choice depends on the activation row only through whether it lies in the
+	// groups of four that llama.cpp's repacked GEMM takes, [0, gemm).
+	gemm := batch - batch%4
+	kGemm, kGemv := X86Dot(w.Type, w.Rows, batch, 0), X86Dot(w.Type, w.Rows, batch, batch-1)
+	rb := w.RowBytes()
+	for o := lo; o < hi; o++ {
+		row := w.Data[o*rb : (o+1)*rb]
+		for t := 0; t < T; t++ {
+			k := kGemv
+			if t < gemm {
+				k = kGemm
+			}
+			out[t*ldo+o] = k(w.Cols, row, x[t*xrow:(t+1)*xrow])
+		}
+	}
+}
+
+// x86Tile returns the tile kernels of a weight type, or nil where the machine has none or
+// llama.cpp does not repack a matrix of that many rows.
+func x86Tile(t Type, rows int) *tile {
+	if rows%tileRows != 0 || int(t) >= len(tiles) {
+		return nil
+	}
+	return tiles[t]
+}
+
+// prepQ4_0 writes 8 times the sum of each Q8_0 block's quants: the offset of Q4_0's quants
+// times the activations.
+func prepQ4_0(x []byte, xrow, nb, T int, aux []int32) {
+	for t := 0; t < T; t++ {
+		row := x[t*xrow:]
+		a := aux[t*nb : (t+1)*nb]
+		for b := range a {
+			blk := (*[34]byte)(row[b*34:])
+			var s int32
+			for _, v := range blk[2:] {
+				s += int32(int8(v))
+			}
+			a[b] = 8 * s
+		}
+	}
+}

@@ -1,0 +1,186 @@
+package quant
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// The tile kernels against X86Rows's reference, one X86Dot kernel per output: every output
+// must be the same float32, bit for bit.
+
+// tileTypes returns the weight types this machine has tile kernels for.
+func tileTypes(t testing.TB) []Type {
+	var out []Type
+	for typ, tl := range tiles {
+		if tl != nil {
+			out = append(out, Type(typ))
+		}
+	}
+	if len(out) == 0 {
+		t.Skip("no tile kernels on this machine/build")
+	}
+	return out
+}
+
+// tileProblem is a product to compute both ways: rows of random weights of typ (scales tamed
+// unless raw) and T activation rows rounded to the dot type.
+type tileProblem struct {
+	typ             Type
+	rows, cols, T   int
+	batch, lo, hi   int
+	w, x            []byte
+	xrow            int
+	raw             bool
+	wantOut, gotOut []float32
+}
+
+func newTileProblem(r *rand.Rand, typ Type, rows, cols, T, batch, lo, hi int) *tileProblem {
+	p := &tileProblem{typ: typ, rows: rows, cols: cols, T: T, batch: batch, lo: lo, hi: hi}
+	rb, _ := typ.RowBytes(cols)
+	p.w = simdRandomBytes(r, rows*rb)
+	simdTameScales(typ, p.w, nil)
+	p.xrow, _ = typ.DotType().RowBytes(cols)
+	p.x = make([]byte, T*p.xrow)
+	for t := 0; t < T; t++ {
+		QuantizeRow(typ.DotType(), randomRow(r, cols, 1), p.x[t*p.xrow:(t+1)*p.xrow])
+	}
+	return p
+}
+
+// run computes the product with the tiles and with the reference, into outputs prefilled with
+// a sentinel so that rows outside [lo, hi) must stay untouched.
+func (p *tileProblem) run(s *TileScratch) {
+	m := Matrix{Type: p.typ, Rows: p.rows, Cols: p.cols, Data: p.w}
+	ldo := p.rows + 3
+	p.wantOut = make([]float32, p.T*ldo)
+	p.gotOut = make([]float32, p.T*ldo)
+	for i := range p.wantOut {
+		p.wantOut[i], p.gotOut[i] = -7, -7
+	}
+	x86RowsDot(m, p.lo, p.hi, p.x, p.xrow, p.T, p.batch, p.wantOut, ldo)
+	X86Rows(m, p.lo, p.hi, p.x, p.xrow, p.T, p.batch, p.gotOut, ldo, s)
+}
+
+func (p *tileProblem) check(t *testing.T) {
+	t.Helper()
+	for i, want := range p.wantOut {
+		got := p.gotOut[i]
+		if math.Float32bits(got) != math.Float32bits(want) && !(want != want && got != got) {
+			ldo := p.rows + 3
+			t.Fatalf("%v %dx%d, T=%d batch=%d rows [%d,%d): out[token %d][row %d] = %v (%08x), want %v (%08x)",
+				p.typ, p.rows, p.cols, p.T, p.batch, p.lo, p.hi, i/ldo, i%ldo, got, math.Float32bits(got), want, math.Float32bits(want))
+		}
+	}
+}
+
+func TestX86RowsTiles(t *testing.T) {
+	r := rand.New(rand.NewPCG(31, 32))
+	var s TileScratch
+	for _, typ := range tileTypes(t) {
+		bs := typ.BlockSize()
+		for _, shape := range []struct{ rows, cols int }{{8, bs}, {16, 2 * bs}, {40, 7 * bs}, {64, 16 * bs}} {
+			for _, T := range []int{1, 2, 3, 4, 5, 8, 13, 64, 65, 131} {
+				for _, batch := range []int{1, T} {
+					for _, rng := range [][2]int{{0, shape.rows}, {3, shape.rows - 2}, {8, shape.rows}, {0, 5}} {
+						lo, hi := rng[0], min(rng[1], shape.rows)
+						if lo > hi {
+							continue
+						}
+						p := newTileProblem(r, typ, shape.rows, shape.cols, T, batch, lo, hi)
+						p.run(&s)
+						p.check(t)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestX86RowsUsesTiles checks that the tiles, not the reference, compute what they can: a
+// product whose tile kernel were never called would pass TestX86RowsTiles.
+func TestX86RowsUsesTiles(t *testing.T) {
+	for _, typ := range tileTypes(t) {
+		saved := tiles[typ]
+		calls := 0
+		count := func(k tileKernel) tileKernel {
+			if k == nil {
+				return nil
+			}
+			return func(w []byte, ldw int, x []byte, ldx int, aux []int32, nb, T int, acc []float32) {
+				calls++
+				k(w, ldw, x, ldx, aux, nb, T, acc)
+			}
+		}
+		tiles[typ] = &tile{gemv: count(saved.gemv), gemm: count(saved.gemm), prep: saved.prep}
+		p := newTileProblem(rand.New(rand.NewPCG(1, 2)), typ, 16, typ.BlockSize(), 5, 5, 0, 16)
+		p.run(&TileScratch{})
+		tiles[typ] = saved
+		p.check(t)
+		if calls == 0 {
+			t.Errorf("%v: X86Rows called no tile kernel", typ)
+		}
+	}
+}
+
+// FuzzX86Rows compares the tiles with the reference on arbitrary weight and activation bytes.
+func FuzzX86Rows(f *testing.F) {
+	for i, b := range []byte{0x00, 0x80, 0x7f, 0xff, 0x88, 0x0f} {
+		f.Add(uint8(i), uint8(3*i+1), uint8(i), bytesOf(b, 16*(144+292)))
+	}
+	f.Fuzz(func(t *testing.T, sel, tokens, batch uint8, data []byte) {
+		types := tileTypes(t)
+		typ := types[int(sel)%len(types)]
+		T := 1 + int(tokens)%70
+		b := 1
+		if batch&1 != 0 {
+			b = T
+		}
+		rb, xb := typ.BlockBytes(), typ.DotType().BlockBytes()
+		// 8 or 16 rows, and as many blocks per row as the data allows for them and T rows.
+		rows := 8 * (1 + int(sel>>7))
+		nb := len(data) / (rows*rb + T*xb)
+		if nb == 0 {
+			return
+		}
+		w := append([]byte(nil), data[:rows*nb*rb]...)
+		x := append([]byte(nil), data[rows*nb*rb:rows*nb*rb+T*nb*xb]...)
+		if sel&0x40 != 0 {
+			simdTameScales(typ, w, nil)
+		}
+		p := &tileProblem{typ: typ, rows: rows, cols: nb * typ.BlockSize(), T: T, batch: b, lo: 0, hi: rows,
+			w: w, x: x, xrow: nb * xb, raw: true}
+		p.run(&TileScratch{})
+		p.check(t)
+	})
+}
+
+// BenchmarkX86Rows compares the reference and the tiles on a 2048x2048 matrix of each type with
+// a tile kernel, for a single activation row (decode) and for 64 (prefill).
+func BenchmarkX86Rows(b *testing.B) {
+	r := rand.New(rand.NewPCG(41, 42))
+	for _, typ := range tileTypes(b) {
+		for _, T := range []int{1, 16, 64} {
+			p := newTileProblem(r, typ, 2048, 2048, T, T, 0, 2048)
+			m := Matrix{Type: typ, Rows: p.rows, Cols: p.cols, Data: p.w}
+			out := make([]float32, T*p.rows)
+			var s TileScratch
+			for _, v := range []struct {
+				name string
+				f    func()
+			}{
+				{"ref", func() { x86RowsDot(m, 0, p.rows, p.x, p.xrow, T, T, out, p.rows) }},
+				{"tile", func() { X86Rows(m, 0, p.rows, p.x, p.xrow, T, T, out, p.rows, &s) }},
+			} {
+				b.Run(fmt.Sprintf("%v/T=%d/%s", typ, T, v.name), func(b *testing.B) {
+					for b.Loop() {
+						v.f()
+					}
+					macs := float64(p.rows) * float64(p.cols) * float64(T) * float64(b.N)
+					b.ReportMetric(macs/b.Elapsed().Seconds()/1e9, "GMAC/s")
+				})
+			}
+		}
+	}
+}
