@@ -19,7 +19,10 @@ import (
 // so events have always happened.
 type Device struct {
 	threads int
+	pool    *pool // nil with one thread
 	scratch sync.Pool
+	tiles   sync.Pool // *quant.TileScratch
+	jobs    sync.Pool // *matMulJob
 	mem     *device.Memory
 }
 
@@ -41,6 +44,12 @@ func New(threads int, opts ...Option) *Device {
 	}
 	if d.mem == nil {
 		d.mem, _ = device.NewMemory(math.MaxInt64)
+	}
+	if threads > 1 {
+		d.pool = newPool(threads - 1)
+		// The workers reference the pool, not the device, so the device can become
+		// unreachable; the workers end with it.
+		runtime.AddCleanup(d, func(p *pool) { p.close() }, d.pool)
 	}
 	return d
 }
@@ -82,32 +91,33 @@ func (d *Device) Threads() int { return d.threads }
 
 // Parallel calls fn(i) for i in [0, n), in contiguous chunks over the device's threads.
 func (d *Device) Parallel(n int, fn func(i int)) {
-	d.parallelRange(n, func(lo, hi int) {
+	d.parallelRange(n, 1, rangeFunc(func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			fn(i)
 		}
-	})
+	}))
 }
 
-// parallelRange splits [0, n) into at most threads contiguous ranges.
-func (d *Device) parallelRange(n int, fn func(lo, hi int)) {
-	workers := min(d.threads, n)
-	if workers <= 1 {
+// parallelRange splits [0, n) into at most threads contiguous ranges whose bounds are
+// multiples of align (but for n), and runs r on each from the device's threads.
+func (d *Device) parallelRange(n, align int, r ranger) {
+	parts := min(d.threads, (n+align-1)/align)
+	if parts <= 1 {
 		if n > 0 {
-			fn(0, n)
+			r.runRange(0, n)
 		}
 		return
 	}
-	var wg sync.WaitGroup
-	wg.Add(workers - 1)
-	for w := 1; w < workers; w++ {
-		lo, hi := n*w/workers, n*(w+1)/workers
-		go func() {
-			defer wg.Done()
-			fn(lo, hi)
-		}()
+	if parts == d.threads && d.pool.run(n, align, r) {
+		return
 	}
-	fn(0, n/workers)
+	// Fewer ranges than threads, or the pool is busy with another region: goroutines of
+	// our own.
+	var wg sync.WaitGroup
+	for w := 1; w < parts; w++ {
+		wg.Go(func() { r.runRange(rangeBound(n, align, parts, w), rangeBound(n, align, parts, w+1)) })
+	}
+	r.runRange(0, rangeBound(n, align, parts, 1))
 	wg.Wait()
 }
 
@@ -137,7 +147,8 @@ func (d *Device) MatMulID(w quant.Matrix, x []float32, T int, out []float32) {
 }
 
 // matMul computes MatMul choosing the kernels as for a product over batch rows (T, or 1 for
-// row-by-row products).
+// row-by-row products). The rows are split over the threads in multiples of 8, the groups in
+// which llama.cpp repacks (and quant.X86Rows tiles) them.
 func (d *Device) matMul(w quant.Matrix, x []float32, T int, out []float32, batch int) {
 	dt := w.Type.DotType()
 	xrow, err := dt.RowBytes(w.Cols)
@@ -149,22 +160,32 @@ func (d *Device) matMul(w quant.Matrix, x []float32, T int, out []float32, batch
 	for t := 0; t < T; t++ {
 		quant.QuantizeRow(dt, x[t*w.Cols:(t+1)*w.Cols], xq[t*xrow:(t+1)*xrow])
 	}
-	kernels := make([]func(n int, w, x []byte) float32, T)
-	for t := range kernels {
-		if batch == 1 {
-			kernels[t] = quant.X86Dot(w.Type, w.Rows, 1, 0)
-		} else {
-			kernels[t] = quant.X86Dot(w.Type, w.Rows, batch, t)
-		}
+	job, _ := d.jobs.Get().(*matMulJob)
+	if job == nil {
+		job = &matMulJob{d: d}
 	}
-	rb := w.RowBytes()
-	d.parallelRange(w.Rows, func(lo, hi int) {
-		for o := lo; o < hi; o++ {
-			row := w.Data[o*rb : (o+1)*rb]
-			for t := 0; t < T; t++ {
-				out[t*w.Rows+o] = kernels[t](w.Cols, row, xq[t*xrow:(t+1)*xrow])
-			}
-		}
-	})
+	*job = matMulJob{d: d, w: w, xq: xq, xrow: xrow, T: T, batch: batch, out: out}
+	d.parallelRange(w.Rows, 8, job)
+	*job = matMulJob{d: d}
+	d.jobs.Put(job)
 	d.scratch.Put(buf)
+}
+
+// matMulJob is one product's rows as a ranger: a struct from a pool rather than a closure, so
+// that a product allocates nothing.
+type matMulJob struct {
+	d              *Device
+	w              quant.Matrix
+	xq             []byte
+	xrow, T, batch int
+	out            []float32
+}
+
+func (j *matMulJob) runRange(lo, hi int) {
+	s, _ := j.d.tiles.Get().(*quant.TileScratch)
+	if s == nil {
+		s = new(quant.TileScratch)
+	}
+	quant.X86Rows(j.w, lo, hi, j.xq, j.xrow, j.T, j.batch, j.out, j.w.Rows, s)
+	j.d.tiles.Put(s)
 }

@@ -1,0 +1,191 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/commit-run/commit-run/quant"
+)
+
+// randomMatrix returns rows x cols weights of typ, quantized from random values.
+func randomMatrix(r *rand.Rand, typ quant.Type, rows, cols int) quant.Matrix {
+	rb, err := typ.RowBytes(cols)
+	if err != nil {
+		panic(err)
+	}
+	m := quant.Matrix{Type: typ, Rows: rows, Cols: cols, Data: make([]byte, rows*rb)}
+	row := make([]float32, cols)
+	for o := 0; o < rows; o++ {
+		for i := range row {
+			row[i] = float32(r.NormFloat64()) * 0.05
+		}
+		quant.QuantizeRow(typ, row, m.Row(o))
+	}
+	return m
+}
+
+func randomActivations(r *rand.Rand, n int) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+	}
+	return x
+}
+
+// wantMatMul is MatMul by definition: each output is X86Dot's kernel on the quantized rows.
+func wantMatMul(w quant.Matrix, x []float32, T, batch int) []float32 {
+	dt := w.Type.DotType()
+	xrow, _ := dt.RowBytes(w.Cols)
+	xq := make([]byte, xrow)
+	out := make([]float32, T*w.Rows)
+	for t := 0; t < T; t++ {
+		quant.QuantizeRow(dt, x[t*w.Cols:(t+1)*w.Cols], xq)
+		i := t
+		if batch == 1 {
+			i = 0
+		}
+		k := quant.X86Dot(w.Type, w.Rows, batch, i)
+		for o := 0; o < w.Rows; o++ {
+			out[t*w.Rows+o] = k(w.Cols, w.Row(o), xq)
+		}
+	}
+	return out
+}
+
+// TestMatMul holds MatMul and MatMulID to llama.cpp's kernels, output by output, for every
+// weight type, thread count and a range of shapes: row counts that are and are not multiples
+// of the tiles' 8, and activation row counts across the tiles' groups of 4 and chunks of 64.
+func TestMatMul(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	types := []quant.Type{quant.F32, quant.F16, quant.BF16, quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1,
+		quant.Q8_0, quant.IQ4_NL, quant.Q2_K, quant.Q3_K, quant.Q4_K, quant.Q5_K, quant.Q6_K}
+	for _, typ := range types {
+		cols := 2 * typ.BlockSize()
+		if typ.BlockSize() == 1 {
+			cols = 64
+		}
+		for _, rows := range []int{5, 8, 24, 36} {
+			w := randomMatrix(r, typ, rows, cols)
+			for _, T := range []int{1, 2, 4, 7, 67} {
+				x := randomActivations(r, T*cols)
+				for _, threads := range []int{1, 2, 3} {
+					d := New(threads)
+					for _, id := range []bool{false, true} {
+						name := fmt.Sprintf("%v/%dx%d/T=%d/threads=%d/id=%v", typ, rows, cols, T, threads, id)
+						got := make([]float32, T*rows)
+						batch := T
+						if id {
+							d.MatMulID(w, x, T, got)
+							batch = 1
+						} else {
+							d.MatMul(w, x, T, got)
+						}
+						want := wantMatMul(w, x, T, batch)
+						for i := range want {
+							if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+								t.Fatalf("%s: out[%d][%d] = %v, want %v", name, i/rows, i%rows, got[i], want[i])
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestParallel checks that every index runs exactly once, from one caller, from several at
+// once (the pool is busy: goroutines of their own), and from inside a region.
+func TestParallel(t *testing.T) {
+	d := New(3)
+	check := func(n int) {
+		hits := make([]atomic.Int32, n)
+		d.Parallel(n, func(i int) { hits[i].Add(1) })
+		for i := range hits {
+			if h := hits[i].Load(); h != 1 {
+				t.Errorf("n=%d: index %d ran %d times", n, i, h)
+			}
+		}
+	}
+	for _, n := range []int{0, 1, 2, 3, 4, 17, 1000} {
+		check(n)
+	}
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Go(func() {
+			for i := 0; i < 50; i++ {
+				check(1 + i%9)
+			}
+		})
+	}
+	wg.Wait()
+	var inner atomic.Int32
+	d.Parallel(4, func(int) {
+		d.Parallel(5, func(int) { inner.Add(1) })
+	})
+	if n := inner.Load(); n != 20 {
+		t.Errorf("nested regions ran %d inner calls, want 20", n)
+	}
+}
+
+// TestParallelRangeAlign checks that ranges start at multiples of the alignment and cover
+// [0, n) when n is not one.
+func TestParallelRangeAlign(t *testing.T) {
+	d := New(2)
+	for _, n := range []int{1, 7, 8, 9, 15, 16, 17, 460, 2049} {
+		var mu sync.Mutex
+		covered := make([]int, n)
+		d.parallelRange(n, 8, rangeFunc(func(lo, hi int) {
+			mu.Lock()
+			defer mu.Unlock()
+			if lo%8 != 0 {
+				t.Errorf("n=%d: range [%d,%d) not aligned", n, lo, hi)
+			}
+			for i := lo; i < hi; i++ {
+				covered[i]++
+			}
+		}))
+		for i, c := range covered {
+			if c != 1 {
+				t.Fatalf("n=%d: row %d covered %d times", n, i, c)
+			}
+		}
+	}
+}
+
+// TestMatMulAllocs checks that a decode-sized product allocates nothing once warm.
+func TestMatMulAllocs(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	d := New(2)
+	w := randomMatrix(r, quant.Q4_0, 64, 256)
+	x := randomActivations(r, 256)
+	out := make([]float32, 64)
+	d.MatMul(w, x, 1, out)
+	if n := testing.AllocsPerRun(100, func() { d.MatMulID(w, x, 1, out) }); n != 0 {
+		t.Errorf("MatMulID of one row allocates %v times per call", n)
+	}
+}
+
+// BenchmarkMatMul times a 2048x2048 product of each benchmark type for one activation row
+// (decode) and for a batch of 128 (prefill), on the device's default threads.
+func BenchmarkMatMul(b *testing.B) {
+	r := rand.New(rand.NewPCG(5, 6))
+	d := New(0)
+	for _, typ := range []quant.Type{quant.Q4_0, quant.Q8_0, quant.Q4_K, quant.Q6_K} {
+		w := randomMatrix(r, typ, 2048, 2048)
+		for _, T := range []int{1, 128} {
+			x := randomActivations(r, T*2048)
+			out := make([]float32, T*2048)
+			b.Run(fmt.Sprintf("%v/T=%d", typ, T), func(b *testing.B) {
+				for b.Loop() {
+					d.MatMul(w, x, T, out)
+				}
+				b.ReportMetric(float64(T)*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
+				b.ReportMetric(2048*2048*float64(T)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GMAC/s")
+			})
+		}
+	}
+}
