@@ -18,8 +18,10 @@ const tileRows = 8
 const tileTokens = 64
 
 // A tileKernel adds tileRows weight rows (from w, ldw bytes apart) times T activation rows
-// (from x, ldx bytes apart, rounded to the weight's dot type) over nb blocks into acc[t*8+r].
-// aux holds the per-block activation terms of the weight type's prep, nb per activation row.
+// (from x, ldx bytes apart, rounded to the weight's dot type) over nb blocks into acc, where
+// activation row t's results end in acc[t*s+r] for the tile's accStride s; the rest of its
+// s floats are the kernel's own. aux holds the per-block activation terms of the weight
+// type's prep, nb per activation row.
 type tileKernel func(w []byte, ldw int, x []byte, ldx int, aux []int32, nb, T int, acc []float32)
 
 // A tile is the tile kernels of one weight type and family of llama.cpp products.
@@ -29,6 +31,9 @@ type tile struct {
 	// prep writes aux for T activation rows (xrow bytes apart) of nb blocks each; nil when
 	// the kernels need none.
 	prep func(x []byte, xrow, nb, T int, aux []int32)
+	// accStride is the floats of acc per activation row (at least tileRows), zeroed before
+	// the kernels run.
+	accStride int
 }
 
 // tiles holds the machine's tile kernels for each weight type llama.cpp repacks; an
@@ -40,8 +45,11 @@ var tiles [len(types)]*tile
 // use.
 type TileScratch struct {
 	aux []int32
-	acc [tileTokens * tileRows]float32
+	acc [tileTokens * maxAccStride]float32
 }
+
+// maxAccStride bounds the tiles' accStride.
+const maxAccStride = 32
 
 // X86Rows computes rows [lo, hi) of the product of w with T activation rows x (each rounded to
 // w.Type.DotType() by QuantizeRow, xrow bytes apart) as llama.cpp's x86 backend computes them
@@ -86,18 +94,19 @@ func X86Rows(w Matrix, lo, hi int, x []byte, xrow, T, batch int, out []float32, 
 		}
 		// The activation rows of this call in each of the kernels' families.
 		split := min(max(gemm-t0, 0), n)
+		as := tl.accStride
 		for r := tlo; r < thi; r += tileRows {
-			acc := s.acc[:n*tileRows]
+			acc := s.acc[:n*as]
 			clear(acc)
 			wr := w.Data[r*rb : (r+tileRows)*rb]
 			if split > 0 {
 				tl.gemm(wr, rb, xs, xrow, aux, nb, split, acc)
 			}
 			if split < n {
-				tl.gemv(wr, rb, xs[split*xrow:], xrow, aux[min(split*nb, len(aux)):], nb, n-split, acc[split*tileRows:])
+				tl.gemv(wr, rb, xs[split*xrow:], xrow, aux[min(split*nb, len(aux)):], nb, n-split, acc[split*as:])
 			}
 			for t := 0; t < n; t++ {
-				copy(out[(t0+t)*ldo+r:(t0+t)*ldo+r+tileRows], acc[t*tileRows:(t+1)*tileRows])
+				copy(out[(t0+t)*ldo+r:(t0+t)*ldo+r+tileRows], acc[t*as:t*as+tileRows])
 			}
 		}
 	}

@@ -4,9 +4,14 @@ package quant
 
 //go:generate go run -C ../internal/asmgen . -set tile -out ../../quant/tile_avx2_amd64.s -stubs ../../quant/tile_avx2_stubs_amd64.go -pkg quant
 
+// q4KAccStride is the floats per activation row of the Q4_K tiles' accumulators (see
+// internal/asmgen's q4KTile).
+const q4KAccStride = 32
+
 func init() {
 	if !hasAVX2 {
 		return
 	}
-	tiles[Q4_0] = &tile{gemv: q4_0Tile8AVX2, prep: prepQ4_0}
+	tiles[Q4_0] = &tile{gemv: q4_0Tile8AVX2, prep: prepQ4_0, accStride: 8}
+	tiles[Q4_K] = &tile{gemv: q4KTile8AVX2, gemm: q4KTile8GemmAVX2, accStride: q4KAccStride}
 }

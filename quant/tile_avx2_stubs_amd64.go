@@ -8,3 +8,13 @@ package quant
 //
 //go:noescape
 func q4_0Tile8AVX2(w []byte, ldw int, x []byte, ldx int, aux []int32, nb int, T int, acc []float32)
+
+// q4KTile8AVX2 adds eight rows of repacked Q4_K times T activation rows into acc (q4KAccStride floats per row).
+//
+//go:noescape
+func q4KTile8AVX2(w []byte, ldw int, x []byte, ldx int, aux []int32, nb int, T int, acc []float32)
+
+// q4KTile8GemmAVX2 adds eight rows of repacked Q4_K times T activation rows into acc (q4KAccStride floats per row).
+//
+//go:noescape
+func q4KTile8GemmAVX2(w []byte, ldw int, x []byte, ldx int, aux []int32, nb int, T int, acc []float32)

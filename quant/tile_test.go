@@ -113,7 +113,7 @@ func TestX86RowsUsesTiles(t *testing.T) {
 				k(w, ldw, x, ldx, aux, nb, T, acc)
 			}
 		}
-		tiles[typ] = &tile{gemv: count(saved.gemv), gemm: count(saved.gemm), prep: saved.prep}
+		tiles[typ] = &tile{gemv: count(saved.gemv), gemm: count(saved.gemm), prep: saved.prep, accStride: saved.accStride}
 		p := newTileProblem(rand.New(rand.NewPCG(1, 2)), typ, 16, typ.BlockSize(), 5, 5, 0, 16)
 		p.run(&TileScratch{})
 		tiles[typ] = saved
@@ -161,7 +161,7 @@ func FuzzX86Rows(f *testing.F) {
 func BenchmarkX86Rows(b *testing.B) {
 	r := rand.New(rand.NewPCG(41, 42))
 	for _, typ := range tileTypes(b) {
-		for _, T := range []int{1, 16, 64} {
+		for _, T := range []int{1, 2, 3, 4, 16, 64} {
 			p := newTileProblem(r, typ, 2048, 2048, T, T, 0, 2048)
 			m := Matrix{Type: typ, Rows: p.rows, Cols: p.cols, Data: p.w}
 			out := make([]float32, T*p.rows)

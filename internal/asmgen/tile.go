@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/mmcloughlin/avo/attr"
+
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
 	. "github.com/mmcloughlin/avo/reg"
@@ -24,16 +26,24 @@ func init() { sets["tile"] = tiles }
 func tiles() {
 	tileConsts()
 	q4_0Tile()
+	q4KTile("q4KTile8AVX2", false)
+	q4KTile("q4KTile8GemmAVX2", true)
 }
 
 var (
-	tOnes16 Mem // int16 1
-	tLow4   Mem // bytes 0x0f
+	tOnes16  Mem // int16 1
+	tLow4    Mem // bytes 0x0f
+	tDword63 Mem // int32 63 (broadcast from 4 bytes)
+	tDword15 Mem // int32 15
+	tDword3  Mem // int32 3
 )
 
 func tileConsts() {
 	tOnes16 = splat("tileones16", 1, 0)
 	tLow4 = splat("tilelow4", 0x0f)
+	tDword63 = splat("tiledword63", 63, 0, 0, 0)
+	tDword15 = splat("tiledword15", 15, 0, 0, 0)
+	tDword3 = splat("tiledword3", 3, 0, 0, 0)
 }
 
 // tileArgs are the arguments every tile kernel takes.
@@ -49,8 +59,12 @@ type tileArgs struct {
 // tileSig declares a tile kernel and loads its arguments:
 //
 //	func(w []byte, ldw int, x []byte, ldx int, aux []int32, nb, T int, acc []float32)
-func tileSig(name, doc string) tileArgs {
-	TEXT(name, NOSPLIT, "func(w []byte, ldw int, x []byte, ldx int, aux []int32, nb int, T int, acc []float32)")
+func tileSig(name, doc string, flags ...attr.Attribute) tileArgs {
+	f := attr.NOSPLIT
+	if len(flags) > 0 {
+		f = flags[0]
+	}
+	TEXT(name, f, "func(w []byte, ldw int, x []byte, ldx int, aux []int32, nb int, T int, acc []float32)")
 	Pragma("noescape")
 	Doc(doc)
 	var a tileArgs
@@ -221,6 +235,188 @@ func q4_0Tile() {
 	ADDQ(U8(4), a.aux)
 	DECQ(a.nb)
 	JNZ(LabelRef("block"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
+// Q4_K tiles. A tile token's accumulators (acc, T rows of q4KAccStride floats): the scaled
+// sums' float lanes at 0, the min terms' at 8 (subtracted into 0 at the end, as the one-row
+// kernel does), and the super-block's int32 sums at 16.
+const q4KAccStride = 32
+
+// q4KTile is the Q4_K tile: ggml_gemv_q4_K_8x8_q8_K (gemm false) or ggml_gemm_q4_K_8x8_q8_K
+// (gemm true), whose results are those of quant's x86RepackQ4K and x86RepackGemmQ4K for each
+// row. Per super-block, the eight rows' 6-bit scales and mins are unpacked together (a
+// transpose of the blocks' first 16 bytes puts each row's scale bytes in its dword) into
+// int16 pairs, so that VPMADDWD scales a sub-block's pair sums as it widens them. The quants
+// are interleaved per 32-byte chunk as for Q4_0 and kept on the stack while the activation
+// rows pass over them, first the low nibbles (sub-block 2c) then the high ones (2c+1).
+func q4KTile(name string, gemm bool) {
+	// Its stack frame is beyond what a NOSPLIT function may take.
+	a := tileSig(name, name+" adds eight rows of repacked Q4_K times T activation rows into acc (q4KAccStride floats per row).", 0)
+	sc := AllocLocal(8 * 32)  // per sub-block: the rows' scales as int16 pairs
+	mn := AllocLocal(8 * 32)  // and their mins
+	raw := AllocLocal(8 * 32) // the current chunk's quants, interleaved
+	dws := AllocLocal(2 * 32) // the rows' d and dmin as float32
+	TESTQ(a.nb, a.nb)
+	JZ(LabelRef("done"))
+	TESTQ(a.T, a.T)
+	JZ(LabelRef("done"))
+	Label("block")
+
+	// Scales and mins: s[0..3], s[4..7], s[8..11] of every row (dwords 1..3 of its block).
+	head := transpose4x8(func(r int) Mem { return a.row(r, 0) })
+	s0, s1, s2 := head[1], head[2], head[3]
+	m63, m15, m3 := YMM(), YMM(), YMM()
+	VPBROADCASTD(tDword63, m63)
+	VPBROADCASTD(tDword15, m15)
+	VPBROADCASTD(tDword3, m3)
+	pair := func(v VecVirtual, dst Mem) { // v | v<<16, stored
+		t := YMM()
+		VPSLLD(U8(16), v, t)
+		VPOR(t, v, v)
+		VMOVDQU(v, dst)
+	}
+	field := func(src VecVirtual, shift int, mask VecVirtual) VecVirtual {
+		v := YMM()
+		if shift == 0 {
+			VPAND(mask, src, v)
+			return v
+		}
+		VPSRLD(U8(shift), src, v)
+		VPAND(mask, v, v)
+		return v
+	}
+	for j := 0; j < 4; j++ {
+		pair(field(s0, 8*j, m63), sc.Offset(32*j)) // scale j: s[j] & 63
+		pair(field(s1, 8*j, m63), mn.Offset(32*j)) // min j: s[j+4] & 63
+		// scale j+4: s[j+8]&15 | (s[j]>>6)<<4; min j+4: s[j+8]>>4 | (s[j+4]>>6)<<4
+		hiS := field(s0, 8*j+6, m3)
+		VPSLLD(U8(4), hiS, hiS)
+		v := field(s2, 8*j, m15)
+		VPOR(hiS, v, v)
+		pair(v, sc.Offset(32*(j+4)))
+		hiM := field(s1, 8*j+6, m3)
+		VPSLLD(U8(4), hiM, hiM)
+		v = field(s2, 8*j+4, m15)
+		VPOR(hiM, v, v)
+		pair(v, mn.Offset(32*(j+4)))
+	}
+	VMOVUPS(a.rowScales(0), dws)
+	VMOVUPS(a.rowScales(2), dws.Offset(32))
+
+	// finish adds the sums of isum (the whole super-block, or pair c) and their min term into
+	// the float accumulators of every token.
+	finish := func(label string, subs []int) {
+		xt, acct, t := GP64(), GP64(), GP64()
+		MOVQ(a.x, xt)
+		MOVQ(a.acc, acct)
+		MOVQ(a.T, t)
+		Label(label)
+		yd := YMM()
+		VBROADCASTSS(Mem{Base: xt}, yd)
+		s := YMM()
+		VCVTDQ2PS(Mem{Base: acct, Disp: 64}, s)
+		d := YMM()
+		VMULPS(dws, yd, d) // fp16(w.d) * y.d (products commute exactly)
+		acc := YMM()
+		VMOVUPS(Mem{Base: acct}, acc)
+		VFMADD231PS(s, d, acc)
+		VMOVUPS(acc, Mem{Base: acct})
+		// The min term: m_j * (bsum 2j + bsum 2j+1) for the sub-blocks j of subs.
+		var m VecVirtual
+		for i, j := range subs {
+			b := YMM()
+			VPBROADCASTD(Mem{Base: xt, Disp: 260 + 4*j}, b)
+			VPMADDWD(mn.Offset(32*j), b, b)
+			if i == 0 {
+				m = b
+				continue
+			}
+			VPADDD(b, m, m)
+		}
+		VCVTDQ2PS(m, m)
+		VMULPS(dws.Offset(32), yd, d) // fp16(w.dmin) * y.d
+		VMOVUPS(Mem{Base: acct, Disp: 32}, acc)
+		VFMADD231PS(m, d, acc)
+		VMOVUPS(acc, Mem{Base: acct, Disp: 32})
+		ADDQ(a.ldx, xt)
+		ADDQ(U32(q4KAccStride*4), acct)
+		DECQ(t)
+		JNZ(LabelRef(label))
+	}
+
+	for c := 0; c < 4; c++ {
+		lo := transpose4x8(func(r int) Mem { return a.row(r, 16+32*c) })
+		hi := transpose4x8(func(r int) Mem { return a.row(r, 16+32*c+16) })
+		for j := 0; j < 4; j++ {
+			VMOVDQU(lo[j], raw.Offset(32*j))
+			VMOVDQU(hi[j], raw.Offset(32*(j+4)))
+		}
+		for half := 0; half < 2; half++ {
+			var q [8]VecVirtual
+			for j := range q {
+				q[j] = YMM()
+				VMOVDQU(raw.Offset(32*j), q[j])
+				if half == 1 {
+					VPSRLW(U8(4), q[j], q[j])
+				}
+				VPAND(tLow4, q[j], q[j])
+			}
+			xt, acct, t := GP64(), GP64(), GP64()
+			MOVQ(a.x, xt)
+			MOVQ(a.acc, acct)
+			MOVQ(a.T, t)
+			label := "token" + string(rune('0'+2*c+half))
+			Label(label)
+			s := YMM()
+			for j := range q {
+				y := YMM()
+				VPBROADCASTD(Mem{Base: xt, Disp: 4 + 64*c + 32*half + 4*j}, y)
+				if j == 0 {
+					VPMADDUBSW(y, q[j], s)
+					continue
+				}
+				VPMADDUBSW(y, q[j], y)
+				VPADDW(y, s, s)
+			}
+			VPMADDWD(sc.Offset(32*(2*c+half)), s, s)
+			if c > 0 && !gemm || half > 0 {
+				VPADDD(Mem{Base: acct, Disp: 64}, s, s)
+			}
+			VMOVDQU(s, Mem{Base: acct, Disp: 64})
+			ADDQ(a.ldx, xt)
+			ADDQ(U32(q4KAccStride*4), acct)
+			DECQ(t)
+			JNZ(LabelRef(label))
+		}
+		if gemm {
+			finish("pair"+string(rune('0'+c)), []int{2 * c, 2*c + 1})
+		}
+	}
+	if !gemm {
+		finish("whole", []int{0, 1, 2, 3, 4, 5, 6, 7})
+	}
+
+	ADDQ(U32(144), a.w0)
+	ADDQ(U32(144), a.w4)
+	ADDQ(U32(292), a.x)
+	DECQ(a.nb)
+	JNZ(LabelRef("block"))
+
+	// acc - accMin, as the one-row kernels end.
+	acct, t := GP64(), GP64()
+	MOVQ(a.acc, acct)
+	MOVQ(a.T, t)
+	Label("sub")
+	v := YMM()
+	VMOVUPS(Mem{Base: acct}, v)
+	VSUBPS(Mem{Base: acct, Disp: 32}, v, v)
+	VMOVUPS(v, Mem{Base: acct})
+	ADDQ(U32(q4KAccStride*4), acct)
+	DECQ(t)
+	JNZ(LabelRef("sub"))
 	Label("done")
 	VZEROUPPER()
 	RET()
