@@ -25,9 +25,14 @@ fuzz:
 	$(GO) test ./offload -run '^$$' -fuzz FuzzCache -fuzztime $(FUZZTIME)
 	$(GO) test ./trace -run '^$$' -fuzz FuzzReader -fuzztime $(FUZZTIME)
 
-# Decode tokens/s of commit-run vs llama.cpp on a synthetic OLMoE-shaped model (needs Node.js).
-bench-cpu:
-	bash tools/bench/cpu.sh
+# Prompt and decode tokens/s of commit-run beside llama.cpp, llama-bench style, on synthetic
+# OLMoE and Qwen3-30B-A3B shaped files (tools/bench/cpubench; needs Node.js; hours on 2 cores).
+# Flags through BENCH_FLAGS, e.g. make bench-cpu BENCH_FLAGS='-shapes olmoe -types q4_0 -tests pp512,tg64'.
+BENCH_FLAGS ?=
+bench-cpu: build
+	test -d tools/golden/ref/node_modules/node-llama-cpp || \
+		(cd tools/golden/ref && npm install --omit=optional --no-audit --no-fund)
+	$(GO) run ./tools/bench/cpubench -commit-run $(BIN) $(BENCH_FLAGS)
 
 # Regenerate the llama.cpp reference outputs (needs Node.js and npm; see tools/golden/README.md):
 # the synthetic golden models, then the bundled trained models (tools/tinymoe/README.md).
