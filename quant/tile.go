@@ -1,6 +1,9 @@
 package quant
 
-import "fmt"
+import (
+	"bytes"
+	"fmt"
+)
 
 // Matrix products in tiles. X86Rows computes a block of rows of a product with the results of
 // X86Dot's kernels (llama.cpp's x86 arithmetic, to the bit), but where the machine has a tile
@@ -28,9 +31,13 @@ type tileKernel func(w []byte, ldw int, x []byte, ldx int, aux []int32, nb, T in
 type tile struct {
 	gemv tileKernel // the activation rows llama.cpp multiplies one at a time
 	gemm tileKernel // those it multiplies four at a time (nil: as gemv)
-	// prep writes aux for T activation rows (xrow bytes apart) of nb blocks each; nil when
-	// the kernels need none.
-	prep func(x []byte, xrow, nb, T int, aux []int32)
+	// prep writes aux for T activation rows (xrow bytes apart) of nb blocks each, and reports
+	// whether the kernels compute exactly what the one-row kernels do on these activations
+	// (false: X86Rows takes the one-row kernels); nil when the kernels need neither.
+	prep func(x []byte, xrow, nb, T int, aux []int32) bool
+	// repacked says that the kernels reproduce llama.cpp's repacked products, which it
+	// takes for matrices of a multiple of 8 rows only; other tiles serve any matrix.
+	repacked bool
 	// accStride is the floats of acc per activation row (at least tileRows), zeroed before
 	// the kernels run.
 	accStride int
@@ -49,7 +56,7 @@ type TileScratch struct {
 }
 
 // maxAccStride bounds the tiles' accStride.
-const maxAccStride = 32
+const maxAccStride = 64
 
 // X86Rows computes rows [lo, hi) of the product of w with T activation rows x (each rounded to
 // w.Type.DotType() by QuantizeRow, xrow bytes apart) as llama.cpp's x86 backend computes them
@@ -90,7 +97,10 @@ func X86Rows(w Matrix, lo, hi int, x []byte, xrow, T, batch int, out []float32, 
 				s.aux = make([]int32, n*nb)
 			}
 			aux = s.aux[:n*nb]
-			tl.prep(xs, xrow, nb, n, aux)
+			if !tl.prep(xs, xrow, nb, n, aux) {
+				x86RowsDot(w, tlo, thi, xs, xrow, n, batch, out[t0*ldo:], ldo)
+				continue
+			}
 		}
 		// The activation rows of this call in each of the kernels' families.
 		split := min(max(gemm-t0, 0), n)
@@ -137,7 +147,7 @@ func x86RowsDot(w Matrix, lo, hi int, x []byte, xrow, T, batch int, out []float3
 // x86Tile returns the tile kernels of a weight type, or nil where the machine has none or
 // llama.cpp does not repack a matrix of that many rows.
 func x86Tile(t Type, rows int) *tile {
-	if rows%tileRows != 0 || int(t) >= len(tiles) {
+	if int(t) >= len(tiles) || tiles[t] == nil || tiles[t].repacked && rows%tileRows != 0 {
 		return nil
 	}
 	return tiles[t]
@@ -145,7 +155,7 @@ func x86Tile(t Type, rows int) *tile {
 
 // prepQ4_0 writes 8 times the sum of each Q8_0 block's quants: the offset of Q4_0's quants
 // times the activations.
-func prepQ4_0(x []byte, xrow, nb, T int, aux []int32) {
+func prepQ4_0(x []byte, xrow, nb, T int, aux []int32) bool {
 	for t := 0; t < T; t++ {
 		row := x[t*xrow:]
 		a := aux[t*nb : (t+1)*nb]
@@ -158,4 +168,24 @@ func prepQ4_0(x []byte, xrow, nb, T int, aux []int32) {
 			a[b] = 8 * s
 		}
 	}
+	return true
+}
+
+// prepQ8_0 reports whether no activation quant is -128, for which the Q8_0 tile's
+// VPSIGNB would overflow.
+func prepQ8_0(x []byte, xrow, nb, T int, _ []int32) bool {
+	for t := 0; t < T; t++ {
+		row := x[t*xrow : t*xrow+nb*34]
+		for i := 0; ; {
+			k := bytes.IndexByte(row[i:], 0x80)
+			if k < 0 {
+				break
+			}
+			if (i+k)%34 >= 2 { // a quant, not a scale byte
+				return false
+			}
+			i += k + 1
+		}
+	}
+	return true
 }

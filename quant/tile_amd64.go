@@ -12,6 +12,7 @@ func init() {
 	if !hasAVX2 {
 		return
 	}
-	tiles[Q4_0] = &tile{gemv: q4_0Tile8AVX2, prep: prepQ4_0, accStride: 8}
-	tiles[Q4_K] = &tile{gemv: q4KTile8AVX2, gemm: q4KTile8GemmAVX2, accStride: q4KAccStride}
+	tiles[Q4_0] = &tile{gemv: q4_0Tile8AVX2, prep: prepQ4_0, repacked: true, accStride: 8}
+	tiles[Q8_0] = &tile{gemv: q8_0Tile8AVX2, prep: prepQ8_0, accStride: 64}
+	tiles[Q4_K] = &tile{gemv: q4KTile8AVX2, gemm: q4KTile8GemmAVX2, repacked: true, accStride: q4KAccStride}
 }

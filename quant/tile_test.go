@@ -80,7 +80,7 @@ func TestX86RowsTiles(t *testing.T) {
 	var s TileScratch
 	for _, typ := range tileTypes(t) {
 		bs := typ.BlockSize()
-		for _, shape := range []struct{ rows, cols int }{{8, bs}, {16, 2 * bs}, {40, 7 * bs}, {64, 16 * bs}} {
+		for _, shape := range []struct{ rows, cols int }{{8, bs}, {16, 2 * bs}, {40, 7 * bs}, {64, 16 * bs}, {21, 3 * bs}} {
 			for _, T := range []int{1, 2, 3, 4, 5, 8, 13, 64, 65, 131} {
 				for _, batch := range []int{1, T} {
 					for _, rng := range [][2]int{{0, shape.rows}, {3, shape.rows - 2}, {8, shape.rows}, {0, 5}} {
@@ -113,7 +113,7 @@ func TestX86RowsUsesTiles(t *testing.T) {
 				k(w, ldw, x, ldx, aux, nb, T, acc)
 			}
 		}
-		tiles[typ] = &tile{gemv: count(saved.gemv), gemm: count(saved.gemm), prep: saved.prep, accStride: saved.accStride}
+		tiles[typ] = &tile{gemv: count(saved.gemv), gemm: count(saved.gemm), prep: saved.prep, repacked: saved.repacked, accStride: saved.accStride}
 		p := newTileProblem(rand.New(rand.NewPCG(1, 2)), typ, 16, typ.BlockSize(), 5, 5, 0, 16)
 		p.run(&TileScratch{})
 		tiles[typ] = saved

@@ -28,6 +28,7 @@ func tiles() {
 	q4_0Tile()
 	q4KTile("q4KTile8AVX2", false)
 	q4KTile("q4KTile8GemmAVX2", true)
+	q8_0Tile()
 }
 
 var (
@@ -417,6 +418,87 @@ func q4KTile(name string, gemm bool) {
 	ADDQ(U32(q4KAccStride*4), acct)
 	DECQ(t)
 	JNZ(LabelRef("sub"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
+// q8_0Tile is the Q8_0 tile. llama.cpp does not repack Q8_0: each output has the eight float
+// lanes of ggml_vec_dot_q8_0_q8_0 (x86LanesQ8_0), so the tile keeps 8 lanes per row and
+// activation row in acc (8 rows, T activation rows: T*64 floats) and spares the rest: each
+// weight block's absolute values are taken once for all T activation rows, and each
+// activation block is loaded once for eight rows. The integer lanes are
+// VPMADDUBSW(|w|, sign(y, w)), exact when no activation quant is -128 (|w| <= 128 and
+// |y| <= 127 keep the pair sums within int16); QuantizeRow never makes -128, and X86Rows
+// takes the one-row kernels for activations that have one.
+func q8_0Tile() {
+	a := tileSig("q8_0Tile8AVX2", "q8_0Tile8AVX2 adds eight rows of Q8_0 times T activation rows into acc (64 floats per activation row: 8 lanes per weight row).")
+	dws := AllocLocal(32)
+	TESTQ(a.nb, a.nb)
+	JZ(LabelRef("done"))
+	TESTQ(a.T, a.T)
+	JZ(LabelRef("done"))
+	Label("block")
+	var wa [8]VecVirtual
+	for r := range wa {
+		wa[r] = YMM()
+		VPABSB(a.row(r, 2), wa[r])
+	}
+	VMOVUPS(a.rowScales(0), dws)
+
+	xt, acct, t := GP64(), GP64(), GP64()
+	MOVQ(a.x, xt)
+	MOVQ(a.acc, acct)
+	MOVQ(a.T, t)
+	Label("token")
+	y := YMM()
+	VMOVDQU(Mem{Base: xt, Disp: 2}, y)
+	hx := XMM()
+	VPBROADCASTW(Mem{Base: xt}, hx)
+	dx := YMM()
+	VCVTPH2PS(hx, dx)
+	for r := range wa {
+		p := YMM()
+		VPSIGNB(a.row(r, 2), y, p)
+		VPMADDUBSW(p, wa[r], p)
+		VPMADDWD(tOnes16, p, p)
+		VCVTDQ2PS(p, p)
+		d := YMM()
+		VBROADCASTSS(dws.Offset(4*r), d)
+		VMULPS(dx, d, d) // fp16(w.d) * fp16(x.d)
+		acc := YMM()
+		VMOVUPS(Mem{Base: acct, Disp: 32 * r}, acc)
+		VFMADD231PS(p, d, acc)
+		VMOVUPS(acc, Mem{Base: acct, Disp: 32 * r})
+	}
+	ADDQ(a.ldx, xt)
+	ADDQ(U32(256), acct)
+	DECQ(t)
+	JNZ(LabelRef("token"))
+
+	ADDQ(U8(34), a.w0)
+	ADDQ(U8(34), a.w4)
+	ADDQ(U8(34), a.x)
+	DECQ(a.nb)
+	JNZ(LabelRef("block"))
+
+	// hsum_float_8 of each row's lanes, into acc[t*64+r].
+	acct2, t2 := GP64(), GP64()
+	MOVQ(a.acc, acct2)
+	MOVQ(a.T, t2)
+	Label("sums")
+	var sums [8]VecVirtual
+	for r := range sums {
+		v := YMM()
+		VMOVUPS(Mem{Base: acct2, Disp: 32 * r}, v)
+		sums[r] = hsum8(v)
+	}
+	for r, v := range sums {
+		VMOVSS(v, Mem{Base: acct2, Disp: 4 * r})
+	}
+	ADDQ(U32(256), acct2)
+	DECQ(t2)
+	JNZ(LabelRef("sums"))
 	Label("done")
 	VZEROUPPER()
 	RET()
