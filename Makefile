@@ -26,8 +26,8 @@ fuzz:
 	$(GO) test ./trace -run '^$$' -fuzz FuzzReader -fuzztime $(FUZZTIME)
 
 # Prompt and decode tokens/s of commit-run beside llama.cpp, llama-bench style, on synthetic
-# OLMoE and Qwen3-30B-A3B shaped files (tools/bench/cpubench; needs Node.js; hours on 2 cores).
-# Flags through BENCH_FLAGS, e.g. make bench-cpu BENCH_FLAGS='-shapes olmoe -types q4_0 -tests pp512,tg64'.
+# OLMoE and Qwen3-30B-A3B shaped files (tools/bench/cpubench; needs Node.js). It takes long;
+# flags through BENCH_FLAGS: -plan lists the runs, -shapes olmoe -tests tg64 runs fewer.
 BENCH_FLAGS ?=
 bench-cpu: build
 	test -d tools/golden/ref/node_modules/node-llama-cpp || \

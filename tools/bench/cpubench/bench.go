@@ -179,40 +179,20 @@ func (b *bench) threads(ctx context.Context, f modelFile, size int64, th int, tr
 	mkJob := func(prompt, decode int) job {
 		return job{Model: f.Path, Threads: th, Prompt: ids[:prompt], Decode: decode, Batch: o.batch, Mmap: o.mmap}
 	}
-	// The untimed run: it checks each engine works on this file before spending time on it,
-	// and that both generate the same tokens from the same prompt.
-	broken := map[string]error{}
-	var warm [2]sample
-	for i, e := range []engine{b.ours, b.theirs} {
-		b.logf("%s: warm-up run of %s", name, e.Name)
-		s, err := e.run(ctx, mkJob(warmupPrompt, warmupDecode))
-		if err != nil {
-			b.logf("%s: %v; its timed runs are skipped", name, err)
-			broken[e.Name] = fmt.Errorf("warm-up run failed: %w", err)
-			continue
-		}
-		warm[i] = s
-		if s.Build != "" {
-			b.rep.Settings.LlamaCpp = s.Build
-		}
-	}
-	if len(broken) == 0 {
-		if a, c := warm[0].Tokens, warm[1].Tokens; !slices.Equal(a, c) {
-			b.logf("%s: note: greedy tokens differ (commit-run %v, llama.cpp %v): rounding can do that on a random model, a different prompt would too", name, a, c)
-		}
-	}
+	broken := b.warmUp(ctx, name, mkJob(warmupPrompt, warmupDecode))
 	runs := plan(o.tests)
 	for i, r := range runs {
 		j := mkJob(r.Prompt, r.Decode)
 		for rep := range o.reps {
 			for _, e := range []engine{b.ours, b.theirs} {
-				if ctx.Err() != nil {
-					b.collect(rows)
-					return
-				}
 				s, err := sample{}, broken[e.Name]
 				if err == nil {
 					s, err = e.run(ctx, j)
+				}
+				if ctx.Err() != nil {
+					// Interrupted: the run was killed, not failed.
+					b.collect(rows)
+					return
 				}
 				var parts []string
 				for _, t := range r.Yields {
@@ -232,6 +212,32 @@ func (b *bench) threads(ctx context.Context, f modelFile, size int64, th int, tr
 		}
 	}
 	b.collect(rows)
+}
+
+// warmUp runs each engine once, untimed: it checks each works on this file before time is
+// spent on it, and that both generate the same tokens from the same prompt. It returns the
+// engines that failed, by name.
+func (b *bench) warmUp(ctx context.Context, name string, j job) map[string]error {
+	broken := map[string]error{}
+	var warm [2]sample
+	for i, e := range []engine{b.ours, b.theirs} {
+		b.logf("%s: warm-up run of %s", name, e.Name)
+		s, err := e.run(ctx, j)
+		if err != nil {
+			b.logf("%s: %v; its timed runs are skipped", name, err)
+			broken[e.Name] = fmt.Errorf("warm-up run failed: %w", err)
+			continue
+		}
+		warm[i] = s
+		if s.Build != "" {
+			b.rep.Settings.LlamaCpp = s.Build
+		}
+	}
+	if len(broken) == 0 && !slices.Equal(warm[0].Tokens, warm[1].Tokens) {
+		b.logf("%s: note: greedy tokens differ (commit-run %v, llama.cpp %v): rounding can do that on a random model, a different prompt would too",
+			name, warm[0].Tokens, warm[1].Tokens)
+	}
+	return broken
 }
 
 func (b *bench) collect(rows []*result) {

@@ -10,7 +10,7 @@
 // its physical limit: the bytes a token reads (from the file's tensors) over the host's memory
 // read bandwidth, measured here at each thread count.
 //
-//	go run ./tools/bench/cpubench                    # the full benchmark: hours on 2 cores
+//	go run ./tools/bench/cpubench                    # the full benchmark: long (see -plan)
 //	go run ./tools/bench/cpubench -shapes olmoe -types q4_0 -layers 1 -tests pp16,tg8 -reps 1
 //	go run ./tools/bench/cpubench -plan              # the files, layers and runs, nothing run
 //
