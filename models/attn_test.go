@@ -90,10 +90,13 @@ func attnCases() []attnCase {
 		{{0, 129}},                    // one long prompt
 		{{0, 33}, {33, 31}, {64, 64}}, // chunks ending on boundaries
 	}
-	for _, p := range passes {
+	for i, p := range passes {
 		last := p[len(p)-1]
 		full := last[0] + last[1]
-		for _, size := range []int{full, full + 5, full + 100} {
+		for _, size := range []int{full, full + 5 + 30*(i%2)} {
+			if i == 2 {
+				cs = append(cs, attnCase{heads: 2, dk: 576, dv: 512, latent: true, size: size, passes: p, qScale: 1})
+			}
 			cs = append(cs,
 				attnCase{heads: 4, kvHeads: 4, dk: 16, dv: 16, size: size, passes: p, qScale: 1},
 				attnCase{heads: 8, kvHeads: 2, dk: 64, dv: 64, size: size, passes: p, qScale: 1},
@@ -101,7 +104,6 @@ func attnCases() []attnCase {
 				attnCase{heads: 2, kvHeads: 2, dk: 48, dv: 32, size: size, passes: p, qScale: 1},
 				attnCase{heads: 3, kvHeads: 1, dk: 100, dv: 72, size: size, passes: p, qScale: 1},
 				attnCase{heads: 4, dk: 144, dv: 128, latent: true, size: size, passes: p, qScale: 1},
-				attnCase{heads: 2, dk: 576, dv: 512, latent: true, size: size, passes: p, qScale: 1},
 				attnCase{heads: 2, dk: 48, dv: 32, latent: true, size: size, passes: p, qScale: 1},
 			)
 		}
@@ -276,6 +278,9 @@ func sameFloat(a, b float32) bool {
 	return math.Float32bits(a) == math.Float32bits(b) || a != a && b != b
 }
 
+// The benchmarks time one thread; "old" is the implementation this one replaced
+// (attn_ref_test.go).
+
 func BenchmarkAttendDecode(b *testing.B) {
 	for _, n := range []int{256, 2048} {
 		for _, c := range []attnCase{
@@ -283,9 +288,10 @@ func BenchmarkAttendDecode(b *testing.B) {
 			{heads: 16, dk: 576, dv: 512, latent: true},
 		} {
 			c.size = n
-			b.Run(fmt.Sprintf("%s/n=%d", map[bool]string{false: "std", true: "mla"}[c.latent], n), func(b *testing.B) {
-				benchAttend(b, c, n-1, 1)
-			})
+			for _, old := range []bool{false, true} {
+				name := fmt.Sprintf("%s/n=%d/%s", map[bool]string{false: "std", true: "mla"}[c.latent], n, map[bool]string{false: "new", true: "old"}[old])
+				b.Run(name, func(b *testing.B) { benchAttend(b, c, n-1, 1, old) })
+			}
 		}
 	}
 }
@@ -293,18 +299,21 @@ func BenchmarkAttendDecode(b *testing.B) {
 func BenchmarkAttendPrefill(b *testing.B) {
 	for _, T := range []int{256} {
 		c := attnCase{heads: 16, kvHeads: 16, dk: 128, dv: 128, size: T}
-		b.Run(fmt.Sprintf("std/T=%d", T), func(b *testing.B) { benchAttend(b, c, 0, T) })
+		for _, old := range []bool{false, true} {
+			b.Run(fmt.Sprintf("std/T=%d/%s", T, map[bool]string{false: "new", true: "old"}[old]), func(b *testing.B) { benchAttend(b, c, 0, T, old) })
+		}
 	}
 }
 
 // benchAttend times Attend of T tokens at pos0 over an F16 cache on one thread.
-func benchAttend(b *testing.B, c attnCase, pos0, T int) {
+func benchAttend(b *testing.B, c attnCase, pos0, T int, old bool) {
 	kd, vd := c.cacheDims()
 	kv, err := NewKVCache(&Model{Layers: []Layer{{Attn: dimsOnly{kd, vd}}}}, c.size, true, HostAlloc)
 	if err != nil {
 		b.Fatal(err)
 	}
 	lc := &kv.Layers[0].KVLayer
+	ref := newRefCache(kd, vd, c.size, true)
 	ops := HostOps{K: testKernels{1}}
 	r := rand.New(rand.NewPCG(1, 2))
 	fill := func(n int) []float32 {
@@ -320,9 +329,14 @@ func benchAttend(b *testing.B, c attnCase, pos0, T int) {
 		v = fill(c.size * vd)
 	}
 	ops.StoreKV(lc, 0, k, v)
+	ref.store(0, k, v)
 	q, out := fill(T*c.heads*c.dk), make([]float32, T*c.heads*c.dv)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		ops.Attend(out, q, lc, pos0, T, c.shape())
+		if old {
+			ref.attendAll(out, q, pos0, T, c.shape())
+		} else {
+			ops.Attend(out, q, lc, pos0, T, c.shape())
+		}
 	}
 }

@@ -700,12 +700,13 @@ func attnWSumLanes(e attnElem) {
 }
 
 // attnWSumRows is the weighted sum over rows of the cache (MLA, whose values are the first
-// values of the key rows), accumulated lane-major: position p goes into accumulator lane
-// p mod lanes (64: ggml_vec_dot_f32's four 16-lane accumulators, 16: tinyBLAS's lanes) for
-// a tile of 64 values at a time, so that every output sees the fused multiply-adds of the
-// dot product along its column, in order. The lanes that llama.cpp's padding reaches get a
-// zero product too (which turns a -0 into +0), and then the lanes are reduced as the dot
-// product's are.
+// values of the key rows). Position p belongs to lane p mod lanes of the dot product along
+// each value's column (64: ggml_vec_dot_f32's four 16-lane accumulators, 16: tinyBLAS's
+// lanes), and each lane sees its positions in order: so for a tile of 64 values at a time,
+// the kernel walks each lane's positions (every lanes-th row) with eight accumulators in
+// registers, stores the lane's sums to acc, and then reduces the lanes as the dot product
+// does. A lane that llama.cpp's padding reaches gets a zero product too (which turns a -0
+// into +0).
 func attnWSumRows(e attnElem, lanes int) {
 	name := "attnWSumRows" + e.suffix() + "AVX2"
 	order := "quant.DotF32Vec (positions padded to a multiple of 64)"
@@ -721,59 +722,63 @@ func attnWSumRows(e attnElem, lanes int) {
 	ap := Load(Param("acc").Base(), GP64())
 	SHRQ(U8(6), dv)
 	JZ(LabelRef("done"))
-	wi, vi, c, lo, z := GP64(), GP64(), GP64(), GP64(), YMM()
-	VXORPS(z, z, z)
+	// The lanes from padFrom on (all of them if n mod lanes is 0: none is padded, and no
+	// lane is at or after lanes) get the padding's zero product.
+	padFrom := GP64()
+	MOVQ(n, padFrom)
+	ANDQ(U8(uint8(lanes-1)), padFrom)
+	JNZ(LabelRef("padset"))
+	MOVQ(U32(lanes), padFrom)
+	Label("padset")
+	lstride := GP64() // bytes between a lane's rows
+	MOVQ(st, lstride)
+	SHLQ(U8(uint8(bitsOfLanes(lanes))), lstride)
+	wi, vi, c, r, lo := GP64(), GP64(), GP64(), GP64(), GP64()
+
 	Label("tile")
-	// Zero the accumulators.
+	XORQ(r, r)
 	MOVQ(ap, lo)
-	MOVQ(U32(lanes), c)
-	Label("zero")
-	for i := 0; i < 8; i++ {
-		VMOVUPS(z, attnAt(lo, 32*i))
-	}
-	ADDQ(U32(256), lo)
-	DECQ(c)
-	JNZ(LabelRef("zero"))
-	// Position p into lane p mod lanes.
-	MOVQ(wp, wi)
-	MOVQ(vp, vi)
+	Label("lane")
+	acc := attnZeros(8)
+	// The lane's positions r, r+lanes, ... below n: (n - r + lanes-1) / lanes of them.
 	MOVQ(n, c)
-	XORQ(lo, lo)
-	TESTQ(c, c)
-	JZ(LabelRef("pad"))
+	SUBQ(r, c)
+	JLE(LabelRef("lanepad"))
+	ADDQ(U8(uint8(lanes-1)), c)
+	SHRQ(U8(uint8(bitsOfLanes(lanes))), c)
+	LEAQ(Mem{Base: wp, Index: r, Scale: 4}, wi)
+	MOVQ(r, vi)
+	IMULQ(st, vi)
+	ADDQ(vp, vi)
 	Label("pos")
 	wb := YMM()
 	VBROADCASTSS(attnAt(wi, 0), wb)
 	for i := 0; i < 8; i++ {
 		t := e.load8(attnAt(vi, 8*i*e.size()))
-		m := Mem{Base: ap, Index: lo, Scale: 1, Disp: 32 * i}
-		VFMADD213PS(m, wb, t)
-		VMOVUPS(t, m)
+		VFMADD231PS(wb, t, acc[i])
 	}
-	ADDQ(U8(4), wi)
-	ADDQ(st, vi)
-	ADDQ(U32(256), lo)
-	ANDQ(U32(uint32(lanes*256-1)), lo)
+	ADDQ(U32(uint32(4*lanes)), wi)
+	ADDQ(lstride, vi)
 	DECQ(c)
 	JNZ(LabelRef("pos"))
-	// The padding's zero products, in the lanes from n mod lanes on (none if it is 0).
-	Label("pad")
-	MOVQ(n, lo)
-	ANDQ(U8(uint8(lanes-1)), lo)
-	JZ(LabelRef("reduce"))
-	SHLQ(U8(8), lo)
-	Label("padlane")
+	Label("lanepad")
+	CMPQ(r, padFrom)
+	JB(LabelRef("lanestore"))
+	z := YMM()
+	VXORPS(z, z, z)
 	for i := 0; i < 8; i++ {
-		m := Mem{Base: ap, Index: lo, Scale: 1, Disp: 32 * i}
-		t := YMM()
-		VADDPS(m, z, t)
-		VMOVUPS(t, m)
+		VADDPS(z, acc[i], acc[i])
+	}
+	Label("lanestore")
+	for i := 0; i < 8; i++ {
+		VMOVUPS(acc[i], attnAt(lo, 32*i))
 	}
 	ADDQ(U32(256), lo)
-	CMPQ(lo, U32(uint32(lanes*256)))
-	JB(LabelRef("padlane"))
+	INCQ(r)
+	CMPQ(r, U8(uint8(lanes)))
+	JB(LabelRef("lane"))
+
 	// Reduce the lanes of each group of 8 values.
-	Label("reduce")
 	for g := 0; g < 8; g++ {
 		lane := func(l int) Mem { return attnAt(ap, 256*l+32*g) }
 		// A[r], r < 16: the 16-lane accumulator after ggml_vec_dot_f32's fold (64 lanes) or
@@ -810,6 +815,13 @@ func attnWSumRows(e attnElem, lanes int) {
 	JNZ(LabelRef("tile"))
 	Label("done")
 	attnEnd()
+}
+
+func bitsOfLanes(lanes int) int {
+	if lanes == 64 {
+		return 6
+	}
+	return 4
 }
 
 func itoa(v int) string {
