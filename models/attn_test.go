@@ -340,3 +340,21 @@ func benchAttend(b *testing.B, c attnCase, pos0, T int, old bool) {
 		}
 	}
 }
+
+// BenchmarkStoreKV times storing a pass's keys and values (F16, 2048 of each per token).
+func BenchmarkStoreKV(b *testing.B) {
+	for _, T := range []int{1, 256} {
+		b.Run(fmt.Sprintf("T=%d", T), func(b *testing.B) {
+			kv, err := NewKVCache(&Model{Layers: []Layer{{Attn: dimsOnly{2048, 2048}}}}, 512, true, HostAlloc)
+			if err != nil {
+				b.Fatal(err)
+			}
+			r := rand.New(rand.NewPCG(5, 6))
+			k, v := randFloats(r, T*2048, 1, false), randFloats(r, T*2048, 1, false)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				HostOps{}.StoreKV(&kv.Layers[0].KVLayer, 7, k, v)
+			}
+		})
+	}
+}
