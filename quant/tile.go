@@ -24,17 +24,21 @@ const tileTokens = 64
 // (from x, ldx bytes apart, rounded to the weight's dot type) over nb blocks into acc, where
 // activation row t's results end in acc[t*s+r] for the tile's accStride s; the rest of its
 // s floats are the kernel's own. aux holds the per-block activation terms of the weight
-// type's prep, nb per activation row.
+// type's prep, block by block: aux[b*T+t] for block b of activation row t.
 type tileKernel func(w []byte, ldw int, x []byte, ldx int, aux []int32, nb, T int, acc []float32)
 
 // A tile is the tile kernels of one weight type and family of llama.cpp products.
 type tile struct {
 	gemv tileKernel // the activation rows llama.cpp multiplies one at a time
 	gemm tileKernel // those it multiplies four at a time (nil: as gemv)
-	// prep writes aux for T activation rows (xrow bytes apart) of nb blocks each, and reports
+	// prep writes aux for T activation rows (xrow bytes apart) of nb blocks each (block by
+	// block, as the kernels read it), and reports
 	// whether the kernels compute exactly what the one-row kernels do on these activations
 	// (false: X86Rows takes the one-row kernels); nil when the kernels need neither.
 	prep func(x []byte, xrow, nb, T int, aux []int32) bool
+	// minTokens is the fewest activation rows for which the tile beats the one-row kernels
+	// (measured with BenchmarkX86Rows); fewer take the one-row kernels.
+	minTokens int
 	// repacked says that the kernels reproduce llama.cpp's repacked products, which it
 	// takes for matrices of a multiple of 8 rows only; other tiles serve any matrix.
 	repacked bool
@@ -68,7 +72,7 @@ func X86Rows(w Matrix, lo, hi int, x []byte, xrow, T, batch int, out []float32, 
 		panic(fmt.Sprintf("quant: X86Rows: rows [%d,%d) of %d, %d activation rows of a batch of %d", lo, hi, w.Rows, T, batch))
 	}
 	tl := x86Tile(w.Type, w.Rows)
-	if tl == nil {
+	if tl == nil || T < tl.minTokens {
 		x86RowsDot(w, lo, hi, x, xrow, T, batch, out, ldo)
 		return
 	}
@@ -91,29 +95,30 @@ func X86Rows(w Matrix, lo, hi int, x []byte, xrow, T, batch int, out []float32, 
 	for t0 := 0; t0 < T; t0 += tileTokens {
 		n := min(T-t0, tileTokens)
 		xs := x[t0*xrow : (t0+n)*xrow]
-		var aux []int32
+		// The activation rows of this call in each of the kernels' families: [0, split)
+		// for gemm, [split, n) for gemv, each with its own activation terms.
+		split := min(max(gemm-t0, 0), n)
+		var auxGemm, auxGemv []int32
 		if tl.prep != nil {
 			if cap(s.aux) < n*nb {
 				s.aux = make([]int32, n*nb)
 			}
-			aux = s.aux[:n*nb]
-			if !tl.prep(xs, xrow, nb, n, aux) {
+			auxGemm, auxGemv = s.aux[:split*nb], s.aux[split*nb:n*nb]
+			if !tl.prep(xs[:split*xrow], xrow, nb, split, auxGemm) || !tl.prep(xs[split*xrow:], xrow, nb, n-split, auxGemv) {
 				x86RowsDot(w, tlo, thi, xs, xrow, n, batch, out[t0*ldo:], ldo)
 				continue
 			}
 		}
-		// The activation rows of this call in each of the kernels' families.
-		split := min(max(gemm-t0, 0), n)
 		as := tl.accStride
 		for r := tlo; r < thi; r += tileRows {
 			acc := s.acc[:n*as]
 			clear(acc)
 			wr := w.Data[r*rb : (r+tileRows)*rb]
 			if split > 0 {
-				tl.gemm(wr, rb, xs, xrow, aux, nb, split, acc)
+				tl.gemm(wr, rb, xs, xrow, auxGemm, nb, split, acc)
 			}
 			if split < n {
-				tl.gemv(wr, rb, xs[split*xrow:], xrow, aux[min(split*nb, len(aux)):], nb, n-split, acc[split*as:])
+				tl.gemv(wr, rb, xs[split*xrow:], xrow, auxGemv, nb, n-split, acc[split*as:])
 			}
 			for t := 0; t < n; t++ {
 				copy(out[(t0+t)*ldo+r:(t0+t)*ldo+r+tileRows], acc[t*as:t*as+tileRows])
@@ -158,14 +163,13 @@ func x86Tile(t Type, rows int) *tile {
 func prepQ4_0(x []byte, xrow, nb, T int, aux []int32) bool {
 	for t := 0; t < T; t++ {
 		row := x[t*xrow:]
-		a := aux[t*nb : (t+1)*nb]
-		for b := range a {
+		for b := 0; b < nb; b++ {
 			blk := (*[34]byte)(row[b*34:])
 			var s int32
 			for _, v := range blk[2:] {
 				s += int32(int8(v))
 			}
-			a[b] = 8 * s
+			aux[b*T+t] = 8 * s
 		}
 	}
 	return true

@@ -13,6 +13,7 @@ func init() {
 		return
 	}
 	tiles[Q4_0] = &tile{gemv: q4_0Tile8AVX2, prep: prepQ4_0, repacked: true, accStride: 8}
-	tiles[Q8_0] = &tile{gemv: q8_0Tile8AVX2, prep: prepQ8_0, accStride: 64}
-	tiles[Q4_K] = &tile{gemv: q4KTile8AVX2, gemm: q4KTile8GemmAVX2, repacked: true, accStride: q4KAccStride}
+	tiles[Q8_0] = &tile{gemv: q8_0Tile8AVX2, prep: prepQ8_0, accStride: 64, minTokens: 2}
+	tiles[Q6_K] = &tile{gemv: q6KTile8AVX2, accStride: 64, minTokens: 2}
+	tiles[Q4_K] = &tile{gemv: q4KTile8AVX2, gemm: q4KTile8GemmAVX2, repacked: true, accStride: q4KAccStride, minTokens: 2}
 }

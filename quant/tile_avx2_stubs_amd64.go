@@ -23,3 +23,8 @@ func q4KTile8GemmAVX2(w []byte, ldw int, x []byte, ldx int, aux []int32, nb int,
 //
 //go:noescape
 func q8_0Tile8AVX2(w []byte, ldw int, x []byte, ldx int, aux []int32, nb int, T int, acc []float32)
+
+// q6KTile8AVX2 adds eight rows of Q6_K times T activation rows into acc (64 floats per activation row: 8 lanes per weight row).
+//
+//go:noescape
+func q6KTile8AVX2(w []byte, ldw int, x []byte, ldx int, aux []int32, nb int, T int, acc []float32)

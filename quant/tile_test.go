@@ -113,7 +113,7 @@ func TestX86RowsUsesTiles(t *testing.T) {
 				k(w, ldw, x, ldx, aux, nb, T, acc)
 			}
 		}
-		tiles[typ] = &tile{gemv: count(saved.gemv), gemm: count(saved.gemm), prep: saved.prep, repacked: saved.repacked, accStride: saved.accStride}
+		tiles[typ] = &tile{gemv: count(saved.gemv), gemm: count(saved.gemm), prep: saved.prep, repacked: saved.repacked, accStride: saved.accStride, minTokens: saved.minTokens}
 		p := newTileProblem(rand.New(rand.NewPCG(1, 2)), typ, 16, typ.BlockSize(), 5, 5, 0, 16)
 		p.run(&TileScratch{})
 		tiles[typ] = saved
@@ -181,6 +181,45 @@ func BenchmarkX86Rows(b *testing.B) {
 					b.ReportMetric(macs/b.Elapsed().Seconds()/1e9, "GMAC/s")
 				})
 			}
+		}
+	}
+}
+
+// BenchmarkX86RowsStream is BenchmarkX86Rows for one activation row over the rows of a 1 GiB
+// matrix, larger than the caches, as a decoded token streams its weights from memory: the
+// tiles against the one-row kernels (both prefetch), in GB/s of weights.
+func BenchmarkX86RowsStream(b *testing.B) {
+	if streamRows == nil {
+		streamRows = simdRandomBytes(rand.New(rand.NewPCG(25, 26)), 1<<30)
+	}
+	r := rand.New(rand.NewPCG(43, 44))
+	for _, typ := range tileTypes(b) {
+		rb, _ := typ.RowBytes(2048)
+		rows := len(streamRows) / rb / 8 * 8
+		m := Matrix{Type: typ, Rows: rows, Cols: 2048, Data: streamRows[:rows*rb]}
+		simdTameScales(typ, m.Data, nil)
+		xrow, _ := typ.DotType().RowBytes(2048)
+		x := make([]byte, xrow)
+		QuantizeRow(typ.DotType(), randomRow(r, 2048, 1), x)
+		out := make([]float32, rows)
+		var s TileScratch
+		for _, v := range []struct {
+			name string
+			f    func()
+		}{
+			{"ref", func() { x86RowsDot(m, 0, rows, x, xrow, 1, 1, out, rows) }},
+			{"tile", func() { X86Rows(m, 0, rows, x, xrow, 1, 1, out, rows, &s) }},
+		} {
+			// The tile even where a single row takes the one-row kernels.
+			saved := *tiles[typ]
+			tiles[typ].minTokens = 1
+			defer func() { *tiles[typ] = saved }()
+			b.Run(fmt.Sprintf("%v/%s", typ, v.name), func(b *testing.B) {
+				b.SetBytes(int64(len(m.Data)))
+				for b.Loop() {
+					v.f()
+				}
+			})
 		}
 	}
 }

@@ -147,21 +147,14 @@ func consts() {
 	cQhShuf = table("qhshuf", qh)
 	cBitSel = splat("bitsel", 1, 2, 4, 8, 16, 32, 64, 128)
 	k4 := make([]byte, 8*32)
-	q6 := make([]byte, 8*32)
 	for i := 0; i < 8; i++ {
 		for k := 0; k < 16; k++ {
 			k4[32*i+2*k] = byte(2 * i)
 			k4[32*i+2*k+1] = byte(2*i + 1)
 		}
-		for k := 0; k < 8; k++ {
-			q6[32*i+2*k] = 0x80
-			q6[32*i+2*k+1] = byte(2 * i)
-			q6[32*i+16+2*k] = 0x80
-			q6[32*i+16+2*k+1] = byte(2*i + 1)
-		}
 	}
 	cK4Shuf = table("k4shuf", k4)
-	cQ6Shuf = table("q6shuf", q6)
+	cQ6Shuf = table("q6shuf", q6ShufBytes())
 	iq4 := []int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
 	kv := make([]byte, 32)
 	for i := range kv {
@@ -176,6 +169,20 @@ func consts() {
 	cExpD = splat("expd", 0, 0, 0x80, 0x7f)
 	cAbsD = splat("absd", 0xff, 0xff, 0xff, 0x7f)
 	cHighW = splat("highw", 0, 0, 0xff, 0xff)
+}
+
+// q6ShufBytes is cQ6Shuf's table.
+func q6ShufBytes() []byte {
+	q6 := make([]byte, 8*32)
+	for i := 0; i < 8; i++ {
+		for k := 0; k < 8; k++ {
+			q6[32*i+2*k] = 0x80
+			q6[32*i+2*k+1] = byte(2 * i)
+			q6[32*i+16+2*k] = 0x80
+			q6[32*i+16+2*k+1] = byte(2*i + 1)
+		}
+	}
+	return q6
 }
 
 // Helpers.

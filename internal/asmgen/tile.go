@@ -29,6 +29,7 @@ func tiles() {
 	q4KTile("q4KTile8AVX2", false)
 	q4KTile("q4KTile8GemmAVX2", true)
 	q8_0Tile()
+	q6KTile()
 }
 
 var (
@@ -37,6 +38,8 @@ var (
 	tDword63 Mem // int32 63 (broadcast from 4 bytes)
 	tDword15 Mem // int32 15
 	tDword3  Mem // int32 3
+	tThirty  Mem // bytes 0x30 (the two high bits of a Q6_K quant, in place)
+	tQ6Shuf  Mem // cQ6Shuf
 )
 
 func tileConsts() {
@@ -45,14 +48,18 @@ func tileConsts() {
 	tDword63 = splat("tiledword63", 63, 0, 0, 0)
 	tDword15 = splat("tiledword15", 15, 0, 0, 0)
 	tDword3 = splat("tiledword3", 3, 0, 0, 0)
+	tThirty = splat("tilethirty", 0x30)
+	tQ6Shuf = table("tileq6shuf", q6ShufBytes())
 }
 
 // tileArgs are the arguments every tile kernel takes.
 type tileArgs struct {
 	w0, w4, ldw, l3 Register // rows 0 and 4 of the tile, the row stride and three times it
+	pf              Register // where prefetchRows reads the next tile
 	x, ldx          Register // activation row 0 at the current block, and the row stride
-	aux             Register // the per-block activation terms of row 0 at the current block
-	auxStride       Register // bytes between two activation rows' terms (4*nb)
+	// aux points at the current block's activation terms (one per activation row, blocks
+	// one after the other); loaded only by the tiles that take them.
+	aux Register
 	nb, T           Register
 	acc             Register
 }
@@ -73,17 +80,14 @@ func tileSig(name, doc string, flags ...attr.Attribute) tileArgs {
 	a.ldw = Load(Param("ldw"), GP64())
 	a.x = Load(Param("x").Base(), GP64())
 	a.ldx = Load(Param("ldx"), GP64())
-	a.aux = Load(Param("aux").Base(), GP64())
 	a.nb = Load(Param("nb"), GP64())
 	a.T = Load(Param("T"), GP64())
 	a.acc = Load(Param("acc").Base(), GP64())
-	a.w4 = GP64()
+	a.w4, a.pf = GP64(), GP64()
 	LEAQ(Mem{Base: a.w0, Index: a.ldw, Scale: 4}, a.w4)
+	LEAQ(Mem{Base: a.w0, Index: a.ldw, Scale: 8}, a.pf)
 	a.l3 = GP64()
 	LEAQ(Mem{Base: a.ldw, Index: a.ldw, Scale: 2}, a.l3)
-	a.auxStride = GP64()
-	MOVQ(a.nb, a.auxStride)
-	SHLQ(U8(2), a.auxStride)
 	return a
 }
 
@@ -102,6 +106,24 @@ func (a tileArgs) row(r, off int) Mem {
 		return Mem{Base: base, Index: a.ldw, Scale: 2, Disp: off}
 	}
 	return Mem{Base: base, Index: a.l3, Scale: 1, Disp: off}
+}
+
+// advance moves the row pointers on by one block of size bytes.
+func (a tileArgs) advance(size int) {
+	ADDQ(U32(size), a.w0)
+	ADDQ(U32(size), a.w4)
+	ADDQ(U32(8*size), a.pf)
+}
+
+// prefetchRows asks for the cache lines of the next tile's rows, for a block of size bytes.
+// A decoded token streams its weights from memory, eight rows at a time here, which the
+// hardware prefetchers alone follow poorly. The rows of a matrix lie one after the other, so
+// the next tile is the 8*ldw bytes after this one, and reading them in order at eight blocks'
+// bytes per block reaches its end as this tile ends: about one tile's work ahead.
+func (a tileArgs) prefetchRows(size int) {
+	for off := 0; off < 8*size; off += 64 {
+		PREFETCHT0(Mem{Base: a.pf, Disp: off})
+	}
 }
 
 // rowScales returns the eight rows' float16 scales at byte off of their blocks as float32
@@ -176,11 +198,13 @@ func transpose4x8(m func(r int) Mem) [4]VecVirtual {
 // sum of each activation block's quants, so that (q-8)·y is q·y less the block's term.
 func q4_0Tile() {
 	a := tileSig("q4_0Tile8AVX2", "q4_0Tile8AVX2 adds eight rows of repacked Q4_0 times T activation rows into acc.")
+	a.aux = Load(Param("aux").Base(), GP64())
 	TESTQ(a.nb, a.nb)
 	JZ(LabelRef("done"))
 	TESTQ(a.T, a.T)
 	JZ(LabelRef("done"))
 	Label("block")
+	a.prefetchRows(1)
 	raw := transpose4x8(func(r int) Mem { return a.row(r, 2) })
 	// Elements 0..15 are the low nibbles of the block's bytes, 16..31 the high ones.
 	var q [8]VecVirtual
@@ -193,9 +217,8 @@ func q4_0Tile() {
 	}
 	dw := a.rowScales(0)
 
-	xt, auxt, acct, t := GP64(), GP64(), GP64(), GP64()
+	xt, acct, t := GP64(), GP64(), GP64()
 	MOVQ(a.x, xt)
-	MOVQ(a.aux, auxt)
 	MOVQ(a.acc, acct)
 	MOVQ(a.T, t)
 	Label("token")
@@ -212,7 +235,7 @@ func q4_0Tile() {
 	}
 	VPMADDWD(tOnes16, s, s)
 	off := YMM()
-	VPBROADCASTD(Mem{Base: auxt}, off)
+	VPBROADCASTD(Mem{Base: a.aux}, off)
 	VPSUBD(off, s, s)
 	VCVTDQ2PS(s, s)
 	hx := XMM()
@@ -225,15 +248,13 @@ func q4_0Tile() {
 	VFMADD231PS(s, d, acc)
 	VMOVUPS(acc, Mem{Base: acct})
 	ADDQ(a.ldx, xt)
-	ADDQ(a.auxStride, auxt)
+	ADDQ(U8(4), a.aux) // the next activation row's term, or the next block's first
 	ADDQ(U8(32), acct)
 	DECQ(t)
 	JNZ(LabelRef("token"))
 
-	ADDQ(U8(18), a.w0)
-	ADDQ(U8(18), a.w4)
+	a.advance(18)
 	ADDQ(U8(34), a.x)
-	ADDQ(U8(4), a.aux)
 	DECQ(a.nb)
 	JNZ(LabelRef("block"))
 	Label("done")
@@ -265,6 +286,7 @@ func q4KTile(name string, gemm bool) {
 	TESTQ(a.T, a.T)
 	JZ(LabelRef("done"))
 	Label("block")
+	a.prefetchRows(144)
 
 	// Scales and mins: s[0..3], s[4..7], s[8..11] of every row (dwords 1..3 of its block).
 	head := transpose4x8(func(r int) Mem { return a.row(r, 0) })
@@ -400,8 +422,7 @@ func q4KTile(name string, gemm bool) {
 		finish("whole", []int{0, 1, 2, 3, 4, 5, 6, 7})
 	}
 
-	ADDQ(U32(144), a.w0)
-	ADDQ(U32(144), a.w4)
+	a.advance(144)
 	ADDQ(U32(292), a.x)
 	DECQ(a.nb)
 	JNZ(LabelRef("block"))
@@ -439,6 +460,7 @@ func q8_0Tile() {
 	TESTQ(a.T, a.T)
 	JZ(LabelRef("done"))
 	Label("block")
+	a.prefetchRows(1)
 	var wa [8]VecVirtual
 	for r := range wa {
 		wa[r] = YMM()
@@ -476,29 +498,157 @@ func q8_0Tile() {
 	DECQ(t)
 	JNZ(LabelRef("token"))
 
-	ADDQ(U8(34), a.w0)
-	ADDQ(U8(34), a.w4)
+	a.advance(34)
 	ADDQ(U8(34), a.x)
 	DECQ(a.nb)
 	JNZ(LabelRef("block"))
 
-	// hsum_float_8 of each row's lanes, into acc[t*64+r].
-	acct2, t2 := GP64(), GP64()
-	MOVQ(a.acc, acct2)
-	MOVQ(a.T, t2)
+	laneSums(a)
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
+// laneSums ends a tile whose acc holds eight float lanes per weight row and activation row
+// (64 floats per activation row): each row's lanes reduced in the order of ggml's
+// hsum_float_8, into acc[t*64+r].
+func laneSums(a tileArgs) {
+	acct, t := GP64(), GP64()
+	MOVQ(a.acc, acct)
+	MOVQ(a.T, t)
 	Label("sums")
 	var sums [8]VecVirtual
 	for r := range sums {
 		v := YMM()
-		VMOVUPS(Mem{Base: acct2, Disp: 32 * r}, v)
+		VMOVUPS(Mem{Base: acct, Disp: 32 * r}, v)
 		sums[r] = hsum8(v)
 	}
 	for r, v := range sums {
-		VMOVSS(v, Mem{Base: acct2, Disp: 4 * r})
+		VMOVSS(v, Mem{Base: acct, Disp: 4 * r})
 	}
-	ADDQ(U32(256), acct2)
-	DECQ(t2)
+	ADDQ(U32(256), acct)
+	DECQ(t)
 	JNZ(LabelRef("sums"))
+}
+
+// q6KTile is the Q6_K tile: ggml_vec_dot_q6_K_q8_K's eight float lanes per output
+// (x86Q6K), as the Q8_0 tile keeps them. Per super-block and row, the 6-bit quants are
+// decoded and the sub-block scales spread once (to registers and the stack) for all T
+// activation rows; per activation row the integer lanes are then eight VPMADDUBSW against
+// the activation's quants and eight VPMADDWD with the scales, less 32 times the scaled bsums,
+// as llama.cpp's current AVX2 kernel (and quant's avx2DotQ6K) computes them.
+func q6KTile() {
+	a := tileSig("q6KTile8AVX2", "q6KTile8AVX2 adds eight rows of Q6_K times T activation rows into acc (64 floats per activation row: 8 lanes per weight row).", 0)
+	scales := AllocLocal(8 * 32) // the row's scale words for each of its eight 32-element groups
+	sc16 := AllocLocal(32)       // the row's 16 scales as int16, for the bsum term
+	TESTQ(a.nb, a.nb)
+	JZ(LabelRef("done"))
+	TESTQ(a.T, a.T)
+	JZ(LabelRef("done"))
+	low4, thirty := YMM(), YMM()
+	VMOVDQU(tLow4, low4)
+	VMOVDQU(tThirty, thirty)
+	Label("block")
+	a.prefetchRows(210)
+	wr, accr, r := GP64(), GP64(), GP64()
+	MOVQ(a.w0, wr)
+	MOVQ(a.acc, accr)
+	MOVQ(U32(8), r)
+	Label("row")
+	// The row's d as float32, kept in the low lane of dw.
+	g := GP32()
+	MOVWLZX(Mem{Base: wr, Disp: 208}, g)
+	dw := XMM()
+	VMOVD(g, dw)
+	VCVTPH2PS(dw, dw)
+	sc := YMM()
+	VPMOVSXBW(Mem{Base: wr, Disp: 192}, sc)
+	VMOVDQU(sc, sc16)
+	scb := YMM()
+	VBROADCASTI128(Mem{Base: wr, Disp: 192}, scb)
+	for k := 0; k < 8; k++ {
+		s := YMM()
+		VPSHUFB(tQ6Shuf.Offset(32*k), scb, s)
+		VPSRAW(U8(8), s, s)
+		VMOVDQU(s, scales.Offset(32*k))
+	}
+	var q [8]VecVirtual
+	for half := 0; half < 2; half++ {
+		ql1, ql2, qh := YMM(), YMM(), YMM()
+		VMOVDQU(Mem{Base: wr, Disp: 64 * half}, ql1)
+		VMOVDQU(Mem{Base: wr, Disp: 64*half + 32}, ql2)
+		VMOVDQU(Mem{Base: wr, Disp: 128 + 32*half}, qh)
+		h := q[4*half : 4*half+4]
+		for k := range h {
+			h[k] = YMM()
+		}
+		// High bits 2g, 2g+1 of qh moved to bits 4, 5.
+		VPSLLW(U8(4), qh, h[0])
+		VPSLLW(U8(2), qh, h[1])
+		VPSRLW(U8(2), qh, h[3])
+		VPAND(thirty, h[0], h[0])
+		VPAND(thirty, h[1], h[1])
+		VPAND(thirty, qh, h[2])
+		VPAND(thirty, h[3], h[3])
+		lo := YMM()
+		VPAND(low4, ql1, lo)
+		VPOR(lo, h[0], h[0])
+		VPAND(low4, ql2, lo)
+		VPOR(lo, h[1], h[1])
+		VPSRLW(U8(4), ql1, ql1)
+		VPAND(low4, ql1, ql1)
+		VPOR(ql1, h[2], h[2])
+		VPSRLW(U8(4), ql2, ql2)
+		VPAND(low4, ql2, ql2)
+		VPOR(ql2, h[3], h[3])
+	}
+
+	xt, acct, t := GP64(), GP64(), GP64()
+	MOVQ(a.x, xt)
+	MOVQ(accr, acct)
+	MOVQ(a.T, t)
+	Label("token")
+	sumi := YMM()
+	for k, v := range q {
+		p := YMM()
+		VPMADDUBSW(Mem{Base: xt, Disp: 4 + 32*k}, v, p)
+		VPMADDWD(scales.Offset(32*k), p, p)
+		if k == 0 {
+			sumi = p
+			continue
+		}
+		VPADDD(p, sumi, sumi)
+	}
+	// 32 * (bsum_2l*sc_2l + bsum_2l+1*sc_2l+1) per lane l.
+	b := YMM()
+	VMOVDQU(sc16, b)
+	VPMADDWD(Mem{Base: xt, Disp: 260}, b, b)
+	VPSLLD(U8(5), b, b)
+	VPSUBD(b, sumi, sumi)
+	VCVTDQ2PS(sumi, sumi)
+	d := XMM()
+	VMULSS(Mem{Base: xt}, dw, d) // fp16(w.d) * y.d
+	dd := YMM()
+	VBROADCASTSS(d, dd)
+	acc := YMM()
+	VMOVUPS(Mem{Base: acct}, acc)
+	VFMADD231PS(sumi, dd, acc)
+	VMOVUPS(acc, Mem{Base: acct})
+	ADDQ(a.ldx, xt)
+	ADDQ(U32(256), acct)
+	DECQ(t)
+	JNZ(LabelRef("token"))
+
+	ADDQ(a.ldw, wr)
+	ADDQ(U8(32), accr)
+	DECQ(r)
+	JNZ(LabelRef("row"))
+
+	a.advance(210)
+	ADDQ(U32(292), a.x)
+	DECQ(a.nb)
+	JNZ(LabelRef("block"))
+	laneSums(a)
 	Label("done")
 	VZEROUPPER()
 	RET()
