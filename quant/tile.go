@@ -60,7 +60,7 @@ type TileScratch struct {
 }
 
 // maxAccStride bounds the tiles' accStride.
-const maxAccStride = 64
+const maxAccStride = 72
 
 // X86Rows computes rows [lo, hi) of the product of w with T activation rows x (each rounded to
 // w.Type.DotType() by QuantizeRow, xrow bytes apart) as llama.cpp's x86 backend computes them

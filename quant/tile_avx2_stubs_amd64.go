@@ -28,3 +28,8 @@ func q8_0Tile8AVX2(w []byte, ldw int, x []byte, ldx int, aux []int32, nb int, T 
 //
 //go:noescape
 func q6KTile8AVX2(w []byte, ldw int, x []byte, ldx int, aux []int32, nb int, T int, acc []float32)
+
+// q5KTile8AVX2 adds eight rows of Q5_K times T activation rows into acc (q5KAccStride floats per activation row).
+//
+//go:noescape
+func q5KTile8AVX2(w []byte, ldw int, x []byte, ldx int, aux []int32, nb int, T int, acc []float32)

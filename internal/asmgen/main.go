@@ -146,14 +146,7 @@ func consts() {
 	}
 	cQhShuf = table("qhshuf", qh)
 	cBitSel = splat("bitsel", 1, 2, 4, 8, 16, 32, 64, 128)
-	k4 := make([]byte, 8*32)
-	for i := 0; i < 8; i++ {
-		for k := 0; k < 16; k++ {
-			k4[32*i+2*k] = byte(2 * i)
-			k4[32*i+2*k+1] = byte(2*i + 1)
-		}
-	}
-	cK4Shuf = table("k4shuf", k4)
+	cK4Shuf = table("k4shuf", k4ShufBytes())
 	cQ6Shuf = table("q6shuf", q6ShufBytes())
 	iq4 := []int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
 	kv := make([]byte, 32)
@@ -169,6 +162,18 @@ func consts() {
 	cExpD = splat("expd", 0, 0, 0x80, 0x7f)
 	cAbsD = splat("absd", 0xff, 0xff, 0xff, 0x7f)
 	cHighW = splat("highw", 0, 0, 0xff, 0xff)
+}
+
+// k4ShufBytes is cK4Shuf's table.
+func k4ShufBytes() []byte {
+	k4 := make([]byte, 8*32)
+	for i := 0; i < 8; i++ {
+		for k := 0; k < 16; k++ {
+			k4[32*i+2*k] = byte(2 * i)
+			k4[32*i+2*k+1] = byte(2*i + 1)
+		}
+	}
+	return k4
 }
 
 // q6ShufBytes is cQ6Shuf's table.

@@ -30,6 +30,7 @@ func tiles() {
 	q4KTile("q4KTile8GemmAVX2", true)
 	q8_0Tile()
 	q6KTile()
+	q5KTile()
 }
 
 var (
@@ -40,6 +41,8 @@ var (
 	tDword3  Mem // int32 3
 	tThirty  Mem // bytes 0x30 (the two high bits of a Q6_K quant, in place)
 	tQ6Shuf  Mem // cQ6Shuf
+	tK4Shuf  Mem // cK4Shuf
+	tSixteen Mem // bytes 0x10
 )
 
 func tileConsts() {
@@ -50,6 +53,8 @@ func tileConsts() {
 	tDword3 = splat("tiledword3", 3, 0, 0, 0)
 	tThirty = splat("tilethirty", 0x30)
 	tQ6Shuf = table("tileq6shuf", q6ShufBytes())
+	tK4Shuf = table("tilek4shuf", k4ShufBytes())
+	tSixteen = splat("tilesixteen", 0x10)
 }
 
 // tileArgs are the arguments every tile kernel takes.
@@ -60,19 +65,24 @@ type tileArgs struct {
 	// aux points at the current block's activation terms (one per activation row, blocks
 	// one after the other); loaded only by the tiles that take them.
 	aux Register
-	nb, T           Register
-	acc             Register
+	nb  Op  // blocks left: a register, or a local of the kernels that run short of them
+	T   Mem // activation rows, in the argument frame (loaded by each loop over them)
+	acc Register
 }
+
+// Kinds of tile kernel, by the registers they need (tileSig).
+const (
+	tileRows   = iota // addresses the eight rows together (row, rowScales): w4, l3
+	tileRowLoop       // walks the rows one at a time from w0 and keeps nb on the stack
+)
 
 // tileSig declares a tile kernel and loads its arguments:
 //
 //	func(w []byte, ldw int, x []byte, ldx int, aux []int32, nb, T int, acc []float32)
-func tileSig(name, doc string, flags ...attr.Attribute) tileArgs {
-	f := attr.NOSPLIT
-	if len(flags) > 0 {
-		f = flags[0]
-	}
-	TEXT(name, f, "func(w []byte, ldw int, x []byte, ldx int, aux []int32, nb int, T int, acc []float32)")
+//
+// Kernels with a frame too large for NOSPLIT give flags 0.
+func tileSig(name, doc string, kind int, flags attr.Attribute) tileArgs {
+	TEXT(name, flags, "func(w []byte, ldw int, x []byte, ldx int, aux []int32, nb int, T int, acc []float32)")
 	Pragma("noescape")
 	Doc(doc)
 	var a tileArgs
@@ -80,15 +90,40 @@ func tileSig(name, doc string, flags ...attr.Attribute) tileArgs {
 	a.ldw = Load(Param("ldw"), GP64())
 	a.x = Load(Param("x").Base(), GP64())
 	a.ldx = Load(Param("ldx"), GP64())
-	a.nb = Load(Param("nb"), GP64())
-	a.T = Load(Param("T"), GP64())
+	a.T = paramMem("T")
 	a.acc = Load(Param("acc").Base(), GP64())
-	a.w4, a.pf = GP64(), GP64()
-	LEAQ(Mem{Base: a.w0, Index: a.ldw, Scale: 4}, a.w4)
+	a.pf = GP64()
 	LEAQ(Mem{Base: a.w0, Index: a.ldw, Scale: 8}, a.pf)
-	a.l3 = GP64()
-	LEAQ(Mem{Base: a.ldw, Index: a.ldw, Scale: 2}, a.l3)
+	switch kind {
+	case tileRows:
+		a.nb = Load(Param("nb"), GP64())
+		a.w4, a.l3 = GP64(), GP64()
+		LEAQ(Mem{Base: a.w0, Index: a.ldw, Scale: 4}, a.w4)
+		LEAQ(Mem{Base: a.ldw, Index: a.ldw, Scale: 2}, a.l3)
+	case tileRowLoop:
+		nb := AllocLocal(8)
+		g := Load(Param("nb"), GP64())
+		MOVQ(g, nb)
+		a.nb = nb
+	}
 	return a
+}
+
+// paramMem is the argument's slot in the frame.
+func paramMem(name string) Mem {
+	b, err := Param(name).Resolve()
+	if err != nil {
+		panic(err)
+	}
+	return b.Addr
+}
+
+// empty jumps to done when there are no blocks or no activation rows.
+func (a tileArgs) empty() {
+	CMPQ(a.nb, U8(0))
+	JEQ(LabelRef("done"))
+	CMPQ(a.T, U8(0))
+	JEQ(LabelRef("done"))
 }
 
 // row returns the address of byte off of tile row r at the current block.
@@ -111,7 +146,9 @@ func (a tileArgs) row(r, off int) Mem {
 // advance moves the row pointers on by one block of size bytes.
 func (a tileArgs) advance(size int) {
 	ADDQ(U32(size), a.w0)
-	ADDQ(U32(size), a.w4)
+	if a.w4 != nil {
+		ADDQ(U32(size), a.w4)
+	}
 	ADDQ(U32(8*size), a.pf)
 }
 
@@ -197,12 +234,9 @@ func transpose4x8(m func(r int) Mem) [4]VecVirtual {
 // 8*2*15*128 = 30720), and VPMADDWD finishes each row's sum in its dword. aux holds 8 times the
 // sum of each activation block's quants, so that (q-8)·y is q·y less the block's term.
 func q4_0Tile() {
-	a := tileSig("q4_0Tile8AVX2", "q4_0Tile8AVX2 adds eight rows of repacked Q4_0 times T activation rows into acc.")
+	a := tileSig("q4_0Tile8AVX2", "q4_0Tile8AVX2 adds eight rows of repacked Q4_0 times T activation rows into acc.", tileRows, attr.NOSPLIT)
 	a.aux = Load(Param("aux").Base(), GP64())
-	TESTQ(a.nb, a.nb)
-	JZ(LabelRef("done"))
-	TESTQ(a.T, a.T)
-	JZ(LabelRef("done"))
+	a.empty()
 	Label("block")
 	a.prefetchRows(1)
 	raw := transpose4x8(func(r int) Mem { return a.row(r, 2) })
@@ -276,15 +310,12 @@ const q4KAccStride = 32
 // rows pass over them, first the low nibbles (sub-block 2c) then the high ones (2c+1).
 func q4KTile(name string, gemm bool) {
 	// Its stack frame is beyond what a NOSPLIT function may take.
-	a := tileSig(name, name+" adds eight rows of repacked Q4_K times T activation rows into acc (q4KAccStride floats per row).", 0)
+	a := tileSig(name, name+" adds eight rows of repacked Q4_K times T activation rows into acc (q4KAccStride floats per row).", tileRows, 0)
 	sc := AllocLocal(8 * 32)  // per sub-block: the rows' scales as int16 pairs
 	mn := AllocLocal(8 * 32)  // and their mins
 	raw := AllocLocal(8 * 32) // the current chunk's quants, interleaved
 	dws := AllocLocal(2 * 32) // the rows' d and dmin as float32
-	TESTQ(a.nb, a.nb)
-	JZ(LabelRef("done"))
-	TESTQ(a.T, a.T)
-	JZ(LabelRef("done"))
+	a.empty()
 	Label("block")
 	a.prefetchRows(144)
 
@@ -453,12 +484,9 @@ func q4KTile(name string, gemm bool) {
 // |y| <= 127 keep the pair sums within int16); QuantizeRow never makes -128, and X86Rows
 // takes the one-row kernels for activations that have one.
 func q8_0Tile() {
-	a := tileSig("q8_0Tile8AVX2", "q8_0Tile8AVX2 adds eight rows of Q8_0 times T activation rows into acc (64 floats per activation row: 8 lanes per weight row).")
+	a := tileSig("q8_0Tile8AVX2", "q8_0Tile8AVX2 adds eight rows of Q8_0 times T activation rows into acc (64 floats per activation row: 8 lanes per weight row).", tileRows, attr.NOSPLIT)
 	dws := AllocLocal(32)
-	TESTQ(a.nb, a.nb)
-	JZ(LabelRef("done"))
-	TESTQ(a.T, a.T)
-	JZ(LabelRef("done"))
+	a.empty()
 	Label("block")
 	a.prefetchRows(1)
 	var wa [8]VecVirtual
@@ -538,13 +566,10 @@ func laneSums(a tileArgs) {
 // the activation's quants and eight VPMADDWD with the scales, less 32 times the scaled bsums,
 // as llama.cpp's current AVX2 kernel (and quant's avx2DotQ6K) computes them.
 func q6KTile() {
-	a := tileSig("q6KTile8AVX2", "q6KTile8AVX2 adds eight rows of Q6_K times T activation rows into acc (64 floats per activation row: 8 lanes per weight row).", 0)
+	a := tileSig("q6KTile8AVX2", "q6KTile8AVX2 adds eight rows of Q6_K times T activation rows into acc (64 floats per activation row: 8 lanes per weight row).", tileRowLoop, 0)
 	scales := AllocLocal(8 * 32) // the row's scale words for each of its eight 32-element groups
 	sc16 := AllocLocal(32)       // the row's 16 scales as int16, for the bsum term
-	TESTQ(a.nb, a.nb)
-	JZ(LabelRef("done"))
-	TESTQ(a.T, a.T)
-	JZ(LabelRef("done"))
+	a.empty()
 	low4, thirty := YMM(), YMM()
 	VMOVDQU(tLow4, low4)
 	VMOVDQU(tThirty, thirty)
@@ -649,6 +674,140 @@ func q6KTile() {
 	DECQ(a.nb)
 	JNZ(LabelRef("block"))
 	laneSums(a)
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
+// q5KAccStride is the floats of a Q5_K tile's acc per activation row: for each weight row its
+// eight lanes and its min term (9 floats, 36 bytes).
+const q5KAccStride = 72
+
+// q5KTile is the Q5_K tile: ggml_vec_dot_q5_K_q8_K as quant's x86Q5K computes it, the scaled
+// quants in eight float lanes per output and the min term as an int32 fused into a scalar per
+// super-block, added at the end. As in the Q6_K tile, per super-block and row the quants are
+// decoded and the scales spread once for all T activation rows.
+func q5KTile() {
+	a := tileSig("q5KTile8AVX2", "q5KTile8AVX2 adds eight rows of Q5_K times T activation rows into acc (q5KAccStride floats per activation row).", tileRowLoop, 0)
+	scales := AllocLocal(8 * 32) // per sub-block: the row's scale in every int16
+	mins := AllocLocal(32)       // the row's mins, each twice, as int16
+	dws := AllocLocal(8)         // the row's d and dmin as float32
+	a.empty()
+	Label("block")
+	a.prefetchRows(176)
+	wr, accr, r := GP64(), GP64(), GP64()
+	MOVQ(a.w0, wr)
+	MOVQ(a.acc, accr)
+	MOVQ(U32(8), r)
+	Label("row")
+	h := XMM()
+	VMOVD(Mem{Base: wr}, h)
+	VCVTPH2PS(h, h)
+	VMOVQ(h, dws)
+	u0, u1 := kScalesMins(wr)
+	mn := XMM()
+	VMOVQ(u1, mn)
+	VPUNPCKLBW(mn, mn, mn)
+	mw := YMM()
+	VPMOVZXBW(mn, mw)
+	VMOVDQU(mw, mins)
+	scw := wordScales(u0)
+	for k := 0; k < 8; k++ {
+		s := YMM()
+		VPSHUFB(tK4Shuf.Offset(32*k), scw, s)
+		VMOVDQU(s, scales.Offset(32*k))
+	}
+	// Pair j: the low nibbles of qs[32j..] with bit 2j of qh (sub-block 2j), the high ones with
+	// bit 2j+1 (sub-block 2j+1).
+	qh := YMM()
+	VMOVDQU(Mem{Base: wr, Disp: 16}, qh)
+	var q [8]VecVirtual
+	for j := 0; j < 4; j++ {
+		lo, hi, b := YMM(), YMM(), YMM()
+		VMOVDQU(Mem{Base: wr, Disp: 48 + 32*j}, lo)
+		VPSRLW(U8(4), lo, hi)
+		VPAND(tLow4, lo, lo)
+		VPAND(tLow4, hi, hi)
+		bitTo(qh, b, 2*j, 4)
+		VPAND(tSixteen, b, b)
+		VPOR(b, lo, lo)
+		bitTo(qh, b, 2*j+1, 4)
+		VPAND(tSixteen, b, b)
+		VPOR(b, hi, hi)
+		q[2*j], q[2*j+1] = lo, hi
+	}
+
+	xt, acct, t := GP64(), GP64(), GP64()
+	MOVQ(a.x, xt)
+	MOVQ(accr, acct)
+	MOVQ(a.T, t)
+	Label("token")
+	var sum VecVirtual
+	for k, v := range q {
+		p := YMM()
+		VPMADDUBSW(Mem{Base: xt, Disp: 4 + 32*k}, v, p)
+		VPMADDWD(scales.Offset(32*k), p, p)
+		if k == 0 {
+			sum = p
+			continue
+		}
+		VPADDD(p, sum, sum)
+	}
+	VCVTDQ2PS(sum, sum)
+	yd := XMM()
+	VMOVSS(Mem{Base: xt}, yd)
+	d := XMM()
+	VMULSS(dws, yd, d) // y.d * fp16(w.d)
+	dd := YMM()
+	VBROADCASTSS(d, dd)
+	acc := YMM()
+	VMOVUPS(Mem{Base: acct}, acc)
+	VFMADD231PS(sum, dd, acc)
+	VMOVUPS(acc, Mem{Base: acct})
+	// summs -= y.d*fp16(w.dmin) * sum of m_j*(bsum 2j + bsum 2j+1), one rounding.
+	m := YMM()
+	VMOVDQU(mins, m)
+	VPMADDWD(Mem{Base: xt, Disp: 260}, m, m)
+	ms := hsumInt(m)
+	VCVTDQ2PS(ms, ms)
+	VMULSS(dws.Offset(4), yd, d)
+	summs := XMM()
+	VMOVSS(Mem{Base: acct, Disp: 32}, summs)
+	VFNMADD231SS(d, ms, summs)
+	VMOVSS(summs, Mem{Base: acct, Disp: 32})
+	ADDQ(a.ldx, xt)
+	ADDQ(U32(4*q5KAccStride), acct)
+	DECQ(t)
+	JNZ(LabelRef("token"))
+
+	ADDQ(a.ldw, wr)
+	ADDQ(U8(36), accr)
+	DECQ(r)
+	JNZ(LabelRef("row"))
+
+	a.advance(176)
+	ADDQ(U32(292), a.x)
+	DECQ(a.nb)
+	JNZ(LabelRef("block"))
+
+	// hsum_float_8 of each row's lanes plus its min terms, into acc[t*72+r].
+	acct2, t2 := GP64(), GP64()
+	MOVQ(a.acc, acct2)
+	MOVQ(a.T, t2)
+	Label("sums")
+	var res [8]VecVirtual
+	for r := range res {
+		v := YMM()
+		VMOVUPS(Mem{Base: acct2, Disp: 36 * r}, v)
+		res[r] = hsum8(v)
+		VADDSS(Mem{Base: acct2, Disp: 36*r + 32}, res[r], res[r])
+	}
+	for r, v := range res {
+		VMOVSS(v, Mem{Base: acct2, Disp: 4 * r})
+	}
+	ADDQ(U32(4*q5KAccStride), acct2)
+	DECQ(t2)
+	JNZ(LabelRef("sums"))
 	Label("done")
 	VZEROUPPER()
 	RET()
