@@ -41,6 +41,90 @@ func attnToF16AVX2(dst []uint16, src []float32)
 //go:noescape
 func attnDotsAVX2(out []float32, q []float32, k []float32, stride int, scale float32)
 
+// attnDots3x1AVX2 writes, for the 3 queries i of 64 values at q[i*qstride:], the
+// scores quant.DotF32Vec(k[p*stride:p*stride+64] (widened), query i) * scale to
+// out[i*ostride+p] for every p < n; k holds them all.
+//
+//go:noescape
+func attnDots3x1AVX2(out []float32, ostride int, q []float32, qstride int, k []float32, stride int, n int, scale float32)
+
+// attnDots2x1AVX2 writes, for the 2 queries i of 64 values at q[i*qstride:], the
+// scores quant.DotF32Vec(k[p*stride:p*stride+64] (widened), query i) * scale to
+// out[i*ostride+p] for every p < n; k holds them all.
+//
+//go:noescape
+func attnDots2x1AVX2(out []float32, ostride int, q []float32, qstride int, k []float32, stride int, n int, scale float32)
+
+// attnDots3x2AVX2 writes, for the 3 queries i of 128 values at q[i*qstride:], the
+// scores quant.DotF32Vec(k[p*stride:p*stride+128] (widened), query i) * scale to
+// out[i*ostride+p] for every p < n; k holds them all.
+//
+//go:noescape
+func attnDots3x2AVX2(out []float32, ostride int, q []float32, qstride int, k []float32, stride int, n int, scale float32)
+
+// attnDots2x2AVX2 writes, for the 2 queries i of 128 values at q[i*qstride:], the
+// scores quant.DotF32Vec(k[p*stride:p*stride+128] (widened), query i) * scale to
+// out[i*ostride+p] for every p < n; k holds them all.
+//
+//go:noescape
+func attnDots2x2AVX2(out []float32, ostride int, q []float32, qstride int, k []float32, stride int, n int, scale float32)
+
+// attnDots3x3AVX2 writes, for the 3 queries i of 192 values at q[i*qstride:], the
+// scores quant.DotF32Vec(k[p*stride:p*stride+192] (widened), query i) * scale to
+// out[i*ostride+p] for every p < n; k holds them all.
+//
+//go:noescape
+func attnDots3x3AVX2(out []float32, ostride int, q []float32, qstride int, k []float32, stride int, n int, scale float32)
+
+// attnDots2x3AVX2 writes, for the 2 queries i of 192 values at q[i*qstride:], the
+// scores quant.DotF32Vec(k[p*stride:p*stride+192] (widened), query i) * scale to
+// out[i*ostride+p] for every p < n; k holds them all.
+//
+//go:noescape
+func attnDots2x3AVX2(out []float32, ostride int, q []float32, qstride int, k []float32, stride int, n int, scale float32)
+
+// attnDots3x4AVX2 writes, for the 3 queries i of 256 values at q[i*qstride:], the
+// scores quant.DotF32Vec(k[p*stride:p*stride+256] (widened), query i) * scale to
+// out[i*ostride+p] for every p < n; k holds them all.
+//
+//go:noescape
+func attnDots3x4AVX2(out []float32, ostride int, q []float32, qstride int, k []float32, stride int, n int, scale float32)
+
+// attnDots2x4AVX2 writes, for the 2 queries i of 256 values at q[i*qstride:], the
+// scores quant.DotF32Vec(k[p*stride:p*stride+256] (widened), query i) * scale to
+// out[i*ostride+p] for every p < n; k holds them all.
+//
+//go:noescape
+func attnDots2x4AVX2(out []float32, ostride int, q []float32, qstride int, k []float32, stride int, n int, scale float32)
+
+// attnDots3x9AVX2 writes, for the 3 queries i of 576 values at q[i*qstride:], the
+// scores quant.DotF32Vec(k[p*stride:p*stride+576] (widened), query i) * scale to
+// out[i*ostride+p] for every p < n; k holds them all.
+//
+//go:noescape
+func attnDots3x9AVX2(out []float32, ostride int, q []float32, qstride int, k []float32, stride int, n int, scale float32)
+
+// attnDots2x9AVX2 writes, for the 2 queries i of 576 values at q[i*qstride:], the
+// scores quant.DotF32Vec(k[p*stride:p*stride+576] (widened), query i) * scale to
+// out[i*ostride+p] for every p < n; k holds them all.
+//
+//go:noescape
+func attnDots2x9AVX2(out []float32, ostride int, q []float32, qstride int, k []float32, stride int, n int, scale float32)
+
+// attnDots3AVX2 writes, for the 3 queries i of 64*steps values at q[i*qstride:], the
+// scores quant.DotF32Vec(k[p*stride:p*stride+64*steps] (widened), query i) * scale to
+// out[i*ostride+p] for every p < n; k holds them all.
+//
+//go:noescape
+func attnDots3AVX2(out []float32, ostride int, q []float32, qstride int, k []float32, stride int, n int, steps int, scale float32)
+
+// attnDots2AVX2 writes, for the 2 queries i of 64*steps values at q[i*qstride:], the
+// scores quant.DotF32Vec(k[p*stride:p*stride+64*steps] (widened), query i) * scale to
+// out[i*ostride+p] for every p < n; k holds them all.
+//
+//go:noescape
+func attnDots2AVX2(out []float32, ostride int, q []float32, qstride int, k []float32, stride int, n int, steps int, scale float32)
+
 // attnWSumVecAVX2 writes to out[d] the weighted sum over positions p of w[p] * v[d*stride+p] as
 // quant.DotF32Vec sums it over the n positions padded to a multiple of 64 with zero weights
 // and values: the weights w[n:] up to the next multiple of 64 are zero, and v's values there
@@ -69,11 +153,127 @@ func attnWSumRowsAVX2(out []float32, w []float32, v []float32, stride int, n int
 //go:noescape
 func attnWSumRows16AVX2(out []float32, w []float32, v []float32, stride int, n int, acc []float32)
 
+// attnWSumRowsx2AVX2 writes, for the 2 queries i with weights at w[i*wstride:], to out[i*ostride+d]
+// the weighted sum over the n positions p of w[i*wstride+p] * v[p*stride+d] for d < dv (a
+// multiple of 32), in the order of quant.DotF32Vec (positions padded to a multiple of 64);
+// acc holds 4096 floats of scratch.
+//
+//go:noescape
+func attnWSumRowsx2AVX2(out []float32, ostride int, w []float32, wstride int, v []float32, stride int, n int, dv int, acc []float32)
+
+// attnWSumRows16x2AVX2 writes, for the 2 queries i with weights at w[i*wstride:], to out[i*ostride+d]
+// the weighted sum over the n positions p of w[i*wstride+p] * v[p*stride+d] for d < dv (a
+// multiple of 32), in the order of quant.DotF32Lanes16 (positions padded to a multiple of 16);
+// acc holds 1024 floats of scratch.
+//
+//go:noescape
+func attnWSumRows16x2AVX2(out []float32, ostride int, w []float32, wstride int, v []float32, stride int, n int, dv int, acc []float32)
+
+// attnWSumRowsx3AVX2 writes, for the 3 queries i with weights at w[i*wstride:], to out[i*ostride+d]
+// the weighted sum over the n positions p of w[i*wstride+p] * v[p*stride+d] for d < dv (a
+// multiple of 32), in the order of quant.DotF32Vec (positions padded to a multiple of 64);
+// acc holds 6144 floats of scratch.
+//
+//go:noescape
+func attnWSumRowsx3AVX2(out []float32, ostride int, w []float32, wstride int, v []float32, stride int, n int, dv int, acc []float32)
+
+// attnWSumRows16x3AVX2 writes, for the 3 queries i with weights at w[i*wstride:], to out[i*ostride+d]
+// the weighted sum over the n positions p of w[i*wstride+p] * v[p*stride+d] for d < dv (a
+// multiple of 32), in the order of quant.DotF32Lanes16 (positions padded to a multiple of 16);
+// acc holds 1536 floats of scratch.
+//
+//go:noescape
+func attnWSumRows16x3AVX2(out []float32, ostride int, w []float32, wstride int, v []float32, stride int, n int, dv int, acc []float32)
+
 // attnDotsF16AVX2 writes quant.DotF32Vec(k[p*stride:p*stride+len(q)] (widened), q) * scale to out[p] for
 // every p < len(out) (ggml_vec_dot_f32 on AVX-512, then a float32 product); k holds them all.
 //
 //go:noescape
 func attnDotsF16AVX2(out []float32, q []float32, k []uint16, stride int, scale float32)
+
+// attnDots3x1F16AVX2 writes, for the 3 queries i of 64 values at q[i*qstride:], the
+// scores quant.DotF32Vec(k[p*stride:p*stride+64] (widened), query i) * scale to
+// out[i*ostride+p] for every p < n; k holds them all.
+//
+//go:noescape
+func attnDots3x1F16AVX2(out []float32, ostride int, q []float32, qstride int, k []uint16, stride int, n int, scale float32)
+
+// attnDots2x1F16AVX2 writes, for the 2 queries i of 64 values at q[i*qstride:], the
+// scores quant.DotF32Vec(k[p*stride:p*stride+64] (widened), query i) * scale to
+// out[i*ostride+p] for every p < n; k holds them all.
+//
+//go:noescape
+func attnDots2x1F16AVX2(out []float32, ostride int, q []float32, qstride int, k []uint16, stride int, n int, scale float32)
+
+// attnDots3x2F16AVX2 writes, for the 3 queries i of 128 values at q[i*qstride:], the
+// scores quant.DotF32Vec(k[p*stride:p*stride+128] (widened), query i) * scale to
+// out[i*ostride+p] for every p < n; k holds them all.
+//
+//go:noescape
+func attnDots3x2F16AVX2(out []float32, ostride int, q []float32, qstride int, k []uint16, stride int, n int, scale float32)
+
+// attnDots2x2F16AVX2 writes, for the 2 queries i of 128 values at q[i*qstride:], the
+// scores quant.DotF32Vec(k[p*stride:p*stride+128] (widened), query i) * scale to
+// out[i*ostride+p] for every p < n; k holds them all.
+//
+//go:noescape
+func attnDots2x2F16AVX2(out []float32, ostride int, q []float32, qstride int, k []uint16, stride int, n int, scale float32)
+
+// attnDots3x3F16AVX2 writes, for the 3 queries i of 192 values at q[i*qstride:], the
+// scores quant.DotF32Vec(k[p*stride:p*stride+192] (widened), query i) * scale to
+// out[i*ostride+p] for every p < n; k holds them all.
+//
+//go:noescape
+func attnDots3x3F16AVX2(out []float32, ostride int, q []float32, qstride int, k []uint16, stride int, n int, scale float32)
+
+// attnDots2x3F16AVX2 writes, for the 2 queries i of 192 values at q[i*qstride:], the
+// scores quant.DotF32Vec(k[p*stride:p*stride+192] (widened), query i) * scale to
+// out[i*ostride+p] for every p < n; k holds them all.
+//
+//go:noescape
+func attnDots2x3F16AVX2(out []float32, ostride int, q []float32, qstride int, k []uint16, stride int, n int, scale float32)
+
+// attnDots3x4F16AVX2 writes, for the 3 queries i of 256 values at q[i*qstride:], the
+// scores quant.DotF32Vec(k[p*stride:p*stride+256] (widened), query i) * scale to
+// out[i*ostride+p] for every p < n; k holds them all.
+//
+//go:noescape
+func attnDots3x4F16AVX2(out []float32, ostride int, q []float32, qstride int, k []uint16, stride int, n int, scale float32)
+
+// attnDots2x4F16AVX2 writes, for the 2 queries i of 256 values at q[i*qstride:], the
+// scores quant.DotF32Vec(k[p*stride:p*stride+256] (widened), query i) * scale to
+// out[i*ostride+p] for every p < n; k holds them all.
+//
+//go:noescape
+func attnDots2x4F16AVX2(out []float32, ostride int, q []float32, qstride int, k []uint16, stride int, n int, scale float32)
+
+// attnDots3x9F16AVX2 writes, for the 3 queries i of 576 values at q[i*qstride:], the
+// scores quant.DotF32Vec(k[p*stride:p*stride+576] (widened), query i) * scale to
+// out[i*ostride+p] for every p < n; k holds them all.
+//
+//go:noescape
+func attnDots3x9F16AVX2(out []float32, ostride int, q []float32, qstride int, k []uint16, stride int, n int, scale float32)
+
+// attnDots2x9F16AVX2 writes, for the 2 queries i of 576 values at q[i*qstride:], the
+// scores quant.DotF32Vec(k[p*stride:p*stride+576] (widened), query i) * scale to
+// out[i*ostride+p] for every p < n; k holds them all.
+//
+//go:noescape
+func attnDots2x9F16AVX2(out []float32, ostride int, q []float32, qstride int, k []uint16, stride int, n int, scale float32)
+
+// attnDots3F16AVX2 writes, for the 3 queries i of 64*steps values at q[i*qstride:], the
+// scores quant.DotF32Vec(k[p*stride:p*stride+64*steps] (widened), query i) * scale to
+// out[i*ostride+p] for every p < n; k holds them all.
+//
+//go:noescape
+func attnDots3F16AVX2(out []float32, ostride int, q []float32, qstride int, k []uint16, stride int, n int, steps int, scale float32)
+
+// attnDots2F16AVX2 writes, for the 2 queries i of 64*steps values at q[i*qstride:], the
+// scores quant.DotF32Vec(k[p*stride:p*stride+64*steps] (widened), query i) * scale to
+// out[i*ostride+p] for every p < n; k holds them all.
+//
+//go:noescape
+func attnDots2F16AVX2(out []float32, ostride int, q []float32, qstride int, k []uint16, stride int, n int, steps int, scale float32)
 
 // attnWSumVecF16AVX2 writes to out[d] the weighted sum over positions p of w[p] * v[d*stride+p] as
 // quant.DotF32Vec sums it over the n positions padded to a multiple of 64 with zero weights
@@ -102,3 +302,35 @@ func attnWSumRowsF16AVX2(out []float32, w []float32, v []uint16, stride int, n i
 //
 //go:noescape
 func attnWSumRows16F16AVX2(out []float32, w []float32, v []uint16, stride int, n int, acc []float32)
+
+// attnWSumRowsx2F16AVX2 writes, for the 2 queries i with weights at w[i*wstride:], to out[i*ostride+d]
+// the weighted sum over the n positions p of w[i*wstride+p] * v[p*stride+d] for d < dv (a
+// multiple of 32), in the order of quant.DotF32Vec (positions padded to a multiple of 64);
+// acc holds 4096 floats of scratch.
+//
+//go:noescape
+func attnWSumRowsx2F16AVX2(out []float32, ostride int, w []float32, wstride int, v []uint16, stride int, n int, dv int, acc []float32)
+
+// attnWSumRows16x2F16AVX2 writes, for the 2 queries i with weights at w[i*wstride:], to out[i*ostride+d]
+// the weighted sum over the n positions p of w[i*wstride+p] * v[p*stride+d] for d < dv (a
+// multiple of 32), in the order of quant.DotF32Lanes16 (positions padded to a multiple of 16);
+// acc holds 1024 floats of scratch.
+//
+//go:noescape
+func attnWSumRows16x2F16AVX2(out []float32, ostride int, w []float32, wstride int, v []uint16, stride int, n int, dv int, acc []float32)
+
+// attnWSumRowsx3F16AVX2 writes, for the 3 queries i with weights at w[i*wstride:], to out[i*ostride+d]
+// the weighted sum over the n positions p of w[i*wstride+p] * v[p*stride+d] for d < dv (a
+// multiple of 32), in the order of quant.DotF32Vec (positions padded to a multiple of 64);
+// acc holds 6144 floats of scratch.
+//
+//go:noescape
+func attnWSumRowsx3F16AVX2(out []float32, ostride int, w []float32, wstride int, v []uint16, stride int, n int, dv int, acc []float32)
+
+// attnWSumRows16x3F16AVX2 writes, for the 3 queries i with weights at w[i*wstride:], to out[i*ostride+d]
+// the weighted sum over the n positions p of w[i*wstride+p] * v[p*stride+d] for d < dv (a
+// multiple of 32), in the order of quant.DotF32Lanes16 (positions padded to a multiple of 16);
+// acc holds 1536 floats of scratch.
+//
+//go:noescape
+func attnWSumRows16x3F16AVX2(out []float32, ostride int, w []float32, wstride int, v []uint16, stride int, n int, dv int, acc []float32)

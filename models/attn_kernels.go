@@ -13,6 +13,12 @@ var (
 	dotsF32 = dotsF32Go
 	dotsF16 = dotsF16Go
 
+	// dotsMultiF32 and dotsMultiF16 are dotsF32 and dotsF16 for nq <= 3 queries of dk values
+	// at q[i*qstride:] against the same n rows, query i's scores to out[i*ostride:][:n]:
+	// the keys are read once for all of them.
+	dotsMultiF32 = dotsMultiF32Go
+	dotsMultiF16 = dotsMultiF16Go
+
 	// softmaxBlocks is SoftmaxPadded of x[:n]; x has room for n rounded up to a multiple of 16,
 	// and what it holds after n is undefined afterwards.
 	softmaxBlocks = softmaxBlocksGo
@@ -37,6 +43,13 @@ var (
 	wsumRowsF16   = wsumRowsF16Go
 	wsumRows16F16 = wsumRows16F16Go
 
+	// wsumRowsMulti and wsumRowsMultiF16 are the wsumRows* kernels (16 lanes if batched, else
+	// 64) for nq <= 3 queries with the same n positions and weights at w[i*wstride:], over the
+	// same rows, query i's dv sums to out[i*ostride:]: the values are read once for all of
+	// them. acc is scratch of 64*96 floats.
+	wsumRowsMulti    = wsumRowsMultiGo
+	wsumRowsMultiF16 = wsumRowsMultiF16Go
+
 	// swigluBlocks writes siluAVX512(g[i]) * u[i] to dst[i] for i < len(dst), a multiple of
 	// 16 (the vector part of SwiGLU); dst may be g.
 	swigluBlocks = swigluBlocksGo
@@ -57,6 +70,18 @@ func dotsF32Go(out, q, k []float32, stride int, scale float32) {
 func dotsF16Go(out, q []float32, k []uint16, stride int, scale float32) {
 	for p := range out {
 		out[p] = dotF16Vec(k[p*stride:p*stride+len(q)], q) * scale
+	}
+}
+
+func dotsMultiF32Go(out []float32, ostride int, q []float32, qstride, nq, dk int, k []float32, stride, n int, scale float32) {
+	for i := 0; i < nq; i++ {
+		dotsF32Go(out[i*ostride:][:n], q[i*qstride:][:dk], k, stride, scale)
+	}
+}
+
+func dotsMultiF16Go(out []float32, ostride int, q []float32, qstride, nq, dk int, k []uint16, stride, n int, scale float32) {
+	for i := 0; i < nq; i++ {
+		dotsF16Go(out[i*ostride:][:n], q[i*qstride:][:dk], k, stride, scale)
 	}
 }
 
@@ -145,6 +170,26 @@ func wsumGo(out, w, v32 []float32, v16 []uint16, ds, ps, n, lanes int) {
 		} else {
 			out[d] = quant.HSum16(&acc[0])
 		}
+	}
+}
+
+func wsumRowsMultiGo(out []float32, ostride int, w []float32, wstride int, v []float32, stride, n, nq, dv int, batched bool, acc []float32) {
+	f := wsumRowsGo
+	if batched {
+		f = wsumRows16Go
+	}
+	for i := 0; i < nq; i++ {
+		f(out[i*ostride:][:dv], w[i*wstride:], v, stride, n, acc)
+	}
+}
+
+func wsumRowsMultiF16Go(out []float32, ostride int, w []float32, wstride int, v []uint16, stride, n, nq, dv int, batched bool, acc []float32) {
+	f := wsumRowsF16Go
+	if batched {
+		f = wsumRows16F16Go
+	}
+	for i := 0; i < nq; i++ {
+		f(out[i*ostride:][:dv], w[i*wstride:], v, stride, n, acc)
 	}
 }
 

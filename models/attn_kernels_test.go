@@ -75,6 +75,31 @@ func TestAttnDots(t *testing.T) {
 	}
 }
 
+// TestAttnDotsMulti: the queries that share keys, for the head sizes with unrolled kernels,
+// one with a loop (320), and one the kernels leave to dotsF32/F16 (100).
+func TestAttnDotsMulti(t *testing.T) {
+	r := rand.New(rand.NewPCG(59, 60))
+	for _, dk := range []int{64, 128, 192, 256, 320, 576, 100} {
+		for nq := 1; nq <= 3; nq++ {
+			for _, n := range []int{1, 5, 70} {
+				stride, qs, os := dk+r.IntN(3), dk+r.IntN(3), n+r.IntN(3)
+				q := randFloats(r, (nq-1)*qs+dk, 1, true)
+				scale := float32(0.0883)
+				got, want := make([]float32, (nq-1)*os+n), make([]float32, (nq-1)*os+n)
+				k := randFloats(r, (n-1)*stride+dk, 1, true)
+				dotsMultiF32(got, os, q, qs, nq, dk, k, stride, n, scale)
+				dotsMultiF32Go(want, os, q, qs, nq, dk, k, stride, n, scale)
+				sameFloats(t, fmt.Sprintf("F32 dk=%d nq=%d n=%d", dk, nq, n), got, want)
+				k16 := randHalves(r, (n-1)*stride+dk, true)
+				roundF16Go(q)
+				dotsMultiF16(got, os, q, qs, nq, dk, k16, stride, n, scale)
+				dotsMultiF16Go(want, os, q, qs, nq, dk, k16, stride, n, scale)
+				sameFloats(t, fmt.Sprintf("F16 dk=%d nq=%d n=%d", dk, nq, n), got, want)
+			}
+		}
+	}
+}
+
 func TestDotF16VecIsDotF32Vec(t *testing.T) {
 	r := rand.New(rand.NewPCG(53, 54))
 	for _, n := range dotLens {
@@ -196,6 +221,41 @@ func TestAttnWSum(t *testing.T) {
 	}
 }
 
+// TestAttnWSumRowsMulti: MLA's weighted sums of several heads that share the latent rows,
+// with value counts that the kernels take (whole tiles of 32) and not.
+func TestAttnWSumRowsMulti(t *testing.T) {
+	r := rand.New(rand.NewPCG(61, 62))
+	for _, dv := range []int{32, 64, 128, 512, 48} {
+		for nq := 1; nq <= 3; nq++ {
+			for _, n := range []int{1, 15, 16, 17, 64, 65, 130} {
+				for _, batched := range []bool{false, true} {
+					stride, ws, os := dv+16+r.IntN(3), (n+63)&^63+r.IntN(3), dv+r.IntN(3)
+					w := make([]float32, (nq-1)*ws+(n+63)&^63)
+					for i := 0; i < nq; i++ {
+						for p := 0; p < n; p++ {
+							w[i*ws+p] = float32(r.Float64())
+							if r.IntN(8) == 0 {
+								w[i*ws+p] = specials[r.IntN(len(specials))]
+							}
+						}
+					}
+					size := (n-1)*stride + dv
+					v32, v16 := randFloats(r, size, 1, true), randHalves(r, size, true)
+					acc := make([]float32, 64*96)
+					got, want := make([]float32, (nq-1)*os+dv), make([]float32, (nq-1)*os+dv)
+					name := fmt.Sprintf("dv=%d nq=%d n=%d batched=%v", dv, nq, n, batched)
+					wsumRowsMulti(got, os, w, ws, v32, stride, n, nq, dv, batched, acc)
+					wsumRowsMultiGo(want, os, w, ws, v32, stride, n, nq, dv, batched, nil)
+					sameFloats(t, "F32 "+name, got, want)
+					wsumRowsMultiF16(got, os, w, ws, v16, stride, n, nq, dv, batched, acc)
+					wsumRowsMultiF16Go(want, os, w, ws, v16, stride, n, nq, dv, batched, nil)
+					sameFloats(t, "F16 "+name, got, want)
+				}
+			}
+		}
+	}
+}
+
 // TestAttnWSumSignedZeros: weights and values whose products underflow to -0, in sums that
 // stay zero, where the padding's zero products (+0) decide the sign.
 func TestAttnWSumSignedZeros(t *testing.T) {
@@ -298,6 +358,31 @@ func FuzzAttnDots(f *testing.F) {
 	})
 }
 
+func FuzzAttnDotsMulti(f *testing.F) {
+	f.Add(uint8(1), uint8(3), uint8(9), false, seedBytes(15, 3000, 1))
+	f.Add(uint8(8), uint8(2), uint8(3), true, seedBytes(16, 6000, 1))
+	f.Add(uint8(4), uint8(3), uint8(2), true, seedBytes(17, 3000, 1e10))
+	f.Fuzz(func(t *testing.T, steps, nq8, n8 uint8, f16 bool, data []byte) {
+		dk, nq, n := 64*(int(steps)%10+1), int(nq8)%3+1, int(n8)%20+1
+		x := floatsOf(data)
+		if len(x) < nq*dk+1+n*dk {
+			return
+		}
+		q, scale, k := x[:nq*dk], x[nq*dk], x[nq*dk+1:nq*dk+1+n*dk]
+		got, want := make([]float32, nq*n), make([]float32, nq*n)
+		if f16 {
+			k16 := halvesOf(data[4*(nq*dk+1):])[:n*dk]
+			roundF16Go(q)
+			dotsMultiF16(got, n, q, dk, nq, dk, k16, dk, n, scale)
+			dotsMultiF16Go(want, n, q, dk, nq, dk, k16, dk, n, scale)
+		} else {
+			dotsMultiF32(got, n, q, dk, nq, dk, k, dk, n, scale)
+			dotsMultiF32Go(want, n, q, dk, nq, dk, k, dk, n, scale)
+		}
+		sameFloats(t, "dots", got, want)
+	})
+}
+
 func FuzzAttnSoftmax(f *testing.F) {
 	f.Add(seedBytes(4, 40, 3))
 	f.Add(seedBytes(5, 16, 100))
@@ -337,6 +422,33 @@ func FuzzAttnWSum(f *testing.F) {
 		copy(w, x[:n])
 		v := x[n:]
 		wv.run(t, w, v[:size], halvesOf(data[4*n:])[:size], stride, n, dv)
+	})
+}
+
+func FuzzAttnWSumRowsMulti(f *testing.F) {
+	f.Add(uint8(3), uint8(2), uint8(70), false, seedBytes(18, 3000, 1))
+	f.Add(uint8(0), uint8(3), uint8(16), true, seedBytes(19, 3000, 1))
+	f.Fuzz(func(t *testing.T, tiles, nq8, n8 uint8, batched bool, data []byte) {
+		dv, nq, n := 32*(int(tiles)%4+1), int(nq8)%3+1, int(n8)%100+1
+		x := floatsOf(data)
+		ws := (n + 63) &^ 63
+		if len(x) < nq*ws+n*dv {
+			return
+		}
+		w := make([]float32, nq*ws)
+		for i := 0; i < nq; i++ {
+			copy(w[i*ws:i*ws+n], x[i*n:(i+1)*n])
+		}
+		v := x[nq*n : nq*n+n*dv]
+		v16 := halvesOf(data[4*nq*n:])[:n*dv]
+		got, want := make([]float32, nq*dv), make([]float32, nq*dv)
+		acc := make([]float32, 64*96)
+		wsumRowsMulti(got, dv, w, ws, v, dv, n, nq, dv, batched, acc)
+		wsumRowsMultiGo(want, dv, w, ws, v, dv, n, nq, dv, batched, nil)
+		sameFloats(t, "F32", got, want)
+		wsumRowsMultiF16(got, dv, w, ws, v16, dv, n, nq, dv, batched, acc)
+		wsumRowsMultiF16Go(want, dv, w, ws, v16, dv, n, nq, dv, batched, nil)
+		sameFloats(t, "F16", got, want)
 	})
 }
 

@@ -148,20 +148,29 @@ func (a *MLAttention) forwardLegacy(b Backend, c *LayerCache, q, ckv []float32, 
 }
 
 // attendLatent is attend for MLA's absorbed form, where every head attends over the one
-// latent row per position and the values are its first len(out) (rank) values: the weighted
-// sum runs along the rows of the cache, accumulated lane-major.
-func attendLatent(s *attnScratch, c *device.KVLayer, q []float32, a *device.AttnShape, n int, batched bool, out []float32) {
-	w := s.probs(c, q, 0, n, a.Scale)
-	acc := grow(&s.acc, 64*64)
-	switch {
-	case c.F16 && batched:
-		wsumRows16F16(out, w, c.K16, c.KDim, n, acc)
-	case c.F16:
-		wsumRowsF16(out, w, c.K16, c.KDim, n, acc)
-	case batched:
-		wsumRows16(out, w, c.K, c.KDim, n, acc)
-	default:
-		wsumRows(out, w, c.K, c.KDim, n, acc)
+// latent row per position and the values are its first DV (rank) values: the weighted sums
+// run along the rows of the cache, accumulated lane-major, for the group's queries together
+// where they see the same positions (the heads of a token).
+func attendLatent(s *attnScratch, c *device.KVLayer, a *device.AttnShape, batched bool) {
+	w, ws := s.probs(c, 0, a.Scale)
+	acc := grow(&s.acc, 64*96)
+	g := &s.g
+	dv := len(g.out[0])
+	for i := 0; i < g.nq; {
+		k := i + 1 // queries i..k-1 see the same positions
+		for k < g.nq && g.n[k] == g.n[i] {
+			k++
+		}
+		o := grow(&s.o, (k-i)*dv)
+		if c.F16 {
+			wsumRowsMultiF16(o, dv, w[i*ws:], ws, c.K16, c.KDim, g.n[i], k-i, dv, batched, acc)
+		} else {
+			wsumRowsMulti(o, dv, w[i*ws:], ws, c.K, c.KDim, g.n[i], k-i, dv, batched, acc)
+		}
+		for j := i; j < k; j++ {
+			copy(g.out[j], o[(j-i)*dv:(j-i+1)*dv])
+		}
+		i = k
 	}
 }
 

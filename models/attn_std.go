@@ -68,31 +68,36 @@ func (a *StdAttention) Forward(b Backend, c *LayerCache, x []float32, T, pos0 in
 	addBias(b, out, a.BO)
 }
 
-// attend writes to out the attention of one head's query q over the first n cached
-// positions of KV head kvh, in the arithmetic of llama.cpp's attention without flash
-// attention: the scores are ggml_vec_dot_f32 products, the softmax runs over the whole padded
-// KV length, and the weighted sum of values is a matrix product over the positions (tinyBLAS
-// when a batch of tokens is evaluated, ggml_vec_dot_f32 for one token) along the rows of the
-// transposed value cache. With an F16 cache, q and the probabilities are rounded to F16
-// first, as llama.cpp's matmuls against F16 K and V round their other operand. s is the
-// calling worker's scratch.
-func attend(s *attnScratch, c *device.KVLayer, q []float32, kvh int, a *device.AttnShape, n int, batched bool, out []float32) {
-	w := s.probs(c, q, kvh*a.KHeadStride, n, a.Scale)
+// attend writes the attention of the queries of s.g (heads of KV head kvh) over their
+// cached positions to their outputs, in the arithmetic of llama.cpp's attention without
+// flash attention: the scores are ggml_vec_dot_f32 products, the softmax runs over the
+// whole padded KV length, and the weighted sum of values is a matrix product over the
+// positions (tinyBLAS when a batch of tokens is evaluated, ggml_vec_dot_f32 for one token)
+// along the rows of the transposed value cache. With an F16 cache, q and the probabilities
+// are rounded to F16 first, as llama.cpp's matmuls against F16 K and V round their other
+// operand. s is the calling worker's scratch.
+//
+// The weighted sums go query by query: sharing the values between the queries of a group,
+// as the scores share the keys, measured no faster (their loop is bound by loads, not by
+// widening the values).
+func attend(s *attnScratch, c *device.KVLayer, kvh int, a *device.AttnShape, batched bool) {
+	w, ws := s.probs(c, kvh*a.KHeadStride, a.Scale)
 	size := kvPositions(c)
 	off := kvh * a.VHeadStride * size
-	if c.F16 {
-		f := wsumVecF16
-		if batched {
-			f = wsumLanesF16
+	g := &s.g
+	for i := 0; i < g.nq; i++ {
+		wi := w[i*ws : (i+1)*ws]
+		switch {
+		case c.F16 && batched:
+			wsumTransposed(wsumLanesF16, g.out[i], wi, c.V16[off:], size, g.n[i], true, &s.row16)
+		case c.F16:
+			wsumTransposed(wsumVecF16, g.out[i], wi, c.V16[off:], size, g.n[i], false, &s.row16)
+		case batched:
+			wsumTransposed(wsumLanes, g.out[i], wi, c.V[off:], size, g.n[i], true, &s.row32)
+		default:
+			wsumTransposed(wsumVec, g.out[i], wi, c.V[off:], size, g.n[i], false, &s.row32)
 		}
-		wsumTransposed(f, out, w, c.V16[off:], size, n, batched, &s.row16)
-		return
 	}
-	f := wsumVec
-	if batched {
-		f = wsumLanes
-	}
-	wsumTransposed(f, out, w, c.V[off:], size, n, batched, &s.row32)
 }
 
 // wsumTransposed is the weighted sum f over rows of a transposed value cache, whose padded
@@ -103,13 +108,7 @@ func wsumTransposed[E float32 | uint16](f func(out, w []float32, v []E, stride, 
 	if batched {
 		pad = (n + 15) &^ 15
 	}
-	safe := len(out)
-	if len(out) > 0 && (len(out)-1)*stride+pad > len(v) {
-		safe = 0
-		if len(v) >= pad {
-			safe = min(len(out), (len(v)-pad)/stride+1)
-		}
-	}
+	safe := safeRows(len(out), len(v), stride, pad)
 	f(out[:safe], w, v, stride, n)
 	for d := safe; d < len(out); d++ {
 		r := grow(row, pad)
@@ -117,6 +116,18 @@ func wsumTransposed[E float32 | uint16](f func(out, w []float32, v []E, stride, 
 		clear(r[n:])
 		f(out[d:d+1], w, r, pad, n)
 	}
+}
+
+// safeRows returns how many of rows rows of stride values from the start of n values have
+// room for a padded length of pad values each.
+func safeRows(rows, n, stride, pad int) int {
+	if rows == 0 || (rows-1)*stride+pad <= n {
+		return rows
+	}
+	if n < pad {
+		return 0
+	}
+	return min(rows, (n-pad)/stride+1)
 }
 
 // addBias adds bias, when there is one, to every row of x.

@@ -211,33 +211,44 @@ func TestAttendDecodeAllocs(t *testing.T) {
 	}
 }
 
-// TestAttnChunks checks that the chunks of a pass cover its (head, token) pairs in order and
-// split their work evenly: no chunk exceeds an even share by more than one pair's work.
+// TestAttnChunks checks that the chunks of a pass cover its groups in order and split
+// their work evenly: no chunk exceeds an even share by more than one group's work.
 func TestAttnChunks(t *testing.T) {
-	for _, heads := range []int{1, 3, 16} {
+	for _, hk := range [][2]int{{1, 1}, {3, 3}, {16, 16}, {8, 2}, {16, 1}} {
 		for _, T := range []int{1, 2, 7, 256} {
 			for _, pos0 := range []int{0, 5, 1000} {
 				for _, chunks := range []int{1, 2, 3, 8} {
-					j := &attnJob{a: device.AttnShape{Heads: heads}, pos0: pos0, T: T, chunks: min(chunks, heads*T)}
-					cost := func(p int) int64 { return int64(pos0 + p%T + 1 + attnPairCost) }
-					var total int64
-					for p := 0; p < heads*T; p++ {
-						total += cost(p)
+					j := &attnJob{a: device.AttnShape{Heads: hk[0], KVHeads: hk[1]}, pos0: pos0, T: T}
+					j.chunks = min(chunks, j.groups())
+					P, G := j.pairs()
+					group := hk[0] / hk[1]
+					cost := func(u int) int64 { // the work of group u
+						var w int64
+						for i := attnGroupMax * (u % G); i < min(attnGroupMax*(u%G+1), P); i++ {
+							w += int64(pos0 + i/group + 1 + attnPairCost)
+						}
+						return w
 					}
-					if j.start(0) != 0 || j.start(j.chunks) != heads*T {
-						t.Fatalf("h%d T%d pos0 %d chunks %d: chunks span [%d, %d)", heads, T, pos0, j.chunks, j.start(0), j.start(j.chunks))
+					var total, most int64
+					for u := 0; u < j.groups(); u++ {
+						total += cost(u)
+						most = max(most, cost(u))
+					}
+					name := fmt.Sprintf("heads %v T%d pos0 %d chunks %d", hk, T, pos0, j.chunks)
+					if j.start(0) != 0 || j.start(j.chunks) != j.groups() {
+						t.Fatalf("%s: chunks span [%d, %d) of %d groups", name, j.start(0), j.start(j.chunks), j.groups())
 					}
 					for c := 0; c < j.chunks; c++ {
 						lo, hi := j.start(c), j.start(c+1)
 						if hi < lo {
-							t.Fatalf("chunk %d: [%d, %d)", c, lo, hi)
+							t.Fatalf("%s: chunk %d is [%d, %d)", name, c, lo, hi)
 						}
 						var w int64
-						for p := lo; p < hi; p++ {
-							w += cost(p)
+						for u := lo; u < hi; u++ {
+							w += cost(u)
 						}
-						if limit := total/int64(j.chunks) + cost(T-1); w > limit {
-							t.Errorf("h%d T%d pos0 %d chunks %d: chunk %d has work %d, more than %d", heads, T, pos0, j.chunks, c, w, limit)
+						if limit := total/int64(j.chunks) + most; w > limit {
+							t.Errorf("%s: chunk %d has work %d, more than %d", name, c, w, limit)
 						}
 					}
 				}
@@ -297,9 +308,12 @@ func BenchmarkAttendDecode(b *testing.B) {
 }
 
 func BenchmarkAttendPrefill(b *testing.B) {
-	for _, T := range []int{256} {
+	for _, T := range []int{256, 1024} {
 		c := attnCase{heads: 16, kvHeads: 16, dk: 128, dv: 128, size: T}
 		for _, old := range []bool{false, true} {
+			if old && T > 256 {
+				continue // minutes
+			}
 			b.Run(fmt.Sprintf("std/T=%d/%s", T, map[bool]string{false: "new", true: "old"}[old]), func(b *testing.B) { benchAttend(b, c, 0, T, old) })
 		}
 	}

@@ -41,10 +41,16 @@ func attnKernels() {
 	attnToF16Kernel()
 	for _, k := range []attnElem{attnF32, attnF16} {
 		attnDots(k)
+		for _, steps := range []int{1, 2, 3, 4, 9, 0} {
+			attnDotsMulti(k, 3, steps)
+			attnDotsMulti(k, 2, steps)
+		}
 		attnWSumVec(k)
 		attnWSumLanes(k)
-		attnWSumRows(k, 64)
-		attnWSumRows(k, 16)
+		for _, nq := range []int{1, 2, 3} {
+			attnWSumRows(k, 64, nq)
+			attnWSumRows(k, 16, nq)
+		}
 	}
 }
 
@@ -511,6 +517,153 @@ func attnDots(e attnElem) {
 	attnEnd()
 }
 
+// attnDotsMulti writes the scores of b queries against the same rows of keys (the tokens
+// of a prefill, or the heads that share a KV head), loading and widening each key once for
+// all of them. Each score is attnDots's to the bit: its eight accumulators (two per 16-lane
+// accumulator j of ggml_vec_dot_f32) are summed over the steps of 64 one at a time, in the
+// order the fold adds them, (0+2)+(1+3) of each half, so that few are live at once. dk is a
+// multiple of 64; steps is dk/64 when it is unrolled, 0 for a loop over a steps argument.
+func attnDotsMulti(e attnElem, b, steps int) {
+	name := "attnDots" + itoa(b) + "x" + itoa(steps) + e.suffix() + "AVX2"
+	sig := "func(out []float32, ostride int, q []float32, qstride int, k " + e.goType() + ", stride, n int, scale float32)"
+	if steps == 0 {
+		name = "attnDots" + itoa(b) + e.suffix() + "AVX2"
+		sig = "func(out []float32, ostride int, q []float32, qstride int, k " + e.goType() + ", stride, n, steps int, scale float32)"
+	}
+	dk := "64*steps"
+	if steps > 0 {
+		dk = itoa(64 * steps)
+	}
+	attnText(name, sig,
+		name+" writes, for the "+itoa(b)+" queries i of "+dk+" values at q[i*qstride:], the\n"+
+			"scores quant.DotF32Vec(k[p*stride:p*stride+"+dk+"] (widened), query i) * scale to\n"+
+			"out[i*ostride+p] for every p < n; k holds them all.")
+	op := Load(Param("out").Base(), GP64())
+	ost := Load(Param("ostride"), GP64())
+	SHLQ(U8(2), ost)
+	qp := Load(Param("q").Base(), GP64())
+	qst := Load(Param("qstride"), GP64())
+	SHLQ(U8(2), qst)
+	kp := Load(Param("k").Base(), GP64())
+	kst := Load(Param("stride"), GP64())
+	if e == attnF32 {
+		SHLQ(U8(2), kst)
+	} else {
+		SHLQ(U8(1), kst)
+	}
+	n := Load(Param("n"), GP64())
+	var nsteps, off Register
+	if steps == 0 {
+		nsteps = Load(Param("steps"), GP64())
+		SHLQ(U8(8), nsteps) // bytes of q per step
+		off = GP64()
+	}
+	sc := Load(Param("scale"), XMM())
+	TESTQ(n, n)
+	JZ(LabelRef("done"))
+	qm := func(i, disp int) Mem { // query i's floats at disp, plus off
+		m := Mem{Base: qp, Disp: disp}
+		switch i {
+		case 1:
+			m.Index, m.Scale = qst, 1
+		case 2:
+			m.Index, m.Scale = qst, 2
+		}
+		if off != nil {
+			if m.Index != nil {
+				panic("attnDotsMulti: two indices")
+			}
+			m.Index, m.Scale = off, 1
+		}
+		return m
+	}
+	Label("row")
+	// chain returns the b accumulators of YMM i of the dot products.
+	label := 0
+	chain := func(i int) []VecVirtual {
+		acc := make([]VecVirtual, b)
+		for j := range acc {
+			acc[j] = YMM()
+			VXORPS(acc[j], acc[j], acc[j])
+		}
+		step := func(s int, km func(disp int) Mem, qmm func(j, disp int) Mem) {
+			t := e.load8(km(e.size() * (64*s + 8*i)))
+			for j := range acc {
+				VFMADD231PS(qmm(j, 4*(64*s+8*i)), t, acc[j])
+			}
+		}
+		if steps > 0 {
+			for s := 0; s < steps; s++ {
+				step(s, func(d int) Mem { return attnAt(kp, d) }, qm)
+			}
+			return acc
+		}
+		// A loop over the steps; off counts the bytes of q, and every query but the first
+		// is addressed from its own base then.
+		qb := make([]Register, b)
+		qb[0] = qp
+		for j := 1; j < b; j++ {
+			qb[j] = GP64()
+			LEAQ(Mem{Base: qp, Index: qst, Scale: uint8(j)}, qb[j])
+		}
+		l := "chain" + itoa(label)
+		label++
+		XORQ(off, off)
+		Label(l)
+		kmem := func(d int) Mem {
+			if e == attnF32 {
+				return Mem{Base: kp, Index: off, Scale: 1, Disp: d}
+			}
+			return Mem{Base: kp, Index: off, Scale: 1, Disp: d} // off is halved below
+		}
+		if e == attnF16 {
+			// k advances half as fast as q: address it with off/2.
+			h := GP64()
+			MOVQ(off, h)
+			SHRQ(U8(1), h)
+			kmem = func(d int) Mem { return Mem{Base: kp, Index: h, Scale: 1, Disp: d} }
+		}
+		step(0, kmem, func(j, d int) Mem { return Mem{Base: qb[j], Index: off, Scale: 1, Disp: d} })
+		ADDQ(U32(256), off)
+		CMPQ(off, nsteps)
+		JB(LabelRef(l))
+		return acc
+	}
+	var a0 []VecVirtual
+	for h := 0; h < 2; h++ {
+		x := chain(h)
+		c := chain(4 + h)
+		for j := range x {
+			VADDPS(c[j], x[j], x[j])
+		}
+		y := chain(2 + h)
+		c = chain(6 + h)
+		for j := range y {
+			VADDPS(c[j], y[j], y[j])
+			VADDPS(y[j], x[j], x[j])
+		}
+		if h == 0 {
+			a0 = x
+			continue
+		}
+		for j := range x {
+			s := attnHsum16(a0[j], x[j])
+			VMULSS(sc, s, s)
+			m := Mem{Base: op}
+			if j > 0 {
+				m.Index, m.Scale = ost, uint8(j)
+			}
+			VMOVSS(s, m)
+		}
+	}
+	ADDQ(U8(4), op)
+	ADDQ(kst, kp)
+	DECQ(n)
+	JNZ(LabelRef("row"))
+	Label("done")
+	attnEnd()
+}
+
 // attnWSumArgs loads the arguments of a weighted sum: out, w, v, stride (in bytes) and n.
 func attnWSumArgs(e attnElem) (op, dv, wp, vp, st, n Register) {
 	op = Load(Param("out").Base(), GP64())
@@ -700,62 +853,111 @@ func attnWSumLanes(e attnElem) {
 }
 
 // attnWSumRows is the weighted sum over rows of the cache (MLA, whose values are the first
-// values of the key rows). Position p belongs to lane p mod lanes of the dot product along
-// each value's column (64: ggml_vec_dot_f32's four 16-lane accumulators, 16: tinyBLAS's
-// lanes), and each lane sees its positions in order: so for a tile of 64 values at a time,
-// the kernel walks each lane's positions (every lanes-th row) with eight accumulators in
-// registers, stores the lane's sums to acc, and then reduces the lanes as the dot product
-// does. A lane that llama.cpp's padding reaches gets a zero product too (which turns a -0
-// into +0).
-func attnWSumRows(e attnElem, lanes int) {
-	name := "attnWSumRows" + e.suffix() + "AVX2"
+// values of the key rows), for nq queries with the same positions (the heads of a token).
+// Position p belongs to lane p mod lanes of the dot product along each value's column (64:
+// ggml_vec_dot_f32's four 16-lane accumulators, 16: tinyBLAS's lanes), and each lane sees
+// its positions in order: so for a tile of values at a time (64 for one query, 32 for two or
+// three, which share each value the kernel reads), the kernel walks each lane's positions
+// (every lanes-th row) with eight or twelve accumulators in registers, stores the lane's
+// sums to acc, and then reduces the lanes as the dot product does. A lane that llama.cpp's
+// padding reaches gets a zero product too (which turns a -0 into +0).
+func attnWSumRows(e attnElem, lanes, nq int) {
+	groups := 8 // of 8 values per tile
+	if nq > 1 {
+		groups = 4
+	}
+	tile := 8 * groups
+	name := "attnWSumRows"
+	if lanes == 16 {
+		name += "16"
+	}
+	if nq > 1 {
+		name += "x" + itoa(nq)
+	}
+	name += e.suffix() + "AVX2"
 	order := "quant.DotF32Vec (positions padded to a multiple of 64)"
 	if lanes == 16 {
-		name = "attnWSumRows16" + e.suffix() + "AVX2"
 		order = "quant.DotF32Lanes16 (positions padded to a multiple of 16)"
 	}
-	attnText(name, "func(out, w []float32, v "+e.goType()+", stride, n int, acc []float32)",
-		name+" writes to out[d] the weighted sum over the n positions p of w[p] * v[p*stride+d],\n"+
-			"in the order of "+order+"; len(out) is a multiple of 64\n"+
-			"and acc holds "+itoa(lanes*64)+" floats of scratch.")
-	op, dv, wp, vp, st, n := attnWSumArgs(e)
+	laneBytes := nq * tile * 4 // one lane's sums in acc
+	if nq == 1 {
+		attnText(name, "func(out, w []float32, v "+e.goType()+", stride, n int, acc []float32)",
+			name+" writes to out[d] the weighted sum over the n positions p of w[p] * v[p*stride+d],\n"+
+				"in the order of "+order+"; len(out) is a multiple of 64\n"+
+				"and acc holds "+itoa(lanes*laneBytes/4)+" floats of scratch.")
+	} else {
+		attnText(name, "func(out []float32, ostride int, w []float32, wstride int, v "+e.goType()+", stride, n, dv int, acc []float32)",
+			name+" writes, for the "+itoa(nq)+" queries i with weights at w[i*wstride:], to out[i*ostride+d]\n"+
+				"the weighted sum over the n positions p of w[i*wstride+p] * v[p*stride+d] for d < dv (a\n"+
+				"multiple of 32), in the order of "+order+";\n"+
+				"acc holds "+itoa(lanes*laneBytes/4)+" floats of scratch.")
+	}
+	op := Load(Param("out").Base(), GP64())
+	wp := Load(Param("w").Base(), GP64())
+	vp := Load(Param("v").Base(), GP64())
 	ap := Load(Param("acc").Base(), GP64())
-	SHRQ(U8(6), dv)
+	var dv, wst Register
+	if nq == 1 {
+		dv = Load(Param("out").Len(), GP64())
+	} else {
+		dv = Load(Param("dv"), GP64())
+		wst = Load(Param("wstride"), GP64())
+		SHLQ(U8(2), wst)
+	}
+	shift := 6
+	if tile == 32 {
+		shift = 5
+	}
+	SHRQ(U8(uint8(shift)), dv)
 	JZ(LabelRef("done"))
+	elemShift := uint8(2)
+	if e == attnF16 {
+		elemShift = 1
+	}
 	// The lanes from padFrom on (all of them if n mod lanes is 0: none is padded, and no
 	// lane is at or after lanes) get the padding's zero product.
-	padFrom := GP64()
-	MOVQ(n, padFrom)
+	padFrom := Load(Param("n"), GP64())
 	ANDQ(U8(uint8(lanes-1)), padFrom)
 	JNZ(LabelRef("padset"))
-	MOVQ(U32(lanes), padFrom)
+	MOVQ(U32(uint32(lanes)), padFrom)
 	Label("padset")
-	lstride := GP64() // bytes between a lane's rows
-	MOVQ(st, lstride)
-	SHLQ(U8(uint8(bitsOfLanes(lanes))), lstride)
+	lstride := Load(Param("stride"), GP64()) // bytes between a lane's rows
+	SHLQ(U8(elemShift+uint8(bitsOfLanes(lanes))), lstride)
 	wi, vi, c, r, lo := GP64(), GP64(), GP64(), GP64(), GP64()
+	wm := func(j int) Mem { // query j's weight at wi
+		if j == 0 {
+			return attnAt(wi, 0)
+		}
+		return Mem{Base: wi, Index: wst, Scale: uint8(j)}
+	}
 
 	Label("tile")
 	XORQ(r, r)
 	MOVQ(ap, lo)
 	Label("lane")
-	acc := attnZeros(8)
+	acc := attnZeros(nq * groups) // query j's group g: acc[j*groups+g]
 	// The lane's positions r, r+lanes, ... below n: (n - r + lanes-1) / lanes of them.
-	MOVQ(n, c)
+	Load(Param("n"), c)
 	SUBQ(r, c)
 	JLE(LabelRef("lanepad"))
 	ADDQ(U8(uint8(lanes-1)), c)
 	SHRQ(U8(uint8(bitsOfLanes(lanes))), c)
 	LEAQ(Mem{Base: wp, Index: r, Scale: 4}, wi)
-	MOVQ(r, vi)
-	IMULQ(st, vi)
+	Load(Param("stride"), vi)
+	SHLQ(U8(elemShift), vi)
+	IMULQ(r, vi)
 	ADDQ(vp, vi)
 	Label("pos")
-	wb := YMM()
-	VBROADCASTSS(attnAt(wi, 0), wb)
-	for i := 0; i < 8; i++ {
-		t := e.load8(attnAt(vi, 8*i*e.size()))
-		VFMADD231PS(wb, t, acc[i])
+	wb := make([]VecVirtual, nq)
+	for j := range wb {
+		wb[j] = YMM()
+		VBROADCASTSS(wm(j), wb[j])
+	}
+	for g := 0; g < groups; g++ {
+		t := e.load8(attnAt(vi, 8*g*e.size()))
+		for j := range wb {
+			VFMADD231PS(wb[j], t, acc[j*groups+g])
+		}
 	}
 	ADDQ(U32(uint32(4*lanes)), wi)
 	ADDQ(lstride, vi)
@@ -766,51 +968,62 @@ func attnWSumRows(e attnElem, lanes int) {
 	JB(LabelRef("lanestore"))
 	z := YMM()
 	VXORPS(z, z, z)
-	for i := 0; i < 8; i++ {
+	for i := range acc {
 		VADDPS(z, acc[i], acc[i])
 	}
 	Label("lanestore")
-	for i := 0; i < 8; i++ {
+	for i := range acc {
 		VMOVUPS(acc[i], attnAt(lo, 32*i))
 	}
-	ADDQ(U32(256), lo)
+	ADDQ(U32(uint32(laneBytes)), lo)
 	INCQ(r)
 	CMPQ(r, U8(uint8(lanes)))
 	JB(LabelRef("lane"))
 
-	// Reduce the lanes of each group of 8 values.
-	for g := 0; g < 8; g++ {
-		lane := func(l int) Mem { return attnAt(ap, 256*l+32*g) }
-		// A[r], r < 16: the 16-lane accumulator after ggml_vec_dot_f32's fold (64 lanes) or
-		// tinyBLAS's own (16).
-		laneA := func(r int) VecVirtual {
-			a := YMM()
-			VMOVUPS(lane(r), a)
-			if lanes == 64 {
-				VADDPS(lane(32+r), a, a)
-				b := YMM()
-				VMOVUPS(lane(16+r), b)
-				VADDPS(lane(48+r), b, b)
-				VADDPS(b, a, a)
-			}
-			return a
-		}
-		var t [8]VecVirtual
-		for i := range t {
-			t[i] = laneA(i)
-			hi := laneA(i + 8)
-			VADDPS(hi, t[i], t[i])
-		}
-		for i := 0; i < 4; i++ {
-			VADDPS(t[4+i], t[i], t[i])
-		}
-		VADDPS(t[2], t[0], t[0])
-		VADDPS(t[3], t[1], t[1])
-		VADDPS(t[1], t[0], t[0])
-		VMOVUPS(t[0], attnAt(op, 32*g))
+	// Reduce the lanes of each query's groups of 8 values.
+	var ost Register
+	if nq > 1 {
+		ost = Load(Param("ostride"), GP64())
+		SHLQ(U8(2), ost)
 	}
-	ADDQ(U32(256), op)
-	ADDQ(U32(64*uint32(e.size())), vp)
+	for j := 0; j < nq; j++ {
+		for g := 0; g < groups; g++ {
+			lane := func(l int) Mem { return attnAt(ap, laneBytes*l+4*tile*j+32*g) }
+			// A[r], r < 16: the 16-lane accumulator after ggml_vec_dot_f32's fold (64 lanes)
+			// or tinyBLAS's own (16).
+			laneA := func(r int) VecVirtual {
+				a := YMM()
+				VMOVUPS(lane(r), a)
+				if lanes == 64 {
+					VADDPS(lane(32+r), a, a)
+					b := YMM()
+					VMOVUPS(lane(16+r), b)
+					VADDPS(lane(48+r), b, b)
+					VADDPS(b, a, a)
+				}
+				return a
+			}
+			var t [8]VecVirtual
+			for i := range t {
+				t[i] = laneA(i)
+				hi := laneA(i + 8)
+				VADDPS(hi, t[i], t[i])
+			}
+			for i := 0; i < 4; i++ {
+				VADDPS(t[4+i], t[i], t[i])
+			}
+			VADDPS(t[2], t[0], t[0])
+			VADDPS(t[3], t[1], t[1])
+			VADDPS(t[1], t[0], t[0])
+			m := attnAt(op, 32*g)
+			if j > 0 {
+				m.Index, m.Scale = ost, uint8(j)
+			}
+			VMOVUPS(t[0], m)
+		}
+	}
+	ADDQ(U32(uint32(4*tile)), op)
+	ADDQ(U32(uint32(tile*e.size())), vp)
 	DECQ(dv)
 	JNZ(LabelRef("tile"))
 	Label("done")
