@@ -211,6 +211,28 @@ func TestAttendDecodeAllocs(t *testing.T) {
 	}
 }
 
+// TestHostOpsDecodeAllocs holds the other Ops of a decode step that used to allocate (the
+// rotation, MLA's per-head products) to no allocation once warm.
+func TestHostOpsDecodeAllocs(t *testing.T) {
+	ops := HostOps{K: testKernels{1}}
+	r := &device.RoPE{Dims: 64, ThetaScale: 0.9, FreqScale: 1, MScale: 1}
+	x := make([]float32, 4*128)
+	w := make([]quant.Matrix, 4)
+	for h := range w {
+		w[h] = quant.Matrix{Type: quant.F32, Rows: 8, Cols: 16, Data: make([]byte, 8*16*4)}
+	}
+	in, out := make([]float32, 4*16), make([]float32, 4*8)
+	l := &device.HeadLayout{XTok: 64, XHead: 16, OutTok: 32, OutHead: 8}
+	step := func() {
+		ops.Rope(x, 7, 1, 4, 128, 512, r)
+		ops.MatMulHeads(w, in, 1, out, l)
+	}
+	step()
+	if n := testing.AllocsPerRun(100, step); n != 0 {
+		t.Errorf("%g allocations per decode step", n)
+	}
+}
+
 // TestAttnChunks checks that the chunks of a pass cover its groups in order and split
 // their work evenly: no chunk exceeds an even share by more than one group's work.
 func TestAttnChunks(t *testing.T) {

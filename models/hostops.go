@@ -1,6 +1,8 @@
 package models
 
 import (
+	"sync"
+
 	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/quant"
 )
@@ -67,7 +69,12 @@ func (HostOps) SwiGLU(g, u []float32, d int) {
 
 // Rope implements device.Ops.
 func (HostOps) Rope(x []float32, pos0, T, heads, headStride, tokStride int, r *device.RoPE) {
-	cs := make([]float32, r.Dims)
+	var buf [256]float32 // the rotation of one position, on the stack for every common head
+	cs := buf[:]
+	if r.Dims > len(buf) {
+		cs = make([]float32, r.Dims)
+	}
+	cs = cs[:r.Dims]
 	for t := 0; t < T; t++ {
 		ropeCache(r, pos0+t, cs)
 		for h := 0; h < heads; h++ {
@@ -89,13 +96,36 @@ func (HostOps) StoreKV(c *device.KVLayer, pos0 int, k, v []float32) {
 // matrices are small, so spreading the pairs over the threads beats spreading each product's
 // rows.
 func (o HostOps) MatMulHeads(w []quant.Matrix, x []float32, T int, out []float32, l *device.HeadLayout) {
-	H := len(w)
-	o.K.Parallel(T*H, func(i int) {
-		t, h := i/H, i%H
-		m := w[h]
-		xo, oo := t*l.XTok+h*l.XHead, t*l.OutTok+h*l.OutHead
-		matVec(m, x[xo:xo+m.Cols], out[oo:oo+m.Rows], T, t)
-	})
+	j := headsJobPool.Get().(*headsJob)
+	j.w, j.x, j.out, j.T, j.l = w, x, out, T, *l
+	o.K.Parallel(T*len(w), j.run)
+	j.w, j.x, j.out = nil, nil, nil
+	headsJobPool.Put(j)
+}
+
+// headsJob is one MatMulHeads call; jobs are pooled, their run bound once, so that a call
+// allocates nothing.
+type headsJob struct {
+	w      []quant.Matrix
+	x, out []float32
+	T      int
+	l      device.HeadLayout
+	run    func(i int)
+}
+
+var headsJobPool = sync.Pool{New: func() any {
+	j := new(headsJob)
+	j.run = j.pair
+	return j
+}}
+
+// pair computes (token, head) pair i.
+func (j *headsJob) pair(i int) {
+	H := len(j.w)
+	t, h := i/H, i%H
+	m := j.w[h]
+	xo, oo := t*j.l.XTok+h*j.l.XHead, t*j.l.OutTok+h*j.l.OutHead
+	matVec(m, j.x[xo:xo+m.Cols], j.out[oo:oo+m.Rows], j.T, t)
 }
 
 // Copy2D implements device.Ops.
@@ -155,10 +185,18 @@ func (HostOps) Write(dst, src []float32) { copy(dst, src) }
 func matVec(m quant.Matrix, x, out []float32, T, t int) {
 	dt := m.Type.DotType()
 	n, _ := dt.RowBytes(m.Cols)
-	xq := make([]byte, n)
+	b := rowBufPool.Get().(*[]byte)
+	if cap(*b) < n {
+		*b = make([]byte, n)
+	}
+	xq := (*b)[:n]
 	quant.QuantizeRow(dt, x, xq)
 	dot := quant.X86Dot(m.Type, m.Rows, T, t)
 	for r := 0; r < m.Rows; r++ {
 		out[r] = dot(m.Cols, m.Row(r), xq)
 	}
+	rowBufPool.Put(b)
 }
+
+// rowBufPool holds matVec's rows of activations in the dot type.
+var rowBufPool = sync.Pool{New: func() any { return new([]byte) }}
