@@ -9,8 +9,8 @@ import (
 
 // The host's attention (HostOps.Attend) takes the (head, token) pairs of a pass in groups
 // of up to three queries of one KV head (the heads that share it, the tokens of a prefill):
-// their scores and weighted sums read each key and value once for the group (attn_std.go,
-// attn_mla.go). The groups are split into chunks of equal work, one per thread: under a
+// their scores read each key once for the group, and MLA's weighted sums each latent row
+// (attn_std.go, attn_mla.go). The groups are split into chunks of equal work, one per thread: under a
 // causal mask token t of a pass sees pos0+t+1 positions, so equal numbers of pairs would
 // leave the first threads idle in a prefill. Groups run KV head by KV head, so that a thread
 // walks the same cache for consecutive tokens. Scratch comes from a pool, so that attention
@@ -119,7 +119,7 @@ const attnPairCost = 64
 // its causal prefix of the cache, which holds keys in rows and values transposed (see
 // putV), or for MLA's absorbed form (a.Latent) the latent rows alone.
 func (o HostOps) Attend(out, q []float32, c *device.KVLayer, pos0, T int, a *device.AttnShape) {
-	if T <= 0 || a.Heads <= 0 {
+	if T <= 0 || a.Heads <= 0 || a.KVHeads <= 0 {
 		return
 	}
 	j := attnJobPool.Get().(*attnJob)

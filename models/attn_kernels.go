@@ -56,7 +56,7 @@ var (
 
 	// roundF16 rounds every value of x to the nearest float16 in place, as a matmul against
 	// an F16 KV cache rounds its other operand, and toF16 writes src to dst as float16 (the
-	// F16 cache's keys).
+	// F16 cache's keys and values).
 	roundF16 = roundF16Go
 	toF16    = toF16Go
 )
