@@ -17,6 +17,7 @@ import (
 //   - the scores q·K of one head: a ggml_vec_dot_f32 (four 16-lane fused multiply-add
 //     accumulators over steps of 64, each a pair of YMM registers, then the rest rounded and
 //     added one by one, the last fewer than 8 fused) per cached position, times the scale;
+//     for two or three queries of one KV head at once, each key widened once for them all;
 //   - the softmax of a row (ggml's soft_max over the padded KV length): its exponentials are
 //     ggml_v_expf, whose _mm512_scalef_ps is two exact-then-rounding multiplications by
 //     powers of two here, each 16-lane block's sum reduced as _mm512_reduce_add_ps and
@@ -24,7 +25,7 @@ import (
 //   - the weighted sums of the values, as ggml_vec_dot_f32 (one token) or tinyBLAS (16 lanes,
 //     a batch) over the positions padded with zero weights: dot products along the rows of a
 //     transposed value cache, or lane-major accumulations over rows of the cache (MLA, whose
-//     values are the first values of its key rows);
+//     values are the first values of its key rows, shared by up to three heads at once);
 //   - SwiGLU's silu(g)*u with ggml_v_expf, and the F16 roundings of an F16 cache.
 //
 // Every padded position contributes the product of a zero weight and a zero value, as in
