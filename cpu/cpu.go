@@ -98,8 +98,8 @@ func (d *Device) Parallel(n int, fn func(i int)) {
 	}))
 }
 
-// parallelRange splits [0, n) into at most threads contiguous ranges whose bounds are
-// multiples of align (but for n), and runs r on each from the device's threads.
+// parallelRange splits [0, n) into contiguous ranges whose bounds are multiples of align (but
+// for n), and runs r on each from the device's threads.
 func (d *Device) parallelRange(n, align int, r ranger) {
 	parts := min(d.threads, (n+align-1)/align)
 	if parts <= 1 {
@@ -108,16 +108,16 @@ func (d *Device) parallelRange(n, align int, r ranger) {
 		}
 		return
 	}
-	if parts == d.threads && d.pool.run(n, align, r) {
+	if d.pool.run(n, align, r) {
 		return
 	}
-	// Fewer ranges than threads, or the pool is busy with another region: goroutines of
-	// our own.
+	// The pool is busy with another region: one range per thread, on goroutines of our
+	// own.
 	var wg sync.WaitGroup
 	for w := 1; w < parts; w++ {
-		wg.Go(func() { r.runRange(rangeBound(n, align, parts, w), rangeBound(n, align, parts, w+1)) })
+		wg.Go(func() { r.runRange(chunkBound(n, align, parts, w), chunkBound(n, align, parts, w+1)) })
 	}
-	r.runRange(0, rangeBound(n, align, parts, 1))
+	r.runRange(0, chunkBound(n, align, parts, 1))
 	wg.Wait()
 }
 
