@@ -158,6 +158,9 @@ func TestParallelRangeAlign(t *testing.T) {
 
 // TestMatMulAllocs checks that a decode-sized product allocates nothing once warm.
 func TestMatMulAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
 	r := rand.New(rand.NewPCG(3, 4))
 	d := New(2)
 	w := randomMatrix(r, quant.Q4_0, 64, 256)
