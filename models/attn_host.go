@@ -22,6 +22,7 @@ const attnGroupMax = 3
 // attnGroup is a group of queries of one KV head.
 type attnGroup struct {
 	nq  int
+	kvh int
 	q   [attnGroupMax][]float32 // the queries
 	n   [attnGroupMax]int       // their positions, in order
 	out [attnGroupMax][]float32 // where their attention goes
@@ -29,16 +30,37 @@ type attnGroup struct {
 
 // attnScratch is one worker's scratch memory.
 type attnScratch struct {
-	g     attnGroup
-	q     []float32 // the group's queries, rounded to F16 with an F16 cache
-	w     []float32 // their scores, then probabilities, zero-padded to a multiple of 64
-	o     []float32 // their outputs of MLA's weighted sums
-	acc   []float32 // the lane-major accumulators of MLA's weighted sum
-	row32 []float32 // a value row copied with its padding (wsumTransposed)
+	gs    []attnGroup // the groups at hand: a one-token pass's chunk, or one
+	q     []float32   // the groups' queries, rounded to F16 with an F16 cache
+	w     []float32   // their scores, then probabilities, zero-padded to a multiple of 64
+	o     []float32   // their outputs of MLA's weighted sums
+	acc   []float32   // the lane-major accumulators of MLA's weighted sum
+	row32 []float32   // a value row copied with its padding (wsumTransposed)
 	row16 []uint16
+	keys  device.KVLayer // one KV head's keys, copied into rows of their own (prefill)
 }
 
 var attnScratchPool = sync.Pool{New: func() any { return new(attnScratch) }}
+
+// groups returns n groups of scratch.
+func (s *attnScratch) groups(n int) []attnGroup {
+	if cap(s.gs) < n {
+		s.gs = make([]attnGroup, n)
+	}
+	s.gs = s.gs[:n]
+	return s.gs
+}
+
+// clearRefs drops the groups' references to the pass's memory before s goes back to the
+// pool.
+func (s *attnScratch) clearRefs() {
+	for k := range s.gs {
+		g := &s.gs[k]
+		for i := range g.q {
+			g.q[i], g.out[i] = nil, nil
+		}
+	}
+}
 
 // grow returns (*b)[:n], reallocating *b when it is shorter.
 func grow[E float32 | uint16](b *[]E, n int) []E { return growCap(b, n, n) }
@@ -53,46 +75,62 @@ func growCap[E float32 | uint16](b *[]E, n, c int) []E {
 	return *b
 }
 
-// probs computes the attention probabilities of the group's queries against the keys at
-// kOff of each cached position: query i's are at w[i*ws:], its n[i] scores times scale,
-// their softmax over the padded KV length, rounded to F16 values with an F16 cache, and
-// zeros up to ws (a multiple of 64). With an F16 cache the queries are rounded to F16 first
-// (in scratch). The positions that all the queries see are scored together.
-func (s *attnScratch) probs(c *device.KVLayer, kOff int, scale float32) (w []float32, ws int) {
-	g := &s.g
-	nq, dk := g.nq, len(g.q[0])
-	ws = (g.n[nq-1] + 63) &^ 63
-	w = growCap(&s.w, nq*ws, attnGroupMax*((kvPositions(c)+63)&^63))
+// queries copies the nq queries of the groups gs into scratch, dk values each, rounded to
+// F16 with an F16 cache (as llama.cpp's matmuls against F16 K round their other operand).
+func (s *attnScratch) queries(c *device.KVLayer, gs []attnGroup, nq int) []float32 {
+	dk := len(gs[0].q[0])
 	q := grow(&s.q, nq*dk)
-	for i := 0; i < nq; i++ {
-		copy(q[i*dk:(i+1)*dk], g.q[i])
+	i := 0
+	for k := range gs {
+		for _, qi := range gs[k].q[:gs[k].nq] {
+			copy(q[i*dk:(i+1)*dk], qi)
+			i++
+		}
 	}
-	shared := g.n[0]
 	if c.F16 {
 		roundF16(q)
-		dotsMultiF16(w, ws, q, dk, nq, dk, c.K16[kOff:], c.KDim, shared, scale)
-		for i := 1; i < nq; i++ {
-			if g.n[i] > shared {
-				dotsF16(w[i*ws+shared:i*ws+g.n[i]], q[i*dk:(i+1)*dk], c.K16[kOff+shared*c.KDim:], c.KDim, scale)
-			}
-		}
-	} else {
-		dotsMultiF32(w, ws, q, dk, nq, dk, c.K[kOff:], c.KDim, shared, scale)
-		for i := 1; i < nq; i++ {
-			if g.n[i] > shared {
-				dotsF32(w[i*ws+shared:i*ws+g.n[i]], q[i*dk:(i+1)*dk], c.K[kOff+shared*c.KDim:], c.KDim, scale)
-			}
-		}
 	}
-	for i := 0; i < nq; i++ {
-		wi := w[i*ws : (i+1)*ws]
-		softmaxBlocks(wi, g.n[i])
+	return q
+}
+
+// scores writes the scores times scale of group g's queries q (dk values each) against the
+// keys at kOff of positions [p0, p1) to w[i*ws+p] for query i, for the positions each
+// query sees; the positions all of them see are scored together.
+func scores(c *device.KVLayer, g *attnGroup, q []float32, w []float32, ws, kOff, p0, p1 int, scale float32) {
+	nq, dk := g.nq, len(g.q[0])
+	shared := min(g.n[0], p1) // positions every query sees, the group's being in order
+	if shared > p0 {
 		if c.F16 {
-			roundF16(wi[:g.n[i]])
+			dotsMultiF16(w[p0:], ws, q, dk, nq, dk, c.K16[kOff+p0*c.KDim:], c.KDim, shared-p0, scale)
+		} else {
+			dotsMultiF32(w[p0:], ws, q, dk, nq, dk, c.K[kOff+p0*c.KDim:], c.KDim, shared-p0, scale)
 		}
-		clear(wi[g.n[i]:])
 	}
-	return w, ws
+	for i := 1; i < nq; i++ {
+		from, to := max(p0, shared), min(p1, g.n[i])
+		if to <= from {
+			continue
+		}
+		if c.F16 {
+			dotsF16(w[i*ws+from:i*ws+to], q[i*dk:(i+1)*dk], c.K16[kOff+from*c.KDim:], c.KDim, scale)
+		} else {
+			dotsF32(w[i*ws+from:i*ws+to], q[i*dk:(i+1)*dk], c.K[kOff+from*c.KDim:], c.KDim, scale)
+		}
+	}
+}
+
+// softmaxes turns the scores of nq queries at w[i*ws:], n[i] each, into the probabilities of
+// llama.cpp's soft_max over the padded KV length, rounded to F16 values with an F16 cache,
+// and zeros up to ws (a multiple of 64) for the weighted sums.
+func softmaxes(c *device.KVLayer, w []float32, ws int, n []int) {
+	for i, ni := range n {
+		wi := w[i*ws : (i+1)*ws]
+		softmaxBlocks(wi, ni)
+		if c.F16 {
+			roundF16(wi[:ni])
+		}
+		clear(wi[ni:])
+	}
 }
 
 // attnJob is one Attend call, shared by its chunks.
@@ -189,33 +227,130 @@ func (j *attnJob) start(c int) int {
 	return lo
 }
 
-// chunk computes the groups of chunk c.
-func (j *attnJob) chunk(c int) {
-	s := attnScratchPool.Get().(*attnScratch)
+// fill sets g to group u's queries.
+func (j *attnJob) fill(g *attnGroup, u int) {
 	a := &j.a
 	group, qd := a.Heads/a.KVHeads, a.Heads*a.DK
 	P, G := j.pairs()
-	batched := j.T > 1
-	for u, end := j.start(c), j.start(c+1); u < end; u++ {
-		kvh, first := u/G, attnGroupMax*(u%G)
-		g := &s.g
-		g.nq = min(attnGroupMax, P-first)
-		for k := 0; k < g.nq; k++ {
-			i := first + k
-			t, h := i/group, kvh*group+i%group
-			g.q[k] = j.q[t*qd+h*a.DK : t*qd+(h+1)*a.DK]
-			g.n[k] = j.pos0 + t + 1
-			g.out[k] = j.out[(t*a.Heads+h)*a.DV : (t*a.Heads+h+1)*a.DV]
-		}
-		if a.Latent {
-			attendLatent(s, j.c, a, batched)
-		} else {
-			attend(s, j.c, kvh, a, batched)
+	first := attnGroupMax * (u % G)
+	g.kvh, g.nq = u/G, min(attnGroupMax, P-first)
+	for k := 0; k < g.nq; k++ {
+		i := first + k
+		t, h := i/group, g.kvh*group+i%group
+		g.q[k] = j.q[t*qd+h*a.DK : t*qd+(h+1)*a.DK]
+		g.n[k] = j.pos0 + t + 1
+		g.out[k] = j.out[(t*a.Heads+h)*a.DV : (t*a.Heads+h+1)*a.DV]
+	}
+}
+
+// kOff is the offset of group g's keys in a cached row.
+func (j *attnJob) kOff(g *attnGroup) int {
+	if j.a.Latent {
+		return 0
+	}
+	return g.kvh * j.a.KHeadStride
+}
+
+// values computes group g's weighted sums from its probabilities, query i's at w[i*ws:].
+func (j *attnJob) values(s *attnScratch, g *attnGroup, w []float32, ws int) {
+	if j.a.Latent {
+		attendLatentValues(s, j.c, g, w, ws, j.T > 1)
+		return
+	}
+	attendValues(s, j.c, g, w, ws, g.kvh, &j.a, j.T > 1)
+}
+
+// chunk computes the groups of chunk c.
+func (j *attnJob) chunk(c int) {
+	s := attnScratchPool.Get().(*attnScratch)
+	lo, hi := j.start(c), j.start(c+1)
+	if j.T == 1 {
+		j.decode(s, lo, hi)
+	} else {
+		gs := s.groups(1)
+		g := &gs[0]
+		keys := -1 // the KV head whose keys s.keys holds
+		for u := lo; u < hi; u++ {
+			j.fill(g, u)
+			if g.kvh != keys && !j.a.Latent {
+				j.copyKeys(s, g.kvh, hi)
+				keys = g.kvh
+			}
+			ws := (g.n[g.nq-1] + 63) &^ 63
+			w := growCap(&s.w, g.nq*ws, attnGroupMax*((kvPositions(j.c)+63)&^63))
+			q := s.queries(j.c, gs, g.nq)
+			if j.a.Latent {
+				scores(j.c, g, q, w, ws, 0, 0, g.n[g.nq-1], j.a.Scale)
+			} else {
+				scores(&s.keys, g, q, w, ws, 0, 0, g.n[g.nq-1], j.a.Scale)
+			}
+			softmaxes(j.c, w, ws, g.n[:g.nq])
+			j.values(s, g, w, ws)
 		}
 	}
-	g := &s.g
-	for k := range g.q {
-		g.q[k], g.out[k] = nil, nil
-	}
+	s.clearRefs()
 	attnScratchPool.Put(s)
+}
+
+// copyKeys copies KV head kvh's keys of the positions its groups before group hi see into
+// s.keys, a row of DK keys per position: a cached row holds every KV head's keys, so one
+// head's keys are a strided walk that misses the TLB at every position, for every group
+// of a prefill that reads them again.
+func (j *attnJob) copyKeys(s *attnScratch, kvh, hi int) {
+	P, G := j.pairs()
+	last := min(hi, (kvh+1)*G) - 1                    // the KV head's last group in the chunk
+	end := min(P, attnGroupMax*(last%G)+attnGroupMax) // and the pair after its last
+	t := (end - 1) / (j.a.Heads / j.a.KVHeads)        // whose token sees the most
+	n, dk, c := j.pos0+t+1, j.a.DK, j.c
+	k := &s.keys
+	k.KDim, k.F16 = dk, c.F16
+	off := kvh * j.a.KHeadStride
+	if c.F16 {
+		k.K16 = growCap(&k.K16, n*dk, kvPositions(c)*dk)
+		for p := 0; p < n; p++ {
+			copy(k.K16[p*dk:(p+1)*dk], c.K16[p*c.KDim+off:])
+		}
+		return
+	}
+	k.K = growCap(&k.K, n*dk, kvPositions(c)*dk)
+	for p := 0; p < n; p++ {
+		copy(k.K[p*dk:(p+1)*dk], c.K[p*c.KDim+off:])
+	}
+}
+
+// attnBlock is how many positions a one-token pass scores across all the groups of a chunk
+// before the next positions.
+const attnBlock = 16
+
+// decode computes the groups [lo, hi) of a one-token pass. Their scores go attnBlock
+// positions at a time across all the groups: a cached row holds every KV head's keys, so
+// one head's keys are a strided walk that misses the TLB at every position, and walking the
+// heads over the same few rows in turn reads them while they are at hand (2.2x on the scores
+// of 16 heads of 128 at 2048 positions).
+func (j *attnJob) decode(s *attnScratch, lo, hi int) {
+	gs := s.groups(hi - lo)
+	nq := 0
+	for k := range gs {
+		j.fill(&gs[k], lo+k)
+		nq += gs[k].nq
+	}
+	n := j.pos0 + 1
+	ws := (n + 63) &^ 63
+	w := growCap(&s.w, nq*ws, j.a.Heads*((kvPositions(j.c)+63)&^63))
+	q := s.queries(j.c, gs, nq)
+	dk := j.a.DK
+	for p0 := 0; p0 < n; p0 += attnBlock {
+		i := 0
+		for k := range gs {
+			scores(j.c, &gs[k], q[i*dk:], w[i*ws:], ws, j.kOff(&gs[k]), p0, min(p0+attnBlock, n), j.a.Scale)
+			i += gs[k].nq
+		}
+	}
+	i := 0
+	for k := range gs {
+		g := &gs[k]
+		softmaxes(j.c, w[i*ws:], ws, g.n[:g.nq])
+		j.values(s, g, w[i*ws:], ws)
+		i += g.nq
+	}
 }

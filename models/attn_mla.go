@@ -147,14 +147,12 @@ func (a *MLAttention) forwardLegacy(b Backend, c *LayerCache, q, ckv []float32, 
 	b.MatMul(a.O, ctx, T, out)
 }
 
-// attendLatent is attend for MLA's absorbed form, where every head attends over the one
-// latent row per position and the values are its first DV (rank) values: the weighted sums
-// run along the rows of the cache, accumulated lane-major, for the group's queries together
-// where they see the same positions (the heads of a token).
-func attendLatent(s *attnScratch, c *device.KVLayer, a *device.AttnShape, batched bool) {
-	w, ws := s.probs(c, 0, a.Scale)
+// attendLatentValues is attendValues for MLA's absorbed form, where every head attends over
+// the one latent row per position and the values are its first DV (rank) values: the
+// weighted sums run along the rows of the cache, accumulated lane-major, for the group's
+// queries together where they see the same positions (the heads of a token).
+func attendLatentValues(s *attnScratch, c *device.KVLayer, g *attnGroup, w []float32, ws int, batched bool) {
 	acc := grow(&s.acc, 64*96)
-	g := &s.g
 	dv := len(g.out[0])
 	for i := 0; i < g.nq; {
 		k := i + 1 // queries i..k-1 see the same positions

@@ -68,23 +68,18 @@ func (a *StdAttention) Forward(b Backend, c *LayerCache, x []float32, T, pos0 in
 	addBias(b, out, a.BO)
 }
 
-// attend writes the attention of the queries of s.g (heads of KV head kvh) over their
-// cached positions to their outputs, in the arithmetic of llama.cpp's attention without
-// flash attention: the scores are ggml_vec_dot_f32 products, the softmax runs over the
-// whole padded KV length, and the weighted sum of values is a matrix product over the
-// positions (tinyBLAS when a batch of tokens is evaluated, ggml_vec_dot_f32 for one token)
-// along the rows of the transposed value cache. With an F16 cache, q and the probabilities
-// are rounded to F16 first, as llama.cpp's matmuls against F16 K and V round their other
-// operand. s is the calling worker's scratch.
+// attendValues writes the attention of group g's queries (heads of KV head kvh) to their
+// outputs, given their probabilities (query i's at w[i*ws:]): the weighted sums of the
+// values, a matrix product over the positions in llama.cpp's attention without flash
+// attention (tinyBLAS when a batch of tokens is evaluated, ggml_vec_dot_f32 for one token)
+// along the rows of the transposed value cache. s is the calling worker's scratch.
 //
-// The weighted sums go query by query: sharing the values between the queries of a group,
-// as the scores share the keys, measured no faster (their loop is bound by loads, not by
-// widening the values).
-func attend(s *attnScratch, c *device.KVLayer, kvh int, a *device.AttnShape, batched bool) {
-	w, ws := s.probs(c, kvh*a.KHeadStride, a.Scale)
+// The sums go query by query: sharing the values between the queries of a group, as the
+// scores share the keys, measured no faster (their loop is bound by loads, not by widening
+// the values).
+func attendValues(s *attnScratch, c *device.KVLayer, g *attnGroup, w []float32, ws, kvh int, a *device.AttnShape, batched bool) {
 	size := kvPositions(c)
 	off := kvh * a.VHeadStride * size
-	g := &s.g
 	for i := 0; i < g.nq; i++ {
 		wi := w[i*ws : (i+1)*ws]
 		switch {
