@@ -10,11 +10,13 @@ import (
 // The host's attention (HostOps.Attend) takes the (head, token) pairs of a pass in groups
 // of up to three queries of one KV head (the heads that share it, the tokens of a prefill):
 // their scores read each key once for the group, and MLA's weighted sums each latent row
-// (attn_std.go, attn_mla.go). The groups are split into chunks of equal work, one per thread: under a
-// causal mask token t of a pass sees pos0+t+1 positions, so equal numbers of pairs would
-// leave the first threads idle in a prefill. Groups run KV head by KV head, so that a thread
-// walks the same cache for consecutive tokens. Scratch comes from a pool, so that attention
-// allocates nothing per token once warm.
+// (attn_std.go, attn_mla.go). The groups are split into chunks of equal work, one per
+// thread: under a causal mask token t of a pass sees pos0+t+1 positions, so equal numbers
+// of pairs would leave the first threads idle in a prefill. Groups run KV head by KV head,
+// so that a thread walks the same cache for consecutive tokens; a one-token pass scores a
+// few positions at a time across all its groups, and a prefill copies each KV head's keys
+// into rows of their own (see decode and copyKeys). Scratch comes from a pool, so that
+// attention allocates nothing per token once warm.
 
 // attnGroupMax is the most queries a group holds (the shared-key kernels take 2 or 3).
 const attnGroupMax = 3
