@@ -164,9 +164,11 @@ func (d *Device) matMul(w quant.Matrix, x []float32, T int, out []float32, batch
 	if job == nil {
 		job = &matMulJob{d: d}
 	}
-	*job = matMulJob{d: d, w: w, xq: xq, xrow: xrow, T: T, batch: batch, out: out}
+	job.out, job.ldo = out, w.Rows
+	job.p.Prepare(w, xq, xrow, T, batch)
 	d.parallelRange(w.Rows, 8, job)
-	*job = matMulJob{d: d}
+	job.out = nil
+	job.p.Prepare(quant.Matrix{}, nil, 0, 0, 1) // drop the references, keep the memory
 	d.jobs.Put(job)
 	d.scratch.Put(buf)
 }
@@ -174,11 +176,10 @@ func (d *Device) matMul(w quant.Matrix, x []float32, T int, out []float32, batch
 // matMulJob is one product's rows as a ranger: a struct from a pool rather than a closure, so
 // that a product allocates nothing.
 type matMulJob struct {
-	d              *Device
-	w              quant.Matrix
-	xq             []byte
-	xrow, T, batch int
-	out            []float32
+	d   *Device
+	p   quant.X86Product
+	out []float32
+	ldo int
 }
 
 func (j *matMulJob) runRange(lo, hi int) {
@@ -186,6 +187,6 @@ func (j *matMulJob) runRange(lo, hi int) {
 	if s == nil {
 		s = new(quant.TileScratch)
 	}
-	quant.X86Rows(j.w, lo, hi, j.xq, j.xrow, j.T, j.batch, j.out, j.w.Rows, s)
+	j.p.Rows(lo, hi, j.out, j.ldo, s)
 	j.d.tiles.Put(s)
 }

@@ -28,6 +28,15 @@ var quantRow = [...]func(src []float32, dst []byte){
 	Q8_K:   quantQ8K,
 }
 
+// quantRowRef holds the Go quantizers: quantRow as declared, before an architecture file puts
+// its fast quantizers (quantRowFast) in. Package-level variables are initialized before any
+// init function runs.
+var quantRowRef = quantRow
+
+// quantRowFast holds, for each activation type, the fast quantizer put into quantRow at
+// start-up, or nil. Each writes exactly the bytes of its Go quantizer, for any input.
+var quantRowFast [len(quantRow)]func(src []float32, dst []byte)
+
 // QuantizeRow encodes src as type t into dst.
 //
 // For the activation types (t.DotType() of some weight type: F32, F16, BF16, Q8_0, Q8_1, Q8_K)

@@ -5,7 +5,8 @@ import (
 	"fmt"
 )
 
-// Matrix products in tiles. X86Rows computes a block of rows of a product with the results of
+// Matrix products in tiles. X86Rows (and X86Product, the same prepared once for many ranges
+// of rows) computes a block of rows of a product with the results of
 // X86Dot's kernels (llama.cpp's x86 arithmetic, to the bit), but where the machine has a tile
 // kernel for the weight type it computes eight rows against many activation rows at a time:
 // every output sees the same float32 operations in the same order as X86Dot's kernel for it,
@@ -51,11 +52,9 @@ type tile struct {
 // architecture file fills it once at start-up according to the CPU's features.
 var tiles [len(types)]*tile
 
-// TileScratch is X86Rows's working memory, reused from call to call so that a product
-// allocates nothing once it has grown. The zero value is ready; it is not safe for concurrent
-// use.
+// TileScratch is the tile kernels' accumulators, reused from call to call. The zero value is
+// ready; it is not safe for concurrent use.
 type TileScratch struct {
-	aux []int32
 	acc [tileTokens * maxAccStride]float32
 }
 
@@ -66,48 +65,102 @@ const maxAccStride = 72
 // w.Type.DotType() by QuantizeRow, xrow bytes apart) as llama.cpp's x86 backend computes them
 // in a product over batch activation rows: out[t*ldo+o] = X86Dot(w.Type, w.Rows, batch, t)
 // (w.Cols, w.Row(o), x row t), bit for bit. A batch of 1 takes every row one at a time, as
-// llama.cpp's MUL_MAT_ID does for expert weights.
+// llama.cpp's MUL_MAT_ID does for expert weights. It is an X86Product used once.
 func X86Rows(w Matrix, lo, hi int, x []byte, xrow, T, batch int, out []float32, ldo int, s *TileScratch) {
-	if lo < 0 || hi > w.Rows || lo > hi || T < 0 || batch < 1 {
-		panic(fmt.Sprintf("quant: X86Rows: rows [%d,%d) of %d, %d activation rows of a batch of %d", lo, hi, w.Rows, T, batch))
+	var p X86Product
+	p.Prepare(w, x, xrow, T, batch)
+	p.Rows(lo, hi, out, ldo, s)
+}
+
+// An X86Product is a matrix product of X86Rows prepared once for the ranges of rows it is
+// split into (over threads): the activation terms its tile kernels need are computed by
+// Prepare, and Rows, which may run concurrently, only reads them. The zero value is ready;
+// Prepare reuses its memory.
+type X86Product struct {
+	w              Matrix
+	x              []byte
+	xrow, T, batch int
+	tl             *tile // nil: the one-row kernels
+	gemm           int   // activation rows [0, gemm) are multiplied four at a time
+	aux            []int32
+	exact          []bool // per chunk of tileTokens activation rows: whether the tiles are exact on it
+}
+
+// Prepare sets the product up; see X86Rows.
+func (p *X86Product) Prepare(w Matrix, x []byte, xrow, T, batch int) {
+	if T < 0 || batch < 1 {
+		panic(fmt.Sprintf("quant: X86Product: %d activation rows of a batch of %d", T, batch))
 	}
-	tl := x86Tile(w.Type, w.Rows)
-	if tl == nil || T < tl.minTokens {
-		x86RowsDot(w, lo, hi, x, xrow, T, batch, out, ldo)
+	p.w, p.x, p.xrow, p.T, p.batch = w, x, xrow, T, batch
+	p.tl = x86Tile(w.Type, w.Rows)
+	if p.tl != nil && T < p.tl.minTokens {
+		p.tl = nil
+	}
+	if p.tl == nil {
+		return
+	}
+	p.gemm = 0
+	if p.tl.gemm != nil {
+		p.gemm = batch - batch%4
+	}
+	if p.tl.prep == nil {
+		return
+	}
+	nb := w.Cols / w.Type.BlockSize()
+	if cap(p.aux) < T*nb {
+		p.aux = make([]int32, T*nb)
+	}
+	p.aux = p.aux[:T*nb]
+	p.exact = p.exact[:0]
+	for t0 := 0; t0 < T; t0 += tileTokens {
+		n, split := p.chunk(t0)
+		xs := x[t0*xrow : (t0+n)*xrow]
+		a := p.aux[t0*nb : (t0+n)*nb]
+		ok := p.tl.prep(xs[:split*xrow], xrow, nb, split, a[:split*nb]) && p.tl.prep(xs[split*xrow:], xrow, nb, n-split, a[split*nb:])
+		p.exact = append(p.exact, ok)
+	}
+}
+
+// chunk returns the activation rows of the chunk from t0 and how many of them the gemm
+// kernel takes (the first ones).
+func (p *X86Product) chunk(t0 int) (n, split int) {
+	n = min(p.T-t0, tileTokens)
+	return n, min(max(p.gemm-t0, 0), n)
+}
+
+// Rows computes rows [lo, hi) of the product into out (activation row t's at out[t*ldo:]).
+func (p *X86Product) Rows(lo, hi int, out []float32, ldo int, s *TileScratch) {
+	w, x, xrow, T := p.w, p.x, p.xrow, p.T
+	if lo < 0 || hi > w.Rows || lo > hi {
+		panic(fmt.Sprintf("quant: X86Product.Rows: rows [%d,%d) of %d", lo, hi, w.Rows))
+	}
+	tl := p.tl
+	if tl == nil {
+		x86RowsDot(w, lo, hi, x, xrow, T, p.batch, out, ldo)
 		return
 	}
 	// Tiles start at multiples of 8, as llama.cpp's groups do; rows outside whole tiles
 	// take the one-row kernels, which compute the same.
 	tlo := min((lo+tileRows-1)/tileRows*tileRows, hi)
 	thi := max(hi/tileRows*tileRows, tlo)
-	x86RowsDot(w, lo, tlo, x, xrow, T, batch, out, ldo)
-	x86RowsDot(w, thi, hi, x, xrow, T, batch, out, ldo)
+	x86RowsDot(w, lo, tlo, x, xrow, T, p.batch, out, ldo)
+	x86RowsDot(w, thi, hi, x, xrow, T, p.batch, out, ldo)
 	if tlo == thi {
 		return
 	}
-	bs := w.Type.BlockSize()
-	nb := w.Cols / bs
+	nb := w.Cols / w.Type.BlockSize()
 	rb := w.RowBytes()
-	gemm := 0 // activation rows [0, gemm) are multiplied four at a time
-	if tl.gemm != nil {
-		gemm = batch - batch%4
-	}
-	for t0 := 0; t0 < T; t0 += tileTokens {
-		n := min(T-t0, tileTokens)
+	for c, t0 := 0, 0; t0 < T; c, t0 = c+1, t0+tileTokens {
+		n, split := p.chunk(t0)
 		xs := x[t0*xrow : (t0+n)*xrow]
-		// The activation rows of this call in each of the kernels' families: [0, split)
-		// for gemm, [split, n) for gemv, each with its own activation terms.
-		split := min(max(gemm-t0, 0), n)
 		var auxGemm, auxGemv []int32
 		if tl.prep != nil {
-			if cap(s.aux) < n*nb {
-				s.aux = make([]int32, n*nb)
-			}
-			auxGemm, auxGemv = s.aux[:split*nb], s.aux[split*nb:n*nb]
-			if !tl.prep(xs[:split*xrow], xrow, nb, split, auxGemm) || !tl.prep(xs[split*xrow:], xrow, nb, n-split, auxGemv) {
-				x86RowsDot(w, tlo, thi, xs, xrow, n, batch, out[t0*ldo:], ldo)
+			if !p.exact[c] {
+				x86RowsDot(w, tlo, thi, xs, xrow, n, p.batch, out[t0*ldo:], ldo)
 				continue
 			}
+			a := p.aux[t0*nb : (t0+n)*nb]
+			auxGemm, auxGemv = a[:split*nb], a[split*nb:]
 		}
 		as := tl.accStride
 		for r := tlo; r < thi; r += tileRows {
