@@ -174,7 +174,8 @@ func (p *X86Product) Rows(lo, hi int, out []float32, ldo int, s *TileScratch) {
 				tl.gemv(wr, rb, xs[split*xrow:], xrow, auxGemv, nb, n-split, acc[split*as:])
 			}
 			for t := 0; t < n; t++ {
-				copy(out[(t0+t)*ldo+r:(t0+t)*ldo+r+tileRows], acc[t*as:t*as+tileRows])
+				// An array assignment: eight floats, not a call to memmove.
+				*(*[tileRows]float32)(out[(t0+t)*ldo+r:]) = *(*[tileRows]float32)(acc[t*as:])
 			}
 		}
 	}
