@@ -13,10 +13,14 @@ build:
 run: build
 	$(BIN) chat -m $(MODEL)
 
-# Every test; no GPU, no Node.js needed.
+# Every test; no GPU, no Node.js needed. The plain-Go kernels (-tags purego, what a CPU
+# without AVX2 or another architecture runs) are tested too, and held to llama.cpp's goldens.
 test:
 	$(GO) vet ./...
+	$(GO) vet -tags purego ./...
 	$(GO) test -timeout 20m ./...
+	$(GO) test -tags purego ./quant ./cpu ./models
+	$(GO) test -tags purego ./engine -run Golden
 
 # Short fuzzing runs of the parsers (longer: make fuzz FUZZTIME=10m).
 FUZZTIME ?= 30s
