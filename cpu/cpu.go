@@ -23,6 +23,7 @@ type Device struct {
 	scratch sync.Pool
 	tiles   sync.Pool // *quant.TileScratch
 	jobs    sync.Pool // *matMulJob
+	each    sync.Pool // *eachJob
 	mem     *device.Memory
 }
 
@@ -91,11 +92,23 @@ func (d *Device) Threads() int { return d.threads }
 
 // Parallel calls fn(i) for i in [0, n), in contiguous chunks over the device's threads.
 func (d *Device) Parallel(n int, fn func(i int)) {
-	d.parallelRange(n, 1, rangeFunc(func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			fn(i)
-		}
-	}))
+	j, _ := d.each.Get().(*eachJob)
+	if j == nil {
+		j = new(eachJob)
+	}
+	j.fn = fn
+	d.parallelRange(n, 1, j)
+	j.fn = nil
+	d.each.Put(j)
+}
+
+// eachJob is Parallel's ranger, from a pool so that a call allocates nothing of its own.
+type eachJob struct{ fn func(i int) }
+
+func (j *eachJob) runRange(lo, hi int) {
+	for i := lo; i < hi; i++ {
+		j.fn(i)
+	}
 }
 
 // parallelRange splits [0, n) into contiguous ranges whose bounds are multiples of align (but
@@ -150,6 +163,9 @@ func (d *Device) MatMulID(w quant.Matrix, x []float32, T int, out []float32) {
 // row-by-row products). The rows are split over the threads in multiples of 8, the groups in
 // which llama.cpp repacks (and quant.X86Rows tiles) them.
 func (d *Device) matMul(w quant.Matrix, x []float32, T int, out []float32, batch int) {
+	if T == 0 {
+		return
+	}
 	dt := w.Type.DotType()
 	xrow, err := dt.RowBytes(w.Cols)
 	if err != nil {

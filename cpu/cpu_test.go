@@ -170,6 +170,20 @@ func TestMatMulAllocs(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { d.MatMulID(w, x, 1, out) }); n != 0 {
 		t.Errorf("MatMulID of one row allocates %v times per call", n)
 	}
+	var sum atomic.Int64
+	fn := func(i int) { sum.Add(int64(i)) }
+	if n := testing.AllocsPerRun(100, func() { d.Parallel(16, fn) }); n != 0 {
+		t.Errorf("Parallel allocates %v times per call", n)
+	}
+}
+
+// TestMatMulEmpty checks that a product of no activation rows does nothing, as the
+// expert-parallel path asks of a rank with no tokens.
+func TestMatMulEmpty(t *testing.T) {
+	d := New(2)
+	w := randomMatrix(rand.New(rand.NewPCG(7, 8)), quant.Q4_0, 16, 64)
+	d.MatMul(w, nil, 0, nil)
+	d.MatMulID(w, nil, 0, nil)
 }
 
 // BenchmarkMatMul times a 2048x2048 product of each benchmark type for one activation row

@@ -88,7 +88,7 @@ type X86Product struct {
 
 // Prepare sets the product up; see X86Rows.
 func (p *X86Product) Prepare(w Matrix, x []byte, xrow, T, batch int) {
-	if T < 0 || batch < 1 {
+	if T < 0 || T > 0 && batch < 1 {
 		panic(fmt.Sprintf("quant: X86Product: %d activation rows of a batch of %d", T, batch))
 	}
 	p.w, p.x, p.xrow, p.T, p.batch = w, x, xrow, T, batch

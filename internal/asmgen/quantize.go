@@ -239,4 +239,3 @@ func quantQ8K() {
 	VZEROUPPER()
 	RET()
 }
-

@@ -72,8 +72,8 @@ type tileArgs struct {
 
 // Kinds of tile kernel, by the registers they need (tileSig).
 const (
-	tileRows   = iota // addresses the eight rows together (row, rowScales): w4, l3
-	tileRowLoop       // walks the rows one at a time from w0 and keeps nb on the stack
+	tileRows    = iota // addresses the eight rows together (row, rowScales): w4, l3
+	tileRowLoop        // walks the rows one at a time from w0 and keeps nb on the stack
 )
 
 // tileSig declares a tile kernel and loads its arguments:
