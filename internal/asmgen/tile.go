@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+
 	"github.com/mmcloughlin/avo/attr"
 
 	. "github.com/mmcloughlin/avo/build"
@@ -476,65 +478,123 @@ func q4KTile(name string, gemm bool) {
 }
 
 // q8_0Tile is the Q8_0 tile. llama.cpp does not repack Q8_0: each output has the eight float
-// lanes of ggml_vec_dot_q8_0_q8_0 (x86LanesQ8_0), so the tile keeps 8 lanes per row and
-// activation row in acc (8 rows, T activation rows: T*64 floats) and spares the rest: each
-// weight block's absolute values are taken once for all T activation rows, and each
-// activation block is loaded once for eight rows. The integer lanes are
-// VPMADDUBSW(|w|, sign(y, w)), exact when no activation quant is -128 (|w| <= 128 and
-// |y| <= 127 keep the pair sums within int16); QuantizeRow never makes -128, and X86Rows
-// takes the one-row kernels for activations that have one.
+// lanes of ggml_vec_dot_q8_0_q8_0 (x86LanesQ8_0), so each row and activation row has its own
+// accumulator. The tile keeps those of four rows and two activation rows in registers over
+// all the blocks (as llamafile's tinyBLAS keeps its register tiles), twice for its eight
+// rows, and leaves each's lanes in acc (64 floats per activation row) for laneSums. The
+// integer lanes are VPMADDUBSW(|w|, sign(y, w)), exact when no activation quant is -128
+// (|w| <= 128 and |y| <= 127 keep the pair sums within int16); QuantizeRow never makes -128,
+// and X86Rows takes the one-row kernels for activations that have one.
 func q8_0Tile() {
 	a := tileSig("q8_0Tile8AVX2", "q8_0Tile8AVX2 adds eight rows of Q8_0 times T activation rows into acc (64 floats per activation row: 8 lanes per weight row).", tileRows, attr.NOSPLIT)
-	dws := AllocLocal(32)
+	dws := AllocLocal(16) // four rows' scales of the current block
+	dxs := AllocLocal(64) // two activation rows' scales of the current block, broadcast
 	a.empty()
-	Label("block")
-	a.prefetchRows(1)
-	var wa [8]VecVirtual
-	for r := range wa {
-		wa[r] = YMM()
-		VPABSB(a.row(r, 2), wa[r])
-	}
-	VMOVUPS(a.rowScales(0), dws)
-
 	xt, acct, t := GP64(), GP64(), GP64()
 	MOVQ(a.x, xt)
 	MOVQ(a.acc, acct)
 	MOVQ(a.T, t)
-	Label("token")
-	y := YMM()
-	VMOVDQU(Mem{Base: xt, Disp: 2}, y)
-	hx := XMM()
-	VPBROADCASTW(Mem{Base: xt}, hx)
-	dx := YMM()
-	VCVTPH2PS(hx, dx)
-	for r := range wa {
-		p := YMM()
-		VPSIGNB(a.row(r, 2), y, p)
-		VPMADDUBSW(p, wa[r], p)
-		VPMADDWD(tOnes16, p, p)
-		VCVTDQ2PS(p, p)
-		d := YMM()
-		VBROADCASTSS(dws.Offset(4*r), d)
-		VMULPS(dx, d, d) // fp16(w.d) * fp16(x.d)
-		acc := YMM()
-		VMOVUPS(Mem{Base: acct, Disp: 32 * r}, acc)
-		VFMADD231PS(p, d, acc)
-		VMOVUPS(acc, Mem{Base: acct, Disp: 32 * r})
-	}
-	ADDQ(a.ldx, xt)
-	ADDQ(U32(256), acct)
-	DECQ(t)
-	JNZ(LabelRef("token"))
-
-	a.advance(34)
-	ADDQ(U8(34), a.x)
-	DECQ(a.nb)
-	JNZ(LabelRef("block"))
-
+	Label("pair")
+	CMPQ(t, U8(2))
+	JB(LabelRef("single"))
+	q8_0Quads(a, xt, acct, 2, dws, dxs, "p")
+	LEAQ(Mem{Base: xt, Index: a.ldx, Scale: 2}, xt)
+	ADDQ(U32(2*256), acct)
+	SUBQ(U8(2), t)
+	JMP(LabelRef("pair"))
+	Label("single")
+	TESTQ(t, t)
+	JZ(LabelRef("lanes"))
+	q8_0Quads(a, xt, acct, 1, dws, dxs, "s")
+	Label("lanes")
 	laneSums(a)
 	Label("done")
 	VZEROUPPER()
 	RET()
+}
+
+// q8_0Quads computes the lanes of the tile's rows 0-3, then 4-7, against C (1 or 2)
+// activation rows from xt (ldx apart) over every block, into acct's lanes.
+func q8_0Quads(a tileArgs, xt, acct Register, C int, dws, dxs Mem, tag string) {
+	for quad := 0; quad < 2; quad++ {
+		base := a.w0
+		if quad == 1 {
+			base = a.w4
+		}
+		var acc [4][2]VecVirtual
+		for r := range acc {
+			for c := 0; c < C; c++ {
+				acc[r][c] = YMM()
+				VXORPS(acc[r][c], acc[r][c], acc[r][c])
+			}
+		}
+		wb, xb, k := GP64(), GP64(), GP64()
+		MOVQ(base, wb)
+		MOVQ(xt, xb)
+		MOVQ(a.nb, k)
+		label := fmt.Sprintf("%sblock%d", tag, quad)
+		Label(label)
+		row := func(r, off int) Mem {
+			switch r {
+			case 0:
+				return Mem{Base: wb, Disp: off}
+			case 1:
+				return Mem{Base: wb, Index: a.ldw, Scale: 1, Disp: off}
+			case 2:
+				return Mem{Base: wb, Index: a.ldw, Scale: 2, Disp: off}
+			}
+			return Mem{Base: wb, Index: a.l3, Scale: 1, Disp: off}
+		}
+		var y [2]VecVirtual
+		for c := 0; c < C; c++ {
+			m := Mem{Base: xb}
+			if c == 1 {
+				m = Mem{Base: xb, Index: a.ldx, Scale: 1}
+			}
+			h := XMM()
+			VPBROADCASTW(m, h)
+			dx := YMM()
+			VCVTPH2PS(h, dx)
+			VMOVUPS(dx, dxs.Offset(32*c))
+			y[c] = YMM()
+			VMOVDQU(m.Offset(2), y[c])
+		}
+		h := XMM()
+		g := GP32()
+		MOVWLZX(row(0, 0), g)
+		VMOVD(g, h)
+		for r := 1; r < 4; r++ {
+			VPINSRW(U8(r), row(r, 0), h, h)
+		}
+		VCVTPH2PS(h, h)
+		VMOVUPS(h, dws)
+		for r := 0; r < 4; r++ {
+			wr, wa := YMM(), YMM()
+			VMOVDQU(row(r, 2), wr)
+			VPABSB(wr, wa)
+			dw := YMM()
+			VBROADCASTSS(dws.Offset(4*r), dw)
+			for c := 0; c < C; c++ {
+				p := YMM()
+				VPSIGNB(wr, y[c], p)
+				VPMADDUBSW(p, wa, p)
+				VPMADDWD(tOnes16, p, p)
+				VCVTDQ2PS(p, p)
+				d := YMM()
+				VMULPS(dxs.Offset(32*c), dw, d) // fp16(w.d) * fp16(x.d)
+				VFMADD231PS(p, d, acc[r][c])
+			}
+		}
+		ADDQ(U8(34), wb)
+		ADDQ(U8(34), xb)
+		DECQ(k)
+		JNZ(LabelRef(label))
+		for r := range acc {
+			for c := 0; c < C; c++ {
+				VMOVUPS(acc[r][c], Mem{Base: acct, Disp: 256*c + 32*(4*quad+r)})
+			}
+		}
+	}
 }
 
 // laneSums ends a tile whose acc holds eight float lanes per weight row and activation row
