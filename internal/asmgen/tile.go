@@ -487,8 +487,7 @@ func q4KTile(name string, gemm bool) {
 // and X86Rows takes the one-row kernels for activations that have one.
 func q8_0Tile() {
 	a := tileSig("q8_0Tile8AVX2", "q8_0Tile8AVX2 adds eight rows of Q8_0 times T activation rows into acc (64 floats per activation row: 8 lanes per weight row).", tileRows, attr.NOSPLIT)
-	dws := AllocLocal(16) // four rows' scales of the current block
-	dxs := AllocLocal(64) // two activation rows' scales of the current block, broadcast
+	dds := AllocLocal(32) // the current block's d of four rows, for each of two activation rows
 	a.empty()
 	xt, acct, t := GP64(), GP64(), GP64()
 	MOVQ(a.x, xt)
@@ -497,7 +496,7 @@ func q8_0Tile() {
 	Label("pair")
 	CMPQ(t, U8(2))
 	JB(LabelRef("single"))
-	q8_0Quads(a, xt, acct, 2, dws, dxs, "p")
+	q8_0Quads(a, xt, acct, 2, dds, "p")
 	LEAQ(Mem{Base: xt, Index: a.ldx, Scale: 2}, xt)
 	ADDQ(U32(2*256), acct)
 	SUBQ(U8(2), t)
@@ -505,7 +504,7 @@ func q8_0Tile() {
 	Label("single")
 	TESTQ(t, t)
 	JZ(LabelRef("lanes"))
-	q8_0Quads(a, xt, acct, 1, dws, dxs, "s")
+	q8_0Quads(a, xt, acct, 1, dds, "s")
 	Label("lanes")
 	laneSums(a)
 	Label("done")
@@ -515,7 +514,7 @@ func q8_0Tile() {
 
 // q8_0Quads computes the lanes of the tile's rows 0-3, then 4-7, against C (1 or 2)
 // activation rows from xt (ldx apart) over every block, into acct's lanes.
-func q8_0Quads(a tileArgs, xt, acct Register, C int, dws, dxs Mem, tag string) {
+func q8_0Quads(a tileArgs, xt, acct Register, C int, dds Mem, tag string) {
 	for quad := 0; quad < 2; quad++ {
 		base := a.w0
 		if quad == 1 {
@@ -545,20 +544,10 @@ func q8_0Quads(a tileArgs, xt, acct Register, C int, dws, dxs Mem, tag string) {
 			}
 			return Mem{Base: wb, Index: a.l3, Scale: 1, Disp: off}
 		}
-		var y [2]VecVirtual
-		for c := 0; c < C; c++ {
-			m := Mem{Base: xb}
-			if c == 1 {
-				m = Mem{Base: xb, Index: a.ldx, Scale: 1}
-			}
-			h := XMM()
-			VPBROADCASTW(m, h)
-			dx := YMM()
-			VCVTPH2PS(h, dx)
-			VMOVUPS(dx, dxs.Offset(32*c))
-			y[c] = YMM()
-			VMOVDQU(m.Offset(2), y[c])
-		}
+		// The four rows' scales, then each activation row's four products d = fp16(w.d) *
+		// fp16(x.d) with one multiply, kept on the stack for broadcasting: a multiply per
+		// output and block would compete with the integer multiplies and the fused
+		// multiply-adds for the same two pipes.
 		h := XMM()
 		g := GP32()
 		MOVWLZX(row(0, 0), g)
@@ -567,13 +556,24 @@ func q8_0Quads(a tileArgs, xt, acct Register, C int, dws, dxs Mem, tag string) {
 			VPINSRW(U8(r), row(r, 0), h, h)
 		}
 		VCVTPH2PS(h, h)
-		VMOVUPS(h, dws)
+		var y [2]VecVirtual
+		for c := 0; c < C; c++ {
+			m := Mem{Base: xb}
+			if c == 1 {
+				m = Mem{Base: xb, Index: a.ldx, Scale: 1}
+			}
+			hx := XMM()
+			VPBROADCASTW(m, hx)
+			VCVTPH2PS(hx, hx)
+			VMULPS(hx, h, hx)
+			VMOVUPS(hx, dds.Offset(16*c))
+			y[c] = YMM()
+			VMOVDQU(m.Offset(2), y[c])
+		}
 		for r := 0; r < 4; r++ {
 			wr, wa := YMM(), YMM()
 			VMOVDQU(row(r, 2), wr)
 			VPABSB(wr, wa)
-			dw := YMM()
-			VBROADCASTSS(dws.Offset(4*r), dw)
 			for c := 0; c < C; c++ {
 				p := YMM()
 				VPSIGNB(wr, y[c], p)
@@ -581,7 +581,7 @@ func q8_0Quads(a tileArgs, xt, acct Register, C int, dws, dxs Mem, tag string) {
 				VPMADDWD(tOnes16, p, p)
 				VCVTDQ2PS(p, p)
 				d := YMM()
-				VMULPS(dxs.Offset(32*c), dw, d) // fp16(w.d) * fp16(x.d)
+				VBROADCASTSS(dds.Offset(16*c+4*r), d)
 				VFMADD231PS(p, d, acc[r][c])
 			}
 		}
