@@ -181,8 +181,37 @@ func (p *X86Product) Rows(lo, hi int, out []float32, ldo int, s *TileScratch) {
 	}
 }
 
-// x86RowsDot is X86Rows one output at a time: the reference of the tile kernels.
+// A rowsKernel is a one-row kernel over rows consecutive weight rows (ldw bytes apart) of
+// nb blocks against the one activation row x: out[r] is row r's product.
+type rowsKernel func(w []byte, ldw int, x []byte, nb, rows int, out []float32)
+
+// fastRows holds, by weight type, the rows kernels of a product of one activation row: [0]
+// for matrices llama.cpp does not repack, [1] for those it does (a multiple of 8 rows); an
+// architecture file fills it once at start-up. A decoded token's products are all of one
+// activation row, and a call per weight row cost a tenth of decoding.
+var fastRows [len(types)][2]rowsKernel
+
+// x86RowsDot is X86Rows without the tiles: one kernel call for a single activation row where
+// the machine has a rows kernel, one X86Dot kernel call per output elsewhere.
 func x86RowsDot(w Matrix, lo, hi int, x []byte, xrow, T, batch int, out []float32, ldo int) {
+	if T == 1 && lo < hi && int(w.Type) < len(fastRows) {
+		repacked := 0
+		if w.Rows%8 == 0 {
+			repacked = 1
+		}
+		if k := fastRows[w.Type][repacked]; k != nil {
+			rb := w.RowBytes()
+			nb := w.Cols / w.Type.BlockSize()
+			k(w.Data[lo*rb:hi*rb], rb, x[:xrow], nb, hi-lo, out[lo:hi])
+			return
+		}
+	}
+	x86RowsDotRef(w, lo, hi, x, xrow, T, batch, out, ldo)
+}
+
+// x86RowsDotRef is X86Rows one X86Dot kernel call per output: the reference of the tile and
+// rows kernels.
+func x86RowsDotRef(w Matrix, lo, hi int, x []byte, xrow, T, batch int, out []float32, ldo int) {
 	if lo >= hi || T == 0 {
 		return
 	}

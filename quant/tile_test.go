@@ -59,7 +59,7 @@ func (p *tileProblem) run(s *TileScratch) {
 	for i := range p.wantOut {
 		p.wantOut[i], p.gotOut[i] = -7, -7
 	}
-	x86RowsDot(m, p.lo, p.hi, p.x, p.xrow, p.T, p.batch, p.wantOut, ldo)
+	x86RowsDotRef(m, p.lo, p.hi, p.x, p.xrow, p.T, p.batch, p.wantOut, ldo)
 	X86Rows(m, p.lo, p.hi, p.x, p.xrow, p.T, p.batch, p.gotOut, ldo, s)
 }
 
@@ -170,7 +170,7 @@ func BenchmarkX86Rows(b *testing.B) {
 				name string
 				f    func()
 			}{
-				{"ref", func() { x86RowsDot(m, 0, p.rows, p.x, p.xrow, T, T, out, p.rows) }},
+				{"ref", func() { x86RowsDotRef(m, 0, p.rows, p.x, p.xrow, T, T, out, p.rows) }},
 				{"tile", func() { X86Rows(m, 0, p.rows, p.x, p.xrow, T, T, out, p.rows, &s) }},
 			} {
 				b.Run(fmt.Sprintf("%v/T=%d/%s", typ, T, v.name), func(b *testing.B) {
@@ -207,7 +207,8 @@ func BenchmarkX86RowsStream(b *testing.B) {
 			name string
 			f    func()
 		}{
-			{"ref", func() { x86RowsDot(m, 0, rows, x, xrow, 1, 1, out, rows) }},
+			{"ref", func() { x86RowsDotRef(m, 0, rows, x, xrow, 1, 1, out, rows) }},
+			{"rows", func() { x86RowsDot(m, 0, rows, x, xrow, 1, 1, out, rows) }},
 			{"tile", func() { X86Rows(m, 0, rows, x, xrow, 1, 1, out, rows, &s) }},
 		} {
 			// The tile even where a single row takes the one-row kernels.
@@ -222,4 +223,62 @@ func BenchmarkX86RowsStream(b *testing.B) {
 			})
 		}
 	}
+}
+
+// rowsTypes returns the weight types this machine has rows kernels for.
+func rowsTypes(t testing.TB) []Type {
+	var out []Type
+	for typ, ks := range fastRows {
+		if ks[0] != nil || ks[1] != nil {
+			out = append(out, Type(typ))
+		}
+	}
+	if len(out) == 0 {
+		t.Skip("no rows kernels on this machine/build")
+	}
+	return out
+}
+
+// TestX86RowsOneRow holds the products of one activation row (the rows kernels, or the Q4_0
+// tile) to the reference for every type with a rows kernel, for matrices llama.cpp repacks
+// (multiples of 8 rows) and matrices it does not, and for ranges of rows off the tiles.
+func TestX86RowsOneRow(t *testing.T) {
+	r := rand.New(rand.NewPCG(61, 62))
+	var s TileScratch
+	for _, typ := range rowsTypes(t) {
+		bs := typ.BlockSize()
+		for _, shape := range []struct{ rows, cols int }{{5, bs}, {8, 2 * bs}, {21, 3 * bs}, {40, 7 * bs}} {
+			for _, rng := range [][2]int{{0, shape.rows}, {3, shape.rows - 2}, {1, 2}} {
+				p := newTileProblem(r, typ, shape.rows, shape.cols, 1, 1, rng[0], rng[1])
+				p.run(&s)
+				p.check(t)
+			}
+		}
+	}
+}
+
+// FuzzX86RowsOneRow compares the rows kernels with the reference on arbitrary bytes.
+func FuzzX86RowsOneRow(f *testing.F) {
+	for i, b := range []byte{0x00, 0x80, 0x7f, 0xff, 0x88, 0x0f} {
+		f.Add(uint8(i), uint8(3*i+1), bytesOf(b, 9*(210+292)))
+	}
+	f.Fuzz(func(t *testing.T, sel, rowsSel uint8, data []byte) {
+		types := rowsTypes(t)
+		typ := types[int(sel)%len(types)]
+		rows := 1 + int(rowsSel)%17
+		rb, xb := typ.BlockBytes(), typ.DotType().BlockBytes()
+		nb := len(data) / (rows*rb + xb)
+		if nb == 0 {
+			return
+		}
+		w := append([]byte(nil), data[:rows*nb*rb]...)
+		x := append([]byte(nil), data[rows*nb*rb:rows*nb*rb+nb*xb]...)
+		if sel&0x80 != 0 {
+			simdTameScales(typ, w, nil)
+		}
+		p := &tileProblem{typ: typ, rows: rows, cols: nb * typ.BlockSize(), T: 1, batch: 1, lo: 0, hi: rows,
+			w: w, x: x, xrow: nb * xb, raw: true}
+		p.run(&TileScratch{})
+		p.check(t)
+	})
 }

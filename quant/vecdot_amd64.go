@@ -44,6 +44,26 @@ func init() {
 	fastX86F16Gemm = avx2F16Gemm
 	fastX86BF16Vec = avx2BF16Vec
 	fastX86BF16Gemm = avx2BF16Gemm
+	// The kernels of a product of one activation row (batch 1) over many weight rows, by
+	// type and by whether llama.cpp repacks the matrix: fastX86's choice for batch 1.
+	for _, k := range []struct {
+		t             Type
+		plain, repack rowsKernel
+	}{
+		{Q8_0, q8_0DotAVX2Rows, q8_0DotAVX2Rows},
+		{Q5_0, q5_0DotAVX2Rows, q5_0DotAVX2Rows},
+		{Q6_K, q6KDotAVX2Rows, q6KDotAVX2Rows},
+		{Q4_0, q4_0DotAVX2Rows, q4_0RepackAVX2Rows},
+		{Q4_K, q4KDotAVX2Rows, q4KRepackAVX2Rows},
+		{Q4_1, q4_1DotAVX2Rows, q4_1DotAVX2Rows},
+		{Q5_1, q5_1DotAVX2Rows, q5_1DotAVX2Rows},
+		{IQ4_NL, iq4nlVecAVX2Rows, iq4nlRepackAVX2Rows},
+		{Q5_K, q5KDotAVX2Rows, q5KDotAVX2Rows},
+		{Q3_K, q3KDotAVX2Rows, q3KDotAVX2Rows},
+		{Q2_K, q2KDotAVX2Rows, q2KRepackAVX2Rows},
+	} {
+		fastRows[k.t] = [2]rowsKernel{k.plain, k.repack}
+	}
 }
 
 // The wrappers slice the rows to whole blocks, which panics on a short row as the portable

@@ -2348,3 +2348,1947 @@ loopdone:
 	VMOVSS       X0, ret+56(FP)
 	VZEROUPPER
 	RET
+
+// func q8_0DotAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·q8_0DotAVX2Rows(SB), NOSPLIT, $8-96
+	MOVQ  w_base+0(FP), AX
+	MOVQ  out_base+72(FP), CX
+	MOVQ  rows+64(FP), DX
+	MOVQ  DX, (SP)
+	TESTQ DX, DX
+	JZ    rowsend
+
+row:
+	MOVQ    AX, DX
+	MOVQ    x_base+32(FP), BX
+	MOVQ    nb+56(FP), SI
+	VXORPS  Y0, Y0, Y0
+	VMOVDQU ones16<>+0(SB), Y1
+	VMOVDQU oddbyte<>+0(SB), Y2
+	TESTQ   SI, SI
+	JZ      done
+
+loop:
+	PREFETCHT0   2048(DX)
+	MOVWLZX      (DX), DI
+	MOVWLZX      (BX), R8
+	SHLL         $0x10, R8
+	ORL          R8, DI
+	VMOVD        DI, X3
+	VCVTPH2PS    X3, X3
+	VMOVSHDUP    X3, X4
+	VMULSS       X4, X3, X3
+	VBROADCASTSS X3, Y3
+	VMOVDQU      2(DX), Y4
+	VMOVDQU      2(BX), Y5
+	VPSLLW       $0x08, Y4, Y6
+	VPSLLW       $0x08, Y5, Y7
+	VPMULHW      Y7, Y6, Y6
+	VPAND        Y2, Y4, Y4
+	VPAND        Y2, Y5, Y5
+	VPMULHW      Y5, Y4, Y4
+	VPMADDWD     Y1, Y6, Y6
+	VPMADDWD     Y1, Y4, Y4
+	VPADDD       Y4, Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VFMADD231PS  Y6, Y3, Y0
+	ADDQ         $0x00000022, DX
+	ADDQ         $0x00000022, BX
+	DECQ         SI
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (CX)
+	ADDQ         $0x04, CX
+	MOVQ         ldw+24(FP), DX
+	ADDQ         DX, AX
+	DECQ         (SP)
+	JNZ          row
+
+rowsend:
+	VZEROUPPER
+	RET
+
+// func q4_0DotAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·q4_0DotAVX2Rows(SB), NOSPLIT, $8-96
+	MOVQ  w_base+0(FP), AX
+	MOVQ  out_base+72(FP), CX
+	MOVQ  rows+64(FP), DX
+	MOVQ  DX, (SP)
+	TESTQ DX, DX
+	JZ    rowsend
+
+row:
+	MOVQ    AX, DX
+	MOVQ    x_base+32(FP), BX
+	MOVQ    nb+56(FP), SI
+	VXORPS  Y0, Y0, Y0
+	VMOVDQU ones16<>+0(SB), Y1
+	VMOVDQU low4<>+0(SB), Y2
+	VMOVDQU eight<>+0(SB), Y3
+	TESTQ   SI, SI
+	JZ      done
+
+loop:
+	PREFETCHT0   2048(DX)
+	VMOVDQU      2(DX), X4
+	VPSRLW       $0x04, X4, X5
+	VINSERTI128  $0x01, X5, Y4, Y5
+	VPAND        Y2, Y5, Y5
+	VMOVDQU      2(BX), Y6
+	VPMADDUBSW   Y6, Y5, Y5
+	VPMADDUBSW   Y6, Y3, Y6
+	VPSUBW       Y6, Y5, Y5
+	VPMADDWD     Y1, Y5, Y5
+	MOVWLZX      (DX), DI
+	MOVWLZX      (BX), R8
+	SHLL         $0x10, R8
+	ORL          R8, DI
+	VMOVD        DI, X4
+	VCVTPH2PS    X4, X4
+	VMOVSHDUP    X4, X6
+	VMULSS       X6, X4, X4
+	VBROADCASTSS X4, Y6
+	VCVTDQ2PS    Y5, Y5
+	VFMADD231PS  Y5, Y6, Y0
+	ADDQ         $0x00000012, DX
+	ADDQ         $0x00000022, BX
+	DECQ         SI
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (CX)
+	ADDQ         $0x04, CX
+	MOVQ         ldw+24(FP), DX
+	ADDQ         DX, AX
+	DECQ         (SP)
+	JNZ          row
+
+rowsend:
+	VZEROUPPER
+	RET
+
+// func q4_0RepackAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·q4_0RepackAVX2Rows(SB), NOSPLIT, $8-96
+	MOVQ  w_base+0(FP), AX
+	MOVQ  out_base+72(FP), CX
+	MOVQ  rows+64(FP), DX
+	MOVQ  DX, (SP)
+	TESTQ DX, DX
+	JZ    rowsend
+
+row:
+	MOVQ    AX, DX
+	MOVQ    x_base+32(FP), BX
+	MOVQ    nb+56(FP), SI
+	VXORPS  Y0, Y0, Y0
+	VMOVDQU ones16<>+0(SB), Y1
+	VMOVDQU low4<>+0(SB), Y2
+	VMOVDQU eight<>+0(SB), Y3
+	TESTQ   SI, SI
+	JZ      done
+
+loop:
+	PREFETCHT0   2048(DX)
+	VMOVDQU      2(DX), X4
+	VPSRLW       $0x04, X4, X5
+	VINSERTI128  $0x01, X5, Y4, Y5
+	VPAND        Y2, Y5, Y5
+	VMOVDQU      2(BX), Y6
+	VPMADDUBSW   Y6, Y5, Y5
+	VPMADDUBSW   Y6, Y3, Y6
+	VPSUBW       Y6, Y5, Y5
+	VPMADDWD     Y1, Y5, Y5
+	MOVWLZX      (DX), DI
+	MOVWLZX      (BX), R8
+	SHLL         $0x10, R8
+	ORL          R8, DI
+	VMOVD        DI, X4
+	VCVTPH2PS    X4, X4
+	VMOVSHDUP    X4, X6
+	VMULSS       X6, X4, X4
+	VEXTRACTI128 $0x01, Y5, X6
+	VPADDD       X5, X6, X6
+	VPSHUFD      $0x4e, X6, X5
+	VPADDD       X5, X6, X6
+	VPSHUFD      $0xb1, X6, X5
+	VPADDD       X5, X6, X6
+	VCVTDQ2PS    X6, X6
+	VFMADD231SS  X4, X6, X0
+	ADDQ         $0x00000012, DX
+	ADDQ         $0x00000022, BX
+	DECQ         SI
+	JNZ          loop
+
+done:
+	VMOVSS X0, (CX)
+	ADDQ   $0x04, CX
+	MOVQ   ldw+24(FP), DX
+	ADDQ   DX, AX
+	DECQ   (SP)
+	JNZ    row
+
+rowsend:
+	VZEROUPPER
+	RET
+
+// func q5_0DotAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·q5_0DotAVX2Rows(SB), NOSPLIT, $8-96
+	MOVQ  w_base+0(FP), AX
+	MOVQ  out_base+72(FP), CX
+	MOVQ  rows+64(FP), DX
+	MOVQ  DX, (SP)
+	TESTQ DX, DX
+	JZ    rowsend
+
+row:
+	MOVQ    AX, DX
+	MOVQ    x_base+32(FP), BX
+	MOVQ    nb+56(FP), SI
+	VXORPS  Y0, Y0, Y0
+	VMOVDQU ones16<>+0(SB), Y1
+	VMOVDQU low4<>+0(SB), Y2
+	VMOVDQU sixteen<>+0(SB), Y3
+	VMOVDQU qhshuf<>+0(SB), Y4
+	VMOVDQU bitsel<>+0(SB), Y5
+	TESTQ   SI, SI
+	JZ      done
+
+loop:
+	PREFETCHT0   2048(DX)
+	MOVWLZX      (DX), DI
+	MOVWLZX      (BX), R8
+	SHLL         $0x10, R8
+	ORL          R8, DI
+	VMOVD        DI, X6
+	VCVTPH2PS    X6, X6
+	VMOVSHDUP    X6, X7
+	VMULSS       X7, X6, X6
+	VBROADCASTSS X6, Y6
+	VPBROADCASTD 2(DX), Y7
+	VPSHUFB      Y4, Y7, Y7
+	VPAND        Y5, Y7, Y7
+	VPCMPEQB     Y5, Y7, Y7
+	VPAND        Y3, Y7, Y7
+	VMOVDQU      6(DX), X8
+	VPSRLW       $0x04, X8, X9
+	VINSERTI128  $0x01, X9, Y8, Y9
+	VPAND        Y2, Y9, Y9
+	VPOR         Y7, Y9, Y9
+	VMOVDQU      2(BX), Y7
+	VPMADDUBSW   Y7, Y9, Y9
+	VPMADDUBSW   Y7, Y3, Y7
+	VPSUBW       Y7, Y9, Y9
+	VPMADDWD     Y1, Y9, Y9
+	VCVTDQ2PS    Y9, Y9
+	VFMADD231PS  Y9, Y6, Y0
+	ADDQ         $0x00000016, DX
+	ADDQ         $0x00000022, BX
+	DECQ         SI
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (CX)
+	ADDQ         $0x04, CX
+	MOVQ         ldw+24(FP), DX
+	ADDQ         DX, AX
+	DECQ         (SP)
+	JNZ          row
+
+rowsend:
+	VZEROUPPER
+	RET
+
+// func q4KDotAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·q4KDotAVX2Rows(SB), NOSPLIT, $8-96
+	MOVQ  w_base+0(FP), AX
+	MOVQ  out_base+72(FP), CX
+	MOVQ  rows+64(FP), DX
+	MOVQ  DX, (SP)
+	TESTQ DX, DX
+	JZ    rowsend
+
+row:
+	MOVQ    AX, DX
+	MOVQ    x_base+32(FP), BX
+	MOVQ    nb+56(FP), SI
+	VXORPS  Y0, Y0, Y0
+	VXORPS  X1, X1, X1
+	VMOVDQU low4<>+0(SB), Y2
+	TESTQ   SI, SI
+	JZ      done
+
+loop:
+	PREFETCHT0   2048(DX)
+	PREFETCHT0   2112(DX)
+	PREFETCHT0   2176(DX)
+	VMOVD        (DX), X3
+	VCVTPH2PS    X3, X3
+	VBROADCASTSS (BX), X4
+	VMULPS       X4, X3, X3
+	VSHUFPS      $0x55, X3, X3, X4
+	MOVL         4(DX), DI
+	MOVL         8(DX), R8
+	MOVL         12(DX), R9
+	MOVL         R9, R10
+	SHRL         $0x04, R10
+	ANDL         $0x0f0f0f0f, R10
+	MOVL         R8, R11
+	SHRL         $0x06, R11
+	ANDL         $0x03030303, R11
+	SHLL         $0x04, R11
+	ORL          R11, R10
+	ANDL         $0x0f0f0f0f, R9
+	MOVL         DI, R11
+	SHRL         $0x06, R11
+	ANDL         $0x03030303, R11
+	SHLL         $0x04, R11
+	ORL          R11, R9
+	ANDL         $0x3f3f3f3f, R8
+	ANDL         $0x3f3f3f3f, DI
+	SHLQ         $0x20, R9
+	ORQ          R9, DI
+	SHLQ         $0x20, R10
+	ORQ          R10, R8
+	VMOVQ        R8, X5
+	VPUNPCKLBW   X5, X5, X5
+	VPMOVZXBW    X5, Y5
+	VPMADDWD     260(BX), Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X6
+	VPHADDD      X6, X5, X6
+	VMOVQ        DI, X5
+	VPMOVZXBW    X5, X7
+	VINSERTI128  $0x01, X7, Y7, Y7
+	VMOVDQU      16(DX), Y5
+	VPSRLW       $0x04, Y5, Y8
+	VPAND        Y2, Y5, Y5
+	VPAND        Y2, Y8, Y8
+	VPMADDUBSW   4(BX), Y5, Y5
+	VPMADDUBSW   36(BX), Y8, Y8
+	VPSHUFB      k4shuf<>+0(SB), Y7, Y9
+	VPSHUFB      k4shuf<>+32(SB), Y7, Y10
+	VPMADDWD     Y9, Y5, Y5
+	VPMADDWD     Y10, Y8, Y8
+	VPADDD       Y8, Y5, Y5
+	VMOVDQU      48(DX), Y8
+	VPSRLW       $0x04, Y8, Y9
+	VPAND        Y2, Y8, Y8
+	VPAND        Y2, Y9, Y9
+	VPMADDUBSW   68(BX), Y8, Y8
+	VPMADDUBSW   100(BX), Y9, Y9
+	VPSHUFB      k4shuf<>+64(SB), Y7, Y10
+	VPSHUFB      k4shuf<>+96(SB), Y7, Y11
+	VPMADDWD     Y10, Y8, Y8
+	VPMADDWD     Y11, Y9, Y9
+	VPADDD       Y9, Y8, Y8
+	VMOVDQU      80(DX), Y9
+	VPSRLW       $0x04, Y9, Y10
+	VPAND        Y2, Y9, Y9
+	VPAND        Y2, Y10, Y10
+	VPMADDUBSW   132(BX), Y9, Y9
+	VPMADDUBSW   164(BX), Y10, Y10
+	VPSHUFB      k4shuf<>+128(SB), Y7, Y11
+	VPSHUFB      k4shuf<>+160(SB), Y7, Y12
+	VPMADDWD     Y11, Y9, Y9
+	VPMADDWD     Y12, Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VMOVDQU      112(DX), Y10
+	VPSRLW       $0x04, Y10, Y11
+	VPAND        Y2, Y10, Y10
+	VPAND        Y2, Y11, Y11
+	VPMADDUBSW   196(BX), Y10, Y10
+	VPMADDUBSW   228(BX), Y11, Y11
+	VPSHUFB      k4shuf<>+192(SB), Y7, Y12
+	VPSHUFB      k4shuf<>+224(SB), Y7, Y13
+	VPMADDWD     Y12, Y10, Y10
+	VPMADDWD     Y13, Y11, Y11
+	VPADDD       Y11, Y10, Y10
+	VCVTDQ2PS    X6, X6
+	VFNMADD231PS X6, X4, X1
+	VPADDD       Y8, Y5, Y5
+	VPADDD       Y10, Y9, Y9
+	VPADDD       Y9, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VBROADCASTSS X3, Y3
+	VFMADD231PS  Y5, Y3, Y0
+	ADDQ         $0x00000090, DX
+	ADDQ         $0x00000124, BX
+	DECQ         SI
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X0, X2, X2
+	VMOVHLPS     X2, X2, X0
+	VADDPS       X0, X2, X2
+	VMOVSHDUP    X2, X0
+	VADDSS       X0, X2, X2
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       X1, X2, X2
+	VMOVSS       X2, (CX)
+	ADDQ         $0x04, CX
+	MOVQ         ldw+24(FP), DX
+	ADDQ         DX, AX
+	DECQ         (SP)
+	JNZ          row
+
+rowsend:
+	VZEROUPPER
+	RET
+
+// func q4KRepackAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·q4KRepackAVX2Rows(SB), NOSPLIT, $8-96
+	MOVQ  w_base+0(FP), AX
+	MOVQ  out_base+72(FP), CX
+	MOVQ  rows+64(FP), DX
+	MOVQ  DX, (SP)
+	TESTQ DX, DX
+	JZ    rowsend
+
+row:
+	MOVQ    AX, DX
+	MOVQ    x_base+32(FP), BX
+	MOVQ    nb+56(FP), SI
+	VXORPS  Y0, Y0, Y0
+	VXORPS  X1, X1, X1
+	VMOVDQU low4<>+0(SB), Y2
+	TESTQ   SI, SI
+	JZ      done
+
+loop:
+	PREFETCHT0   2048(DX)
+	PREFETCHT0   2112(DX)
+	PREFETCHT0   2176(DX)
+	VMOVD        (DX), X3
+	VCVTPH2PS    X3, X3
+	VBROADCASTSS (BX), X4
+	VMULPS       X4, X3, X3
+	VSHUFPS      $0x55, X3, X3, X4
+	MOVL         4(DX), DI
+	MOVL         8(DX), R8
+	MOVL         12(DX), R9
+	MOVL         R9, R10
+	SHRL         $0x04, R10
+	ANDL         $0x0f0f0f0f, R10
+	MOVL         R8, R11
+	SHRL         $0x06, R11
+	ANDL         $0x03030303, R11
+	SHLL         $0x04, R11
+	ORL          R11, R10
+	ANDL         $0x0f0f0f0f, R9
+	MOVL         DI, R11
+	SHRL         $0x06, R11
+	ANDL         $0x03030303, R11
+	SHLL         $0x04, R11
+	ORL          R11, R9
+	ANDL         $0x3f3f3f3f, R8
+	ANDL         $0x3f3f3f3f, DI
+	SHLQ         $0x20, R9
+	ORQ          R9, DI
+	SHLQ         $0x20, R10
+	ORQ          R10, R8
+	VMOVQ        R8, X5
+	VPUNPCKLBW   X5, X5, X5
+	VPMOVZXBW    X5, Y5
+	VPMADDWD     260(BX), Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X6
+	VPHADDD      X6, X5, X6
+	VMOVQ        DI, X5
+	VPMOVZXBW    X5, X7
+	VINSERTI128  $0x01, X7, Y7, Y7
+	VMOVDQU      16(DX), Y5
+	VPSRLW       $0x04, Y5, Y8
+	VPAND        Y2, Y5, Y5
+	VPAND        Y2, Y8, Y8
+	VPMADDUBSW   4(BX), Y5, Y5
+	VPMADDUBSW   36(BX), Y8, Y8
+	VPSHUFB      k4shuf<>+0(SB), Y7, Y9
+	VPSHUFB      k4shuf<>+32(SB), Y7, Y10
+	VPMADDWD     Y9, Y5, Y5
+	VPMADDWD     Y10, Y8, Y8
+	VPADDD       Y8, Y5, Y5
+	VMOVDQU      48(DX), Y8
+	VPSRLW       $0x04, Y8, Y9
+	VPAND        Y2, Y8, Y8
+	VPAND        Y2, Y9, Y9
+	VPMADDUBSW   68(BX), Y8, Y8
+	VPMADDUBSW   100(BX), Y9, Y9
+	VPSHUFB      k4shuf<>+64(SB), Y7, Y10
+	VPSHUFB      k4shuf<>+96(SB), Y7, Y11
+	VPMADDWD     Y10, Y8, Y8
+	VPMADDWD     Y11, Y9, Y9
+	VPADDD       Y9, Y8, Y8
+	VMOVDQU      80(DX), Y9
+	VPSRLW       $0x04, Y9, Y10
+	VPAND        Y2, Y9, Y9
+	VPAND        Y2, Y10, Y10
+	VPMADDUBSW   132(BX), Y9, Y9
+	VPMADDUBSW   164(BX), Y10, Y10
+	VPSHUFB      k4shuf<>+128(SB), Y7, Y11
+	VPSHUFB      k4shuf<>+160(SB), Y7, Y12
+	VPMADDWD     Y11, Y9, Y9
+	VPMADDWD     Y12, Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VMOVDQU      112(DX), Y10
+	VPSRLW       $0x04, Y10, Y11
+	VPAND        Y2, Y10, Y10
+	VPAND        Y2, Y11, Y11
+	VPMADDUBSW   196(BX), Y10, Y10
+	VPMADDUBSW   228(BX), Y11, Y11
+	VPSHUFB      k4shuf<>+192(SB), Y7, Y12
+	VPSHUFB      k4shuf<>+224(SB), Y7, Y13
+	VPMADDWD     Y12, Y10, Y10
+	VPMADDWD     Y13, Y11, Y11
+	VPADDD       Y11, Y10, Y10
+	VPADDD       Y8, Y5, Y5
+	VPADDD       Y10, Y9, Y9
+	VPADDD       Y9, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X7
+	VPADDD       X5, X7, X7
+	VPSHUFD      $0x4e, X7, X5
+	VPADDD       X5, X7, X7
+	VPSHUFD      $0xb1, X7, X5
+	VPADDD       X5, X7, X7
+	VCVTDQ2PS    X7, X7
+	VFMADD231SS  X3, X7, X0
+	VPSHUFD      $0x4e, X6, X3
+	VPADDD       X3, X6, X6
+	VPSHUFD      $0xb1, X6, X3
+	VPADDD       X3, X6, X6
+	VCVTDQ2PS    X6, X6
+	VFMADD231SS  X4, X6, X1
+	ADDQ         $0x00000090, DX
+	ADDQ         $0x00000124, BX
+	DECQ         SI
+	JNZ          loop
+
+done:
+	VSUBSS X1, X0, X0
+	VMOVSS X0, (CX)
+	ADDQ   $0x04, CX
+	MOVQ   ldw+24(FP), DX
+	ADDQ   DX, AX
+	DECQ   (SP)
+	JNZ    row
+
+rowsend:
+	VZEROUPPER
+	RET
+
+// func q4KRepackGemmAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·q4KRepackGemmAVX2Rows(SB), NOSPLIT, $8-96
+	MOVQ  w_base+0(FP), AX
+	MOVQ  out_base+72(FP), CX
+	MOVQ  rows+64(FP), DX
+	MOVQ  DX, (SP)
+	TESTQ DX, DX
+	JZ    rowsend
+
+row:
+	MOVQ    AX, DX
+	MOVQ    x_base+32(FP), BX
+	MOVQ    nb+56(FP), SI
+	VXORPS  Y0, Y0, Y0
+	VXORPS  X1, X1, X1
+	VMOVDQU low4<>+0(SB), Y2
+	TESTQ   SI, SI
+	JZ      done
+
+loop:
+	PREFETCHT0   2048(DX)
+	PREFETCHT0   2112(DX)
+	PREFETCHT0   2176(DX)
+	VMOVD        (DX), X3
+	VCVTPH2PS    X3, X3
+	VBROADCASTSS (BX), X4
+	VMULPS       X4, X3, X3
+	VSHUFPS      $0x55, X3, X3, X4
+	MOVL         4(DX), DI
+	MOVL         8(DX), R8
+	MOVL         12(DX), R9
+	MOVL         R9, R10
+	SHRL         $0x04, R10
+	ANDL         $0x0f0f0f0f, R10
+	MOVL         R8, R11
+	SHRL         $0x06, R11
+	ANDL         $0x03030303, R11
+	SHLL         $0x04, R11
+	ORL          R11, R10
+	ANDL         $0x0f0f0f0f, R9
+	MOVL         DI, R11
+	SHRL         $0x06, R11
+	ANDL         $0x03030303, R11
+	SHLL         $0x04, R11
+	ORL          R11, R9
+	ANDL         $0x3f3f3f3f, R8
+	ANDL         $0x3f3f3f3f, DI
+	SHLQ         $0x20, R9
+	ORQ          R9, DI
+	SHLQ         $0x20, R10
+	ORQ          R10, R8
+	VMOVQ        R8, X5
+	VPUNPCKLBW   X5, X5, X5
+	VPMOVZXBW    X5, Y5
+	VPMADDWD     260(BX), Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X6
+	VPHADDD      X6, X5, X6
+	VMOVQ        DI, X5
+	VPMOVZXBW    X5, X7
+	VINSERTI128  $0x01, X7, Y7, Y7
+	VMOVDQU      16(DX), Y5
+	VPSRLW       $0x04, Y5, Y8
+	VPAND        Y2, Y5, Y5
+	VPAND        Y2, Y8, Y8
+	VPMADDUBSW   4(BX), Y5, Y5
+	VPMADDUBSW   36(BX), Y8, Y8
+	VPSHUFB      k4shuf<>+0(SB), Y7, Y9
+	VPSHUFB      k4shuf<>+32(SB), Y7, Y10
+	VPMADDWD     Y9, Y5, Y5
+	VPMADDWD     Y10, Y8, Y8
+	VPADDD       Y8, Y5, Y5
+	VMOVDQU      48(DX), Y8
+	VPSRLW       $0x04, Y8, Y9
+	VPAND        Y2, Y8, Y8
+	VPAND        Y2, Y9, Y9
+	VPMADDUBSW   68(BX), Y8, Y8
+	VPMADDUBSW   100(BX), Y9, Y9
+	VPSHUFB      k4shuf<>+64(SB), Y7, Y10
+	VPSHUFB      k4shuf<>+96(SB), Y7, Y11
+	VPMADDWD     Y10, Y8, Y8
+	VPMADDWD     Y11, Y9, Y9
+	VPADDD       Y9, Y8, Y8
+	VMOVDQU      80(DX), Y9
+	VPSRLW       $0x04, Y9, Y10
+	VPAND        Y2, Y9, Y9
+	VPAND        Y2, Y10, Y10
+	VPMADDUBSW   132(BX), Y9, Y9
+	VPMADDUBSW   164(BX), Y10, Y10
+	VPSHUFB      k4shuf<>+128(SB), Y7, Y11
+	VPSHUFB      k4shuf<>+160(SB), Y7, Y12
+	VPMADDWD     Y11, Y9, Y9
+	VPMADDWD     Y12, Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VMOVDQU      112(DX), Y10
+	VPSRLW       $0x04, Y10, Y11
+	VPAND        Y2, Y10, Y10
+	VPAND        Y2, Y11, Y11
+	VPMADDUBSW   196(BX), Y10, Y10
+	VPMADDUBSW   228(BX), Y11, Y11
+	VPSHUFB      k4shuf<>+192(SB), Y7, Y12
+	VPSHUFB      k4shuf<>+224(SB), Y7, Y13
+	VPMADDWD     Y12, Y10, Y10
+	VPMADDWD     Y13, Y11, Y11
+	VPADDD       Y11, Y10, Y10
+	VPHADDD      Y8, Y5, Y5
+	VPHADDD      Y10, Y9, Y9
+	VPHADDD      Y9, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X7
+	VPADDD       X5, X7, X7
+	VCVTDQ2PS    X7, X7
+	VCVTDQ2PS    X6, X6
+	VFMADD231SS  X3, X7, X0
+	VFMADD231SS  X4, X6, X1
+	VSHUFPS      $0x55, X7, X7, X5
+	VFMADD231SS  X3, X5, X0
+	VSHUFPS      $0x55, X6, X6, X5
+	VFMADD231SS  X4, X5, X1
+	VSHUFPS      $0xaa, X7, X7, X5
+	VFMADD231SS  X3, X5, X0
+	VSHUFPS      $0xaa, X6, X6, X5
+	VFMADD231SS  X4, X5, X1
+	VSHUFPS      $0xff, X7, X7, X5
+	VFMADD231SS  X3, X5, X0
+	VSHUFPS      $0xff, X6, X6, X5
+	VFMADD231SS  X4, X5, X1
+	ADDQ         $0x00000090, DX
+	ADDQ         $0x00000124, BX
+	DECQ         SI
+	JNZ          loop
+
+done:
+	VSUBSS X1, X0, X0
+	VMOVSS X0, (CX)
+	ADDQ   $0x04, CX
+	MOVQ   ldw+24(FP), DX
+	ADDQ   DX, AX
+	DECQ   (SP)
+	JNZ    row
+
+rowsend:
+	VZEROUPPER
+	RET
+
+// func q6KDotAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·q6KDotAVX2Rows(SB), NOSPLIT, $8-96
+	MOVQ  w_base+0(FP), AX
+	MOVQ  out_base+72(FP), CX
+	MOVQ  rows+64(FP), DX
+	MOVQ  DX, (SP)
+	TESTQ DX, DX
+	JZ    rowsend
+
+row:
+	MOVQ    AX, DX
+	MOVQ    x_base+32(FP), BX
+	MOVQ    nb+56(FP), SI
+	VXORPS  Y0, Y0, Y0
+	VMOVDQU low4<>+0(SB), Y1
+	VMOVDQU thirty<>+0(SB), Y2
+	TESTQ   SI, SI
+	JZ      done
+
+loop:
+	PREFETCHT0     2048(DX)
+	PREFETCHT0     2112(DX)
+	PREFETCHT0     2176(DX)
+	PREFETCHT0     2240(DX)
+	MOVWLZX        208(DX), DI
+	VMOVD          DI, X3
+	VCVTPH2PS      X3, X3
+	VMULSS         (BX), X3, X3
+	VBROADCASTSS   X3, Y3
+	VPMOVSXBW      192(DX), Y4
+	VPMADDWD       260(BX), Y4, Y4
+	VPSLLD         $0x05, Y4, Y4
+	VBROADCASTI128 192(DX), Y5
+	VPXOR          Y6, Y6, Y6
+	VMOVDQU        (DX), Y7
+	VMOVDQU        32(DX), Y8
+	VMOVDQU        128(DX), Y9
+	VPSLLW         $0x04, Y9, Y10
+	VPSLLW         $0x02, Y9, Y11
+	VPSRLW         $0x02, Y9, Y12
+	VPAND          Y2, Y10, Y10
+	VPAND          Y2, Y11, Y11
+	VPAND          Y2, Y9, Y9
+	VPAND          Y2, Y12, Y12
+	VPAND          Y1, Y7, Y13
+	VPOR           Y13, Y10, Y10
+	VPAND          Y1, Y8, Y13
+	VPOR           Y13, Y11, Y11
+	VPSRLW         $0x04, Y7, Y7
+	VPAND          Y1, Y7, Y7
+	VPOR           Y7, Y9, Y9
+	VPSRLW         $0x04, Y8, Y8
+	VPAND          Y1, Y8, Y8
+	VPOR           Y8, Y12, Y12
+	VPMADDUBSW     4(BX), Y10, Y10
+	VPSHUFB        q6shuf<>+0(SB), Y5, Y7
+	VPSRAW         $0x08, Y7, Y7
+	VPMADDWD       Y7, Y10, Y10
+	VPADDD         Y10, Y6, Y6
+	VPMADDUBSW     36(BX), Y11, Y11
+	VPSHUFB        q6shuf<>+32(SB), Y5, Y7
+	VPSRAW         $0x08, Y7, Y7
+	VPMADDWD       Y7, Y11, Y11
+	VPADDD         Y11, Y6, Y6
+	VPMADDUBSW     68(BX), Y9, Y9
+	VPSHUFB        q6shuf<>+64(SB), Y5, Y7
+	VPSRAW         $0x08, Y7, Y7
+	VPMADDWD       Y7, Y9, Y9
+	VPADDD         Y9, Y6, Y6
+	VPMADDUBSW     100(BX), Y12, Y12
+	VPSHUFB        q6shuf<>+96(SB), Y5, Y7
+	VPSRAW         $0x08, Y7, Y7
+	VPMADDWD       Y7, Y12, Y12
+	VPADDD         Y12, Y6, Y6
+	VMOVDQU        64(DX), Y7
+	VMOVDQU        96(DX), Y8
+	VMOVDQU        160(DX), Y9
+	VPSLLW         $0x04, Y9, Y10
+	VPSLLW         $0x02, Y9, Y11
+	VPSRLW         $0x02, Y9, Y12
+	VPAND          Y2, Y10, Y10
+	VPAND          Y2, Y11, Y11
+	VPAND          Y2, Y9, Y9
+	VPAND          Y2, Y12, Y12
+	VPAND          Y1, Y7, Y13
+	VPOR           Y13, Y10, Y10
+	VPAND          Y1, Y8, Y13
+	VPOR           Y13, Y11, Y11
+	VPSRLW         $0x04, Y7, Y7
+	VPAND          Y1, Y7, Y7
+	VPOR           Y7, Y9, Y9
+	VPSRLW         $0x04, Y8, Y8
+	VPAND          Y1, Y8, Y8
+	VPOR           Y8, Y12, Y12
+	VPMADDUBSW     132(BX), Y10, Y10
+	VPSHUFB        q6shuf<>+128(SB), Y5, Y7
+	VPSRAW         $0x08, Y7, Y7
+	VPMADDWD       Y7, Y10, Y10
+	VPADDD         Y10, Y6, Y6
+	VPMADDUBSW     164(BX), Y11, Y11
+	VPSHUFB        q6shuf<>+160(SB), Y5, Y7
+	VPSRAW         $0x08, Y7, Y7
+	VPMADDWD       Y7, Y11, Y11
+	VPADDD         Y11, Y6, Y6
+	VPMADDUBSW     196(BX), Y9, Y9
+	VPSHUFB        q6shuf<>+192(SB), Y5, Y7
+	VPSRAW         $0x08, Y7, Y7
+	VPMADDWD       Y7, Y9, Y9
+	VPADDD         Y9, Y6, Y6
+	VPMADDUBSW     228(BX), Y12, Y12
+	VPSHUFB        q6shuf<>+224(SB), Y5, Y5
+	VPSRAW         $0x08, Y5, Y5
+	VPMADDWD       Y5, Y12, Y12
+	VPADDD         Y12, Y6, Y6
+	VPSUBD         Y4, Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VFMADD231PS    Y6, Y3, Y0
+	ADDQ           $0x000000d2, DX
+	ADDQ           $0x00000124, BX
+	DECQ           SI
+	JNZ            loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (CX)
+	ADDQ         $0x04, CX
+	MOVQ         ldw+24(FP), DX
+	ADDQ         DX, AX
+	DECQ         (SP)
+	JNZ          row
+
+rowsend:
+	VZEROUPPER
+	RET
+
+// func q4_1DotAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·q4_1DotAVX2Rows(SB), NOSPLIT, $8-96
+	MOVQ  w_base+0(FP), AX
+	MOVQ  out_base+72(FP), CX
+	MOVQ  rows+64(FP), DX
+	MOVQ  DX, (SP)
+	TESTQ DX, DX
+	JZ    rowsend
+
+row:
+	MOVQ    AX, DX
+	MOVQ    x_base+32(FP), BX
+	MOVQ    nb+56(FP), SI
+	VXORPS  Y0, Y0, Y0
+	VXORPS  X1, X1, X1
+	VMOVDQU ones16<>+0(SB), Y2
+	VMOVDQU low4<>+0(SB), Y3
+	TESTQ   SI, SI
+	JZ      done
+
+loop:
+	PREFETCHT0   2048(DX)
+	MOVL         (DX), DI
+	MOVL         (BX), R8
+	SHLQ         $0x20, R8
+	ORQ          R8, DI
+	VMOVQ        DI, X4
+	VCVTPH2PS    X4, X4
+	VMOVHLPS     X4, X4, X5
+	VMOVSHDUP    X4, X6
+	VMOVSHDUP    X5, X7
+	VFMADD231SS  X7, X6, X1
+	VMULSS       X5, X4, X4
+	VBROADCASTSS X4, Y4
+	VMOVDQU      4(DX), X5
+	VPSRLW       $0x04, X5, X6
+	VINSERTI128  $0x01, X6, Y5, Y6
+	VPAND        Y3, Y6, Y6
+	VPMADDUBSW   4(BX), Y6, Y6
+	VPMADDWD     Y2, Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VFMADD231PS  Y6, Y4, Y0
+	ADDQ         $0x00000014, DX
+	ADDQ         $0x00000024, BX
+	DECQ         SI
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X0, X2, X2
+	VMOVHLPS     X2, X2, X0
+	VADDPS       X0, X2, X2
+	VMOVSHDUP    X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       X1, X2, X2
+	VMOVSS       X2, (CX)
+	ADDQ         $0x04, CX
+	MOVQ         ldw+24(FP), DX
+	ADDQ         DX, AX
+	DECQ         (SP)
+	JNZ          row
+
+rowsend:
+	VZEROUPPER
+	RET
+
+// func q5_1DotAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·q5_1DotAVX2Rows(SB), NOSPLIT, $8-96
+	MOVQ  w_base+0(FP), AX
+	MOVQ  out_base+72(FP), CX
+	MOVQ  rows+64(FP), DX
+	MOVQ  DX, (SP)
+	TESTQ DX, DX
+	JZ    rowsend
+
+row:
+	MOVQ    AX, DX
+	MOVQ    x_base+32(FP), BX
+	MOVQ    nb+56(FP), SI
+	VXORPS  Y0, Y0, Y0
+	VXORPS  X1, X1, X1
+	VMOVDQU ones16<>+0(SB), Y2
+	VMOVDQU low4<>+0(SB), Y3
+	VMOVDQU sixteen<>+0(SB), Y4
+	VMOVDQU qhshuf<>+0(SB), Y5
+	VMOVDQU bitsel<>+0(SB), Y6
+	TESTQ   SI, SI
+	JZ      done
+
+loop:
+	PREFETCHT0   2048(DX)
+	MOVL         (DX), DI
+	MOVL         (BX), R8
+	SHLQ         $0x20, R8
+	ORQ          R8, DI
+	VMOVQ        DI, X7
+	VCVTPH2PS    X7, X7
+	VMOVHLPS     X7, X7, X8
+	VMOVSHDUP    X7, X9
+	VMOVSHDUP    X8, X10
+	VFMADD231SS  X10, X9, X1
+	VMULSS       X8, X7, X7
+	VBROADCASTSS X7, Y7
+	VPBROADCASTD 4(DX), Y8
+	VPSHUFB      Y5, Y8, Y8
+	VPAND        Y6, Y8, Y8
+	VPCMPEQB     Y6, Y8, Y8
+	VPAND        Y4, Y8, Y8
+	VMOVDQU      8(DX), X9
+	VPSRLW       $0x04, X9, X10
+	VINSERTI128  $0x01, X10, Y9, Y10
+	VPAND        Y3, Y10, Y10
+	VPOR         Y8, Y10, Y10
+	VPMADDUBSW   4(BX), Y10, Y10
+	VPMADDWD     Y2, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  Y10, Y7, Y0
+	ADDQ         $0x00000018, DX
+	ADDQ         $0x00000024, BX
+	DECQ         SI
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X0, X2, X2
+	VMOVHLPS     X2, X2, X0
+	VADDPS       X0, X2, X2
+	VMOVSHDUP    X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       X1, X2, X2
+	VMOVSS       X2, (CX)
+	ADDQ         $0x04, CX
+	MOVQ         ldw+24(FP), DX
+	ADDQ         DX, AX
+	DECQ         (SP)
+	JNZ          row
+
+rowsend:
+	VZEROUPPER
+	RET
+
+// func iq4nlLanesAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·iq4nlLanesAVX2Rows(SB), NOSPLIT, $8-96
+	MOVQ  w_base+0(FP), AX
+	MOVQ  out_base+72(FP), CX
+	MOVQ  rows+64(FP), DX
+	MOVQ  DX, (SP)
+	TESTQ DX, DX
+	JZ    rowsend
+
+row:
+	MOVQ    AX, DX
+	MOVQ    x_base+32(FP), BX
+	MOVQ    nb+56(FP), SI
+	VXORPS  Y0, Y0, Y0
+	VMOVDQU ones16<>+0(SB), Y1
+	VMOVDQU low4<>+0(SB), Y2
+	VMOVDQU iq4nlvalues<>+0(SB), Y3
+	TESTQ   SI, SI
+	JZ      done
+
+loop:
+	PREFETCHT0   2048(DX)
+	VMOVDQU      2(DX), X4
+	VPSRLW       $0x04, X4, X5
+	VINSERTI128  $0x01, X5, Y4, Y5
+	VPAND        Y2, Y5, Y5
+	VPSHUFB      Y5, Y3, Y5
+	VMOVDQU      2(BX), Y6
+	VPABSB       Y6, Y7
+	VPSIGNB      Y6, Y5, Y5
+	VPMADDUBSW   Y5, Y7, Y7
+	VPMADDWD     Y1, Y7, Y7
+	MOVWLZX      (DX), DI
+	MOVWLZX      (BX), R8
+	SHLL         $0x10, R8
+	ORL          R8, DI
+	VMOVD        DI, X4
+	VCVTPH2PS    X4, X4
+	VMOVSHDUP    X4, X5
+	VMULSS       X5, X4, X4
+	VBROADCASTSS X4, Y5
+	VCVTDQ2PS    Y7, Y7
+	VFMADD231PS  Y7, Y5, Y0
+	ADDQ         $0x00000012, DX
+	ADDQ         $0x00000022, BX
+	DECQ         SI
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (CX)
+	ADDQ         $0x04, CX
+	MOVQ         ldw+24(FP), DX
+	ADDQ         DX, AX
+	DECQ         (SP)
+	JNZ          row
+
+rowsend:
+	VZEROUPPER
+	RET
+
+// func iq4nlRepackAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·iq4nlRepackAVX2Rows(SB), NOSPLIT, $8-96
+	MOVQ  w_base+0(FP), AX
+	MOVQ  out_base+72(FP), CX
+	MOVQ  rows+64(FP), DX
+	MOVQ  DX, (SP)
+	TESTQ DX, DX
+	JZ    rowsend
+
+row:
+	MOVQ    AX, DX
+	MOVQ    x_base+32(FP), BX
+	MOVQ    nb+56(FP), SI
+	VXORPS  Y0, Y0, Y0
+	VMOVDQU ones16<>+0(SB), Y1
+	VMOVDQU low4<>+0(SB), Y2
+	VMOVDQU iq4nlvalues<>+0(SB), Y3
+	TESTQ   SI, SI
+	JZ      done
+
+loop:
+	PREFETCHT0   2048(DX)
+	VMOVDQU      2(DX), X4
+	VPSRLW       $0x04, X4, X5
+	VINSERTI128  $0x01, X5, Y4, Y5
+	VPAND        Y2, Y5, Y5
+	VPSHUFB      Y5, Y3, Y5
+	VMOVDQU      2(BX), Y6
+	VPABSB       Y6, Y7
+	VPSIGNB      Y6, Y5, Y5
+	VPMADDUBSW   Y5, Y7, Y7
+	VPMADDWD     Y1, Y7, Y7
+	MOVWLZX      (DX), DI
+	MOVWLZX      (BX), R8
+	SHLL         $0x10, R8
+	ORL          R8, DI
+	VMOVD        DI, X4
+	VCVTPH2PS    X4, X4
+	VMOVSHDUP    X4, X5
+	VMULSS       X5, X4, X4
+	VEXTRACTI128 $0x01, Y7, X5
+	VPADDD       X7, X5, X5
+	VPSHUFD      $0x4e, X5, X6
+	VPADDD       X6, X5, X5
+	VPSHUFD      $0xb1, X5, X6
+	VPADDD       X6, X5, X5
+	VCVTDQ2PS    X5, X5
+	VFMADD231SS  X4, X5, X0
+	ADDQ         $0x00000012, DX
+	ADDQ         $0x00000022, BX
+	DECQ         SI
+	JNZ          loop
+
+done:
+	VMOVSS X0, (CX)
+	ADDQ   $0x04, CX
+	MOVQ   ldw+24(FP), DX
+	ADDQ   DX, AX
+	DECQ   (SP)
+	JNZ    row
+
+rowsend:
+	VZEROUPPER
+	RET
+
+// func iq4nlVecAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·iq4nlVecAVX2Rows(SB), NOSPLIT, $8-96
+	MOVQ  w_base+0(FP), AX
+	MOVQ  out_base+72(FP), CX
+	MOVQ  rows+64(FP), DX
+	MOVQ  DX, (SP)
+	TESTQ DX, DX
+	JZ    rowsend
+
+row:
+	MOVQ    AX, DX
+	MOVQ    x_base+32(FP), BX
+	MOVQ    nb+56(FP), SI
+	VXORPS  Y0, Y0, Y0
+	VXORPS  Y1, Y1, Y1
+	VMOVDQU ones16<>+0(SB), Y2
+	VMOVDQU low4<>+0(SB), Y3
+	VMOVDQU iq4nlvalues<>+0(SB), Y4
+	MOVQ    SI, DI
+	SHRQ    $0x01, DI
+	JZ      pairsdone
+
+pairs:
+	PREFETCHT0   2048(DX)
+	MOVWLZX      (DX), R8
+	MOVWLZX      (BX), R9
+	SHLL         $0x10, R9
+	ORL          R9, R8
+	VMOVD        R8, X5
+	VCVTPH2PS    X5, X5
+	VMOVSHDUP    X5, X6
+	VMULSS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VMOVDQU      2(DX), X6
+	VPSRLW       $0x04, X6, X7
+	VINSERTI128  $0x01, X7, Y6, Y7
+	VPAND        Y3, Y7, Y7
+	VPSHUFB      Y7, Y4, Y7
+	VMOVDQU      2(BX), Y8
+	VPABSB       Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y9
+	VPMADDWD     Y2, Y9, Y9
+	VCVTDQ2PS    Y9, Y9
+	VFMADD231PS  Y9, Y5, Y0
+	MOVWLZX      18(DX), R8
+	MOVWLZX      34(BX), R9
+	SHLL         $0x10, R9
+	ORL          R9, R8
+	VMOVD        R8, X5
+	VCVTPH2PS    X5, X5
+	VMOVSHDUP    X5, X6
+	VMULSS       X6, X5, X5
+	VBROADCASTSS X5, Y5
+	VMOVDQU      20(DX), X6
+	VPSRLW       $0x04, X6, X7
+	VINSERTI128  $0x01, X7, Y6, Y7
+	VPAND        Y3, Y7, Y7
+	VPSHUFB      Y7, Y4, Y7
+	VMOVDQU      36(BX), Y8
+	VPABSB       Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y9
+	VPMADDWD     Y2, Y9, Y9
+	VCVTDQ2PS    Y9, Y9
+	VFMADD231PS  Y9, Y5, Y1
+	ADDQ         $0x00000024, DX
+	ADDQ         $0x00000044, BX
+	DECQ         DI
+	JNZ          pairs
+
+pairsdone:
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	TESTQ        $0x00000001, SI
+	JZ           ret
+	MOVWLZX      (DX), SI
+	MOVWLZX      (BX), DI
+	SHLL         $0x10, DI
+	ORL          DI, SI
+	VMOVD        SI, X0
+	VCVTPH2PS    X0, X0
+	VMOVSHDUP    X0, X5
+	VMULSS       X5, X0, X0
+	VMOVDQU      2(DX), X6
+	VPSRLW       $0x04, X6, X5
+	VINSERTI128  $0x01, X5, Y6, Y5
+	VPAND        Y3, Y5, Y5
+	VPSHUFB      Y5, Y4, Y5
+	VMOVDQU      2(BX), Y3
+	VPABSB       Y3, Y4
+	VPSIGNB      Y3, Y5, Y5
+	VPMADDUBSW   Y5, Y4, Y4
+	VPMADDWD     Y2, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X2
+	VPADDD       X4, X2, X2
+	VPSHUFD      $0x4e, X2, X3
+	VPADDD       X3, X2, X2
+	VPSHUFD      $0xb1, X2, X3
+	VPADDD       X3, X2, X2
+	VCVTDQ2PS    X2, X2
+	VFMADD231SS  X2, X0, X1
+
+ret:
+	VMOVSS X1, (CX)
+	ADDQ   $0x04, CX
+	MOVQ   ldw+24(FP), DX
+	ADDQ   DX, AX
+	DECQ   (SP)
+	JNZ    row
+
+rowsend:
+	VZEROUPPER
+	RET
+
+// func q5KDotAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·q5KDotAVX2Rows(SB), NOSPLIT, $8-96
+	MOVQ  w_base+0(FP), AX
+	MOVQ  out_base+72(FP), CX
+	MOVQ  rows+64(FP), DX
+	MOVQ  DX, (SP)
+	TESTQ DX, DX
+	JZ    rowsend
+
+row:
+	MOVQ    AX, DX
+	MOVQ    x_base+32(FP), BX
+	MOVQ    nb+56(FP), SI
+	VXORPS  Y0, Y0, Y0
+	VXORPS  X1, X1, X1
+	VMOVDQU low4<>+0(SB), Y2
+	VMOVDQU sixteen<>+0(SB), Y3
+	TESTQ   SI, SI
+	JZ      done
+
+loop:
+	PREFETCHT0   2048(DX)
+	PREFETCHT0   2112(DX)
+	PREFETCHT0   2176(DX)
+	VMOVD        (DX), X4
+	VCVTPH2PS    X4, X4
+	VBROADCASTSS (BX), X5
+	VMULPS       X5, X4, X4
+	VMOVSHDUP    X4, X5
+	MOVL         4(DX), DI
+	MOVL         8(DX), R8
+	MOVL         12(DX), R9
+	MOVL         R9, R10
+	SHRL         $0x04, R10
+	ANDL         $0x0f0f0f0f, R10
+	MOVL         R8, R11
+	SHRL         $0x06, R11
+	ANDL         $0x03030303, R11
+	SHLL         $0x04, R11
+	ORL          R11, R10
+	ANDL         $0x0f0f0f0f, R9
+	MOVL         DI, R11
+	SHRL         $0x06, R11
+	ANDL         $0x03030303, R11
+	SHLL         $0x04, R11
+	ORL          R11, R9
+	ANDL         $0x3f3f3f3f, R8
+	ANDL         $0x3f3f3f3f, DI
+	SHLQ         $0x20, R9
+	ORQ          R9, DI
+	SHLQ         $0x20, R10
+	ORQ          R10, R8
+	VMOVQ        R8, X6
+	VPUNPCKLBW   X6, X6, X6
+	VPMOVZXBW    X6, Y6
+	VPMADDWD     260(BX), Y6, Y6
+	VEXTRACTI128 $0x01, Y6, X7
+	VPADDD       X6, X7, X7
+	VPSHUFD      $0x4e, X7, X6
+	VPADDD       X6, X7, X7
+	VPSHUFD      $0xb1, X7, X6
+	VPADDD       X6, X7, X7
+	VCVTDQ2PS    X7, X7
+	VFNMADD231SS X5, X7, X1
+	VMOVQ        DI, X5
+	VPMOVZXBW    X5, X5
+	VINSERTI128  $0x01, X5, Y5, Y5
+	VMOVDQU      16(DX), Y6
+	VMOVDQU      48(DX), Y7
+	VPSRLW       $0x04, Y7, Y8
+	VPAND        Y2, Y7, Y7
+	VPAND        Y2, Y8, Y8
+	VPSLLW       $0x04, Y6, Y9
+	VPAND        Y3, Y9, Y9
+	VPOR         Y9, Y7, Y7
+	VPSLLW       $0x03, Y6, Y9
+	VPAND        Y3, Y9, Y9
+	VPOR         Y9, Y8, Y8
+	VPMADDUBSW   4(BX), Y7, Y7
+	VPMADDUBSW   36(BX), Y8, Y8
+	VPSHUFB      k4shuf<>+0(SB), Y5, Y9
+	VPSHUFB      k4shuf<>+32(SB), Y5, Y10
+	VPMADDWD     Y9, Y7, Y7
+	VPMADDWD     Y10, Y8, Y8
+	VPADDD       Y8, Y7, Y7
+	VMOVDQU      80(DX), Y8
+	VPSRLW       $0x04, Y8, Y9
+	VPAND        Y2, Y8, Y8
+	VPAND        Y2, Y9, Y9
+	VPSLLW       $0x02, Y6, Y10
+	VPAND        Y3, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSLLW       $0x01, Y6, Y10
+	VPAND        Y3, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMADDUBSW   68(BX), Y8, Y8
+	VPMADDUBSW   100(BX), Y9, Y9
+	VPSHUFB      k4shuf<>+64(SB), Y5, Y10
+	VPSHUFB      k4shuf<>+96(SB), Y5, Y11
+	VPMADDWD     Y10, Y8, Y8
+	VPMADDWD     Y11, Y9, Y9
+	VPADDD       Y9, Y8, Y8
+	VPADDD       Y8, Y7, Y7
+	VMOVDQU      112(DX), Y8
+	VPSRLW       $0x04, Y8, Y9
+	VPAND        Y2, Y8, Y8
+	VPAND        Y2, Y9, Y9
+	VMOVDQA      Y6, Y10
+	VPAND        Y3, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSRLW       $0x01, Y6, Y10
+	VPAND        Y3, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMADDUBSW   132(BX), Y8, Y8
+	VPMADDUBSW   164(BX), Y9, Y9
+	VPSHUFB      k4shuf<>+128(SB), Y5, Y10
+	VPSHUFB      k4shuf<>+160(SB), Y5, Y11
+	VPMADDWD     Y10, Y8, Y8
+	VPMADDWD     Y11, Y9, Y9
+	VPADDD       Y9, Y8, Y8
+	VPADDD       Y8, Y7, Y7
+	VMOVDQU      144(DX), Y8
+	VPSRLW       $0x04, Y8, Y9
+	VPAND        Y2, Y8, Y8
+	VPAND        Y2, Y9, Y9
+	VPSRLW       $0x02, Y6, Y10
+	VPAND        Y3, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSRLW       $0x03, Y6, Y10
+	VPAND        Y3, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMADDUBSW   196(BX), Y8, Y8
+	VPMADDUBSW   228(BX), Y9, Y9
+	VPSHUFB      k4shuf<>+192(SB), Y5, Y6
+	VPSHUFB      k4shuf<>+224(SB), Y5, Y10
+	VPMADDWD     Y6, Y8, Y8
+	VPMADDWD     Y10, Y9, Y9
+	VPADDD       Y9, Y8, Y8
+	VPADDD       Y8, Y7, Y7
+	VCVTDQ2PS    Y7, Y7
+	VBROADCASTSS X4, Y4
+	VFMADD231PS  Y7, Y4, Y0
+	ADDQ         $0x000000b0, DX
+	ADDQ         $0x00000124, BX
+	DECQ         SI
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X0, X2, X2
+	VMOVHLPS     X2, X2, X0
+	VADDPS       X0, X2, X2
+	VMOVSHDUP    X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       X1, X2, X2
+	VMOVSS       X2, (CX)
+	ADDQ         $0x04, CX
+	MOVQ         ldw+24(FP), DX
+	ADDQ         DX, AX
+	DECQ         (SP)
+	JNZ          row
+
+rowsend:
+	VZEROUPPER
+	RET
+
+// func q3KDotAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·q3KDotAVX2Rows(SB), NOSPLIT, $8-96
+	MOVQ  w_base+0(FP), AX
+	MOVQ  out_base+72(FP), CX
+	MOVQ  rows+64(FP), DX
+	MOVQ  DX, (SP)
+	TESTQ DX, DX
+	JZ    rowsend
+
+row:
+	MOVQ    AX, DX
+	MOVQ    x_base+32(FP), BX
+	MOVQ    nb+56(FP), SI
+	VXORPS  Y0, Y0, Y0
+	VMOVDQU three<>+0(SB), Y1
+	VMOVDQU four<>+0(SB), Y2
+	TESTQ   SI, SI
+	JZ      done
+
+loop:
+	PREFETCHT0   2048(DX)
+	PREFETCHT0   2112(DX)
+	MOVWLZX      108(DX), DI
+	VMOVD        DI, X3
+	VCVTPH2PS    X3, X3
+	VMULSS       (BX), X3, X3
+	VBROADCASTSS X3, Y3
+	MOVL         96(DX), DI
+	MOVL         100(DX), R8
+	MOVL         104(DX), R9
+	MOVL         DI, R10
+	ANDL         $0x0f0f0f0f, R10
+	MOVL         R9, R11
+	SHLL         $0x04, R11
+	ANDL         $0x30303030, R11
+	ORL          R11, R10
+	MOVL         R8, R11
+	ANDL         $0x0f0f0f0f, R11
+	MOVL         R9, R12
+	SHLL         $0x02, R12
+	ANDL         $0x30303030, R12
+	ORL          R12, R11
+	SHRL         $0x04, DI
+	ANDL         $0x0f0f0f0f, DI
+	MOVL         R9, R12
+	ANDL         $0x30303030, R12
+	ORL          R12, DI
+	SHRL         $0x04, R8
+	ANDL         $0x0f0f0f0f, R8
+	SHRL         $0x02, R9
+	ANDL         $0x30303030, R9
+	ORL          R9, R8
+	SHLQ         $0x20, R11
+	ORQ          R11, R10
+	SHLQ         $0x20, R8
+	ORQ          R8, DI
+	VMOVQ        R10, X4
+	VPINSRQ      $0x01, DI, X4, X4
+	VPSUBB       thirtytwo<>+0(SB), X4, X4
+	VINSERTI128  $0x01, X4, Y4, Y5
+	VMOVDQU      (DX), Y6
+	VMOVDQU      32(DX), Y7
+	VPAND        Y1, Y7, Y8
+	VPMADDUBSW   4(BX), Y8, Y8
+	VPSLLW       $0x02, Y6, Y9
+	VPANDN       Y2, Y9, Y9
+	VPMADDUBSW   4(BX), Y9, Y9
+	VPSUBW       Y9, Y8, Y8
+	VPSHUFB      q6shuf<>+0(SB), Y5, Y9
+	VPSRAW       $0x08, Y9, Y9
+	VPMADDWD     Y9, Y8, Y8
+	VPSRLW       $0x02, Y7, Y9
+	VPAND        Y1, Y9, Y9
+	VPMADDUBSW   36(BX), Y9, Y9
+	VPSLLW       $0x01, Y6, Y10
+	VPANDN       Y2, Y10, Y10
+	VPMADDUBSW   36(BX), Y10, Y10
+	VPSUBW       Y10, Y9, Y9
+	VPSHUFB      q6shuf<>+32(SB), Y5, Y10
+	VPSRAW       $0x08, Y10, Y10
+	VPMADDWD     Y10, Y9, Y9
+	VPADDD       Y9, Y8, Y8
+	VPSRLW       $0x04, Y7, Y9
+	VPAND        Y1, Y9, Y9
+	VPMADDUBSW   68(BX), Y9, Y9
+	VMOVDQA      Y6, Y10
+	VPANDN       Y2, Y10, Y10
+	VPMADDUBSW   68(BX), Y10, Y10
+	VPSUBW       Y10, Y9, Y9
+	VPSHUFB      q6shuf<>+64(SB), Y5, Y10
+	VPSRAW       $0x08, Y10, Y10
+	VPMADDWD     Y10, Y9, Y9
+	VPADDD       Y9, Y8, Y8
+	VPSRLW       $0x06, Y7, Y7
+	VPAND        Y1, Y7, Y7
+	VPMADDUBSW   100(BX), Y7, Y7
+	VPSRLW       $0x01, Y6, Y9
+	VPANDN       Y2, Y9, Y9
+	VPMADDUBSW   100(BX), Y9, Y9
+	VPSUBW       Y9, Y7, Y7
+	VPSHUFB      q6shuf<>+96(SB), Y5, Y9
+	VPSRAW       $0x08, Y9, Y9
+	VPMADDWD     Y9, Y7, Y7
+	VPADDD       Y7, Y8, Y8
+	VMOVDQU      64(DX), Y7
+	VPAND        Y1, Y7, Y9
+	VPMADDUBSW   132(BX), Y9, Y9
+	VPSRLW       $0x02, Y6, Y10
+	VPANDN       Y2, Y10, Y10
+	VPMADDUBSW   132(BX), Y10, Y10
+	VPSUBW       Y10, Y9, Y9
+	VPSHUFB      q6shuf<>+128(SB), Y5, Y10
+	VPSRAW       $0x08, Y10, Y10
+	VPMADDWD     Y10, Y9, Y9
+	VPSRLW       $0x02, Y7, Y10
+	VPAND        Y1, Y10, Y10
+	VPMADDUBSW   164(BX), Y10, Y10
+	VPSRLW       $0x03, Y6, Y11
+	VPANDN       Y2, Y11, Y11
+	VPMADDUBSW   164(BX), Y11, Y11
+	VPSUBW       Y11, Y10, Y10
+	VPSHUFB      q6shuf<>+160(SB), Y5, Y11
+	VPSRAW       $0x08, Y11, Y11
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VPSRLW       $0x04, Y7, Y10
+	VPAND        Y1, Y10, Y10
+	VPMADDUBSW   196(BX), Y10, Y10
+	VPSRLW       $0x04, Y6, Y11
+	VPANDN       Y2, Y11, Y11
+	VPMADDUBSW   196(BX), Y11, Y11
+	VPSUBW       Y11, Y10, Y10
+	VPSHUFB      q6shuf<>+192(SB), Y5, Y11
+	VPSRAW       $0x08, Y11, Y11
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VPSRLW       $0x06, Y7, Y7
+	VPAND        Y1, Y7, Y7
+	VPMADDUBSW   228(BX), Y7, Y7
+	VPSRLW       $0x05, Y6, Y6
+	VPANDN       Y2, Y6, Y6
+	VPMADDUBSW   228(BX), Y6, Y6
+	VPSUBW       Y6, Y7, Y7
+	VPSHUFB      q6shuf<>+224(SB), Y5, Y5
+	VPSRAW       $0x08, Y5, Y5
+	VPMADDWD     Y5, Y7, Y7
+	VPADDD       Y7, Y9, Y9
+	VPADDD       Y9, Y8, Y8
+	VCVTDQ2PS    Y8, Y8
+	VFMADD231PS  Y8, Y3, Y0
+	ADDQ         $0x0000006e, DX
+	ADDQ         $0x00000124, BX
+	DECQ         SI
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (CX)
+	ADDQ         $0x04, CX
+	MOVQ         ldw+24(FP), DX
+	ADDQ         DX, AX
+	DECQ         (SP)
+	JNZ          row
+
+rowsend:
+	VZEROUPPER
+	RET
+
+// func q2KDotAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·q2KDotAVX2Rows(SB), NOSPLIT, $8-96
+	MOVQ  w_base+0(FP), AX
+	MOVQ  out_base+72(FP), CX
+	MOVQ  rows+64(FP), DX
+	MOVQ  DX, (SP)
+	TESTQ DX, DX
+	JZ    rowsend
+
+row:
+	MOVQ    AX, DX
+	MOVQ    x_base+32(FP), BX
+	MOVQ    nb+56(FP), SI
+	VXORPS  Y0, Y0, Y0
+	VXORPS  X1, X1, X1
+	VMOVDQU low4<>+0(SB), Y1
+	VMOVDQU three<>+0(SB), Y2
+	TESTQ   SI, SI
+	JZ      done
+
+loop:
+	PREFETCHT0   2048(DX)
+	PREFETCHT0   2112(DX)
+	VMOVD        80(DX), X3
+	VCVTPH2PS    X3, X3
+	VBROADCASTSS (BX), X4
+	VMULPS       X4, X3, X3
+	VMOVSHDUP    X3, X4
+	VMOVDQU      (DX), X5
+	VPSRLW       $0x04, X5, X6
+	VPAND        X1, X6, X6
+	VPMOVZXBW    X6, Y6
+	VPMADDWD     260(BX), Y6, Y6
+	VPAND        X1, X5, X5
+	VINSERTI128  $0x01, X5, Y5, Y7
+	VCVTDQ2PS    Y6, Y6
+	VBROADCASTSS X4, Y4
+	VFNMADD231PS Y6, Y4, Y0
+	VMOVDQU      16(DX), Y4
+	VPAND        Y2, Y4, Y6
+	VPMADDUBSW   4(BX), Y6, Y6
+	VPSHUFB      q6shuf<>+0(SB), Y7, Y8
+	VPSRAW       $0x08, Y8, Y8
+	VPMADDWD     Y8, Y6, Y6
+	VPSRLW       $0x02, Y4, Y8
+	VPAND        Y2, Y8, Y8
+	VPMADDUBSW   36(BX), Y8, Y8
+	VPSHUFB      q6shuf<>+32(SB), Y7, Y9
+	VPSRAW       $0x08, Y9, Y9
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y8, Y6, Y6
+	VPSRLW       $0x04, Y4, Y8
+	VPAND        Y2, Y8, Y8
+	VPMADDUBSW   68(BX), Y8, Y8
+	VPSHUFB      q6shuf<>+64(SB), Y7, Y9
+	VPSRAW       $0x08, Y9, Y9
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y8, Y6, Y6
+	VPSRLW       $0x06, Y4, Y4
+	VPAND        Y2, Y4, Y4
+	VPMADDUBSW   100(BX), Y4, Y4
+	VPSHUFB      q6shuf<>+96(SB), Y7, Y8
+	VPSRAW       $0x08, Y8, Y8
+	VPMADDWD     Y8, Y4, Y4
+	VPADDD       Y4, Y6, Y6
+	VMOVDQU      48(DX), Y4
+	VPAND        Y2, Y4, Y8
+	VPMADDUBSW   132(BX), Y8, Y8
+	VPSHUFB      q6shuf<>+128(SB), Y7, Y9
+	VPSRAW       $0x08, Y9, Y9
+	VPMADDWD     Y9, Y8, Y8
+	VPSRLW       $0x02, Y4, Y9
+	VPAND        Y2, Y9, Y9
+	VPMADDUBSW   164(BX), Y9, Y9
+	VPSHUFB      q6shuf<>+160(SB), Y7, Y10
+	VPSRAW       $0x08, Y10, Y10
+	VPMADDWD     Y10, Y9, Y9
+	VPADDD       Y9, Y8, Y8
+	VPSRLW       $0x04, Y4, Y9
+	VPAND        Y2, Y9, Y9
+	VPMADDUBSW   196(BX), Y9, Y9
+	VPSHUFB      q6shuf<>+192(SB), Y7, Y10
+	VPSRAW       $0x08, Y10, Y10
+	VPMADDWD     Y10, Y9, Y9
+	VPADDD       Y9, Y8, Y8
+	VPSRLW       $0x06, Y4, Y4
+	VPAND        Y2, Y4, Y4
+	VPMADDUBSW   228(BX), Y4, Y4
+	VPSHUFB      q6shuf<>+224(SB), Y7, Y7
+	VPSRAW       $0x08, Y7, Y7
+	VPMADDWD     Y7, Y4, Y4
+	VPADDD       Y4, Y8, Y8
+	VPADDD       Y8, Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VBROADCASTSS X3, Y3
+	VFMADD231PS  Y6, Y3, Y0
+	ADDQ         $0x00000054, DX
+	ADDQ         $0x00000124, BX
+	DECQ         SI
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (CX)
+	ADDQ         $0x04, CX
+	MOVQ         ldw+24(FP), DX
+	ADDQ         DX, AX
+	DECQ         (SP)
+	JNZ          row
+
+rowsend:
+	VZEROUPPER
+	RET
+
+// func q2KRepackAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·q2KRepackAVX2Rows(SB), NOSPLIT, $8-96
+	MOVQ  w_base+0(FP), AX
+	MOVQ  out_base+72(FP), CX
+	MOVQ  rows+64(FP), DX
+	MOVQ  DX, (SP)
+	TESTQ DX, DX
+	JZ    rowsend
+
+row:
+	MOVQ    AX, DX
+	MOVQ    x_base+32(FP), BX
+	MOVQ    nb+56(FP), SI
+	VXORPS  Y0, Y0, Y0
+	VXORPS  X1, X1, X1
+	VMOVDQU low4<>+0(SB), Y2
+	VMOVDQU three<>+0(SB), Y3
+	TESTQ   SI, SI
+	JZ      done
+
+loop:
+	PREFETCHT0   2048(DX)
+	PREFETCHT0   2112(DX)
+	VMOVD        80(DX), X4
+	VCVTPH2PS    X4, X4
+	VBROADCASTSS (BX), X5
+	VMULPS       X5, X4, X4
+	VMOVSHDUP    X4, X5
+	VMOVDQU      (DX), X6
+	VPSRLW       $0x04, X6, X7
+	VPAND        X2, X7, X7
+	VPMOVZXBW    X7, Y7
+	VPMADDWD     260(BX), Y7, Y7
+	VPAND        X2, X6, X6
+	VINSERTI128  $0x01, X6, Y6, Y8
+	VMOVDQU      16(DX), Y9
+	VPAND        Y3, Y9, Y10
+	VPMADDUBSW   4(BX), Y10, Y10
+	VPSHUFB      q6shuf<>+0(SB), Y8, Y11
+	VPSRAW       $0x08, Y11, Y11
+	VPMADDWD     Y11, Y10, Y10
+	VPSRLW       $0x02, Y9, Y11
+	VPAND        Y3, Y11, Y11
+	VPMADDUBSW   36(BX), Y11, Y11
+	VPSHUFB      q6shuf<>+32(SB), Y8, Y12
+	VPSRAW       $0x08, Y12, Y12
+	VPMADDWD     Y12, Y11, Y11
+	VPADDD       Y11, Y10, Y10
+	VPSRLW       $0x04, Y9, Y11
+	VPAND        Y3, Y11, Y11
+	VPMADDUBSW   68(BX), Y11, Y11
+	VPSHUFB      q6shuf<>+64(SB), Y8, Y12
+	VPSRAW       $0x08, Y12, Y12
+	VPMADDWD     Y12, Y11, Y11
+	VPADDD       Y11, Y10, Y10
+	VPSRLW       $0x06, Y9, Y9
+	VPAND        Y3, Y9, Y9
+	VPMADDUBSW   100(BX), Y9, Y9
+	VPSHUFB      q6shuf<>+96(SB), Y8, Y11
+	VPSRAW       $0x08, Y11, Y11
+	VPMADDWD     Y11, Y9, Y9
+	VPADDD       Y9, Y10, Y10
+	VMOVDQU      48(DX), Y9
+	VPAND        Y3, Y9, Y11
+	VPMADDUBSW   132(BX), Y11, Y11
+	VPSHUFB      q6shuf<>+128(SB), Y8, Y12
+	VPSRAW       $0x08, Y12, Y12
+	VPMADDWD     Y12, Y11, Y11
+	VPSRLW       $0x02, Y9, Y12
+	VPAND        Y3, Y12, Y12
+	VPMADDUBSW   164(BX), Y12, Y12
+	VPSHUFB      q6shuf<>+160(SB), Y8, Y13
+	VPSRAW       $0x08, Y13, Y13
+	VPMADDWD     Y13, Y12, Y12
+	VPADDD       Y12, Y11, Y11
+	VPSRLW       $0x04, Y9, Y12
+	VPAND        Y3, Y12, Y12
+	VPMADDUBSW   196(BX), Y12, Y12
+	VPSHUFB      q6shuf<>+192(SB), Y8, Y13
+	VPSRAW       $0x08, Y13, Y13
+	VPMADDWD     Y13, Y12, Y12
+	VPADDD       Y12, Y11, Y11
+	VPSRLW       $0x06, Y9, Y9
+	VPAND        Y3, Y9, Y9
+	VPMADDUBSW   228(BX), Y9, Y9
+	VPSHUFB      q6shuf<>+224(SB), Y8, Y8
+	VPSRAW       $0x08, Y8, Y8
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y11, Y11
+	VPADDD       Y11, Y10, Y10
+	VEXTRACTI128 $0x01, Y10, X6
+	VPADDD       X10, X6, X6
+	VPSHUFD      $0x4e, X6, X8
+	VPADDD       X8, X6, X6
+	VPSHUFD      $0xb1, X6, X8
+	VPADDD       X8, X6, X6
+	VCVTDQ2PS    X6, X6
+	VFMADD231SS  X4, X6, X0
+	VEXTRACTI128 $0x01, Y7, X4
+	VPADDD       X7, X4, X4
+	VPSHUFD      $0x4e, X4, X6
+	VPADDD       X6, X4, X4
+	VPSHUFD      $0xb1, X4, X6
+	VPADDD       X6, X4, X4
+	VCVTDQ2PS    X4, X4
+	VFMADD231SS  X5, X4, X1
+	ADDQ         $0x00000054, DX
+	ADDQ         $0x00000124, BX
+	DECQ         SI
+	JNZ          loop
+
+done:
+	VSUBSS X1, X0, X0
+	VMOVSS X0, (CX)
+	ADDQ   $0x04, CX
+	MOVQ   ldw+24(FP), DX
+	ADDQ   DX, AX
+	DECQ   (SP)
+	JNZ    row
+
+rowsend:
+	VZEROUPPER
+	RET
+
+// func q2KRepackGemmAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·q2KRepackGemmAVX2Rows(SB), NOSPLIT, $8-96
+	MOVQ  w_base+0(FP), AX
+	MOVQ  out_base+72(FP), CX
+	MOVQ  rows+64(FP), DX
+	MOVQ  DX, (SP)
+	TESTQ DX, DX
+	JZ    rowsend
+
+row:
+	MOVQ    AX, DX
+	MOVQ    x_base+32(FP), BX
+	MOVQ    nb+56(FP), SI
+	VXORPS  Y0, Y0, Y0
+	VXORPS  X1, X1, X1
+	VMOVDQU low4<>+0(SB), Y2
+	VMOVDQU three<>+0(SB), Y3
+	TESTQ   SI, SI
+	JZ      done
+
+loop:
+	PREFETCHT0   2048(DX)
+	PREFETCHT0   2112(DX)
+	VMOVD        80(DX), X4
+	VCVTPH2PS    X4, X4
+	VBROADCASTSS (BX), X5
+	VMULPS       X5, X4, X4
+	VMOVSHDUP    X4, X5
+	VMOVDQU      (DX), X6
+	VPSRLW       $0x04, X6, X7
+	VPAND        X2, X7, X7
+	VPMOVZXBW    X7, Y7
+	VPMADDWD     260(BX), Y7, Y7
+	VPAND        X2, X6, X6
+	VINSERTI128  $0x01, X6, Y6, Y8
+	VMOVDQU      16(DX), Y9
+	VPAND        Y3, Y9, Y10
+	VPMADDUBSW   4(BX), Y10, Y10
+	VPSHUFB      q6shuf<>+0(SB), Y8, Y11
+	VPSRAW       $0x08, Y11, Y11
+	VPMADDWD     Y11, Y10, Y10
+	VPSRLW       $0x02, Y9, Y11
+	VPAND        Y3, Y11, Y11
+	VPMADDUBSW   36(BX), Y11, Y11
+	VPSHUFB      q6shuf<>+32(SB), Y8, Y12
+	VPSRAW       $0x08, Y12, Y12
+	VPMADDWD     Y12, Y11, Y11
+	VPADDD       Y11, Y10, Y10
+	VPSRLW       $0x04, Y9, Y11
+	VPAND        Y3, Y11, Y11
+	VPMADDUBSW   68(BX), Y11, Y11
+	VPSHUFB      q6shuf<>+64(SB), Y8, Y12
+	VPSRAW       $0x08, Y12, Y12
+	VPMADDWD     Y12, Y11, Y11
+	VPADDD       Y11, Y10, Y10
+	VPSRLW       $0x06, Y9, Y9
+	VPAND        Y3, Y9, Y9
+	VPMADDUBSW   100(BX), Y9, Y9
+	VPSHUFB      q6shuf<>+96(SB), Y8, Y11
+	VPSRAW       $0x08, Y11, Y11
+	VPMADDWD     Y11, Y9, Y9
+	VPADDD       Y9, Y10, Y10
+	VMOVDQU      48(DX), Y9
+	VPAND        Y3, Y9, Y11
+	VPMADDUBSW   132(BX), Y11, Y11
+	VPSHUFB      q6shuf<>+128(SB), Y8, Y12
+	VPSRAW       $0x08, Y12, Y12
+	VPMADDWD     Y12, Y11, Y11
+	VPSRLW       $0x02, Y9, Y12
+	VPAND        Y3, Y12, Y12
+	VPMADDUBSW   164(BX), Y12, Y12
+	VPSHUFB      q6shuf<>+160(SB), Y8, Y13
+	VPSRAW       $0x08, Y13, Y13
+	VPMADDWD     Y13, Y12, Y12
+	VPADDD       Y12, Y11, Y11
+	VPSRLW       $0x04, Y9, Y12
+	VPAND        Y3, Y12, Y12
+	VPMADDUBSW   196(BX), Y12, Y12
+	VPSHUFB      q6shuf<>+192(SB), Y8, Y13
+	VPSRAW       $0x08, Y13, Y13
+	VPMADDWD     Y13, Y12, Y12
+	VPADDD       Y12, Y11, Y11
+	VPSRLW       $0x06, Y9, Y9
+	VPAND        Y3, Y9, Y9
+	VPMADDUBSW   228(BX), Y9, Y9
+	VPSHUFB      q6shuf<>+224(SB), Y8, Y8
+	VPSRAW       $0x08, Y8, Y8
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y11, Y11
+	VPHADDD      Y11, Y10, Y10
+	VEXTRACTI128 $0x01, Y10, X6
+	VPADDD       X10, X6, X6
+	VEXTRACTI128 $0x01, Y7, X8
+	VPHADDD      X8, X7, X8
+	VPHADDD      X8, X6, X6
+	VCVTDQ2PS    X6, X6
+	VFMADD231SS  X4, X6, X0
+	VMOVHLPS     X6, X6, X7
+	VFMADD231SS  X5, X7, X1
+	VMOVSHDUP    X6, X7
+	VFMADD231SS  X4, X7, X0
+	VMOVHLPS     X6, X6, X7
+	VMOVSHDUP    X7, X7
+	VFMADD231SS  X5, X7, X1
+	ADDQ         $0x00000054, DX
+	ADDQ         $0x00000124, BX
+	DECQ         SI
+	JNZ          loop
+
+done:
+	VSUBSS X1, X0, X0
+	VMOVSS X0, (CX)
+	ADDQ   $0x04, CX
+	MOVQ   ldw+24(FP), DX
+	ADDQ   DX, AX
+	DECQ   (SP)
+	JNZ    row
+
+rowsend:
+	VZEROUPPER
+	RET

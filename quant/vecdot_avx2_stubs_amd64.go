@@ -148,3 +148,111 @@ func bf16VecAVX2(w []byte, x []byte, n int) float32
 //
 //go:noescape
 func bf16GemmAVX2(w []byte, x []byte, n int) float32
+
+// q8_0DotAVX2Rows is q8_0DotAVX2 for rows rows of w, ldw bytes apart, against the one row x:
+// out[r] is row r's product.
+//
+//go:noescape
+func q8_0DotAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+
+// q4_0DotAVX2Rows is q4_0DotAVX2 for rows rows of w, ldw bytes apart, against the one row x:
+// out[r] is row r's product.
+//
+//go:noescape
+func q4_0DotAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+
+// q4_0RepackAVX2Rows is q4_0RepackAVX2 for rows rows of w, ldw bytes apart, against the one row x:
+// out[r] is row r's product.
+//
+//go:noescape
+func q4_0RepackAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+
+// q5_0DotAVX2Rows is q5_0DotAVX2 for rows rows of w, ldw bytes apart, against the one row x:
+// out[r] is row r's product.
+//
+//go:noescape
+func q5_0DotAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+
+// q4KDotAVX2Rows is q4KDotAVX2 for rows rows of w, ldw bytes apart, against the one row x:
+// out[r] is row r's product.
+//
+//go:noescape
+func q4KDotAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+
+// q4KRepackAVX2Rows is q4KRepackAVX2 for rows rows of w, ldw bytes apart, against the one row x:
+// out[r] is row r's product.
+//
+//go:noescape
+func q4KRepackAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+
+// q4KRepackGemmAVX2Rows is q4KRepackGemmAVX2 for rows rows of w, ldw bytes apart, against the one row x:
+// out[r] is row r's product.
+//
+//go:noescape
+func q4KRepackGemmAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+
+// q6KDotAVX2Rows is q6KDotAVX2 for rows rows of w, ldw bytes apart, against the one row x:
+// out[r] is row r's product.
+//
+//go:noescape
+func q6KDotAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+
+// q4_1DotAVX2Rows is q4_1DotAVX2 for rows rows of w, ldw bytes apart, against the one row x:
+// out[r] is row r's product.
+//
+//go:noescape
+func q4_1DotAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+
+// q5_1DotAVX2Rows is q5_1DotAVX2 for rows rows of w, ldw bytes apart, against the one row x:
+// out[r] is row r's product.
+//
+//go:noescape
+func q5_1DotAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+
+// iq4nlLanesAVX2Rows is iq4nlLanesAVX2 for rows rows of w, ldw bytes apart, against the one row x:
+// out[r] is row r's product.
+//
+//go:noescape
+func iq4nlLanesAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+
+// iq4nlRepackAVX2Rows is iq4nlRepackAVX2 for rows rows of w, ldw bytes apart, against the one row x:
+// out[r] is row r's product.
+//
+//go:noescape
+func iq4nlRepackAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+
+// iq4nlVecAVX2Rows is iq4nlVecAVX2 for rows rows of w, ldw bytes apart, against the one row x:
+// out[r] is row r's product.
+//
+//go:noescape
+func iq4nlVecAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+
+// q5KDotAVX2Rows is q5KDotAVX2 for rows rows of w, ldw bytes apart, against the one row x:
+// out[r] is row r's product.
+//
+//go:noescape
+func q5KDotAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+
+// q3KDotAVX2Rows is q3KDotAVX2 for rows rows of w, ldw bytes apart, against the one row x:
+// out[r] is row r's product.
+//
+//go:noescape
+func q3KDotAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+
+// q2KDotAVX2Rows is q2KDotAVX2 for rows rows of w, ldw bytes apart, against the one row x:
+// out[r] is row r's product.
+//
+//go:noescape
+func q2KDotAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+
+// q2KRepackAVX2Rows is q2KRepackAVX2 for rows rows of w, ldw bytes apart, against the one row x:
+// out[r] is row r's product.
+//
+//go:noescape
+func q2KRepackAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+
+// q2KRepackGemmAVX2Rows is q2KRepackGemmAVX2 for rows rows of w, ldw bytes apart, against the one row x:
+// out[r] is row r's product.
+//
+//go:noescape
+func q2KRepackGemmAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)

@@ -48,6 +48,21 @@ var sets = map[string]func(){
 		q3K()
 		q2K()
 		floats()
+		// The same kernels over many rows (name + "Rows"): one call per product of a single
+		// activation row, not one per weight row.
+		many = &manyFrame{}
+		q8_0()
+		q4_0()
+		q5_0()
+		q4K()
+		q6K()
+		q4_1()
+		q5_1()
+		iq4nl()
+		q5K()
+		q3K()
+		q2K()
+		many = nil
 	},
 }
 
@@ -202,6 +217,10 @@ func load(c Mem) VecVirtual {
 
 // storeRet writes the low float32 of x to the function's result.
 func storeRet(x Register) {
+	if many != nil {
+		many.store(x)
+		return
+	}
 	b, err := ReturnIndex(0).Resolve()
 	if err != nil {
 		panic(err)
@@ -316,8 +335,54 @@ func loopEnd(nb Register, ptrs []Register, strides []int) {
 	Label("done")
 }
 
+// many, while set, makes sig and storeRet write the many-row variant of a one-row kernel:
+//
+//	func NAMERows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+//
+// out[r] is the one-row kernel of row r of w (ldw bytes after row r-1) with x. sig opens the
+// loop over the rows and hands the kernel fresh copies of the row's pointer, x's and nb;
+// storeRet stores the row's result and closes the loop, before the kernel's own ending.
+var many *manyFrame
+
+type manyFrame struct {
+	w, out Register
+	rows   Mem // rows left, on the stack
+}
+
+func (f *manyFrame) sig(name string) (wp, xp, nb Register) {
+	TEXT(name+"Rows", NOSPLIT, "func(w []byte, ldw int, x []byte, nb int, rows int, out []float32)")
+	Pragma("noescape")
+	Doc(name+"Rows is "+name+" for rows rows of w, ldw bytes apart, against the one row x:", "out[r] is row r's product.")
+	f.w = Load(Param("w").Base(), GP64())
+	f.out = Load(Param("out").Base(), GP64())
+	f.rows = AllocLocal(8)
+	n := Load(Param("rows"), GP64())
+	MOVQ(n, f.rows)
+	TESTQ(n, n)
+	JZ(LabelRef("rowsend"))
+	Label("row")
+	wp = GP64()
+	MOVQ(f.w, wp)
+	xp = Load(Param("x").Base(), GP64())
+	nb = Load(Param("nb"), GP64())
+	return wp, xp, nb
+}
+
+func (f *manyFrame) store(x Register) {
+	VMOVSS(x, Mem{Base: f.out})
+	ADDQ(U8(4), f.out)
+	ldw := Load(Param("ldw"), GP64())
+	ADDQ(ldw, f.w)
+	DECQ(f.rows)
+	JNZ(LabelRef("row"))
+	Label("rowsend")
+}
+
 // sig declares a kernel over nb blocks of w and x and loads its arguments.
 func sig(name, doc string) (wp, xp, nb Register) {
+	if many != nil {
+		return many.sig(name)
+	}
 	TEXT(name, NOSPLIT, "func(w, x []byte, nb int) float32")
 	Pragma("noescape")
 	Doc(strings.Split(doc, "\n")...)
