@@ -136,11 +136,27 @@ func (HostOps) Copy2D(dst, src []float32, rows, cols, dstStride, srcStride int) 
 }
 
 // Gather implements device.Ops.
-func (HostOps) Gather(dst, src []float32, rows []int32, d int) {
-	for j, r := range rows {
-		copy(dst[j*d:(j+1)*d], src[int(r)*d:(int(r)+1)*d])
+func (o HostOps) Gather(dst, src []float32, rows []int32, d int) {
+	if len(rows)*d < gatherParallel || o.K == nil {
+		for j, r := range rows {
+			copy(dst[j*d:(j+1)*d], src[int(r)*d:(int(r)+1)*d])
+		}
+		return
 	}
+	// A prefill gathers each expert's tokens: a copy as large as the layer's input, which
+	// one thread took 8% of a Q8_0 prefill to make.
+	const chunk = 16
+	o.K.Parallel((len(rows)+chunk-1)/chunk, func(c int) {
+		for j := c * chunk; j < min((c+1)*chunk, len(rows)); j++ {
+			r := int(rows[j])
+			copy(dst[j*d:(j+1)*d], src[r*d:(r+1)*d])
+		}
+	})
 }
+
+// gatherParallel is the copy, in floats, from which Gather spreads over the threads; a
+// decoded token's gathers stay on the caller (and allocate nothing).
+const gatherParallel = 1 << 16
 
 // Combine implements device.Ops.
 func (HostOps) Combine(out, ys []float32, weights []float32, off []int32, d int) {
