@@ -2,7 +2,8 @@
 // reference numerics every other device is tested against. Its matrix products round the
 // activations to each weight type's dot type before the dot products and sum in the float
 // order of llama.cpp's x86 CPU backend, so that our numbers agree with llama.cpp's on quantized
-// models.
+// models. The work of a product or a parallel region is split into chunks that a pool of
+// worker goroutines, started with the device, claims alongside the caller (pool.go).
 package cpu
 
 import (

@@ -1,9 +1,13 @@
 // Package quant holds the ggml tensor types commit-run reads from GGUF files: their block
-// layouts, dequantization, the quantization of activations to each weight's dot type, and the
-// dot products between a quantized weight row and a quantized activation row.
+// layouts, dequantization, the quantization of activations to each weight's dot type, the
+// dot products between a quantized weight row and a quantized activation row, and matrix
+// products built on them (X86Rows: tiles of eight weight rows against many activation rows,
+// and one call for all the rows of a product of one activation row).
 //
-// Every function here is the plain-Go reference. Faster variants (SIMD, CUDA) are selected
-// elsewhere and tested against these.
+// The plain-Go functions are the reference, and what builds with -tags purego or for other
+// architectures run. On amd64 CPUs with AVX2, FMA and F16C, assembly written by
+// internal/asmgen (dot products, tiles, activation quantizers) is chosen once at start-up;
+// every variant computes exactly what its Go reference computes and is tested against it.
 package quant
 
 import "fmt"
