@@ -36,35 +36,22 @@ import (
 var sets = map[string]func(){
 	"vecdot": func() {
 		consts()
-		q8_0()
-		q4_0()
-		q5_0()
-		q4K()
-		q6K()
-		q4_1()
-		q5_1()
-		iq4nl()
-		q5K()
-		q3K()
-		q2K()
+		for _, k := range rowKernels {
+			k()
+		}
 		floats()
 		// The same kernels over many rows (name + "Rows"): one call per product of a single
 		// activation row, not one per weight row.
 		many = &manyFrame{}
-		q8_0()
-		q4_0()
-		q5_0()
-		q4K()
-		q6K()
-		q4_1()
-		q5_1()
-		iq4nl()
-		q5K()
-		q3K()
-		q2K()
+		for _, k := range rowKernels {
+			k()
+		}
 		many = nil
 	},
 }
+
+// rowKernels write the kernels of one weight row against one activation row (sig, storeRet).
+var rowKernels = []func(){q8_0, q4_0, q5_0, q4K, q6K, q4_1, q5_1, iq4nl, q5K, q3K, q2K}
 
 func main() {
 	set := flag.String("set", "vecdot", "the group of kernels to write")
@@ -189,6 +176,36 @@ func k4ShufBytes() []byte {
 		}
 	}
 	return k4
+}
+
+// q6KQuants decodes half (0 or 1) of the Q6_K block at wp: its four 32-quant groups as
+// unsigned bytes, each the low or high nibble of ql with its two high bits from qh.
+func q6KQuants(wp Register, half int, low4, thirty VecVirtual) [4]VecVirtual {
+	ql1, ql2, qh := YMM(), YMM(), YMM()
+	VMOVDQU(at(wp, 64*half), ql1)
+	VMOVDQU(at(wp, 64*half+32), ql2)
+	VMOVDQU(at(wp, 128+32*half), qh)
+	q := [4]VecVirtual{YMM(), YMM(), YMM(), YMM()}
+	// High bits 2g, 2g+1 of qh moved to bits 4, 5.
+	VPSLLW(U8(4), qh, q[0])
+	VPSLLW(U8(2), qh, q[1])
+	VPSRLW(U8(2), qh, q[3])
+	VPAND(thirty, q[0], q[0])
+	VPAND(thirty, q[1], q[1])
+	VPAND(thirty, qh, q[2])
+	VPAND(thirty, q[3], q[3])
+	lo := YMM()
+	VPAND(low4, ql1, lo)
+	VPOR(lo, q[0], q[0])
+	VPAND(low4, ql2, lo)
+	VPOR(lo, q[1], q[1])
+	VPSRLW(U8(4), ql1, ql1)
+	VPAND(low4, ql1, ql1)
+	VPOR(ql1, q[2], q[2])
+	VPSRLW(U8(4), ql2, ql2)
+	VPAND(low4, ql2, ql2)
+	VPOR(ql2, q[3], q[3])
+	return q
 }
 
 // q6ShufBytes is cQ6Shuf's table.
@@ -705,30 +722,7 @@ func q6K() {
 	sumi := YMM()
 	VPXOR(sumi, sumi, sumi)
 	for half := 0; half < 2; half++ {
-		ql1, ql2, qh := YMM(), YMM(), YMM()
-		VMOVDQU(at(wp, 64*half), ql1)
-		VMOVDQU(at(wp, 64*half+32), ql2)
-		VMOVDQU(at(wp, 128+32*half), qh)
-		q := [4]VecVirtual{YMM(), YMM(), YMM(), YMM()}
-		// High bits 2g, 2g+1 of qh moved to bits 4, 5.
-		VPSLLW(U8(4), qh, q[0])
-		VPSLLW(U8(2), qh, q[1])
-		VPSRLW(U8(2), qh, q[3])
-		VPAND(thirty, q[0], q[0])
-		VPAND(thirty, q[1], q[1])
-		VPAND(thirty, qh, q[2])
-		VPAND(thirty, q[3], q[3])
-		lo := YMM()
-		VPAND(low4, ql1, lo)
-		VPOR(lo, q[0], q[0])
-		VPAND(low4, ql2, lo)
-		VPOR(lo, q[1], q[1])
-		VPSRLW(U8(4), ql1, ql1)
-		VPAND(low4, ql1, ql1)
-		VPOR(ql1, q[2], q[2])
-		VPSRLW(U8(4), ql2, ql2)
-		VPAND(low4, ql2, ql2)
-		VPOR(ql2, q[3], q[3])
+		q := q6KQuants(wp, half, low4, thirty)
 		for k := 0; k < 4; k++ {
 			VPMADDUBSW(at(xp, 4+128*half+32*k), q[k], q[k])
 			s := YMM()

@@ -53,12 +53,7 @@ func qConsts() {
 // its order of VMAXPS, d = amax/127 stored as float16 (a NaN as the one quiet NaN, as ggml's
 // scalar conversion does), x*127/amax rounded half to even and saturated to int8.
 func quantQ8_0() {
-	TEXT("quantQ8_0AVX2", NOSPLIT, "func(src []float32, dst []byte, nb int)")
-	Pragma("noescape")
-	Doc("quantQ8_0AVX2 quantizes nb blocks of 32 values of src into dst (34 bytes each), as quant's quantQ8_0.")
-	sp := Load(Param("src").Base(), GP64())
-	dp := Load(Param("dst").Base(), GP64())
-	nb := Load(Param("nb"), GP64())
+	sp, dp, nb := quantSig("quantQ8_0AVX2", "quantQ8_0AVX2 quantizes nb blocks of 32 values of src into dst (34 bytes each), as quant's quantQ8_0.")
 	TESTQ(nb, nb)
 	JZ(LabelRef("done"))
 	Label("block")
@@ -74,14 +69,7 @@ func quantQ8_0() {
 		VANDPS(qAbs, v[k], a)
 		VMAXPS(a, m, m) // m > a ? m : a, as _mm256_max_ps(maxAbs, |v|)
 	}
-	q := XMM()
-	VEXTRACTF128(U8(1), m, q)
-	VMAXPS(m.AsX(), q, q) // _mm_max_ps(high, low)
-	t := XMM()
-	VMOVHLPS(q, q, t)
-	VMAXPS(t, q, q)
-	VMOVSHDUP(q, t)
-	VMAXSS(t, q, q)
+	q := maxTree(m)
 	d := XMM()
 	VDIVSS(q127.Offset(0), q, d) // amax / 127
 	id := XMM()
@@ -129,12 +117,7 @@ func quantQ8_0() {
 // (a multiply, then an add of 1.5*2^23, two roundings) capped at 127 and truncated to a byte;
 // bsums are the 16-quant sums; d = 1/iscale. An all-zero block is all zero bytes.
 func quantQ8K() {
-	TEXT("quantQ8KAVX2", NOSPLIT, "func(src []float32, dst []byte, nb int)")
-	Pragma("noescape")
-	Doc("quantQ8KAVX2 quantizes nb blocks of 256 values of src into dst (292 bytes each), as quant's quantQ8K.")
-	sp := Load(Param("src").Base(), GP64())
-	dp := Load(Param("dst").Base(), GP64())
-	nb := Load(Param("nb"), GP64())
+	sp, dp, nb := quantSig("quantQ8KAVX2", "quantQ8KAVX2 quantizes nb blocks of 256 values of src into dst (292 bytes each), as quant's quantQ8K.")
 	absR := YMM()
 	VMOVDQU(qAbs, absR)
 	TESTQ(nb, nb)
@@ -148,14 +131,7 @@ func quantQ8K() {
 		VANDPS(Mem{Base: sp, Disp: 32 * k}, absR, a)
 		VMAXPS(m, a, m) // a > m ? a : m
 	}
-	q := XMM()
-	VEXTRACTF128(U8(1), m, q)
-	VMAXPS(m.AsX(), q, q)
-	t := XMM()
-	VMOVHLPS(q, q, t)
-	VMAXPS(t, q, q)
-	VMOVSHDUP(q, t)
-	VMAXSS(t, q, q)
+	q := maxTree(m)
 	zero := XMM()
 	VXORPS(zero, zero, zero)
 	VUCOMISS(zero, q)
@@ -238,4 +214,30 @@ func quantQ8K() {
 	Label("done")
 	VZEROUPPER()
 	RET()
+}
+
+// quantSig declares a quantizer of nb blocks of src into dst and loads its arguments.
+func quantSig(name, doc string) (sp, dp, nb Register) {
+	TEXT(name, NOSPLIT, "func(src []float32, dst []byte, nb int)")
+	Pragma("noescape")
+	Doc(doc)
+	sp = Load(Param("src").Base(), GP64())
+	dp = Load(Param("dst").Base(), GP64())
+	nb = Load(Param("nb"), GP64())
+	return
+}
+
+// maxTree reduces the eight lanes of m to the low lane of the result in the order of ggml's
+// quantize_row_q8_0: _mm_max_ps(high half, low half), then lanes 2,3 onto 0,1, then lane 1
+// onto lane 0, each VMAXPS keeping its first operand when greater.
+func maxTree(m VecVirtual) VecVirtual {
+	q := XMM()
+	VEXTRACTF128(U8(1), m, q)
+	VMAXPS(m.AsX(), q, q)
+	t := XMM()
+	VMOVHLPS(q, q, t)
+	VMAXPS(t, q, q)
+	VMOVSHDUP(q, t)
+	VMAXSS(t, q, q)
+	return q
 }

@@ -659,33 +659,8 @@ func q6KTile() {
 	}
 	var q [8]VecVirtual
 	for half := 0; half < 2; half++ {
-		ql1, ql2, qh := YMM(), YMM(), YMM()
-		VMOVDQU(Mem{Base: wr, Disp: 64 * half}, ql1)
-		VMOVDQU(Mem{Base: wr, Disp: 64*half + 32}, ql2)
-		VMOVDQU(Mem{Base: wr, Disp: 128 + 32*half}, qh)
-		h := q[4*half : 4*half+4]
-		for k := range h {
-			h[k] = YMM()
-		}
-		// High bits 2g, 2g+1 of qh moved to bits 4, 5.
-		VPSLLW(U8(4), qh, h[0])
-		VPSLLW(U8(2), qh, h[1])
-		VPSRLW(U8(2), qh, h[3])
-		VPAND(thirty, h[0], h[0])
-		VPAND(thirty, h[1], h[1])
-		VPAND(thirty, qh, h[2])
-		VPAND(thirty, h[3], h[3])
-		lo := YMM()
-		VPAND(low4, ql1, lo)
-		VPOR(lo, h[0], h[0])
-		VPAND(low4, ql2, lo)
-		VPOR(lo, h[1], h[1])
-		VPSRLW(U8(4), ql1, ql1)
-		VPAND(low4, ql1, ql1)
-		VPOR(ql1, h[2], h[2])
-		VPSRLW(U8(4), ql2, ql2)
-		VPAND(low4, ql2, ql2)
-		VPOR(ql2, h[3], h[3])
+		h := q6KQuants(wr, half, low4, thirty)
+		copy(q[4*half:], h[:])
 	}
 
 	xt, acct, t := GP64(), GP64(), GP64()
