@@ -6,13 +6,14 @@ import (
 )
 
 // Matrix products in tiles. X86Rows (and X86Product, the same prepared once for many ranges
-// of rows) computes a block of rows of a product with the results of
-// X86Dot's kernels (llama.cpp's x86 arithmetic, to the bit), but where the machine has a tile
-// kernel for the weight type it computes eight rows against many activation rows at a time:
-// every output sees the same float32 operations in the same order as X86Dot's kernel for it,
-// while each weight block is decoded once for all the activation rows and each activation
-// block is read once for eight weight rows. Elsewhere it calls X86Dot's kernel per output;
-// that loop is the reference every tile kernel is tested against.
+// of rows) computes a block of rows of a product with the results of X86Dot's kernels
+// (llama.cpp's x86 arithmetic, to the bit), but where the machine has a tile kernel for the
+// weight type it computes eight rows against many activation rows at a time: every output
+// sees the same float32 operations in the same order as X86Dot's kernel for it, while each
+// weight block is decoded once for all the activation rows and each activation block is read
+// once for eight weight rows. A product of one activation row takes a rows kernel (one call
+// for all its rows) where there is one; elsewhere X86Dot's kernel runs per output, and that
+// loop (x86RowsDotRef) is the reference every tile and rows kernel is tested against.
 
 // tileRows is the number of weight rows a tile kernel computes: llama.cpp's repacked groups.
 const tileRows = 8
@@ -33,9 +34,9 @@ type tile struct {
 	gemv tileKernel // the activation rows llama.cpp multiplies one at a time
 	gemm tileKernel // those it multiplies four at a time (nil: as gemv)
 	// prep writes aux for T activation rows (xrow bytes apart) of nb blocks each (block by
-	// block, as the kernels read it), and reports
-	// whether the kernels compute exactly what the one-row kernels do on these activations
-	// (false: X86Rows takes the one-row kernels); nil when the kernels need neither.
+	// block, as the kernels read it), and reports whether the kernels compute exactly what
+	// the one-row kernels do on these activations (false: X86Rows takes the one-row
+	// kernels); nil when the kernels need neither.
 	prep func(x []byte, xrow, nb, T int, aux []int32) bool
 	// minTokens is the fewest activation rows for which the tile beats the one-row kernels
 	// (measured with BenchmarkX86Rows); fewer take the one-row kernels.
@@ -48,7 +49,7 @@ type tile struct {
 	accStride int
 }
 
-// tiles holds the machine's tile kernels for each weight type llama.cpp repacks; an
+// tiles holds the machine's tile kernels by weight type, nil where there are none; an
 // architecture file fills it once at start-up according to the CPU's features.
 var tiles [len(types)]*tile
 
