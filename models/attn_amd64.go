@@ -32,8 +32,22 @@ func useAttnAVX2() {
 	dotsF32 = dotsF32AVX2
 	dotsF16 = dotsF16AVX2
 	softmaxBlocks = softmaxBlocksAVX2
-	dotsMultiF32 = dotsMultiF32AVX2
-	dotsMultiF16 = dotsMultiF16AVX2
+	dotsMultiF32 = (&multiKernels[float32]{
+		fixed: [2][10]multiKernel[float32]{
+			{1: attnDots2x1AVX2, 2: attnDots2x2AVX2, 3: attnDots2x3AVX2, 4: attnDots2x4AVX2, 9: attnDots2x9AVX2},
+			{1: attnDots3x1AVX2, 2: attnDots3x2AVX2, 3: attnDots3x3AVX2, 4: attnDots3x4AVX2, 9: attnDots3x9AVX2},
+		},
+		general: [2]multiKernelSteps[float32]{attnDots2AVX2, attnDots3AVX2},
+		one:     dotsF32AVX2,
+	}).dots
+	dotsMultiF16 = (&multiKernels[uint16]{
+		fixed: [2][10]multiKernel[uint16]{
+			{1: attnDots2x1F16AVX2, 2: attnDots2x2F16AVX2, 3: attnDots2x3F16AVX2, 4: attnDots2x4F16AVX2, 9: attnDots2x9F16AVX2},
+			{1: attnDots3x1F16AVX2, 2: attnDots3x2F16AVX2, 3: attnDots3x3F16AVX2, 4: attnDots3x4F16AVX2, 9: attnDots3x9F16AVX2},
+		},
+		general: [2]multiKernelSteps[uint16]{attnDots2F16AVX2, attnDots3F16AVX2},
+		one:     dotsF16AVX2,
+	}).dots
 	wsumVec = func(out, w, v []float32, stride, n int) {
 		attnWSumVecAVX2(wsumCheck(out, w, v, stride, n, 64))
 	}
@@ -46,56 +60,20 @@ func useAttnAVX2() {
 	wsumLanesF16 = func(out, w []float32, v []uint16, stride, n int) {
 		attnWSumLanesF16AVX2(wsumCheck(out, w, v, stride, n, 16))
 	}
-	wsumRows = func(out, w, v []float32, stride, n int, acc []float32) {
-		if !rowsCheck(out, w, v, stride, n, acc) {
-			wsumRowsGo(out, w, v, stride, n, acc)
-			return
-		}
-		attnWSumRowsAVX2(out, w, v, stride, n, acc)
-	}
-	wsumRows16 = func(out, w, v []float32, stride, n int, acc []float32) {
-		if !rowsCheck(out, w, v, stride, n, acc) {
-			wsumRows16Go(out, w, v, stride, n, acc)
-			return
-		}
-		attnWSumRows16AVX2(out, w, v, stride, n, acc)
-	}
-	wsumRowsF16 = func(out, w []float32, v []uint16, stride, n int, acc []float32) {
-		if !rowsCheck(out, w, v, stride, n, acc) {
-			wsumRowsF16Go(out, w, v, stride, n, acc)
-			return
-		}
-		attnWSumRowsF16AVX2(out, w, v, stride, n, acc)
-	}
-	wsumRows16F16 = func(out, w []float32, v []uint16, stride, n int, acc []float32) {
-		if !rowsCheck(out, w, v, stride, n, acc) {
-			wsumRows16F16Go(out, w, v, stride, n, acc)
-			return
-		}
-		attnWSumRows16F16AVX2(out, w, v, stride, n, acc)
-	}
-	wsumRowsMulti = func(out []float32, ostride int, w []float32, wstride int, v []float32, stride, n, nq, dv int, batched bool, acc []float32) {
-		k2, k3, f := attnWSumRowsx2AVX2, attnWSumRowsx3AVX2, wsumRows
-		if batched {
-			k2, k3, f = attnWSumRows16x2AVX2, attnWSumRows16x3AVX2, wsumRows16
-		}
-		if !rowsMultiCall(k2, k3, out, ostride, w, wstride, v, stride, n, nq, dv, acc) {
-			for i := 0; i < nq; i++ {
-				f(out[i*ostride:][:dv], w[i*wstride:], v, stride, n, acc)
-			}
-		}
-	}
-	wsumRowsMultiF16 = func(out []float32, ostride int, w []float32, wstride int, v []uint16, stride, n, nq, dv int, batched bool, acc []float32) {
-		k2, k3, f := attnWSumRowsx2F16AVX2, attnWSumRowsx3F16AVX2, wsumRowsF16
-		if batched {
-			k2, k3, f = attnWSumRows16x2F16AVX2, attnWSumRows16x3F16AVX2, wsumRows16F16
-		}
-		if !rowsMultiCall(k2, k3, out, ostride, w, wstride, v, stride, n, nq, dv, acc) {
-			for i := 0; i < nq; i++ {
-				f(out[i*ostride:][:dv], w[i*wstride:], v, stride, n, acc)
-			}
-		}
-	}
+	wsumRows = rowsOr(attnWSumRowsAVX2, wsumRowsGo)
+	wsumRows16 = rowsOr(attnWSumRows16AVX2, wsumRows16Go)
+	wsumRowsF16 = rowsOr(attnWSumRowsF16AVX2, wsumRowsF16Go)
+	wsumRows16F16 = rowsOr(attnWSumRows16F16AVX2, wsumRows16F16Go)
+	wsumRowsMulti = (&rowsMulti[float32]{
+		k2:  [2]rowsMultiKernel[float32]{attnWSumRowsx2AVX2, attnWSumRows16x2AVX2},
+		k3:  [2]rowsMultiKernel[float32]{attnWSumRowsx3AVX2, attnWSumRows16x3AVX2},
+		one: [2]func(out, w []float32, v []float32, stride, n int, acc []float32){wsumRows, wsumRows16},
+	}).sums
+	wsumRowsMultiF16 = (&rowsMulti[uint16]{
+		k2:  [2]rowsMultiKernel[uint16]{attnWSumRowsx2F16AVX2, attnWSumRows16x2F16AVX2},
+		k3:  [2]rowsMultiKernel[uint16]{attnWSumRowsx3F16AVX2, attnWSumRows16x3F16AVX2},
+		one: [2]func(out, w []float32, v []uint16, stride, n int, acc []float32){wsumRowsF16, wsumRows16F16},
+	}).sums
 	swigluBlocks = swigluBlocksAVX2
 	roundF16 = roundF16AVX2
 	toF16 = toF16AVX2
@@ -117,93 +95,36 @@ func dotsF16AVX2(out, q []float32, k []uint16, stride int, scale float32) {
 	attnDotsF16AVX2(out, q, k, stride, scale)
 }
 
-// dotsMultiF32AVX2 and dotsMultiF16AVX2 take two or three queries of a multiple of 64 values
-// to the kernels that share the keys, with the steps of 64 unrolled for the common head
-// sizes; anything else goes to the one-query kernel.
-func dotsMultiF32AVX2(out []float32, ostride int, q []float32, qstride, nq, dk int, k []float32, stride, n int, scale float32) {
-	if n == 0 || nq == 0 {
-		return
-	}
-	if !dotsMultiCheck(out, ostride, q, qstride, nq, dk, len(k), stride, n) {
-		for i := 0; i < nq; i++ {
-			dotsF32AVX2(out[i*ostride:][:n], q[i*qstride:][:dk], k, stride, scale)
-		}
-		return
-	}
-	if nq == 2 {
-		switch dk {
-		case 64:
-			attnDots2x1AVX2(out, ostride, q, qstride, k, stride, n, scale)
-		case 128:
-			attnDots2x2AVX2(out, ostride, q, qstride, k, stride, n, scale)
-		case 192:
-			attnDots2x3AVX2(out, ostride, q, qstride, k, stride, n, scale)
-		case 256:
-			attnDots2x4AVX2(out, ostride, q, qstride, k, stride, n, scale)
-		case 576:
-			attnDots2x9AVX2(out, ostride, q, qstride, k, stride, n, scale)
-		default:
-			attnDots2AVX2(out, ostride, q, qstride, k, stride, n, dk/64, scale)
-		}
-		return
-	}
-	switch dk {
-	case 64:
-		attnDots3x1AVX2(out, ostride, q, qstride, k, stride, n, scale)
-	case 128:
-		attnDots3x2AVX2(out, ostride, q, qstride, k, stride, n, scale)
-	case 192:
-		attnDots3x3AVX2(out, ostride, q, qstride, k, stride, n, scale)
-	case 256:
-		attnDots3x4AVX2(out, ostride, q, qstride, k, stride, n, scale)
-	case 576:
-		attnDots3x9AVX2(out, ostride, q, qstride, k, stride, n, scale)
-	default:
-		attnDots3AVX2(out, ostride, q, qstride, k, stride, n, dk/64, scale)
-	}
+// multiKernels are the shared-key score kernels of one cache element type: for two or three
+// queries (index nq-2) of a multiple of 64 values, fixed[nq-2][dk/64] has the steps of 64
+// unrolled for the common head sizes (nil elsewhere) and general takes any; one scores a
+// query alone, which takes what they do not.
+type multiKernels[K float32 | uint16] struct {
+	fixed   [2][10]multiKernel[K]
+	general [2]multiKernelSteps[K]
+	one     func(out, q []float32, k []K, stride int, scale float32)
 }
 
-func dotsMultiF16AVX2(out []float32, ostride int, q []float32, qstride, nq, dk int, k []uint16, stride, n int, scale float32) {
+type multiKernel[K float32 | uint16] func(out []float32, ostride int, q []float32, qstride int, k []K, stride, n int, scale float32)
+
+type multiKernelSteps[K float32 | uint16] func(out []float32, ostride int, q []float32, qstride int, k []K, stride, n, steps int, scale float32)
+
+// dots is dotsMultiF32/dotsMultiF16 with the kernels of m.
+func (m *multiKernels[K]) dots(out []float32, ostride int, q []float32, qstride, nq, dk int, k []K, stride, n int, scale float32) {
 	if n == 0 || nq == 0 {
 		return
 	}
 	if !dotsMultiCheck(out, ostride, q, qstride, nq, dk, len(k), stride, n) {
 		for i := 0; i < nq; i++ {
-			dotsF16AVX2(out[i*ostride:][:n], q[i*qstride:][:dk], k, stride, scale)
+			m.one(out[i*ostride:][:n], q[i*qstride:][:dk], k, stride, scale)
 		}
 		return
 	}
-	if nq == 2 {
-		switch dk {
-		case 64:
-			attnDots2x1F16AVX2(out, ostride, q, qstride, k, stride, n, scale)
-		case 128:
-			attnDots2x2F16AVX2(out, ostride, q, qstride, k, stride, n, scale)
-		case 192:
-			attnDots2x3F16AVX2(out, ostride, q, qstride, k, stride, n, scale)
-		case 256:
-			attnDots2x4F16AVX2(out, ostride, q, qstride, k, stride, n, scale)
-		case 576:
-			attnDots2x9F16AVX2(out, ostride, q, qstride, k, stride, n, scale)
-		default:
-			attnDots2F16AVX2(out, ostride, q, qstride, k, stride, n, dk/64, scale)
-		}
+	if steps := dk / 64; steps < len(m.fixed[nq-2]) && m.fixed[nq-2][steps] != nil {
+		m.fixed[nq-2][steps](out, ostride, q, qstride, k, stride, n, scale)
 		return
 	}
-	switch dk {
-	case 64:
-		attnDots3x1F16AVX2(out, ostride, q, qstride, k, stride, n, scale)
-	case 128:
-		attnDots3x2F16AVX2(out, ostride, q, qstride, k, stride, n, scale)
-	case 192:
-		attnDots3x3F16AVX2(out, ostride, q, qstride, k, stride, n, scale)
-	case 256:
-		attnDots3x4F16AVX2(out, ostride, q, qstride, k, stride, n, scale)
-	case 576:
-		attnDots3x9F16AVX2(out, ostride, q, qstride, k, stride, n, scale)
-	default:
-		attnDots3F16AVX2(out, ostride, q, qstride, k, stride, n, dk/64, scale)
-	}
+	m.general[nq-2](out, ostride, q, qstride, k, stride, n, dk/64, scale)
 }
 
 // dotsMultiCheck checks what the shared-key kernels read and write, and reports whether
@@ -255,23 +176,48 @@ func rowsCheck[E float32 | uint16](out, w []float32, v []E, stride, n int, acc [
 	return true
 }
 
-// rowsMultiCall runs the shared-value kernel for two or three queries (k2, k3) after checking
-// what it reads and writes, and reports whether it did: it takes whole tiles of 32 values.
-func rowsMultiCall[E float32 | uint16](
-	k2, k3 func(out []float32, ostride int, w []float32, wstride int, v []E, stride, n, dv int, acc []float32),
-	out []float32, ostride int, w []float32, wstride int, v []E, stride, n, nq, dv int, acc []float32) bool {
+// rowsOr is the lane-major weighted sum k where it covers the shape, goFn elsewhere.
+func rowsOr[E float32 | uint16](k, goFn func(out, w []float32, v []E, stride, n int, acc []float32)) func(out, w []float32, v []E, stride, n int, acc []float32) {
+	return func(out, w []float32, v []E, stride, n int, acc []float32) {
+		if !rowsCheck(out, w, v, stride, n, acc) {
+			goFn(out, w, v, stride, n, acc)
+			return
+		}
+		k(out, w, v, stride, n, acc)
+	}
+}
+
+type rowsMultiKernel[E float32 | uint16] func(out []float32, ostride int, w []float32, wstride int, v []E, stride, n, dv int, acc []float32)
+
+// rowsMulti are the shared-value weighted sums of one cache element type for two (k2) and
+// three (k3) queries, which take whole tiles of 32 values, and one for a query alone; index
+// 1 of each is the 16-lane (batched) order, 0 the 64-lane one.
+type rowsMulti[E float32 | uint16] struct {
+	k2, k3 [2]rowsMultiKernel[E]
+	one    [2]func(out, w []float32, v []E, stride, n int, acc []float32)
+}
+
+// sums is wsumRowsMulti/wsumRowsMultiF16 with the kernels of m, after checking what they
+// read and write.
+func (m *rowsMulti[E]) sums(out []float32, ostride int, w []float32, wstride int, v []E, stride, n, nq, dv int, batched bool, acc []float32) {
+	b := 0
+	if batched {
+		b = 1
+	}
 	if nq < 2 || nq > 3 || dv%32 != 0 || dv == 0 || n == 0 || len(acc) < 64*96 {
-		return false
+		for i := 0; i < nq; i++ {
+			m.one[b](out[i*ostride:][:dv], w[i*wstride:], v, stride, n, acc)
+		}
+		return
 	}
 	_ = out[(nq-1)*ostride+dv-1]
 	_ = w[(nq-1)*wstride+n-1]
 	_ = v[(n-1)*stride+dv-1]
 	if nq == 2 {
-		k2(out, ostride, w, wstride, v, stride, n, dv, acc)
+		m.k2[b](out, ostride, w, wstride, v, stride, n, dv, acc)
 	} else {
-		k3(out, ostride, w, wstride, v, stride, n, dv, acc)
+		m.k3[b](out, ostride, w, wstride, v, stride, n, dv, acc)
 	}
-	return true
 }
 
 func swigluBlocksAVX2(dst, g, u []float32) {
