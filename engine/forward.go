@@ -8,6 +8,14 @@ import (
 	"github.com/commit-run/commit-run/quant"
 )
 
+// rowsIndependent reports whether a pass's feed-forward blocks compute each row alone, so
+// that dropping rows changes nothing of the others: not where a batch's rows share a plan
+// (token drop, expert parallelism), where an observer or the Commit Router wants every row's
+// routing, or where the offloader learns from them.
+func (m *Model) rowsIndependent(obs RouteObserver, cs *commitState) bool {
+	return obs == nil && cs == nil && m.off == nil && m.ep == nil && m.opts.Drop == nil && m.commit == nil
+}
+
 // forward runs T tokens at positions pos0.. through the model, appending to kv, and returns
 // the logits of the last token, or of every token when all is set (T rows of n_vocab).
 // obs, when not nil, sees every MoE layer's routing; cs, when not nil, holds the session's
@@ -45,6 +53,7 @@ func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, all bool, 
 	m.charge("embed", float64(T*(emb.RowBytes()+4*d)), 0)
 	xn := b.Floats(T * d)
 	tmp := b.Floats(T * d)
+	lastOnly := !all && T > 1 && m.rowsIndependent(obs, cs)
 	for i := range a.Layers {
 		la.reset()
 		l := &a.Layers[i]
@@ -53,6 +62,14 @@ func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, all bool, 
 		l.Attn.Forward(bl, &kv.Layers[i], xn, T, pos0, tmp)
 		m.chargeAttention(i, T, pos0)
 		m.ops.Add(x, tmp)
+		if lastOnly && i == len(a.Layers)-1 {
+			// The cache holds every token's keys and values now; past the last attention
+			// only the row whose logits are asked for has a use. llama.cpp cuts its graph
+			// the same way (inp_out_ids), sparing a prompt one feed-forward block of all
+			// but one row.
+			x, xn, tmp = x[(T-1)*d:][:d], xn[:d], tmp[:d]
+			pos0, T = pos0+T-1, 1
+		}
 		m.rmsNorm(xn, x, l.FFNNorm)
 		if l.MoE != nil {
 			var ev *RouteEvent
