@@ -636,7 +636,7 @@ func (g *epGroup) step(work []*epWork) error {
 			m := g.ranks[r]
 			var err error
 			if w := work[r]; w != nil && len(w.tokens) > 0 {
-				w.logits, err = m.forward(w.kv, w.tokens, w.pos0, w.all, w.obs, nil)
+				w.logits, err = m.forward(w.kv, w.tokens, w.pos0, w.want, w.obs, nil)
 			} else {
 				err = m.serve()
 			}
@@ -672,7 +672,7 @@ type epWork struct {
 	kv     *models.KVCache
 	tokens []int32
 	pos0   int
-	all    bool
+	want   logitRows
 	obs    RouteObserver
 	logits []float32
 }
@@ -692,12 +692,12 @@ func (m *Model) serve() error {
 
 // pass runs a session's forward pass: on m's device, or with expert parallelism as rank 0's
 // tokens in a step of every rank.
-func (m *Model) pass(kv *models.KVCache, tokens []int32, pos0 int, all bool, obs RouteObserver, cs *commitState) ([]float32, error) {
+func (m *Model) pass(kv *models.KVCache, tokens []int32, pos0 int, want logitRows, obs RouteObserver, cs *commitState) ([]float32, error) {
 	if m.ep == nil {
-		return m.forward(kv, tokens, pos0, all, obs, cs)
+		return m.forward(kv, tokens, pos0, want, obs, cs)
 	}
 	work := make([]*epWork, len(m.ep.ranks))
-	work[0] = &epWork{kv: kv, tokens: tokens, pos0: pos0, all: all, obs: obs}
+	work[0] = &epWork{kv: kv, tokens: tokens, pos0: pos0, want: want, obs: obs}
 	if err := m.ep.step(work); err != nil {
 		return nil, err
 	}

@@ -48,7 +48,7 @@ func (m *Model) epPerplexity(ctx context.Context, ids []int32, window, step int,
 				if w >= len(wins) || pos >= len(wins[w]) {
 					continue
 				}
-				work[r] = &epWork{kv: kvs[r], tokens: wins[w][pos:min(pos+step, len(wins[w]))], pos0: pos, all: true}
+				work[r] = &epWork{kv: kvs[r], tokens: wins[w][pos:min(pos+step, len(wins[w]))], pos0: pos, want: allLogits}
 				busy = true
 			}
 			if !busy {

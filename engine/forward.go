@@ -16,12 +16,21 @@ func (m *Model) rowsIndependent(obs RouteObserver, cs *commitState) bool {
 	return obs == nil && cs == nil && m.off == nil && m.ep == nil && m.opts.Drop == nil && m.commit == nil
 }
 
+// logitRows says which rows of logits a pass returns.
+type logitRows uint8
+
+const (
+	lastLogits logitRows = iota // the last token's
+	allLogits                   // every token's, T rows of n_vocab
+	noLogits                    // none: a prompt's batch before its last, which only fills the cache
+)
+
 // forward runs T tokens at positions pos0.. through the model, appending to kv, and returns
-// the logits of the last token, or of every token when all is set (T rows of n_vocab).
+// the logits that want asks for (nil for noLogits).
 // obs, when not nil, sees every MoE layer's routing; cs, when not nil, holds the session's
 // Commit Router predictions. The caller holds m.mu for reading and has checked that the
 // positions fit the cache.
-func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, all bool, obs RouteObserver, cs *commitState) ([]float32, error) {
+func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, want logitRows, obs RouteObserver, cs *commitState) ([]float32, error) {
 	a := m.arch
 	c := a.Config
 	d := c.Embd
@@ -53,7 +62,11 @@ func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, all bool, 
 	m.charge("embed", float64(T*(emb.RowBytes()+4*d)), 0)
 	xn := b.Floats(T * d)
 	tmp := b.Floats(T * d)
-	lastOnly := !all && T > 1 && m.rowsIndependent(obs, cs)
+	// Past the last attention the cache holds every token's keys and values, and only the
+	// rows whose logits are asked for have a use: llama.cpp cuts its graph the same way
+	// (inp_out_ids), sparing a prompt one feed-forward block of all but one row, or all of
+	// it in the batches before the last.
+	cut := want != allLogits && m.rowsIndependent(obs, cs)
 	for i := range a.Layers {
 		la.reset()
 		l := &a.Layers[i]
@@ -62,11 +75,10 @@ func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, all bool, 
 		l.Attn.Forward(bl, &kv.Layers[i], xn, T, pos0, tmp)
 		m.chargeAttention(i, T, pos0)
 		m.ops.Add(x, tmp)
-		if lastOnly && i == len(a.Layers)-1 {
-			// The cache holds every token's keys and values now; past the last attention
-			// only the row whose logits are asked for has a use. llama.cpp cuts its graph
-			// the same way (inp_out_ids), sparing a prompt one feed-forward block of all
-			// but one row.
+		if cut && i == len(a.Layers)-1 {
+			if want == noLogits {
+				return nil, m.endPass(pa, la)
+			}
 			x, xn, tmp = x[(T-1)*d:][:d], xn[:d], tmp[:d]
 			pos0, T = pos0+T-1, 1
 		}
@@ -90,21 +102,29 @@ func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, all bool, 
 		m.charge("add", float64(12*T*d), float64(T*d))
 	}
 	rows := x
-	if !all {
+	if want != allLogits {
 		rows, T = x[(T-1)*d:], 1
 	}
 	m.label("head", "head", -1, -1)
 	m.rmsNorm(xn[:T*d], rows, a.OutputNorm)
 	out := a.Output.Matrix()
 	logits := m.head(b, out, xn[:T*d], T)
-	m.dev.Sync(m.dev.Compute().Record())
-	if err := errors.Join(pa.err, la.err, m.deviceErr()); err != nil {
+	if err := m.endPass(pa, la); err != nil {
 		return nil, err
 	}
-	if err := m.flushCommitted(); err != nil {
-		return nil, err
+	if want == noLogits {
+		return nil, nil
 	}
 	return logits, nil
+}
+
+// endPass waits for the pass's work on the device and reports what failed in it.
+func (m *Model) endPass(pa, la *arena) error {
+	m.dev.Sync(m.dev.Compute().Record())
+	if err := errors.Join(pa.err, la.err, m.deviceErr()); err != nil {
+		return err
+	}
+	return m.flushCommitted()
 }
 
 // headRows bounds the rows of output logits a pass in device memory holds at once: a

@@ -108,7 +108,14 @@ func (s *Session) eval(ctx context.Context, tokens []int32, all bool) ([]float32
 			s.m.mu.RUnlock()
 			return nil, ErrClosed
 		}
-		logits, err := s.m.pass(s.kv, batch, len(s.tokens), all, s.route, s.commit)
+		want := lastLogits
+		switch {
+		case all:
+			want = allLogits
+		case n < len(tokens):
+			want = noLogits
+		}
+		logits, err := s.m.pass(s.kv, batch, len(s.tokens), want, s.route, s.commit)
 		s.m.mu.RUnlock()
 		if err != nil {
 			return nil, err
