@@ -276,25 +276,11 @@ func attnSwiGLUKernel() {
 	attnEnd()
 }
 
-// attnHsum8 is ggml's hsum_float_8 of v: (hi+lo) of the 128-bit halves, then lanes 2,3 onto
-// 0,1, then lane 1 onto lane 0, in the low lane of the result.
-func attnHsum8(v VecVirtual) VecVirtual {
-	r := XMM()
-	VEXTRACTF128(U8(1), v, r)
-	VADDPS(v.AsX(), r, r)
-	t := XMM()
-	VMOVHLPS(r, r, t)
-	VADDPS(t, r, r)
-	VMOVSHDUP(r, t)
-	VADDSS(t, r, r)
-	return r
-}
-
 // attnHsum16 is _mm512_reduce_add_ps of the 16 lanes lo, hi (models' quant.HSum16): hi+lo,
 // then hsum_float_8. It overwrites lo.
 func attnHsum16(lo, hi VecVirtual) VecVirtual {
 	VADDPS(hi, lo, lo)
-	return attnHsum8(lo)
+	return hsum8(lo)
 }
 
 func attnSoftmaxKernel() {
@@ -470,17 +456,7 @@ func attnDots(e attnElem) {
 	MOVQ(qp, qi)
 	MOVQ(kp, ki)
 	MOVQ(steps, c)
-	TESTQ(c, c)
-	JZ(LabelRef("fold"))
-	Label("step")
-	for i := 0; i < 8; i++ {
-		t := e.load8(attnAt(ki, 8*i*e.size()))
-		VFMADD231PS(attnAt(qi, 32*i), t, acc[i])
-	}
-	ADDQ(U32(256), qi)
-	ADDQ(U32(64*e.size()), ki)
-	DECQ(c)
-	JNZ(LabelRef("step"))
+	attnSteps64(e, acc, qi, ki, c, "fold")
 	Label("fold")
 	s := attnFold(acc)
 	// The rest: products rounded and added one by one up to the last multiple of 8, then
@@ -697,6 +673,22 @@ func attnMaskBase(n Register, bits int) (mb, r Register) {
 }
 
 // attnWSumVec is the weighted sum of one token (ggml_vec_dot_f32 along rows of V^T).
+// attnSteps64 emits the loop of c steps of 64 values: acc[i] += a[8i:8i+8] * b[8i:8i+8], a
+// float32 at ai and b of e at bi, both advanced; with c zero it jumps to skip.
+func attnSteps64(e attnElem, acc []VecVirtual, ai, bi, c Register, skip string) {
+	TESTQ(c, c)
+	JZ(LabelRef(skip))
+	Label("step")
+	for i := 0; i < 8; i++ {
+		t := e.load8(attnAt(bi, 8*i*e.size()))
+		VFMADD231PS(attnAt(ai, 32*i), t, acc[i])
+	}
+	ADDQ(U32(256), ai)
+	ADDQ(U32(64*e.size()), bi)
+	DECQ(c)
+	JNZ(LabelRef("step"))
+}
+
 func attnWSumVec(e attnElem) {
 	name := "attnWSumVec" + e.suffix() + "AVX2"
 	attnText(name, "func(out, w []float32, v "+e.goType()+", stride, n int)",
@@ -717,17 +709,7 @@ func attnWSumVec(e attnElem) {
 	MOVQ(wp, wi)
 	MOVQ(vp, vi)
 	MOVQ(steps, c)
-	TESTQ(c, c)
-	JZ(LabelRef("tail"))
-	Label("step")
-	for i := 0; i < 8; i++ {
-		t := e.load8(attnAt(vi, 8*i*e.size()))
-		VFMADD231PS(attnAt(wi, 32*i), t, acc[i])
-	}
-	ADDQ(U32(256), wi)
-	ADDQ(U32(64*e.size()), vi)
-	DECQ(c)
-	JNZ(LabelRef("step"))
+	attnSteps64(e, acc, wi, vi, c, "tail")
 	Label("tail")
 	TESTQ(r, r)
 	JZ(LabelRef("sum"))
