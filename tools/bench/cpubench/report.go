@@ -137,7 +137,7 @@ func notes(r *report) []string {
 		"llama.cpp: " + s.LlamaCpp + ", tools/golden/ref/bench.mjs (one llama_decode per batch, native greedy sampling)",
 		fmt.Sprintf("runs: median of %d, alternating commit-run and llama.cpp, same file, threads and prompt token ids (random ordinary tokens, seed %d)", s.Reps, s.Seed),
 		"both: F16 KV cache, flash attention off, greedy, end-of-generation ignored; each file read once and each engine run once untimed before timing",
-		fmt.Sprintf("weights: commit-run reads its memory map through at load (engine prefault); llama.cpp %s", mmap),
+		fmt.Sprintf("weights: commit-run maps every page of its memory map at load (engine prefault, MADV_POPULATE_READ); llama.cpp %s", mmap),
 		fmt.Sprintf("ppN: N-token prompt, logits of its last token only; commit-run in passes of 256 tokens (engine prefillBatch), llama.cpp n_batch = n_ubatch = %d", s.Batch),
 		"tgN: N single-token decode steps after a 1-token prompt; tgN@dD: after a D-token prompt, whose prompt pass gives ppD in the same runs (timed apart)",
 		"limit: bytes a decoded token reads / read bandwidth; the bytes: every weight outside the routed experts and the embedding table (output head included), one embedding row, top-k experts' gate+up+down per MoE layer, F16 K and V over the mean cache length",
