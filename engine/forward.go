@@ -101,6 +101,9 @@ func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, want logit
 		m.ops.Add(x, tmp)
 		m.charge("add", float64(12*T*d), float64(T*d))
 	}
+	if want == noLogits {
+		return nil, m.endPass(pa, la) // nobody reads a head's logits here
+	}
 	rows := x
 	if want != allLogits {
 		rows, T = x[(T-1)*d:], 1
@@ -111,9 +114,6 @@ func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, want logit
 	logits := m.head(b, out, xn[:T*d], T)
 	if err := m.endPass(pa, la); err != nil {
 		return nil, err
-	}
-	if want == noLogits {
-		return nil, nil
 	}
 	return logits, nil
 }
