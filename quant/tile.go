@@ -197,7 +197,7 @@ var fastRows [len(types)][2]rowsKernel
 func x86RowsDot(w Matrix, lo, hi int, x []byte, xrow, T, batch int, out []float32, ldo int) {
 	if T == 1 && lo < hi && int(w.Type) < len(fastRows) {
 		repacked := 0
-		if w.Rows%8 == 0 {
+		if repackedRows(w.Rows) {
 			repacked = 1
 		}
 		if k := fastRows[w.Type][repacked]; k != nil {
@@ -236,7 +236,7 @@ func x86RowsDotRef(w Matrix, lo, hi int, x []byte, xrow, T, batch int, out []flo
 // x86Tile returns the tile kernels of a weight type, or nil where the machine has none or
 // llama.cpp does not repack a matrix of that many rows.
 func x86Tile(t Type, rows int) *tile {
-	if int(t) >= len(tiles) || tiles[t] == nil || tiles[t].repacked && rows%tileRows != 0 {
+	if int(t) >= len(tiles) || tiles[t] == nil || tiles[t].repacked && !repackedRows(rows) {
 		return nil
 	}
 	return tiles[t]

@@ -763,11 +763,16 @@ func X86Dot(t Type, rows, batch, i int) func(n int, w, x []byte) float32 {
 	return x86Dot(t, rows, batch, i)
 }
 
+// repackedRows reports whether llama.cpp's CPU backend repacks a matrix of rows rows (of a
+// type it repacks) into interleaved groups of 8: ggml_repack_get_optimal_repack_type asks
+// that the row count divide.
+func repackedRows(rows int) bool { return rows%8 == 0 }
+
 // fastX86 returns the assembly kernel that computes exactly what x86Dot's Go kernel computes
 // for the same product (TestFastMatchesX86 holds them to the bit), or nil where there is none
 // or the CPU lacks AVX2/FMA/F16C.
 func fastX86(t Type, rows, batch, i int) func(n int, w, x []byte) float32 {
-	repacked := rows%8 == 0
+	repacked := repackedRows(rows)
 	switch t {
 	case Q8_0, Q5_0, Q6_K:
 		return vecDotFast[t]
@@ -834,7 +839,7 @@ func x86Dot(t Type, rows, batch, i int) func(n int, w, x []byte) float32 {
 	// activation rows in groups of four (GEMM) and the rest one at a time (GEMV). Other
 	// products of two or more rows go through llamafile's tinyBLAS where it has a kernel
 	// (F32, and Q8_0, Q5_0, IQ4_NL, Q4_0 against Q8_0), otherwise through ggml_vec_dot_*.
-	repacked := rows%8 == 0
+	repacked := repackedRows(rows)
 	gemm := i < batch-batch%4
 	switch t {
 	case Q4_0:
