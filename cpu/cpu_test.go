@@ -131,6 +131,11 @@ func TestParallel(t *testing.T) {
 	}
 }
 
+// rangeFunc is a ranger for the tests.
+type rangeFunc func(lo, hi int)
+
+func (f rangeFunc) runRange(lo, hi int) { f(lo, hi) }
+
 // TestParallelRangeAlign checks that ranges start at multiples of the alignment and cover
 // [0, n) when n is not one.
 func TestParallelRangeAlign(t *testing.T) {

@@ -148,11 +148,6 @@ func (p *pool) drain(region uint32) {
 // A ranger computes the items [lo, hi) of a region.
 type ranger interface{ runRange(lo, hi int) }
 
-// rangeFunc is a ranger.
-type rangeFunc func(lo, hi int)
-
-func (f rangeFunc) runRange(lo, hi int) { f(lo, hi) }
-
 // chunkBound is the start of chunk c of [0, n) split into chunks ranges aligned to align;
 // the last ends at n.
 func chunkBound(n, align, chunks, c int) int {
