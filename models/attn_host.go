@@ -281,11 +281,11 @@ func (j *attnJob) chunk(c int) {
 			ws := (g.n[g.nq-1] + 63) &^ 63
 			w := growCap(&s.w, g.nq*ws, attnGroupMax*((kvPositions(j.c)+63)&^63))
 			q := s.queries(j.c, gs, g.nq)
+			kc := &s.keys // MLA's keys are whole cached rows, read in place
 			if j.a.Latent {
-				scores(j.c, g, q, w, ws, 0, 0, g.n[g.nq-1], j.a.Scale)
-			} else {
-				scores(&s.keys, g, q, w, ws, 0, 0, g.n[g.nq-1], j.a.Scale)
+				kc = j.c
 			}
+			scores(kc, g, q, w, ws, 0, 0, g.n[g.nq-1], j.a.Scale)
 			softmaxes(j.c, w, ws, g.n[:g.nq])
 			j.values(s, g, w, ws)
 		}
