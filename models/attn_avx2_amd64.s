@@ -301,7 +301,7 @@ max:
 	VMOVHLPS     X1, X1, X0
 	VMAXPS       X0, X1, X1
 	VMOVSHDUP    X1, X0
-	VMAXPS       X0, X1, X1
+	VMAXSS       X0, X1, X1
 	VBROADCASTSS X1, Y0
 	VXORPD       X1, X1, X1
 	MOVQ         AX, DX

@@ -309,15 +309,7 @@ func attnSoftmaxKernel() {
 	DECQ(c)
 	JNZ(LabelRef("max"))
 	VMAXPS(m1, m0, m0)
-	mx := XMM()
-	VEXTRACTF128(U8(1), m0, mx)
-	VMAXPS(m0.AsX(), mx, mx)
-	tx := XMM()
-	VMOVHLPS(mx, mx, tx)
-	VMAXPS(tx, mx, mx)
-	VMOVSHDUP(mx, tx)
-	VMAXPS(tx, mx, mx)
-	VBROADCASTSS(mx, m0)
+	VBROADCASTSS(maxTree(m0), m0)
 
 	// The exponentials and their sum.
 	sum := XMM()
