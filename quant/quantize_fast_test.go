@@ -13,16 +13,7 @@ import (
 // bytes for any input.
 
 func quantFastTypes(t testing.TB) []Type {
-	var out []Type
-	for typ, f := range quantRowFast {
-		if f != nil {
-			out = append(out, Type(typ))
-		}
-	}
-	if len(out) == 0 {
-		t.Skip("no fast quantizers on this machine/build")
-	}
-	return out
+	return typesWith(t, quantRowFast[:], func(f func([]float32, []byte)) bool { return f != nil }, "fast quantizers")
 }
 
 func checkQuantFast(t *testing.T, typ Type, src []float32) {

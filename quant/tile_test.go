@@ -10,18 +10,24 @@ import (
 // The tile kernels against X86Rows's reference, one X86Dot kernel per output: every output
 // must be the same float32, bit for bit.
 
-// tileTypes returns the weight types this machine has tile kernels for.
-func tileTypes(t testing.TB) []Type {
+// typesWith returns the types whose entry of a per-type kernel table (tiles, fastRows,
+// quantRowFast) is set, and skips t, naming what, when none is on this machine/build.
+func typesWith[E any](t testing.TB, table []E, set func(E) bool, what string) []Type {
 	var out []Type
-	for typ, tl := range tiles {
-		if tl != nil {
+	for typ, e := range table {
+		if set(e) {
 			out = append(out, Type(typ))
 		}
 	}
 	if len(out) == 0 {
-		t.Skip("no tile kernels on this machine/build")
+		t.Skipf("no %s on this machine/build", what)
 	}
 	return out
+}
+
+// tileTypes returns the weight types this machine has tile kernels for.
+func tileTypes(t testing.TB) []Type {
+	return typesWith(t, tiles[:], func(tl *tile) bool { return tl != nil }, "tile kernels")
 }
 
 // tileProblem is a product to compute both ways: rows of random weights of typ (scales tamed
@@ -227,16 +233,7 @@ func BenchmarkX86RowsStream(b *testing.B) {
 
 // rowsTypes returns the weight types this machine has rows kernels for.
 func rowsTypes(t testing.TB) []Type {
-	var out []Type
-	for typ, ks := range fastRows {
-		if ks[0] != nil || ks[1] != nil {
-			out = append(out, Type(typ))
-		}
-	}
-	if len(out) == 0 {
-		t.Skip("no rows kernels on this machine/build")
-	}
-	return out
+	return typesWith(t, fastRows[:], func(ks [2]rowsKernel) bool { return ks[0] != nil || ks[1] != nil }, "rows kernels")
 }
 
 // TestX86RowsOneRow holds the products of one activation row (the rows kernels, or the Q4_0
