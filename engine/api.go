@@ -53,6 +53,10 @@ type Options struct {
 	// EP, when set, spreads the experts over several devices of Device's kind (expert
 	// parallelism; see EPOptions).
 	EP *EPOptions
+	// TimingOnly, on a simulated GPU, charges every kernel and copy of the model's passes to
+	// the card's timeline without computing them or reading a weight, with the routing given
+	// (see TimingOnlyOptions).
+	TimingOnly *TimingOnlyOptions
 }
 
 // DropOptions are capacity-aware token drop (seeds/000): in a pass of T >= 2 tokens, an expert

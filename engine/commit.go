@@ -214,8 +214,10 @@ func (s *commitState) forget() {
 
 // predict runs the Commit Router on layer's router input h (one token at pos) and returns the
 // experts it predicts for the next MoE layer (the next token's first after the last) and the
-// layer and position they are for. The device is charged for it on the compute stream.
-func (m *Model) predict(layer int, h []float32, pos int) (next, nextPos int, experts []int) {
+// layer and position they are for; a timing-only run, which has no input to predict from,
+// takes the prediction its replay recorded. The device is charged for it on the compute
+// stream.
+func (m *Model) predict(layer int, h []float32, pos int) (next, nextPos int, experts []int, err error) {
 	c := m.commit
 	j := c.idx[layer]
 	next, nextPos = j+1, pos
@@ -223,13 +225,17 @@ func (m *Model) predict(layer int, h []float32, pos int) (next, nextPos int, exp
 		next, nextPos = 0, pos+1
 	}
 	nm := m.arch.Layers[c.moe[next]].MoE
-	logits := make([]float32, nm.Experts)
-	c.router.Predict(j, h, logits)
 	n := c.router.Nets[j]
 	m.label("predictor", "predict", layer, -1)
 	m.charge("predictor", float64(4*n.Params()+4*(n.In+n.Hidden+n.Out)), float64(2*n.Params()))
+	if m.replay != nil {
+		experts, err = m.replay.predict(next, nextPos, nm)
+		return next, nextPos, experts, err
+	}
+	logits := make([]float32, nm.Experts)
+	c.router.Predict(j, h, logits)
 	_, sel := gateProbs(nm, logits)
-	return next, nextPos, topK(sel, nm.Used)
+	return next, nextPos, topK(sel, nm.Used), nil
 }
 
 // commitRouting is the routing of a token that computes with the predicted experts pred

@@ -123,7 +123,10 @@ func (m *Model) moeCommitted(b models.Backend, layer int, moe *models.MoE, x []f
 	if cs != nil {
 		m.dev.Sync(xev)
 		var nj, npos int
-		nj, npos, next = m.predict(layer, c.x, pos0)
+		var err error
+		if nj, npos, next, err = m.predict(layer, c.x, pos0); err != nil {
+			return err
+		}
 		cs.pending[nj], cs.pos[nj] = next, npos
 		nextLayer = m.commit.moe[nj]
 	}

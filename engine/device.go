@@ -84,7 +84,11 @@ func newDevice(opts Options) (dev device.Device, note string, err error) {
 		if err != nil {
 			return nil, "", err
 		}
-		dev, err := sim.NewDevice(prof, sim.DeviceOptions{Numerics: cpu.New(opts.Threads), Memory: mem, HostRates: opts.HostRates})
+		so := sim.DeviceOptions{Memory: mem, HostRates: opts.HostRates, TimingOnly: opts.TimingOnly != nil}
+		if !so.TimingOnly {
+			so.Numerics = cpu.New(opts.Threads)
+		}
+		dev, err := sim.NewDevice(prof, so)
 		return dev, "", err
 	case strings.HasPrefix(name, "cuda:"):
 		n, err := strconv.Atoi(strings.TrimPrefix(name, "cuda:"))
@@ -186,6 +190,15 @@ func (m *Model) GPUStats() (GPUStats, bool) {
 
 // Device is the name of the device the model runs on.
 func (m *Model) Device() string { return m.dev.Name() }
+
+// Timeline returns the spans of the simulated GPU's timeline so far (for sim.WriteSVG), or
+// false on a device whose time is the wall clock.
+func (m *Model) Timeline() ([]sim.Span, bool) {
+	if d, ok := m.dev.(*sim.Device); ok {
+		return d.Spans(), true
+	}
+	return nil, false
+}
 
 // Clock returns the time the model's device keeps, in seconds: the simulated GPU's virtual
 // time, or false on a device whose time is the wall clock.

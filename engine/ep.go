@@ -724,7 +724,12 @@ func (m *Model) epMoE(layer int, moe *models.MoE, x []float32, T int, out []floa
 	comm := g.comms[r]
 	t0 := g.clocks[r]()
 	hb := m.hostBackend()
-	logits, routes := m.routeTokens(hb, layer, moe, x, T)
+	// Timing-only runs do not take expert parallelism (checkTimingOnly): the routing is the
+	// router's.
+	logits, routes, err := m.routeTokens(hb, layer, moe, x, T, 0)
+	if err != nil {
+		return err
+	}
 	ev.fill(moe, x[:T*d], logits, routes)
 
 	// The metadata exchange: the host reads its tokens' routing and sends it to every rank.

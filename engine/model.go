@@ -28,6 +28,7 @@ type Model struct {
 	kvF16   bool
 	devNote string     // how --device auto chose
 	off     *offloader // nil unless Options.Offload
+	replay  *replay    // the routing of a timing-only model (Options.TimingOnly), else nil
 	commit  *committer // nil unless Options.Commit or offloading with the Commit Router
 	// commitDev weighs committed routing on the device (nil: the host reads the routing).
 	commitDev *commitDevice
@@ -96,6 +97,10 @@ func Open(path string, opts Options) (*Model, error) {
 		f.Close()
 		return nil, err
 	}
+	if err := checkTimingOnly(opts); err != nil {
+		f.Close()
+		return nil, err
+	}
 	dev, note, err := newDevice(opts)
 	if err != nil {
 		f.Close()
@@ -112,6 +117,9 @@ func Open(path string, opts Options) (*Model, error) {
 	m.charger, _ = dev.(device.Charger)
 	m.labeler, _ = dev.(device.Labeler)
 	m.info = describe(f, arch)
+	if opts.TimingOnly != nil {
+		m.replay = newReplay(m)
+	}
 	m.nctx = opts.ContextLength
 	if m.nctx == 0 {
 		m.nctx = min(arch.Config.ContextLen, DefaultMaxContext)
@@ -180,7 +188,9 @@ func Open(path string, opts Options) (*Model, error) {
 		return nil, fmt.Errorf("%s: %.2f GiB of weights do not fit on %s (%.2f GiB): offload the experts to host memory with a device memory budget (--gpu-mem): %w",
 			path, float64(m.info.NonExpertBytes+m.info.ExpertBytes)/(1<<30), dev.Name(), float64(dev.Memory().Budget())/(1<<30), err)
 	}
-	prefault(f, opts.Progress)
+	if m.replay == nil { // a timing-only model reads no weight
+		prefault(f, opts.Progress)
+	}
 	if err := m.upload(); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
@@ -321,5 +331,8 @@ func (m *Model) Close() error {
 		return nil
 	}
 	m.closed = true
+	if m.off != nil {
+		m.off.close()
+	}
 	return errors.Join(m.closeEP(), closeDevice(m.dev), m.file.Close())
 }

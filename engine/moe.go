@@ -229,7 +229,10 @@ func (m *Model) moe(b models.Backend, layer int, moe *models.MoE, x []float32, T
 	if commit != nil && ev == nil && m.commitDev != nil && m.commitDev.fits(moe) {
 		return m.moeCommitted(b, layer, moe, x, pos0, out, cs, pred, commit)
 	}
-	logits, routes := m.routeTokens(b, layer, moe, x, T)
+	logits, routes, err := m.routeTokens(b, layer, moe, x, T, pos0)
+	if err != nil {
+		return err
+	}
 	// The router's input, where the host reads it: observers and the Commit Router.
 	var xh []float32
 	if ev != nil || cs != nil && T == 1 {
@@ -243,10 +246,15 @@ func (m *Model) moe(b models.Backend, layer int, moe *models.MoE, x []float32, T
 	var predEv device.Event
 	if cs != nil && T == 1 {
 		var nj, npos int
-		nj, npos, next = m.predict(layer, xh[:d], pos0)
+		if nj, npos, next, err = m.predict(layer, xh[:d], pos0); err != nil {
+			return err
+		}
 		cs.pending[nj], cs.pos[nj] = next, npos
 		nextLayer = m.commit.moe[nj]
 		predEv = m.dev.Compute().Record()
+		if ev != nil {
+			ev.Predicted = next
+		}
 	}
 	if m.off != nil {
 		chosen := make([][]int, T)
@@ -427,17 +435,23 @@ func (m *Model) hostExperts(layer int, jobs []expertJob, xh []float32, xReady de
 	return nil
 }
 
-// routeTokens runs a MoE block's router on T rows of x and routes every token.
-func (m *Model) routeTokens(b models.Backend, layer int, moe *models.MoE, x []float32, T int) ([]float32, []routing) {
+// routeTokens runs a MoE block's router on T rows of x at positions pos0.. and routes every
+// token: by the router's logits, or in a timing-only run (whose logits are never computed) as
+// its routing says.
+func (m *Model) routeTokens(b models.Backend, layer int, moe *models.MoE, x []float32, T, pos0 int) ([]float32, []routing, error) {
 	logits := b.Floats(T * moe.Experts)
 	m.label("router", "router", layer, -1)
 	b.MatMul(moe.Router.Matrix(), x, T, logits)
 	logits = m.toHost(logits)
+	if m.replay != nil {
+		routes, err := m.replay.routes(layer, moe, pos0, T)
+		return logits, routes, err
+	}
 	routes := make([]routing, T)
 	for t := range routes {
 		routes[t] = route(moe, logits[t*moe.Experts:(t+1)*moe.Experts])
 	}
-	return logits, routes
+	return logits, routes, nil
 }
 
 // fill records the router's own choice in ev (nil: nothing), under commit too: what a

@@ -68,6 +68,13 @@ type offloader struct {
 	counts   map[int][]int // MoE block -> how often it chose each expert (frequency)
 	pending  map[int][]int // MoE block -> the experts prefetched for its next pass
 	stats    OffloadStats
+	virtual  []byte // a timing-only run's slots, reserved but never written
+}
+
+// close gives back what the offloader holds beyond Go memory.
+func (f *offloader) close() {
+	virtualFree(f.virtual)
+	f.virtual, f.slots = nil, nil
 }
 
 // newOffloader sizes the slots from the budget, which must hold the resident weights, one
@@ -143,11 +150,22 @@ func newOffloader(m *Model, o OffloadOptions) (*offloader, error) {
 	}
 	f.slots = make([][]byte, n)
 	res, _ := m.dev.(device.Resident)
-	for i := range f.slots {
-		if res == nil {
-			f.slots[i] = make([]byte, slot)
-		} else if f.slots[i], err = res.Buffer(slot, fmt.Sprintf("expert slot %d", i)); err != nil {
+	if m.replay != nil {
+		// Nothing is copied into a timing-only run's slots: reserve their addresses only.
+		if f.virtual, err = virtualAlloc(int64(n)*slot, "expert slots"); err != nil {
 			return nil, err
+		}
+	}
+	for i := range f.slots {
+		switch {
+		case f.virtual != nil:
+			f.slots[i] = f.virtual[int64(i)*slot : int64(i+1)*slot : int64(i+1)*slot]
+		case res == nil:
+			f.slots[i] = make([]byte, slot)
+		default:
+			if f.slots[i], err = res.Buffer(slot, fmt.Sprintf("expert slot %d", i)); err != nil {
+				return nil, err
+			}
 		}
 	}
 	f.stats.Slots, f.stats.SlotBytes, f.stats.Resident = n, slot, resident

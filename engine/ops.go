@@ -19,8 +19,10 @@ import (
 func (m *Model) setupOps() error {
 	m.ops = models.HostOps{K: m.dev}
 	if !m.resident {
-		if m.charger != nil {
-			m.ops = chargedOps{HostOps: models.HostOps{K: m.dev}, c: m.charger}
+		if m.replay != nil {
+			m.ops = chargedOps{Ops: nopOps{}, c: m.charger}
+		} else if m.charger != nil {
+			m.ops = chargedOps{Ops: models.HostOps{K: m.dev}, c: m.charger}
 		}
 		return nil
 	}
@@ -205,6 +207,22 @@ func (m *Model) Resident() bool { return m.resident }
 // newKV allocates a session's KV cache: in device memory when passes run there, where a
 // failure part way gives back what it took.
 func (m *Model) newKV() (*models.KVCache, error) {
+	if m.replay != nil {
+		var got [][]byte
+		kv, err := models.NewKVCache(m.arch, m.nctx, m.kvF16, func(n int64, what string) ([]byte, error) {
+			b, err := virtualAlloc(n, what)
+			if err == nil {
+				got = append(got, b)
+			}
+			return b, err
+		})
+		if err != nil {
+			for _, b := range got {
+				virtualFree(b)
+			}
+		}
+		return kv, err
+	}
 	if !m.resident {
 		return models.NewKVCache(m.arch, m.nctx, m.kvF16, models.HostAlloc)
 	}
@@ -227,14 +245,17 @@ func (m *Model) newKV() (*models.KVCache, error) {
 
 // freeKV gives a KV cache's device memory back.
 func (m *Model) freeKV(kv *models.KVCache) {
-	if !m.resident {
+	if !m.resident && m.replay == nil {
 		return
 	}
-	res := m.dev.(device.Resident)
 	for _, l := range kv.Layers {
 		for _, b := range [][]byte{bytesOf(l.K), bytesOf(l.V), bytesOf(l.K16), bytesOf(l.V16)} {
-			if len(b) > 0 {
-				res.Release(b)
+			switch {
+			case len(b) == 0:
+			case m.replay != nil:
+				virtualFree(b)
+			default:
+				m.dev.(device.Resident).Release(b)
 			}
 		}
 	}
@@ -359,13 +380,13 @@ func (m *Model) toHost(x []float32) []float32 {
 // are charged as its kernels; the other Ops' traffic is the activations', which the engine
 // charges with the work around them.
 type chargedOps struct {
-	models.HostOps
-	c device.Charger
+	device.Ops // the host's, or nothing at all for timing-only passes
+	c          device.Charger
 }
 
 // MatMulHeads implements device.Ops.
 func (o chargedOps) MatMulHeads(w []quant.Matrix, x []float32, T int, out []float32, l *device.HeadLayout) {
-	o.HostOps.MatMulHeads(w, x, T, out, l)
+	o.Ops.MatMulHeads(w, x, T, out, l)
 	var bytes, flops float64
 	for _, h := range w {
 		bytes += float64(len(h.Data))

@@ -51,7 +51,7 @@ func TestChargedOps(t *testing.T) {
 	want, got := make([]float32, T*heads*rows), make([]float32, T*heads*rows)
 	host.MatMulHeads(w, x, T, want, l)
 	var c charges
-	chargedOps{HostOps: host, c: &c}.MatMulHeads(w, x, T, got, l)
+	chargedOps{Ops: host, c: &c}.MatMulHeads(w, x, T, got, l)
 	if !slices.Equal(got, want) {
 		t.Error("the charged products differ from the host's")
 	}

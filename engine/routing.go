@@ -27,6 +27,10 @@ type RouteEvent struct {
 	// mixing weights after the architecture's normalisation and scale.
 	Selected []int
 	Weights  []float32
+	// Predicted is the Commit Router's prediction for the next MoE layer (the next token's
+	// first after the last), made from this layer's input in a single-token pass; nil where
+	// it does not run.
+	Predicted []int
 }
 
 // RouteObserver receives routing decisions; see Session.ObserveRouting.

@@ -12,6 +12,9 @@ import (
 type DeviceOptions struct {
 	// Numerics computes the numbers: the CPU device. Its own streams are not used.
 	Numerics device.Kernels
+	// TimingOnly charges every kernel and copy without computing or copying anything, and
+	// takes no Numerics: the device of timing-only runs, whose weights are never read.
+	TimingOnly bool
 	// Memory is the budget; nil means the profile's memory.
 	Memory *device.Memory
 	// HostRates price the host's expert kernels (cpu-miss): measure them on the machine
@@ -19,15 +22,15 @@ type DeviceOptions struct {
 	HostRates device.HostRates
 }
 
-// Device is the simulated GPU sim:<profile>: numbers computed on the CPU, every kernel and
-// copy charged to a virtual-time timeline of the modelled card. Kernels run on a "compute"
+// Device is the simulated GPU sim:<profile>: numbers computed on the CPU (or, timing only,
+// not at all), every kernel and copy charged to a virtual-time timeline of the modelled card. Kernels run on a "compute"
 // stream, copies on a "copy" stream and the host's expert kernels on a "cpu" stream beside
 // the issuing thread. It is safe for concurrent use, but a timeline models one issuing
 // thread: concurrent sessions interleave on it as they would on a real card.
 type Device struct {
 	mu                 sync.Mutex
 	prof               *Profile
-	num                device.Kernels
+	num                device.Kernels // nil: timing only
 	mem                *device.Memory
 	tl                 *Timeline
 	compute, copy, cpu *Stream
@@ -41,7 +44,7 @@ func NewDevice(p *Profile, o DeviceOptions) (*Device, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	if o.Numerics == nil {
+	if o.Numerics == nil && !o.TimingOnly {
 		return nil, fmt.Errorf("sim device %s: no numerics device", p.Name)
 	}
 	host, err := o.HostRates.WithDefaults()
@@ -123,17 +126,24 @@ func matMulCost(w quant.Matrix, T int) (bytes, flops float64) {
 	return float64(len(w.Data)) + 4*float64(T)*float64(w.Rows+w.Cols), 2 * float64(T) * float64(w.Rows) * float64(w.Cols)
 }
 
-// MatMul computes on the CPU and charges one kernel.
+// MatMul computes on the CPU (unless timing only) and charges one kernel.
 func (d *Device) MatMul(w quant.Matrix, x []float32, T int, out []float32) {
-	d.num.MatMul(w, x, T, out)
+	if d.num != nil {
+		d.num.MatMul(w, x, T, out)
+	}
 	d.charge("matmul", w, T)
 }
 
-// MatMulID computes on the CPU and charges one kernel.
+// MatMulID computes on the CPU (unless timing only) and charges one kernel.
 func (d *Device) MatMulID(w quant.Matrix, x []float32, T int, out []float32) {
-	d.num.MatMulID(w, x, T, out)
+	if d.num != nil {
+		d.num.MatMulID(w, x, T, out)
+	}
 	d.charge("expert", w, T)
 }
+
+// TimingOnly says whether the device only charges its work (DeviceOptions.TimingOnly).
+func (d *Device) TimingOnly() bool { return d.num == nil }
 
 func (d *Device) charge(kind string, w quant.Matrix, T int) {
 	b, f := matMulCost(w, T)
@@ -148,12 +158,25 @@ func (d *Device) Charge(kind string, bytes, flops float64) {
 	d.compute.Enqueue(k, l, d.prof.KernelTime(bytes, flops))
 }
 
-// Parallel spreads host work over the numerics device's threads; it is not device time.
-func (d *Device) Parallel(n int, fn func(i int)) { d.num.Parallel(n, fn) }
+// Parallel spreads host work over the numerics device's threads (in turn when timing only);
+// it is not device time.
+func (d *Device) Parallel(n int, fn func(i int)) { parallel(d.num, n, fn) }
 
-// CopyIn copies at once and charges the copy to the copy stream.
+func parallel(k device.Kernels, n int, fn func(i int)) {
+	if k != nil {
+		k.Parallel(n, fn)
+		return
+	}
+	for i := 0; i < n; i++ {
+		fn(i)
+	}
+}
+
+// CopyIn copies at once (unless timing only) and charges the copy to the copy stream.
 func (d *Device) CopyIn(dst, src []byte) {
-	copy(dst, src)
+	if d.num != nil {
+		copy(dst, src)
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	_, l := d.names("copy") // a copy is drawn as a copy whatever the label's kind
@@ -237,16 +260,20 @@ func (s stream) Wait(ev device.Event) {
 type host struct{ stream }
 
 func (h host) MatMul(w quant.Matrix, x []float32, T int, out []float32) {
-	h.d.num.MatMul(w, x, T, out)
+	if h.d.num != nil {
+		h.d.num.MatMul(w, x, T, out)
+	}
 	h.charge(w, T)
 }
 
 func (h host) MatMulID(w quant.Matrix, x []float32, T int, out []float32) {
-	h.d.num.MatMulID(w, x, T, out)
+	if h.d.num != nil {
+		h.d.num.MatMulID(w, x, T, out)
+	}
 	h.charge(w, T)
 }
 
-func (h host) Parallel(n int, fn func(i int)) { h.d.num.Parallel(n, fn) }
+func (h host) Parallel(n int, fn func(i int)) { parallel(h.d.num, n, fn) }
 
 // charge prices a host kernel of T tokens at the host's rates: its weights read once, and
 // the arithmetic of its tokens after the first.

@@ -2,6 +2,7 @@ package sim_test
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -191,5 +192,45 @@ func TestDeviceTransfer(t *testing.T) {
 	}
 	if len(link) != 1 || !near(link[0].Start, 5e-6) || !near(link[0].End, 9e-6) || link[0].Label != "dispatch L0" {
 		t.Errorf("link spans %+v, want one dispatch L0 from 5 to 9 µs", link)
+	}
+}
+
+// A timing-only device charges the same timeline as one that computes, and neither computes
+// nor copies: its outputs and slots keep what they held.
+func TestDeviceTimingOnly(t *testing.T) {
+	run := func(d *sim.Device) (out []float32, dst []byte) {
+		w := quant.Matrix{Type: quant.F32, Rows: 2, Cols: 4, Data: make([]byte, 2*4*4)}
+		out, dst = []float32{7, 7}, []byte{9, 9, 9}
+		d.CopyIn(dst, []byte{1, 2, 3})
+		d.Compute().Wait(d.Copy().Record())
+		d.MatMul(w, make([]float32, 4), 1, out)
+		d.MatMulID(w, make([]float32, 4), 1, out)
+		h := d.Host()
+		h.MatMulID(w, make([]float32, 4), 1, out)
+		d.Compute().Wait(h.Record())
+		n := 0
+		d.Parallel(5, func(int) { n++ })
+		if n != 5 {
+			t.Errorf("Parallel ran %d of 5 calls", n)
+		}
+		d.Sync(d.Compute().Record())
+		return out, dst
+	}
+	k := &countingKernels{}
+	full := newRoundDevice(t, k)
+	run(full)
+	d, err := sim.NewDevice(roundProfile(), sim.DeviceOptions{TimingOnly: true, HostRates: device.HostRates{Bandwidth: 2e9, FLOPS: 1e11, Overhead: 5e-6}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.TimingOnly() || full.TimingOnly() {
+		t.Errorf("TimingOnly: %v and %v, want true and false", d.TimingOnly(), full.TimingOnly())
+	}
+	out, dst := run(d)
+	if out[0] != 7 || out[1] != 7 || string(dst) != "\t\t\t" {
+		t.Errorf("timing only computed or copied: out %v, dst %v", out, dst)
+	}
+	if got, want := d.Spans(), full.Spans(); !slices.Equal(got, want) {
+		t.Errorf("timing-only spans\n%v\nwant those of the computing device\n%v", got, want)
 	}
 }
