@@ -209,4 +209,3 @@ func TestTimingOnlyBadInput(t *testing.T) {
 		})
 	}
 }
-
