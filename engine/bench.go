@@ -101,7 +101,10 @@ func benchRun(ctx context.Context, path string, o BenchOptions, p *offload.Polic
 	name := "resident"
 	if p != nil {
 		name = p.String()
-		opts.Offload = &OffloadOptions{Policy: *p, GPUMem: o.GPUMem, Eviction: o.Eviction, Predictor: o.Predictor}
+		opts.Offload = &OffloadOptions{Policy: *p, GPUMem: o.GPUMem, Eviction: o.Eviction}
+		if *p == offload.Prefetch || *p == offload.Commit {
+			opts.Offload.Predictor = o.Predictor // the others predict nothing
+		}
 		if *p == offload.Commit && (o.Predictor == "" || o.Predictor == "router") {
 			opts.Commit = o.Commit
 		}

@@ -55,7 +55,7 @@ type CommitOptions struct {
 
 // committer holds what committed routing needs; it is read-only after Open.
 type committer struct {
-	router *predictor.Router
+	router *predictor.Router // nil: a modelled predictor (TimingOnlyOptions.ModelledPredictor)
 	path   string
 	owa    owa.Params
 	useOWA bool
@@ -127,7 +127,13 @@ func (m *Model) openCommit() error {
 	if o == nil {
 		o = &CommitOptions{}
 	}
-	c, err := newCommitter(m, *o)
+	var c *committer
+	var err error
+	if m.replay != nil && m.replay.opts.ModelledPredictor {
+		c, err = newModelledCommitter(m, *o)
+	} else {
+		c, err = newCommitter(m, *o)
+	}
 	if err != nil {
 		return err
 	}
@@ -163,8 +169,32 @@ func newCommitter(m *Model, o CommitOptions) (*committer, error) {
 	if err := r.ID.Check(m.PredictorIdentity()); err != nil {
 		return nil, fmt.Errorf("commit: %s: %w", path, err)
 	}
+	return newCommitterWith(m, o, r, path, r.Bytes())
+}
+
+// newModelledCommitter is a committer whose predictions a timing-only run supplies
+// (TimingOnlyOptions.ModelledPredictor), with a modelled net's weights on the device.
+func newModelledCommitter(m *Model, o CommitOptions) (*committer, error) {
+	if len(m.info.MoELayers) == 0 {
+		return nil, fmt.Errorf("commit: %s has no MoE layers", m.info.Path)
+	}
+	var bytes int64
+	for range m.info.MoELayers {
+		bytes += 4 * modelledParams(m)
+	}
+	return newCommitterWith(m, o, nil, "", bytes)
+}
+
+// modelledParams are the weights and biases of a modelled predictor net: one linear layer
+// from the router input to every expert.
+func modelledParams(m *Model) int64 {
+	d, E := int64(m.arch.Config.Embd), int64(m.arch.Config.Experts)
+	return d*E + E
+}
+
+func newCommitterWith(m *Model, o CommitOptions, r *predictor.Router, path string, bytes int64) (*committer, error) {
 	c := &committer{router: r, path: path, useOWA: !o.NoOWA, only0: o.OnlyAllWrong, cross: o.CrossToken, moe: m.info.MoELayers,
-		idx: map[int]int{}, bytes: r.Bytes()}
+		idx: map[int]int{}, bytes: bytes}
 	c.owa = owa.Defaults(m.info.Architecture, m.info.Experts, m.info.ExpertsUsed)
 	if o.OWA != nil {
 		c.owa = *o.OWA
@@ -225,9 +255,14 @@ func (m *Model) predict(layer int, h []float32, pos int) (next, nextPos int, exp
 		next, nextPos = 0, pos+1
 	}
 	nm := m.arch.Layers[c.moe[next]].MoE
-	n := c.router.Nets[j]
 	m.label("predictor", "predict", layer, -1)
-	m.charge("predictor", float64(4*n.Params()+4*(n.In+n.Hidden+n.Out)), float64(2*n.Params()))
+	if c.router != nil {
+		n := c.router.Nets[j]
+		m.charge("predictor", float64(4*n.Params()+4*(n.In+n.Hidden+n.Out)), float64(2*n.Params()))
+	} else {
+		p := float64(modelledParams(m))
+		m.charge("predictor", 4*p+4*float64(m.arch.Config.Embd+nm.Experts), 2*p)
+	}
 	if m.replay != nil {
 		experts, err = m.replay.predict(next, nextPos, nm)
 		return next, nextPos, experts, err

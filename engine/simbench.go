@@ -126,12 +126,10 @@ func SimBench(o SimBenchOptions) (*SimBenchReport, error) {
 		return nil, err
 	}
 	ctx := cmp.Or(o.Context, 512)
-	var shape *offload.Shape
 	if o.Model != nil {
-		shape, err = o.Model.Shape(ctx)
-	} else {
-		shape, err = publicShape(o.Shape, ctx)
+		return simBenchModel(o, prof)
 	}
+	shape, err := publicShape(o.Shape, ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -153,25 +151,15 @@ func SimBench(o SimBenchOptions) (*SimBenchReport, error) {
 	rep := &SimBenchReport{Shape: shape.Name, Device: "sim:" + prof.Name, Calibrated: prof.Calibrated, GPUMem: budget,
 		ExpertBytes: shape.ExpertBytes, Resident: shape.Resident, Tokens: n, Predictor: cmp.Or(o.Predictor, "oracle")}
 
-	var tokens [][][]int
-	if o.Model != nil {
-		tokens, err = decodeRouting(o.Model, o.Prompts, n)
-		rep.Routing = fmt.Sprintf("recorded while %s decoded %d prompts greedily", o.Model.info.Path, len(o.Prompts))
-		rep.Tokens = len(tokens)
-	} else {
-		if o.PromptLen < 0 || o.PromptLen > 1<<16 {
-			return nil, fmt.Errorf("prompt length %d: want 0 to %d", o.PromptLen, 1<<16)
-		}
-		tokens, err = benchRouting(o, shape, o.PromptLen+n, rep)
+	if o.PromptLen < 0 || o.PromptLen > 1<<16 {
+		return nil, fmt.Errorf("prompt length %d: want 0 to %d", o.PromptLen, 1<<16)
 	}
+	tokens, err := benchRouting(o, shape, o.PromptLen+n, rep)
 	if err != nil {
 		return nil, err
 	}
-	var prompt [][][]int
-	if o.Model == nil {
-		prompt, tokens = tokens[:o.PromptLen], tokens[o.PromptLen:]
-		rep.PromptLen = o.PromptLen
-	}
+	prompt, tokens := tokens[:o.PromptLen], tokens[o.PromptLen:]
+	rep.PromptLen = o.PromptLen
 	host := o.HostBandwidth
 	if host == 0 && slices.Contains(policies, offload.CPUMiss) {
 		host = MeasureHostRates().Bandwidth
@@ -208,9 +196,84 @@ func SimBench(o SimBenchOptions) (*SimBenchReport, error) {
 	return rep, nil
 }
 
-// decodeRouting decodes n tokens after each prompt greedily and returns every decode step's
-// routing (the prompt's own batch is not a decode step).
-func decodeRouting(m *Model, prompts []string, n int) ([][][]int, error) {
+// simBenchModel times o.Model's own decode of o.Prompts on the simulated GPU prof with the
+// engine's forward pass and offloader: the routing the model chooses is recorded in a run
+// that computes (o.Model's device), and every policy then runs timing only, replaying it
+// (Bench with TimingOnlyOptions). prefetch's and commit's predictions are the engine's
+// heuristics (prev-token, frequency) or a modelled predictor over the recorded routing
+// (oracle, accuracy=P) standing in for a Commit Router.
+func simBenchModel(o SimBenchOptions, prof *sim.Profile) (*SimBenchReport, error) {
+	m := o.Model
+	n := cmp.Or(o.Tokens, 64)
+	if n < 2 || n > 1<<20 {
+		return nil, fmt.Errorf("tokens %d: want 2 to %d (the first is the time to first token)", n, 1<<20)
+	}
+	policies := o.Policies
+	if len(policies) == 0 {
+		policies = []offload.Policy{offload.OnDemand, offload.Prefetch, offload.Commit, offload.CPUMiss}
+	}
+	budget := o.GPUMem
+	if budget == 0 {
+		budget = float64(prof.MemoryBytes)
+	}
+	// One more token than timed: the last timed token predicts its successor's first layer.
+	rec, err := recordRouting(m, o.Prompts, n+1)
+	if err != nil {
+		return nil, err
+	}
+	pname := cmp.Or(o.Predictor, "oracle")
+	bo := BenchOptions{Options: Options{Device: o.Device, HostRates: HostRates{Bandwidth: o.HostBandwidth}, ContextLength: m.nctx, KVType: map[bool]string{true: "f16", false: "f32"}[m.kvF16]},
+		Policies: policies, GPUMem: int64(budget), Eviction: o.Eviction, Prompts: o.Prompts, Tokens: n, TimelineTokens: o.TimelineTokens}
+	to := rec.replay()
+	switch pname {
+	case "prev-token", "frequency":
+		bo.Predictor = pname
+	default:
+		pred, err := offload.ParsePredictor(pname, m.info.Experts, o.Seed)
+		if err != nil {
+			return nil, err
+		}
+		bo.Predictor = "router"
+		to.ModelledPredictor = true
+		to.Predict = func(pos, j int) []int { return pred.Predict(pos, j, rec.at(pos, j)) }
+	}
+	bo.Options.TimingOnly = &to
+	if o.Timeline != nil {
+		bo.Timeline = func(name string) (io.WriteCloser, error) {
+			p, err := offload.ParsePolicy(name)
+			if err != nil {
+				return nil, err
+			}
+			return o.Timeline(p)
+		}
+	}
+	br, err := Bench(context.Background(), m.info.Path, bo)
+	if err != nil {
+		return nil, err
+	}
+	rep := &SimBenchReport{Shape: m.info.Name, Device: br.Device, Calibrated: br.Calibrated, GPUMem: budget,
+		ExpertBytes: float64(br.SlotBytes), Resident: float64(br.Resident), Tokens: (n - 1) * len(o.Prompts), Predictor: pname,
+		HostBandwidth: o.HostBandwidth, Policies: br.Rows,
+		Routing: fmt.Sprintf("recorded while %s decoded %d prompts greedily", m.info.Path, len(o.Prompts))}
+	if rep.Shape == "" {
+		rep.Shape = m.info.Architecture
+	}
+	for i := range rep.Policies {
+		rep.Policies[i].Predictor = ""
+	}
+	return rep, nil
+}
+
+// routingRecord is the routing a model chose for each of several prompts, by position and MoE
+// layer, and the prompt its replay is at.
+type routingRecord struct {
+	prompts []map[[2]int][]int
+	cur     int
+}
+
+// recordRouting runs each prompt and n greedy tokens after it and records every position's
+// routing.
+func recordRouting(m *Model, prompts []string, n int) (*routingRecord, error) {
 	if len(prompts) == 0 {
 		return nil, fmt.Errorf("bench: no prompts")
 	}
@@ -223,35 +286,48 @@ func decodeRouting(m *Model, prompts []string, n int) ([][][]int, error) {
 		return nil, err
 	}
 	defer s.Close()
-	var out [][][]int
-	var cur [][]int
-	promptLen := 0
+	r := &routingRecord{cur: -1}
+	var cur map[[2]int][]int
 	s.ObserveRouting(func(ev *RouteEvent) {
-		if ev.Tokens != 1 || ev.Pos0 < promptLen {
-			return
-		}
 		j := moeIndex[ev.Layer]
-		if j == 0 {
-			cur = make([][]int, len(m.info.MoELayers))
-			out = append(out, cur)
+		for t := 0; t < ev.Tokens; t++ {
+			cur[[2]int{ev.Pos0 + t, j}] = slices.Clone(ev.Selected[t*ev.Used : (t+1)*ev.Used])
 		}
-		cur[j] = slices.Clone(ev.Selected)
 	})
 	for _, p := range prompts {
 		ids, err := m.Tokenize(p, true)
 		if err != nil {
 			return nil, err
 		}
-		promptLen = len(ids)
+		cur = map[[2]int][]int{}
+		r.prompts = append(r.prompts, cur)
 		s.Reset()
 		if _, err := s.Generate(context.Background(), ids, GenerateOptions{MaxTokens: n, IgnoreEOS: true, Sampler: SamplerOptions{Greedy: true}}); err != nil {
 			return nil, fmt.Errorf("bench: prompt %q: %w", p, err)
 		}
 	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("bench: no decode steps (ask for at least 2 tokens)")
+	return r, nil
+}
+
+// at is the recorded routing of MoE layer j at pos in the prompt the replay is at (nil when
+// none was recorded).
+func (r *routingRecord) at(pos, j int) []int {
+	if r.cur < 0 || r.cur >= len(r.prompts) {
+		return nil
 	}
-	return out, nil
+	return r.prompts[r.cur][[2]int{pos, j}]
+}
+
+// replay returns timing-only options that replay the prompts in their recorded order, each
+// from its start: a pass's first token at position 0 begins the next prompt. Timing-only runs
+// of every policy each replay the whole record.
+func (r *routingRecord) replay() TimingOnlyOptions {
+	return TimingOnlyOptions{Routing: func(pos, j int) []int {
+		if pos == 0 && j == 0 {
+			r.cur = (r.cur + 1) % len(r.prompts)
+		}
+		return r.at(pos, j)
+	}}
 }
 
 // openShapeTrace opens a routing trace for a shape, checking that it routes the shape's MoE

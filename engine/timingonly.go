@@ -27,6 +27,11 @@ type TimingOnlyOptions struct {
 	// position pos (RouteEvent.Predicted of the layer before it). Only runs with the Commit
 	// Router need it.
 	Predict func(pos, j int) []int
+	// ModelledPredictor stands a modelled predictor (an oracle, a given accuracy) in for the
+	// Commit Router of a model that has no Commit Router file: Predict's experts, priced as
+	// one float32 linear layer per MoE layer from the router input to the next layer's
+	// experts.
+	ModelledPredictor bool
 }
 
 // checkTimingOnly checks that a timing-only run can be set up as opts ask.
