@@ -22,8 +22,9 @@ import (
 // simulated GPU, with no weights and no arithmetic, so shapes far larger than this machine
 // can hold are timed. Routing comes from a recorded trace or a synthetic router.
 type SimBenchOptions struct {
-	// Model, when set, is timed instead of a public shape: its own tensors give the costs and
-	// the routing is what it chooses while decoding Prompts greedily (Tokens per prompt).
+	// Model, when set, is timed instead of a public shape, through the engine's own passes
+	// run timing only (TimingOnlyOptions), replaying the routing it chooses while decoding
+	// Prompts greedily (Tokens per prompt). A public shape is still priced by offload.Timing.
 	Model   *Model
 	Prompts []string
 	// Shape is a public model shape with its weight type, e.g. "mixtral-8x7b@q4_k".
@@ -114,6 +115,14 @@ type SimBenchReport struct {
 	Policies      []PolicyReport
 }
 
+// policies are the policies to time: all four unless some are named.
+func (o *SimBenchOptions) policies() []offload.Policy {
+	if len(o.Policies) > 0 {
+		return o.Policies
+	}
+	return []offload.Policy{offload.OnDemand, offload.Prefetch, offload.Commit, offload.CPUMiss}
+}
+
 // SimBench runs the timing-only benchmark.
 func SimBench(o SimBenchOptions) (*SimBenchReport, error) {
 	var err error
@@ -144,10 +153,7 @@ func SimBench(o SimBenchOptions) (*SimBenchReport, error) {
 	if n < 1 || n > 1<<20 {
 		return nil, fmt.Errorf("tokens %d: want 1 to %d", n, 1<<20)
 	}
-	policies := o.Policies
-	if len(policies) == 0 {
-		policies = []offload.Policy{offload.OnDemand, offload.Prefetch, offload.Commit, offload.CPUMiss}
-	}
+	policies := o.policies()
 	rep := &SimBenchReport{Shape: shape.Name, Device: "sim:" + prof.Name, Calibrated: prof.Calibrated, GPUMem: budget,
 		ExpertBytes: shape.ExpertBytes, Resident: shape.Resident, Tokens: n, Predictor: cmp.Or(o.Predictor, "oracle")}
 
@@ -208,10 +214,7 @@ func simBenchModel(o SimBenchOptions, prof *sim.Profile) (*SimBenchReport, error
 	if n < 2 || n > 1<<20 {
 		return nil, fmt.Errorf("tokens %d: want 2 to %d (the first is the time to first token)", n, 1<<20)
 	}
-	policies := o.Policies
-	if len(policies) == 0 {
-		policies = []offload.Policy{offload.OnDemand, offload.Prefetch, offload.Commit, offload.CPUMiss}
-	}
+	policies := o.policies()
 	budget := o.GPUMem
 	if budget == 0 {
 		budget = float64(prof.MemoryBytes)
