@@ -110,6 +110,9 @@ func Open(path string, opts Options) (*Model, error) {
 	m := &Model{opts: opts, file: f, arch: arch, tok: tok, dev: dev, kvF16: kvF16, devNote: note}
 	defer func() {
 		if !opened {
+			if m.off != nil {
+				m.off.close()
+			}
 			m.closeEP()
 			closeDevice(dev)
 		}
