@@ -13,7 +13,7 @@ import (
 	"github.com/commit-run/commit-run/engine"
 	"github.com/commit-run/commit-run/models"
 	"github.com/commit-run/commit-run/quant"
-	"github.com/commit-run/commit-run/tools/golden/synth"
+	"github.com/commit-run/commit-run/synth"
 )
 
 // TestCUDAFakeDriverMLA runs DeepSeek-V2's multi-head latent attention on cuda:0 of the fake

@@ -12,10 +12,10 @@ import (
 
 	"github.com/commit-run/commit-run/engine"
 	"github.com/commit-run/commit-run/tools/golden/fixture"
-	"github.com/commit-run/commit-run/tools/golden/synth"
+	"github.com/commit-run/commit-run/synth"
 )
 
-// goldenDir holds what llama.cpp computed on each synthetic model of tools/golden/synth
+// goldenDir holds what llama.cpp computed on each synthetic model of synth
 // (regenerate with tools/golden/regen.sh; see tools/golden/README.md).
 const goldenDir = "testdata/golden"
 

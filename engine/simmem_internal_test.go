@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/commit-run/commit-run/offload"
-	"github.com/commit-run/commit-run/tools/golden/synth"
+	"github.com/commit-run/commit-run/synth"
 )
 
 // A simulated GPU reserves one pass's activations as a GPU does, so that the same budget

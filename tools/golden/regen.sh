@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates the golden fixtures in engine/testdata/golden: writes every synthetic model of
-# tools/golden/synth into a temporary folder, runs llama.cpp on each (tools/golden/ref), writes
+# synth into a temporary folder, runs llama.cpp on each (tools/golden/ref), writes
 # one fixture per model, and runs the Go tests that check fixtures against the generator.
 #
 #   tools/golden/regen.sh                 # all models

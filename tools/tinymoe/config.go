@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/commit-run/commit-run/tools/golden/synth"
+	"github.com/commit-run/commit-run/synth"
 )
 
 // Config is one model variant, read by both train.py and the exporter (configs/*.json).

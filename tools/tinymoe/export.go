@@ -13,7 +13,7 @@ import (
 
 	"github.com/commit-run/commit-run/engine"
 	"github.com/commit-run/commit-run/quant"
-	"github.com/commit-run/commit-run/tools/golden/synth"
+	"github.com/commit-run/commit-run/synth"
 )
 
 // ChatTemplate makes a conversation a scene of the novel: the user's lines and the model's

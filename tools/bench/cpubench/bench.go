@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/commit-run/commit-run/models"
-	"github.com/commit-run/commit-run/tools/golden/synth"
+	"github.com/commit-run/commit-run/synth"
 )
 
 // modelFile is one generated file of the benchmark.

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/commit-run/commit-run/tools/golden/synth"
+	"github.com/commit-run/commit-run/synth"
 )
 
 // shape is a model shape the benchmark generates, a real model's with fewer layers.

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/commit-run/commit-run/tools/golden/synth"
+	"github.com/commit-run/commit-run/synth"
 )
 
 var errTest = errors.New("test failure")

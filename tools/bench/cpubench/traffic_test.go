@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/commit-run/commit-run/models"
-	"github.com/commit-run/commit-run/tools/golden/synth"
+	"github.com/commit-run/commit-run/synth"
 )
 
 // writeSpec writes a synth spec into a test folder and opens it.

@@ -1,4 +1,4 @@
-// Command synth writes synthetic GGUF models (see package tools/golden/synth).
+// Command synth writes synthetic GGUF models (see package synth).
 //
 // The golden set, with a manifest of names, hashes and prompts for tools/golden/ref:
 //
@@ -21,7 +21,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/commit-run/commit-run/tools/golden/synth"
+	"github.com/commit-run/commit-run/synth"
 )
 
 // ManifestEntry describes one written golden model for the reference runner.

@@ -13,7 +13,7 @@ import (
 	"github.com/commit-run/commit-run/tools/golden/fixture"
 )
 
-const fixtureDir = "../../../engine/testdata/golden"
+const fixtureDir = "../engine/testdata/golden"
 
 // TestFixturesMatchGenerator regenerates every model a fixture was made from and compares
 // hashes. A failure means the generator (or the quantizers it uses) changed: regenerate the
