@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/commit-run/commit-run/device"
+	"github.com/commit-run/commit-run/models"
 	"github.com/commit-run/commit-run/offload"
 )
 
@@ -73,7 +74,7 @@ type offloader struct {
 
 // close gives back what the offloader holds beyond Go memory.
 func (f *offloader) close() {
-	virtualFree(f.virtual)
+	models.VirtualFree(f.virtual)
 	f.virtual, f.slots = nil, nil
 }
 
@@ -152,7 +153,7 @@ func newOffloader(m *Model, o OffloadOptions) (*offloader, error) {
 	res, _ := m.dev.(device.Resident)
 	if m.replay != nil {
 		// Nothing is copied into a timing-only run's slots: reserve their addresses only.
-		if f.virtual, err = virtualAlloc(int64(n)*slot, "expert slots"); err != nil {
+		if f.virtual, err = models.VirtualAlloc(int64(n)*slot, "expert slots"); err != nil {
 			return nil, err
 		}
 	}

@@ -210,7 +210,7 @@ func (m *Model) newKV() (*models.KVCache, error) {
 	if m.replay != nil {
 		var got [][]byte
 		kv, err := models.NewKVCache(m.arch, m.nctx, m.kvF16, func(n int64, what string) ([]byte, error) {
-			b, err := virtualAlloc(n, what)
+			b, err := models.VirtualAlloc(n, what)
 			if err == nil {
 				got = append(got, b)
 			}
@@ -218,7 +218,7 @@ func (m *Model) newKV() (*models.KVCache, error) {
 		})
 		if err != nil {
 			for _, b := range got {
-				virtualFree(b)
+				models.VirtualFree(b)
 			}
 		}
 		return kv, err
@@ -253,7 +253,7 @@ func (m *Model) freeKV(kv *models.KVCache) {
 			switch {
 			case len(b) == 0:
 			case m.replay != nil:
-				virtualFree(b)
+				models.VirtualFree(b)
 			default:
 				m.dev.(device.Resident).Release(b)
 			}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"syscall"
 
 	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/models"
@@ -107,27 +106,6 @@ func checkChoice(ex []int, moe *models.MoE) error {
 		}
 	}
 	return nil
-}
-
-// virtualAlloc reserves n bytes of address space that nothing is meant to touch: the KV caches
-// and expert slots of timing-only runs, which may be far larger than this machine's memory.
-// Pages are only backed once written, and a timing-only run writes none.
-func virtualAlloc(n int64, what string) ([]byte, error) {
-	if n <= 0 {
-		return nil, nil
-	}
-	b, err := syscall.Mmap(-1, 0, int(n), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE|mapNoReserve)
-	if err != nil {
-		return nil, fmt.Errorf("reserve %d bytes of address space for %s: %w", n, what, err)
-	}
-	return b, nil
-}
-
-// virtualFree gives back what virtualAlloc reserved.
-func virtualFree(b []byte) {
-	if len(b) > 0 {
-		syscall.Munmap(b)
-	}
 }
 
 // nopOps are the Ops of timing-only passes: they compute nothing, and their work is priced by

@@ -177,3 +177,63 @@ func (f *File) TensorNames() []string {
 
 // ErrUnknownArchitecture is returned (wrapped) for a general.architecture nobody registered.
 var ErrUnknownArchitecture = errors.New("unknown architecture")
+
+// TensorInfo describes a tensor of a File built from metadata: its name, type and ggml shape
+// (the row length first).
+type TensorInfo struct {
+	Name  string
+	Type  quant.Type
+	Shape []uint64
+}
+
+// virtualAlignment places the tensors of a virtual file as GGUF's default alignment does.
+const virtualAlignment = 32
+
+// NewVirtualFile is a File of metadata kv and tensors ts whose data is address space
+// reserved with VirtualAlloc: a model of a public shape that nothing computes with (the
+// engine's timing-only runs), however large. Its weights read as zeros and are never backed
+// by memory; name stands in for the path in messages. The tensors are checked as Open checks
+// a file's.
+func NewVirtualFile(name string, kv ggml.KV, ts []TensorInfo) (*File, error) {
+	var size uint64
+	gts := make([]*ggml.Tensor, len(ts))
+	for i, t := range ts {
+		gts[i] = &ggml.Tensor{Name: t.Name, Kind: uint32(t.Type), Offset: size, Shape: t.Shape}
+		if !t.Type.Known() || t.Type.BlockSize() == 0 || len(t.Shape) == 0 {
+			continue // newTensor says what is wrong
+		}
+		n := uint64(t.Type.BlockBytes())
+		for j, d := range t.Shape {
+			if j == 0 {
+				d /= uint64(t.Type.BlockSize())
+			}
+			hi, lo := bits.Mul64(n, d)
+			if hi != 0 || lo > 1<<50 {
+				return nil, fmt.Errorf("%s: tensor %q: shape %v is absurdly large", name, t.Name, t.Shape)
+			}
+			n = lo
+		}
+		size = alignUp(size+n, virtualAlignment)
+	}
+	mf := &File{Path: name, Size: int64(size), KV: kv, byName: map[string]*Tensor{}}
+	for _, gt := range gts {
+		t, err := newTensor(gt, 0, size, virtualAlignment)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		if _, dup := mf.byName[t.Name]; dup {
+			return nil, fmt.Errorf("%s: tensor %q appears twice", name, t.Name)
+		}
+		mf.byName[t.Name] = t
+		mf.Tensors = append(mf.Tensors, t)
+	}
+	data, err := VirtualAlloc(int64(size), name+"'s weights")
+	if err != nil {
+		return nil, err
+	}
+	mf.mapping = data
+	for _, t := range mf.Tensors {
+		t.Data = mf.mapping[t.start:t.end:t.end]
+	}
+	return mf, nil
+}

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package engine
+package models
 
 // mapNoReserve: other systems do not count untouched anonymous memory.
 const mapNoReserve = 0
