@@ -28,7 +28,13 @@ type BenchOptions struct {
 	// Commit configures the Commit Router of commit runs that use it (nil: defaults).
 	Commit  *CommitOptions
 	Prompts []string
-	Tokens  int // decoded per prompt (0 = 32)
+	// PromptIDs, when set, are the prompts as token ids, and Prompts is not used: a model
+	// shape's, whose tokens stand for nothing.
+	PromptIDs [][]int32
+	Tokens    int // decoded per prompt (0 = 32)
+	// Routing says where a timing-only run's routing comes from, for the timelines' titles
+	// ("" for the model's own).
+	Routing string
 	// Timeline, on a simulated device, receives an SVG of the last TimelineTokens tokens
 	// of each run (policy "resident" when nothing is offloaded).
 	Timeline       func(policy string) (io.WriteCloser, error)
@@ -63,14 +69,23 @@ type BenchReport struct {
 // compute come from the device's events (deviceTimer) and the limit divides the bytes by the
 // copy stream's bandwidth measured so far in the run.
 func Bench(ctx context.Context, path string, o BenchOptions) (*BenchReport, error) {
+	return bench(ctx, path, func(opts Options) (*Model, error) { return Open(path, opts) }, o)
+}
+
+// bench is Bench of the model open opens with the options of each run.
+func bench(ctx context.Context, name string, open func(Options) (*Model, error), o BenchOptions) (*BenchReport, error) {
 	n := cmp.Or(o.Tokens, 32)
 	if n < 2 || n > 1<<20 {
 		return nil, fmt.Errorf("bench: %d tokens per prompt: want 2 to %d (the first is the time to first token)", n, 1<<20)
 	}
-	if len(o.Prompts) == 0 {
+	prompts := len(o.Prompts)
+	if o.PromptIDs != nil {
+		prompts = len(o.PromptIDs)
+	}
+	if prompts == 0 {
 		return nil, fmt.Errorf("bench: no prompts")
 	}
-	rep := &BenchReport{Model: path, GPUMem: o.GPUMem, Prompts: len(o.Prompts), Tokens: n}
+	rep := &BenchReport{Model: name, GPUMem: o.GPUMem, Prompts: prompts, Tokens: n}
 	runs := []*offload.Policy{nil}
 	if len(o.Policies) > 0 {
 		runs = nil
@@ -85,7 +100,7 @@ func Bench(ctx context.Context, path string, o BenchOptions) (*BenchReport, erro
 		}
 	}
 	for _, p := range runs {
-		row, err := benchRun(ctx, path, o, p, n, rep)
+		row, err := benchRun(ctx, open, o, p, n, rep)
 		if err != nil {
 			return nil, err
 		}
@@ -95,7 +110,7 @@ func Bench(ctx context.Context, path string, o BenchOptions) (*BenchReport, erro
 }
 
 // benchRun opens the model with policy p (nil: no offloading) and times the prompts.
-func benchRun(ctx context.Context, path string, o BenchOptions, p *offload.Policy, n int, rep *BenchReport) (PolicyReport, error) {
+func benchRun(ctx context.Context, open func(Options) (*Model, error), o BenchOptions, p *offload.Policy, n int, rep *BenchReport) (PolicyReport, error) {
 	opts := o.Options
 	opts.Offload, opts.Commit = nil, nil
 	name := "resident"
@@ -109,7 +124,7 @@ func benchRun(ctx context.Context, path string, o BenchOptions, p *offload.Polic
 			opts.Commit = o.Commit
 		}
 	}
-	m, err := Open(path, opts)
+	m, err := open(opts)
 	if err != nil {
 		return PolicyReport{}, err
 	}
@@ -152,10 +167,16 @@ func benchRun(ctx context.Context, path string, o BenchOptions, p *offload.Polic
 	var devTime float64 // device seconds of the timed tokens, summed
 	var ttft float64
 	var drawFrom, drawTo float64
-	for _, prompt := range o.Prompts {
-		ids, err := m.Tokenize(prompt, true)
-		if err != nil {
-			return PolicyReport{}, err
+	for i := range rep.Prompts {
+		var ids []int32
+		var prompt string
+		if o.PromptIDs != nil {
+			ids, prompt = o.PromptIDs[i], fmt.Sprintf("%d of %d tokens", i, len(o.PromptIDs[i]))
+		} else {
+			prompt = o.Prompts[i]
+			if ids, err = m.Tokenize(prompt, true); err != nil {
+				return PolicyReport{}, err
+			}
 		}
 		s.Reset()
 		start := take()
@@ -199,7 +220,7 @@ func benchRun(ctx context.Context, path string, o BenchOptions, p *offload.Polic
 	if m.off != nil && m.off.opts.Policy != offload.OnDemand && m.off.opts.Policy != offload.CPUMiss {
 		row.Predictor = m.off.opts.Predictor
 	}
-	row.TTFT = ttft / float64(len(o.Prompts))
+	row.TTFT = ttft / float64(rep.Prompts)
 	if g, ok := m.GPUStats(); ok {
 		row.GPU = &g
 	}
@@ -213,7 +234,7 @@ func benchRun(ctx context.Context, path string, o BenchOptions, p *offload.Polic
 		if err != nil {
 			return row, err
 		}
-		title := fmt.Sprintf("%s on %s, %.2f GiB, policy %s, the model's own routing: the last decode tokens", path, rep.Device, float64(o.GPUMem)/(1<<30), name)
+		title := fmt.Sprintf("%s on %s, %.2f GiB, policy %s, %s: the last decode tokens", m.info.Path, rep.Device, float64(o.GPUMem)/(1<<30), name, cmp.Or(o.Routing, "the model's own routing"))
 		if err := sim.WriteSVG(w, sd.Spans(), drawFrom, drawTo, title); err != nil {
 			w.Close()
 			return row, err

@@ -61,24 +61,37 @@ var ErrClosed = errors.New("engine: model is closed")
 
 // Open memory-maps a GGUF file, checks it, and prepares it to run.
 func Open(path string, opts Options) (*Model, error) {
-	if opts.Threads < 0 || opts.Threads > 4096 {
-		return nil, fmt.Errorf("threads = %d: want 0 (all cores) to 4096", opts.Threads)
-	}
-	if opts.ContextLength < 0 || opts.ContextLength > 1<<22 {
-		return nil, fmt.Errorf("context length %d: want 0 (model default) to %d", opts.ContextLength, 1<<22)
-	}
-	var kvF16 bool
-	switch strings.ToLower(opts.KVType) {
-	case "", "f16":
-		kvF16 = true
-	case "f32":
-	default:
-		return nil, fmt.Errorf("KV cache type %q: want f16 or f32", opts.KVType)
+	kvF16, err := checkOptions(opts)
+	if err != nil {
+		return nil, err
 	}
 	f, err := models.Open(path)
 	if err != nil {
 		return nil, err
 	}
+	return openFile(f, opts, kvF16)
+}
+
+// checkOptions checks the options every model takes and returns whether the KV cache is F16.
+func checkOptions(opts Options) (kvF16 bool, err error) {
+	if opts.Threads < 0 || opts.Threads > 4096 {
+		return false, fmt.Errorf("threads = %d: want 0 (all cores) to 4096", opts.Threads)
+	}
+	if opts.ContextLength < 0 || opts.ContextLength > 1<<22 {
+		return false, fmt.Errorf("context length %d: want 0 (model default) to %d", opts.ContextLength, 1<<22)
+	}
+	switch strings.ToLower(opts.KVType) {
+	case "", "f16":
+		return true, nil
+	case "f32":
+		return false, nil
+	}
+	return false, fmt.Errorf("KV cache type %q: want f16 or f32", opts.KVType)
+}
+
+// openFile prepares an opened file to run, and closes it if that fails.
+func openFile(f *models.File, opts Options, kvF16 bool) (*Model, error) {
+	path := f.Path
 	arch, err := models.Load(f)
 	if err != nil {
 		f.Close()

@@ -76,6 +76,7 @@ type offloader struct {
 func (f *offloader) close() {
 	models.VirtualFree(f.virtual)
 	f.virtual, f.slots = nil, nil
+	f.store.Close()
 }
 
 // newOffloader sizes the slots from the budget, which must hold the resident weights, one
@@ -98,10 +99,17 @@ func newOffloader(m *Model, o OffloadOptions) (*offloader, error) {
 	if h, ok := m.dev.(device.HostAllocator); ok {
 		so.Alloc = h.HostAlloc // page-locked: copies run at the link's speed, asynchronously
 	}
+	so.Reserved = m.replay != nil // a timing-only run copies no bytes
 	store, err := offload.NewStore(m.arch, so)
 	if err != nil {
 		return nil, err
 	}
+	opened := false
+	defer func() {
+		if !opened { // give back what the reservations took
+			store.Close()
+		}
+	}()
 	f := &offloader{opts: o, store: store, dev: m.dev, moeIdx: map[int]int{}, next: map[int]int{},
 		last: map[int][]int{}, counts: map[int][]int{}, pending: map[int][]int{}, ready: map[offload.ExpertKey]device.Event{}, free: map[int]device.Event{},
 		loadedIn: map[offload.ExpertKey]uint64{}}
@@ -156,6 +164,11 @@ func newOffloader(m *Model, o OffloadOptions) (*offloader, error) {
 		if f.virtual, err = models.VirtualAlloc(int64(n)*slot, "expert slots"); err != nil {
 			return nil, err
 		}
+		defer func() {
+			if !opened {
+				models.VirtualFree(f.virtual)
+			}
+		}()
 	}
 	for i := range f.slots {
 		switch {
@@ -170,6 +183,7 @@ func newOffloader(m *Model, o OffloadOptions) (*offloader, error) {
 		}
 	}
 	f.stats.Slots, f.stats.SlotBytes, f.stats.Resident = n, slot, resident
+	opened = true
 	return f, nil
 }
 

@@ -6,7 +6,6 @@ import (
 
 	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/models"
-	"github.com/commit-run/commit-run/offload"
 	"github.com/commit-run/commit-run/quant"
 	"github.com/commit-run/commit-run/sim"
 )
@@ -123,20 +122,6 @@ func (m *Model) gpuActivationFloats() (pass, layer int64) {
 	}
 	c := m.arch.Config
 	return activationFloatsOf(int64(c.Embd), int64(c.Vocab), blocks)
-}
-
-// publicActivationFloats is gpuActivationFloats for a named shape, which has no weights: the
-// same bound over its published sizes, with MLA in its absorbed form.
-func publicActivationFloats(a offload.Arch) (pass, layer int64) {
-	var attn models.Attention = &models.StdAttention{Heads: a.Heads, HeadsKV: a.HeadsKV, HeadDK: a.HeadDim, HeadDV: a.HeadDim}
-	if a.MLA {
-		attn = &models.MLAttention{Heads: a.Heads, Nope: a.NopeDim, RopeD: a.RopeDim, Rank: a.KVLora, HeadV: a.VDim}
-	}
-	blocks := []blockActs{{attn: attn, experts: int64(a.Experts), used: int64(a.Used), expertFF: int64(a.FFN), sharedFF: int64(a.SharedFFN)}}
-	if a.Dense > 0 {
-		blocks = append(blocks, blockActs{attn: attn, denseFF: int64(a.DenseFFN)})
-	}
-	return activationFloatsOf(int64(a.Embd), int64(a.Vocab), blocks)
 }
 
 // blockActs are the sizes one block's activations depend on.

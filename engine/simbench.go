@@ -24,7 +24,7 @@ import (
 type SimBenchOptions struct {
 	// Model, when set, is timed instead of a public shape, through the engine's own passes
 	// run timing only (TimingOnlyOptions), replaying the routing it chooses while decoding
-	// Prompts greedily (Tokens per prompt). A public shape is still priced by offload.Timing.
+	// Prompts greedily (Tokens per prompt).
 	Model   *Model
 	Prompts []string
 	// Shape is a public model shape with its weight type, e.g. "mixtral-8x7b@q4_k".
@@ -52,6 +52,9 @@ type SimBenchOptions struct {
 	// HostBandwidth is the rate the host computes a missed expert at (cpu-miss), bytes/s;
 	// 0 measures it on this machine.
 	HostBandwidth float64
+	// HostFLOPS is the rate of the arithmetic each further token of a batch adds to a host
+	// expert (cpu-miss in a prompt), flop/s; 0 takes device.DefaultHostFLOPS.
+	HostFLOPS float64
 	// Timeline, when set, receives an SVG of the last TimelineTokens tokens per policy.
 	Timeline       func(p offload.Policy) (io.WriteCloser, error)
 	TimelineTokens int
@@ -138,7 +141,22 @@ func SimBench(o SimBenchOptions) (*SimBenchReport, error) {
 	if o.Model != nil {
 		return simBenchModel(o, prof)
 	}
-	shape, err := publicShape(o.Shape, ctx)
+	return simBenchShape(o, prof, ctx)
+}
+
+// routedShape is what routing must fit: a model's MoE layers, experts and top-k.
+type routedShape struct {
+	name                  string
+	layers, experts, used int
+}
+
+// simBenchShape times a public shape's decode on the simulated GPU prof with the engine's
+// forward pass and offloader, timing only (OpenShape): a prompt of o.PromptLen tokens (at least
+// one, which is the time to first token only when PromptLen asks for it), then o.Tokens
+// decode steps, routed as a trace or a synthetic router says, with the KV cache holding ctx
+// positions (or all of them).
+func simBenchShape(o SimBenchOptions, prof *sim.Profile, ctx int) (*SimBenchReport, error) {
+	spec, err := shapeSpec(o.Shape)
 	if err != nil {
 		return nil, err
 	}
@@ -153,53 +171,83 @@ func SimBench(o SimBenchOptions) (*SimBenchReport, error) {
 	if n < 1 || n > 1<<20 {
 		return nil, fmt.Errorf("tokens %d: want 1 to %d", n, 1<<20)
 	}
-	policies := o.policies()
-	rep := &SimBenchReport{Shape: shape.Name, Device: "sim:" + prof.Name, Calibrated: prof.Calibrated, GPUMem: budget,
-		ExpertBytes: shape.ExpertBytes, Resident: shape.Resident, Tokens: n, Predictor: cmp.Or(o.Predictor, "oracle")}
-
 	if o.PromptLen < 0 || o.PromptLen > 1<<16 {
 		return nil, fmt.Errorf("prompt length %d: want 0 to %d", o.PromptLen, 1<<16)
 	}
-	tokens, err := benchRouting(o, shape, o.PromptLen+n, rep)
+	policies := o.policies()
+	rs := routedShape{name: spec.Name, layers: spec.Layers - spec.LeadingDense, experts: spec.Experts, used: spec.ExpertsUsed}
+	rep := &SimBenchReport{Shape: spec.Name, Device: "sim:" + prof.Name, Calibrated: prof.Calibrated, GPUMem: budget,
+		Tokens: n, PromptLen: o.PromptLen, Predictor: cmp.Or(o.Predictor, "oracle")}
+	// The prompt, the timed tokens, and the one the last of them predicts for.
+	prompt := max(o.PromptLen, 1)
+	tokens, err := benchRouting(o, rs, prompt+n+1, rep)
 	if err != nil {
 		return nil, err
 	}
-	prompt, tokens := tokens[:o.PromptLen], tokens[o.PromptLen:]
-	rep.PromptLen = o.PromptLen
 	host := o.HostBandwidth
 	if host == 0 && slices.Contains(policies, offload.CPUMiss) {
 		host = MeasureHostRates().Bandwidth
 	}
 	rep.HostBandwidth = host
-
-	for _, p := range policies {
-		slots, err := shape.Slots(budget, p)
-		if err != nil {
-			return nil, err
+	to := TimingOnlyOptions{Routing: func(pos, j int) []int {
+		if pos >= len(tokens) || j >= len(tokens[pos]) {
+			return nil
 		}
-		var pred offload.Predictor
-		if p == offload.Prefetch || p == offload.Commit {
-			if pred, err = offload.ParsePredictor(rep.Predictor, shape.Experts, o.Seed); err != nil {
-				return nil, err
-			}
-		}
-		t := &offload.Timing{Shape: shape, Profile: prof, Policy: p, Eviction: o.Eviction, Slots: slots, Predict: pred,
-			CPU: offload.CPUCost{Bandwidth: host, Overhead: 20e-6}, CrossToken: o.CrossToken}
-		tl := sim.NewTimeline()
-		ttft, st, err := t.RunPrompt(tl, prompt, tokens)
-		if err != nil {
-			return nil, fmt.Errorf("policy %s: %w", p, err)
-		}
-		row := summarise(p.String(), slots, st)
-		row.TTFT = ttft
-		rep.Policies = append(rep.Policies, row)
-		if o.Timeline != nil {
-			if err := drawTimeline(o, p, tl, ttft, st, rep); err != nil {
-				return nil, err
-			}
+		return tokens[pos][j]
+	}}
+	bo := BenchOptions{Options: Options{Device: o.Device, HostRates: HostRates{Bandwidth: host, FLOPS: o.HostFLOPS}, ContextLength: max(ctx, prompt+n+1), TimingOnly: &to},
+		Policies: policies, GPUMem: int64(budget), Eviction: o.Eviction, PromptIDs: [][]int32{make([]int32, prompt)}, Tokens: n + 1,
+		Commit: &CommitOptions{CrossToken: o.CrossToken}, TimelineTokens: o.TimelineTokens,
+		Routing: map[bool]string{true: "SYNTHETIC routing", false: "recorded routing"}[rep.Synthetic]}
+	if err := modelPredictor(&bo, rep.Predictor, rs.experts, o.Seed, to.Routing); err != nil {
+		return nil, err
+	}
+	if o.Timeline != nil {
+		bo.Timeline = policyTimeline(o.Timeline)
+	}
+	br, err := bench(context.Background(), rep.Shape, func(opts Options) (*Model, error) { return OpenShape(o.Shape, opts) }, bo)
+	if err != nil {
+		return nil, err
+	}
+	rep.ExpertBytes, rep.Resident, rep.Policies = float64(br.SlotBytes), float64(br.Resident), br.Rows
+	for i := range rep.Policies {
+		rep.Policies[i].Predictor = ""
+		if o.PromptLen == 0 {
+			rep.Policies[i].TTFT = 0
 		}
 	}
 	return rep, nil
+}
+
+// modelPredictor makes bo's prefetch and commit predict with name: the offloader's
+// heuristics (prev-token, frequency), or a modelled predictor (oracle, accuracy=P) of the
+// routing standing in for the Commit Router.
+func modelPredictor(bo *BenchOptions, name string, experts int, seed uint64, routing func(pos, j int) []int) error {
+	switch name {
+	case "prev-token", "frequency":
+		bo.Predictor = name
+		return nil
+	}
+	pred, err := offload.ParsePredictor(name, experts, seed)
+	if err != nil {
+		return err
+	}
+	bo.Predictor = "router"
+	to := bo.Options.TimingOnly
+	to.ModelledPredictor = true
+	to.Predict = func(pos, j int) []int { return pred.Predict(pos, j, routing(pos, j)) }
+	return nil
+}
+
+// policyTimeline adapts SimBenchOptions.Timeline to BenchOptions.Timeline.
+func policyTimeline(f func(offload.Policy) (io.WriteCloser, error)) func(string) (io.WriteCloser, error) {
+	return func(name string) (io.WriteCloser, error) {
+		p, err := offload.ParsePolicy(name)
+		if err != nil {
+			return nil, err
+		}
+		return f(p)
+	}
 }
 
 // simBenchModel times o.Model's own decode of o.Prompts on the simulated GPU prof with the
@@ -225,30 +273,16 @@ func simBenchModel(o SimBenchOptions, prof *sim.Profile) (*SimBenchReport, error
 		return nil, err
 	}
 	pname := cmp.Or(o.Predictor, "oracle")
-	bo := BenchOptions{Options: Options{Device: o.Device, HostRates: HostRates{Bandwidth: o.HostBandwidth}, ContextLength: m.nctx, KVType: map[bool]string{true: "f16", false: "f32"}[m.kvF16]},
+	bo := BenchOptions{Options: Options{Device: o.Device, HostRates: HostRates{Bandwidth: o.HostBandwidth, FLOPS: o.HostFLOPS}, ContextLength: m.nctx, KVType: map[bool]string{true: "f16", false: "f32"}[m.kvF16]},
 		Policies: policies, GPUMem: int64(budget), Eviction: o.Eviction, Prompts: o.Prompts, Tokens: n, TimelineTokens: o.TimelineTokens}
 	to := rec.replay()
-	switch pname {
-	case "prev-token", "frequency":
-		bo.Predictor = pname
-	default:
-		pred, err := offload.ParsePredictor(pname, m.info.Experts, o.Seed)
-		if err != nil {
-			return nil, err
-		}
-		bo.Predictor = "router"
-		to.ModelledPredictor = true
-		to.Predict = func(pos, j int) []int { return pred.Predict(pos, j, rec.at(pos, j)) }
-	}
 	bo.Options.TimingOnly = &to
+	bo.Commit = &CommitOptions{CrossToken: o.CrossToken}
+	if err := modelPredictor(&bo, pname, m.info.Experts, o.Seed, rec.at); err != nil {
+		return nil, err
+	}
 	if o.Timeline != nil {
-		bo.Timeline = func(name string) (io.WriteCloser, error) {
-			p, err := offload.ParsePolicy(name)
-			if err != nil {
-				return nil, err
-			}
-			return o.Timeline(p)
-		}
+		bo.Timeline = policyTimeline(o.Timeline)
 	}
 	br, err := Bench(context.Background(), m.info.Path, bo)
 	if err != nil {
@@ -335,22 +369,22 @@ func (r *routingRecord) replay() TimingOnlyOptions {
 
 // openShapeTrace opens a routing trace for a shape, checking that it routes the shape's MoE
 // layers over the same experts.
-func openShapeTrace(path string, shape *offload.Shape) (*trace.Reader, error) {
+func openShapeTrace(path string, shape routedShape) (*trace.Reader, error) {
 	r, err := trace.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	h := r.Header()
-	if len(h.MoELayers) != shape.MoELayers || h.Experts != shape.Experts || h.Used != shape.Used {
+	if len(h.MoELayers) != shape.layers || h.Experts != shape.experts || h.Used != shape.used {
 		r.Close()
 		return nil, fmt.Errorf("trace %s routes %d MoE layers over top-%d of %d experts; shape %s has %d layers, top-%d of %d",
-			path, len(h.MoELayers), h.Used, h.Experts, shape.Name, shape.MoELayers, shape.Used, shape.Experts)
+			path, len(h.MoELayers), h.Used, h.Experts, shape.name, shape.layers, shape.used, shape.experts)
 	}
 	return r, nil
 }
 
 // benchRouting returns n tokens of routing for the shape.
-func benchRouting(o SimBenchOptions, shape *offload.Shape, n int, rep *SimBenchReport) ([][][]int, error) {
+func benchRouting(o SimBenchOptions, shape routedShape, n int, rep *SimBenchReport) ([][][]int, error) {
 	out := make([][][]int, 0, n)
 	if o.Trace != "" {
 		r, err := openShapeTrace(o.Trace, shape)
@@ -380,7 +414,7 @@ func benchRouting(o SimBenchOptions, shape *offload.Shape, n int, rep *SimBenchR
 		return out, nil
 	}
 	so := o.Synthetic
-	so.Layers, so.Experts, so.Used = shape.MoELayers, shape.Experts, shape.Used
+	so.Layers, so.Experts, so.Used = shape.layers, shape.experts, shape.used
 	so.Seed = o.Seed
 	sr, err := trace.NewSynthRouter(so)
 	if err != nil {
@@ -394,7 +428,7 @@ func benchRouting(o SimBenchOptions, shape *offload.Shape, n int, rep *SimBenchR
 		}
 		out = append(out, layers)
 	}
-	rep.Routing, rep.Synthetic = sr.Header(shape.Name).Source, true
+	rep.Routing, rep.Synthetic = sr.Header(shape.name).Source, true
 	return out, nil
 }
 
@@ -434,33 +468,6 @@ func summarise(policy string, slots int, st []offload.TokenStats) PolicyReport {
 	return r
 }
 
-// drawTimeline draws the last decode tokens, which start after the prefill's ttft.
-func drawTimeline(o SimBenchOptions, p offload.Policy, tl *sim.Timeline, ttft float64, st []offload.TokenStats, rep *SimBenchReport) error {
-	// The last tokens: the cache is warm there, as in a long decode.
-	n := min(cmp.Or(o.TimelineTokens, 2), len(st))
-	from, end := ttft, ttft
-	for i, s := range st {
-		if i < len(st)-n {
-			from += s.Latency
-		}
-		end += s.Latency
-	}
-	w, err := o.Timeline(p)
-	if err != nil {
-		return err
-	}
-	label := "recorded routing"
-	if rep.Synthetic {
-		label = "SYNTHETIC routing"
-	}
-	title := fmt.Sprintf("%s on %s, %.1f GiB, policy %s, %s: decode tokens %d-%d", rep.Shape, rep.Device, rep.GPUMem/(1<<30), p, label, len(st)-n+1, len(st))
-	if err := sim.WriteSVG(w, tl.Spans(), from, end, title); err != nil {
-		w.Close()
-		return err
-	}
-	return w.Close()
-}
-
 // MeasureHostRates times this machine's CPU device on a Q4_K 4096x4096 product, the work of
 // an expert computed on the host: for one token, the weight bytes it streams per second, and
 // from 16 tokens, the flops per second of each token after the first. Best of three each.
@@ -498,21 +505,4 @@ func hostBenchMatrix(rows, cols int) quant.Matrix {
 		quant.QuantizeRow(quant.Q4_K, src, w.Data[r*rb:(r+1)*rb])
 	}
 	return w
-}
-
-// publicShape prices a named target model at Q4_K (or the type after its "@") for the
-// timing-only benchmark, its resident bytes with one pass's activations, as a GPU running the
-// engine reserves them beside the weights.
-func publicShape(name string, ctx int) (*offload.Shape, error) {
-	shape, err := offload.PublicShape(name, quant.Q4_K, ctx)
-	if err != nil {
-		return nil, err
-	}
-	a, err := offload.PublicArch(name)
-	if err != nil {
-		return nil, err
-	}
-	pass, layer := publicActivationFloats(a)
-	shape.Resident += 4 * float64(pass+layer)
-	return shape, nil
 }

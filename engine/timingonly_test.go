@@ -238,3 +238,54 @@ func TestSimBenchModelOracle(t *testing.T) {
 		}
 	}
 }
+
+// TestSimBenchShape times public shapes through the engine, timing only: with an oracle,
+// prefetch and commit predict every expert, and every policy has a time to first token and a
+// latency no better than its limit.
+func TestSimBenchShape(t *testing.T) {
+	for _, shape := range []string{"olmoe-1b-7b@q4km", "deepseek-v2-lite"} {
+		rep, err := engine.SimBench(engine.SimBenchOptions{Shape: shape, Device: "sim:rtx2080ti", GPUMem: 3 << 30, Tokens: 4, PromptLen: 8,
+			Predictor: "oracle", HostBandwidth: 20e9})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Tokens != 4 || len(rep.Policies) != 4 || !rep.Synthetic || rep.ExpertBytes <= 0 {
+			t.Fatalf("%s: %+v", shape, rep)
+		}
+		for _, p := range rep.Policies {
+			predicts := p.Policy == "prefetch" || p.Policy == "commit"
+			if predicts && p.Accuracy != 1 || !predicts && !math.IsNaN(p.Accuracy) {
+				t.Errorf("%s %s: accuracy %v, want 1 for an oracle's predictions and none without", shape, p.Policy, p.Accuracy)
+			}
+			if !(p.TTFT > 0) || !(p.Mean > 0) || !(p.OverLimit >= 1) {
+				t.Errorf("%s %s: TTFT %v s, mean %v s, %v x its limit", shape, p.Policy, p.TTFT, p.Mean, p.OverLimit)
+			}
+		}
+	}
+}
+
+func TestOpenShapeBadInput(t *testing.T) {
+	to := &engine.TimingOnlyOptions{Routing: func(pos, j int) []int { return nil }}
+	for _, c := range []struct {
+		name, shape string
+		opts        engine.Options
+		want        string
+	}{
+		{"unknown", "gpt-5", engine.Options{Device: "sim:rtx4090", TimingOnly: to}, "unknown model shape"},
+		{"type", "mixtral-8x7b@q9_z", engine.Options{Device: "sim:rtx4090", TimingOnly: to}, "unknown type recipe"},
+		{"computing", "mixtral-8x7b", engine.Options{Device: "sim:rtx4090"}, "runs timing only"},
+		{"cpu", "mixtral-8x7b", engine.Options{TimingOnly: to}, "simulated GPU"},
+		{"too small", "mixtral-8x7b", engine.Options{Device: "sim:rtx4090", TimingOnly: to}, "do not fit"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m, err := engine.OpenShape(c.shape, c.opts)
+			if err == nil {
+				m.Close()
+				t.Fatalf("no error, want one about %q", c.want)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %q, want it to mention %q", err, c.want)
+			}
+		})
+	}
+}

@@ -56,6 +56,7 @@ type Store struct {
 	buf      []byte
 	slot     int64 // the largest region: the size of a device slot
 	zeroCopy bool
+	reserved bool      // buf is address space that nothing backs (StoreOptions.Reserved)
 	views    fileViews // zero-copy mode only
 }
 
@@ -73,6 +74,10 @@ type StoreOptions struct {
 	// ZeroCopy serves experts straight from the model file's memory map instead of copying
 	// them, for devices that read host memory anyway (cpu, sim). Alloc is then unused.
 	ZeroCopy bool
+	// Reserved makes the store address space that nothing backs, with nothing copied into it
+	// (models.VirtualAlloc): the store of a timing-only run, whose copies move no bytes but
+	// have their sizes. Close gives it back.
+	Reserved bool
 }
 
 // NewStore gathers the routed experts of m. Layers without routed experts (dense layers,
@@ -101,7 +106,9 @@ func NewStore(m *models.Model, opts StoreOptions) (*Store, error) {
 		return s, s.linkFile(m)
 	}
 	alloc := opts.Alloc
-	if alloc == nil {
+	if opts.Reserved {
+		alloc = func(n int64) ([]byte, error) { return models.VirtualAlloc(n, "the expert store") }
+	} else if alloc == nil {
 		alloc = func(n int64) ([]byte, error) { return make([]byte, n), nil }
 	}
 	buf, err := alloc(total)
@@ -112,6 +119,10 @@ func NewStore(m *models.Model, opts StoreOptions) (*Store, error) {
 		return nil, fmt.Errorf("expert store: allocator returned %d bytes, asked for %d", len(buf), total)
 	}
 	s.buf = buf
+	if opts.Reserved {
+		s.reserved = true
+		return s, nil
+	}
 	for _, i := range s.order {
 		ls, moe := s.layers[i], m.Layers[i].MoE
 		for e := 0; e < moe.Experts; e++ {
@@ -177,6 +188,14 @@ func (s *Store) Layout(layer int) (*Layout, error) {
 		return nil, fmt.Errorf("expert store: layer %d has no routed experts", layer)
 	}
 	return &ls.layout, nil
+}
+
+// Close gives back a Reserved store's address space; the store is unusable afterwards.
+func (s *Store) Close() {
+	if s.reserved {
+		models.VirtualFree(s.buf)
+		s.buf, s.reserved = nil, false
+	}
 }
 
 // Region is the host bytes of expert k, ready for one copy into a slot. In zero-copy mode

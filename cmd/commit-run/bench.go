@@ -52,7 +52,7 @@ func (a *app) benchCmd() *cobra.Command {
 			"With --shape (e.g. mixtral-8x7b@q4_k) on sim:<profile> it times decode of a model shape with no weights loaded:\n" +
 			"routing comes from --trace or a synthetic router (labelled as such), and the prediction of prefetch/commit from\n" +
 			"--predictor (oracle, prev-token, frequency or accuracy=P; default accuracy=0.8). --timing-only does the same for\n" +
-			"-m, with the routing the model chooses. Shapes: " + strings.Join(offload.PublicShapes(), ", ") + ".\n\n" +
+			"-m, with the routing the model chooses. Shapes: " + strings.Join(engine.Shapes(), ", ") + ".\n\n" +
 			"With --ep N it measures expert parallelism instead, each --ep-policy side by side: per-layer maximum device\n" +
 			"load, balancedness, dropped tokens, straggler and batch latency. With -m and --text FILE it runs the model on\n" +
 			"N devices of --device (cpu or sim:<profile>, the all-to-alls on a modelled link), each device evaluating its own\n" +
@@ -90,7 +90,7 @@ func (a *app) benchCmd() *cobra.Command {
 	fl.StringVar(&f.shape, "shape", "", "model `SHAPE[@TYPE]` to time on a simulated GPU (timing only, no weights)")
 	fl.BoolVar(&f.timingOnly, "timing-only", false, "time -m on a simulated GPU from the routing it chooses, without computing offloaded runs")
 	fl.IntVar(&f.tokens, "tokens", 0, "decode tokens per prompt (default 32) or timed (default 64 with --shape)")
-	fl.IntVar(&f.ctxFill, "ctx-fill", 512, "KV cache positions the timing-only attention reads")
+	fl.IntVar(&f.ctxFill, "ctx-fill", 512, "KV cache positions: a --shape run's context (at least its prompt and tokens), and what the --ep cost model's attention reads")
 	fl.IntVar(&f.promptLen, "prompt-len", 128, "prompt tokens prefilled before a --shape decode, for the time to first token")
 	fl.StringVar(&f.traceFile, "trace", "", "replay the routing of a trace `FILE` (commit-run trace record)")
 	fl.Float64Var(&f.skew, "skew", 0.8, "synthetic routing: Zipf exponent of expert popularity")
@@ -226,10 +226,7 @@ func (a *app) simBench(f benchFlags) error {
 	if err != nil {
 		return err
 	}
-	if rates.FLOPS != 0 {
-		return fmt.Errorf("--host-flops prices a host expert's further tokens; --shape and --timing-only compute misses on the host only while decoding, one token at a time")
-	}
-	o.HostBandwidth = rates.Bandwidth
+	o.HostBandwidth, o.HostFLOPS = rates.Bandwidth, rates.FLOPS
 	if o.Policies, err = offload.ParsePolicies(cmp.Or(a.policy, "ondemand,prefetch,commit,cpu-miss")); err != nil {
 		return fmt.Errorf("--policy: %w", err)
 	}

@@ -1,0 +1,87 @@
+package engine
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/commit-run/commit-run/models"
+	"github.com/commit-run/commit-run/synth"
+)
+
+// shapeArchs are the public shapes OpenShape knows (DESIGN.md §7): synth's real shape of each
+// architecture.
+var shapeArchs = map[string]string{
+	"mixtral-8x7b":      synth.ArchLlama,
+	"qwen1.5-moe-a2.7b": synth.ArchQwen2MoE,
+	"qwen3-30b-a3b":     synth.ArchQwen3MoE,
+	"olmoe-1b-7b":       synth.ArchOLMoE,
+	"deepseek-v2-lite":  synth.ArchDeepSeek2,
+}
+
+// shapeSpec is synth's spec of a public shape NAME[@TYPE], named NAME@TYPE.
+func shapeSpec(name string) (synth.Spec, error) {
+	base, typ, _ := strings.Cut(strings.ToLower(strings.TrimSpace(name)), "@")
+	arch, ok := shapeArchs[base]
+	if !ok {
+		return synth.Spec{}, fmt.Errorf("unknown model shape %q: known are %s", base, strings.Join(Shapes(), ", "))
+	}
+	recipe, err := synth.RecipeByName(cmp.Or(typ, defaultShapeType))
+	if err != nil {
+		return synth.Spec{}, fmt.Errorf("shape %s: %w", name, err)
+	}
+	spec, err := synth.Bench(arch, synth.BenchOptions{Types: recipe})
+	if err != nil {
+		return synth.Spec{}, fmt.Errorf("shape %s: %w", name, err)
+	}
+	spec.Name = base + "@" + recipe.Name
+	return spec, nil
+}
+
+// defaultShapeType is the quantization of a shape named without one: every weight Q4_K (with
+// llama.cpp's fallback where a row does not divide into its blocks).
+const defaultShapeType = "q4_k"
+
+// Shapes lists the public model shapes OpenShape knows.
+func Shapes() []string {
+	names := make([]string, 0, len(shapeArchs))
+	for n := range shapeArchs {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// OpenShape opens a public model shape, NAME[@TYPE], as a model whose weights are never read:
+// its metadata and tensors as the model's GGUF file has them (synth's), over address space
+// that nothing backs, so that shapes far larger than this machine open at once. TYPE is a
+// quantization, a llama.cpp-like mix (q4km, q8_0, ...) or one ggml type for every weight
+// (q4_k, q6_k, ...; the default is q4_k). A shape computes nothing: opts must make its runs
+// timing only (Options.TimingOnly), with the routing given.
+func OpenShape(name string, opts Options) (*Model, error) {
+	spec, err := shapeSpec(name)
+	if err != nil {
+		return nil, err
+	}
+	if opts.TimingOnly == nil {
+		return nil, fmt.Errorf("shape %s has no weights: it runs timing only, on a simulated GPU with the routing given (Options.TimingOnly)", name)
+	}
+	kvF16, err := checkOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	b, err := synth.Build(spec)
+	if err != nil {
+		return nil, fmt.Errorf("shape %s: %w", name, err)
+	}
+	ts := make([]models.TensorInfo, len(b.Tensors))
+	for i, t := range b.Tensors {
+		ts[i] = models.TensorInfo{Name: t.Name, Type: t.Type, Shape: t.Shape}
+	}
+	f, err := models.NewVirtualFile("shape:"+spec.Name, b.KV, ts)
+	if err != nil {
+		return nil, err
+	}
+	return openFile(f, opts, kvF16)
+}
