@@ -7,7 +7,6 @@ import (
 
 	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/models"
-	"github.com/commit-run/commit-run/offload"
 )
 
 // Committed routing on the device. Under commit, a token's experts are known before its
@@ -48,7 +47,7 @@ type committedRoute struct {
 func (m *Model) setupCommitDevice() error {
 	cm, ok := m.dev.(device.Committer)
 	ha, hok := m.dev.(device.HostAllocator)
-	commits := m.commit != nil && m.commit.compute || m.off != nil && m.off.opts.Policy == offload.Commit
+	commits := m.commit != nil && m.commit.compute || m.off != nil && m.off.pol.commits()
 	// OnlyAllWrong chooses between the router's experts and the predicted ones: the host
 	// must read the routing to know which to compute.
 	only0 := m.commit != nil && m.commit.only0
@@ -130,17 +129,15 @@ func (m *Model) moeCommitted(b models.Backend, layer int, moe *models.MoE, x []f
 		cs.pending[nj], cs.pos[nj] = next, npos
 		nextLayer = m.commit.moe[nj]
 	}
-	if m.off != nil {
-		if next == nil && m.off.predicts() && layer == m.info.MoELayers[len(m.info.MoELayers)-1] {
-			// The heuristics predict the next token's first layer from this token's choice
-			// there: read what is back so far.
-			if err := m.flushCommitted(); err != nil {
-				return err
-			}
-		}
-		if err := m.off.prefetch(layer, moe.Used, nextLayer, next, nil); err != nil {
+	if next == nil && m.place.heuristic() && layer == m.info.MoELayers[len(m.info.MoELayers)-1] {
+		// The heuristics predict the next token's first layer from this token's choice
+		// there: read what is back so far.
+		if err := m.flushCommitted(); err != nil {
 			return err
 		}
+	}
+	if err := m.place.ahead(layer, moe.Used, nextLayer, next, nil); err != nil {
+		return err
 	}
 	m.sharedExpert(b, layer, moe, x, 1, out)
 	return nil
@@ -171,9 +168,7 @@ func (m *Model) flushCommitted() error {
 			truth[j] = int(v)
 		}
 		m.countCommit(r.layer, truth, r.commit, r.rec[k] == 1)
-		if m.off != nil {
-			m.off.noteRouting(r.layer, [][]int{truth}, r.pred)
-		}
+		m.place.routed(r.layer, []routing{{experts: truth}}, r.pred, true)
 	}
 	return nil
 }

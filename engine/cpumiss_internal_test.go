@@ -80,12 +80,12 @@ func TestHostPlan(t *testing.T) {
 	}
 	for _, c := range cases {
 		f.planner = c.planner
-		if got := f.hostPlan(layer, c.experts, c.tokens); !slices.Equal(got, c.want) {
+		if got := f.onHost(layer, c.experts, c.tokens); !slices.Equal(got, c.want) {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)
 		}
 	}
 	f.opts.Policy = offload.OnDemand
-	if got := f.hostPlan(layer, []int{0}, []int{1}); got != nil {
+	if got := f.onHost(layer, []int{0}, []int{1}); got != nil {
 		t.Errorf("ondemand planned %v on the host", got)
 	}
 }

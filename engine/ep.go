@@ -589,6 +589,7 @@ func (m *Model) rankModel(dev device.Device) *Model {
 	r := &Model{opts: m.opts, file: m.file, arch: m.arch, tok: m.tok, dev: dev, info: m.info, nctx: m.nctx, kvF16: m.kvF16, ops: models.HostOps{K: dev}}
 	r.charger, _ = dev.(device.Charger)
 	r.labeler, _ = dev.(device.Labeler)
+	r.place = residentPlacement{m: r}
 	return r
 }
 

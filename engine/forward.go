@@ -52,9 +52,7 @@ func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, want logit
 	x := b.Floats(T * d)
 	emb := a.TokenEmbd.Matrix()
 	m.ops.Embed(x, emb, tokens)
-	if m.off != nil {
-		m.off.beginPass()
-	}
+	m.place.beginPass()
 	if cs != nil && len(tokens) > 1 {
 		cs.forget()
 	}

@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/commit-run/commit-run/engine"
-	"github.com/commit-run/commit-run/tools/golden/fixture"
 	"github.com/commit-run/commit-run/synth"
+	"github.com/commit-run/commit-run/tools/golden/fixture"
 )
 
 // goldenDir holds what llama.cpp computed on each synthetic model of synth

@@ -28,8 +28,10 @@ type Model struct {
 	kvF16   bool
 	devNote string     // how --device auto chose
 	off     *offloader // nil unless Options.Offload
-	replay  *replay    // the routing of a timing-only model (Options.TimingOnly), else nil
-	commit  *committer // nil unless Options.Commit or offloading with the Commit Router
+	// place is where the experts live and move: m.off when offloading, else the model's own.
+	place  placement
+	replay *replay    // the routing of a timing-only model (Options.TimingOnly), else nil
+	commit *committer // nil unless Options.Commit or offloading with the Commit Router
 	// commitDev weighs committed routing on the device (nil: the host reads the routing).
 	commitDev *commitDevice
 	// dropStats counts capacity-aware token drop's work; nil unless Options.Drop.
@@ -203,6 +205,10 @@ func openFile(f *models.File, opts Options, kvF16 bool) (*Model, error) {
 		f.Close()
 		return nil, fmt.Errorf("%s: %.2f GiB of weights do not fit on %s (%.2f GiB): offload the experts to host memory with a device memory budget (--gpu-mem): %w",
 			path, float64(m.info.NonExpertBytes+m.info.ExpertBytes)/(1<<30), dev.Name(), float64(dev.Memory().Budget())/(1<<30), err)
+	}
+	m.place = residentPlacement{m: m, commits: m.commit != nil && m.commit.compute}
+	if m.off != nil {
+		m.place = m.off
 	}
 	if m.replay == nil { // a timing-only model reads no weight
 		prefault(f, opts.Progress)

@@ -8,7 +8,6 @@ import (
 	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/models"
 	"github.com/commit-run/commit-run/multigpu"
-	"github.com/commit-run/commit-run/offload"
 )
 
 // routing is the experts chosen for one token and their mixing weights, in top-k order.
@@ -197,78 +196,36 @@ func extraWeights(moe *models.MoE, logits []float32, rt routing, w []float32) {
 	}
 }
 
-// moe runs a mixture-of-experts block on T rows of x (at positions pos0..) into out. Tokens
-// are grouped by expert so that each chosen expert's weights are read once per batch; each
-// token's expert outputs are then summed in its top-k order, as llama.cpp sums them. When ev
-// is not nil it is filled with the routing decision. cs holds the session's Commit Router
-// predictions (nil: none).
+// moe runs a mixture-of-experts block on T rows of x (at positions pos0..) into out. It reads
+// as the block's steps: select (the experts predicted for the pass, and under commit those it
+// computes with instead of the router's choice), route (the router's choice and weights, and
+// the Commit Router's prediction for the next layer), place and compute (each chosen expert
+// where m.place keeps it, tokens grouped by expert so that its weights are read once per
+// batch), combine (each token's expert outputs summed in its top-k order, as llama.cpp sums
+// them). Where experts live and move is m.place's business; what computes is the selection's.
+// When ev is not nil it is filled with the routing decision. cs holds the session's Commit
+// Router predictions (nil: none).
 func (m *Model) moe(b models.Backend, layer int, moe *models.MoE, x []float32, T, pos0 int, out []float32, ev *RouteEvent, cs *commitState) error {
 	if m.ep != nil {
-		return m.epMoE(layer, moe, x, T, out, ev)
+		return m.epMoE(layer, moe, x, T, out, ev) // the block spread over several ranks
 	}
-	d := m.arch.Config.Embd
-	// The experts predicted for this token and layer while the previous layer ran (the
-	// Commit Router's, or the offloader's heuristic), and those to compute with instead of
-	// the router's choice (commit).
-	var learnt, pred, commit []int
-	if cs != nil && T == 1 {
-		j := m.commit.idx[layer]
-		learnt = cs.take(j, pos0)
-		if learnt == nil && j == 0 && m.commit.compute {
-			m.commit.firstByRouter()
-		}
-	}
-	if m.off != nil {
-		pred, commit = m.off.prediction(layer, learnt, T, moe.Used)
-	} else if m.commit != nil && m.commit.compute {
-		pred, commit = learnt, learnt
-	}
-	if m.commit != nil && !m.commit.cross && m.commit.idx[layer] == 0 {
-		commit = nil // the cross-token prediction only prefetched
-	}
+	pred, commit := m.selected(layer, moe, T, pos0, cs)
 	if commit != nil && ev == nil && m.commitDev != nil && m.commitDev.fits(moe) {
+		// The device weighs the committed experts itself: the host never reads the routing.
 		return m.moeCommitted(b, layer, moe, x, pos0, out, cs, pred, commit)
 	}
 	logits, routes, err := m.routeTokens(b, layer, moe, x, T, pos0)
 	if err != nil {
 		return err
 	}
-	// The router's input, where the host reads it: observers and the Commit Router.
-	var xh []float32
-	if ev != nil || cs != nil && T == 1 {
-		xh = m.toHost(x[:T*d])
+	next, nextLayer, predEv, err := m.observe(layer, moe, x, T, pos0, logits, routes, ev, cs)
+	if err != nil {
+		return err
 	}
-	ev.fill(moe, xh, logits, routes)
-	// The Commit Router's prediction for the next layer, made from this layer's router input
-	// before this layer's experts are enqueued so that their copies overlap them.
-	var next []int
-	var nextLayer int
-	var predEv device.Event
-	if cs != nil && T == 1 {
-		var nj, npos int
-		if nj, npos, next, err = m.predict(layer, xh[:d], pos0); err != nil {
-			return err
-		}
-		cs.pending[nj], cs.pos[nj] = next, npos
-		nextLayer = m.commit.moe[nj]
-		predEv = m.dev.Compute().Record()
-		if ev != nil {
-			ev.Predicted = next
-		}
-	}
-	if m.off != nil {
-		chosen := make([][]int, T)
-		for t, r := range routes {
-			chosen[t] = r.experts
-		}
-		m.off.noteRouting(layer, chosen, pred)
-	}
+	m.place.routed(layer, routes, pred, commit != nil)
 	if commit != nil {
 		// Commit: compute with the experts loaded ahead of the router, never fall back.
 		routes[0] = m.commitRouting(layer, moe, logits[:moe.Experts], routes[0], commit)
-	} else if m.off != nil {
-		// The host reads the routing to issue the loads of the experts that miss.
-		m.dev.Sync(m.dev.Compute().Record())
 	}
 	kept, err := m.dropped(moe, logits, routes)
 	if err != nil {
@@ -279,13 +236,56 @@ func (m *Model) moe(b models.Backend, layer int, moe *models.MoE, x []float32, T
 		return err
 	}
 	m.combine(b, layer, routes, ys, off, out)
-	if m.off != nil {
-		if err := m.off.prefetch(layer, moe.Used, nextLayer, next, predEv); err != nil {
-			return err
-		}
+	if err := m.place.ahead(layer, moe.Used, nextLayer, next, predEv); err != nil {
+		return err
 	}
 	m.sharedExpert(b, layer, moe, x, T, out)
 	return nil
+}
+
+// selected returns the experts predicted for layer's pass while the previous layer ran (the
+// Commit Router's, or the placement's heuristic's) and, where the pass computes with them
+// instead of the router's choice (commit at batch size 1), those.
+func (m *Model) selected(layer int, moe *models.MoE, T, pos0 int, cs *commitState) (pred, commit []int) {
+	var learnt []int
+	if cs != nil && T == 1 {
+		j := m.commit.idx[layer]
+		learnt = cs.take(j, pos0)
+		if learnt == nil && j == 0 && m.commit.compute {
+			m.commit.firstByRouter()
+		}
+	}
+	pred, commit = m.place.predicted(layer, learnt, T, moe.Used)
+	if m.commit != nil && !m.commit.cross && m.commit.idx[layer] == 0 {
+		commit = nil // the cross-token prediction only prefetched
+	}
+	return pred, commit
+}
+
+// observe hands the layer's routing to those who read it: the observer's event ev, and the
+// Commit Router, whose prediction for the next MoE layer (nextLayer, ready once predEv has
+// happened) it makes from this layer's router input before this layer's experts are
+// enqueued, so that their copies overlap them.
+func (m *Model) observe(layer int, moe *models.MoE, x []float32, T, pos0 int, logits []float32, routes []routing, ev *RouteEvent, cs *commitState) (next []int, nextLayer int, predEv device.Event, err error) {
+	d := m.arch.Config.Embd
+	// The router's input, where the host reads it.
+	var xh []float32
+	if ev != nil || cs != nil && T == 1 {
+		xh = m.toHost(x[:T*d])
+	}
+	ev.fill(moe, xh, logits, routes)
+	if cs == nil || T != 1 {
+		return nil, 0, nil, nil
+	}
+	nj, npos, next, err := m.predict(layer, xh[:d], pos0)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	cs.pending[nj], cs.pos[nj] = next, npos
+	if ev != nil {
+		ev.Predicted = next
+	}
+	return next, m.commit.moe[nj], m.dev.Compute().Record(), nil
 }
 
 // experts computes the routed experts of len(routes) rows of x and returns their outputs
@@ -342,12 +342,9 @@ func (m *Model) experts(b models.Backend, layer int, moe *models.MoE, x []float3
 		jobs, active, tokens = append(jobs, j), append(active, e), append(tokens, n)
 		pos += n
 	}
-	var plan []bool // cpu-miss: the experts the host computes
-	if m.off != nil {
-		plan = m.off.hostPlan(layer, active, tokens)
-	}
-	var xh []float32        // the layer's input where the host reads it
-	var xReady device.Event // when the device has computed it
+	plan := m.place.onHost(layer, active, tokens) // the experts the host computes
+	var xh []float32                              // the layer's input where the host reads it
+	var xReady device.Event                       // when the device has computed it
 	if plan != nil {
 		// Read before the device's experts are enqueued, so that the host computes its
 		// experts while the device computes the others.
@@ -361,14 +358,9 @@ func (m *Model) experts(b models.Backend, layer int, moe *models.MoE, x []float3
 			continue
 		}
 		e := j.e
-		w := offload.ExpertWeights{Gate: moe.GateExps.Expert(e), Up: moe.UpExps.Expert(e), Down: moe.DownExps.Expert(e)}
-		done := func() error { return nil }
-		if m.off != nil {
-			// Served from a device slot.
-			var err error
-			if w, done, err = m.off.acquire(layer, e, false); err != nil {
-				return nil, nil, err
-			}
+		w, done, err := m.place.weights(layer, e, false)
+		if err != nil {
+			return nil, nil, err
 		}
 		m.label("expert", "", layer, e)
 		m.swiglu(b, b.MatMulID, m.charger, &models.FFN{Gate: w.Gate, Up: w.Up, Down: w.Down}, j.input(b, x, d), j.n, j.y)
@@ -413,7 +405,7 @@ func (m *Model) hostExperts(layer int, jobs []expertJob, xh []float32, xReady de
 	host.Wait(xReady)
 	hb := &backend{Kernels: host, Ops: models.HostOps{K: host}, a: &arena{}}
 	for _, j := range jobs {
-		w, done, err := m.off.acquire(layer, j.e, true)
+		w, done, err := m.place.weights(layer, j.e, true)
 		if err != nil {
 			return err
 		}

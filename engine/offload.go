@@ -50,6 +50,7 @@ type OffloadStats struct {
 type offloader struct {
 	mu    sync.Mutex
 	opts  OffloadOptions
+	pol   offloadPolicy
 	store *offload.Store
 	cache *offload.Cache
 	slots [][]byte
@@ -82,18 +83,9 @@ func (f *offloader) close() {
 // newOffloader sizes the slots from the budget, which must hold the resident weights, one
 // session's KV cache and at least one layer's top-k (two layers' for prefetch).
 func newOffloader(m *Model, o OffloadOptions) (*offloader, error) {
-	switch o.Policy {
-	case offload.OnDemand, offload.CPUMiss:
-	case offload.Prefetch:
-		if o.Predictor == "" {
-			o.Predictor = "prev-token"
-		}
-	case offload.Commit:
-		if o.Predictor == "" {
-			o.Predictor = "router"
-		}
-	default:
-		return nil, fmt.Errorf("offload: unknown policy %v", o.Policy)
+	pol, err := newOffloadPolicy(o.Policy, &o.Predictor)
+	if err != nil {
+		return nil, err
 	}
 	var so offload.StoreOptions
 	if h, ok := m.dev.(device.HostAllocator); ok {
@@ -110,7 +102,7 @@ func newOffloader(m *Model, o OffloadOptions) (*offloader, error) {
 			store.Close()
 		}
 	}()
-	f := &offloader{opts: o, store: store, dev: m.dev, moeIdx: map[int]int{}, next: map[int]int{},
+	f := &offloader{opts: o, pol: pol, store: store, dev: m.dev, moeIdx: map[int]int{}, next: map[int]int{},
 		last: map[int][]int{}, counts: map[int][]int{}, pending: map[int][]int{}, ready: map[offload.ExpertKey]device.Event{}, free: map[int]device.Event{},
 		loadedIn: map[offload.ExpertKey]uint64{}}
 	f.planner, _ = m.dev.(device.Planner)
@@ -122,11 +114,6 @@ func newOffloader(m *Model, o OffloadOptions) (*offloader, error) {
 			f.next[l] = layers[i+1]
 		}
 	}
-	switch {
-	case o.Policy == offload.Prefetch && !slices.Contains([]string{"router", "prev-token", "frequency"}, o.Predictor),
-		o.Policy == offload.Commit && !slices.Contains([]string{"router", "prev-token", "frequency", "oracle"}, o.Predictor):
-		return nil, fmt.Errorf("offload: %s with predictor %q: a running model can use router (the Commit Router), prev-token or frequency (commit also oracle: the router's own choice; accuracy=P models a predictor in timing runs)", o.Policy, o.Predictor)
-	}
 	kvBytes := kvCacheBytes(m)
 	var predBytes int64 // the Commit Router's weights, already on the device
 	if m.commit != nil {
@@ -135,7 +122,7 @@ func newOffloader(m *Model, o OffloadOptions) (*offloader, error) {
 	act := m.act.bytes() // Open allocates them after the slots
 	resident := m.info.NonExpertBytes + kvBytes + predBytes + act
 	need := m.arch.Config.ExpertsUsed
-	if o.Policy == offload.Prefetch || o.Policy == offload.Commit && o.Predictor != "oracle" {
+	if pol.loadsAhead() && o.Predictor != "oracle" {
 		need *= 2 // this layer's experts and the next one's, loading
 	}
 	slot := store.SlotBytes()
@@ -201,11 +188,11 @@ func kvCacheBytes(m *Model) int64 {
 	return n
 }
 
-// prediction takes the experts predicted for layer's pass, learnt (the Commit Router's) or
+// predicted takes the experts predicted for layer's pass, learnt (the Commit Router's) or
 // else the heuristic's made when the layer before was enqueued, and returns them and, for
 // commit at batch size 1, the experts to compute with instead of the router's (nil: use the
 // router's). used is the layer's experts per token.
-func (f *offloader) prediction(layer int, learnt []int, T, used int) (pred, commit []int) {
+func (f *offloader) predicted(layer int, learnt []int, T, used int) (pred, commit []int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	pred = f.pending[layer]
@@ -213,15 +200,23 @@ func (f *offloader) prediction(layer int, learnt []int, T, used int) (pred, comm
 	if learnt != nil {
 		pred = learnt
 	}
-	if T == 1 && f.opts.Policy == offload.Commit && len(pred) == used {
+	if T == 1 && f.pol.commits() && len(pred) == used {
 		commit = pred
 	}
 	return pred, commit
 }
 
-// noteRouting notes the experts the router chose for each of a layer's tokens (for the
-// prediction heuristics) and, at batch size 1, scores the prediction pred made for it.
-func (f *offloader) noteRouting(layer int, chosen [][]int, pred []int) {
+// routed notes the experts the router chose for each of a layer's tokens (for the prediction
+// heuristics) and, at batch size 1, scores the prediction pred made for it. Unless the pass
+// committed, the host then reads the routing, to issue the loads of the experts that miss.
+func (f *offloader) routed(layer int, routes []routing, pred []int, committed bool) {
+	if !committed {
+		f.dev.Sync(f.dev.Compute().Record())
+	}
+	chosen := make([][]int, len(routes))
+	for t, r := range routes {
+		chosen[t] = r.experts
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(chosen) == 1 {
@@ -254,46 +249,11 @@ func (f *offloader) beginPass() {
 	f.mu.Unlock()
 }
 
-// hostPlan says which of a layer's experts cpu-miss computes on the host (nil: none, or not
-// cpu-miss): tokens[i] rows go to experts[i]. On a device that cannot weigh host against copy
-// (the CPU) that is every miss. On one with a Planner it is a miss the host would finish no
-// later than its copy would land, behind the copies and host work planned before it, so that
-// of several misses some are copied while others are computed. The planner prices the host's
-// work for the expert's whole batch (device.HostRates): on a CPU a prompt's multiply-adds grow
-// with its tokens, so its misses are copied once their arithmetic would outlast the copy.
-func (f *offloader) hostPlan(layer int, experts, tokens []int) []bool {
-	if f.opts.Policy != offload.CPUMiss {
-		return nil
-	}
+// onHost says which of a layer's experts the policy computes on the host (nil: none).
+func (f *offloader) onHost(layer int, experts, tokens []int) []bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var plan []bool
-	b := f.store.SlotBytes()
-	var copied int64
-	var work device.HostWork
-	for i, e := range experts {
-		k := offload.ExpertKey{Layer: layer, Expert: e}
-		if _, ok := f.cache.Lookup(k); ok {
-			continue
-		}
-		if f.planner != nil {
-			w, err := f.store.Expert(k)
-			if err != nil {
-				continue // acquire reports it
-			}
-			next := work.Add(expertWork(w, tokens[i]))
-			if f.planner.HostDone(next) > f.planner.CopyDone(copied+b) {
-				copied += b
-				continue
-			}
-			work = next
-		}
-		if plan == nil {
-			plan = make([]bool, len(experts))
-		}
-		plan[i] = true
-	}
-	return plan
+	return f.pol.onHost(f, layer, experts, tokens)
 }
 
 // expertWork is the host's work for expert w on a batch of tokens: its three products.
@@ -301,11 +261,11 @@ func expertWork(w offload.ExpertWeights, tokens int) device.HostWork {
 	return device.HostWork{}.Plus(w.Gate, tokens).Plus(w.Up, tokens).Plus(w.Down, tokens)
 }
 
-// acquire returns expert e of layer's weights. On the device (host false), they are in its
+// weights returns expert e of layer's weights. On the device (host false), they are in its
 // slot, copied in if it missed, pinned until done is called, and the compute stream waits
 // for the copy. For an expert hostPlan put on the host they are the host store's. One expert
 // at a time, so a batch that needs more experts than there are slots still runs.
-func (f *offloader) acquire(layer, e int, host bool) (w offload.ExpertWeights, done func() error, err error) {
+func (f *offloader) weights(layer, e int, host bool) (w offload.ExpertWeights, done func() error, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	k := offload.ExpertKey{Layer: layer, Expert: e}
@@ -381,12 +341,12 @@ func (f *offloader) load(k offload.ExpertKey) (int, bool, error) {
 	return slot, hit, nil
 }
 
-// prefetch loads the experts predicted for the MoE layer after layer (the same token's next
+// ahead loads the experts predicted for the MoE layer after layer (the same token's next
 // layer, or the next token's first), after layer's experts are enqueued: learnt, the Commit
 // Router's prediction for block nextLayer, which the host reads once event ready says it is
 // computed; or else the heuristic's, from what that layer chose before, which never looks
 // ahead.
-func (f *offloader) prefetch(layer int, k int, nextLayer int, learnt []int, ready device.Event) error {
+func (f *offloader) ahead(layer int, k int, nextLayer int, learnt []int, ready device.Event) error {
 	if learnt != nil {
 		f.dev.Sync(ready)
 		f.mu.Lock()
@@ -402,7 +362,7 @@ func (f *offloader) prefetch(layer int, k int, nextLayer int, learnt []int, read
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !f.predicts() {
+	if !f.heuristic() {
 		return nil
 	}
 	next := f.next[layer]
@@ -429,11 +389,11 @@ func (f *offloader) prefetch(layer int, k int, nextLayer int, learnt []int, read
 	return nil
 }
 
-// predicts says whether the policy loads the next layer's experts from a heuristic's
+// heuristic says whether the policy loads the next layer's experts from a heuristic's
 // prediction: prefetch and commit with prev-token or frequency (the oracle commits to the
 // router's own choice; the Commit Router's predictions come from the engine).
-func (f *offloader) predicts() bool {
-	return (f.opts.Policy == offload.Prefetch || f.opts.Policy == offload.Commit) && f.opts.Predictor != "oracle" && f.opts.Predictor != "router"
+func (f *offloader) heuristic() bool {
+	return f.pol.loadsAhead() && f.opts.Predictor != "oracle" && f.opts.Predictor != "router"
 }
 
 // Offload reports the offloader's statistics; ok is false when offloading is off.

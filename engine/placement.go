@@ -1,0 +1,71 @@
+package engine
+
+import (
+	"github.com/commit-run/commit-run/device"
+	"github.com/commit-run/commit-run/offload"
+)
+
+// A placement is where the experts a MoE layer computes live, and when their weights move:
+// the step "place" of the MoE block (moe.go: route, select, place, compute, combine). The
+// model's own weights (residentPlacement) are one answer; the offloader, serving experts
+// from device slots or the host under one of the offload policies (policy_*.go), is the
+// other. Its methods are called in a pass's order, layer by layer.
+type placement interface {
+	// beginPass starts a forward pass.
+	beginPass()
+	// predicted returns the experts predicted for layer's pass (learnt: the Commit Router's,
+	// or nil), and those a single-token pass computes with instead of the router's choice
+	// (commit; nil: the router's). T is the pass's tokens, used the layer's top-k.
+	predicted(layer int, learnt []int, T, used int) (pred, commit []int)
+	// routed tells the router's choice for the pass's tokens and the prediction made for it;
+	// unless the pass committed, the host then knows which experts to move.
+	routed(layer int, routes []routing, pred []int, committed bool)
+	// onHost says which of a layer's experts the host computes, tokens[i] rows for
+	// experts[i] (nil: none).
+	onHost(layer int, experts, tokens []int) []bool
+	// weights returns expert e of layer's weights where it computes (on the host, or on the
+	// device) and done, to call once its kernels are enqueued.
+	weights(layer, e int, host bool) (w offload.ExpertWeights, done func() error, err error)
+	// heuristic says whether ahead predicts from the routing the host has read (prev-token,
+	// frequency), so that a committed pass must read it first.
+	heuristic() bool
+	// ahead runs once layer's experts are enqueued: it moves what the next MoE layer,
+	// nextLayer, is predicted to need, used experts per token: learnt, the Commit Router's
+	// prediction, readable once ready, or else a heuristic's.
+	ahead(layer, used, nextLayer int, learnt []int, ready device.Event) error
+}
+
+// residentPlacement is every expert in the model's own weights, on the device it runs on:
+// nothing moves. With the Commit Router and no offloading, commit still computes with the
+// predicted experts, which is how its quality is measured.
+type residentPlacement struct {
+	m       *Model
+	commits bool
+}
+
+func (residentPlacement) beginPass() {}
+
+func (p residentPlacement) predicted(layer int, learnt []int, T, used int) (pred, commit []int) {
+	if p.commits {
+		return learnt, learnt
+	}
+	return learnt, nil
+}
+
+func (residentPlacement) routed(int, []routing, []int, bool) {}
+func (residentPlacement) onHost(int, []int, []int) []bool    { return nil }
+func (residentPlacement) heuristic() bool                    { return false }
+
+func (residentPlacement) ahead(int, int, int, []int, device.Event) error { return nil }
+
+func (p residentPlacement) weights(layer, e int, _ bool) (offload.ExpertWeights, func() error, error) {
+	moe := p.m.arch.Layers[layer].MoE
+	return offload.ExpertWeights{Gate: moe.GateExps.Expert(e), Up: moe.UpExps.Expert(e), Down: moe.DownExps.Expert(e)}, noDone, nil
+}
+
+func noDone() error { return nil }
+
+var (
+	_ placement = residentPlacement{}
+	_ placement = (*offloader)(nil)
+)

@@ -1,0 +1,14 @@
+package engine
+
+// commitPolicy is CommitMoE's: it copies the experts predicted for the next MoE layer while a
+// layer computes, and a single-token pass then computes with them, never falling back to the
+// router's choice (Output Weight Adjustment repairs the weights; see commit.go). With the
+// oracle it computes with the router's own choice, loading on demand.
+type commitPolicy struct{}
+
+func (commitPolicy) predictors() []string {
+	return []string{"router", "prev-token", "frequency", "oracle"}
+}
+func (commitPolicy) loadsAhead() bool                            { return true }
+func (commitPolicy) commits() bool                               { return true }
+func (commitPolicy) onHost(*offloader, int, []int, []int) []bool { return nil }

@@ -1,0 +1,52 @@
+package engine
+
+import (
+	"github.com/commit-run/commit-run/device"
+	"github.com/commit-run/commit-run/offload"
+)
+
+// cpuMiss computes an expert that is not in a slot on the host, from host memory, instead of
+// copying it (Fiddler's and llama.cpp's way), when the host would finish first: nothing waits
+// for a copy it does not need.
+type cpuMiss struct{}
+
+func (cpuMiss) predictors() []string { return nil }
+func (cpuMiss) loadsAhead() bool     { return false }
+func (cpuMiss) commits() bool        { return false }
+
+// onHost says which of a layer's experts the host computes (nil: none): tokens[i] rows go to
+// experts[i]. On a device that cannot weigh host against copy
+// (the CPU) that is every miss. On one with a Planner it is a miss the host would finish no
+// later than its copy would land, behind the copies and host work planned before it, so that
+// of several misses some are copied while others are computed. The planner prices the host's
+// work for the expert's whole batch (device.HostRates): on a CPU a prompt's multiply-adds grow
+// with its tokens, so its misses are copied once their arithmetic would outlast the copy.
+func (cpuMiss) onHost(f *offloader, layer int, experts, tokens []int) []bool {
+	var plan []bool
+	b := f.store.SlotBytes()
+	var copied int64
+	var work device.HostWork
+	for i, e := range experts {
+		k := offload.ExpertKey{Layer: layer, Expert: e}
+		if _, ok := f.cache.Lookup(k); ok {
+			continue
+		}
+		if f.planner != nil {
+			w, err := f.store.Expert(k)
+			if err != nil {
+				continue // acquire reports it
+			}
+			next := work.Add(expertWork(w, tokens[i]))
+			if f.planner.HostDone(next) > f.planner.CopyDone(copied+b) {
+				copied += b
+				continue
+			}
+			work = next
+		}
+		if plan == nil {
+			plan = make([]bool, len(experts))
+		}
+		plan[i] = true
+	}
+	return plan
+}

@@ -1,0 +1,10 @@
+package engine
+
+// onDemand copies each expert a layer needs into a slot when the router has chosen it, if it
+// is not there already: the baseline every other policy is measured against.
+type onDemand struct{}
+
+func (onDemand) predictors() []string                        { return nil }
+func (onDemand) loadsAhead() bool                            { return false }
+func (onDemand) commits() bool                               { return false }
+func (onDemand) onHost(*offloader, int, []int, []int) []bool { return nil }

@@ -1,0 +1,11 @@
+package engine
+
+// prefetchPolicy copies the experts predicted for the next MoE layer while a layer computes,
+// and falls back to copying on demand what the prediction missed (MoE-Infinity's way): the
+// numbers stay the router's.
+type prefetchPolicy struct{}
+
+func (prefetchPolicy) predictors() []string                        { return []string{"prev-token", "router", "frequency"} }
+func (prefetchPolicy) loadsAhead() bool                            { return true }
+func (prefetchPolicy) commits() bool                               { return false }
+func (prefetchPolicy) onHost(*offloader, int, []int, []int) []bool { return nil }
