@@ -3,6 +3,14 @@
 //
 // A Model is safe for concurrent use by many Sessions; a Session is used by one goroutine at a
 // time. The command-line tool in cmd/commit-run uses nothing but this package.
+//
+// Inside, a forward pass (forward.go) runs each MoE block as select, route, place, compute and
+// combine (moe.go). Where the experts live and when their weights move is a placement
+// (placement.go): the model's own weights, or the offloader serving them from device slots or
+// the host under one of its policies, one small type each (policy_*.go). Timing-only runs
+// (Options.TimingOnly, OpenShape) go through the same passes on a simulated GPU that charges
+// every kernel and copy without computing, so that every figure Bench and SimBench report
+// comes from the code that would run on the card.
 package engine
 
 import (
