@@ -84,7 +84,7 @@ func TestHostPlan(t *testing.T) {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)
 		}
 	}
-	f.opts.Policy = offload.OnDemand
+	f.pol = onDemand{}
 	if got := f.onHost(layer, []int{0}, []int{1}); got != nil {
 		t.Errorf("ondemand planned %v on the host", got)
 	}
