@@ -209,10 +209,10 @@ func (m *Model) moe(b models.Backend, layer int, moe *models.MoE, x []float32, T
 	if m.ep != nil {
 		return m.epMoE(layer, moe, x, T, out, ev) // the block spread over several ranks
 	}
-	pred, commit := m.selected(layer, moe, T, pos0, cs)
-	if commit != nil && ev == nil && m.commitDev != nil && m.commitDev.fits(moe) {
+	sel := m.selected(layer, moe, T, pos0, cs)
+	if sel.commit != nil && ev == nil && m.commitDev != nil && m.commitDev.fits(moe) {
 		// The device weighs the committed experts itself: the host never reads the routing.
-		return m.moeCommitted(b, layer, moe, x, pos0, out, cs, pred, commit)
+		return m.moeCommitted(b, layer, moe, x, pos0, out, cs, sel.pred, sel.commit)
 	}
 	logits, routes, err := m.routeTokens(b, layer, moe, x, T, pos0)
 	if err != nil {
@@ -222,11 +222,8 @@ func (m *Model) moe(b models.Backend, layer int, moe *models.MoE, x []float32, T
 	if err != nil {
 		return err
 	}
-	m.place.routed(layer, routes, pred, commit != nil)
-	if commit != nil {
-		// Commit: compute with the experts loaded ahead of the router, never fall back.
-		routes[0] = m.commitRouting(layer, moe, logits[:moe.Experts], routes[0], commit)
-	}
+	m.place.routed(layer, routes, sel.pred, sel.commit != nil)
+	m.apply(sel, layer, moe, logits, routes)
 	kept, err := m.dropped(moe, logits, routes)
 	if err != nil {
 		return err
@@ -243,10 +240,14 @@ func (m *Model) moe(b models.Backend, layer int, moe *models.MoE, x []float32, T
 	return nil
 }
 
-// selected returns the experts predicted for layer's pass while the previous layer ran (the
-// Commit Router's, or the placement's heuristic's) and, where the pass computes with them
-// instead of the router's choice (commit at batch size 1), those.
-func (m *Model) selected(layer int, moe *models.MoE, T, pos0 int, cs *commitState) (pred, commit []int) {
+// selection is which experts a pass computes with: pred, the experts predicted for it while
+// the previous layer ran (the Commit Router's, or the placement's heuristic's), and commit,
+// those it computes with instead of the router's choice (commit at batch size 1), or nil for
+// the router's own.
+type selection struct{ pred, commit []int }
+
+// selected returns layer's selection for a pass of T tokens at pos0.
+func (m *Model) selected(layer int, moe *models.MoE, T, pos0 int, cs *commitState) selection {
 	var learnt []int
 	if cs != nil && T == 1 {
 		j := m.commit.idx[layer]
@@ -255,11 +256,20 @@ func (m *Model) selected(layer int, moe *models.MoE, T, pos0 int, cs *commitStat
 			m.commit.firstByRouter()
 		}
 	}
-	pred, commit = m.place.predicted(layer, learnt, T, moe.Used)
+	pred, commit := m.place.predicted(layer, learnt, T, moe.Used)
 	if m.commit != nil && !m.commit.cross && m.commit.idx[layer] == 0 {
 		commit = nil // the cross-token prediction only prefetched
 	}
-	return pred, commit
+	return selection{pred: pred, commit: commit}
+}
+
+// apply makes the routing of a committed pass compute with the experts loaded ahead of the
+// router, never falling back, weighted by Output Weight Adjustment; the router's own choice
+// stays as it is.
+func (m *Model) apply(sel selection, layer int, moe *models.MoE, logits []float32, routes []routing) {
+	if sel.commit != nil {
+		routes[0] = m.commitRouting(layer, moe, logits[:moe.Experts], routes[0], sel.commit)
+	}
 }
 
 // observe hands the layer's routing to those who read it: the observer's event ev, and the
