@@ -199,7 +199,7 @@ func simBenchShape(o SimBenchOptions, prof *sim.Profile, ctx int) (*SimBenchRepo
 		Policies: policies, GPUMem: int64(budget), Eviction: o.Eviction, PromptIDs: [][]int32{make([]int32, prompt)}, Tokens: n + 1,
 		Commit: &CommitOptions{CrossToken: o.CrossToken}, TimelineTokens: o.TimelineTokens,
 		Routing: map[bool]string{true: "SYNTHETIC routing", false: "recorded routing"}[rep.Synthetic]}
-	if err := modelPredictor(&bo, rep.Predictor, rs.experts, o.Seed, to.Routing); err != nil {
+	if err := modelPredictor(&bo, rep.Predictor, rs.experts, o.Seed); err != nil {
 		return nil, err
 	}
 	if o.Timeline != nil {
@@ -221,8 +221,10 @@ func simBenchShape(o SimBenchOptions, prof *sim.Profile, ctx int) (*SimBenchRepo
 
 // modelPredictor makes bo's prefetch and commit predict with name: the offloader's
 // heuristics (prev-token, frequency), or a modelled predictor (oracle, accuracy=P) of the
-// routing standing in for the Commit Router.
-func modelPredictor(bo *BenchOptions, name string, experts int, seed uint64, routing func(pos, j int) []int) error {
+// routing bo's timing-only options replay, standing in for the Commit Router. Each run of a
+// policy starts the modelled predictor afresh when its replay starts, at position 0 of the
+// first MoE layer, so that every policy is given the same predictions.
+func modelPredictor(bo *BenchOptions, name string, experts int, seed uint64) error {
 	switch name {
 	case "prev-token", "frequency":
 		bo.Predictor = name
@@ -234,6 +236,13 @@ func modelPredictor(bo *BenchOptions, name string, experts int, seed uint64, rou
 	}
 	bo.Predictor = "router"
 	to := bo.Options.TimingOnly
+	routing := to.Routing
+	to.Routing = func(pos, j int) []int {
+		if pos == 0 && j == 0 {
+			pred, _ = offload.ParsePredictor(name, experts, seed) // it parsed above
+		}
+		return routing(pos, j)
+	}
 	to.ModelledPredictor = true
 	to.Predict = func(pos, j int) []int { return pred.Predict(pos, j, routing(pos, j)) }
 	return nil
@@ -278,7 +287,7 @@ func simBenchModel(o SimBenchOptions, prof *sim.Profile) (*SimBenchReport, error
 	to := rec.replay()
 	bo.Options.TimingOnly = &to
 	bo.Commit = &CommitOptions{CrossToken: o.CrossToken}
-	if err := modelPredictor(&bo, pname, m.info.Experts, o.Seed, rec.at); err != nil {
+	if err := modelPredictor(&bo, pname, m.info.Experts, o.Seed); err != nil {
 		return nil, err
 	}
 	if o.Timeline != nil {
