@@ -189,32 +189,25 @@ func mlaFloats(a *models.MLAttention, T, slack int64) int64 {
 // layer's attention on its Ops), rather than with host activations.
 func (m *Model) Resident() bool { return m.resident }
 
-// newKV allocates a session's KV cache: in device memory when passes run there, where a
-// failure part way gives back what it took.
+// newKV allocates a session's KV cache: in device memory when passes run there, in address
+// space alone for a timing-only model, where a failure part way gives back what it took.
 func (m *Model) newKV() (*models.KVCache, error) {
-	if m.replay != nil {
-		var got [][]byte
-		kv, err := models.NewKVCache(m.arch, m.nctx, m.kvF16, func(n int64, what string) ([]byte, error) {
-			b, err := models.VirtualAlloc(n, what)
-			if err == nil {
-				got = append(got, b)
-			}
-			return b, err
-		})
-		if err != nil {
-			for _, b := range got {
-				models.VirtualFree(b)
-			}
-		}
-		return kv, err
-	}
-	if !m.resident {
+	switch {
+	case m.replay != nil:
+		return m.newKVWith(models.VirtualAlloc, models.VirtualFree)
+	case !m.resident:
 		return models.NewKVCache(m.arch, m.nctx, m.kvF16, models.HostAlloc)
 	}
 	res := m.dev.(device.Resident)
+	return m.newKVWith(res.Buffer, res.Release)
+}
+
+// newKVWith allocates a KV cache with alloc, and gives what it took back with free if it
+// fails part way.
+func (m *Model) newKVWith(alloc models.Alloc, free func([]byte)) (*models.KVCache, error) {
 	var got [][]byte
 	kv, err := models.NewKVCache(m.arch, m.nctx, m.kvF16, func(n int64, what string) ([]byte, error) {
-		b, err := res.Buffer(n, what)
+		b, err := alloc(n, what)
 		if err == nil {
 			got = append(got, b)
 		}
@@ -222,7 +215,7 @@ func (m *Model) newKV() (*models.KVCache, error) {
 	})
 	if err != nil {
 		for _, b := range got {
-			res.Release(b)
+			free(b)
 		}
 	}
 	return kv, err
