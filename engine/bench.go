@@ -22,6 +22,8 @@ type BenchOptions struct {
 	Policies []offload.Policy
 	GPUMem   int64
 	Eviction offload.Eviction
+	// HostLayers is static's N: the MoE layers whose experts the host computes.
+	HostLayers int
 	// Predictor is prefetch's and commit's: router (the Commit Router, commit's default),
 	// prev-token (prefetch's default) or frequency.
 	Predictor string
@@ -119,6 +121,9 @@ func benchRun(ctx context.Context, open func(Options) (*Model, error), o BenchOp
 		opts.Offload = &OffloadOptions{Policy: *p, GPUMem: o.GPUMem, Eviction: o.Eviction}
 		if *p == offload.Prefetch || *p == offload.Commit {
 			opts.Offload.Predictor = o.Predictor // the others predict nothing
+		}
+		if *p == offload.Static {
+			opts.Offload.HostLayers = o.HostLayers
 		}
 		if *p == offload.Commit && (o.Predictor == "" || o.Predictor == "router") {
 			opts.Commit = o.Commit

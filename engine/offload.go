@@ -25,6 +25,9 @@ type OffloadOptions struct {
 	// (prefetch's default) or frequency, heuristics that need no training; commit also takes
 	// oracle, which computes with the router's own choice (the numbers of ondemand).
 	Predictor string
+	// HostLayers is static's N: the first N MoE layers' experts stay in host memory and the
+	// host computes them (llama.cpp's --n-cpu-moe N).
+	HostLayers int
 }
 
 // OffloadStats count what the offloader did since the model was opened.
@@ -83,7 +86,7 @@ func (f *offloader) close() {
 // newOffloader sizes the slots from the budget, which must hold the resident weights, one
 // session's KV cache and at least one layer's top-k (two layers' for prefetch).
 func newOffloader(m *Model, o OffloadOptions) (*offloader, error) {
-	pol, err := newOffloadPolicy(o.Policy, &o.Predictor)
+	pol, err := newOffloadPolicy(&o, len(m.info.MoELayers))
 	if err != nil {
 		return nil, err
 	}
@@ -121,10 +124,7 @@ func newOffloader(m *Model, o OffloadOptions) (*offloader, error) {
 	}
 	act := m.act.bytes() // Open allocates them after the slots
 	resident := m.info.NonExpertBytes + kvBytes + predBytes + act
-	need := m.arch.Config.ExpertsUsed
-	if pol.loadsAhead() && o.Predictor != "oracle" {
-		need *= 2 // this layer's experts and the next one's, loading
-	}
+	need := pol.minSlots(len(layers), m.arch.Config.Experts, m.arch.Config.ExpertsUsed, o.Predictor)
 	slot := store.SlotBytes()
 	free := o.GPUMem - resident
 	n := int(max(free, 0) / slot)
@@ -170,6 +170,9 @@ func newOffloader(m *Model, o OffloadOptions) (*offloader, error) {
 		}
 	}
 	f.stats.Slots, f.stats.SlotBytes, f.stats.Resident = n, slot, resident
+	if err := pol.prepare(f); err != nil {
+		return nil, err
+	}
 	opened = true
 	return f, nil
 }
@@ -276,7 +279,7 @@ func (f *offloader) weights(layer, e int, host bool) (w offload.ExpertWeights, d
 		}
 		f.stats.OnCPU++
 		f.stats.Misses++
-		if f.planner == nil {
+		if f.planner == nil && f.pol.keepsHostExperts() {
 			// A device that cannot weigh host against copy (the CPU) fills the slot behind
 			// the computation, so that later tokens find it resident.
 			if _, _, err := f.load(k); err != nil {

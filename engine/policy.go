@@ -8,25 +8,40 @@ import (
 )
 
 // An offloadPolicy is what makes the offloader's policies differ (OffloadOptions.Policy):
-// how many layers' experts its slots must hold at least, whether it loads the next layer's
-// predicted experts ahead, whether it computes with them (commit), and which misses the host
-// computes (cpu-miss). Each policy is one small type in a file of its own (policy_*.go); the
-// offloader does the rest the same way for all.
+// the fewest slots it runs with, whether it loads the next layer's predicted experts ahead,
+// whether it computes with them (commit), which experts the host computes and whether it then
+// keeps them in a slot, and what it puts on the device before the first pass. Each policy is
+// one small type in a file of its own (policy_*.go); the offloader does the rest the same way
+// for all.
 type offloadPolicy interface {
 	// predictors are the predictors the policy takes, the first its default ("": none).
 	predictors() []string
+	// minSlots is the fewest slots the policy runs with, for layers MoE layers of experts
+	// experts, used per token, predicting with predictor.
+	minSlots(layers, experts, used int, predictor string) int
 	// loadsAhead says whether the policy copies the next layer's predicted experts while a
-	// layer computes: its slots hold two layers' top-k, unless it predicts with the oracle.
+	// layer computes.
 	loadsAhead() bool
 	// commits says whether a single-token pass computes with the predicted experts.
 	commits() bool
 	// onHost says which of a layer's experts the host computes, as placement.onHost; f's
 	// lock is held.
 	onHost(f *offloader, layer int, experts, tokens []int) []bool
+	// keepsHostExperts says whether an expert the host computed is then copied into a slot
+	// for later tokens, on a device that cannot weigh the host against a copy (the CPU).
+	keepsHostExperts() bool
+	// prepare puts on the device what the policy keeps there from the start; f's lock is
+	// not held.
+	prepare(f *offloader) error
 }
 
-// newOffloadPolicy returns policy p, with its predictor checked or defaulted.
-func newOffloadPolicy(p offload.Policy, predictor *string) (offloadPolicy, error) {
+// newOffloadPolicy returns the policy o names for a model of layers MoE layers, with o's
+// predictor checked or defaulted.
+func newOffloadPolicy(o *OffloadOptions, layers int) (offloadPolicy, error) {
+	p, predictor := o.Policy, &o.Predictor
+	if o.HostLayers != 0 && p != offload.Static {
+		return nil, fmt.Errorf("offload: %d host layers are static's (llama.cpp's --n-cpu-moe), not %s's", o.HostLayers, p)
+	}
 	var pol offloadPolicy
 	switch p {
 	case offload.OnDemand:
@@ -37,6 +52,11 @@ func newOffloadPolicy(p offload.Policy, predictor *string) (offloadPolicy, error
 		pol = commitPolicy{}
 	case offload.CPUMiss:
 		pol = cpuMiss{}
+	case offload.Static:
+		if o.HostLayers < 0 || o.HostLayers > layers {
+			return nil, fmt.Errorf("offload: static with %d host layers: the model has %d MoE layers", o.HostLayers, layers)
+		}
+		pol = staticPolicy{hostLayers: o.HostLayers}
 	default:
 		return nil, fmt.Errorf("offload: unknown policy %v", p)
 	}

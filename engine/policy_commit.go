@@ -9,6 +9,16 @@ type commitPolicy struct{}
 func (commitPolicy) predictors() []string {
 	return []string{"router", "prev-token", "frequency", "oracle"}
 }
+
+func (commitPolicy) minSlots(_, _, used int, predictor string) int {
+	if predictor == "oracle" {
+		return used // nothing loads ahead
+	}
+	return 2 * used // this layer's experts, and the next one's loading
+}
+
 func (commitPolicy) loadsAhead() bool                            { return true }
 func (commitPolicy) commits() bool                               { return true }
 func (commitPolicy) onHost(*offloader, int, []int, []int) []bool { return nil }
+func (commitPolicy) keepsHostExperts() bool                      { return false }
+func (commitPolicy) prepare(*offloader) error                    { return nil }

@@ -10,9 +10,12 @@ import (
 // for a copy it does not need.
 type cpuMiss struct{}
 
-func (cpuMiss) predictors() []string { return nil }
-func (cpuMiss) loadsAhead() bool     { return false }
-func (cpuMiss) commits() bool        { return false }
+func (cpuMiss) predictors() []string                  { return nil }
+func (cpuMiss) minSlots(_, _, used int, _ string) int { return used }
+func (cpuMiss) loadsAhead() bool                      { return false }
+func (cpuMiss) commits() bool                         { return false }
+func (cpuMiss) keepsHostExperts() bool                { return true }
+func (cpuMiss) prepare(*offloader) error              { return nil }
 
 // onHost says which of a layer's experts the host computes (nil: none): tokens[i] rows go to
 // experts[i]. On a device that cannot weigh host against copy

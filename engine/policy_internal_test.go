@@ -8,48 +8,66 @@ import (
 )
 
 // TestOffloadPolicies holds each policy type to what the policy is: its predictors and their
-// default, whether it loads ahead or commits, and that only cpu-miss computes on the host
-// (TestHostPlan checks which misses it computes there).
+// default, the slots it needs, whether it loads ahead or commits, and that only cpu-miss and
+// static compute on the host (TestHostPlan and TestStatic check which experts).
 func TestOffloadPolicies(t *testing.T) {
+	const layers, experts, used = 4, 16, 2
 	for _, c := range []struct {
 		policy             offload.Policy
 		predictor          string // the default
+		slots              int
 		loadsAhead, commit bool
 		rejects            string // a predictor it refuses, "" when it takes none
 	}{
-		{offload.OnDemand, "", false, false, ""},
-		{offload.Prefetch, "prev-token", true, false, "oracle"},
-		{offload.Commit, "router", true, true, "accuracy=0.8"},
-		{offload.CPUMiss, "", false, false, ""},
+		{offload.OnDemand, "", used, false, false, ""},
+		{offload.Prefetch, "prev-token", 2 * used, true, false, "oracle"},
+		{offload.Commit, "router", 2 * used, true, true, "accuracy=0.8"},
+		{offload.CPUMiss, "", used, false, false, ""},
+		{offload.Static, "", layers * experts, false, false, ""},
 	} {
 		t.Run(c.policy.String(), func(t *testing.T) {
-			var name string
-			pol, err := newOffloadPolicy(c.policy, &name)
+			o := OffloadOptions{Policy: c.policy}
+			pol, err := newOffloadPolicy(&o, layers)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if name != c.predictor || pol.loadsAhead() != c.loadsAhead || pol.commits() != c.commit {
-				t.Errorf("predictor %q, loads ahead %v, commits %v; want %q, %v, %v", name, pol.loadsAhead(), pol.commits(), c.predictor, c.loadsAhead, c.commit)
+			if o.Predictor != c.predictor || pol.loadsAhead() != c.loadsAhead || pol.commits() != c.commit {
+				t.Errorf("predictor %q, loads ahead %v, commits %v; want %q, %v, %v", o.Predictor, pol.loadsAhead(), pol.commits(), c.predictor, c.loadsAhead, c.commit)
 			}
-			if _, host := pol.(cpuMiss); !host && pol.onHost(nil, 0, []int{1, 2}, []int{1, 1}) != nil {
-				t.Errorf("%s computes experts on the host", c.policy)
+			if got := pol.minSlots(layers, experts, used, o.Predictor); got != c.slots {
+				t.Errorf("%d slots at least, want %d", got, c.slots)
+			}
+			switch pol.(type) {
+			case cpuMiss, staticPolicy:
+			default:
+				if pol.onHost(nil, 0, []int{1, 2}, []int{1, 1}) != nil || pol.keepsHostExperts() {
+					t.Errorf("%s computes experts on the host", c.policy)
+				}
 			}
 			for _, p := range pol.predictors() {
-				if _, err := newOffloadPolicy(c.policy, &p); err != nil {
+				if _, err := newOffloadPolicy(&OffloadOptions{Policy: c.policy, Predictor: p}, layers); err != nil {
 					t.Errorf("its own predictor %q: %v", p, err)
 				}
 			}
 			if c.rejects == "" {
 				return
 			}
-			bad := c.rejects
-			if _, err := newOffloadPolicy(c.policy, &bad); err == nil || !strings.Contains(err.Error(), c.rejects) {
+			if _, err := newOffloadPolicy(&OffloadOptions{Policy: c.policy, Predictor: c.rejects}, layers); err == nil || !strings.Contains(err.Error(), c.rejects) {
 				t.Errorf("predictor %q: error %v, want one that names it", c.rejects, err)
 			}
 		})
 	}
-	var name string
-	if _, err := newOffloadPolicy(offload.Policy(42), &name); err == nil {
-		t.Error("an unknown policy: no error")
+	if got := (commitPolicy{}).minSlots(layers, experts, used, "oracle"); got != used {
+		t.Errorf("commit with the oracle: %d slots at least, want %d: nothing loads ahead", got, used)
+	}
+	for _, o := range []OffloadOptions{
+		{Policy: offload.Policy(42)},
+		{Policy: offload.Static, HostLayers: -1},
+		{Policy: offload.Static, HostLayers: layers + 1},
+		{Policy: offload.OnDemand, HostLayers: 2},
+	} {
+		if _, err := newOffloadPolicy(&o, layers); err == nil {
+			t.Errorf("%+v: no error", o)
+		}
 	}
 }

@@ -5,6 +5,9 @@ package engine
 type onDemand struct{}
 
 func (onDemand) predictors() []string                        { return nil }
+func (onDemand) minSlots(_, _, used int, _ string) int       { return used }
 func (onDemand) loadsAhead() bool                            { return false }
 func (onDemand) commits() bool                               { return false }
 func (onDemand) onHost(*offloader, int, []int, []int) []bool { return nil }
+func (onDemand) keepsHostExperts() bool                      { return false }
+func (onDemand) prepare(*offloader) error                    { return nil }

@@ -36,8 +36,10 @@ type SimBenchOptions struct {
 	// Context is the KV cache fill the attention is priced at (0 = 512).
 	Context  int
 	Policies []offload.Policy
-	Eviction offload.Eviction
-	Tokens   int // decode tokens timed (0 = 64)
+	// HostLayers is static's N: the first N MoE layers' experts stay on the host.
+	HostLayers int
+	Eviction   offload.Eviction
+	Tokens     int // decode tokens timed (0 = 64)
 	// PromptLen is the prompt prefilled before the timed decode, for the time to first
 	// token (shapes only: a model's -m routing covers decode steps); 0 = none.
 	PromptLen int
@@ -185,7 +187,7 @@ func simBenchShape(o SimBenchOptions, prof *sim.Profile, ctx int) (*SimBenchRepo
 		return nil, err
 	}
 	host := o.HostBandwidth
-	if host == 0 && slices.Contains(policies, offload.CPUMiss) {
+	if host == 0 && (slices.Contains(policies, offload.CPUMiss) || slices.Contains(policies, offload.Static)) {
 		host = MeasureHostRates().Bandwidth
 	}
 	rep.HostBandwidth = host
@@ -196,7 +198,7 @@ func simBenchShape(o SimBenchOptions, prof *sim.Profile, ctx int) (*SimBenchRepo
 		return tokens[pos][j]
 	}}
 	bo := BenchOptions{Options: Options{Device: o.Device, HostRates: HostRates{Bandwidth: host, FLOPS: o.HostFLOPS}, ContextLength: max(ctx, prompt+n+1), TimingOnly: &to},
-		Policies: policies, GPUMem: int64(budget), Eviction: o.Eviction, PromptIDs: [][]int32{make([]int32, prompt)}, Tokens: n + 1,
+		Policies: policies, GPUMem: int64(budget), Eviction: o.Eviction, HostLayers: o.HostLayers, PromptIDs: [][]int32{make([]int32, prompt)}, Tokens: n + 1,
 		Commit: &CommitOptions{CrossToken: o.CrossToken}, TimelineTokens: o.TimelineTokens,
 		Routing: map[bool]string{true: "SYNTHETIC routing", false: "recorded routing"}[rep.Synthetic]}
 	if err := modelPredictor(&bo, rep.Predictor, rs.experts, o.Seed); err != nil {
@@ -276,14 +278,18 @@ func simBenchModel(o SimBenchOptions, prof *sim.Profile) (*SimBenchReport, error
 	if budget == 0 {
 		budget = float64(prof.MemoryBytes)
 	}
+	host := o.HostBandwidth
+	if host == 0 && (slices.Contains(policies, offload.CPUMiss) || slices.Contains(policies, offload.Static)) {
+		host = MeasureHostRates().Bandwidth
+	}
 	// One more token than timed: the last timed token predicts its successor's first layer.
 	rec, err := recordRouting(m, o.Prompts, n+1)
 	if err != nil {
 		return nil, err
 	}
 	pname := cmp.Or(o.Predictor, "oracle")
-	bo := BenchOptions{Options: Options{Device: o.Device, HostRates: HostRates{Bandwidth: o.HostBandwidth, FLOPS: o.HostFLOPS}, ContextLength: m.nctx, KVType: map[bool]string{true: "f16", false: "f32"}[m.kvF16]},
-		Policies: policies, GPUMem: int64(budget), Eviction: o.Eviction, Prompts: o.Prompts, Tokens: n, TimelineTokens: o.TimelineTokens}
+	bo := BenchOptions{Options: Options{Device: o.Device, HostRates: HostRates{Bandwidth: host, FLOPS: o.HostFLOPS}, ContextLength: m.nctx, KVType: map[bool]string{true: "f16", false: "f32"}[m.kvF16]},
+		Policies: policies, GPUMem: int64(budget), Eviction: o.Eviction, HostLayers: o.HostLayers, Prompts: o.Prompts, Tokens: n, TimelineTokens: o.TimelineTokens}
 	to := rec.replay()
 	bo.Options.TimingOnly = &to
 	bo.Commit = &CommitOptions{CrossToken: o.CrossToken}
@@ -299,7 +305,7 @@ func simBenchModel(o SimBenchOptions, prof *sim.Profile) (*SimBenchReport, error
 	}
 	rep := &SimBenchReport{Shape: m.info.Name, Device: br.Device, Calibrated: br.Calibrated, GPUMem: budget,
 		ExpertBytes: float64(br.SlotBytes), Resident: float64(br.Resident), Tokens: (n - 1) * len(o.Prompts), Predictor: pname,
-		HostBandwidth: o.HostBandwidth, Policies: br.Rows,
+		HostBandwidth: host, Policies: br.Rows,
 		Routing: fmt.Sprintf("recorded while %s decoded %d prompts greedily", m.info.Path, len(o.Prompts))}
 	if rep.Shape == "" {
 		rep.Shape = m.info.Architecture

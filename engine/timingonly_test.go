@@ -112,6 +112,7 @@ func TestTimingOnlyTimeline(t *testing.T) {
 		{"commit/router", &engine.OffloadOptions{Policy: offload.Commit}},
 		{"commit/prev-token", &engine.OffloadOptions{Policy: offload.Commit, Predictor: "prev-token"}},
 		{"cpu-miss", &engine.OffloadOptions{Policy: offload.CPUMiss}},
+		{"static", &engine.OffloadOptions{Policy: offload.Static, HostLayers: 1}},
 	}
 	prompt := []int32{1, 5, 9, 14, 3, 27, 8, 2, 11, 6}
 	for _, md := range ms {
@@ -131,8 +132,12 @@ func TestTimingOnlyTimeline(t *testing.T) {
 					opts.Offload = &o
 					st := offloadProbe(t, md.path, opts)
 					// Room for a little more than two layers' top-k: misses, prefetches and
-					// evictions all happen.
-					o.GPUMem = st.Resident + int64(2*info.ExpertsUsed+3)*st.SlotBytes
+					// evictions all happen. Static keeps its device layers' experts.
+					slots := 2*info.ExpertsUsed + 3
+					if o.Policy == offload.Static {
+						slots = (len(info.MoELayers) - o.HostLayers) * info.Experts
+					}
+					o.GPUMem = st.Resident + int64(slots)*st.SlotBytes
 				}
 				// Observing the routing is a run of its own: it keeps every row of a prompt
 				// to the end, where a run without observers cuts the last block to the

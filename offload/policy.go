@@ -18,11 +18,15 @@ const (
 	// Weight Adjustment repairs the mixing weights.
 	Commit
 	// CPUMiss computes an expert that misses on the host from host memory, overlapped with
-	// the device's work, instead of moving it (Fiddler, llama.cpp --n-cpu-moe).
+	// the device's work, instead of moving it (Fiddler).
 	CPUMiss
+	// Static is llama.cpp's split (--n-cpu-moe N): the routed experts of the first N MoE
+	// layers stay in host memory and the host computes them, every other expert stays on the
+	// device, and nothing moves while the model decodes.
+	Static
 )
 
-var policyNames = []string{"ondemand", "prefetch", "commit", "cpu-miss"}
+var policyNames = []string{"ondemand", "prefetch", "commit", "cpu-miss", "static"}
 
 func (p Policy) String() string {
 	if p >= 0 && int(p) < len(policyNames) {

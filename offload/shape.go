@@ -3,7 +3,6 @@ package offload
 import (
 	"fmt"
 	"math"
-
 )
 
 // Cost is what one kernel (or a group of kernels priced together) reads and computes.
@@ -96,4 +95,3 @@ type TokenStats struct {
 	// predictions made (prefetch, commit).
 	Correct, Predicted int
 }
-

@@ -180,6 +180,15 @@ func parseFLOPS(s string) (float64, error) {
 	return v * mul, nil
 }
 
+// benchPolicies are the policies bench runs when --policy names none: the four, and
+// llama.cpp's split when --cpu-moe-layers says how.
+func (a *app) benchPolicies() string {
+	if a.cpuMoELayers != 0 {
+		return "ondemand,prefetch,commit,cpu-miss,static"
+	}
+	return "ondemand,prefetch,commit,cpu-miss"
+}
+
 func (a *app) simBench(f benchFlags) error {
 	o := engine.SimBenchOptions{Shape: f.shape, Device: a.device, Context: f.ctxFill, Tokens: f.tokens, Trace: f.traceFile,
 		Predictor: cmp.Or(a.predictor, "accuracy=0.8"), CrossToken: a.crossToken, Seed: f.seed, TimelineTokens: f.timelineTokens, PromptLen: f.promptLen,
@@ -227,9 +236,10 @@ func (a *app) simBench(f benchFlags) error {
 		return err
 	}
 	o.HostBandwidth, o.HostFLOPS = rates.Bandwidth, rates.FLOPS
-	if o.Policies, err = offload.ParsePolicies(cmp.Or(a.policy, "ondemand,prefetch,commit,cpu-miss")); err != nil {
+	if o.Policies, err = offload.ParsePolicies(cmp.Or(a.policy, a.benchPolicies())); err != nil {
 		return fmt.Errorf("--policy: %w", err)
 	}
+	o.HostLayers = a.cpuMoELayers
 	if o.Eviction, err = offload.ParseEviction(a.eviction); err != nil {
 		return fmt.Errorf("--eviction: %w", err)
 	}
@@ -309,10 +319,11 @@ func (a *app) modelBench(cmd *cobra.Command, f benchFlags) error {
 	o.Options.Offload, o.Options.Commit = nil, nil
 	if off := base.Offload; off != nil {
 		o.GPUMem, o.Eviction, o.Predictor = off.GPUMem, off.Eviction, off.Predictor
-		if o.Policies, err = offload.ParsePolicies(cmp.Or(a.policy, "ondemand,prefetch,commit,cpu-miss")); err != nil {
+		if o.Policies, err = offload.ParsePolicies(cmp.Or(a.policy, a.benchPolicies())); err != nil {
 			return fmt.Errorf("--policy: %w", err)
 		}
-		if slices.Contains(o.Policies, offload.CPUMiss) && weighsHost(a.device) {
+		o.HostLayers = a.cpuMoELayers
+		if (slices.Contains(o.Policies, offload.CPUMiss) || slices.Contains(o.Policies, offload.Static)) && weighsHost(a.device) {
 			o.Options.HostRates = measureHostRates(o.Options.HostRates)
 		}
 	}

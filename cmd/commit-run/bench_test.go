@@ -76,6 +76,11 @@ func TestBenchModelOnSim(t *testing.T) {
 			t.Errorf("timeline of %s: %v", p, err)
 		}
 	}
+	// llama.cpp's split joins the policies when --cpu-moe-layers says how.
+	out, _ = mustRun(t, "", "-m", model, "--device", "sim:rtx2080ti", "--gpu-mem", "11MiB", "--host-bw", "10GB", "--cpu-moe-layers", "2", "bench", "--tokens", "4")
+	if !strings.Contains(out, "static") || !strings.Contains(out, "8.00") {
+		t.Errorf("bench --cpu-moe-layers 2 lacks static's row, 8 experts a token on the host:\n%s", out)
+	}
 	out, _ = mustRun(t, "", "-m", model, "--device", "sim:rtx2080ti", "--gpu-mem", "64MiB", "--host-bw", "10GB", "bench", "--timing-only", "--tokens", "6")
 	for _, want := range []string{"recorded routing", "recorded while", "commit", "measured/limit"} {
 		if !strings.Contains(out, want) {
@@ -130,6 +135,10 @@ func TestBenchBadInput(t *testing.T) {
 		{[]string{"--device", "sim:nope", "bench"}, "unknown"},
 		{[]string{"--device", "tpu:0", "bench"}, "not available"},
 		{[]string{"bench", "--tokens", "-1"}, "--tokens"},
+		{[]string{"--gpu-mem", "64MiB", "--policy", "ondemand", "--cpu-moe-layers", "2", "bench"}, "pass --policy static"},
+		{[]string{"--gpu-mem", "64MiB", "--policy", "static", "--cpu-moe-layers", "9", "bench"}, "the model has 4 MoE layers"},
+		{[]string{"--gpu-mem", "64MiB", "--policy", "static", "--cpu-moe-layers", "-1", "bench"}, "static with -1 host layers"},
+		{[]string{"--device", "sim:rtx2080ti", "--policy", "static", "--cpu-moe-layers", "12", "bench", "--shape", "mixtral-8x7b"}, "static needs 160"},
 	}
 	for _, c := range cases {
 		_, errOut, code := runCLI(t, "", append([]string{"-m", model}, c.args...)...)

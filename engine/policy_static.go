@@ -1,0 +1,54 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/commit-run/commit-run/offload"
+)
+
+// staticPolicy is llama.cpp's CPU/GPU expert split (--n-cpu-moe N, -ot exps=CPU): the routed
+// experts of the first N MoE layers stay in host memory and the host computes them; every
+// other expert is copied into a slot of its own when the model opens and stays there, so
+// nothing moves while the model decodes. It is the strategy most users of MoE models on a
+// small GPU run today.
+type staticPolicy struct{ hostLayers int }
+
+func (staticPolicy) predictors() []string { return nil }
+
+// minSlots holds every expert of the device's layers; one at least, so that the slot cache
+// exists when every layer is the host's.
+func (p staticPolicy) minSlots(layers, experts, _ int, _ string) int {
+	return max(1, (layers-p.hostLayers)*experts)
+}
+
+func (staticPolicy) loadsAhead() bool       { return false }
+func (staticPolicy) commits() bool          { return false }
+func (staticPolicy) keepsHostExperts() bool { return false }
+
+// onHost puts every expert of a host layer on the host.
+func (p staticPolicy) onHost(f *offloader, layer int, experts, _ []int) []bool {
+	if f.moeIdx[layer] >= p.hostLayers {
+		return nil
+	}
+	plan := make([]bool, len(experts))
+	for i := range plan {
+		plan[i] = true
+	}
+	return plan
+}
+
+// prepare copies the device layers' experts into their slots and waits for the copies, as
+// llama.cpp loads its weights before it serves: a run's first token finds them there.
+func (p staticPolicy) prepare(f *offloader) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, l := range f.store.Layers()[p.hostLayers:] {
+		for e := 0; e < f.store.Experts(l); e++ {
+			if _, _, err := f.load(offload.ExpertKey{Layer: l, Expert: e}); err != nil {
+				return fmt.Errorf("static: %w", err)
+			}
+		}
+	}
+	f.dev.Sync(f.dev.Copy().Record())
+	return nil
+}

@@ -1,0 +1,84 @@
+package engine_test
+
+import (
+	"context"
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/commit-run/commit-run/engine"
+	"github.com/commit-run/commit-run/offload"
+)
+
+// TestStatic runs llama.cpp's split on both bundled models, with none, half and all of their
+// MoE layers' experts on the host, on the CPU and a simulated GPU: the numbers are those of
+// the run without offloading, bit for bit; the host computes exactly the host layers' top-k
+// of every token; and once the model is open nothing is copied.
+func TestStatic(t *testing.T) {
+	prompt := []int32{1, 5, 9, 14, 3, 27, 8, 2, 11, 6}
+	for _, path := range []string{"../models/testdata/tinymoe-qwen2moe.gguf", "../models/testdata/tinymoe-mixtral.gguf"} {
+		info, err := engine.Inspect(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		L := len(info.MoELayers)
+		base := engine.Options{Threads: 2, KVType: "f32", ContextLength: 64, HostRates: engine.HostRates{Bandwidth: 20e9, FLOPS: 200e9}}
+		want := runOn(t, path, base, prompt, 6)
+		for _, dev := range []string{"cpu", "sim:rtx2080ti"} {
+			for _, N := range []int{0, L / 2, L} {
+				o := base
+				o.Device = dev
+				o.Offload = &engine.OffloadOptions{Policy: offload.Static, HostLayers: N}
+				st := offloadProbe(t, path, o)
+				o.Offload.GPUMem = st.Resident + int64(max(1, (L-N)*info.Experts))*st.SlotBytes
+				m, err := engine.Open(path, o)
+				if err != nil {
+					t.Fatalf("%s, %d host layers: %v", dev, N, err)
+				}
+				opened, _ := m.Offload()
+				if got := opened.BytesCopied; got != int64((L-N)*info.Experts)*st.SlotBytes {
+					t.Errorf("%s, %d host layers: %d bytes copied at open, want every device layer's experts", dev, N, got)
+				}
+				s, err := m.NewSession()
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx := context.Background()
+				var probs [][]float32
+				if err := s.Probs(ctx, prompt, func(_ int, p []float32) error {
+					probs = append(probs, slices.Clone(p))
+					return nil
+				}); err != nil {
+					t.Fatal(err)
+				}
+				before, _ := m.Offload()
+				res, err := s.Generate(ctx, prompt, engine.GenerateOptions{MaxTokens: 6, IgnoreEOS: true, Sampler: engine.SamplerOptions{Greedy: true}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				after, _ := m.Offload()
+				s.Close()
+				m.Close()
+				if !slices.Equal(res.Tokens, want.tokens) {
+					t.Fatalf("%s, %d host layers: greedy %v, without offloading %v", dev, N, res.Tokens, want.tokens)
+				}
+				for pos := range want.probs {
+					for i, p := range want.probs[pos] {
+						if math.Float32bits(probs[pos][i]) != math.Float32bits(p) {
+							t.Fatalf("%s, %d host layers: position %d token %d: %v, without offloading %v", dev, N, pos, i, probs[pos][i], p)
+						}
+					}
+				}
+				if after.BytesCopied != opened.BytesCopied {
+					t.Errorf("%s, %d host layers: %d bytes copied after open", dev, N, after.BytesCopied-opened.BytesCopied)
+				}
+				// The prompt's pass, then 5 single-token passes (the sixth token is sampled).
+				passes := int64(len(prompt) + 5)
+				hostExperts := after.OnCPU - before.OnCPU
+				if N == 0 && hostExperts != 0 || N > 0 && hostExperts < 5*int64(N*info.ExpertsUsed) {
+					t.Errorf("%s, %d host layers: the host computed %d experts over %d tokens", dev, N, hostExperts, passes)
+				}
+			}
+		}
+	}
+}
