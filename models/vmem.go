@@ -26,4 +26,3 @@ func VirtualFree(b []byte) {
 		syscall.Munmap(b)
 	}
 }
-
