@@ -10,8 +10,8 @@
 //     up (LRU or LFU, deterministic, pinned experts exempt), as pure bookkeeping: it moves no
 //     bytes.
 //   - Policy: the names of the four expert policies (ondemand, prefetch, commit, cpu-miss).
-//   - Predictors standing in for a prediction in timing-only runs (Oracle, Accuracy) and the
-//     heuristics that need no training (PrevToken, Frequency).
+//   - Modelled predictors standing in for the Commit Router in timing-only runs (Oracle,
+//     Accuracy), and MostUsed, the ranking of the frequency heuristic.
 //   - Shape and PublicShape: the cost of one decode token of a model by parts, which the
 //     expert-parallel benchmark's cost model prices (timing-only runs of one device go
 //     through the engine itself).

@@ -62,6 +62,3 @@ func ParsePolicies(s string) ([]Policy, error) {
 	}
 	return out, nil
 }
-
-// predicts reports whether the policy uses a next-layer prediction.
-func (p Policy) predicts() bool { return p == Prefetch || p == Commit }

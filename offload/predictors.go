@@ -103,47 +103,6 @@ func drawWeighted(r *rand.Rand, w []float64, total float64) int {
 	return len(w) - 1
 }
 
-// PrevToken predicts that a layer chooses what it chose for the previous token (experts are
-// reused across neighbouring tokens); before any history, the first k experts.
-type PrevToken struct{ last map[int][]int }
-
-func (p *PrevToken) Predict(_, j int, truth []int) []int {
-	if p.last == nil {
-		p.last = map[int][]int{}
-	}
-	pred, ok := p.last[j]
-	if !ok {
-		pred = make([]int, len(truth))
-		for i := range pred {
-			pred[i] = i
-		}
-	}
-	p.last[j] = slices.Clone(truth)
-	return pred
-}
-
-// Frequency predicts a layer's k most used experts so far (ties to the lower id).
-type Frequency struct {
-	Experts int
-	counts  map[int][]int
-}
-
-func (f *Frequency) Predict(_, j int, truth []int) []int {
-	if f.counts == nil {
-		f.counts = map[int][]int{}
-	}
-	c := f.counts[j]
-	if c == nil {
-		c = make([]int, f.Experts)
-		f.counts[j] = c
-	}
-	pred := MostUsed(c, len(truth))
-	for _, e := range truth {
-		c[e]++
-	}
-	return pred
-}
-
 // MostUsed returns the k experts with the highest counts, most used first, ties to the lower
 // id.
 func MostUsed(counts []int, k int) []int {
@@ -155,15 +114,13 @@ func MostUsed(counts []int, k int) []int {
 	return idx[:min(k, len(idx))]
 }
 
-// ParsePredictor reads a predictor name: oracle, prev-token, frequency, or accuracy=P.
+// ParsePredictor reads the name of a modelled predictor: oracle, or accuracy=P. (prev-token
+// and frequency are the engine offloader's own heuristics, which predict from the routing it
+// has seen, not from the truth.)
 func ParsePredictor(s string, experts int, seed uint64) (Predictor, error) {
 	switch name, val, _ := strings.Cut(strings.TrimSpace(s), "="); name {
 	case "oracle":
 		return Oracle{}, nil
-	case "prev-token":
-		return &PrevToken{}, nil
-	case "frequency":
-		return &Frequency{Experts: experts}, nil
 	case "accuracy":
 		p, err := strconv.ParseFloat(val, 64)
 		if err != nil {
@@ -171,5 +128,5 @@ func ParsePredictor(s string, experts int, seed uint64) (Predictor, error) {
 		}
 		return NewAccuracy(p, experts, seed)
 	}
-	return nil, fmt.Errorf("unknown predictor %q: want oracle, prev-token, frequency or accuracy=P", s)
+	return nil, fmt.Errorf("unknown modelled predictor %q: want oracle or accuracy=P", s)
 }

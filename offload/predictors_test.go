@@ -49,27 +49,16 @@ func TestAccuracyPredictor(t *testing.T) {
 	}
 }
 
-func TestHeuristicPredictors(t *testing.T) {
-	var p PrevToken
-	if got := p.Predict(0, 3, []int{5, 6}); !slices.Equal(got, []int{0, 1}) {
-		t.Errorf("no history: %v", got)
-	}
-	if got := p.Predict(1, 3, []int{7, 2}); !slices.Equal(got, []int{5, 6}) {
-		t.Errorf("previous token: %v", got)
-	}
-	f := Frequency{Experts: 4}
-	f.Predict(0, 0, []int{2})
-	f.Predict(1, 0, []int{2})
-	f.Predict(2, 0, []int{3})
-	if got := f.Predict(3, 0, []int{0}); !slices.Equal(got, []int{2}) {
+func TestParsePredictor(t *testing.T) {
+	if got := MostUsed([]int{1, 4, 0, 4}, 3); !slices.Equal(got, []int{1, 3, 0}) {
 		t.Errorf("most used: %v", got)
 	}
-	for _, s := range []string{"oracle", "prev-token", "frequency", "accuracy=0.5"} {
+	for _, s := range []string{"oracle", "accuracy=0.5"} {
 		if _, err := ParsePredictor(s, 8, 1); err != nil {
 			t.Errorf("%s: %v", s, err)
 		}
 	}
-	for _, s := range []string{"", "accuracy", "accuracy=x", "accuracy=2", "crystal-ball"} {
+	for _, s := range []string{"", "accuracy", "accuracy=x", "accuracy=2", "crystal-ball", "prev-token"} {
 		if _, err := ParsePredictor(s, 8, 1); err == nil {
 			t.Errorf("%q: no error", s)
 		}

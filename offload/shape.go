@@ -51,26 +51,6 @@ func (s *Shape) Validate() error {
 	return nil
 }
 
-// Slots is how many expert slots a device budget of budget bytes holds once the resident
-// part is placed, or an error that says how much is needed: at least one layer's top-k, and
-// for the predicting policies the next layer's too.
-func (s *Shape) Slots(budget float64, p Policy) (int, error) {
-	need := s.Used
-	if p.predicts() {
-		need = 2 * s.Used
-	}
-	if !(budget > 0) || math.IsInf(budget, 0) {
-		return 0, fmt.Errorf("device memory budget %v bytes: want a positive size", budget)
-	}
-	slots := int(math.Floor((budget - s.Resident) / s.ExpertBytes))
-	if slots < need {
-		min := s.Resident + float64(need)*s.ExpertBytes
-		return 0, fmt.Errorf("shape %s with policy %s needs at least %.0f MiB of device memory (%.0f MiB resident + %d expert slots of %.1f MiB); the budget is %.0f MiB",
-			s.Name, p, min/(1<<20), s.Resident/(1<<20), need, s.ExpertBytes/(1<<20), budget/(1<<20))
-	}
-	return min(slots, s.Experts*s.MoELayers), nil
-}
-
 // Predictor gives the experts predicted for MoE layer j of token t, made while the previous
 // MoE layer runs (for j = 0: the previous token's last layer). truth is what the router will
 // choose; a predictor may look at it only to model a given accuracy.

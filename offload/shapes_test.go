@@ -33,9 +33,6 @@ func TestPublicShapes(t *testing.T) {
 			if err := s.Validate(); err != nil {
 				t.Error(err)
 			}
-			if _, err := s.Slots(24<<30, Commit); err != nil && typ == quant.Q4_K {
-				t.Errorf("%s fits no 24 GiB card: %v", s.Name, err)
-			}
 		}
 	}
 	ds, _ := PublicShape("deepseek-v2-lite", quant.Q4_K, 512)
