@@ -162,12 +162,9 @@ func simBenchShape(o SimBenchOptions, prof *sim.Profile, ctx int) (*SimBenchRepo
 	if err != nil {
 		return nil, err
 	}
-	budget := o.GPUMem
-	if budget == 0 {
-		budget = float64(prof.MemoryBytes)
-	}
-	if budget > float64(prof.MemoryBytes) {
-		return nil, fmt.Errorf("--gpu-mem %.1f GiB exceeds the %.1f GiB of %s", budget/(1<<30), float64(prof.MemoryBytes)/(1<<30), prof.Name)
+	budget, err := o.budget(prof)
+	if err != nil {
+		return nil, err
 	}
 	n := cmp.Or(o.Tokens, 64)
 	if n < 1 || n > 1<<20 {
@@ -176,7 +173,6 @@ func simBenchShape(o SimBenchOptions, prof *sim.Profile, ctx int) (*SimBenchRepo
 	if o.PromptLen < 0 || o.PromptLen > 1<<16 {
 		return nil, fmt.Errorf("prompt length %d: want 0 to %d", o.PromptLen, 1<<16)
 	}
-	policies := o.policies()
 	rs := routedShape{name: spec.Name, layers: spec.Layers - spec.LeadingDense, experts: spec.Experts, used: spec.ExpertsUsed}
 	rep := &SimBenchReport{Shape: spec.Name, Device: "sim:" + prof.Name, Calibrated: prof.Calibrated, GPUMem: budget,
 		Tokens: n, PromptLen: o.PromptLen, Predictor: cmp.Or(o.Predictor, "oracle")}
@@ -186,39 +182,67 @@ func simBenchShape(o SimBenchOptions, prof *sim.Profile, ctx int) (*SimBenchRepo
 	if err != nil {
 		return nil, err
 	}
-	host := o.HostBandwidth
-	if host == 0 && (slices.Contains(policies, offload.CPUMiss) || slices.Contains(policies, offload.Static)) {
-		host = MeasureHostRates().Bandwidth
-	}
-	rep.HostBandwidth = host
 	to := TimingOnlyOptions{Routing: func(pos, j int) []int {
 		if pos >= len(tokens) || j >= len(tokens[pos]) {
 			return nil
 		}
 		return tokens[pos][j]
 	}}
-	bo := BenchOptions{Options: Options{Device: o.Device, HostRates: HostRates{Bandwidth: host, FLOPS: o.HostFLOPS}, ContextLength: max(ctx, prompt+n+1), TimingOnly: &to},
-		Policies: policies, GPUMem: int64(budget), Eviction: o.Eviction, HostLayers: o.HostLayers, PromptIDs: [][]int32{make([]int32, prompt)}, Tokens: n + 1,
-		Commit: &CommitOptions{CrossToken: o.CrossToken}, TimelineTokens: o.TimelineTokens,
+	bo := BenchOptions{Options: Options{ContextLength: max(ctx, prompt+n+1)}, PromptIDs: [][]int32{make([]int32, prompt)}, Tokens: n + 1,
 		Routing: map[bool]string{true: "SYNTHETIC routing", false: "recorded routing"}[rep.Synthetic]}
-	if err := modelPredictor(&bo, rep.Predictor, rs.experts, o.Seed); err != nil {
+	br, err := o.timingOnly(rep, &bo, &to, rs.experts, func(opts Options) (*Model, error) { return OpenShape(o.Shape, opts) })
+	if err != nil {
+		return nil, err
+	}
+	rep.ExpertBytes, rep.Resident = float64(br.SlotBytes), float64(br.Resident)
+	if o.PromptLen == 0 {
+		for i := range rep.Policies {
+			rep.Policies[i].TTFT = 0
+		}
+	}
+	return rep, nil
+}
+
+// budget is the device memory budget: GPUMem, or the whole card.
+func (o *SimBenchOptions) budget(prof *sim.Profile) (float64, error) {
+	budget := o.GPUMem
+	if budget == 0 {
+		budget = float64(prof.MemoryBytes)
+	}
+	if budget > float64(prof.MemoryBytes) {
+		return 0, fmt.Errorf("--gpu-mem %.1f GiB exceeds the %.1f GiB of %s", budget/(1<<30), float64(prof.MemoryBytes)/(1<<30), prof.Name)
+	}
+	return budget, nil
+}
+
+// timingOnly runs bo's prompts with Bench, every policy timing only with the routing to
+// replays (for a model of experts experts, opened by open), and fills rep's policy rows and
+// host rate: what the benchmarks of shapes and of a model's own routing share.
+func (o *SimBenchOptions) timingOnly(rep *SimBenchReport, bo *BenchOptions, to *TimingOnlyOptions, experts int, open func(Options) (*Model, error)) (*BenchReport, error) {
+	policies := o.policies()
+	host := o.HostBandwidth
+	if host == 0 && (slices.Contains(policies, offload.CPUMiss) || slices.Contains(policies, offload.Static)) {
+		host = MeasureHostRates().Bandwidth
+	}
+	rep.HostBandwidth = host
+	bo.Options.Device, bo.Options.HostRates, bo.Options.TimingOnly = o.Device, HostRates{Bandwidth: host, FLOPS: o.HostFLOPS}, to
+	bo.Policies, bo.GPUMem, bo.Eviction, bo.HostLayers = policies, int64(rep.GPUMem), o.Eviction, o.HostLayers
+	bo.Commit, bo.TimelineTokens = &CommitOptions{CrossToken: o.CrossToken}, o.TimelineTokens
+	if err := modelPredictor(bo, rep.Predictor, experts, o.Seed); err != nil {
 		return nil, err
 	}
 	if o.Timeline != nil {
 		bo.Timeline = policyTimeline(o.Timeline)
 	}
-	br, err := bench(context.Background(), rep.Shape, func(opts Options) (*Model, error) { return OpenShape(o.Shape, opts) }, bo)
+	br, err := bench(context.Background(), rep.Shape, open, *bo)
 	if err != nil {
 		return nil, err
 	}
-	rep.ExpertBytes, rep.Resident, rep.Policies = float64(br.SlotBytes), float64(br.Resident), br.Rows
+	rep.Policies = br.Rows
 	for i := range rep.Policies {
-		rep.Policies[i].Predictor = ""
-		if o.PromptLen == 0 {
-			rep.Policies[i].TTFT = 0
-		}
+		rep.Policies[i].Predictor = "" // the report's, for every policy
 	}
-	return rep, nil
+	return br, nil
 }
 
 // modelPredictor makes bo's prefetch and commit predict with name: the offloader's
@@ -234,7 +258,7 @@ func modelPredictor(bo *BenchOptions, name string, experts int, seed uint64) err
 	}
 	pred, err := offload.ParsePredictor(name, experts, seed)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w, or the offloader's heuristics prev-token and frequency", err)
 	}
 	bo.Predictor = "router"
 	to := bo.Options.TimingOnly
@@ -273,46 +297,25 @@ func simBenchModel(o SimBenchOptions, prof *sim.Profile) (*SimBenchReport, error
 	if n < 2 || n > 1<<20 {
 		return nil, fmt.Errorf("tokens %d: want 2 to %d (the first is the time to first token)", n, 1<<20)
 	}
-	policies := o.policies()
-	budget := o.GPUMem
-	if budget == 0 {
-		budget = float64(prof.MemoryBytes)
-	}
-	host := o.HostBandwidth
-	if host == 0 && (slices.Contains(policies, offload.CPUMiss) || slices.Contains(policies, offload.Static)) {
-		host = MeasureHostRates().Bandwidth
+	budget, err := o.budget(prof)
+	if err != nil {
+		return nil, err
 	}
 	// One more token than timed: the last timed token predicts its successor's first layer.
 	rec, err := recordRouting(m, o.Prompts, n+1)
 	if err != nil {
 		return nil, err
 	}
-	pname := cmp.Or(o.Predictor, "oracle")
-	bo := BenchOptions{Options: Options{Device: o.Device, HostRates: HostRates{Bandwidth: host, FLOPS: o.HostFLOPS}, ContextLength: m.nctx, KVType: map[bool]string{true: "f16", false: "f32"}[m.kvF16]},
-		Policies: policies, GPUMem: int64(budget), Eviction: o.Eviction, HostLayers: o.HostLayers, Prompts: o.Prompts, Tokens: n, TimelineTokens: o.TimelineTokens}
+	rep := &SimBenchReport{Shape: cmp.Or(m.info.Name, m.info.Architecture), Device: "sim:" + prof.Name, Calibrated: prof.Calibrated,
+		GPUMem: budget, Tokens: (n - 1) * len(o.Prompts), Predictor: cmp.Or(o.Predictor, "oracle"),
+		Routing: fmt.Sprintf("recorded while %s decoded %d prompts greedily", m.info.Path, len(o.Prompts))}
 	to := rec.replay()
-	bo.Options.TimingOnly = &to
-	bo.Commit = &CommitOptions{CrossToken: o.CrossToken}
-	if err := modelPredictor(&bo, pname, m.info.Experts, o.Seed); err != nil {
-		return nil, err
-	}
-	if o.Timeline != nil {
-		bo.Timeline = policyTimeline(o.Timeline)
-	}
-	br, err := Bench(context.Background(), m.info.Path, bo)
+	bo := BenchOptions{Options: Options{ContextLength: m.nctx, KVType: map[bool]string{true: "f16", false: "f32"}[m.kvF16]}, Prompts: o.Prompts, Tokens: n}
+	br, err := o.timingOnly(rep, &bo, &to, m.info.Experts, func(opts Options) (*Model, error) { return Open(m.info.Path, opts) })
 	if err != nil {
 		return nil, err
 	}
-	rep := &SimBenchReport{Shape: m.info.Name, Device: br.Device, Calibrated: br.Calibrated, GPUMem: budget,
-		ExpertBytes: float64(br.SlotBytes), Resident: float64(br.Resident), Tokens: (n - 1) * len(o.Prompts), Predictor: pname,
-		HostBandwidth: host, Policies: br.Rows,
-		Routing: fmt.Sprintf("recorded while %s decoded %d prompts greedily", m.info.Path, len(o.Prompts))}
-	if rep.Shape == "" {
-		rep.Shape = m.info.Architecture
-	}
-	for i := range rep.Policies {
-		rep.Policies[i].Predictor = ""
-	}
+	rep.ExpertBytes, rep.Resident = float64(br.SlotBytes), float64(br.Resident)
 	return rep, nil
 }
 
