@@ -247,15 +247,21 @@ func storeRet(x Register) {
 
 // hsum8 is ggml's hsum_float_8: (hi+lo) of the 128-bit halves, then lanes 2,3 onto 0,1,
 // then lane 1 onto lane 0. The result is in the low lane of the returned register.
-func hsum8(acc VecVirtual) VecVirtual {
+func hsum8(acc VecVirtual) VecVirtual { return tree8(acc, VADDPS, VADDSS) }
+
+// tree8 reduces the eight lanes of v with op in ggml's order, the high 128-bit half onto the
+// low one, then lanes 2,3 onto 0,1, then lane 1 onto lane 0 (with opSS, op's scalar form),
+// each step's operands in the order of the intrinsics ggml writes it with. The result is in
+// the low lane of the returned register.
+func tree8(v VecVirtual, op, opSS func(...Op)) VecVirtual {
 	r := XMM()
-	VEXTRACTF128(U8(1), acc, r)
-	VADDPS(acc.AsX(), r, r)
+	VEXTRACTF128(U8(1), v, r)
+	op(v.AsX(), r, r)
 	t := XMM()
 	VMOVHLPS(r, r, t)
-	VADDPS(t, r, r)
+	op(t, r, r)
 	VMOVSHDUP(r, t)
-	VADDSS(t, r, r)
+	opSS(t, r, r)
 	return r
 }
 

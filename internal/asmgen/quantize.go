@@ -230,14 +230,4 @@ func quantSig(name, doc string) (sp, dp, nb Register) {
 // maxTree reduces the eight lanes of m to the low lane of the result in the order of ggml's
 // quantize_row_q8_0: _mm_max_ps(high half, low half), then lanes 2,3 onto 0,1, then lane 1
 // onto lane 0, each VMAXPS keeping its first operand when greater.
-func maxTree(m VecVirtual) VecVirtual {
-	q := XMM()
-	VEXTRACTF128(U8(1), m, q)
-	VMAXPS(m.AsX(), q, q)
-	t := XMM()
-	VMOVHLPS(q, q, t)
-	VMAXPS(t, q, q)
-	VMOVSHDUP(q, t)
-	VMAXSS(t, q, q)
-	return q
-}
+func maxTree(m VecVirtual) VecVirtual { return tree8(m, VMAXPS, VMAXSS) }
