@@ -142,9 +142,6 @@ func (d *Device) MatMulID(w quant.Matrix, x []float32, T int, out []float32) {
 	d.charge("expert", w, T)
 }
 
-// TimingOnly says whether the device only charges its work (DeviceOptions.TimingOnly).
-func (d *Device) TimingOnly() bool { return d.num == nil }
-
 func (d *Device) charge(kind string, w quant.Matrix, T int) {
 	b, f := matMulCost(w, T)
 	d.Charge(kind, b, f)
