@@ -28,6 +28,7 @@ fuzz:
 	$(GO) test ./models -run '^$$' -fuzz FuzzOpen -fuzztime $(FUZZTIME)
 	$(GO) test ./offload -run '^$$' -fuzz FuzzCache -fuzztime $(FUZZTIME)
 	$(GO) test ./trace -run '^$$' -fuzz FuzzReader -fuzztime $(FUZZTIME)
+	$(GO) test ./sim -run '^$$' -fuzz FuzzParseProfiles -fuzztime $(FUZZTIME)
 
 # Prompt and decode tokens/s of commit-run beside llama.cpp, llama-bench style, on synthetic
 # OLMoE and Qwen3-30B-A3B shaped files (tools/bench/cpubench; needs Node.js). It takes long;

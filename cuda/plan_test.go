@@ -58,7 +58,7 @@ func TestGPUPlannerOptions(t *testing.T) {
 			t.Errorf("host rates %+v: %v", r, err)
 		}
 	}
-	want := device.HostRates{Bandwidth: device.DefaultHostBandwidth, FLOPS: device.DefaultHostFLOPS, Overhead: device.DefaultHostOverhead}
+	want := device.HostRates{Bandwidth: device.DefaultHostBandwidth, FLOPS: device.DefaultHostFLOPS, Overhead: device.DefaultHostOverhead, Memory: device.DefaultHostBandwidth}
 	if g := openFakeGPU(t, GPUOptions{}); g.hostRates != want {
 		t.Errorf("default host rates %+v, want %+v", g.hostRates, want)
 	}

@@ -34,6 +34,9 @@ type HostRates struct {
 	FLOPS float64
 	// Overhead is a kernel's fixed cost in seconds; 0 = DefaultHostOverhead.
 	Overhead float64
+	// Memory is the host DRAM's read rate in bytes/s, which no kernel beats: the physical
+	// limit of the host's reads (DESIGN.md §6), not a price; 0 = Bandwidth.
+	Memory float64
 }
 
 // WithDefaults checks r and fills its zero rates with the defaults.
@@ -42,13 +45,16 @@ func (r HostRates) WithDefaults() (HostRates, error) {
 		name string
 		v    *float64
 		def  float64
-	}{{"bandwidth", &r.Bandwidth, DefaultHostBandwidth}, {"flops", &r.FLOPS, DefaultHostFLOPS}, {"overhead", &r.Overhead, DefaultHostOverhead}} {
+	}{{"bandwidth", &r.Bandwidth, DefaultHostBandwidth}, {"flops", &r.FLOPS, DefaultHostFLOPS}, {"overhead", &r.Overhead, DefaultHostOverhead}, {"memory bandwidth", &r.Memory, 0}} {
 		if !(*f.v >= 0) || math.IsInf(*f.v, 0) {
 			return r, fmt.Errorf("host %s %v: want a positive number, or 0 for the default", f.name, *f.v)
 		}
 		if *f.v == 0 {
 			*f.v = f.def
 		}
+	}
+	if r.Memory == 0 {
+		r.Memory = r.Bandwidth
 	}
 	return r, nil
 }

@@ -15,12 +15,14 @@ func TestHostRatesWithDefaults(t *testing.T) {
 		want HostRates
 		err  string
 	}{
-		{"zero: the defaults", HostRates{}, HostRates{DefaultHostBandwidth, DefaultHostFLOPS, DefaultHostOverhead}, ""},
-		{"given rates kept", HostRates{1e9, 2e9, 3e-6}, HostRates{1e9, 2e9, 3e-6}, ""},
-		{"one given", HostRates{FLOPS: 5e10}, HostRates{DefaultHostBandwidth, 5e10, DefaultHostOverhead}, ""},
+		{"zero: the defaults", HostRates{}, HostRates{DefaultHostBandwidth, DefaultHostFLOPS, DefaultHostOverhead, DefaultHostBandwidth}, ""},
+		{"given rates kept", HostRates{1e9, 2e9, 3e-6, 4e9}, HostRates{1e9, 2e9, 3e-6, 4e9}, ""},
+		{"memory defaults to the kernels' rate", HostRates{Bandwidth: 1e9}, HostRates{1e9, DefaultHostFLOPS, DefaultHostOverhead, 1e9}, ""},
+		{"one given", HostRates{FLOPS: 5e10}, HostRates{DefaultHostBandwidth, 5e10, DefaultHostOverhead, DefaultHostBandwidth}, ""},
 		{"negative bandwidth", HostRates{Bandwidth: -1}, HostRates{}, "host bandwidth"},
 		{"NaN flops", HostRates{FLOPS: math.NaN()}, HostRates{}, "host flops"},
 		{"infinite overhead", HostRates{Overhead: math.Inf(1)}, HostRates{}, "host overhead"},
+		{"negative memory", HostRates{Memory: -2}, HostRates{}, "host memory bandwidth"},
 	}
 	for _, c := range cases {
 		got, err := c.in.WithDefaults()

@@ -18,12 +18,23 @@ import (
 
 	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/multigpu"
+	"github.com/commit-run/commit-run/sim"
 )
 
 // HostRates price the host's expert kernels for cpu-miss on a GPU, real or simulated: the
 // rate a kernel reads its weights at for one token, and the rate of each further token's
 // arithmetic. Measure this machine's with MeasureHostRates.
 type HostRates = device.HostRates
+
+// HostProfile describes a host's expert kernels as data, as a GPU profile describes a card:
+// the embedded ones (Hosts) are the hosts of published measurements.
+type HostProfile = sim.HostProfile
+
+// LoadHost returns the embedded host profile name, or the one in a JSON file.
+func LoadHost(name string) (*HostProfile, error) { return sim.LoadHost(name) }
+
+// Hosts lists the embedded host profiles.
+func Hosts() []string { return sim.Hosts() }
 
 // Options configure Open. The zero value runs on the CPU with every core, the model's own
 // context length (capped by MaxContext) and an F16 KV cache, as llama.cpp does.

@@ -66,10 +66,11 @@ type BenchReport struct {
 // Bench decodes Tokens tokens greedily after each prompt, at batch size 1, once per policy,
 // and reports per-token latency, time to first token and the offloader's figures. On a
 // simulated device every figure comes from its timeline, and the physical limit (DESIGN.md
-// §6) is max(compute, bytes not resident at the token's start / effective PCIe rate). On a
-// CUDA GPU the latency is still the wall clock, what the user waits, but the stall and the
-// compute come from the device's events (deviceTimer) and the limit divides the bytes by the
-// copy stream's bandwidth measured so far in the run.
+// §6) is max(compute, bytes not resident at the token's start / effective PCIe rate, expert
+// bytes the host read / its memory's rate, HostRates.Memory). On a CUDA GPU the latency is
+// still the wall clock, what the user waits, but the stall and the compute come from the
+// device's events (deviceTimer) and the limit divides the bytes by the copy stream's
+// bandwidth measured so far in the run.
 func Bench(ctx context.Context, path string, o BenchOptions) (*BenchReport, error) {
 	return bench(ctx, path, func(opts Options) (*Model, error) { return Open(path, opts) }, o)
 }
@@ -141,11 +142,11 @@ func benchRun(ctx context.Context, open func(Options) (*Model, error), o BenchOp
 	defer s.Close()
 	sd, simulated := m.dev.(*sim.Device)
 	rep.Device, rep.Simulated = m.dev.Name(), simulated
-	if m.off != nil && m.off.opts.Policy == offload.CPUMiss && m.off.planner != nil {
+	var pcie, hostMem float64
+	if m.off != nil && m.off.planner != nil && (m.off.opts.Policy == offload.CPUMiss || m.off.opts.Policy == offload.Static) {
 		r, _ := opts.HostRates.WithDefaults() // Open checked them
-		rep.HostRates = &r
+		rep.HostRates, hostMem = &r, r.Memory
 	}
-	var pcie float64
 	if simulated {
 		rep.Calibrated = sd.Profile().Calibrated
 		pcie = sd.Profile().PCIeEffective
@@ -194,7 +195,7 @@ func benchRun(ctx context.Context, open func(Options) (*Model, error), o BenchOp
 					ttft += now.t - start.t
 					first = false
 				} else {
-					st = append(st, tokenStats(last, now, pcie))
+					st = append(st, tokenStats(last, now, pcie, hostMem))
 					devTime += now.gpu.DeviceSeconds - last.gpu.DeviceSeconds
 				}
 				last = now
@@ -271,8 +272,9 @@ type benchSnap struct {
 }
 
 // tokenStats are the figures of the decode step between snapshots a and b; pcie is the
-// simulated link's rate (0 on other devices).
-func tokenStats(a, b benchSnap, pcie float64) offload.TokenStats {
+// simulated link's rate (0 on other devices), hostMem the host memory's when the host
+// computes experts on a GPU's behalf (0: it does not).
+func tokenStats(a, b benchSnap, pcie, hostMem float64) offload.TokenStats {
 	st := offload.TokenStats{
 		Latency:   b.t - a.t,
 		Stall:     b.dv.ComputeStalled - a.dv.ComputeStalled,
@@ -282,6 +284,7 @@ func tokenStats(a, b benchSnap, pcie float64) offload.TokenStats {
 		Hits:      int(b.off.Hits - a.off.Hits),
 		Misses:    int(b.off.Misses - a.off.Misses),
 		OnCPU:     int(b.off.OnCPU - a.off.OnCPU),
+		HostRead:  float64(b.off.HostBytes - a.off.HostBytes),
 		Correct:   int(b.off.Correct - a.off.Correct),
 		Predicted: int(b.off.Predicted - a.off.Predicted),
 	}
@@ -294,7 +297,10 @@ func tokenStats(a, b benchSnap, pcie float64) offload.TokenStats {
 	}
 	st.Limit = st.Compute
 	if pcie > 0 {
-		st.Limit = max(st.Compute, st.Needed/pcie)
+		st.Limit = max(st.Limit, st.Needed/pcie)
+	}
+	if hostMem > 0 {
+		st.Limit = max(st.Limit, st.HostRead/hostMem)
 	}
 	return st
 }

@@ -37,7 +37,8 @@ type OffloadStats struct {
 	Resident     int64 // non-expert weights and one session's KV cache
 	Hits, Misses int64 // experts found in a slot, or copied in when needed
 	Prefetched   int64 // experts copied ahead of their layer
-	OnCPU        int64 // experts computed from host memory (cpu-miss)
+	OnCPU        int64 // experts computed from host memory (cpu-miss, static)
+	HostBytes    int64 // the weight bytes of those experts, which the host read
 	BytesCopied  int64
 	// NeededBytes are the bytes of the experts computed on the device that were not resident
 	// when their forward pass began: what any schedule would have had to move.
@@ -279,6 +280,7 @@ func (f *offloader) weights(layer, e int, host bool) (w offload.ExpertWeights, d
 		}
 		f.stats.OnCPU++
 		f.stats.Misses++
+		f.stats.HostBytes += int64(len(w.Gate.Data) + len(w.Up.Data) + len(w.Down.Data))
 		if f.planner == nil && f.pol.keepsHostExperts() {
 			// A device that cannot weigh host against copy (the CPU) fills the slot behind
 			// the computation, so that later tokens find it resident.

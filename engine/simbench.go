@@ -51,12 +51,11 @@ type SimBenchOptions struct {
 	// CrossToken makes commit commit each token's first MoE layer too (CommitOptions).
 	CrossToken bool
 	Seed       uint64
-	// HostBandwidth is the rate the host computes a missed expert at (cpu-miss), bytes/s;
-	// 0 measures it on this machine.
-	HostBandwidth float64
-	// HostFLOPS is the rate of the arithmetic each further token of a batch adds to a host
-	// expert (cpu-miss in a prompt), flop/s; 0 takes device.DefaultHostFLOPS.
-	HostFLOPS float64
+	// HostRates price the experts the host computes (cpu-miss, static): a host profile's
+	// (LoadHost) or given rates; a zero Bandwidth measures this machine's.
+	HostRates HostRates
+	// Host names where HostRates come from in the report, e.g. a host profile's name.
+	Host string
 	// Timeline, when set, receives an SVG of the last TimelineTokens tokens per policy.
 	Timeline       func(p offload.Policy) (io.WriteCloser, error)
 	TimelineTokens int
@@ -105,19 +104,22 @@ func (r PolicyReport) MarshalJSON() ([]byte, error) {
 
 // SimBenchReport is the outcome of SimBench.
 type SimBenchReport struct {
-	Shape         string
-	Device        string
-	Calibrated    bool // whether the profile was checked against a real GPU
-	GPUMem        float64
-	ExpertBytes   float64
-	Resident      float64
-	Tokens        int
-	PromptLen     int    // prompt tokens prefilled before the decode (0: no time to first token)
-	Routing       string // where the routing came from
-	Synthetic     bool   // routing drawn by a synthetic router: label every figure so
-	Predictor     string
-	HostBandwidth float64
-	Policies      []PolicyReport
+	Shape       string
+	Device      string
+	Calibrated  bool // whether the profile was checked against a real GPU
+	GPUMem      float64
+	ExpertBytes float64
+	Resident    float64
+	Tokens      int
+	PromptLen   int    // prompt tokens prefilled before the decode (0: no time to first token)
+	Routing     string // where the routing came from
+	Synthetic   bool   // routing drawn by a synthetic router: label every figure so
+	Predictor   string
+	// HostRates are the rates the host computed experts at, with Host saying where they
+	// came from; nil when no policy computes on the host.
+	HostRates *HostRates `json:",omitempty"`
+	Host      string     `json:",omitempty"`
+	Policies  []PolicyReport
 }
 
 // policies are the policies to time: all four unless some are named.
@@ -220,12 +222,21 @@ func (o *SimBenchOptions) budget(prof *sim.Profile) (float64, error) {
 // host rate: what the benchmarks of shapes and of a model's own routing share.
 func (o *SimBenchOptions) timingOnly(rep *SimBenchReport, bo *BenchOptions, to *TimingOnlyOptions, experts int, open func(Options) (*Model, error)) (*BenchReport, error) {
 	policies := o.policies()
-	host := o.HostBandwidth
-	if host == 0 && (slices.Contains(policies, offload.CPUMiss) || slices.Contains(policies, offload.Static)) {
-		host = MeasureHostRates().Bandwidth
+	host := o.HostRates
+	if slices.Contains(policies, offload.CPUMiss) || slices.Contains(policies, offload.Static) {
+		rep.Host = o.Host
+		if host.Bandwidth == 0 {
+			m := MeasureHostRates()
+			host.Bandwidth, host.FLOPS = m.Bandwidth, cmp.Or(host.FLOPS, m.FLOPS)
+			rep.Host = "measured on this machine"
+		}
+		r, err := host.WithDefaults()
+		if err != nil {
+			return nil, err
+		}
+		rep.HostRates = &r
 	}
-	rep.HostBandwidth = host
-	bo.Options.Device, bo.Options.HostRates, bo.Options.TimingOnly = o.Device, HostRates{Bandwidth: host, FLOPS: o.HostFLOPS}, to
+	bo.Options.Device, bo.Options.HostRates, bo.Options.TimingOnly = o.Device, host, to
 	bo.Policies, bo.GPUMem, bo.Eviction, bo.HostLayers = policies, int64(rep.GPUMem), o.Eviction, o.HostLayers
 	bo.Commit, bo.TimelineTokens = &CommitOptions{CrossToken: o.CrossToken}, o.TimelineTokens
 	if err := modelPredictor(bo, rep.Predictor, experts, o.Seed); err != nil {

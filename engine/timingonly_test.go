@@ -226,7 +226,7 @@ func TestSimBenchModelOracle(t *testing.T) {
 	}
 	defer m.Close()
 	rep, err := engine.SimBench(engine.SimBenchOptions{Model: m, Prompts: []string{"The prince said", "Natasha"}, Device: "sim:rtx2080ti",
-		GPUMem: 9 << 20, Tokens: 8, Predictor: "oracle", HostBandwidth: 10e9})
+		GPUMem: 9 << 20, Tokens: 8, Predictor: "oracle", HostRates: engine.HostRates{Bandwidth: 10e9}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +250,7 @@ func TestSimBenchModelOracle(t *testing.T) {
 func TestSimBenchShape(t *testing.T) {
 	for _, shape := range []string{"olmoe-1b-7b@q4km", "deepseek-v2-lite"} {
 		rep, err := engine.SimBench(engine.SimBenchOptions{Shape: shape, Device: "sim:rtx2080ti", GPUMem: 3 << 30, Tokens: 4, PromptLen: 8,
-			Predictor: "oracle", HostBandwidth: 20e9})
+			Predictor: "oracle", HostRates: engine.HostRates{Bandwidth: 20e9}})
 		if err != nil {
 			t.Fatal(err)
 		}

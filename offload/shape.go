@@ -67,10 +67,14 @@ type TokenStats struct {
 	// Needed is the bytes of the experts the token computed with on the device that were not
 	// resident when the token started: what any schedule has to move.
 	Needed float64
-	Limit  float64 // the physical limit: max(Compute, Needed / PCIe bandwidth)
-	Hits   int     // experts found resident (or in flight from a prefetch) when needed
-	Misses int     // experts loaded on demand, or computed on the host by cpu-miss
-	OnCPU  int     // experts computed on the host
+	// HostRead is the weight bytes of the experts the host computed.
+	HostRead float64
+	// Limit is the physical limit (DESIGN.md §6): max(Compute, Needed / PCIe bandwidth,
+	// HostRead / host memory bandwidth).
+	Limit  float64
+	Hits   int // experts found resident (or in flight from a prefetch) when needed
+	Misses int // experts loaded on demand, or computed on the host by cpu-miss
+	OnCPU  int // experts computed on the host
 	// Correct counts predicted experts that the router also chose, Predicted the
 	// predictions made (prefetch, commit).
 	Correct, Predicted int

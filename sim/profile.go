@@ -52,13 +52,16 @@ const (
 	maxLatency     = 1.0      // one second per op
 )
 
-//go:embed profiles/*.json
+//go:embed profiles/*.json hosts/*.json
 var embedded embed.FS
 
-// Profiles lists the names of the embedded profiles, sorted.
-func Profiles() []string {
+// Profiles lists the names of the embedded GPU profiles, sorted.
+func Profiles() []string { return embeddedNames("profiles") }
+
+// embeddedNames lists the .json files of an embedded directory without the suffix, sorted.
+func embeddedNames(dir string) []string {
 	// Cannot fail: go:embed refuses to build when the pattern matches nothing.
-	entries, _ := fs.ReadDir(embedded, "profiles")
+	entries, _ := fs.ReadDir(embedded, dir)
 	var names []string
 	for _, e := range entries {
 		if n, ok := strings.CutSuffix(e.Name(), ".json"); ok && !e.IsDir() {
@@ -73,31 +76,48 @@ func Profiles() []string {
 // is looked up among the embedded profiles; anything else is read as a JSON file, so users
 // can describe their own card.
 func LoadProfile(name string) (*Profile, error) {
+	return load[Profile](name, "profiles", "GPU profile")
+}
+
+// named is a profile of either kind: it names itself and validates.
+type named interface {
+	name() string
+	Validate() error
+}
+
+func (p *Profile) name() string { return p.Name }
+
+// load reads the profile called name among the embedded ones of dir, or from a JSON file
+// when name is a path; kind names the sort in errors.
+func load[T any, P interface {
+	*T
+	named
+}](name, dir, kind string) (*T, error) {
 	if isPath(name) {
 		data, err := os.ReadFile(name)
 		if err != nil {
-			return nil, fmt.Errorf("read profile file: %w", err)
+			return nil, fmt.Errorf("read %s file: %w", kind, err)
 		}
-		p, err := parseProfile(data)
+		p, err := parse[T, P](data)
 		if err != nil {
-			return nil, fmt.Errorf("profile file %s: %w", name, err)
+			return nil, fmt.Errorf("%s file %s: %w", kind, name, err)
 		}
 		return p, nil
 	}
-	data, err := embedded.ReadFile(path.Join("profiles", name+".json"))
+	data, err := embedded.ReadFile(path.Join(dir, name+".json"))
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("unknown GPU profile %q (known: %s; or give the path of a .json file)",
-				name, strings.Join(Profiles(), ", "))
+			return nil, fmt.Errorf("unknown %s %q (known: %s; or give the path of a .json file)",
+				kind, name, strings.Join(embeddedNames(dir), ", "))
 		}
-		return nil, fmt.Errorf("embedded profile %q: %w", name, err)
+		return nil, fmt.Errorf("embedded %s %q: %w", kind, name, err)
 	}
-	p, err := parseProfile(data)
+	p, err := parse[T, P](data)
 	if err != nil {
-		return nil, fmt.Errorf("embedded profile %q: %w", name, err)
+		return nil, fmt.Errorf("embedded %s %q: %w", kind, name, err)
 	}
-	if p.Name != name {
-		return nil, fmt.Errorf("embedded profile file %s.json names itself %q", name, p.Name)
+	if n := P(p).name(); n != name {
+		return nil, fmt.Errorf("embedded %s file %s.json names itself %q", kind, name, n)
 	}
 	return p, nil
 }
@@ -107,19 +127,22 @@ func isPath(name string) bool {
 		strings.HasSuffix(name, ".json")
 }
 
-// parseProfile decodes exactly one JSON object and validates it. Unknown fields are errors
-// so that a misspelt key does not silently leave a rate at zero.
-func parseProfile(data []byte) (*Profile, error) {
+// parse decodes exactly one JSON object and validates it. Unknown fields are errors so that
+// a misspelt key does not silently leave a rate at zero.
+func parse[T any, P interface {
+	*T
+	named
+}](data []byte) (*T, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
-	var p Profile
+	var p T
 	if err := dec.Decode(&p); err != nil {
 		return nil, fmt.Errorf("decode JSON: %w", err)
 	}
 	if err := dec.Decode(&struct{}{}); err != io.EOF {
 		return nil, errors.New("decode JSON: trailing data after the profile object")
 	}
-	if err := p.Validate(); err != nil {
+	if err := P(&p).Validate(); err != nil {
 		return nil, err
 	}
 	return &p, nil

@@ -72,7 +72,7 @@ func TestCopyTime(t *testing.T) {
 
 func TestEmbeddedProfiles(t *testing.T) {
 	names := Profiles()
-	for _, want := range []string{"h100-pcie", "rtx2080ti", "rtx4090"} {
+	for _, want := range []string{"h100-pcie", "rtx2080", "rtx2080ti", "rtx4090"} {
 		found := false
 		for _, n := range names {
 			found = found || n == want
@@ -132,6 +132,7 @@ func TestEmbeddedProfileNumbers(t *testing.T) {
 	}{
 		{"rtx4090", 24 * GiB, 1008e9, 31.5e9},
 		{"rtx2080ti", 11 * GiB, 616e9, 15.75e9},
+		{"rtx2080", 8 * GiB, 448e9, 15.75e9},
 		{"h100-pcie", 80 * GiB, 2000e9, 63e9},
 	}
 	for _, c := range cases {

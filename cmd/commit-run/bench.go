@@ -231,11 +231,9 @@ func (a *app) simBench(f benchFlags) error {
 			return fmt.Errorf("--gpu-mem: %w", err)
 		}
 	}
-	rates, err := a.hostRates()
-	if err != nil {
+	if o.HostRates, o.Host, err = a.hostRates(); err != nil {
 		return err
 	}
-	o.HostBandwidth, o.HostFLOPS = rates.Bandwidth, rates.FLOPS
 	if o.Policies, err = offload.ParsePolicies(cmp.Or(a.policy, a.benchPolicies())); err != nil {
 		return fmt.Errorf("--policy: %w", err)
 	}
@@ -261,8 +259,8 @@ func (a *app) simBench(f benchFlags) error {
 		prompt = fmt.Sprintf("after a %d-token prompt", rep.PromptLen)
 	}
 	host := ""
-	if rep.HostBandwidth > 0 { // cpu-miss ran
-		host = fmt.Sprintf("; host computes experts at %.1f GB/s", rep.HostBandwidth/1e9)
+	if r := rep.HostRates; r != nil { // cpu-miss or static ran
+		host = fmt.Sprintf("; host (%s) computes experts at %.1f GB/s, memory %.1f GB/s", rep.Host, r.Bandwidth/1e9, r.Memory/1e9)
 	}
 	fmt.Fprintf(a.stdout, "%d decode tokens %s, %s: %s; predictor %s%s\n",
 		rep.Tokens, prompt, routing, rep.Routing, rep.Predictor, host)

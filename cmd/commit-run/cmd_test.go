@@ -251,6 +251,8 @@ func TestOffloadFlagsBadInput(t *testing.T) {
 		{[]string{"--device", "sim:rtx4090", "--host-bw", "0"}, "--host-bw"},
 		{[]string{"--device", "sim:rtx4090", "--host-flops", "fast"}, "--host-flops"},
 		{[]string{"--device", "sim:rtx4090", "--host-flops", "-3G"}, "--host-flops"},
+		{[]string{"--device", "sim:rtx4090", "--host", "pentium-ii"}, "unknown host profile"},
+		{[]string{"--device", "sim:rtx4090", "--host", "/nonexistent/host.json"}, "no such file"},
 	}
 	for _, c := range cases {
 		args := append(c.args, "generate", "-m", model, "--prompt", "Hello", "-n", "1")

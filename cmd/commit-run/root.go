@@ -37,8 +37,8 @@ type app struct {
 	device    string
 	cudaLib   string
 	// Offloading: set by --gpu-mem; the policy, eviction and predictor refine it.
-	gpuMem, policy, eviction, predictor, hostBW, hostFLOPS string
-	cpuMoELayers                                           int
+	gpuMem, policy, eviction, predictor, host, hostBW, hostFLOPS string
+	cpuMoELayers                                                 int
 	// Committed routing: the Commit Router file and the OWA override.
 	predictorFile, owaSpec string
 	crossToken             bool
@@ -151,6 +151,7 @@ func (a *app) rootCmd() *cobra.Command {
 	pf.StringVar(&a.linkBW, "link-bw", "", "with --ep on simulated devices: each device's all-to-all bandwidth, e.g. 50GB (default: the profile's PCIe rate)")
 	pf.IntVar(&a.harmoenyQ, "harmoeny-q", 0, "with --ep: HarMoEny's token threshold q, the fewest tokens worth moving to a device that must fetch the expert (0: eq. 4 from the profile's FLOPS and PCIe rate; 150 on the CPU)")
 	pf.IntVar(&a.cpuMoELayers, "cpu-moe-layers", 0, "with --policy static (llama.cpp's split, as its --n-cpu-moe N): the routed experts of the first `N` MoE layers stay in host memory and the host computes them, the others stay on the device; bench adds static to its policies when N is given")
+	pf.StringVar(&a.host, "host", "", "GPUs, real or simulated: the host's rates for the experts it computes (cpu-miss, static) from a host profile, "+strings.Join(engine.Hosts(), ", ")+", or a JSON `FILE` like them; --host-bw and --host-flops override its rates (default: measured on this machine)")
 	pf.StringVar(&a.hostBW, "host-bw", "", "GPUs, real or simulated: the rate the host reads a missed expert's weights at when it computes the expert itself (cpu-miss), e.g. 20GB (default: measured on this machine)")
 	pf.StringVar(&a.hostFLOPS, "host-flops", "", "GPUs, real or simulated: the rate of the arithmetic each further token of a batch adds to such a host expert, e.g. 150G (default: measured on this machine)")
 	pf.StringVar(&a.profMode, "profile", "", "write a Go profile: cpu or mem")
@@ -267,7 +268,7 @@ func (a *app) engineOptions(device, policy string) (engine.Options, error) {
 	} else if a.gpuMem != "" || a.policy != "" {
 		return opts, fmt.Errorf("--gpu-mem and --policy offload experts to host memory; --ep spreads them over devices (see --ep-policy)")
 	}
-	if opts.HostRates, err = a.hostRates(); err != nil {
+	if opts.HostRates, _, err = a.hostRates(); err != nil {
 		return opts, err
 	}
 	learnt := a.predictor == "" || a.predictor == "router"
@@ -441,24 +442,43 @@ func (a *app) commitOptions() *engine.CommitOptions {
 	return &engine.CommitOptions{Predictor: a.predictorFile, OWASpec: a.owaSpec, CrossToken: a.crossToken}
 }
 
-// hostRates reads --host-bw and --host-flops (0 when unset).
-func (a *app) hostRates() (engine.HostRates, error) {
-	var r engine.HostRates
+// hostRates reads --host, then --host-bw and --host-flops over it (0 when unset), and says
+// where the rates come from.
+func (a *app) hostRates() (engine.HostRates, string, error) {
+	r, label, err := a.hostProfile()
+	if err != nil {
+		return r, "", err
+	}
+	if a.hostBW != "" || a.hostFLOPS != "" {
+		label = strings.TrimPrefix(label+" with --host-bw/--host-flops", " with ")
+	}
 	if a.hostBW != "" {
 		v, err := parseBytes(a.hostBW)
 		if err != nil {
-			return r, fmt.Errorf("--host-bw: %w", err)
+			return r, "", fmt.Errorf("--host-bw: %w", err)
 		}
 		r.Bandwidth = v
 	}
 	if a.hostFLOPS != "" {
 		v, err := parseFLOPS(a.hostFLOPS)
 		if err != nil {
-			return r, fmt.Errorf("--host-flops: %w", err)
+			return r, "", fmt.Errorf("--host-flops: %w", err)
 		}
 		r.FLOPS = v
 	}
-	return r, nil
+	return r, label, nil
+}
+
+// hostProfile reads the rates of --host's profile (none: zero rates).
+func (a *app) hostProfile() (engine.HostRates, string, error) {
+	if a.host == "" {
+		return engine.HostRates{}, "", nil
+	}
+	h, err := engine.LoadHost(a.host)
+	if err != nil {
+		return engine.HostRates{}, "", fmt.Errorf("--host: %w", err)
+	}
+	return h.Rates(), "host profile " + h.Name, nil
 }
 
 // session opens the model and one session on it; closing the returned func frees both.
