@@ -123,7 +123,7 @@ func benchRun(ctx context.Context, open func(Options) (*Model, error), o BenchOp
 		if *p == offload.Prefetch || *p == offload.Commit {
 			opts.Offload.Predictor = o.Predictor // the others predict nothing
 		}
-		if *p == offload.Static {
+		if p.Split() {
 			opts.Offload.HostLayers = o.HostLayers
 		}
 		if *p == offload.Commit && (o.Predictor == "" || o.Predictor == "router") {
@@ -143,7 +143,7 @@ func benchRun(ctx context.Context, open func(Options) (*Model, error), o BenchOp
 	sd, simulated := m.dev.(*sim.Device)
 	rep.Device, rep.Simulated = m.dev.Name(), simulated
 	var pcie, hostMem float64
-	if m.off != nil && m.off.planner != nil && (m.off.opts.Policy == offload.CPUMiss || m.off.opts.Policy == offload.Static) {
+	if m.off != nil && m.off.planner != nil && m.off.opts.Policy.UsesHost() {
 		r, _ := opts.HostRates.WithDefaults() // Open checked them
 		rep.HostRates, hostMem = &r, r.Memory
 	}

@@ -63,6 +63,7 @@ type offloader struct {
 	// copy, whichever finishes first.
 	planner device.Planner
 	ready   map[offload.ExpertKey]device.Event // when an expert's copy into its slot lands
+	landsAt map[offload.ExpertKey]float64      // and when the planner expected it to
 	free    map[int]device.Event               // when the last kernel reading a slot ends
 	// pass numbers forward passes; loadedIn is the pass each expert was last copied in, so
 	// that one copied during the current pass was not resident at its start.
@@ -107,7 +108,7 @@ func newOffloader(m *Model, o OffloadOptions) (*offloader, error) {
 		}
 	}()
 	f := &offloader{opts: o, pol: pol, store: store, dev: m.dev, moeIdx: map[int]int{}, next: map[int]int{},
-		last: map[int][]int{}, counts: map[int][]int{}, pending: map[int][]int{}, ready: map[offload.ExpertKey]device.Event{}, free: map[int]device.Event{},
+		last: map[int][]int{}, counts: map[int][]int{}, pending: map[int][]int{}, ready: map[offload.ExpertKey]device.Event{}, landsAt: map[offload.ExpertKey]float64{}, free: map[int]device.Event{},
 		loadedIn: map[offload.ExpertKey]uint64{}}
 	f.planner, _ = m.dev.(device.Planner)
 	layers := store.Layers()
@@ -281,9 +282,8 @@ func (f *offloader) weights(layer, e int, host bool) (w offload.ExpertWeights, d
 		f.stats.OnCPU++
 		f.stats.Misses++
 		f.stats.HostBytes += int64(len(w.Gate.Data) + len(w.Up.Data) + len(w.Down.Data))
-		if f.planner == nil && f.pol.keepsHostExperts() {
-			// A device that cannot weigh host against copy (the CPU) fills the slot behind
-			// the computation, so that later tokens find it resident.
+		if f.pol.copiesBehind(f, k) {
+			// The slot fills behind the computation, so that later tokens find it resident.
 			if _, _, err := f.load(k); err != nil {
 				return w, nil, err
 			}
@@ -332,6 +332,9 @@ func (f *offloader) load(k offload.ExpertKey) (int, bool, error) {
 		r, err := f.store.Region(k)
 		if err != nil {
 			return 0, false, err
+		}
+		if f.planner != nil {
+			f.landsAt[k] = f.planner.CopyDone(int64(len(r)))
 		}
 		cp := f.dev.Copy()
 		cp.Wait(f.free[slot])

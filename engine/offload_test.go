@@ -38,8 +38,9 @@ func offloadRun(t *testing.T, path string, opts engine.Options, prompt []int32) 
 }
 
 // TestOffloadKeepsTheNumbers runs every golden and bundled MoE model with each policy at a
-// budget that holds only one layer's top-k (two for prefetch), one between, and one that
-// holds every expert: every probability and every greedy token must equal the run without
+// budget that holds only one layer's top-k (two for prefetch; the device layers' experts for
+// the splits, and a top-k more for static-cache), one between, and one that holds every
+// expert: every probability and every greedy token must equal the run without
 // offloading, bit for bit.
 func TestOffloadKeepsTheNumbers(t *testing.T) {
 	fxs, err := fixture.LoadDir(goldenDir)
@@ -58,14 +59,24 @@ func TestOffloadKeepsTheNumbers(t *testing.T) {
 			}
 			base := engine.Options{Threads: 2, KVType: "f32", ContextLength: 64}
 			wantP, wantG := offloadRun(t, path, base, fx.Prompt)
-			for _, pol := range []offload.Policy{offload.OnDemand, offload.Prefetch, offload.Commit, offload.CPUMiss} {
+			L := len(info.MoELayers)
+			for _, pol := range []offload.Policy{offload.OnDemand, offload.Prefetch, offload.Commit, offload.CPUMiss, offload.Static, offload.StaticCache} {
 				o := base
 				o.Offload = &engine.OffloadOptions{Policy: pol, Predictor: map[offload.Policy]string{offload.Prefetch: "prev-token", offload.Commit: "oracle"}[pol]}
 				k := int64(info.ExpertsUsed)
-				if pol == offload.Prefetch {
+				switch pol {
+				case offload.Prefetch:
 					k *= 2
+				case offload.Static, offload.StaticCache:
+					// The host computes the first half of the MoE layers; the device holds
+					// the others' experts, and static-cache caches the host's beside them.
+					o.Offload.HostLayers = (L + 1) / 2
+					k = int64(max(1, (L-o.Offload.HostLayers)*info.Experts))
+					if pol == offload.StaticCache {
+						k += int64(info.ExpertsUsed)
+					}
 				}
-				all := int64(info.Experts * len(info.MoELayers))
+				all := int64(info.Experts * L)
 				// The simulated GPU computes on the CPU but orders every copy and kernel by
 				// events, and cpu-miss there weighs host against copy per expert.
 				for _, dev := range []string{"cpu", "sim:rtx2080ti"} {

@@ -27,9 +27,9 @@ type offloadPolicy interface {
 	// onHost says which of a layer's experts the host computes, as placement.onHost; f's
 	// lock is held.
 	onHost(f *offloader, layer int, experts, tokens []int) []bool
-	// keepsHostExperts says whether an expert the host computed is then copied into a slot
-	// for later tokens, on a device that cannot weigh the host against a copy (the CPU).
-	keepsHostExperts() bool
+	// copiesBehind says whether expert k, which the host computes now, is then copied into
+	// a slot for later tokens; f's lock is held.
+	copiesBehind(f *offloader, k offload.ExpertKey) bool
 	// prepare puts on the device what the policy keeps there from the start; f's lock is
 	// not held.
 	prepare(f *offloader) error
@@ -39,8 +39,8 @@ type offloadPolicy interface {
 // predictor checked or defaulted.
 func newOffloadPolicy(o *OffloadOptions, layers int) (offloadPolicy, error) {
 	p, predictor := o.Policy, &o.Predictor
-	if o.HostLayers != 0 && p != offload.Static {
-		return nil, fmt.Errorf("offload: %d host layers are static's (llama.cpp's --n-cpu-moe), not %s's", o.HostLayers, p)
+	if o.HostLayers != 0 && !p.Split() {
+		return nil, fmt.Errorf("offload: %d host layers are llama.cpp's split's (--n-cpu-moe: static, static-cache), not %s's", o.HostLayers, p)
 	}
 	var pol offloadPolicy
 	switch p {
@@ -52,11 +52,14 @@ func newOffloadPolicy(o *OffloadOptions, layers int) (offloadPolicy, error) {
 		pol = commitPolicy{}
 	case offload.CPUMiss:
 		pol = cpuMiss{}
-	case offload.Static:
+	case offload.Static, offload.StaticCache:
 		if o.HostLayers < 0 || o.HostLayers > layers {
-			return nil, fmt.Errorf("offload: static with %d host layers: the model has %d MoE layers", o.HostLayers, layers)
+			return nil, fmt.Errorf("offload: %s with %d host layers: the model has %d MoE layers", p, o.HostLayers, layers)
 		}
 		pol = staticPolicy{hostLayers: o.HostLayers}
+		if p == offload.StaticCache {
+			pol = staticCache{staticPolicy{hostLayers: o.HostLayers}}
+		}
 	default:
 		return nil, fmt.Errorf("offload: unknown policy %v", p)
 	}

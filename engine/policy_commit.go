@@ -1,5 +1,7 @@
 package engine
 
+import "github.com/commit-run/commit-run/offload"
+
 // commitPolicy is CommitMoE's: it copies the experts predicted for the next MoE layer while a
 // layer computes, and a single-token pass then computes with them, never falling back to the
 // router's choice (Output Weight Adjustment repairs the weights; see commit.go). With the
@@ -17,8 +19,8 @@ func (commitPolicy) minSlots(_, _, used int, predictor string) int {
 	return 2 * used // this layer's experts, and the next one's loading
 }
 
-func (commitPolicy) loadsAhead() bool                            { return true }
-func (commitPolicy) commits() bool                               { return true }
-func (commitPolicy) onHost(*offloader, int, []int, []int) []bool { return nil }
-func (commitPolicy) keepsHostExperts() bool                      { return false }
-func (commitPolicy) prepare(*offloader) error                    { return nil }
+func (commitPolicy) loadsAhead() bool                                { return true }
+func (commitPolicy) commits() bool                                   { return true }
+func (commitPolicy) onHost(*offloader, int, []int, []int) []bool     { return nil }
+func (commitPolicy) copiesBehind(*offloader, offload.ExpertKey) bool { return false }
+func (commitPolicy) prepare(*offloader) error                        { return nil }

@@ -14,8 +14,13 @@ func (cpuMiss) predictors() []string                  { return nil }
 func (cpuMiss) minSlots(_, _, used int, _ string) int { return used }
 func (cpuMiss) loadsAhead() bool                      { return false }
 func (cpuMiss) commits() bool                         { return false }
-func (cpuMiss) keepsHostExperts() bool                { return true }
-func (cpuMiss) prepare(*offloader) error              { return nil }
+
+// copiesBehind fills a slot behind the host's computation on a device that cannot weigh the
+// host against a copy (the CPU), so that later tokens find the expert resident; one that
+// weighs copies when a copy is worth it.
+func (cpuMiss) copiesBehind(f *offloader, _ offload.ExpertKey) bool { return f.planner == nil }
+
+func (cpuMiss) prepare(*offloader) error { return nil }
 
 // onHost says which of a layer's experts the host computes (nil: none): tokens[i] rows go to
 // experts[i]. On a device that cannot weigh host against copy

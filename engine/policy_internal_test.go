@@ -9,7 +9,7 @@ import (
 
 // TestOffloadPolicies holds each policy type to what the policy is: its predictors and their
 // default, the slots it needs, whether it loads ahead or commits, and that only cpu-miss and
-// static compute on the host (TestHostPlan and TestStatic check which experts).
+// the splits compute on the host (TestHostPlan and TestStatic check which experts).
 func TestOffloadPolicies(t *testing.T) {
 	const layers, experts, used = 4, 16, 2
 	for _, c := range []struct {
@@ -24,6 +24,7 @@ func TestOffloadPolicies(t *testing.T) {
 		{offload.Commit, "router", 2 * used, true, true, "accuracy=0.8"},
 		{offload.CPUMiss, "", used, false, false, ""},
 		{offload.Static, "", layers * experts, false, false, ""},
+		{offload.StaticCache, "", layers*experts + used, false, false, ""},
 	} {
 		t.Run(c.policy.String(), func(t *testing.T) {
 			o := OffloadOptions{Policy: c.policy}
@@ -38,9 +39,9 @@ func TestOffloadPolicies(t *testing.T) {
 				t.Errorf("%d slots at least, want %d", got, c.slots)
 			}
 			switch pol.(type) {
-			case cpuMiss, staticPolicy:
+			case cpuMiss, staticPolicy, staticCache:
 			default:
-				if pol.onHost(nil, 0, []int{1, 2}, []int{1, 1}) != nil || pol.keepsHostExperts() {
+				if pol.onHost(nil, 0, []int{1, 2}, []int{1, 1}) != nil || pol.copiesBehind(nil, offload.ExpertKey{}) {
 					t.Errorf("%s computes experts on the host", c.policy)
 				}
 			}

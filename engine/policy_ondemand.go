@@ -1,13 +1,15 @@
 package engine
 
+import "github.com/commit-run/commit-run/offload"
+
 // onDemand copies each expert a layer needs into a slot when the router has chosen it, if it
 // is not there already: the baseline every other policy is measured against.
 type onDemand struct{}
 
-func (onDemand) predictors() []string                        { return nil }
-func (onDemand) minSlots(_, _, used int, _ string) int       { return used }
-func (onDemand) loadsAhead() bool                            { return false }
-func (onDemand) commits() bool                               { return false }
-func (onDemand) onHost(*offloader, int, []int, []int) []bool { return nil }
-func (onDemand) keepsHostExperts() bool                      { return false }
-func (onDemand) prepare(*offloader) error                    { return nil }
+func (onDemand) predictors() []string                            { return nil }
+func (onDemand) minSlots(_, _, used int, _ string) int           { return used }
+func (onDemand) loadsAhead() bool                                { return false }
+func (onDemand) commits() bool                                   { return false }
+func (onDemand) onHost(*offloader, int, []int, []int) []bool     { return nil }
+func (onDemand) copiesBehind(*offloader, offload.ExpertKey) bool { return false }
+func (onDemand) prepare(*offloader) error                        { return nil }

@@ -1,14 +1,16 @@
 package engine
 
+import "github.com/commit-run/commit-run/offload"
+
 // prefetchPolicy copies the experts predicted for the next MoE layer while a layer computes,
 // and falls back to copying on demand what the prediction missed (MoE-Infinity's way): the
 // numbers stay the router's. Its slots hold this layer's top-k and the next one's.
 type prefetchPolicy struct{}
 
-func (prefetchPolicy) predictors() []string                        { return []string{"prev-token", "router", "frequency"} }
-func (prefetchPolicy) minSlots(_, _, used int, _ string) int       { return 2 * used }
-func (prefetchPolicy) loadsAhead() bool                            { return true }
-func (prefetchPolicy) commits() bool                               { return false }
-func (prefetchPolicy) onHost(*offloader, int, []int, []int) []bool { return nil }
-func (prefetchPolicy) keepsHostExperts() bool                      { return false }
-func (prefetchPolicy) prepare(*offloader) error                    { return nil }
+func (prefetchPolicy) predictors() []string                            { return []string{"prev-token", "router", "frequency"} }
+func (prefetchPolicy) minSlots(_, _, used int, _ string) int           { return 2 * used }
+func (prefetchPolicy) loadsAhead() bool                                { return true }
+func (prefetchPolicy) commits() bool                                   { return false }
+func (prefetchPolicy) onHost(*offloader, int, []int, []int) []bool     { return nil }
+func (prefetchPolicy) copiesBehind(*offloader, offload.ExpertKey) bool { return false }
+func (prefetchPolicy) prepare(*offloader) error                        { return nil }

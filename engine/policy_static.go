@@ -21,9 +21,9 @@ func (p staticPolicy) minSlots(layers, experts, _ int, _ string) int {
 	return max(1, (layers-p.hostLayers)*experts)
 }
 
-func (staticPolicy) loadsAhead() bool       { return false }
-func (staticPolicy) commits() bool          { return false }
-func (staticPolicy) keepsHostExperts() bool { return false }
+func (staticPolicy) loadsAhead() bool                                { return false }
+func (staticPolicy) commits() bool                                   { return false }
+func (staticPolicy) copiesBehind(*offloader, offload.ExpertKey) bool { return false }
 
 // onHost puts every expert of a host layer on the host.
 func (p staticPolicy) onHost(f *offloader, layer int, experts, _ []int) []bool {
@@ -38,13 +38,18 @@ func (p staticPolicy) onHost(f *offloader, layer int, experts, _ []int) []bool {
 }
 
 // prepare copies the device layers' experts into their slots and waits for the copies, as
-// llama.cpp loads its weights before it serves: a run's first token finds them there.
+// llama.cpp loads its weights before it serves: a run's first token finds them there. They
+// stay pinned, so that no cache of host experts (static-cache) evicts them.
 func (p staticPolicy) prepare(f *offloader) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, l := range f.store.Layers()[p.hostLayers:] {
 		for e := 0; e < f.store.Experts(l); e++ {
-			if _, _, err := f.load(offload.ExpertKey{Layer: l, Expert: e}); err != nil {
+			k := offload.ExpertKey{Layer: l, Expert: e}
+			if _, _, err := f.load(k); err != nil {
+				return fmt.Errorf("static: %w", err)
+			}
+			if err := f.cache.Pin(k); err != nil {
 				return fmt.Errorf("static: %w", err)
 			}
 		}

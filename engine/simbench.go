@@ -223,7 +223,7 @@ func (o *SimBenchOptions) budget(prof *sim.Profile) (float64, error) {
 func (o *SimBenchOptions) timingOnly(rep *SimBenchReport, bo *BenchOptions, to *TimingOnlyOptions, experts int, open func(Options) (*Model, error)) (*BenchReport, error) {
 	policies := o.policies()
 	host := o.HostRates
-	if slices.Contains(policies, offload.CPUMiss) || slices.Contains(policies, offload.Static) {
+	if slices.ContainsFunc(policies, offload.Policy.UsesHost) {
 		rep.Host = o.Host
 		if host.Bandwidth == 0 {
 			m := MeasureHostRates()

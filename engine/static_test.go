@@ -10,10 +10,12 @@ import (
 	"github.com/commit-run/commit-run/offload"
 )
 
-// TestStatic runs llama.cpp's split on both bundled models, with none, half and all of their
-// MoE layers' experts on the host, on the CPU and a simulated GPU: the numbers are those of
-// the run without offloading, bit for bit; the host computes exactly the host layers' top-k
-// of every token; and once the model is open nothing is copied.
+// TestStatic runs llama.cpp's split, plain and with its cache, on both bundled models, with
+// none, half and all of their MoE layers' experts on the host, on the CPU and a simulated
+// GPU: the numbers are those of the run without offloading, bit for bit; the host computes
+// the host layers' top-k of every token (static-cache: those its cache misses); once the
+// model is open static copies nothing, and static-cache on the CPU, which cannot weigh a
+// copy, copies each expert the host computed into its cache.
 func TestStatic(t *testing.T) {
 	prompt := []int32{1, 5, 9, 14, 3, 27, 8, 2, 11, 6}
 	for _, path := range []string{"../models/testdata/tinymoe-qwen2moe.gguf", "../models/testdata/tinymoe-mixtral.gguf"} {
@@ -24,13 +26,18 @@ func TestStatic(t *testing.T) {
 		L := len(info.MoELayers)
 		base := engine.Options{Threads: 2, KVType: "f32", ContextLength: 64, HostRates: engine.HostRates{Bandwidth: 20e9, FLOPS: 200e9}}
 		want := runOn(t, path, base, prompt, 6)
-		for _, dev := range []string{"cpu", "sim:rtx2080ti"} {
+		for _, c := range []struct {
+			pol   offload.Policy
+			dev   string
+			cache int // slots beside the device layers' experts
+		}{{offload.Static, "cpu", 0}, {offload.Static, "sim:rtx2080ti", 0}, {offload.StaticCache, "cpu", info.ExpertsUsed}, {offload.StaticCache, "sim:rtx2080ti", 2 * info.ExpertsUsed}} {
 			for _, N := range []int{0, L / 2, L} {
+				dev := c.pol.String() + " on " + c.dev
 				o := base
-				o.Device = dev
-				o.Offload = &engine.OffloadOptions{Policy: offload.Static, HostLayers: N}
+				o.Device = c.dev
+				o.Offload = &engine.OffloadOptions{Policy: c.pol, HostLayers: N}
 				st := offloadProbe(t, path, o)
-				o.Offload.GPUMem = st.Resident + int64(max(1, (L-N)*info.Experts))*st.SlotBytes
+				o.Offload.GPUMem = st.Resident + int64(max(1, (L-N)*info.Experts)+c.cache)*st.SlotBytes
 				m, err := engine.Open(path, o)
 				if err != nil {
 					t.Fatalf("%s, %d host layers: %v", dev, N, err)
@@ -69,14 +76,21 @@ func TestStatic(t *testing.T) {
 						}
 					}
 				}
-				if after.BytesCopied != opened.BytesCopied {
-					t.Errorf("%s, %d host layers: %d bytes copied after open", dev, N, after.BytesCopied-opened.BytesCopied)
-				}
+				copied := after.BytesCopied - opened.BytesCopied
+				hostExperts := after.OnCPU - before.OnCPU
 				// The prompt's pass, then 5 single-token passes (the sixth token is sampled).
 				passes := int64(len(prompt) + 5)
-				hostExperts := after.OnCPU - before.OnCPU
-				if N == 0 && hostExperts != 0 || N > 0 && hostExperts < 5*int64(N*info.ExpertsUsed) {
+				switch {
+				case c.pol == offload.Static && copied != 0:
+					t.Errorf("%s, %d host layers: %d bytes copied after open", dev, N, copied)
+				case c.pol == offload.StaticCache && c.dev == "cpu" && after.BytesCopied-before.BytesCopied != hostExperts*st.SlotBytes:
+					t.Errorf("%s, %d host layers: %d bytes copied while generating, for %d host experts", dev, N, after.BytesCopied-before.BytesCopied, hostExperts)
+				}
+				if N == 0 && hostExperts != 0 || c.pol == offload.Static && N > 0 && hostExperts < 5*int64(N*info.ExpertsUsed) {
 					t.Errorf("%s, %d host layers: the host computed %d experts over %d tokens", dev, N, hostExperts, passes)
+				}
+				if c.pol == offload.StaticCache && N > 0 && hostExperts == 0 {
+					t.Errorf("%s, %d host layers: the host computed nothing", dev, N)
 				}
 			}
 		}

@@ -113,6 +113,7 @@ func TestTimingOnlyTimeline(t *testing.T) {
 		{"commit/prev-token", &engine.OffloadOptions{Policy: offload.Commit, Predictor: "prev-token"}},
 		{"cpu-miss", &engine.OffloadOptions{Policy: offload.CPUMiss}},
 		{"static", &engine.OffloadOptions{Policy: offload.Static, HostLayers: 1}},
+		{"static-cache", &engine.OffloadOptions{Policy: offload.StaticCache, HostLayers: 1}},
 	}
 	prompt := []int32{1, 5, 9, 14, 3, 27, 8, 2, 11, 6}
 	for _, md := range ms {
@@ -134,8 +135,11 @@ func TestTimingOnlyTimeline(t *testing.T) {
 					// Room for a little more than two layers' top-k: misses, prefetches and
 					// evictions all happen. Static keeps its device layers' experts.
 					slots := 2*info.ExpertsUsed + 3
-					if o.Policy == offload.Static {
+					if o.Policy.Split() {
 						slots = (len(info.MoELayers) - o.HostLayers) * info.Experts
+					}
+					if o.Policy == offload.StaticCache {
+						slots += info.ExpertsUsed + 1 // the cache evicts
 					}
 					o.GPUMem = st.Resident + int64(slots)*st.SlotBytes
 				}

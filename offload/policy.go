@@ -24,9 +24,20 @@ const (
 	// layers stay in host memory and the host computes them, every other expert stays on the
 	// device, and nothing moves while the model decodes.
 	Static
+	// StaticCache is Static with the host layers' experts cached in the device memory the
+	// device layers leave, least recently used out: one the cache holds is computed on the
+	// device, one it misses on the host and then copied in behind, for later tokens.
+	StaticCache
 )
 
-var policyNames = []string{"ondemand", "prefetch", "commit", "cpu-miss", "static"}
+var policyNames = []string{"ondemand", "prefetch", "commit", "cpu-miss", "static", "static-cache"}
+
+// Split says whether the policy is llama.cpp's CPU/GPU split, which takes a number of host
+// layers (--n-cpu-moe).
+func (p Policy) Split() bool { return p == Static || p == StaticCache }
+
+// UsesHost says whether the policy has the host compute experts, at rates it must know.
+func (p Policy) UsesHost() bool { return p == CPUMiss || p.Split() }
 
 func (p Policy) String() string {
 	if p >= 0 && int(p) < len(policyNames) {

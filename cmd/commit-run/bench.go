@@ -181,10 +181,10 @@ func parseFLOPS(s string) (float64, error) {
 }
 
 // benchPolicies are the policies bench runs when --policy names none: the four, and
-// llama.cpp's split when --cpu-moe-layers says how.
+// llama.cpp's split, plain and with its cache, when --cpu-moe-layers says how.
 func (a *app) benchPolicies() string {
 	if a.cpuMoELayers != 0 {
-		return "ondemand,prefetch,commit,cpu-miss,static"
+		return "ondemand,prefetch,commit,cpu-miss,static,static-cache"
 	}
 	return "ondemand,prefetch,commit,cpu-miss"
 }
@@ -321,7 +321,7 @@ func (a *app) modelBench(cmd *cobra.Command, f benchFlags) error {
 			return fmt.Errorf("--policy: %w", err)
 		}
 		o.HostLayers = a.cpuMoELayers
-		if (slices.Contains(o.Policies, offload.CPUMiss) || slices.Contains(o.Policies, offload.Static)) && weighsHost(a.device) {
+		if slices.ContainsFunc(o.Policies, offload.Policy.UsesHost) && weighsHost(a.device) {
 			o.Options.HostRates = measureHostRates(o.Options.HostRates)
 		}
 	}

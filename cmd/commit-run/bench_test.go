@@ -78,8 +78,8 @@ func TestBenchModelOnSim(t *testing.T) {
 	}
 	// llama.cpp's split joins the policies when --cpu-moe-layers says how.
 	out, _ = mustRun(t, "", "-m", model, "--device", "sim:rtx2080ti", "--gpu-mem", "11MiB", "--host-bw", "10GB", "--cpu-moe-layers", "2", "bench", "--tokens", "4")
-	if !strings.Contains(out, "static") || !strings.Contains(out, "8.00") {
-		t.Errorf("bench --cpu-moe-layers 2 lacks static's row, 8 experts a token on the host:\n%s", out)
+	if !strings.Contains(out, "  static ") || !strings.Contains(out, "8.00") || !strings.Contains(out, "static-cache") {
+		t.Errorf("bench --cpu-moe-layers 2 lacks static's row, 8 experts a token on the host, or static-cache's:\n%s", out)
 	}
 	out, _ = mustRun(t, "", "-m", model, "--device", "sim:rtx2080ti", "--gpu-mem", "64MiB", "--host-bw", "10GB", "bench", "--timing-only", "--tokens", "6")
 	for _, want := range []string{"recorded routing", "recorded while", "commit", "measured/limit"} {
@@ -135,7 +135,7 @@ func TestBenchBadInput(t *testing.T) {
 		{[]string{"--device", "sim:nope", "bench"}, "unknown"},
 		{[]string{"--device", "tpu:0", "bench"}, "not available"},
 		{[]string{"bench", "--tokens", "-1"}, "--tokens"},
-		{[]string{"--gpu-mem", "64MiB", "--policy", "ondemand", "--cpu-moe-layers", "2", "bench"}, "pass --policy static"},
+		{[]string{"--gpu-mem", "64MiB", "--policy", "ondemand", "--cpu-moe-layers", "2", "bench"}, "pass --policy static or static-cache"},
 		{[]string{"--gpu-mem", "64MiB", "--policy", "static", "--cpu-moe-layers", "9", "bench"}, "the model has 4 MoE layers"},
 		{[]string{"--gpu-mem", "64MiB", "--policy", "static", "--cpu-moe-layers", "-1", "bench"}, "static with -1 host layers"},
 		{[]string{"--device", "sim:rtx2080ti", "--policy", "static", "--cpu-moe-layers", "12", "bench", "--shape", "mixtral-8x7b"}, "static needs 160"},

@@ -129,7 +129,7 @@ func (a *app) rootCmd() *cobra.Command {
 	pf.StringVar(&a.device, "device", "cpu", "device to run on: cpu, cuda:N (NVIDIA GPU N; see commit-run devices), auto (cuda:0 if there is one, else the CPU), or sim:<profile> for a simulated GPU ("+strings.Join(simDevices(), ", ")+", or a profile JSON file)")
 	pf.StringVar(&a.cudaLib, "cuda-lib", "", "the CUDA driver library `FILE` (default: libcuda.so.1 from the loader's path)")
 	pf.StringVar(&a.gpuMem, "gpu-mem", "", "offload the routed experts to host memory within this device memory `SIZE`, e.g. 12GiB")
-	pf.StringVar(&a.policy, "policy", "", "expert policy with --gpu-mem: ondemand (default), prefetch, commit (computes with predicted experts: changes the output), cpu-miss, or static (llama.cpp's CPU/GPU split, see --cpu-moe-layers); bench takes a comma-separated list; commit without --gpu-mem computes with the Commit Router's experts without offloading (to measure quality)")
+	pf.StringVar(&a.policy, "policy", "", "expert policy with --gpu-mem: ondemand (default), prefetch, commit (computes with predicted experts: changes the output), cpu-miss, static (llama.cpp's CPU/GPU split, see --cpu-moe-layers) or static-cache (static with the host layers' experts cached in the spare device memory); bench takes a comma-separated list; commit without --gpu-mem computes with the Commit Router's experts without offloading (to measure quality)")
 	pf.StringVar(&a.eviction, "eviction", "lru", "expert cache eviction: lru or lfu")
 	pf.StringVar(&a.predictor, "predictor", "", "next-layer prediction for prefetch and commit: router (the trained Commit Router, commit's default), prev-token (prefetch's default) or frequency; commit also oracle (the router's own choice); bench --shape also accuracy=P")
 	pf.StringVar(&a.predictorFile, "predictor-file", "", "Commit Router `FILE` (default: the model's sidecar, MODEL.commit-router.gguf)")
@@ -150,7 +150,7 @@ func (a *app) rootCmd() *cobra.Command {
 	pf.StringVar(&a.macsCalibration, "macs-calibration", "", "with --macs-eta: a text `FILE` whose routing gives each expert its centroid (its first 4096 tokens, run on the CPU at start)")
 	pf.StringVar(&a.linkBW, "link-bw", "", "with --ep on simulated devices: each device's all-to-all bandwidth, e.g. 50GB (default: the profile's PCIe rate)")
 	pf.IntVar(&a.harmoenyQ, "harmoeny-q", 0, "with --ep: HarMoEny's token threshold q, the fewest tokens worth moving to a device that must fetch the expert (0: eq. 4 from the profile's FLOPS and PCIe rate; 150 on the CPU)")
-	pf.IntVar(&a.cpuMoELayers, "cpu-moe-layers", 0, "with --policy static (llama.cpp's split, as its --n-cpu-moe N): the routed experts of the first `N` MoE layers stay in host memory and the host computes them, the others stay on the device; bench adds static to its policies when N is given")
+	pf.IntVar(&a.cpuMoELayers, "cpu-moe-layers", 0, "with --policy static or static-cache (llama.cpp's split, as its --n-cpu-moe N): the routed experts of the first `N` MoE layers stay in host memory and the host computes them, the others stay on the device; bench adds both to its policies when N is given")
 	pf.StringVar(&a.host, "host", "", "GPUs, real or simulated: the host's rates for the experts it computes (cpu-miss, static) from a host profile, "+strings.Join(engine.Hosts(), ", ")+", or a JSON `FILE` like them; --host-bw and --host-flops override its rates (default: measured on this machine)")
 	pf.StringVar(&a.hostBW, "host-bw", "", "GPUs, real or simulated: the rate the host reads a missed expert's weights at when it computes the expert itself (cpu-miss), e.g. 20GB (default: measured on this machine)")
 	pf.StringVar(&a.hostFLOPS, "host-flops", "", "GPUs, real or simulated: the rate of the arithmetic each further token of a batch adds to such a host expert, e.g. 150G (default: measured on this machine)")
@@ -306,13 +306,16 @@ func (a *app) engineOptions(device, policy string) (engine.Options, error) {
 	if o.Policy == offload.Commit && learnt {
 		opts.Commit = a.commitOptions()
 	}
-	if a.cpuMoELayers != 0 && a.policy != "" && !slices.ContainsFunc(strings.Split(a.policy, ","), func(p string) bool { return strings.TrimSpace(p) == "static" }) {
-		return opts, fmt.Errorf("--cpu-moe-layers is static's (llama.cpp's split): pass --policy static")
+	if a.cpuMoELayers != 0 && a.policy != "" && !slices.ContainsFunc(strings.Split(a.policy, ","), func(p string) bool {
+		q, err := offload.ParsePolicy(p)
+		return err == nil && q.Split()
+	}) {
+		return opts, fmt.Errorf("--cpu-moe-layers is llama.cpp's split's: pass --policy static or static-cache")
 	}
-	if o.Policy != offload.Static {
+	if !o.Policy.Split() {
 		o.HostLayers = 0 // bench gives it to static alone
 	}
-	if weighsHost(device) && (o.Policy == offload.CPUMiss || o.Policy == offload.Static) {
+	if weighsHost(device) && o.Policy.UsesHost() {
 		opts.HostRates = measureHostRates(opts.HostRates)
 	}
 	return opts, nil
