@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/commit-run/commit-run/cuda"
@@ -41,6 +42,14 @@ type BenchOptions struct {
 	// of each run (policy "resident" when nothing is offloaded).
 	Timeline       func(policy string) (io.WriteCloser, error)
 	TimelineTokens int
+	// Warmup is the decode steps of each prompt left out of the figures, so that they show
+	// a policy's steady state once its cache has filled (0: none).
+	Warmup int
+	// AllowCommit lets policy auto choose commit, which computes with predicted experts and
+	// changes the output.
+	AllowCommit bool
+	// moe is the model's routed shape, which policy auto needs for its routing sample.
+	moe routedShape
 }
 
 // BenchReport is the outcome of Bench; times in seconds.
@@ -72,6 +81,13 @@ type BenchReport struct {
 // device's events (deviceTimer) and the limit divides the bytes by the copy stream's
 // bandwidth measured so far in the run.
 func Bench(ctx context.Context, path string, o BenchOptions) (*BenchReport, error) {
+	if slices.Contains(o.Policies, offload.Auto) {
+		info, err := Inspect(path)
+		if err != nil {
+			return nil, err
+		}
+		o.moe = routedShape{name: info.Name, layers: len(info.MoELayers), experts: info.Experts, used: info.ExpertsUsed}
+	}
 	return bench(ctx, path, func(opts Options) (*Model, error) { return Open(path, opts) }, o)
 }
 
@@ -80,6 +96,9 @@ func bench(ctx context.Context, name string, open func(Options) (*Model, error),
 	n := cmp.Or(o.Tokens, 32)
 	if n < 2 || n > 1<<20 {
 		return nil, fmt.Errorf("bench: %d tokens per prompt: want 2 to %d (the first is the time to first token)", n, 1<<20)
+	}
+	if o.Warmup < 0 || o.Warmup > n-2 {
+		return nil, fmt.Errorf("bench: %d warm-up tokens of %d: want 0 to %d, so that one decode step is timed", o.Warmup, n, n-2)
 	}
 	prompts := len(o.Prompts)
 	if o.PromptIDs != nil {
@@ -103,32 +122,43 @@ func bench(ctx context.Context, name string, open func(Options) (*Model, error),
 		}
 	}
 	for _, p := range runs {
-		row, err := benchRun(ctx, open, o, p, n, rep)
+		var off *OffloadOptions
+		var plan *AutoPlan
+		name := "resident"
+		if p != nil {
+			name = p.String()
+			off = &OffloadOptions{Policy: *p, GPUMem: o.GPUMem, Eviction: o.Eviction}
+			if *p == offload.Prefetch || *p == offload.Commit {
+				off.Predictor = o.Predictor // the others predict nothing
+			}
+			if p.Split() {
+				off.HostLayers = o.HostLayers
+			}
+		}
+		if p != nil && *p == offload.Auto {
+			var err error
+			if plan, err = benchAuto(ctx, open, o); err != nil {
+				return nil, err
+			}
+			off = &plan.Chosen.Offload
+		}
+		row, err := benchRun(ctx, open, o, off, name, n, rep)
 		if err != nil {
 			return nil, err
 		}
+		row.Auto = plan
 		rep.Rows = append(rep.Rows, row)
 	}
 	return rep, nil
 }
 
-// benchRun opens the model with policy p (nil: no offloading) and times the prompts.
-func benchRun(ctx context.Context, open func(Options) (*Model, error), o BenchOptions, p *offload.Policy, n int, rep *BenchReport) (PolicyReport, error) {
+// benchRun opens the model with offloading off (nil: none), names the run name, and times the
+// prompts.
+func benchRun(ctx context.Context, open func(Options) (*Model, error), o BenchOptions, off *OffloadOptions, name string, n int, rep *BenchReport) (PolicyReport, error) {
 	opts := o.Options
-	opts.Offload, opts.Commit = nil, nil
-	name := "resident"
-	if p != nil {
-		name = p.String()
-		opts.Offload = &OffloadOptions{Policy: *p, GPUMem: o.GPUMem, Eviction: o.Eviction}
-		if *p == offload.Prefetch || *p == offload.Commit {
-			opts.Offload.Predictor = o.Predictor // the others predict nothing
-		}
-		if p.Split() {
-			opts.Offload.HostLayers = o.HostLayers
-		}
-		if *p == offload.Commit && (o.Predictor == "" || o.Predictor == "router") {
-			opts.Commit = o.Commit
-		}
+	opts.Offload, opts.Commit = off, nil
+	if off != nil && off.Policy == offload.Commit && (off.Predictor == "" || off.Predictor == "router") {
+		opts.Commit = o.Commit
 	}
 	m, err := open(opts)
 	if err != nil {
@@ -187,17 +217,18 @@ func benchRun(ctx context.Context, open func(Options) (*Model, error), o BenchOp
 		s.Reset()
 		start := take()
 		last := start
-		first := true
+		tok := 0
 		_, err = s.Generate(ctx, ids, GenerateOptions{MaxTokens: n, IgnoreEOS: true, Sampler: SamplerOptions{Greedy: true},
 			OnToken: func(Token) error {
 				now := take()
-				if first {
+				switch {
+				case tok == 0:
 					ttft += now.t - start.t
-					first = false
-				} else {
+				case tok > o.Warmup:
 					st = append(st, tokenStats(last, now, pcie, hostMem))
 					devTime += now.gpu.DeviceSeconds - last.gpu.DeviceSeconds
 				}
+				tok++
 				last = now
 				return nil
 			}})

@@ -60,6 +60,8 @@ func newOffloadPolicy(o *OffloadOptions, layers int) (offloadPolicy, error) {
 		if p == offload.StaticCache {
 			pol = staticCache{staticPolicy{hostLayers: o.HostLayers}}
 		}
+	case offload.Auto:
+		return nil, fmt.Errorf("offload: auto chooses a policy before the model opens (Open does, when no policy is given); it is not one the offloader runs")
 	default:
 		return nil, fmt.Errorf("offload: unknown policy %v", p)
 	}

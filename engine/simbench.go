@@ -50,6 +50,8 @@ type SimBenchOptions struct {
 	Predictor string
 	// CrossToken makes commit commit each token's first MoE layer too (CommitOptions).
 	CrossToken bool
+	// AllowCommit lets policy auto choose commit, which changes the output.
+	AllowCommit bool
 	Seed       uint64
 	// HostRates price the experts the host computes (cpu-miss, static): a host profile's
 	// (LoadHost) or given rates; a zero Bandwidth measures this machine's.
@@ -73,7 +75,10 @@ type PolicyReport struct {
 	MovedPerToken   float64 // bytes
 	StallPerToken   float64
 	Accuracy        float64 // |predicted ∩ chosen| / k; NaN without a predictor
-	OnCPUPerToken   float64 // experts computed on the host (cpu-miss)
+	OnCPUPerToken   float64 // experts computed on the host (cpu-miss, static)
+	// Auto is auto placement's decision, in the row of policy auto: what it chose, what it
+	// weighed and the figures it predicted for each.
+	Auto *AutoPlan `json:",omitempty"`
 	LimitPerToken   float64 // the physical limit (DESIGN.md §6), mean
 	OverLimit       float64 // mean latency / mean limit
 	// DeviceTimePerToken is the mean time a CUDA GPU's compute stream took per decode token,
@@ -130,6 +135,14 @@ func (o *SimBenchOptions) policies() []offload.Policy {
 	return []offload.Policy{offload.OnDemand, offload.Prefetch, offload.Commit, offload.CPUMiss}
 }
 
+// autoSample is the routing auto placement's sample needs, in tokens (0 without auto).
+func (o *SimBenchOptions) autoSample() int {
+	if slices.Contains(o.Policies, offload.Auto) {
+		return autoPrompt + autoTokens + 1
+	}
+	return 0
+}
+
 // SimBench runs the timing-only benchmark.
 func SimBench(o SimBenchOptions) (*SimBenchReport, error) {
 	var err error
@@ -180,7 +193,7 @@ func simBenchShape(o SimBenchOptions, prof *sim.Profile, ctx int) (*SimBenchRepo
 		Tokens: n, PromptLen: o.PromptLen, Predictor: cmp.Or(o.Predictor, "oracle")}
 	// The prompt, the timed tokens, and the one the last of them predicts for.
 	prompt := max(o.PromptLen, 1)
-	tokens, err := benchRouting(o, rs, prompt+n+1, rep)
+	tokens, err := benchRouting(o, rs, max(prompt+n+1, o.autoSample()), rep)
 	if err != nil {
 		return nil, err
 	}
@@ -191,7 +204,7 @@ func simBenchShape(o SimBenchOptions, prof *sim.Profile, ctx int) (*SimBenchRepo
 		return tokens[pos][j]
 	}}
 	bo := BenchOptions{Options: Options{ContextLength: max(ctx, prompt+n+1)}, PromptIDs: [][]int32{make([]int32, prompt)}, Tokens: n + 1,
-		Routing: map[bool]string{true: "SYNTHETIC routing", false: "recorded routing"}[rep.Synthetic]}
+		Routing: map[bool]string{true: "SYNTHETIC routing", false: "recorded routing"}[rep.Synthetic], moe: rs}
 	br, err := o.timingOnly(rep, &bo, &to, rs.experts, func(opts Options) (*Model, error) { return OpenShape(o.Shape, opts) })
 	if err != nil {
 		return nil, err
@@ -238,7 +251,7 @@ func (o *SimBenchOptions) timingOnly(rep *SimBenchReport, bo *BenchOptions, to *
 	}
 	bo.Options.Device, bo.Options.HostRates, bo.Options.TimingOnly = o.Device, host, to
 	bo.Policies, bo.GPUMem, bo.Eviction, bo.HostLayers = policies, int64(rep.GPUMem), o.Eviction, o.HostLayers
-	bo.Commit, bo.TimelineTokens = &CommitOptions{CrossToken: o.CrossToken}, o.TimelineTokens
+	bo.Commit, bo.TimelineTokens, bo.AllowCommit = &CommitOptions{CrossToken: o.CrossToken}, o.TimelineTokens, o.AllowCommit
 	if err := modelPredictor(bo, rep.Predictor, experts, o.Seed); err != nil {
 		return nil, err
 	}
@@ -313,7 +326,7 @@ func simBenchModel(o SimBenchOptions, prof *sim.Profile) (*SimBenchReport, error
 		return nil, err
 	}
 	// One more token than timed: the last timed token predicts its successor's first layer.
-	rec, err := recordRouting(m, o.Prompts, n+1)
+	rec, err := recordRouting(m, o.Prompts, max(n+1, o.autoSample()))
 	if err != nil {
 		return nil, err
 	}
@@ -321,7 +334,8 @@ func simBenchModel(o SimBenchOptions, prof *sim.Profile) (*SimBenchReport, error
 		GPUMem: budget, Tokens: (n - 1) * len(o.Prompts), Predictor: cmp.Or(o.Predictor, "oracle"),
 		Routing: fmt.Sprintf("recorded while %s decoded %d prompts greedily", m.info.Path, len(o.Prompts))}
 	to := rec.replay()
-	bo := BenchOptions{Options: Options{ContextLength: m.nctx, KVType: map[bool]string{true: "f16", false: "f32"}[m.kvF16]}, Prompts: o.Prompts, Tokens: n}
+	bo := BenchOptions{Options: Options{ContextLength: m.nctx, KVType: map[bool]string{true: "f16", false: "f32"}[m.kvF16]}, Prompts: o.Prompts, Tokens: n,
+		moe: routedShape{name: m.info.Name, layers: len(m.info.MoELayers), experts: m.info.Experts, used: m.info.ExpertsUsed}}
 	br, err := o.timingOnly(rep, &bo, &to, m.info.Experts, func(opts Options) (*Model, error) { return Open(m.info.Path, opts) })
 	if err != nil {
 		return nil, err

@@ -28,9 +28,12 @@ const (
 	// device layers leave, least recently used out: one the cache holds is computed on the
 	// device, one it misses on the host and then copied in behind, for later tokens.
 	StaticCache
+	// Auto is not a policy of its own but the choice among the others (and their host layers)
+	// that the engine predicts decodes fastest on the device, made before the model opens.
+	Auto
 )
 
-var policyNames = []string{"ondemand", "prefetch", "commit", "cpu-miss", "static", "static-cache"}
+var policyNames = []string{"ondemand", "prefetch", "commit", "cpu-miss", "static", "static-cache", "auto"}
 
 // Split says whether the policy is llama.cpp's CPU/GPU split, which takes a number of host
 // layers (--n-cpu-moe).

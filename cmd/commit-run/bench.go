@@ -267,11 +267,42 @@ func (a *app) simBench(f benchFlags) error {
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "policy\tslots\tTTFT ms\tmean ms\tp50 ms\tp90 ms\ttok/s\thit rate\tMB moved/tok\tstall ms/tok\taccuracy\ton CPU/tok\tlimit ms\tmeasured/limit\t")
 	for _, p := range rep.Policies {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%.2f\t%.2f\t%.2f\t%.1f\t%.3f\t%.2f\t%.2f\t%s\t%.1f\t%.2f\t%.2f\t\n", p.Policy, p.Slots,
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%.2f\t%.2f\t%.2f\t%.1f\t%.3f\t%.2f\t%.2f\t%s\t%.1f\t%.2f\t%.2f\t\n", a.policyLabel(p), p.Slots,
 			orDash(p.TTFT*1e3, "%.1f", rep.PromptLen > 0), p.Mean*1e3, p.P50*1e3, p.P90*1e3, p.TokensPerSecond, p.HitRate, p.MovedPerToken/1e6,
 			p.StallPerToken*1e3, orDash(p.Accuracy, "%.3f", true), p.OnCPUPerToken, p.LimitPerToken*1e3, p.OverLimit)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	a.policyNotes(rep.Policies)
+	return nil
+}
+
+// policyLabel names a row's policy: llama.cpp's split with its host layers, and auto with
+// what it chose.
+func (a *app) policyLabel(p engine.PolicyReport) string {
+	if p.Auto != nil {
+		return "auto: " + p.Auto.Chosen.String()
+	}
+	if q, err := offload.ParsePolicy(p.Policy); err == nil && q.Split() {
+		return fmt.Sprintf("%s %d", p.Policy, a.cpuMoELayers)
+	}
+	return p.Policy
+}
+
+// policyNotes says under a table which rows are llama.cpp's strategy, and what auto weighed.
+func (a *app) policyNotes(rows []engine.PolicyReport) {
+	for _, p := range rows {
+		switch p.Policy {
+		case "static":
+			fmt.Fprintf(a.stdout, "static %d: llama.cpp's strategy, -ngl 99 --n-cpu-moe %d (the experts of %d MoE layers on the host)\n", a.cpuMoELayers, a.cpuMoELayers, a.cpuMoELayers)
+		case "static-cache":
+			fmt.Fprintf(a.stdout, "static-cache %d: llama.cpp's strategy with its device cache of the host layers' experts\n", a.cpuMoELayers)
+		}
+		if p.Auto != nil {
+			fmt.Fprintln(a.stdout, p.Auto.Summary())
+		}
+	}
 }
 
 // benchPromptList returns the built-in prompts, or those of file, one per non-empty line.
@@ -376,7 +407,7 @@ func (a *app) modelBench(cmd *cobra.Command, f benchFlags) error {
 		if gpu {
 			dev = orDash(p.DeviceTimePerToken*1e3, "%.3f", p.GPU != nil) + "\t"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%s%.1f\t%s\t%.1f\t%s\t%s\t%.2f\t%s\t%s\t\n", p.Policy, cmp.Or(p.Predictor, "-"), p.Slots,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%s%.1f\t%s\t%.1f\t%s\t%s\t%.2f\t%s\t%s\t\n", a.policyLabel(p), cmp.Or(p.Predictor, "-"), p.Slots,
 			p.TTFT*1e3, p.Mean*1e3, p.P50*1e3, p.P90*1e3, dev, p.TokensPerSecond, orDash(p.HitRate, "%.3f", p.Slots > 0), p.MovedPerToken/1e3,
 			orDash(p.StallPerToken*1e3, "%.3f", true), orDash(p.Accuracy, "%.3f", true), p.OnCPUPerToken,
 			orDash(p.LimitPerToken*1e3, "%.3f", true), orDash(p.OverLimit, "%.2f", true))
@@ -384,6 +415,7 @@ func (a *app) modelBench(cmd *cobra.Command, f benchFlags) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	a.policyNotes(rep.Rows)
 	for _, p := range rep.Rows {
 		if g := p.GPU; g != nil {
 			fmt.Fprintf(a.stdout, "%s on the GPU: %d kernel launches, %d products on the host, copy stream %.2f GB/s measured over %.1f MB\n",

@@ -211,3 +211,15 @@ func TestBenchModelOnFakeGPU(t *testing.T) {
 		}
 	}
 }
+
+// bench --policy auto runs the placement it predicts fastest beside the others, names it in
+// its row and says what it weighed; llama.cpp's split is labelled as such.
+func TestBenchAutoOnSim(t *testing.T) {
+	out, _ := mustRun(t, "", "--device", "sim:rtx2080ti", "--host", "xeon-e5-2680v4", "--cpu-moe-layers", "10", "bench", "--shape", "olmoe-1b-7b@q4km",
+		"--gpu-mem", "2GiB", "--tokens", "8", "--prompt-len", "8", "--policy", "static,static-cache,auto")
+	for _, want := range []string{"static 10 ", "static-cache 10 ", "auto: ", "llama.cpp's strategy, -ngl 99 --n-cpu-moe 10", "auto placement: ", "predicted", "host profile xeon-e5-2680v4"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("bench output lacks %q:\n%s", want, out)
+		}
+	}
+}
