@@ -52,7 +52,7 @@ type SimBenchOptions struct {
 	CrossToken bool
 	// AllowCommit lets policy auto choose commit, which changes the output.
 	AllowCommit bool
-	Seed       uint64
+	Seed        uint64
 	// HostRates price the experts the host computes (cpu-miss, static): a host profile's
 	// (LoadHost) or given rates; a zero Bandwidth measures this machine's.
 	HostRates HostRates
@@ -78,9 +78,9 @@ type PolicyReport struct {
 	OnCPUPerToken   float64 // experts computed on the host (cpu-miss, static)
 	// Auto is auto placement's decision, in the row of policy auto: what it chose, what it
 	// weighed and the figures it predicted for each.
-	Auto *AutoPlan `json:",omitempty"`
-	LimitPerToken   float64 // the physical limit (DESIGN.md §6), mean
-	OverLimit       float64 // mean latency / mean limit
+	Auto          *AutoPlan `json:",omitempty"`
+	LimitPerToken float64   // the physical limit (DESIGN.md §6), mean
+	OverLimit     float64   // mean latency / mean limit
 	// DeviceTimePerToken is the mean time a CUDA GPU's compute stream took per decode token,
 	// between events recorded at consecutive tokens: set apart from the wall-clock latency,
 	// it shows how much of a token the host's own work and its waits added. 0 (absent from
