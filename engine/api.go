@@ -76,6 +76,17 @@ type Options struct {
 	// the card's timeline without computing them or reading a weight, with the routing given
 	// (see TimingOnlyOptions).
 	TimingOnly *TimingOnlyOptions
+	// AutoCommit lets automatic placement choose commit, which computes with predicted
+	// experts and changes the output. Automatic placement runs on a GPU, real or simulated,
+	// when neither Offload nor EP is set and the model does not fit the card (see
+	// Model.AutoPlan); by default it chooses among the policies that keep the numbers.
+	AutoCommit bool
+	// NoAuto turns automatic placement off: a model that does not fit the card is an error.
+	NoAuto bool
+
+	// profile, when set, is the simulated GPU's profile (Device "sim:"), a real card's
+	// described for automatic placement.
+	profile *sim.Profile
 }
 
 // DropOptions are capacity-aware token drop (seeds/000): in a pass of T >= 2 tokens, an expert

@@ -7,8 +7,11 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 
+	"github.com/commit-run/commit-run/cuda"
 	"github.com/commit-run/commit-run/offload"
+	"github.com/commit-run/commit-run/sim"
 	"github.com/commit-run/commit-run/trace"
 )
 
@@ -128,8 +131,9 @@ func planPlacement(ctx context.Context, open func(Options) (*Model, error), expe
 	first.Policy = offload.OnDemand
 	c, rep := try(first)
 	if c.Err != nil {
-		// The smallest policy does not fit: nothing will.
-		return nil, fmt.Errorf("auto placement: %w", c.Err)
+		// The policy with the fewest slots does not fit: nothing will.
+		return nil, fmt.Errorf("auto placement: the %s of %s cannot run the model even with its experts in host memory: %w",
+			sizeString(o.budget), o.base.Device, c.Err)
 	}
 	pf := base
 	pf.Policy, pf.Predictor = offload.Prefetch, cmp.Or(o.predictor, "prev-token")
@@ -208,4 +212,150 @@ func replaySample(sample [][][]int) *TimingOnlyOptions {
 		}
 		return sample[pos][j]
 	}}
+}
+
+// autoPlaces says whether Open places the experts itself: on a GPU, real or simulated, with
+// no placement asked for, when the weights, a session's KV cache and a pass's activations do
+// not fit the card.
+func (m *Model) autoPlaces() bool {
+	o := m.opts
+	if o.NoAuto || o.Offload != nil || o.EP != nil || o.TimingOnly != nil || m.info.Experts == 0 {
+		return false
+	}
+	switch m.dev.(type) {
+	case *sim.Device, *cuda.GPU:
+	default:
+		return false
+	}
+	need := m.info.NonExpertBytes + m.info.ExpertBytes + kvCacheBytes(m) + m.act.bytes()
+	return need > m.dev.Memory().Budget()
+}
+
+// placeAuto makes automatic placement's decision for the model on its card and sets the
+// offload options Open goes on with: every candidate is timed on the card's profile (a real
+// card's described from what the driver says and a measured copy) on a sample of the
+// synthetic router at its default skew, since the model's own routing is not known before
+// it runs.
+func (m *Model) placeAuto() error {
+	prof, err := m.cardProfile()
+	if err != nil {
+		return fmt.Errorf("auto placement: %w", err)
+	}
+	rates := m.opts.HostRates
+	if _, gpu := m.dev.(*cuda.GPU); gpu && rates.Bandwidth == 0 {
+		m := MeasureHostRates()
+		rates.Bandwidth, rates.FLOPS = m.Bandwidth, cmp.Or(rates.FLOPS, m.FLOPS)
+	}
+	layers := len(m.info.MoELayers)
+	sample, label, err := syntheticSample(DefaultSynthetic, layers, m.info.Experts, m.info.ExpertsUsed, autoPrompt+autoTokens+1)
+	if err != nil {
+		return fmt.Errorf("auto placement: %w", err)
+	}
+	base := Options{Device: "sim:" + prof.Name, profile: prof, Threads: m.opts.Threads, ContextLength: m.nctx,
+		KVType: map[bool]string{true: "f16", false: "f32"}[m.kvF16], HostRates: rates}
+	ao := autoOptions{base: base, budget: m.dev.Memory().Budget(), sample: replaySample(sample), label: label,
+		allowCommit: m.opts.AutoCommit}
+	path := m.info.Path
+	plan, err := planPlacement(context.Background(), func(o Options) (*Model, error) { return Open(path, o) }, m.info.Experts, layers, ao)
+	if err != nil {
+		return err
+	}
+	chosen := plan.Chosen.Offload
+	m.opts.Offload, m.plan = &chosen, plan
+	m.devNote = strings.TrimPrefix(m.devNote+"; "+plan.Summary(), "; ")
+	return nil
+}
+
+// AutoPlan returns automatic placement's decision, and false when Open made none (a policy
+// was given, the model fits, or the device is the CPU).
+func (m *Model) AutoPlan() (*AutoPlan, bool) { return m.plan, m.plan != nil }
+
+// cardProfile describes the model's GPU for automatic placement: a simulated card's own
+// profile, or for a real card the embedded profile of its kind (or one from the driver's
+// figures) with its memory and a copy stream rate measured now.
+func (m *Model) cardProfile() (*sim.Profile, error) {
+	switch d := m.dev.(type) {
+	case *sim.Device:
+		p := *d.Profile()
+		p.MemoryBytes = d.Memory().Budget()
+		return &p, nil
+	case *cuda.GPU:
+		return gpuProfile(d)
+	}
+	return nil, fmt.Errorf("device %s is not a GPU", m.dev.Name())
+}
+
+// gpuProfile describes a real card: its kind's embedded profile when there is one, else its
+// figures from the driver (the dense FP16 rate with FP32 accumulate taken as 512 flops a clock
+// a multiprocessor, as on Turing, Ampere and Ada GeForce cards), with its free memory and the
+// copy stream's rate measured on 16 MiB copies.
+func gpuProfile(g *cuda.GPU) (*sim.Profile, error) {
+	in := g.Info()
+	p := profileOfKind(in.Name)
+	if p == nil {
+		p = &sim.Profile{Name: "cuda", Description: in.Name, MemoryBandwidth: in.MemoryBandwidth,
+			PeakFLOPS: float64(in.SMs) * float64(in.ClockKHz) * 1e3 * 512, CopyLatency: 10e-6, LaunchOverhead: 5e-6}
+	}
+	p.MemoryBytes = g.Memory().Budget()
+	bw, err := measureCopies(g, 16<<20, 4)
+	if err != nil {
+		return nil, err
+	}
+	p.PCIeEffective = bw
+	p.PCIeBandwidth = max(p.PCIeBandwidth, bw)
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", in.Name, err)
+	}
+	return p, nil
+}
+
+// profileOfKind returns the embedded profile of a card the driver names ("NVIDIA GeForce RTX
+// 4090" is rtx4090), or nil.
+func profileOfKind(name string) *sim.Profile {
+	n := strings.ToLower(name)
+	for _, drop := range []string{"nvidia", "geforce", " ", "-"} {
+		n = strings.ReplaceAll(n, drop, "")
+	}
+	for _, k := range sim.Profiles() {
+		if strings.ReplaceAll(k, "-", "") == n {
+			p, err := sim.LoadProfile(k)
+			if err == nil {
+				return p
+			}
+		}
+	}
+	return nil
+}
+
+// measureCopies times n copies of size bytes from pinned host memory to the card and returns
+// the best rate.
+func measureCopies(g *cuda.GPU, size int64, n int) (float64, error) {
+	src, err := g.HostAlloc(size)
+	if err != nil {
+		return 0, fmt.Errorf("measure the copy stream: %w", err)
+	}
+	dst, err := g.Buffer(size, "copy stream measurement")
+	if err != nil {
+		return 0, fmt.Errorf("measure the copy stream: %w", err)
+	}
+	defer g.Release(dst)
+	best := math.Inf(1)
+	for range n {
+		start := time.Now()
+		g.CopyIn(dst, src)
+		g.Sync(g.Copy().Record())
+		best = min(best, time.Since(start).Seconds())
+	}
+	if err := g.Err(); err != nil {
+		return 0, fmt.Errorf("measure the copy stream: %w", err)
+	}
+	return float64(size) / max(best, 1e-9), nil
+}
+
+// sizeString writes n bytes in GiB, or MiB below one GiB.
+func sizeString(n int64) string {
+	if n < 1<<30 {
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	}
+	return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
 }

@@ -1,10 +1,16 @@
 package engine_test
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/commit-run/commit-run/engine"
 	"github.com/commit-run/commit-run/offload"
+	"github.com/commit-run/commit-run/sim"
 )
 
 // TestAutoPlacementShapes: on shapes that do not fit the card, bench's auto row runs the
@@ -55,6 +61,101 @@ func TestAutoPlacementShapes(t *testing.T) {
 			if auto.TokensPerSecond < p.TokensPerSecond*0.97 {
 				t.Errorf("%s: auto (%s) decodes at %.1f tokens/s, %s at %.1f", c.shape, plan.Chosen, auto.TokensPerSecond, p.Policy, p.TokensPerSecond)
 			}
+		}
+	}
+}
+
+// smallCard writes a profile of the rtx2080ti with mem bytes of memory.
+func smallCard(t *testing.T, mem int64) string {
+	t.Helper()
+	p, err := sim.LoadProfile("rtx2080ti")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Name, p.MemoryBytes = "small", mem
+	data, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "small.json")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return "sim:" + path
+}
+
+// TestAutoPlacementOpen: Open on a GPU with no placement asked for places the experts itself
+// when the model does not fit, with an exact policy (commit only with AutoCommit), says so, and
+// the numbers stay those of the CPU; a model that fits is left resident; NoAuto and a card too
+// small even for offloading are clear errors.
+func TestAutoPlacementOpen(t *testing.T) {
+	prompt := []int32{1, 5, 9, 14, 3, 27, 8, 2, 11, 6}
+	base := engine.Options{Threads: 2, KVType: "f32", ContextLength: 64}
+	for _, path := range []string{"../models/testdata/tinymoe-qwen2moe.gguf", "../models/testdata/tinymoe-mixtral.gguf"} {
+		want := runOn(t, path, base, prompt, 6)
+		o := base
+		o.Device = smallCard(t, 10<<20)
+		m, err := engine.Open(path, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan, ok := m.AutoPlan()
+		m.Close()
+		if !ok || !strings.Contains(m.DeviceNote(), "auto placement: "+plan.Chosen.String()) {
+			t.Fatalf("%s: no automatic placement on a 10 MiB card: %v, note %q", path, ok, m.DeviceNote())
+		}
+		for _, c := range plan.Candidates {
+			if c.Offload.Policy == offload.Commit {
+				t.Errorf("%s: weighed commit without AutoCommit", path)
+			}
+		}
+		got := runOn(t, path, o, prompt, 6)
+		if !slices.Equal(got.tokens, want.tokens) {
+			t.Errorf("%s: auto placement (%s) greedy %v, on the CPU %v", path, plan.Chosen, got.tokens, want.tokens)
+		}
+		for pos := range want.probs {
+			if !slices.Equal(got.probs[pos], want.probs[pos]) {
+				t.Fatalf("%s: auto placement (%s): probabilities differ at position %d", path, plan.Chosen, pos)
+			}
+		}
+
+		o.AutoCommit = true
+		m, err = engine.Open(path, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan, _ = m.AutoPlan()
+		m.Close()
+		if !slices.ContainsFunc(plan.Candidates, func(c engine.AutoCandidate) bool { return c.Offload.Policy == offload.Commit }) {
+			t.Errorf("%s: AutoCommit, but commit was not weighed", path)
+		}
+	}
+
+	fits := base
+	fits.Device = "sim:rtx2080ti"
+	const moe = "../models/testdata/tinymoe-qwen2moe.gguf"
+	m, err := engine.Open(moe, fits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m.AutoPlan(); ok {
+		t.Error("automatic placement of a model that fits the card")
+	}
+	m.Close()
+
+	for _, c := range []struct {
+		name   string
+		mem    int64
+		noAuto bool
+		want   string
+	}{
+		{"NoAuto", 10 << 20, true, "do not fit"},
+		{"too small for the resident weights", 1 << 20, false, "cannot run the model even with its experts in host memory"},
+	} {
+		o := base
+		o.Device, o.NoAuto = smallCard(t, c.mem), c.noAuto
+		if _, err := engine.Open(moe, o); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error saying %q", c.name, err, c.want)
 		}
 	}
 }

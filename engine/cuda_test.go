@@ -240,3 +240,28 @@ func TestCUDAHeadInChunks(t *testing.T) {
 		t.Errorf("GPU: %d tokens, NLL %v; CPU: %d tokens, NLL %v", got.Tokens, got.NLL, want.Tokens, want.NLL)
 	}
 }
+
+// TestAutoPlacementFakeGPU: on a real driver's card too small for the model (the fake
+// driver's, with 12 MiB free beside the driver's 256 MiB reserve), Open describes the card from the driver and a measured copy, places
+// the experts itself, and the greedy tokens stay the GPU's.
+func TestAutoPlacementFakeGPU(t *testing.T) {
+	lib := engine.GPUForTests(t)
+	prompt := []int32{1, 5, 9, 14, 3, 27, 8, 2, 11, 6}
+	o := engine.Options{Threads: 2, KVType: "f32", ContextLength: 64, Device: "cuda:0", CUDALibrary: lib}
+	want := runOn(t, bundledQwen, o, prompt, 8)
+	t.Setenv("FAKECUDA_MEM", "281018368") // 256 + 12 MiB
+	m, err := engine.Open(bundledQwen, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, ok := m.AutoPlan()
+	m.Close()
+	if !ok {
+		t.Fatalf("no automatic placement on a 12 MiB card: %q", m.DeviceNote())
+	}
+	t.Log(plan.Summary())
+	got := runOn(t, bundledQwen, o, prompt, 8)
+	if !slices.Equal(got.tokens, want.tokens) || maxDiff(got.probs, want.probs) > 2e-3 {
+		t.Errorf("auto placement (%s): greedy %v, resident %v; probabilities %g apart", plan.Chosen, got.tokens, want.tokens, maxDiff(got.probs, want.probs))
+	}
+}

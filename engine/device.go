@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -72,9 +73,12 @@ func newDevice(opts Options) (dev device.Device, note string, err error) {
 		}
 		return cpu.New(opts.Threads, cpu.WithMemory(mem)), "", nil
 	case strings.HasPrefix(name, "sim:"):
-		prof, err := sim.LoadProfile(strings.TrimPrefix(name, "sim:"))
-		if err != nil {
-			return nil, "", fmt.Errorf("device %s: %w", name, err)
+		prof := opts.profile
+		if prof == nil {
+			var err error
+			if prof, err = sim.LoadProfile(strings.TrimPrefix(name, "sim:")); err != nil {
+				return nil, "", fmt.Errorf("device %s: %w", name, err)
+			}
 		}
 		if opts.Offload == nil {
 			budget = prof.MemoryBytes
@@ -110,7 +114,11 @@ func newDevice(opts Options) (dev device.Device, note string, err error) {
 			return g, "", nil
 		}
 		dev, _, err := newDevice(opts)
-		return dev, fmt.Sprintf("device auto: running on the CPU (%v)", gerr), err
+		why := gerr.Error()
+		if errors.Is(gerr, cuda.ErrNoDriver) {
+			why = "no CUDA driver found"
+		}
+		return dev, fmt.Sprintf("device auto: running on the CPU (%s)", why), err
 	default:
 		return nil, "", fmt.Errorf("device %q is not available: want cpu, cuda:N, auto or sim:<profile> (%s, or a profile JSON file)", opts.Device, strings.Join(sim.Profiles(), ", "))
 	}

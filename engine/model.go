@@ -26,7 +26,8 @@ type Model struct {
 	info    Info
 	nctx    int
 	kvF16   bool
-	devNote string     // how --device auto chose
+	devNote string     // how --device auto chose, and automatic placement
+	plan    *AutoPlan  // automatic placement's decision (nil: none made)
 	off     *offloader // nil unless Options.Offload
 	// place is where the experts live and move: m.off when offloading, else the model's own.
 	place  placement
@@ -177,6 +178,12 @@ func openFile(f *models.File, opts Options, kvF16 bool) (*Model, error) {
 			return fmt.Errorf("%s: one pass's activations (%d bytes for up to %d tokens) do not fit on %s: %w", path, m.act.bytes(), prefillBatch, dev.Name(), err)
 		}
 		return nil
+	}
+	if m.autoPlaces() {
+		if err := m.placeAuto(); err != nil {
+			f.Close()
+			return nil, err // the candidates' runs name the file
+		}
 	}
 	// Offloading sizes its slots around the activations, and says how large a budget must
 	// be when it is too small for them: it goes first.
