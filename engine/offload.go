@@ -74,6 +74,7 @@ type offloader struct {
 	last     map[int][]int // MoE block -> the experts it chose last (prev-token)
 	counts   map[int][]int // MoE block -> how often it chose each expert (frequency)
 	pending  map[int][]int // MoE block -> the experts prefetched for its next pass
+	kept     int           // experts pinned in their slots for good (static's device layers)
 	stats    OffloadStats
 	virtual  []byte // a timing-only run's slots, reserved but never written
 }

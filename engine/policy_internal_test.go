@@ -24,7 +24,7 @@ func TestOffloadPolicies(t *testing.T) {
 		{offload.Commit, "router", 2 * used, true, true, "accuracy=0.8"},
 		{offload.CPUMiss, "", used, false, false, ""},
 		{offload.Static, "", layers * experts, false, false, ""},
-		{offload.StaticCache, "", layers*experts + used, false, false, ""},
+		{offload.StaticCache, "", layers * experts, false, false, ""},
 	} {
 		t.Run(c.policy.String(), func(t *testing.T) {
 			o := OffloadOptions{Policy: c.policy}

@@ -52,6 +52,7 @@ func (p staticPolicy) prepare(f *offloader) error {
 			if err := f.cache.Pin(k); err != nil {
 				return fmt.Errorf("static: %w", err)
 			}
+			f.kept++
 		}
 	}
 	f.dev.Sync(f.dev.Copy().Record())

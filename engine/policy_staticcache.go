@@ -6,18 +6,13 @@ import (
 )
 
 // staticCache is llama.cpp's split with its cache of host experts in device memory: the
-// device layers' experts stay in their slots as under static, and the slots they leave
-// cache the host layers' experts, least recently used out. A host layer's expert the cache
+// device layers' experts stay in their slots as under static, and the slots they leave (if
+// any: it needs no more than static) cache the host layers' experts, least recently used
+// out. A host layer's expert the cache
 // holds is computed on the device; one it misses, on the host, and then copied into the
 // cache behind the computation, so that a skewed router's favourites end up on the device.
 // Nothing ever waits for a copy, and the numbers stay the router's.
 type staticCache struct{ staticPolicy }
-
-// minSlots leaves room to cache one token's experts of a host layer beside the device
-// layers'.
-func (p staticCache) minSlots(layers, experts, used int, predictor string) int {
-	return p.staticPolicy.minSlots(layers, experts, used, predictor) + used
-}
 
 // onHost puts on the host the experts of a host layer that the cache misses, and those it
 // holds whose copy would land after the host, behind its queued work, would have computed
@@ -43,10 +38,14 @@ func (p staticCache) onHost(f *offloader, layer int, experts, tokens []int) []bo
 	return plan
 }
 
-// copiesBehind copies a host-computed expert into the cache while the copy stream keeps up
-// with the host: when the copies queued so far end no later than the host's queued work, so
-// that the link is busy while the host is and no queue of copies builds up that later
-// tokens would wait behind. The CPU, which cannot weigh, always copies.
+// copiesBehind copies a host-computed expert into the cache, if the device layers leave it
+// a slot, while the copy stream keeps up with the host: when the copies queued so far end no
+// later than the host's queued work, so that the link is busy while the host is and no queue
+// of copies builds up that later tokens would wait behind. The CPU, which cannot weigh,
+// always copies.
 func (staticCache) copiesBehind(f *offloader, _ offload.ExpertKey) bool {
+	if f.cache.Slots() <= f.kept {
+		return false // no cache beside the device layers: static
+	}
 	return f.planner == nil || f.planner.CopyDone(0) <= f.planner.HostDone(device.HostWork{})
 }
