@@ -65,8 +65,8 @@ func (p *AutoPlan) Summary() string {
 // The routing sample auto placement predicts with: a short prompt, and decode steps whose
 // first half warms the caches and whose second half is timed.
 const (
-	autoPrompt = 8
-	autoTokens = 64
+	autoPrompt = 32
+	autoTokens = 96
 )
 
 // autoOptions are what planPlacement needs beside the model.
@@ -107,7 +107,7 @@ func syntheticSample(so trace.SynthOptions, layers, experts, used, n int) ([][][
 // planPlacement times every candidate placement of the model open opens (timing only, with
 // the sample's routing) and returns the fastest that fits, exact policies first: commit only
 // when allowed. The candidates are the policies that move experts (ondemand, prefetch,
-// cpu-miss) with every slot the budget holds, and llama.cpp's split, plain with the fewest host
+// cpu-miss, hot) with every slot the budget holds, and llama.cpp's split, plain with the fewest host
 // layers whose device layers fit and with its cache at several host layer counts.
 func planPlacement(ctx context.Context, open func(Options) (*Model, error), experts, layers int, o autoOptions) (*AutoPlan, error) {
 	plan := &AutoPlan{Routing: "predicted on " + o.label}
@@ -137,7 +137,7 @@ func planPlacement(ctx context.Context, open func(Options) (*Model, error), expe
 	}
 	pf := base
 	pf.Policy, pf.Predictor = offload.Prefetch, cmp.Or(o.predictor, "prev-token")
-	cands := []OffloadOptions{pf, {Policy: offload.CPUMiss, GPUMem: o.budget, Eviction: o.eviction}}
+	cands := []OffloadOptions{pf, {Policy: offload.CPUMiss, GPUMem: o.budget, Eviction: o.eviction}, {Policy: offload.Hot, GPUMem: o.budget, Eviction: offload.LFU}}
 	if o.allowCommit {
 		cm := pf
 		cm.Policy = offload.Commit

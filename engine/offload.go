@@ -247,6 +247,15 @@ func (f *offloader) routed(layer int, routes []routing, pred []int, committed bo
 	}
 }
 
+// chosen is how often the router has chosen k, over every token since the model opened; f's
+// lock is held.
+func (f *offloader) chosen(k offload.ExpertKey) int {
+	if c := f.counts[k.Layer]; k.Expert < len(c) {
+		return c[k.Expert]
+	}
+	return 0
+}
+
 // beginPass starts a forward pass: what is resident now is what the pass does not have to
 // move (the physical limit's bytes, DESIGN.md §6).
 func (f *offloader) beginPass() {
@@ -287,6 +296,12 @@ func (f *offloader) weights(layer, e int, host bool) (w offload.ExpertWeights, d
 			// The slot fills behind the computation, so that later tokens find it resident.
 			if _, _, err := f.load(k); err != nil {
 				return w, nil, err
+			}
+			if f.cache.Eviction() == offload.LFU {
+				// Its uses so far, not one: it was chosen before it had a slot.
+				if err := f.cache.SetUses(k, uint64(f.chosen(k))); err != nil {
+					return w, nil, err
+				}
 			}
 		}
 		return w, func() error { return nil }, nil

@@ -60,7 +60,7 @@ func TestOffloadKeepsTheNumbers(t *testing.T) {
 			base := engine.Options{Threads: 2, KVType: "f32", ContextLength: 64}
 			wantP, wantG := offloadRun(t, path, base, fx.Prompt)
 			L := len(info.MoELayers)
-			for _, pol := range []offload.Policy{offload.OnDemand, offload.Prefetch, offload.Commit, offload.CPUMiss, offload.Static, offload.StaticCache} {
+			for _, pol := range []offload.Policy{offload.OnDemand, offload.Prefetch, offload.Commit, offload.CPUMiss, offload.Static, offload.StaticCache, offload.Hot} {
 				o := base
 				o.Offload = &engine.OffloadOptions{Policy: pol, Predictor: map[offload.Policy]string{offload.Prefetch: "prev-token", offload.Commit: "oracle"}[pol]}
 				k := int64(info.ExpertsUsed)

@@ -60,6 +60,9 @@ func newOffloadPolicy(o *OffloadOptions, layers int) (offloadPolicy, error) {
 		if p == offload.StaticCache {
 			pol = staticCache{staticPolicy{hostLayers: o.HostLayers}}
 		}
+	case offload.Hot:
+		pol = hotPolicy{}
+		o.Eviction = offload.LFU // hot is popularity: the cache evicts the least used
 	case offload.Auto:
 		return nil, fmt.Errorf("offload: auto chooses a policy before the model opens (Open does, when no policy is given); it is not one the offloader runs")
 	default:

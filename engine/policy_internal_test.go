@@ -25,6 +25,7 @@ func TestOffloadPolicies(t *testing.T) {
 		{offload.CPUMiss, "", used, false, false, ""},
 		{offload.Static, "", layers * experts, false, false, ""},
 		{offload.StaticCache, "", layers * experts, false, false, ""},
+		{offload.Hot, "", used, false, false, ""},
 	} {
 		t.Run(c.policy.String(), func(t *testing.T) {
 			o := OffloadOptions{Policy: c.policy}
@@ -39,7 +40,7 @@ func TestOffloadPolicies(t *testing.T) {
 				t.Errorf("%d slots at least, want %d", got, c.slots)
 			}
 			switch pol.(type) {
-			case cpuMiss, staticPolicy, staticCache:
+			case cpuMiss, staticPolicy, staticCache, hotPolicy:
 			default:
 				if pol.onHost(nil, 0, []int{1, 2}, []int{1, 1}) != nil || pol.copiesBehind(nil, offload.ExpertKey{}) {
 					t.Errorf("%s computes experts on the host", c.policy)

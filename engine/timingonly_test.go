@@ -114,6 +114,7 @@ func TestTimingOnlyTimeline(t *testing.T) {
 		{"cpu-miss", &engine.OffloadOptions{Policy: offload.CPUMiss}},
 		{"static", &engine.OffloadOptions{Policy: offload.Static, HostLayers: 1}},
 		{"static-cache", &engine.OffloadOptions{Policy: offload.StaticCache, HostLayers: 1}},
+		{"hot", &engine.OffloadOptions{Policy: offload.Hot}},
 	}
 	prompt := []int32{1, 5, 9, 14, 3, 27, 8, 2, 11, 6}
 	for _, md := range ms {

@@ -155,6 +155,35 @@ func (c *Cache) Assign(k ExpertKey) (slot int, hit bool, victim ExpertKey, evict
 	return slot, false, victim, evicted, nil
 }
 
+// Victim returns the expert the next Assign of a non-resident expert would evict and its
+// uses, without evicting it; ok is false when a slot is free or every resident is pinned.
+func (c *Cache) Victim() (k ExpertKey, uses uint64, ok bool) {
+	if len(c.free) > 0 {
+		return ExpertKey{}, 0, false
+	}
+	v, ok := c.index.Min()
+	return v.key, v.uses, ok
+}
+
+// SetUses sets resident k's use count to n: a caller that knows how often an expert was used
+// before it was loaded (every token's routing) seeds LFU with that history, so that an expert
+// that was popular while on the host is not the next victim.
+func (c *Cache) SetUses(k ExpertKey, n uint64) error {
+	slot, ok := c.where[k]
+	if !ok {
+		return fmt.Errorf("set uses of expert %v: %w", k, ErrNotResident)
+	}
+	e := &c.slots[slot]
+	if e.pins == 0 {
+		c.index.Delete(e.item())
+	}
+	e.uses = n
+	if e.pins == 0 {
+		c.index.Set(e.item())
+	}
+	return nil
+}
+
 // Pin keeps k from being evicted until a matching Unpin. Pins nest, because the same expert can
 // be in use by the running layer and be the target of a prefetch at once.
 func (c *Cache) Pin(k ExpertKey) error {

@@ -361,3 +361,48 @@ func checkInvariants(t testing.TB, c *Cache) {
 		t.Fatalf("index holds %d items, want the %d unpinned residents", c.index.Len(), unpinned)
 	}
 }
+
+// Victim names the next Assign's victim without evicting it, and SetUses seeds LFU with a
+// history from before the expert was loaded.
+func TestCacheVictimAndSetUses(t *testing.T) {
+	a, b, c := ExpertKey{0, 0}, ExpertKey{0, 1}, ExpertKey{1, 0}
+	cache := mustCache(t, 2, LFU)
+	if _, _, ok := cache.Victim(); ok {
+		t.Error("a victim while slots are free")
+	}
+	for _, k := range []ExpertKey{a, b, b} {
+		if _, _, _, _, err := cache.Assign(k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v, uses, ok := cache.Victim(); !ok || v != a || uses != 1 {
+		t.Errorf("victim %v with %d uses (%v), want %v with 1", v, uses, ok, a)
+	}
+	if err := cache.SetUses(a, 10); err != nil {
+		t.Fatal(err)
+	}
+	if v, uses, _ := cache.Victim(); v != b || uses != 2 {
+		t.Errorf("after seeding %v with 10 uses the victim is %v (%d uses), want %v", a, v, uses, b)
+	}
+	if err := cache.Pin(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := cache.SetUses(b, 0); err != nil { // pinned: outside the index until unpinned
+		t.Fatal(err)
+	}
+	if v, _, _ := cache.Victim(); v != a {
+		t.Errorf("victim %v while %v is pinned, want %v", v, b, a)
+	}
+	if err := cache.Unpin(b); err != nil {
+		t.Fatal(err)
+	}
+	if v, uses, _ := cache.Victim(); v != b || uses != 0 {
+		t.Errorf("victim %v (%d uses), want %v with 0", v, uses, b)
+	}
+	if err := cache.SetUses(c, 3); err == nil {
+		t.Error("SetUses of an expert not resident")
+	}
+	if _, _, victim, _, _ := cache.Assign(c); victim != b {
+		t.Errorf("Assign evicted %v, Victim said %v", victim, b)
+	}
+}

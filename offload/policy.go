@@ -28,19 +28,41 @@ const (
 	// device layers leave, least recently used out: one the cache holds is computed on the
 	// device, one it misses on the host and then copied in behind, for later tokens.
 	StaticCache
+	// Hot keeps on the device the experts the router has chosen most often so far, counted
+	// over every token, and has the host compute the others; an expert that grows more
+	// popular than the least used one on the device is copied in behind the host's work.
+	Hot
 	// Auto is not a policy of its own but the choice among the others (and their host layers)
 	// that the engine predicts decodes fastest on the device, made before the model opens.
 	Auto
 )
 
-var policyNames = []string{"ondemand", "prefetch", "commit", "cpu-miss", "static", "static-cache", "auto"}
+var policyNames = []string{"ondemand", "prefetch", "commit", "cpu-miss", "static", "static-cache", "hot", "auto"}
 
 // Split says whether the policy is llama.cpp's CPU/GPU split, which takes a number of host
 // layers (--n-cpu-moe).
 func (p Policy) Split() bool { return p == Static || p == StaticCache }
 
 // UsesHost says whether the policy has the host compute experts, at rates it must know.
-func (p Policy) UsesHost() bool { return p == CPUMiss || p.Split() }
+func (p Policy) UsesHost() bool { return p == CPUMiss || p == Hot || p.Split() }
+
+// MarshalText writes the policy's name, so that JSON reports read "static", not 4.
+func (p Policy) MarshalText() ([]byte, error) {
+	if p < 0 || int(p) >= len(policyNames) {
+		return nil, fmt.Errorf("marshal %v: not a policy", p)
+	}
+	return []byte(p.String()), nil
+}
+
+// UnmarshalText reads a policy's name.
+func (p *Policy) UnmarshalText(b []byte) error {
+	q, err := ParsePolicy(string(b))
+	if err != nil {
+		return err
+	}
+	*p = q
+	return nil
+}
 
 func (p Policy) String() string {
 	if p >= 0 && int(p) < len(policyNames) {

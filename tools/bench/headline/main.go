@@ -34,7 +34,7 @@ var routings = map[string][]string{
 	"uniform": {"--skew", "0", "--cross-layer", "0", "--temporal", "0"},
 }
 
-var policies = []string{"ondemand", "prefetch", "commit", "cpu-miss", "static", "static-cache", "auto"}
+var policies = []string{"ondemand", "prefetch", "commit", "cpu-miss", "hot", "static", "static-cache", "auto"}
 
 // report is the part of bench --json the table reads.
 type report struct {
@@ -46,13 +46,13 @@ type report struct {
 		Auto            *struct {
 			Chosen struct {
 				Offload struct {
-					Policy     int
+					Policy     string
 					HostLayers int
 				}
 			}
 			Candidates []struct {
 				Offload struct {
-					Policy     int
+					Policy     string
 					HostLayers int
 				}
 			}
@@ -150,7 +150,7 @@ func benchRow(bin, shape string, c card, half bool, routing []string, tokens, pr
 	// The split's first candidate is static at the fewest host layers that fit.
 	n := -1
 	for _, cand := range probe.Policies[0].Auto.Candidates {
-		if cand.Offload.Policy == 4 { // static
+		if cand.Offload.Policy == "static" {
 			n = cand.Offload.HostLayers
 			break
 		}

@@ -1,0 +1,41 @@
+package engine
+
+import (
+	"github.com/commit-run/commit-run/device"
+	"github.com/commit-run/commit-run/offload"
+)
+
+// hotPolicy keeps on the device the experts the router has chosen most often so far,
+// counted over every token of every pass (not only while they were on the device), and has
+// the host compute the others, overlapped with the device's experts of the same layer. An
+// expert the host computed is copied in behind its work when it has become more popular than
+// the least used one on the device (the cache evicts by use count, seeded with that history),
+// while the copy stream keeps up with the host. With a skewed router the device ends up
+// holding each layer's favourites, which llama.cpp's split, placing whole layers, cannot; with
+// uniform routing every layer keeps a share on the device, so that the host's and the
+// device's work of each layer overlap. The numbers are the router's. Misses are weighed as
+// cpu-miss weighs them: copied when the copy lands before the host would finish.
+type hotPolicy struct{}
+
+func (hotPolicy) predictors() []string                  { return nil }
+func (hotPolicy) minSlots(_, _, used int, _ string) int { return used }
+func (hotPolicy) loadsAhead() bool                      { return false }
+func (hotPolicy) commits() bool                         { return false }
+func (hotPolicy) prepare(*offloader) error              { return nil }
+
+// onHost weighs each miss as cpu-miss does: the host computes it unless a copy would land
+// first.
+func (hotPolicy) onHost(f *offloader, layer int, experts, tokens []int) []bool {
+	return cpuMiss{}.onHost(f, layer, experts, tokens)
+}
+
+// copiesBehind copies a host-computed expert in when a slot is free or the router has chosen
+// it more often than the cache's victim was used, and, on a device that weighs, while the
+// copy stream keeps up with the host.
+func (hotPolicy) copiesBehind(f *offloader, k offload.ExpertKey) bool {
+	if f.planner != nil && f.planner.CopyDone(0) > f.planner.HostDone(device.HostWork{}) {
+		return false
+	}
+	_, uses, full := f.cache.Victim()
+	return !full || uint64(f.chosen(k)) > uses
+}
