@@ -78,6 +78,9 @@ type autoOptions struct {
 	// autoPrompt + autoTokens positions; label says where the routing came from.
 	sample *TimingOnlyOptions
 	label  string
+	// prompt and tokens are the sample's prompt and decode steps (0: autoPrompt and
+	// autoTokens), fewer where the context is short.
+	prompt, tokens int
 	// predictor is prefetch's and commit's; allowCommit lets auto choose commit, which
 	// changes the output.
 	predictor   string
@@ -113,7 +116,8 @@ func planPlacement(ctx context.Context, open func(Options) (*Model, error), expe
 	plan := &AutoPlan{Routing: "predicted on " + o.label}
 	try := func(oo OffloadOptions) (AutoCandidate, *BenchReport) {
 		c := AutoCandidate{Offload: oo}
-		bo := BenchOptions{Options: o.base, PromptIDs: [][]int32{make([]int32, autoPrompt)}, Tokens: autoTokens, Warmup: autoTokens / 2,
+		prompt, tokens := cmp.Or(o.prompt, autoPrompt), cmp.Or(o.tokens, autoTokens)
+		bo := BenchOptions{Options: o.base, PromptIDs: [][]int32{make([]int32, prompt)}, Tokens: tokens, Warmup: tokens / 2,
 			Policies: []offload.Policy{oo.Policy}, GPUMem: oo.GPUMem, Eviction: oo.Eviction, HostLayers: oo.HostLayers,
 			Predictor: oo.Predictor, Commit: o.commit}
 		bo.Options.TimingOnly = o.sample
@@ -132,7 +136,7 @@ func planPlacement(ctx context.Context, open func(Options) (*Model, error), expe
 	c, rep := try(first)
 	if c.Err != nil {
 		// The policy with the fewest slots does not fit: nothing will.
-		return nil, fmt.Errorf("auto placement: the %s of %s cannot run the model even with its experts in host memory: %w",
+		return nil, fmt.Errorf("auto placement: the %s of %s cannot run the model even with its experts in host memory (a shorter context needs less; --gpu-mem and --policy place them by hand): %w",
 			sizeString(o.budget), o.base.Device, c.Err)
 	}
 	pf := base
@@ -247,14 +251,20 @@ func (m *Model) placeAuto() error {
 		rates.Bandwidth, rates.FLOPS = m.Bandwidth, cmp.Or(rates.FLOPS, m.FLOPS)
 	}
 	layers := len(m.info.MoELayers)
-	sample, label, err := syntheticSample(DefaultSynthetic, layers, m.info.Experts, m.info.ExpertsUsed, autoPrompt+autoTokens+1)
+	// The sample fits the context: a quarter of it for the prompt, the rest decoded.
+	prompt := min(autoPrompt, m.nctx/4)
+	tokens := min(autoTokens, m.nctx-prompt-1)
+	if prompt < 1 || tokens < 4 {
+		return fmt.Errorf("auto placement: a %d-position context leaves no room for a routing sample", m.nctx)
+	}
+	sample, label, err := syntheticSample(DefaultSynthetic, layers, m.info.Experts, m.info.ExpertsUsed, prompt+tokens+1)
 	if err != nil {
 		return fmt.Errorf("auto placement: %w", err)
 	}
 	base := Options{Device: "sim:" + prof.Name, profile: prof, Threads: m.opts.Threads, ContextLength: m.nctx,
 		KVType: map[bool]string{true: "f16", false: "f32"}[m.kvF16], HostRates: rates}
 	ao := autoOptions{base: base, budget: m.dev.Memory().Budget(), sample: replaySample(sample), label: label,
-		allowCommit: m.opts.AutoCommit}
+		prompt: prompt, tokens: tokens, allowCommit: m.opts.AutoCommit}
 	path := m.info.Path
 	plan, err := planPlacement(context.Background(), func(o Options) (*Model, error) { return Open(path, o) }, m.info.Experts, layers, ao)
 	if err != nil {

@@ -201,7 +201,7 @@ func benchRun(ctx context.Context, open func(Options) (*Model, error), o BenchOp
 	}
 	var st []offload.TokenStats
 	var devTime float64 // device seconds of the timed tokens, summed
-	var ttft float64
+	var ttft, ttftLimit float64
 	var drawFrom, drawTo float64
 	for i := range rep.Prompts {
 		var ids []int32
@@ -224,6 +224,7 @@ func benchRun(ctx context.Context, open func(Options) (*Model, error), o BenchOp
 				switch {
 				case tok == 0:
 					ttft += now.t - start.t
+					ttftLimit += tokenStats(start, now, pcie, hostMem).Limit
 				case tok > o.Warmup:
 					st = append(st, tokenStats(last, now, pcie, hostMem))
 					devTime += now.gpu.DeviceSeconds - last.gpu.DeviceSeconds
@@ -258,6 +259,10 @@ func benchRun(ctx context.Context, open func(Options) (*Model, error), o BenchOp
 		row.Predictor = m.off.opts.Predictor
 	}
 	row.TTFT = ttft / float64(rep.Prompts)
+	row.TTFTLimit = ttftLimit / float64(rep.Prompts)
+	if !simulated && !timed {
+		row.TTFTLimit = math.NaN()
+	}
 	if g, ok := m.GPUStats(); ok {
 		row.GPU = &g
 	}

@@ -323,9 +323,13 @@ func (f *offloader) weights(layer, e int, host bool) (w offload.ExpertWeights, d
 		f.stats.Misses++
 	}
 	if f.loadedIn[k] == f.pass {
-		// Copied during this pass: a schedule had to move it. A pass acquires each expert
-		// of a layer once, so it is counted once.
-		f.stats.NeededBytes += f.store.SlotBytes()
+		// Copied during this pass: a schedule had to move it, its own bytes (a slot fits the
+		// largest expert). A pass acquires each expert of a layer once, so it is counted once.
+		r, err := f.store.Region(k)
+		if err != nil {
+			return w, nil, err
+		}
+		f.stats.NeededBytes += int64(len(r))
 	}
 	f.dev.Compute().Wait(f.ready[k])
 	return lay.View(f.slots[slot]), func() error {

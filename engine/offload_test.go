@@ -149,33 +149,50 @@ func TestOffloadBudget(t *testing.T) {
 	}
 }
 
-// TestOffloadStats checks what the offloader reports: a budget that holds every expert copies
-// each used one once, and cpu-miss computes misses on the host while filling its slots.
+// TestOffloadStats checks what the offloader reports: the slots are filled when the model
+// opens, a budget that holds every expert then copies nothing more, and with fewer slots
+// cpu-miss computes misses on the host while filling its slots.
 func TestOffloadStats(t *testing.T) {
 	prompt := []int32{1, 2, 3, 4, 5, 6, 7, 8}
+	probe := offloadProbe(t, tinyModel, engine.Options{ContextLength: 64, Offload: &engine.OffloadOptions{Policy: offload.OnDemand}})
 	for _, pol := range []offload.Policy{offload.OnDemand, offload.CPUMiss} {
-		m, err := engine.Open(tinyModel, engine.Options{ContextLength: 64, Offload: &engine.OffloadOptions{Policy: pol, GPUMem: 1 << 40}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, _ := m.NewSession()
-		for i := 0; i < 2; i++ {
-			if err := s.Probs(context.Background(), prompt, func(int, []float32) error { return nil }); err != nil {
+		for _, all := range []bool{true, false} {
+			budget := int64(1 << 40)
+			if !all {
+				budget = probe.Resident + 6*probe.SlotBytes
+			}
+			m, err := engine.Open(tinyModel, engine.Options{ContextLength: 64, Offload: &engine.OffloadOptions{Policy: pol, GPUMem: budget}})
+			if err != nil {
 				t.Fatal(err)
 			}
-		}
-		st, _ := m.Offload()
-		s.Close()
-		m.Close()
-		// The second pass routes exactly as the first and finds every expert resident.
-		if st.Misses == 0 || st.Hits < st.Misses || st.BytesCopied <= 0 || st.BytesCopied > st.Misses*st.SlotBytes {
-			t.Errorf("%s: %+v", pol, st)
-		}
-		if pol == offload.CPUMiss && st.OnCPU != st.Misses {
-			t.Errorf("cpu-miss: %d of %d misses on the host", st.OnCPU, st.Misses)
-		}
-		if pol == offload.OnDemand && st.OnCPU != 0 {
-			t.Errorf("ondemand computed %d experts on the host", st.OnCPU)
+			opened, _ := m.Offload()
+			s, _ := m.NewSession()
+			for i := 0; i < 2; i++ {
+				if err := s.Probs(context.Background(), prompt, func(int, []float32) error { return nil }); err != nil {
+					t.Fatal(err)
+				}
+			}
+			st, _ := m.Offload()
+			s.Close()
+			m.Close()
+			if opened.BytesCopied <= 0 || opened.BytesCopied > int64(opened.Slots)*opened.SlotBytes || opened.Hits+opened.Misses != 0 {
+				t.Errorf("%s: at open %+v: want the slots filled", pol, opened)
+			}
+			if all {
+				if st.Misses != 0 || st.Hits == 0 || st.BytesCopied != opened.BytesCopied {
+					t.Errorf("%s, every expert in a slot: %+v", pol, st)
+				}
+				continue
+			}
+			if st.Misses == 0 || st.BytesCopied <= opened.BytesCopied || st.BytesCopied-opened.BytesCopied > st.Misses*st.SlotBytes {
+				t.Errorf("%s, 6 slots: %+v", pol, st)
+			}
+			if pol == offload.CPUMiss && st.OnCPU != st.Misses {
+				t.Errorf("cpu-miss: %d of %d misses on the host", st.OnCPU, st.Misses)
+			}
+			if pol == offload.OnDemand && st.OnCPU != 0 {
+				t.Errorf("ondemand computed %d experts on the host", st.OnCPU)
+			}
 		}
 	}
 }

@@ -80,3 +80,27 @@ func newOffloadPolicy(o *OffloadOptions, layers int) (offloadPolicy, error) {
 	}
 	return pol, nil
 }
+
+// fillSlots fills every slot when the model opens, as llama.cpp loads its weights before it
+// serves, with the same share of each MoE layer's experts (the first of each, then the
+// second, ...): with no routing seen yet, an even share is what leaves each layer's host and
+// device work to overlap, and the first prompt does not start from an empty device. It waits
+// for the copies. f's lock is not held.
+func fillSlots(f *offloader) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	layers := f.store.Layers()
+	n := f.cache.Slots()
+	for i := 0; i < n; i++ {
+		l := layers[i%len(layers)]
+		e := i / len(layers)
+		if e >= f.store.Experts(l) {
+			break
+		}
+		if _, _, err := f.load(offload.ExpertKey{Layer: l, Expert: e}); err != nil {
+			return fmt.Errorf("fill the expert slots: %w", err)
+		}
+	}
+	f.dev.Sync(f.dev.Copy().Record())
+	return nil
+}

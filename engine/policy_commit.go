@@ -23,4 +23,4 @@ func (commitPolicy) loadsAhead() bool                                { return tr
 func (commitPolicy) commits() bool                                   { return true }
 func (commitPolicy) onHost(*offloader, int, []int, []int) []bool     { return nil }
 func (commitPolicy) copiesBehind(*offloader, offload.ExpertKey) bool { return false }
-func (commitPolicy) prepare(*offloader) error                        { return nil }
+func (commitPolicy) prepare(f *offloader) error                      { return fillSlots(f) }

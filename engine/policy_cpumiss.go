@@ -20,7 +20,7 @@ func (cpuMiss) commits() bool                         { return false }
 // weighs copies when a copy is worth it.
 func (cpuMiss) copiesBehind(f *offloader, _ offload.ExpertKey) bool { return f.planner == nil }
 
-func (cpuMiss) prepare(*offloader) error { return nil }
+func (cpuMiss) prepare(f *offloader) error { return fillSlots(f) }
 
 // onHost says which of a layer's experts the host computes (nil: none): tokens[i] rows go to
 // experts[i]. On a device that cannot weigh host against copy

@@ -12,4 +12,4 @@ func (onDemand) loadsAhead() bool                                { return false 
 func (onDemand) commits() bool                                   { return false }
 func (onDemand) onHost(*offloader, int, []int, []int) []bool     { return nil }
 func (onDemand) copiesBehind(*offloader, offload.ExpertKey) bool { return false }
-func (onDemand) prepare(*offloader) error                        { return nil }
+func (onDemand) prepare(f *offloader) error                      { return fillSlots(f) }

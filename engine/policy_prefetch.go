@@ -13,4 +13,4 @@ func (prefetchPolicy) loadsAhead() bool                                { return 
 func (prefetchPolicy) commits() bool                                   { return false }
 func (prefetchPolicy) onHost(*offloader, int, []int, []int) []bool     { return nil }
 func (prefetchPolicy) copiesBehind(*offloader, offload.ExpertKey) bool { return false }
-func (prefetchPolicy) prepare(*offloader) error                        { return nil }
+func (prefetchPolicy) prepare(f *offloader) error                      { return fillSlots(f) }

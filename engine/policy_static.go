@@ -25,10 +25,16 @@ func (staticPolicy) loadsAhead() bool                                { return fa
 func (staticPolicy) commits() bool                                   { return false }
 func (staticPolicy) copiesBehind(*offloader, offload.ExpertKey) bool { return false }
 
-// onHost puts every expert of a host layer on the host.
-func (p staticPolicy) onHost(f *offloader, layer int, experts, _ []int) []bool {
+// onHost puts every expert of a host layer on the host, but in a prompt's pass, where a slot
+// is left beside the device layers' experts, weighs each as cpu-miss does: llama.cpp copies a
+// host layer's weights to the GPU for a large batch, since the host's arithmetic grows with
+// the batch and the copy does not.
+func (p staticPolicy) onHost(f *offloader, layer int, experts, tokens []int) []bool {
 	if f.moeIdx[layer] >= p.hostLayers {
 		return nil
+	}
+	if batched(tokens) && f.cache.Slots() > f.kept {
+		return cpuMiss{}.onHost(f, layer, experts, tokens)
 	}
 	plan := make([]bool, len(experts))
 	for i := range plan {
@@ -57,4 +63,15 @@ func (p staticPolicy) prepare(f *offloader) error {
 	}
 	f.dev.Sync(f.dev.Copy().Record())
 	return nil
+}
+
+// batched says whether a layer's experts serve more than one token each somewhere: a
+// prompt's pass.
+func batched(tokens []int) bool {
+	for _, n := range tokens {
+		if n > 1 {
+			return true
+		}
+	}
+	return false
 }

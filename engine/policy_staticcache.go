@@ -16,10 +16,13 @@ type staticCache struct{ staticPolicy }
 
 // onHost puts on the host the experts of a host layer that the cache misses, and those it
 // holds whose copy would land after the host, behind its queued work, would have computed
-// them (a device that cannot weigh, the CPU, waits for the copy).
+// them (a device that cannot weigh, the CPU, waits for the copy); a prompt's as static.
 func (p staticCache) onHost(f *offloader, layer int, experts, tokens []int) []bool {
 	if f.moeIdx[layer] >= p.hostLayers {
 		return nil
+	}
+	if batched(tokens) && f.cache.Slots() > f.kept {
+		return cpuMiss{}.onHost(f, layer, experts, tokens) // as static in a prompt
 	}
 	plan := make([]bool, len(experts))
 	var work device.HostWork

@@ -65,11 +65,13 @@ type SimBenchOptions struct {
 
 // PolicyReport is one policy's figures in a SimBenchReport; times in seconds.
 type PolicyReport struct {
-	Policy          string
-	Predictor       string // what prefetch or commit predicted with ("" for the others)
-	Slots           int
-	Mean, P50, P90  float64 // per-token latency
-	TTFT            float64 // time to first token, mean over prompts (real-model runs)
+	Policy         string
+	Predictor      string // what prefetch or commit predicted with ("" for the others)
+	Slots          int
+	Mean, P50, P90 float64 // per-token latency
+	TTFT           float64 // time to first token, mean over prompts (real-model runs)
+	// TTFTLimit is the prompt pass's physical limit, as LimitPerToken a decode step's.
+	TTFTLimit       float64
 	TokensPerSecond float64
 	HitRate         float64 // experts found on the device when needed
 	MovedPerToken   float64 // bytes
@@ -103,8 +105,8 @@ func (r PolicyReport) MarshalJSON() ([]byte, error) {
 	}
 	return json.Marshal(struct {
 		plain
-		StallPerToken, Accuracy, LimitPerToken, OverLimit *float64
-	}{plain(r), nullable(r.StallPerToken), nullable(r.Accuracy), nullable(r.LimitPerToken), nullable(r.OverLimit)})
+		StallPerToken, Accuracy, LimitPerToken, OverLimit, TTFTLimit *float64
+	}{plain(r), nullable(r.StallPerToken), nullable(r.Accuracy), nullable(r.LimitPerToken), nullable(r.OverLimit), nullable(r.TTFTLimit)})
 }
 
 // SimBenchReport is the outcome of SimBench.
@@ -212,7 +214,7 @@ func simBenchShape(o SimBenchOptions, prof *sim.Profile, ctx int) (*SimBenchRepo
 	rep.ExpertBytes, rep.Resident = float64(br.SlotBytes), float64(br.Resident)
 	if o.PromptLen == 0 {
 		for i := range rep.Policies {
-			rep.Policies[i].TTFT = 0
+			rep.Policies[i].TTFT, rep.Policies[i].TTFTLimit = 0, 0
 		}
 	}
 	return rep, nil

@@ -14,8 +14,9 @@ import (
 // none, half and all of their MoE layers' experts on the host, on the CPU and a simulated
 // GPU: the numbers are those of the run without offloading, bit for bit; the host computes
 // the host layers' top-k of every token (static-cache: those its cache misses); once the
-// model is open static copies nothing, and static-cache on the CPU, which cannot weigh a
-// copy, copies each expert the host computed into its cache.
+// model is open static copies nothing while it decodes (nor in prompts when the device
+// layers leave no slot), and static-cache on the CPU, which cannot weigh a copy, copies each
+// expert the host computed into its cache.
 func TestStatic(t *testing.T) {
 	prompt := []int32{1, 5, 9, 14, 3, 27, 8, 2, 11, 6}
 	for _, path := range []string{"../models/testdata/tinymoe-qwen2moe.gguf", "../models/testdata/tinymoe-mixtral.gguf"} {
@@ -59,7 +60,14 @@ func TestStatic(t *testing.T) {
 					t.Fatal(err)
 				}
 				before, _ := m.Offload()
-				res, err := s.Generate(ctx, prompt, engine.GenerateOptions{MaxTokens: 6, IgnoreEOS: true, Sampler: engine.SamplerOptions{Greedy: true}})
+				var decoding engine.OffloadStats // after the prompt's pass
+				res, err := s.Generate(ctx, prompt, engine.GenerateOptions{MaxTokens: 6, IgnoreEOS: true, Sampler: engine.SamplerOptions{Greedy: true},
+					OnToken: func(tok engine.Token) error {
+						if decoding.Slots == 0 {
+							decoding, _ = m.Offload()
+						}
+						return nil
+					}})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -81,8 +89,10 @@ func TestStatic(t *testing.T) {
 				// The prompt's pass, then 5 single-token passes (the sixth token is sampled).
 				passes := int64(len(prompt) + 5)
 				switch {
-				case c.pol == offload.Static && copied != 0:
-					t.Errorf("%s, %d host layers: %d bytes copied after open", dev, N, copied)
+				case c.pol == offload.Static && (after.BytesCopied != decoding.BytesCopied || N < L && copied != 0):
+					// A prompt may copy a host layer's experts into a slot the device layers
+					// leave (N = L leaves one), as llama.cpp copies them for a large batch.
+					t.Errorf("%s, %d host layers: %d bytes copied after open, %d while decoding", dev, N, copied, after.BytesCopied-decoding.BytesCopied)
 				case c.pol == offload.StaticCache && c.dev == "cpu" && after.BytesCopied-before.BytesCopied != hostExperts*st.SlotBytes:
 					t.Errorf("%s, %d host layers: %d bytes copied while generating, for %d host experts", dev, N, after.BytesCopied-before.BytesCopied, hostExperts)
 				}

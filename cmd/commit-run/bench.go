@@ -265,10 +265,10 @@ func (a *app) simBench(f benchFlags) error {
 	fmt.Fprintf(a.stdout, "%d decode tokens %s, %s: %s; predictor %s%s\n",
 		rep.Tokens, prompt, routing, rep.Routing, rep.Predictor, host)
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tslots\tTTFT ms\tmean ms\tp50 ms\tp90 ms\ttok/s\thit rate\tMB moved/tok\tstall ms/tok\taccuracy\ton CPU/tok\tlimit ms\tmeasured/limit\t")
+	fmt.Fprintln(tw, "policy\tslots\tTTFT ms\tTTFT/limit\tmean ms\tp50 ms\tp90 ms\ttok/s\thit rate\tMB moved/tok\tstall ms/tok\taccuracy\ton CPU/tok\tlimit ms\tmeasured/limit\t")
 	for _, p := range rep.Policies {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%.2f\t%.2f\t%.2f\t%.1f\t%.3f\t%.2f\t%.2f\t%s\t%.1f\t%.2f\t%.2f\t\n", a.policyLabel(p), p.Slots,
-			orDash(p.TTFT*1e3, "%.1f", rep.PromptLen > 0), p.Mean*1e3, p.P50*1e3, p.P90*1e3, p.TokensPerSecond, p.HitRate, p.MovedPerToken/1e6,
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%.2f\t%.2f\t%.2f\t%.1f\t%.3f\t%.2f\t%.2f\t%s\t%.1f\t%.2f\t%.2f\t\n", a.policyLabel(p), p.Slots,
+			orDash(p.TTFT*1e3, "%.1f", rep.PromptLen > 0), orDash(p.TTFT/p.TTFTLimit, "%.2f", rep.PromptLen > 0 && p.TTFTLimit > 0), p.Mean*1e3, p.P50*1e3, p.P90*1e3, p.TokensPerSecond, p.HitRate, p.MovedPerToken/1e6,
 			p.StallPerToken*1e3, orDash(p.Accuracy, "%.3f", true), p.OnCPUPerToken, p.LimitPerToken*1e3, p.OverLimit)
 	}
 	if err := tw.Flush(); err != nil {
