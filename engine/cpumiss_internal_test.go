@@ -120,7 +120,9 @@ func TestCUDACPUMiss(t *testing.T) {
 	}{
 		{"no miss on the host", ratePlanner{0, 1, 0}, func(s OffloadStats) bool { return s.OnCPU == 0 && s.BytesCopied > 0 }},
 		{"the GPU's planner", nil, func(s OffloadStats) bool { return s.Misses > 0 }},
-		{"every miss on the host", ratePlanner{1, 0, 0}, func(s OffloadStats) bool { return s.OnCPU > 0 && s.OnCPU == s.Misses && s.BytesCopied == int64(s.Slots)*s.SlotBytes }}, // the slots filled at open
+		{"every miss on the host", ratePlanner{1, 0, 0}, func(s OffloadStats) bool {
+			return s.OnCPU > 0 && s.OnCPU == s.Misses && s.BytesCopied == int64(s.Slots)*s.SlotBytes
+		}}, // the slots filled at open
 		{"every other miss", ratePlanner{1, 1, 0}, func(s OffloadStats) bool { return s.OnCPU > 0 && s.OnCPU < s.Misses && s.BytesCopied > 0 }},
 	} {
 		m := openCPUMiss(t, Options{Device: "cuda:0", CUDALibrary: lib, Offload: &OffloadOptions{Policy: offload.CPUMiss, GPUMem: budget}})
