@@ -173,14 +173,7 @@ func (c *Cache) SetUses(k ExpertKey, n uint64) error {
 	if !ok {
 		return fmt.Errorf("set uses of expert %v: %w", k, ErrNotResident)
 	}
-	e := &c.slots[slot]
-	if e.pins == 0 {
-		c.index.Delete(e.item())
-	}
-	e.uses = n
-	if e.pins == 0 {
-		c.index.Set(e.item())
-	}
+	c.update(slot, func(e *entry) { e.uses = n })
 	return nil
 }
 
@@ -245,15 +238,19 @@ func (c *Cache) Reset() {
 	c.stats = CacheStats{}
 }
 
-// use counts one use of the expert in slot, moving it in the index if it is there.
+// use counts one use of the expert in slot.
 func (c *Cache) use(slot int) {
+	c.clock++
+	c.update(slot, func(e *entry) { e.uses, e.last = e.uses+1, c.clock })
+}
+
+// update changes the entry in slot, moving it in the index if it is there (unpinned).
+func (c *Cache) update(slot int, change func(*entry)) {
 	e := &c.slots[slot]
 	if e.pins == 0 {
 		c.index.Delete(e.item())
 	}
-	c.clock++
-	e.uses++
-	e.last = c.clock
+	change(e)
 	if e.pins == 0 {
 		c.index.Set(e.item())
 	}

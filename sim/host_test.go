@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -67,23 +66,11 @@ func contains(list []string, s string) bool {
 
 func writeHost(t *testing.T, dir, name string, mutate func(m map[string]any)) string {
 	t.Helper()
-	m := map[string]any{
+	return writeJSON(t, dir, name, map[string]any{
 		"name": "mine", "description": "my desktop", "threads": 8,
 		"memory_bandwidth": 60e9, "expert_bandwidth": 40e9, "expert_flops": 300e9, "kernel_overhead": 1e-5,
 		"sources": []string{"my own STREAM run"}, "calibrated": false,
-	}
-	if mutate != nil {
-		mutate(m)
-	}
-	data, err := json.Marshal(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, name)
-	if err := os.WriteFile(path, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	}, mutate)
 }
 
 func TestLoadHostUserFile(t *testing.T) {

@@ -161,13 +161,18 @@ func TestLoadProfileUnknownName(t *testing.T) {
 
 func writeProfile(t *testing.T, dir, name string, mutate func(m map[string]any)) string {
 	t.Helper()
-	m := map[string]any{
+	return writeJSON(t, dir, name, map[string]any{
 		"name": "mine", "description": "a card of my own",
 		"memory_bytes": 8 << 30, "memory_bandwidth": 448e9, "peak_flops": 40e12,
 		"pcie_bandwidth": 15.75e9, "pcie_effective": 12e9,
 		"copy_latency": 1e-5, "launch_overhead": 4e-6,
 		"sources": []string{"my own bandwidthTest"}, "calibrated": true,
-	}
+	}, mutate)
+}
+
+// writeJSON writes m, changed by mutate, as the JSON file dir/name.
+func writeJSON(t *testing.T, dir, name string, m map[string]any, mutate func(m map[string]any)) string {
+	t.Helper()
 	if mutate != nil {
 		mutate(m)
 	}
