@@ -174,6 +174,12 @@ func planPlacement(ctx context.Context, open func(Options) (*Model, error), expe
 		if c.Err == nil && (best < 0 || c.TokensPerSecond > plan.Candidates[best].TokensPerSecond) {
 			best = i
 		}
+		// Every expert fits beside the rest: nothing need move, and no prediction on a
+		// sample should talk the model out of the card.
+		if c.Err == nil && c.Offload.Policy == offload.Static && c.Offload.HostLayers == 0 {
+			best = i
+			break
+		}
 	}
 	if best < 0 || math.IsNaN(plan.Candidates[best].TokensPerSecond) {
 		return nil, fmt.Errorf("auto placement: no candidate ran")
