@@ -297,12 +297,6 @@ func (f *offloader) weights(layer, e int, host bool) (w offload.ExpertWeights, d
 			if _, _, err := f.load(k); err != nil {
 				return w, nil, err
 			}
-			if f.cache.Eviction() == offload.LFU {
-				// Its uses so far, not one: it was chosen before it had a slot.
-				if err := f.cache.SetUses(k, uint64(f.chosen(k))); err != nil {
-					return w, nil, err
-				}
-			}
 		}
 		return w, func() error { return nil }, nil
 	}
@@ -364,6 +358,13 @@ func (f *offloader) load(k offload.ExpertKey) (int, bool, error) {
 		f.dev.CopyIn(f.slots[slot], r)
 		f.ready[k] = cp.Record()
 		f.loadedIn[k] = f.pass
+		if f.cache.Eviction() == offload.LFU {
+			// Its uses so far, not one: it was chosen before it had a slot, and an expert a
+			// prompt copied in for its batch should not evict one every token uses.
+			if err := f.cache.SetUses(k, uint64(f.chosen(k))); err != nil {
+				return 0, false, err
+			}
+		}
 		f.stats.BytesCopied += int64(len(r))
 	}
 	return slot, hit, nil
