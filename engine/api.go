@@ -10,7 +10,8 @@
 // the host under one of its policies, one small type each (policy_*.go). Timing-only runs
 // (Options.TimingOnly, OpenShape) go through the same passes on a simulated GPU that charges
 // every kernel and copy without computing, so that every figure Bench and SimBench report
-// comes from the code that would run on the card.
+// comes from the code that would run on the card. Automatic placement (auto.go) chooses among
+// the policies with those same runs when a model does not fit its GPU.
 package engine
 
 import (

@@ -15,7 +15,7 @@ import (
 	"github.com/commit-run/commit-run/trace"
 )
 
-// Automatic placement (issue 25): where a model does not fit its GPU, which offload policy,
+// Automatic placement: where a model does not fit its GPU, which offload policy,
 // how many host layers and how large a cache run it fastest is not something a user should
 // have to find by hand. planPlacement predicts each candidate's decode latency with the
 // engine's own scheduler, timing only, on a short routing sample (the candidates' runs are
@@ -108,10 +108,11 @@ func syntheticSample(so trace.SynthOptions, layers, experts, used, n int) ([][][
 }
 
 // planPlacement times every candidate placement of the model open opens (timing only, with
-// the sample's routing) and returns the fastest that fits, exact policies first: commit only
-// when allowed. The candidates are the policies that move experts (ondemand, prefetch,
-// cpu-miss, hot) with every slot the budget holds, and llama.cpp's split, plain with the fewest host
-// layers whose device layers fit and with its cache at several host layer counts.
+// the sample's routing) and returns the fastest that fits; commit, which changes the output,
+// only when allowed. The candidates are the policies that move experts (ondemand, prefetch,
+// cpu-miss, hot) with every slot the budget holds, and llama.cpp's split, plain at the fewest
+// host layers whose device layers fit and with its cache at that count and a few more. A
+// model whose experts all fit stays resident (static at 0 host layers).
 func planPlacement(ctx context.Context, open func(Options) (*Model, error), experts, layers int, o autoOptions) (*AutoPlan, error) {
 	plan := &AutoPlan{Routing: "predicted on " + o.label}
 	try := func(oo OffloadOptions) (AutoCandidate, *BenchReport) {
