@@ -245,7 +245,7 @@ func TestCUDAHeadInChunks(t *testing.T) {
 // driver's, with 12 MiB free beside the driver's 256 MiB reserve), Open describes the card from the driver and a measured copy, places
 // the experts itself, and the greedy tokens stay the GPU's.
 func TestAutoPlacementFakeGPU(t *testing.T) {
-	lib := engine.GPUForTests(t)
+	lib := fakeCUDA(t) // the fake's memory is what FAKECUDA_MEM says, even with -gpu=system
 	prompt := []int32{1, 5, 9, 14, 3, 27, 8, 2, 11, 6}
 	o := engine.Options{Threads: 2, KVType: "f32", ContextLength: 64, Device: "cuda:0", CUDALibrary: lib}
 	want := runOn(t, bundledQwen, o, prompt, 8)

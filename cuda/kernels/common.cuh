@@ -181,12 +181,18 @@ CR_FN float cr_byte_f(u32 w, int k) { return cr_as_f(cr_prmt(w, 0x4B000000u, 0x7
 
 // ---- float arithmetic with one rounding and no contraction (where the reference rounds each
 // step, as the CPU device does) ----
+// With clang the product and the sum are inline PTX: LLVM turns __nvvm_mul_rn_f and
+// __nvvm_add_rn_f into plain fmul and fadd and then contracts them into fma.rn, which rounds
+// once where the CPU rounds twice (an H200 found scale_add_f32 and the combines 1 ulp off).
+// ptxas never fuses a mul or add that names its rounding.
 
 CR_FN float cr_fmul(float a, float b) {
 #if defined(CR_NVCC)
 	return __fmul_rn(a, b);
 #elif defined(CR_CLANG)
-	return __nvvm_mul_rn_f(a, b);
+	float r;
+	asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+	return r;
 #else
 	return a * b;
 #endif
@@ -196,7 +202,9 @@ CR_FN float cr_fadd(float a, float b) {
 #if defined(CR_NVCC)
 	return __fadd_rn(a, b);
 #elif defined(CR_CLANG)
-	return __nvvm_add_rn_f(a, b);
+	float r;
+	asm("add.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+	return r;
 #else
 	return a + b;
 #endif
@@ -246,7 +254,9 @@ CR_FN double cr_dmul(double a, double b) {
 #if defined(CR_NVCC)
 	return __dmul_rn(a, b);
 #elif defined(CR_CLANG)
-	return __nvvm_mul_rn_d(a, b);
+	double r;
+	asm("mul.rn.f64 %0, %1, %2;" : "=d"(r) : "d"(a), "d"(b));
+	return r;
 #else
 	return a * b;
 #endif
@@ -256,7 +266,9 @@ CR_FN double cr_dadd(double a, double b) {
 #if defined(CR_NVCC)
 	return __dadd_rn(a, b);
 #elif defined(CR_CLANG)
-	return __nvvm_add_rn_d(a, b);
+	double r;
+	asm("add.rn.f64 %0, %1, %2;" : "=d"(r) : "d"(a), "d"(b));
+	return r;
 #else
 	return a + b;
 #endif
