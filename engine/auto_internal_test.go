@@ -9,6 +9,7 @@ func TestProfileOfKind(t *testing.T) {
 		{"NVIDIA GeForce RTX 2080 Ti", "rtx2080ti"},
 		{"NVIDIA GeForce RTX 2080", "rtx2080"},
 		{"NVIDIA H100 PCIe", "h100-pcie"},
+		{"NVIDIA H200", "h200"},
 		{"Tesla T4", ""},
 		{"NVIDIA GeForce RTX 2080 SUPER", ""},
 	} {
