@@ -88,6 +88,20 @@ type autoOptions struct {
 	commit      *CommitOptions
 }
 
+// autoSampleSize fits the routing sample to a context of nctx positions (0: the model's own,
+// taken to be long enough): a quarter of it at most for the prompt, the rest decoded.
+func autoSampleSize(nctx int) (prompt, tokens int, err error) {
+	if nctx == 0 {
+		return autoPrompt, autoTokens, nil
+	}
+	prompt = min(autoPrompt, nctx/4)
+	tokens = min(autoTokens, nctx-prompt-1)
+	if prompt < 1 || tokens < 4 {
+		return 0, 0, fmt.Errorf("auto placement: a %d-position context leaves no room for a routing sample", nctx)
+	}
+	return prompt, tokens, nil
+}
+
 // syntheticSample draws n tokens of routing for layers MoE layers of top-used of experts from
 // the synthetic router at so's skew and correlations.
 func syntheticSample(so trace.SynthOptions, layers, experts, used, n int) ([][][]int, string, error) {
@@ -195,7 +209,8 @@ var DefaultSynthetic = trace.SynthOptions{Skew: 0.8, CrossLayer: 0.5, Temporal: 
 
 // benchAuto makes auto placement's decision for a bench row: on the first tokens of the
 // benchmark's own routing in a timing-only run, else (a run that computes, whose routing is
-// not known ahead) on a sample of the synthetic router at its default skew.
+// not known ahead) on a sample of the synthetic router at its default skew; on a real card,
+// on its description (cardProfile).
 func benchAuto(ctx context.Context, open func(Options) (*Model, error), o BenchOptions) (*AutoPlan, error) {
 	d := o.moe
 	if d.layers == 0 {
@@ -206,11 +221,31 @@ func benchAuto(ctx context.Context, open func(Options) (*Model, error), o BenchO
 	if to := o.Options.TimingOnly; to != nil {
 		ao.sample, ao.label = to, "the first tokens of the benchmark's routing"
 	} else {
-		sample, label, err := syntheticSample(DefaultSynthetic, d.layers, d.experts, d.used, autoPrompt+autoTokens+1)
+		var err error
+		if ao.prompt, ao.tokens, err = autoSampleSize(o.Options.ContextLength); err != nil {
+			return nil, err
+		}
+		sample, label, err := syntheticSample(DefaultSynthetic, d.layers, d.experts, d.used, ao.prompt+ao.tokens+1)
 		if err != nil {
 			return nil, fmt.Errorf("auto placement: %w", err)
 		}
 		ao.sample, ao.label = replaySample(sample), label
+	}
+	if !strings.HasPrefix(strings.TrimSpace(o.Options.Device), "sim:") {
+		// The candidates run timing only, which a real card cannot: they run on its
+		// description, as Open's automatic placement does.
+		probe := o.Options
+		probe.Offload = &OffloadOptions{Policy: offload.OnDemand, GPUMem: o.GPUMem, Eviction: o.Eviction}
+		m, err := open(probe)
+		if err != nil {
+			return nil, fmt.Errorf("auto placement: %w", err)
+		}
+		prof, err := m.cardProfile()
+		m.Close()
+		if err != nil {
+			return nil, fmt.Errorf("auto placement: %w", err)
+		}
+		ao.base.Device, ao.base.profile = "sim:"+prof.Name, prof
 	}
 	return planPlacement(ctx, open, d.experts, d.layers, ao)
 }
@@ -258,11 +293,9 @@ func (m *Model) placeAuto() error {
 		rates.Bandwidth, rates.FLOPS = m.Bandwidth, cmp.Or(rates.FLOPS, m.FLOPS)
 	}
 	layers := len(m.info.MoELayers)
-	// The sample fits the context: a quarter of it for the prompt, the rest decoded.
-	prompt := min(autoPrompt, m.nctx/4)
-	tokens := min(autoTokens, m.nctx-prompt-1)
-	if prompt < 1 || tokens < 4 {
-		return fmt.Errorf("auto placement: a %d-position context leaves no room for a routing sample", m.nctx)
+	prompt, tokens, err := autoSampleSize(m.nctx)
+	if err != nil {
+		return err
 	}
 	sample, label, err := syntheticSample(DefaultSynthetic, layers, m.info.Experts, m.info.ExpertsUsed, prompt+tokens+1)
 	if err != nil {

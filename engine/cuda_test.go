@@ -264,4 +264,11 @@ func TestAutoPlacementFakeGPU(t *testing.T) {
 	if !slices.Equal(got.tokens, want.tokens) || maxDiff(got.probs, want.probs) > 2e-3 {
 		t.Errorf("auto placement (%s): greedy %v, resident %v; probabilities %g apart", plan.Chosen, got.tokens, want.tokens, maxDiff(got.probs, want.probs))
 	}
+	// bench --policy auto on the card: its candidates run on the card's description.
+	rep, err := engine.Bench(context.Background(), bundledQwen, engine.BenchOptions{Options: o, PromptIDs: [][]int32{prompt}, Tokens: 4,
+		GPUMem: 10 << 20, Policies: []offload.Policy{offload.Auto}})
+	if err != nil || rep.Rows[0].Auto == nil {
+		t.Fatalf("bench auto on the fake GPU: %v", err)
+	}
+	t.Log(rep.Rows[0].Auto.Summary())
 }
