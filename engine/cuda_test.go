@@ -30,15 +30,8 @@ type gpuRun struct {
 // memory never went over its budget.
 func runOn(t *testing.T, path string, o engine.Options, prompt []int32, n int) gpuRun {
 	t.Helper()
-	m, err := engine.Open(path, o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, s := openSession(t, path, o)
 	defer m.Close()
-	s, err := m.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
 	defer s.Close()
 	var r gpuRun
 	ctx := context.Background()
@@ -60,6 +53,22 @@ func runOn(t *testing.T, path string, o engine.Options, prompt []int32, n int) g
 		t.Fatalf("peak device memory %d over the %d budget", r.off.PeakDeviceMem, r.off.DeviceMemLimit)
 	}
 	return r
+}
+
+// openSession opens path with o and a session on it, or fails the test; the caller closes
+// both.
+func openSession(t *testing.T, path string, o engine.Options) (*engine.Model, *engine.Session) {
+	t.Helper()
+	m, err := engine.Open(path, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := m.NewSession()
+	if err != nil {
+		m.Close()
+		t.Fatal(err)
+	}
+	return m, s
 }
 
 func maxDiff(a, b [][]float32) float64 {

@@ -54,15 +54,8 @@ func (r *recorded) options() *engine.TimingOnlyOptions {
 // rec when it is not nil, and returns the device's timeline.
 func simRun(t *testing.T, path string, opts engine.Options, prompt []int32, rec *recorded) []sim.Span {
 	t.Helper()
-	m, err := engine.Open(path, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, s := openSession(t, path, opts)
 	defer m.Close()
-	s, err := m.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
 	defer s.Close()
 	if rec != nil {
 		s.ObserveRouting(rec.observe)
@@ -203,17 +196,10 @@ func TestTimingOnlyBadInput(t *testing.T) {
 		"range":    func(pos, j int) []int { return append([]int{info.Experts}, good(pos, j)[1:]...) },
 	} {
 		t.Run(name, func(t *testing.T) {
-			m, err := engine.Open(path, engine.Options{Device: "sim:rtx4090", TimingOnly: &engine.TimingOnlyOptions{Routing: routing}})
-			if err != nil {
-				t.Fatal(err)
-			}
+			m, s := openSession(t, path, engine.Options{Device: "sim:rtx4090", TimingOnly: &engine.TimingOnlyOptions{Routing: routing}})
 			defer m.Close()
-			s, err := m.NewSession()
-			if err != nil {
-				t.Fatal(err)
-			}
 			defer s.Close()
-			_, err = s.Generate(context.Background(), []int32{1, 2}, engine.GenerateOptions{MaxTokens: 2})
+			_, err := s.Generate(context.Background(), []int32{1, 2}, engine.GenerateOptions{MaxTokens: 2})
 			if err == nil || !strings.Contains(err.Error(), "timing-only routing of position 0, MoE layer 0") {
 				t.Fatalf("error %v, want one naming position 0 and MoE layer 0", err)
 			}
