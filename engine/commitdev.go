@@ -136,7 +136,7 @@ func (m *Model) moeCommitted(b models.Backend, layer int, moe *models.MoE, x []f
 			return err
 		}
 	}
-	if err := m.place.ahead(layer, moe.Used, nextLayer, next, nil); err != nil {
+	if err := m.place.ahead(layer, 1, moe.Used, nextLayer, next, nil); err != nil {
 		return err
 	}
 	m.sharedExpert(b, layer, moe, x, 1, out)

@@ -233,7 +233,7 @@ func (m *Model) moe(b models.Backend, layer int, moe *models.MoE, x []float32, T
 		return err
 	}
 	m.combine(b, layer, routes, ys, off, out)
-	if err := m.place.ahead(layer, moe.Used, nextLayer, next, predEv); err != nil {
+	if err := m.place.ahead(layer, T, moe.Used, nextLayer, next, predEv); err != nil {
 		return err
 	}
 	m.sharedExpert(b, layer, moe, x, T, out)

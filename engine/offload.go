@@ -371,11 +371,17 @@ func (f *offloader) load(k offload.ExpertKey) (int, bool, error) {
 }
 
 // ahead loads the experts predicted for the MoE layer after layer (the same token's next
-// layer, or the next token's first), after layer's experts are enqueued: learnt, the Commit
-// Router's prediction for block nextLayer, which the host reads once event ready says it is
-// computed; or else the heuristic's, from what that layer chose before, which never looks
-// ahead.
-func (f *offloader) ahead(layer int, k int, nextLayer int, learnt []int, ready device.Event) error {
+// layer, or the next token's first), after layer's experts are enqueued for a pass of T
+// tokens: learnt, the Commit Router's prediction for block nextLayer, which the host reads
+// once event ready says it is computed; in a prompt's pass, what its tokens are likely to
+// need (prefillAhead); or else the heuristic's, from what that layer chose before, which
+// never looks ahead.
+func (f *offloader) ahead(layer, T, k int, nextLayer int, learnt []int, ready device.Event) error {
+	if learnt == nil && T > 1 && f.planner != nil && f.pol.pipelinesPrompts() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.prefillAhead(layer, T, k)
+	}
 	if learnt != nil {
 		f.dev.Sync(ready)
 		f.mu.Lock()

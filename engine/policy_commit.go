@@ -5,7 +5,9 @@ import "github.com/commit-run/commit-run/offload"
 // commitPolicy is CommitMoE's: it copies the experts predicted for the next MoE layer while a
 // layer computes, and a single-token pass then computes with them, never falling back to the
 // router's choice (Output Weight Adjustment repairs the weights; see commit.go). With the
-// oracle it computes with the router's own choice, loading on demand.
+// oracle it computes with the router's own choice, loading on demand. Where it does not
+// commit and prediction serves worst, a token's first MoE layer and a prompt's passes, it
+// weighs each miss as cpu-miss does (weighedMisses).
 type commitPolicy struct{}
 
 func (commitPolicy) predictors() []string {
@@ -21,6 +23,10 @@ func (commitPolicy) minSlots(_, _, used int, predictor string) int {
 
 func (commitPolicy) loadsAhead() bool                                { return true }
 func (commitPolicy) commits() bool                                   { return true }
-func (commitPolicy) onHost(*offloader, int, []int, []int) []bool     { return nil }
+func (commitPolicy) pipelinesPrompts() bool                          { return true }
 func (commitPolicy) copiesBehind(*offloader, offload.ExpertKey) bool { return false }
 func (commitPolicy) prepare(f *offloader) error                      { return fillSlots(f) }
+
+func (commitPolicy) onHost(f *offloader, layer int, experts, tokens []int) []bool {
+	return weighedMisses(f, layer, experts, tokens)
+}
