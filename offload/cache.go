@@ -46,6 +46,7 @@ type entry struct {
 	key  ExpertKey
 	uses uint64 // uses since the expert was loaded into this slot
 	last uint64 // clock at the last use
+	cold bool   // demoted since its last use: no more use expected soon
 	pins int
 	used bool
 }
@@ -54,6 +55,7 @@ type entry struct {
 // the index before the entry's uses or last change, and put back after.
 type item struct {
 	uses, last uint64
+	cold       bool
 	key        ExpertKey
 }
 
@@ -80,17 +82,24 @@ func NewCache(slots int, ev Eviction) (*Cache, error) {
 	return c, nil
 }
 
-// lruLess orders by last use. Each use takes its own clock tick, so last is already unique
-// among residents; the key only makes the order total by construction.
+// lruLess orders demoted experts first, then by last use. Each use takes its own clock tick,
+// so last is already unique among residents; the key only makes the order total by
+// construction.
 func lruLess(a, b item) bool {
+	if a.cold != b.cold {
+		return a.cold
+	}
 	if a.last != b.last {
 		return a.last < b.last
 	}
 	return a.key.compare(b.key) < 0
 }
 
-// lfuLess orders by use count, then last use, then key.
+// lfuLess orders demoted experts first, then by use count, then last use, then key.
 func lfuLess(a, b item) bool {
+	if a.cold != b.cold {
+		return a.cold
+	}
 	if a.uses != b.uses {
 		return a.uses < b.uses
 	}
@@ -177,6 +186,26 @@ func (c *Cache) SetUses(k ExpertKey, n uint64) error {
 	return nil
 }
 
+// Demote makes resident k a victim before every expert not demoted (the demoted ones in the
+// policy's order), until its next use or Restore: its caller knows that it will not be
+// needed again soon. A scan that uses many experts once each, a prompt's pass through every
+// layer, would otherwise evict exactly the experts it is about to reach. Demoting an expert
+// that is not resident does nothing.
+func (c *Cache) Demote(k ExpertKey) {
+	if slot, ok := c.where[k]; ok {
+		c.update(slot, func(e *entry) { e.cold = true })
+	}
+}
+
+// Restore undoes every Demote: the scan is over, and the policy's own order holds again.
+func (c *Cache) Restore() {
+	for s := range c.slots {
+		if c.slots[s].cold {
+			c.update(s, func(e *entry) { e.cold = false })
+		}
+	}
+}
+
 // Pin keeps k from being evicted until a matching Unpin. Pins nest, because the same expert can
 // be in use by the running layer and be the target of a prefetch at once.
 func (c *Cache) Pin(k ExpertKey) error {
@@ -241,7 +270,7 @@ func (c *Cache) Reset() {
 // use counts one use of the expert in slot.
 func (c *Cache) use(slot int) {
 	c.clock++
-	c.update(slot, func(e *entry) { e.uses, e.last = e.uses+1, c.clock })
+	c.update(slot, func(e *entry) { e.uses, e.last, e.cold = e.uses+1, c.clock, false })
 }
 
 // update changes the entry in slot, moving it in the index if it is there (unpinned).
@@ -256,4 +285,4 @@ func (c *Cache) update(slot int, change func(*entry)) {
 	}
 }
 
-func (e *entry) item() item { return item{uses: e.uses, last: e.last, key: e.key} }
+func (e *entry) item() item { return item{uses: e.uses, last: e.last, cold: e.cold, key: e.key} }

@@ -13,7 +13,7 @@ import (
 type refCache struct {
 	ev         Eviction
 	keys       []ExpertKey
-	used       []bool
+	used, cold []bool
 	uses, last []uint64
 	pins       []int
 	clock      uint64
@@ -22,7 +22,7 @@ type refCache struct {
 
 func newRef(slots int, ev Eviction) *refCache {
 	return &refCache{
-		ev: ev, keys: make([]ExpertKey, slots), used: make([]bool, slots),
+		ev: ev, keys: make([]ExpertKey, slots), used: make([]bool, slots), cold: make([]bool, slots),
 		uses: make([]uint64, slots), last: make([]uint64, slots), pins: make([]int, slots),
 	}
 }
@@ -40,10 +40,14 @@ func (r *refCache) use(s int) {
 	r.clock++
 	r.uses[s]++
 	r.last[s] = r.clock
+	r.cold[s] = false
 }
 
 // cheaper reports whether the expert in slot i is a better victim than the one in slot j.
 func (r *refCache) cheaper(i, j int) bool {
+	if r.cold[i] != r.cold[j] {
+		return r.cold[i]
+	}
 	if r.ev == LFU && r.uses[i] != r.uses[j] {
 		return r.uses[i] < r.uses[j]
 	}
@@ -149,6 +153,14 @@ func differential(t *testing.T, slots int, ev Eviction, ops []byte) {
 			checkErr(t, i, "pin", k, c.Pin(k), r.pin(k))
 		case op <= 12:
 			checkErr(t, i, "unpin", k, c.Unpin(k), r.unpin(k))
+		case op == 13 && b&15 == 15:
+			c.Restore()
+			clear(r.cold)
+		case op == 13:
+			c.Demote(k)
+			if s := r.find(k); s >= 0 {
+				r.cold[s] = true
+			}
 		default:
 			slot, ok := c.Lookup(k)
 			if rs := r.find(k); ok != (rs >= 0) || (ok && slot != rs) {
