@@ -49,16 +49,41 @@ func TestAccuracyPredictor(t *testing.T) {
 	}
 }
 
+// TestAccuracyFirstLayer checks that first=Q sets the first MoE layer's share and leaves the
+// others at P.
+func TestAccuracyFirstLayer(t *testing.T) {
+	pred, err := ParsePredictor("accuracy=0.9,first=0.45", 64, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(3, 3))
+	hits, total := [2]int{}, 0
+	for i := 0; i < 5000; i++ {
+		for j := range 2 {
+			truth := r.Perm(64)[:6]
+			hits[j] += overlap(pred.Predict(i, j, truth), truth)
+		}
+		total += 6
+	}
+	for j, want := range []float64{0.45, 0.9} {
+		if got := float64(hits[j]) / float64(total); math.Abs(got-want) > 0.02 {
+			t.Errorf("layer %d: accuracy %.3f, want %v", j, got, want)
+		}
+	}
+}
+
 func TestParsePredictor(t *testing.T) {
 	if got := MostUsed([]int{1, 4, 0, 4}, 3); !slices.Equal(got, []int{1, 3, 0}) {
 		t.Errorf("most used: %v", got)
 	}
-	for _, s := range []string{"oracle", "accuracy=0.5"} {
+	for _, s := range []string{"oracle", "accuracy=0.5", "accuracy=0.8,first=0.45", "accuracy=1,first=0"} {
 		if _, err := ParsePredictor(s, 8, 1); err != nil {
 			t.Errorf("%s: %v", s, err)
 		}
 	}
-	for _, s := range []string{"", "accuracy", "accuracy=x", "accuracy=2", "crystal-ball", "prev-token"} {
+	for _, s := range []string{"", "accuracy", "accuracy=x", "accuracy=2", "crystal-ball", "prev-token",
+		"accuracy=0.8,", "accuracy=0.8,first", "accuracy=0.8,first=", "accuracy=0.8,first=1.5", "accuracy=0.8,first=-0.1",
+		"accuracy=0.8,last=0.4", "accuracy=0.8,first=0.4,first=0.3", "accuracy=0.8,first=NaN"} {
 		if _, err := ParsePredictor(s, 8, 1); err == nil {
 			t.Errorf("%q: no error", s)
 		}

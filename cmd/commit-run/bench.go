@@ -51,7 +51,8 @@ func (a *app) benchCmd() *cobra.Command {
 			"on cuda:N they come from the GPU's own events, with its device time per token.\n\n" +
 			"With --shape (e.g. mixtral-8x7b@q4_k) on sim:<profile> it times decode of a model shape with no weights loaded:\n" +
 			"routing comes from --trace or a synthetic router (labelled as such), and the prediction of prefetch/commit from\n" +
-			"--predictor (oracle, prev-token, frequency or accuracy=P; default accuracy=0.8). --timing-only does the same for\n" +
+			"--predictor (oracle, prev-token, frequency, or accuracy=P[,first=Q] with Q for each token's first MoE layer; default\n" +
+			"accuracy=0.8,first=0.45, the Commit Router's measured first-layer accuracy). --timing-only does the same for\n" +
 			"-m, with the routing the model chooses. Shapes: " + strings.Join(engine.Shapes(), ", ") + ".\n\n" +
 			"With --ep N it measures expert parallelism instead, each --ep-policy side by side: per-layer maximum device\n" +
 			"load, balancedness, dropped tokens, straggler and batch latency. With -m and --text FILE it runs the model on\n" +
@@ -191,7 +192,7 @@ func (a *app) benchPolicies() string {
 
 func (a *app) simBench(f benchFlags) error {
 	o := engine.SimBenchOptions{Shape: f.shape, Device: a.device, Context: f.ctxFill, Tokens: f.tokens, Trace: f.traceFile,
-		Predictor: cmp.Or(a.predictor, "accuracy=0.8"), CrossToken: a.crossToken, Seed: f.seed, TimelineTokens: f.timelineTokens, PromptLen: f.promptLen,
+		Predictor: cmp.Or(a.predictor, "accuracy=0.8,first=0.45"), CrossToken: a.crossToken, Seed: f.seed, TimelineTokens: f.timelineTokens, PromptLen: f.promptLen,
 		Synthetic: trace.SynthOptions{Skew: f.skew, CrossLayer: f.crossLayer, Temporal: f.temporal}}
 	if !strings.HasPrefix(a.device, "sim:") {
 		return fmt.Errorf("--shape and --timing-only time on a simulated GPU: pass --device sim:<profile> (e.g. sim:rtx4090)")
