@@ -109,7 +109,7 @@ func (m *Model) moeCommitted(b models.Backend, layer int, moe *models.MoE, x []f
 	hrec := c.rec[c.slot[layer] : c.slot[layer]+k+1]
 	c.pending = append(c.pending, committedRoute{layer: layer, pred: pred, commit: commit, rec: hrec, ev: c.dev.ReadAsync(hrec, rec)})
 
-	ys, _, err := m.experts(b, layer, moe, x, []routing{{experts: commit}}, nil)
+	ys, _, err := m.experts(b, layer, moe, x, nil, []routing{{experts: commit}}, nil)
 	if err != nil {
 		return err
 	}
@@ -136,7 +136,7 @@ func (m *Model) moeCommitted(b models.Backend, layer int, moe *models.MoE, x []f
 			return err
 		}
 	}
-	if err := m.place.ahead(layer, 1, moe.Used, nextLayer, next, nil); err != nil {
+	if err := m.place.ahead(layer, moe.Used, nextLayer, next, nil); err != nil {
 		return err
 	}
 	m.sharedExpert(b, layer, moe, x, 1, out)

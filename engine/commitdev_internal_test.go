@@ -93,6 +93,10 @@ func TestCUDACommitOnDevice(t *testing.T) {
 			o.Threads, o.KVType, o.ContextLength = 2, "f32", 64
 			g := o
 			g.Device, g.CUDALibrary = "cuda:0", lib
+			// The host priced so slow that commit's first-layer weighing (weighedMisses) never
+			// picks it: it would decide by the wall clock, and the host's kernels round
+			// differently from the card's, so the two runs would not be comparable bit for bit.
+			g.HostRates = HostRates{Bandwidth: 1}
 			if o.Offload != nil {
 				oo := *o.Offload
 				oo.GPUMem = budget(c.path, g)

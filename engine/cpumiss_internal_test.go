@@ -89,6 +89,32 @@ func TestHostPlan(t *testing.T) {
 	if got := f.onHost(layer, []int{0}, []int{1}); got != nil {
 		t.Errorf("ondemand planned %v on the host", got)
 	}
+
+	// prefetch and commit weigh as cpu-miss where prediction serves worst: a token's first
+	// MoE layer and a prompt's passes; elsewhere, and with no planner, they copy every miss.
+	second := f.store.Layers()[1]
+	fast := ratePlanner{1, 0.01, 0}
+	for _, pol := range []offloadPolicy{prefetchPolicy{}, commitPolicy{}} {
+		f.pol = pol
+		for _, c := range []struct {
+			name    string
+			planner device.Planner
+			layer   int
+			tokens  []int
+			want    []bool
+		}{
+			{"first layer, one token", fast, layer, []int{1, 1}, []bool{true, true}},
+			{"later layer, one token", fast, second, []int{1, 1}, nil},
+			{"later layer, a prompt", fast, second, []int{3, 1}, []bool{true, true}},
+			{"first layer, no planner", nil, layer, []int{1, 1}, nil},
+			{"a prompt, no planner", nil, second, []int{3, 1}, nil},
+		} {
+			f.planner = c.planner
+			if got := f.onHost(c.layer, []int{0, 1}, c.tokens); !slices.Equal(got, c.want) {
+				t.Errorf("%T, %s: %v, want %v", pol, c.name, got, c.want)
+			}
+		}
+	}
 }
 
 // TestCUDACPUMiss runs cpu-miss on cuda:0 (the fake driver, or -gpu=system): the host computes

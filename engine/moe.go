@@ -218,7 +218,7 @@ func (m *Model) moe(b models.Backend, layer int, moe *models.MoE, x []float32, T
 	if err != nil {
 		return err
 	}
-	next, nextLayer, predEv, err := m.observe(layer, moe, x, T, pos0, logits, routes, ev, cs)
+	next, nextLayer, predEv, xh, err := m.observe(layer, moe, x, T, pos0, logits, routes, ev, cs)
 	if err != nil {
 		return err
 	}
@@ -228,12 +228,12 @@ func (m *Model) moe(b models.Backend, layer int, moe *models.MoE, x []float32, T
 	if err != nil {
 		return err
 	}
-	ys, off, err := m.experts(b, layer, moe, x, routes, kept)
+	ys, off, err := m.experts(b, layer, moe, x, xh, routes, kept)
 	if err != nil {
 		return err
 	}
 	m.combine(b, layer, routes, ys, off, out)
-	if err := m.place.ahead(layer, T, moe.Used, nextLayer, next, predEv); err != nil {
+	if err := m.place.ahead(layer, moe.Used, nextLayer, next, predEv); err != nil {
 		return err
 	}
 	m.sharedExpert(b, layer, moe, x, T, out)
@@ -275,34 +275,35 @@ func (m *Model) apply(sel selection, layer int, moe *models.MoE, logits []float3
 // observe hands the layer's routing to those who read it: the observer's event ev, and the
 // Commit Router, whose prediction for the next MoE layer (nextLayer, ready once predEv has
 // happened) it makes from this layer's router input before this layer's experts are
-// enqueued, so that their copies overlap them.
-func (m *Model) observe(layer int, moe *models.MoE, x []float32, T, pos0 int, logits []float32, routes []routing, ev *RouteEvent, cs *commitState) (next []int, nextLayer int, predEv device.Event, err error) {
+// enqueued, so that their copies overlap them. xh is that input where the host reads it,
+// when it was read (nil: not).
+func (m *Model) observe(layer int, moe *models.MoE, x []float32, T, pos0 int, logits []float32, routes []routing, ev *RouteEvent, cs *commitState) (next []int, nextLayer int, predEv device.Event, xh []float32, err error) {
 	d := m.arch.Config.Embd
 	// The router's input, where the host reads it.
-	var xh []float32
 	if ev != nil || cs != nil && T == 1 {
 		xh = m.toHost(x[:T*d])
 	}
 	ev.fill(moe, xh, logits, routes)
 	if cs == nil || T != 1 {
-		return nil, 0, nil, nil
+		return nil, 0, nil, xh, nil
 	}
 	nj, npos, next, err := m.predict(layer, xh[:d], pos0)
 	if err != nil {
-		return nil, 0, nil, err
+		return nil, 0, nil, nil, err
 	}
 	cs.pending[nj], cs.pos[nj] = next, npos
 	if ev != nil {
 		ev.Predicted = next
 	}
-	return next, m.commit.moe[nj], m.dev.Compute().Record(), nil
+	return next, m.commit.moe[nj], m.dev.Compute().Record(), xh, nil
 }
 
 // experts computes the routed experts of len(routes) rows of x and returns their outputs
 // ys, slot off[t]+k holding token t's k-th expert's (top-k first, then any expanded drop
 // added), and off. kept (nil: all) says which choices token drop keeps; a dropped one's
-// weight is set to 0 and its output is zeros.
-func (m *Model) experts(b models.Backend, layer int, moe *models.MoE, x []float32, routes []routing, kept [][]bool) ([]float32, []int, error) {
+// weight is set to 0 and its output is zeros. xh is x where the host reads it, if it was
+// read already (nil: it is read here when the host computes some of the experts).
+func (m *Model) experts(b models.Backend, layer int, moe *models.MoE, x, xh []float32, routes []routing, kept [][]bool) ([]float32, []int, error) {
 	d := m.arch.Config.Embd
 	T := len(routes)
 	off := make([]int, T+1)
@@ -353,12 +354,13 @@ func (m *Model) experts(b models.Backend, layer int, moe *models.MoE, x []float3
 		pos += n
 	}
 	plan := m.place.onHost(layer, active, tokens) // the experts the host computes
-	var xh []float32                              // the layer's input where the host reads it
-	var xReady device.Event                       // when the device has computed it
+	var xReady device.Event                       // when the device has computed xh
 	if plan != nil {
 		// Read before the device's experts are enqueued, so that the host computes its
-		// experts while the device computes the others.
-		xh = m.toHost(x[:T*d])
+		// experts while the device computes the others, unless observe read it already.
+		if xh == nil {
+			xh = m.toHost(x[:T*d])
+		}
 		xReady = m.dev.Compute().Record()
 	}
 	var onHost []expertJob

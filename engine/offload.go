@@ -74,6 +74,7 @@ type offloader struct {
 	last     map[int][]int // MoE block -> the experts it chose last (prev-token)
 	counts   map[int][]int // MoE block -> how often it chose each expert (frequency)
 	pending  map[int][]int // MoE block -> the experts prefetched for its next pass
+	prompt   bool          // the pass routes several tokens: its experts are demoted after use
 	kept     int           // experts pinned in their slots for good (static's device layers)
 	stats    OffloadStats
 	virtual  []byte // a timing-only run's slots, reserved but never written
@@ -225,6 +226,7 @@ func (f *offloader) routed(layer int, routes []routing, pred []int, committed bo
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.prompt = len(chosen) > 1
 	if len(chosen) == 1 {
 		for _, e := range pred {
 			f.stats.Predicted++
@@ -261,6 +263,10 @@ func (f *offloader) chosen(k offload.ExpertKey) int {
 func (f *offloader) beginPass() {
 	f.mu.Lock()
 	f.pass++
+	if f.prompt {
+		f.cache.Restore() // the prompt's demotions served its own pass only
+		f.prompt = false
+	}
 	f.mu.Unlock()
 }
 
@@ -331,6 +337,12 @@ func (f *offloader) weights(layer, e int, host bool) (w offload.ExpertWeights, d
 		defer f.mu.Unlock()
 		// The slot may be overwritten once the kernels enqueued so far are done.
 		f.free[slot] = f.dev.Compute().Record()
+		if f.prompt {
+			// A prompt's pass goes through every layer once, using most of each layer's
+			// experts: the ones it has used are the ones it no longer needs, and under LRU
+			// the later layers' experts, which it is about to use, would go first.
+			f.cache.Demote(k)
+		}
 		return f.cache.Unpin(k)
 	}, nil
 }
@@ -371,17 +383,11 @@ func (f *offloader) load(k offload.ExpertKey) (int, bool, error) {
 }
 
 // ahead loads the experts predicted for the MoE layer after layer (the same token's next
-// layer, or the next token's first), after layer's experts are enqueued for a pass of T
-// tokens: learnt, the Commit Router's prediction for block nextLayer, which the host reads
-// once event ready says it is computed; in a prompt's pass, what its tokens are likely to
-// need (prefillAhead); or else the heuristic's, from what that layer chose before, which
-// never looks ahead.
-func (f *offloader) ahead(layer, T, k int, nextLayer int, learnt []int, ready device.Event) error {
-	if learnt == nil && T > 1 && f.planner != nil && f.pol.pipelinesPrompts() {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		return f.prefillAhead(layer, T, k)
-	}
+// layer, or the next token's first), after layer's experts are enqueued: learnt, the Commit
+// Router's prediction for block nextLayer, which the host reads once event ready says it is
+// computed; or else the heuristic's, from what that layer chose before, which never looks
+// ahead.
+func (f *offloader) ahead(layer int, k int, nextLayer int, learnt []int, ready device.Event) error {
 	if learnt != nil {
 		f.dev.Sync(ready)
 		f.mu.Lock()

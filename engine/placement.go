@@ -29,11 +29,10 @@ type placement interface {
 	// heuristic says whether ahead predicts from the routing the host has read (prev-token,
 	// frequency), so that a committed pass must read it first.
 	heuristic() bool
-	// ahead runs once layer's experts are enqueued for a pass of T tokens: it moves what the
-	// next MoE layer, nextLayer, is predicted to need, used experts per token: learnt, the
-	// Commit Router's prediction, readable once ready, or else a heuristic's, or in a
-	// prompt's pass what its tokens are likely to need.
-	ahead(layer, T, used, nextLayer int, learnt []int, ready device.Event) error
+	// ahead runs once layer's experts are enqueued: it moves what the next MoE layer,
+	// nextLayer, is predicted to need, used experts per token: learnt, the Commit Router's
+	// prediction, readable once ready, or else a heuristic's.
+	ahead(layer, used, nextLayer int, learnt []int, ready device.Event) error
 }
 
 // residentPlacement is every expert in the model's own weights, on the device it runs on:
@@ -57,7 +56,7 @@ func (residentPlacement) routed(int, []routing, []int, bool) {}
 func (residentPlacement) onHost(int, []int, []int) []bool    { return nil }
 func (residentPlacement) heuristic() bool                    { return false }
 
-func (residentPlacement) ahead(int, int, int, int, []int, device.Event) error { return nil }
+func (residentPlacement) ahead(int, int, int, []int, device.Event) error { return nil }
 
 func (p residentPlacement) weights(layer, e int, _ bool) (offload.ExpertWeights, func() error, error) {
 	moe := p.m.arch.Layers[layer].MoE

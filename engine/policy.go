@@ -24,9 +24,6 @@ type offloadPolicy interface {
 	loadsAhead() bool
 	// commits says whether a single-token pass computes with the predicted experts.
 	commits() bool
-	// pipelinesPrompts says whether a prompt's pass, on a device that can weigh host against
-	// copy, copies the next layer's likely experts while a layer computes (prefill.go).
-	pipelinesPrompts() bool
 	// onHost says which of a layer's experts the host computes, as placement.onHost; f's
 	// lock is held.
 	onHost(f *offloader, layer int, experts, tokens []int) []bool

@@ -23,7 +23,6 @@ func (commitPolicy) minSlots(_, _, used int, predictor string) int {
 
 func (commitPolicy) loadsAhead() bool                                { return true }
 func (commitPolicy) commits() bool                                   { return true }
-func (commitPolicy) pipelinesPrompts() bool                          { return true }
 func (commitPolicy) copiesBehind(*offloader, offload.ExpertKey) bool { return false }
 func (commitPolicy) prepare(f *offloader) error                      { return fillSlots(f) }
 

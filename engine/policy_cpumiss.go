@@ -14,7 +14,6 @@ func (cpuMiss) predictors() []string                  { return nil }
 func (cpuMiss) minSlots(_, _, used int, _ string) int { return used }
 func (cpuMiss) loadsAhead() bool                      { return false }
 func (cpuMiss) commits() bool                         { return false }
-func (cpuMiss) pipelinesPrompts() bool                { return false }
 
 // copiesBehind fills a slot behind the host's computation on a device that cannot weigh the
 // host against a copy (the CPU), so that later tokens find the expert resident; one that

@@ -21,7 +21,6 @@ func (hotPolicy) predictors() []string                  { return nil }
 func (hotPolicy) minSlots(_, _, used int, _ string) int { return used }
 func (hotPolicy) loadsAhead() bool                      { return false }
 func (hotPolicy) commits() bool                         { return false }
-func (hotPolicy) pipelinesPrompts() bool                { return false }
 func (hotPolicy) prepare(f *offloader) error            { return fillSlots(f) }
 
 // onHost weighs each miss as cpu-miss does: the host computes it unless a copy would land

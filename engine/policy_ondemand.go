@@ -10,7 +10,6 @@ func (onDemand) predictors() []string                            { return nil }
 func (onDemand) minSlots(_, _, used int, _ string) int           { return used }
 func (onDemand) loadsAhead() bool                                { return false }
 func (onDemand) commits() bool                                   { return false }
-func (onDemand) pipelinesPrompts() bool                          { return false }
 func (onDemand) onHost(*offloader, int, []int, []int) []bool     { return nil }
 func (onDemand) copiesBehind(*offloader, offload.ExpertKey) bool { return false }
 func (onDemand) prepare(f *offloader) error                      { return fillSlots(f) }

@@ -13,7 +13,6 @@ func (prefetchPolicy) predictors() []string                            { return 
 func (prefetchPolicy) minSlots(_, _, used int, _ string) int           { return 2 * used }
 func (prefetchPolicy) loadsAhead() bool                                { return true }
 func (prefetchPolicy) commits() bool                                   { return false }
-func (prefetchPolicy) pipelinesPrompts() bool                          { return true }
 func (prefetchPolicy) copiesBehind(*offloader, offload.ExpertKey) bool { return false }
 func (prefetchPolicy) prepare(f *offloader) error                      { return fillSlots(f) }
 

@@ -23,7 +23,6 @@ func (p staticPolicy) minSlots(layers, experts, _ int, _ string) int {
 
 func (staticPolicy) loadsAhead() bool                                { return false }
 func (staticPolicy) commits() bool                                   { return false }
-func (staticPolicy) pipelinesPrompts() bool                          { return false }
 func (staticPolicy) copiesBehind(*offloader, offload.ExpertKey) bool { return false }
 
 // onHost puts every expert of a host layer on the host, but in a prompt's pass, where a slot

@@ -1,21 +1,29 @@
 package engine
 
-import (
-	"cmp"
-	"math"
-	"slices"
-
-	"github.com/commit-run/commit-run/offload"
-)
-
 // The prompt's pipeline. A prompt's pass routes many tokens per layer, so that most of a
 // layer's experts are needed, each for several tokens, and no single-token prediction helps.
-// On a device that can weigh the host against a copy (device.Planner), every policy but
-// ondemand (the baseline) runs it: each layer's misses go to the host or over the link,
-// whichever finishes first (cpu-miss's weighing, in onHost), and while a layer computes, the
-// experts the next layer is likely to need are copied ahead, so that the link works while
-// the device does (prefillAhead). llama.cpp weighs a large batch's host experts the same way:
-// it copies their weights to the GPU when the batch is large enough.
+//   - On a device that can weigh the host against a copy (device.Planner), every policy but
+//     ondemand (the baseline) weighs each of a layer's misses: the host computes its tokens,
+//     or it is copied and the device computes them, whichever finishes first behind the work
+//     already planned (cpu-miss's weighing), so that the link and the host work side by side
+//     with the device's resident experts. llama.cpp weighs a large batch's host experts the
+//     same way: it copies their weights to the GPU when the batch is large enough.
+//   - The pass goes through every layer once, so the experts it has used are the ones it no
+//     longer needs: the offloader demotes them (offload.Cache.Demote) and a copy evicts them
+//     first, not the later layers' experts, which LRU would take and the pass is about to use.
+//     On sim:rtx4090 this took cpu-miss's TTFT for a 128-token prompt of Qwen3-30B-A3B from 203
+//     to 133 ms, and hot's of Mixtral-8x7B with the card's whole memory from 422 to 177 ms.
+//
+// It does not copy the next layer's likely experts while a layer computes. That was tried
+// (commit dd33a69: the experts at least half of such passes would need, judged by how often
+// the layer chose each, weighed the same way) and cost TTFT on every shape measured, with the
+// demotion as without it: hot's on Qwen3-30B-A3B (sim:rtx4090) 133 against 149 ms, on
+// DeepSeek-V2-Lite (sim:rtx2080ti) 179 against 204 ms. The link is the bottleneck of these
+// passes, so a copy sent ahead moves no more bytes per second; it only decides with a guess
+// of the tokens what the next layer's weighing decides with their routing, and takes from
+// the host experts it would have served sooner. Limited to the link's idle time, it gained at
+// most 1.5%, and it would need to know when the device's kernels end, which a real card does
+// not say.
 
 // weighedMisses is prefetch's and commit's host share: where prediction serves worst, in a
 // prompt's pass and in each token's first MoE layer (predicted across tokens, issue 5: 0.44
@@ -27,59 +35,4 @@ func weighedMisses(f *offloader, layer int, experts, tokens []int) []bool {
 		return nil
 	}
 	return cpuMiss{}.onHost(f, layer, experts, tokens)
-}
-
-// prefillAhead copies, once a prompt's layer has enqueued its experts, the experts of the next
-// MoE layer that the pass's T tokens are likely to need and that the policy, weighing them
-// with the tokens each is expected to serve, would put on the device. An expert's chance to
-// be chosen by a token is read from how often its layer has chosen it (used of the layer's
-// experts per token, with one use of each as the prior, so that a model's first prompt
-// expects an even spread); it is copied when at least half of such passes would need it,
-// most likely first, at most half the slots, so that the current layer's experts keep
-// theirs. The last layer does not look ahead: the next pass is another token's. f's lock is
-// held.
-func (f *offloader) prefillAhead(layer, T, used int) error {
-	next := f.next[layer]
-	if next < 0 {
-		return nil
-	}
-	n := f.store.Experts(next)
-	counts := f.counts[next]
-	total := float64(n)
-	for _, c := range counts {
-		total += float64(c)
-	}
-	type likely struct{ expert, tokens int }
-	var want []likely
-	for e := range n {
-		if _, ok := f.cache.Lookup(offload.ExpertKey{Layer: next, Expert: e}); ok {
-			continue
-		}
-		c := 1.0
-		if e < len(counts) {
-			c += float64(counts[e])
-		}
-		p := min(1, float64(used)*c/total) // per token
-		if 1-math.Pow(1-p, float64(T)) < 0.5 {
-			continue
-		}
-		want = append(want, likely{e, max(1, int(math.Round(p*float64(T))))})
-	}
-	slices.SortStableFunc(want, func(a, b likely) int { return cmp.Compare(b.tokens, a.tokens) })
-	want = want[:min(len(want), f.cache.Slots()/2)]
-	experts, tokens := make([]int, len(want)), make([]int, len(want))
-	for i, w := range want {
-		experts[i], tokens[i] = w.expert, w.tokens
-	}
-	host := f.pol.onHost(f, next, experts, tokens)
-	for i, e := range experts {
-		if host != nil && host[i] {
-			continue
-		}
-		if _, _, err := f.load(offload.ExpertKey{Layer: next, Expert: e}); err != nil {
-			return err
-		}
-		f.stats.Prefetched++
-	}
-	return nil
 }
