@@ -82,6 +82,11 @@ type Options struct {
 	// when neither Offload nor EP is set and the model does not fit the card (see
 	// Model.AutoPlan); by default it chooses among the policies that keep the numbers.
 	AutoCommit bool
+	// AutoTrace is a routing trace of this model (commit-run trace record, predictor
+	// collect) that automatic placement predicts with, its first tokens, instead of a
+	// sample of the synthetic router: the model's own routing, skew and correlations. It is
+	// read only when automatic placement runs.
+	AutoTrace string
 	// NoAuto turns automatic placement off: a model that does not fit the card is an error.
 	NoAuto bool
 

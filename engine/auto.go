@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"io"
 	"math"
 	"slices"
 	"strings"
@@ -280,6 +281,32 @@ func benchAuto(ctx context.Context, open func(Options) (*Model, error), o BenchO
 	return planPlacement(ctx, open, d.experts, d.layers, ao)
 }
 
+// traceSample reads the routing of the first n tokens recorded in the trace at path, which
+// must route shape's MoE layers.
+func traceSample(path string, shape routedShape, n int) ([][][]int, string, error) {
+	r, err := openShapeTrace(path, shape)
+	if err != nil {
+		return nil, "", err
+	}
+	defer r.Close()
+	out := make([][][]int, 0, n)
+	for len(out) < n {
+		t, err := r.Next()
+		if err == io.EOF {
+			return nil, "", fmt.Errorf("trace %s holds %d tokens; the routing sample needs %d", path, len(out), n)
+		}
+		if err != nil {
+			return nil, "", err
+		}
+		tok := make([][]int, len(t.Layers))
+		for j, l := range t.Layers {
+			tok[j] = slices.Clone(l.Experts)
+		}
+		out = append(out, tok)
+	}
+	return out, "the first tokens of the routing recorded in " + path, nil
+}
+
 // replaySample replays routing token by MoE layer, timing only.
 func replaySample(sample [][][]int) *TimingOnlyOptions {
 	return &TimingOnlyOptions{Routing: func(pos, j int) []int {
@@ -309,9 +336,9 @@ func (m *Model) autoPlaces() bool {
 
 // placeAuto makes automatic placement's decision for the model on its card and sets the
 // offload options Open goes on with: every candidate is timed on the card's profile (a real
-// card's described from what the driver says and a measured copy) on a sample of the
-// synthetic router at its default skew, since the model's own routing is not known before
-// it runs.
+// card's described from what the driver says and a measured copy) on the first tokens of
+// the model's routing recorded in Options.AutoTrace, or else, since the model's own routing
+// is not known before it runs, on a sample of the synthetic router at its default skew.
 func (m *Model) placeAuto() error {
 	prof, err := m.cardProfile()
 	if err != nil {
@@ -327,7 +354,11 @@ func (m *Model) placeAuto() error {
 	if err != nil {
 		return err
 	}
+	shape := routedShape{name: m.info.Name, layers: layers, experts: m.info.Experts, used: m.info.ExpertsUsed}
 	sample, label, err := syntheticSample(DefaultSynthetic, layers, m.info.Experts, m.info.ExpertsUsed, prompt+tokens+1)
+	if m.opts.AutoTrace != "" {
+		sample, label, err = traceSample(m.opts.AutoTrace, shape, prompt+tokens+1)
+	}
 	if err != nil {
 		return fmt.Errorf("auto placement: %w", err)
 	}

@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"github.com/commit-run/commit-run/engine"
 	"github.com/commit-run/commit-run/offload"
 	"github.com/commit-run/commit-run/sim"
+	"github.com/commit-run/commit-run/trace"
 )
 
 // TestAutoPlacementShapes: on shapes that do not fit the card, bench's auto row runs the
@@ -156,6 +158,58 @@ func TestAutoPlacementOpen(t *testing.T) {
 		o.Device, o.NoAuto = smallCard(t, c.mem), c.noAuto
 		if _, err := engine.Open(moe, o); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error saying %q", c.name, err, c.want)
+		}
+	}
+}
+
+// TestAutoPlacementTrace: with Options.AutoTrace, Open's automatic placement predicts with the
+// model's own recorded routing and says so; a trace of another model, one too short for the
+// sample and a missing file are clear errors.
+func TestAutoPlacementTrace(t *testing.T) {
+	const qwen, mixtral = "../models/testdata/tinymoe-qwen2moe.gguf", "../models/testdata/tinymoe-mixtral.gguf"
+	dir := t.TempDir()
+	record := func(model, name string, chars int) string {
+		t.Helper()
+		m, err := engine.Open(model, engine.Options{Threads: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		path := filepath.Join(dir, name)
+		w, err := trace.Create(path, m.TraceHeader(engine.TraceOptions{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.RecordTrace(context.Background(), heldOutPrefix(t, chars), 64, w); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	own, short, foreign := record(qwen, "own.trace", 1500), record(qwen, "short.trace", 40), record(mixtral, "mixtral.trace", 400)
+	o := engine.Options{Threads: 2, KVType: "f32", ContextLength: 64, Device: smallCard(t, 10<<20), AutoTrace: own}
+	m, err := engine.Open(qwen, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, ok := m.AutoPlan()
+	m.Close()
+	if !ok || !strings.Contains(plan.Routing, own) || !strings.Contains(m.DeviceNote(), own) {
+		t.Fatalf("auto placement with the model's trace: %v, routing %q, note %q", ok, plan.Routing, m.DeviceNote())
+	}
+	for _, c := range []struct{ trace, want string }{
+		{foreign, "routes"},
+		{short, "tokens; the routing sample needs"},
+		{filepath.Join(dir, "missing.trace"), "missing.trace"},
+	} {
+		o.AutoTrace = c.trace
+		if m, err := engine.Open(qwen, o); err == nil || !strings.Contains(err.Error(), c.want) {
+			if m != nil {
+				m.Close()
+			}
+			t.Errorf("trace %s: %v, want an error saying %q", c.trace, err, c.want)
 		}
 	}
 }

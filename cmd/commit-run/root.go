@@ -37,9 +37,9 @@ type app struct {
 	device    string
 	cudaLib   string
 	// Offloading: set by --gpu-mem; the policy, eviction and predictor refine it.
-	gpuMem, policy, eviction, predictor, host, hostBW, hostFLOPS string
-	cpuMoELayers                                                 int
-	autoCommit                                                   bool
+	gpuMem, policy, eviction, predictor, host, hostBW, hostFLOPS, autoTrace string
+	cpuMoELayers                                                            int
+	autoCommit                                                              bool
 	// Committed routing: the Commit Router file and the OWA override.
 	predictorFile, owaSpec string
 	crossToken             bool
@@ -129,6 +129,7 @@ func (a *app) rootCmd() *cobra.Command {
 	pf.StringVar(&a.kvType, "kv-type", "f16", "KV cache element type: f16 or f32")
 	pf.StringVar(&a.device, "device", "auto", "device to run on: auto (cuda:0 if the driver sees a GPU, else the CPU, saying which), cpu, cuda:N (NVIDIA GPU N; see commit-run devices), or sim:<profile> for a simulated GPU ("+strings.Join(simDevices(), ", ")+", or a profile JSON file); on a GPU a model that does not fit is placed automatically unless --gpu-mem or --policy says how")
 	pf.BoolVar(&a.autoCommit, "auto-commit", false, "let automatic placement choose commit, which computes with predicted experts and changes the output")
+	pf.StringVar(&a.autoTrace, "auto-trace", "", "a routing `TRACE` of the model (trace record, predictor collect) that automatic placement predicts with instead of the synthetic router")
 	pf.StringVar(&a.cudaLib, "cuda-lib", "", "the CUDA driver library `FILE` (default: libcuda.so.1 from the loader's path)")
 	pf.StringVar(&a.gpuMem, "gpu-mem", "", "offload the routed experts to host memory within this device memory `SIZE`, e.g. 12GiB")
 	pf.StringVar(&a.policy, "policy", "", "expert policy with --gpu-mem: ondemand (default), prefetch, commit (computes with predicted experts: changes the output), cpu-miss, hot (the most chosen experts on the device, the host computes the rest), static (llama.cpp's CPU/GPU split, see --cpu-moe-layers) or static-cache (static with the host layers' experts cached in the spare device memory); bench takes a comma-separated list; commit without --gpu-mem computes with the Commit Router's experts without offloading (to measure quality)")
@@ -224,7 +225,7 @@ func (a *app) plainOptions() engine.Options {
 
 // baseOptions are the options of the global flags that say where and how to compute.
 func (a *app) baseOptions(device string) engine.Options {
-	return engine.Options{Device: device, CUDALibrary: a.cudaLib, Threads: a.threads, ContextLength: a.ctxLen, KVType: a.kvType, AutoCommit: a.autoCommit}
+	return engine.Options{Device: device, CUDALibrary: a.cudaLib, Threads: a.threads, ContextLength: a.ctxLen, KVType: a.kvType, AutoCommit: a.autoCommit, AutoTrace: a.autoTrace}
 }
 
 // openModelWith opens the -m model with opts, drawing a load progress bar on a terminal.
