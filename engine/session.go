@@ -282,19 +282,7 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, opts GenerateOpt
 // Chat renders the conversation with the model's chat template and generates the next
 // assistant turn; the rendered prefix shared with the previous call is not recomputed.
 func (s *Session) Chat(ctx context.Context, msgs []Message, opts GenerateOptions) (Result, error) {
-	if len(msgs) == 0 {
-		return Result{}, fmt.Errorf("chat needs at least one message")
-	}
-	tm := make([]tokenizer.Message, len(msgs))
-	for i, m := range msgs {
-		tm[i] = tokenizer.Message{Role: m.Role, Content: m.Content}
-	}
-	text, err := s.m.tok.RenderChat(tm, true)
-	if err != nil {
-		return Result{}, fmt.Errorf("chat template: %w", err)
-	}
-	// The template may write BOS itself; EncodePrompt adds it only when it did not.
-	ids, err := s.m.tok.EncodePrompt(text)
+	ids, err := s.m.ChatTokens(msgs)
 	if err != nil {
 		return Result{}, err
 	}
@@ -302,6 +290,24 @@ func (s *Session) Chat(ctx context.Context, msgs []Message, opts GenerateOptions
 		opts.Stop = append(slices.Clip(opts.Stop), stops...)
 	}
 	return s.Generate(ctx, ids, opts)
+}
+
+// ChatTokens renders the conversation with the model's chat template, the assistant's turn
+// opened, and returns its tokens: what Session.Chat generates from.
+func (m *Model) ChatTokens(msgs []Message) ([]int32, error) {
+	if len(msgs) == 0 {
+		return nil, fmt.Errorf("chat needs at least one message")
+	}
+	tm := make([]tokenizer.Message, len(msgs))
+	for i, msg := range msgs {
+		tm[i] = tokenizer.Message{Role: msg.Role, Content: msg.Content}
+	}
+	text, err := m.tok.RenderChat(tm, true)
+	if err != nil {
+		return nil, fmt.Errorf("chat template: %w", err)
+	}
+	// The template may write BOS itself; EncodePrompt adds it only when it did not.
+	return m.tok.EncodePrompt(text)
 }
 
 // Perplexity scores text in consecutive windows of window tokens (0 = the context length),
