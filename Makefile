@@ -21,6 +21,14 @@ test:
 	$(GO) test -timeout 20m ./...
 	$(GO) test -tags purego ./quant ./cpu ./models
 	$(GO) test -tags purego ./engine -run Golden
+	$(GO) test -race ./server
+	$(GO) test -race ./cmd/commit-run -run 'TestServe'
+	$(GO) test -race ./engine -run '$(RACE_ENGINE)'
+
+# The engine tests run under the race detector in make test: sessions side by side and
+# cancelled, the offloader's bookkeeping: a few seconds (TestOffloadKeepsTheNumbers alone takes 2.5
+# minutes under it on 2 cores).
+RACE_ENGINE := TestBadRequests|TestContextLimit|TestPrefixReuse|TestConcurrentSessionsAndCancel|TestClosedModel|TestOffloadBudget|TestOffloadStats|TestCommitComputesWithPredictions|TestHostPlan
 
 # Short fuzzing runs of the parsers (longer: make fuzz FUZZTIME=10m).
 FUZZTIME ?= 30s

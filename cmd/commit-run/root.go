@@ -155,12 +155,13 @@ func (a *app) rootCmd() *cobra.Command {
 	pf.IntVar(&a.harmoenyQ, "harmoeny-q", 0, "with --ep: HarMoEny's token threshold q, the fewest tokens worth moving to a device that must fetch the expert (0: eq. 4 from the profile's FLOPS and PCIe rate; 150 on the CPU)")
 	pf.IntVar(&a.cpuMoELayers, "cpu-moe-layers", 0, "with --policy static or static-cache (llama.cpp's split, as its --n-cpu-moe N): the routed experts of the first `N` MoE layers stay in host memory and the host computes them, the others stay on the device; bench adds both to its policies when N is given")
 	pf.StringVar(&a.host, "host", "", "GPUs, real or simulated: the host's rates for the experts it computes (cpu-miss, static) from a host profile, "+strings.Join(engine.Hosts(), ", ")+", or a JSON `FILE` like them; --host-bw and --host-flops override its rates (default: measured on this machine)")
+	pf.StringVar(&a.host, "host-profile", "", "the same as --host, for serve, whose --host is the address it listens on")
 	pf.StringVar(&a.hostBW, "host-bw", "", "GPUs, real or simulated: the rate the host reads a missed expert's weights at when it computes the expert itself (cpu-miss), e.g. 20GB (default: measured on this machine)")
 	pf.StringVar(&a.hostFLOPS, "host-flops", "", "GPUs, real or simulated: the rate of the arithmetic each further token of a batch adds to such a host expert, e.g. 150G (default: measured on this machine)")
 	pf.StringVar(&a.profMode, "profile", "", "write a Go profile: cpu or mem")
 	pf.StringVar(&a.profDir, "profile-dir", ".", "`DIR` for the --profile output (cpu.pprof or mem.pprof)")
 
-	root.AddCommand(a.chatCmd(), a.generateCmd(), a.inspectCmd(), a.logitsCmd(), a.evalCmd(), a.traceCmd(), a.benchCmd(), a.predictorCmd(), a.devicesCmd(),
+	root.AddCommand(a.chatCmd(), a.generateCmd(), a.serveCmd(), a.inspectCmd(), a.logitsCmd(), a.evalCmd(), a.traceCmd(), a.benchCmd(), a.predictorCmd(), a.devicesCmd(),
 		a.epServeCmd())
 	return root
 }

@@ -1,0 +1,505 @@
+package server
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"reflect"
+	"slices"
+	"time"
+
+	"github.com/commit-run/commit-run/engine"
+)
+
+// sampling are the generation fields the OpenAI chat and completions requests share. Fields
+// a request may send that the server cannot honour yet are read too, so that a request using
+// them gets a clear 400 instead of an answer that silently ignored them.
+type sampling struct {
+	Model               string          `json:"model"`
+	MaxTokens           *int            `json:"max_tokens"`
+	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	Temperature         *float64        `json:"temperature"`
+	TopP                *float64        `json:"top_p"`
+	Stop                json.RawMessage `json:"stop"`
+	Seed                *int64          `json:"seed"`
+	Stream              bool            `json:"stream"`
+	StreamOptions       *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+	N                *int            `json:"n"`
+	PresencePenalty  *float64        `json:"presence_penalty"`
+	FrequencyPenalty *float64        `json:"frequency_penalty"`
+	Logprobs         json.RawMessage `json:"logprobs"`
+	TopLogprobs      *int            `json:"top_logprobs"`
+	Tools            json.RawMessage `json:"tools"`
+	Functions        json.RawMessage `json:"functions"`
+	ResponseFormat   json.RawMessage `json:"response_format"`
+	LogitBias        json.RawMessage `json:"logit_bias"`
+	Echo             bool            `json:"echo"`
+	Suffix           *string         `json:"suffix"`
+	BestOf           *int            `json:"best_of"`
+}
+
+type chatRequest struct {
+	sampling
+	Messages []chatMessage `json:"messages"`
+}
+
+type chatMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+type completionRequest struct {
+	sampling
+	Prompt json.RawMessage `json:"prompt"`
+}
+
+// reqError is a request the server refuses: its status, OpenAI error type, parameter and
+// message.
+type reqError struct {
+	status     int
+	typ, param string
+	msg, code  string
+}
+
+func (e *reqError) Error() string { return e.msg }
+
+func invalid(param, format string, a ...any) *reqError {
+	return &reqError{status: http.StatusBadRequest, typ: "invalid_request_error", param: param, msg: fmt.Sprintf(format, a...)}
+}
+
+func (e *reqError) write(w http.ResponseWriter) {
+	var body apiError
+	body.Error.Message, body.Error.Type = e.msg, e.typ
+	if e.param != "" {
+		body.Error.Param = &e.param
+	}
+	if e.code != "" {
+		body.Error.Code = &e.code
+	}
+	writeJSON(w, e.status, body)
+}
+
+// decode reads a JSON request body into v: a body over the cap is 413, malformed JSON or a
+// field of the wrong type a 400 that says where.
+func decode(r *http.Request, v any) *reqError {
+	data, err := io.ReadAll(r.Body)
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return &reqError{status: http.StatusRequestEntityTooLarge, typ: "invalid_request_error",
+			msg: fmt.Sprintf("request body over %d bytes", tooBig.Limit)}
+	}
+	if err != nil {
+		return invalid("", "reading the request body: %v", err)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		var te *json.UnmarshalTypeError
+		var se *json.SyntaxError
+		switch {
+		case errors.As(err, &te):
+			return invalid(te.Field, "%s: want %s, got JSON %s", te.Field, jsonKind(te.Type), te.Value)
+		case errors.As(err, &se):
+			return invalid("", "malformed JSON at byte %d: %v", se.Offset, err)
+		default:
+			return invalid("", "malformed JSON: %v", err)
+		}
+	}
+	return nil
+}
+
+// jsonKind names what JSON value a Go type decodes from.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Pointer:
+		return jsonKind(t.Elem())
+	}
+	return t.String()
+}
+
+// options checks the shared fields and turns them into the engine's generation options for a
+// prompt of promptLen tokens; a chat's also stop at the strings the model's chats use.
+func (s *Server) options(q *sampling, promptLen int, chat bool) (engine.GenerateOptions, *reqError) {
+	var o engine.GenerateOptions
+	if q.Model != "" && q.Model != s.name {
+		return o, &reqError{status: http.StatusNotFound, typ: "invalid_request_error", param: "model", code: "model_not_found",
+			msg: fmt.Sprintf("model %q is not served here; this server serves %q (GET /v1/models)", q.Model, s.name)}
+	}
+	unsupported := func(param, what string) *reqError {
+		return invalid(param, "%s: %s is not supported by this server", param, what)
+	}
+	switch {
+	case q.N != nil && *q.N != 1:
+		return o, unsupported("n", "more than one choice per request")
+	case present(q.Tools) || present(q.Functions):
+		return o, unsupported("tools", "tool calling")
+	case present(q.LogitBias) && string(q.LogitBias) != "{}":
+		return o, unsupported("logit_bias", "a logit bias")
+	case q.ResponseFormat != nil && present(q.ResponseFormat) && !textFormat(q.ResponseFormat):
+		return o, unsupported("response_format", "a response format other than text")
+	case present(q.Logprobs) && string(q.Logprobs) != "false" && string(q.Logprobs) != "0" || q.TopLogprobs != nil && *q.TopLogprobs != 0:
+		return o, unsupported("logprobs", "log probabilities (not yet)")
+	case q.PresencePenalty != nil && *q.PresencePenalty != 0:
+		return o, unsupported("presence_penalty", "a presence penalty (not yet)")
+	case q.FrequencyPenalty != nil && *q.FrequencyPenalty != 0:
+		return o, unsupported("frequency_penalty", "a frequency penalty (not yet)")
+	case q.Echo:
+		return o, unsupported("echo", "echoing the prompt")
+	case q.Suffix != nil && *q.Suffix != "":
+		return o, unsupported("suffix", "a suffix")
+	case q.BestOf != nil && *q.BestOf != 1:
+		return o, unsupported("best_of", "best_of")
+	}
+	ctx := s.model.ContextLength()
+	if promptLen >= ctx {
+		param := "prompt"
+		if chat {
+			param = "messages"
+		}
+		return o, &reqError{status: http.StatusBadRequest, typ: "invalid_request_error", param: param, code: "context_length_exceeded",
+			msg: fmt.Sprintf("the prompt is %d tokens and the context %d: no room for a reply", promptLen, ctx)}
+	}
+	room := ctx - promptLen
+	o.MaxTokens = room
+	for _, m := range []struct {
+		param string
+		v     *int
+	}{{"max_tokens", q.MaxTokens}, {"max_completion_tokens", q.MaxCompletionTokens}} {
+		if m.v == nil {
+			continue
+		}
+		if *m.v < 1 || *m.v > room {
+			return o, invalid(m.param, "%s %d: want 1 to %d, the context's %d tokens less the prompt's %d", m.param, *m.v, room, ctx, promptLen)
+		}
+		o.MaxTokens = min(o.MaxTokens, *m.v)
+	}
+	// OpenAI's defaults: temperature 1, top_p 1.
+	temp, topP := 1.0, 1.0
+	if q.Temperature != nil {
+		if temp = *q.Temperature; !(temp >= 0 && temp <= 2) {
+			return o, invalid("temperature", "temperature %v: want 0 to 2", temp)
+		}
+	}
+	if q.TopP != nil {
+		if topP = *q.TopP; !(topP > 0 && topP <= 1) {
+			return o, invalid("top_p", "top_p %v: want more than 0, at most 1", topP)
+		}
+	}
+	o.Sampler = engine.SamplerOptions{Temperature: float32(temp), TopP: float32(topP), Greedy: temp == 0}
+	if q.Seed != nil {
+		o.Sampler.Seed = uint64(*q.Seed)
+	} else {
+		o.Sampler.Seed = uint64(time.Now().UnixNano())
+	}
+	stops, err := stopStrings(q.Stop)
+	if err != nil {
+		return o, err
+	}
+	o.Stop = stops
+	if chat {
+		o.Stop = append(o.Stop, s.model.Info().ChatStop...)
+	}
+	return o, nil
+}
+
+func present(raw json.RawMessage) bool {
+	return len(raw) > 0 && string(raw) != "null" && string(raw) != "[]"
+}
+
+func textFormat(raw json.RawMessage) bool {
+	var f struct {
+		Type string `json:"type"`
+	}
+	return json.Unmarshal(raw, &f) == nil && f.Type == "text"
+}
+
+// stopStrings reads stop: null, a string, or an array of up to 4 strings.
+func stopStrings(raw json.RawMessage) ([]string, *reqError) {
+	if !present(raw) {
+		return nil, nil
+	}
+	var one string
+	if json.Unmarshal(raw, &one) == nil {
+		if one == "" {
+			return nil, nil
+		}
+		return []string{one}, nil
+	}
+	var many []string
+	if err := json.Unmarshal(raw, &many); err != nil {
+		return nil, invalid("stop", "stop: want a string or an array of strings")
+	}
+	if len(many) > 4 {
+		return nil, invalid("stop", "stop: %d strings, want at most 4", len(many))
+	}
+	return slices.DeleteFunc(many, func(s string) bool { return s == "" }), nil
+}
+
+// chatMessages reads a chat's messages: roles system (or developer), user and assistant, each
+// with text content, a string or an array of text parts.
+func chatMessages(in []chatMessage) ([]engine.Message, *reqError) {
+	if len(in) == 0 {
+		return nil, invalid("messages", "messages: want at least one message")
+	}
+	out := make([]engine.Message, len(in))
+	for i, m := range in {
+		param := fmt.Sprintf("messages[%d]", i)
+		switch m.Role {
+		case "system", "user", "assistant":
+		case "developer":
+			m.Role = "system"
+		case "tool", "function":
+			return nil, invalid(param+".role", "%s.role %q: tool calling is not supported by this server", param, m.Role)
+		default:
+			return nil, invalid(param+".role", "%s.role %q: want system, developer, user or assistant", param, m.Role)
+		}
+		text, err := content(m.Content)
+		if err != nil {
+			return nil, invalid(param+".content", "%s.content: %v", param, err)
+		}
+		out[i] = engine.Message{Role: m.Role, Content: text}
+	}
+	return out, nil
+}
+
+// content reads a message's content: a string, or an array of parts of type text.
+func content(raw json.RawMessage) (string, error) {
+	if !present(raw) {
+		return "", nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s, nil
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return "", errors.New("want a string or an array of content parts")
+	}
+	var text string
+	for _, p := range parts {
+		if p.Type != "text" {
+			return "", fmt.Errorf("a part of type %q: only text is supported", p.Type)
+		}
+		text += p.Text
+	}
+	return text, nil
+}
+
+// promptText reads a completion's prompt: a string, or an array of one string.
+func promptText(raw json.RawMessage) (string, *reqError) {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		if s == "" {
+			return "", invalid("prompt", "prompt: empty")
+		}
+		return s, nil
+	}
+	var many []string
+	if json.Unmarshal(raw, &many) == nil && len(many) == 1 && many[0] != "" {
+		return many[0], nil
+	}
+	return "", invalid("prompt", "prompt: want a non-empty string (or an array of one)")
+}
+
+func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
+	if !s.loaded(w) {
+		return
+	}
+	var q chatRequest
+	if err := decode(r, &q); err != nil {
+		err.write(w)
+		return
+	}
+	msgs, rerr := chatMessages(q.Messages)
+	if rerr != nil {
+		rerr.write(w)
+		return
+	}
+	ids, err := s.model.ChatTokens(msgs)
+	if err != nil {
+		invalid("messages", "messages: %v", err).write(w)
+		return
+	}
+	s.generate(w, r, &q.sampling, ids, true)
+}
+
+func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
+	if !s.loaded(w) {
+		return
+	}
+	var q completionRequest
+	if err := decode(r, &q); err != nil {
+		err.write(w)
+		return
+	}
+	text, rerr := promptText(q.Prompt)
+	if rerr != nil {
+		rerr.write(w)
+		return
+	}
+	ids, err := s.model.Tokenize(text, true)
+	if err != nil {
+		invalid("prompt", "prompt: %v", err).write(w)
+		return
+	}
+	s.generate(w, r, &q.sampling, ids, false)
+}
+
+// usage is OpenAI's token accounting.
+type usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+// generate runs one request on the session once its turn comes, and answers it as a whole or
+// as server-sent events.
+func (s *Server) generate(w http.ResponseWriter, r *http.Request, q *sampling, ids []int32, chat bool) {
+	opts, rerr := s.options(q, len(ids), chat)
+	if rerr != nil {
+		rerr.write(w)
+		return
+	}
+	release, ok := s.admit(w, r)
+	if !ok {
+		return
+	}
+	defer release()
+	id, object := newID("cmpl-"), "text_completion"
+	if chat {
+		id, object = newID("chatcmpl-"), "chat.completion"
+	}
+	created := time.Now().Unix()
+	if !q.Stream {
+		res, err := s.session.Generate(r.Context(), ids, opts)
+		if err != nil {
+			if r.Context().Err() == nil {
+				writeError(w, http.StatusInternalServerError, "server_error", err.Error(), "")
+			}
+			return
+		}
+		choice := map[string]any{"index": 0, "finish_reason": finishReason(res.Reason), "logprobs": nil}
+		if chat {
+			choice["message"] = map[string]any{"role": "assistant", "content": res.Text}
+		} else {
+			choice["text"] = res.Text
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": object, "created": created, "model": s.name,
+			"choices": []any{choice}, "usage": usageOf(res)})
+		return
+	}
+
+	fl, _ := w.(http.Flusher)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	object += ".chunk"
+	if !chat {
+		object = "text_completion"
+	}
+	send := func(v any) error {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
+			return err
+		}
+		if fl != nil {
+			fl.Flush()
+		}
+		return nil
+	}
+	includeUsage := q.StreamOptions != nil && q.StreamOptions.IncludeUsage
+	chunk := func(text string, role bool, finish any) map[string]any {
+		c := map[string]any{"index": 0, "finish_reason": finish, "logprobs": nil}
+		if chat {
+			delta := map[string]any{}
+			if role {
+				delta["role"] = "assistant"
+			}
+			if text != "" || role {
+				delta["content"] = text
+			}
+			c["delta"] = delta
+		} else {
+			c["text"] = text
+		}
+		ch := map[string]any{"id": id, "object": object, "created": created, "model": s.name, "choices": []any{c}}
+		if includeUsage {
+			ch["usage"] = nil // OpenAI's: null on every chunk but the last
+		}
+		return ch
+	}
+	if chat {
+		if send(chunk("", true, nil)) != nil {
+			return
+		}
+	}
+	opts.OnToken = func(t engine.Token) error {
+		if t.Text == "" {
+			return nil
+		}
+		return send(chunk(t.Text, false, nil))
+	}
+	res, err := s.session.Generate(r.Context(), ids, opts)
+	if err != nil {
+		if r.Context().Err() == nil {
+			var e apiError
+			e.Error.Message, e.Error.Type = err.Error(), "server_error"
+			send(e)
+		}
+		return
+	}
+	if send(chunk("", false, finishReason(res.Reason))) != nil {
+		return
+	}
+	if includeUsage {
+		if send(map[string]any{"id": id, "object": object, "created": created, "model": s.name, "choices": []any{}, "usage": usageOf(res)}) != nil {
+			return
+		}
+	}
+	fmt.Fprint(w, "data: [DONE]\n\n")
+	if fl != nil {
+		fl.Flush()
+	}
+}
+
+func usageOf(res engine.Result) usage {
+	return usage{PromptTokens: res.PromptTokens, CompletionTokens: len(res.Tokens), TotalTokens: res.PromptTokens + len(res.Tokens)}
+}
+
+// finishReason is OpenAI's name for why generation stopped.
+func finishReason(r engine.StopReason) string {
+	switch r {
+	case engine.StopMaxTokens, engine.StopContext:
+		return "length"
+	default:
+		return "stop"
+	}
+}
+
+func newID(prefix string) string {
+	b := make([]byte, 12)
+	rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}

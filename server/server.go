@@ -1,0 +1,264 @@
+// Package server is commit-run's HTTP API over an engine model: OpenAI-compatible routes
+// (POST /v1/chat/completions and /v1/completions, streamed as server-sent events or not;
+// GET /v1/models) and GET /health, which answers 503 until the model has loaded.
+//
+// Requests run one at a time on one engine session, whose KV cache therefore keeps the last
+// conversation: the next turn of the same chat skips the prefill of what it shares. Beyond
+// the running request a bounded queue waits; when it is full a request gets 503 with
+// Retry-After. A client that disconnects cancels its generation at once.
+//
+// Safe by default: bound to loopback (Options.LocalOnly), requests whose Host header names
+// another machine are refused (DNS rebinding); with an API key every route but /health needs
+// "Authorization: Bearer KEY"; request bodies are capped; errors have OpenAI's JSON shape.
+package server
+
+import (
+	"cmp"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/commit-run/commit-run/engine"
+)
+
+// Options configure a Server. The zero value serves without a key, on any Host header, with
+// the default queue and body cap.
+type Options struct {
+	// ModelName is the id /v1/models lists and requests may name (default: the model file's
+	// base name without .gguf).
+	ModelName string
+	// APIKey, when set, is required as "Authorization: Bearer APIKey" on every route but
+	// /health.
+	APIKey string
+	// Queue is how many requests may wait beyond the one running (0: DefaultQueue; negative:
+	// none).
+	Queue int
+	// MaxBodyBytes caps a request body (0: DefaultMaxBody).
+	MaxBodyBytes int64
+	// LocalOnly refuses requests whose Host header is not loopback: set it when listening on
+	// a loopback address, so that a web page cannot reach the server through a DNS name
+	// rebound to 127.0.0.1.
+	LocalOnly bool
+}
+
+// Defaults of Options.
+const (
+	DefaultQueue   = 16
+	DefaultMaxBody = 8 << 20
+)
+
+// Server serves one model. Its methods are safe for concurrent use.
+type Server struct {
+	opts    Options
+	mu      sync.Mutex // guards model, session and name until ready
+	model   *engine.Model
+	session *engine.Session
+	name    string
+	ready   atomic.Bool
+	// run admits the request that generates; waiting counts those queued for it.
+	run     chan struct{}
+	waiting atomic.Int64
+	created int64 // the model's "created" time in /v1/models
+}
+
+// New returns a server with no model yet: /health says 503 and the API routes too, until
+// SetModel.
+func New(o Options) *Server {
+	if o.Queue == 0 {
+		o.Queue = DefaultQueue
+	}
+	o.Queue = max(o.Queue, 0)
+	o.MaxBodyBytes = cmp.Or(o.MaxBodyBytes, DefaultMaxBody)
+	return &Server{opts: o, run: make(chan struct{}, 1), created: time.Now().Unix()}
+}
+
+// SetModel makes the server serve m, which it then owns the session of; it is called once,
+// when the model has loaded.
+func (s *Server) SetModel(m *engine.Model) error {
+	sess, err := m.NewSession()
+	if err != nil {
+		return fmt.Errorf("server: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.model != nil {
+		sess.Close()
+		return errors.New("server: a model is served already")
+	}
+	s.model, s.session = m, sess
+	s.name = s.opts.ModelName
+	if s.name == "" {
+		s.name = strings.TrimSuffix(filepath.Base(m.Info().Path), ".gguf")
+	}
+	s.ready.Store(true)
+	return nil
+}
+
+// Close gives back the session; the model stays its owner's.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.session == nil {
+		return nil
+	}
+	s.ready.Store(false)
+	return s.session.Close()
+}
+
+// Handler returns the server's routes behind its checks (Host header, API key, body cap).
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	routes := []struct {
+		method, path string
+		h            http.HandlerFunc
+	}{
+		{"GET", "/health", s.health},
+		{"GET", "/v1/models", s.models},
+		{"POST", "/v1/chat/completions", s.chatCompletions},
+		{"POST", "/v1/completions", s.completions},
+	}
+	for _, rt := range routes {
+		mux.HandleFunc(rt.method+" "+rt.path, rt.h)
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		for _, rt := range routes {
+			if rt.path == r.URL.Path {
+				w.Header().Set("Allow", rt.method)
+				writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", fmt.Sprintf("%s %s: this route takes %s", r.Method, r.URL.Path, rt.method), "")
+				return
+			}
+		}
+		writeError(w, http.StatusNotFound, "not_found_error", fmt.Sprintf("no route %s %s", r.Method, r.URL.Path), "")
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.opts.LocalOnly && !localHost(r.Host) {
+			writeError(w, http.StatusForbidden, "permission_error",
+				fmt.Sprintf("Host %q is not this machine: the server listens on loopback and answers only requests addressed to it (localhost, 127.0.0.1, [::1])", r.Host), "")
+			return
+		}
+		if s.opts.APIKey != "" && r.URL.Path != "/health" && !s.authorized(r) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="commit-run"`)
+			writeError(w, http.StatusUnauthorized, "invalid_request_error", "missing or wrong API key: send Authorization: Bearer KEY", "invalid_api_key")
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
+		mux.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) authorized(r *http.Request) bool {
+	key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(key)), []byte(s.opts.APIKey)) == 1
+}
+
+// localHost says whether a Host header names the loopback interface.
+func localHost(host string) bool {
+	h, _, err := net.SplitHostPort(host)
+	if err != nil {
+		h = host // no port
+	}
+	h = strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")
+	if strings.EqualFold(h, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	if !s.ready.Load() {
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "loading model"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) models(w http.ResponseWriter, r *http.Request) {
+	if !s.loaded(w) {
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []map[string]any{
+		{"id": s.name, "object": "model", "created": s.created, "owned_by": "commit-run"},
+	}})
+}
+
+// loaded answers 503 and returns false while the model loads.
+func (s *Server) loaded(w http.ResponseWriter) bool {
+	if s.ready.Load() {
+		return true
+	}
+	w.Header().Set("Retry-After", "1")
+	writeError(w, http.StatusServiceUnavailable, "server_error", "the model is still loading", "")
+	return false
+}
+
+// admit waits for the request's turn to generate, within the queue's bound; release gives
+// it back. A full queue, or a client gone while waiting, ends the request with an answer.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request) (release func(), ok bool) {
+	select {
+	case s.run <- struct{}{}:
+		return func() { <-s.run }, true
+	default:
+	}
+	if s.waiting.Add(1) > int64(s.opts.Queue) {
+		s.waiting.Add(-1)
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "server_error",
+			fmt.Sprintf("busy: one request running and %d waiting; try again shortly", s.opts.Queue), "")
+		return nil, false
+	}
+	defer s.waiting.Add(-1)
+	select {
+	case s.run <- struct{}{}:
+		return func() { <-s.run }, true
+	case <-r.Context().Done():
+		return nil, false // nobody is left to answer
+	}
+}
+
+// Waiting is how many requests wait for their turn now.
+func (s *Server) Waiting() int { return int(s.waiting.Load()) }
+
+// apiError is OpenAI's error body.
+type apiError struct {
+	Error struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    *string `json:"code"`
+	} `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, status int, typ, msg, code string) {
+	var e apiError
+	e.Error.Message, e.Error.Type = msg, typ
+	if code != "" {
+		e.Error.Code = &code
+	}
+	writeJSON(w, status, e)
+}
+
+// badRequest is a 400 that names the parameter at fault.
+func badRequest(w http.ResponseWriter, param, msg string) {
+	var e apiError
+	e.Error.Message, e.Error.Type = msg, "invalid_request_error"
+	if param != "" {
+		e.Error.Param = &param
+	}
+	writeJSON(w, http.StatusBadRequest, e)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,292 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/commit-run/commit-run/engine"
+	"github.com/commit-run/commit-run/server"
+)
+
+const bundled = "../models/testdata/tinymoe-qwen2moe.gguf"
+
+// start serves the bundled model on a loopback port with o, and returns its URL and the
+// model, which the caller may use beside the server.
+func start(t *testing.T, o server.Options) (string, *engine.Model) {
+	t.Helper()
+	m, err := engine.Open(bundled, engine.Options{Threads: 2, KVType: "f32", ContextLength: 128})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := server.New(o)
+	if err := srv.SetModel(m); err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() {
+		ts.Close()
+		srv.Close()
+		m.Close()
+	})
+	return ts.URL, m
+}
+
+func client(url, key string) openai.Client {
+	return openai.NewClient(option.WithBaseURL(url+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
+}
+
+// greedy is what generate --greedy answers: the engine's greedy continuation of ids.
+func greedy(t *testing.T, m *engine.Model, ids []int32, stop []string, n int) string {
+	t.Helper()
+	s, err := m.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	res, err := s.Generate(context.Background(), ids, engine.GenerateOptions{MaxTokens: n, Stop: stop, Sampler: engine.SamplerOptions{Greedy: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Text
+}
+
+// TestOpenAISDK drives the server with OpenAI's official Go SDK: chat and completions,
+// streamed and not, the models list, errors and a cancelled stream. Greedy answers equal the
+// engine's greedy generation of the same prompt.
+func TestOpenAISDK(t *testing.T) {
+	before := runtime.NumGoroutine()
+	t.Cleanup(func() { noLeaks(t, before) }) // after start's cleanup has closed the server
+	url, m := start(t, server.Options{APIKey: "sesame"})
+	c := client(url, "sesame")
+	ctx := context.Background()
+	const n = 12
+
+	ids, err := m.ChatTokens([]engine.Message{{Role: "user", Content: "Tell me of the old prince."}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := greedy(t, m, ids, m.Info().ChatStop, n)
+	chat := openai.ChatCompletionNewParams{Model: "tinymoe-qwen2moe", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Tell me of the old prince.")},
+		MaxTokens: openai.Int(n), Temperature: openai.Float(0)}
+	got, err := c.Chat.Completions.New(ctx, chat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Choices) != 1 || got.Choices[0].Message.Content != want || got.Usage.PromptTokens != int64(len(ids)) || got.Usage.CompletionTokens == 0 {
+		t.Errorf("chat: %+v, want the text %q after %d prompt tokens", got, want, len(ids))
+	}
+
+	chat.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+	stream := c.Chat.Completions.NewStreaming(ctx, chat)
+	var acc openai.ChatCompletionAccumulator
+	chunks := 0
+	for stream.Next() {
+		acc.AddChunk(stream.Current())
+		chunks++
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if acc.Choices[0].Message.Content != want || chunks < 3 || acc.Usage.TotalTokens != got.Usage.TotalTokens || acc.Choices[0].FinishReason != got.Choices[0].FinishReason {
+		t.Errorf("streamed chat: %q in %d chunks, usage %+v, finish %q; want %q, usage %+v, finish %q",
+			acc.Choices[0].Message.Content, chunks, acc.Usage, acc.Choices[0].FinishReason, want, got.Usage, got.Choices[0].FinishReason)
+	}
+
+	prompt := "The old prince said that"
+	pids, err := m.Tokenize(prompt, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	comp, err := c.Completions.New(ctx, openai.CompletionNewParams{Model: "tinymoe-qwen2moe", Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String(prompt)},
+		MaxTokens: openai.Int(n), Temperature: openai.Float(0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := greedy(t, m, pids, nil, n); len(comp.Choices) != 1 || comp.Choices[0].Text != w || comp.Choices[0].FinishReason != "length" {
+		t.Errorf("completion: %+v, want %q", comp.Choices, w)
+	}
+
+	models, err := c.Models.List(ctx)
+	if err != nil || len(models.Data) != 1 || models.Data[0].ID != "tinymoe-qwen2moe" {
+		t.Errorf("models: %+v, %v", models, err)
+	}
+
+	// Errors come back as the SDK's *openai.Error with the status and parameter.
+	for _, e := range []struct {
+		name   string
+		c      openai.Client
+		params openai.ChatCompletionNewParams
+		status int
+		param  string
+	}{
+		{"unknown model", c, openai.ChatCompletionNewParams{Model: "gpt-4o", Messages: chat.Messages}, 404, "model"},
+		{"n > 1", c, openai.ChatCompletionNewParams{Model: chat.Model, Messages: chat.Messages, N: openai.Int(2)}, 400, "n"},
+		{"no messages", c, openai.ChatCompletionNewParams{Model: chat.Model}, 400, "messages"},
+		{"wrong key", client(url, "open"), chat, 401, ""},
+	} {
+		_, err := e.c.Chat.Completions.New(ctx, e.params)
+		var apiErr *openai.Error
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != e.status || apiErr.Param != e.param || apiErr.Message == "" {
+			t.Errorf("%s: %v, want status %d naming %q", e.name, err, e.status, e.param)
+		}
+	}
+
+	// A client that goes away mid-stream cancels its generation; the server goes on.
+	cctx, cancel := context.WithCancel(ctx)
+	long := chat
+	long.MaxTokens = openai.Int(100)
+	s := c.Chat.Completions.NewStreaming(cctx, long)
+	if !s.Next() {
+		t.Fatalf("cancelled stream: no first chunk: %v", s.Err())
+	}
+	cancel()
+	for s.Next() {
+	}
+	s.Close()
+	if again, err := c.Chat.Completions.New(ctx, chat); err != nil || again.Choices[0].Message.Content != want {
+		t.Errorf("after a cancelled stream: %v, %+v", err, again)
+	}
+}
+
+// noLeaks waits for the goroutines to come back to before, give or take the HTTP client's
+// idle connections.
+func noLeaks(t *testing.T, before int) {
+	t.Helper()
+	http.DefaultClient.CloseIdleConnections()
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before+4 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before+4 {
+		buf := make([]byte, 1<<16)
+		t.Errorf("%d goroutines, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+// TestBadRequests: every malformed or refused request gets a clear error with OpenAI's
+// shape and the right status, and the server keeps serving.
+func TestBadRequests(t *testing.T) {
+	url, _ := start(t, server.Options{APIKey: "sesame", MaxBodyBytes: 4 << 10, LocalOnly: true})
+	ok := `{"messages":[{"role":"user","content":"Hi"}],"max_tokens":2}`
+	big := `{"prompt":"` + strings.Repeat("the old prince ", 400) + `"}`
+	for _, c := range []struct {
+		name, method, path, body, key, host string
+		status                              int
+		says                                string
+	}{
+		{"malformed JSON", "POST", "/v1/chat/completions", `{"messages":[`, "sesame", "", 400, "malformed JSON"},
+		{"a wrong type", "POST", "/v1/chat/completions", `{"messages":"hi"}`, "sesame", "", 400, "want an array"},
+		{"a wrong type inside", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"max_tokens":"9"}`, "sesame", "", 400, "max_tokens"},
+		{"an unknown model", "POST", "/v1/chat/completions", `{"model":"llama","messages":[{"role":"user","content":"x"}]}`, "sesame", "", 404, "not served here"},
+		{"no messages", "POST", "/v1/chat/completions", `{"messages":[]}`, "sesame", "", 400, "at least one message"},
+		{"an unknown role", "POST", "/v1/chat/completions", `{"messages":[{"role":"wizard","content":"x"}]}`, "sesame", "", 400, "wizard"},
+		{"an image", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`, "sesame", "", 400, "only text"},
+		{"tools", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]}`, "sesame", "", 400, "tool calling"},
+		{"a body over the cap", "POST", "/v1/completions", big, "sesame", "", 413, "request body over"},
+		{"max_tokens -1", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"max_tokens":-1}`, "sesame", "", 400, "max_tokens -1"},
+		{"max_tokens 1e9", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"max_tokens":1000000000}`, "sesame", "", 400, "want 1 to"},
+		{"temperature 3", "POST", "/v1/completions", `{"prompt":"x","temperature":3}`, "sesame", "", 400, "temperature"},
+		{"an empty prompt", "POST", "/v1/completions", `{"prompt":""}`, "sesame", "", 400, "prompt"},
+		{"no key", "POST", "/v1/chat/completions", ok, "", "", 401, "API key"},
+		{"a wrong key", "GET", "/v1/models", "", "open", "", 401, "API key"},
+		{"a foreign Host", "GET", "/v1/models", "", "sesame", "attacker.example:8080", 403, "not this machine"},
+		{"an unknown route", "GET", "/v2/models", "", "sesame", "", 404, "no route"},
+		{"a wrong method", "GET", "/v1/chat/completions", "", "sesame", "", 405, "takes POST"},
+	} {
+		req, err := http.NewRequest(c.method, url+c.path, strings.NewReader(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.key != "" {
+			req.Header.Set("Authorization", "Bearer "+c.key)
+		}
+		if c.host != "" {
+			req.Host = c.host
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.status || c.says != "" && (!strings.Contains(string(b), c.says) || !strings.Contains(string(b), `"error":{"message":`)) {
+			t.Errorf("%s: %d %s, want %d saying %q", c.name, resp.StatusCode, b, c.status, c.says)
+		}
+	}
+	// A prompt longer than the context, within the body cap.
+	prompt := strings.Repeat("prince ", 300)
+	resp := post(t, url+"/v1/completions", "sesame", `{"prompt":"`+prompt+`"}`)
+	if resp.status != 400 || !strings.Contains(resp.body, "context_length_exceeded") || !strings.Contains(resp.body, `"param":"prompt"`) {
+		t.Errorf("a prompt beyond the context: %d %s", resp.status, resp.body)
+	}
+	// Still serving, on a local Host header of each kind.
+	for _, host := range []string{"", "localhost:8080", "127.0.0.1", "[::1]:1234"} {
+		req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(ok))
+		req.Header.Set("Authorization", "Bearer sesame")
+		if host != "" {
+			req.Host = host
+		}
+		r, err := http.DefaultClient.Do(req)
+		if err != nil || r.StatusCode != 200 {
+			t.Errorf("Host %q after the bad requests: %v %v", host, r, err)
+		}
+		if r != nil {
+			r.Body.Close()
+		}
+	}
+	// /health needs no key.
+	if r, err := http.Get(url + "/health"); err != nil || r.StatusCode != 200 {
+		t.Errorf("health: %v %v", r, err)
+	}
+}
+
+type response struct {
+	status int
+	body   string
+	header http.Header
+}
+
+func post(t *testing.T, url, key, body string) response {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	r, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	b, _ := io.ReadAll(r.Body)
+	return response{r.StatusCode, string(b), r.Header}
+}
+
+// TestHealthWhileLoading: /health and the API say 503 until the model is set.
+func TestHealthWhileLoading(t *testing.T) {
+	srv := server.New(server.Options{})
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+	for _, path := range []string{"/health", "/v1/models"} {
+		r, err := http.Get(ts.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
+		if r.StatusCode != 503 || r.Header.Get("Retry-After") == "" {
+			t.Errorf("%s while loading: %d, Retry-After %q", path, r.StatusCode, r.Header.Get("Retry-After"))
+		}
+	}
+	if r := post(t, ts.URL+"/v1/chat/completions", "", `{"messages":[{"role":"user","content":"x"}]}`); r.status != 503 {
+		t.Errorf("chat while loading: %d %s", r.status, r.body)
+	}
+}
