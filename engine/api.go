@@ -132,8 +132,13 @@ type SamplerOptions struct {
 	// positive logits divided, negative multiplied). 0 or 1 = off.
 	RepeatPenalty float32
 	RepeatLastN   int // 0 = 64
-	Seed          uint64
-	Greedy        bool
+	// FrequencyPenalty and PresencePenalty lower the logit of each token in the same last
+	// RepeatLastN tokens by FrequencyPenalty times its count there plus PresencePenalty
+	// (OpenAI's rule, over llama.cpp's window). 0 = off; -100 to 100.
+	FrequencyPenalty float32
+	PresencePenalty  float32
+	Seed             uint64
+	Greedy           bool
 }
 
 // GenerateOptions control one call of Session.Generate or Session.Chat.
@@ -148,12 +153,34 @@ type GenerateOptions struct {
 	// OnToken, when set, receives each generated token as soon as it is sampled. Text holds
 	// only complete UTF-8 and excludes stop strings; returning an error stops generation.
 	OnToken func(Token) error
+	// Logprobs asks for each generated token's log-probability under the model (its
+	// distribution before any sampling option changes it) and for the TopLogprobs (0 to 20)
+	// most likely tokens at its position: Token.Logprob and Result.Logprobs.
+	Logprobs    bool
+	TopLogprobs int
 }
 
 // Token is one generated token.
 type Token struct {
 	ID   int32
 	Text string
+	// Logprob is set when GenerateOptions.Logprobs asked for it (and nil on the text that a
+	// stop string held back, which has no token of its own).
+	Logprob *Logprob
+}
+
+// Logprob is a generated token's log-probability and the most likely tokens at its position,
+// most likely first.
+type Logprob struct {
+	ID      int32
+	Logprob float32
+	Top     []TokenLogprob
+}
+
+// TokenLogprob is one token's log-probability.
+type TokenLogprob struct {
+	ID      int32
+	Logprob float32
 }
 
 // StopReason says why generation ended.
@@ -169,7 +196,9 @@ const (
 
 // Result summarises one generation.
 type Result struct {
-	Tokens       []int32
+	Tokens []int32
+	// Logprobs are Tokens' log-probabilities, when GenerateOptions.Logprobs asked for them.
+	Logprobs     []Logprob
 	Text         string
 	Reason       StopReason
 	PromptTokens int

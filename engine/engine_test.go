@@ -3,6 +3,7 @@ package engine
 import (
 	"math"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/commit-run/commit-run/models"
@@ -99,6 +100,25 @@ func TestStopMatcher(t *testing.T) {
 	}
 }
 
+// TestLogprobsOf: log-probabilities of a softmax, the chosen token's and the top ones in
+// order, ties to the lower id.
+func TestLogprobsOf(t *testing.T) {
+	logits := []float32{1, 3, 3, 0}
+	lp := logprobsOf(logits, make([]float32, 4), 0, 3)
+	var sum float64
+	for _, l := range logits {
+		sum += math.Exp(float64(l))
+	}
+	want := func(l float32) float32 { return float32(float64(l) - math.Log(sum)) }
+	if math.Abs(float64(lp.Logprob-want(1))) > 1e-6 || len(lp.Top) != 3 || lp.Top[0].ID != 1 || lp.Top[1].ID != 2 || lp.Top[2].ID != 0 ||
+		math.Abs(float64(lp.Top[0].Logprob-want(3))) > 1e-6 {
+		t.Errorf("logprobs %+v", lp)
+	}
+	if lp := logprobsOf(logits, make([]float32, 4), 3, 0); lp.Top != nil {
+		t.Errorf("no top asked, got %v", lp.Top)
+	}
+}
+
 func TestSampler(t *testing.T) {
 	logits := func() []float32 { return []float32{0, 2, 1, 3, -1} }
 	if got := newSampler(SamplerOptions{}).sample(logits(), nil); got != 3 {
@@ -131,7 +151,17 @@ func TestSampler(t *testing.T) {
 	if got := newSampler(SamplerOptions{Temperature: 1, TopP: 0.1, Seed: 3}).sample(logits(), nil); got != 3 {
 		t.Errorf("top-p 0.1 picked %d", got)
 	}
-	bad := []SamplerOptions{{Temperature: -1}, {TopK: -2}, {TopP: 1.5}, {RepeatPenalty: -1}, {Temperature: float32(math.NaN())}}
+	// Frequency and presence penalties: logit - count*frequency - presence over the window.
+	l := logits()
+	newSampler(SamplerOptions{FrequencyPenalty: 0.5, PresencePenalty: 0.25, RepeatLastN: 3}).sample(l, []int32{3, 1, 3, 3, 0})
+	if want := []float32{-0.75, 2, 1, 1.75, -1}; !slices.Equal(l, want) {
+		t.Errorf("penalised logits %v, want %v (the last 3 tokens: 3 twice, 0 once)", l, want)
+	}
+	if got := newSampler(SamplerOptions{FrequencyPenalty: 2}).sample(logits(), []int32{3}); got != 1 {
+		t.Errorf("greedy with a frequency penalty picked %d, want 1", got)
+	}
+	bad := []SamplerOptions{{Temperature: -1}, {TopK: -2}, {TopP: 1.5}, {RepeatPenalty: -1}, {Temperature: float32(math.NaN())},
+		{FrequencyPenalty: float32(math.NaN())}, {PresencePenalty: 101}}
 	for _, o := range bad {
 		if o.validate() == nil {
 			t.Errorf("%+v validated", o)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 )
 
@@ -13,7 +14,8 @@ type sampler struct {
 	o   SamplerOptions
 	rng *rand.Rand
 	// scratch
-	cand []candidate
+	cand   []candidate
+	counts map[int32]int // tokens of the penalty window
 }
 
 type candidate struct {
@@ -33,6 +35,10 @@ func (o *SamplerOptions) validate() error {
 		return fmt.Errorf("repeat penalty %g: want 0 to 100 (1 = off)", o.RepeatPenalty)
 	case o.RepeatLastN < 0:
 		return fmt.Errorf("repeat-last-n %d: want 0 or more", o.RepeatLastN)
+	case !(o.FrequencyPenalty >= -100 && o.FrequencyPenalty <= 100):
+		return fmt.Errorf("frequency penalty %g: want -100 to 100 (0 = off)", o.FrequencyPenalty)
+	case !(o.PresencePenalty >= -100 && o.PresencePenalty <= 100):
+		return fmt.Errorf("presence penalty %g: want -100 to 100 (0 = off)", o.PresencePenalty)
 	}
 	return nil
 }
@@ -40,28 +46,36 @@ func (o *SamplerOptions) validate() error {
 func isNaN(f float32) bool { return f != f }
 
 func newSampler(o SamplerOptions) *sampler {
-	return &sampler{o: o, rng: rand.New(rand.NewPCG(o.Seed, 0x636f6d6d69742d72))}
+	return &sampler{o: o, rng: rand.New(rand.NewPCG(o.Seed, 0x636f6d6d69742d72)), counts: map[int32]int{}}
 }
 
 // sample picks the next token given the logits (modified in place) and the recent history.
 func (s *sampler) sample(logits []float32, history []int32) int32 {
 	o := s.o
-	if o.RepeatPenalty > 0 && o.RepeatPenalty != 1 {
+	repeat := o.RepeatPenalty > 0 && o.RepeatPenalty != 1
+	if repeat || o.FrequencyPenalty != 0 || o.PresencePenalty != 0 {
+		// llama.cpp's penalties over the last n tokens: the repetition penalty, then
+		// frequency and presence. Each token's change is its own, so the map's order does
+		// not matter.
 		n := o.RepeatLastN
 		if n == 0 {
 			n = 64
 		}
-		seen := map[int32]bool{}
+		clear(s.counts)
 		for _, id := range history[max(0, len(history)-n):] {
-			if seen[id] || int(id) >= len(logits) || id < 0 {
-				continue
+			if int(id) < len(logits) && id >= 0 {
+				s.counts[id]++
 			}
-			seen[id] = true
-			if logits[id] > 0 {
-				logits[id] /= o.RepeatPenalty
-			} else {
-				logits[id] *= o.RepeatPenalty
+		}
+		for id, c := range s.counts {
+			if repeat {
+				if logits[id] > 0 {
+					logits[id] /= o.RepeatPenalty
+				} else {
+					logits[id] *= o.RepeatPenalty
+				}
 			}
+			logits[id] -= float32(c)*o.FrequencyPenalty + o.PresencePenalty
 		}
 	}
 	if o.Greedy || o.Temperature == 0 {
@@ -119,6 +133,44 @@ func argmax(v []float32) int32 {
 		}
 	}
 	return int32(best)
+}
+
+// logprobsOf returns the log-probability of id under logits and the top most likely tokens,
+// most likely first (ties to the lower id); lp is scratch of len(logits).
+func logprobsOf(logits, lp []float32, id int32, top int) Logprob {
+	maxl := float32(math.Inf(-1))
+	for _, l := range logits {
+		maxl = max(maxl, l)
+	}
+	var sum float64
+	for _, l := range logits {
+		sum += math.Exp(float64(l - maxl))
+	}
+	lse := float64(maxl) + math.Log(sum)
+	for i, l := range logits {
+		lp[i] = float32(float64(l) - lse)
+	}
+	out := Logprob{ID: id, Logprob: lp[id]}
+	if top <= 0 {
+		return out
+	}
+	// One pass, keeping the best top in order: a later token enters only when it beats the
+	// last kept one, so ties keep the lower id.
+	out.Top = make([]TokenLogprob, 0, top+1)
+	for i, v := range lp {
+		if len(out.Top) == top && v <= out.Top[top-1].Logprob {
+			continue
+		}
+		pos := len(out.Top)
+		for pos > 0 && out.Top[pos-1].Logprob < v {
+			pos--
+		}
+		out.Top = slices.Insert(out.Top, pos, TokenLogprob{ID: int32(i), Logprob: v})
+		if len(out.Top) > top {
+			out.Top = out.Top[:top]
+		}
+	}
+	return out
 }
 
 // softmaxInto writes the probabilities of logits into p (float64 sum, max subtracted).

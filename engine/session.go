@@ -203,6 +203,9 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, opts GenerateOpt
 	if err := opts.Sampler.validate(); err != nil {
 		return Result{}, err
 	}
+	if opts.TopLogprobs < 0 || opts.TopLogprobs > 20 {
+		return Result{}, fmt.Errorf("top logprobs %d: want 0 to 20", opts.TopLogprobs)
+	}
 	if err := s.checkTokens(prompt); err != nil {
 		return Result{}, err
 	}
@@ -224,12 +227,16 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, opts GenerateOpt
 	stop := newStopMatcher(opts.Stop)
 	decodeStart := time.Now()
 	defer func() { res.DecodeSeconds = time.Since(decodeStart).Seconds() }()
-	emit := func(id int32, piece string) error {
+	emit := func(id int32, piece string, lp *Logprob) error {
 		res.Text += piece
 		if opts.OnToken != nil && (piece != "" || id >= 0) {
-			return opts.OnToken(Token{ID: id, Text: piece})
+			return opts.OnToken(Token{ID: id, Text: piece, Logprob: lp})
 		}
 		return nil
+	}
+	var lpBuf, raw []float32
+	if opts.Logprobs {
+		lpBuf, raw = make([]float32, len(logits)), make([]float32, len(logits))
 	}
 	// Each iteration samples from the logits in hand and evaluates the new token only when
 	// another one will be sampled, so N tokens cost N-1 decode steps after the prompt.
@@ -237,19 +244,28 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, opts GenerateOpt
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
+		if opts.Logprobs {
+			copy(raw, logits) // the model's distribution, before the sampler changes logits
+		}
 		id := smp.sample(logits, s.tokens)
 		if !opts.IgnoreEOS && s.m.tok.IsEOG(id) {
 			res.Reason = StopEOS
 			if tail := stop.flush(); tail != "" {
-				if err := emit(-1, tail); err != nil {
+				if err := emit(-1, tail, nil); err != nil {
 					return res, err
 				}
 			}
 			break
 		}
 		res.Tokens = append(res.Tokens, id)
+		var lp *Logprob
+		if opts.Logprobs {
+			l := logprobsOf(raw, lpBuf, id, opts.TopLogprobs)
+			res.Logprobs = append(res.Logprobs, l)
+			lp = &l
+		}
 		out, hit := stop.push(dec.Next(id))
-		if err := emit(id, out); err != nil {
+		if err := emit(id, out, lp); err != nil {
 			return res, err
 		}
 		if hit {
@@ -271,7 +287,7 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, opts GenerateOpt
 	}
 	if res.Reason != StopString && res.Reason != StopEOS {
 		if tail := stop.flush(); tail != "" {
-			if err := emit(-1, tail); err != nil {
+			if err := emit(-1, tail, nil); err != nil {
 				return res, err
 			}
 		}

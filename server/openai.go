@@ -153,12 +153,6 @@ func (s *Server) options(q *sampling, promptLen int, chat bool) (engine.Generate
 		return o, unsupported("logit_bias", "a logit bias")
 	case q.ResponseFormat != nil && present(q.ResponseFormat) && !textFormat(q.ResponseFormat):
 		return o, unsupported("response_format", "a response format other than text")
-	case present(q.Logprobs) && string(q.Logprobs) != "false" && string(q.Logprobs) != "0" || q.TopLogprobs != nil && *q.TopLogprobs != 0:
-		return o, unsupported("logprobs", "log probabilities (not yet)")
-	case q.PresencePenalty != nil && *q.PresencePenalty != 0:
-		return o, unsupported("presence_penalty", "a presence penalty (not yet)")
-	case q.FrequencyPenalty != nil && *q.FrequencyPenalty != 0:
-		return o, unsupported("frequency_penalty", "a frequency penalty (not yet)")
 	case q.Echo:
 		return o, unsupported("echo", "echoing the prompt")
 	case q.Suffix != nil && *q.Suffix != "":
@@ -202,6 +196,22 @@ func (s *Server) options(q *sampling, promptLen int, chat bool) (engine.Generate
 		}
 	}
 	o.Sampler = engine.SamplerOptions{Temperature: float32(temp), TopP: float32(topP), Greedy: temp == 0}
+	for _, p := range []struct {
+		param string
+		v     *float64
+		to    *float32
+	}{{"presence_penalty", q.PresencePenalty, &o.Sampler.PresencePenalty}, {"frequency_penalty", q.FrequencyPenalty, &o.Sampler.FrequencyPenalty}} {
+		if p.v == nil {
+			continue
+		}
+		if !(*p.v >= -2 && *p.v <= 2) {
+			return o, invalid(p.param, "%s %v: want -2 to 2", p.param, *p.v)
+		}
+		*p.to = float32(*p.v)
+	}
+	if err := logprobOptions(q, chat, &o); err != nil {
+		return o, err
+	}
 	if q.Seed != nil {
 		o.Sampler.Seed = uint64(*q.Seed)
 	} else {
@@ -216,6 +226,37 @@ func (s *Server) options(q *sampling, promptLen int, chat bool) (engine.Generate
 		o.Stop = append(o.Stop, s.model.Info().ChatStop...)
 	}
 	return o, nil
+}
+
+// logprobOptions reads the log-probability fields: a chat's logprobs (true or false) and
+// top_logprobs (0 to 20), a completion's logprobs (the top count, 0 to 5).
+func logprobOptions(q *sampling, chat bool, o *engine.GenerateOptions) *reqError {
+	if chat {
+		if present(q.Logprobs) {
+			if err := json.Unmarshal(q.Logprobs, &o.Logprobs); err != nil {
+				return invalid("logprobs", "logprobs: want true or false")
+			}
+		}
+		if q.TopLogprobs != nil {
+			if !o.Logprobs || *q.TopLogprobs < 0 || *q.TopLogprobs > 20 {
+				return invalid("top_logprobs", "top_logprobs %d: want 0 to 20, with logprobs true", *q.TopLogprobs)
+			}
+			o.TopLogprobs = *q.TopLogprobs
+		}
+		return nil
+	}
+	if q.TopLogprobs != nil {
+		return invalid("top_logprobs", "top_logprobs: a chat's field; a completion's count is logprobs")
+	}
+	if !present(q.Logprobs) {
+		return nil
+	}
+	var n int
+	if err := json.Unmarshal(q.Logprobs, &n); err != nil || n < 0 || n > 5 {
+		return invalid("logprobs", "logprobs %s: want 0 to 5, the likeliest tokens returned at each position", q.Logprobs)
+	}
+	o.Logprobs, o.TopLogprobs = true, n
+	return nil
 }
 
 func present(raw json.RawMessage) bool {
@@ -403,6 +444,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, q *sampling, i
 		} else {
 			choice["text"] = res.Text
 		}
+		if opts.Logprobs {
+			choice["logprobs"] = s.logprobs(res.Logprobs, chat, 0)
+		}
 		writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": object, "created": created, "model": s.name,
 			"choices": []any{choice}, "usage": usageOf(res)})
 		return
@@ -430,8 +474,13 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, q *sampling, i
 		return nil
 	}
 	includeUsage := q.StreamOptions != nil && q.StreamOptions.IncludeUsage
-	chunk := func(text string, role bool, finish any) map[string]any {
+	offset := 0 // a completion's text so far, where each token's logprobs say it starts
+	chunk := func(text string, role bool, finish any, lp *engine.Logprob) map[string]any {
 		c := map[string]any{"index": 0, "finish_reason": finish, "logprobs": nil}
+		if lp != nil {
+			c["logprobs"] = s.logprobs([]engine.Logprob{*lp}, chat, offset)
+		}
+		offset += len(text)
 		if chat {
 			delta := map[string]any{}
 			if role {
@@ -451,15 +500,15 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, q *sampling, i
 		return ch
 	}
 	if chat {
-		if send(chunk("", true, nil)) != nil {
+		if send(chunk("", true, nil, nil)) != nil {
 			return
 		}
 	}
 	opts.OnToken = func(t engine.Token) error {
-		if t.Text == "" {
+		if t.Text == "" && t.Logprob == nil {
 			return nil
 		}
-		return send(chunk(t.Text, false, nil))
+		return send(chunk(t.Text, false, nil, t.Logprob))
 	}
 	res, err := s.session.Generate(r.Context(), ids, opts)
 	if err != nil {
@@ -470,7 +519,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, q *sampling, i
 		}
 		return
 	}
-	if send(chunk("", false, finishReason(res.Reason))) != nil {
+	if send(chunk("", false, finishReason(res.Reason), nil)) != nil {
 		return
 	}
 	if includeUsage {
@@ -482,6 +531,47 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, q *sampling, i
 	if fl != nil {
 		fl.Flush()
 	}
+}
+
+// logprobs is a choice's log-probabilities in OpenAI's shape: a chat's content entries, or a
+// completion's parallel arrays, whose text offsets start at offset.
+func (s *Server) logprobs(ls []engine.Logprob, chat bool, offset int) any {
+	text := func(id int32) string { return s.model.Detokenize([]int32{id}) }
+	if chat {
+		content := make([]map[string]any, len(ls))
+		for i, l := range ls {
+			top := make([]map[string]any, len(l.Top))
+			for j, t := range l.Top {
+				top[j] = map[string]any{"token": text(t.ID), "logprob": t.Logprob, "bytes": bytesOf(text(t.ID))}
+			}
+			content[i] = map[string]any{"token": text(l.ID), "logprob": l.Logprob, "bytes": bytesOf(text(l.ID)), "top_logprobs": top}
+		}
+		return map[string]any{"content": content, "refusal": nil}
+	}
+	var tokens []string
+	var lps []float32
+	var tops []map[string]float32
+	var offsets []int
+	for _, l := range ls {
+		t := text(l.ID)
+		tokens, lps, offsets = append(tokens, t), append(lps, l.Logprob), append(offsets, offset)
+		offset += len(t)
+		top := map[string]float32{}
+		for _, c := range l.Top {
+			top[text(c.ID)] = c.Logprob
+		}
+		tops = append(tops, top)
+	}
+	return map[string]any{"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets}
+}
+
+// bytesOf is a token's UTF-8 bytes as OpenAI lists them: numbers, not base64.
+func bytesOf(s string) []int {
+	b := make([]int, len(s))
+	for i := range len(s) {
+		b[i] = int(s[i])
+	}
+	return b
 }
 
 func usageOf(res engine.Result) usage {

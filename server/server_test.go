@@ -2,8 +2,10 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -116,6 +118,48 @@ func TestOpenAISDK(t *testing.T) {
 		t.Errorf("completion: %+v, want %q", comp.Choices, w)
 	}
 
+	// Log-probabilities, whole and streamed: the engine's own, the chosen token first under
+	// greedy decoding; penalties as the engine applies them.
+	lpChat := chat
+	lpChat.StreamOptions = openai.ChatCompletionStreamOptionsParam{}
+	lpChat.Logprobs, lpChat.TopLogprobs = openai.Bool(true), openai.Int(3)
+	lpChat.PresencePenalty, lpChat.FrequencyPenalty = openai.Float(0.5), openai.Float(1)
+	s0, err := m.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := s0.Generate(ctx, ids, engine.GenerateOptions{MaxTokens: n, Stop: m.Info().ChatStop, Logprobs: true, TopLogprobs: 3,
+		Sampler: engine.SamplerOptions{Greedy: true, PresencePenalty: 0.5, FrequencyPenalty: 1}})
+	s0.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lg, err := c.Chat.Completions.New(ctx, lpChat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	content := lg.Choices[0].Logprobs.Content
+	if lg.Choices[0].Message.Content != ref.Text || len(content) != len(ref.Logprobs) {
+		t.Fatalf("logprobs: %q with %d entries, want %q with %d", lg.Choices[0].Message.Content, len(content), ref.Text, len(ref.Logprobs))
+	}
+	for i, e := range content {
+		r := ref.Logprobs[i]
+		if len(e.TopLogprobs) != 3 || math.Abs(e.Logprob-float64(r.Logprob)) > 1e-6 || e.Token != m.Detokenize([]int32{r.ID}) ||
+			e.TopLogprobs[0].Logprob < e.TopLogprobs[1].Logprob || e.Logprob > 0 {
+			t.Errorf("logprobs entry %d: %+v, want token %d at %v", i, e, r.ID, r.Logprob)
+		}
+	}
+	ls := c.Chat.Completions.NewStreaming(ctx, lpChat)
+	streamed := 0
+	for ls.Next() {
+		if ch := ls.Current(); len(ch.Choices) > 0 {
+			streamed += len(ch.Choices[0].Logprobs.Content)
+		}
+	}
+	if ls.Err() != nil || streamed != len(content) {
+		t.Errorf("streamed logprobs: %d entries, want %d (%v)", streamed, len(content), ls.Err())
+	}
+
 	models, err := c.Models.List(ctx)
 	if err != nil || len(models.Data) != 1 || models.Data[0].ID != "tinymoe-qwen2moe" {
 		t.Errorf("models: %+v, %v", models, err)
@@ -197,6 +241,10 @@ func TestBadRequests(t *testing.T) {
 		{"max_tokens 1e9", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"max_tokens":1000000000}`, "sesame", "", 400, "want 1 to"},
 		{"temperature 3", "POST", "/v1/completions", `{"prompt":"x","temperature":3}`, "sesame", "", 400, "temperature"},
 		{"an empty prompt", "POST", "/v1/completions", `{"prompt":""}`, "sesame", "", 400, "prompt"},
+		{"presence_penalty 3", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"presence_penalty":3}`, "sesame", "", 400, "want -2 to 2"},
+		{"top_logprobs 21", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":21}`, "sesame", "", 400, "top_logprobs 21"},
+		{"top_logprobs without logprobs", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"top_logprobs":2}`, "sesame", "", 400, "with logprobs true"},
+		{"a completion's logprobs 6", "POST", "/v1/completions", `{"prompt":"x","logprobs":6}`, "sesame", "", 400, "want 0 to 5"},
 		{"no key", "POST", "/v1/chat/completions", ok, "", "", 401, "API key"},
 		{"a wrong key", "GET", "/v1/models", "", "open", "", 401, "API key"},
 		{"a foreign Host", "GET", "/v1/models", "", "sesame", "attacker.example:8080", 403, "not this machine"},
@@ -228,6 +276,26 @@ func TestBadRequests(t *testing.T) {
 	resp := post(t, url+"/v1/completions", "sesame", `{"prompt":"`+prompt+`"}`)
 	if resp.status != 400 || !strings.Contains(resp.body, "context_length_exceeded") || !strings.Contains(resp.body, `"param":"prompt"`) {
 		t.Errorf("a prompt beyond the context: %d %s", resp.status, resp.body)
+	}
+	// A completion's log-probabilities: parallel arrays, one entry a token.
+	r := post(t, url+"/v1/completions", "sesame", `{"prompt":"The old prince","logprobs":2,"max_tokens":3,"temperature":0}`)
+	var lp struct {
+		Choices []struct {
+			Text     string
+			Logprobs struct {
+				Tokens        []string             `json:"tokens"`
+				TokenLogprobs []float64            `json:"token_logprobs"`
+				TopLogprobs   []map[string]float64 `json:"top_logprobs"`
+				TextOffset    []int                `json:"text_offset"`
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(r.body), &lp); err != nil || r.status != 200 || len(lp.Choices) != 1 {
+		t.Fatalf("completion logprobs: %d %s (%v)", r.status, r.body, err)
+	}
+	l := lp.Choices[0].Logprobs
+	if len(l.Tokens) != 3 || len(l.TokenLogprobs) != 3 || len(l.TopLogprobs) != 3 || len(l.TextOffset) != 3 || strings.Join(l.Tokens, "") != lp.Choices[0].Text {
+		t.Errorf("completion logprobs: %+v", lp.Choices[0])
 	}
 	// Still serving, on a local Host header of each kind.
 	for _, host := range []string{"", "localhost:8080", "127.0.0.1", "[::1]:1234"} {
