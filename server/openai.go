@@ -420,17 +420,25 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, q *sampling, i
 		rerr.write(w)
 		return
 	}
+	tm := &timer{m: s.met, start: time.Now()}
 	release, ok := s.admit(w, r)
 	if !ok {
 		return
 	}
 	defer release()
+	s.met.prompt.Add(float64(len(ids)))
 	id, object := newID("cmpl-"), "text_completion"
 	if chat {
 		id, object = newID("chatcmpl-"), "chat.completion"
 	}
 	created := time.Now().Unix()
 	if !q.Stream {
+		opts.OnToken = func(t engine.Token) error {
+			if t.ID >= 0 {
+				tm.token()
+			}
+			return nil
+		}
 		res, err := s.session.Generate(r.Context(), ids, opts)
 		if err != nil {
 			if r.Context().Err() == nil {
@@ -505,6 +513,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, q *sampling, i
 		}
 	}
 	opts.OnToken = func(t engine.Token) error {
+		if t.ID >= 0 {
+			tm.token()
+		}
 		if t.Text == "" && t.Logprob == nil {
 			return nil
 		}

@@ -1,6 +1,8 @@
 // Package server is commit-run's HTTP API over an engine model: OpenAI-compatible routes
 // (POST /v1/chat/completions and /v1/completions, streamed as server-sent events or not;
-// GET /v1/models) and GET /health, which answers 503 until the model has loaded.
+// GET /v1/models), GET /health, which answers 503 until the model has loaded, and GET
+// /metrics in Prometheus's format (requests, tokens, time to first token and per token, the
+// queue, and an offloading model's expert cache).
 //
 // Requests run one at a time on one engine session, whose KV cache therefore keeps the last
 // conversation: the next turn of the same chat skips the prefill of what it shares. Beyond
@@ -67,6 +69,7 @@ type Server struct {
 	run     chan struct{}
 	waiting atomic.Int64
 	created int64 // the model's "created" time in /v1/models
+	met     *metrics
 }
 
 // New returns a server with no model yet: /health says 503 and the API routes too, until
@@ -77,7 +80,9 @@ func New(o Options) *Server {
 	}
 	o.Queue = max(o.Queue, 0)
 	o.MaxBodyBytes = cmp.Or(o.MaxBodyBytes, DefaultMaxBody)
-	return &Server{opts: o, run: make(chan struct{}, 1), created: time.Now().Unix()}
+	s := &Server{opts: o, run: make(chan struct{}, 1), created: time.Now().Unix()}
+	s.met = newMetrics(s)
+	return s
 }
 
 // SetModel makes the server serve m, which it then owns the session of; it is called once,
@@ -94,6 +99,7 @@ func (s *Server) SetModel(m *engine.Model) error {
 		return errors.New("server: a model is served already")
 	}
 	s.model, s.session = m, sess
+	s.met.offloading(m)
 	s.name = s.opts.ModelName
 	if s.name == "" {
 		s.name = strings.TrimSuffix(filepath.Base(m.Info().Path), ".gguf")
@@ -121,6 +127,7 @@ func (s *Server) Handler() http.Handler {
 		h            http.HandlerFunc
 	}{
 		{"GET", "/health", s.health},
+		{"GET", "/metrics", s.met.handler().ServeHTTP},
 		{"GET", "/v1/models", s.models},
 		{"POST", "/v1/chat/completions", s.chatCompletions},
 		{"POST", "/v1/completions", s.completions},
@@ -138,7 +145,10 @@ func (s *Server) Handler() http.Handler {
 		}
 		writeError(w, http.StatusNotFound, "not_found_error", fmt.Sprintf("no route %s %s", r.Method, r.URL.Path), "")
 	})
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		w := &statusWriter{ResponseWriter: rw}
+		route := "refused"
+		defer func() { s.met.count(route, w) }()
 		if s.opts.LocalOnly && !localHost(r.Host) {
 			writeError(w, http.StatusForbidden, "permission_error",
 				fmt.Sprintf("Host %q is not this machine: the server listens on loopback and answers only requests addressed to it (localhost, 127.0.0.1, [::1])", r.Host), "")
@@ -151,6 +161,7 @@ func (s *Server) Handler() http.Handler {
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
 		mux.ServeHTTP(w, r)
+		route = cmp.Or(r.Pattern, "unmatched")
 	})
 }
 

@@ -30,6 +30,13 @@ func start(t *testing.T, o server.Options) (string, *engine.Model) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { m.Close() })
+	return serve(t, m, o), m
+}
+
+// serve serves m with o until the test ends, and returns the server's URL.
+func serve(t *testing.T, m *engine.Model, o server.Options) string {
+	t.Helper()
 	srv := server.New(o)
 	if err := srv.SetModel(m); err != nil {
 		t.Fatal(err)
@@ -38,9 +45,24 @@ func start(t *testing.T, o server.Options) (string, *engine.Model) {
 	t.Cleanup(func() {
 		ts.Close()
 		srv.Close()
-		m.Close()
 	})
-	return ts.URL, m
+	return ts.URL
+}
+
+// get is a GET with an optional bearer key.
+func get(t *testing.T, url, key string) response {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	r, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	b, _ := io.ReadAll(r.Body)
+	return response{r.StatusCode, string(b), r.Header}
 }
 
 func client(url, key string) openai.Client {
