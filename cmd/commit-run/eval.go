@@ -135,17 +135,28 @@ func (a *app) windowedText(textFile string, window int) (string, *engine.Model, 
 	return string(text), m, nil
 }
 
-// readText reads the --text file, or stdin for "-".
+// maxTextBytes caps what --text reads: an endless file (/dev/zero, a pipe that never ends)
+// would otherwise grow until the process dies. A quarter of a GiB is some 60 million tokens,
+// far beyond any evaluation or training text the commands are for.
+const maxTextBytes = 256 << 20
+
+// readText reads the --text file, or stdin for "-", up to maxTextBytes.
 func readText(name string, stdin io.Reader) ([]byte, error) {
-	var b []byte
-	var err error
-	if name == "-" {
-		b, err = io.ReadAll(stdin)
-	} else {
-		b, err = os.ReadFile(name)
+	r := stdin
+	if name != "-" {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, fmt.Errorf("--text: %w", err)
+		}
+		defer f.Close()
+		r = f
 	}
+	b, err := io.ReadAll(io.LimitReader(r, maxTextBytes+1))
 	if err != nil {
-		return nil, fmt.Errorf("--text: %w", err)
+		return nil, fmt.Errorf("--text %s: %w", name, err)
+	}
+	if len(b) > maxTextBytes {
+		return nil, fmt.Errorf("--text %s: more than %d MiB; give a shorter text (--max-tokens scores only the first tokens of one)", name, maxTextBytes>>20)
 	}
 	if len(b) == 0 {
 		return nil, fmt.Errorf("--text %s is empty", name)
