@@ -11,7 +11,8 @@
 //
 // Safe by default: bound to loopback (Options.LocalOnly), requests whose Host header names
 // another machine are refused (DNS rebinding); with an API key every route but /health needs
-// "Authorization: Bearer KEY"; request bodies are capped; errors have OpenAI's JSON shape.
+// "Authorization: Bearer KEY"; request bodies are capped; errors have OpenAI's JSON shape; no
+// web origin may read answers from a browser unless Options.CORSOrigins allows it.
 package server
 
 import (
@@ -23,6 +24,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -49,6 +51,9 @@ type Options struct {
 	// a loopback address, so that a web page cannot reach the server through a DNS name
 	// rebound to 127.0.0.1.
 	LocalOnly bool
+	// CORSOrigins are the web origins ("https://app.example", or "*" for any) whose pages may
+	// call the API from a browser; none by default, so a page elsewhere cannot read answers.
+	CORSOrigins []string
 }
 
 // Defaults of Options.
@@ -154,6 +159,9 @@ func (s *Server) Handler() http.Handler {
 				fmt.Sprintf("Host %q is not this machine: the server listens on loopback and answers only requests addressed to it (localhost, 127.0.0.1, [::1])", r.Host), "")
 			return
 		}
+		if s.cors(w, r) {
+			return // a preflight, answered
+		}
 		if s.opts.APIKey != "" && r.URL.Path != "/health" && !s.authorized(r) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="commit-run"`)
 			writeError(w, http.StatusUnauthorized, "invalid_request_error", "missing or wrong API key: send Authorization: Bearer KEY", "invalid_api_key")
@@ -163,6 +171,26 @@ func (s *Server) Handler() http.Handler {
 		mux.ServeHTTP(w, r)
 		route = cmp.Or(r.Pattern, "unmatched")
 	})
+}
+
+// cors lets the pages of the allowed origins read the answers, and answers their browsers'
+// preflight requests (which carry no key) itself: then it returns true.
+func (s *Server) cors(w http.ResponseWriter, r *http.Request) bool {
+	origin := r.Header.Get("Origin")
+	if origin == "" || !slices.ContainsFunc(s.opts.CORSOrigins, func(o string) bool { return o == "*" || strings.EqualFold(o, origin) }) {
+		return false
+	}
+	h := w.Header()
+	h.Set("Access-Control-Allow-Origin", origin)
+	h.Add("Vary", "Origin")
+	if r.Method != http.MethodOptions || r.Header.Get("Access-Control-Request-Method") == "" {
+		return false
+	}
+	h.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
+	h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type")
+	h.Set("Access-Control-Max-Age", "600")
+	w.WriteHeader(http.StatusNoContent)
+	return true
 }
 
 func (s *Server) authorized(r *http.Request) bool {

@@ -380,3 +380,44 @@ func TestHealthWhileLoading(t *testing.T) {
 		t.Errorf("chat while loading: %d %s", r.status, r.body)
 	}
 }
+
+// TestCORS: with no origins allowed, a browser page elsewhere gets no CORS headers; an allowed
+// origin's preflight is answered without the key, and its answers carry the header.
+func TestCORS(t *testing.T) {
+	for _, c := range []struct {
+		origins []string
+		origin  string
+		allowed bool
+	}{
+		{nil, "https://evil.example", false},
+		{[]string{"https://app.example"}, "https://evil.example", false},
+		{[]string{"https://app.example"}, "https://app.example", true},
+		{[]string{"*"}, "https://any.example", true},
+	} {
+		srv := server.New(server.Options{APIKey: "k", CORSOrigins: c.origins})
+		ts := httptest.NewServer(srv.Handler())
+		req, _ := http.NewRequest("OPTIONS", ts.URL+"/v1/chat/completions", nil)
+		req.Header.Set("Origin", c.origin)
+		req.Header.Set("Access-Control-Request-Method", "POST")
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
+		got := r.Header.Get("Access-Control-Allow-Origin")
+		if c.allowed != (got == c.origin && r.StatusCode == 204 && strings.Contains(r.Header.Get("Access-Control-Allow-Headers"), "Authorization")) ||
+			!c.allowed && got != "" {
+			t.Errorf("origins %v, preflight from %s: %d, Allow-Origin %q", c.origins, c.origin, r.StatusCode, got)
+		}
+		req, _ = http.NewRequest("GET", ts.URL+"/health", nil)
+		req.Header.Set("Origin", c.origin)
+		if r, err = http.DefaultClient.Do(req); err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
+		if got := r.Header.Get("Access-Control-Allow-Origin"); c.allowed != (got == c.origin) {
+			t.Errorf("origins %v, GET from %s: Allow-Origin %q", c.origins, c.origin, got)
+		}
+		ts.Close()
+	}
+}

@@ -22,9 +22,9 @@ const shutdownGrace = 3 * time.Second
 
 func (a *app) serveCmd() *cobra.Command {
 	var (
-		host, keyFile, name string
-		port, queue         int
-		key                 string
+		host, keyFile, name, cors string
+		port, queue               int
+		key                       string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -75,7 +75,13 @@ func (a *app) serveCmd() *cobra.Command {
 			if q == 0 {
 				q = -1 // the server's 0 is its default
 			}
-			srv := server.New(server.Options{ModelName: name, APIKey: key, Queue: q, LocalOnly: local})
+			var origins []string
+			for _, o := range strings.Split(cors, ",") {
+				if o = strings.TrimSpace(o); o != "" {
+					origins = append(origins, o)
+				}
+			}
+			srv := server.New(server.Options{ModelName: name, APIKey: key, Queue: q, LocalOnly: local, CORSOrigins: origins})
 			// Requests derive from reqCtx, which is canceled once the grace period after a
 			// signal has passed.
 			reqCtx, cancelReqs := context.WithCancel(context.Background())
@@ -121,5 +127,6 @@ func (a *app) serveCmd() *cobra.Command {
 	f.StringVar(&keyFile, "api-key-file", "", "read the API key from `FILE`")
 	f.IntVar(&queue, "queue", server.DefaultQueue, "requests that may wait beyond the one running (0: none)")
 	f.StringVar(&name, "model-name", "", "the model id /v1/models lists (default: the file's name without .gguf)")
+	f.StringVar(&cors, "cors", "", "comma-separated web `ORIGINS` (or *) whose pages may call the API from a browser (default: none)")
 	return cmd
 }
