@@ -1,6 +1,7 @@
 // Package server is commit-run's HTTP API over an engine model: OpenAI-compatible routes
 // (POST /v1/chat/completions and /v1/completions, streamed as server-sent events or not;
-// GET /v1/models), GET /health, which answers 503 until the model has loaded, and GET
+// GET /v1/models), ollama-compatible ones (POST /api/chat and /api/generate, streamed as
+// NDJSON or not; GET /api/tags, /api/ps, /api/version; POST /api/show), GET /health, which answers 503 until the model has loaded, and GET
 // /metrics in Prometheus's format (requests, tokens, time to first token and per token, the
 // queue, and an offloading model's expert cache).
 //
@@ -136,6 +137,12 @@ func (s *Server) Handler() http.Handler {
 		{"GET", "/v1/models", s.models},
 		{"POST", "/v1/chat/completions", s.chatCompletions},
 		{"POST", "/v1/completions", s.completions},
+		{"POST", "/api/chat", s.ollamaChat},
+		{"POST", "/api/generate", s.ollamaGenerateRoute},
+		{"GET", "/api/tags", s.ollamaTags},
+		{"POST", "/api/show", s.ollamaShow},
+		{"GET", "/api/ps", s.ollamaPs},
+		{"GET", "/api/version", s.ollamaVersion},
 	}
 	for _, rt := range routes {
 		mux.HandleFunc(rt.method+" "+rt.path, rt.h)

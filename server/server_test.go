@@ -272,6 +272,9 @@ func TestBadRequests(t *testing.T) {
 		{"a foreign Host", "GET", "/v1/models", "", "sesame", "attacker.example:8080", 403, "not this machine"},
 		{"an unknown route", "GET", "/v2/models", "", "sesame", "", 404, "no route"},
 		{"a wrong method", "GET", "/v1/chat/completions", "", "sesame", "", 405, "takes POST"},
+		{"ollama: malformed JSON", "POST", "/api/chat", `{"messages":`, "sesame", "", 400, "malformed JSON"},
+		{"ollama: a prompt beyond the context", "POST", "/api/generate", `{"prompt":"` + strings.Repeat("prince ", 300) + `"}`, "sesame", "", 400, "no room for a reply"},
+		{"ollama: num_predict -3", "POST", "/api/generate", `{"prompt":"x","options":{"num_predict":-3}}`, "sesame", "", 400, "num_predict -3"},
 	} {
 		req, err := http.NewRequest(c.method, url+c.path, strings.NewReader(c.body))
 		if err != nil {
@@ -289,7 +292,11 @@ func TestBadRequests(t *testing.T) {
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != c.status || c.says != "" && (!strings.Contains(string(b), c.says) || !strings.Contains(string(b), `"error":{"message":`)) {
+		shape := `"error":{"message":` // OpenAI's; ollama's is {"error": "..."}
+		if strings.HasPrefix(c.path, "/api/") {
+			shape = `{"error":"`
+		}
+		if resp.StatusCode != c.status || c.says != "" && (!strings.Contains(string(b), c.says) || !strings.Contains(string(b), shape)) {
 			t.Errorf("%s: %d %s, want %d saying %q", c.name, resp.StatusCode, b, c.status, c.says)
 		}
 	}

@@ -1,0 +1,313 @@
+package server
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ollama/ollama/api"
+	"github.com/ollama/ollama/types/model"
+
+	"github.com/commit-run/commit-run/engine"
+)
+
+// ollama's API, with ollama's own request and response types (github.com/ollama/ollama/api),
+// so that the field names and options are its: POST /api/chat and /api/generate (streamed as
+// NDJSON by default), GET /api/tags, POST /api/show, GET /api/ps, GET /api/version. Errors are
+// its shape, {"error": "..."}.
+
+// ollamaVersion is what GET /api/version answers: tools check it against the features they
+// use, and this server speaks the API of this ollama release.
+const ollamaVersion = "0.17.4"
+
+func ollamaError(w http.ResponseWriter, status int, format string, a ...any) {
+	writeJSON(w, status, map[string]string{"error": fmt.Sprintf(format, a...)})
+}
+
+// ollamaName says whether name (ollama's name[:tag]) is the served model.
+func (s *Server) ollamaName(name string) bool {
+	return name == "" || name == s.name || name == s.name+":latest"
+}
+
+// ollamaCheck answers what every ollama route refuses alike: a model still loading, a body
+// that does not decode, a model not served. It returns false when it has answered.
+func (s *Server) ollamaCheck(w http.ResponseWriter, r *http.Request, v any, model func() string) bool {
+	if !s.ready.Load() {
+		w.Header().Set("Retry-After", "1")
+		ollamaError(w, http.StatusServiceUnavailable, "the model is still loading")
+		return false
+	}
+	if v != nil {
+		if err := decode(r, v); err != nil {
+			ollamaError(w, err.status, "%s", err.msg)
+			return false
+		}
+	}
+	if m := model(); !s.ollamaName(m) {
+		ollamaError(w, http.StatusNotFound, "model %q not found; this server serves %q", m, s.name)
+		return false
+	}
+	return true
+}
+
+func (s *Server) ollamaChat(w http.ResponseWriter, r *http.Request) {
+	var q api.ChatRequest
+	if !s.ollamaCheck(w, r, &q, func() string { return q.Model }) {
+		return
+	}
+	if len(q.Tools) > 0 || present(q.Format) {
+		ollamaError(w, http.StatusBadRequest, "tools and format are not supported by this server")
+		return
+	}
+	if len(q.Messages) == 0 {
+		// ollama loads the model and answers done: it is loaded already.
+		writeJSON(w, http.StatusOK, api.ChatResponse{Model: s.name, CreatedAt: time.Now().UTC(), Message: api.Message{Role: "assistant"}, Done: true, DoneReason: "load"})
+		return
+	}
+	msgs := make([]engine.Message, len(q.Messages))
+	for i, m := range q.Messages {
+		switch {
+		case m.Role != "system" && m.Role != "user" && m.Role != "assistant":
+			ollamaError(w, http.StatusBadRequest, "messages[%d]: role %q: want system, user or assistant", i, m.Role)
+			return
+		case len(m.Images) > 0:
+			ollamaError(w, http.StatusBadRequest, "messages[%d]: images are not supported by this model", i)
+			return
+		}
+		msgs[i] = engine.Message{Role: m.Role, Content: m.Content}
+	}
+	ids, err := s.model.ChatTokens(msgs)
+	if err != nil {
+		ollamaError(w, http.StatusBadRequest, "messages: %v", err)
+		return
+	}
+	s.ollamaGenerate(w, r, ids, q.Options, q.Stream, true, true)
+}
+
+func (s *Server) ollamaGenerateRoute(w http.ResponseWriter, r *http.Request) {
+	var q api.GenerateRequest
+	if !s.ollamaCheck(w, r, &q, func() string { return q.Model }) {
+		return
+	}
+	if present(q.Format) || len(q.Images) > 0 || q.Suffix != "" || q.Template != "" || len(q.Context) > 0 {
+		ollamaError(w, http.StatusBadRequest, "format, images, suffix, template and context are not supported by this server")
+		return
+	}
+	if q.Prompt == "" {
+		writeJSON(w, http.StatusOK, api.GenerateResponse{Model: s.name, CreatedAt: time.Now().UTC(), Done: true, DoneReason: "load"})
+		return
+	}
+	var ids []int32
+	var err error
+	if q.Raw {
+		ids, err = s.model.Tokenize(q.Prompt, true)
+	} else {
+		// ollama renders a prompt through the model's template, with the system message.
+		var msgs []engine.Message
+		if q.System != "" {
+			msgs = append(msgs, engine.Message{Role: "system", Content: q.System})
+		}
+		ids, err = s.model.ChatTokens(append(msgs, engine.Message{Role: "user", Content: q.Prompt}))
+	}
+	if err != nil {
+		ollamaError(w, http.StatusBadRequest, "prompt: %v", err)
+		return
+	}
+	s.ollamaGenerate(w, r, ids, q.Options, q.Stream, false, !q.Raw)
+}
+
+// ollamaOptions are ollama's options (its defaults, then the request's) as the engine's, for
+// a prompt of promptLen tokens, with the model's chat stop strings when it is templated.
+func (s *Server) ollamaOptions(raw map[string]any, promptLen int, templated bool) (engine.GenerateOptions, error) {
+	var g engine.GenerateOptions
+	o := api.DefaultOptions()
+	if err := o.FromMap(raw); err != nil {
+		return g, err
+	}
+	ctx := s.model.ContextLength()
+	if promptLen >= ctx {
+		return g, fmt.Errorf("the prompt is %d tokens and the context %d: no room for a reply", promptLen, ctx)
+	}
+	room := ctx - promptLen
+	switch {
+	case o.NumPredict < -2:
+		return g, fmt.Errorf("num_predict %d: want -1 (until done), -2 (fill the context) or more", o.NumPredict)
+	case o.NumPredict > 0:
+		g.MaxTokens = min(o.NumPredict, room)
+	default:
+		g.MaxTokens = room
+	}
+	if o.MinP != 0 || o.TypicalP != 1 {
+		return g, fmt.Errorf("min_p and typical_p are not supported by this server")
+	}
+	g.Sampler = engine.SamplerOptions{Temperature: o.Temperature, TopK: o.TopK, TopP: o.TopP, RepeatPenalty: o.RepeatPenalty,
+		RepeatLastN: o.RepeatLastN, PresencePenalty: o.PresencePenalty, FrequencyPenalty: o.FrequencyPenalty, Greedy: o.Temperature == 0}
+	if o.RepeatLastN < 0 {
+		g.Sampler.RepeatLastN = ctx // ollama's -1: the whole context
+	}
+	g.Sampler.Seed = uint64(o.Seed)
+	if o.Seed < 0 {
+		g.Sampler.Seed = uint64(time.Now().UnixNano())
+	}
+	g.Stop = slices.DeleteFunc(slices.Clone(o.Stop), func(s string) bool { return s == "" })
+	if templated {
+		g.Stop = append(g.Stop, s.model.Info().ChatStop...)
+	}
+	return g, nil
+}
+
+// ollamaGenerate runs one request when its turn comes and answers it as ollama does: NDJSON
+// lines (/api/chat's when chat, else /api/generate's), the last with done and the timings,
+// or (stream false) that last line alone with the whole text. templated says the prompt went
+// through the chat template, so that the model's chat stop strings apply.
+func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request, ids []int32, raw map[string]any, stream *bool, chat, templated bool) {
+	start := time.Now()
+	opts, err := s.ollamaOptions(raw, len(ids), templated)
+	if err != nil {
+		ollamaError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	tm := &timer{m: s.met, start: start}
+	release, ok := s.admit(w, r)
+	if !ok {
+		return
+	}
+	defer release()
+	s.met.prompt.Add(float64(len(ids)))
+	line := func(text string, done bool) any {
+		if chat {
+			return &api.ChatResponse{Model: s.name, CreatedAt: time.Now().UTC(), Message: api.Message{Role: "assistant", Content: text}, Done: done}
+		}
+		return &api.GenerateResponse{Model: s.name, CreatedAt: time.Now().UTC(), Response: text, Done: done}
+	}
+	streaming := stream == nil || *stream
+	fl, _ := w.(http.Flusher)
+	enc := json.NewEncoder(w)
+	if streaming {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		w.WriteHeader(http.StatusOK)
+	}
+	opts.OnToken = func(t engine.Token) error {
+		if t.ID >= 0 {
+			tm.token()
+		}
+		if !streaming || t.Text == "" {
+			return nil
+		}
+		if err := enc.Encode(line(t.Text, false)); err != nil {
+			return err
+		}
+		if fl != nil {
+			fl.Flush()
+		}
+		return nil
+	}
+	res, err := s.session.Generate(r.Context(), ids, opts)
+	if err != nil {
+		if r.Context().Err() != nil {
+			return
+		}
+		if streaming {
+			enc.Encode(map[string]string{"error": err.Error()})
+		} else {
+			ollamaError(w, http.StatusInternalServerError, "%v", err)
+		}
+		return
+	}
+	text := ""
+	if !streaming {
+		text = res.Text
+	}
+	last := line(text, true)
+	m := api.Metrics{TotalDuration: time.Since(start), PromptEvalCount: res.PromptTokens, PromptEvalDuration: seconds(res.PromptSeconds),
+		EvalCount: len(res.Tokens), EvalDuration: seconds(res.DecodeSeconds)}
+	reason := finishReason(res.Reason)
+	switch l := last.(type) {
+	case *api.ChatResponse:
+		l.Metrics, l.DoneReason = m, reason
+	case *api.GenerateResponse:
+		l.Metrics, l.DoneReason = m, reason
+	}
+	if !streaming {
+		writeJSON(w, http.StatusOK, last)
+		return
+	}
+	enc.Encode(last)
+	if fl != nil {
+		fl.Flush()
+	}
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// ollamaDetails describes the served model as ollama's lists do.
+func (s *Server) ollamaDetails() api.ModelDetails {
+	info := s.model.Info()
+	quant := ""
+	var most int64
+	for t, b := range info.TensorTypeBytes {
+		if b > most || b == most && t < quant {
+			quant, most = strings.ToUpper(t), b
+		}
+	}
+	return api.ModelDetails{Format: "gguf", Family: info.Architecture, Families: []string{info.Architecture},
+		ParameterSize: fmt.Sprintf("%.1fB", float64(info.Parameters)/1e9), QuantizationLevel: quant}
+}
+
+// ollamaSize is the model file's size, and when it was last changed.
+func (s *Server) ollamaSize() (int64, time.Time) {
+	st, err := os.Stat(s.model.Info().Path)
+	if err != nil {
+		return 0, time.Time{}
+	}
+	return st.Size(), st.ModTime()
+}
+
+func (s *Server) ollamaTags(w http.ResponseWriter, r *http.Request) {
+	if !s.ollamaCheck(w, r, nil, func() string { return "" }) {
+		return
+	}
+	size, mod := s.ollamaSize()
+	writeJSON(w, http.StatusOK, api.ListResponse{Models: []api.ListModelResponse{{Name: s.name + ":latest", Model: s.name + ":latest",
+		ModifiedAt: mod, Size: size, Details: s.ollamaDetails()}}})
+}
+
+func (s *Server) ollamaPs(w http.ResponseWriter, r *http.Request) {
+	if !s.ollamaCheck(w, r, nil, func() string { return "" }) {
+		return
+	}
+	size, _ := s.ollamaSize()
+	_, used, _ := s.model.DeviceMemory()
+	writeJSON(w, http.StatusOK, api.ProcessResponse{Models: []api.ProcessModelResponse{{Name: s.name + ":latest", Model: s.name + ":latest",
+		Size: size, Details: s.ollamaDetails(), ExpiresAt: time.Now().Add(100 * 365 * 24 * time.Hour).UTC(), SizeVRAM: used,
+		ContextLength: s.model.ContextLength()}}})
+}
+
+func (s *Server) ollamaShow(w http.ResponseWriter, r *http.Request) {
+	var q api.ShowRequest
+	if !s.ollamaCheck(w, r, &q, func() string { return cmp.Or(q.Model, q.Name) }) {
+		return
+	}
+	info := s.model.Info()
+	_, mod := s.ollamaSize()
+	writeJSON(w, http.StatusOK, api.ShowResponse{Template: info.ChatTemplate, Details: s.ollamaDetails(), ModifiedAt: mod,
+		ModelInfo: map[string]any{
+			"general.architecture":                   info.Architecture,
+			"general.parameter_count":                info.Parameters,
+			info.Architecture + ".context_length":    info.Context,
+			info.Architecture + ".embedding_length":  info.Embedding,
+			info.Architecture + ".block_count":       info.Layers,
+			info.Architecture + ".expert_count":      info.Experts,
+			info.Architecture + ".expert_used_count": info.ExpertsUsed,
+		},
+		Capabilities: []model.Capability{model.CapabilityCompletion}})
+}
+
+func (s *Server) ollamaVersion(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"version": ollamaVersion})
+}
