@@ -482,6 +482,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, q *sampling, i
 		return nil
 	}
 	includeUsage := q.StreamOptions != nil && q.StreamOptions.IncludeUsage
+	hitRate := s.replyHitRate()
 	offset := 0 // a completion's text so far, where each token's logprobs say it starts
 	chunk := func(text string, role bool, finish any, lp *engine.Logprob) map[string]any {
 		c := map[string]any{"index": 0, "finish_reason": finish, "logprobs": nil}
@@ -502,6 +503,11 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, q *sampling, i
 			c["text"] = text
 		}
 		ch := map[string]any{"id": id, "object": object, "created": created, "model": s.name, "choices": []any{c}}
+		if rate, ok := hitRate(); ok {
+			// commit-run's own: the reply's expert cache hit rate so far (the chat page draws
+			// it); clients that do not know the field ignore it.
+			ch["commit_run"] = map[string]float64{"expert_hit_rate": rate}
+		}
 		if includeUsage {
 			ch["usage"] = nil // OpenAI's: null on every chunk but the last
 		}
@@ -574,6 +580,21 @@ func (s *Server) logprobs(ls []engine.Logprob, chat bool, offset int) any {
 		tops = append(tops, top)
 	}
 	return map[string]any{"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets}
+}
+
+// replyHitRate returns a function that says the expert cache's hit rate since it was made:
+// one reply's, since requests generate one at a time; ok is false without offloading or
+// before the reply has looked for an expert.
+func (s *Server) replyHitRate() func() (float64, bool) {
+	st0, on := s.model.Offload()
+	return func() (float64, bool) {
+		if !on {
+			return 0, false
+		}
+		st, _ := s.model.Offload()
+		hits, all := st.Hits-st0.Hits, st.Hits+st.Misses-st0.Hits-st0.Misses
+		return ratio(hits, all), all > 0
+	}
 }
 
 // bytesOf is a token's UTF-8 bytes as OpenAI lists them: numbers, not base64.

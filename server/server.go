@@ -1,4 +1,5 @@
-// Package server is commit-run's HTTP API over an engine model: OpenAI-compatible routes
+// Package server is commit-run's HTTP API over an engine model, and a chat page at / that
+// uses it: OpenAI-compatible routes
 // (POST /v1/chat/completions and /v1/completions, streamed as server-sent events or not;
 // GET /v1/models), ollama-compatible ones (POST /api/chat and /api/generate, streamed as
 // NDJSON or not; GET /api/tags, /api/ps, /api/version; POST /api/show), GET /health, which answers 503 until the model has loaded, and GET
@@ -11,7 +12,8 @@
 // Retry-After. A client that disconnects cancels its generation at once.
 //
 // Safe by default: bound to loopback (Options.LocalOnly), requests whose Host header names
-// another machine are refused (DNS rebinding); with an API key every route but /health needs
+// another machine are refused (DNS rebinding); with an API key every route but /health and
+// the page needs
 // "Authorization: Bearer KEY"; request bodies are capped; errors have OpenAI's JSON shape; no
 // web origin may read answers from a browser unless Options.CORSOrigins allows it.
 package server
@@ -132,6 +134,7 @@ func (s *Server) Handler() http.Handler {
 		method, path string
 		h            http.HandlerFunc
 	}{
+		{"GET", "/{$}", s.page},
 		{"GET", "/health", s.health},
 		{"GET", "/metrics", s.met.handler().ServeHTTP},
 		{"GET", "/v1/models", s.models},
@@ -149,7 +152,7 @@ func (s *Server) Handler() http.Handler {
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		for _, rt := range routes {
-			if rt.path == r.URL.Path {
+			if rt.path == r.URL.Path || rt.path == "/{$}" && r.URL.Path == "/" {
 				w.Header().Set("Allow", rt.method)
 				writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", fmt.Sprintf("%s %s: this route takes %s", r.Method, r.URL.Path, rt.method), "")
 				return
@@ -169,7 +172,9 @@ func (s *Server) Handler() http.Handler {
 		if s.cors(w, r) {
 			return // a preflight, answered
 		}
-		if s.opts.APIKey != "" && r.URL.Path != "/health" && !s.authorized(r) {
+		// /health and the chat page hold nothing a key protects; the page sends the key the
+		// user types with its requests, which a browser cannot add to a page's own load.
+		if s.opts.APIKey != "" && r.URL.Path != "/health" && r.URL.Path != "/" && !s.authorized(r) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="commit-run"`)
 			writeError(w, http.StatusUnauthorized, "invalid_request_error", "missing or wrong API key: send Authorization: Bearer KEY", "invalid_api_key")
 			return
