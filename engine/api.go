@@ -122,6 +122,9 @@ type DropOptions struct {
 // trained for 128K positions does not reserve a huge KV cache by default.
 const DefaultMaxContext = 4096
 
+// MaxContextLength is the longest context Options.ContextLength may ask for.
+const MaxContextLength = 1 << 22
+
 // SamplerOptions choose the next token from a distribution. The zero value is greedy.
 type SamplerOptions struct {
 	// Temperature 0 (or Greedy) picks the most likely token.

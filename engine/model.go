@@ -80,8 +80,8 @@ func checkOptions(opts Options) (kvF16 bool, err error) {
 	if opts.Threads < 0 || opts.Threads > 4096 {
 		return false, fmt.Errorf("threads = %d: want 0 (all cores) to 4096", opts.Threads)
 	}
-	if opts.ContextLength < 0 || opts.ContextLength > 1<<22 {
-		return false, fmt.Errorf("context length %d: want 0 (model default) to %d", opts.ContextLength, 1<<22)
+	if opts.ContextLength < 0 || opts.ContextLength > MaxContextLength {
+		return false, fmt.Errorf("context length %d: want 0 (model default) to %d", opts.ContextLength, MaxContextLength)
 	}
 	switch strings.ToLower(opts.KVType) {
 	case "", "f16":

@@ -87,7 +87,10 @@ func (s *Session) checkTokens(tokens []int32) error {
 		}
 	}
 	if len(tokens) > s.m.nctx {
-		return fmt.Errorf("prompt of %d tokens does not fit the context of %d tokens (raise it with the context length option, up to the model's %d)", len(tokens), s.m.nctx, s.m.arch.Config.ContextLen)
+		if trained := s.m.arch.Config.ContextLen; s.m.nctx < trained {
+			return fmt.Errorf("prompt of %d tokens does not fit the context of %d tokens (raise it with the context length option, up to the model's %d)", len(tokens), s.m.nctx, trained)
+		}
+		return fmt.Errorf("prompt of %d tokens does not fit the context of %d tokens (the context length option raises it to %d at most; the model was trained on %d)", len(tokens), s.m.nctx, MaxContextLength, s.m.arch.Config.ContextLen)
 	}
 	return nil
 }

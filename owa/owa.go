@@ -117,18 +117,34 @@ func Adjust(scores []float32, trueSet, pred []int, p Params) ([]float32, bool) {
 }
 
 // Parse reads a user's override of the settings p for a model with used experts per token:
+// Syntax checks s as Parse reads it, without a model's parameters to check the values
+// against: a caller can refuse a typo before it loads a model.
+func Syntax(s string) error {
+	_, _, err := parseFields(s, Params{})
+	return err
+}
+
 // "" keeps p, "off" turns OWA off (on is false), "neutral" sets alpha1 = alpha2 = 1 and
 // keeps p's range, and a comma-separated list of a1=F, a2=F and range=MIN-MAX (or a single
 // N) replaces those fields of p.
 func Parse(s string, p Params, used int) (_ Params, on bool, _ error) {
+	p, on, err := parseFields(s, p)
+	if err != nil || !on {
+		return p, on, err
+	}
+	return p, true, p.Validate(used)
+}
+
+// parseFields reads s into p without validating the values.
+func parseFields(s string, p Params) (_ Params, on bool, _ error) {
 	switch s = strings.TrimSpace(s); s {
 	case "":
-		return p, true, p.Validate(used)
+		return p, true, nil
 	case "off":
 		return p, false, nil
 	case "neutral":
 		p.Alpha1, p.Alpha2 = 1, 1
-		return p, true, p.Validate(used)
+		return p, true, nil
 	}
 	for _, f := range strings.Split(s, ",") {
 		k, v, ok := strings.Cut(strings.TrimSpace(f), "=")
@@ -136,12 +152,14 @@ func Parse(s string, p Params, used int) (_ Params, on bool, _ error) {
 			return p, false, fmt.Errorf("owa %q: %q is not key=value (a1, a2, range), off or neutral", s, f)
 		}
 		var err error
+		want := "a number"
 		switch k {
 		case "a1", "alpha1":
 			p.Alpha1, err = strconv.ParseFloat(v, 64)
 		case "a2", "alpha2":
 			p.Alpha2, err = strconv.ParseFloat(v, 64)
 		case "range":
+			want = "N or MIN-MAX, whole numbers"
 			lo, hi, two := strings.Cut(v, "-")
 			if p.MinCorrect, err = strconv.Atoi(lo); err == nil {
 				p.MaxCorrect = p.MinCorrect
@@ -153,11 +171,8 @@ func Parse(s string, p Params, used int) (_ Params, on bool, _ error) {
 			return p, false, fmt.Errorf("owa %q: unknown key %q: want a1, a2 or range", s, k)
 		}
 		if err != nil {
-			return p, false, fmt.Errorf("owa %q: %s: %w", s, k, err)
+			return p, false, fmt.Errorf("owa %q: %s=%s: want %s", s, k, v, want)
 		}
-	}
-	if err := p.Validate(used); err != nil {
-		return p, false, err
 	}
 	return p, true, nil
 }

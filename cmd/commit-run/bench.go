@@ -68,6 +68,10 @@ func (a *app) benchCmd() *cobra.Command {
 			"  commit-run bench --ep 4 --device sim:rtx4090 --text models/testdata/war-and-peace-heldout.txt --batch 1024 --batches 4",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("tokens") && f.tokens == 0 {
+				// 0 is the flag's "default", not a count anyone asks for.
+				return fmt.Errorf("--tokens 0: want 2 or more (default 32, or 64 with --shape)")
+			}
 			if cmd.Flags().Changed("ep") {
 				return a.epBench(cmd, f)
 			}

@@ -238,6 +238,10 @@ func TestOffloadFlagsBadInput(t *testing.T) {
 		want string
 	}{
 		{[]string{"--policy", "prefetch"}, "--gpu-mem"},
+		{[]string{"--policy", "bogus"}, "unknown expert policy \"bogus\""},
+		{[]string{"--owa", "a1=abc"}, "--owa: owa \"a1=abc\": a1=abc: want a number"},
+		{[]string{"--owa", "a1=abc", "--policy", "commit", "--gpu-mem", "64MiB"}, "a1=abc: want a number"},
+		{[]string{"--ctx", "16777216"}, "--ctx 16777216: want 0 (the model's) to 4194304"},
 		{[]string{"--gpu-mem", "-1GiB"}, "--gpu-mem"},
 		{[]string{"--gpu-mem", "lots"}, "--gpu-mem"},
 		{[]string{"--gpu-mem", "1MiB"}, "at least"},

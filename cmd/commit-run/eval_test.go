@@ -17,3 +17,27 @@ func TestEndlessText(t *testing.T) {
 		t.Errorf("eval ppl --text /dev/zero: exit %d, %q", code, errOut)
 	}
 }
+
+// TestClearMessages: errors a new user met in the reliability probe say what is wrong once.
+func TestClearMessages(t *testing.T) {
+	model := needModel(t)
+	b, err := os.ReadFile(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := t.TempDir() + "/cut.gguf"
+	os.WriteFile(cut, b[:1000], 0o644)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"generate", "-m", cut, "--prompt", "x"}, "open " + cut + ": "},
+		{[]string{"bench", "-m", model, "--tokens", "0"}, "--tokens 0: want 2 or more"},
+		{[]string{"--ctx", "300", "generate", "-m", model, "--prompt", strings.Repeat("prince ", 400), "-n", "1"}, "the model was trained on 256"},
+	} {
+		_, errOut, code := runCLI(t, "", c.args...)
+		if code == 0 || !strings.Contains(errOut, c.want) || strings.Count(errOut, cut) > 1 || strings.Contains(errOut, "strconv") {
+			t.Errorf("%v: exit %d, %q; want one error saying %q", c.args, code, errOut, c.want)
+		}
+	}
+}

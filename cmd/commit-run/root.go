@@ -14,6 +14,7 @@ import (
 	"github.com/commit-run/commit-run/engine"
 	"github.com/commit-run/commit-run/multigpu"
 	"github.com/commit-run/commit-run/offload"
+	"github.com/commit-run/commit-run/owa"
 )
 
 // defaultModel is the small model bundled with the repository, so that `commit-run generate`
@@ -170,7 +171,7 @@ func (a *app) rootCmd() *cobra.Command {
 // engine would otherwise try to spawn that many goroutines or reserve that much KV cache.
 const (
 	maxThreads = 4096
-	maxCtx     = 1 << 24
+	maxCtx     = engine.MaxContextLength
 )
 
 // setup validates the global flags and starts profiling; it runs before every subcommand.
@@ -244,13 +245,31 @@ func (a *app) openModelWith(opts engine.Options) (*engine.Model, error) {
 		bar.finish()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", a.modelPath, err)
+		return nil, openError(a.modelPath, err)
 	}
 	if note := m.DeviceNote(); note != "" {
 		fmt.Fprintln(a.stderr, "commit-run: "+note)
 	}
 	return m, nil
 }
+
+// openError says that opening path failed, naming the file once: the engine's errors about
+// the file itself begin with its path already.
+func openError(path string, err error) error {
+	if msg, ok := strings.CutPrefix(err.Error(), path+": "); ok {
+		return wrapped{"open " + path + ": " + msg, err}
+	}
+	return fmt.Errorf("open %s: %w", path, err)
+}
+
+// wrapped is an error with a message of its own that still unwraps to err.
+type wrapped struct {
+	msg string
+	err error
+}
+
+func (w wrapped) Error() string { return w.msg }
+func (w wrapped) Unwrap() error { return w.err }
 
 // engineOptions are the engine options the global flags ask for, offloading with policy
 // included (bench passes "" and compares its list of policies itself).
@@ -276,6 +295,17 @@ func (a *app) engineOptions(device, policy string) (engine.Options, error) {
 		return opts, err
 	}
 	learnt := a.predictor == "" || a.predictor == "router"
+	// A value that cannot be right is named first, before anything it depends on.
+	if err := owa.Syntax(a.owaSpec); err != nil {
+		return opts, fmt.Errorf("--owa: %w", err)
+	}
+	for _, p := range strings.Split(a.policy, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			if _, err := offload.ParsePolicy(p); err != nil {
+				return opts, fmt.Errorf("--policy: %w", err)
+			}
+		}
+	}
 	if a.gpuMem == "" {
 		if policy == "commit" && learnt {
 			// Committed routing without offloading: the numbers of commit, for quality.
