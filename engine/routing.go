@@ -192,6 +192,18 @@ func klFromUniform(logits []float32, p []float64) float64 {
 	return math.Log(float64(len(logits))) - h
 }
 
+// invalidUTF8 is the byte offset of the first invalid UTF-8 in s, or -1.
+func invalidUTF8(s string) int {
+	for i, r := range s {
+		if r == utf8.RuneError {
+			if _, size := utf8.DecodeRuneInString(s[i:]); size == 1 {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
 // windowed validates an evaluation text and window and returns the text's tokens and the
 // window to use.
 func (m *Model) windowed(text string, window int) ([]int32, int, error) {
@@ -201,8 +213,8 @@ func (m *Model) windowed(text string, window int) ([]int32, int, error) {
 	if window == 0 || window > m.nctx {
 		window = m.nctx
 	}
-	if !utf8.ValidString(text) {
-		return nil, 0, fmt.Errorf("text is not valid UTF-8")
+	if at := invalidUTF8(text); at >= 0 {
+		return nil, 0, fmt.Errorf("text is not valid UTF-8 at byte %d", at)
 	}
 	ids, err := m.tok.Encode(text, false, false)
 	if err != nil {

@@ -197,6 +197,9 @@ func TestPerplexityAndChat(t *testing.T) {
 	if r.Tokens < 10 || r.Perplexity <= 1 || r.BitsPerByte <= 0 {
 		t.Fatalf("perplexity result %+v", r)
 	}
+	if _, err := m.Perplexity(context.Background(), "The old \xffprince", 16); err == nil || !strings.Contains(err.Error(), "not valid UTF-8 at byte 8") {
+		t.Errorf("text with an invalid byte: %v", err)
+	}
 	s, _ := m.NewSession()
 	defer s.Close()
 	res, err := s.Chat(context.Background(), []engine.Message{{Role: "user", Content: "hi"}}, engine.GenerateOptions{MaxTokens: 4, Sampler: engine.SamplerOptions{Temperature: 0.8, Seed: 1}})

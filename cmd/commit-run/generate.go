@@ -46,6 +46,9 @@ func (a *app) generateCmd() *cobra.Command {
 				return err
 			}
 			var ids []int32
+			if err := checkPrompt(hasPrompt, prompt); err != nil {
+				return err
+			}
 			if hasTokens {
 				// Parse before loading the model: a typo should not cost a multi-GB load.
 				if ids, err = parseTokens(tokens); err != nil {
@@ -104,6 +107,14 @@ func (a *app) generateCmd() *cobra.Command {
 }
 
 // promptIDs tokenizes --prompt, or checks --tokens against the vocabulary.
+// checkPrompt refuses a --prompt that is not UTF-8 text, before a model loads for it.
+func checkPrompt(hasPrompt bool, prompt string) error {
+	if at := invalidUTF8(prompt); hasPrompt && at >= 0 {
+		return fmt.Errorf("--prompt is not UTF-8 text: invalid bytes at offset %d", at)
+	}
+	return nil
+}
+
 func promptIDs(m *engine.Model, hasPrompt bool, prompt string, ids []int32) ([]int32, error) {
 	if !hasPrompt {
 		return ids, checkVocab(ids, m.Info().Vocab)

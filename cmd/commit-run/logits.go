@@ -33,6 +33,9 @@ func (a *app) logitsCmd() *cobra.Command {
 			if top < 0 {
 				return fmt.Errorf("--top %d: want > 0, or 0 for the full distribution", top)
 			}
+			if err := checkPrompt(hasPrompt, prompt); err != nil {
+				return err
+			}
 			var ids []int32
 			var err error
 			if hasTokens {
