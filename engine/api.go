@@ -270,6 +270,8 @@ var (
 	_ func(*Model) Info                                                           = (*Model).Info
 	_ func(*Model, string, bool) ([]int32, error)                                 = (*Model).Tokenize
 	_ func(*Model, []int32) string                                                = (*Model).Detokenize
+	_ func(*Model, []Message) ([]int32, error)                                    = (*Model).ChatTokens
+	_ func(string) error                                                          = CheckUTF8
 	_ func(*Model) (*Session, error)                                              = (*Model).NewSession
 	_ func(*Model, context.Context, string, int) (PerplexityResult, error)        = (*Model).Perplexity
 	_ func(*Model) error                                                          = (*Model).Close

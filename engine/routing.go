@@ -192,16 +192,17 @@ func klFromUniform(logits []float32, p []float64) float64 {
 	return math.Log(float64(len(logits))) - h
 }
 
-// invalidUTF8 is the byte offset of the first invalid UTF-8 in s, or -1.
-func invalidUTF8(s string) int {
-	for i, r := range s {
+// CheckUTF8 says where text stops being UTF-8, which the tokenizers need: an error that
+// names the byte offset of the first invalid byte, or nil.
+func CheckUTF8(text string) error {
+	for i, r := range text {
 		if r == utf8.RuneError {
-			if _, size := utf8.DecodeRuneInString(s[i:]); size == 1 {
-				return i
+			if _, size := utf8.DecodeRuneInString(text[i:]); size == 1 {
+				return fmt.Errorf("not valid UTF-8 at byte %d", i)
 			}
 		}
 	}
-	return -1
+	return nil
 }
 
 // windowed validates an evaluation text and window and returns the text's tokens and the
@@ -213,8 +214,8 @@ func (m *Model) windowed(text string, window int) ([]int32, int, error) {
 	if window == 0 || window > m.nctx {
 		window = m.nctx
 	}
-	if at := invalidUTF8(text); at >= 0 {
-		return nil, 0, fmt.Errorf("text is not valid UTF-8 at byte %d", at)
+	if err := CheckUTF8(text); err != nil {
+		return nil, 0, fmt.Errorf("text: %w", err)
 	}
 	ids, err := m.tok.Encode(text, false, false)
 	if err != nil {

@@ -52,17 +52,7 @@ func serve(t *testing.T, m *engine.Model, o server.Options) string {
 // get is a GET with an optional bearer key.
 func get(t *testing.T, url, key string) response {
 	t.Helper()
-	req, _ := http.NewRequest("GET", url, nil)
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	r, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Body.Close()
-	b, _ := io.ReadAll(r.Body)
-	return response{r.StatusCode, string(b), r.Header}
+	return request(t, "GET", url, key, "")
 }
 
 func client(url, key string) openai.Client {
@@ -355,7 +345,16 @@ type response struct {
 
 func post(t *testing.T, url, key, body string) response {
 	t.Helper()
-	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+	return request(t, "POST", url, key, body)
+}
+
+// request sends method to url with body and, when key is set, the bearer key.
+func request(t *testing.T, method, url, key, body string) response {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
 	}

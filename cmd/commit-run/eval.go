@@ -5,7 +5,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -141,18 +140,6 @@ func (a *app) windowedText(textFile string, window int) (string, *engine.Model, 
 // far beyond any evaluation or training text the commands are for.
 const maxTextBytes = 256 << 20
 
-// invalidUTF8 is the byte offset of the first invalid UTF-8 in s, or -1.
-func invalidUTF8(s string) int {
-	for i, r := range s {
-		if r == utf8.RuneError {
-			if _, size := utf8.DecodeRuneInString(s[i:]); size == 1 {
-				return i
-			}
-		}
-	}
-	return -1
-}
-
 // readText reads the --text file, or stdin for "-", up to maxTextBytes.
 func readText(name string, stdin io.Reader) ([]byte, error) {
 	r := stdin
@@ -174,8 +161,8 @@ func readText(name string, stdin io.Reader) ([]byte, error) {
 	if len(b) == 0 {
 		return nil, fmt.Errorf("--text %s is empty", name)
 	}
-	if at := invalidUTF8(string(b)); at >= 0 {
-		return nil, fmt.Errorf("--text %s is not UTF-8 text: invalid bytes at offset %d", name, at)
+	if err := engine.CheckUTF8(string(b)); err != nil {
+		return nil, fmt.Errorf("--text %s: %w", name, err)
 	}
 	return b, nil
 }

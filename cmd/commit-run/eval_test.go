@@ -35,9 +35,9 @@ func TestClearMessages(t *testing.T) {
 		{[]string{"generate", "-m", cut, "--prompt", "x"}, "open " + cut + ": "},
 		{[]string{"bench", "-m", model, "--tokens", "0"}, "--tokens 0: want 2 or more"},
 		{[]string{"--ctx", "300", "generate", "-m", model, "--prompt", strings.Repeat("prince ", 400), "-n", "1"}, "the model was trained on 256"},
-		{[]string{"generate", "-m", model, "--prompt", "ab\xffcd"}, "--prompt is not UTF-8 text: invalid bytes at offset 2"},
-		{[]string{"logits", "-m", model, "--prompt", "\xc3"}, "--prompt is not UTF-8 text: invalid bytes at offset 0"},
-		{[]string{"eval", "ppl", "-m", model, "--text", bad}, "--text " + bad + " is not UTF-8 text: invalid bytes at offset 5"},
+		{[]string{"generate", "-m", model, "--prompt", "ab\xffcd"}, "--prompt: not valid UTF-8 at byte 2"},
+		{[]string{"logits", "-m", model, "--prompt", "\xc3"}, "--prompt: not valid UTF-8 at byte 0"},
+		{[]string{"eval", "ppl", "-m", model, "--text", bad}, "--text " + bad + ": not valid UTF-8 at byte 5"},
 	} {
 		_, errOut, code := runCLI(t, "", c.args...)
 		if code == 0 || !strings.Contains(errOut, c.want) || strings.Count(errOut, cut) > 1 || strings.Contains(errOut, "strconv") {

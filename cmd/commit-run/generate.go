@@ -109,8 +109,8 @@ func (a *app) generateCmd() *cobra.Command {
 // promptIDs tokenizes --prompt, or checks --tokens against the vocabulary.
 // checkPrompt refuses a --prompt that is not UTF-8 text, before a model loads for it.
 func checkPrompt(hasPrompt bool, prompt string) error {
-	if at := invalidUTF8(prompt); hasPrompt && at >= 0 {
-		return fmt.Errorf("--prompt is not UTF-8 text: invalid bytes at offset %d", at)
+	if err := engine.CheckUTF8(prompt); hasPrompt && err != nil {
+		return fmt.Errorf("--prompt: %w", err)
 	}
 	return nil
 }
