@@ -129,11 +129,10 @@ func (s *Server) ollamaOptions(raw map[string]any, promptLen int, templated bool
 	if err := o.FromMap(raw); err != nil {
 		return g, err
 	}
-	ctx := s.model.ContextLength()
-	if promptLen >= ctx {
-		return g, fmt.Errorf("the prompt is %d tokens and the context %d: no room for a reply", promptLen, ctx)
+	room, err := s.room(promptLen)
+	if err != nil {
+		return g, err
 	}
-	room := ctx - promptLen
 	switch {
 	case o.NumPredict < -2:
 		return g, fmt.Errorf("num_predict %d: want -1 (until done), -2 (fill the context) or more", o.NumPredict)
@@ -148,7 +147,7 @@ func (s *Server) ollamaOptions(raw map[string]any, promptLen int, templated bool
 	g.Sampler = engine.SamplerOptions{Temperature: o.Temperature, TopK: o.TopK, TopP: o.TopP, RepeatPenalty: o.RepeatPenalty,
 		RepeatLastN: o.RepeatLastN, PresencePenalty: o.PresencePenalty, FrequencyPenalty: o.FrequencyPenalty, Greedy: o.Temperature == 0}
 	if o.RepeatLastN < 0 {
-		g.Sampler.RepeatLastN = ctx // ollama's -1: the whole context
+		g.Sampler.RepeatLastN = s.model.ContextLength() // ollama's -1: the whole context
 	}
 	g.Sampler.Seed = uint64(o.Seed)
 	if o.Seed < 0 {

@@ -67,8 +67,6 @@ type reqError struct {
 	msg, code  string
 }
 
-func (e *reqError) Error() string { return e.msg }
-
 func invalid(param, format string, a ...any) *reqError {
 	return &reqError{status: http.StatusBadRequest, typ: "invalid_request_error", param: param, msg: fmt.Sprintf(format, a...)}
 }
@@ -151,7 +149,7 @@ func (s *Server) options(q *sampling, promptLen int, chat bool) (engine.Generate
 		return o, unsupported("tools", "tool calling")
 	case present(q.LogitBias) && string(q.LogitBias) != "{}":
 		return o, unsupported("logit_bias", "a logit bias")
-	case q.ResponseFormat != nil && present(q.ResponseFormat) && !textFormat(q.ResponseFormat):
+	case present(q.ResponseFormat) && !textFormat(q.ResponseFormat):
 		return o, unsupported("response_format", "a response format other than text")
 	case q.Echo:
 		return o, unsupported("echo", "echoing the prompt")
@@ -160,16 +158,15 @@ func (s *Server) options(q *sampling, promptLen int, chat bool) (engine.Generate
 	case q.BestOf != nil && *q.BestOf != 1:
 		return o, unsupported("best_of", "best_of")
 	}
-	ctx := s.model.ContextLength()
-	if promptLen >= ctx {
+	room, err := s.room(promptLen)
+	if err != nil {
 		param := "prompt"
 		if chat {
 			param = "messages"
 		}
-		return o, &reqError{status: http.StatusBadRequest, typ: "invalid_request_error", param: param, code: "context_length_exceeded",
-			msg: fmt.Sprintf("the prompt is %d tokens and the context %d: no room for a reply", promptLen, ctx)}
+		return o, &reqError{status: http.StatusBadRequest, typ: "invalid_request_error", param: param, code: "context_length_exceeded", msg: err.Error()}
 	}
-	room := ctx - promptLen
+	ctx := s.model.ContextLength()
 	o.MaxTokens = room
 	for _, m := range []struct {
 		param string
@@ -217,15 +214,25 @@ func (s *Server) options(q *sampling, promptLen int, chat bool) (engine.Generate
 	} else {
 		o.Sampler.Seed = uint64(time.Now().UnixNano())
 	}
-	stops, err := stopStrings(q.Stop)
-	if err != nil {
-		return o, err
+	stops, serr := stopStrings(q.Stop)
+	if serr != nil {
+		return o, serr
 	}
 	o.Stop = stops
 	if chat {
 		o.Stop = append(o.Stop, s.model.Info().ChatStop...)
 	}
 	return o, nil
+}
+
+// room is how many tokens a reply to a prompt of promptLen tokens has before the context is
+// full: at least one, else an error.
+func (s *Server) room(promptLen int) (int, error) {
+	ctx := s.model.ContextLength()
+	if promptLen >= ctx {
+		return 0, fmt.Errorf("the prompt is %d tokens and the context %d: no room for a reply", promptLen, ctx)
+	}
+	return ctx - promptLen, nil
 }
 
 // logprobOptions reads the log-probability fields: a chat's logprobs (true or false) and

@@ -290,22 +290,7 @@ type apiError struct {
 }
 
 func writeError(w http.ResponseWriter, status int, typ, msg, code string) {
-	var e apiError
-	e.Error.Message, e.Error.Type = msg, typ
-	if code != "" {
-		e.Error.Code = &code
-	}
-	writeJSON(w, status, e)
-}
-
-// badRequest is a 400 that names the parameter at fault.
-func badRequest(w http.ResponseWriter, param, msg string) {
-	var e apiError
-	e.Error.Message, e.Error.Type = msg, "invalid_request_error"
-	if param != "" {
-		e.Error.Param = &param
-	}
-	writeJSON(w, http.StatusBadRequest, e)
+	(&reqError{status: status, typ: typ, msg: msg, code: code}).write(w)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
