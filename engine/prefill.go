@@ -15,15 +15,20 @@ package engine
 //     to 133 ms, and hot's of Mixtral-8x7B with the card's whole memory from 422 to 177 ms.
 //
 // It does not copy the next layer's likely experts while a layer computes. That was tried
-// (commit dd33a69: the experts at least half of such passes would need, judged by how often
-// the layer chose each, weighed the same way) and cost TTFT on every shape measured, with the
-// demotion as without it: hot's on Qwen3-30B-A3B (sim:rtx4090) 133 against 149 ms, on
-// DeepSeek-V2-Lite (sim:rtx2080ti) 179 against 204 ms. The link is the bottleneck of these
-// passes, so a copy sent ahead moves no more bytes per second; it only decides with a guess
-// of the tokens what the next layer's weighing decides with their routing, and takes from
-// the host experts it would have served sooner. Limited to the link's idle time, it gained at
-// most 1.5%, and it would need to know when the device's kernels end, which a real card does
-// not say.
+// (prefillAhead in commit dd33a69: the experts at least half of such passes would need,
+// judged by how often the layer chose each, weighed the same way) and cost TTFT on every
+// shape measured (128-token prompts, bench --shape, default routing):
+//   - dd33a69 against its parent's weighing alone, before the demotion: prefetch on
+//     Qwen3-30B-A3B (sim:rtx4090, 12 GiB) 240 against 205 ms, on DeepSeek-V2-Lite
+//     (sim:rtx2080ti, 5.5 GiB) 341 against 286 ms;
+//   - its prefillAhead called from every policy's prompt pass on top of the demotion (not
+//     committed): hot 149 against 133 ms and 204 against 179 ms.
+// The link is the bottleneck of these passes, so a copy sent ahead moves no more bytes per
+// second; it only decides with a guess of the tokens what the next layer's weighing decides
+// with their routing, and takes from the host experts it would have served sooner. A variant
+// limited to the link's idle time (not committed; it asked the simulated device when its
+// kernels end, which a real card does not say) gained at most 1.5% on Qwen3's 512- and
+// 2048-token prompts.
 
 // weighedMisses is prefetch's and commit's host share: where prediction serves worst, in a
 // prompt's pass and in each token's first MoE layer (predicted across tokens, issue 5: 0.44
