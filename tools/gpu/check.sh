@@ -40,8 +40,22 @@ kernels() { (cd cuda && "$bin/cuda.test" -test.run '^$' -test.bench 'MMVDecode|M
 # The host's product at 1 to 32 tokens: what device.HostRates model for cpu-miss on this machine.
 host_rates() { (cd engine && "$bin/engine.test" -test.run '^$' -test.bench HostMatMulBatch -test.benchtime 20x); }
 
+# The simulated card to set against this one: its own profile when sim/profiles has one (matched
+# by name as engine's profileOfKind matches it: "NVIDIA H200" is h200), else h100-pcie.
+card_profile() {
+	local n=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1 | tr 'A-Z' 'a-z' | sed 's/nvidia//g; s/geforce//g; s/[ -]//g')
+	for f in sim/profiles/*.json; do
+		local k=$(basename "$f" .json)
+		if [[ -n $n && ${k//-/} == "$n" ]]; then
+			echo "$k"
+			return
+		fi
+	done
+	echo h100-pcie
+}
+
 # The four policies on a real shape at Q4_K with random weights, the budget well below the
-# experts, on the GPU and on the simulated H100 for calibration.
+# experts, on the GPU and on its simulated profile (card_profile) for calibration.
 offload() {
 	local m=${OFFLOAD_MODEL:-/tmp/olmoe-q4k.gguf}
 	[[ -e $m ]] || "$bin/synth" -arch olmoe -layers 8 -type q4_k -out $m || return
@@ -50,7 +64,8 @@ offload() {
 	# resident weights (at the model's own 4096 positions the cache leaves 7%, every token misses
 	# every expert and the policies cannot differ).
 	local mem=$((size * 50 / 100 / 1048576))MiB
-	for dev in cuda:0 sim:h100-pcie; do
+	local prof=$(card_profile)
+	for dev in cuda:0 sim:$prof; do
 		echo "== $dev, --gpu-mem $mem of $((size / 1048576)) MiB"
 		"$bin/commit-run" -m $m --ctx 512 --device $dev ${CUDA_LIB:+--cuda-lib "$CUDA_LIB"} --gpu-mem $mem bench --policy ondemand,prefetch,commit,cpu-miss \
 			--predictor prev-token --tokens 64 --json >"$out/offload-${dev%%:*}.json"
@@ -58,7 +73,7 @@ offload() {
 	# Every figure of both runs, then the calibration: simulated against measured per policy,
 	# and the copy stream's rate against the profile's.
 	if command -v python3 >/dev/null; then
-		python3 tools/gpu/compare.py "$out/offload-cuda.json" "$out/offload-sim.json" sim/profiles/h100-pcie.json
+		python3 tools/gpu/compare.py "$out/offload-cuda.json" "$out/offload-sim.json" sim/profiles/$prof.json
 	else
 		echo "no python3: compare $out/offload-cuda.json and $out/offload-sim.json by hand"
 	fi
