@@ -58,6 +58,12 @@ type Options struct {
 	ContextLength int
 	// KVType is the KV cache element type: "f16" (default, as llama.cpp) or "f32".
 	KVType string
+	// Parallel is how many sequences decode at once (a server's concurrent requests, each on
+	// its own session). Above 1, sessions generating at the same time compute their next
+	// tokens in one forward pass (continuous batching, up to Parallel rows), and an offload
+	// budget keeps room for Parallel KV caches before it sizes the expert slots. 0 or 1:
+	// every session's passes are its own and the budget holds one KV cache.
+	Parallel int
 	// Progress, when set, is called while the model loads with the bytes done and the total.
 	Progress func(done, total int64)
 	// Offload, when set, keeps the routed experts in a host store and serves them from a

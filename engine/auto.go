@@ -330,7 +330,7 @@ func (m *Model) autoPlaces() bool {
 	default:
 		return false
 	}
-	need := m.info.NonExpertBytes + m.info.ExpertBytes + kvCacheBytes(m) + m.act.bytes()
+	need := m.info.NonExpertBytes + m.info.ExpertBytes + kvCacheBytes(m)*int64(max(o.Parallel, 1)) + m.act.bytes()
 	return need > m.dev.Memory().Budget()
 }
 

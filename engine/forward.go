@@ -31,11 +31,32 @@ const (
 // Commit Router predictions. The caller holds m.mu for reading and has checked that the
 // positions fit the cache.
 func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, want logitRows, obs RouteObserver, cs *commitState) ([]float32, error) {
+	one := [1]seqRows{{kv: kv, pos0: pos0, T: len(tokens)}}
+	return m.forwardSeqs(one[:], tokens, want, obs, cs)
+}
+
+// seqRows is one sequence's rows in a forward pass: T tokens at positions pos0.., whose keys
+// and values go to kv.
+type seqRows struct {
+	kv      *models.KVCache
+	pos0, T int
+}
+
+// forwardSeqs is forward over the rows of several sequences, seqs[0]'s tokens first. A pass
+// of several sequences (a decode step of continuous batching) takes one token of each, wants
+// allLogits (each row is its sequence's last) and no observer or Commit Router, whose
+// predictions are one sequence's: each row's numbers are then those of its sequence alone,
+// and every weight, an expert's copy over the link included, is read once for all of them.
+func (m *Model) forwardSeqs(seqs []seqRows, tokens []int32, want logitRows, obs RouteObserver, cs *commitState) ([]float32, error) {
 	a := m.arch
 	c := a.Config
 	d := c.Embd
 	T := len(tokens)
-	if m.resident {
+	pos0 := seqs[0].pos0 // of a single sequence; a batch's rows each have their own
+	if len(seqs) > 1 && (want != allLogits || obs != nil || cs != nil) {
+		return nil, errors.New("engine: a pass of several sequences wants every row's logits and no observer or Commit Router") // a caller's bug
+	}
+	if m.resident || m.batch != nil {
 		m.passMu.Lock()
 		defer m.passMu.Unlock()
 	}
@@ -52,7 +73,7 @@ func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, want logit
 	x := b.Floats(T * d)
 	emb := a.TokenEmbd.Matrix()
 	m.ops.Embed(x, emb, tokens)
-	m.place.beginPass()
+	m.place.beginPass(len(seqs) > 1)
 	if cs != nil && len(tokens) > 1 {
 		cs.forget()
 	}
@@ -64,14 +85,13 @@ func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, want logit
 	// rows whose logits are asked for have a use: llama.cpp cuts its graph the same way
 	// (inp_out_ids), sparing a prompt one feed-forward block of all but one row, or all of
 	// it in the batches before the last.
-	cut := want != allLogits && m.rowsIndependent(obs, cs)
+	cut := want != allLogits && len(seqs) == 1 && m.rowsIndependent(obs, cs)
 	for i := range a.Layers {
 		la.reset()
 		l := &a.Layers[i]
 		m.label("attention", "attn", i, -1)
 		m.rmsNorm(xn, x, l.AttnNorm)
-		l.Attn.Forward(bl, &kv.Layers[i], xn, T, pos0, tmp)
-		m.chargeAttention(i, T, pos0)
+		m.attend(bl, i, seqs, xn, tmp)
 		m.ops.Add(x, tmp)
 		if cut && i == len(a.Layers)-1 {
 			if want == noLogits {
@@ -114,6 +134,38 @@ func (m *Model) forward(kv *models.KVCache, tokens []int32, pos0 int, want logit
 		return nil, err
 	}
 	return logits, nil
+}
+
+// attend runs block i's attention on the rows of seqs in xn into out: in one call when the
+// attention takes several sequences, else one call per sequence.
+func (m *Model) attend(b models.Backend, i int, seqs []seqRows, xn, out []float32) {
+	l := &m.arch.Layers[i]
+	d := m.arch.Config.Embd
+	if len(seqs) == 1 {
+		s := seqs[0]
+		l.Attn.Forward(b, &s.kv.Layers[i], xn, s.T, s.pos0, out)
+		m.chargeAttention(i, s.T, s.pos0)
+		return
+	}
+	sa, ok := l.Attn.(models.SeqAttention)
+	if !ok {
+		r := 0
+		for _, s := range seqs {
+			l.Attn.Forward(b, &s.kv.Layers[i], xn[r*d:(r+s.T)*d], s.T, s.pos0, out[r*d:(r+s.T)*d])
+			m.chargeAttention(i, s.T, s.pos0)
+			r += s.T
+		}
+		return
+	}
+	ms := m.seqScratch[:0] // passes of several sequences hold passMu
+	for _, s := range seqs {
+		ms = append(ms, models.Seq{Cache: &s.kv.Layers[i], T: s.T, Pos0: s.pos0})
+	}
+	m.seqScratch = ms
+	sa.ForwardSeqs(b, ms, xn, out)
+	for _, s := range seqs {
+		m.chargeAttention(i, s.T, s.pos0)
+	}
 }
 
 // endPass waits for the pass's work on the device and reports what failed in it.

@@ -49,9 +49,14 @@ type Model struct {
 	ops      device.Ops
 	resident bool
 	act      activations
-	// passMu makes passes in device memory one at a time: their activations share one
-	// reserve, and the device runs one stream anyway.
+	// passMu makes passes one at a time in device memory, where their activations share one
+	// reserve and the device runs one stream anyway, and under continuous batching, where a
+	// prompt's pass and a batched step take turns.
 	passMu sync.Mutex
+	// batch merges the decode steps of concurrent sessions into one pass (Options.Parallel
+	// above 1); nil: each session's pass is its own.
+	batch      *batcher
+	seqScratch []models.Seq // attend's, under passMu
 
 	// mu guards the memory map: computations hold it for reading, Close for writing, so
 	// closing the model never unmaps weights under a running forward pass.
@@ -82,6 +87,9 @@ func checkOptions(opts Options) (kvF16 bool, err error) {
 	}
 	if opts.ContextLength < 0 || opts.ContextLength > MaxContextLength {
 		return false, fmt.Errorf("context length %d: want 0 (model default) to %d", opts.ContextLength, MaxContextLength)
+	}
+	if opts.Parallel < 0 || opts.Parallel > MaxParallel {
+		return false, fmt.Errorf("parallel sequences %d: want 1 to %d", opts.Parallel, MaxParallel)
 	}
 	switch strings.ToLower(opts.KVType) {
 	case "", "f16":
@@ -232,6 +240,13 @@ func openFile(f *models.File, opts Options, kvF16 bool) (*Model, error) {
 		f.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	if opts.Parallel > 1 && opts.EP != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %d parallel sequences with expert parallelism: not supported yet (one sequence at a time)", path, opts.Parallel)
+	}
+	if opts.Parallel > 1 && m.replay == nil {
+		m.batch = newBatcher(m, opts.Parallel)
+	}
 	opened = true
 	return m, nil
 }
@@ -354,6 +369,9 @@ func (m *Model) Detokenize(ids []int32) string { return m.tok.Decode(ids) }
 
 // Close frees the model. Sessions still open fail with ErrClosed afterwards.
 func (m *Model) Close() error {
+	if m.batch != nil {
+		m.batch.stop() // before the lock: its step in flight holds it for reading
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {

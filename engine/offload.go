@@ -74,10 +74,13 @@ type offloader struct {
 	last     map[int][]int // MoE block -> the experts it chose last (prev-token)
 	counts   map[int][]int // MoE block -> how often it chose each expert (frequency)
 	pending  map[int][]int // MoE block -> the experts prefetched for its next pass
-	prompt   bool          // the pass routes several tokens: its experts are demoted after use
-	kept     int           // experts pinned in their slots for good (static's device layers)
-	stats    OffloadStats
-	virtual  []byte // a timing-only run's slots, reserved but never written
+	prompt   bool          // the pass routes several tokens of a prompt: its experts are demoted after use
+	// decodeBatch: the pass routes the next token of several sequences, whose next step
+	// wants the same experts again, so nothing is demoted.
+	decodeBatch bool
+	kept        int // experts pinned in their slots for good (static's device layers)
+	stats       OffloadStats
+	virtual     []byte // a timing-only run's slots, reserved but never written
 }
 
 // close gives back what the offloader holds beyond Go memory.
@@ -121,7 +124,8 @@ func newOffloader(m *Model, o OffloadOptions) (*offloader, error) {
 			f.next[l] = layers[i+1]
 		}
 	}
-	kvBytes := kvCacheBytes(m)
+	seqs := max(m.opts.Parallel, 1)
+	kvBytes := kvCacheBytes(m) * int64(seqs)
 	var predBytes int64 // the Commit Router's weights, already on the device
 	if m.commit != nil {
 		predBytes = m.commit.bytes
@@ -133,8 +137,8 @@ func newOffloader(m *Model, o OffloadOptions) (*offloader, error) {
 	free := o.GPUMem - resident
 	n := int(max(free, 0) / slot)
 	if n < need {
-		return nil, fmt.Errorf("offload: a %d-byte device budget is too small: the resident weights (%d bytes), one session's KV cache (%d bytes), the Commit Router (%d bytes) and one pass's activations (%d bytes) leave room for %d expert slots of %d bytes, policy %s needs %d: at least %d bytes",
-			o.GPUMem, m.info.NonExpertBytes, kvBytes, predBytes, act, n, slot, o.Policy, need, resident+int64(need)*slot)
+		return nil, fmt.Errorf("offload: a %d-byte device budget is too small: the resident weights (%d bytes), %s (%d bytes), the Commit Router (%d bytes) and one pass's activations (%d bytes) leave room for %d expert slots of %d bytes, policy %s needs %d: at least %d bytes",
+			o.GPUMem, m.info.NonExpertBytes, kvCachesOf(seqs), kvBytes, predBytes, act, n, slot, o.Policy, need, resident+int64(need)*slot)
 	}
 	n = min(n, m.arch.Config.Experts*len(layers))
 	mem := m.dev.Memory()
@@ -179,6 +183,14 @@ func newOffloader(m *Model, o OffloadOptions) (*offloader, error) {
 	}
 	opened = true
 	return f, nil
+}
+
+// kvCachesOf names the KV caches of n sequences.
+func kvCachesOf(n int) string {
+	if n == 1 {
+		return "one session's KV cache"
+	}
+	return fmt.Sprintf("the KV caches of %d parallel sequences", n)
 }
 
 // kvCacheBytes is the size of one session's KV cache, without allocating it.
@@ -226,7 +238,7 @@ func (f *offloader) routed(layer int, routes []routing, pred []int, committed bo
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.prompt = len(chosen) > 1
+	f.prompt = len(chosen) > 1 && !f.decodeBatch
 	if len(chosen) == 1 {
 		for _, e := range pred {
 			f.stats.Predicted++
@@ -260,13 +272,14 @@ func (f *offloader) chosen(k offload.ExpertKey) int {
 
 // beginPass starts a forward pass: what is resident now is what the pass does not have to
 // move (the physical limit's bytes, DESIGN.md §6).
-func (f *offloader) beginPass() {
+func (f *offloader) beginPass(decodeBatch bool) {
 	f.mu.Lock()
 	f.pass++
 	if f.prompt {
 		f.cache.Restore() // the prompt's demotions served its own pass only
 		f.prompt = false
 	}
+	f.decodeBatch = decodeBatch
 	f.mu.Unlock()
 }
 

@@ -11,8 +11,9 @@ import (
 // from device slots or the host under one of the offload policies (policy_*.go), is the
 // other. Its methods are called in a pass's order, layer by layer.
 type placement interface {
-	// beginPass starts a forward pass.
-	beginPass()
+	// beginPass starts a forward pass; decodeBatch says that its rows are the next tokens of
+	// several sequences (continuous batching), not a prompt's.
+	beginPass(decodeBatch bool)
 	// predicted returns the experts predicted for layer's pass (learnt: the Commit Router's,
 	// or nil), and those a single-token pass computes with instead of the router's choice
 	// (commit; nil: the router's). T is the pass's tokens, used the layer's top-k.
@@ -43,7 +44,7 @@ type residentPlacement struct {
 	commits bool
 }
 
-func (residentPlacement) beginPass() {}
+func (residentPlacement) beginPass(bool) {}
 
 func (p residentPlacement) predicted(layer int, learnt []int, T, used int) (pred, commit []int) {
 	if p.commits {

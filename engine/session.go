@@ -22,6 +22,7 @@ type Session struct {
 	closed bool
 	route  RouteObserver
 	commit *commitState // the Commit Router's pending predictions; nil when not committing
+	step   stepReq      // its decode steps under continuous batching
 }
 
 // ObserveRouting makes every later forward pass of the session report each MoE layer's
@@ -52,6 +53,9 @@ func (m *Model) NewSession() (*Session, error) {
 		return nil, fmt.Errorf("new session on %s: %w", m.dev.Name(), err)
 	}
 	s := &Session{m: m, kv: kv}
+	if m.batch != nil {
+		s.step.done = make(chan struct{}, 1)
+	}
 	if m.commit != nil {
 		s.commit = m.commit.newState()
 	}
@@ -230,6 +234,12 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, opts GenerateOpt
 	stop := newStopMatcher(opts.Stop)
 	decodeStart := time.Now()
 	defer func() { res.DecodeSeconds = time.Since(decodeStart).Seconds() }()
+	joined := false // a member of the model's batched steps
+	defer func() {
+		if joined {
+			s.m.batch.leave()
+		}
+	}()
 	emit := func(id int32, piece string, lp *Logprob) error {
 		res.Text += piece
 		if opts.OnToken != nil && (piece != "" || id >= 0) {
@@ -283,7 +293,7 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, opts GenerateOpt
 			res.Reason = StopContext
 			break
 		}
-		logits, err = s.eval(ctx, []int32{id}, false)
+		logits, err = s.decode(ctx, id, &joined)
 		if err != nil {
 			return res, err
 		}

@@ -39,6 +39,17 @@ func (a *StdAttention) OnDevice() {}
 
 // Forward implements Attention.
 func (a *StdAttention) Forward(b Backend, c *LayerCache, x []float32, T, pos0 int, out []float32) {
+	a.ForwardSeqs(b, []Seq{{Cache: c, T: T, Pos0: pos0}}, x, out)
+}
+
+// ForwardSeqs implements SeqAttention: the projections, biases and q/k norms go over every
+// row at once, since each row's numbers do not depend on the others; RoPE, the cache and the
+// attention go sequence by sequence.
+func (a *StdAttention) ForwardSeqs(b Backend, seqs []Seq, x []float32, out []float32) {
+	T := 0
+	for _, s := range seqs {
+		T += s.T
+	}
 	qd, kd, vd := a.Heads*a.HeadDK, a.HeadsKV*a.HeadDK, a.HeadsKV*a.HeadDV
 	q, k, v := b.Floats(T*qd), b.Floats(T*kd), b.Floats(T*vd)
 	b.MatMul(a.Q, x, T, q)
@@ -56,14 +67,21 @@ func (a *StdAttention) Forward(b Backend, c *LayerCache, x []float32, T, pos0 in
 		b.RMSNorm(k, k, a.HeadDK, a.KNorm.Weight, a.KNorm.Bias, a.Eps)
 	}
 	rp := a.Rope.Params()
-	b.Rope(q, pos0, T, a.Heads, a.HeadDK, qd, rp)
-	b.Rope(k, pos0, T, a.HeadsKV, a.HeadDK, kd, rp)
-	b.StoreKV(&c.KVLayer, pos0, k, v)
 	ctx := b.Floats(T * a.Heads * a.HeadDV)
-	b.Attend(ctx, q, &c.KVLayer, pos0, T, &device.AttnShape{
+	cd := a.Heads * a.HeadDV
+	shape := device.AttnShape{
 		Heads: a.Heads, KVHeads: a.HeadsKV, DK: a.HeadDK, DV: a.HeadDV,
 		KHeadStride: a.HeadDK, VHeadStride: a.HeadDV, Scale: a.Scale,
-	})
+	}
+	r := 0
+	for _, s := range seqs {
+		qs, ks, vs := q[r*qd:(r+s.T)*qd], k[r*kd:(r+s.T)*kd], v[r*vd:(r+s.T)*vd]
+		b.Rope(qs, s.Pos0, s.T, a.Heads, a.HeadDK, qd, rp)
+		b.Rope(ks, s.Pos0, s.T, a.HeadsKV, a.HeadDK, kd, rp)
+		b.StoreKV(&s.Cache.KVLayer, s.Pos0, ks, vs)
+		b.Attend(ctx[r*cd:(r+s.T)*cd], qs, &s.Cache.KVLayer, s.Pos0, s.T, &shape)
+		r += s.T
+	}
 	b.MatMul(a.O, ctx, T, out)
 	addBias(b, out, a.BO)
 }

@@ -18,6 +18,23 @@ type Attention interface {
 	Forward(b Backend, c *LayerCache, x []float32, T, pos0 int, out []float32)
 }
 
+// Seq is one sequence's rows in a pass that attends several sequences (continuous batching):
+// T tokens at positions Pos0.., whose keys and values go to Cache.
+type Seq struct {
+	Cache   *LayerCache
+	T, Pos0 int
+}
+
+// SeqAttention is implemented by attentions that attend several sequences' rows in one call,
+// each over its own cache: the projections read their weights once for every row, and only
+// the attention proper runs per sequence. Each row's numbers are those Forward gives it in a
+// pass of its sequence alone. Attentions without it take one Forward per sequence.
+type SeqAttention interface {
+	Attention
+	// ForwardSeqs is Forward over x's rows, seqs[0]'s first, then seqs[1]'s, and so on.
+	ForwardSeqs(b Backend, seqs []Seq, x []float32, out []float32)
+}
+
 // OnDevice is implemented by attentions whose Forward computes with the backend's Ops alone,
 // so that a device with Ops can run it in its own memory. An attention without it would read
 // and write activations on the host, and so would need them, and its cache, in host memory.

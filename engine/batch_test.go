@@ -1,0 +1,264 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/commit-run/commit-run/engine"
+	"github.com/commit-run/commit-run/offload"
+	"github.com/commit-run/commit-run/tools/golden/fixture"
+)
+
+// TestBatchedSequencesMatchAlone decodes several prompts at once with continuous batching and
+// checks that each sequence's greedy tokens equal those of its prompt decoded alone, on every
+// golden and bundled model (standard and MLA attention), on the CPU and on a simulated GPU
+// with the experts offloaded, and that the steps did share passes.
+func TestBatchedSequencesMatchAlone(t *testing.T) {
+	fxs, err := fixture.LoadDir(goldenDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type model struct{ name, path string }
+	var ms []model
+	for _, fx := range fxs {
+		ms = append(ms, model{fx.Name, goldenModel(t, fx)})
+	}
+	ms = append(ms, model{"bundled qwen2moe", "../models/testdata/tinymoe-qwen2moe.gguf"}, model{"bundled mixtral", "../models/testdata/tinymoe-mixtral.gguf"})
+	prompts := [][]int32{{1, 2, 3}, {5, 9, 14, 3, 7, 2}, {11}, {4, 4, 8, 15, 16, 23, 42}}
+	const n = 12
+	for _, mm := range ms {
+		info, err := engine.Inspect(mm.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		confs := []engine.Options{{Device: "cpu"}}
+		if info.Experts > 0 {
+			for _, pol := range []offload.Policy{offload.OnDemand, offload.CPUMiss, offload.Hot} {
+				confs = append(confs, engine.Options{Device: "sim:rtx2080ti", Offload: &engine.OffloadOptions{Policy: pol}})
+			}
+		}
+		for _, o := range confs {
+			name := mm.name + "/" + o.Device
+			if o.Offload != nil {
+				name += "/" + o.Offload.Policy.String()
+			}
+			t.Run(name, func(t *testing.T) {
+				o.Threads, o.ContextLength = 2, 64
+				if o.Offload != nil {
+					// A budget of about half the experts, beside four KV caches.
+					o.Parallel = len(prompts)
+					st := offloadProbe(t, mm.path, o)
+					all := int64(info.Experts * len(info.MoELayers))
+					o.Offload.GPUMem = st.Resident + max(all/2, int64(2*info.ExpertsUsed))*st.SlotBytes
+				}
+				o.Parallel = 1
+				want := make([][]int32, len(prompts))
+				alone := openOpts(t, mm.path, o)
+				for i, p := range prompts {
+					want[i] = greedy(t, alone, p, n)
+				}
+				alone.Close()
+
+				o.Parallel = len(prompts)
+				m := openOpts(t, mm.path, o)
+				defer m.Close()
+				got := make([][]int32, len(prompts))
+				errs := make([]error, len(prompts))
+				// The sequences wait for each other at every token, so that their decode
+				// steps overlap however fast the model is and however the goroutines are
+				// scheduled.
+				var wg sync.WaitGroup
+				step := newLockstep(len(prompts))
+				for i, p := range prompts {
+					wg.Go(func() {
+						s, err := m.NewSession()
+						if err != nil {
+							errs[i] = err
+							return
+						}
+						defer s.Close()
+						res, err := s.Generate(context.Background(), p, engine.GenerateOptions{MaxTokens: n, IgnoreEOS: true, Sampler: engine.SamplerOptions{Greedy: true},
+							OnToken: func(engine.Token) error { step.wait(); return nil }})
+						got[i], errs[i] = res.Tokens, err
+					})
+				}
+				wg.Wait()
+				for i := range prompts {
+					if errs[i] != nil {
+						t.Fatalf("sequence %d: %v", i, errs[i])
+					}
+					if !slices.Equal(got[i], want[i]) {
+						t.Errorf("sequence %d batched: %v, alone: %v", i, got[i], want[i])
+					}
+				}
+				st, ok := m.BatchStats()
+				if !ok || st.Rows <= st.Passes {
+					t.Errorf("batch stats %+v (on: %v): no step shared a pass", st, ok)
+				}
+			})
+		}
+	}
+}
+
+// lockstep is a barrier for n goroutines, used again and again.
+type lockstep struct {
+	mu      sync.Mutex
+	cond    *sync.Cond
+	n, here int
+	round   int
+}
+
+func newLockstep(n int) *lockstep {
+	l := &lockstep{n: n}
+	l.cond = sync.NewCond(&l.mu)
+	return l
+}
+
+// wait returns once all n goroutines have called it in this round.
+func (l *lockstep) wait() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.round
+	l.here++
+	if l.here == l.n {
+		l.here, l.round = 0, l.round+1
+		l.cond.Broadcast()
+		return
+	}
+	for r == l.round {
+		l.cond.Wait()
+	}
+}
+
+func openOpts(t *testing.T, path string, o engine.Options) *engine.Model {
+	t.Helper()
+	m, err := engine.Open(path, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func greedy(t *testing.T, m *engine.Model, prompt []int32, n int) []int32 {
+	t.Helper()
+	s, err := m.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	res, err := s.Generate(context.Background(), prompt, engine.GenerateOptions{MaxTokens: n, IgnoreEOS: true, Sampler: engine.SamplerOptions{Greedy: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Tokens
+}
+
+// TestParallelReservesKVCaches checks that an offload budget keeps room for the KV caches of
+// Options.Parallel sequences before it sizes the expert slots, and says so when it cannot.
+func TestParallelReservesKVCaches(t *testing.T) {
+	info, err := engine.Inspect(tinyModel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := engine.Options{ContextLength: 64, Offload: &engine.OffloadOptions{Policy: offload.OnDemand}}
+	one := offloadProbe(t, tinyModel, base)
+	base.Parallel = 3
+	three := offloadProbe(t, tinyModel, base)
+	kv := (three.Resident - one.Resident) / 2
+	if kv <= 0 {
+		t.Fatalf("3 parallel sequences reserve %d bytes, 1 sequence %d", three.Resident, one.Resident)
+	}
+	need := three.Resident + int64(info.ExpertsUsed)*three.SlotBytes
+	o := base
+	o.Offload = &engine.OffloadOptions{Policy: offload.OnDemand, GPUMem: need - 1}
+	if _, err := engine.Open(tinyModel, o); err == nil || !strings.Contains(err.Error(), "KV caches of 3 parallel sequences") ||
+		!strings.Contains(err.Error(), fmt.Sprintf("at least %d bytes", need)) {
+		t.Errorf("budget %d for 3 sequences: %v", need-1, err)
+	}
+	o.Offload.GPUMem = need
+	m := openOpts(t, tinyModel, o)
+	defer m.Close()
+	var ss []*engine.Session
+	for i := range 3 {
+		s, err := m.NewSession()
+		if err != nil {
+			t.Fatalf("session %d of 3: %v", i+1, err)
+		}
+		ss = append(ss, s)
+	}
+	if _, err := m.NewSession(); err == nil {
+		t.Error("a fourth session fit a budget sized for 3")
+	}
+	for _, s := range ss {
+		s.Close()
+	}
+	for _, p := range []int{-1, engine.MaxParallel + 1} {
+		if _, err := engine.Open(tinyModel, engine.Options{Parallel: p}); err == nil || !strings.Contains(err.Error(), "parallel") {
+			t.Errorf("parallel %d: %v", p, err)
+		}
+	}
+}
+
+// TestBatchedCancelAndClose cancels one of several batched sequences, which leaves the batch
+// while the others go on, then closes the model under the others: they end with ErrClosed,
+// nothing hangs and the batcher's goroutine is gone.
+func TestBatchedCancelAndClose(t *testing.T) {
+	m, err := engine.Open("../models/testdata/tinymoe-qwen2moe.gguf", engine.Options{Threads: 2, ContextLength: 2048, Parallel: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errs := make(chan error, 3)
+	counts := make([]int, 3)
+	var wg sync.WaitGroup
+	started := make(chan struct{}, 3)
+	for i := range 3 {
+		wg.Go(func() {
+			s, err := m.NewSession()
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer s.Close()
+			c := context.Background()
+			if i == 0 {
+				c = ctx
+			}
+			_, err = s.Generate(c, []int32{1, 2, 3}, engine.GenerateOptions{IgnoreEOS: true, Sampler: engine.SamplerOptions{Greedy: true},
+				OnToken: func(engine.Token) error {
+					counts[i]++
+					if counts[i] == 5 {
+						started <- struct{}{}
+					}
+					if i == 0 && counts[i] == 8 {
+						cancel()
+					}
+					return nil
+				}})
+			errs <- err
+		})
+	}
+	for range 3 {
+		<-started
+	}
+	if err := <-errs; !errors.Is(err, context.Canceled) {
+		t.Errorf("the cancelled sequence ended with %v", err)
+	}
+	m.Close()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if !errors.Is(err, engine.ErrClosed) && err != nil {
+			t.Errorf("a sequence decoding when the model closed ended with %v", err)
+		}
+	}
+	if counts[0] != 8 {
+		t.Errorf("the cancelled sequence took %d tokens, want 8", counts[0])
+	}
+}
