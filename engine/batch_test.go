@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -15,7 +16,8 @@ import (
 )
 
 // TestBatchedSequencesMatchAlone decodes several prompts at once with continuous batching and
-// checks that each sequence's greedy tokens equal those of its prompt decoded alone, on every
+// checks that each sequence's greedy tokens, and their log-probabilities to the bit, equal
+// those of its prompt decoded alone, on every
 // golden and bundled model (standard and MLA attention), on the CPU and on a simulated GPU
 // with the experts offloaded, and that the steps did share passes.
 func TestBatchedSequencesMatchAlone(t *testing.T) {
@@ -57,7 +59,7 @@ func TestBatchedSequencesMatchAlone(t *testing.T) {
 					o.Offload.GPUMem = st.Resident + max(all/2, int64(2*info.ExpertsUsed))*st.SlotBytes
 				}
 				o.Parallel = 1
-				want := make([][]int32, len(prompts))
+				want := make([]engine.Result, len(prompts))
 				alone := openOpts(t, mm.path, o)
 				for i, p := range prompts {
 					want[i] = greedy(t, alone, p, n)
@@ -67,7 +69,7 @@ func TestBatchedSequencesMatchAlone(t *testing.T) {
 				o.Parallel = len(prompts)
 				m := openOpts(t, mm.path, o)
 				defer m.Close()
-				got := make([][]int32, len(prompts))
+				got := make([]engine.Result, len(prompts))
 				errs := make([]error, len(prompts))
 				// The sequences wait for each other at every token, so that their decode
 				// steps overlap however fast the model is and however the goroutines are
@@ -82,9 +84,8 @@ func TestBatchedSequencesMatchAlone(t *testing.T) {
 							return
 						}
 						defer s.Close()
-						res, err := s.Generate(context.Background(), p, engine.GenerateOptions{MaxTokens: n, IgnoreEOS: true, Sampler: engine.SamplerOptions{Greedy: true},
-							OnToken: func(engine.Token) error { step.wait(); return nil }})
-						got[i], errs[i] = res.Tokens, err
+						got[i], errs[i] = s.Generate(context.Background(), p, engine.GenerateOptions{MaxTokens: n, IgnoreEOS: true, Sampler: engine.SamplerOptions{Greedy: true},
+							Logprobs: true, TopLogprobs: 5, OnToken: func(engine.Token) error { step.wait(); return nil }})
 					})
 				}
 				wg.Wait()
@@ -92,8 +93,10 @@ func TestBatchedSequencesMatchAlone(t *testing.T) {
 					if errs[i] != nil {
 						t.Fatalf("sequence %d: %v", i, errs[i])
 					}
-					if !slices.Equal(got[i], want[i]) {
-						t.Errorf("sequence %d batched: %v, alone: %v", i, got[i], want[i])
+					if !slices.Equal(got[i].Tokens, want[i].Tokens) {
+						t.Errorf("sequence %d batched: %v, alone: %v", i, got[i].Tokens, want[i].Tokens)
+					} else if !slices.EqualFunc(got[i].Logprobs, want[i].Logprobs, sameLogprob) {
+						t.Errorf("sequence %d: the same tokens, but other log-probabilities batched than alone", i)
 					}
 				}
 				st, ok := m.BatchStats()
@@ -144,18 +147,27 @@ func openOpts(t *testing.T, path string, o engine.Options) *engine.Model {
 	return m
 }
 
-func greedy(t *testing.T, m *engine.Model, prompt []int32, n int) []int32 {
+// greedy decodes n tokens after prompt, with the log-probabilities of each and its top 5.
+func greedy(t *testing.T, m *engine.Model, prompt []int32, n int) engine.Result {
 	t.Helper()
 	s, err := m.NewSession()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	res, err := s.Generate(context.Background(), prompt, engine.GenerateOptions{MaxTokens: n, IgnoreEOS: true, Sampler: engine.SamplerOptions{Greedy: true}})
+	res, err := s.Generate(context.Background(), prompt, engine.GenerateOptions{MaxTokens: n, IgnoreEOS: true, Sampler: engine.SamplerOptions{Greedy: true}, Logprobs: true, TopLogprobs: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return res.Tokens
+	return res
+}
+
+// sameLogprob says whether two tokens' log-probabilities are equal to the bit.
+func sameLogprob(a, b engine.Logprob) bool {
+	return a.ID == b.ID && math.Float32bits(a.Logprob) == math.Float32bits(b.Logprob) &&
+		slices.EqualFunc(a.Top, b.Top, func(x, y engine.TokenLogprob) bool {
+			return x.ID == y.ID && math.Float32bits(x.Logprob) == math.Float32bits(y.Logprob)
+		})
 }
 
 // TestParallelReservesKVCaches checks that an offload budget keeps room for the KV caches of

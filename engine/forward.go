@@ -68,8 +68,12 @@ func (m *Model) forwardSeqs(seqs []seqRows, tokens []int32, want logitRows, obs 
 	pa, la := m.getArena(passArena), m.getArena(layerArena)
 	defer m.putArena(pa)
 	defer m.putArena(la)
-	b := &backend{Kernels: m.dev, Ops: m.ops, a: pa}
-	bl := &backend{Kernels: m.dev, Ops: m.ops, a: la}
+	var k device.Kernels = m.dev
+	if len(seqs) > 1 {
+		k = rowKernels{m.dev}
+	}
+	b := &backend{Kernels: k, Ops: m.ops, a: pa}
+	bl := &backend{Kernels: k, Ops: m.ops, a: la}
 	x := b.Floats(T * d)
 	emb := a.TokenEmbd.Matrix()
 	m.ops.Embed(x, emb, tokens)
@@ -134,6 +138,17 @@ func (m *Model) forwardSeqs(seqs []seqRows, tokens []int32, want logitRows, obs 
 		return nil, err
 	}
 	return logits, nil
+}
+
+// rowKernels computes every product of a pass of several sequences row by row, with the
+// kernels MatMulID takes: llama.cpp's MUL_MAT multiplies a batch's activation rows four at a
+// time for some weight types (its repacked gemm), rounding otherwise than a row alone, and a
+// row of a decode batch must get the numbers of its sequence decoded alone. The weights are
+// still read once for all the rows (the tile kernels share each block's decoding).
+type rowKernels struct{ device.Kernels }
+
+func (k rowKernels) MatMul(w quant.Matrix, x []float32, T int, out []float32) {
+	k.Kernels.MatMulID(w, x, T, out)
 }
 
 // attend runs block i's attention on the rows of seqs in xn into out: in one call when the

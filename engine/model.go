@@ -355,6 +355,10 @@ func availableMemory() int64 {
 // Info describes the model.
 func (m *Model) Info() Info { return m.info }
 
+// KVCacheBytes is the size of one session's KV cache: its context length's positions of
+// every layer's keys and values.
+func (m *Model) KVCacheBytes() int64 { return kvCacheBytes(m) }
+
 // ContextLength returns the positions each session's KV cache holds.
 func (m *Model) ContextLength() int { return m.nctx }
 

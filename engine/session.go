@@ -62,6 +62,19 @@ func (m *Model) NewSession() (*Session, error) {
 	return s, nil
 }
 
+// Shared returns how many leading tokens of tokens the session's KV cache holds already:
+// what Generate with that prompt would not evaluate again. A server picks by it the session
+// that serves a request, so that the next turn of a conversation finds its own cache.
+func (s *Session) Shared(tokens []int32) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for n < len(s.tokens) && n < len(tokens) && s.tokens[n] == tokens[n] {
+		n++
+	}
+	return n
+}
+
 // Reset forgets the session's tokens.
 func (s *Session) Reset() {
 	s.mu.Lock()

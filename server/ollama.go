@@ -172,7 +172,7 @@ func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request, ids []in
 		return
 	}
 	tm := &timer{m: s.met, start: start}
-	release, ok := s.admit(w, r)
+	sess, release, ok := s.admit(w, r, ids)
 	if !ok {
 		return
 	}
@@ -206,7 +206,7 @@ func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request, ids []in
 		}
 		return nil
 	}
-	res, err := s.session.Generate(r.Context(), ids, opts)
+	res, err := sess.Generate(r.Context(), ids, opts)
 	if err != nil {
 		if r.Context().Err() != nil {
 			return

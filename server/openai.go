@@ -428,7 +428,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, q *sampling, i
 		return
 	}
 	tm := &timer{m: s.met, start: time.Now()}
-	release, ok := s.admit(w, r)
+	sess, release, ok := s.admit(w, r, ids)
 	if !ok {
 		return
 	}
@@ -446,7 +446,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, q *sampling, i
 			}
 			return nil
 		}
-		res, err := s.session.Generate(r.Context(), ids, opts)
+		res, err := sess.Generate(r.Context(), ids, opts)
 		if err != nil {
 			if r.Context().Err() == nil {
 				writeError(w, http.StatusInternalServerError, "server_error", err.Error(), "")
@@ -534,7 +534,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, q *sampling, i
 		}
 		return send(chunk(t.Text, false, nil, t.Logprob))
 	}
-	res, err := s.session.Generate(r.Context(), ids, opts)
+	res, err := sess.Generate(r.Context(), ids, opts)
 	if err != nil {
 		if r.Context().Err() == nil {
 			var e apiError
@@ -590,8 +590,9 @@ func (s *Server) logprobs(ls []engine.Logprob, chat bool, offset int) any {
 }
 
 // replyHitRate returns a function that says the expert cache's hit rate since it was made:
-// one reply's, since requests generate one at a time; ok is false without offloading or
-// before the reply has looked for an expert.
+// the model's over the reply's time (one reply's when requests generate one at a time; with
+// Options.Parallel the sequences batched with it share its lookups); ok is false without
+// offloading or before the reply has looked for an expert.
 func (s *Server) replyHitRate() func() (float64, bool) {
 	st0, on := s.model.Offload()
 	return func() (float64, bool) {

@@ -6,10 +6,12 @@
 // /metrics in Prometheus's format (requests, tokens, time to first token and per token, the
 // queue, and an offloading model's expert cache).
 //
-// Requests run one at a time on one engine session, whose KV cache therefore keeps the last
-// conversation: the next turn of the same chat skips the prefill of what it shares. Beyond
-// the running request a bounded queue waits; when it is full a request gets 503 with
-// Retry-After. A client that disconnects cancels its generation at once.
+// Up to Options.Parallel requests generate at once, each on one of as many engine sessions;
+// with a model opened with engine.Options.Parallel their decode steps share forward passes
+// (continuous batching). A request takes the idle session whose KV cache shares the longest
+// prefix with its prompt, so that the next turn of a chat skips the prefill of what it
+// shares. Beyond the running requests a bounded queue waits; when it is full a request gets
+// 503 with Retry-After. A client that disconnects cancels its generation at once.
 //
 // Safe by default: bound to loopback (Options.LocalOnly), requests whose Host header names
 // another machine are refused (DNS rebinding); with an API key every route but /health and
@@ -45,7 +47,11 @@ type Options struct {
 	// APIKey, when set, is required as "Authorization: Bearer APIKey" on every route but
 	// /health.
 	APIKey string
-	// Queue is how many requests may wait beyond the one running (0: DefaultQueue; negative:
+	// Parallel is how many requests generate at once, each on its own session (0 or 1: one
+	// at a time). Open the model with engine.Options.Parallel as large, so that their
+	// decode steps share passes and an offload budget holds their KV caches.
+	Parallel int
+	// Queue is how many requests may wait beyond those running (0: DefaultQueue; negative:
 	// none).
 	Queue int
 	// MaxBodyBytes caps a request body (0: DefaultMaxBody).
@@ -67,13 +73,14 @@ const (
 
 // Server serves one model. Its methods are safe for concurrent use.
 type Server struct {
-	opts    Options
-	mu      sync.Mutex // guards model, session and name until ready
-	model   *engine.Model
-	session *engine.Session
-	name    string
-	ready   atomic.Bool
-	// run admits the request that generates; waiting counts those queued for it.
+	opts     Options
+	mu       sync.Mutex // guards model, sessions and name until ready, and idle
+	model    *engine.Model
+	sessions []*engine.Session
+	idle     []*engine.Session // those no request holds
+	name     string
+	ready    atomic.Bool
+	// run admits the requests that generate, one token each; waiting counts those queued.
 	run     chan struct{}
 	waiting atomic.Int64
 	created int64 // the model's "created" time in /v1/models
@@ -87,26 +94,36 @@ func New(o Options) *Server {
 		o.Queue = DefaultQueue
 	}
 	o.Queue = max(o.Queue, 0)
+	o.Parallel = max(o.Parallel, 1)
 	o.MaxBodyBytes = cmp.Or(o.MaxBodyBytes, DefaultMaxBody)
-	s := &Server{opts: o, run: make(chan struct{}, 1), created: time.Now().Unix()}
+	s := &Server{opts: o, run: make(chan struct{}, o.Parallel), created: time.Now().Unix()}
 	s.met = newMetrics(s)
 	return s
 }
 
-// SetModel makes the server serve m, which it then owns the session of; it is called once,
-// when the model has loaded.
+// SetModel makes the server serve m, which it then owns the sessions of (Options.Parallel);
+// it is called once, when the model has loaded.
 func (s *Server) SetModel(m *engine.Model) error {
-	sess, err := m.NewSession()
-	if err != nil {
-		return fmt.Errorf("server: %w", err)
+	var sessions []*engine.Session
+	for i := range s.opts.Parallel {
+		sess, err := m.NewSession()
+		if err != nil {
+			for _, o := range sessions {
+				o.Close()
+			}
+			return fmt.Errorf("server: session %d of %d: %w", i+1, s.opts.Parallel, err)
+		}
+		sessions = append(sessions, sess)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.model != nil {
-		sess.Close()
+		for _, o := range sessions {
+			o.Close()
+		}
 		return errors.New("server: a model is served already")
 	}
-	s.model, s.session = m, sess
+	s.model, s.sessions, s.idle = m, sessions, slices.Clone(sessions)
 	s.met.offloading(m)
 	s.name = s.opts.ModelName
 	if s.name == "" {
@@ -116,15 +133,17 @@ func (s *Server) SetModel(m *engine.Model) error {
 	return nil
 }
 
-// Close gives back the session; the model stays its owner's.
+// Close gives back the sessions; the model stays its owner's.
 func (s *Server) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.session == nil {
-		return nil
-	}
 	s.ready.Store(false)
-	return s.session.Close()
+	var errs []error
+	for _, o := range s.sessions {
+		errs = append(errs, o.Close())
+	}
+	s.sessions, s.idle = nil, nil
+	return errors.Join(errs...)
 }
 
 // Handler returns the server's routes behind its checks (Host header, API key, body cap).
@@ -252,28 +271,50 @@ func (s *Server) loaded(w http.ResponseWriter) bool {
 	return false
 }
 
-// admit waits for the request's turn to generate, within the queue's bound; release gives
-// it back. A full queue, or a client gone while waiting, ends the request with an answer.
-func (s *Server) admit(w http.ResponseWriter, r *http.Request) (release func(), ok bool) {
+// admit waits for the request's turn to generate, within the queue's bound, and returns the
+// session it generates on: the idle one whose cache shares the longest prefix with prompt.
+// release gives it back. A full queue, or a client gone while waiting, ends the request with
+// an answer.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, prompt []int32) (sess *engine.Session, release func(), ok bool) {
 	select {
 	case s.run <- struct{}{}:
-		return func() { <-s.run }, true
+		return s.take(prompt)
 	default:
 	}
 	if s.waiting.Add(1) > int64(s.opts.Queue) {
 		s.waiting.Add(-1)
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, "server_error",
-			fmt.Sprintf("busy: one request running and %d waiting; try again shortly", s.opts.Queue), "")
-		return nil, false
+			fmt.Sprintf("busy: %d running and %d waiting; try again shortly", s.opts.Parallel, s.opts.Queue), "")
+		return nil, nil, false
 	}
 	defer s.waiting.Add(-1)
 	select {
 	case s.run <- struct{}{}:
-		return func() { <-s.run }, true
+		return s.take(prompt)
 	case <-r.Context().Done():
-		return nil, false // nobody is left to answer
+		return nil, nil, false // nobody is left to answer
 	}
+}
+
+// take hands an admitted request its session.
+func (s *Server) take(prompt []int32) (*engine.Session, func(), bool) {
+	s.mu.Lock()
+	best, n := 0, -1
+	for i, o := range s.idle {
+		if k := o.Shared(prompt); k > n {
+			best, n = i, k
+		}
+	}
+	sess := s.idle[best]
+	s.idle = slices.Delete(s.idle, best, best+1)
+	s.mu.Unlock()
+	return sess, func() {
+		s.mu.Lock()
+		s.idle = append(s.idle, sess)
+		s.mu.Unlock()
+		<-s.run
+	}, true
 }
 
 // Waiting is how many requests wait for their turn now.

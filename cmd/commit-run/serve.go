@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/commit-run/commit-run/engine"
 	"github.com/commit-run/commit-run/server"
 )
 
@@ -23,7 +24,7 @@ const shutdownGrace = 3 * time.Second
 func (a *app) serveCmd() *cobra.Command {
 	var (
 		host, keyFile, name, cors string
-		port, queue               int
+		port, queue, parallel     int
 		key                       string
 	)
 	cmd := &cobra.Command{
@@ -31,14 +32,17 @@ func (a *app) serveCmd() *cobra.Command {
 		Short: "Serve the model over HTTP: OpenAI-compatible /v1/chat/completions, /v1/completions, /v1/models",
 		Long: "serve listens on --host:--port (loopback by default) and answers OpenAI's chat and completions routes,\n" +
 			"streamed (server-sent events) or not, with the -m model on --device and every engine flag applied. It\n" +
-			"answers GET /health with 503 while the model loads, then 200. Requests run one at a time on one session,\n" +
-			"whose KV cache keeps the last conversation, so the next turn of a chat skips what it shares; up to\n" +
-			"--queue more wait, and beyond that a request gets 503 with Retry-After. On loopback, requests whose Host\n" +
+			"answers GET /health with 503 while the model loads, then 200. Up to --parallel requests generate at once,\n" +
+			"each on its own session, their next tokens computed in one forward pass (continuous batching: a layer's\n" +
+			"experts are read, or copied to the GPU, once for all of them); an offload budget keeps room for their KV\n" +
+			"caches before it sizes the expert slots. A request takes the session whose KV cache shares the most with\n" +
+			"its prompt, so the next turn of a chat skips what it shares; up to --queue more wait, and beyond that a\n" +
+			"request gets 503 with Retry-After. It speaks ollama's /api routes too. On loopback, requests whose Host\n" +
 			"header is not local are refused; with --api-key or --api-key-file every route but /health needs\n" +
 			"Authorization: Bearer KEY. SIGINT or SIGTERM stops accepting, gives the requests in flight a few seconds\n" +
 			"and exits. Here --host is the address to listen on, as llama-server's; the host CPU's profile is\n" +
 			"--host-profile.",
-		Example: "  commit-run serve -m model.gguf\n" +
+		Example: "  commit-run serve -m model.gguf --parallel 4\n" +
 			"  commit-run serve -m model.gguf --device cuda:0 --port 8081 --api-key-file ~/.commit-run-key\n" +
 			"  curl localhost:8080/v1/chat/completions -d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'",
 		Args: cobra.NoArgs,
@@ -49,6 +53,14 @@ func (a *app) serveCmd() *cobra.Command {
 			if queue < 0 || queue > 1<<20 {
 				return fmt.Errorf("--queue %d: want 0 to %d", queue, 1<<20)
 			}
+			if parallel < 1 || parallel > engine.MaxParallel {
+				return fmt.Errorf("--parallel %d: want 1 to %d", parallel, engine.MaxParallel)
+			}
+			opts, err := a.engineOptions(a.device, a.policy)
+			if err != nil {
+				return err
+			}
+			opts.Parallel = parallel
 			if key != "" && keyFile != "" {
 				return errors.New("--api-key and --api-key-file: give one")
 			}
@@ -81,7 +93,7 @@ func (a *app) serveCmd() *cobra.Command {
 					origins = append(origins, o)
 				}
 			}
-			srv := server.New(server.Options{ModelName: name, APIKey: key, Queue: q, LocalOnly: local, CORSOrigins: origins})
+			srv := server.New(server.Options{ModelName: name, APIKey: key, Parallel: parallel, Queue: q, LocalOnly: local, CORSOrigins: origins})
 			// Requests derive from reqCtx, which is canceled once the grace period after a
 			// signal has passed.
 			reqCtx, cancelReqs := context.WithCancel(context.Background())
@@ -92,12 +104,20 @@ func (a *app) serveCmd() *cobra.Command {
 			go func() { served <- hs.Serve(ln) }()
 			fmt.Fprintf(a.stderr, "commit-run: listening on http://%s (loading the model)\n", ln.Addr())
 
-			m, err := a.openModel()
+			m, err := a.openModelWith(opts)
 			if err != nil {
 				hs.Close()
 				return err
 			}
 			defer m.Close()
+			if parallel > 1 {
+				kv := fmt.Sprintf("%d KV caches of %.1f MiB", parallel, float64(m.KVCacheBytes())/(1<<20))
+				if st, ok := m.Offload(); ok {
+					fmt.Fprintf(a.stderr, "commit-run: %d parallel sequences, batched; the device budget holds their %s beside %d expert slots\n", parallel, kv, st.Slots)
+				} else {
+					fmt.Fprintf(a.stderr, "commit-run: %d parallel sequences, batched, with %s\n", parallel, kv)
+				}
+			}
 			if err := srv.SetModel(m); err != nil {
 				hs.Close()
 				return err
@@ -125,7 +145,8 @@ func (a *app) serveCmd() *cobra.Command {
 	f.IntVar(&port, "port", 8080, "TCP port to listen on (0: any free one)")
 	f.StringVar(&key, "api-key", "", "require Authorization: Bearer `KEY` on every route but /health")
 	f.StringVar(&keyFile, "api-key-file", "", "read the API key from `FILE`")
-	f.IntVar(&queue, "queue", server.DefaultQueue, "requests that may wait beyond the one running (0: none)")
+	f.IntVar(&parallel, "parallel", 1, "requests that generate at once, their decode steps batched into one pass")
+	f.IntVar(&queue, "queue", server.DefaultQueue, "requests that may wait beyond those running (0: none)")
 	f.StringVar(&name, "model-name", "", "the model id /v1/models lists (default: the file's name without .gguf)")
 	f.StringVar(&cors, "cors", "", "comma-separated web `ORIGINS` (or *) whose pages may call the API from a browser (default: none)")
 	return cmd

@@ -47,7 +47,7 @@ func TestServe(t *testing.T) {
 	var out, errOut lockedBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run([]string{"serve", "-m", model, "--port", port, "--ctx", "256"}, strings.NewReader(""), &out, &errOut, sig)
+		done <- run([]string{"serve", "-m", model, "--port", port, "--ctx", "256", "--parallel", "2"}, strings.NewReader(""), &out, &errOut, sig)
 	}()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -100,6 +100,9 @@ func TestServeBadFlags(t *testing.T) {
 	}{
 		{[]string{"--port", "70000"}, "--port 70000"},
 		{[]string{"--queue", "-2"}, "--queue -2"},
+		{[]string{"--parallel", "0"}, "--parallel 0"},
+		{[]string{"--parallel", "100000"}, "--parallel 100000"},
+		{[]string{"--parallel", "2", "--device", "sim:rtx4090", "--gpu-mem", "8MiB"}, "KV caches of 2 parallel sequences"},
 		{[]string{"--api-key", "a", "--api-key-file", key}, "give one"},
 		{[]string{"--api-key-file", key}, "empty"},
 		{[]string{"--api-key-file", "/nonexistent/key"}, "--api-key-file"},
