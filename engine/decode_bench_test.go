@@ -2,7 +2,9 @@ package engine_test
 
 import (
 	"context"
+	"fmt"
 	"runtime"
+	"sync"
 	"testing"
 
 	"github.com/commit-run/commit-run/engine"
@@ -45,6 +47,45 @@ func BenchmarkDecode(b *testing.B) {
 			tokens := float64(n) * float64(b.N)
 			b.ReportMetric(tokens/b.Elapsed().Seconds(), "tokens/s")
 			b.ReportMetric(float64(after.Mallocs-before.Mallocs)/tokens, "allocs/token")
+		})
+	}
+}
+
+// BenchmarkBatchedDecode decodes 32 greedy tokens in each of 1, 2 and 4 sessions at once on
+// the bundled model with continuous batching (Options.Parallel 4), two threads, and reports
+// the tokens/s of all the sessions together: the engine's side of the server's load
+// benchmark (tools/bench/serveload), without HTTP or sampling costs.
+func BenchmarkBatchedDecode(b *testing.B) {
+	for _, seqs := range []int{1, 2, 4} {
+		b.Run(fmt.Sprintf("sequences=%d", seqs), func(b *testing.B) {
+			m, err := engine.Open("../models/testdata/tinymoe-qwen2moe.gguf", engine.Options{Threads: 2, Parallel: 4})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			ss := make([]*engine.Session, seqs)
+			for i := range ss {
+				if ss[i], err = m.NewSession(); err != nil {
+					b.Fatal(err)
+				}
+				defer ss[i].Close()
+			}
+			const n = 32
+			opts := engine.GenerateOptions{MaxTokens: n, IgnoreEOS: true, Sampler: engine.SamplerOptions{Greedy: true}}
+			ctx := context.Background()
+			b.ResetTimer()
+			for b.Loop() {
+				var wg sync.WaitGroup
+				for i, s := range ss {
+					wg.Go(func() {
+						if _, err := s.Generate(ctx, []int32{1, 2, 3, int32(4 + i)}, opts); err != nil {
+							b.Error(err)
+						}
+					})
+				}
+				wg.Wait()
+			}
+			b.ReportMetric(float64(n*seqs*b.N)/b.Elapsed().Seconds(), "tokens/s")
 		})
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
-	"sort"
 )
 
 // sampler picks tokens from logits with llama.cpp's usual chain: repetition penalty, top-k,
@@ -85,12 +84,29 @@ func (s *sampler) sample(logits []float32, history []int32) int32 {
 	for i, l := range logits {
 		c = append(c, candidate{int32(i), l})
 	}
-	sort.Slice(c, func(i, j int) bool { return c[i].p > c[j].p || (c[i].p == c[j].p && c[i].id < c[j].id) })
-	if o.TopK > 0 && o.TopK < len(c) {
+	topK := o.TopK > 0 && o.TopK < len(c)
+	if topK || o.TopP > 0 && o.TopP < 1 {
+		// Truncation keeps the most likely tokens: sort them first (ties to the lower id).
+		// Without it every token stays and the walk below draws from the same distribution in
+		// any order, so the vocabulary is not sorted for each token.
+		slices.SortFunc(c, func(a, b candidate) int {
+			switch {
+			case a.p > b.p || a.p == b.p && a.id < b.id:
+				return -1
+			case a.p == b.p && a.id == b.id:
+				return 0
+			}
+			return 1
+		})
+	}
+	if topK {
 		c = c[:o.TopK]
 	}
 	// softmax with temperature
 	maxl := c[0].p
+	for _, x := range c {
+		maxl = max(maxl, x.p)
+	}
 	var sum float64
 	for i := range c {
 		e := math.Exp(float64((c[i].p - maxl) / o.Temperature))

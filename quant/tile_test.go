@@ -279,3 +279,60 @@ func FuzzX86RowsOneRow(f *testing.F) {
 		p.check(t)
 	})
 }
+
+// TestX86RowsF16Batched checks f16Rows, the F16 product of several activation rows with each
+// weight row widened once, against the reference on row lengths with and without a tail past
+// the kernels' steps of 64, odd row counts (where llama.cpp keeps ggml_vec_dot_f16 for a
+// batch too), and halves of every class: zeros, subnormals, infinities, NaN.
+func TestX86RowsF16Batched(t *testing.T) {
+	if fastF16Widen == nil {
+		t.Skip("no F16 batch kernels on this machine/build")
+	}
+	r := rand.New(rand.NewPCG(51, 52))
+	var s TileScratch
+	for _, cols := range []int{1, 7, 8, 63, 64, 65, 130, 256, 1000} {
+		for _, rows := range []int{1, 3, 8, 13} {
+			for _, T := range []int{2, 3, 4, 9} {
+				for _, batch := range []int{1, T} {
+					p := newTileProblem(r, F16, rows, cols, T, batch, 0, rows)
+					if !f16Batched(Matrix{Type: F16, Rows: rows, Cols: cols}, T, batch) {
+						continue // tinyBLAS: not this path
+					}
+					p.run(&s)
+					p.check(t)
+				}
+			}
+		}
+	}
+	// Special halves: the widening and the products are exact, NaN stays NaN.
+	specials := []uint16{0x0000, 0x8000, 0x0001, 0x83ff, 0x7c00, 0xfc00, 0x7e00, 0x3c00, 0x7bff}
+	p := newTileProblem(r, F16, 5, 70, 3, 1, 0, 5)
+	for i := 0; i+1 < len(p.w); i += 2 {
+		h := specials[r.IntN(len(specials))]
+		p.w[i], p.w[i+1] = byte(h), byte(h>>8)
+	}
+	p.run(&s)
+	p.check(t)
+}
+
+// FuzzX86RowsF16Batched compares f16Rows with the reference on arbitrary halves.
+func FuzzX86RowsF16Batched(f *testing.F) {
+	f.Add(uint8(3), uint8(5), bytesOf(0x3c, 2*(5*70+3*70)))
+	f.Add(uint8(2), uint8(1), bytesOf(0x7c, 2*(8*64+2*64)))
+	f.Fuzz(func(t *testing.T, tokens, rowsSel uint8, data []byte) {
+		if fastF16Widen == nil {
+			t.Skip("no F16 batch kernels on this machine/build")
+		}
+		T := 2 + int(tokens)%7
+		rows := 1 + int(rowsSel)%13
+		cols := len(data) / 2 / (rows + T)
+		if cols == 0 {
+			return
+		}
+		w := append([]byte(nil), data[:2*rows*cols]...)
+		x := append([]byte(nil), data[2*rows*cols:2*(rows+T)*cols]...)
+		p := &tileProblem{typ: F16, rows: rows, cols: cols, T: T, batch: 1, lo: 0, hi: rows, w: w, x: x, xrow: 2 * cols, raw: true}
+		p.run(&TileScratch{})
+		p.check(t)
+	})
+}

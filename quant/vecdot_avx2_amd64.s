@@ -2099,6 +2099,122 @@ loopdone:
 	VZEROUPPER
 	RET
 
+// func f16WideVecAVX2(w []byte, x []byte, n int) float32
+// Requires: AVX, FMA3, MMX+
+TEXT ·f16WideVecAVX2(SB), NOSPLIT, $0-60
+	MOVQ   w_base+0(FP), AX
+	MOVQ   x_base+24(FP), CX
+	MOVQ   n+48(FP), DX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   DX, BX
+	SHRQ   $0x06, BX
+	JZ     loopdone
+
+loop:
+	PREFETCHT0  2048(AX)
+	PREFETCHT0  2112(AX)
+	PREFETCHT0  2176(AX)
+	PREFETCHT0  2240(AX)
+	VMOVUPS     (AX), Y8
+	VFMADD231PS (CX), Y8, Y0
+	VMOVUPS     32(AX), Y8
+	VFMADD231PS 32(CX), Y8, Y1
+	VMOVUPS     64(AX), Y8
+	VFMADD231PS 64(CX), Y8, Y2
+	VMOVUPS     96(AX), Y8
+	VFMADD231PS 96(CX), Y8, Y3
+	VMOVUPS     128(AX), Y8
+	VFMADD231PS 128(CX), Y8, Y4
+	VMOVUPS     160(AX), Y8
+	VFMADD231PS 160(CX), Y8, Y5
+	VMOVUPS     192(AX), Y8
+	VFMADD231PS 192(CX), Y8, Y6
+	VMOVUPS     224(AX), Y8
+	VFMADD231PS 224(CX), Y8, Y7
+	ADDQ        $0x00000100, AX
+	ADDQ        $0x00000100, CX
+	DECQ        BX
+	JNZ         loop
+
+loopdone:
+	VADDPS       Y4, Y0, Y0
+	VADDPS       Y6, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VADDPS       Y5, Y1, Y1
+	VADDPS       Y7, Y3, Y3
+	VADDPS       Y3, Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	ANDQ         $0x3f, DX
+	VCVTSS2SD    X1, X9, X9
+	TESTQ        DX, DX
+	JZ           ret
+
+tail:
+	VMOVSS    (AX), X0
+	VMOVSS    (CX), X1
+	VMULSS    X1, X0, X0
+	VCVTSS2SD X0, X0, X0
+	VADDSD    X0, X9, X9
+	ADDQ      $0x04, AX
+	ADDQ      $0x04, CX
+	DECQ      DX
+	JNZ       tail
+
+ret:
+	VCVTSD2SS X9, X9, X9
+	VMOVSS    X9, ret+56(FP)
+	VZEROUPPER
+	RET
+
+// func f16WidenAVX2(dst []byte, src []byte, n int)
+// Requires: AVX, F16C
+TEXT ·f16WidenAVX2(SB), NOSPLIT, $0-56
+	MOVQ dst_base+0(FP), AX
+	MOVQ src_base+24(FP), CX
+	MOVQ n+48(FP), DX
+	MOVQ DX, BX
+	SHRQ $0x03, BX
+	JZ   widendone
+
+widen:
+	VCVTPH2PS (CX), Y0
+	VMOVUPS   Y0, (AX)
+	ADDQ      $0x10, CX
+	ADDQ      $0x20, AX
+	DECQ      BX
+	JNZ       widen
+
+widendone:
+	ANDQ $0x07, DX
+	JZ   ret
+
+tail:
+	MOVWLZX   (CX), BX
+	VMOVD     BX, X0
+	VCVTPH2PS X0, X0
+	VMOVSS    X0, (AX)
+	ADDQ      $0x02, CX
+	ADDQ      $0x04, AX
+	DECQ      DX
+	JNZ       tail
+
+ret:
+	VZEROUPPER
+	RET
+
 // func bf16VecAVX2(w []byte, x []byte, n int) float32
 // Requires: AVX, AVX2, FMA3, MMX+
 TEXT ·bf16VecAVX2(SB), NOSPLIT, $0-60

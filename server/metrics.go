@@ -45,6 +45,24 @@ func newMetrics(s *Server) *metrics {
 	return m
 }
 
+// batching registers continuous batching's figures of model m, when it batches.
+func (m *metrics) batching(model *engine.Model) {
+	if _, ok := model.BatchStats(); !ok {
+		return
+	}
+	stat := func(f func(engine.BatchStats) int64) func() float64 {
+		return func() float64 {
+			st, _ := model.BatchStats()
+			return float64(f(st))
+		}
+	}
+	m.reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "commit_run_decode_steps_total",
+			Help: "Forward passes of batched decode steps."}, stat(func(s engine.BatchStats) int64 { return s.Passes })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "commit_run_decode_step_rows_total",
+			Help: "Tokens the batched decode steps evaluated, one per sequence: over the steps, the mean batch."}, stat(func(s engine.BatchStats) int64 { return s.Rows })))
+}
+
 // offloading registers the offloader's figures of model m, when it offloads.
 func (m *metrics) offloading(model *engine.Model) {
 	if _, ok := model.Offload(); !ok {

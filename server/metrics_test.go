@@ -31,16 +31,17 @@ func scrape(t *testing.T, url, key string) map[string]*dto.MetricFamily {
 }
 
 // TestMetrics: after requests, /metrics counts them by route and status, the prompt and
-// generated tokens, times the first token and the later ones, shows the queue, and on an
-// offloading model the expert cache's figures; it needs the API key like the API.
+// generated tokens, times the first token and the later ones, shows the queue, the batched
+// decode steps, and on an offloading model the expert cache's figures; it needs the API key
+// like the API.
 func TestMetrics(t *testing.T) {
-	m, err := engine.Open(bundled, engine.Options{Threads: 2, KVType: "f32", ContextLength: 128,
+	m, err := engine.Open(bundled, engine.Options{Threads: 2, KVType: "f32", ContextLength: 128, Parallel: 2,
 		Offload: &engine.OffloadOptions{Policy: offload.OnDemand, GPUMem: 40 << 20}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	url := serve(t, m, server.Options{APIKey: "k"})
+	url := serve(t, m, server.Options{APIKey: "k", Parallel: 2})
 	c := client(url, "k")
 	chat := openai.ChatCompletionNewParams{Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Hello")}, MaxTokens: openai.Int(6)}
 	got, err := c.Chat.Completions.New(context.Background(), chat)
@@ -101,6 +102,9 @@ func TestMetrics(t *testing.T) {
 		{"commit_run_expert_bytes_copied_total", nil, func(v float64) bool { return v > 0 }},
 		{"commit_run_experts_on_host_total", nil, func(v float64) bool { return v == 0 }},
 		{"commit_run_expert_slots", nil, func(v float64) bool { return v > 0 }},
+		// One request alone: each of its decode steps is a pass of one row.
+		{"commit_run_decode_steps_total", nil, func(v float64) bool { return v == tokens-1 }},
+		{"commit_run_decode_step_rows_total", nil, func(v float64) bool { return v == tokens-1 }},
 	} {
 		if v := value(c.name, c.labels...); !c.ok(v) {
 			t.Errorf("%s%v = %v", c.name, c.labels, v)

@@ -207,6 +207,7 @@ func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request, ids []in
 		return nil
 	}
 	res, err := sess.Generate(r.Context(), ids, opts)
+	release()
 	if err != nil {
 		if r.Context().Err() != nil {
 			return

@@ -42,6 +42,9 @@ type sampling struct {
 	Echo             bool            `json:"echo"`
 	Suffix           *string         `json:"suffix"`
 	BestOf           *int            `json:"best_of"`
+	// IgnoreEOS generates to the token limit past the end of text: llama-server's and
+	// vLLM's extension, which load benchmarks send for answers of a fixed length.
+	IgnoreEOS bool `json:"ignore_eos"`
 }
 
 type chatRequest struct {
@@ -193,6 +196,7 @@ func (s *Server) options(q *sampling, promptLen int, chat bool) (engine.Generate
 		}
 	}
 	o.Sampler = engine.SamplerOptions{Temperature: float32(temp), TopP: float32(topP), Greedy: temp == 0}
+	o.IgnoreEOS = q.IgnoreEOS
 	for _, p := range []struct {
 		param string
 		v     *float64
@@ -447,6 +451,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, q *sampling, i
 			return nil
 		}
 		res, err := sess.Generate(r.Context(), ids, opts)
+		release()
 		if err != nil {
 			if r.Context().Err() == nil {
 				writeError(w, http.StatusInternalServerError, "server_error", err.Error(), "")
@@ -535,6 +540,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, q *sampling, i
 		return send(chunk(t.Text, false, nil, t.Logprob))
 	}
 	res, err := sess.Generate(r.Context(), ids, opts)
+	release()
 	if err != nil {
 		if r.Context().Err() == nil {
 			var e apiError

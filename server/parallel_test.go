@@ -62,3 +62,20 @@ func TestParallelRequests(t *testing.T) {
 	st, _ := m.BatchStats()
 	t.Logf("decode steps: %d passes for %d tokens", st.Passes, st.Rows)
 }
+
+// TestBackToBackRequests: with no queue, a client that sends its next request as soon as it
+// has read the last answer finds the session free; the session is given back before the
+// answer's last bytes, not after.
+func TestBackToBackRequests(t *testing.T) {
+	url, _ := start(t, server.Options{Queue: -1})
+	c := client(url, "")
+	for i := range 40 {
+		s := c.Completions.NewStreaming(context.Background(), openai.CompletionNewParams{Model: "tinymoe-qwen2moe",
+			Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once")}, MaxTokens: openai.Int(3)})
+		for s.Next() {
+		}
+		if err := s.Err(); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+	}
+}

@@ -125,6 +125,7 @@ func (s *Server) SetModel(m *engine.Model) error {
 	}
 	s.model, s.sessions, s.idle = m, sessions, slices.Clone(sessions)
 	s.met.offloading(m)
+	s.met.batching(m)
 	s.name = s.opts.ModelName
 	if s.name == "" {
 		s.name = strings.TrimSuffix(filepath.Base(m.Info().Path), ".gguf")
@@ -309,12 +310,15 @@ func (s *Server) take(prompt []int32) (*engine.Session, func(), bool) {
 	sess := s.idle[best]
 	s.idle = slices.Delete(s.idle, best, best+1)
 	s.mu.Unlock()
-	return sess, func() {
+	// The handlers release the session as soon as its generation ends, before the answer's
+	// last bytes, so that a client that sends its next request on reading them finds it
+	// free; and again, harmlessly, when they return.
+	return sess, sync.OnceFunc(func() {
 		s.mu.Lock()
 		s.idle = append(s.idle, sess)
 		s.mu.Unlock()
 		<-s.run
-	}, true
+	}), true
 }
 
 // Waiting is how many requests wait for their turn now.
