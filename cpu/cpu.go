@@ -160,10 +160,36 @@ func (d *Device) MatMulID(w quant.Matrix, x []float32, T int, out []float32) {
 	d.matMul(w, x, T, out, 1)
 }
 
+// Serial returns the device's kernels computing on the calling goroutine alone, with the
+// same numbers: for work spread over the threads a level up, several small products at once,
+// where splitting each product's rows would cost more in waking and waiting than it saves.
+func (d *Device) Serial() device.Kernels { return serial{d} }
+
+type serial struct{ d *Device }
+
+func (s serial) MatMul(w quant.Matrix, x []float32, T int, out []float32) {
+	s.d.product(w, x, T, out, T, false)
+}
+
+func (s serial) MatMulID(w quant.Matrix, x []float32, T int, out []float32) {
+	s.d.product(w, x, T, out, 1, false)
+}
+
+func (serial) Parallel(n int, fn func(i int)) {
+	for i := range n {
+		fn(i)
+	}
+}
+
 // matMul computes MatMul choosing the kernels as for a product over batch rows (T, or 1 for
 // row-by-row products). The rows are split over the threads in multiples of 8, the groups in
 // which llama.cpp repacks (and quant.X86Rows tiles) them.
 func (d *Device) matMul(w quant.Matrix, x []float32, T int, out []float32, batch int) {
+	d.product(w, x, T, out, batch, true)
+}
+
+// product is matMul over the device's threads (spread) or on the calling goroutine.
+func (d *Device) product(w quant.Matrix, x []float32, T int, out []float32, batch int, spread bool) {
 	if T == 0 {
 		return
 	}
@@ -183,7 +209,11 @@ func (d *Device) matMul(w quant.Matrix, x []float32, T int, out []float32, batch
 	}
 	job.out, job.ldo = out, w.Rows
 	job.p.Prepare(w, xq, xrow, T, batch)
-	d.parallelRange(w.Rows, 8, job)
+	if spread {
+		d.parallelRange(w.Rows, 8, job)
+	} else {
+		job.runRange(0, w.Rows)
+	}
 	job.out = nil
 	job.p.Prepare(quant.Matrix{}, nil, 0, 0, 1) // drop the references, keep the memory
 	d.jobs.Put(job)

@@ -73,21 +73,29 @@ func TestMatMul(t *testing.T) {
 			for _, T := range []int{1, 2, 4, 7, 67} {
 				x := randomActivations(r, T*cols)
 				for _, threads := range []int{1, 2, 3} {
-					d := New(threads)
-					for _, id := range []bool{false, true} {
-						name := fmt.Sprintf("%v/%dx%d/T=%d/threads=%d/id=%v", typ, rows, cols, T, threads, id)
-						got := make([]float32, T*rows)
-						batch := T
-						if id {
-							d.MatMulID(w, x, T, got)
-							batch = 1
-						} else {
-							d.MatMul(w, x, T, got)
+					// The device's kernels, and Serial's, which compute on the caller alone.
+					for _, k := range []struct {
+						name string
+						k    interface {
+							MatMul(quant.Matrix, []float32, int, []float32)
+							MatMulID(quant.Matrix, []float32, int, []float32)
 						}
-						want := wantMatMul(w, x, T, batch)
-						for i := range want {
-							if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-								t.Fatalf("%s: out[%d][%d] = %v, want %v", name, i/rows, i%rows, got[i], want[i])
+					}{{"spread", New(threads)}, {"serial", New(threads).Serial()}} {
+						for _, id := range []bool{false, true} {
+							name := fmt.Sprintf("%v/%dx%d/T=%d/threads=%d/%s/id=%v", typ, rows, cols, T, threads, k.name, id)
+							got := make([]float32, T*rows)
+							batch := T
+							if id {
+								k.k.MatMulID(w, x, T, got)
+								batch = 1
+							} else {
+								k.k.MatMul(w, x, T, got)
+							}
+							want := wantMatMul(w, x, T, batch)
+							for i := range want {
+								if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+									t.Fatalf("%s: out[%d][%d] = %v, want %v", name, i/rows, i%rows, got[i], want[i])
+								}
 							}
 						}
 					}

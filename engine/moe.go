@@ -8,6 +8,7 @@ import (
 	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/models"
 	"github.com/commit-run/commit-run/multigpu"
+	"github.com/commit-run/commit-run/offload"
 )
 
 // routing is the experts chosen for one token and their mixing weights, in top-k order.
@@ -353,6 +354,11 @@ func (m *Model) experts(b models.Backend, layer int, moe *models.MoE, x, xh []fl
 		jobs, active, tokens = append(jobs, j), append(active, e), append(tokens, n)
 		pos += n
 	}
+	if m.smallExperts(b, layer, x, jobs) {
+		ys := b.Floats(off[T] * d)
+		b.Gather(ys, yAll, inv, d)
+		return ys, off, nil
+	}
 	plan := m.place.onHost(layer, active, tokens) // the experts the host computes
 	var xReady device.Event                       // when the device has computed xh
 	if plan != nil {
@@ -388,6 +394,59 @@ func (m *Model) experts(b models.Backend, layer int, moe *models.MoE, x, xh []fl
 	ys := b.Floats(off[T] * d)
 	b.Gather(ys, yAll, inv, d)
 	return ys, off, nil
+}
+
+// smallExpertMACs bounds the multiply-adds of an expert's product that smallExperts takes:
+// below it, splitting a product's rows over the threads costs more in waking and waiting
+// than it saves (a few microseconds each, against about 50 for a product of this size).
+const smallExpertMACs = 1 << 19
+
+// serialDevice is a device whose kernels can compute on the calling goroutine alone
+// (cpu.Device.Serial).
+type serialDevice interface {
+	Serial() device.Kernels
+}
+
+// smallExperts computes a layer's experts jobs at once, one expert per thread, each
+// product on its thread alone, where every product is small and the experts are the
+// model's own weights on the CPU: a decode batch of several sequences routes its tokens to
+// many experts with a row or two each, and a thread per product's rows would be woken and
+// waited for three times per expert. The numbers are the same: each output is one kernel's
+// whichever thread computes it. It returns false, having done nothing, where it does not
+// apply.
+func (m *Model) smallExperts(b models.Backend, layer int, x []float32, jobs []expertJob) bool {
+	sd, ok := m.dev.(serialDevice)
+	if !ok || m.off != nil || m.resident || len(jobs) < 2 {
+		return false
+	}
+	d := m.arch.Config.Embd
+	moe := m.arch.Layers[layer].MoE
+	for _, j := range jobs {
+		if w := moe.GateExps.Expert(j.e); w.Rows*w.Cols*j.n > smallExpertMACs {
+			return false
+		}
+	}
+	// The activations come from the pass's arena, which is not safe for concurrent use:
+	// every job's is taken here.
+	type work struct {
+		w        offload.ExpertWeights
+		in, g, u []float32
+	}
+	ws := make([]work, len(jobs))
+	for i, j := range jobs {
+		w, _, _ := m.place.weights(layer, j.e, false) // the model's own weights: nothing to wait for
+		nff := w.Gate.Rows
+		ws[i] = work{w: w, in: j.input(b, x, d), g: b.Floats(j.n * nff), u: b.Floats(j.n * nff)}
+	}
+	k := sd.Serial()
+	m.dev.Parallel(len(jobs), func(i int) {
+		j, w := jobs[i], &ws[i]
+		k.MatMulID(w.w.Gate, w.in, j.n, w.g)
+		k.MatMulID(w.w.Up, w.in, j.n, w.u)
+		models.HostOps{K: k}.SwiGLU(w.g, w.u, w.w.Gate.Rows)
+		k.MatMulID(w.w.Down, w.g, j.n, j.y)
+	})
+	return true
 }
 
 // expertJob is one routed expert of a layer's pass: its n tokens' rows of the layer's input
