@@ -58,52 +58,87 @@ func TestBatchedSequencesMatchAlone(t *testing.T) {
 					all := int64(info.Experts * len(info.MoELayers))
 					o.Offload.GPUMem = st.Resident + max(all/2, int64(2*info.ExpertsUsed))*st.SlotBytes
 				}
-				o.Parallel = 1
-				want := make([]engine.Result, len(prompts))
-				alone := openOpts(t, mm.path, o)
-				for i, p := range prompts {
-					want[i] = greedy(t, alone, p, n)
-				}
-				alone.Close()
-
-				o.Parallel = len(prompts)
-				m := openOpts(t, mm.path, o)
-				defer m.Close()
-				got := make([]engine.Result, len(prompts))
-				errs := make([]error, len(prompts))
-				// The sequences wait for each other at every token, so that their decode
-				// steps overlap however fast the model is and however the goroutines are
-				// scheduled.
-				var wg sync.WaitGroup
-				step := newLockstep(len(prompts))
-				for i, p := range prompts {
-					wg.Go(func() {
-						s, err := m.NewSession()
-						if err != nil {
-							errs[i] = err
-							return
-						}
-						defer s.Close()
-						got[i], errs[i] = s.Generate(context.Background(), p, engine.GenerateOptions{MaxTokens: n, IgnoreEOS: true, Sampler: engine.SamplerOptions{Greedy: true},
-							Logprobs: true, TopLogprobs: 5, OnToken: func(engine.Token) error { step.wait(); return nil }})
-					})
-				}
-				wg.Wait()
-				for i := range prompts {
-					if errs[i] != nil {
-						t.Fatalf("sequence %d: %v", i, errs[i])
-					}
-					if !slices.Equal(got[i].Tokens, want[i].Tokens) {
-						t.Errorf("sequence %d batched: %v, alone: %v", i, got[i].Tokens, want[i].Tokens)
-					} else if !slices.EqualFunc(got[i].Logprobs, want[i].Logprobs, sameLogprob) {
-						t.Errorf("sequence %d: the same tokens, but other log-probabilities batched than alone", i)
-					}
-				}
-				st, ok := m.BatchStats()
-				if !ok || st.Rows <= st.Passes {
-					t.Errorf("batch stats %+v (on: %v): no step shared a pass", st, ok)
-				}
+				checkBatched(t, mm.path, o, prompts, n)
 			})
+		}
+	}
+}
+
+// checkBatched decodes n greedy tokens after each prompt alone, then all at once with
+// continuous batching, and checks that each sequence's tokens and their log-probabilities
+// (with the top 5) are the same to the bit, and that the steps did share passes.
+func checkBatched(t *testing.T, path string, o engine.Options, prompts [][]int32, n int) {
+	t.Helper()
+	o.Parallel = 1
+	want := make([]engine.Result, len(prompts))
+	alone := openOpts(t, path, o)
+	for i, p := range prompts {
+		want[i] = greedy(t, alone, p, n)
+	}
+	alone.Close()
+
+	o.Parallel = len(prompts)
+	m := openOpts(t, path, o)
+	defer m.Close()
+	got := make([]engine.Result, len(prompts))
+	errs := make([]error, len(prompts))
+	// The sequences wait for each other at every token, so that their decode steps overlap
+	// however fast the model is and however the goroutines are scheduled.
+	var wg sync.WaitGroup
+	step := newLockstep(len(prompts))
+	for i, p := range prompts {
+		wg.Go(func() {
+			s, err := m.NewSession()
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer s.Close()
+			got[i], errs[i] = s.Generate(context.Background(), p, engine.GenerateOptions{MaxTokens: n, IgnoreEOS: true, Sampler: engine.SamplerOptions{Greedy: true},
+				Logprobs: true, TopLogprobs: 5, OnToken: func(engine.Token) error { step.wait(); return nil }})
+		})
+	}
+	wg.Wait()
+	for i := range prompts {
+		if errs[i] != nil {
+			t.Fatalf("sequence %d: %v", i, errs[i])
+		}
+		if !slices.Equal(got[i].Tokens, want[i].Tokens) {
+			t.Errorf("sequence %d batched: %v, alone: %v", i, got[i].Tokens, want[i].Tokens)
+		} else if !slices.EqualFunc(got[i].Logprobs, want[i].Logprobs, sameLogprob) {
+			t.Errorf("sequence %d: the same tokens, but other log-probabilities batched than alone", i)
+		}
+	}
+	st, ok := m.BatchStats()
+	if !ok || st.Rows <= st.Passes {
+		t.Errorf("batch stats %+v (on: %v): no step shared a pass", st, ok)
+	}
+}
+
+// TestCUDABatchedSequencesMatchAlone is TestBatchedSequencesMatchAlone on cuda:0 (the fake
+// driver, or -gpu=system): the bundled models with their weights on the GPU and with the
+// experts offloaded on demand. Not cpu-miss or hot: there the host computes some experts,
+// chosen by the timing of the copies, with its own kernels, which round otherwise than the
+// card's, so that a sequence's numbers are not the same from run to run even alone.
+func TestCUDABatchedSequencesMatchAlone(t *testing.T) {
+	lib := engine.GPUForTests(t)
+	prompts := [][]int32{{1, 2, 3}, {5, 9, 14, 3, 7, 2}, {11}, {4, 4, 8, 15, 16, 23, 42}}
+	for _, path := range []string{bundledQwen, bundledMixtral} {
+		for _, pol := range []offload.Policy{-1, offload.OnDemand} {
+			o := engine.Options{Threads: 2, ContextLength: 64, Device: "cuda:0", CUDALibrary: lib}
+			name := path
+			if pol >= 0 {
+				o.Offload = &engine.OffloadOptions{Policy: pol}
+				o.Parallel = len(prompts)
+				st := offloadProbe(t, path, o)
+				info, err := engine.Inspect(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				o.Offload.GPUMem = st.Resident + int64(info.Experts*len(info.MoELayers)/2)*st.SlotBytes
+				name += "/" + pol.String()
+			}
+			t.Run(name, func(t *testing.T) { checkBatched(t, path, o, prompts, 8) })
 		}
 	}
 }
@@ -272,5 +307,76 @@ func TestBatchedCancelAndClose(t *testing.T) {
 	}
 	if counts[0] != 8 {
 		t.Errorf("the cancelled sequence took %d tokens, want 8", counts[0])
+	}
+}
+
+// TestBatchedOffloadCopiesLess decodes four sequences at once on a simulated GPU whose slots
+// hold under half of the bundled model's experts, and checks that the expert bytes copied per
+// decoded token fall below those of the same sequences decoded one after another: each
+// expert a batch shares is copied once for all its sequences, and a batch that goes through
+// more experts than the slots hold does not let LRU evict what its next step wants
+// (offloader.scanning).
+func TestBatchedOffloadCopiesLess(t *testing.T) {
+	const path = "../models/testdata/tinymoe-qwen2moe.gguf"
+	prompts := [][]int32{{1, 2, 3}, {5, 9, 14, 3, 7, 2}, {11}, {4, 4, 8, 15, 16, 23, 42}}
+	const n = 24
+	o := engine.Options{Threads: 2, ContextLength: 64, Device: "sim:rtx2080ti", Parallel: len(prompts),
+		Offload: &engine.OffloadOptions{Policy: offload.OnDemand}}
+	st := offloadProbe(t, path, o)
+	o.Offload.GPUMem = st.Resident + 28*st.SlotBytes // of 64 experts
+	perToken := func(batched bool) float64 {
+		m := openOpts(t, path, o)
+		defer m.Close()
+		var copied int64
+		var wg sync.WaitGroup
+		step := newLockstep(len(prompts))
+		for _, p := range prompts {
+			run := func() {
+				s, err := m.NewSession()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				defer s.Close()
+				var before engine.OffloadStats
+				first := true
+				_, err = s.Generate(context.Background(), p, engine.GenerateOptions{MaxTokens: n, IgnoreEOS: true, Sampler: engine.SamplerOptions{Greedy: true},
+					OnToken: func(engine.Token) error {
+						if batched {
+							step.wait()
+						}
+						if first { // the decode steps only, after every prompt
+							first = false
+							if batched {
+								step.wait()
+							}
+							before, _ = m.Offload()
+						}
+						return nil
+					}})
+				if err != nil {
+					t.Error(err)
+				}
+				after, _ := m.Offload()
+				if batched {
+					step.wait()
+				}
+				if !batched || p[0] == prompts[0][0] {
+					copied += after.BytesCopied - before.BytesCopied
+				}
+			}
+			if batched {
+				wg.Go(run)
+			} else {
+				run()
+			}
+		}
+		wg.Wait()
+		return float64(copied) / float64(len(prompts)*(n-1))
+	}
+	alone, batched := perToken(false), perToken(true)
+	t.Logf("expert bytes copied per decoded token: %.0f alone, %.0f four at once", alone, batched)
+	if !(batched < 0.9*alone) {
+		t.Errorf("four sequences at once copied %.0f bytes per decoded token, one at a time %.0f: want at least 10%% fewer", batched, alone)
 	}
 }

@@ -75,12 +75,14 @@ type offloader struct {
 	counts   map[int][]int // MoE block -> how often it chose each expert (frequency)
 	pending  map[int][]int // MoE block -> the experts prefetched for its next pass
 	prompt   bool          // the pass routes several tokens of a prompt: its experts are demoted after use
-	// decodeBatch: the pass routes the next token of several sequences, whose next step
-	// wants the same experts again, so nothing is demoted.
-	decodeBatch bool
-	kept        int // experts pinned in their slots for good (static's device layers)
-	stats       OffloadStats
-	virtual     []byte // a timing-only run's slots, reserved but never written
+	// decodeBatch: the pass routes the next token of several sequences, not a prompt's
+	// (see scanning). footprint counts the experts the pass has acquired, lastFootprint
+	// those of the last decode batch.
+	decodeBatch              bool
+	footprint, lastFootprint int
+	kept                     int // experts pinned in their slots for good (static's device layers)
+	stats                    OffloadStats
+	virtual                  []byte // a timing-only run's slots, reserved but never written
 }
 
 // close gives back what the offloader holds beyond Go memory.
@@ -279,8 +281,22 @@ func (f *offloader) beginPass(decodeBatch bool) {
 		f.cache.Restore() // the prompt's demotions served its own pass only
 		f.prompt = false
 	}
-	f.decodeBatch = decodeBatch
+	if f.decodeBatch {
+		f.lastFootprint = f.footprint
+	}
+	f.decodeBatch, f.footprint = decodeBatch, 0
 	f.mu.Unlock()
+}
+
+// scanning says whether the current pass, a decode batch, goes through more experts than
+// half the slots hold (as the last batch did): then a pass's experts are a cyclic scan that
+// LRU serves worst, since each layer's misses evict the experts its layer used a pass ago,
+// which it is about to want again. An expert copied in for such a pass is demoted after use,
+// so that the next misses take its slot and not a resident one's: the experts that stay
+// resident keep serving hits, and the misses go through the slots they leave. f's lock is
+// held.
+func (f *offloader) scanning() bool {
+	return f.decodeBatch && 2*f.lastFootprint > len(f.slots)
 }
 
 // onHost says which of a layer's experts the policy computes on the host (nil: none).
@@ -330,6 +346,8 @@ func (f *offloader) weights(layer, e int, host bool) (w offload.ExpertWeights, d
 	if err := f.cache.Pin(k); err != nil {
 		return w, nil, err
 	}
+	f.footprint++
+	demote := f.prompt || !hit && f.scanning()
 	if hit {
 		f.stats.Hits++
 	} else {
@@ -350,10 +368,11 @@ func (f *offloader) weights(layer, e int, host bool) (w offload.ExpertWeights, d
 		defer f.mu.Unlock()
 		// The slot may be overwritten once the kernels enqueued so far are done.
 		f.free[slot] = f.dev.Compute().Record()
-		if f.prompt {
+		if demote {
 			// A prompt's pass goes through every layer once, using most of each layer's
 			// experts: the ones it has used are the ones it no longer needs, and under LRU
-			// the later layers' experts, which it is about to use, would go first.
+			// the later layers' experts, which it is about to use, would go first. A large
+			// decode batch's misses likewise (scanning).
 			f.cache.Demote(k)
 		}
 		return f.cache.Unpin(k)

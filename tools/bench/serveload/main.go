@@ -1,5 +1,6 @@
 // Command serveload is the server's load benchmark: for each number of streams N it starts
-// `commit-run serve --parallel N` (with the engine flags given after --), runs N clients that
+// `commit-run serve --parallel P` (P the most streams, or -parallel; with the engine flags
+// given after --), runs N clients that
 // stream completions of a fixed length through OpenAI's Go SDK for a fixed time, one request
 // after another, and stops the server. It prints, per N, the generated tokens/s of all the
 // streams together and of one, the time to first token (p50, p90), the requests and errors,
@@ -42,6 +43,7 @@ func main() {
 	duration := flag.Duration("duration", 10*time.Second, "how long the clients start requests")
 	tokens := flag.Int("tokens", 64, "tokens per answer (max_tokens, with ignore_eos)")
 	rounds := flag.Int("rounds", 3, "times each stream count runs, in turn with the others")
+	parallel := flag.Int("parallel", 0, "serve --parallel for every run (0: the most streams), so that every run has the same KV caches and expert slots")
 	flag.Parse()
 	var streams []int
 	for _, f := range strings.Split(*streamList, ",") {
@@ -54,10 +56,16 @@ func main() {
 	if *rounds < 1 || *tokens < 1 || *duration <= 0 {
 		fail(errors.New("-rounds, -tokens and -duration must be positive"))
 	}
+	if *parallel == 0 {
+		*parallel = slices.Max(streams)
+	}
+	if *parallel < slices.Max(streams) {
+		fail(fmt.Errorf("-parallel %d: fewer than the %d streams", *parallel, slices.Max(streams)))
+	}
 	results := map[int][]result{}
 	for r := range *rounds {
 		for _, n := range streams {
-			res, err := run(*bin, *modelPath, flag.Args(), n, *duration, *tokens)
+			res, err := run(*bin, *modelPath, flag.Args(), *parallel, n, *duration, *tokens)
 			if err != nil {
 				fail(fmt.Errorf("%d streams, round %d: %w", n, r+1, err))
 			}
@@ -65,7 +73,7 @@ func main() {
 			results[n] = append(results[n], res)
 		}
 	}
-	fmt.Printf("commit-run serve, %s %s, %d-token answers for %s, median of %d rounds\n\n", *modelPath, strings.Join(flag.Args(), " "), *tokens, *duration, *rounds)
+	fmt.Printf("commit-run serve --parallel %d, %s %s, %d-token answers for %s, median of %d rounds\n\n", *parallel, *modelPath, strings.Join(flag.Args(), " "), *tokens, *duration, *rounds)
 	fmt.Println("| streams | tokens/s | per stream | x 1 stream | TTFT p50 ms | TTFT p90 ms | requests | errors | mean batch | expert MB copied / token |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
 	base := 0.0
@@ -118,10 +126,10 @@ func median(rs []result, f func(result) float64) float64 {
 
 var listening = regexp.MustCompile(`listening on (http://\S+)`)
 
-// run serves the model with --parallel n, loads it with n streams and stops it.
-func run(bin, modelPath string, engineFlags []string, n int, d time.Duration, tokens int) (result, error) {
+// run serves the model with --parallel p, loads it with n streams and stops it.
+func run(bin, modelPath string, engineFlags []string, p, n int, d time.Duration, tokens int) (result, error) {
 	args := append([]string{"-m", modelPath}, engineFlags...)
-	args = append(args, "serve", "--port", "0", "--parallel", strconv.Itoa(n), "--queue", "0")
+	args = append(args, "serve", "--port", "0", "--parallel", strconv.Itoa(p), "--queue", "0")
 	cmd := exec.Command(bin, args...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
