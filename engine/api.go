@@ -11,7 +11,8 @@
 // (Options.TimingOnly, OpenShape) go through the same passes on a simulated GPU that charges
 // every kernel and copy without computing, so that every figure Bench and SimBench report
 // comes from the code that would run on the card. Automatic placement (auto.go) chooses among
-// the policies with those same runs when a model does not fit its GPU.
+// the policies with those same runs when a model does not fit its GPU. With Options.Parallel,
+// the decode steps of sessions generating at the same time share one pass (batch.go).
 package engine
 
 import (
