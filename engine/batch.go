@@ -94,6 +94,10 @@ func (m *Model) BatchStats() (st BatchStats, ok bool) {
 	return BatchStats{Passes: m.batch.passes.Load(), Rows: m.batch.rows.Load()}, true
 }
 
+// Batches says whether sessions that generate at the same time share their decode steps'
+// passes: Options.Parallel above 1, and no Commit Router, whose predictions are one token's.
+func (m *Model) Batches() bool { return m.batch != nil && m.commit == nil }
+
 // batchable says whether the session's decode steps may share a pass: not when it observes
 // its routing or follows the Commit Router, whose events and predictions are one sequence's
 // (committing computes with the predicted experts of one token, at batch size 1).

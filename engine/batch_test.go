@@ -244,6 +244,20 @@ func TestParallelReservesKVCaches(t *testing.T) {
 	for _, s := range ss {
 		s.Close()
 	}
+	if !m.Batches() {
+		t.Error("3 parallel sequences, no Commit Router: Batches says no")
+	}
+	// Under commit the Commit Router predicts one token's experts: each sequence decodes on
+	// its own, and the model says so.
+	cm, err := engine.Open("../models/testdata/tinymoe-qwen2moe.gguf", engine.Options{Parallel: 2, ContextLength: 64, Device: "sim:rtx4090",
+		Offload: &engine.OffloadOptions{Policy: offload.Commit, GPUMem: 64 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cm.Batches() {
+		t.Error("under commit, Batches says yes")
+	}
+	cm.Close()
 	for _, p := range []int{-1, engine.MaxParallel + 1} {
 		if _, err := engine.Open(tinyModel, engine.Options{Parallel: p}); err == nil || !strings.Contains(err.Error(), "parallel") {
 			t.Errorf("parallel %d: %v", p, err)

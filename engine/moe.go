@@ -434,7 +434,8 @@ func (m *Model) smallExperts(b models.Backend, layer int, x []float32, jobs []ex
 	}
 	ws := make([]work, len(jobs))
 	for i, j := range jobs {
-		w, _, _ := m.place.weights(layer, j.e, false) // the model's own weights: nothing to wait for
+		// The model's own weights (no offloader): nothing to copy or wait for.
+		w := offload.ExpertWeights{Gate: moe.GateExps.Expert(j.e), Up: moe.UpExps.Expert(j.e), Down: moe.DownExps.Expert(j.e)}
 		nff := w.Gate.Rows
 		ws[i] = work{w: w, in: j.input(b, x, d), g: b.Floats(j.n * nff), u: b.Floats(j.n * nff)}
 	}

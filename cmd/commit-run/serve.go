@@ -110,12 +110,15 @@ func (a *app) serveCmd() *cobra.Command {
 				return err
 			}
 			defer m.Close()
+			if parallel > 1 && !m.Batches() {
+				fmt.Fprintf(a.stderr, "commit-run: --parallel %d with the Commit Router, which predicts one token's experts: each sequence decodes in passes of its own\n", parallel)
+			}
 			if parallel > 1 {
 				kv := fmt.Sprintf("%d KV caches of %.1f MiB", parallel, float64(m.KVCacheBytes())/(1<<20))
 				if st, ok := m.Offload(); ok {
-					fmt.Fprintf(a.stderr, "commit-run: %d parallel sequences, batched; the device budget holds their %s beside %d expert slots\n", parallel, kv, st.Slots)
+					fmt.Fprintf(a.stderr, "commit-run: %d parallel sequences; the device budget holds their %s beside %d expert slots\n", parallel, kv, st.Slots)
 				} else {
-					fmt.Fprintf(a.stderr, "commit-run: %d parallel sequences, batched, with %s\n", parallel, kv)
+					fmt.Fprintf(a.stderr, "commit-run: %d parallel sequences, with %s\n", parallel, kv)
 				}
 			}
 			if err := srv.SetModel(m); err != nil {
