@@ -26,9 +26,9 @@ test:
 	$(GO) test -race ./engine -run '$(RACE_ENGINE)'
 
 # The engine tests run under the race detector in make test: sessions side by side and
-# cancelled, the offloader's bookkeeping: a few seconds (TestOffloadKeepsTheNumbers alone takes 2.5
-# minutes under it on 2 cores).
-RACE_ENGINE := TestBadRequests|TestContextLimit|TestPrefixReuse|TestConcurrentSessionsAndCancel|TestClosedModel|TestOffloadBudget|TestOffloadStats|TestCommitComputesWithPredictions|TestHostPlan
+# cancelled, batched decode steps, the offloader's bookkeeping: a few seconds
+# (TestOffloadKeepsTheNumbers alone takes 2.5 minutes under it on 2 cores).
+RACE_ENGINE := TestBadRequests|TestContextLimit|TestPrefixReuse|TestConcurrentSessionsAndCancel|TestClosedModel|TestOffloadBudget|TestOffloadStats|TestCommitComputesWithPredictions|TestHostPlan|TestBatchedCancelAndClose|TestBatchedOffloadCopiesLess|TestParallelReservesKVCaches
 
 # Short fuzzing runs of the parsers (longer: make fuzz FUZZTIME=10m).
 FUZZTIME ?= 30s
