@@ -1,15 +1,17 @@
 // Command serveload is the server's load benchmark: for each number of streams N it starts
 // `commit-run serve --parallel P` (P the most streams, or -parallel; with the engine flags
-// given after --), runs N clients that
-// stream completions of a fixed length through OpenAI's Go SDK for a fixed time, one request
-// after another, and stops the server. It prints, per N, the generated tokens/s of all the
-// streams together and of one, the time to first token (p50, p90), the requests and errors,
-// the mean batch of the decode steps and, when the model offloads, the expert bytes copied
-// per generated token, from the server's /metrics. The stream counts are run in turn, -rounds
-// times, and each figure is the median of its rounds.
+// given after --), runs N clients that stream completions of a fixed length through OpenAI's
+// Go SDK for a fixed time, one request after another, and stops the server. It prints, per
+// N, the generated tokens/s of all the streams together and of one, the time to first token
+// (p50, p90), the requests and errors, the mean batch of the decode steps and, when the model
+// offloads, the expert bytes copied per generated token, from the server's /metrics. The
+// stream counts are run in turn, -rounds times, and each figure is the median of its rounds.
+// With -url it loads a server already running instead (llama-server, to set the two side by
+// side).
 //
 //	go run ./tools/bench/serveload -commit-run bin/commit-run -m models/testdata/tinymoe-qwen2moe.gguf
 //	go run ./tools/bench/serveload -m M -streams 1,2,4,8 -- --device sim:rtx2080ti --gpu-mem 12MiB
+//	go run ./tools/bench/serveload -url http://127.0.0.1:8081   # llama-server -m M --parallel 4
 package main
 
 import (
@@ -43,6 +45,7 @@ func main() {
 	duration := flag.Duration("duration", 10*time.Second, "how long the clients start requests")
 	tokens := flag.Int("tokens", 64, "tokens per answer (max_tokens, with ignore_eos)")
 	rounds := flag.Int("rounds", 3, "times each stream count runs, in turn with the others")
+	url := flag.String("url", "", "load this running server instead of starting commit-run serve (llama-server, say; it must run the most streams at once)")
 	parallel := flag.Int("parallel", 0, "serve --parallel for every run (0: the most streams), so that every run has the same KV caches and expert slots")
 	flag.Parse()
 	var streams []int
@@ -65,7 +68,13 @@ func main() {
 	results := map[int][]result{}
 	for r := range *rounds {
 		for _, n := range streams {
-			res, err := run(*bin, *modelPath, flag.Args(), *parallel, n, *duration, *tokens)
+			var res result
+			var err error
+			if *url != "" {
+				res, err = load(*url, n, *duration, *tokens)
+			} else {
+				res, err = run(*bin, *modelPath, flag.Args(), *parallel, n, *duration, *tokens)
+			}
 			if err != nil {
 				fail(fmt.Errorf("%d streams, round %d: %w", n, r+1, err))
 			}
@@ -73,7 +82,11 @@ func main() {
 			results[n] = append(results[n], res)
 		}
 	}
-	fmt.Printf("commit-run serve --parallel %d, %s %s, %d-token answers for %s, median of %d rounds\n\n", *parallel, *modelPath, strings.Join(flag.Args(), " "), *tokens, *duration, *rounds)
+	if *url != "" {
+		fmt.Printf("%s, %d-token answers for %s, median of %d rounds\n\n", *url, *tokens, *duration, *rounds)
+	} else {
+		fmt.Printf("commit-run serve --parallel %d, %s %s, %d-token answers for %s, median of %d rounds\n\n", *parallel, *modelPath, strings.Join(flag.Args(), " "), *tokens, *duration, *rounds)
+	}
 	fmt.Println("| streams | tokens/s | per stream | x 1 stream | TTFT p50 ms | TTFT p90 ms | requests | errors | mean batch | expert MB copied / token |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
 	base := 0.0
@@ -83,14 +96,17 @@ func main() {
 		if n == streams[0] {
 			base = tps / float64(n)
 		}
-		copied := "-"
+		copied, batch := "-", "-"
+		if mb := median(rs, func(r result) float64 { return r.meanBatch }); mb > 0 {
+			batch = fmt.Sprintf("%.2f", mb)
+		}
 		if rs[0].offloads {
 			copied = fmt.Sprintf("%.3f", median(rs, func(r result) float64 { return r.copiedPerToken })/1e6)
 		}
-		fmt.Printf("| %d | %.1f | %.1f | %.2f | %.1f | %.1f | %.0f | %.0f | %.2f | %s |\n", n, tps, tps/float64(n), tps/base,
+		fmt.Printf("| %d | %.1f | %.1f | %.2f | %.1f | %.1f | %.0f | %.0f | %s | %s |\n", n, tps, tps/float64(n), tps/base,
 			median(rs, func(r result) float64 { return r.ttft50 * 1e3 }), median(rs, func(r result) float64 { return r.ttft90 * 1e3 }),
 			median(rs, func(r result) float64 { return float64(r.requests) }), median(rs, func(r result) float64 { return float64(r.errors) }),
-			median(rs, func(r result) float64 { return r.meanBatch }), copied)
+			batch, copied)
 	}
 	if streams[0] != 1 {
 		fmt.Println("\n(x 1 stream: against the first stream count's rate per stream)")
@@ -157,10 +173,13 @@ func run(bin, modelPath string, engineFlags []string, p, n int, d time.Duration,
 	if err := waitHealthy(url, cmd); err != nil {
 		return result{}, err
 	}
-	before, err := scrape(url)
-	if err != nil {
-		return result{}, err
-	}
+	return load(url, n, d, tokens)
+}
+
+// load runs n streaming clients against the server at url for d and measures them; the
+// server's own figures come from its /metrics where it has commit-run's.
+func load(url string, n int, d time.Duration, tokens int) (result, error) {
+	before, _ := scrape(url)
 	c := openai.NewClient(option.WithBaseURL(url+"/v1/"), option.WithMaxRetries(0))
 	var (
 		mu     sync.Mutex
@@ -183,15 +202,21 @@ func run(bin, modelPath string, engineFlags []string, p, n int, d time.Duration,
 					Temperature:   openai.Float(0.8),
 					StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)},
 				}, option.WithJSONSet("ignore_eos", true))
-				first, got := 0.0, 0
+				first, got, chunks := 0.0, 0, 0
 				for s.Next() {
 					ch := s.Current()
 					if first == 0 && len(ch.Choices) > 0 {
 						first = time.Since(t0).Seconds()
 					}
+					if len(ch.Choices) > 0 && ch.Choices[0].Text != "" {
+						chunks++
+					}
 					if ch.Usage.CompletionTokens > 0 {
 						got = int(ch.Usage.CompletionTokens)
 					}
+				}
+				if got == 0 {
+					got = chunks // a server that sends no usage: a token a chunk
 				}
 				mu.Lock()
 				reqs++
@@ -210,17 +235,16 @@ func run(bin, modelPath string, engineFlags []string, p, n int, d time.Duration,
 	}
 	wg.Wait()
 	wall := time.Since(start).Seconds()
-	after, err := scrape(url)
-	if err != nil {
-		return result{}, err
-	}
+	after, _ := scrape(url)
 	slices.Sort(ttfts)
 	res := result{tokensPerSec: float64(total) / wall, requests: reqs, errors: errs}
 	if len(ttfts) > 0 {
 		res.ttft50, res.ttft90 = ttfts[len(ttfts)/2], ttfts[min(len(ttfts)-1, len(ttfts)*9/10)]
 	}
 	delta := func(name string) float64 { return after[name] - before[name] }
-	res.meanBatch = 1
+	if _, ok := after["commit_run_generated_tokens_total"]; ok {
+		res.meanBatch = 1 // commit-run's, without batching
+	}
 	if steps := delta("commit_run_decode_steps_total"); steps > 0 {
 		res.meanBatch = delta("commit_run_decode_step_rows_total") / steps
 	}
@@ -248,13 +272,17 @@ func waitHealthy(url string, cmd *exec.Cmd) error {
 	return errors.New("the model did not load in 5 minutes")
 }
 
-// scrape reads the server's unlabelled counters and gauges from /metrics.
+// scrape reads the server's unlabelled counters and gauges from /metrics (none where it has no
+// /metrics).
 func scrape(url string) (map[string]float64, error) {
 	r, err := http.Get(url + "/metrics")
 	if err != nil {
 		return nil, err
 	}
 	defer r.Body.Close()
+	if r.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("/metrics: %s", r.Status)
+	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(r.Body)
 	if err != nil {
