@@ -578,3 +578,39 @@ next:
 done:
 	VZEROUPPER
 	RET
+
+// func quantF16AVX2(src []float32, dst []byte, n int)
+// Requires: AVX, F16C
+TEXT ·quantF16AVX2(SB), NOSPLIT, $0-56
+	MOVQ src_base+0(FP), AX
+	MOVQ dst_base+24(FP), CX
+	MOVQ n+48(FP), DX
+	MOVQ DX, BX
+	SHRQ $0x03, BX
+	JZ   q16done
+
+q16:
+	VMOVUPS   (AX), Y0
+	VCVTPS2PH $0x00, Y0, (CX)
+	ADDQ      $0x20, AX
+	ADDQ      $0x10, CX
+	DECQ      BX
+	JNZ       q16
+
+q16done:
+	ANDQ $0x07, DX
+	JZ   ret
+
+tail:
+	VMOVSS    (AX), X0
+	VCVTPS2PH $0x00, X0, X0
+	VMOVD     X0, BX
+	MOVW      BX, (CX)
+	ADDQ      $0x04, AX
+	ADDQ      $0x02, CX
+	DECQ      DX
+	JNZ       tail
+
+ret:
+	VZEROUPPER
+	RET

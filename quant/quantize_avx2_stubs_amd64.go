@@ -13,3 +13,8 @@ func quantQ8_0AVX2(src []float32, dst []byte, nb int)
 //
 //go:noescape
 func quantQ8KAVX2(src []float32, dst []byte, nb int)
+
+// quantF16AVX2 is quant's quantF16 over n values of src into dst: VCVTPS2PH, to nearest even.
+//
+//go:noescape
+func quantF16AVX2(src []float32, dst []byte, n int)

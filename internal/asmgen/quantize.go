@@ -17,6 +17,47 @@ func quantizers() {
 	qConsts()
 	quantQ8_0()
 	quantQ8K()
+	quantF16()
+}
+
+// quantF16 rounds n float32 to fp16 with VCVTPS2PH to nearest even, as quant's FP32ToFP16
+// (ggml's F16C conversion) does, NaN payloads and subnormals included.
+func quantF16() {
+	TEXT("quantF16AVX2", NOSPLIT, "func(src []float32, dst []byte, n int)")
+	Pragma("noescape")
+	Doc("quantF16AVX2 is quant's quantF16 over n values of src into dst: VCVTPS2PH, to nearest even.")
+	sp := Load(Param("src").Base(), GP64())
+	dp := Load(Param("dst").Base(), GP64())
+	n := Load(Param("n"), GP64())
+	c := GP64()
+	MOVQ(n, c)
+	SHRQ(U8(3), c)
+	JZ(LabelRef("q16done"))
+	y := YMM()
+	Label("q16")
+	VMOVUPS(Mem{Base: sp}, y)
+	VCVTPS2PH(U8(0), y, Mem{Base: dp})
+	ADDQ(U8(32), sp)
+	ADDQ(U8(16), dp)
+	DECQ(c)
+	JNZ(LabelRef("q16"))
+	Label("q16done")
+	ANDQ(U8(7), n)
+	JZ(LabelRef("ret"))
+	x, h := XMM(), XMM()
+	g := GP32()
+	Label("tail")
+	VMOVSS(Mem{Base: sp}, x)
+	VCVTPS2PH(U8(0), x, h)
+	VMOVD(h, g)
+	MOVW(g.As16(), Mem{Base: dp})
+	ADDQ(U8(4), sp)
+	ADDQ(U8(2), dp)
+	DECQ(n)
+	JNZ(LabelRef("tail"))
+	Label("ret")
+	VZEROUPPER()
+	RET()
 }
 
 var (
