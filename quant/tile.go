@@ -57,7 +57,6 @@ var tiles [len(types)]*tile
 // ready; it is not safe for concurrent use.
 type TileScratch struct {
 	acc [tileTokens * maxAccStride]float32
-	row []float32 // an F16 weight row widened (f16Rows)
 }
 
 // maxAccStride bounds the tiles' accStride.
@@ -85,8 +84,7 @@ type X86Product struct {
 	tl             *tile // nil: the one-row kernels
 	gemm           int   // activation rows [0, gemm) are multiplied four at a time
 	aux            []int32
-	exact          []bool    // per chunk of tileTokens activation rows: whether the tiles are exact on it
-	wide           []float32 // F16 products of several activation rows: the rows widened (f16Rows)
+	exact          []bool // per chunk of tileTokens activation rows: whether the tiles are exact on it
 }
 
 // Prepare sets the product up; see X86Rows.
@@ -95,17 +93,6 @@ func (p *X86Product) Prepare(w Matrix, x []byte, xrow, T, batch int) {
 		panic(fmt.Sprintf("quant: X86Product: %d activation rows of a batch of %d", T, batch))
 	}
 	p.w, p.x, p.xrow, p.T, p.batch = w, x, xrow, T, batch
-	p.wide = p.wide[:0]
-	if f16Batched(w, T, batch) {
-		n := w.Cols
-		if cap(p.wide) < T*n {
-			p.wide = make([]float32, T*n)
-		}
-		p.wide = p.wide[:T*n]
-		for t := range T {
-			fastF16Widen(p.wide[t*n:(t+1)*n], x[t*xrow:t*xrow+2*n])
-		}
-	}
 	p.tl = x86Tile(w.Type, w.Rows)
 	if p.tl != nil && T < p.tl.minTokens {
 		p.tl = nil
@@ -147,10 +134,6 @@ func (p *X86Product) Rows(lo, hi int, out []float32, ldo int, s *TileScratch) {
 	w, x, xrow, T := p.w, p.x, p.xrow, p.T
 	if lo < 0 || hi > w.Rows || lo > hi {
 		panic(fmt.Sprintf("quant: X86Product.Rows: rows [%d,%d) of %d", lo, hi, w.Rows))
-	}
-	if len(p.wide) > 0 {
-		f16Rows(w, lo, hi, p.wide, T, out, ldo, s)
-		return
 	}
 	tl := p.tl
 	if tl == nil {
@@ -195,39 +178,6 @@ func (p *X86Product) Rows(lo, hi int, out []float32, ldo int, s *TileScratch) {
 				// An array assignment: eight floats, not a call to memmove.
 				*(*[tileRows]float32)(out[(t0+t)*ldo+r:]) = *(*[tileRows]float32)(acc[t*as:])
 			}
-		}
-	}
-}
-
-// fastF16Widen and fastF16WideVec are the machine's kernels for F16 products of several
-// activation rows (nil where it has none): widening halves to float32, exactly, and
-// x86F16Vec's operations over widened halves.
-var (
-	fastF16Widen   func(dst []float32, src []byte)
-	fastF16WideVec func(w, x []float32) float32
-)
-
-// f16Batched says whether a product of F16 weights with T activation rows takes f16Rows: where
-// llama.cpp runs ggml_vec_dot_f16 on each output (not tinyBLAS, see X86Dot) for two rows or
-// more, and the machine has the kernels.
-func f16Batched(w Matrix, T, batch int) bool {
-	return w.Type == F16 && T >= 2 && fastF16Widen != nil && (batch < 2 || w.Rows%4 != 0)
-}
-
-// f16Rows computes rows [lo, hi) of an F16 product as x86F16Vec computes each output, with
-// every weight row widened to float32 once for all T activation rows (wide, widened by
-// Prepare) rather than once per output: the half of the work that widening was, where a
-// batch of sequences decodes together.
-func f16Rows(w Matrix, lo, hi int, wide []float32, T int, out []float32, ldo int, s *TileScratch) {
-	n, rb := w.Cols, w.RowBytes()
-	if cap(s.row) < n {
-		s.row = make([]float32, n)
-	}
-	row := s.row[:n]
-	for o := lo; o < hi; o++ {
-		fastF16Widen(row, w.Data[o*rb:(o+1)*rb])
-		for t := range T {
-			out[t*ldo+o] = fastF16WideVec(row, wide[t*n:(t+1)*n])
 		}
 	}
 }

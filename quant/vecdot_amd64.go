@@ -2,11 +2,7 @@
 
 package quant
 
-import (
-	"unsafe"
-
-	"golang.org/x/sys/cpu"
-)
+import "golang.org/x/sys/cpu"
 
 // The AVX2 kernels are written by internal/asmgen (a module of its own, so that avo is not a
 // dependency of commit-run). Regenerate them with
@@ -45,8 +41,6 @@ func init() {
 	fastX86F32Vec = avx2F32Vec
 	fastX86F32Gemm = avx2F32Gemm
 	fastX86F16Vec = avx2F16Vec
-	fastF16Widen = avx2F16Widen
-	fastF16WideVec = avx2F16WideVec
 	fastX86F16Gemm = avx2F16Gemm
 	fastX86BF16Vec = avx2BF16Vec
 	fastX86BF16Gemm = avx2BF16Gemm
@@ -182,16 +176,6 @@ func avx2F32Gemm(n int, w, x []byte) float32 {
 
 func avx2F16Vec(n int, w, x []byte) float32 { return f16VecAVX2(w[:2*n], x[:2*n], n) }
 
-func avx2F16Widen(dst []float32, src []byte) {
-	n := len(dst)
-	f16WidenAVX2(floatBytes(dst), src[:2*n], n)
-}
-
-func avx2F16WideVec(w, x []float32) float32 {
-	n := len(w)
-	return f16WideVecAVX2(floatBytes(w), floatBytes(x[:n]), n)
-}
-
 func avx2F16Gemm(n int, w, x []byte) float32 {
 	if n%16 != 0 {
 		return avx2F16Vec(n, w, x)
@@ -206,12 +190,4 @@ func avx2BF16Gemm(n int, w, x []byte) float32 {
 		return avx2BF16Vec(n, w, x)
 	}
 	return bf16GemmAVX2(w[:2*n], x[:2*n], n)
-}
-
-// floatBytes is v's memory as bytes, for the kernels' signatures.
-func floatBytes(v []float32) []byte {
-	if len(v) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), 4*len(v))
 }

@@ -136,17 +136,6 @@ func f16VecAVX2(w []byte, x []byte, n int) float32
 //go:noescape
 func f16GemmAVX2(w []byte, x []byte, n int) float32
 
-// f16WideVecAVX2 is f16VecAVX2 over n halves widened to float32 in w and x (f16WidenAVX2): the
-// same float32 and float64 operations, without widening.
-//
-//go:noescape
-func f16WideVecAVX2(w []byte, x []byte, n int) float32
-
-// f16WidenAVX2 widens n fp16 values of src to float32 in dst (VCVTPH2PS), exactly.
-//
-//go:noescape
-func f16WidenAVX2(dst []byte, src []byte, n int)
-
 // bf16VecAVX2 is quant's x86BF16Vec (ggml_vec_dot_bf16 with AVX512-BF16) over n elements of w
 // and x: two sets of 16 VDPBF16PS lanes for the halves of every 64 elements, each reduced
 // and added in float64, then the remaining products (float32) added in float64.

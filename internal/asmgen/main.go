@@ -1273,22 +1273,19 @@ type floatKind int
 const (
 	kindF32 floatKind = iota
 	kindF16
-	// kindF16Wide is F16's arithmetic over halves already widened to float32 (the products
-	// of a batch, whose rows are widened once for all their dot products).
-	kindF16Wide
 )
 
 func (k floatKind) size() int {
-	if k == kindF16 {
-		return 2
+	if k == kindF32 {
+		return 4
 	}
-	return 4
+	return 2
 }
 
 // fma8 fuses the products of the 8 elements of w and x from element e into acc.
 func fma8(k floatKind, wp, xp Register, e int, acc VecVirtual) {
 	a := YMM()
-	if k != kindF16 {
+	if k == kindF32 {
 		VMOVUPS(at(wp, 4*e), a)
 		VFMADD231PS(at(xp, 4*e), a, acc)
 		return
@@ -1361,47 +1358,8 @@ func floats() {
 		floatGemm(k, name+"GemmAVX2", name+"GemmAVX2 is quant's x86"+typ+"Gemm (tinyBLAS, AVX-512) over n elements of w and x, n a\n"+
 			"multiple of 16.")
 	}
-	floatVec(kindF16Wide, "f16WideVecAVX2", "f16WideVecAVX2 is f16VecAVX2 over n halves widened to float32 in w and x (f16WidenAVX2): the\n"+
-		"same float32 and float64 operations, without widening.")
-	f16Widen()
 	bf16Vec()
 	bf16Gemm()
-}
-
-// f16Widen writes n fp16 values of src as float32 to dst.
-func f16Widen() {
-	TEXT("f16WidenAVX2", NOSPLIT, "func(dst, src []byte, n int)")
-	Pragma("noescape")
-	Doc("f16WidenAVX2 widens n fp16 values of src to float32 in dst (VCVTPH2PS), exactly.")
-	dp := Load(Param("dst").Base(), GP64())
-	sp := Load(Param("src").Base(), GP64())
-	n := Load(Param("n"), GP64())
-	c := GP64()
-	MOVQ(n, c)
-	SHRQ(U8(3), c)
-	JZ(LabelRef("widendone"))
-	a := YMM()
-	Label("widen")
-	VCVTPH2PS(at(sp, 0), a)
-	VMOVUPS(a, at(dp, 0))
-	ADDQ(U8(16), sp)
-	ADDQ(U8(32), dp)
-	DECQ(c)
-	JNZ(LabelRef("widen"))
-	Label("widendone")
-	ANDQ(U8(7), n)
-	JZ(LabelRef("ret"))
-	x := XMM()
-	Label("tail")
-	halfAt(at(sp, 0), x)
-	VMOVSS(x, at(dp, 0))
-	ADDQ(U8(2), sp)
-	ADDQ(U8(4), dp)
-	DECQ(n)
-	JNZ(LabelRef("tail"))
-	Label("ret")
-	VZEROUPPER()
-	RET()
 }
 
 func floatGemm(k floatKind, name, doc string) {
@@ -1477,18 +1435,13 @@ func floatVec(k floatKind, name, doc string) {
 	JZ(LabelRef("ret"))
 	b := XMM()
 	Label("tail")
-	if k == kindF16Wide {
-		VMOVSS(at(wp, 0), a)
-		VMOVSS(at(xp, 0), b)
-	} else {
-		halfAt(at(wp, 0), a)
-		halfAt(at(xp, 0), b)
-	}
+	halfAt(at(wp, 0), a)
+	halfAt(at(xp, 0), b)
 	VMULSS(b, a, a)
 	VCVTSS2SD(a, a, a)
 	VADDSD(a, sd, sd)
-	ADDQ(U8(uint8(k.size())), wp)
-	ADDQ(U8(uint8(k.size())), xp)
+	ADDQ(U8(2), wp)
+	ADDQ(U8(2), xp)
 	DECQ(rem)
 	JNZ(LabelRef("tail"))
 	Label("ret")
