@@ -192,10 +192,12 @@ type rowsKernel func(w []byte, ldw int, x []byte, nb, rows int, out []float32)
 // activation row, and a call per weight row cost a tenth of decoding.
 var fastRows [len(types)][2]rowsKernel
 
-// x86RowsDot is X86Rows without the tiles: one kernel call for a single activation row where
-// the machine has a rows kernel, one X86Dot kernel call per output elsewhere.
+// x86RowsDot is X86Rows without the tiles: one kernel call per activation row where the
+// machine has a rows kernel and every row takes the one-row kernels (a single row, or a
+// product row by row, batch 1, as a decode batch's are), one X86Dot kernel call per output
+// elsewhere.
 func x86RowsDot(w Matrix, lo, hi int, x []byte, xrow, T, batch int, out []float32, ldo int) {
-	if T == 1 && lo < hi && int(w.Type) < len(fastRows) {
+	if (T == 1 || batch == 1) && lo < hi && int(w.Type) < len(fastRows) {
 		repacked := 0
 		if repackedRows(w.Rows) {
 			repacked = 1
@@ -203,7 +205,9 @@ func x86RowsDot(w Matrix, lo, hi int, x []byte, xrow, T, batch int, out []float3
 		if k := fastRows[w.Type][repacked]; k != nil {
 			rb := w.RowBytes()
 			nb := w.Cols / w.Type.BlockSize()
-			k(w.Data[lo*rb:hi*rb], rb, x[:xrow], nb, hi-lo, out[lo:hi])
+			for t := range T {
+				k(w.Data[lo*rb:hi*rb], rb, x[t*xrow:(t+1)*xrow], nb, hi-lo, out[t*ldo+lo:t*ldo+hi])
+			}
 			return
 		}
 	}

@@ -254,6 +254,30 @@ func TestX86RowsOneRow(t *testing.T) {
 	}
 }
 
+// TestX86RowsRowByRow holds products of several activation rows taken row by row (batch 1, a
+// decode batch's), which run the rows kernels once per activation row where no tile takes
+// them, to the reference.
+func TestX86RowsRowByRow(t *testing.T) {
+	r := rand.New(rand.NewPCG(63, 64))
+	var s TileScratch
+	for _, typ := range rowsTypes(t) {
+		bs := typ.BlockSize()
+		wide := 5 * bs
+		if bs == 1 {
+			wide = 130 // a float type: past two of the kernels' steps of 64, and a tail
+		}
+		for _, shape := range []struct{ rows, cols int }{{5, bs}, {8, 2 * bs}, {21, 3 * bs}, {16, wide}} {
+			for _, T := range []int{2, 3, 5} {
+				for _, rng := range [][2]int{{0, shape.rows}, {3, shape.rows - 2}, {1, 2}} {
+					p := newTileProblem(r, typ, shape.rows, shape.cols, T, 1, rng[0], rng[1])
+					p.run(&s)
+					p.check(t)
+				}
+			}
+		}
+	}
+}
+
 // FuzzX86RowsOneRow compares the rows kernels with the reference on arbitrary bytes.
 func FuzzX86RowsOneRow(f *testing.F) {
 	for i, b := range []byte{0x00, 0x80, 0x7f, 0xff, 0x88, 0x0f} {

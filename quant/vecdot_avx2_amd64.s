@@ -4292,3 +4292,108 @@ done:
 rowsend:
 	VZEROUPPER
 	RET
+
+// func f16VecAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+// Requires: AVX, F16C, FMA3, MMX+
+TEXT ·f16VecAVX2Rows(SB), NOSPLIT, $8-96
+	MOVQ  w_base+0(FP), AX
+	MOVQ  out_base+72(FP), CX
+	MOVQ  rows+64(FP), DX
+	MOVQ  DX, (SP)
+	TESTQ DX, DX
+	JZ    rowsend
+
+row:
+	MOVQ   AX, DX
+	MOVQ   x_base+32(FP), BX
+	MOVQ   nb+56(FP), SI
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   SI, DI
+	SHRQ   $0x06, DI
+	JZ     loopdone
+
+loop:
+	PREFETCHT0  2048(DX)
+	PREFETCHT0  2112(DX)
+	VCVTPH2PS   (DX), Y8
+	VCVTPH2PS   (BX), Y9
+	VFMADD231PS Y9, Y8, Y0
+	VCVTPH2PS   16(DX), Y8
+	VCVTPH2PS   16(BX), Y9
+	VFMADD231PS Y9, Y8, Y1
+	VCVTPH2PS   32(DX), Y8
+	VCVTPH2PS   32(BX), Y9
+	VFMADD231PS Y9, Y8, Y2
+	VCVTPH2PS   48(DX), Y8
+	VCVTPH2PS   48(BX), Y9
+	VFMADD231PS Y9, Y8, Y3
+	VCVTPH2PS   64(DX), Y8
+	VCVTPH2PS   64(BX), Y9
+	VFMADD231PS Y9, Y8, Y4
+	VCVTPH2PS   80(DX), Y8
+	VCVTPH2PS   80(BX), Y9
+	VFMADD231PS Y9, Y8, Y5
+	VCVTPH2PS   96(DX), Y8
+	VCVTPH2PS   96(BX), Y9
+	VFMADD231PS Y9, Y8, Y6
+	VCVTPH2PS   112(DX), Y8
+	VCVTPH2PS   112(BX), Y9
+	VFMADD231PS Y9, Y8, Y7
+	ADDQ        $0x00000080, DX
+	ADDQ        $0x00000080, BX
+	DECQ        DI
+	JNZ         loop
+
+loopdone:
+	VADDPS       Y4, Y0, Y0
+	VADDPS       Y6, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VADDPS       Y5, Y1, Y1
+	VADDPS       Y7, Y3, Y3
+	VADDPS       Y3, Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	ANDQ         $0x3f, SI
+	VCVTSS2SD    X1, X10, X10
+	TESTQ        SI, SI
+	JZ           ret
+
+tail:
+	MOVWLZX   (DX), DI
+	VMOVD     DI, X0
+	VCVTPH2PS X0, X0
+	MOVWLZX   (BX), DI
+	VMOVD     DI, X1
+	VCVTPH2PS X1, X1
+	VMULSS    X1, X0, X0
+	VCVTSS2SD X0, X0, X0
+	VADDSD    X0, X10, X10
+	ADDQ      $0x02, DX
+	ADDQ      $0x02, BX
+	DECQ      SI
+	JNZ       tail
+
+ret:
+	VCVTSD2SS X10, X10, X10
+	VMOVSS    X10, (CX)
+	ADDQ      $0x04, CX
+	MOVQ      ldw+24(FP), DX
+	ADDQ      DX, AX
+	DECQ      (SP)
+	JNZ       row
+
+rowsend:
+	VZEROUPPER
+	RET

@@ -256,3 +256,9 @@ func q2KRepackAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []floa
 //
 //go:noescape
 func q2KRepackGemmAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+
+// f16VecAVX2Rows is f16VecAVX2 for rows rows of w, ldw bytes apart, against the one row x:
+// out[r] is row r's product.
+//
+//go:noescape
+func f16VecAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)

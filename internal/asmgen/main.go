@@ -46,6 +46,7 @@ var sets = map[string]func(){
 		for _, k := range rowKernels {
 			k()
 		}
+		floatVec(kindF16, "f16VecAVX2", "")
 		many = nil
 	},
 }
@@ -1302,8 +1303,12 @@ func hsum16(lo, hi VecVirtual) VecVirtual {
 	return hsum8(lo)
 }
 
-// floatSig declares a float kernel over n elements of w and x.
+// floatSig declares a float kernel over n elements of w and x (or its many-row variant, whose
+// nb is the elements: a float type's block is one).
 func floatSig(name, doc string) (wp, xp, n Register) {
+	if many != nil {
+		return many.sig(name)
+	}
 	TEXT(name, NOSPLIT, "func(w, x []byte, n int) float32")
 	Pragma("noescape")
 	Doc(strings.Split(doc, "\n")...)
