@@ -42,6 +42,7 @@ type batcher struct {
 	stopped  chan struct{}
 	members  atomic.Int32
 	last     time.Duration // the last step's pass; the batcher's goroutine's alone
+	timer    *time.Timer   // gather's, reused so that a step allocates none
 
 	// The steps' scratch, reused: the batcher's goroutine's alone.
 	batch  []*stepReq
@@ -66,7 +67,8 @@ func newBatcher(m *Model, max int) *batcher {
 	// steps is unbuffered: a token handed in is one the batcher's goroutine has taken, which
 	// it then evaluates or fails, so that no member waits on a step nobody will run.
 	b := &batcher{m: m, max: max, steps: make(chan *stepReq), wake: make(chan struct{}, 1),
-		quit: make(chan struct{}), stopped: make(chan struct{})}
+		quit: make(chan struct{}), stopped: make(chan struct{}), timer: time.NewTimer(time.Hour)}
+	b.timer.Stop()
 	go b.loop()
 	return b
 }
@@ -165,7 +167,7 @@ func (b *batcher) loop() {
 // full, or the grace time since the first has passed.
 func (b *batcher) gather() {
 	grace := min(max(b.last/2, batchGraceMin), batchGraceMax)
-	var timer *time.Timer
+	armed := false
 	for len(b.batch) < b.max {
 		select {
 		case r := <-b.steps:
@@ -176,15 +178,17 @@ func (b *batcher) gather() {
 		if len(b.batch) >= int(b.members.Load()) {
 			break
 		}
-		if timer == nil {
-			timer = time.NewTimer(grace)
-			defer timer.Stop()
+		if !armed {
+			// Since Go 1.23 a stopped timer delivers nothing stale after Reset.
+			b.timer.Reset(grace)
+			armed = true
+			defer b.timer.Stop()
 		}
 		select {
 		case r := <-b.steps:
 			b.batch = append(b.batch, r)
 		case <-b.wake:
-		case <-timer.C:
+		case <-b.timer.C:
 			return
 		case <-b.quit:
 			return
