@@ -428,26 +428,49 @@ func (m *Model) smallExperts(b models.Backend, layer int, x []float32, jobs []ex
 	}
 	// The activations come from the pass's arena, which is not safe for concurrent use:
 	// every job's is taken here.
-	type work struct {
-		w        offload.ExpertWeights
-		in, g, u []float32
-	}
-	ws := make([]work, len(jobs))
-	for i, j := range jobs {
+	sj := smallPool.Get().(*smallJobs)
+	sj.jobs, sj.k, sj.ws = jobs, sd.Serial(), sj.ws[:0]
+	for _, j := range jobs {
 		// The model's own weights (no offloader): nothing to copy or wait for.
 		w := offload.ExpertWeights{Gate: moe.GateExps.Expert(j.e), Up: moe.UpExps.Expert(j.e), Down: moe.DownExps.Expert(j.e)}
 		nff := w.Gate.Rows
-		ws[i] = work{w: w, in: j.input(b, x, d), g: b.Floats(j.n * nff), u: b.Floats(j.n * nff)}
+		sj.ws = append(sj.ws, smallWork{w: w, in: j.input(b, x, d), g: b.Floats(j.n * nff), u: b.Floats(j.n * nff)})
 	}
-	k := sd.Serial()
-	m.dev.Parallel(len(jobs), func(i int) {
-		j, w := jobs[i], &ws[i]
-		k.MatMulID(w.w.Gate, w.in, j.n, w.g)
-		k.MatMulID(w.w.Up, w.in, j.n, w.u)
-		models.HostOps{K: k}.SwiGLU(w.g, w.u, w.w.Gate.Rows)
-		k.MatMulID(w.w.Down, w.g, j.n, j.y)
-	})
+	m.dev.Parallel(len(jobs), sj.fn)
+	sj.jobs, sj.k = nil, nil
+	clear(sj.ws)
+	smallPool.Put(sj)
 	return true
+}
+
+// smallJobs is one smallExperts call's experts, from a pool with its function value made
+// once, so that a layer allocates nothing.
+type smallJobs struct {
+	jobs []expertJob
+	ws   []smallWork
+	k    device.Kernels
+	fn   func(i int)
+}
+
+// smallWork is an expert's weights and activations in smallExperts.
+type smallWork struct {
+	w        offload.ExpertWeights
+	in, g, u []float32
+}
+
+var smallPool = sync.Pool{New: func() any {
+	sj := &smallJobs{}
+	sj.fn = sj.run
+	return sj
+}}
+
+// run computes expert i's SwiGLU on its thread alone.
+func (sj *smallJobs) run(i int) {
+	j, w, k := sj.jobs[i], &sj.ws[i], sj.k
+	k.MatMulID(w.w.Gate, w.in, j.n, w.g)
+	k.MatMulID(w.w.Up, w.in, j.n, w.u)
+	models.HostOps{K: k}.SwiGLU(w.g, w.u, w.w.Gate.Rows)
+	k.MatMulID(w.w.Down, w.g, j.n, j.y)
 }
 
 // expertJob is one routed expert of a layer's pass: its n tokens' rows of the layer's input
