@@ -85,7 +85,8 @@ func (s *sampler) sample(logits []float32, history []int32) int32 {
 		c = append(c, candidate{int32(i), l})
 	}
 	topK := o.TopK > 0 && o.TopK < len(c)
-	if topK || o.TopP > 0 && o.TopP < 1 {
+	sorted := topK || o.TopP > 0 && o.TopP < 1
+	if sorted {
 		// Truncation keeps the most likely tokens: sort them first (ties to the lower id).
 		// Without it every token stays and the walk below draws from the same distribution in
 		// any order, so the vocabulary is not sorted for each token.
@@ -103,9 +104,11 @@ func (s *sampler) sample(logits []float32, history []int32) int32 {
 		c = c[:o.TopK]
 	}
 	// softmax with temperature
-	maxl := c[0].p
-	for _, x := range c {
-		maxl = max(maxl, x.p)
+	maxl := c[0].p // the largest, once sorted
+	if !sorted {
+		for _, x := range c {
+			maxl = max(maxl, x.p)
+		}
 	}
 	var sum float64
 	for i := range c {

@@ -68,8 +68,13 @@ func (m *Model) NewSession() (*Session, error) {
 func (s *Session) Shared(tokens []int32) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return commonPrefix(s.tokens, tokens)
+}
+
+// commonPrefix is how many leading tokens a and b share.
+func commonPrefix(a, b []int32) int {
 	n := 0
-	for n < len(s.tokens) && n < len(tokens) && s.tokens[n] == tokens[n] {
+	for n < len(a) && n < len(b) && a[n] == b[n] {
 		n++
 	}
 	return n
@@ -231,10 +236,7 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, opts GenerateOpt
 	}
 	res.PromptTokens = len(prompt)
 	// Reuse the cached prefix, but always evaluate at least one token to get logits.
-	keep := 0
-	for keep < len(s.tokens) && keep < len(prompt)-1 && s.tokens[keep] == prompt[keep] {
-		keep++
-	}
+	keep := commonPrefix(s.tokens, prompt[:len(prompt)-1])
 	s.tokens = s.tokens[:keep]
 	start := time.Now()
 	logits, err := s.eval(ctx, prompt[keep:], false)
