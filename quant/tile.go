@@ -85,7 +85,19 @@ type X86Product struct {
 	gemm           int   // activation rows [0, gemm) are multiplied four at a time
 	aux            []int32
 	exact          []bool // per chunk of tileTokens activation rows: whether the tiles are exact on it
+	// xf is the activation rows widened to float32 where F16 weights take f16Multi's kernels
+	// (nil otherwise): widened once per product rather than once per weight row.
+	xf []float32
 }
+
+// f16Multi holds, where the machine has them, the kernels of F16 rows against 1 to 3
+// activation rows widened to float32 (f16Multi[k-1] takes k), each output as X86Dot's F16
+// kernel for a row alone computes it; widenF16 widens fp16 values as they do. An architecture
+// file fills them once at start-up.
+var (
+	f16Multi [3]func(w []byte, ldw int, x []float32, ldx int, n int, rows int, out []float32, ldo int)
+	widenF16 func(x []byte, out []float32, n int)
+)
 
 // Prepare sets the product up; see X86Rows.
 func (p *X86Product) Prepare(w Matrix, x []byte, xrow, T, batch int) {
@@ -93,6 +105,20 @@ func (p *X86Product) Prepare(w Matrix, x []byte, xrow, T, batch int) {
 		panic(fmt.Sprintf("quant: X86Product: %d activation rows of a batch of %d", T, batch))
 	}
 	p.w, p.x, p.xrow, p.T, p.batch = w, x, xrow, T, batch
+	p.xf = p.xf[:0]
+	if w.Type == F16 && (batch < 2 || w.Rows%4 != 0) && widenF16 != nil && T > 0 {
+		// ggml_vec_dot_f16 whatever the rows: every output takes the one-row kernel.
+		p.tl = nil
+		n := w.Cols
+		if cap(p.xf) < T*n {
+			p.xf = make([]float32, T*n)
+		}
+		p.xf = p.xf[:T*n]
+		for t := range T {
+			widenF16(x[t*xrow:t*xrow+2*n], p.xf[t*n:(t+1)*n], n)
+		}
+		return
+	}
 	p.tl = x86Tile(w.Type, w.Rows)
 	if p.tl != nil && T < p.tl.minTokens {
 		p.tl = nil
@@ -136,6 +162,10 @@ func (p *X86Product) Rows(lo, hi int, out []float32, ldo int, s *TileScratch) {
 		panic(fmt.Sprintf("quant: X86Product.Rows: rows [%d,%d) of %d", lo, hi, w.Rows))
 	}
 	tl := p.tl
+	if len(p.xf) > 0 {
+		p.f16Rows(lo, hi, out, ldo)
+		return
+	}
 	if tl == nil {
 		x86RowsDot(w, lo, hi, x, xrow, T, p.batch, out, ldo)
 		return
@@ -179,6 +209,30 @@ func (p *X86Product) Rows(lo, hi int, out []float32, ldo int, s *TileScratch) {
 				*(*[tileRows]float32)(out[(t0+t)*ldo+r:]) = *(*[tileRows]float32)(acc[t*as:])
 			}
 		}
+	}
+}
+
+// f16Rows is Rows for F16 weights through f16Multi: three activation rows a call, or two
+// where a single row would be left (its kernel runs at the conversions' rate, the others at
+// the multiply-adds').
+func (p *X86Product) f16Rows(lo, hi int, out []float32, ldo int) {
+	if lo == hi {
+		return
+	}
+	w, n := p.w, p.w.Cols
+	rb := w.RowBytes()
+	for t0, k := 0, 0; t0 < p.T; t0 += k {
+		switch k = p.T - t0; k {
+		case 1, 2, 3:
+		case 4:
+			k = 2
+		default:
+			k = 3
+		}
+		// The slices end where the kernel stops reading and writing, so that a bad shape
+		// panics here rather than reading past them.
+		f16Multi[k-1](w.Data[lo*rb:(hi-1)*rb+2*n], rb, p.xf[t0*n:(t0+k)*n], n, n, hi-lo,
+			out[t0*ldo+lo:(t0+k-1)*ldo+hi], ldo)
 	}
 }
 

@@ -191,6 +191,40 @@ func BenchmarkX86Rows(b *testing.B) {
 	}
 }
 
+// BenchmarkX86RowsF16 compares, for F16 products taken row by row (a decode batch's, and a
+// single token's), the rows kernel once per activation row with both operands widened in the
+// loop ("rows") and the kernels of up to four activation rows widened once ("multi"), on the
+// bundled model's shapes: 128 columns, 128 rows (an expert) and 2048 (the output head).
+func BenchmarkX86RowsF16(b *testing.B) {
+	if widenF16 == nil {
+		b.Skip("no F16 multi-row kernels on this machine")
+	}
+	r := rand.New(rand.NewPCG(45, 46))
+	for _, rows := range []int{128, 2048} {
+		for _, T := range []int{1, 2, 4} {
+			p := newTileProblem(r, F16, rows, 128, T, 1, 0, rows)
+			m := Matrix{Type: F16, Rows: rows, Cols: 128, Data: p.w}
+			out := make([]float32, T*rows)
+			var s TileScratch
+			for _, v := range []struct {
+				name string
+				f    func()
+			}{
+				{"rows", func() { x86RowsDot(m, 0, rows, p.x, p.xrow, T, 1, out, rows) }},
+				{"multi", func() { X86Rows(m, 0, rows, p.x, p.xrow, T, 1, out, rows, &s) }},
+			} {
+				b.Run(fmt.Sprintf("rows=%d/T=%d/%s", rows, T, v.name), func(b *testing.B) {
+					for b.Loop() {
+						v.f()
+					}
+					macs := float64(rows) * 128 * float64(T) * float64(b.N)
+					b.ReportMetric(macs/b.Elapsed().Seconds()/1e9, "GMAC/s")
+				})
+			}
+		}
+	}
+}
+
 // BenchmarkX86RowsStream is BenchmarkX86Rows for one activation row over the rows of a 1 GiB
 // matrix, larger than the caches, as a decoded token streams its weights from memory: the
 // tiles against the one-row kernels (both prefetch), in GB/s of weights.
@@ -278,7 +312,8 @@ func TestX86RowsRowByRow(t *testing.T) {
 	}
 }
 
-// FuzzX86RowsOneRow compares the rows kernels with the reference on arbitrary bytes.
+// FuzzX86RowsOneRow compares the rows kernels with the reference on arbitrary bytes, for one
+// to five activation rows taken row by row.
 func FuzzX86RowsOneRow(f *testing.F) {
 	for i, b := range []byte{0x00, 0x80, 0x7f, 0xff, 0x88, 0x0f} {
 		f.Add(uint8(i), uint8(3*i+1), bytesOf(b, 9*(210+292)))
@@ -287,17 +322,18 @@ func FuzzX86RowsOneRow(f *testing.F) {
 		types := rowsTypes(t)
 		typ := types[int(sel)%len(types)]
 		rows := 1 + int(rowsSel)%17
+		T := 1 + int(rowsSel>>5)%5 // taken row by row, as a decode batch's products
 		rb, xb := typ.BlockBytes(), typ.DotType().BlockBytes()
-		nb := len(data) / (rows*rb + xb)
+		nb := len(data) / (rows*rb + T*xb)
 		if nb == 0 {
 			return
 		}
 		w := append([]byte(nil), data[:rows*nb*rb]...)
-		x := append([]byte(nil), data[rows*nb*rb:rows*nb*rb+nb*xb]...)
+		x := append([]byte(nil), data[rows*nb*rb:rows*nb*rb+T*nb*xb]...)
 		if sel&0x80 != 0 {
 			simdTameScales(typ, w, nil)
 		}
-		p := &tileProblem{typ: typ, rows: rows, cols: nb * typ.BlockSize(), T: 1, batch: 1, lo: 0, hi: rows,
+		p := &tileProblem{typ: typ, rows: rows, cols: nb * typ.BlockSize(), T: T, batch: 1, lo: 0, hi: rows,
 			w: w, x: x, xrow: nb * xb, raw: true}
 		p.run(&TileScratch{})
 		p.check(t)

@@ -44,6 +44,9 @@ func init() {
 	fastX86F16Gemm = avx2F16Gemm
 	fastX86BF16Vec = avx2BF16Vec
 	fastX86BF16Gemm = avx2BF16Gemm
+	f16Multi = [3]func(w []byte, ldw int, x []float32, ldx int, n int, rows int, out []float32, ldo int){
+		f16x1AVX2Rows, f16x2AVX2Rows, f16x3AVX2Rows}
+	widenF16 = widenF16AVX2
 	// The kernels of a product of one activation row (batch 1) over many weight rows, by
 	// type and by whether llama.cpp repacks the matrix: fastX86's choice for batch 1.
 	for _, k := range []struct {

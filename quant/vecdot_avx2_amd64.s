@@ -4397,3 +4397,563 @@ ret:
 rowsend:
 	VZEROUPPER
 	RET
+
+// func f16x1AVX2Rows(w []byte, ldw int, x []float32, ldx int, n int, rows int, out []float32, ldo int)
+// Requires: AVX, F16C, FMA3, MMX+
+TEXT ·f16x1AVX2Rows(SB), NOSPLIT, $40-112
+	MOVQ  w_base+0(FP), AX
+	MOVQ  out_base+80(FP), CX
+	MOVQ  rows+72(FP), DX
+	MOVQ  DX, (SP)
+	TESTQ DX, DX
+	JZ    end
+
+row:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   AX, DX
+	MOVQ   x_base+32(FP), BX
+	MOVQ   n+64(FP), SI
+	SHRQ   $0x06, SI
+	JZ     pass0done
+
+pass0:
+	PREFETCHT0  2048(DX)
+	PREFETCHT0  2112(DX)
+	VCVTPH2PS   (DX), Y8
+	VFMADD231PS (BX), Y8, Y0
+	VCVTPH2PS   64(DX), Y8
+	VFMADD231PS 128(BX), Y8, Y1
+	VCVTPH2PS   32(DX), Y8
+	VFMADD231PS 64(BX), Y8, Y2
+	VCVTPH2PS   96(DX), Y8
+	VFMADD231PS 192(BX), Y8, Y3
+	VCVTPH2PS   16(DX), Y8
+	VFMADD231PS 32(BX), Y8, Y4
+	VCVTPH2PS   80(DX), Y8
+	VFMADD231PS 160(BX), Y8, Y5
+	VCVTPH2PS   48(DX), Y8
+	VFMADD231PS 96(BX), Y8, Y6
+	VCVTPH2PS   112(DX), Y8
+	VFMADD231PS 224(BX), Y8, Y7
+	ADDQ        $0x80, DX
+	ADDQ        $0x00000100, BX
+	DECQ        SI
+	JNZ         pass0
+
+pass0done:
+	VADDPS       Y1, Y0, Y0
+	VADDPS       Y3, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VADDPS       Y5, Y4, Y4
+	VADDPS       Y7, Y6, Y6
+	VADDPS       Y6, Y4, Y4
+	VADDPS       Y4, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VCVTSS2SD    X1, X9, X9
+	MOVQ         n+64(FP), DX
+	MOVQ         DX, BX
+	ANDQ         $0x3f, BX
+	JZ           tail0done
+	ANDQ         $-64, DX
+	LEAQ         (AX)(DX*2), SI
+	MOVQ         x_base+32(FP), DI
+	LEAQ         (DI)(DX*4), DI
+
+tail0:
+	MOVWLZX   (SI), DX
+	VMOVD     DX, X0
+	VCVTPH2PS X0, X0
+	VMOVSS    (DI), X1
+	VMULSS    X1, X0, X0
+	VCVTSS2SD X0, X0, X0
+	VADDSD    X0, X9, X9
+	ADDQ      $0x02, SI
+	ADDQ      $0x04, DI
+	DECQ      BX
+	JNZ       tail0
+
+tail0done:
+	VCVTSD2SS X9, X9, X9
+	VMOVSS    X9, (CX)
+	ADDQ      $0x04, CX
+	MOVQ      ldw+24(FP), DX
+	ADDQ      DX, AX
+	DECQ      (SP)
+	JNZ       row
+
+end:
+	VZEROUPPER
+	RET
+
+// func f16x2AVX2Rows(w []byte, ldw int, x []float32, ldx int, n int, rows int, out []float32, ldo int)
+// Requires: AVX, F16C, FMA3, MMX+
+TEXT ·f16x2AVX2Rows(SB), NOSPLIT, $72-112
+	MOVQ  w_base+0(FP), AX
+	MOVQ  out_base+80(FP), CX
+	MOVQ  rows+72(FP), DX
+	MOVQ  DX, (SP)
+	TESTQ DX, DX
+	JZ    end
+
+row:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   AX, DX
+	MOVQ   x_base+32(FP), BX
+	MOVQ   ldx+56(FP), SI
+	SHLQ   $0x02, SI
+	MOVQ   n+64(FP), DI
+	SHRQ   $0x06, DI
+	JZ     pass0done
+
+pass0:
+	PREFETCHT0  2048(DX)
+	PREFETCHT0  2112(DX)
+	VCVTPH2PS   (DX), Y8
+	VFMADD231PS (BX), Y8, Y0
+	VFMADD231PS (BX)(SI*1), Y8, Y4
+	VCVTPH2PS   64(DX), Y8
+	VFMADD231PS 128(BX), Y8, Y1
+	VFMADD231PS 128(BX)(SI*1), Y8, Y5
+	VCVTPH2PS   32(DX), Y8
+	VFMADD231PS 64(BX), Y8, Y2
+	VFMADD231PS 64(BX)(SI*1), Y8, Y6
+	VCVTPH2PS   96(DX), Y8
+	VFMADD231PS 192(BX), Y8, Y3
+	VFMADD231PS 192(BX)(SI*1), Y8, Y7
+	ADDQ        $0x80, DX
+	ADDQ        $0x00000100, BX
+	DECQ        DI
+	JNZ         pass0
+
+pass0done:
+	VADDPS  Y1, Y0, Y0
+	VADDPS  Y3, Y2, Y2
+	VADDPS  Y2, Y0, Y0
+	VMOVUPS Y0, 8(SP)
+	VADDPS  Y5, Y4, Y4
+	VADDPS  Y7, Y6, Y6
+	VADDPS  Y6, Y4, Y4
+	VMOVUPS Y4, 40(SP)
+	VXORPS  Y0, Y0, Y0
+	VXORPS  Y1, Y1, Y1
+	VXORPS  Y2, Y2, Y2
+	VXORPS  Y3, Y3, Y3
+	VXORPS  Y4, Y4, Y4
+	VXORPS  Y5, Y5, Y5
+	VXORPS  Y6, Y6, Y6
+	VXORPS  Y7, Y7, Y7
+	MOVQ    AX, DX
+	MOVQ    x_base+32(FP), BX
+	MOVQ    ldx+56(FP), SI
+	SHLQ    $0x02, SI
+	MOVQ    n+64(FP), DI
+	SHRQ    $0x06, DI
+	JZ      pass1done
+
+pass1:
+	VCVTPH2PS   16(DX), Y8
+	VFMADD231PS 32(BX), Y8, Y0
+	VFMADD231PS 32(BX)(SI*1), Y8, Y4
+	VCVTPH2PS   80(DX), Y8
+	VFMADD231PS 160(BX), Y8, Y1
+	VFMADD231PS 160(BX)(SI*1), Y8, Y5
+	VCVTPH2PS   48(DX), Y8
+	VFMADD231PS 96(BX), Y8, Y2
+	VFMADD231PS 96(BX)(SI*1), Y8, Y6
+	VCVTPH2PS   112(DX), Y8
+	VFMADD231PS 224(BX), Y8, Y3
+	VFMADD231PS 224(BX)(SI*1), Y8, Y7
+	ADDQ        $0x80, DX
+	ADDQ        $0x00000100, BX
+	DECQ        DI
+	JNZ         pass1
+
+pass1done:
+	VADDPS       Y1, Y0, Y0
+	VADDPS       Y3, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VADDPS       Y5, Y4, Y4
+	VADDPS       Y7, Y6, Y6
+	VADDPS       Y6, Y4, Y4
+	VMOVUPS      8(SP), Y1
+	VADDPS       Y0, Y1, Y1
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X1, X0, X0
+	VMOVHLPS     X0, X0, X1
+	VADDPS       X1, X0, X0
+	VMOVSHDUP    X0, X1
+	VADDSS       X1, X0, X0
+	VCVTSS2SD    X0, X9, X9
+	MOVQ         n+64(FP), DX
+	MOVQ         DX, BX
+	ANDQ         $0x3f, BX
+	JZ           tail0done
+	ANDQ         $-64, DX
+	LEAQ         (AX)(DX*2), SI
+	MOVQ         x_base+32(FP), DI
+	LEAQ         (DI)(DX*4), DI
+
+tail0:
+	MOVWLZX   (SI), DX
+	VMOVD     DX, X0
+	VCVTPH2PS X0, X0
+	VMOVSS    (DI), X1
+	VMULSS    X1, X0, X0
+	VCVTSS2SD X0, X0, X0
+	VADDSD    X0, X9, X9
+	ADDQ      $0x02, SI
+	ADDQ      $0x04, DI
+	DECQ      BX
+	JNZ       tail0
+
+tail0done:
+	VCVTSD2SS    X9, X9, X9
+	VMOVSS       X9, (CX)
+	VMOVUPS      40(SP), Y0
+	VADDPS       Y4, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VCVTSS2SD    X1, X10, X10
+	MOVQ         n+64(FP), DX
+	MOVQ         DX, BX
+	ANDQ         $0x3f, BX
+	JZ           tail1done
+	ANDQ         $-64, DX
+	LEAQ         (AX)(DX*2), SI
+	MOVQ         x_base+32(FP), DI
+	MOVQ         ldx+56(FP), R8
+	IMUL3Q       $0x04, R8, R8
+	ADDQ         R8, DI
+	LEAQ         (DI)(DX*4), DI
+
+tail1:
+	MOVWLZX   (SI), DX
+	VMOVD     DX, X0
+	VCVTPH2PS X0, X0
+	VMOVSS    (DI), X1
+	VMULSS    X1, X0, X0
+	VCVTSS2SD X0, X0, X0
+	VADDSD    X0, X10, X10
+	ADDQ      $0x02, SI
+	ADDQ      $0x04, DI
+	DECQ      BX
+	JNZ       tail1
+
+tail1done:
+	VCVTSD2SS X10, X10, X10
+	MOVQ      ldo+104(FP), DX
+	IMUL3Q    $0x04, DX, DX
+	LEAQ      (CX)(DX*1), DX
+	VMOVSS    X10, (DX)
+	ADDQ      $0x04, CX
+	MOVQ      ldw+24(FP), DX
+	ADDQ      DX, AX
+	DECQ      (SP)
+	JNZ       row
+
+end:
+	VZEROUPPER
+	RET
+
+// func f16x3AVX2Rows(w []byte, ldw int, x []float32, ldx int, n int, rows int, out []float32, ldo int)
+// Requires: AVX, F16C, FMA3, MMX+
+TEXT ·f16x3AVX2Rows(SB), NOSPLIT, $104-112
+	MOVQ  w_base+0(FP), AX
+	MOVQ  out_base+80(FP), CX
+	MOVQ  rows+72(FP), DX
+	MOVQ  DX, (SP)
+	TESTQ DX, DX
+	JZ    end
+
+row:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	MOVQ   AX, DX
+	MOVQ   x_base+32(FP), BX
+	MOVQ   ldx+56(FP), SI
+	SHLQ   $0x02, SI
+	MOVQ   n+64(FP), DI
+	SHRQ   $0x06, DI
+	JZ     pass0done
+
+pass0:
+	PREFETCHT0  2048(DX)
+	PREFETCHT0  2112(DX)
+	VCVTPH2PS   (DX), Y12
+	VFMADD231PS (BX), Y12, Y0
+	VFMADD231PS (BX)(SI*1), Y12, Y4
+	VFMADD231PS (BX)(SI*2), Y12, Y8
+	VCVTPH2PS   64(DX), Y12
+	VFMADD231PS 128(BX), Y12, Y1
+	VFMADD231PS 128(BX)(SI*1), Y12, Y5
+	VFMADD231PS 128(BX)(SI*2), Y12, Y9
+	VCVTPH2PS   32(DX), Y12
+	VFMADD231PS 64(BX), Y12, Y2
+	VFMADD231PS 64(BX)(SI*1), Y12, Y6
+	VFMADD231PS 64(BX)(SI*2), Y12, Y10
+	VCVTPH2PS   96(DX), Y12
+	VFMADD231PS 192(BX), Y12, Y3
+	VFMADD231PS 192(BX)(SI*1), Y12, Y7
+	VFMADD231PS 192(BX)(SI*2), Y12, Y11
+	ADDQ        $0x80, DX
+	ADDQ        $0x00000100, BX
+	DECQ        DI
+	JNZ         pass0
+
+pass0done:
+	VADDPS  Y1, Y0, Y0
+	VADDPS  Y3, Y2, Y2
+	VADDPS  Y2, Y0, Y0
+	VMOVUPS Y0, 8(SP)
+	VADDPS  Y5, Y4, Y4
+	VADDPS  Y7, Y6, Y6
+	VADDPS  Y6, Y4, Y4
+	VMOVUPS Y4, 40(SP)
+	VADDPS  Y9, Y8, Y8
+	VADDPS  Y11, Y10, Y10
+	VADDPS  Y10, Y8, Y8
+	VMOVUPS Y8, 72(SP)
+	VXORPS  Y0, Y0, Y0
+	VXORPS  Y1, Y1, Y1
+	VXORPS  Y2, Y2, Y2
+	VXORPS  Y3, Y3, Y3
+	VXORPS  Y4, Y4, Y4
+	VXORPS  Y5, Y5, Y5
+	VXORPS  Y6, Y6, Y6
+	VXORPS  Y7, Y7, Y7
+	VXORPS  Y8, Y8, Y8
+	VXORPS  Y9, Y9, Y9
+	VXORPS  Y10, Y10, Y10
+	VXORPS  Y11, Y11, Y11
+	MOVQ    AX, DX
+	MOVQ    x_base+32(FP), BX
+	MOVQ    ldx+56(FP), SI
+	SHLQ    $0x02, SI
+	MOVQ    n+64(FP), DI
+	SHRQ    $0x06, DI
+	JZ      pass1done
+
+pass1:
+	VCVTPH2PS   16(DX), Y12
+	VFMADD231PS 32(BX), Y12, Y0
+	VFMADD231PS 32(BX)(SI*1), Y12, Y4
+	VFMADD231PS 32(BX)(SI*2), Y12, Y8
+	VCVTPH2PS   80(DX), Y12
+	VFMADD231PS 160(BX), Y12, Y1
+	VFMADD231PS 160(BX)(SI*1), Y12, Y5
+	VFMADD231PS 160(BX)(SI*2), Y12, Y9
+	VCVTPH2PS   48(DX), Y12
+	VFMADD231PS 96(BX), Y12, Y2
+	VFMADD231PS 96(BX)(SI*1), Y12, Y6
+	VFMADD231PS 96(BX)(SI*2), Y12, Y10
+	VCVTPH2PS   112(DX), Y12
+	VFMADD231PS 224(BX), Y12, Y3
+	VFMADD231PS 224(BX)(SI*1), Y12, Y7
+	VFMADD231PS 224(BX)(SI*2), Y12, Y11
+	ADDQ        $0x80, DX
+	ADDQ        $0x00000100, BX
+	DECQ        DI
+	JNZ         pass1
+
+pass1done:
+	VADDPS       Y1, Y0, Y0
+	VADDPS       Y3, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VADDPS       Y5, Y4, Y4
+	VADDPS       Y7, Y6, Y6
+	VADDPS       Y6, Y4, Y4
+	VADDPS       Y9, Y8, Y8
+	VADDPS       Y11, Y10, Y10
+	VADDPS       Y10, Y8, Y8
+	VMOVUPS      8(SP), Y1
+	VADDPS       Y0, Y1, Y1
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X1, X0, X0
+	VMOVHLPS     X0, X0, X1
+	VADDPS       X1, X0, X0
+	VMOVSHDUP    X0, X1
+	VADDSS       X1, X0, X0
+	VCVTSS2SD    X0, X13, X13
+	MOVQ         n+64(FP), DX
+	MOVQ         DX, BX
+	ANDQ         $0x3f, BX
+	JZ           tail0done
+	ANDQ         $-64, DX
+	LEAQ         (AX)(DX*2), SI
+	MOVQ         x_base+32(FP), DI
+	LEAQ         (DI)(DX*4), DI
+
+tail0:
+	MOVWLZX   (SI), DX
+	VMOVD     DX, X0
+	VCVTPH2PS X0, X0
+	VMOVSS    (DI), X1
+	VMULSS    X1, X0, X0
+	VCVTSS2SD X0, X0, X0
+	VADDSD    X0, X13, X13
+	ADDQ      $0x02, SI
+	ADDQ      $0x04, DI
+	DECQ      BX
+	JNZ       tail0
+
+tail0done:
+	VCVTSD2SS    X13, X13, X13
+	VMOVSS       X13, (CX)
+	VMOVUPS      40(SP), Y0
+	VADDPS       Y4, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VCVTSS2SD    X1, X14, X14
+	MOVQ         n+64(FP), DX
+	MOVQ         DX, BX
+	ANDQ         $0x3f, BX
+	JZ           tail1done
+	ANDQ         $-64, DX
+	LEAQ         (AX)(DX*2), SI
+	MOVQ         x_base+32(FP), DI
+	MOVQ         ldx+56(FP), R8
+	IMUL3Q       $0x04, R8, R8
+	ADDQ         R8, DI
+	LEAQ         (DI)(DX*4), DI
+
+tail1:
+	MOVWLZX   (SI), DX
+	VMOVD     DX, X0
+	VCVTPH2PS X0, X0
+	VMOVSS    (DI), X1
+	VMULSS    X1, X0, X0
+	VCVTSS2SD X0, X0, X0
+	VADDSD    X0, X14, X14
+	ADDQ      $0x02, SI
+	ADDQ      $0x04, DI
+	DECQ      BX
+	JNZ       tail1
+
+tail1done:
+	VCVTSD2SS    X14, X14, X14
+	MOVQ         ldo+104(FP), DX
+	IMUL3Q       $0x04, DX, DX
+	LEAQ         (CX)(DX*1), DX
+	VMOVSS       X14, (DX)
+	VMOVUPS      72(SP), Y0
+	VADDPS       Y8, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VCVTSS2SD    X1, X15, X15
+	MOVQ         n+64(FP), DX
+	MOVQ         DX, BX
+	ANDQ         $0x3f, BX
+	JZ           tail2done
+	ANDQ         $-64, DX
+	LEAQ         (AX)(DX*2), SI
+	MOVQ         x_base+32(FP), DI
+	MOVQ         ldx+56(FP), R8
+	IMUL3Q       $0x08, R8, R8
+	ADDQ         R8, DI
+	LEAQ         (DI)(DX*4), DI
+
+tail2:
+	MOVWLZX   (SI), DX
+	VMOVD     DX, X0
+	VCVTPH2PS X0, X0
+	VMOVSS    (DI), X1
+	VMULSS    X1, X0, X0
+	VCVTSS2SD X0, X0, X0
+	VADDSD    X0, X15, X15
+	ADDQ      $0x02, SI
+	ADDQ      $0x04, DI
+	DECQ      BX
+	JNZ       tail2
+
+tail2done:
+	VCVTSD2SS X15, X15, X15
+	MOVQ      ldo+104(FP), DX
+	IMUL3Q    $0x08, DX, DX
+	LEAQ      (CX)(DX*1), DX
+	VMOVSS    X15, (DX)
+	ADDQ      $0x04, CX
+	MOVQ      ldw+24(FP), DX
+	ADDQ      DX, AX
+	DECQ      (SP)
+	JNZ       row
+
+end:
+	VZEROUPPER
+	RET
+
+// func widenF16AVX2(x []byte, out []float32, n int)
+// Requires: AVX, F16C
+TEXT ·widenF16AVX2(SB), NOSPLIT, $0-56
+	MOVQ x_base+0(FP), AX
+	MOVQ out_base+24(FP), CX
+	MOVQ n+48(FP), DX
+	MOVQ DX, BX
+	SHRQ $0x03, BX
+	JZ   vecdone
+
+vec:
+	VCVTPH2PS (AX), Y0
+	VMOVUPS   Y0, (CX)
+	ADDQ      $0x10, AX
+	ADDQ      $0x20, CX
+	DECQ      BX
+	JNZ       vec
+
+vecdone:
+	ANDQ $0x07, DX
+	JZ   ret
+
+tail:
+	MOVWLZX   (AX), BX
+	VMOVD     BX, X0
+	VCVTPH2PS X0, X0
+	VMOVSS    X0, (CX)
+	ADDQ      $0x02, AX
+	ADDQ      $0x04, CX
+	DECQ      DX
+	JNZ       tail
+
+ret:
+	VZEROUPPER
+	RET

@@ -262,3 +262,29 @@ func q2KRepackGemmAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []
 //
 //go:noescape
 func f16VecAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+
+// f16x1AVX2Rows is f16VecAVX2 for rows rows of w (fp16, ldw bytes apart) against 1 activation row(s) of x
+// (float32 widened from fp16, ldx floats apart), each of n elements: out[t*ldo+r] is row r's
+// product with activation row t.
+//
+//go:noescape
+func f16x1AVX2Rows(w []byte, ldw int, x []float32, ldx int, n int, rows int, out []float32, ldo int)
+
+// f16x2AVX2Rows is f16VecAVX2 for rows rows of w (fp16, ldw bytes apart) against 2 activation row(s) of x
+// (float32 widened from fp16, ldx floats apart), each of n elements: out[t*ldo+r] is row r's
+// product with activation row t.
+//
+//go:noescape
+func f16x2AVX2Rows(w []byte, ldw int, x []float32, ldx int, n int, rows int, out []float32, ldo int)
+
+// f16x3AVX2Rows is f16VecAVX2 for rows rows of w (fp16, ldw bytes apart) against 3 activation row(s) of x
+// (float32 widened from fp16, ldx floats apart), each of n elements: out[t*ldo+r] is row r's
+// product with activation row t.
+//
+//go:noescape
+func f16x3AVX2Rows(w []byte, ldw int, x []float32, ldx int, n int, rows int, out []float32, ldo int)
+
+// widenF16AVX2 widens the n fp16 values of x into out with VCVTPH2PS.
+//
+//go:noescape
+func widenF16AVX2(x []byte, out []float32, n int)

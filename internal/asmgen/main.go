@@ -48,6 +48,10 @@ var sets = map[string]func(){
 		}
 		floatVec(kindF16, "f16VecAVX2", "")
 		many = nil
+		for n := 1; n <= 3; n++ {
+			f16Multi(n)
+		}
+		widenF16()
 	},
 }
 
