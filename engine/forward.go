@@ -202,7 +202,13 @@ const headRows = 64
 // host reads them (to sample, or score every row): on a device, headRows rows at a time,
 // each read back before the next is computed.
 func (m *Model) head(b models.Backend, out quant.Matrix, xn []float32, T int) []float32 {
-	if !m.resident || T <= headRows {
+	if !m.resident {
+		// Its own memory, not the arena's: the caller keeps the logits after the pass.
+		logits := make([]float32, T*out.Rows)
+		b.MatMul(out, xn, T, logits)
+		return logits
+	}
+	if T <= headRows {
 		logits := b.Floats(T * out.Rows)
 		b.MatMul(out, xn, T, logits)
 		return m.toHost(logits)

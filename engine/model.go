@@ -49,6 +49,9 @@ type Model struct {
 	ops      device.Ops
 	resident bool
 	act      activations
+	// hostArenas are the passes' arenas on the host, reused (any number of passes run at
+	// once there).
+	hostArenas sync.Pool
 	// passMu makes passes one at a time in device memory, where their activations share one
 	// reserve and the device runs one stream anyway, and under continuous batching, where a
 	// prompt's pass and a batched step take turns.
@@ -387,3 +390,4 @@ func (m *Model) Close() error {
 	}
 	return errors.Join(m.closeEP(), closeDevice(m.dev), m.file.Close())
 }
+

@@ -247,22 +247,31 @@ func bytesOf[T float32 | uint16](v []T) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), len(v)*int(unsafe.Sizeof(z)))
 }
 
-// arena hands out a pass's activations. On the host they are Go memory; on a device they
-// are carved from one device buffer that the arena keeps, of the floats activationFloats
-// bounds, and reset makes them reusable: the device runs its work in stream order, so a
-// later kernel writing reused memory runs after the earlier ones reading it. The buffers
-// are the model's activation reserve, taken from the device's budget when it was opened.
+// arena hands out a pass's activations, and reset makes them reusable. On a device they are
+// carved from one device buffer that the arena keeps, of the floats activationFloats bounds:
+// the device runs its work in stream order, so a later kernel writing reused memory runs
+// after the earlier ones reading it. The buffers are the model's activation reserve, taken
+// from the device's budget when it was opened. On the host they are carved from Go blocks
+// that the arena keeps and adds to as a pass needs (zeroed when handed out, as make's), and
+// the arenas go back to a pool: a decoded token takes a few hundred activations, and
+// allocating each, then collecting them, was a tenth of a token.
 type arena struct {
 	res   device.Resident // nil: host memory
 	limit int             // on a device: the floats of its buffer
-	buf   []float32
-	off   int   // the floats taken
-	err   error // the first failed allocation
+	buf   []float32       // on a device: the buffer; on the host: blocks[bi]
+	off   int             // the floats taken of buf
+	err   error           // the first failed allocation
+	// On the host: the blocks, and the one being carved.
+	blocks [][]float32
+	bi     int
 }
+
+// hostBlockFloats is the least floats of a host arena's block: a small model's whole pass.
+const hostBlockFloats = 64 << 10
 
 func (a *arena) floats(n int) []float32 {
 	if a.res == nil {
-		return make([]float32, n)
+		return a.hostFloats(n)
 	}
 	if a.buf == nil {
 		b, err := a.res.Buffer(int64(a.limit)*4, "activations")
@@ -290,7 +299,38 @@ func (a *arena) failed(n int, err error) []float32 {
 	return make([]float32, n)
 }
 
-func (a *arena) reset() { a.off = 0 }
+func (a *arena) reset() {
+	a.off = 0
+	if a.res == nil {
+		a.bi, a.buf = 0, nil
+		if len(a.blocks) > 0 {
+			a.buf = a.blocks[0]
+		}
+	}
+}
+
+// hostFloats is floats on the host: the rest of the current block, or the next block that
+// holds n (allocated when none does).
+func (a *arena) hostFloats(n int) []float32 {
+	n64 := (n + 15) &^ 15 // 64-byte alignment within a block, for the vector kernels
+	for a.off+n64 > len(a.buf) {
+		if a.buf != nil {
+			a.bi++
+		}
+		if a.bi == len(a.blocks) {
+			size := hostBlockFloats
+			if len(a.blocks) > 0 {
+				size = 2 * len(a.blocks[len(a.blocks)-1])
+			}
+			a.blocks = append(a.blocks, make([]float32, max(size, n64)))
+		}
+		a.buf, a.off = a.blocks[a.bi], 0
+	}
+	s := a.buf[a.off : a.off+n : a.off+n]
+	a.off += n64
+	clear(s)
+	return s
+}
 
 // activations are a model's activation reserve: on a device, the floats of a pass's arena and
 // of its layer arena, and the two arenas, which passes in device memory (one at a time,
@@ -309,10 +349,14 @@ const (
 	layerArena
 )
 
-// getArena returns an arena of kind for a pass: Go memory on the host; on a device the
-// model's own, which the caller, holding passMu, has to itself until putArena.
+// getArena returns an arena of kind for a pass: on the host one of the model's pool, on a
+// device the model's own, which the caller, holding passMu, has to itself until putArena.
+// Nothing handed out may be read after putArena.
 func (m *Model) getArena(kind int) *arena {
 	if !m.resident {
+		if a, ok := m.hostArenas.Get().(*arena); ok {
+			return a
+		}
 		return &arena{}
 	}
 	a := m.act.arenas[kind]
@@ -330,6 +374,9 @@ func (m *Model) getArena(kind int) *arena {
 func (m *Model) putArena(a *arena) {
 	a.reset()
 	a.err = nil
+	if a.res == nil {
+		m.hostArenas.Put(a)
+	}
 }
 
 // backend is what a layer computes with: the device's kernels, the pass's Ops and an arena.

@@ -33,7 +33,8 @@ type RouteEvent struct {
 	Predicted []int
 }
 
-// RouteObserver receives routing decisions; see Session.ObserveRouting.
+// RouteObserver receives routing decisions; see Session.ObserveRouting. The event and its
+// slices are valid during the call only: the pass reuses their memory.
 type RouteObserver func(*RouteEvent)
 
 // LayerRouting summarises one MoE layer's routing over a text.
