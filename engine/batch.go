@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -160,6 +161,12 @@ func (b *batcher) loop() {
 		b.batch = append(b.batch[:0], first)
 		b.gather()
 		b.step(b.batch)
+		// The members' goroutines take turns with this one, each made ready by the other, and
+		// the Go scheduler lets such a pair keep its thread for a whole time slice (10 ms):
+		// a session about to evaluate its prompt, or to join, would wait that long on the
+		// same thread's queue while the others decode without it. Yielding after each step
+		// lets it run.
+		runtime.Gosched()
 	}
 }
 

@@ -86,6 +86,9 @@ func BenchmarkBatchedDecode(b *testing.B) {
 				wg.Wait()
 			}
 			b.ReportMetric(float64(n*seqs*b.N)/b.Elapsed().Seconds(), "tokens/s")
+			if st, ok := m.BatchStats(); ok && st.Passes > 0 {
+				b.ReportMetric(float64(st.Rows)/float64(st.Passes), "seqs/step")
+			}
 		})
 	}
 }

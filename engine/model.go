@@ -390,4 +390,3 @@ func (m *Model) Close() error {
 	}
 	return errors.Join(m.closeEP(), closeDevice(m.dev), m.file.Close())
 }
-
