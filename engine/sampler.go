@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+
+	"github.com/commit-run/commit-run/models"
 )
 
 // sampler picks tokens from logits with llama.cpp's usual chain: repetition penalty, top-k,
@@ -13,8 +15,9 @@ type sampler struct {
 	o   SamplerOptions
 	rng *rand.Rand
 	// scratch
-	cand   []candidate
-	counts map[int32]int // tokens of the penalty window
+	cand    []candidate
+	scratch []float32     // top-k's heap, then its weights
+	counts  map[int32]int // tokens of the penalty window
 }
 
 type candidate struct {
@@ -80,68 +83,173 @@ func (s *sampler) sample(logits []float32, history []int32) int32 {
 	if o.Greedy || o.Temperature == 0 {
 		return argmax(logits)
 	}
-	c := s.cand[:0]
-	for i, l := range logits {
-		c = append(c, candidate{int32(i), l})
-	}
-	topK := o.TopK > 0 && o.TopK < len(c)
-	sorted := topK || o.TopP > 0 && o.TopP < 1
-	if sorted {
-		// Truncation keeps the most likely tokens: sort them first (ties to the lower id).
-		// Without it every token stays and the walk below draws from the same distribution in
-		// any order, so the vocabulary is not sorted for each token.
-		slices.SortFunc(c, func(a, b candidate) int {
-			switch {
-			case a.p > b.p || a.p == b.p && a.id < b.id:
-				return -1
-			case a.p == b.p && a.id == b.id:
-				return 0
-			}
-			return 1
-		})
-	}
-	if topK {
-		c = c[:o.TopK]
-	}
-	// softmax with temperature
-	maxl := c[0].p // the largest, once sorted
-	if !sorted {
-		for _, x := range c {
-			maxl = max(maxl, x.p)
+	maxl := logits[0]
+	for _, l := range logits {
+		if l > maxl { // not the builtin max, whose NaN rules cost a branch chain per value
+			maxl = l
 		}
 	}
+	inv := 1 / o.Temperature
+	topP := o.TopP > 0 && o.TopP < 1
+	var c []candidate
 	var sum float64
-	for i := range c {
-		e := math.Exp(float64((c[i].p - maxl) / o.Temperature))
-		c[i].p = float32(e)
-		sum += e
-	}
-	for i := range c {
-		c[i].p = float32(float64(c[i].p) / sum)
-	}
-	if o.TopP > 0 && o.TopP < 1 {
-		var cum float32
+	if o.TopK > 0 && o.TopK < len(logits) {
+		// The K most likely, ties to the lower id: those at or above the K-th largest
+		// logit, sorted and cut to K. Then their weights exp((l - max)/T).
+		kth := s.kthLargest(logits, o.TopK)
+		c = s.cand[:0]
+		for i, l := range logits {
+			if l >= kth {
+				c = append(c, candidate{int32(i), l})
+			}
+		}
+		sortCandidates(c)
+		c = c[:o.TopK]
+		w := s.scratch[:0]
+		for _, x := range c {
+			w = append(w, (x.p-maxl)*inv)
+		}
+		models.ExpInPlace(w)
 		for i := range c {
-			cum += c[i].p
-			if cum >= o.TopP {
+			c[i].p = w[i]
+			sum += float64(w[i])
+		}
+		s.scratch = w
+	} else {
+		// Every token's weight, in place.
+		for i, l := range logits {
+			logits[i] = (l - maxl) * inv
+		}
+		models.ExpInPlace(logits)
+		sum = sum64(logits)
+		if !topP {
+			// Every token stays: the walk draws from the same distribution in any order,
+			// so it walks the vocabulary in id order, unsorted.
+			return s.walk(logits, nil, sum)
+		}
+		// The most likely tokens whose probabilities first reach p lie among those of
+		// weight at least some threshold: it falls until they hold p, so that only they are
+		// sorted, not the whole vocabulary.
+		for thr := float32(sum) / 1024; ; thr /= 1024 {
+			if thr < float32(sum)*1e-30 {
+				thr = 0
+			}
+			c = s.cand[:0]
+			var mass float64
+			for i, e := range logits {
+				if e >= thr {
+					c = append(c, candidate{int32(i), e})
+					mass += float64(e)
+				}
+			}
+			if thr == 0 || mass >= float64(o.TopP)*sum {
+				break
+			}
+		}
+		sortCandidates(c)
+	}
+	s.cand = c
+	if topP {
+		var cum float64
+		for i := range c {
+			if cum += float64(c[i].p); cum >= float64(o.TopP)*sum {
 				c = c[:i+1]
 				break
 			}
 		}
-	}
-	var total float32
-	for _, x := range c {
-		total += x.p
-	}
-	r := s.rng.Float32() * total
-	s.cand = c
-	for _, x := range c {
-		r -= x.p
-		if r < 0 {
-			return x.id
+		sum = 0
+		for _, x := range c {
+			sum += float64(x.p)
 		}
 	}
-	return c[len(c)-1].id
+	return s.walk(nil, c, sum)
+}
+
+// sum64 sums v in float64, in four running sums so that the additions do not wait on each
+// other.
+func sum64(v []float32) float64 {
+	var a, b, c, d float64
+	i := 0
+	for ; i+4 <= len(v); i += 4 {
+		a += float64(v[i])
+		b += float64(v[i+1])
+		c += float64(v[i+2])
+		d += float64(v[i+3])
+	}
+	for ; i < len(v); i++ {
+		a += float64(v[i])
+	}
+	return (a + b) + (c + d)
+}
+
+// sortCandidates puts the most likely first, ties to the lower id.
+func sortCandidates(c []candidate) {
+	slices.SortFunc(c, func(a, b candidate) int {
+		switch {
+		case a.p > b.p || a.p == b.p && a.id < b.id:
+			return -1
+		case a.p == b.p && a.id == b.id:
+			return 0
+		}
+		return 1
+	})
+}
+
+// walk draws a token from weights (by id), or from the candidates c where weights is nil,
+// whose weights sum to sum.
+func (s *sampler) walk(weights []float32, c []candidate, sum float64) int32 {
+	r := s.rng.Float64() * sum
+	if weights == nil {
+		for _, x := range c {
+			if r -= float64(x.p); r < 0 {
+				return x.id
+			}
+		}
+		return c[len(c)-1].id // r's rounding left it at the sum
+	}
+	last := 0
+	for i, e := range weights {
+		if r -= float64(e); r < 0 {
+			return int32(i)
+		}
+		if e > 0 {
+			last = i
+		}
+	}
+	return int32(last)
+}
+
+// kthLargest returns the k-th largest of the logits (0 < k < len(logits)) in one pass over
+// them, through a min-heap of the k largest so far.
+func (s *sampler) kthLargest(logits []float32, k int) float32 {
+	h := s.scratch[:0]
+	for _, l := range logits {
+		switch {
+		case len(h) < k:
+			h = append(h, l)
+			for j := len(h) - 1; j > 0 && h[(j-1)/2] > h[j]; j = (j - 1) / 2 {
+				h[j], h[(j-1)/2] = h[(j-1)/2], h[j]
+			}
+		case l > h[0]:
+			h[0] = l
+			for j := 0; ; {
+				m := j
+				if a := 2*j + 1; a < k && h[a] < h[m] {
+					m = a
+				}
+				if b := 2*j + 2; b < k && h[b] < h[m] {
+					m = b
+				}
+				if m == j {
+					break
+				}
+				h[j], h[m] = h[m], h[j]
+				j = m
+			}
+		}
+	}
+	s.scratch = h
+	return h[0]
 }
 
 func argmax(v []float32) int32 {

@@ -32,6 +32,7 @@ func useAttnAVX2() {
 	dotsF32 = dotsF32AVX2
 	dotsF16 = dotsF16AVX2
 	softmaxBlocks = softmaxBlocksAVX2
+	expBlocks = func(x []float32, n int) { attnExpAVX2(x[:n], x[:n]) } // lane by lane: in place is safe
 	dotsMultiF32 = (&multiKernels[float32]{
 		fixed: [2][10]multiKernel[float32]{
 			{1: attnDots2x1AVX2, 2: attnDots2x2AVX2, 3: attnDots2x3AVX2, 4: attnDots2x4AVX2, 9: attnDots2x9AVX2},

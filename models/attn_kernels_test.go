@@ -512,3 +512,28 @@ func BenchmarkAttnWSumLayout(b *testing.B) {
 		}
 	}
 }
+
+// TestExpInPlace holds ExpInPlace, in place and with a tail past the vector lanes, to
+// expAVX512 value by value.
+func TestExpInPlace(t *testing.T) {
+	r := rand.New(rand.NewPCG(71, 72))
+	for _, n := range []int{0, 1, 7, 8, 9, 37, 2048} {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(r.NormFloat64() * 30)
+		}
+		if n > 3 {
+			x[0], x[1], x[2], x[3] = float32(math.Inf(-1)), -100, 0, 88.5
+		}
+		want := make([]float32, n)
+		for i, v := range x {
+			want[i] = expAVX512(v)
+		}
+		ExpInPlace(x)
+		for i := range x {
+			if !sameFloat(x[i], want[i]) {
+				t.Fatalf("n=%d: value %d: %g, want %g", n, i, x[i], want[i])
+			}
+		}
+	}
+}
