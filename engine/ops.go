@@ -261,7 +261,10 @@ type arena struct {
 	buf   []float32       // on a device: the buffer; on the host: blocks[bi]
 	off   int             // the floats taken of buf
 	err   error           // the first failed allocation
-	// On the host: the blocks, and the one being carved.
+	// On the host: whether the arena carves blocks (a pass's, from the model's pool) or makes
+	// each allocation (a zero arena, for work outside a pass's lifetime), the blocks, and the
+	// one being carved.
+	carve  bool
 	blocks [][]float32
 	bi     int
 }
@@ -271,6 +274,9 @@ const hostBlockFloats = 64 << 10
 
 func (a *arena) floats(n int) []float32 {
 	if a.res == nil {
+		if !a.carve {
+			return make([]float32, n)
+		}
 		return a.hostFloats(n)
 	}
 	if a.buf == nil {
@@ -357,7 +363,7 @@ func (m *Model) getArena(kind int) *arena {
 		if a, ok := m.hostArenas.Get().(*arena); ok {
 			return a
 		}
-		return &arena{}
+		return &arena{carve: true}
 	}
 	a := m.act.arenas[kind]
 	if a == nil {
@@ -374,7 +380,7 @@ func (m *Model) getArena(kind int) *arena {
 func (m *Model) putArena(a *arena) {
 	a.reset()
 	a.err = nil
-	if a.res == nil {
+	if a.carve {
 		m.hostArenas.Put(a)
 	}
 }
