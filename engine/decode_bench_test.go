@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"runtime"
 	"sync"
@@ -51,14 +52,19 @@ func BenchmarkDecode(b *testing.B) {
 	}
 }
 
+// batchModel is the model BenchmarkBatchedDecode decodes: the bundled one, or a larger file
+// whose weights do not fit the caches (-batch-model /tmp/olmoe-q4k.gguf, from cmd/synth).
+var batchModel = flag.String("batch-model", "../models/testdata/tinymoe-qwen2moe.gguf", "the GGUF file BenchmarkBatchedDecode decodes")
+
 // BenchmarkBatchedDecode decodes 32 greedy tokens in each of 1, 2 and 4 sessions at once on
-// the bundled model with continuous batching (Options.Parallel 4), two threads, and reports
-// the tokens/s of all the sessions together: the engine's side of the server's load
-// benchmark (tools/bench/serveload), without HTTP or sampling costs.
+// the bundled model (or -batch-model) with continuous batching (Options.Parallel 4), two
+// threads, and reports the tokens/s of all the sessions together and the mean rows of a step:
+// the engine's side of the server's load benchmark (tools/bench/serveload), without HTTP or
+// sampling costs.
 func BenchmarkBatchedDecode(b *testing.B) {
 	for _, seqs := range []int{1, 2, 4} {
 		b.Run(fmt.Sprintf("sequences=%d", seqs), func(b *testing.B) {
-			m, err := engine.Open("../models/testdata/tinymoe-qwen2moe.gguf", engine.Options{Threads: 2, Parallel: 4})
+			m, err := engine.Open(*batchModel, engine.Options{Threads: 2, Parallel: 4})
 			if err != nil {
 				b.Fatal(err)
 			}
