@@ -85,9 +85,11 @@ type X86Product struct {
 	gemm           int   // activation rows [0, gemm) are multiplied four at a time
 	aux            []int32
 	exact          []bool // per chunk of tileTokens activation rows: whether the tiles are exact on it
-	// xf is the activation rows widened to float32 where F16 weights take f16Multi's kernels
-	// (nil otherwise): widened once per product rather than once per weight row.
-	xf []float32
+	// xf is the activation rows widened to float32 where F16 weights take f16Multi's or
+	// f16Gemm's kernels (empty otherwise): widened once per product rather than once per
+	// weight row. gemm16 says which: tinyBLAS's order (f16Gemm) or ggml_vec_dot_f16's.
+	xf     []float32
+	gemm16 bool
 }
 
 // f16Multi holds, where the machine has them, the kernels of F16 rows against 1 to 3
@@ -99,6 +101,12 @@ var (
 	widenF16 func(x []byte, out []float32, n int)
 )
 
+// f16Gemm holds, where the machine has them, the kernels of tinyBLAS's F16 products (X86Dot's
+// choice for a product of two or more activation rows over a multiple of 4 weight rows, rows
+// of a multiple of 16 values) over 1 or 2 weight rows (f16Gemm[R-1]) against 1 to 3 activation
+// rows widened to float32 (f16Gemm[R-1][N-1]).
+var f16Gemm [2][3]func(w []byte, ldw int, x []float32, ldx int, n int, rows int, out []float32, ldo int)
+
 // Prepare sets the product up; see X86Rows.
 func (p *X86Product) Prepare(w Matrix, x []byte, xrow, T, batch int) {
 	if T < 0 || T > 0 && batch < 1 {
@@ -106,8 +114,10 @@ func (p *X86Product) Prepare(w Matrix, x []byte, xrow, T, batch int) {
 	}
 	p.w, p.x, p.xrow, p.T, p.batch = w, x, xrow, T, batch
 	p.xf = p.xf[:0]
-	if w.Type == F16 && (batch < 2 || w.Rows%4 != 0) && widenF16 != nil && T > 0 {
-		// ggml_vec_dot_f16 whatever the rows: every output takes the one-row kernel.
+	if w.Type == F16 && widenF16 != nil && T > 0 {
+		// X86Dot's choice: tinyBLAS where it takes the product, ggml_vec_dot_f16 elsewhere
+		// (also tinyBLAS's own fallback for rows not a multiple of 16 values).
+		p.gemm16 = batch >= 2 && w.Rows%4 == 0 && w.Cols%16 == 0
 		p.tl = nil
 		n := w.Cols
 		if cap(p.xf) < T*n {
@@ -163,7 +173,11 @@ func (p *X86Product) Rows(lo, hi int, out []float32, ldo int, s *TileScratch) {
 	}
 	tl := p.tl
 	if len(p.xf) > 0 {
-		p.f16Rows(lo, hi, out, ldo)
+		if p.gemm16 {
+			p.f16GemmRows(lo, hi, out, ldo)
+		} else {
+			p.f16Rows(lo, hi, out, ldo)
+		}
 		return
 	}
 	if tl == nil {
@@ -235,6 +249,32 @@ func (p *X86Product) f16Rows(lo, hi int, out []float32, ldo int) {
 			out[t0*ldo+lo:(t0+k-1)*ldo+hi], ldo)
 	}
 }
+
+// f16GemmRows is Rows for F16 weights in tinyBLAS's order through f16Gemm: two weight rows
+// and three activation rows a call where they are left, over blocks of f16GemmBlock weight
+// rows that stay in the caches while every activation row goes past them.
+func (p *X86Product) f16GemmRows(lo, hi int, out []float32, ldo int) {
+	w, n := p.w, p.w.Cols
+	rb := w.RowBytes()
+	for r0 := lo; r0 < hi; r0 += f16GemmBlock {
+		r1 := min(r0+f16GemmBlock, hi)
+		pair := r0 + (r1-r0)&^1
+		for t0, k := 0, 0; t0 < p.T; t0 += k {
+			k = min(p.T-t0, 3)
+			xs := p.xf[t0*n : (t0+k)*n]
+			if pair > r0 {
+				f16Gemm[1][k-1](w.Data[r0*rb:(pair-1)*rb+2*n], rb, xs, n, n, pair-r0, out[t0*ldo+r0:(t0+k-1)*ldo+pair], ldo)
+			}
+			if pair < r1 {
+				f16Gemm[0][k-1](w.Data[pair*rb:pair*rb+2*n], rb, xs, n, n, 1, out[t0*ldo+pair:(t0+k-1)*ldo+r1], ldo)
+			}
+		}
+	}
+}
+
+// f16GemmBlock is the weight rows f16GemmRows takes past every activation row at a time: 64
+// KiB of a 2048-wide matrix, in the second cache level.
+const f16GemmBlock = 16
 
 // A rowsKernel is a one-row kernel over rows consecutive weight rows (ldw bytes apart) of
 // nb blocks against the one activation row x: out[r] is row r's product.

@@ -194,7 +194,8 @@ func BenchmarkX86Rows(b *testing.B) {
 // BenchmarkX86RowsF16 compares, for F16 products taken row by row (a decode batch's, and a
 // single token's), the rows kernel once per activation row with both operands widened in the
 // loop ("rows") and the kernels of up to four activation rows widened once ("multi"), on the
-// bundled model's shapes: 128 columns, 128 rows (an expert) and 2048 (the output head).
+// bundled model's shapes: 128 columns, 128 rows (an expert) and 2048 (the output head); then
+// a prompt's products.
 func BenchmarkX86RowsF16(b *testing.B) {
 	if widenF16 == nil {
 		b.Skip("no F16 multi-row kernels on this machine")
@@ -221,6 +222,29 @@ func BenchmarkX86RowsF16(b *testing.B) {
 					b.ReportMetric(macs/b.Elapsed().Seconds()/1e9, "GMAC/s")
 				})
 			}
+		}
+	}
+	// A prompt's products (batch T): tinyBLAS's kernel per output ("ref") against the tiles
+	// of two weight rows and three activation rows, on a 2048x2048 matrix.
+	for _, T := range []int{16, 64} {
+		p := newTileProblem(r, F16, 2048, 2048, T, T, 0, 2048)
+		m := Matrix{Type: F16, Rows: 2048, Cols: 2048, Data: p.w}
+		out := make([]float32, T*2048)
+		var s TileScratch
+		for _, v := range []struct {
+			name string
+			f    func()
+		}{
+			{"ref", func() { x86RowsDotRef(m, 0, 2048, p.x, p.xrow, T, T, out, 2048) }},
+			{"tiles", func() { X86Rows(m, 0, 2048, p.x, p.xrow, T, T, out, 2048, &s) }},
+		} {
+			b.Run(fmt.Sprintf("prompt/T=%d/%s", T, v.name), func(b *testing.B) {
+				for b.Loop() {
+					v.f()
+				}
+				macs := float64(2048) * 2048 * float64(T) * float64(b.N)
+				b.ReportMetric(macs/b.Elapsed().Seconds()/1e9, "GMAC/s")
+			})
 		}
 	}
 }
@@ -313,7 +337,7 @@ func TestX86RowsRowByRow(t *testing.T) {
 }
 
 // FuzzX86RowsOneRow compares the rows kernels with the reference on arbitrary bytes, for one
-// to five activation rows taken row by row.
+// to five activation rows taken row by row (F16's also taken together).
 func FuzzX86RowsOneRow(f *testing.F) {
 	for i, b := range []byte{0x00, 0x80, 0x7f, 0xff, 0x88, 0x0f} {
 		f.Add(uint8(i), uint8(3*i+1), bytesOf(b, 9*(210+292)))
@@ -333,9 +357,36 @@ func FuzzX86RowsOneRow(f *testing.F) {
 		if sel&0x80 != 0 {
 			simdTameScales(typ, w, nil)
 		}
-		p := &tileProblem{typ: typ, rows: rows, cols: nb * typ.BlockSize(), T: T, batch: 1, lo: 0, hi: rows,
+		batch := 1
+		if typ == F16 && sel&0x40 != 0 {
+			batch = T // taken together, as a prompt's: tinyBLAS's order where X86Dot takes it
+		}
+		p := &tileProblem{typ: typ, rows: rows, cols: nb * typ.BlockSize(), T: T, batch: batch, lo: 0, hi: rows,
 			w: w, x: x, xrow: nb * xb, raw: true}
 		p.run(&TileScratch{})
 		p.check(t)
 	})
+}
+
+// TestX86RowsF16 holds F16 products of several activation rows taken together (batch T, a
+// prompt's: tinyBLAS's order where X86Dot takes it, ggml_vec_dot_f16's for other shapes) to
+// the reference, over ranges that split the kernels' pairs of rows and groups of three
+// activation rows.
+func TestX86RowsF16(t *testing.T) {
+	if widenF16 == nil {
+		t.Skip("no F16 kernels of widened activations on this machine")
+	}
+	r := rand.New(rand.NewPCG(65, 66))
+	var s TileScratch
+	for _, shape := range []struct{ rows, cols int }{{8, 16}, {12, 128}, {40, 64}, {21, 128}, {16, 130}, {36, 48}} {
+		for _, T := range []int{1, 2, 3, 4, 5, 7} {
+			for _, batch := range []int{1, T} {
+				for _, rng := range [][2]int{{0, shape.rows}, {3, shape.rows - 2}, {1, 2}, {5, shape.rows}} {
+					p := newTileProblem(r, F16, shape.rows, shape.cols, T, batch, rng[0], rng[1])
+					p.run(&s)
+					p.check(t)
+				}
+			}
+		}
+	}
 }

@@ -47,6 +47,10 @@ func init() {
 	f16Multi = [3]func(w []byte, ldw int, x []float32, ldx int, n int, rows int, out []float32, ldo int){
 		f16x1AVX2Rows, f16x2AVX2Rows, f16x3AVX2Rows}
 	widenF16 = widenF16AVX2
+	f16Gemm = [2][3]func(w []byte, ldw int, x []float32, ldx int, n int, rows int, out []float32, ldo int){
+		{f16g1x1AVX2Rows, f16g1x2AVX2Rows, f16g1x3AVX2Rows},
+		{f16g2x1AVX2Rows, f16g2x2AVX2Rows, f16g2x3AVX2Rows},
+	}
 	// The kernels of a product of one activation row (batch 1) over many weight rows, by
 	// type and by whether llama.cpp repacks the matrix: fastX86's choice for batch 1.
 	for _, k := range []struct {

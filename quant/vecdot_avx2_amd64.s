@@ -4497,6 +4497,124 @@ end:
 	VZEROUPPER
 	RET
 
+// func f16g1x1AVX2Rows(w []byte, ldw int, x []float32, ldx int, n int, rows int, out []float32, ldo int)
+// Requires: AVX, F16C, FMA3, MMX+
+TEXT ·f16g1x1AVX2Rows(SB), NOSPLIT, $8-112
+	MOVQ  w_base+0(FP), AX
+	MOVQ  out_base+80(FP), CX
+	MOVQ  rows+72(FP), DX
+	MOVQ  DX, (SP)
+	TESTQ DX, DX
+	JZ    end
+
+row:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ   ldw+24(FP), DX
+	MOVQ   AX, DX
+	MOVQ   x_base+32(FP), BX
+	MOVQ   n+64(FP), SI
+	SHRQ   $0x04, SI
+	JZ     loopdone
+
+loop:
+	PREFETCHT0  2048(DX)
+	VCVTPH2PS   (DX), Y2
+	VFMADD231PS (BX), Y2, Y0
+	VCVTPH2PS   16(DX), Y2
+	VFMADD231PS 32(BX), Y2, Y1
+	ADDQ        $0x20, DX
+	ADDQ        $0x40, BX
+	DECQ        SI
+	JNZ         loop
+
+loopdone:
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (CX)
+	ADDQ         $0x04, CX
+	MOVQ         ldw+24(FP), DX
+	ADDQ         DX, AX
+	SUBQ         $0x01, (SP)
+	JNZ          row
+
+end:
+	VZEROUPPER
+	RET
+
+// func f16g2x1AVX2Rows(w []byte, ldw int, x []float32, ldx int, n int, rows int, out []float32, ldo int)
+// Requires: AVX, F16C, FMA3, MMX+
+TEXT ·f16g2x1AVX2Rows(SB), NOSPLIT, $8-112
+	MOVQ  w_base+0(FP), AX
+	MOVQ  out_base+80(FP), CX
+	MOVQ  rows+72(FP), DX
+	MOVQ  DX, (SP)
+	TESTQ DX, DX
+	JZ    end
+
+row:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   ldw+24(FP), DX
+	MOVQ   AX, BX
+	LEAQ   (BX)(DX*1), DX
+	MOVQ   x_base+32(FP), SI
+	MOVQ   n+64(FP), DI
+	SHRQ   $0x04, DI
+	JZ     loopdone
+
+loop:
+	PREFETCHT0  2048(BX)
+	VCVTPH2PS   (BX), Y4
+	VFMADD231PS (SI), Y4, Y0
+	VCVTPH2PS   16(BX), Y4
+	VFMADD231PS 32(SI), Y4, Y1
+	PREFETCHT0  2048(DX)
+	VCVTPH2PS   (DX), Y4
+	VFMADD231PS (SI), Y4, Y2
+	VCVTPH2PS   16(DX), Y4
+	VFMADD231PS 32(SI), Y4, Y3
+	ADDQ        $0x20, BX
+	ADDQ        $0x20, DX
+	ADDQ        $0x40, SI
+	DECQ        DI
+	JNZ         loop
+
+loopdone:
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (CX)
+	VADDPS       Y3, Y2, Y2
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X2, X0, X0
+	VMOVHLPS     X0, X0, X1
+	VADDPS       X1, X0, X0
+	VMOVSHDUP    X0, X1
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, 4(CX)
+	ADDQ         $0x08, CX
+	MOVQ         ldw+24(FP), DX
+	ADDQ         DX, AX
+	ADDQ         DX, AX
+	SUBQ         $0x02, (SP)
+	JNZ          row
+
+end:
+	VZEROUPPER
+	RET
+
 // func f16x2AVX2Rows(w []byte, ldw int, x []float32, ldx int, n int, rows int, out []float32, ldo int)
 // Requires: AVX, F16C, FMA3, MMX+
 TEXT ·f16x2AVX2Rows(SB), NOSPLIT, $72-112
@@ -4673,6 +4791,170 @@ tail1done:
 	ADDQ      DX, AX
 	DECQ      (SP)
 	JNZ       row
+
+end:
+	VZEROUPPER
+	RET
+
+// func f16g1x2AVX2Rows(w []byte, ldw int, x []float32, ldx int, n int, rows int, out []float32, ldo int)
+// Requires: AVX, F16C, FMA3, MMX+
+TEXT ·f16g1x2AVX2Rows(SB), NOSPLIT, $8-112
+	MOVQ  w_base+0(FP), AX
+	MOVQ  out_base+80(FP), CX
+	MOVQ  rows+72(FP), DX
+	MOVQ  DX, (SP)
+	TESTQ DX, DX
+	JZ    end
+
+row:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   ldw+24(FP), DX
+	MOVQ   AX, DX
+	MOVQ   x_base+32(FP), BX
+	MOVQ   ldx+56(FP), SI
+	SHLQ   $0x02, SI
+	MOVQ   n+64(FP), DI
+	SHRQ   $0x04, DI
+	JZ     loopdone
+
+loop:
+	PREFETCHT0  2048(DX)
+	VCVTPH2PS   (DX), Y4
+	VFMADD231PS (BX), Y4, Y0
+	VFMADD231PS (BX)(SI*1), Y4, Y2
+	VCVTPH2PS   16(DX), Y4
+	VFMADD231PS 32(BX), Y4, Y1
+	VFMADD231PS 32(BX)(SI*1), Y4, Y3
+	ADDQ        $0x20, DX
+	ADDQ        $0x40, BX
+	DECQ        DI
+	JNZ         loop
+
+loopdone:
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (CX)
+	MOVQ         ldo+104(FP), DX
+	IMUL3Q       $0x04, DX, DX
+	LEAQ         (CX)(DX*1), DX
+	VADDPS       Y3, Y2, Y2
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X2, X0, X0
+	VMOVHLPS     X0, X0, X1
+	VADDPS       X1, X0, X0
+	VMOVSHDUP    X0, X1
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, (DX)
+	ADDQ         $0x04, CX
+	MOVQ         ldw+24(FP), DX
+	ADDQ         DX, AX
+	SUBQ         $0x01, (SP)
+	JNZ          row
+
+end:
+	VZEROUPPER
+	RET
+
+// func f16g2x2AVX2Rows(w []byte, ldw int, x []float32, ldx int, n int, rows int, out []float32, ldo int)
+// Requires: AVX, F16C, FMA3, MMX+
+TEXT ·f16g2x2AVX2Rows(SB), NOSPLIT, $8-112
+	MOVQ  w_base+0(FP), AX
+	MOVQ  out_base+80(FP), CX
+	MOVQ  rows+72(FP), DX
+	MOVQ  DX, (SP)
+	TESTQ DX, DX
+	JZ    end
+
+row:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   ldw+24(FP), DX
+	MOVQ   AX, BX
+	LEAQ   (BX)(DX*1), DX
+	MOVQ   x_base+32(FP), SI
+	MOVQ   ldx+56(FP), DI
+	SHLQ   $0x02, DI
+	MOVQ   n+64(FP), R8
+	SHRQ   $0x04, R8
+	JZ     loopdone
+
+loop:
+	PREFETCHT0  2048(BX)
+	VCVTPH2PS   (BX), Y8
+	VFMADD231PS (SI), Y8, Y0
+	VFMADD231PS (SI)(DI*1), Y8, Y2
+	VCVTPH2PS   16(BX), Y8
+	VFMADD231PS 32(SI), Y8, Y1
+	VFMADD231PS 32(SI)(DI*1), Y8, Y3
+	PREFETCHT0  2048(DX)
+	VCVTPH2PS   (DX), Y8
+	VFMADD231PS (SI), Y8, Y4
+	VFMADD231PS (SI)(DI*1), Y8, Y6
+	VCVTPH2PS   16(DX), Y8
+	VFMADD231PS 32(SI), Y8, Y5
+	VFMADD231PS 32(SI)(DI*1), Y8, Y7
+	ADDQ        $0x20, BX
+	ADDQ        $0x20, DX
+	ADDQ        $0x40, SI
+	DECQ        R8
+	JNZ         loop
+
+loopdone:
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (CX)
+	VADDPS       Y5, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X4, X0, X0
+	VMOVHLPS     X0, X0, X1
+	VADDPS       X1, X0, X0
+	VMOVSHDUP    X0, X1
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, 4(CX)
+	MOVQ         ldo+104(FP), DX
+	IMUL3Q       $0x04, DX, DX
+	LEAQ         (CX)(DX*1), DX
+	VADDPS       Y3, Y2, Y2
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X2, X0, X0
+	VMOVHLPS     X0, X0, X1
+	VADDPS       X1, X0, X0
+	VMOVSHDUP    X0, X1
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, (DX)
+	VADDPS       Y7, Y6, Y6
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X6, X0, X0
+	VMOVHLPS     X0, X0, X1
+	VADDPS       X1, X0, X0
+	VMOVSHDUP    X0, X1
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, 4(DX)
+	ADDQ         $0x08, CX
+	MOVQ         ldw+24(FP), DX
+	ADDQ         DX, AX
+	ADDQ         DX, AX
+	SUBQ         $0x02, (SP)
+	JNZ          row
 
 end:
 	VZEROUPPER
@@ -4917,6 +5199,212 @@ tail2done:
 	ADDQ      DX, AX
 	DECQ      (SP)
 	JNZ       row
+
+end:
+	VZEROUPPER
+	RET
+
+// func f16g1x3AVX2Rows(w []byte, ldw int, x []float32, ldx int, n int, rows int, out []float32, ldo int)
+// Requires: AVX, F16C, FMA3, MMX+
+TEXT ·f16g1x3AVX2Rows(SB), NOSPLIT, $8-112
+	MOVQ  w_base+0(FP), AX
+	MOVQ  out_base+80(FP), CX
+	MOVQ  rows+72(FP), DX
+	MOVQ  DX, (SP)
+	TESTQ DX, DX
+	JZ    end
+
+row:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	MOVQ   ldw+24(FP), DX
+	MOVQ   AX, DX
+	MOVQ   x_base+32(FP), BX
+	MOVQ   ldx+56(FP), SI
+	SHLQ   $0x02, SI
+	MOVQ   n+64(FP), DI
+	SHRQ   $0x04, DI
+	JZ     loopdone
+
+loop:
+	PREFETCHT0  2048(DX)
+	VCVTPH2PS   (DX), Y6
+	VFMADD231PS (BX), Y6, Y0
+	VFMADD231PS (BX)(SI*1), Y6, Y2
+	VFMADD231PS (BX)(SI*2), Y6, Y4
+	VCVTPH2PS   16(DX), Y6
+	VFMADD231PS 32(BX), Y6, Y1
+	VFMADD231PS 32(BX)(SI*1), Y6, Y3
+	VFMADD231PS 32(BX)(SI*2), Y6, Y5
+	ADDQ        $0x20, DX
+	ADDQ        $0x40, BX
+	DECQ        DI
+	JNZ         loop
+
+loopdone:
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (CX)
+	MOVQ         ldo+104(FP), DX
+	IMUL3Q       $0x04, DX, DX
+	LEAQ         (CX)(DX*1), DX
+	VADDPS       Y3, Y2, Y2
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X2, X0, X0
+	VMOVHLPS     X0, X0, X1
+	VADDPS       X1, X0, X0
+	VMOVSHDUP    X0, X1
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, (DX)
+	MOVQ         ldo+104(FP), DX
+	IMUL3Q       $0x08, DX, DX
+	LEAQ         (CX)(DX*1), DX
+	VADDPS       Y5, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X4, X0, X0
+	VMOVHLPS     X0, X0, X1
+	VADDPS       X1, X0, X0
+	VMOVSHDUP    X0, X1
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, (DX)
+	ADDQ         $0x04, CX
+	MOVQ         ldw+24(FP), DX
+	ADDQ         DX, AX
+	SUBQ         $0x01, (SP)
+	JNZ          row
+
+end:
+	VZEROUPPER
+	RET
+
+// func f16g2x3AVX2Rows(w []byte, ldw int, x []float32, ldx int, n int, rows int, out []float32, ldo int)
+// Requires: AVX, F16C, FMA3, MMX+
+TEXT ·f16g2x3AVX2Rows(SB), NOSPLIT, $8-112
+	MOVQ  w_base+0(FP), AX
+	MOVQ  out_base+80(FP), CX
+	MOVQ  rows+72(FP), DX
+	MOVQ  DX, (SP)
+	TESTQ DX, DX
+	JZ    end
+
+row:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	MOVQ   ldw+24(FP), DX
+	MOVQ   AX, BX
+	LEAQ   (BX)(DX*1), DX
+	MOVQ   x_base+32(FP), SI
+	MOVQ   ldx+56(FP), DI
+	SHLQ   $0x02, DI
+	MOVQ   n+64(FP), R8
+	SHRQ   $0x04, R8
+	JZ     loopdone
+
+loop:
+	PREFETCHT0  2048(BX)
+	VCVTPH2PS   (BX), Y12
+	VFMADD231PS (SI), Y12, Y0
+	VFMADD231PS (SI)(DI*1), Y12, Y2
+	VFMADD231PS (SI)(DI*2), Y12, Y4
+	VCVTPH2PS   16(BX), Y12
+	VFMADD231PS 32(SI), Y12, Y1
+	VFMADD231PS 32(SI)(DI*1), Y12, Y3
+	VFMADD231PS 32(SI)(DI*2), Y12, Y5
+	PREFETCHT0  2048(DX)
+	VCVTPH2PS   (DX), Y12
+	VFMADD231PS (SI), Y12, Y6
+	VFMADD231PS (SI)(DI*1), Y12, Y8
+	VFMADD231PS (SI)(DI*2), Y12, Y10
+	VCVTPH2PS   16(DX), Y12
+	VFMADD231PS 32(SI), Y12, Y7
+	VFMADD231PS 32(SI)(DI*1), Y12, Y9
+	VFMADD231PS 32(SI)(DI*2), Y12, Y11
+	ADDQ        $0x20, BX
+	ADDQ        $0x20, DX
+	ADDQ        $0x40, SI
+	DECQ        R8
+	JNZ         loop
+
+loopdone:
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (CX)
+	VADDPS       Y7, Y6, Y6
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X6, X0, X0
+	VMOVHLPS     X0, X0, X1
+	VADDPS       X1, X0, X0
+	VMOVSHDUP    X0, X1
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, 4(CX)
+	MOVQ         ldo+104(FP), DX
+	IMUL3Q       $0x04, DX, DX
+	LEAQ         (CX)(DX*1), DX
+	VADDPS       Y3, Y2, Y2
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X2, X0, X0
+	VMOVHLPS     X0, X0, X1
+	VADDPS       X1, X0, X0
+	VMOVSHDUP    X0, X1
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, (DX)
+	VADDPS       Y9, Y8, Y8
+	VEXTRACTF128 $0x01, Y8, X0
+	VADDPS       X8, X0, X0
+	VMOVHLPS     X0, X0, X1
+	VADDPS       X1, X0, X0
+	VMOVSHDUP    X0, X1
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, 4(DX)
+	MOVQ         ldo+104(FP), DX
+	IMUL3Q       $0x08, DX, DX
+	LEAQ         (CX)(DX*1), DX
+	VADDPS       Y5, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X4, X0, X0
+	VMOVHLPS     X0, X0, X1
+	VADDPS       X1, X0, X0
+	VMOVSHDUP    X0, X1
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, (DX)
+	VADDPS       Y11, Y10, Y10
+	VEXTRACTF128 $0x01, Y10, X0
+	VADDPS       X10, X0, X0
+	VMOVHLPS     X0, X0, X1
+	VADDPS       X1, X0, X0
+	VMOVSHDUP    X0, X1
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, 4(DX)
+	ADDQ         $0x08, CX
+	MOVQ         ldw+24(FP), DX
+	ADDQ         DX, AX
+	ADDQ         DX, AX
+	SUBQ         $0x02, (SP)
+	JNZ          row
 
 end:
 	VZEROUPPER

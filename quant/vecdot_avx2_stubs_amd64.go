@@ -270,6 +270,20 @@ func f16VecAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32
 //go:noescape
 func f16x1AVX2Rows(w []byte, ldw int, x []float32, ldx int, n int, rows int, out []float32, ldo int)
 
+// f16g1x1AVX2Rows is f16GemmAVX2 for rows rows of w (fp16, ldw bytes apart; a multiple of 1)
+// against 1 activation row(s) of x (float32 widened from fp16, ldx floats apart), each of n
+// elements (a multiple of 16): out[t*ldo+r] is row r's product with activation row t.
+//
+//go:noescape
+func f16g1x1AVX2Rows(w []byte, ldw int, x []float32, ldx int, n int, rows int, out []float32, ldo int)
+
+// f16g2x1AVX2Rows is f16GemmAVX2 for rows rows of w (fp16, ldw bytes apart; a multiple of 2)
+// against 1 activation row(s) of x (float32 widened from fp16, ldx floats apart), each of n
+// elements (a multiple of 16): out[t*ldo+r] is row r's product with activation row t.
+//
+//go:noescape
+func f16g2x1AVX2Rows(w []byte, ldw int, x []float32, ldx int, n int, rows int, out []float32, ldo int)
+
 // f16x2AVX2Rows is f16VecAVX2 for rows rows of w (fp16, ldw bytes apart) against 2 activation row(s) of x
 // (float32 widened from fp16, ldx floats apart), each of n elements: out[t*ldo+r] is row r's
 // product with activation row t.
@@ -277,12 +291,40 @@ func f16x1AVX2Rows(w []byte, ldw int, x []float32, ldx int, n int, rows int, out
 //go:noescape
 func f16x2AVX2Rows(w []byte, ldw int, x []float32, ldx int, n int, rows int, out []float32, ldo int)
 
+// f16g1x2AVX2Rows is f16GemmAVX2 for rows rows of w (fp16, ldw bytes apart; a multiple of 1)
+// against 2 activation row(s) of x (float32 widened from fp16, ldx floats apart), each of n
+// elements (a multiple of 16): out[t*ldo+r] is row r's product with activation row t.
+//
+//go:noescape
+func f16g1x2AVX2Rows(w []byte, ldw int, x []float32, ldx int, n int, rows int, out []float32, ldo int)
+
+// f16g2x2AVX2Rows is f16GemmAVX2 for rows rows of w (fp16, ldw bytes apart; a multiple of 2)
+// against 2 activation row(s) of x (float32 widened from fp16, ldx floats apart), each of n
+// elements (a multiple of 16): out[t*ldo+r] is row r's product with activation row t.
+//
+//go:noescape
+func f16g2x2AVX2Rows(w []byte, ldw int, x []float32, ldx int, n int, rows int, out []float32, ldo int)
+
 // f16x3AVX2Rows is f16VecAVX2 for rows rows of w (fp16, ldw bytes apart) against 3 activation row(s) of x
 // (float32 widened from fp16, ldx floats apart), each of n elements: out[t*ldo+r] is row r's
 // product with activation row t.
 //
 //go:noescape
 func f16x3AVX2Rows(w []byte, ldw int, x []float32, ldx int, n int, rows int, out []float32, ldo int)
+
+// f16g1x3AVX2Rows is f16GemmAVX2 for rows rows of w (fp16, ldw bytes apart; a multiple of 1)
+// against 3 activation row(s) of x (float32 widened from fp16, ldx floats apart), each of n
+// elements (a multiple of 16): out[t*ldo+r] is row r's product with activation row t.
+//
+//go:noescape
+func f16g1x3AVX2Rows(w []byte, ldw int, x []float32, ldx int, n int, rows int, out []float32, ldo int)
+
+// f16g2x3AVX2Rows is f16GemmAVX2 for rows rows of w (fp16, ldw bytes apart; a multiple of 2)
+// against 3 activation row(s) of x (float32 widened from fp16, ldx floats apart), each of n
+// elements (a multiple of 16): out[t*ldo+r] is row r's product with activation row t.
+//
+//go:noescape
+func f16g2x3AVX2Rows(w []byte, ldw int, x []float32, ldx int, n int, rows int, out []float32, ldo int)
 
 // widenF16AVX2 widens the n fp16 values of x into out with VCVTPH2PS.
 //

@@ -204,3 +204,96 @@ func widenF16() {
 	VZEROUPPER()
 	RET()
 }
+
+// f16Gemm writes f16gRxNAVX2Rows: f16GemmAVX2 (tinyBLAS for F16 on AVX-512: one 16-lane
+// accumulator over steps of 16, then _mm512_reduce_add_ps) of rows weight rows (a multiple
+// of R) against N activation rows widened to float32, R weight rows and N activation rows at a
+// time: each weight vector is widened once for the N rows, each activation vector read once
+// for the R rows, so that the loop runs at the multiply-adds' rate where f16GemmAVX2 per
+// output runs at the conversions'. Every output keeps its two 8-lane halves and their
+// reduction, so the results are f16GemmAVX2's to the bit. n is a multiple of 16.
+func f16Gemm(R, N int) {
+	name := fmt.Sprintf("f16g%dx%dAVX2Rows", R, N)
+	TEXT(name, NOSPLIT, "func(w []byte, ldw int, x []float32, ldx int, n int, rows int, out []float32, ldo int)")
+	Pragma("noescape")
+	Doc(name+" is f16GemmAVX2 for rows rows of w (fp16, ldw bytes apart; a multiple of "+fmt.Sprint(R)+")",
+		"against "+fmt.Sprint(N)+" activation row(s) of x (float32 widened from fp16, ldx floats apart), each of n",
+		"elements (a multiple of 16): out[t*ldo+r] is row r's product with activation row t.")
+	wrow := Load(Param("w").Base(), GP64())
+	outp := Load(Param("out").Base(), GP64())
+	rowsLeft := AllocLocal(8)
+	nr := Load(Param("rows"), GP64())
+	MOVQ(nr, rowsLeft)
+	TESTQ(nr, nr)
+	JZ(LabelRef("end"))
+	Label("row")
+	acc := make([][][2]VecVirtual, R)
+	for r := range acc {
+		acc[r] = make([][2]VecVirtual, N)
+		for t := range acc[r] {
+			for h := range 2 {
+				acc[r][t][h] = YMM()
+				VXORPS(acc[r][t][h], acc[r][t][h], acc[r][t][h])
+			}
+		}
+	}
+	wp := make([]Register, R)
+	ldw := Load(Param("ldw"), GP64())
+	for r := range wp {
+		wp[r] = GP64()
+		if r == 0 {
+			MOVQ(wrow, wp[r])
+		} else {
+			LEAQ(Mem{Base: wp[r-1], Index: ldw, Scale: 1}, wp[r])
+		}
+	}
+	xp := Load(Param("x").Base(), GP64())
+	var ldx Register
+	if N > 1 {
+		ldx = Load(Param("ldx"), GP64())
+		SHLQ(U8(2), ldx)
+	}
+	c := Load(Param("n"), GP64())
+	SHRQ(U8(4), c)
+	JZ(LabelRef("loopdone"))
+	Label("loop")
+	for r := range R {
+		prefetch(wp[r], 32)
+		for h := range 2 {
+			wv := YMM()
+			VCVTPH2PS(at(wp[r], 16*h), wv)
+			for t := range N {
+				VFMADD231PS(xAt(xp, ldx, t, 32*h), wv, acc[r][t][h])
+			}
+		}
+	}
+	for r := range R {
+		ADDQ(U8(32), wp[r])
+	}
+	ADDQ(U8(64), xp)
+	DECQ(c)
+	JNZ(LabelRef("loop"))
+	Label("loopdone")
+	for t := range N {
+		o := outp
+		if t > 0 {
+			o = GP64()
+			ldo := Load(Param("ldo"), GP64())
+			IMUL3Q(Imm(uint64(4*t)), ldo, ldo)
+			LEAQ(Mem{Base: outp, Index: ldo, Scale: 1}, o)
+		}
+		for r := range R {
+			VMOVSS(hsum16(acc[r][t][0], acc[r][t][1]), Mem{Base: o, Disp: 4 * r})
+		}
+	}
+	ADDQ(U8(uint8(4*R)), outp)
+	ldw2 := Load(Param("ldw"), GP64())
+	for range R {
+		ADDQ(ldw2, wrow)
+	}
+	SUBQ(U8(uint8(R)), rowsLeft)
+	JNZ(LabelRef("row"))
+	Label("end")
+	VZEROUPPER()
+	RET()
+}

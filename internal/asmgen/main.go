@@ -50,6 +50,9 @@ var sets = map[string]func(){
 		many = nil
 		for n := 1; n <= 3; n++ {
 			f16Multi(n)
+			for r := 1; r <= 2; r++ {
+				f16Gemm(r, n)
+			}
 		}
 		widenF16()
 	},
