@@ -25,6 +25,7 @@ type Device struct {
 	tiles   sync.Pool // *quant.TileScratch
 	jobs    sync.Pool // *matMulJob
 	each    sync.Pool // *eachJob
+	multi   sync.Pool // *multiJob
 	mem     *device.Memory
 }
 
@@ -235,5 +236,91 @@ func (j *matMulJob) runRange(lo, hi int) {
 		s = new(quant.TileScratch)
 	}
 	j.p.Rows(lo, hi, j.out, j.ldo, s)
+	j.d.tiles.Put(s)
+}
+
+// A Product is one matrix product of MatMulIDs: Out = W times the T rows of X, row by row.
+type Product struct {
+	W   quant.Matrix
+	X   []float32
+	T   int
+	Out []float32
+}
+
+// MatMulIDs computes several MatMulID products in one parallel region: their rows, end to
+// end, are split over the threads, so that a layer's experts are waited for once rather than
+// once per product (llama.cpp's MUL_MAT_ID takes all of a layer's experts in one operation),
+// and a thread that finishes its part of one product goes on with the next instead of
+// waiting. The numbers are MatMulID's: each output is one kernel's whichever thread
+// computes it. The products must not write where others read.
+func (d *Device) MatMulIDs(ps []Product) {
+	j, _ := d.multi.Get().(*multiJob)
+	if j == nil {
+		j = &multiJob{d: d}
+	}
+	if cap(j.ps) < len(ps) {
+		j.ps = make([]quant.X86Product, len(ps))
+		j.bufs = make([][]byte, len(ps))
+		j.outs = make([][]float32, len(ps))
+		j.end = make([]int, len(ps))
+	}
+	j.ps, j.bufs, j.outs, j.end = j.ps[:len(ps)], j.bufs[:len(ps)], j.outs[:len(ps)], j.end[:len(ps)]
+	rows := 0
+	for i, p := range ps {
+		if p.T == 0 {
+			j.ps[i].Prepare(quant.Matrix{}, nil, 0, 0, 1)
+			j.end[i] = rows
+			continue
+		}
+		dt := p.W.Type.DotType()
+		xrow, err := dt.RowBytes(p.W.Cols)
+		if err != nil {
+			panic("cpu.MatMulIDs: " + err.Error()) // shapes are validated at load; this is a bug
+		}
+		if cap(j.bufs[i]) < xrow*p.T {
+			j.bufs[i] = make([]byte, xrow*p.T)
+		}
+		xq := j.bufs[i][:xrow*p.T]
+		for t := 0; t < p.T; t++ {
+			quant.QuantizeRow(dt, p.X[t*p.W.Cols:(t+1)*p.W.Cols], xq[t*xrow:(t+1)*xrow])
+		}
+		j.ps[i].Prepare(p.W, xq, xrow, p.T, 1)
+		j.outs[i] = p.Out
+		rows += p.W.Rows
+		j.end[i] = rows
+	}
+	j.prods = ps
+	d.parallelRange(rows, 8, j)
+	for i := range j.ps {
+		j.ps[i].Prepare(quant.Matrix{}, nil, 0, 0, 1) // drop the references, keep the memory
+		j.outs[i] = nil
+	}
+	j.prods = nil
+	d.multi.Put(j)
+}
+
+// multiJob is MatMulIDs's region: the products end to end, product i's rows ending at
+// end[i] in the region's numbering.
+type multiJob struct {
+	d     *Device
+	prods []Product
+	ps    []quant.X86Product
+	bufs  [][]byte // the products' activations, rounded to their weights' dot types
+	outs  [][]float32
+	end   []int
+}
+
+func (j *multiJob) runRange(lo, hi int) {
+	s, _ := j.d.tiles.Get().(*quant.TileScratch)
+	if s == nil {
+		s = new(quant.TileScratch)
+	}
+	start := 0
+	for i, end := range j.end {
+		if a, b := max(lo, start), min(hi, end); a < b {
+			j.ps[i].Rows(a-start, b-start, j.outs[i], j.prods[i].W.Rows, s)
+		}
+		start = end
+	}
 	j.d.tiles.Put(s)
 }

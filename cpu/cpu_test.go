@@ -219,3 +219,39 @@ func BenchmarkMatMul(b *testing.B) {
 		}
 	}
 }
+
+// TestMatMulIDs holds several products computed in one region to the same products taken
+// one by one with MatMulID, to the bit, whatever the threads: types with and without tiles,
+// row counts that split the region's chunks inside products, and a product of no rows.
+func TestMatMulIDs(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	shapes := []struct {
+		typ        quant.Type
+		rows, cols int
+		T          int
+	}{
+		{quant.Q4_K, 24, 256, 1}, {quant.F16, 13, 64, 3}, {quant.Q8_0, 40, 64, 2}, {quant.Q6_K, 8, 256, 0},
+		{quant.F16, 36, 128, 1}, {quant.Q4_0, 16, 64, 5},
+	}
+	for _, threads := range []int{1, 2, 3} {
+		d := New(threads)
+		var ps []Product
+		var want [][]float32
+		for _, s := range shapes {
+			w := randomMatrix(r, s.typ, s.rows, s.cols)
+			x := randomActivations(r, max(s.T, 1)*s.cols)[:s.T*s.cols]
+			ps = append(ps, Product{W: w, X: x, T: s.T, Out: make([]float32, s.T*s.rows)})
+			wo := make([]float32, s.T*s.rows)
+			d.MatMulID(w, x, s.T, wo)
+			want = append(want, wo)
+		}
+		d.MatMulIDs(ps)
+		for i, p := range ps {
+			for k := range want[i] {
+				if math.Float32bits(p.Out[k]) != math.Float32bits(want[i][k]) {
+					t.Fatalf("threads=%d: product %d (%v %dx%d, T=%d): out[%d] = %v, want %v", threads, i, p.W.Type, p.W.Rows, p.W.Cols, p.T, k, p.Out[k], want[i][k])
+				}
+			}
+		}
+	}
+}
