@@ -265,11 +265,11 @@ func (d *Device) MatMulIDs(ps []Product) {
 		j.end = make([]int, len(ps))
 	}
 	j.ps, j.bufs, j.outs, j.end = j.ps[:len(ps)], j.bufs[:len(ps)], j.outs[:len(ps)], j.end[:len(ps)]
-	rows := 0
+	units := 0
 	for i, p := range ps {
 		if p.T == 0 {
 			j.ps[i].Prepare(quant.Matrix{}, nil, 0, 0, 1)
-			j.end[i] = rows
+			j.end[i] = units
 			continue
 		}
 		dt := p.W.Type.DotType()
@@ -286,11 +286,11 @@ func (d *Device) MatMulIDs(ps []Product) {
 		}
 		j.ps[i].Prepare(p.W, xq, xrow, p.T, 1)
 		j.outs[i] = p.Out
-		rows += p.W.Rows
-		j.end[i] = rows
+		units += (p.W.Rows + 7) / 8 * p.T
+		j.end[i] = units
 	}
 	j.prods = ps
-	d.parallelRange(rows, 8, j)
+	d.parallelRange(units, 1, j)
 	for i := range j.ps {
 		j.ps[i].Prepare(quant.Matrix{}, nil, 0, 0, 1) // drop the references, keep the memory
 		j.outs[i] = nil
@@ -299,8 +299,10 @@ func (d *Device) MatMulIDs(ps []Product) {
 	d.multi.Put(j)
 }
 
-// multiJob is MatMulIDs's region: the products end to end, product i's rows ending at
-// end[i] in the region's numbering.
+// multiJob is MatMulIDs's region: the products end to end, in units of work: a group of 8
+// rows (the tiles' and llama.cpp's repacked groups) times the product's activation rows, so
+// that the threads' shares are of equal work when the experts of a prompt have very different
+// numbers of tokens. Product i's units end at end[i].
 type multiJob struct {
 	d     *Device
 	prods []Product
@@ -318,7 +320,13 @@ func (j *multiJob) runRange(lo, hi int) {
 	start := 0
 	for i, end := range j.end {
 		if a, b := max(lo, start), min(hi, end); a < b {
-			j.ps[i].Rows(a-start, b-start, j.outs[i], j.prods[i].W.Rows, s)
+			// The groups whose first unit lies in [a, b): neighbouring ranges split a
+			// product's groups between them without overlap.
+			p := &j.prods[i]
+			g0, g1 := (a-start+p.T-1)/p.T, (b-start+p.T-1)/p.T
+			if r0, r1 := 8*g0, min(8*g1, p.W.Rows); r0 < r1 {
+				j.ps[i].Rows(r0, r1, j.outs[i], p.W.Rows, s)
+			}
 		}
 		start = end
 	}
