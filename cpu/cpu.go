@@ -248,7 +248,7 @@ type Product struct {
 }
 
 // MatMulIDs computes several MatMulID products in one parallel region: their rows, end to
-// end, are split over the threads, so that a layer's experts are waited for once rather than
+// end and weighed by their activation rows, are split over the threads, so that a layer's experts are waited for once rather than
 // once per product (llama.cpp's MUL_MAT_ID takes all of a layer's experts in one operation),
 // and a thread that finishes its part of one product goes on with the next instead of
 // waiting. The numbers are MatMulID's: each output is one kernel's whichever thread
