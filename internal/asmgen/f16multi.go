@@ -136,13 +136,7 @@ func f16Multi(N int) {
 		JNZ(LabelRef(label))
 		Label(label + "done")
 		VCVTSD2SS(sd, sd, sd)
-		o := outp
-		if t > 0 {
-			o = GP64()
-			ldo := Load(Param("ldo"), GP64())
-			IMUL3Q(Imm(uint64(4*t)), ldo, ldo)
-			LEAQ(Mem{Base: outp, Index: ldo, Scale: 1}, o)
-		}
+		o := outRow(outp, t)
 		VMOVSS(sd, Mem{Base: o})
 	}
 	ADDQ(U8(4), outp)
@@ -153,6 +147,18 @@ func f16Multi(N int) {
 	Label("end")
 	VZEROUPPER()
 	RET()
+}
+
+// outRow returns the address of output row t: outp plus t rows of the ldo parameter's floats.
+func outRow(outp Register, t int) Register {
+	if t == 0 {
+		return outp
+	}
+	o := GP64()
+	ldo := Load(Param("ldo"), GP64())
+	IMUL3Q(Imm(uint64(4*t)), ldo, ldo)
+	LEAQ(Mem{Base: outp, Index: ldo, Scale: 1}, o)
+	return o
 }
 
 // xAt addresses the float32 at byte disp of activation row t, the rows ld bytes apart.
@@ -275,13 +281,7 @@ func f16Gemm(R, N int) {
 	JNZ(LabelRef("loop"))
 	Label("loopdone")
 	for t := range N {
-		o := outp
-		if t > 0 {
-			o = GP64()
-			ldo := Load(Param("ldo"), GP64())
-			IMUL3Q(Imm(uint64(4*t)), ldo, ldo)
-			LEAQ(Mem{Base: outp, Index: ldo, Scale: 1}, o)
-		}
+		o := outRow(outp, t)
 		for r := range R {
 			VMOVSS(hsum16(acc[r][t][0], acc[r][t][1]), Mem{Base: o, Disp: 4 * r})
 		}
