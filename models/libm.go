@@ -133,9 +133,6 @@ func reduceLarge(xi uint32) (float64, int) {
 	return float64(int64(res0)) * 0x1.921FB54442D18p-62, int(n)
 }
 
-// Expf is e**x in float32 as glibc's expf computes it.
-func Expf(x float32) float32 { return expf(x) }
-
 // expf is glibc's expf (FMA variant).
 func expf(x float32) float32 {
 	if abstop12(x) >= abstop12(88) {

@@ -192,8 +192,8 @@ func BenchmarkX86Rows(b *testing.B) {
 }
 
 // BenchmarkX86RowsF16 compares, for F16 products taken row by row (a decode batch's, and a
-// single token's), the rows kernel once per activation row with both operands widened in the
-// loop ("rows") and the kernels of up to four activation rows widened once ("multi"), on the
+// single token's), f16VecAVX2 once per output with both operands widened in the loop
+// ("rows") and the kernels of up to three activation rows widened once ("multi"), on the
 // bundled model's shapes: 128 columns, 128 rows (an expert) and 2048 (the output head); then
 // a prompt's products.
 func BenchmarkX86RowsF16(b *testing.B) {
@@ -289,9 +289,14 @@ func BenchmarkX86RowsStream(b *testing.B) {
 	}
 }
 
-// rowsTypes returns the weight types this machine has rows kernels for.
+// rowsTypes returns the weight types this machine has rows kernels for, F16's being the
+// kernels of widened activations (f16Multi, f16Gemm).
 func rowsTypes(t testing.TB) []Type {
-	return typesWith(t, fastRows[:], func(ks [2]rowsKernel) bool { return ks[0] != nil || ks[1] != nil }, "rows kernels")
+	types := typesWith(t, fastRows[:], func(ks [2]rowsKernel) bool { return ks[0] != nil || ks[1] != nil }, "rows kernels")
+	if widenF16 != nil {
+		types = append(types, F16)
+	}
+	return types
 }
 
 // TestX86RowsOneRow holds the products of one activation row (the rows kernels, or the Q4_0

@@ -68,7 +68,6 @@ func init() {
 		{Q5_K, q5KDotAVX2Rows, q5KDotAVX2Rows},
 		{Q3_K, q3KDotAVX2Rows, q3KDotAVX2Rows},
 		{Q2_K, q2KDotAVX2Rows, q2KRepackAVX2Rows},
-		{F16, f16VecAVX2Rows, f16VecAVX2Rows}, // ggml_vec_dot_f16 whatever the rows
 	} {
 		fastRows[k.t] = [2]rowsKernel{k.plain, k.repack}
 	}

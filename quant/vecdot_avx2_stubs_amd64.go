@@ -257,12 +257,6 @@ func q2KRepackAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []floa
 //go:noescape
 func q2KRepackGemmAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
 
-// f16VecAVX2Rows is f16VecAVX2 for rows rows of w, ldw bytes apart, against the one row x:
-// out[r] is row r's product.
-//
-//go:noescape
-func f16VecAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
-
 // f16x1AVX2Rows is f16VecAVX2 for rows rows of w (fp16, ldw bytes apart) against 1 activation row(s) of x
 // (float32 widened from fp16, ldx floats apart), each of n elements: out[t*ldo+r] is row r's
 // product with activation row t.

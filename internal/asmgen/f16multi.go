@@ -11,7 +11,7 @@ import (
 // f16Multi writes f16xNAVX2Rows for N activation rows (1 to 3): f16VecAVX2
 // (ggml_vec_dot_f16 on AVX-512) of each of rows weight rows against each of N activation rows
 // at once, the activations given already widened to float32 (exactly: they are fp16 values).
-// f16VecAVX2Rows widens both operands of every product, so that its loop runs at the
+// f16VecAVX2 widens both operands of every product, so that its loop runs at the
 // conversions' rate; here an activation is widened once per product, and each weight vector
 // once for all N activation rows, so that the loop runs at the fused multiply-adds' rate.
 //

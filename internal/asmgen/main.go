@@ -46,7 +46,6 @@ var sets = map[string]func(){
 		for _, k := range rowKernels {
 			k()
 		}
-		floatVec(kindF16, "f16VecAVX2", "")
 		many = nil
 		for n := 1; n <= 3; n++ {
 			f16Multi(n)
