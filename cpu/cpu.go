@@ -136,13 +136,12 @@ func (d *Device) parallelRange(n, align int, r ranger) {
 	wg.Wait()
 }
 
-func (d *Device) buffer(n int) *[]byte {
-	if p, ok := d.scratch.Get().(*[]byte); ok && cap(*p) >= n {
-		*p = (*p)[:n]
+// buffer returns a scratch buffer of the device's pool, which prepare grows as it needs.
+func (d *Device) buffer() *[]byte {
+	if p, ok := d.scratch.Get().(*[]byte); ok {
 		return p
 	}
-	b := make([]byte, n)
-	return &b
+	return new([]byte)
 }
 
 // MatMul computes out[t*w.Rows+o] = w row o · x row t for T rows of x. Each activation row is
@@ -194,22 +193,13 @@ func (d *Device) product(w quant.Matrix, x []float32, T int, out []float32, batc
 	if T == 0 {
 		return
 	}
-	dt := w.Type.DotType()
-	xrow, err := dt.RowBytes(w.Cols)
-	if err != nil {
-		panic("cpu.MatMul: " + err.Error()) // shapes are validated at load; this is a bug
-	}
-	buf := d.buffer(xrow * T)
-	xq := *buf
-	for t := 0; t < T; t++ {
-		quant.QuantizeRow(dt, x[t*w.Cols:(t+1)*w.Cols], xq[t*xrow:(t+1)*xrow])
-	}
+	buf := d.buffer()
 	job, _ := d.jobs.Get().(*matMulJob)
 	if job == nil {
 		job = &matMulJob{d: d}
 	}
 	job.out, job.ldo = out, w.Rows
-	job.p.Prepare(w, xq, xrow, T, batch)
+	*buf = prepare(&job.p, w, x, T, batch, *buf)
 	if spread {
 		d.parallelRange(w.Rows, 8, job)
 	} else {
@@ -219,6 +209,25 @@ func (d *Device) product(w quant.Matrix, x []float32, T int, out []float32, batc
 	job.p.Prepare(quant.Matrix{}, nil, 0, 0, 1) // drop the references, keep the memory
 	d.jobs.Put(job)
 	d.scratch.Put(buf)
+}
+
+// prepare rounds T rows of x to w's dot type in buf (grown when short, and returned) and
+// sets p up for the product over batch rows.
+func prepare(p *quant.X86Product, w quant.Matrix, x []float32, T, batch int, buf []byte) []byte {
+	dt := w.Type.DotType()
+	xrow, err := dt.RowBytes(w.Cols)
+	if err != nil {
+		panic("cpu: " + err.Error()) // shapes are validated at load; this is a bug
+	}
+	if cap(buf) < xrow*T {
+		buf = make([]byte, xrow*T)
+	}
+	xq := buf[:xrow*T]
+	for t := 0; t < T; t++ {
+		quant.QuantizeRow(dt, x[t*w.Cols:(t+1)*w.Cols], xq[t*xrow:(t+1)*xrow])
+	}
+	p.Prepare(w, xq, xrow, T, batch)
+	return xq
 }
 
 // matMulJob is one product's rows as a ranger: a struct from a pool rather than a closure, so
@@ -272,19 +281,7 @@ func (d *Device) MatMulIDs(ps []Product) {
 			j.end[i] = units
 			continue
 		}
-		dt := p.W.Type.DotType()
-		xrow, err := dt.RowBytes(p.W.Cols)
-		if err != nil {
-			panic("cpu.MatMulIDs: " + err.Error()) // shapes are validated at load; this is a bug
-		}
-		if cap(j.bufs[i]) < xrow*p.T {
-			j.bufs[i] = make([]byte, xrow*p.T)
-		}
-		xq := j.bufs[i][:xrow*p.T]
-		for t := 0; t < p.T; t++ {
-			quant.QuantizeRow(dt, p.X[t*p.W.Cols:(t+1)*p.W.Cols], xq[t*xrow:(t+1)*xrow])
-		}
-		j.ps[i].Prepare(p.W, xq, xrow, p.T, 1)
+		j.bufs[i] = prepare(&j.ps[i], p.W, p.X, p.T, 1, j.bufs[i])
 		j.outs[i] = p.Out
 		units += (p.W.Rows + 7) / 8 * p.T
 		j.end[i] = units
