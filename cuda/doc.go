@@ -4,7 +4,7 @@
 // when the driver is there.
 //
 // The binding has one file per API area (init, device, context, memory, stream, event,
-// module, launch, errors); each bound symbol sits beside its C prototype. Calls return typed
+// module, launch, graph, errors); each bound symbol sits beside its C prototype. Calls return typed
 // handles and errors that name the call and the driver's result. Hot calls (kernel launch,
 // asynchronous copy, event record and wait) go through purego.SyscallN without reflection.
 // Every call makes its context current on the calling thread first, since Go moves

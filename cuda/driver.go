@@ -38,6 +38,7 @@ type Driver struct {
 	eventSyms
 	moduleSyms
 	launchSyms
+	graphSyms
 }
 
 // Load opens the CUDA driver library at path (or, when path is empty, the first of
@@ -54,7 +55,7 @@ func Load(path string) (*Driver, error) {
 	}
 	d := &Driver{path: path, handle: handle}
 	if missing := dl.Bind(handle, d.initSyms.table(), d.errorSyms.table(), d.deviceSyms.table(), d.contextSyms.table(),
-		d.memorySyms.table(), d.streamSyms.table(), d.eventSyms.table(), d.moduleSyms.table(), d.launchSyms.table()); missing != "" {
+		d.memorySyms.table(), d.streamSyms.table(), d.eventSyms.table(), d.moduleSyms.table(), d.launchSyms.table(), d.graphSyms.table()); missing != "" {
 		return nil, fmt.Errorf("%w: %s has no %s: the driver is too old or not NVIDIA's", ErrNoDriver, path, missing)
 	}
 	if err := d.init(); err != nil {

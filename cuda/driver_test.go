@@ -388,3 +388,122 @@ func f32bytes(v []float32) []byte {
 	}
 	return b
 }
+
+// TestGraphs captures launches and copies on a stream, replays them, and checks what a
+// capturing stream refuses.
+func TestGraphs(t *testing.T) {
+	c := fakeContext(t)
+	if !c.d.Graphs() {
+		t.Fatal("the fake driver has no graph calls")
+	}
+	s, err := c.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	m, err := c.LoadModule([]byte("// fake module"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Unload()
+	axpy, err := m.Function("fake_axpy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 8
+	in, err := c.HostAlloc(4 * n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Free()
+	dx, _ := c.Alloc(4 * n)
+	dy, _ := c.Alloc(4 * n)
+	defer c.Free(dx)
+	defer c.Free(dy)
+	if err := errors.Join(s.Memset(dy, 0, 4*n), s.Synchronize()); err != nil {
+		t.Fatal(err)
+	}
+
+	// A captured step: x from pinned memory, then y += 2x and y += 0.5x; nothing runs yet.
+	var args Args
+	if err := s.BeginCapture(); err != nil {
+		t.Fatal(err)
+	}
+	steps := []error{
+		s.CopyHtoD(dx, in.Bytes),
+		s.Launch(axpy, Dim3{X: 1}, Dim3{X: 32}, 0, args.Reset().Float(2).Ptr(dx).Ptr(dy).Int(n)),
+		s.Launch(axpy, Dim3{X: 1}, Dim3{X: 32}, 0, args.Reset().Float(0.5).Ptr(dx).Ptr(dy).Int(n)),
+	}
+	if err := errors.Join(steps...); err != nil {
+		t.Fatal(err)
+	}
+	g, err := s.EndCapture()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec, err := g.Instantiate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	defer exec.Destroy()
+	read := func() []float32 {
+		b := make([]byte, 4*n)
+		if err := errors.Join(s.CopyDtoH(b, dy), s.Synchronize()); err != nil {
+			t.Fatal(err)
+		}
+		out := make([]float32, n)
+		for i := range out {
+			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+		}
+		return out
+	}
+	if y := read(); y[3] != 0 {
+		t.Fatalf("the capture ran: y = %v", y)
+	}
+	// Each replay reads the pinned input as it is then.
+	for round, v := range []float32{1, 3} {
+		copy(in.Bytes, f32bytes([]float32{v, v, v, v, v, v, v, v}))
+		if err := exec.Launch(s); err != nil {
+			t.Fatal(err)
+		}
+		want := float32(0)
+		for _, u := range []float32{1, 3}[:round+1] {
+			want += 2.5 * u
+		}
+		if y := read(); y[0] != want || y[7] != want {
+			t.Errorf("replay %d: y = %v, want %v", round, y, want)
+		}
+	}
+
+	// What a graph cannot hold invalidates the capture.
+	pageable := make([]byte, 4*n)
+	ev, err := c.NewEvent(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Destroy()
+	for name, refused := range map[string]func() error{
+		"a pageable copy":   func() error { return s.CopyHtoD(dx, pageable) },
+		"a synchronisation": s.Synchronize,
+		"an event record":   func() error { return ev.Record(s) },
+	} {
+		if err := s.BeginCapture(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.BeginCapture(); err == nil {
+			t.Errorf("%s: a second capture began", name)
+		}
+		if err := refused(); !errors.Is(err, ErrCaptureUnsupported) {
+			t.Errorf("%s while capturing = %v", name, err)
+		}
+		if _, err := s.EndCapture(); !errors.Is(err, ErrCaptureInvalidated) || !strings.Contains(err.Error(), "cuStreamEndCapture") {
+			t.Errorf("%s: EndCapture = %v, want the capture invalidated", name, err)
+		}
+	}
+	if _, err := s.EndCapture(); err == nil {
+		t.Error("EndCapture without a capture succeeded")
+	}
+}

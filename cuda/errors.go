@@ -22,6 +22,10 @@ const (
 	ErrInvalidPTX     Result = 218
 	ErrNotFound       Result = 500
 	ErrNotReady       Result = 600
+	// A stream in capture was asked for what a graph cannot hold (a synchronisation, a
+	// copy of pageable memory), and its capture is now invalid.
+	ErrCaptureUnsupported Result = 900
+	ErrCaptureInvalidated Result = 901
 )
 
 type errorSyms struct {

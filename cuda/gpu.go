@@ -117,7 +117,11 @@ type GPU struct {
 	ring    DevicePtr            // the Ops' parameters (under mu)
 	ringOff int64
 
+	// step is the decode step being captured (step.go), nil when none is (under mu).
+	step *stepCapture
+
 	launches, fallbacks, mmqLaunches, reads atomic.Int64
+	kernels, graphLaunches                  atomic.Int64
 	err                                     atomic.Pointer[error] // the first failure
 }
 
@@ -533,7 +537,12 @@ func (g *GPU) drainCopies(n int) {
 
 // GPUStats count what the GPU did.
 type GPUStats struct {
+	// Launches are what the host issued: kernel launches, and graph launches (a replayed
+	// decode step is one, GraphLaunches of them); Kernels the kernels that ran, each of a
+	// replayed step counted.
 	Launches      int64
+	Kernels       int64
+	GraphLaunches int64
 	MMQLaunches   int64 // of the Launches, products of mmqMinTokens or more tokens on the batched kernels (prefill)
 	HostFallbacks int64 // products computed on the host: no kernel for the type, or weights not on the device
 	// Reads are the host's synchronous read-backs (Ops.Read): each holds the host until the
@@ -577,7 +586,7 @@ func (g *GPU) Stats() GPUStats {
 // counters adds the launch counters to s.
 func (g *GPU) counters(s *GPUStats) {
 	s.Launches, s.MMQLaunches, s.HostFallbacks = g.launches.Load(), g.mmqLaunches.Load(), g.fallbacks.Load()
-	s.Reads = g.reads.Load()
+	s.Kernels, s.GraphLaunches, s.Reads = g.kernels.Load(), g.graphLaunches.Load(), g.reads.Load()
 }
 
 // Parallel spreads host work over the host's threads.
@@ -601,6 +610,15 @@ func (g *GPU) MatMulID(w quant.Matrix, x []float32, T int, out []float32) {
 // onHost computes a product the GPU cannot on the host, reading back whatever of weights,
 // input and output lives in device memory. Slow, but the numbers stay right.
 func (g *GPU) onHost(mm func(quant.Matrix, []float32, int, []float32), w quant.Matrix, x []float32, T int, out []float32) {
+	g.mu.Lock()
+	capturing := g.step != nil
+	if capturing {
+		g.failCompute(errCapture("a product on the host"))
+	}
+	g.mu.Unlock()
+	if capturing {
+		return
+	}
 	g.fallbacks.Add(1)
 	x, out = x[:T*w.Cols], out[:T*w.Rows]
 	_, xDev := g.lookup(floatBytes(x))
@@ -661,6 +679,10 @@ func (g *GPU) matMul(w quant.Matrix, x []float32, T int, out []float32) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !xDev || !yDev {
+		if g.step != nil {
+			g.failCompute(errCapture("a product of host activations"))
+			return true // the capture fails; nothing is computed
+		}
 		if err := g.stage(nx, ny); err != nil {
 			g.fail(err)
 			return false
@@ -686,13 +708,14 @@ func (g *GPU) matMul(w quant.Matrix, x []float32, T int, out []float32) bool {
 		errs = append(errs, g.compute.CopyDtoH(g.out.Bytes[:ny], g.dy), g.compute.Synchronize())
 	}
 	if err := errors.Join(errs...); err != nil {
+		if g.step != nil {
+			g.failCompute(err)
+			return true
+		}
 		g.fail(err)
 		return false
 	}
-	g.launches.Add(1)
-	if mmq {
-		g.mmqLaunches.Add(1)
-	}
+	g.launched(mmq)
 	if !yDev {
 		copy(yb, g.out.Bytes[:ny])
 	}

@@ -92,4 +92,15 @@ var KernelNames = []string{
 	"mmv_heads_q2_K", "mmv_heads_q3_K", "mmv_heads_q4_K", "mmv_heads_q5_K", "mmv_heads_q6_K",
 	// moe.cu
 	"combine_off_f32", "gated_add_f32",
+	// fused.cu: a decode step's runs of operations, one launch each
+	"add_rms_norm_f32", "rope_kv_f32", "kv_store_f32", "moe_route_f32",
+	"mmv3_f32", "mmv3_f16", "mmv3_bf16",
+	"mmv3_q4_0", "mmv3_q4_1", "mmv3_q5_0", "mmv3_q5_1", "mmv3_q8_0", "mmv3_iq4_nl",
+	"mmv3_q2_K", "mmv3_q3_K", "mmv3_q4_K", "mmv3_q5_K", "mmv3_q6_K",
+	"moe_up_f32", "moe_up_f16", "moe_up_bf16",
+	"moe_up_q4_0", "moe_up_q4_1", "moe_up_q5_0", "moe_up_q5_1", "moe_up_q8_0", "moe_up_iq4_nl",
+	"moe_up_q2_K", "moe_up_q3_K", "moe_up_q4_K", "moe_up_q5_K", "moe_up_q6_K",
+	"moe_down_f32", "moe_down_f16", "moe_down_bf16",
+	"moe_down_q4_0", "moe_down_q4_1", "moe_down_q5_0", "moe_down_q5_1", "moe_down_q8_0", "moe_down_iq4_nl",
+	"moe_down_q2_K", "moe_down_q3_K", "moe_down_q4_K", "moe_down_q5_K", "moe_down_q6_K",
 }

@@ -175,7 +175,7 @@ type kernelCase struct {
 
 func allKernelCases() []kernelCase {
 	var cs []kernelCase
-	for _, f := range []func() []kernelCase{mmvCases, mmqCases, getRowsCases, normCases, elementwiseCases, routerCases, commitCases, ropeCases, attnCases, mmvHeadsCases, moeCases} {
+	for _, f := range []func() []kernelCase{mmvCases, mmqCases, getRowsCases, normCases, elementwiseCases, routerCases, commitCases, ropeCases, attnCases, mmvHeadsCases, moeCases, fusedCases} {
 		cs = append(cs, f()...)
 	}
 	return cs
@@ -980,7 +980,8 @@ type ropeCase struct {
 	neox, freqFactors                  bool
 	freqBase, freqScale, extFactor     float32
 	attnFactor, corrLo, corrHi         float32
-	pos                                []int32
+	// Token t is at position pos0 + dev + t, dev read from device memory (0: posp NULL).
+	pos0, dev int
 }
 
 func ropeCases() []kernelCase {
@@ -990,14 +991,15 @@ func ropeCases() []kernelCase {
 	}
 	var cs []kernelCase
 	for _, c := range []ropeCase{
-		{name: "normal", ntok: 3, heads: 4, headStride: 64, tokStride: 256, nDims: 64, block: 32, pos: []int32{0, 7, 5000}},
-		{name: "neox,partial", ntok: 2, heads: 2, headStride: 64, tokStride: 128, nDims: 32, block: 32, neox: true, pos: []int32{3, 130}},
-		{name: "neox,freq_factors", ntok: 3, heads: 2, headStride: 48, tokStride: 96, nDims: 48, block: 64, neox: true, freqFactors: true, pos: []int32{1, 2, 900}},
-		yarn(ropeCase{name: "normal,yarn", ntok: 3, heads: 2, headStride: 32, tokStride: 64, nDims: 32, block: 32, pos: []int32{0, 11, 4097}}),
-		yarn(ropeCase{name: "neox,yarn,freq_factors,loop", ntok: 2, heads: 3, headStride: 128, tokStride: 384, nDims: 128, block: 32, neox: true, freqFactors: true, pos: []int32{5, 77}}),
+		{name: "normal", ntok: 3, heads: 4, headStride: 64, tokStride: 256, nDims: 64, block: 32, pos0: 4998},
+		{name: "normal,first", ntok: 2, heads: 4, headStride: 64, tokStride: 256, nDims: 64, block: 32},
+		{name: "neox,partial", ntok: 2, heads: 2, headStride: 64, tokStride: 128, nDims: 32, block: 32, neox: true, pos0: 129},
+		{name: "neox,freq_factors,device_pos", ntok: 3, heads: 2, headStride: 48, tokStride: 96, nDims: 48, block: 64, neox: true, freqFactors: true, pos0: 1, dev: 897},
+		yarn(ropeCase{name: "normal,yarn", ntok: 3, heads: 2, headStride: 32, tokStride: 64, nDims: 32, block: 32, pos0: 4095}),
+		yarn(ropeCase{name: "neox,yarn,freq_factors,loop,device_pos", ntok: 2, heads: 3, headStride: 128, tokStride: 384, nDims: 128, block: 32, neox: true, freqFactors: true, dev: 76}),
 		// MLA: q_pe of 4 heads of nope 16 + rope 16, and k_pe of one rank-32 latent row.
-		yarn(ropeCase{name: "mla_q_pe", ntok: 3, heads: 4, headStride: 32, tokStride: 128, off: 16, nDims: 16, block: 32, pos: []int32{2, 3, 64}}),
-		yarn(ropeCase{name: "mla_k_pe", ntok: 3, heads: 1, headStride: 48, tokStride: 48, off: 32, nDims: 16, block: 32, pos: []int32{2, 3, 64}}),
+		yarn(ropeCase{name: "mla_q_pe", ntok: 3, heads: 4, headStride: 32, tokStride: 128, off: 16, nDims: 16, block: 32, pos0: 62}),
+		yarn(ropeCase{name: "mla_k_pe", ntok: 3, heads: 1, headStride: 48, tokStride: 48, off: 32, nDims: 16, block: 32, pos0: 2, dev: 60}),
 	} {
 		c.freqBase, c.attnFactor = 10000, 1
 		if c.freqScale == 0 {
@@ -1029,10 +1031,13 @@ func checkRope(t *testing.T, k *kernelEnv, c ropeCase, r *rand.Rand) {
 	if c.extFactor != 0 {
 		mscale *= quant.FMA32(float32(math.Log(float64(1/c.freqScale))), 0.1, 1)
 	}
-	dx, dpos := k.putF32(t, x), k.put(t, i32bytes(c.pos))
+	dx, dpos := k.putF32(t, x), DevicePtr(0)
+	if c.dev != 0 {
+		dpos = k.put(t, i32bytes([]int32{int32(c.dev)}))
+	}
 	var args Args
 	k.run(t, "rope_f32", Dim3{X: c.ntok}, Dim3{X: c.block},
-		args.Ptr(dx.Add(int64(4*c.off))).Ptr(dpos).Int(c.ntok).Int(c.heads).Int(c.headStride).Int(c.tokStride).Int(c.nDims).
+		args.Ptr(dx.Add(int64(4*c.off))).Ptr(dpos).Int(c.pos0).Int(c.ntok).Int(c.heads).Int(c.headStride).Int(c.tokStride).Int(c.nDims).
 			Int(b2i(c.neox)).Float(thetaScale).Float(c.freqScale).Float(c.extFactor).Float(mscale).
 			Float(c.corrLo).Float(c.corrHi).Ptr(dff))
 	got := k.getF32(t, dx, len(x))
@@ -1043,7 +1048,7 @@ func checkRope(t *testing.T, k *kernelEnv, c ropeCase, r *rand.Rand) {
 	}
 	npairs := c.nDims / 2
 	for tk := 0; tk < c.ntok; tk++ {
-		theta := float32(c.pos[tk])
+		theta := float32(c.pos0 + c.dev + tk)
 		for i := 0; i < npairs; i++ {
 			te := theta
 			if ff != nil {
@@ -1080,12 +1085,16 @@ func checkRope(t *testing.T, k *kernelEnv, c ropeCase, r *rand.Rand) {
 type attnCase struct {
 	ntok, heads, kvHeads, dk, dv, pos0 int
 	mla                                bool // absorbed MLA: k = v = the latent cache
+	dev                                bool // pos0 given in device memory (posp), not as an int
 }
 
 func (c attnCase) String() string {
 	s := fmt.Sprintf("heads=%d,kv_heads=%d,dk=%d,dv=%d,ntok=%d,pos0=%d", c.heads, c.kvHeads, c.dk, c.dv, c.ntok, c.pos0)
 	if c.mla {
 		s = "mla," + s
+	}
+	if c.dev {
+		s += ",device_pos"
 	}
 	return s
 }
@@ -1095,9 +1104,11 @@ func attnCases() []kernelCase {
 	for _, c := range []attnCase{
 		{ntok: 1, heads: 4, kvHeads: 2, dk: 64, dv: 64, pos0: 0},
 		{ntok: 3, heads: 4, kvHeads: 2, dk: 64, dv: 64, pos0: 5},
+		{ntok: 1, heads: 4, kvHeads: 2, dk: 64, dv: 64, pos0: 7, dev: true},
 		{ntok: 3, heads: 4, kvHeads: 2, dk: 64, dv: 64, pos0: 20},           // two groups of 16 scores
 		{ntok: 2, heads: 4, kvHeads: 4, dk: 48, dv: 32, pos0: 3},            // MLA legacy: dk != dv
 		{ntok: 3, heads: 4, kvHeads: 1, dk: 80, dv: 64, pos0: 9, mla: true}, // rank 64 + rope 16
+		{ntok: 1, heads: 4, kvHeads: 1, dk: 80, dv: 64, pos0: 12, mla: true, dev: true},
 		// ATT_SMAX = 4096 positions and past them (the running (max, sum) path, which needs
 		// more than 8 positions past it for a warp to take two): cheap on the emulator with
 		// one small KV head, about 0.1 s a launch.
@@ -1187,10 +1198,14 @@ func checkAttn(t *testing.T, k *kernelEnv, c attnCase, f16 bool, r *rand.Rand) {
 		}
 	}
 	dq, dout := k.putF32(t, q), k.alloc(t, 4*c.ntok*c.heads*c.dv)
+	posp, pos0 := DevicePtr(0), c.pos0
+	if c.dev {
+		posp, pos0 = k.put(t, i32bytes([]int32{int32(c.pos0)})), 0
+	}
 	var args Args
 	k.run(t, kernel, Dim3{X: c.heads, Y: c.ntok}, Dim3{X: 256},
 		args.Ptr(dq).Ptr(dk).Ptr(dv).Ptr(dout).Int(c.ntok).Int(c.heads).Int(c.kvHeads).Int(c.dk).Int(c.dv).
-			Int(kstride).Int(vstride).Int(khs).Int(vhs).Int(c.pos0).Float(scale))
+			Int(kstride).Int(vstride).Int(khs).Int(vhs).Ptr(posp).Int(pos0).Float(scale))
 	got := k.getF32(t, dout, c.ntok*c.heads*c.dv)
 
 	want, tol := make([]float64, len(got)), make([]float64, len(got))

@@ -42,10 +42,20 @@ func (g *GPU) begin(name string) *opCall {
 }
 
 func (c *opCall) end() {
-	if c.err != nil && c.g.err.Load() == nil {
-		c.g.fail(fmt.Errorf("%s: %w", c.name, c.err))
+	if c.err != nil {
+		c.g.failCompute(fmt.Errorf("%s: %w", c.name, c.err))
 	}
 	c.g.mu.Unlock()
+}
+
+// pos returns how a kernel finds position p: eagerly as the int p (posp 0), and in a captured
+// decode step as the step's position in device memory plus p's offset from the captured one,
+// so that a replay at another position reads its own.
+func (c *opCall) pos(p int) (posp DevicePtr, off int) {
+	if st := c.g.step; st != nil {
+		return st.dev, p - st.pos0
+	}
+	return 0, p
 }
 
 // ptr returns the device address of b, which must be device memory (nil b: a null pointer).
@@ -67,10 +77,15 @@ func (c *opCall) f(x []float32, what string) DevicePtr {
 	return c.ptr(floatBytes(x), what)
 }
 
-// param copies host bytes b into the ring and returns their device address.
+// param copies host bytes b into the ring and returns their device address. A captured step
+// cannot take them: its replays would read the ring as it is then.
 func (c *opCall) param(b []byte) DevicePtr {
 	g := c.g
 	if c.err != nil {
+		return 0
+	}
+	if g.step != nil {
+		c.err = errCapture("parameters copied from the host")
 		return 0
 	}
 	n := int64(len(b)+255) &^ 255
@@ -108,7 +123,7 @@ func (c *opCall) launch(name string, grid, block Dim3) {
 		g.fns[name] = fn
 	}
 	if c.err = g.compute.Launch(fn, grid, block, 0, &g.args); c.err == nil {
-		g.launches.Add(1)
+		g.launched(false)
 	}
 }
 
@@ -127,7 +142,15 @@ func (g *GPU) Embed(dst []float32, w quant.Matrix, ids []int32) {
 		return
 	}
 	wp, d := c.ptr(w.Data, "the embedding"), c.f(dst, "the activations")
-	idp := c.param(int32Bytes(ids))
+	var idp DevicePtr
+	if st := g.step; st != nil {
+		if len(ids) != st.ntok {
+			c.err = fmt.Errorf("%d tokens in a step captured with %d", len(ids), st.ntok)
+		}
+		idp = st.dev.Add(4) // the step's tokens, after its position
+	} else {
+		idp = c.param(int32Bytes(ids))
+	}
 	g.args.Reset().Ptr(wp).Ptr(idp).Ptr(d).Int(w.Cols).Int(len(ids))
 	c.launch("get_rows_"+strings.TrimPrefix(name, "mmv_"), Dim3{X: len(ids), Y: blocks(w.Cols, 32*256)}, Dim3{X: 256})
 }
@@ -171,17 +194,10 @@ func (g *GPU) SwiGLU(gate, u []float32, d int) {
 func (g *GPU) Rope(x []float32, pos0, T, heads, headStride, tokStride int, r *device.RoPE) {
 	c := g.begin("RoPE")
 	defer c.end()
-	pos := make([]int32, T)
-	for t := range pos {
-		pos[t] = int32(pos0 + t)
-	}
 	xp, ff := c.f(x, "the activations"), c.f(r.FreqFactors, "the frequency factors")
-	pp := c.param(int32Bytes(pos))
-	neox := 0
-	if r.NeoX {
-		neox = 1
-	}
-	g.args.Reset().Ptr(xp).Ptr(pp).Int(T).Int(heads).Int(headStride).Int(tokStride).Int(r.Dims).Int(neox).
+	posp, off := c.pos(pos0)
+	neox := b2i(r.NeoX)
+	g.args.Reset().Ptr(xp).Ptr(posp).Int(off).Int(T).Int(heads).Int(headStride).Int(tokStride).Int(r.Dims).Int(neox).
 		Float(r.ThetaScale).Float(r.FreqScale).Float(r.ExtFactor).Float(r.MScale).Float(r.CorrLo).Float(r.CorrHi).Ptr(ff)
 	c.launch("rope_f32", Dim3{X: T}, Dim3{X: min(max((r.Dims/2+31)&^31, 32), 1024)})
 }
@@ -190,23 +206,31 @@ func (g *GPU) Rope(x []float32, pos0, T, heads, headStride, tokStride int, r *de
 func (g *GPU) StoreKV(kv *device.KVLayer, pos0 int, k, v []float32) {
 	c := g.begin("KV store")
 	defer c.end()
+	posp, off := c.pos(pos0)
 	store := func(src []float32, dim int, d32 []float32, d16 []uint16, what string) {
 		n := len(src)
-		sp := c.f(src, what)
-		if kv.F16 {
-			dp := c.ptr(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(d16[pos0*dim:]))), 2*n), "the "+what+" cache")
-			g.args.Reset().Ptr(dp).Ptr(sp).Int(n)
-			c.launch("f32_to_f16", ewGrid(n), Dim3{X: 256})
+		if dim <= 0 || n%dim != 0 || pos0 < 0 || pos0*dim+n > max(len(d32), len(d16)) {
+			if c.err == nil {
+				c.err = fmt.Errorf("%d %s of %d at position %d: the cache holds %d", n, what, dim, pos0, max(len(d32), len(d16)))
+			}
 			return
 		}
-		dp := c.f(d32[pos0*dim:pos0*dim+n], "the "+what+" cache")
-		g.args.Reset().Ptr(dp).Ptr(sp).Int(n)
-		c.launch("copy_f32", ewGrid(n), Dim3{X: 256})
+		dp := c.kvCache(d32, d16, "the "+what+" cache")
+		g.args.Reset().Ptr(dp).Ptr(c.f(src, what)).Int(b2i(kv.F16)).Ptr(posp).Int(off).Int(dim).Int(n / dim)
+		c.launch("kv_store_f32", ewGrid(n), Dim3{X: 256})
 	}
 	store(k, kv.KDim, kv.K, kv.K16, "keys")
 	if v != nil {
 		store(v, kv.VDim, kv.V, kv.V16, "values")
 	}
+}
+
+// kvCache returns the device address of a cache of floats, or of halves when d16 is not nil.
+func (c *opCall) kvCache(d32 []float32, d16 []uint16, what string) DevicePtr {
+	if d16 != nil {
+		return c.ptr(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(d16))), 2*len(d16)), what)
+	}
+	return c.f(d32, what)
 }
 
 // Attend implements device.Ops.
@@ -234,8 +258,9 @@ func (g *GPU) Attend(out, q []float32, kv *device.KVLayer, pos0, T int, a *devic
 	if a.Latent {
 		vstride = kv.KDim
 	}
+	posp, off := c.pos(pos0)
 	g.args.Reset().Ptr(qp).Ptr(kp).Ptr(vp).Ptr(op).Int(T).Int(a.Heads).Int(a.KVHeads).Int(a.DK).Int(a.DV).
-		Int(kv.KDim).Int(vstride).Int(a.KHeadStride).Int(a.VHeadStride).Int(pos0).Float(a.Scale)
+		Int(kv.KDim).Int(vstride).Int(a.KHeadStride).Int(a.VHeadStride).Ptr(posp).Int(off).Float(a.Scale)
 	c.launch(name, Dim3{X: a.Heads, Y: T}, Dim3{X: 256})
 }
 
@@ -285,6 +310,9 @@ func (g *GPU) Zero(x []float32) {
 func (g *GPU) Read(dst, src []float32) {
 	c := g.begin("read back")
 	defer c.end()
+	if g.step != nil {
+		c.err = errCapture("a read the host waits for")
+	}
 	g.reads.Add(1)
 	if p := c.f(src, "the source"); c.err == nil {
 		if c.err = g.compute.CopyDtoH(floatBytes(dst), p); c.err == nil {
@@ -300,6 +328,9 @@ func (g *GPU) Read(dst, src []float32) {
 func (g *GPU) Write(dst, src []float32) {
 	c := g.begin("write")
 	defer c.end()
+	if g.step != nil {
+		c.err = errCapture("a write from host memory")
+	}
 	if p := c.f(dst, "the destination"); c.err == nil {
 		c.err = g.compute.CopyHtoD(p, floatBytes(src))
 	}

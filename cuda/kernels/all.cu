@@ -12,3 +12,4 @@
 #include "attention.cu"
 #include "mla.cu"
 #include "moe.cu"
+#include "fused.cu"

@@ -30,7 +30,7 @@ template <class KV> CR_FN float att_score(const float* sq, const KV* kr, int dk)
 
 template <class KV>
 CR_FN void attn_body(const float* q, const KV* k, const KV* v, float* out, int ntok, int heads, int kv_heads, int dk, int dv,
-                     int kstride, int vstride, int kh_stride, int vh_stride, int pos0, float scale, int f16) {
+                     int kstride, int vstride, int kh_stride, int vh_stride, const int* posp, int pos0, float scale, int f16) {
 	__shared__ float sq[ATT_DK_MAX];
 	__shared__ float ss[ATT_SMAX];
 	__shared__ float sred[ATT_WARPS][ATT_DV_MAX];
@@ -47,7 +47,7 @@ CR_FN void attn_body(const float* q, const KV* k, const KV* v, float* out, int n
 		return;
 	}
 	const int g = h / (heads / kv_heads);
-	const int n = pos0 + t + 1; // causal: positions 0 .. pos0+t
+	const int n = pos0 + (posp ? *posp : 0) + t + 1; // causal: positions 0 .. pos0+t
 	const float* qh = q + ((i64)t * heads + h) * dk;
 	for (int i = tid; i < dk; i += ATT_THREADS)
 		sq[i] = f16 ? cr_round_h(qh[i]) : qh[i];
@@ -131,7 +131,7 @@ CR_FN void attn_body(const float* q, const KV* k, const KV* v, float* out, int n
 
 // attn_f32(const float* q, const float* k, const float* v, float* out, int ntok, int heads,
 //          int kv_heads, int dk, int dv, int kstride, int vstride, int kh_stride, int vh_stride,
-//          int pos0, float scale)
+//          const int* posp, int pos0, float scale)
 //   q     ntok rows of heads*dk floats: query head h of token t at q + (t*heads + h)*dk, after
 //         RoPE (and the q norm).
 //   k     the key cache: the key of KV head g at position p is k + p*kstride + g*kh_stride
@@ -139,7 +139,8 @@ CR_FN void attn_body(const float* q, const KV* k, const KV* v, float* out, int n
 //   v     the value cache: the value of KV head g at position p is v + p*vstride + g*vh_stride
 //         (dv floats).
 //   out   ntok rows of heads*dv floats: head h of token t at out + (t*heads + h)*dv.
-//   Token t is at position pos0 + t and attends to positions 0 .. pos0+t, which the cache must
+//   Token t is at position pos0 + t (plus *posp when posp is not NULL: one int in device memory,
+//   the position of a decode step that a CUDA graph replays) and attends to positions 0 .. pos0+t, which the cache must
 //   already hold (its own key and value included). Query head h reads KV head
 //   h / (heads/kv_heads); heads % kv_heads == 0. scale multiplies q.k before the softmax.
 //   Layouts:
@@ -155,17 +156,19 @@ CR_FN void attn_body(const float* q, const KV* k, const KV* v, float* out, int n
 //   grid (heads, ntok, 1); block (256, 1, 1) exactly; no dynamic shared memory (about 36 KiB
 //   static).
 extern "C" __global__ void attn_f32(const float* q, const float* k, const float* v, float* out, int ntok, int heads, int kv_heads,
-                                    int dk, int dv, int kstride, int vstride, int kh_stride, int vh_stride, int pos0, float scale) {
-	attn_body<float>(q, k, v, out, ntok, heads, kv_heads, dk, dv, kstride, vstride, kh_stride, vh_stride, pos0, scale, 0);
+                                    int dk, int dv, int kstride, int vstride, int kh_stride, int vh_stride, const int* posp, int pos0,
+                                    float scale) {
+	attn_body<float>(q, k, v, out, ntok, heads, kv_heads, dk, dv, kstride, vstride, kh_stride, vh_stride, posp, pos0, scale, 0);
 }
 
 // attn_f16kv(const float* q, const unsigned short* k, const unsigned short* v, float* out,
 //            int ntok, int heads, int kv_heads, int dk, int dv, int kstride, int vstride,
-//            int kh_stride, int vh_stride, int pos0, float scale)
+//            int kh_stride, int vh_stride, const int* posp, int pos0, float scale)
 //   attn_f32 with an F16 cache (IEEE halves; strides and offsets in halves). As the CPU with an
 //   F16 cache, q is rounded to F16 before the dot products and each probability before it
 //   weighs the values. Same grid (heads, ntok, 1), block (256, 1, 1), limits and layouts.
 extern "C" __global__ void attn_f16kv(const float* q, const u16* k, const u16* v, float* out, int ntok, int heads, int kv_heads,
-                                      int dk, int dv, int kstride, int vstride, int kh_stride, int vh_stride, int pos0, float scale) {
-	attn_body<u16>(q, k, v, out, ntok, heads, kv_heads, dk, dv, kstride, vstride, kh_stride, vh_stride, pos0, scale, 1);
+                                      int dk, int dv, int kstride, int vstride, int kh_stride, int vh_stride, const int* posp, int pos0,
+                                      float scale) {
+	attn_body<u16>(q, k, v, out, ntok, heads, kv_heads, dk, dv, kstride, vstride, kh_stride, vh_stride, posp, pos0, scale, 1);
 }

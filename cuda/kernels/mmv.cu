@@ -555,19 +555,15 @@ template <int NT> struct mmv_call<mmv_iq4_nl_t, NT> {
 	}
 };
 
-// mmv_row computes tokens [t0, t0+nt) of one row, nt <= NT, with the whole warp: token t's
-// activations at x + t*x_tok, its output at y[t*y_tok + row] (mmv's own products have
-// x_tok = cols and y_tok = rows; mla.cu's per-head products other strides).
+// mmv_sums computes the dot products of one row with nt <= NT tokens with the whole warp: token
+// t's activations at x + t*x_tok; every lane gets the warp's sums in acc[0..nt).
 template <class T, int NT>
-CR_FN void mmv_row(const u8* wr, const float* x, float* y, int cols, int x_tok, int y_tok, int row, int t0, int nt,
-                   const float* tab) {
+CR_FN void mmv_sums(const u8* wr, const float* x, int cols, int x_tok, int nt, float* acc, const float* tab) {
 	const int lane = threadIdx.x, s = lane % T::LPB, step = CR_WARP / T::LPB;
 	const int nb = cols / T::QK;
-	float acc[NT];
 #pragma unroll
 	for (int t = 0; t < NT; t++)
 		acc[t] = 0.0f;
-	const float* xb = x + (i64)t0 * x_tok;
 	int b = lane / T::LPB;
 	if (b < nb) {
 		typename T::raw r = T::load(wr + (i64)b * T::BB, s);
@@ -576,7 +572,7 @@ CR_FN void mmv_row(const u8* wr, const float* x, float* y, int cols, int x_tok, 
 			typename T::raw rn = r;
 			if (bn < nb)
 				rn = T::load(wr + (i64)bn * T::BB, s); // in flight while r is used
-			mmv_call<T, NT>::dot(r, s, xb + (i64)b * T::QK, x_tok, nt, acc, tab);
+			mmv_call<T, NT>::dot(r, s, x + (i64)b * T::QK, x_tok, nt, acc, tab);
 			if (bn >= nb)
 				break;
 			r = rn;
@@ -585,25 +581,40 @@ CR_FN void mmv_row(const u8* wr, const float* x, float* y, int cols, int x_tok, 
 	}
 #pragma unroll
 	for (int t = 0; t < NT; t++)
-		if (t < nt) {
-			float v = cr_warp_sum(acc[t]);
-			if (lane == 0)
-				y[(i64)(t0 + t) * y_tok + row] = v;
-		}
+		if (t < nt)
+			acc[t] = cr_warp_sum(acc[t]);
 }
 
-// mmv_row_scalar is the fallback for float matrices whose rows or activations are not
-// 16-byte aligned: one element per lane per step.
+// mmv_row computes tokens [t0, t0+nt) of one row, nt <= NT, with the whole warp: token t's
+// activations at x + t*x_tok, its output at y[t*y_tok + row] (mmv's own products have
+// x_tok = cols and y_tok = rows; mla.cu's per-head products other strides).
+template <class T, int NT>
+CR_FN void mmv_row(const u8* wr, const float* x, float* y, int cols, int x_tok, int y_tok, int row, int t0, int nt,
+                   const float* tab) {
+	float acc[NT];
+	mmv_sums<T, NT>(wr, x + (i64)t0 * x_tok, cols, x_tok, nt, acc, tab);
+#pragma unroll
+	for (int t = 0; t < NT; t++)
+		if (t < nt && threadIdx.x == 0)
+			y[(i64)(t0 + t) * y_tok + row] = acc[t];
+}
+
+// mmv_dot_scalar is the dot product of a float matrix's row with one token's activations,
+// one element per lane per step: the fallback for rows or activations that are not 16-byte
+// aligned. Every lane gets the sum.
+template <class T> CR_FN float mmv_dot_scalar(const u8* wr, const float* xt, int cols) {
+	float acc = 0.0f;
+	for (int c = threadIdx.x; c < cols; c += CR_WARP)
+		acc = cr_fma(T::scalar(wr, c), xt[c], acc);
+	return cr_warp_sum(acc);
+}
+
+// mmv_row_scalar is mmv_dot_scalar for every token of a row.
 template <class T>
 CR_FN void mmv_row_scalar(const u8* wr, const float* x, float* y, int rows, int cols, int row, int t0, int nt) {
-	const int lane = threadIdx.x;
 	for (int t = 0; t < nt; t++) {
-		const float* xt = x + (i64)(t0 + t) * cols;
-		float acc = 0.0f;
-		for (int c = lane; c < cols; c += CR_WARP)
-			acc = cr_fma(T::scalar(wr, c), xt[c], acc);
-		acc = cr_warp_sum(acc);
-		if (lane == 0)
+		float acc = mmv_dot_scalar<T>(wr, x + (i64)(t0 + t) * cols, cols);
+		if (threadIdx.x == 0)
 			y[(i64)(t0 + t) * rows + row] = acc;
 	}
 }
@@ -626,12 +637,39 @@ template <class T, int F = mmv_is_float<T>::value> struct mmv_scalar {
 	CR_FN void run(const u8* wr, const float* x, float* y, int rows, int cols, int row, int t0, int nt) {
 		(void)wr, (void)x, (void)y, (void)rows, (void)cols, (void)row, (void)t0, (void)nt;
 	}
+	CR_FN float dot(const u8* wr, const float* xt, int cols) { return (void)wr, (void)xt, (void)cols, 0.0f; }
 };
 template <class T> struct mmv_scalar<T, 1> {
 	CR_FN void run(const u8* wr, const float* x, float* y, int rows, int cols, int row, int t0, int nt) {
 		mmv_row_scalar<T>(wr, x, y, rows, cols, row, t0, nt);
 	}
+	CR_FN float dot(const u8* wr, const float* xt, int cols) { return mmv_dot_scalar<T>(wr, xt, cols); }
 };
+
+// mmv_vec says whether mmv takes the vector path for matrix w and activations x: always for
+// the block types, and for the float types when cols is a multiple of their block and both
+// are 16-byte aligned.
+template <class T> CR_FN bool mmv_vec(const u8* w, const float* x, int cols) {
+	if (!mmv_is_float<T>::value)
+		return true;
+	return cols % T::QK == 0 && (((u64)w | (u64)x) & 15) == 0;
+}
+
+// mmv_row_bytes is the bytes of a row of cols values.
+template <class T> CR_FN i64 mmv_row_bytes(int cols) {
+	return mmv_is_float<T>::value ? (i64)cols * (T::BB / T::QK) : (i64)(cols / T::QK) * T::BB;
+}
+
+// mmv_dot is one token's dot product with row wr of a matrix whose path (mmv_vec) is vec, as
+// mmv computes it: the fused kernels (fused.cu) take it so that their products are mmv's to
+// the bit. Every lane gets the sum.
+template <class T> CR_FN float mmv_dot(const u8* wr, const float* xt, int cols, bool vec, const float* tab) {
+	if (!vec)
+		return mmv_scalar<T>::dot(wr, xt, cols);
+	float acc[1];
+	mmv_sums<T, 1>(wr, xt, cols, cols, 1, acc, tab);
+	return acc[0];
+}
 
 // mmv_rows is mmv_row for nt <= MMV_TOKENS tokens, with the fewest accumulators that hold them.
 template <class T>
@@ -653,11 +691,8 @@ CR_FN void mmv_entry(const u8* w, const float* x, float* y, int rows, int cols, 
 	const int row = blockIdx.x * blockDim.y + threadIdx.y;
 	if (row >= rows)
 		return; // the whole warp: rows are per warp
-	const i64 rb = mmv_is_float<T>::value ? (i64)cols * (T::BB / T::QK) : (i64)(cols / T::QK) * T::BB;
-	const u8* wr = w + (i64)row * rb;
-	bool vec = true;
-	if (mmv_is_float<T>::value)
-		vec = cols % T::QK == 0 && (((u64)w | (u64)x) & 15) == 0;
+	const u8* wr = w + (i64)row * mmv_row_bytes<T>(cols);
+	const bool vec = mmv_vec<T>((const u8*)w, x, cols);
 	for (int t0 = blockIdx.y * MMV_TOKENS; t0 < ntok; t0 += gridDim.y * MMV_TOKENS) {
 		int nt = ntok - t0 < MMV_TOKENS ? ntok - t0 : MMV_TOKENS;
 		if (!vec)

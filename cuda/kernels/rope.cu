@@ -93,14 +93,46 @@ CR_FN void rope_sincosf(float y, float* sinp, float* cosp) {
 	}
 }
 
-// rope_f32(float* x, const int* pos, int ntok, int heads, int head_stride, int tok_stride,
-//          int n_dims, int neox, float theta_scale, float freq_scale, float ext_factor,
-//          float mscale, float corr_lo, float corr_hi, const float* freq_factors)
+// rope_cs returns in *cs and *sn the cosine and sine, times mscale, of pair i's angle at
+// position p: rope_f32's arithmetic, which rope_kv_f32 (fused.cu) shares.
+CR_FN void rope_cs(float p, int i, float theta_scale, float freq_scale, float ext_factor, float mscale, float corr_lo,
+                   float corr_hi, const float* freq_factors, float* cs, float* sn) {
+	float theta = p;
+	for (int j = 0; j < i; j++)
+		theta = cr_fmul(theta, theta_scale);
+	float te = freq_factors ? cr_fdiv(theta, freq_factors[i]) : theta;
+	float ti = cr_fmul(freq_scale, te), th = ti;
+	if (ext_factor != 0.0f) {
+		float den = cr_fadd(corr_hi, -corr_lo);
+		den = den > 0.001f ? den : 0.001f;
+		float y = cr_fdiv(cr_fadd((float)i, -corr_lo), den);
+		y = y > 0.0f ? y : 0.0f;
+		y = y < 1.0f ? y : 1.0f;
+		float ramp = cr_fmul(cr_fadd(1.0f, -y), ext_factor);
+		th = cr_fma(ti, cr_fadd(1.0f, -ramp), cr_fmul(te, ramp));
+	}
+	float s, c;
+	rope_sincosf(th, &s, &c);
+	*cs = cr_fmul(c, mscale);
+	*sn = cr_fmul(s, mscale);
+}
+
+// rope_pair rotates the pair (x0, x1) of a head in place.
+CR_FN void rope_pair(float* x0, float* x1, float cs, float sn) {
+	float a = *x0, b = *x1;
+	*x0 = cr_fma(a, cs, -cr_fmul(b, sn));
+	*x1 = cr_fma(a, sn, cr_fmul(b, cs));
+}
+
+// rope_f32(float* x, const int* posp, int pos0, int ntok, int heads, int head_stride,
+//          int tok_stride, int n_dims, int neox, float theta_scale, float freq_scale,
+//          float ext_factor, float mscale, float corr_lo, float corr_hi, const float* freq_factors)
 //   Rotates, in place, the first n_dims values of every head of every token: head h of token t
 //   starts at x + t*tok_stride + h*head_stride (standard attention: head_stride = head_dim,
 //   tok_stride = heads*head_dim; MLA's q_pe: x = q + nope, head_stride = nope + rope,
 //   tok_stride = heads*(nope + rope), n_dims = rope; MLA's k_pe: x = kv + rank, heads = 1,
-//   tok_stride = rank + rope). Token t is at position pos[t] (ntok ints in device memory).
+//   tok_stride = rank + rope). Token t is at position pos0 + t, plus *posp when posp is not
+//   NULL (one int in device memory: the position of a decode step that a CUDA graph replays).
 //   neox = 0 rotates the pairs (2i, 2i+1), neox != 0 the pairs (i, i + n_dims/2); n_dims even.
 //   The host computes, as models.Rope does:
 //     theta_scale = float32(pow(freq_base, -2/float32(n_dims)))  (in float64, then rounded)
@@ -110,40 +142,22 @@ CR_FN void rope_sincosf(float y, float* sinp, float* cosp) {
 //   freq_factors: n_dims/2 floats dividing each pair's angle (llama 3 rope_freqs), or NULL.
 //   grid (ntok, 1, 1); block (n_dims/2 rounded up to a multiple of 32, at most 1024; any block
 //   size works, threads loop over the pairs); no shared memory.
-extern "C" __global__ void rope_f32(float* x, const int* pos, int ntok, int heads, int head_stride, int tok_stride, int n_dims,
-                                    int neox, float theta_scale, float freq_scale, float ext_factor, float mscale, float corr_lo,
-                                    float corr_hi, const float* freq_factors) {
+extern "C" __global__ void rope_f32(float* x, const int* posp, int pos0, int ntok, int heads, int head_stride, int tok_stride,
+                                    int n_dims, int neox, float theta_scale, float freq_scale, float ext_factor, float mscale,
+                                    float corr_lo, float corr_hi, const float* freq_factors) {
 	const int t = blockIdx.x;
 	if (t >= ntok)
 		return;
 	const int npairs = n_dims / 2;
 	float* xt = x + (i64)t * tok_stride;
-	const float p = (float)pos[t];
+	const float p = (float)(pos0 + t + (posp ? *posp : 0));
 	for (int i = threadIdx.x; i < npairs; i += blockDim.x) {
-		float theta = p;
-		for (int j = 0; j < i; j++)
-			theta = cr_fmul(theta, theta_scale);
-		float te = freq_factors ? cr_fdiv(theta, freq_factors[i]) : theta;
-		float ti = cr_fmul(freq_scale, te), th = ti;
-		if (ext_factor != 0.0f) {
-			float den = cr_fadd(corr_hi, -corr_lo);
-			den = den > 0.001f ? den : 0.001f;
-			float y = cr_fdiv(cr_fadd((float)i, -corr_lo), den);
-			y = y > 0.0f ? y : 0.0f;
-			y = y < 1.0f ? y : 1.0f;
-			float ramp = cr_fmul(cr_fadd(1.0f, -y), ext_factor);
-			th = cr_fma(ti, cr_fadd(1.0f, -ramp), cr_fmul(te, ramp));
-		}
-		float sn, cs;
-		rope_sincosf(th, &sn, &cs);
-		cs = cr_fmul(cs, mscale);
-		sn = cr_fmul(sn, mscale);
+		float cs, sn;
+		rope_cs(p, i, theta_scale, freq_scale, ext_factor, mscale, corr_lo, corr_hi, freq_factors, &cs, &sn);
 		const int i0 = neox ? i : 2 * i, i1 = neox ? i + npairs : 2 * i + 1;
 		for (int h = 0; h < heads; h++) {
 			float* xh = xt + (i64)h * head_stride;
-			float x0 = xh[i0], x1 = xh[i1];
-			xh[i0] = cr_fma(x0, cs, -cr_fmul(x1, sn));
-			xh[i1] = cr_fma(x0, sn, cr_fmul(x1, cs));
+			rope_pair(xh + i0, xh + i1, cs, sn);
 		}
 	}
 }

@@ -286,15 +286,24 @@ template <typename F> struct Invoker;
 template <typename... A> struct Invoker<void (*)(A...)> {
 	template <void (*K)(A...), size_t... I> static void call(void** p, std::index_sequence<I...>) { K(*(A*)p[I]...); }
 	template <void (*K)(A...)> static void run(void** p) { call<K>(p, std::index_sequence_for<A...>{}); }
+	// sizes writes the bytes of each parameter, which a captured launch copies.
+	static int sizes(int* out, int max) {
+		const int s[] = {(int)sizeof(A)..., 0};
+		const int n = (int)sizeof...(A);
+		for (int i = 0; i < n && i < max; i++)
+			out[i] = s[i];
+		return n;
+	}
 };
 
 struct Entry {
 	const char* name;
 	void (*run)(void**);
+	int (*sizes)(int*, int);
 };
 
 const Entry table[] = {
-#define EMU_KERNEL(name) {#name, &Invoker<decltype(&name)>::run<&name>},
+#define EMU_KERNEL(name) {#name, &Invoker<decltype(&name)>::run<&name>, &Invoker<decltype(&name)>::sizes},
 #include "emu_table.inc"
 #undef EMU_KERNEL
 };
@@ -308,6 +317,10 @@ extern "C" void* emu_find(const char* name) {
 			return (void*)&e;
 	return nullptr;
 }
+
+// emu_param_sizes writes the byte size of each of kernel k's parameters to sizes (at most max)
+// and returns how many it takes.
+extern "C" int emu_param_sizes(void* k, int* sizes, int max) { return ((const Entry*)k)->sizes(sizes, max); }
 
 // fake_first_order writes the order in which the last launch's last block's threads first
 // ran to out (up to 1024 thread indices) and returns how many there were.

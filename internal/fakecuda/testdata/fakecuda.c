@@ -5,6 +5,14 @@
 // that need a context when none is current on the calling thread, so the tests see whether
 // the binding makes its context current on whatever thread Go runs it.
 //
+// Stream capture and graphs: a stream in capture (cuStreamBeginCapture_v2) records its kernel
+// launches, copies and memsets instead of running them, with a copy of each launch's
+// arguments, and cuGraphLaunch runs them again in order. Like the real driver it refuses, and
+// invalidates the capture with, what a graph cannot hold: synchronising the stream, recording
+// or waiting for an event on it, and copies to or from host memory that is not pinned (the
+// driver's pinned allocations or registrations); the refusals are stricter than the real
+// driver's only in refusing every event on a capturing stream.
+//
 // Environment: FAKECUDA_DEVICES (default 1), FAKECUDA_MEM (bytes per device, default 1 GiB),
 // FAKECUDA_INIT_ERROR (a CUresult cuInit returns).
 //
@@ -22,11 +30,13 @@ typedef unsigned long long CUdeviceptr;
 enum {
 	SUCCESS = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, NOT_INITIALIZED = 3, NO_DEVICE = 100,
 	INVALID_DEVICE = 101, INVALID_CONTEXT = 201, INVALID_PTX = 218, INVALID_HANDLE = 400,
-	NOT_FOUND = 500, HOST_MEMORY_NOT_REGISTERED = 713,
+	NOT_FOUND = 500, HOST_MEMORY_NOT_REGISTERED = 713, ILLEGAL_STATE = 401,
+	CAPTURE_UNSUPPORTED = 900, CAPTURE_INVALIDATED = 901,
 };
 
 struct ctx { int dev; };
-struct stream { int magic; };
+struct graph;
+struct stream { int magic; int capturing, invalid; struct graph *g; };
 struct event { int magic; int recorded; double t; };
 struct module { int magic; };
 
@@ -38,6 +48,7 @@ static long long used[16];
 #define MAXALLOC 4096
 static struct { void *p; size_t n; int dev; } allocs[MAXALLOC];
 static struct { void *p; size_t n; } regs[MAXALLOC];
+static struct { void *p; size_t n; } hosts[MAXALLOC]; // cuMemHostAlloc's
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER; // the tests call from many threads
 
 static int env_int(const char *name, int def) {
@@ -66,7 +77,8 @@ static const char *names[][2] = {
 	{"3", "CUDA_ERROR_NOT_INITIALIZED"}, {"100", "CUDA_ERROR_NO_DEVICE"}, {"101", "CUDA_ERROR_INVALID_DEVICE"},
 	{"201", "CUDA_ERROR_INVALID_CONTEXT"}, {"218", "CUDA_ERROR_INVALID_PTX"}, {"400", "CUDA_ERROR_INVALID_HANDLE"},
 	{"500", "CUDA_ERROR_NOT_FOUND"}, {"713", "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED"},
-	{"719", "CUDA_ERROR_LAUNCH_FAILED"},
+	{"719", "CUDA_ERROR_LAUNCH_FAILED"}, {"401", "CUDA_ERROR_ILLEGAL_STATE"},
+	{"900", "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"}, {"901", "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"},
 };
 CUresult cuGetErrorName(CUresult e, const char **s) {
 	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
@@ -183,9 +195,35 @@ CUresult cuMemHostAlloc(void **p, size_t n, unsigned int flags) {
 	NEED_CTX();
 	if (flags & ~0x7u) return INVALID_VALUE;
 	*p = calloc(1, n);
-	return *p ? SUCCESS : OUT_OF_MEMORY;
+	if (!*p) return OUT_OF_MEMORY;
+	pthread_mutex_lock(&mu);
+	for (int i = 0; i < MAXALLOC; i++)
+		if (!hosts[i].p) { hosts[i].p = *p; hosts[i].n = n; break; }
+	pthread_mutex_unlock(&mu);
+	return SUCCESS;
 }
-CUresult cuMemFreeHost(void *p) { NEED_CTX(); free(p); return SUCCESS; }
+CUresult cuMemFreeHost(void *p) {
+	NEED_CTX();
+	pthread_mutex_lock(&mu);
+	for (int i = 0; i < MAXALLOC; i++)
+		if (hosts[i].p == p) { hosts[i].p = 0; break; }
+	pthread_mutex_unlock(&mu);
+	free(p);
+	return SUCCESS;
+}
+
+// pinned says whether the n host bytes at p lie in one pinned allocation or registration.
+static int pinned(const void *p, size_t n) {
+	const char *c = p;
+	int ok = 0;
+	pthread_mutex_lock(&mu);
+	for (int i = 0; i < MAXALLOC && !ok; i++) {
+		const char *h = hosts[i].p, *r = regs[i].p;
+		ok = (h && c >= h && c + n <= h + hosts[i].n) || (r && c >= r && c + n <= r + regs[i].n);
+	}
+	pthread_mutex_unlock(&mu);
+	return ok;
+}
 CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned int flags) {
 	NEED_CTX();
 	if (flags & ~0xfu) return INVALID_VALUE;
@@ -205,27 +243,77 @@ CUresult cuMemHostUnregister(void *p) {
 	pthread_mutex_unlock(&mu);
 	return r;
 }
+// A captured graph: its nodes in the order the stream enqueued them.
+enum { NODE_KERNEL, NODE_COPY, NODE_MEMSET };
+struct node {
+	int kind;
+	struct kern *k;
+	unsigned int dims[6];
+	int nparams;
+	unsigned char *args;  // the arguments' bytes, each at an 8-byte aligned offset
+	int offs[32];
+	void *dst; const void *src; size_t n; unsigned char v;
+};
+struct graph { int magic; int n, cap; struct node *nodes; };
+struct gexec { int magic; struct graph g; };
+
+static struct node *add_node(struct stream *s) {
+	struct graph *g = s->g;
+	if (g->n == g->cap) {
+		int cap = g->cap ? 2 * g->cap : 64;
+		struct node *nodes = realloc(g->nodes, cap * sizeof *nodes);
+		if (!nodes) return 0;
+		g->nodes = nodes;
+		g->cap = cap;
+	}
+	struct node *nd = &g->nodes[g->n++];
+	memset(nd, 0, sizeof *nd);
+	return nd;
+}
+
+// refuse invalidates s's capture and returns what a capturing stream answers.
+static CUresult refuse(struct stream *s) { s->invalid = 1; return CAPTURE_UNSUPPORTED; }
+
+static CUresult copy_node(struct stream *s, void *dst, const void *src, size_t n, const void *host) {
+	if (host && !pinned(host, n)) return refuse(s);
+	struct node *nd = add_node(s);
+	if (!nd) return OUT_OF_MEMORY;
+	nd->kind = NODE_COPY; nd->dst = dst; nd->src = src; nd->n = n;
+	return SUCCESS;
+}
+
+#define NEED_STREAM(s) do { if (!(s) || (s)->magic != 0x5757) return INVALID_HANDLE; } while (0)
+
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, struct stream *s) {
 	NEED_CTX();
-	if (!s || s->magic != 0x5757) return INVALID_HANDLE;
+	NEED_STREAM(s);
+	if (s->capturing) return copy_node(s, (void *)(uintptr_t)dst, src, n, src);
 	memcpy((void *)(uintptr_t)dst, src, n);
 	return SUCCESS;
 }
 CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, struct stream *s) {
 	NEED_CTX();
-	if (!s || s->magic != 0x5757) return INVALID_HANDLE;
+	NEED_STREAM(s);
+	if (s->capturing) return copy_node(s, dst, (void *)(uintptr_t)src, n, dst);
 	memcpy(dst, (void *)(uintptr_t)src, n);
 	return SUCCESS;
 }
 CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, struct stream *s) {
 	NEED_CTX();
-	if (!s || s->magic != 0x5757) return INVALID_HANDLE;
+	NEED_STREAM(s);
+	if (s->capturing) return copy_node(s, (void *)(uintptr_t)dst, (void *)(uintptr_t)src, n, 0);
 	memmove((void *)(uintptr_t)dst, (void *)(uintptr_t)src, n);
 	return SUCCESS;
 }
 CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, struct stream *s) {
 	NEED_CTX();
-	if (!s || s->magic != 0x5757) return INVALID_HANDLE;
+	NEED_STREAM(s);
+	if (s->capturing) {
+		struct node *nd = add_node(s);
+		if (!nd) return OUT_OF_MEMORY;
+		nd->kind = NODE_MEMSET; nd->dst = (void *)(uintptr_t)p; nd->n = n; nd->v = v;
+		return SUCCESS;
+	}
 	memset((void *)(uintptr_t)p, v, n);
 	return SUCCESS;
 }
@@ -233,17 +321,105 @@ CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, struct stream
 CUresult cuStreamCreate(struct stream **s, unsigned int flags) {
 	NEED_CTX();
 	if (flags > 1) return INVALID_VALUE;
-	*s = malloc(sizeof **s);
+	*s = calloc(1, sizeof **s);
 	(*s)->magic = 0x5757;
 	return SUCCESS;
 }
-CUresult cuStreamDestroy_v2(struct stream *s) { NEED_CTX(); if (!s || s->magic != 0x5757) return INVALID_HANDLE; s->magic = 0; free(s); return SUCCESS; }
-CUresult cuStreamSynchronize(struct stream *s) { NEED_CTX(); return s && s->magic == 0x5757 ? SUCCESS : INVALID_HANDLE; }
+static void free_graph(struct graph *g) {
+	for (int i = 0; i < g->n; i++) free(g->nodes[i].args);
+	free(g->nodes);
+	g->nodes = 0;
+	g->n = g->cap = 0;
+}
+CUresult cuStreamDestroy_v2(struct stream *s) {
+	NEED_CTX();
+	NEED_STREAM(s);
+	if (s->g) { free_graph(s->g); free(s->g); }
+	s->magic = 0;
+	free(s);
+	return SUCCESS;
+}
+CUresult cuStreamSynchronize(struct stream *s) {
+	NEED_CTX();
+	NEED_STREAM(s);
+	return s->capturing ? refuse(s) : SUCCESS;
+}
 CUresult cuStreamWaitEvent(struct stream *s, struct event *e, unsigned int flags) {
 	NEED_CTX();
 	if (!s || s->magic != 0x5757 || !e || e->magic != 0xe7e7) return INVALID_HANDLE;
+	if (s->capturing) return refuse(s);
 	return flags ? INVALID_VALUE : SUCCESS;
 }
+
+// Capture: modes 0 (global), 1 (thread-local) and 2 (relaxed) are taken alike.
+CUresult cuStreamBeginCapture_v2(struct stream *s, int mode) {
+	NEED_CTX();
+	NEED_STREAM(s);
+	if (mode < 0 || mode > 2) return INVALID_VALUE;
+	if (s->capturing) return ILLEGAL_STATE;
+	struct graph *g = calloc(1, sizeof *g);
+	if (!g) return OUT_OF_MEMORY;
+	g->magic = 0x6a6a;
+	s->g = g;
+	s->capturing = 1;
+	s->invalid = 0;
+	return SUCCESS;
+}
+CUresult cuStreamEndCapture(struct stream *s, struct graph **out) {
+	NEED_CTX();
+	NEED_STREAM(s);
+	if (!s->capturing) return ILLEGAL_STATE;
+	struct graph *g = s->g;
+	s->g = 0;
+	s->capturing = 0;
+	*out = 0;
+	if (s->invalid) {
+		free_graph(g);
+		free(g);
+		return CAPTURE_INVALIDATED;
+	}
+	*out = g;
+	return SUCCESS;
+}
+CUresult cuGraphDestroy(struct graph *g) {
+	NEED_CTX();
+	if (!g || g->magic != 0x6a6a) return INVALID_HANDLE;
+	g->magic = 0;
+	free_graph(g);
+	free(g);
+	return SUCCESS;
+}
+CUresult cuGraphInstantiateWithFlags(struct gexec **out, struct graph *g, unsigned long long flags) {
+	NEED_CTX();
+	if (!g || g->magic != 0x6a6a) return INVALID_HANDLE;
+	if (flags) return INVALID_VALUE;
+	struct gexec *x = calloc(1, sizeof *x);
+	if (!x) return OUT_OF_MEMORY;
+	x->magic = 0x6b6b;
+	x->g.n = x->g.cap = g->n;
+	x->g.nodes = calloc(g->n ? g->n : 1, sizeof *x->g.nodes);
+	for (int i = 0; i < g->n; i++) {
+		x->g.nodes[i] = g->nodes[i];
+		if (g->nodes[i].args) {
+			int size = g->nodes[i].nparams ? g->nodes[i].offs[g->nodes[i].nparams] : 0;
+			x->g.nodes[i].args = malloc(size ? size : 1);
+			memcpy(x->g.nodes[i].args, g->nodes[i].args, size);
+		}
+	}
+	*out = x;
+	return SUCCESS;
+}
+CUresult cuGraphExecDestroy(struct gexec *x) {
+	NEED_CTX();
+	if (!x || x->magic != 0x6b6b) return INVALID_HANDLE;
+	x->magic = 0;
+	free_graph(&x->g);
+	free(x);
+	return SUCCESS;
+}
+
+static long long graph_launches;
+long long fake_graph_launches(void) { return graph_launches; }
 
 static double now(void) {
 	struct timespec ts;
@@ -261,6 +437,7 @@ CUresult cuEventDestroy_v2(struct event *e) { NEED_CTX(); if (!e || e->magic != 
 CUresult cuEventRecord(struct event *e, struct stream *s) {
 	NEED_CTX();
 	if (!e || e->magic != 0xe7e7 || !s || s->magic != 0x5757) return INVALID_HANDLE;
+	if (s->capturing) return refuse(s);
 	e->recorded = 1;
 	e->t = now();
 	return SUCCESS;
@@ -318,9 +495,11 @@ static void fake_iota64(void **p) {
 void *emu_find(const char *name);
 int emu_launch(void *k, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, void **params);
 
-struct kern { const char *name; kernel fn; int shared; void *emu; };
+int emu_param_sizes(void *k, int *sizes, int max);
+
+struct kern { const char *name; kernel fn; int shared; void *emu; int nparams; int sizes[4]; };
 static struct kern kernels[128] = {
-	{"fake_axpy", fake_axpy, 0, 0}, {"fake_iota64", fake_iota64, 0, 0},
+	{"fake_axpy", fake_axpy, 0, 0, 4, {4, 8, 8, 4}}, {"fake_iota64", fake_iota64, 0, 0, 3, {8, 8, 4}},
 };
 CUresult cuModuleGetFunction(void **f, struct module *m, const char *name) {
 	NEED_CTX();
@@ -353,6 +532,34 @@ CUresult cuFuncSetAttribute(void *f, int attr, int value) {
 static unsigned int last[8];
 void fake_last_launch(unsigned int *out) { memcpy(out, last, sizeof last); }
 
+static CUresult run_kernel(struct kern *k, const unsigned int *d, void **params) {
+	if (k->emu) return emu_launch(k->emu, d[0], d[1], d[2], d[3], d[4], d[5], params);
+	k->fn(params);
+	return SUCCESS;
+}
+
+// kernel_node records a launch on a capturing stream with a copy of its arguments.
+static CUresult kernel_node(struct stream *s, struct kern *k, const unsigned int *d, void **params) {
+	int sizes[32], n = k->emu ? emu_param_sizes(k->emu, sizes, 32) : k->nparams;
+	if (!k->emu) memcpy(sizes, k->sizes, sizeof k->sizes);
+	if (n < 0 || n > 31) return INVALID_VALUE;
+	struct node *nd = add_node(s);
+	if (!nd) return OUT_OF_MEMORY;
+	nd->kind = NODE_KERNEL;
+	nd->k = k;
+	memcpy(nd->dims, d, sizeof nd->dims);
+	nd->nparams = n;
+	int off = 0;
+	for (int i = 0; i < n; i++) {
+		nd->offs[i] = off;
+		off += (sizes[i] + 7) & ~7;
+	}
+	nd->offs[n] = off;
+	nd->args = malloc(off ? off : 1);
+	for (int i = 0; i < n; i++) memcpy(nd->args + nd->offs[i], params[i], sizes[i]);
+	return SUCCESS;
+}
+
 CUresult cuLaunchKernel(void *f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
                         unsigned int bz, unsigned int shared, struct stream *s, void **params, void **extra) {
 	NEED_CTX();
@@ -360,8 +567,31 @@ CUresult cuLaunchKernel(void *f, unsigned int gx, unsigned int gy, unsigned int 
 	if (gx == 0 || gy == 0 || gz == 0 || bx * by * bz == 0 || bx * by * bz > 1024) return INVALID_VALUE;
 	unsigned int v[8] = {gx, gy, gz, bx, by, bz, shared, 1};
 	memcpy(last, v, sizeof v);
-	struct kern *k = f;
-	if (k->emu) return emu_launch(k->emu, gx, gy, gz, bx, by, bz, params);
-	k->fn(params);
+	if (s->capturing) return kernel_node(s, f, v, params);
+	return run_kernel(f, v, params);
+}
+
+// cuGraphLaunch runs the graph's nodes in order, as the stream would have.
+CUresult cuGraphLaunch(struct gexec *x, struct stream *s) {
+	NEED_CTX();
+	if (!x || x->magic != 0x6b6b) return INVALID_HANDLE;
+	NEED_STREAM(s);
+	if (s->capturing) return refuse(s);
+	__sync_fetch_and_add(&graph_launches, 1);
+	for (int i = 0; i < x->g.n; i++) {
+		struct node *nd = &x->g.nodes[i];
+		CUresult r = SUCCESS;
+		switch (nd->kind) {
+		case NODE_KERNEL: {
+			void *params[32];
+			for (int j = 0; j < nd->nparams; j++) params[j] = nd->args + nd->offs[j];
+			r = run_kernel(nd->k, nd->dims, params);
+			break;
+		}
+		case NODE_COPY: memmove(nd->dst, nd->src, nd->n); break;
+		case NODE_MEMSET: memset(nd->dst, nd->v, nd->n); break;
+		}
+		if (r != SUCCESS) return r;
+	}
 	return SUCCESS;
 }

@@ -1,0 +1,410 @@
+package cuda
+
+// Differential tests of kernels/fused.cu: each fused kernel against the unfused kernels whose
+// work it does (themselves tested against Go references in kernels_ref_test.go), bit for bit,
+// as the fused kernels promise; the routing against the engine's arithmetic in Go.
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/commit-run/commit-run/models"
+	"github.com/commit-run/commit-run/quant"
+)
+
+func fusedCases() []kernelCase {
+	var cs []kernelCase
+	add := func(kernel, name string, run func(t *testing.T, k *kernelEnv, r *rand.Rand)) {
+		cs = append(cs, kernelCase{kernel, name, run})
+	}
+	for _, c := range []struct {
+		d, rows int
+		bias    bool
+	}{{128, 1, false}, {300, 3, true}, {4096, 1, true}} {
+		add("add_rms_norm_f32", fmt.Sprintf("d=%d,rows=%d,bias=%v", c.d, c.rows, c.bias), func(t *testing.T, k *kernelEnv, r *rand.Rand) {
+			checkAddNorm(t, k, c.d, c.rows, c.bias, r)
+		})
+	}
+	for _, c := range []ropeKVCase{
+		{ntok: 1, heads: 4, kvHeads: 2, dk: 64, dv: 64, nDims: 64, pos0: 9},
+		{ntok: 3, heads: 4, kvHeads: 2, dk: 64, dv: 32, nDims: 32, neox: true, pos0: 2, f16: true}, // partial RoPE
+		{ntok: 1, heads: 2, kvHeads: 1, dk: 128, dv: 128, nDims: 128, neox: true, dev: 40, f16: true, yarn: true},
+		{ntok: 2, heads: 6, kvHeads: 2, dk: 48, dv: 48, nDims: 48, pos0: 1, dev: 5},
+	} {
+		add("rope_kv_f32", c.String(), func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkRopeKV(t, k, c, r) })
+	}
+	for _, c := range []struct {
+		dim, ntok, pos0, dev int
+		f16                  bool
+	}{{64, 1, 3, 0, false}, {100, 3, 0, 7, true}, {300, 2, 5, 2, false}} {
+		add("kv_store_f32", fmt.Sprintf("dim=%d,ntok=%d,pos0=%d,dev=%d,f16=%v", c.dim, c.ntok, c.pos0, c.dev, c.f16), func(t *testing.T, k *kernelEnv, r *rand.Rand) {
+			src := randF32(r, c.ntok*c.dim, 1)
+			pos := c.pos0 + c.dev
+			size := (pos + c.ntok + 2) * c.dim
+			elem := 4
+			if c.f16 {
+				elem = 2
+			}
+			dc, ds, posp := k.alloc(t, size*elem), k.putF32(t, src), DevicePtr(0)
+			if c.dev != 0 {
+				posp = k.put(t, i32bytes([]int32{int32(c.dev)}))
+			}
+			var args Args
+			k.run(t, "kv_store_f32", Dim3{X: 1}, Dim3{X: 256}, args.Ptr(dc).Ptr(ds).Int(b2i(c.f16)).Ptr(posp).Int(c.pos0).Int(c.dim).Int(c.ntok))
+			got := k.get(t, dc, size*elem)
+			for i := 0; i < size; i++ {
+				in := i >= pos*c.dim && i < (pos+c.ntok)*c.dim
+				if c.f16 {
+					h := u16sOf(got)[i]
+					if in && h != quant.FP32ToFP16(src[i-pos*c.dim]) || !in && h != 0xffff {
+						t.Fatalf("half %d = %#x", i, h)
+					}
+				} else {
+					v := f32sOf(got)[i]
+					if in && math.Float32bits(v) != math.Float32bits(src[i-pos*c.dim]) || !in && !math.IsNaN(float64(v)) {
+						t.Fatalf("float %d = %v", i, v)
+					}
+				}
+			}
+		})
+	}
+	for _, c := range []routeCase{
+		{n: 16, k: 4, ntok: 1, gating: 0, shared: true, d: 128},
+		{n: 60, k: 4, ntok: 3, gating: 0, normalize: true, d: 64},
+		{n: 64, k: 8, ntok: 2, gating: 1, bias: true, normalize: true, scale: 2.5, d: 300},
+		{n: 8, k: 2, ntok: 2, gating: 2, normalize: true, shared: true, d: 64},
+		{n: 512, k: 16, ntok: 1, gating: 0, d: 32},
+		{n: 37, k: 3, ntok: 1, gating: 0, nan: true, d: 32},
+	} {
+		add("moe_route_f32", c.String(), func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkRoute(t, k, c, r) })
+	}
+	for _, typ := range mmvTypes {
+		sfx, _ := fusedSuffix(typ)
+		cols := mmvCols(typ)
+		// The widest float rows take the vector path, the narrowest (odd) the scalar one.
+		narrow, wide := cols[0], cols[min(1, len(cols)-1)]
+		if typ.BlockSize() == 1 {
+			wide = 64
+		}
+		add("mmv3_"+sfx, fmt.Sprintf("rows=5,3,9,cols=%d,ntok=1", wide), func(t *testing.T, k *kernelEnv, r *rand.Rand) {
+			checkMMV3(t, k, typ, []int{5, 3, 9}, wide, 1, r)
+		})
+		add("mmv3_"+sfx, fmt.Sprintf("rows=6,cols=%d,ntok=2", narrow), func(t *testing.T, k *kernelEnv, r *rand.Rand) {
+			checkMMV3(t, k, typ, []int{6}, narrow, 2, r)
+		})
+		for _, c := range []moeCase{
+			{typ: typ, experts: 5, k: 2, ntok: 2, d: wide, ff: wide, shared: true, gated: true},
+			{typ: typ, experts: 3, k: 3, ntok: 1, d: narrow, ff: wide},
+			{typ: typ, experts: 4, k: 1, ntok: 1, d: wide, ff: narrow, shared: true},
+		} {
+			add("moe_up_"+sfx, c.String(), func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkMoE(t, k, c, r, true) })
+			add("moe_down_"+sfx, c.String(), func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkMoE(t, k, c, r, false) })
+		}
+	}
+	return cs
+}
+
+// checkAddNorm: add_rms_norm_f32 against add_f32 then rms_norm_f32.
+func checkAddNorm(t *testing.T, k *kernelEnv, d, rows int, bias bool, r *rand.Rand) {
+	x, a, w := randF32(r, rows*d, 1), randF32(r, rows*d, 1), randUniform(r, d, 0.5, 1.5)
+	var b []float32
+	if bias {
+		b = randF32(r, d, 0.1)
+	}
+	dw, db := k.putF32(t, w), DevicePtr(0)
+	if bias {
+		db = k.putF32(t, b)
+	}
+	// Fused.
+	dx, da, dd := k.putF32(t, x), k.putF32(t, a), k.alloc(t, 4*rows*d)
+	var args Args
+	k.run(t, "add_rms_norm_f32", Dim3{X: rows}, Dim3{X: 256}, args.Ptr(dx).Ptr(da).Ptr(dd).Ptr(dw).Ptr(db).Int(d).Float(1e-6))
+	// Unfused.
+	rx, ra, rd := k.putF32(t, x), k.putF32(t, a), k.alloc(t, 4*rows*d)
+	k.run(t, "add_f32", Dim3{X: ceilDiv(rows*d, 256)}, Dim3{X: 256}, args.Reset().Ptr(rx).Ptr(ra).Int(rows*d))
+	k.run(t, "rms_norm_f32", Dim3{X: rows}, Dim3{X: 256}, args.Reset().Ptr(rd).Ptr(rx).Ptr(dw).Ptr(db).Int(d).Float(1e-6))
+	checkBits(t, "x", k.getF32(t, dx, rows*d), k.getF32(t, rx, rows*d))
+	checkBits(t, "dst", k.getF32(t, dd, rows*d), k.getF32(t, rd, rows*d))
+}
+
+type ropeKVCase struct {
+	ntok, heads, kvHeads, dk, dv, nDims int
+	neox, f16, yarn                     bool
+	pos0, dev                           int // positions pos0 + dev + t, dev from device memory
+}
+
+func (c ropeKVCase) String() string {
+	return fmt.Sprintf("ntok=%d,heads=%d/%d,dk=%d,dv=%d,n_dims=%d,neox=%v,f16=%v,yarn=%v,pos0=%d,dev=%d",
+		c.ntok, c.heads, c.kvHeads, c.dk, c.dv, c.nDims, c.neox, c.f16, c.yarn, c.pos0, c.dev)
+}
+
+// checkRopeKV: rope_kv_f32 against rope_f32 on the queries and on the keys, then kv_store_f32
+// of the keys and the values.
+func checkRopeKV(t *testing.T, k *kernelEnv, c ropeKVCase, r *rand.Rand) {
+	qd, kd, vd := c.heads*c.dk, c.kvHeads*c.dk, c.kvHeads*c.dv
+	q, kk, v := randF32(r, c.ntok*qd, 1), randF32(r, c.ntok*kd, 1), randF32(r, c.ntok*vd, 1)
+	npos := c.pos0 + c.dev + c.ntok + 2
+	elem := 4
+	if c.f16 {
+		elem = 2
+	}
+	posp := DevicePtr(0)
+	if c.dev != 0 {
+		posp = k.put(t, i32bytes([]int32{int32(c.dev)}))
+	}
+	thetaScale := float32(math.Pow(10000, float64(-2/float32(c.nDims))))
+	freqScale, ext, mscale, lo, hi := float32(1), float32(0), float32(1), float32(0), float32(0)
+	if c.yarn {
+		freqScale, ext, lo, hi = 0.25, 1, 2, 11
+		mscale = quant.FMA32(float32(math.Log(4)), 0.1, 1)
+	}
+	rope := func(a *Args) *Args {
+		return a.Int(c.nDims).Int(b2i(c.neox)).Float(thetaScale).Float(freqScale).Float(ext).Float(mscale).Float(lo).Float(hi).Ptr(0)
+	}
+	// Fused.
+	dq, dk, dv := k.putF32(t, q), k.putF32(t, kk), k.putF32(t, v)
+	kc, vc := k.alloc(t, npos*kd*elem), k.alloc(t, npos*vd*elem)
+	var args Args
+	k.run(t, "rope_kv_f32", Dim3{X: c.ntok}, Dim3{X: 256}, rope(args.Ptr(dq).Ptr(dk).Ptr(dv).Ptr(kc).Ptr(vc).Int(b2i(c.f16)).Ptr(posp).
+		Int(c.pos0).Int(c.ntok).Int(c.heads).Int(c.kvHeads).Int(c.dk).Int(c.dv)))
+	// Unfused.
+	rq, rk, rv := k.putF32(t, q), k.putF32(t, kk), k.putF32(t, v)
+	rkc, rvc := k.alloc(t, npos*kd*elem), k.alloc(t, npos*vd*elem)
+	block := Dim3{X: min(max((c.nDims/2+31)&^31, 32), 1024)}
+	k.run(t, "rope_f32", Dim3{X: c.ntok}, block, rope(args.Reset().Ptr(rq).Ptr(posp).Int(c.pos0).Int(c.ntok).Int(c.heads).Int(c.dk).Int(qd)))
+	k.run(t, "rope_f32", Dim3{X: c.ntok}, block, rope(args.Reset().Ptr(rk).Ptr(posp).Int(c.pos0).Int(c.ntok).Int(c.kvHeads).Int(c.dk).Int(kd)))
+	k.run(t, "kv_store_f32", Dim3{X: 2}, Dim3{X: 256}, args.Reset().Ptr(rkc).Ptr(rk).Int(b2i(c.f16)).Ptr(posp).Int(c.pos0).Int(kd).Int(c.ntok))
+	k.run(t, "kv_store_f32", Dim3{X: 2}, Dim3{X: 256}, args.Reset().Ptr(rvc).Ptr(rv).Int(b2i(c.f16)).Ptr(posp).Int(c.pos0).Int(vd).Int(c.ntok))
+	checkBits(t, "q", k.getF32(t, dq, len(q)), k.getF32(t, rq, len(q)))
+	checkBits(t, "k (unchanged)", k.getF32(t, dk, len(kk)), kk)
+	if got, want := k.get(t, kc, npos*kd*elem), k.get(t, rkc, npos*kd*elem); !slices.Equal(got, want) {
+		t.Errorf("the key caches differ")
+	}
+	if got, want := k.get(t, vc, npos*vd*elem), k.get(t, rvc, npos*vd*elem); !slices.Equal(got, want) {
+		t.Errorf("the value caches differ")
+	}
+}
+
+type routeCase struct {
+	n, k, ntok, gating, d int
+	bias, normalize, nan  bool
+	shared                bool
+	scale                 float32
+}
+
+func (c routeCase) String() string {
+	return fmt.Sprintf("n=%d,k=%d,ntok=%d,gating=%d,bias=%v,normalize=%v,scale=%g,shared=%v,nan=%v", c.n, c.k, c.ntok, c.gating, c.bias, c.normalize, c.scale, c.shared, c.nan)
+}
+
+// checkRoute: moe_route_f32 against the engine's routing (engine/moe.go's route) written with
+// the CPU's Softmax and Sigmoid and the router tests' top-k and gate weights, to the bit; the
+// shared expert's gate against gated_add_f32.
+func checkRoute(t *testing.T, k *kernelEnv, c routeCase, r *rand.Rand) {
+	logits := randF32(r, c.ntok*c.n, 3)
+	if c.nan {
+		logits[3], logits[10] = float32(math.NaN()), float32(math.NaN())
+	}
+	var bias []float32
+	dbias := DevicePtr(0)
+	if c.bias {
+		bias = randF32(r, c.n, 0.5)
+		dbias = k.putF32(t, bias)
+	}
+	x, gw := randF32(r, c.ntok*c.d, 1), randF32(r, c.d, 0.2)
+	dl, dids, dw := k.putF32(t, logits), k.alloc(t, 4*c.ntok*c.k), k.alloc(t, 4*c.ntok*c.k)
+	dgw, dx, dsg := DevicePtr(0), k.putF32(t, x), k.alloc(t, 4*c.ntok)
+	if c.shared {
+		dgw = k.putF32(t, gw)
+	}
+	var args Args
+	k.run(t, "moe_route_f32", Dim3{X: c.ntok}, Dim3{X: 256}, args.Ptr(dl).Int(c.n).Int(c.k).Int(c.ntok).Int(c.gating).Ptr(dbias).
+		Int(b2i(c.normalize)).Float(c.scale).Ptr(dids).Ptr(dw).Ptr(dgw).Ptr(dx).Int(c.d).Ptr(dsg))
+	ids, w := i32sOf(k.get(t, dids, 4*c.ntok*c.k)), k.getF32(t, dw, c.ntok*c.k)
+	for tk := 0; tk < c.ntok; tk++ {
+		p := slices.Clone(logits[tk*c.n : (tk+1)*c.n])
+		switch c.gating {
+		case 0:
+			models.Softmax(p)
+		case 1:
+			for i, v := range p {
+				p[i] = models.Sigmoid(v)
+			}
+		}
+		wantIDs, _ := topkRef(p, bias, c.k)
+		wantW := make([]float32, c.k)
+		for j, e := range wantIDs {
+			wantW[j] = p[e]
+		}
+		gateWeightsRef(wantW, c.gating == 2, c.normalize, c.scale)
+		if got := ids[tk*c.k : (tk+1)*c.k]; !slices.Equal(got, wantIDs) {
+			t.Errorf("token %d: experts %v, want %v", tk, got, wantIDs)
+		}
+		checkBits(t, fmt.Sprintf("token %d's weights", tk), w[tk*c.k:(tk+1)*c.k], wantW)
+	}
+	if !c.shared {
+		return
+	}
+	// gated_add_f32 adds gate*1 to 0: the gate itself.
+	out, ones := k.putF32(t, make([]float32, c.ntok*c.d)), k.putF32(t, slices.Repeat([]float32{1}, c.ntok*c.d))
+	k.run(t, "gated_add_f32", Dim3{X: c.ntok}, Dim3{X: 256}, args.Reset().Ptr(out).Ptr(ones).Ptr(dx).Ptr(dgw).Int(c.d))
+	gates := k.getF32(t, out, c.ntok*c.d)
+	want := make([]float32, c.ntok)
+	for tk := range want {
+		want[tk] = gates[tk*c.d]
+	}
+	checkBits(t, "shared gates", k.getF32(t, dsg, c.ntok), want)
+}
+
+// checkMMV3: mmv3 against mmv and add_rows_f32 of each product.
+func checkMMV3(t *testing.T, k *kernelEnv, typ quant.Type, rows []int, cols, ntok int, r *rand.Rand) {
+	sfx, _ := fusedSuffix(typ)
+	x := randF32(r, ntok*cols, 1)
+	dx := k.putF32(t, x)
+	var w, y, ref, b [3]DevicePtr
+	var rs [3]int
+	var args Args
+	maxRows := 0
+	for i, n := range rows {
+		m := randMatrix(t, typ, n, cols, r)
+		w[i], y[i], ref[i], rs[i] = k.put(t, m.Data), k.alloc(t, 4*ntok*n), k.alloc(t, 4*ntok*n), n
+		if i != 1 { // the second product has no bias
+			b[i] = k.putF32(t, randF32(r, n, 1))
+		}
+		maxRows = max(maxRows, n)
+		k.run(t, mmvKernels[typ], Dim3{X: ceilDiv(n, mmvRowsPerBlock), Y: 1}, Dim3{X: 32, Y: mmvRowsPerBlock},
+			args.Reset().Ptr(w[i]).Ptr(dx).Ptr(ref[i]).Int(n).Int(cols).Int(ntok))
+		if b[i] != 0 {
+			k.run(t, "add_rows_f32", Dim3{X: ceilDiv(ntok*n, 256)}, Dim3{X: 256}, args.Reset().Ptr(ref[i]).Ptr(b[i]).Int(ntok*n).Int(n))
+		}
+	}
+	k.run(t, "mmv3_"+sfx, Dim3{X: ceilDiv(maxRows, mmvRowsPerBlock), Z: len(rows)}, Dim3{X: 32, Y: mmvRowsPerBlock},
+		args.Reset().Ptr(w[0]).Ptr(w[1]).Ptr(w[2]).Ptr(y[0]).Ptr(y[1]).Ptr(y[2]).Ptr(b[0]).Ptr(b[1]).Ptr(b[2]).
+			Int(rs[0]).Int(rs[1]).Int(rs[2]).Ptr(dx).Int(cols).Int(ntok))
+	for i, n := range rows {
+		checkBits(t, fmt.Sprintf("product %d", i), k.getF32(t, y[i], ntok*n), k.getF32(t, ref[i], ntok*n))
+	}
+}
+
+type moeCase struct {
+	typ                     quant.Type
+	experts, k, ntok, d, ff int
+	shared, gated           bool
+}
+
+func (c moeCase) String() string {
+	return fmt.Sprintf("experts=%d,k=%d,ntok=%d,d=%d,ff=%d,shared=%v,gated=%v", c.experts, c.k, c.ntok, c.d, c.ff, c.shared, c.gated)
+}
+
+// checkMoE: moe_up (up) or moe_down (!up) of a layer's experts, found through a table by the
+// ids of the routing, against the unfused kernels: mmv of each expert's gate and up, then
+// swiglu_f32; mmv of each down, combine_off_f32, and the shared expert's down product added
+// as gated_add_f32 (with the gate given) or add_f32 would.
+func checkMoE(t *testing.T, k *kernelEnv, c moeCase, r *rand.Rand, up bool) {
+	sfx, _ := fusedSuffix(c.typ)
+	var tab []uint64
+	var gates, ups, downs []DevicePtr
+	for e := 0; e <= c.experts; e++ { // the last is the shared expert
+		g, u, d := randMatrix(t, c.typ, c.ff, c.d, r), randMatrix(t, c.typ, c.ff, c.d, r), randMatrix(t, c.typ, c.d, c.ff, r)
+		gates, ups, downs = append(gates, k.put(t, g.Data)), append(ups, k.put(t, u.Data)), append(downs, k.put(t, d.Data))
+		tab = append(tab, uint64(gates[e]), uint64(ups[e]), uint64(downs[e]))
+	}
+	tab = tab[:3*c.experts]
+	ids := make([]int32, c.ntok*c.k)
+	for tk := 0; tk < c.ntok; tk++ {
+		perm := r.Perm(c.experts)
+		for j := 0; j < c.k; j++ {
+			ids[tk*c.k+j] = int32(perm[j])
+		}
+	}
+	sh := c.experts
+	dtab := k.put(t, u64bytes(tab))
+	dids := k.put(t, i32bytes(ids))
+	entries := c.ntok * c.k
+	var sg, su, sd DevicePtr
+	if c.shared {
+		sg, su, sd = gates[sh], ups[sh], downs[sh]
+		entries += c.ntok
+	}
+	var args Args
+	mmv := func(w, x, y DevicePtr, rows, cols int) {
+		k.run(t, mmvKernels[c.typ], Dim3{X: ceilDiv(rows, mmvRowsPerBlock), Y: 1}, Dim3{X: 32, Y: mmvRowsPerBlock},
+			args.Reset().Ptr(w).Ptr(x).Ptr(y).Int(rows).Int(cols).Int(1))
+	}
+	swiglu := func(g, u DevicePtr, n int) {
+		k.run(t, "swiglu_f32", Dim3{X: ceilDiv(n, 256)}, Dim3{X: 256}, args.Reset().Ptr(g).Ptr(u).Int(n))
+	}
+	if up {
+		x := randF32(r, c.ntok*c.d, 1)
+		dx, dg, dsh := k.putF32(t, x), k.alloc(t, 4*c.ntok*c.k*c.ff), k.alloc(t, 4*c.ntok*c.ff)
+		k.run(t, "moe_up_"+sfx, Dim3{X: ceilDiv(c.ff, mmvRowsPerBlock), Z: entries}, Dim3{X: 32, Y: mmvRowsPerBlock},
+			args.Reset().Ptr(dtab).Ptr(dids).Int(c.k).Int(c.ntok).Ptr(dx).Int(c.d).Ptr(dg).Int(c.ff).Ptr(sg).Ptr(su).Ptr(dsh).Int(c.ff))
+		got := k.getF32(t, dg, c.ntok*c.k*c.ff)
+		var gotSh []float32
+		if c.shared {
+			gotSh = k.getF32(t, dsh, c.ntok*c.ff)
+		}
+		for tk := 0; tk < c.ntok; tk++ {
+			xt := k.putF32(t, x[tk*c.d:(tk+1)*c.d]) // an expert's input, as the unfused path gathers it
+			one := func(g, u DevicePtr) []float32 {
+				rg, ru := k.alloc(t, 4*c.ff), k.alloc(t, 4*c.ff)
+				mmv(g, xt, rg, c.ff, c.d)
+				mmv(u, xt, ru, c.ff, c.d)
+				swiglu(rg, ru, c.ff)
+				return k.getF32(t, rg, c.ff)
+			}
+			for j := 0; j < c.k; j++ {
+				e := ids[tk*c.k+j]
+				z := tk*c.k + j
+				checkBits(t, fmt.Sprintf("token %d expert %d", tk, e), got[z*c.ff:(z+1)*c.ff], one(gates[e], ups[e]))
+			}
+			if c.shared {
+				checkBits(t, fmt.Sprintf("token %d shared", tk), gotSh[tk*c.ff:(tk+1)*c.ff], one(sg, su))
+			}
+		}
+		return
+	}
+	g, shg := randF32(r, c.ntok*c.k*c.ff, 1), randF32(r, c.ntok*c.ff, 1)
+	w, gate := randUniform(r, c.ntok*c.k, 0, 1), randF32(r, c.ntok, 1)
+	dg, dshg, dw, dgate, dout := k.putF32(t, g), k.putF32(t, shg), k.putF32(t, w), DevicePtr(0), k.alloc(t, 4*c.ntok*c.d)
+	if c.gated {
+		dgate = k.putF32(t, gate)
+	}
+	k.run(t, "moe_down_"+sfx, Dim3{X: ceilDiv(c.d, mmvRowsPerBlock), Y: c.ntok}, Dim3{X: 32, Y: mmvRowsPerBlock},
+		args.Reset().Ptr(dtab).Ptr(dids).Ptr(dw).Int(c.k).Int(c.ntok).Ptr(dg).Int(c.ff).Ptr(dout).Int(c.d).Ptr(sd).Ptr(dshg).Int(c.ff).Ptr(dgate))
+	got := k.getF32(t, dout, c.ntok*c.d)
+	for tk := 0; tk < c.ntok; tk++ {
+		ys := k.alloc(t, 4*c.k*c.d)
+		for j := 0; j < c.k; j++ {
+			z := tk*c.k + j
+			mmv(downs[ids[z]], k.putF32(t, g[z*c.ff:(z+1)*c.ff]), ys.Add(int64(4*j*c.d)), c.d, c.ff)
+		}
+		out := k.alloc(t, 4*c.d)
+		k.run(t, "combine_off_f32", Dim3{X: ceilDiv(c.d, 256)}, Dim3{X: 256},
+			args.Reset().Ptr(out).Ptr(ys).Ptr(k.putF32(t, w[tk*c.k:(tk+1)*c.k])).Ptr(k.put(t, i32bytes([]int32{0, int32(c.k)}))).Int(c.d))
+		want := k.getF32(t, out, c.d)
+		if c.shared {
+			s := k.alloc(t, 4*c.d)
+			mmv(sd, k.putF32(t, shg[tk*c.ff:(tk+1)*c.ff]), s, c.d, c.ff)
+			for i, v := range k.getF32(t, s, c.d) {
+				if c.gated {
+					v = float32(gate[tk] * v)
+				}
+				want[i] = float32(want[i] + v)
+			}
+		}
+		checkBits(t, fmt.Sprintf("token %d", tk), got[tk*c.d:(tk+1)*c.d], want)
+	}
+}
+
+func u64bytes(v []uint64) []byte {
+	b := make([]byte, 8*len(v))
+	for i, x := range v {
+		for j := 0; j < 8; j++ {
+			b[8*i+j] = byte(x >> (8 * j))
+		}
+	}
+	return b
+}

@@ -1,0 +1,417 @@
+// fused.cu: a decode step's operations in fewer launches. Each kernel here computes what a
+// sequence of the module's other kernels computes, with the same arithmetic in the same
+// order, so that its results are theirs to the bit (the tests run both and compare): fusing
+// saves launches and trips through memory, and changes no number.
+//
+// The products (mmv3, moe_up, moe_down) take each dot product from mmv.cu's mmv_dot, the
+// code of mmv_<type> for one token, and the same vector or scalar path mmv would take for
+// that matrix and input; so they read the weights once per token, which is what a decode
+// step (one token, or a few of a decode batch) needs. The experts' kernels find an expert's
+// weights in a table in device memory indexed by the expert ids the routing wrote there
+// (llama.cpp's MUL_MAT_ID): the host never reads a layer's routing to enqueue its experts,
+// and a CUDA graph replays them whatever the experts.
+#include "common.cuh"
+#include "dequant.cuh"
+
+// ---- the residual and the next norm ----
+
+// add_rms_norm_f32(float* x, const float* add, float* dst, const float* weight,
+//                  const float* bias, int d, float eps)
+//   Row r (r = blockIdx.x) of x (d floats) plus row r of add, stored back to x (add_f32: the
+//   residual), then normalised into dst as rms_norm_f32 does: add_f32 and rms_norm_f32 in one
+//   launch. dst must not overlap x or add.
+//   grid (rows, 1, 1); block (256, 1, 1) (any multiple of 32 up to 1024, as rms_norm_f32's;
+//   the same block size gives its results to the bit); no dynamic shared memory.
+extern "C" __global__ void add_rms_norm_f32(float* x, const float* add, float* dst, const float* weight, const float* bias, int d,
+                                            float eps) {
+	const i64 r = blockIdx.x;
+	float* xr = x + r * d;
+	const float* ar = add + r * d;
+	// rms_norm_row reads each x[i] on the thread that writes it here (the same stride).
+	for (int i = threadIdx.x; i < d; i += blockDim.x)
+		xr[i] = cr_fadd(xr[i], ar[i]);
+	rms_norm_row(dst + r * d, xr, weight, bias, d, eps);
+}
+
+// ---- RoPE and the KV cache ----
+
+#define ROPE_KV_MAX_PAIRS 512
+
+// kv_put stores value v at index i of a cache of floats, or of halves when f16.
+CR_FN void kv_put(void* c, i64 i, int f16, float v) {
+	if (f16)
+		((u16*)c)[i] = cr_f2h(v);
+	else
+		((float*)c)[i] = v;
+}
+
+// rope_kv_f32(float* q, const float* k, const float* v, void* kc, void* vc, int f16,
+//             const int* posp, int pos0, int ntok, int heads, int kv_heads, int dk, int dv,
+//             int n_dims, int neox, float theta_scale, float freq_scale, float ext_factor,
+//             float mscale, float corr_lo, float corr_hi, const float* freq_factors)
+//   Standard attention's RoPE and KV store in one launch: rope_f32 on the queries (in place)
+//   and on the keys, then the keys and the values stored into the cache at row p = pos0 + t
+//   (+ *posp when posp is not NULL) as kv_store_f32 would: rope_f32 twice and kv_store_f32
+//   twice, to the bit. Token t's queries are heads rows of dk floats at q + t*heads*dk, its
+//   keys kv_heads rows of dk at k + t*kv_heads*dk (read, not rotated in place), its values
+//   kv_heads*dv floats at v + t*kv_heads*dv; the cache holds kv_heads*dk keys and
+//   kv_heads*dv values per position (floats, or IEEE halves when f16 != 0). The RoPE
+//   parameters are rope_f32's; n_dims/2 <= 512 pairs, n_dims <= dk.
+//   grid (ntok, 1, 1); block (256, 1, 1) (any multiple of 32 up to 1024); no dynamic shared
+//   memory (4 KiB static).
+extern "C" __global__ void rope_kv_f32(float* q, const float* k, const float* v, void* kc, void* vc, int f16, const int* posp,
+                                       int pos0, int ntok, int heads, int kv_heads, int dk, int dv, int n_dims, int neox,
+                                       float theta_scale, float freq_scale, float ext_factor, float mscale, float corr_lo,
+                                       float corr_hi, const float* freq_factors) {
+	__shared__ float scs[ROPE_KV_MAX_PAIRS], ssn[ROPE_KV_MAX_PAIRS];
+	const int t = blockIdx.x;
+	if (t >= ntok)
+		return;
+	const int tid = threadIdx.x, nth = blockDim.x, npairs = n_dims / 2;
+	const int pos = pos0 + t + (posp ? *posp : 0);
+	for (int i = tid; i < npairs; i += nth)
+		rope_cs((float)pos, i, theta_scale, freq_scale, ext_factor, mscale, corr_lo, corr_hi, freq_factors, &scs[i], &ssn[i]);
+	__syncthreads();
+	float* qt = q + (i64)t * heads * dk;
+	for (int j = tid; j < heads * npairs; j += nth) {
+		const int h = j / npairs, i = j % npairs;
+		const int i0 = neox ? i : 2 * i, i1 = neox ? i + npairs : 2 * i + 1;
+		rope_pair(qt + (i64)h * dk + i0, qt + (i64)h * dk + i1, scs[i], ssn[i]);
+	}
+	const float* kt = k + (i64)t * kv_heads * dk;
+	const i64 krow = (i64)pos * kv_heads * dk;
+	for (int j = tid; j < kv_heads * npairs; j += nth) {
+		const int h = j / npairs, i = j % npairs;
+		const int i0 = neox ? i : 2 * i, i1 = neox ? i + npairs : 2 * i + 1;
+		float a = kt[(i64)h * dk + i0], b = kt[(i64)h * dk + i1];
+		rope_pair(&a, &b, scs[i], ssn[i]);
+		kv_put(kc, krow + (i64)h * dk + i0, f16, a);
+		kv_put(kc, krow + (i64)h * dk + i1, f16, b);
+	}
+	const int rest = dk - n_dims; // the values past the rotated ones (partial RoPE)
+	for (int j = tid; j < kv_heads * rest; j += nth) {
+		const i64 c = (i64)(j / rest) * dk + n_dims + j % rest;
+		kv_put(kc, krow + c, f16, kt[c]);
+	}
+	const float* vt = v + (i64)t * kv_heads * dv;
+	const i64 vrow = (i64)pos * kv_heads * dv;
+	for (int j = tid; j < kv_heads * dv; j += nth)
+		kv_put(vc, vrow + j, f16, vt[j]);
+}
+
+// kv_store_f32(void* cache, const float* src, int f16, const int* posp, int pos0, int dim,
+//              int ntok)
+//   Row t of src (dim floats) into row p = pos0 + t (+ *posp when posp is not NULL) of a
+//   cache of dim values per position: copied, or rounded to IEEE halves (ties to even) when
+//   f16 != 0, as copy_f32 and f32_to_f16 do.
+//   grid (ceil(ntok*dim / 256), 1, 1); block (256, 1, 1); a grid-stride loop (any grid works).
+extern "C" __global__ void kv_store_f32(void* cache, const float* src, int f16, const int* posp, int pos0, int dim, int ntok) {
+	const i64 base = (i64)(pos0 + (posp ? *posp : 0)) * dim, n = (i64)ntok * dim;
+	for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x)
+		kv_put(cache, base + i, f16, src[i]);
+}
+
+// ---- the routing ----
+
+#define ROUTE_MAX_EXPERTS 512
+#define ROUTE_MAX_USED 16
+#define ROUTE_THREADS 256
+#define ROUTE_WARPS (ROUTE_THREADS / CR_WARP)
+
+// route_softmax replaces p[0..n) by its softmax in the arithmetic and order of models.Softmax,
+// every float64 addition included (so unlike softmax_rows_f32 it is the CPU's to the bit):
+// the groups of 16 exps (cr_exp_v) summed by cr_hsum16, their sums added in float64 in group
+// order, then the last n%16 (glibc's expf) in order. gs: n/16 doubles, shm: 32 floats, inv: one
+// float, all shared memory.
+CR_FN void route_softmax(float* p, int n, double* gs, float* shm, float* inv) {
+	const int tid = threadIdx.x, nth = blockDim.x;
+	float m = -cr_inf();
+	for (int i = tid; i < n; i += nth)
+		m = p[i] > m ? p[i] : m;
+	m = cr_block_max(m, shm);
+	const int groups = n / 16;
+	for (int g = tid; g < groups; g += nth) {
+		float e[16];
+#pragma unroll
+		for (int l = 0; l < 16; l++) {
+			e[l] = cr_exp_v(p[16 * g + l] - m);
+			p[16 * g + l] = e[l];
+		}
+		gs[g] = (double)cr_hsum16(e);
+	}
+	for (int i = 16 * groups + tid; i < n; i += nth)
+		p[i] = cr_expf(p[i] - m);
+	__syncthreads();
+	if (tid == 0) {
+		double s = 0.0;
+		for (int g = 0; g < groups; g++)
+			s += gs[g];
+		for (int i = 16 * groups; i < n; i++)
+			s += (double)p[i];
+		*inv = (float)(1.0 / s);
+	}
+	__syncthreads();
+	for (int i = tid; i < n; i += nth)
+		p[i] = cr_fmul(p[i], *inv);
+}
+
+// route_topk is cr_topk_warp (router.cu) run by every warp of the block at once, each into its
+// own ids (shared memory), so that the block's barriers order the rounds; every thread of the
+// block must call it.
+CR_FN void route_topk(const float* p, const float* bias, int n, int k, int* ids) {
+	const int lane = threadIdx.x % CR_WARP;
+	for (int j = 0; j < k; j++) {
+		float best = 0.0f;
+		int bi = -1;
+		for (int i = lane; i < n; i += CR_WARP) {
+			float s = bias ? cr_fadd(p[i], bias[i]) : p[i];
+			if (s != s)
+				continue;
+			bool taken = false;
+			for (int q = 0; q < j; q++)
+				taken |= ids[q] == i;
+			if (taken)
+				continue;
+			if (bi < 0 || s > best) { // i grows: an equal score keeps the lower index
+				best = s;
+				bi = i;
+			}
+		}
+		for (int m = 16; m > 0; m >>= 1) {
+			float ob = cr_shfl_xor(best, m);
+			int oi = (int)cr_shfl_xor_u32((u32)bi, m);
+			bool better = oi >= 0 && (bi < 0 || ob > best || (ob == best && oi < bi));
+			if (better) {
+				best = ob;
+				bi = oi;
+			}
+		}
+		if (lane == 0)
+			ids[j] = bi >= 0 ? bi : j;
+		__syncthreads(); // ids[j] is read by every lane in the next round
+	}
+}
+
+// moe_route_f32(const float* logits, int n, int k, int ntok, int gating, const float* bias,
+//               int normalize, float scale, int* ids, float* w, const float* sh_gate_w,
+//               const float* x, int d, float* sh_gate)
+//   Routes token t (t = blockIdx.x) from its n router logits (logits + t*n) as the engine's
+//   route does on the host, to the bit: the gating (0: softmax over every expert, in
+//   models.Softmax's order; 1: each logit's sigmoid; 2: the raw logits, the chosen experts'
+//   weights then a softmax over them), the top-k of the probabilities plus bias (n floats, or
+//   NULL) as topk_f32 chooses, and the weights finished as norm_weights_f32 does. Writes the
+//   experts ids[t*k + j] and their weights w[t*k + j], j < k, in top-k order.
+//   With sh_gate_w not NULL it also weighs Qwen2-MoE's shared expert as gated_add_f32 does:
+//   v = sh_gate_w . x[t*d ..] (d floats each) and sh_gate[t] = silu(v)/v.
+//   1 <= k <= min(n, 16), n <= 512.
+//   grid (ntok, 1, 1); block (256, 1, 1) exactly; no dynamic shared memory.
+extern "C" __global__ void moe_route_f32(const float* logits, int n, int k, int ntok, int gating, const float* bias, int normalize,
+                                         float scale, int* ids, float* w, const float* sh_gate_w, const float* x, int d,
+                                         float* sh_gate) {
+	__shared__ float p[ROUTE_MAX_EXPERTS];
+	__shared__ double gs[ROUTE_MAX_EXPERTS / 16];
+	__shared__ int sids[ROUTE_WARPS][ROUTE_MAX_USED];
+	__shared__ float shm[32];
+	__shared__ double shd[32];
+	__shared__ float inv;
+	const int t = blockIdx.x, tid = threadIdx.x;
+	if (t >= ntok)
+		return;
+	const float* lt = logits + (i64)t * n;
+	for (int i = tid; i < n; i += blockDim.x)
+		p[i] = lt[i];
+	__syncthreads();
+	if (gating == 0) {
+		route_softmax(p, n, gs, shm, &inv);
+	} else if (gating == 1) {
+		for (int i = tid; i < n; i += blockDim.x)
+			p[i] = cr_fdiv(1.0f, cr_fadd(1.0f, cr_expf(-p[i])));
+	}
+	__syncthreads();
+	route_topk(p, bias, n, k, sids[tid / CR_WARP]);
+	if (tid == 0) {
+		float wk[ROUTE_MAX_USED];
+		for (int j = 0; j < k; j++)
+			wk[j] = p[sids[0][j]];
+		cr_gate_weights(wk, k, gating == 2, normalize, scale);
+		for (int j = 0; j < k; j++) {
+			ids[(i64)t * k + j] = sids[0][j];
+			w[(i64)t * k + j] = wk[j];
+		}
+	}
+	if (sh_gate_w) {
+		const float* xt = x + (i64)t * d;
+		double s = 0.0;
+		for (int i = tid; i < d; i += blockDim.x)
+			s += (double)cr_fmul(sh_gate_w[i], xt[i]);
+		const float v = (float)cr_block_sum_d(s, shd);
+		if (tid == 0)
+			sh_gate[t] = cr_fdiv(cr_fdiv(v, cr_fadd(1.0f, cr_expf(0.0f - v))), v);
+	}
+}
+
+// ---- the products ----
+
+// mmv_codebook fills IQ4_NL's codebook in shared memory s (16 floats) for the block, as
+// mmv_iq4_nl does, and returns it; the other types have none. Every thread must call it
+// before any returns.
+template <class T> struct mmv_codebook {
+	CR_FN const float* load(float* s) { return (void)s, (const float*)0; }
+};
+template <> struct mmv_codebook<mmv_iq4_nl_t> {
+	CR_FN const float* load(float* s) {
+		const int tid = threadIdx.y * blockDim.x + threadIdx.x;
+		if (tid < 16)
+			s[tid] = (float)cr_iq4nl((u32)tid);
+		__syncthreads();
+		return s;
+	}
+};
+
+// silu_mul is swiglu_f32's arithmetic: silu(g) * u.
+CR_FN float silu_mul(float g, float u) { return cr_fmul(cr_fdiv(g, cr_fadd(1.0f, cr_exp_v(0.0f - g))), u); }
+
+template <class T>
+CR_FN void mmv3_body(const u8* w0, const u8* w1, const u8* w2, float* y0, float* y1, float* y2, const float* b0, const float* b1,
+                     const float* b2, int r0, int r1, int r2, const float* x, int cols, int ntok, const float* tab) {
+	const int p = blockIdx.z;
+	const u8* w = p == 0 ? w0 : (p == 1 ? w1 : w2);
+	float* y = p == 0 ? y0 : (p == 1 ? y1 : y2);
+	const float* b = p == 0 ? b0 : (p == 1 ? b1 : b2);
+	const int rows = p == 0 ? r0 : (p == 1 ? r1 : r2);
+	const int row = blockIdx.x * blockDim.y + threadIdx.y;
+	if (row >= rows)
+		return; // the whole warp
+	const bool vec = mmv_vec<T>(w, x, cols);
+	const u8* wr = w + (i64)row * mmv_row_bytes<T>(cols);
+	for (int t = 0; t < ntok; t++) {
+		float v = mmv_dot<T>(wr, x + (i64)t * cols, cols, vec, tab);
+		if (b)
+			v = cr_fadd(v, b[row]);
+		if (threadIdx.x == 0)
+			y[(i64)t * rows + row] = v;
+	}
+}
+
+template <class T>
+CR_FN void moe_up_body(const u64* tab, const int* ids, int k, int ntok, const float* x, int cols, float* g, int nff, const u8* sg,
+                       const u8* su, float* sh_g, int sh_nff, const float* cb) {
+	const int z = blockIdx.z, routed = tab ? ntok * k : 0;
+	const u8 *gw, *uw;
+	float* out;
+	int t, rows;
+	if (z < routed) {
+		const int e = ids[z];
+		t = z / k;
+		gw = (const u8*)tab[3 * e];
+		uw = (const u8*)tab[3 * e + 1];
+		out = g + (i64)z * nff;
+		rows = nff;
+	} else {
+		t = z - routed;
+		gw = sg;
+		uw = su;
+		out = sh_g + (i64)t * sh_nff;
+		rows = sh_nff;
+	}
+	const int row = blockIdx.x * blockDim.y + threadIdx.y;
+	if (row >= rows || t >= ntok)
+		return; // the whole warp
+	const float* xt = x + (i64)t * cols;
+	const i64 rb = (i64)row * mmv_row_bytes<T>(cols);
+	const float gv = mmv_dot<T>(gw + rb, xt, cols, mmv_vec<T>(gw, xt, cols), cb);
+	const float uv = mmv_dot<T>(uw + rb, xt, cols, mmv_vec<T>(uw, xt, cols), cb);
+	if (threadIdx.x == 0)
+		out[row] = silu_mul(gv, uv);
+}
+
+template <class T>
+CR_FN void moe_down_body(const u64* tab, const int* ids, const float* w, int k, int ntok, const float* g, int nff, float* out, int d,
+                         const u8* sd, const float* sh_g, int sh_nff, const float* sh_gate, const float* cb) {
+	const int t = blockIdx.y, row = blockIdx.x * blockDim.y + threadIdx.y;
+	if (row >= d || t >= ntok)
+		return; // the whole warp
+	float o = 0.0f;
+	if (tab) {
+		const i64 rb = (i64)row * mmv_row_bytes<T>(nff);
+		for (int j = 0; j < k; j++) {
+			const i64 z = (i64)t * k + j;
+			const u8* dw = (const u8*)tab[3 * ids[z] + 2];
+			const float* gz = g + z * nff;
+			const float y = mmv_dot<T>(dw + rb, gz, nff, mmv_vec<T>(dw, gz, nff), cb);
+			o = cr_fadd(o, cr_fmul(w[z], y));
+		}
+	}
+	if (sd) {
+		const float* gt = sh_g + (i64)t * sh_nff;
+		const float s = mmv_dot<T>(sd + (i64)row * mmv_row_bytes<T>(sh_nff), gt, sh_nff, mmv_vec<T>(sd, gt, sh_nff), cb);
+		o = sh_gate ? cr_fadd(o, cr_fmul(sh_gate[t], s)) : cr_fadd(o, s);
+	}
+	if (threadIdx.x == 0)
+		out[(i64)t * d + row] = o;
+}
+
+// The products' kernels, one of each per weight type (block (32, 4, 1): a warp per output row,
+// 4 rows per block; no dynamic shared memory; weights and activations as mmv.cu's ABI says,
+// expert tables and ids in device memory):
+//
+// mmv3_<type>(const u8* w0, const u8* w1, const u8* w2, float* y0, float* y1, float* y2,
+//             const float* b0, const float* b1, const float* b2, int r0, int r1, int r2,
+//             const float* x, int cols, int ntok)
+//   Up to three products of one input x (ntok rows of cols floats): product p = blockIdx.z
+//   writes y_p[t*r_p + r] = W_p[r] . x_t (+ b_p[r] when b_p is not NULL) for r < r_p: mmv
+//   then add_rows_f32 of each, to the bit (attention's Q, K and V). Unused products' pointers
+//   may be NULL. grid (ceil(max r_p / 4), 1, products).
+//
+// moe_up_<type>(const u64* tab, const int* ids, int k, int ntok, const float* x, int cols,
+//               float* g, int nff, const u8* sg, const u8* su, float* sh_g, int sh_nff)
+//   Gate, up and SwiGLU of a layer's experts: for token t's j-th expert e = ids[t*k + j],
+//   whose gate and up matrices (nff rows of cols) start at the device addresses tab[3e] and
+//   tab[3e+1], g[(t*k + j)*nff + r] = silu(gate_e[r] . x_t) * (up_e[r] . x_t): mmv of each
+//   then swiglu_f32, to the bit. With sg not NULL, entries z >= ntok*k (or all, with tab NULL)
+//   compute a shared expert of sh_nff rows (gate sg, up su, the same type) for token
+//   z - ntok*k into sh_g + t*sh_nff. grid (ceil(max(nff, sh_nff) / 4), 1, ntok*k (+ ntok)).
+//
+// moe_down_<type>(const u64* tab, const int* ids, const float* w, int k, int ntok,
+//                 const float* g, int nff, float* out, int d, const u8* sd, const float* sh_g,
+//                 int sh_nff, const float* sh_gate)
+//   The experts' down products and their weighted sum: out[t*d + r] = the sum over j < k, in
+//   order from 0, of w[t*k + j] times down_e[r] . g[(t*k + j)*nff ..] (e = ids[t*k + j], its
+//   down matrix of d rows of nff at tab[3e+2]), each product rounded and added to a sum that
+//   starts at 0 (combine_off_f32); then, with sd not NULL, plus the shared expert's down
+//   product (d rows of sh_nff, the same type) of sh_g + t*sh_nff, times sh_gate[t] when
+//   sh_gate is not NULL (gated_add_f32) or as it is (add_f32). tab NULL: the shared expert
+//   alone. grid (ceil(d / 4), ntok, 1).
+#define FUSED_KERNELS(sfx, T)                                                                                                  \
+	extern "C" __global__ void mmv3_##sfx(const u8* w0, const u8* w1, const u8* w2, float* y0, float* y1, float* y2,           \
+	                                      const float* b0, const float* b1, const float* b2, int r0, int r1, int r2,           \
+	                                      const float* x, int cols, int ntok) {                                                \
+		__shared__ float cb[16];                                                                                               \
+		mmv3_body<T>(w0, w1, w2, y0, y1, y2, b0, b1, b2, r0, r1, r2, x, cols, ntok, mmv_codebook<T>::load(cb));                \
+	}                                                                                                                          \
+	extern "C" __global__ void moe_up_##sfx(const u64* tab, const int* ids, int k, int ntok, const float* x, int cols, float* g, \
+	                                        int nff, const u8* sg, const u8* su, float* sh_g, int sh_nff) {                    \
+		__shared__ float cb[16];                                                                                               \
+		moe_up_body<T>(tab, ids, k, ntok, x, cols, g, nff, sg, su, sh_g, sh_nff, mmv_codebook<T>::load(cb));                   \
+	}                                                                                                                          \
+	extern "C" __global__ void moe_down_##sfx(const u64* tab, const int* ids, const float* w, int k, int ntok, const float* g,  \
+	                                          int nff, float* out, int d, const u8* sd, const float* sh_g, int sh_nff,         \
+	                                          const float* sh_gate) {                                                          \
+		__shared__ float cb[16];                                                                                               \
+		moe_down_body<T>(tab, ids, w, k, ntok, g, nff, out, d, sd, sh_g, sh_nff, sh_gate, mmv_codebook<T>::load(cb));          \
+	}
+
+FUSED_KERNELS(f32, mmv_f32_t)
+FUSED_KERNELS(f16, mmv_half_t<0>)
+FUSED_KERNELS(bf16, mmv_half_t<1>)
+FUSED_KERNELS(q4_0, mmv_q4_0_t)
+FUSED_KERNELS(q4_1, mmv_q4_1_t)
+FUSED_KERNELS(q5_0, mmv_q5_0_t)
+FUSED_KERNELS(q5_1, mmv_q5_1_t)
+FUSED_KERNELS(q8_0, mmv_q8_0_t)
+FUSED_KERNELS(iq4_nl, mmv_iq4_nl_t)
+FUSED_KERNELS(q2_K, mmv_q2_K_t)
+FUSED_KERNELS(q3_K, mmv_q3_K_t)
+FUSED_KERNELS(q4_K, mmv_q4_K_t)
+FUSED_KERNELS(q5_K, mmv_q5_K_t)
+FUSED_KERNELS(q6_K, mmv_q6_K_t)

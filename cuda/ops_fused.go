@@ -1,0 +1,251 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"unsafe"
+
+	"github.com/commit-run/commit-run/device"
+	"github.com/commit-run/commit-run/quant"
+)
+
+// The GPU's device.Fused and device.RoutedMoE: the runs of a decode step's operations that
+// kernels/fused.cu computes in one launch each, with the unfused kernels' numbers to the bit.
+
+// fusedSuffix is the name of a weight type in the fused products' kernels (mmv3_<suffix>,
+// moe_up_<suffix>, moe_down_<suffix>): the mmv kernel's.
+func fusedSuffix(t quant.Type) (string, bool) {
+	name, ok := mmvKernels[t]
+	return strings.TrimPrefix(name, "mmv_"), ok
+}
+
+// Products implements device.Fused: one launch of mmv3 for a token's products of one type
+// and input width; otherwise (several tokens, where mmv reads the weights once for up to 8,
+// or mixed types) a product and a bias at a time.
+func (g *GPU) Products(x []float32, T int, ps [3]device.Product) {
+	n, fused := 0, T == 1
+	for i, p := range ps {
+		if p.W.Data == nil {
+			continue
+		}
+		if i != n || p.W.Type != ps[0].W.Type || p.W.Cols != ps[0].W.Cols {
+			fused = false
+		}
+		n++
+	}
+	sfx, ok := fusedSuffix(ps[0].W.Type)
+	if !fused || !ok || n == 0 {
+		for _, p := range ps {
+			if p.W.Data != nil {
+				g.MatMul(p.W, x, T, p.Out)
+				if p.Bias != nil {
+					g.AddRows(p.Out[:T*p.W.Rows], p.Bias)
+				}
+			}
+		}
+		return
+	}
+	c := g.begin("products")
+	defer c.end()
+	var w, y, b [3]DevicePtr
+	var rows [3]int
+	maxRows := 0
+	for i, p := range ps[:n] {
+		w[i], y[i] = c.ptr(p.W.Data, "the weights"), c.f(p.Out[:T*p.W.Rows], "the output")
+		if p.Bias != nil {
+			b[i] = c.f(p.Bias[:p.W.Rows], "the bias")
+		}
+		rows[i] = p.W.Rows
+		maxRows = max(maxRows, p.W.Rows)
+	}
+	xp := c.f(x[:T*ps[0].W.Cols], "the input")
+	g.args.Reset().Ptr(w[0]).Ptr(w[1]).Ptr(w[2]).Ptr(y[0]).Ptr(y[1]).Ptr(y[2]).Ptr(b[0]).Ptr(b[1]).Ptr(b[2]).
+		Int(rows[0]).Int(rows[1]).Int(rows[2]).Ptr(xp).Int(ps[0].W.Cols).Int(T)
+	c.launch("mmv3_"+sfx, Dim3{X: blocks(maxRows, mmvRowsPerBlock), Z: n}, Dim3{X: 32, Y: mmvRowsPerBlock})
+}
+
+// AddRMSNorm implements device.Fused.
+func (g *GPU) AddRMSNorm(x, add, dst []float32, d int, w, b []float32, eps float32) {
+	c := g.begin("add and RMSNorm")
+	defer c.end()
+	if d <= 0 || len(x)%d != 0 || len(add) < len(x) || len(dst) < len(x) {
+		c.err = fmt.Errorf("rows of %d: %d, %d and %d floats", d, len(x), len(add), len(dst))
+		return
+	}
+	xp, ap, dp := c.f(x, "the residual"), c.f(add[:len(x)], "the addend"), c.f(dst[:len(x)], "the output")
+	wp, bp := c.f(w, "the norm's weight"), c.f(b, "the norm's bias")
+	g.args.Reset().Ptr(xp).Ptr(ap).Ptr(dp).Ptr(wp).Ptr(bp).Int(d).Float(eps)
+	c.launch("add_rms_norm_f32", Dim3{X: len(x) / d}, Dim3{X: 256})
+}
+
+// ropeKVMaxPairs is rope_kv_f32's limit on the rotated pairs of a head.
+const ropeKVMaxPairs = 512
+
+// RopeKV implements device.Fused.
+func (g *GPU) RopeKV(q, k, v []float32, kv *device.KVLayer, pos0, T int, a *device.AttnShape, r *device.RoPE) {
+	c := g.begin("RoPE and KV store")
+	defer c.end()
+	H, G, dk, dv := a.Heads, a.KVHeads, a.DK, a.DV
+	size := max(len(kv.K), len(kv.K16)) / max(kv.KDim, 1)
+	switch {
+	case r.Dims/2 > ropeKVMaxPairs || r.Dims > dk || r.Dims%2 != 0:
+		c.err = fmt.Errorf("RoPE of %d values of heads of %d: want an even number up to %d and the head", r.Dims, dk, 2*ropeKVMaxPairs)
+	case kv.KDim != G*dk || kv.VDim != G*dv || a.Latent:
+		c.err = fmt.Errorf("a cache of %d keys and %d values for %d heads of %d and %d", kv.KDim, kv.VDim, G, dk, dv)
+	case len(q) < T*H*dk || len(k) < T*G*dk || len(v) < T*G*dv:
+		c.err = fmt.Errorf("%d tokens' queries, keys and values in %d, %d and %d floats", T, len(q), len(k), len(v))
+	case pos0 < 0 || pos0+T > size:
+		c.err = fmt.Errorf("%d tokens at position %d: the cache holds %d", T, pos0, size)
+	}
+	if c.err != nil {
+		return
+	}
+	qp, kp, vp := c.f(q[:T*H*dk], "the queries"), c.f(k[:T*G*dk], "the keys"), c.f(v[:T*G*dv], "the values")
+	kc, vc := c.kvCache(kv.K, kv.K16, "the key cache"), c.kvCache(kv.V, kv.V16, "the value cache")
+	ff := c.f(r.FreqFactors, "the frequency factors")
+	posp, off := c.pos(pos0)
+	g.args.Reset().Ptr(qp).Ptr(kp).Ptr(vp).Ptr(kc).Ptr(vc).Int(b2i(kv.F16)).Ptr(posp).Int(off).Int(T).Int(H).Int(G).Int(dk).Int(dv).
+		Int(r.Dims).Int(b2i(r.NeoX)).Float(r.ThetaScale).Float(r.FreqScale).Float(r.ExtFactor).Float(r.MScale).
+		Float(r.CorrLo).Float(r.CorrHi).Ptr(ff)
+	c.launch("rope_kv_f32", Dim3{X: T}, Dim3{X: 256})
+}
+
+// The bounds of moe_route_f32 (kernels/fused.cu).
+const (
+	routeMaxExperts = 512
+	routeMaxUsed    = 16
+)
+
+// moeTable is a layer's experts' weights as the kernels find them: expert e's gate, up and
+// down matrices at the device addresses tab[3e], tab[3e+1] and tab[3e+2].
+type moeTable struct {
+	tab           DevicePtr
+	up, down      string // the kernels of the experts' types
+	d, ff, shFF   int
+	sg, su, sd    DevicePtr // the shared expert's matrices, 0 if none
+	shGate, bias  DevicePtr
+	experts, used int
+}
+
+// PrepareMoE implements device.RoutedMoE: it writes the layer's expert table to device
+// memory, which the GPU frees on Close.
+func (g *GPU) PrepareMoE(l *device.MoELayer) error {
+	if err := l.Check(); err != nil {
+		return err
+	}
+	n, e0 := len(l.Experts), l.Experts[0]
+	if n > routeMaxExperts || l.Used > routeMaxUsed {
+		return fmt.Errorf("%d experts, %d used: the routing kernel takes up to %d and %d", n, l.Used, routeMaxExperts, routeMaxUsed)
+	}
+	upSfx, ok1 := fusedSuffix(e0.Gate.Type)
+	downSfx, ok2 := fusedSuffix(e0.Down.Type)
+	if !ok1 || !ok2 {
+		return fmt.Errorf("no fused kernels for experts of %s and %s", e0.Gate.Type, e0.Down.Type)
+	}
+	t := &moeTable{up: "moe_up_" + upSfx, down: "moe_down_" + downSfx, d: e0.Gate.Cols, ff: e0.Gate.Rows, experts: n, used: l.Used}
+	addr := func(b []byte, what string) (DevicePtr, error) {
+		p, ok := g.lookup(b)
+		if !ok {
+			return 0, fmt.Errorf("%s is not in device memory", what)
+		}
+		return p, nil
+	}
+	tab := make([]uint64, 3*n)
+	var errs []error
+	for e, x := range l.Experts {
+		for j, m := range []quant.Matrix{x.Gate, x.Up, x.Down} {
+			p, err := addr(m.Data, fmt.Sprintf("expert %d's weights", e))
+			tab[3*e+j] = uint64(p)
+			errs = append(errs, err)
+		}
+	}
+	if s := l.Shared; s != nil {
+		if s.Gate.Type != e0.Gate.Type || s.Down.Type != e0.Down.Type {
+			return fmt.Errorf("the shared expert's types (%s, %s) differ from the experts' (%s, %s)", s.Gate.Type, s.Down.Type, e0.Gate.Type, e0.Down.Type)
+		}
+		var err1, err2, err3 error
+		t.sg, err1 = addr(s.Gate.Data, "the shared expert's gate")
+		t.su, err2 = addr(s.Up.Data, "the shared expert's up")
+		t.sd, err3 = addr(s.Down.Data, "the shared expert's down")
+		t.shFF = s.Gate.Rows
+		errs = append(errs, err1, err2, err3)
+		if l.SharedGate != nil {
+			var err error
+			t.shGate, err = addr(floatBytes(l.SharedGate), "the shared expert's gate vector")
+			errs = append(errs, err)
+		}
+	}
+	if l.Gating.Bias != nil {
+		var err error
+		t.bias, err = addr(floatBytes(l.Gating.Bias), "the selection bias")
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	b, err := g.Buffer(int64(8*len(tab)), "an expert table")
+	if err != nil {
+		return err
+	}
+	p, _ := g.lookup(b)
+	g.mu.Lock()
+	err = errors.Join(g.compute.CopyHtoD(p, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(tab))), 8*len(tab))), g.compute.Synchronize())
+	g.mu.Unlock()
+	if err != nil {
+		g.Release(b)
+		return err
+	}
+	t.tab = p
+	l.Table = t
+	return nil
+}
+
+// MoE implements device.RoutedMoE: the routing, the experts' gate, up and SwiGLU (the shared
+// expert's beside them) and their down products summed: three launches.
+func (g *GPU) MoE(l *device.MoELayer, x, logits []float32, T int, out, scratch []float32) {
+	c := g.begin("experts")
+	defer c.end()
+	t, ok := l.Table.(*moeTable)
+	switch {
+	case !ok:
+		c.err = errors.New("a MoE layer that PrepareMoE did not prepare")
+	case T < 1 || len(x) < T*t.d || len(logits) < T*t.experts || len(out) < T*t.d || len(scratch) < l.ScratchFloats(T):
+		c.err = fmt.Errorf("%d tokens: %d inputs, %d logits, %d outputs and %d scratch floats", T, len(x), len(logits), len(out), len(scratch))
+	}
+	if c.err != nil {
+		return
+	}
+	k := t.used
+	ids, w := scratch[:T*k], scratch[T*k:2*T*k]
+	up := scratch[2*T*k : 2*T*k+T*k*t.ff]
+	rest := scratch[2*T*k+T*k*t.ff:]
+	xp, lp, op := c.f(x[:T*t.d], "the input"), c.f(logits[:T*t.experts], "the router logits"), c.f(out[:T*t.d], "the output")
+	idp, wp, upp := c.f(ids, "the routing"), c.f(w, "the routing"), c.f(up, "the experts' activations")
+	var shp, sgp DevicePtr
+	if t.sg != 0 {
+		shp = c.f(rest[:T*t.shFF], "the shared expert's activations")
+		if t.shGate != 0 {
+			sgp = c.f(rest[T*t.shFF:T*t.shFF+T], "the shared expert's gate")
+		}
+	}
+	gt := l.Gating
+	g.args.Reset().Ptr(lp).Int(t.experts).Int(k).Int(T).Int(int(gt.Func)).Ptr(t.bias).Int(b2i(gt.Normalize)).Float(gt.Scale).
+		Ptr(idp).Ptr(wp).Ptr(t.shGate).Ptr(xp).Int(t.d).Ptr(sgp)
+	c.launch("moe_route_f32", Dim3{X: T}, Dim3{X: 256})
+
+	entries := T * k
+	if t.sg != 0 {
+		entries += T
+	}
+	g.args.Reset().Ptr(t.tab).Ptr(idp).Int(k).Int(T).Ptr(xp).Int(t.d).Ptr(upp).Int(t.ff).Ptr(t.sg).Ptr(t.su).Ptr(shp).Int(t.shFF)
+	c.launch(t.up, Dim3{X: blocks(max(t.ff, t.shFF), mmvRowsPerBlock), Z: entries}, Dim3{X: 32, Y: mmvRowsPerBlock})
+
+	g.args.Reset().Ptr(t.tab).Ptr(idp).Ptr(wp).Int(k).Int(T).Ptr(upp).Int(t.ff).Ptr(op).Int(t.d).Ptr(t.sd).Ptr(shp).Int(t.shFF).Ptr(sgp)
+	c.launch(t.down, Dim3{X: blocks(t.d, mmvRowsPerBlock), Y: T}, Dim3{X: 32, Y: mmvRowsPerBlock})
+}
+
+var (
+	_ device.Fused     = (*GPU)(nil)
+	_ device.RoutedMoE = (*GPU)(nil)
+)

@@ -1,0 +1,137 @@
+package device
+
+import (
+	"fmt"
+
+	"github.com/commit-run/commit-run/quant"
+)
+
+// Fused is implemented by devices that compute some runs of a pass's operations in one kernel
+// each (a GPU, where every launch costs a few microseconds of a token that takes a few
+// hundred), with the numbers of the unfused operations, to the bit. The engine and the models
+// take them where the device has them; HostOps has none, as the CPU gains nothing by them.
+type Fused interface {
+	// Products computes up to three products of one input x of T rows: for each p whose
+	// matrix has data, p.Out = p.W x (MatMul), plus p.Bias on every row when it is not nil
+	// (AddRows). (An array, not a slice, so that a call allocates nothing.)
+	Products(x []float32, T int, ps [3]Product)
+	// AddRMSNorm adds add to x (Add: the residual) and writes the rows of x, d floats each,
+	// normalised to dst (RMSNorm with w, b and eps); dst overlaps neither.
+	AddRMSNorm(x, add, dst []float32, d int, w, b []float32, eps float32)
+	// RopeKV is standard attention's RoPE and cache store for T tokens at positions pos0..:
+	// the queries q (T rows of a.Heads heads of a.DK) rotated in place, and the keys k
+	// (a.KVHeads heads of a.DK) rotated and stored with the values v (a.KVHeads*a.DV a
+	// token) into c, as Rope of q and of k and then StoreKV would, except that k itself is
+	// left as it was.
+	RopeKV(q, k, v []float32, c *KVLayer, pos0, T int, a *AttnShape, r *RoPE)
+}
+
+// Product is one matrix product of Fused.Products.
+type Product struct {
+	W    quant.Matrix
+	Out  []float32
+	Bias []float32 // nil: none
+}
+
+// RoutedMoE is implemented by devices that route a MoE layer's tokens and compute its experts
+// on their own (a GPU): the host enqueues the routing, the experts and their weighted sum
+// without reading the router's logits, and the kernels find each chosen expert's weights in a
+// table in device memory (llama.cpp's MUL_MAT_ID). The numbers are the engine's host-routed
+// ones to the bit.
+type RoutedMoE interface {
+	// PrepareMoE readies layer l for MoE, its expert table in device memory included, or
+	// says why the device cannot compute it (the engine then routes it on the host).
+	PrepareMoE(l *MoELayer) error
+	// MoE computes the routed experts (and the shared expert, if any) of T rows of x (d =
+	// the experts' input width) into out from the router's logits (T rows of
+	// len(l.Experts)): the routing, every chosen expert's SwiGLU, and their sum weighted in
+	// top-k order, plus the shared expert's output as the engine's sharedExpert adds it.
+	// scratch (device memory, l.ScratchFloats(T) floats) holds the routing first: T*Used
+	// expert ids (int32) then their T*Used weights, which the host may read back.
+	MoE(l *MoELayer, x, logits []float32, T int, out, scratch []float32)
+}
+
+// ExpertMatrices are one expert's weights (device memory).
+type ExpertMatrices struct {
+	Gate, Up, Down quant.Matrix
+}
+
+// MoELayer is a MoE block as a RoutedMoE computes it.
+type MoELayer struct {
+	Experts []ExpertMatrices
+	Used    int
+	Gating  Gating
+	// Shared is the shared expert, or nil; SharedGate (device memory), when not nil, weighs
+	// it by silu(v)/v with v = SharedGate . x (Qwen2-MoE).
+	Shared     *ExpertMatrices
+	SharedGate []float32
+	// Table is the device's own state of the layer, made by PrepareMoE.
+	Table any
+}
+
+// ScratchFloats is the scratch MoE needs for T rows: the routing (ids and weights), each
+// chosen expert's SwiGLU output, the shared expert's and its gate.
+func (l *MoELayer) ScratchFloats(T int) int {
+	ff := 0
+	if len(l.Experts) > 0 {
+		ff = l.Experts[0].Gate.Rows
+	}
+	n := 2*T*l.Used + T*l.Used*ff
+	if l.Shared != nil {
+		n += T*l.Shared.Gate.Rows + T
+	}
+	return n
+}
+
+// Check checks the layer's shapes: every expert's matrices of one type each and of one
+// shape, the shared expert's fitting them, and a top-k of 1 to the experts' number.
+func (l *MoELayer) Check() error {
+	n := len(l.Experts)
+	if n == 0 || l.Used < 1 || l.Used > n {
+		return fmt.Errorf("a MoE layer of %d experts, %d used", n, l.Used)
+	}
+	e0 := l.Experts[0]
+	d, ff := e0.Gate.Cols, e0.Gate.Rows
+	ok := func(m quant.Matrix, t quant.Type, rows, cols int) bool {
+		return m.Type == t && m.Rows == rows && m.Cols == cols && m.Data != nil
+	}
+	for e, x := range l.Experts {
+		if !ok(x.Gate, e0.Gate.Type, ff, d) || !ok(x.Up, e0.Gate.Type, ff, d) || !ok(x.Down, e0.Down.Type, d, ff) {
+			return fmt.Errorf("expert %d's weights (%s %dx%d, %s %dx%d, %s %dx%d) differ from expert 0's in type or shape",
+				e, x.Gate.Type, x.Gate.Rows, x.Gate.Cols, x.Up.Type, x.Up.Rows, x.Up.Cols, x.Down.Type, x.Down.Rows, x.Down.Cols)
+		}
+	}
+	if s := l.Shared; s != nil {
+		sff := s.Gate.Rows
+		if !ok(s.Gate, s.Gate.Type, sff, d) || !ok(s.Up, s.Gate.Type, sff, d) || !ok(s.Down, s.Down.Type, d, sff) {
+			return fmt.Errorf("the shared expert's weights do not fit the experts' input of %d", d)
+		}
+	}
+	if l.Gating.Bias != nil && len(l.Gating.Bias) != n {
+		return fmt.Errorf("a selection bias of %d for %d experts", len(l.Gating.Bias), n)
+	}
+	return nil
+}
+
+// Grapher is implemented by devices that capture the work of a decode step once and replay it
+// in one launch (a GPU with CUDA graphs): the host then issues one launch a token instead of
+// dozens, and the device runs the kernels back to back.
+type Grapher interface {
+	// BeginStep starts capturing a step of the given tokens at positions pos0..: the work
+	// enqueued next, until EndStep, is recorded, not run. Its operations read the token ids
+	// and the positions from the step's inputs, which Replay sets anew. An operation the
+	// device cannot capture (a read the host waits for, a product on the host, parameters
+	// copied from host memory) makes EndStep fail, and leaves the device as it was.
+	BeginStep(tokens []int32, pos0 int) error
+	// EndStep ends the capture and returns the step; on an error nothing that was enqueued
+	// since BeginStep has run, and the caller enqueues it again.
+	EndStep() (Step, error)
+	// Replay enqueues step s with new tokens (as many as it was captured with) at positions
+	// pos0..: the same work, reading the same memory, as when it was captured.
+	Replay(s Step, tokens []int32, pos0 int) error
+	// ReleaseStep frees a step once the work enqueued so far is done with it.
+	ReleaseStep(s Step)
+}
+
+// Step is a captured decode step; its concrete type belongs to the device that captured it.
+type Step any
