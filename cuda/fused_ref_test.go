@@ -95,10 +95,13 @@ func fusedCases() []kernelCase {
 		add("mmv3_"+sfx, fmt.Sprintf("rows=6,cols=%d,ntok=2", narrow), func(t *testing.T, k *kernelEnv, r *rand.Rand) {
 			checkMMV3(t, k, typ, []int{6}, narrow, 2, r)
 		})
+		// Another type for the ups, the downs and the shared expert, at a width both take.
+		other := mmvTypes[(slices.Index(mmvTypes, typ)+5)%len(mmvTypes)]
 		for _, c := range []moeCase{
 			{typ: typ, experts: 5, k: 2, ntok: 2, d: wide, ff: wide, shared: true, gated: true},
 			{typ: typ, experts: 3, k: 3, ntok: 1, d: narrow, ff: wide},
 			{typ: typ, experts: 4, k: 1, ntok: 1, d: wide, ff: narrow, shared: true},
+			{typ: typ, experts: 4, k: 2, ntok: 2, d: 256, ff: 256, shared: true, gated: true, up: other, shTyp: other},
 		} {
 			add("moe_up_"+sfx, c.String(), func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkMoE(t, k, c, r, true) })
 			add("moe_down_"+sfx, c.String(), func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkMoE(t, k, c, r, false) })
@@ -292,22 +295,39 @@ type moeCase struct {
 	typ                     quant.Type
 	experts, k, ntok, d, ff int
 	shared, gated           bool
+	// The up matrices', the down matrices' and the shared expert's types where they are not
+	// typ: the launches moe_up takes with modes 1 and 2, and moe_down's with acc.
+	up, down, shTyp quant.Type
 }
 
 func (c moeCase) String() string {
-	return fmt.Sprintf("experts=%d,k=%d,ntok=%d,d=%d,ff=%d,shared=%v,gated=%v", c.experts, c.k, c.ntok, c.d, c.ff, c.shared, c.gated)
+	s := fmt.Sprintf("experts=%d,k=%d,ntok=%d,d=%d,ff=%d,shared=%v,gated=%v", c.experts, c.k, c.ntok, c.d, c.ff, c.shared, c.gated)
+	if c.up != c.typ || c.down != c.typ || c.shTyp != c.typ {
+		s += fmt.Sprintf(",up=%s,down=%s,shared_type=%s", c.up, c.down, c.shTyp)
+	}
+	return s
 }
 
 // checkMoE: moe_up (up) or moe_down (!up) of a layer's experts, found through a table by the
 // ids of the routing, against the unfused kernels: mmv of each expert's gate and up, then
 // swiglu_f32; mmv of each down, combine_off_f32, and the shared expert's down product added
-// as gated_add_f32 (with the gate given) or add_f32 would.
+// as gated_add_f32 (with the gate given) or add_f32 would. Where the types differ the fused
+// kernels take the launches PrepareMoE plans (moeLaunches).
 func checkMoE(t *testing.T, k *kernelEnv, c moeCase, r *rand.Rand, up bool) {
-	sfx, _ := fusedSuffix(c.typ)
+	for _, p := range []*quant.Type{&c.up, &c.down, &c.shTyp} {
+		if *p == 0 {
+			*p = c.typ
+		}
+	}
+	sfx := func(typ quant.Type) string { s, _ := fusedSuffix(typ); return s }
 	var tab []uint64
 	var gates, ups, downs []DevicePtr
 	for e := 0; e <= c.experts; e++ { // the last is the shared expert
-		g, u, d := randMatrix(t, c.typ, c.ff, c.d, r), randMatrix(t, c.typ, c.ff, c.d, r), randMatrix(t, c.typ, c.d, c.ff, r)
+		gt, ut, dt := c.typ, c.up, c.down
+		if e == c.experts {
+			gt, ut, dt = c.shTyp, c.shTyp, c.shTyp
+		}
+		g, u, d := randMatrix(t, gt, c.ff, c.d, r), randMatrix(t, ut, c.ff, c.d, r), randMatrix(t, dt, c.d, c.ff, r)
 		gates, ups, downs = append(gates, k.put(t, g.Data)), append(ups, k.put(t, u.Data)), append(downs, k.put(t, d.Data))
 		tab = append(tab, uint64(gates[e]), uint64(ups[e]), uint64(downs[e]))
 	}
@@ -322,25 +342,39 @@ func checkMoE(t *testing.T, k *kernelEnv, c moeCase, r *rand.Rand, up bool) {
 	sh := c.experts
 	dtab := k.put(t, u64bytes(tab))
 	dids := k.put(t, i32bytes(ids))
-	entries := c.ntok * c.k
 	var sg, su, sd DevicePtr
 	if c.shared {
 		sg, su, sd = gates[sh], ups[sh], downs[sh]
-		entries += c.ntok
 	}
 	var args Args
-	mmv := func(w, x, y DevicePtr, rows, cols int) {
-		k.run(t, mmvKernels[c.typ], Dim3{X: ceilDiv(rows, mmvRowsPerBlock), Y: 1}, Dim3{X: 32, Y: mmvRowsPerBlock},
-			args.Reset().Ptr(w).Ptr(x).Ptr(y).Int(rows).Int(cols).Int(1))
-	}
-	swiglu := func(g, u DevicePtr, n int) {
-		k.run(t, "swiglu_f32", Dim3{X: ceilDiv(n, 256)}, Dim3{X: 256}, args.Reset().Ptr(g).Ptr(u).Int(n))
+	block := Dim3{X: 32, Y: mmvRowsPerBlock}
+	mmv := func(typ quant.Type, w, x, y DevicePtr, rows, cols int) {
+		k.run(t, mmvKernels[typ], Dim3{X: ceilDiv(rows, mmvRowsPerBlock), Y: 1}, block, args.Reset().Ptr(w).Ptr(x).Ptr(y).Int(rows).Int(cols).Int(1))
 	}
 	if up {
 		x := randF32(r, c.ntok*c.d, 1)
 		dx, dg, dsh := k.putF32(t, x), k.alloc(t, 4*c.ntok*c.k*c.ff), k.alloc(t, 4*c.ntok*c.ff)
-		k.run(t, "moe_up_"+sfx, Dim3{X: ceilDiv(c.ff, mmvRowsPerBlock), Z: entries}, Dim3{X: 32, Y: mmvRowsPerBlock},
-			args.Reset().Ptr(dtab).Ptr(dids).Int(c.k).Int(c.ntok).Ptr(dx).Int(c.d).Ptr(dg).Int(c.ff).Ptr(sg).Ptr(su).Ptr(dsh).Int(c.ff))
+		launch := func(typ quant.Type, tab, sg, su DevicePtr, entries, mode int) {
+			k.run(t, "moe_up_"+sfx(typ), Dim3{X: ceilDiv(c.ff, mmvRowsPerBlock), Z: entries}, block,
+				args.Reset().Ptr(tab).Ptr(dids).Int(c.k).Int(c.ntok).Ptr(dx).Int(c.d).Ptr(dg).Int(c.ff).Ptr(sg).Ptr(su).Ptr(dsh).Int(c.ff).Int(mode))
+		}
+		routed := func(tab, sg, su DevicePtr, entries int) {
+			if c.up == c.typ {
+				launch(c.typ, tab, sg, su, entries, 0)
+			} else {
+				launch(c.typ, tab, sg, su, entries, 1)
+				launch(c.up, tab, sg, su, entries, 2)
+			}
+		}
+		switch {
+		case !c.shared:
+			routed(dtab, 0, 0, c.ntok*c.k)
+		case c.shTyp == c.typ && c.up == c.typ:
+			routed(dtab, sg, su, c.ntok*c.k+c.ntok)
+		default:
+			routed(dtab, 0, 0, c.ntok*c.k)
+			launch(c.shTyp, 0, sg, su, c.ntok, 0)
+		}
 		got := k.getF32(t, dg, c.ntok*c.k*c.ff)
 		var gotSh []float32
 		if c.shared {
@@ -348,20 +382,20 @@ func checkMoE(t *testing.T, k *kernelEnv, c moeCase, r *rand.Rand, up bool) {
 		}
 		for tk := 0; tk < c.ntok; tk++ {
 			xt := k.putF32(t, x[tk*c.d:(tk+1)*c.d]) // an expert's input, as the unfused path gathers it
-			one := func(g, u DevicePtr) []float32 {
+			one := func(gt, ut quant.Type, g, u DevicePtr) []float32 {
 				rg, ru := k.alloc(t, 4*c.ff), k.alloc(t, 4*c.ff)
-				mmv(g, xt, rg, c.ff, c.d)
-				mmv(u, xt, ru, c.ff, c.d)
-				swiglu(rg, ru, c.ff)
+				mmv(gt, g, xt, rg, c.ff, c.d)
+				mmv(ut, u, xt, ru, c.ff, c.d)
+				k.run(t, "swiglu_f32", Dim3{X: ceilDiv(c.ff, 256)}, Dim3{X: 256}, args.Reset().Ptr(rg).Ptr(ru).Int(c.ff))
 				return k.getF32(t, rg, c.ff)
 			}
 			for j := 0; j < c.k; j++ {
 				e := ids[tk*c.k+j]
 				z := tk*c.k + j
-				checkBits(t, fmt.Sprintf("token %d expert %d", tk, e), got[z*c.ff:(z+1)*c.ff], one(gates[e], ups[e]))
+				checkBits(t, fmt.Sprintf("token %d expert %d", tk, e), got[z*c.ff:(z+1)*c.ff], one(c.typ, c.up, gates[e], ups[e]))
 			}
 			if c.shared {
-				checkBits(t, fmt.Sprintf("token %d shared", tk), gotSh[tk*c.ff:(tk+1)*c.ff], one(sg, su))
+				checkBits(t, fmt.Sprintf("token %d shared", tk), gotSh[tk*c.ff:(tk+1)*c.ff], one(c.shTyp, c.shTyp, sg, su))
 			}
 		}
 		return
@@ -372,14 +406,22 @@ func checkMoE(t *testing.T, k *kernelEnv, c moeCase, r *rand.Rand, up bool) {
 	if c.gated {
 		dgate = k.putF32(t, gate)
 	}
-	k.run(t, "moe_down_"+sfx, Dim3{X: ceilDiv(c.d, mmvRowsPerBlock), Y: c.ntok}, Dim3{X: 32, Y: mmvRowsPerBlock},
-		args.Reset().Ptr(dtab).Ptr(dids).Ptr(dw).Int(c.k).Int(c.ntok).Ptr(dg).Int(c.ff).Ptr(dout).Int(c.d).Ptr(sd).Ptr(dshg).Int(c.ff).Ptr(dgate))
+	down := func(typ quant.Type, tab, sd DevicePtr, acc int) {
+		k.run(t, "moe_down_"+sfx(typ), Dim3{X: ceilDiv(c.d, mmvRowsPerBlock), Y: c.ntok}, block,
+			args.Reset().Ptr(tab).Ptr(dids).Ptr(dw).Int(c.k).Int(c.ntok).Ptr(dg).Int(c.ff).Ptr(dout).Int(c.d).Ptr(sd).Ptr(dshg).Int(c.ff).Ptr(dgate).Int(acc))
+	}
+	if !c.shared || c.shTyp == c.down {
+		down(c.down, dtab, sd, 0)
+	} else {
+		down(c.down, dtab, 0, 0)
+		down(c.shTyp, 0, sd, 1)
+	}
 	got := k.getF32(t, dout, c.ntok*c.d)
 	for tk := 0; tk < c.ntok; tk++ {
 		ys := k.alloc(t, 4*c.k*c.d)
 		for j := 0; j < c.k; j++ {
 			z := tk*c.k + j
-			mmv(downs[ids[z]], k.putF32(t, g[z*c.ff:(z+1)*c.ff]), ys.Add(int64(4*j*c.d)), c.d, c.ff)
+			mmv(c.down, downs[ids[z]], k.putF32(t, g[z*c.ff:(z+1)*c.ff]), ys.Add(int64(4*j*c.d)), c.d, c.ff)
 		}
 		out := k.alloc(t, 4*c.d)
 		k.run(t, "combine_off_f32", Dim3{X: ceilDiv(c.d, 256)}, Dim3{X: 256},
@@ -387,7 +429,7 @@ func checkMoE(t *testing.T, k *kernelEnv, c moeCase, r *rand.Rand, up bool) {
 		want := k.getF32(t, out, c.d)
 		if c.shared {
 			s := k.alloc(t, 4*c.d)
-			mmv(sd, k.putF32(t, shg[tk*c.ff:(tk+1)*c.ff]), s, c.d, c.ff)
+			mmv(c.shTyp, sd, k.putF32(t, shg[tk*c.ff:(tk+1)*c.ff]), s, c.d, c.ff)
 			for i, v := range k.getF32(t, s, c.d) {
 				if c.gated {
 					v = float32(gate[tk] * v)

@@ -113,9 +113,13 @@ type GPU struct {
 
 	timing computeTimer // the compute stream's marks and waits for copies (timing.go)
 
-	fns     map[string]*Function // the Ops' kernels, found on first use (under mu)
-	ring    DevicePtr            // the Ops' parameters (under mu)
-	ringOff int64
+	fns      map[string]*Function // the Ops' kernels, found on first use (under mu)
+	ring     DevicePtr            // the Ops' parameters (under mu; ops.go)
+	ringHost *HostBuffer          // their pinned staging
+	ringEv   [2]*Event            // recorded when the writes leave a half of the ring
+	ringUsed [2]bool              // whether a half's event was recorded
+	ringOff  int64
+	ringHalf int
 
 	// step is the decode step being captured (step.go), nil when none is (under mu).
 	step *stepCapture
@@ -254,6 +258,10 @@ func (g *GPU) Close() error {
 	g.mu.Lock()
 	errs = append(errs, g.ctx.Free(g.dx), g.ctx.Free(g.dy), g.ctx.Free(g.ring))
 	g.dx, g.dy, g.dxN, g.dyN, g.ring = 0, 0, 0, 0, 0
+	if g.ringHost != nil {
+		errs = append(errs, g.ringHost.Free(), g.ringEv[0].Destroy(), g.ringEv[1].Destroy())
+		g.ringHost = nil
+	}
 	for _, b := range []*HostBuffer{g.in, g.out} {
 		if b != nil {
 			errs = append(errs, b.Free())

@@ -11,10 +11,13 @@ import (
 
 // The GPU's device.Ops: every operation is a kernel launch (or a copy) on the compute stream,
 // on slices that stand for device memory (buffers, uploads). The host arrays some take (token
-// ids, positions, mixing weights) go through a ring of device memory on the same stream: a
-// copy into the ring is ordered after every kernel enqueued before it, so reusing the ring
-// never overwrites what a pending kernel still reads. An operation on memory that is not the
-// device's fails the GPU (a sticky error the pass reports) instead of touching it.
+// ids, mixing weights) go through a ring of device memory on the same stream, staged in a
+// ring of pinned host memory, so that the copies are asynchronous (from pageable memory the
+// driver would stage them itself, holding the host): a copy into the device ring is ordered
+// after every kernel enqueued before it, so reusing the ring never overwrites what a pending
+// kernel still reads, and the host writes half of the pinned ring again only once the copies
+// from it have run (ringHalf). An operation on memory that is not the device's fails the GPU
+// (a sticky error the pass reports) instead of touching it.
 
 // paramRing is the bytes of the ring for the host arrays of operations.
 const paramRing = 1 << 20
@@ -88,25 +91,74 @@ func (c *opCall) param(b []byte) DevicePtr {
 		c.err = errCapture("parameters copied from the host")
 		return 0
 	}
+	const half = paramRing / 2
 	n := int64(len(b)+255) &^ 255
-	if n > paramRing {
-		c.err = fmt.Errorf("%d bytes of parameters, over the ring's %d", len(b), paramRing)
+	if n > half {
+		c.err = fmt.Errorf("%d bytes of parameters, over the ring's half of %d", len(b), half)
 		return 0
 	}
 	if g.ring == 0 {
-		if g.ring, c.err = g.ctx.Alloc(paramRing); c.err != nil {
+		if c.err = g.newRing(); c.err != nil {
 			return 0
 		}
 	}
-	if g.ringOff+n > paramRing {
-		g.ringOff = 0
+	start := g.ringOff
+	if start/half != (start+n-1)/half || start+n > paramRing { // to the start of the next half
+		start = (start/half + 1) % 2 * half
 	}
-	p := g.ring.Add(g.ringOff)
-	g.ringOff += n
-	if len(b) > 0 {
-		c.err = g.compute.CopyHtoD(p, b)
+	if h := int(start / half); h != g.ringHalf {
+		c.err = g.enterHalf(h)
+	}
+	g.ringOff = start + n
+	p := g.ring.Add(start)
+	if len(b) > 0 && c.err == nil {
+		staged := g.ringHost.Bytes[start : start+int64(len(b))]
+		copy(staged, b)
+		c.err = g.compute.CopyHtoD(p, staged)
 	}
 	return p
+}
+
+// newRing allocates the parameter ring, its pinned staging and the events of its halves.
+// The caller holds g.mu.
+func (g *GPU) newRing() error {
+	host, err := g.ctx.HostAlloc(paramRing)
+	if err != nil {
+		return err
+	}
+	var evs [2]*Event
+	for i := range evs {
+		if evs[i], err = g.ctx.NewEvent(false); err != nil {
+			host.Free()
+			for _, ev := range evs[:i] {
+				ev.Destroy()
+			}
+			return err
+		}
+	}
+	p, err := g.ctx.Alloc(paramRing)
+	if err != nil {
+		host.Free()
+		evs[0].Destroy()
+		evs[1].Destroy()
+		return err
+	}
+	g.ring, g.ringHost, g.ringEv, g.ringOff, g.ringHalf, g.ringUsed = p, host, evs, 0, 0, [2]bool{}
+	return nil
+}
+
+// enterHalf moves the ring's writes to half h: it marks the copies from the half it leaves
+// with that half's event, and waits for h's copies of its last turn.
+func (g *GPU) enterHalf(h int) error {
+	if err := g.ringEv[g.ringHalf].Record(g.compute); err != nil {
+		return err
+	}
+	g.ringUsed[g.ringHalf] = true
+	g.ringHalf = h
+	if g.ringUsed[h] {
+		return g.ringEv[h].Synchronize()
+	}
+	return nil
 }
 
 // launch runs kernel name with the arguments in g.args.

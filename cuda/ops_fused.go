@@ -82,17 +82,22 @@ func (g *GPU) AddRMSNorm(x, add, dst []float32, d int, w, b []float32, eps float
 // ropeKVMaxPairs is rope_kv_f32's limit on the rotated pairs of a head.
 const ropeKVMaxPairs = 512
 
-// RopeKV implements device.Fused.
+// RopeKV implements device.Fused: one launch of rope_kv_f32, or where its limits do not
+// allow (heads of more than 1024 rotated values, a layout it does not know) the unfused
+// operations.
 func (g *GPU) RopeKV(q, k, v []float32, kv *device.KVLayer, pos0, T int, a *device.AttnShape, r *device.RoPE) {
+	H, G, dk, dv := a.Heads, a.KVHeads, a.DK, a.DV
+	if r.Dims/2 > ropeKVMaxPairs || r.Dims > dk || r.Dims%2 != 0 || kv.KDim != G*dk || kv.VDim != G*dv || a.Latent ||
+		a.KHeadStride != dk || a.VHeadStride != dv {
+		g.Rope(q, pos0, T, H, dk, H*dk, r)
+		g.Rope(k, pos0, T, G, dk, G*dk, r)
+		g.StoreKV(kv, pos0, k, v)
+		return
+	}
 	c := g.begin("RoPE and KV store")
 	defer c.end()
-	H, G, dk, dv := a.Heads, a.KVHeads, a.DK, a.DV
 	size := max(len(kv.K), len(kv.K16)) / max(kv.KDim, 1)
 	switch {
-	case r.Dims/2 > ropeKVMaxPairs || r.Dims > dk || r.Dims%2 != 0:
-		c.err = fmt.Errorf("RoPE of %d values of heads of %d: want an even number up to %d and the head", r.Dims, dk, 2*ropeKVMaxPairs)
-	case kv.KDim != G*dk || kv.VDim != G*dv || a.Latent:
-		c.err = fmt.Errorf("a cache of %d keys and %d values for %d heads of %d and %d", kv.KDim, kv.VDim, G, dk, dv)
 	case len(q) < T*H*dk || len(k) < T*G*dk || len(v) < T*G*dv:
 		c.err = fmt.Errorf("%d tokens' queries, keys and values in %d, %d and %d floats", T, len(q), len(k), len(v))
 	case pos0 < 0 || pos0+T > size:
@@ -118,14 +123,74 @@ const (
 )
 
 // moeTable is a layer's experts' weights as the kernels find them: expert e's gate, up and
-// down matrices at the device addresses tab[3e], tab[3e+1] and tab[3e+2].
+// down matrices at the device addresses tab[3e], tab[3e+1] and tab[3e+2], and the launches
+// of their products, as their types need.
 type moeTable struct {
 	tab           DevicePtr
-	up, down      string // the kernels of the experts' types
 	d, ff, shFF   int
 	sg, su, sd    DevicePtr // the shared expert's matrices, 0 if none
 	shGate, bias  DevicePtr
 	experts, used int
+	up, down      []moeLaunch
+}
+
+// moeLaunch is one launch of moe_up (with its mode) or moe_down (acc as mode): over the
+// routed experts, the shared expert, or both.
+type moeLaunch struct {
+	kernel         string
+	mode           int
+	routed, shared bool
+}
+
+// moeLaunches plans the products of a layer: one launch of moe_up for gate and up of one
+// type (two where they differ: the gate's product, then the up's and the SwiGLU), and one of
+// moe_down; the shared expert joins the routed experts' launches where its types are theirs,
+// else takes launches of its own (its down product then added to their sum).
+func moeLaunches(l *device.MoELayer) (up, down []moeLaunch, err error) {
+	kernel := func(prefix string, t quant.Type) (string, error) {
+		sfx, ok := fusedSuffix(t)
+		if !ok {
+			return "", fmt.Errorf("no fused kernels for %s weights", t)
+		}
+		return prefix + sfx, nil
+	}
+	ups := func(g, u quant.Type, routed, shared bool) error {
+		kg, err1 := kernel("moe_up_", g)
+		ku, err2 := kernel("moe_up_", u)
+		if err := errors.Join(err1, err2); err != nil {
+			return err
+		}
+		if g == u {
+			up = append(up, moeLaunch{kernel: kg, routed: routed, shared: shared})
+		} else {
+			up = append(up, moeLaunch{kernel: kg, mode: 1, routed: routed, shared: shared}, moeLaunch{kernel: ku, mode: 2, routed: routed, shared: shared})
+		}
+		return nil
+	}
+	e0, sh := l.Experts[0], l.Shared
+	joinUp := sh != nil && sh.Gate.Type == e0.Gate.Type && sh.Up.Type == e0.Up.Type
+	joinDown := sh != nil && sh.Down.Type == e0.Down.Type
+	if err := ups(e0.Gate.Type, e0.Up.Type, true, joinUp); err != nil {
+		return nil, nil, err
+	}
+	if sh != nil && !joinUp {
+		if err := ups(sh.Gate.Type, sh.Up.Type, false, true); err != nil {
+			return nil, nil, err
+		}
+	}
+	kd, err := kernel("moe_down_", e0.Down.Type)
+	if err != nil {
+		return nil, nil, err
+	}
+	down = append(down, moeLaunch{kernel: kd, routed: true, shared: joinDown})
+	if sh != nil && !joinDown {
+		ks, err := kernel("moe_down_", sh.Down.Type)
+		if err != nil {
+			return nil, nil, err
+		}
+		down = append(down, moeLaunch{kernel: ks, mode: 1, shared: true})
+	}
+	return up, down, nil
 }
 
 // PrepareMoE implements device.RoutedMoE: it writes the layer's expert table to device
@@ -138,12 +203,11 @@ func (g *GPU) PrepareMoE(l *device.MoELayer) error {
 	if n > routeMaxExperts || l.Used > routeMaxUsed {
 		return fmt.Errorf("%d experts, %d used: the routing kernel takes up to %d and %d", n, l.Used, routeMaxExperts, routeMaxUsed)
 	}
-	upSfx, ok1 := fusedSuffix(e0.Gate.Type)
-	downSfx, ok2 := fusedSuffix(e0.Down.Type)
-	if !ok1 || !ok2 {
-		return fmt.Errorf("no fused kernels for experts of %s and %s", e0.Gate.Type, e0.Down.Type)
+	up, down, err := moeLaunches(l)
+	if err != nil {
+		return err
 	}
-	t := &moeTable{up: "moe_up_" + upSfx, down: "moe_down_" + downSfx, d: e0.Gate.Cols, ff: e0.Gate.Rows, experts: n, used: l.Used}
+	t := &moeTable{d: e0.Gate.Cols, ff: e0.Gate.Rows, experts: n, used: l.Used, up: up, down: down}
 	addr := func(b []byte, what string) (DevicePtr, error) {
 		p, ok := g.lookup(b)
 		if !ok {
@@ -161,9 +225,6 @@ func (g *GPU) PrepareMoE(l *device.MoELayer) error {
 		}
 	}
 	if s := l.Shared; s != nil {
-		if s.Gate.Type != e0.Gate.Type || s.Down.Type != e0.Down.Type {
-			return fmt.Errorf("the shared expert's types (%s, %s) differ from the experts' (%s, %s)", s.Gate.Type, s.Down.Type, e0.Gate.Type, e0.Down.Type)
-		}
 		var err1, err2, err3 error
 		t.sg, err1 = addr(s.Gate.Data, "the shared expert's gate")
 		t.su, err2 = addr(s.Up.Data, "the shared expert's up")
@@ -202,7 +263,8 @@ func (g *GPU) PrepareMoE(l *device.MoELayer) error {
 }
 
 // MoE implements device.RoutedMoE: the routing, the experts' gate, up and SwiGLU (the shared
-// expert's beside them) and their down products summed: three launches.
+// expert's beside them) and their down products summed, in three launches where the experts'
+// gate and up have one type and the shared expert's types are theirs.
 func (g *GPU) MoE(l *device.MoELayer, x, logits []float32, T int, out, scratch []float32) {
 	c := g.begin("experts")
 	defer c.end()
@@ -234,15 +296,30 @@ func (g *GPU) MoE(l *device.MoELayer, x, logits []float32, T int, out, scratch [
 		Ptr(idp).Ptr(wp).Ptr(t.shGate).Ptr(xp).Int(t.d).Ptr(sgp)
 	c.launch("moe_route_f32", Dim3{X: T}, Dim3{X: 256})
 
-	entries := T * k
-	if t.sg != 0 {
-		entries += T
+	block := Dim3{X: 32, Y: mmvRowsPerBlock}
+	for _, u := range t.up {
+		tab, entries, rows := DevicePtr(0), 0, 0
+		var sg, su DevicePtr
+		if u.routed {
+			tab, entries, rows = t.tab, T*k, t.ff
+		}
+		if u.shared {
+			sg, su, entries, rows = t.sg, t.su, entries+T, max(rows, t.shFF)
+		}
+		g.args.Reset().Ptr(tab).Ptr(idp).Int(k).Int(T).Ptr(xp).Int(t.d).Ptr(upp).Int(t.ff).Ptr(sg).Ptr(su).Ptr(shp).Int(t.shFF).Int(u.mode)
+		c.launch(u.kernel, Dim3{X: blocks(rows, mmvRowsPerBlock), Z: entries}, block)
 	}
-	g.args.Reset().Ptr(t.tab).Ptr(idp).Int(k).Int(T).Ptr(xp).Int(t.d).Ptr(upp).Int(t.ff).Ptr(t.sg).Ptr(t.su).Ptr(shp).Int(t.shFF)
-	c.launch(t.up, Dim3{X: blocks(max(t.ff, t.shFF), mmvRowsPerBlock), Z: entries}, Dim3{X: 32, Y: mmvRowsPerBlock})
-
-	g.args.Reset().Ptr(t.tab).Ptr(idp).Ptr(wp).Int(k).Int(T).Ptr(upp).Int(t.ff).Ptr(op).Int(t.d).Ptr(t.sd).Ptr(shp).Int(t.shFF).Ptr(sgp)
-	c.launch(t.down, Dim3{X: blocks(t.d, mmvRowsPerBlock), Y: T}, Dim3{X: 32, Y: mmvRowsPerBlock})
+	for _, d := range t.down {
+		tab, sd := DevicePtr(0), DevicePtr(0)
+		if d.routed {
+			tab = t.tab
+		}
+		if d.shared {
+			sd = t.sd
+		}
+		g.args.Reset().Ptr(tab).Ptr(idp).Ptr(wp).Int(k).Int(T).Ptr(upp).Int(t.ff).Ptr(op).Int(t.d).Ptr(sd).Ptr(shp).Int(t.shFF).Ptr(sgp).Int(d.mode)
+		c.launch(d.kernel, Dim3{X: blocks(t.d, mmvRowsPerBlock), Y: T}, block)
+	}
 }
 
 var (

@@ -83,8 +83,9 @@ func (l *MoELayer) ScratchFloats(T int) int {
 	return n
 }
 
-// Check checks the layer's shapes: every expert's matrices of one type each and of one
-// shape, the shared expert's fitting them, and a top-k of 1 to the experts' number.
+// Check checks the layer's shapes: the experts' gates of one type and shape, and their ups
+// and downs likewise (a stacked tensor each), the shared expert's fitting their input, and a
+// top-k of 1 to the experts' number.
 func (l *MoELayer) Check() error {
 	n := len(l.Experts)
 	if n == 0 || l.Used < 1 || l.Used > n {
@@ -96,14 +97,14 @@ func (l *MoELayer) Check() error {
 		return m.Type == t && m.Rows == rows && m.Cols == cols && m.Data != nil
 	}
 	for e, x := range l.Experts {
-		if !ok(x.Gate, e0.Gate.Type, ff, d) || !ok(x.Up, e0.Gate.Type, ff, d) || !ok(x.Down, e0.Down.Type, d, ff) {
+		if !ok(x.Gate, e0.Gate.Type, ff, d) || !ok(x.Up, e0.Up.Type, ff, d) || !ok(x.Down, e0.Down.Type, d, ff) {
 			return fmt.Errorf("expert %d's weights (%s %dx%d, %s %dx%d, %s %dx%d) differ from expert 0's in type or shape",
 				e, x.Gate.Type, x.Gate.Rows, x.Gate.Cols, x.Up.Type, x.Up.Rows, x.Up.Cols, x.Down.Type, x.Down.Rows, x.Down.Cols)
 		}
 	}
 	if s := l.Shared; s != nil {
 		sff := s.Gate.Rows
-		if !ok(s.Gate, s.Gate.Type, sff, d) || !ok(s.Up, s.Gate.Type, sff, d) || !ok(s.Down, s.Down.Type, d, sff) {
+		if !ok(s.Gate, s.Gate.Type, sff, d) || !ok(s.Up, s.Up.Type, sff, d) || !ok(s.Down, s.Down.Type, d, sff) {
 			return fmt.Errorf("the shared expert's weights do not fit the experts' input of %d", d)
 		}
 	}

@@ -96,6 +96,14 @@ type Options struct {
 	AutoTrace string
 	// NoAuto turns automatic placement off: a model that does not fit the card is an error.
 	NoAuto bool
+	// NoGraphs launches a GPU's kernels as each pass enqueues them, instead of replaying a
+	// decode step captured once as a CUDA graph: to rule the driver's graphs out, or to
+	// measure what they save.
+	NoGraphs bool
+
+	// unfused computes a pass on a GPU with one kernel per operation, as before the fused
+	// kernels: the tests' reference for them.
+	unfused bool
 
 	// profile, when set, is the simulated GPU's profile (Device "sim:"), a real card's
 	// described for automatic placement.

@@ -201,6 +201,7 @@ func benchRun(ctx context.Context, open func(Options) (*Model, error), o BenchOp
 	}
 	var st []offload.TokenStats
 	var devTime float64 // device seconds of the timed tokens, summed
+	var per GPUTokenStats // a GPU's counters of the timed tokens, summed
 	var ttft, ttftLimit float64
 	var drawFrom, drawTo float64
 	for i := range rep.Prompts {
@@ -228,6 +229,9 @@ func benchRun(ctx context.Context, open func(Options) (*Model, error), o BenchOp
 				case tok > o.Warmup:
 					st = append(st, tokenStats(last, now, pcie, hostMem))
 					devTime += now.gpu.DeviceSeconds - last.gpu.DeviceSeconds
+					per.Launches += float64(now.gpu.Launches - last.gpu.Launches)
+					per.Kernels += float64(now.gpu.Kernels - last.gpu.Kernels)
+					per.Reads += float64(now.gpu.Reads - last.gpu.Reads)
 				}
 				tok++
 				last = now
@@ -268,6 +272,8 @@ func benchRun(ctx context.Context, open func(Options) (*Model, error), o BenchOp
 	}
 	if timed {
 		row.DeviceTimePerToken = devTime / float64(len(st))
+		n := float64(len(st))
+		row.GPUPerToken = &GPUTokenStats{Launches: per.Launches / n, Kernels: per.Kernels / n, Reads: per.Reads / n}
 	} else if !simulated {
 		row.StallPerToken, row.LimitPerToken, row.OverLimit = math.NaN(), math.NaN(), math.NaN()
 	}

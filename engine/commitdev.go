@@ -62,14 +62,7 @@ func (m *Model) setupCommitDevice() error {
 		moe := m.arch.Layers[l].MoE
 		c.slot[l] = n
 		n += moe.Used + 1
-		g := &device.Gating{Bias: moe.SelectionBias, Normalize: moe.NormWeights, Scale: moe.WeightsScale}
-		switch moe.Gating {
-		case models.GatingSigmoid:
-			g.Func = device.GatingSigmoid
-		case models.GatingSoftmaxWeight:
-			g.Func = device.GatingSoftmaxWeight
-		}
-		c.gating[l] = g
+		c.gating[l] = gatingOf(moe)
 	}
 	d := m.arch.Config.Embd
 	b, err := ha.HostAlloc(int64(4 * (d + n)))

@@ -75,7 +75,10 @@ func TestCUDAFakeDriverMLA(t *testing.T) {
 			if got.gpu.Launches == 0 || got.gpu.HostFallbacks != 0 || !got.resident {
 				t.Errorf("%+v, resident %v: want the whole pass on the GPU", got.gpu, got.resident)
 			}
-			t.Logf("%d prompt tokens, max |p GPU - p CPU| %.3g, %d launches", len(prompt), d, got.gpu.Launches)
+			if got.gpu.GraphLaunches == 0 || got.graphs != "" {
+				t.Errorf("%+v, %q: want the decode steps replayed as CUDA graphs", got.gpu, got.graphs)
+			}
+			t.Logf("%d prompt tokens, max |p GPU - p CPU| %.3g, %+v, %q", len(prompt), d, got.gpu, got.graphs)
 		})
 	}
 }

@@ -23,6 +23,7 @@ type gpuRun struct {
 	gpu      engine.GPUStats
 	off      engine.OffloadStats
 	resident bool
+	graphs   string // the model's GraphNote
 }
 
 // runOn opens path with o and returns the next-token probabilities along prompt, n greedy
@@ -48,6 +49,7 @@ func runOn(t *testing.T, path string, o engine.Options, prompt []int32, n int) g
 	r.tokens = res.Tokens
 	r.gpu, _ = m.GPUStats()
 	r.resident = m.Resident()
+	r.graphs = m.GraphNote()
 	r.off, _ = m.Offload()
 	if r.off.PeakDeviceMem > r.off.DeviceMemLimit {
 		t.Fatalf("peak device memory %d over the %d budget", r.off.PeakDeviceMem, r.off.DeviceMemLimit)
@@ -111,6 +113,9 @@ func TestCUDAFakeDriver(t *testing.T) {
 		}
 		if got.gpu.Launches == 0 || got.gpu.HostFallbacks != 0 || !got.resident {
 			t.Errorf("%s: %+v, resident %v: want the whole pass on the GPU", path, got.gpu, got.resident)
+		}
+		if got.gpu.GraphLaunches == 0 || got.graphs != "" {
+			t.Errorf("%s: %+v, %q: want the decode steps replayed as CUDA graphs", path, got.gpu, got.graphs)
 		}
 
 		for _, pol := range []offload.Policy{offload.OnDemand, offload.Prefetch, offload.Commit, offload.CPUMiss} {

@@ -48,11 +48,6 @@ type seqRows struct {
 // predictions are one sequence's: each row's numbers are then those of its sequence alone,
 // and every weight, an expert's copy over the link included, is read once for all of them.
 func (m *Model) forwardSeqs(seqs []seqRows, tokens []int32, want logitRows, obs RouteObserver, cs *commitState) ([]float32, error) {
-	a := m.arch
-	c := a.Config
-	d := c.Embd
-	T := len(tokens)
-	pos0 := seqs[0].pos0 // of a single sequence; a batch's rows each have their own
 	if len(seqs) > 1 && (want != allLogits || obs != nil || cs != nil) {
 		return nil, errors.New("engine: a pass of several sequences wants every row's logits and no observer or Commit Router") // a caller's bug
 	}
@@ -63,6 +58,23 @@ func (m *Model) forwardSeqs(seqs []seqRows, tokens []int32, want logitRows, obs 
 	if c := m.commitDev; c != nil {
 		defer func() { c.pending = c.pending[:0] }() // a failed pass's records are dropped
 	}
+	if m.graphs.takes(seqs, tokens, want, obs, cs) {
+		if logits, ok, err := m.replayStep(seqs[0], tokens); ok {
+			return logits, err
+		}
+	}
+	return m.enqueue(seqs, tokens, want, obs, cs, false)
+}
+
+// enqueue enqueues a forward pass and returns its logits (forwardSeqs's, whose lock the caller
+// holds). With capture, a decode step being captured (device.Grapher), it leaves the logits
+// in device memory and waits for nothing.
+func (m *Model) enqueue(seqs []seqRows, tokens []int32, want logitRows, obs RouteObserver, cs *commitState, capture bool) ([]float32, error) {
+	a := m.arch
+	c := a.Config
+	d := c.Embd
+	T := len(tokens)
+	pos0 := seqs[0].pos0 // of a single sequence; a batch's rows each have their own
 	// The pass's long-lived activations come from one arena, each layer's from another that
 	// the next layer reuses.
 	pa, la := m.getArena(passArena), m.getArena(layerArena)
@@ -72,8 +84,8 @@ func (m *Model) forwardSeqs(seqs []seqRows, tokens []int32, want logitRows, obs 
 	if len(seqs) > 1 {
 		k = rowKernels{m.dev}
 	}
-	b := &backend{Kernels: k, Ops: m.ops, a: pa}
-	bl := &backend{Kernels: k, Ops: m.ops, a: la}
+	b := &backend{Kernels: k, Ops: m.ops, a: pa, fused: m.fused}
+	bl := &backend{Kernels: k, Ops: m.ops, a: la, fused: m.fused}
 	x := b.Floats(T * d)
 	emb := a.TokenEmbd.Matrix()
 	m.ops.Embed(x, emb, tokens)
@@ -89,22 +101,27 @@ func (m *Model) forwardSeqs(seqs []seqRows, tokens []int32, want logitRows, obs 
 	// rows whose logits are asked for have a use: llama.cpp cuts its graph the same way
 	// (inp_out_ids), sparing a prompt one feed-forward block of all but one row, or all of
 	// it in the batches before the last.
-	cut := want != allLogits && len(seqs) == 1 && m.rowsIndependent(obs, cs)
+	cut := want != allLogits && T > 1 && len(seqs) == 1 && m.rowsIndependent(obs, cs)
+	// On a device that fuses them, a block's residual (x += tmp) is added by the kernel that
+	// computes the next norm (pending); elsewhere it is added where the block ends.
+	pending := false
 	for i := range a.Layers {
 		la.reset()
 		l := &a.Layers[i]
 		m.label("attention", "attn", i, -1)
-		m.rmsNorm(xn, x, l.AttnNorm)
+		m.residualNorm(xn, x, tmp, l.AttnNorm, pending)
 		m.attend(bl, i, seqs, xn, tmp)
-		m.ops.Add(x, tmp)
 		if cut && i == len(a.Layers)-1 {
+			m.ops.Add(x, tmp)
 			if want == noLogits {
 				return nil, m.endPass(pa, la)
 			}
 			x, xn, tmp = x[(T-1)*d:][:d], xn[:d], tmp[:d]
 			pos0, T = pos0+T-1, 1
+			m.rmsNorm(xn, x, l.FFNNorm)
+		} else {
+			m.residualNorm(xn, x, tmp, l.FFNNorm, true)
 		}
-		m.rmsNorm(xn, x, l.FFNNorm)
 		if l.MoE != nil {
 			var ev *RouteEvent
 			if obs != nil {
@@ -120,24 +137,49 @@ func (m *Model) forwardSeqs(seqs []seqRows, tokens []int32, want logitRows, obs 
 			m.label("dense", "ffn", i, -1)
 			m.ffn(bl, l.Dense, xn, T, tmp)
 		}
-		m.ops.Add(x, tmp)
-		m.charge("add", float64(12*T*d), float64(T*d))
+		if pending = m.fused != nil; !pending {
+			m.ops.Add(x, tmp)
+			m.charge("add", float64(12*T*d), float64(T*d))
+		}
 	}
 	if want == noLogits {
-		return nil, m.endPass(pa, la) // nobody reads a head's logits here
+		return nil, m.endPass(pa, la) // nobody reads a head's logits here, nor x
 	}
 	rows := x
 	if want != allLogits {
 		rows, T = x[(T-1)*d:], 1
 	}
 	m.label("head", "head", -1, -1)
-	m.rmsNorm(xn[:T*d], rows, a.OutputNorm)
+	if pending && len(rows) != len(x) {
+		m.ops.Add(x, tmp) // the last row alone is normalised
+		pending = false
+	}
+	m.residualNorm(xn[:T*d], rows, tmp, a.OutputNorm, pending)
 	out := a.Output.Matrix()
+	if capture {
+		logits := b.Floats(T * out.Rows)
+		b.MatMul(out, xn[:T*d], T, logits)
+		return logits, errors.Join(pa.err, la.err)
+	}
 	logits := m.head(b, out, xn[:T*d], T)
 	if err := m.endPass(pa, la); err != nil {
 		return nil, err
 	}
 	return logits, nil
+}
+
+// residualNorm normalises the rows of x into xn with n, first adding tmp to x when add says
+// that a block's residual is pending: in one kernel where the device fuses them.
+func (m *Model) residualNorm(xn, x, tmp []float32, n models.Norm, add bool) {
+	switch {
+	case add && m.fused != nil:
+		m.fused.AddRMSNorm(x, tmp, xn, m.arch.Config.Embd, n.Weight, n.Bias, m.arch.Config.NormEps)
+	case add:
+		m.ops.Add(x, tmp)
+		m.rmsNorm(xn, x, n)
+	default:
+		m.rmsNorm(xn, x, n)
+	}
 }
 
 // rowKernels computes every product of a pass of several sequences row by row, with the

@@ -38,3 +38,10 @@ func FakeGPUForTests(tb testing.TB) string {
 	}
 	return lib
 }
+
+// UnfusedForTests returns o computing passes on a GPU with one kernel per operation, as before
+// the fused kernels: their reference.
+func UnfusedForTests(o Options) Options {
+	o.unfused = true
+	return o
+}

@@ -48,7 +48,14 @@ type Model struct {
 	// activations and KV caches live on the device), else the host's.
 	ops      device.Ops
 	resident bool
-	act      activations
+	// fused are the device's fused operations for passes in its memory (nil: none), and
+	// moeDev the MoE layers it routes and computes itself (a nil entry: routed on the host).
+	fused     device.Fused
+	moeDev    []*device.MoELayer
+	moeDevErr error // why the first layer the device does not route is not
+	// graphs replays captured decode steps on a device that captures them (nil: eager).
+	graphs *stepGraphs
+	act    activations
 	// hostArenas are the passes' arenas on the host, reused (any number of passes run at
 	// once there).
 	hostArenas sync.Pool
@@ -243,6 +250,8 @@ func openFile(f *models.File, opts Options, kvF16 bool) (*Model, error) {
 		f.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	m.setupFused()
+	m.setupGraphs()
 	if opts.Parallel > 1 && opts.EP != nil {
 		f.Close()
 		return nil, fmt.Errorf("%s: %d parallel sequences with expert parallelism: not supported yet (one sequence at a time)", path, opts.Parallel)
@@ -388,5 +397,6 @@ func (m *Model) Close() error {
 	if m.off != nil {
 		m.off.close()
 	}
+	m.graphs.close()
 	return errors.Join(m.closeEP(), closeDevice(m.dev), m.file.Close())
 }

@@ -211,6 +211,10 @@ func (m *Model) moe(b models.Backend, layer int, moe *models.MoE, x []float32, T
 	if m.ep != nil {
 		return m.epMoE(layer, moe, x, T, out, ev) // the block spread over several ranks
 	}
+	if l := m.routedOnDevice(layer, T, ev, cs); l != nil {
+		m.moeOnDevice(b, l, moe, x, T, out)
+		return nil
+	}
 	sel := m.selected(layer, moe, T, pos0, cs)
 	if sel.commit != nil && ev == nil && m.commitDev != nil && m.commitDev.fits(moe) {
 		// The device weighs the committed experts itself: the host never reads the routing.

@@ -223,6 +223,7 @@ func (m *Model) newKVWith(alloc models.Alloc, free func([]byte)) (*models.KVCach
 
 // freeKV gives a KV cache's device memory back.
 func (m *Model) freeKV(kv *models.KVCache) {
+	m.graphs.drop(kv)
 	if !m.resident && m.replay == nil {
 		return
 	}
@@ -389,7 +390,8 @@ func (m *Model) putArena(a *arena) {
 type backend struct {
 	device.Kernels
 	device.Ops
-	a *arena
+	a     *arena
+	fused device.Fused // nil: none
 }
 
 func (b *backend) Floats(n int) []float32 { return b.a.floats(n) }

@@ -91,6 +91,20 @@ type PolicyReport struct {
 	// GPU is the CUDA device's counters over the run, nil on other devices: its copy
 	// stream's measured bandwidth, and products it left to the host.
 	GPU *GPUStats `json:",omitempty"`
+	// GPUPerToken is what a CUDA GPU did for a decoded token, the mean over the timed ones;
+	// nil on other devices.
+	GPUPerToken *GPUTokenStats `json:",omitempty"`
+}
+
+// GPUTokenStats are a CUDA GPU's counters for one decoded token.
+type GPUTokenStats struct {
+	// Launches are what the host issued: kernels, or one graph for a replayed decode step.
+	Launches float64
+	// Kernels are the kernels that ran, those of a replayed step included.
+	Kernels float64
+	// Reads are the host's waits for results of the device (the logits, and on the paths
+	// that route on the host each MoE layer's router logits).
+	Reads float64
 }
 
 // MarshalJSON writes the figures that do not apply (NaN: no predictor, no simulated clock)

@@ -52,12 +52,17 @@ func (a *StdAttention) ForwardSeqs(b Backend, seqs []Seq, x []float32, out []flo
 	}
 	qd, kd, vd := a.Heads*a.HeadDK, a.HeadsKV*a.HeadDK, a.HeadsKV*a.HeadDV
 	q, k, v := b.Floats(T*qd), b.Floats(T*kd), b.Floats(T*vd)
-	b.MatMul(a.Q, x, T, q)
-	b.MatMul(a.K, x, T, k)
-	b.MatMul(a.V, x, T, v)
-	addBias(b, q, a.BQ)
-	addBias(b, k, a.BK)
-	addBias(b, v, a.BV)
+	f := fusedOf(b)
+	if f != nil {
+		f.Products(x, T, [3]device.Product{{W: a.Q, Out: q, Bias: a.BQ}, {W: a.K, Out: k, Bias: a.BK}, {W: a.V, Out: v, Bias: a.BV}})
+	} else {
+		b.MatMul(a.Q, x, T, q)
+		b.MatMul(a.K, x, T, k)
+		b.MatMul(a.V, x, T, v)
+		addBias(b, q, a.BQ)
+		addBias(b, k, a.BK)
+		addBias(b, v, a.BV)
+	}
 	switch a.QKNorm {
 	case QKNormFull:
 		b.RMSNorm(q, q, qd, a.QNorm.Weight, a.QNorm.Bias, a.Eps)
@@ -76,9 +81,13 @@ func (a *StdAttention) ForwardSeqs(b Backend, seqs []Seq, x []float32, out []flo
 	r := 0
 	for _, s := range seqs {
 		qs, ks, vs := q[r*qd:(r+s.T)*qd], k[r*kd:(r+s.T)*kd], v[r*vd:(r+s.T)*vd]
-		b.Rope(qs, s.Pos0, s.T, a.Heads, a.HeadDK, qd, rp)
-		b.Rope(ks, s.Pos0, s.T, a.HeadsKV, a.HeadDK, kd, rp)
-		b.StoreKV(&s.Cache.KVLayer, s.Pos0, ks, vs)
+		if f != nil {
+			f.RopeKV(qs, ks, vs, &s.Cache.KVLayer, s.Pos0, s.T, &shape, rp)
+		} else {
+			b.Rope(qs, s.Pos0, s.T, a.Heads, a.HeadDK, qd, rp)
+			b.Rope(ks, s.Pos0, s.T, a.HeadsKV, a.HeadDK, kd, rp)
+			b.StoreKV(&s.Cache.KVLayer, s.Pos0, ks, vs)
+		}
 		b.Attend(ctx[r*cd:(r+s.T)*cd], qs, &s.Cache.KVLayer, s.Pos0, s.T, &shape)
 		r += s.T
 	}

@@ -17,6 +17,20 @@ type Backend interface {
 	Floats(n int) []float32
 }
 
+// FusedBackend is implemented by backends whose device computes runs of operations in one
+// kernel each (device.Fused); Fused returns nil where it does not.
+type FusedBackend interface {
+	Fused() device.Fused
+}
+
+// fusedOf returns b's fused operations, or nil.
+func fusedOf(b Backend) device.Fused {
+	if f, ok := b.(FusedBackend); ok {
+		return f.Fused()
+	}
+	return nil
+}
+
 // HostOps computes device.Ops on the host in the arithmetic of llama.cpp's CPU backend: the
 // reference every device's Ops are tested against. K spreads attention over its threads.
 type HostOps struct {

@@ -379,6 +379,7 @@ func (a *app) modelBench(cmd *cobra.Command, f benchFlags) error {
 		if p.GPU != nil {
 			fmt.Fprintf(a.stdout, "device time %.3f ms per token (CUDA events); physical limit %.3f ms per token (the device's compute), measured/limit %.2f\n",
 				p.DeviceTimePerToken*1e3, p.LimitPerToken*1e3, p.OverLimit)
+			a.gpuPerToken(p)
 		}
 		return nil
 	}
@@ -425,9 +426,22 @@ func (a *app) modelBench(cmd *cobra.Command, f benchFlags) error {
 		if g := p.GPU; g != nil {
 			fmt.Fprintf(a.stdout, "%s on the GPU: %d kernel launches, %d products on the host, copy stream %.2f GB/s measured over %.1f MB\n",
 				p.Policy, g.Launches, g.HostFallbacks, g.CopyBandwidth()/1e9, float64(g.CopyBytes)/1e6)
+			a.gpuPerToken(p)
 		}
 	}
 	return nil
+}
+
+// gpuPerToken prints what a CUDA GPU did for a decoded token.
+func (a *app) gpuPerToken(p engine.PolicyReport) {
+	if t := p.GPUPerToken; t != nil {
+		how := "kernels launched one by one"
+		if t.Launches < t.Kernels {
+			how = "a CUDA graph replayed"
+		}
+		fmt.Fprintf(a.stdout, "%s, per decoded token: %.1f host launches (%s), %.1f kernels, %.1f read-backs\n",
+			p.Policy, t.Launches, how, t.Kernels, t.Reads)
+	}
 }
 
 // benchModelOptions reads the prompts and the options that open -m on device; the offload

@@ -163,6 +163,17 @@ func TestBenchModelOnFakeGPU(t *testing.T) {
 	if err := os.WriteFile(prompts, []byte("Prince Andrew said\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// The whole model on the card: a decoded token replays a CUDA graph and reads back its
+	// logits alone; with --no-graphs it launches its kernels one by one.
+	for _, c := range []struct{ flag, want string }{
+		{"--threads=2", "resident, per decoded token: 1.0 host launches (a CUDA graph replayed), 43.0 kernels, 1.0 read-backs"},
+		{"--no-graphs", "resident, per decoded token: 43.0 host launches (kernels launched one by one), 43.0 kernels, 1.0 read-backs"},
+	} {
+		out, _ := mustRun(t, "", "-m", model, "--device", "cuda:0", "--cuda-lib", lib, c.flag, "bench", "--tokens", "3", "--prompts", prompts)
+		if !strings.Contains(out, c.want) {
+			t.Errorf("%s: bench does not say %q:\n%s", c.flag, c.want, out)
+		}
+	}
 	args := []string{"-m", model, "--device", "cuda:0", "--cuda-lib", lib, "--gpu-mem", "10MiB", "--policy", "ondemand,prefetch",
 		"bench", "--tokens", "3", "--prompts", prompts}
 	out, _ := mustRun(t, "", args...)

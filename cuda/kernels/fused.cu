@@ -295,7 +295,7 @@ CR_FN void mmv3_body(const u8* w0, const u8* w1, const u8* w2, float* y0, float*
 
 template <class T>
 CR_FN void moe_up_body(const u64* tab, const int* ids, int k, int ntok, const float* x, int cols, float* g, int nff, const u8* sg,
-                       const u8* su, float* sh_g, int sh_nff, const float* cb) {
+                       const u8* su, float* sh_g, int sh_nff, int mode, const float* cb) {
 	const int z = blockIdx.z, routed = tab ? ntok * k : 0;
 	const u8 *gw, *uw;
 	float* out;
@@ -319,7 +319,13 @@ CR_FN void moe_up_body(const u64* tab, const int* ids, int k, int ntok, const fl
 		return; // the whole warp
 	const float* xt = x + (i64)t * cols;
 	const i64 rb = (i64)row * mmv_row_bytes<T>(cols);
-	const float gv = mmv_dot<T>(gw + rb, xt, cols, mmv_vec<T>(gw, xt, cols), cb);
+	// Mode 2 takes the gate's product that mode 1 stored (the gate of another type).
+	const float gv = mode == 2 ? out[row] : mmv_dot<T>(gw + rb, xt, cols, mmv_vec<T>(gw, xt, cols), cb);
+	if (mode == 1) {
+		if (threadIdx.x == 0)
+			out[row] = gv;
+		return;
+	}
 	const float uv = mmv_dot<T>(uw + rb, xt, cols, mmv_vec<T>(uw, xt, cols), cb);
 	if (threadIdx.x == 0)
 		out[row] = silu_mul(gv, uv);
@@ -327,11 +333,11 @@ CR_FN void moe_up_body(const u64* tab, const int* ids, int k, int ntok, const fl
 
 template <class T>
 CR_FN void moe_down_body(const u64* tab, const int* ids, const float* w, int k, int ntok, const float* g, int nff, float* out, int d,
-                         const u8* sd, const float* sh_g, int sh_nff, const float* sh_gate, const float* cb) {
+                         const u8* sd, const float* sh_g, int sh_nff, const float* sh_gate, int acc, const float* cb) {
 	const int t = blockIdx.y, row = blockIdx.x * blockDim.y + threadIdx.y;
 	if (row >= d || t >= ntok)
 		return; // the whole warp
-	float o = 0.0f;
+	float o = acc ? out[(i64)t * d + row] : 0.0f;
 	if (tab) {
 		const i64 rb = (i64)row * mmv_row_bytes<T>(nff);
 		for (int j = 0; j < k; j++) {
@@ -364,24 +370,28 @@ CR_FN void moe_down_body(const u64* tab, const int* ids, const float* w, int k, 
 //   may be NULL. grid (ceil(max r_p / 4), 1, products).
 //
 // moe_up_<type>(const u64* tab, const int* ids, int k, int ntok, const float* x, int cols,
-//               float* g, int nff, const u8* sg, const u8* su, float* sh_g, int sh_nff)
+//               float* g, int nff, const u8* sg, const u8* su, float* sh_g, int sh_nff, int mode)
 //   Gate, up and SwiGLU of a layer's experts: for token t's j-th expert e = ids[t*k + j],
 //   whose gate and up matrices (nff rows of cols) start at the device addresses tab[3e] and
 //   tab[3e+1], g[(t*k + j)*nff + r] = silu(gate_e[r] . x_t) * (up_e[r] . x_t): mmv of each
 //   then swiglu_f32, to the bit. With sg not NULL, entries z >= ntok*k (or all, with tab NULL)
-//   compute a shared expert of sh_nff rows (gate sg, up su, the same type) for token
-//   z - ntok*k into sh_g + t*sh_nff. grid (ceil(max(nff, sh_nff) / 4), 1, ntok*k (+ ntok)).
+//   compute a shared expert of sh_nff rows (gate sg, up su) for token z - ntok*k into
+//   sh_g + t*sh_nff. mode 0 takes gate and up of this type; where they differ, a launch of the
+//   gate's type with mode 1 stores the gate's product alone, and one of the up's type with
+//   mode 2 reads it back and finishes the SwiGLU (swiglu_f32's arithmetic either way).
+//   grid (ceil(max(nff, sh_nff) / 4), 1, ntok*k (+ ntok)).
 //
 // moe_down_<type>(const u64* tab, const int* ids, const float* w, int k, int ntok,
 //                 const float* g, int nff, float* out, int d, const u8* sd, const float* sh_g,
-//                 int sh_nff, const float* sh_gate)
+//                 int sh_nff, const float* sh_gate, int acc)
 //   The experts' down products and their weighted sum: out[t*d + r] = the sum over j < k, in
 //   order from 0, of w[t*k + j] times down_e[r] . g[(t*k + j)*nff ..] (e = ids[t*k + j], its
 //   down matrix of d rows of nff at tab[3e+2]), each product rounded and added to a sum that
-//   starts at 0 (combine_off_f32); then, with sd not NULL, plus the shared expert's down
-//   product (d rows of sh_nff, the same type) of sh_g + t*sh_nff, times sh_gate[t] when
-//   sh_gate is not NULL (gated_add_f32) or as it is (add_f32). tab NULL: the shared expert
-//   alone. grid (ceil(d / 4), ntok, 1).
+//   starts at 0 (combine_off_f32), or at out's value when acc != 0; then, with sd not NULL,
+//   plus the shared expert's down product (d rows of sh_nff) of sh_g + t*sh_nff, times
+//   sh_gate[t] when sh_gate is not NULL (gated_add_f32) or as it is (add_f32). tab NULL: the
+//   shared expert alone (with acc, added to what a launch of the experts' type summed).
+//   grid (ceil(d / 4), ntok, 1).
 #define FUSED_KERNELS(sfx, T)                                                                                                  \
 	extern "C" __global__ void mmv3_##sfx(const u8* w0, const u8* w1, const u8* w2, float* y0, float* y1, float* y2,           \
 	                                      const float* b0, const float* b1, const float* b2, int r0, int r1, int r2,           \
@@ -390,15 +400,15 @@ CR_FN void moe_down_body(const u64* tab, const int* ids, const float* w, int k, 
 		mmv3_body<T>(w0, w1, w2, y0, y1, y2, b0, b1, b2, r0, r1, r2, x, cols, ntok, mmv_codebook<T>::load(cb));                \
 	}                                                                                                                          \
 	extern "C" __global__ void moe_up_##sfx(const u64* tab, const int* ids, int k, int ntok, const float* x, int cols, float* g, \
-	                                        int nff, const u8* sg, const u8* su, float* sh_g, int sh_nff) {                    \
+	                                        int nff, const u8* sg, const u8* su, float* sh_g, int sh_nff, int mode) {          \
 		__shared__ float cb[16];                                                                                               \
-		moe_up_body<T>(tab, ids, k, ntok, x, cols, g, nff, sg, su, sh_g, sh_nff, mmv_codebook<T>::load(cb));                   \
+		moe_up_body<T>(tab, ids, k, ntok, x, cols, g, nff, sg, su, sh_g, sh_nff, mode, mmv_codebook<T>::load(cb));             \
 	}                                                                                                                          \
 	extern "C" __global__ void moe_down_##sfx(const u64* tab, const int* ids, const float* w, int k, int ntok, const float* g,  \
 	                                          int nff, float* out, int d, const u8* sd, const float* sh_g, int sh_nff,         \
-	                                          const float* sh_gate) {                                                          \
+	                                          const float* sh_gate, int acc) {                                                 \
 		__shared__ float cb[16];                                                                                               \
-		moe_down_body<T>(tab, ids, w, k, ntok, g, nff, out, d, sd, sh_g, sh_nff, sh_gate, mmv_codebook<T>::load(cb));          \
+		moe_down_body<T>(tab, ids, w, k, ntok, g, nff, out, d, sd, sh_g, sh_nff, sh_gate, acc, mmv_codebook<T>::load(cb));     \
 	}
 
 FUSED_KERNELS(f32, mmv_f32_t)

@@ -1,0 +1,87 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/commit-run/commit-run/device"
+	"github.com/commit-run/commit-run/models"
+)
+
+// A pass on a device that fuses (a GPU: device.Fused, device.RoutedMoE) takes fewer launches
+// for the same numbers: the residual adds go with the next norm, attention's Q, K and V and
+// its RoPE and cache store are one launch each, and a MoE layer whose experts are all in the
+// device's memory is routed on the device, its chosen experts computed from a table there:
+// the host never reads a layer's routing back before its experts can start. Each fused
+// kernel gives the unfused kernels' results to the bit, so a fused pass equals an unfused one.
+
+// setupFused finds the device's fused operations for passes in its memory, and prepares the
+// MoE layers the device routes itself: every layer's, when the experts are the model's own
+// weights on the device (no offloading, no expert parallelism) and no Commit Router chooses
+// them. A layer the device cannot take (too many experts, experts of mixed types) is routed
+// on the host as before.
+func (m *Model) setupFused() {
+	f, ok := m.dev.(device.Fused)
+	if !ok || !m.resident || m.opts.unfused {
+		return
+	}
+	m.fused = f
+	rm, ok := m.dev.(device.RoutedMoE)
+	if !ok || m.off != nil || m.ep != nil || m.commit != nil {
+		return
+	}
+	m.moeDev = make([]*device.MoELayer, len(m.arch.Layers))
+	for i, l := range m.arch.Layers {
+		moe := l.MoE
+		if moe == nil {
+			continue
+		}
+		ml := &device.MoELayer{Used: moe.Used, Gating: *gatingOf(moe), SharedGate: moe.SharedGate}
+		for e := 0; e < moe.Experts; e++ {
+			ml.Experts = append(ml.Experts, device.ExpertMatrices{Gate: moe.GateExps.Expert(e), Up: moe.UpExps.Expert(e), Down: moe.DownExps.Expert(e)})
+		}
+		if sh := moe.Shared; sh != nil {
+			ml.Shared = &device.ExpertMatrices{Gate: sh.Gate, Up: sh.Up, Down: sh.Down}
+		}
+		if err := rm.PrepareMoE(ml); err != nil {
+			if m.moeDevErr == nil {
+				m.moeDevErr = fmt.Errorf("layer %d's experts are routed on the host: %w", i, err)
+			}
+			continue
+		}
+		m.moeDev[i] = ml
+	}
+}
+
+// gatingOf is a MoE block's gating as a device computes it.
+func gatingOf(moe *models.MoE) *device.Gating {
+	g := &device.Gating{Bias: moe.SelectionBias, Normalize: moe.NormWeights, Scale: moe.WeightsScale}
+	switch moe.Gating {
+	case models.GatingSigmoid:
+		g.Func = device.GatingSigmoid
+	case models.GatingSoftmaxWeight:
+		g.Func = device.GatingSoftmaxWeight
+	}
+	return g
+}
+
+// routedOnDevice returns layer's MoE as the device routes and computes it, or nil where the
+// host routes it: a layer the device did not take, or a pass whose routing the host reads
+// (an observer, the Commit Router) or whose tokens share a plan (token drop, several rows).
+func (m *Model) routedOnDevice(layer, T int, ev *RouteEvent, cs *commitState) *device.MoELayer {
+	if m.moeDev == nil || T != 1 || ev != nil || cs != nil {
+		return nil
+	}
+	return m.moeDev[layer]
+}
+
+// moeOnDevice is moe for a layer the device routes: the router's product, then the routing,
+// the experts and their weighted sum (the shared expert's added) in three launches, reading
+// nothing back.
+func (m *Model) moeOnDevice(b models.Backend, l *device.MoELayer, moe *models.MoE, x []float32, T int, out []float32) {
+	logits := b.Floats(T * len(l.Experts))
+	b.MatMul(moe.Router.Matrix(), x, T, logits)
+	m.dev.(device.RoutedMoE).MoE(l, x, logits, T, out, b.Floats(l.ScratchFloats(T)))
+}
+
+// Fused returns the device's fused operations, or nil (models.FusedBackend).
+func (b *backend) Fused() device.Fused { return b.fused }
