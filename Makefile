@@ -57,13 +57,17 @@ golden:
 kernels:
 	bash tools/kernels/build.sh
 
-# Binaries for a lent GPU machine, which has no Go: carry bin/gpu and run tools/gpu/check.sh there.
+# Binaries for a lent GPU machine, which has no Go: carry bin/gpu.tar.xz (bin/gpu itself is too
+# large beside the checkout for a call's 64 MiB) and .lcpp, llama.cpp's source for its CUDA build
+# where ../shared/gpu has it, and run tools/gpu/check.sh there, which unpacks them.
 gpu-pack:
+	if [ -d ../shared/gpu ]; then mkdir -p .lcpp && cp -f ../shared/gpu/* .lcpp/; fi
 	mkdir -p bin/gpu
 	$(GO) test -c -ldflags='-s -w' -o bin/gpu/cuda.test ./cuda
 	$(GO) test -c -ldflags='-s -w' -o bin/gpu/engine.test ./engine
 	$(GO) build -ldflags='-s -w' -o bin/gpu/commit-run ./cmd/commit-run
 	$(GO) build -ldflags='-s -w' -o bin/gpu/synth ./tools/golden/cmd/synth
+	tar cJf bin/gpu.tar.xz -C bin gpu
 
 clean:
 	rm -rf bin

@@ -83,7 +83,7 @@ func (a *app) benchCmd() *cobra.Command {
 			if f.shape != "" || f.timingOnly {
 				return a.simBench(f)
 			}
-			for _, name := range []string{"trace", "skew", "cross-layer", "temporal", "ctx-fill", "prompt-len"} {
+			for _, name := range []string{"trace", "skew", "cross-layer", "temporal", "ctx-fill"} {
 				if cmd.Flags().Changed(name) {
 					return fmt.Errorf("--%s applies to timing-only runs (--shape or --timing-only)", name)
 				}
@@ -96,7 +96,7 @@ func (a *app) benchCmd() *cobra.Command {
 	fl.BoolVar(&f.timingOnly, "timing-only", false, "time -m on a simulated GPU from the routing it chooses, without computing offloaded runs")
 	fl.IntVar(&f.tokens, "tokens", 0, "decode tokens per prompt (default 32) or timed (default 64 with --shape)")
 	fl.IntVar(&f.ctxFill, "ctx-fill", 512, "KV cache positions: a --shape run's context (at least its prompt and tokens), and what the --ep cost model's attention reads")
-	fl.IntVar(&f.promptLen, "prompt-len", 128, "prompt tokens prefilled before a --shape decode, for the time to first token")
+	fl.IntVar(&f.promptLen, "prompt-len", 128, "prompt tokens prefilled before a --shape decode, for the time to first token; with -m, prompts of this many token ids instead of text, as llama-bench's -p (prefill tokens/s = this / TTFT)")
 	fl.StringVar(&f.traceFile, "trace", "", "replay the routing of a trace `FILE` (commit-run trace record)")
 	fl.Float64Var(&f.skew, "skew", 0.8, "synthetic routing: Zipf exponent of expert popularity")
 	fl.Float64Var(&f.crossLayer, "cross-layer", 0.5, "synthetic routing: probability a choice follows the previous layer's")
@@ -310,6 +310,22 @@ func (a *app) policyNotes(rows []engine.PolicyReport) {
 	}
 }
 
+// tokenPrompts are n prompts of length token ids each, spread over the upper three quarters
+// of a vocabulary of vocab (clear of the special tokens at its start), the same on every run:
+// what llama-bench prefills, a prompt's rate without a tokenizer's say in its length.
+func tokenPrompts(n, length, vocab int) [][]int32 {
+	out := make([][]int32, n)
+	lo := vocab / 4
+	for p := range out {
+		ids := make([]int32, length)
+		for i := range ids {
+			ids[i] = int32(lo + (p*104729+i*7919)%(vocab-lo))
+		}
+		out[p] = ids
+	}
+	return out
+}
+
 // benchPromptList returns the built-in prompts, or those of file, one per non-empty line.
 func benchPromptList(file string) ([]string, error) {
 	if file == "" {
@@ -350,6 +366,19 @@ func (a *app) modelBench(cmd *cobra.Command, f benchFlags) error {
 	}
 	o := engine.BenchOptions{Options: base, Prompts: prompts, Tokens: f.tokens, Timeline: timelineFiles(f.timeline), TimelineTokens: f.timelineTokens,
 		Commit: a.commitOptions()}
+	if cmd.Flags().Changed("prompt-len") {
+		if f.prompts != "" {
+			return fmt.Errorf("--prompt-len and --prompts: give the prompts as text or as a number of tokens, not both")
+		}
+		if f.promptLen < 1 || f.promptLen > maxCtx {
+			return fmt.Errorf("--prompt-len %d: want 1 to %d", f.promptLen, maxCtx)
+		}
+		info, err := engine.Inspect(a.modelPath)
+		if err != nil {
+			return err
+		}
+		o.PromptIDs = tokenPrompts(len(prompts), f.promptLen, info.Vocab)
+	}
 	o.Options.Offload, o.Options.Commit = nil, nil
 	if off := base.Offload; off != nil {
 		o.GPUMem, o.Eviction, o.Predictor = off.GPUMem, off.Eviction, off.Predictor
@@ -372,6 +401,9 @@ func (a *app) modelBench(cmd *cobra.Command, f benchFlags) error {
 		p := rep.Rows[0]
 		fmt.Fprintf(a.stdout, "%s on %s: %d prompts x %d tokens\nper-token latency  mean %.3f ms  p50 %.3f ms  p90 %.3f ms\ntime to first token %.3f ms\ndecode %.1f tokens/s\n",
 			rep.Model, rep.Device, rep.Prompts, rep.Tokens, p.Mean*1e3, p.P50*1e3, p.P90*1e3, p.TTFT*1e3, p.TokensPerSecond)
+		if cmd.Flags().Changed("prompt-len") {
+			fmt.Fprintf(a.stdout, "prefill %.1f tokens/s (%d-token prompts)\n", float64(f.promptLen)/p.TTFT, f.promptLen)
+		}
 		if rep.Simulated {
 			fmt.Fprintf(a.stdout, "simulated time (profile calibrated: %v), numbers computed on the CPU; physical limit %.3f ms per token, measured/limit %.2f\n",
 				rep.Calibrated, p.LimitPerToken*1e3, p.OverLimit)

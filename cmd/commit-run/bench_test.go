@@ -58,6 +58,11 @@ func TestBenchModel(t *testing.T) {
 			t.Errorf("bench output lacks %q:\n%s", want, out)
 		}
 	}
+	// Prompts of a number of token ids, as llama-bench's -p: their prefill rate.
+	out, _ = mustRun(t, "", "-m", model, "bench", "--tokens", "4", "--prompt-len", "40")
+	if !regexp.MustCompile(`\nprefill [0-9.]+ tokens/s \(40-token prompts\)\n`).MatchString(out) {
+		t.Errorf("bench --prompt-len 40 does not give the prefill rate:\n%s", out)
+	}
 }
 
 func TestBenchModelOnSim(t *testing.T) {
@@ -124,7 +129,8 @@ func TestBenchBadInput(t *testing.T) {
 		{[]string{"--device", "sim:rtx4090", "bench", "--shape", "mixtral-8x7b", "--predictor", "accuracy=7"}, "accuracy"},
 		{[]string{"--device", "sim:rtx4090", "bench", "--shape", "mixtral-8x7b", "--skew", "-2"}, "skew"},
 		{[]string{"bench", "--policy", "ondemand"}, "--gpu-mem"},
-		{[]string{"bench", "--prompt-len", "8"}, "timing-only"},
+		{[]string{"bench", "--prompt-len", "8", "--prompts", "bench_test.go"}, "not both"},
+		{[]string{"bench", "--prompt-len", "0"}, "--prompt-len 0: want 1 to"},
 		{[]string{"--device", "sim:rtx4090", "bench", "--shape", "mixtral-8x7b", "--prompt-len", "-1"}, "prompt length"},
 		{[]string{"bench", "--timeline", "x.svg"}, "--device sim:"},
 		{[]string{"bench", "--gpu-mem", "64MiB", "--policy", "commit", "--predictor", "oracle"}, "--timing-only"},

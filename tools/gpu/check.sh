@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
-# Runs issue 6's checks that need a GPU, on a lent machine that has the CUDA toolkit but no Go,
-# from the binaries `make gpu-pack` builds into bin/gpu (carry bin/gpu). From the repo root:
-#   bash tools/gpu/check.sh [STAGE ...]      (default: every stage; logs under $OUT or /tmp/gpu-check)
-# Stages: smi ptxas cuda engine kernels host offload. Each writes STAGE.log and goes on after a failure,
-# so that one call of a short lease gathers everything.
+# Runs the checks that need a GPU, on a lent machine that has the CUDA toolkit but no Go, from the
+# binaries `make gpu-pack` builds into bin/gpu (packed as bin/gpu.tar.xz, which this script
+# unpacks) and the llama.cpp source it copies into .lcpp (carry bin/gpu.tar.xz and .lcpp). From
+# the repo root:
+#   bash tools/gpu/check.sh [STAGE ...]      (default: smi ptxas cuda engine kernels host offload;
+#                                             logs under $OUT or /tmp/gpu-check)
+# Stages: smi ptxas cuda engine kernels host offload, and lcpp vs. Each writes STAGE.log and goes on
+# after a failure, so that one call of a short lease gathers everything.
+# llama.cpp's CUDA backend beside commit-run (issue 35) takes two calls on the same warm machine:
+# `check.sh lcpp` builds llama-bench for the card (5-7 minutes of its 16 cores), then `check.sh vs`
+# times both engines on the same synthetic files and prints one table (tools/gpu/vs.py).
 # A dry run on a machine without a GPU: CUDA_LIB names a driver library for cuda:0 (the fake one
 # the tests build) and OFFLOAD_MODEL a small model for the offload stage in place of OLMoE's shape.
 set -u
 cd "$(dirname "$0")/../.."
 root=$PWD
 bin=$root/bin/gpu
+[[ -d $bin || ! -e $bin.tar.xz ]] || tar xJf "$bin.tar.xz" -C "$root/bin" || exit 1
 out=${OUT:-/tmp/gpu-check}
 mkdir -p "$out"
 stages=("$@")
@@ -79,6 +86,51 @@ offload() {
 	fi
 }
 
+# llama.cpp's CUDA backend: built from the source `make gpu-pack` copied into .lcpp, into
+# /tmp/lcpp-build, where the next call on the same machine finds it.
+lcpp=$root/.lcpp
+lcpp_build() { OUT=$out/lcpp bash "$lcpp/llamacpp-bench.sh" build; }
+
+# peak_mib runs a command while sampling the card's used memory, and prints the peak above what
+# was used before it, in MiB, to peak.txt under $out.
+peak_mib() {
+	local q='nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits'
+	local base=$($q | head -n1)
+	(while :; do $q | head -n1; sleep 0.2; done) >/tmp/gpu-mem.log &
+	local sampler=$!
+	"$@"
+	local rc=$?
+	kill $sampler
+	echo $(($(sort -n /tmp/gpu-mem.log | tail -n1) - base)) >"$out/peak.txt"
+	return $rc
+}
+
+# vs: llama.cpp and commit-run on the same synthetic GGUFs (OLMoE- and Qwen3-30B-A3B-shaped,
+# synth's Q4_K_M mix; VS_SHAPES, VS_LAYERS to change them), prompts of 512 tokens and VS_TOKENS
+# decoded: the whole model on the card; then llama.cpp's --n-cpu-moe N (half the layers) and
+# commit-run's static (the same split), hot, cpu-miss and auto with the device memory that
+# llama.cpp's run took at its peak (sampled with nvidia-smi).
+vs() {
+	local tokens=${VS_TOKENS:-64}
+	[[ -x /tmp/lcpp-build/bin/llama-bench ]] || { echo "no llama-bench: run check.sh lcpp first on this machine"; return 1; }
+	for shape in ${VS_SHAPES:-olmoe qwen3moe}; do
+		local m=/tmp/vs-$shape.gguf
+		[[ -e $m ]] || "$bin/synth" -arch $shape ${VS_LAYERS:+-layers $VS_LAYERS} -type q4km -out $m || continue
+		"$bin/commit-run" inspect --json $m >"$out/vs-$shape-info.json" || continue
+		# Every layer of these shapes is a MoE layer: --n-cpu-moe and --cpu-moe-layers count the same.
+		local n=$(python3 -c "import json;print(json.load(open('$out/vs-$shape-info.json'))['layers']//2)")
+		OUT=$out/lcpp-$shape bash "$lcpp/llamacpp-bench.sh" bench $m
+		LD_LIBRARY_PATH=/tmp/lcpp-build/bin peak_mib /tmp/lcpp-build/bin/llama-bench -m $m -ngl 99 -ncmoe $n -fa on -p 512 -n 128 -r 3 \
+			-o json >"$out/lcpp-$shape/bench-ncmoe$n.json"
+		local mem=$(cat "$out/peak.txt")
+		echo "== $shape: --n-cpu-moe $n took $mem MiB"
+		"$bin/commit-run" -m $m --device cuda:0 --ctx 1024 bench --prompt-len 512 --tokens $tokens --json >"$out/vs-$shape-card.json"
+		"$bin/commit-run" -m $m --device cuda:0 --ctx 1024 --gpu-mem ${mem}MiB --cpu-moe-layers $n bench --policy static,hot,cpu-miss,auto \
+			--prompt-len 512 --tokens $tokens --json >"$out/vs-$shape-budget.json"
+	done
+	python3 tools/gpu/vs.py "$out" ${VS_SHAPES:-olmoe qwen3moe}
+}
+
 for s in "${stages[@]}"; do
 	case $s in
 	smi) f=smi ;;
@@ -88,6 +140,8 @@ for s in "${stages[@]}"; do
 	kernels) f=kernels ;;
 	host) f=host_rates ;;
 	offload) f=offload ;;
+	lcpp) f=lcpp_build ;;
+	vs) f=vs ;;
 	*) echo "check.sh: unknown stage $s" >&2; exit 2 ;;
 	esac
 	echo "== $s"
