@@ -89,22 +89,28 @@ func fusedCases() []kernelCase {
 		if typ.BlockSize() == 1 {
 			wide = 64
 		}
-		add("mmv3_"+sfx, fmt.Sprintf("rows=5,3,9,cols=%d,ntok=1", wide), func(t *testing.T, k *kernelEnv, r *rand.Rand) {
-			checkMMV3(t, k, typ, []int{5, 3, 9}, wide, 1, r)
-		})
-		add("mmv3_"+sfx, fmt.Sprintf("rows=6,cols=%d,ntok=2", narrow), func(t *testing.T, k *kernelEnv, r *rand.Rand) {
-			checkMMV3(t, k, typ, []int{6}, narrow, 2, r)
-		})
+		_, integer := mmvqKernels[typ]
+		for _, q := range []bool{false, true}[:1+b2i(integer)] {
+			add("mmv3_"+sfx, fmt.Sprintf("rows=5,3,9,cols=%d,ntok=1,quantized=%v", wide, q), func(t *testing.T, k *kernelEnv, r *rand.Rand) {
+				checkMMV3(t, k, typ, []int{5, 3, 9}, wide, 1, q, r)
+			})
+			add("mmv3_"+sfx, fmt.Sprintf("rows=6,cols=%d,ntok=2,quantized=%v", narrow, q), func(t *testing.T, k *kernelEnv, r *rand.Rand) {
+				checkMMV3(t, k, typ, []int{6}, narrow, 2, q, r)
+			})
+		}
 		// Another type for the ups, the downs and the shared expert, at a width both take.
-		other := mmvTypes[(slices.Index(mmvTypes, typ)+5)%len(mmvTypes)]
+		other := mmvTypes[1+(slices.Index(mmvTypes, typ)+5)%(len(mmvTypes)-1)] // F32 (0) stands for typ in moeCase
 		for _, c := range []moeCase{
 			{typ: typ, experts: 5, k: 2, ntok: 2, d: wide, ff: wide, shared: true, gated: true},
 			{typ: typ, experts: 3, k: 3, ntok: 1, d: narrow, ff: wide},
 			{typ: typ, experts: 4, k: 1, ntok: 1, d: wide, ff: narrow, shared: true},
 			{typ: typ, experts: 4, k: 2, ntok: 2, d: 256, ff: 256, shared: true, gated: true, up: other, shTyp: other},
 		} {
-			add("moe_up_"+sfx, c.String(), func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkMoE(t, k, c, r, true) })
-			add("moe_down_"+sfx, c.String(), func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkMoE(t, k, c, r, false) })
+			for _, q := range []bool{false, true}[:1+b2i(integer)] {
+				c.quantized = q
+				add("moe_up_"+sfx, c.String(), func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkMoE(t, k, c, r, true) })
+				add("moe_down_"+sfx, c.String(), func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkMoE(t, k, c, r, false) })
+			}
 		}
 	}
 	return cs
@@ -262,10 +268,11 @@ func checkRoute(t *testing.T, k *kernelEnv, c routeCase, r *rand.Rand) {
 }
 
 // checkMMV3: mmv3 against mmv and add_rows_f32 of each product.
-func checkMMV3(t *testing.T, k *kernelEnv, typ quant.Type, rows []int, cols, ntok int, r *rand.Rand) {
+func checkMMV3(t *testing.T, k *kernelEnv, typ quant.Type, rows []int, cols, ntok int, quantize bool, r *rand.Rand) {
 	sfx, _ := fusedSuffix(typ)
 	x := randF32(r, ntok*cols, 1)
 	dx := k.putF32(t, x)
+	xq := k.quantized(t, dx, ntok, cols, typ, quantize)
 	var w, y, ref, b [3]DevicePtr
 	var rs [3]int
 	var args Args
@@ -277,15 +284,16 @@ func checkMMV3(t *testing.T, k *kernelEnv, typ quant.Type, rows []int, cols, nto
 			b[i] = k.putF32(t, randF32(r, n, 1))
 		}
 		maxRows = max(maxRows, n)
-		k.run(t, mmvKernels[typ], Dim3{X: ceilDiv(n, mmvRowsPerBlock), Y: 1}, Dim3{X: 32, Y: mmvRowsPerBlock},
-			args.Reset().Ptr(w[i]).Ptr(dx).Ptr(ref[i]).Int(n).Int(cols).Int(ntok))
+		for tk := 0; tk < ntok; tk++ {
+			k.product(t, typ, w[i], dx.Add(int64(4*tk*cols)), xq, tk, ref[i].Add(int64(4*tk*n)), n, cols)
+		}
 		if b[i] != 0 {
 			k.run(t, "add_rows_f32", Dim3{X: ceilDiv(ntok*n, 256)}, Dim3{X: 256}, args.Reset().Ptr(ref[i]).Ptr(b[i]).Int(ntok*n).Int(n))
 		}
 	}
 	k.run(t, "mmv3_"+sfx, Dim3{X: ceilDiv(maxRows, mmvRowsPerBlock), Z: len(rows)}, Dim3{X: 32, Y: mmvRowsPerBlock},
 		args.Reset().Ptr(w[0]).Ptr(w[1]).Ptr(w[2]).Ptr(y[0]).Ptr(y[1]).Ptr(y[2]).Ptr(b[0]).Ptr(b[1]).Ptr(b[2]).
-			Int(rs[0]).Int(rs[1]).Int(rs[2]).Ptr(dx).Int(cols).Int(ntok))
+			Int(rs[0]).Int(rs[1]).Int(rs[2]).Ptr(dx).Int(cols).Int(ntok).Ptr(xq.q).Ptr(xq.d).Ptr(xq.s))
 	for i, n := range rows {
 		checkBits(t, fmt.Sprintf("product %d", i), k.getF32(t, y[i], ntok*n), k.getF32(t, ref[i], ntok*n))
 	}
@@ -298,21 +306,28 @@ type moeCase struct {
 	// The up matrices', the down matrices' and the shared expert's types where they are not
 	// typ: the launches moe_up takes with modes 1 and 2, and moe_down's with acc.
 	up, down, shTyp quant.Type
+	// quantized gives the products their input quantized: the integer products.
+	quantized bool
 }
 
 func (c moeCase) String() string {
 	s := fmt.Sprintf("experts=%d,k=%d,ntok=%d,d=%d,ff=%d,shared=%v,gated=%v", c.experts, c.k, c.ntok, c.d, c.ff, c.shared, c.gated)
-	if c.up != c.typ || c.down != c.typ || c.shTyp != c.typ {
-		s += fmt.Sprintf(",up=%s,down=%s,shared_type=%s", c.up, c.down, c.shTyp)
+	for _, o := range []struct {
+		name string
+		t    quant.Type
+	}{{"up", c.up}, {"down", c.down}, {"shared_type", c.shTyp}} {
+		if o.t != 0 && o.t != c.typ {
+			s += fmt.Sprintf(",%s=%s", o.name, o.t)
+		}
 	}
-	return s
+	return s + fmt.Sprintf(",quantized=%v", c.quantized)
 }
 
 // checkMoE: moe_up (up) or moe_down (!up) of a layer's experts, found through a table by the
-// ids of the routing, against the unfused kernels: mmv of each expert's gate and up, then
-// swiglu_f32; mmv of each down, combine_off_f32, and the shared expert's down product added
-// as gated_add_f32 (with the gate given) or add_f32 would. Where the types differ the fused
-// kernels take the launches PrepareMoE plans (moeLaunches).
+// ids of the routing, against the unfused kernels: mmv (or on quantized inputs mmvq) of each
+// expert's gate and up, then swiglu_f32; of each down, combine_off_f32, and the shared
+// expert's down product added as gated_add_f32 (with the gate given) or add_f32 would. Where
+// the types differ the fused kernels take the launches PrepareMoE plans (moeLaunches).
 func checkMoE(t *testing.T, k *kernelEnv, c moeCase, r *rand.Rand, up bool) {
 	for _, p := range []*quant.Type{&c.up, &c.down, &c.shTyp} {
 		if *p == 0 {
@@ -348,15 +363,15 @@ func checkMoE(t *testing.T, k *kernelEnv, c moeCase, r *rand.Rand, up bool) {
 	}
 	var args Args
 	block := Dim3{X: 32, Y: mmvRowsPerBlock}
-	mmv := func(typ quant.Type, w, x, y DevicePtr, rows, cols int) {
-		k.run(t, mmvKernels[typ], Dim3{X: ceilDiv(rows, mmvRowsPerBlock), Y: 1}, block, args.Reset().Ptr(w).Ptr(x).Ptr(y).Int(rows).Int(cols).Int(1))
-	}
 	if up {
 		x := randF32(r, c.ntok*c.d, 1)
 		dx, dg, dsh := k.putF32(t, x), k.alloc(t, 4*c.ntok*c.k*c.ff), k.alloc(t, 4*c.ntok*c.ff)
+		xq := func(typ quant.Type) q8 { return k.quantized(t, dx, c.ntok, c.d, typ, c.quantized) }
 		launch := func(typ quant.Type, tab, sg, su DevicePtr, entries, mode int) {
+			q := xq(typ)
 			k.run(t, "moe_up_"+sfx(typ), Dim3{X: ceilDiv(c.ff, mmvRowsPerBlock), Z: entries}, block,
-				args.Reset().Ptr(tab).Ptr(dids).Int(c.k).Int(c.ntok).Ptr(dx).Int(c.d).Ptr(dg).Int(c.ff).Ptr(sg).Ptr(su).Ptr(dsh).Int(c.ff).Int(mode))
+				args.Reset().Ptr(tab).Ptr(dids).Int(c.k).Int(c.ntok).Ptr(dx).Int(c.d).Ptr(dg).Int(c.ff).Ptr(sg).Ptr(su).Ptr(dsh).Int(c.ff).Int(mode).
+					Ptr(q.q).Ptr(q.d).Ptr(q.s))
 		}
 		routed := func(tab, sg, su DevicePtr, entries int) {
 			if c.up == c.typ {
@@ -381,11 +396,11 @@ func checkMoE(t *testing.T, k *kernelEnv, c moeCase, r *rand.Rand, up bool) {
 			gotSh = k.getF32(t, dsh, c.ntok*c.ff)
 		}
 		for tk := 0; tk < c.ntok; tk++ {
-			xt := k.putF32(t, x[tk*c.d:(tk+1)*c.d]) // an expert's input, as the unfused path gathers it
+			xt := dx.Add(int64(4 * tk * c.d))
 			one := func(gt, ut quant.Type, g, u DevicePtr) []float32 {
 				rg, ru := k.alloc(t, 4*c.ff), k.alloc(t, 4*c.ff)
-				mmv(gt, g, xt, rg, c.ff, c.d)
-				mmv(ut, u, xt, ru, c.ff, c.d)
+				k.product(t, gt, g, xt, xq(gt), tk, rg, c.ff, c.d)
+				k.product(t, ut, u, xt, xq(ut), tk, ru, c.ff, c.d)
 				k.run(t, "swiglu_f32", Dim3{X: ceilDiv(c.ff, 256)}, Dim3{X: 256}, args.Reset().Ptr(rg).Ptr(ru).Int(c.ff))
 				return k.getF32(t, rg, c.ff)
 			}
@@ -406,9 +421,12 @@ func checkMoE(t *testing.T, k *kernelEnv, c moeCase, r *rand.Rand, up bool) {
 	if c.gated {
 		dgate = k.putF32(t, gate)
 	}
+	gq := k.quantized(t, dg, c.ntok*c.k, c.ff, c.down, c.quantized)
+	hq := k.quantized(t, dshg, c.ntok, c.ff, c.shTyp, c.quantized)
 	down := func(typ quant.Type, tab, sd DevicePtr, acc int) {
 		k.run(t, "moe_down_"+sfx(typ), Dim3{X: ceilDiv(c.d, mmvRowsPerBlock), Y: c.ntok}, block,
-			args.Reset().Ptr(tab).Ptr(dids).Ptr(dw).Int(c.k).Int(c.ntok).Ptr(dg).Int(c.ff).Ptr(dout).Int(c.d).Ptr(sd).Ptr(dshg).Int(c.ff).Ptr(dgate).Int(acc))
+			args.Reset().Ptr(tab).Ptr(dids).Ptr(dw).Int(c.k).Int(c.ntok).Ptr(dg).Int(c.ff).Ptr(dout).Int(c.d).Ptr(sd).Ptr(dshg).Int(c.ff).Ptr(dgate).Int(acc).
+				Ptr(gq.q).Ptr(gq.d).Ptr(gq.s).Ptr(hq.q).Ptr(hq.d).Ptr(hq.s))
 	}
 	if !c.shared || c.shTyp == c.down {
 		down(c.down, dtab, sd, 0)
@@ -421,7 +439,7 @@ func checkMoE(t *testing.T, k *kernelEnv, c moeCase, r *rand.Rand, up bool) {
 		ys := k.alloc(t, 4*c.k*c.d)
 		for j := 0; j < c.k; j++ {
 			z := tk*c.k + j
-			mmv(c.down, downs[ids[z]], k.putF32(t, g[z*c.ff:(z+1)*c.ff]), ys.Add(int64(4*j*c.d)), c.d, c.ff)
+			k.product(t, c.down, downs[ids[z]], dg.Add(int64(4*z*c.ff)), gq, z, ys.Add(int64(4*j*c.d)), c.d, c.ff)
 		}
 		out := k.alloc(t, 4*c.d)
 		k.run(t, "combine_off_f32", Dim3{X: ceilDiv(c.d, 256)}, Dim3{X: 256},
@@ -429,7 +447,7 @@ func checkMoE(t *testing.T, k *kernelEnv, c moeCase, r *rand.Rand, up bool) {
 		want := k.getF32(t, out, c.d)
 		if c.shared {
 			s := k.alloc(t, 4*c.d)
-			mmv(c.shTyp, sd, k.putF32(t, shg[tk*c.ff:(tk+1)*c.ff]), s, c.d, c.ff)
+			k.product(t, c.shTyp, sd, dshg.Add(int64(4*tk*c.ff)), hq, tk, s, c.d, c.ff)
 			for i, v := range k.getF32(t, s, c.d) {
 				if c.gated {
 					v = float32(gate[tk] * v)
@@ -439,6 +457,39 @@ func checkMoE(t *testing.T, k *kernelEnv, c moeCase, r *rand.Rand, up bool) {
 		}
 		checkBits(t, fmt.Sprintf("token %d", tk), got[tk*c.d:(tk+1)*c.d], want)
 	}
+}
+
+// quantized returns rows rows of cols floats at x quantized on the device for the integer
+// products of weights of type w (quantize_q8_f32, checked against quant by checkQuantizeQ8), or
+// zero planes where w's products are float ones or quant is false.
+func (k *kernelEnv) quantized(t testing.TB, x DevicePtr, rows, cols int, w quant.Type, quant bool) q8 {
+	kind, block, ok := q8Kind(w)
+	if !quant || !ok || cols%block != 0 {
+		return q8{}
+	}
+	nb := rows * cols / block
+	a := q8{q: k.alloc(t, rows*cols), d: k.alloc(t, 4*nb), s: k.alloc(t, 4*nb)}
+	var args Args
+	k.run(t, "quantize_q8_f32", Dim3{X: ceilDiv(nb, 8)}, Dim3{X: 256}, args.Ptr(x).Ptr(a.q).Ptr(a.d).Ptr(a.s).Int(cols).Int(rows).Int(kind))
+	return a
+}
+
+// product runs the unfused product of rows rows of w (of type typ) with one token's input: mmvq
+// on the quantized input xq (row r of its planes) when it is, else mmv on x.
+func (k *kernelEnv) product(t *testing.T, typ quant.Type, w, x DevicePtr, xq q8, r int, y DevicePtr, rows, cols int) {
+	var args Args
+	block, grid := Dim3{X: 32, Y: mmvRowsPerBlock}, Dim3{X: ceilDiv(rows, mmvRowsPerBlock), Y: 1}
+	if xq.q == 0 {
+		k.run(t, mmvKernels[typ], grid, block, args.Ptr(w).Ptr(x).Ptr(y).Int(rows).Int(cols).Int(1))
+		return
+	}
+	_, qb, _ := q8Kind(typ)
+	s := DevicePtr(0)
+	if xq.s != 0 {
+		s = xq.s.Add(int64(4 * r * cols / 32))
+	}
+	k.run(t, mmvqKernels[typ], grid, block, args.Ptr(w).Ptr(xq.q.Add(int64(r*cols))).Ptr(xq.d.Add(int64(4*r*cols/qb))).Ptr(s).Ptr(y).
+		Int(rows).Int(cols).Int(1))
 }
 
 func u64bytes(v []uint64) []byte {

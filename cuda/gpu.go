@@ -90,6 +90,8 @@ type GPU struct {
 	compute, copy *Stream
 	mod           *Module
 	mmv, mmq      map[quant.Type]*Function // products by weight type: few tokens, many (prefill)
+	mmvq          map[quant.Type]*Function // few tokens' integer products (ops_quant.go)
+	qscr          qscratch                 // their quantized activations (under mu)
 
 	// mu orders the synchronous products: one staging area, one sequence on the stream.
 	mu        sync.Mutex
@@ -123,6 +125,7 @@ type GPU struct {
 
 	// step is the decode step being captured (step.go), nil when none is (under mu).
 	step *stepCapture
+	op   opCall // the operation in progress (under mu; ops.go)
 
 	launches, fallbacks, mmqLaunches, reads atomic.Int64
 	kernels, graphLaunches                  atomic.Int64
@@ -173,7 +176,7 @@ func Open(o GPUOptions) (*GPU, error) {
 	if err != nil {
 		return nil, fmt.Errorf("device %s: %w", name, err)
 	}
-	g := &GPU{drv: drv, ctx: ctx, info: info, host: o.Host, mmv: map[quant.Type]*Function{}, mmq: map[quant.Type]*Function{},
+	g := &GPU{drv: drv, ctx: ctx, info: info, host: o.Host, mmv: map[quant.Type]*Function{}, mmq: map[quant.Type]*Function{}, mmvq: map[quant.Type]*Function{},
 		fns: map[string]*Function{}, opened: time.Now(), hostRates: rates}
 	if err := g.open(o); err != nil {
 		g.Close()
@@ -235,6 +238,16 @@ func (g *GPU) open(o GPUOptions) error {
 		}
 		g.mmq[t] = f
 	}
+	for t, name := range mmvqKernels {
+		f, err := g.mod.Function(name)
+		if errors.Is(err, ErrNotFound) {
+			continue // decode products of this type take mmv's float path
+		}
+		if err != nil {
+			return err
+		}
+		g.mmvq[t] = f
+	}
 	return nil
 }
 
@@ -256,8 +269,11 @@ func (g *GPU) Close() error {
 	}
 	g.pinned = nil
 	g.mu.Lock()
-	errs = append(errs, g.ctx.Free(g.dx), g.ctx.Free(g.dy), g.ctx.Free(g.ring))
-	g.dx, g.dy, g.dxN, g.dyN, g.ring = 0, 0, 0, 0, 0
+	errs = append(errs, g.ctx.Free(g.dx), g.ctx.Free(g.dy), g.ctx.Free(g.ring), g.ctx.Free(g.qscr.p))
+	for _, p := range g.qscr.old {
+		errs = append(errs, g.ctx.Free(p))
+	}
+	g.dx, g.dy, g.dxN, g.dyN, g.ring, g.qscr = 0, 0, 0, 0, 0, qscratch{}
 	if g.ringHost != nil {
 		errs = append(errs, g.ringHost.Free(), g.ringEv[0].Destroy(), g.ringEv[1].Destroy())
 		g.ringHost = nil
@@ -707,11 +723,38 @@ func (g *GPU) matMul(w quant.Matrix, x []float32, T int, out []float32) bool {
 	}
 	grid := Dim3{X: (w.Rows + mmvRowsPerBlock - 1) / mmvRowsPerBlock, Y: (T + mmvTokensPerBlock - 1) / mmvTokensPerBlock}
 	block := Dim3{X: 32, Y: mmvRowsPerBlock}
+	args := func() *Args { return g.args.Reset().Ptr(wp).Ptr(xp).Ptr(yp).Int(w.Rows).Int(w.Cols).Int(T) }
 	if mmq {
 		grid = Dim3{X: (w.Rows + mmqRowsPerBlock - 1) / mmqRowsPerBlock, Y: (T + mmqTokensPerBlock - 1) / mmqTokensPerBlock}
 		block = Dim3{X: mmqThreads}
+		// The activation quantized as the CPU quantizes it for a quantized type: the tiles
+		// multiply its values.
+		var a q8
+		var off int64
+		if errors.Join(errs...) == nil {
+			var err error
+			a, err = g.quantizeLocked(xp, T, w.Cols, w.Type, &off)
+			errs = append(errs, err)
+		}
+		_, qb, _ := q8Kind(w.Type)
+		args = func() *Args {
+			return g.args.Reset().Ptr(wp).Ptr(xp).Ptr(yp).Int(w.Rows).Int(w.Cols).Int(T).Ptr(a.q).Ptr(a.d).Ptr(a.s).Int(qb)
+		}
+	} else if f := g.mmvq[w.Type]; f != nil && errors.Join(errs...) == nil {
+		// The activation quantized, then the integer product.
+		var off int64
+		a, err := g.quantizeLocked(xp, T, w.Cols, w.Type, &off)
+		errs = append(errs, err)
+		if a.q != 0 {
+			fn = f
+			args = func() *Args {
+				return g.args.Reset().Ptr(wp).Ptr(a.q).Ptr(a.d).Ptr(a.s).Ptr(yp).Int(w.Rows).Int(w.Cols).Int(T)
+			}
+		}
 	}
-	errs = append(errs, g.compute.Launch(fn, grid, block, 0, g.args.Reset().Ptr(wp).Ptr(xp).Ptr(yp).Int(w.Rows).Int(w.Cols).Int(T)))
+	if errors.Join(errs...) == nil {
+		errs = append(errs, g.compute.Launch(fn, grid, block, 0, args()))
+	}
 	if !yDev {
 		errs = append(errs, g.compute.CopyDtoH(g.out.Bytes[:ny], g.dy), g.compute.Synchronize())
 	}

@@ -67,6 +67,11 @@ var KernelNames = []string{
 	"mmv_f32", "mmv_f16", "mmv_bf16",
 	"mmv_q4_0", "mmv_q4_1", "mmv_q5_0", "mmv_q5_1", "mmv_q8_0", "mmv_iq4_nl",
 	"mmv_q2_K", "mmv_q3_K", "mmv_q4_K", "mmv_q5_K", "mmv_q6_K",
+	// mmvq.cu: y = W x for ntok <= 8 tokens with the activation quantized (quantize_q8_f32) and
+	// integer dot products
+	"quantize_q8_f32",
+	"mmvq_q4_0", "mmvq_q4_1", "mmvq_q5_0", "mmvq_q5_1", "mmvq_q8_0", "mmvq_iq4_nl",
+	"mmvq_q2_K", "mmvq_q3_K", "mmvq_q4_K", "mmvq_q5_K", "mmvq_q6_K",
 	// mmq.cu: y = W x for many tokens (prefill), a tiled product reading W once per 64 tokens
 	"mmq_f32", "mmq_f16", "mmq_bf16",
 	"mmq_q4_0", "mmq_q4_1", "mmq_q5_0", "mmq_q5_1", "mmq_q8_0", "mmq_iq4_nl",

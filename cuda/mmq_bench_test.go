@@ -96,9 +96,10 @@ func timeLaunches(b *testing.B, k *kernelEnv, name string, grid, block Dim3, arg
 	return sec / float64(b.N)
 }
 
-// productArgs are the arguments of a product kernel (mmv, mmq) over w, x and y.
+// productArgs are the arguments of a product kernel (mmv, mmq) over w, x and y; mmq's
+// quantized activation none.
 func productArgs(w, x, y DevicePtr, rows, cols, T int) Args {
 	var a Args
-	a.Ptr(w).Ptr(x).Ptr(y).Int(rows).Int(cols).Int(T)
+	a.Ptr(w).Ptr(x).Ptr(y).Int(rows).Int(cols).Int(T).Ptr(0).Ptr(0).Ptr(0).Int(0)
 	return a
 }

@@ -58,6 +58,11 @@ func mmqCases() []kernelCase {
 		cs = append(cs,
 			kernelCase{mmqKernels[typ], "same as mmv", func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkMMQvsMMV(t, k, typ, r) }},
 			kernelCase{mmqKernels[typ], "any token count", func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkMMQTokens(t, k, typ, r) }})
+		if _, _, ok := q8Kind(typ); ok {
+			for _, c := range []mmvCase{{typ, 65, cols[len(cols)-1], 17, 1, 0}, {typ, 130, cols[0], 100, 2, 1}} {
+				cs = append(cs, kernelCase{mmqKernels[typ], c.String() + ",quantized", func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkMMQQuantized(t, k, c, r) }})
+			}
+		}
 	}
 	return cs
 }
@@ -89,18 +94,37 @@ func mmqRef(w quant.Matrix, off, rows int, x []float32, ntok int) (want, abs []f
 	return want, abs
 }
 
+// asQuantized is x quantized as type t and dequantized: the activation the CPU's and the
+// integer products multiply.
+func asQuantized(t quant.Type, x []float32, cols, ntok int) []float32 {
+	b := quantizeRows(t, x, cols, ntok)
+	rb, _ := t.RowBytes(cols)
+	out := make([]float32, len(x))
+	for tk := 0; tk < ntok; tk++ {
+		quant.DequantizeRow(t, b[tk*rb:(tk+1)*rb], out[tk*cols:(tk+1)*cols])
+	}
+	return out
+}
+
 // mmqGuard is the floats after y that a launch must leave alone.
 const mmqGuard = 64
 
-// runMMQ launches c's kernel on weights dw (whole matrix; c.off rows in) and activations dx,
-// and returns y, after checking the kernel wrote nothing past it.
-func runMMQ(t *testing.T, k *kernelEnv, c mmvCase, dw, dx DevicePtr, rb int) []float32 {
+// runMMQ launches c's kernel on weights dw (whole matrix; c.off rows in) and activations dx
+// (or their quantized planes xq, when given), and returns y, after checking the kernel wrote
+// nothing past it.
+func runMMQ(t *testing.T, k *kernelEnv, c mmvCase, dw, dx DevicePtr, rb int, xq ...q8) []float32 {
 	t.Helper()
 	n := c.ntok * c.rows
 	dy := k.alloc(t, 4*(n+mmqGuard))
+	var a q8
+	var qb int
+	if len(xq) > 0 {
+		a = xq[0]
+		_, qb, _ = q8Kind(c.typ)
+	}
 	var args Args
 	k.run(t, mmqKernels[c.typ], Dim3{X: ceilDiv(c.rows, mmqRowsPerBlock), Y: c.gridY}, Dim3{X: mmqThreads},
-		args.Ptr(dw.Add(int64(c.off*rb))).Ptr(dx).Ptr(dy).Int(c.rows).Int(c.cols).Int(c.ntok))
+		args.Ptr(dw.Add(int64(c.off*rb))).Ptr(dx).Ptr(dy).Int(c.rows).Int(c.cols).Int(c.ntok).Ptr(a.q).Ptr(a.d).Ptr(a.s).Int(qb))
 	y := k.getF32(t, dy, n+mmqGuard)
 	for i, v := range y[n:] {
 		if math.Float32bits(v) != 0xffffffff {
@@ -120,6 +144,26 @@ func checkMMQ(t *testing.T, k *kernelEnv, c mmvCase, r *rand.Rand) {
 	g := mmqTol(c.cols)
 	for i := range abs {
 		abs[i] *= g
+	}
+	checkClose(t, "y", got, want, abs)
+}
+
+// checkMMQQuantized runs one product on the activation quantized (quantize_q8_f32), as the
+// CPU reference multiplies it: against the float64 product with the quantized activation's
+// values (Q4_1's and Q5_1's minimum times its s: minCorrection), mmq's bound and one
+// rounding more for each value q*d.
+func checkMMQQuantized(t *testing.T, k *kernelEnv, c mmvCase, r *rand.Rand) {
+	t.Helper()
+	w := randMatrix(t, c.typ, c.off+c.rows, c.cols, r)
+	x := randF32(r, c.ntok*c.cols, 1)
+	dx := k.putF32(t, x)
+	got := runMMQ(t, k, c, k.put(t, w.Data), dx, w.RowBytes(), k.quantized(t, dx, c.ntok, c.cols, c.typ, true))
+	want, abs := mmqRef(w, c.off, c.rows, asQuantized(c.typ.DotType(), x, c.cols, c.ntok), c.ntok)
+	p := planesOf(c.typ.DotType(), quantizeRows(c.typ.DotType(), x, c.cols, c.ntok), c.cols, c.ntok)
+	g := gamma(33 + ceilDiv(c.cols, 32))
+	for i := range abs {
+		abs[i] *= g
+		want[i] += minCorrection(w, c.off+i%c.rows, p, i/c.rows)
 	}
 	checkClose(t, "y", got, want, abs)
 }
@@ -224,11 +268,20 @@ func TestGPUMatMulPrefill(t *testing.T) {
 				}
 				launches++
 				tol := gamma(64 + w.Cols/32) // mmv's bound (checkMMV)
+				ref := x
+				_, quantized := mmvqKernels[w.Type]
+				if quantized {
+					// The activation quantized, as the CPU quantizes it, then the product: two
+					// launches.
+					launches++
+					ref = asQuantized(w.Type.DotType(), x, w.Cols, T)
+					tol *= 4 // checkMMVQ's bound
+				}
 				if T >= mmqMinTokens {
 					mmqs++
-					tol = mmqTol(w.Cols)
+					tol = gamma(33 + ceilDiv(w.Cols, 32)) // checkMMQQuantized's (mmqTol's without quantization)
 				}
-				want, abs := mmqRef(w, 0, w.Rows, x, T)
+				want, abs := mmqRef(w, 0, w.Rows, ref, T)
 				for i := range abs {
 					abs[i] *= tol
 				}

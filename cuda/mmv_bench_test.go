@@ -10,8 +10,10 @@ import (
 
 // BenchmarkMMVDecode times decode's matrix-vector products (one token) on matrices of
 // Mixtral's expert shapes, 14336 x 4096 (gate, up) and 4096 x 14336 (down), and reports how
-// close each kernel comes to the card's memory bandwidth: the goal is 60% for Q4_K
-// and Q8_0.
+// close each kernel comes to the card's memory bandwidth: the goal is 60% for Q4_K,
+// Q8_0 and Q6_K. The quantized types run twice: mmv (float weights decoded, float
+// activations) and mmvq (integer dot products on the activation quantized beforehand, what the
+// engine takes; the quantization is a launch of its own, not timed here).
 //
 //	weight-GB/s  the matrix's bytes over the time of a product (each weight is read once);
 //	%peak        that over the theoretical bandwidth from the memory clock and bus width.
@@ -46,19 +48,28 @@ func BenchmarkMMVDecode(b *testing.B) {
 				ws[i] = k.put(b, data)
 			}
 			dx, dy := k.putF32(b, randF32(r, cols, 1)), k.alloc(b, 4*rows)
-			b.Run(fmt.Sprintf("%s/%dx%d", typ, rows, cols), func(b *testing.B) {
-				args := make([]Args, len(ws))
-				for i, w := range ws {
-					args[i] = productArgs(w, dx, dy, rows, cols, 1)
+			xq := k.quantized(b, dx, 1, cols, typ, true)
+			for _, kernel := range []string{mmvKernels[typ], mmvqKernels[typ]} {
+				if kernel == "" {
+					continue // no integer product for the float types
 				}
-				grid, block := Dim3{X: ceilDiv(rows, mmvRowsPerBlock), Y: 1}, Dim3{X: 32, Y: mmvRowsPerBlock}
-				sec := timeLaunches(b, k, mmvKernels[typ], grid, block, args)
-				gbs := float64(len(data)) / sec / 1e9
-				b.ReportMetric(gbs, "weight-GB/s")
-				if k.info.MemoryBandwidth > 0 {
-					b.ReportMetric(100*gbs*1e9/k.info.MemoryBandwidth, "%peak")
-				}
-			})
+				b.Run(fmt.Sprintf("%s/%dx%d/%s", typ, rows, cols, kernel), func(b *testing.B) {
+					args := make([]Args, len(ws))
+					for i, w := range ws {
+						args[i] = productArgs(w, dx, dy, rows, cols, 1)
+						if kernel == mmvqKernels[typ] {
+							args[i].Reset().Ptr(w).Ptr(xq.q).Ptr(xq.d).Ptr(xq.s).Ptr(dy).Int(rows).Int(cols).Int(1)
+						}
+					}
+					grid, block := Dim3{X: ceilDiv(rows, mmvRowsPerBlock), Y: 1}, Dim3{X: 32, Y: mmvRowsPerBlock}
+					sec := timeLaunches(b, k, kernel, grid, block, args)
+					gbs := float64(len(data)) / sec / 1e9
+					b.ReportMetric(gbs, "weight-GB/s")
+					if k.info.MemoryBandwidth > 0 {
+						b.ReportMetric(100*gbs*1e9/k.info.MemoryBandwidth, "%peak")
+					}
+				})
+			}
 		}
 	}
 }

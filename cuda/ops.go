@@ -33,15 +33,20 @@ func int32Bytes(x []int32) []byte {
 // opCall is one operation's launches: it collects the device addresses of its operands and
 // the first failure, and enqueues under g.mu.
 type opCall struct {
-	g    *GPU
-	name string
-	err  error
+	g      *GPU
+	name   string
+	err    error
+	qoff   int64 // the quantized activations' scratch it took (ops_quant.go)
+	quants [4]quantized
+	nq     int
 }
 
-// begin starts operation name; the caller must call end.
+// begin starts operation name; the caller must call end. Operations run one at a time (g.mu),
+// so each takes the GPU's own opCall, and an operation allocates nothing.
 func (g *GPU) begin(name string) *opCall {
 	g.mu.Lock()
-	return &opCall{g: g, name: name}
+	g.op = opCall{g: g, name: name}
+	return &g.op
 }
 
 func (c *opCall) end() {
@@ -167,12 +172,9 @@ func (c *opCall) launch(name string, grid, block Dim3) {
 	if c.err != nil {
 		return
 	}
-	fn, ok := g.fns[name]
-	if !ok {
-		if fn, c.err = g.mod.Function(name); c.err != nil {
-			return
-		}
-		g.fns[name] = fn
+	var fn *Function
+	if fn, c.err = g.function(name); c.err != nil {
+		return
 	}
 	if c.err = g.compute.Launch(fn, grid, block, 0, &g.args); c.err == nil {
 		g.launched(false)

@@ -20,22 +20,17 @@ func fusedSuffix(t quant.Type) (string, bool) {
 	return strings.TrimPrefix(name, "mmv_"), ok
 }
 
-// Products implements device.Fused: one launch of mmv3 for a token's products of one type
-// and input width; otherwise (several tokens, where mmv reads the weights once for up to 8,
-// or mixed types) a product and a bias at a time.
+// Products implements device.Fused: for one token, one launch of mmv3 for the products of
+// each weight type, the input quantized once for each dot type; otherwise (several tokens,
+// where mmv reads the weights once for up to 8) a product and a bias at a time.
 func (g *GPU) Products(x []float32, T int, ps [3]device.Product) {
-	n, fused := 0, T == 1
-	for i, p := range ps {
-		if p.W.Data == nil {
-			continue
-		}
-		if i != n || p.W.Type != ps[0].W.Type || p.W.Cols != ps[0].W.Cols {
+	fused := T == 1
+	for _, p := range ps {
+		if _, ok := fusedSuffix(p.W.Type); p.W.Data != nil && (!ok || p.W.Cols != ps[0].W.Cols) {
 			fused = false
 		}
-		n++
 	}
-	sfx, ok := fusedSuffix(ps[0].W.Type)
-	if !fused || !ok || n == 0 {
+	if !fused {
 		for _, p := range ps {
 			if p.W.Data != nil {
 				g.MatMul(p.W, x, T, p.Out)
@@ -48,21 +43,37 @@ func (g *GPU) Products(x []float32, T int, ps [3]device.Product) {
 	}
 	c := g.begin("products")
 	defer c.end()
-	var w, y, b [3]DevicePtr
-	var rows [3]int
-	maxRows := 0
-	for i, p := range ps[:n] {
-		w[i], y[i] = c.ptr(p.W.Data, "the weights"), c.f(p.Out[:T*p.W.Rows], "the output")
-		if p.Bias != nil {
-			b[i] = c.f(p.Bias[:p.W.Rows], "the bias")
+	cols := ps[0].W.Cols
+	xp := c.f(x[:T*cols], "the input")
+	var done [3]bool
+	for i, p := range ps {
+		if p.W.Data == nil || done[i] {
+			continue
 		}
-		rows[i] = p.W.Rows
-		maxRows = max(maxRows, p.W.Rows)
+		// The products of p's type, in order.
+		var w, y, b [3]DevicePtr
+		var rows [3]int
+		n, maxRows := 0, 0
+		for j := i; j < len(ps); j++ {
+			q := ps[j]
+			if q.W.Data == nil || q.W.Type != p.W.Type {
+				continue
+			}
+			done[j] = true
+			w[n], y[n] = c.ptr(q.W.Data, "the weights"), c.f(q.Out[:T*q.W.Rows], "the output")
+			if q.Bias != nil {
+				b[n] = c.f(q.Bias[:q.W.Rows], "the bias")
+			}
+			rows[n] = q.W.Rows
+			maxRows = max(maxRows, q.W.Rows)
+			n++
+		}
+		sfx, _ := fusedSuffix(p.W.Type)
+		xq := c.quantize(xp, T, cols, p.W.Type) // once for each dot type
+		g.args.Reset().Ptr(w[0]).Ptr(w[1]).Ptr(w[2]).Ptr(y[0]).Ptr(y[1]).Ptr(y[2]).Ptr(b[0]).Ptr(b[1]).Ptr(b[2]).
+			Int(rows[0]).Int(rows[1]).Int(rows[2]).Ptr(xp).Int(cols).Int(T).Ptr(xq.q).Ptr(xq.d).Ptr(xq.s)
+		c.launch("mmv3_"+sfx, Dim3{X: blocks(maxRows, mmvRowsPerBlock), Z: n}, Dim3{X: 32, Y: mmvRowsPerBlock})
 	}
-	xp := c.f(x[:T*ps[0].W.Cols], "the input")
-	g.args.Reset().Ptr(w[0]).Ptr(w[1]).Ptr(w[2]).Ptr(y[0]).Ptr(y[1]).Ptr(y[2]).Ptr(b[0]).Ptr(b[1]).Ptr(b[2]).
-		Int(rows[0]).Int(rows[1]).Int(rows[2]).Ptr(xp).Int(ps[0].W.Cols).Int(T)
-	c.launch("mmv3_"+sfx, Dim3{X: blocks(maxRows, mmvRowsPerBlock), Z: n}, Dim3{X: 32, Y: mmvRowsPerBlock})
 }
 
 // AddRMSNorm implements device.Fused.
@@ -138,6 +149,7 @@ type moeTable struct {
 // routed experts, the shared expert, or both.
 type moeLaunch struct {
 	kernel         string
+	typ            quant.Type // its weights', whose dot type quantizes its input
 	mode           int
 	routed, shared bool
 }
@@ -161,9 +173,10 @@ func moeLaunches(l *device.MoELayer) (up, down []moeLaunch, err error) {
 			return err
 		}
 		if g == u {
-			up = append(up, moeLaunch{kernel: kg, routed: routed, shared: shared})
+			up = append(up, moeLaunch{kernel: kg, typ: g, routed: routed, shared: shared})
 		} else {
-			up = append(up, moeLaunch{kernel: kg, mode: 1, routed: routed, shared: shared}, moeLaunch{kernel: ku, mode: 2, routed: routed, shared: shared})
+			up = append(up, moeLaunch{kernel: kg, typ: g, mode: 1, routed: routed, shared: shared},
+				moeLaunch{kernel: ku, typ: u, mode: 2, routed: routed, shared: shared})
 		}
 		return nil
 	}
@@ -182,13 +195,13 @@ func moeLaunches(l *device.MoELayer) (up, down []moeLaunch, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	down = append(down, moeLaunch{kernel: kd, routed: true, shared: joinDown})
+	down = append(down, moeLaunch{kernel: kd, typ: e0.Down.Type, routed: true, shared: joinDown})
 	if sh != nil && !joinDown {
 		ks, err := kernel("moe_down_", sh.Down.Type)
 		if err != nil {
 			return nil, nil, err
 		}
-		down = append(down, moeLaunch{kernel: ks, mode: 1, shared: true})
+		down = append(down, moeLaunch{kernel: ks, typ: sh.Down.Type, mode: 1, shared: true})
 	}
 	return up, down, nil
 }
@@ -306,18 +319,22 @@ func (g *GPU) MoE(l *device.MoELayer, x, logits []float32, T int, out, scratch [
 		if u.shared {
 			sg, su, entries, rows = t.sg, t.su, entries+T, max(rows, t.shFF)
 		}
-		g.args.Reset().Ptr(tab).Ptr(idp).Int(k).Int(T).Ptr(xp).Int(t.d).Ptr(upp).Int(t.ff).Ptr(sg).Ptr(su).Ptr(shp).Int(t.shFF).Int(u.mode)
+		xq := c.quantize(xp, T, t.d, u.typ) // once for each dot type
+		g.args.Reset().Ptr(tab).Ptr(idp).Int(k).Int(T).Ptr(xp).Int(t.d).Ptr(upp).Int(t.ff).Ptr(sg).Ptr(su).Ptr(shp).Int(t.shFF).Int(u.mode).
+			Ptr(xq.q).Ptr(xq.d).Ptr(xq.s)
 		c.launch(u.kernel, Dim3{X: blocks(rows, mmvRowsPerBlock), Z: entries}, block)
 	}
 	for _, d := range t.down {
 		tab, sd := DevicePtr(0), DevicePtr(0)
+		var gq, hq q8
 		if d.routed {
-			tab = t.tab
+			tab, gq = t.tab, c.quantize(upp, T*k, t.ff, d.typ)
 		}
 		if d.shared {
-			sd = t.sd
+			sd, hq = t.sd, c.quantize(shp, T, t.shFF, d.typ)
 		}
-		g.args.Reset().Ptr(tab).Ptr(idp).Ptr(wp).Int(k).Int(T).Ptr(upp).Int(t.ff).Ptr(op).Int(t.d).Ptr(sd).Ptr(shp).Int(t.shFF).Ptr(sgp).Int(d.mode)
+		g.args.Reset().Ptr(tab).Ptr(idp).Ptr(wp).Int(k).Int(T).Ptr(upp).Int(t.ff).Ptr(op).Int(t.d).Ptr(sd).Ptr(shp).Int(t.shFF).Ptr(sgp).Int(d.mode).
+			Ptr(gq.q).Ptr(gq.d).Ptr(gq.s).Ptr(hq.q).Ptr(hq.d).Ptr(hq.s)
 		c.launch(d.kernel, Dim3{X: blocks(t.d, mmvRowsPerBlock), Y: T}, block)
 	}
 }

@@ -200,7 +200,7 @@ func benchRun(ctx context.Context, open func(Options) (*Model, error), o BenchOp
 		return sn
 	}
 	var st []offload.TokenStats
-	var devTime float64 // device seconds of the timed tokens, summed
+	var devTime float64   // device seconds of the timed tokens, summed
 	var per GPUTokenStats // a GPU's counters of the timed tokens, summed
 	var ttft, ttftLimit float64
 	var drawFrom, drawTo float64

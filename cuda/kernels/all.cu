@@ -3,6 +3,7 @@
 #include "common.cuh"
 #include "dequant.cuh"
 #include "mmv.cu"
+#include "mmvq.cu"
 #include "mmq.cu"
 #include "getrows.cu"
 #include "norm.cu"

@@ -277,6 +277,21 @@ CR_FN double cr_dadd(double a, double b) {
 CR_FN float cr_fabs(float a) { return cr_as_f(cr_f_bits(a) & 0x7fffffffu); }
 CR_FN float cr_inf(void) { return cr_as_f(0x7f800000u); }
 
+// cr_dp4a adds the four products of a's and b's signed bytes to c (dp4a, sm_61 and newer).
+CR_FN int cr_dp4a(int a, int b, int c) {
+#if defined(CR_NVCC)
+	return __dp4a(a, b, c);
+#elif defined(CR_CLANG)
+	int r;
+	asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+	return r;
+#else
+	for (int k = 0; k < 4; k++)
+		c += (int)(signed char)(a >> (8 * k)) * (int)(signed char)(b >> (8 * k));
+	return c;
+#endif
+}
+
 // ---- half and bfloat16 ----
 
 // cr_h2f widens an IEEE half (every half is exact in float32). On the device it is PTX's

@@ -5,8 +5,9 @@
 //
 // The products (mmv3, moe_up, moe_down) take each dot product from mmv.cu's mmv_dot, the
 // code of mmv_<type> for one token, and the same vector or scalar path mmv would take for
-// that matrix and input; so they read the weights once per token, which is what a decode
-// step (one token, or a few of a decode batch) needs. The experts' kernels find an expert's
+// that matrix and input, or, given their input quantized (quantize_q8_f32), from mmvq.cu's
+// integer mmvq_dot, mmvq_<type>'s code; so they read the weights once per token, which is
+// what a decode step (one token, or a few of a decode batch) needs. The experts' kernels find an expert's
 // weights in a table in device memory indexed by the expert ids the routing wrote there
 // (llama.cpp's MUL_MAT_ID): the host never reads a layer's routing to enqueue its experts,
 // and a CUDA graph replays them whatever the experts.
@@ -273,7 +274,7 @@ CR_FN float silu_mul(float g, float u) { return cr_fmul(cr_fdiv(g, cr_fadd(1.0f,
 
 template <class T>
 CR_FN void mmv3_body(const u8* w0, const u8* w1, const u8* w2, float* y0, float* y1, float* y2, const float* b0, const float* b1,
-                     const float* b2, int r0, int r1, int r2, const float* x, int cols, int ntok, const float* tab) {
+                     const float* b2, int r0, int r1, int r2, const float* x, int cols, int ntok, q8planes xq, const float* tab) {
 	const int p = blockIdx.z;
 	const u8* w = p == 0 ? w0 : (p == 1 ? w1 : w2);
 	float* y = p == 0 ? y0 : (p == 1 ? y1 : y2);
@@ -285,7 +286,7 @@ CR_FN void mmv3_body(const u8* w0, const u8* w1, const u8* w2, float* y0, float*
 	const bool vec = mmv_vec<T>(w, x, cols);
 	const u8* wr = w + (i64)row * mmv_row_bytes<T>(cols);
 	for (int t = 0; t < ntok; t++) {
-		float v = mmv_dot<T>(wr, x + (i64)t * cols, cols, vec, tab);
+		float v = mmv_any<T>::dot(wr, x + (i64)t * cols, cols, vec, tab, xq, t);
 		if (b)
 			v = cr_fadd(v, b[row]);
 		if (threadIdx.x == 0)
@@ -295,7 +296,7 @@ CR_FN void mmv3_body(const u8* w0, const u8* w1, const u8* w2, float* y0, float*
 
 template <class T>
 CR_FN void moe_up_body(const u64* tab, const int* ids, int k, int ntok, const float* x, int cols, float* g, int nff, const u8* sg,
-                       const u8* su, float* sh_g, int sh_nff, int mode, const float* cb) {
+                       const u8* su, float* sh_g, int sh_nff, int mode, q8planes xq, const float* cb) {
 	const int z = blockIdx.z, routed = tab ? ntok * k : 0;
 	const u8 *gw, *uw;
 	float* out;
@@ -320,20 +321,21 @@ CR_FN void moe_up_body(const u64* tab, const int* ids, int k, int ntok, const fl
 	const float* xt = x + (i64)t * cols;
 	const i64 rb = (i64)row * mmv_row_bytes<T>(cols);
 	// Mode 2 takes the gate's product that mode 1 stored (the gate of another type).
-	const float gv = mode == 2 ? out[row] : mmv_dot<T>(gw + rb, xt, cols, mmv_vec<T>(gw, xt, cols), cb);
+	const float gv = mode == 2 ? out[row] : mmv_any<T>::dot(gw + rb, xt, cols, mmv_vec<T>(gw, xt, cols), cb, xq, t);
 	if (mode == 1) {
 		if (threadIdx.x == 0)
 			out[row] = gv;
 		return;
 	}
-	const float uv = mmv_dot<T>(uw + rb, xt, cols, mmv_vec<T>(uw, xt, cols), cb);
+	const float uv = mmv_any<T>::dot(uw + rb, xt, cols, mmv_vec<T>(uw, xt, cols), cb, xq, t);
 	if (threadIdx.x == 0)
 		out[row] = silu_mul(gv, uv);
 }
 
 template <class T>
 CR_FN void moe_down_body(const u64* tab, const int* ids, const float* w, int k, int ntok, const float* g, int nff, float* out, int d,
-                         const u8* sd, const float* sh_g, int sh_nff, const float* sh_gate, int acc, const float* cb) {
+                         const u8* sd, const float* sh_g, int sh_nff, const float* sh_gate, int acc, q8planes gq, q8planes hq,
+                         const float* cb) {
 	const int t = blockIdx.y, row = blockIdx.x * blockDim.y + threadIdx.y;
 	if (row >= d || t >= ntok)
 		return; // the whole warp
@@ -344,13 +346,13 @@ CR_FN void moe_down_body(const u64* tab, const int* ids, const float* w, int k, 
 			const i64 z = (i64)t * k + j;
 			const u8* dw = (const u8*)tab[3 * ids[z] + 2];
 			const float* gz = g + z * nff;
-			const float y = mmv_dot<T>(dw + rb, gz, nff, mmv_vec<T>(dw, gz, nff), cb);
+			const float y = mmv_any<T>::dot(dw + rb, gz, nff, mmv_vec<T>(dw, gz, nff), cb, gq, (int)z);
 			o = cr_fadd(o, cr_fmul(w[z], y));
 		}
 	}
 	if (sd) {
 		const float* gt = sh_g + (i64)t * sh_nff;
-		const float s = mmv_dot<T>(sd + (i64)row * mmv_row_bytes<T>(sh_nff), gt, sh_nff, mmv_vec<T>(sd, gt, sh_nff), cb);
+		const float s = mmv_any<T>::dot(sd + (i64)row * mmv_row_bytes<T>(sh_nff), gt, sh_nff, mmv_vec<T>(sd, gt, sh_nff), cb, hq, t);
 		o = sh_gate ? cr_fadd(o, cr_fmul(sh_gate[t], s)) : cr_fadd(o, s);
 	}
 	if (threadIdx.x == 0)
@@ -361,16 +363,22 @@ CR_FN void moe_down_body(const u64* tab, const int* ids, const float* w, int k, 
 // 4 rows per block; no dynamic shared memory; weights and activations as mmv.cu's ABI says,
 // expert tables and ids in device memory):
 //
+// Each takes its input's quantized planes (xq, xd, xs: mmvq.cu's q, d, s of the input's rows,
+// as the weights' dot type quantizes them) or NULLs: with them its products are mmvq_<type>'s,
+// without them mmv_<type>'s (the float types have no integer path and ignore them).
+//
 // mmv3_<type>(const u8* w0, const u8* w1, const u8* w2, float* y0, float* y1, float* y2,
 //             const float* b0, const float* b1, const float* b2, int r0, int r1, int r2,
-//             const float* x, int cols, int ntok)
+//             const float* x, int cols, int ntok, const signed char* xq, const float* xd,
+//             const float* xs)
 //   Up to three products of one input x (ntok rows of cols floats): product p = blockIdx.z
 //   writes y_p[t*r_p + r] = W_p[r] . x_t (+ b_p[r] when b_p is not NULL) for r < r_p: mmv
-//   then add_rows_f32 of each, to the bit (attention's Q, K and V). Unused products' pointers
-//   may be NULL. grid (ceil(max r_p / 4), 1, products).
+//   (or mmvq) then add_rows_f32 of each, to the bit (attention's Q, K and V). Unused
+//   products' pointers may be NULL. grid (ceil(max r_p / 4), 1, products).
 //
 // moe_up_<type>(const u64* tab, const int* ids, int k, int ntok, const float* x, int cols,
-//               float* g, int nff, const u8* sg, const u8* su, float* sh_g, int sh_nff, int mode)
+//               float* g, int nff, const u8* sg, const u8* su, float* sh_g, int sh_nff, int mode,
+//               const signed char* xq, const float* xd, const float* xs)
 //   Gate, up and SwiGLU of a layer's experts: for token t's j-th expert e = ids[t*k + j],
 //   whose gate and up matrices (nff rows of cols) start at the device addresses tab[3e] and
 //   tab[3e+1], g[(t*k + j)*nff + r] = silu(gate_e[r] . x_t) * (up_e[r] . x_t): mmv of each
@@ -383,7 +391,9 @@ CR_FN void moe_down_body(const u64* tab, const int* ids, const float* w, int k, 
 //
 // moe_down_<type>(const u64* tab, const int* ids, const float* w, int k, int ntok,
 //                 const float* g, int nff, float* out, int d, const u8* sd, const float* sh_g,
-//                 int sh_nff, const float* sh_gate, int acc)
+//                 int sh_nff, const float* sh_gate, int acc, const signed char* gq,
+//                 const float* gd, const float* gs, const signed char* hq, const float* hd,
+//                 const float* hs)
 //   The experts' down products and their weighted sum: out[t*d + r] = the sum over j < k, in
 //   order from 0, of w[t*k + j] times down_e[r] . g[(t*k + j)*nff ..] (e = ids[t*k + j], its
 //   down matrix of d rows of nff at tab[3e+2]), each product rounded and added to a sum that
@@ -392,23 +402,37 @@ CR_FN void moe_down_body(const u64* tab, const int* ids, const float* w, int k, 
 //   sh_gate[t] when sh_gate is not NULL (gated_add_f32) or as it is (add_f32). tab NULL: the
 //   shared expert alone (with acc, added to what a launch of the experts' type summed).
 //   grid (ceil(d / 4), ntok, 1).
+// q8p gathers a quantized activation's planes from a kernel's arguments.
+CR_FN q8planes q8p(const signed char* q, const float* d, const float* s) {
+	q8planes p;
+	p.q = q;
+	p.d = d;
+	p.s = s;
+	return p;
+}
+
 #define FUSED_KERNELS(sfx, T)                                                                                                  \
 	extern "C" __global__ void mmv3_##sfx(const u8* w0, const u8* w1, const u8* w2, float* y0, float* y1, float* y2,           \
 	                                      const float* b0, const float* b1, const float* b2, int r0, int r1, int r2,           \
-	                                      const float* x, int cols, int ntok) {                                                \
+	                                      const float* x, int cols, int ntok, const signed char* xq, const float* xd,          \
+	                                      const float* xs) {                                                                   \
 		__shared__ float cb[16];                                                                                               \
-		mmv3_body<T>(w0, w1, w2, y0, y1, y2, b0, b1, b2, r0, r1, r2, x, cols, ntok, mmv_codebook<T>::load(cb));                \
+		mmv3_body<T>(w0, w1, w2, y0, y1, y2, b0, b1, b2, r0, r1, r2, x, cols, ntok, q8p(xq, xd, xs), mmv_codebook<T>::load(cb)); \
 	}                                                                                                                          \
 	extern "C" __global__ void moe_up_##sfx(const u64* tab, const int* ids, int k, int ntok, const float* x, int cols, float* g, \
-	                                        int nff, const u8* sg, const u8* su, float* sh_g, int sh_nff, int mode) {          \
+	                                        int nff, const u8* sg, const u8* su, float* sh_g, int sh_nff, int mode,            \
+	                                        const signed char* xq, const float* xd, const float* xs) {                         \
 		__shared__ float cb[16];                                                                                               \
-		moe_up_body<T>(tab, ids, k, ntok, x, cols, g, nff, sg, su, sh_g, sh_nff, mode, mmv_codebook<T>::load(cb));             \
+		moe_up_body<T>(tab, ids, k, ntok, x, cols, g, nff, sg, su, sh_g, sh_nff, mode, q8p(xq, xd, xs),                        \
+		               mmv_codebook<T>::load(cb));                                                                             \
 	}                                                                                                                          \
 	extern "C" __global__ void moe_down_##sfx(const u64* tab, const int* ids, const float* w, int k, int ntok, const float* g,  \
 	                                          int nff, float* out, int d, const u8* sd, const float* sh_g, int sh_nff,         \
-	                                          const float* sh_gate, int acc) {                                                 \
+	                                          const float* sh_gate, int acc, const signed char* gq, const float* gd,           \
+	                                          const float* gs, const signed char* hq, const float* hd, const float* hs) {      \
 		__shared__ float cb[16];                                                                                               \
-		moe_down_body<T>(tab, ids, w, k, ntok, g, nff, out, d, sd, sh_g, sh_nff, sh_gate, acc, mmv_codebook<T>::load(cb));     \
+		moe_down_body<T>(tab, ids, w, k, ntok, g, nff, out, d, sd, sh_g, sh_nff, sh_gate, acc, q8p(gq, gd, gs), q8p(hq, hd, hs), \
+		                 mmv_codebook<T>::load(cb));                                                                           \
 	}
 
 FUSED_KERNELS(f32, mmv_f32_t)

@@ -2,9 +2,10 @@
 // matrix product (no tensor cores: compute capability 7.5 and up, float32 FMAs) that reads
 // each weight once per 64 tokens, where mmv.cu reads it once per 8.
 //
-// Every mmq_<type> kernel has the same ABI, mmv's:
+// Every mmq_<type> kernel has the same ABI, mmv's and the quantized activation's planes:
 //
-//   (const unsigned char* w, const float* x, float* y, int rows, int cols, int ntok)
+//   (const unsigned char* w, const float* x, float* y, int rows, int cols, int ntok,
+//    const signed char* xq, const float* xd, const float* xs, int qb)
 //
 //   w     the matrix: rows rows of cols values in mmv.cu's layout (row r at byte r*rowBytes,
 //         rowBytes = cols/QK*BB; for F32, F16 and BF16 cols*4, cols*2, cols*2). Read a byte or
@@ -16,12 +17,17 @@
 //   rows  output rows, >= 1.
 //   cols  a multiple of QK (any cols >= 1 for F32, F16 and BF16).
 //   ntok  tokens, >= 1 (any count is correct; cuda.GPU takes mmv below mmqMinTokens).
+//   xq, xd, xs, qb  when xq is not NULL, the activation quantized (quantize_q8_f32's planes,
+//         blocks of qb values: 32 or 256; xs Q8_1's sums) takes x's place: its values q*d, each
+//         product rounded, as the CPU reference multiplies them (x is not read); Q4_1's and
+//         Q5_1's minimum m then multiplies the block's s, as the CPU's dot with Q8_1 does,
+//         rather than the sum of its values. NULL: x as it is.
 //
 //   block (256, 1, 1).
 //   grid  (ceil(rows / 64), ceil(ntok / 64), 1): block (bx, by) computes the tile of rows
 //         [64bx, 64bx+64) and tokens [64by, 64by+64), then tokens [64(by+gridDim.y), ...) and
 //         so on, so any grid.y >= 1 is correct; blocks past the last row return at once.
-//   18432 bytes of static shared memory (MMQ_SMEM), no dynamic shared memory.
+//   18944 bytes of static shared memory (MMQ_SMEM and 512 bytes), no dynamic shared memory.
 //
 // The tile's loop runs over the columns 32 at a time: one block of the 32-value types, one
 // 32-value piece (dequant.cuh's unit) of a K-quant block, 32 columns of the float types. Each
@@ -73,7 +79,9 @@ CR_FN void mmq_st(float* p, mmq_f4 v) { *(mmq_f4*)p = v; }
 //   row_bytes(cols)         the bytes of one row;
 //   piece(row, c, cols, v)  writes columns [32c, 32c+32) of the row at row to v[0..31] (a
 //                           row of a shared tile), zeros past cols (the float types' last
-//                           step; the block types never have one).
+//                           step; the block types never have one);
+//   MIN, nomin(row, c, v), min(row, c)  for Q4_1 and Q5_1 (MIN = 1), d*q of the block's
+//                           weights without their minimum, and the minimum m.
 
 // mmq_block_t: a GGUF block type through its dequant.cuh decoder, QK/32 pieces a block.
 #define MMQ_BLOCK_TYPE(name, qk, bb, deq)                                                                   \
@@ -83,12 +91,45 @@ CR_FN void mmq_st(float* p, mmq_f4 v) { *(mmq_f4*)p = v; }
 			(void)cols;                                                                                     \
 			deq(row + (i64)(c / ((qk) / MMQ_K)) * (bb), c % ((qk) / MMQ_K), v);                               \
 		}                                                                                                   \
+		enum { MIN = 0 };                                                                                   \
+		CR_FN void nomin(const u8* row, int c, float* v) { (void)row, (void)c, (void)v; }                   \
+		CR_FN float min(const u8* row, int c) { return (void)row, (void)c, 0.0f; }                          \
 	};
 
 MMQ_BLOCK_TYPE(mmq_q4_0_t, CR_QK_Q4_0, CR_BB_Q4_0, cr_deq_q4_0)
-MMQ_BLOCK_TYPE(mmq_q4_1_t, CR_QK_Q4_1, CR_BB_Q4_1, cr_deq_q4_1)
+MMQ_BLOCK_TYPE(mmq_q4_1_base_t, CR_QK_Q4_1, CR_BB_Q4_1, cr_deq_q4_1)
 MMQ_BLOCK_TYPE(mmq_q5_0_t, CR_QK_Q5_0, CR_BB_Q5_0, cr_deq_q5_0)
-MMQ_BLOCK_TYPE(mmq_q5_1_t, CR_QK_Q5_1, CR_BB_Q5_1, cr_deq_q5_1)
+MMQ_BLOCK_TYPE(mmq_q5_1_base_t, CR_QK_Q5_1, CR_BB_Q5_1, cr_deq_q5_1)
+
+// Q4_1 and Q5_1 with their minimum apart (nomin, min): the quants of d*q + m decoded as in
+// dequant.cuh, less the m.
+struct mmq_q4_1_t : mmq_q4_1_base_t {
+	enum { MIN = 1 };
+	CR_FN void nomin(const u8* b, int c, float* y) {
+		b += (i64)c * CR_BB_Q4_1;
+		const float d = cr_rd_h(b);
+		const u8* qs = b + 4;
+		for (int j = 0; j < 16; j++) {
+			y[j] = cr_fmul((float)(qs[j] & 0xf), d);
+			y[j + 16] = cr_fmul((float)(qs[j] >> 4), d);
+		}
+	}
+	CR_FN float min(const u8* b, int c) { return cr_rd_h(b + (i64)c * CR_BB_Q4_1 + 2); }
+};
+struct mmq_q5_1_t : mmq_q5_1_base_t {
+	enum { MIN = 1 };
+	CR_FN void nomin(const u8* b, int c, float* y) {
+		b += (i64)c * CR_BB_Q5_1;
+		const float d = cr_rd_h(b);
+		const u32 qh = cr_rd_u32(b + 4);
+		const u8* qs = b + 8;
+		for (int j = 0; j < 16; j++) {
+			y[j] = cr_fmul((float)(int)((qs[j] & 0xf) | ((qh >> j) & 1) << 4), d);
+			y[j + 16] = cr_fmul((float)(int)((qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4), d);
+		}
+	}
+	CR_FN float min(const u8* b, int c) { return cr_rd_h(b + (i64)c * CR_BB_Q5_1 + 2); }
+};
 MMQ_BLOCK_TYPE(mmq_q8_0_t, CR_QK_Q8_0, CR_BB_Q8_0, cr_deq_q8_0)
 MMQ_BLOCK_TYPE(mmq_iq4_nl_t, CR_QK_IQ4_NL, CR_BB_IQ4_NL, cr_deq_iq4_nl)
 MMQ_BLOCK_TYPE(mmq_q2_K_t, CR_QK_Q2_K, CR_BB_Q2_K, cr_deq_q2_K)
@@ -97,8 +138,15 @@ MMQ_BLOCK_TYPE(mmq_q4_K_t, CR_QK_Q4_K, CR_BB_Q4_K, cr_deq_q4_K)
 MMQ_BLOCK_TYPE(mmq_q5_K_t, CR_QK_Q5_K, CR_BB_Q5_K, cr_deq_q5_K)
 MMQ_BLOCK_TYPE(mmq_q6_K_t, CR_QK_Q6_K, CR_BB_Q6_K, cr_deq_q6_K)
 
+// mmq_nomin_t: the types whose weights have no minimum apart (all but Q4_1 and Q5_1).
+struct mmq_nomin_t {
+	enum { MIN = 0 };
+	CR_FN void nomin(const u8* row, int c, float* v) { (void)row, (void)c, (void)v; }
+	CR_FN float min(const u8* row, int c) { return (void)row, (void)c, 0.0f; }
+};
+
 // F32: 4-byte values (4-byte-aligned rows).
-struct mmq_f32_t {
+struct mmq_f32_t : mmq_nomin_t {
 	CR_FN i64 row_bytes(int cols) { return (i64)cols * 4; }
 	CR_FN void piece(const u8* row, int c, int cols, float* v) {
 		const float* p = (const float*)row + MMQ_K * c;
@@ -110,7 +158,7 @@ struct mmq_f32_t {
 };
 
 // F16 (BF = 0) and BF16 (BF = 1): 2-byte values (2-byte-aligned rows), widened exactly.
-template <int BF> struct mmq_half_t {
+template <int BF> struct mmq_half_t : mmq_nomin_t {
 	CR_FN i64 row_bytes(int cols) { return (i64)cols * 2; }
 	CR_FN void piece(const u8* row, int c, int cols, float* v) {
 		const u8* p = row + 2 * MMQ_K * (i64)c;
@@ -124,11 +172,17 @@ template <int BF> struct mmq_half_t {
 };
 
 // mmq_entry is the body of every mmq kernel (the ABI at the top of this file).
-template <class T> CR_FN void mmq_entry(const u8* w, const float* x, float* y, int rows, int cols, int ntok) {
+template <class T>
+CR_FN void mmq_entry(const u8* w, const float* x, float* y, int rows, int cols, int ntok, const signed char* xq, const float* xd,
+                     const float* xsum, int qb) {
 	// ws[r]: the step's 32 weights of row r0 + r; xs[t]: its 32 activations of token t0 + t.
-	// The last 4 floats of a row are padding.
+	// The last 4 floats of a row are padding. With the minimum apart (Q4_1, Q5_1 on a
+	// quantized activation), ms[r] is the step's block's minimum of row r0 + r and ss[t] its
+	// activation's sum s of token t0 + t.
 	__shared__ __attribute__((aligned(16))) float ws[MMQ_ROWS][4 * MMQ_LD];
 	__shared__ __attribute__((aligned(16))) float xs[MMQ_TOK][4 * MMQ_LD];
+	__shared__ float ms[MMQ_ROWS], ss[MMQ_TOK];
+	const bool apart = T::MIN && xq;
 
 	const int tid = threadIdx.x, tr = tid % 16, tt = tid / 16;
 	const int r0 = blockIdx.x * MMQ_ROWS;
@@ -151,15 +205,35 @@ template <class T> CR_FN void mmq_entry(const u8* w, const float* x, float* y, i
 		for (int c = 0; c < steps; c++) {
 			// Two warps decode the tile's 64 rows. A row past the matrix repeats its last row:
 			// it only feeds outputs that are never stored.
-			if (tid < MMQ_ROWS)
-				T::piece(w + (i64)(r0 + tid < rows ? r0 + tid : rows - 1) * rb, c, cols, ws[tid]);
+			if (tid < MMQ_ROWS) {
+				const u8* row = w + (i64)(r0 + tid < rows ? r0 + tid : rows - 1) * rb;
+				if (apart) {
+					T::nomin(row, c, ws[tid]);
+					ms[tid] = T::min(row, c);
+				} else {
+					T::piece(row, c, cols, ws[tid]);
+				}
+			} else if (apart && tid < MMQ_ROWS + MMQ_TOK) {
+				const int t = tid - MMQ_ROWS;
+				ss[t] = t0 + t < ntok ? xsum[(i64)(t0 + t) * (cols / 32) + c] : 0.0f;
+			}
 			// The 64 tokens' 32 columns: 512 words, two per thread (tokens past ntok and
 			// columns past cols are zeros).
 #pragma unroll
 			for (int k = 0; k < MMQ_TOK * (MMQ_K / 4) / MMQ_THREADS; k++) {
 				const int q = tid + k * MMQ_THREADS, t = q / (MMQ_K / 4), col = MMQ_K * c + 4 * (q % (MMQ_K / 4));
 				mmq_f4 f = zero;
-				if (t0 + t < ntok) {
+				if (t0 + t < ntok && xq) {
+					if (col < cols) { // a quantized block: whole groups of 4 columns
+						const i64 i = (i64)(t0 + t) * cols + col;
+						const u32 v = *(const u32*)(xq + i);
+						const float d = xd[i / qb];
+						f.x = cr_fmul((float)(signed char)(v & 0xffu), d);
+						f.y = cr_fmul((float)(signed char)(v >> 8 & 0xffu), d);
+						f.z = cr_fmul((float)(signed char)(v >> 16 & 0xffu), d);
+						f.w = cr_fmul((float)(signed char)(v >> 24), d);
+					}
+				} else if (t0 + t < ntok) {
 					const float* p = x + (i64)(t0 + t) * cols + col;
 					if (xvec) {
 						if (col < cols) {
@@ -203,6 +277,12 @@ template <class T> CR_FN void mmq_entry(const u8* w, const float* x, float* y, i
 						part[i][j] = cr_fma(a[i].w, b[j].w, s);
 					}
 			}
+			if (apart) // the minimum times the activation's s, as the CPU's dot adds it
+#pragma unroll
+				for (int i = 0; i < 4; i++)
+#pragma unroll
+					for (int j = 0; j < 4; j++)
+						part[i][j] = cr_fma(ms[tr + 16 * i], ss[tt + 16 * j], part[i][j]);
 #pragma unroll
 			for (int i = 0; i < 4; i++)
 #pragma unroll
@@ -228,12 +308,14 @@ template <class T> CR_FN void mmq_entry(const u8* w, const float* x, float* y, i
 
 // The kernels. Each computes y[t*rows + r] = sum over c of W[r][c] * x[t*cols + c] for r < rows,
 // t < ntok, with the ABI at the top of this file:
-//   (const unsigned char* w, const float* x, float* y, int rows, int cols, int ntok)
+//   (const unsigned char* w, const float* x, float* y, int rows, int cols, int ntok,
+//    const signed char* xq, const float* xd, const float* xs, int qb)
 //   block (256, 1, 1); grid (ceil(rows/64), ceil(ntok/64), 1) (any grid.y >= 1 is correct);
-//   18432 bytes of static shared memory, no dynamic shared memory.
+//   18944 bytes of static shared memory, no dynamic shared memory.
 #define MMQ_KERNEL(name, T)                                                                                  \
-	extern "C" __global__ void name(const u8* w, const float* x, float* y, int rows, int cols, int ntok) { \
-		mmq_entry<T>(w, x, y, rows, cols, ntok);                                                           \
+	extern "C" __global__ void name(const u8* w, const float* x, float* y, int rows, int cols, int ntok,   \
+	                                const signed char* xq, const float* xd, const float* xs, int qb) {      \
+		mmq_entry<T>(w, x, y, rows, cols, ntok, xq, xd, xs, qb);                                           \
 	}
 
 // mmq_f32: w is F32, any cols.

@@ -498,7 +498,7 @@ int emu_launch(void *k, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsi
 int emu_param_sizes(void *k, int *sizes, int max);
 
 struct kern { const char *name; kernel fn; int shared; void *emu; int nparams; int sizes[4]; };
-static struct kern kernels[128] = {
+static struct kern kernels[512] = {
 	{"fake_axpy", fake_axpy, 0, 0, 4, {4, 8, 8, 4}}, {"fake_iota64", fake_iota64, 0, 0, 3, {8, 8, 4}},
 };
 CUresult cuModuleGetFunction(void **f, struct module *m, const char *name) {

@@ -1,0 +1,231 @@
+package cuda
+
+// Differential tests of kernels/mmvq.cu: the activation's quantization against quant's, bit
+// for bit, and the integer products against the float64 product of the dequantized weights and
+// the quantized activation (the values the CPU reference's dot products multiply), and against
+// the CPU's own dot products (quant.VecDot); FuzzMMVQ draws the shapes.
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/commit-run/commit-run/quant"
+)
+
+// mmvqTypes are the weight types with an mmvq kernel.
+var mmvqTypes = []quant.Type{quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.Q8_0, quant.IQ4_NL,
+	quant.Q2_K, quant.Q3_K, quant.Q4_K, quant.Q5_K, quant.Q6_K}
+
+// q8KindOf is quantize_q8_f32's kind for an activation type.
+func q8KindOf(t quant.Type) int {
+	switch t {
+	case quant.Q8_1:
+		return 1
+	case quant.Q8_K:
+		return 2
+	}
+	return 0
+}
+
+// q8Planes are an activation quantized as mmvq.cu lays it out: the quants, the block scales and
+// Q8_1's sums.
+type q8Planes struct {
+	q    []int8
+	d, s []float32
+}
+
+// planesOf splits quant.QuantizeRow's blocks of dot type t (ntok rows of cols) into planes.
+func planesOf(t quant.Type, b []byte, cols, ntok int) q8Planes {
+	var p q8Planes
+	qb, bb := t.BlockSize(), t.BlockBytes()
+	for i := 0; i < ntok*cols/qb; i++ {
+		blk := b[i*bb : (i+1)*bb]
+		var qs []byte
+		switch t {
+		case quant.Q8_0:
+			p.d = append(p.d, quant.FP16ToFP32(binary.LittleEndian.Uint16(blk)))
+			qs = blk[2:]
+		case quant.Q8_1:
+			p.d = append(p.d, quant.FP16ToFP32(binary.LittleEndian.Uint16(blk)))
+			p.s = append(p.s, quant.FP16ToFP32(binary.LittleEndian.Uint16(blk[2:])))
+			qs = blk[4:]
+		case quant.Q8_K:
+			p.d = append(p.d, math.Float32frombits(binary.LittleEndian.Uint32(blk)))
+			qs = blk[4 : 4+256]
+		}
+		for _, v := range qs[:qb] {
+			p.q = append(p.q, int8(v))
+		}
+	}
+	return p
+}
+
+// quantizeRows is quant.QuantizeRow of ntok rows of x as type t.
+func quantizeRows(t quant.Type, x []float32, cols, ntok int) []byte {
+	rb, _ := t.RowBytes(cols)
+	b := make([]byte, ntok*rb)
+	for tk := 0; tk < ntok; tk++ {
+		quant.QuantizeRow(t, x[tk*cols:(tk+1)*cols], b[tk*rb:(tk+1)*rb])
+	}
+	return b
+}
+
+func int8bytes(v []int8) []byte {
+	b := make([]byte, len(v))
+	for i, x := range v {
+		b[i] = byte(x)
+	}
+	return b
+}
+
+func mmvqCases() []kernelCase {
+	var cs []kernelCase
+	for _, t := range []quant.Type{quant.Q8_0, quant.Q8_1, quant.Q8_K} {
+		for _, c := range []struct{ cols, ntok int }{{256, 1}, {512, 3}, {4096, 2}} {
+			c.cols = max(c.cols, 4*t.BlockSize()) // the special blocks below
+			cs = append(cs, kernelCase{"quantize_q8_f32", fmt.Sprintf("%s,cols=%d,ntok=%d", t, c.cols, c.ntok), func(tt *testing.T, k *kernelEnv, r *rand.Rand) {
+				checkQuantizeQ8(tt, k, t, c.cols, c.ntok, r)
+			}})
+		}
+	}
+	for _, typ := range mmvqTypes {
+		cols := mmvCols(typ)
+		for _, n := range cols {
+			for _, rows := range []int{5, 37} {
+				for _, ntok := range []int{1, 3, 9} {
+					c := mmvCase{typ, rows, n, ntok, 1, 0}
+					cs = append(cs, kernelCase{"mmvq_" + mmvKernels[typ][len("mmv_"):], c.String(), func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkMMVQ(t, k, c, r) }})
+				}
+			}
+		}
+		c := mmvCase{typ, 6, cols[len(cols)-1], 17, 2, 3}
+		cs = append(cs, kernelCase{"mmvq_" + mmvKernels[typ][len("mmv_"):], c.String(), func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkMMVQ(t, k, c, r) }})
+	}
+	return cs
+}
+
+// checkQuantizeQ8: quantize_q8_f32 against quant.QuantizeRow, bit for bit. The rows hold what
+// the quantizers treat apart: an all-zero block, values exactly halfway between two quants
+// (ties to even), and largest magnitudes of both signs (Q8_K takes the first).
+func checkQuantizeQ8(t *testing.T, k *kernelEnv, typ quant.Type, cols, ntok int, r *rand.Rand) {
+	x := randF32(r, ntok*cols, 2)
+	qb := typ.BlockSize()
+	clear(x[qb : 2*qb])                            // an all-zero block
+	x[2*qb], x[2*qb+1], x[2*qb+5] = 127, 2.5, -127 // quants 127, 2.5 (a tie) and -127
+	x[3*qb+7], x[3*qb+9] = -3, 3                   // the first largest magnitude is negative
+	want := planesOf(typ, quantizeRows(typ, x, cols, ntok), cols, ntok)
+	nb := ntok * cols / qb
+	dx, dq, dd, ds := k.putF32(t, x), k.alloc(t, ntok*cols), k.alloc(t, 4*nb), k.alloc(t, 4*nb)
+	var args Args
+	k.run(t, "quantize_q8_f32", Dim3{X: ceilDiv(nb, 8)}, Dim3{X: 256}, args.Ptr(dx).Ptr(dq).Ptr(dd).Ptr(ds).Int(cols).Int(ntok).Int(q8KindOf(typ)))
+	got := k.get(t, dq, ntok*cols)
+	for i, v := range want.q {
+		if int8(got[i]) != v {
+			t.Fatalf("quant %d = %d, want %d", i, int8(got[i]), v)
+		}
+	}
+	checkBits(t, "d", k.getF32(t, dd, nb), want.d)
+	if typ == quant.Q8_1 {
+		checkBits(t, "s", k.getF32(t, ds, nb), want.s)
+	}
+}
+
+// checkMMVQ runs one integer product on the activation quantized as the CPU quantizes it.
+//
+// Tolerance: the sums of quant products are exact integers; each lane then adds its blocks'
+// shares with a fused multiply-add of the scales' rounded product (2 roundings a term, and 2
+// more for the K-quants' minimums), and the warp's butterfly adds 5. Against the float64 sum of
+// the dequantized weights times the quantized activation, whose weights DequantizeRow rounds
+// once or twice more, gamma(64 + cols/32) times the sum of |terms| bounds the error; the terms
+// of the K-quants with minimums (scale * quant and minimum apart) are taken as 4 times
+// sum |w x|, their weights' usual bound on random rows. The CPU's dot products (quant.VecDot)
+// meet the same bound from the other side: the two may differ by both.
+func checkMMVQ(t *testing.T, k *kernelEnv, c mmvCase, r *rand.Rand) {
+	t.Helper()
+	dt := c.typ.DotType()
+	w := randMatrix(t, c.typ, c.off+c.rows, c.cols, r)
+	x := randF32(r, c.ntok*c.cols, 1)
+	xb := quantizeRows(dt, x, c.cols, c.ntok)
+	p := planesOf(dt, xb, c.cols, c.ntok)
+	dq, dd, ds := k.put(t, int8bytes(p.q)), k.putF32(t, p.d), DevicePtr(0)
+	if p.s != nil {
+		ds = k.putF32(t, p.s)
+	}
+	rb := w.RowBytes()
+	dw, dy := k.put(t, w.Data), k.alloc(t, 4*c.ntok*c.rows)
+	var args Args
+	k.run(t, "mmvq_"+mmvKernels[c.typ][len("mmv_"):], Dim3{X: ceilDiv(c.rows, mmvRowsPerBlock), Y: c.gridY}, Dim3{X: 32, Y: mmvRowsPerBlock},
+		args.Ptr(dw.Add(int64(c.off*rb))).Ptr(dq).Ptr(dd).Ptr(ds).Ptr(dy).Int(c.rows).Int(c.cols).Int(c.ntok))
+	got := k.getF32(t, dy, c.ntok*c.rows)
+
+	mins := c.typ == quant.Q2_K || c.typ == quant.Q4_K || c.typ == quant.Q5_K
+	g := gamma(64 + c.cols/32)
+	qb := dt.BlockSize()
+	want, tol, cpu := make([]float64, len(got)), make([]float64, len(got)), make([]float32, len(got))
+	dxb := dt.BlockBytes() * c.cols / qb
+	row := make([]float32, c.cols)
+	for o := 0; o < c.rows; o++ {
+		quant.DequantizeRow(c.typ, w.Row(c.off+o), row)
+		for tk := 0; tk < c.ntok; tk++ {
+			var s, a float64
+			for j, v := range row {
+				xj := float64(p.q[tk*c.cols+j]) * float64(p.d[(tk*c.cols+j)/qb])
+				s += float64(v) * xj
+				a += math.Abs(float64(v) * xj)
+			}
+			s += minCorrection(w, c.off+o, p, tk)
+			if mins {
+				a *= 4
+			}
+			i := tk*c.rows + o
+			want[i], tol[i] = s, g*a
+			cpu[i] = quant.VecDot(c.typ, c.cols, w.Row(c.off+o), xb[tk*dxb:(tk+1)*dxb])
+		}
+	}
+	checkClose(t, "y", got, want, tol)
+	for i := range tol {
+		tol[i] *= 2
+		want[i] = float64(cpu[i])
+	}
+	checkClose(t, "y against the CPU's dot products", got, want, tol)
+}
+
+// minCorrection is what the activation's s changes in a product of row `row` of w with token
+// tk of p: Q4_1 and Q5_1 multiply their minimum m by it, as the CPU does (d times the quants'
+// sum, rounded to FP16), in place of the exact sum of the quantized values; 0 for other types.
+func minCorrection(w quant.Matrix, row int, p q8Planes, tk int) float64 {
+	if p.s == nil {
+		return 0
+	}
+	var c float64
+	cols := w.Cols
+	for b := 0; b < cols/32; b++ {
+		blk := w.Row(row)[b*w.Type.BlockBytes():]
+		m := float64(quant.FP16ToFP32(binary.LittleEndian.Uint16(blk[2:])))
+		var sum float64
+		for _, q := range p.q[tk*cols+b*32 : tk*cols+(b+1)*32] {
+			sum += float64(q)
+		}
+		xb := tk*cols/32 + b
+		c += m * (float64(p.s[xb]) - float64(p.d[xb])*sum)
+	}
+	return c
+}
+
+// FuzzMMVQ checks the integer products on shapes from the fuzzer, as FuzzMMV does mmv's.
+func FuzzMMVQ(f *testing.F) {
+	for i := range mmvqTypes {
+		f.Add(uint8(i), uint8(4+i), uint8(i), uint8(2*i), uint8(i), uint64(i))
+	}
+	k := openKernels(f)
+	f.Fuzz(func(t *testing.T, typ, rows, blocks, ntok, gy uint8, seed uint64) {
+		c := mmvCase{typ: mmvqTypes[int(typ)%len(mmvqTypes)], rows: 1 + int(rows)%24, ntok: 1 + int(ntok)%20,
+			gridY: 1 + int(gy)%4, off: int(seed % 3)}
+		c.cols = fuzzCols(c.typ, blocks)
+		t.Log("mmvq", c.typ, c)
+		checkMMVQ(t, k, c, rand.New(rand.NewPCG(seed, 3)))
+	})
+}
