@@ -109,7 +109,10 @@ func (c *opCall) param(b []byte) DevicePtr {
 	}
 	start := g.ringOff
 	if start/half != (start+n-1)/half || start+n > paramRing { // to the start of the next half
-		start = (start/half + 1) % 2 * half
+		start = 0
+		if g.ringOff < half {
+			start = half
+		}
 	}
 	if h := int(start / half); h != g.ringHalf {
 		c.err = g.enterHalf(h)
