@@ -126,6 +126,10 @@ type GPU struct {
 	// step is the decode step being captured (step.go), nil when none is (under mu).
 	step *stepCapture
 	op   opCall // the operation in progress (under mu; ops.go)
+	// Experts' scratch and plans (ops_fused.go, under mu).
+	tabScratch []uint64
+	idScratch  []int32
+	moePlans   map[[3]quant.Type]moePlan
 
 	launches, fallbacks, mmqLaunches, reads atomic.Int64
 	kernels, graphLaunches                  atomic.Int64

@@ -158,7 +158,7 @@ type moeLaunch struct {
 // type (two where they differ: the gate's product, then the up's and the SwiGLU), and one of
 // moe_down; the shared expert joins the routed experts' launches where its types are theirs,
 // else takes launches of its own (its down product then added to their sum).
-func moeLaunches(l *device.MoELayer) (up, down []moeLaunch, err error) {
+func moeLaunches(e0 device.ExpertMatrices, sh *device.ExpertMatrices) (up, down []moeLaunch, err error) {
 	kernel := func(prefix string, t quant.Type) (string, error) {
 		sfx, ok := fusedSuffix(t)
 		if !ok {
@@ -180,7 +180,6 @@ func moeLaunches(l *device.MoELayer) (up, down []moeLaunch, err error) {
 		}
 		return nil
 	}
-	e0, sh := l.Experts[0], l.Shared
 	joinUp := sh != nil && sh.Gate.Type == e0.Gate.Type && sh.Up.Type == e0.Up.Type
 	joinDown := sh != nil && sh.Down.Type == e0.Down.Type
 	if err := ups(e0.Gate.Type, e0.Up.Type, true, joinUp); err != nil {
@@ -216,7 +215,7 @@ func (g *GPU) PrepareMoE(l *device.MoELayer) error {
 	if n > routeMaxExperts || l.Used > routeMaxUsed {
 		return fmt.Errorf("%d experts, %d used: the routing kernel takes up to %d and %d", n, l.Used, routeMaxExperts, routeMaxUsed)
 	}
-	up, down, err := moeLaunches(l)
+	up, down, err := moeLaunches(e0, l.Shared)
 	if err != nil {
 		return err
 	}
@@ -309,35 +308,116 @@ func (g *GPU) MoE(l *device.MoELayer, x, logits []float32, T int, out, scratch [
 		Ptr(idp).Ptr(wp).Ptr(t.shGate).Ptr(xp).Int(t.d).Ptr(sgp)
 	c.launch("moe_route_f32", Dim3{X: T}, Dim3{X: 256})
 
+	c.moeProducts(t.up, t.down, moeOperands{tab: t.tab, ids: idp, w: wp, x: xp, up: upp, out: op, T: T, k: k, d: t.d, ff: t.ff,
+		sg: t.sg, su: t.su, sd: t.sd, sh: shp, shGate: sgp, shFF: t.shFF})
+}
+
+// moeOperands are the device memory of a layer's experts' products: the table of their
+// weights' addresses, the routing (ids, weights w), the input x, the experts' SwiGLU outputs
+// up and the output out, and the shared expert's (sg, su, sd; its outputs sh and gate, 0 if
+// none).
+type moeOperands struct {
+	tab, ids, w, x, up, out DevicePtr
+	T, k, d, ff             int
+	sg, su, sd, sh, shGate  DevicePtr
+	shFF                    int
+}
+
+// moeProducts enqueues the launches of a layer's experts (moeLaunches): every chosen expert's
+// gate, up and SwiGLU, then their down products summed, each launch's input quantized once
+// for each dot type the launches need.
+func (c *opCall) moeProducts(up, down []moeLaunch, o moeOperands) {
+	g := c.g
 	block := Dim3{X: 32, Y: mmvRowsPerBlock}
-	for _, u := range t.up {
+	for _, u := range up {
 		tab, entries, rows := DevicePtr(0), 0, 0
 		var sg, su DevicePtr
 		if u.routed {
-			tab, entries, rows = t.tab, T*k, t.ff
+			tab, entries, rows = o.tab, o.T*o.k, o.ff
 		}
 		if u.shared {
-			sg, su, entries, rows = t.sg, t.su, entries+T, max(rows, t.shFF)
+			sg, su, entries, rows = o.sg, o.su, entries+o.T, max(rows, o.shFF)
 		}
-		xq := c.quantize(xp, T, t.d, u.typ) // once for each dot type
-		g.args.Reset().Ptr(tab).Ptr(idp).Int(k).Int(T).Ptr(xp).Int(t.d).Ptr(upp).Int(t.ff).Ptr(sg).Ptr(su).Ptr(shp).Int(t.shFF).Int(u.mode).
+		xq := c.quantize(o.x, o.T, o.d, u.typ) // once for each dot type
+		g.args.Reset().Ptr(tab).Ptr(o.ids).Int(o.k).Int(o.T).Ptr(o.x).Int(o.d).Ptr(o.up).Int(o.ff).Ptr(sg).Ptr(su).Ptr(o.sh).Int(o.shFF).Int(u.mode).
 			Ptr(xq.q).Ptr(xq.d).Ptr(xq.s)
 		c.launch(u.kernel, Dim3{X: blocks(rows, mmvRowsPerBlock), Z: entries}, block)
 	}
-	for _, d := range t.down {
+	for _, d := range down {
 		tab, sd := DevicePtr(0), DevicePtr(0)
 		var gq, hq q8
 		if d.routed {
-			tab, gq = t.tab, c.quantize(upp, T*k, t.ff, d.typ)
+			tab, gq = o.tab, c.quantize(o.up, o.T*o.k, o.ff, d.typ)
 		}
 		if d.shared {
-			sd, hq = t.sd, c.quantize(shp, T, t.shFF, d.typ)
+			sd, hq = o.sd, c.quantize(o.sh, o.T, o.shFF, d.typ)
 		}
-		g.args.Reset().Ptr(tab).Ptr(idp).Ptr(wp).Int(k).Int(T).Ptr(upp).Int(t.ff).Ptr(op).Int(t.d).Ptr(sd).Ptr(shp).Int(t.shFF).Ptr(sgp).Int(d.mode).
+		g.args.Reset().Ptr(tab).Ptr(o.ids).Ptr(o.w).Int(o.k).Int(o.T).Ptr(o.up).Int(o.ff).Ptr(o.out).Int(o.d).Ptr(sd).Ptr(o.sh).Int(o.shFF).Ptr(o.shGate).Int(d.mode).
 			Ptr(gq.q).Ptr(gq.d).Ptr(gq.s).Ptr(hq.q).Ptr(hq.d).Ptr(hq.s)
-		c.launch(d.kernel, Dim3{X: blocks(t.d, mmvRowsPerBlock), Y: T}, block)
+		c.launch(d.kernel, Dim3{X: blocks(o.d, mmvRowsPerBlock), Y: o.T}, block)
 	}
 }
+
+// Experts implements device.RoutedMoE: the experts the host chose, found through a table of
+// their addresses that this call writes (with the identity as ids and the weights) through
+// the parameter ring, in MoE's launches.
+func (g *GPU) Experts(x []float32, T, k int, ex []device.ExpertMatrices, weights []float32, out, scratch []float32) {
+	c := g.begin("experts")
+	defer c.end()
+	n := T * k
+	if n < 1 || len(ex) != n || len(weights) != n {
+		c.err = fmt.Errorf("%d tokens of %d experts: %d experts' weights and %d mixing weights", T, k, len(ex), len(weights))
+		return
+	}
+	e0 := ex[0]
+	d, ff := e0.Gate.Cols, e0.Gate.Rows
+	l := device.MoELayer{Experts: ex, Used: k}
+	if err := l.Check(); err != nil {
+		c.err = err
+		return
+	}
+	if len(x) < T*d || len(out) < T*d || len(scratch) < n*ff {
+		c.err = fmt.Errorf("%d tokens: %d inputs, %d outputs and %d scratch floats", T, len(x), len(out), len(scratch))
+		return
+	}
+	plan, err := g.moePlan(e0)
+	if err != nil {
+		c.err = err
+		return
+	}
+	g.tabScratch, g.idScratch = g.tabScratch[:0], g.idScratch[:0]
+	for z, e := range ex {
+		g.tabScratch = append(g.tabScratch, uint64(c.ptr(e.Gate.Data, "an expert's gate")), uint64(c.ptr(e.Up.Data, "an expert's up")),
+			uint64(c.ptr(e.Down.Data, "an expert's down")))
+		g.idScratch = append(g.idScratch, int32(z))
+	}
+	tab := c.param(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(g.tabScratch))), 8*len(g.tabScratch)))
+	ids, wp := c.param(int32Bytes(g.idScratch)), c.param(floatBytes(weights))
+	xp, op, upp := c.f(x[:T*d], "the input"), c.f(out[:T*d], "the output"), c.f(scratch[:n*ff], "the experts' activations")
+	c.moeProducts(plan.up, plan.down, moeOperands{tab: tab, ids: ids, w: wp, x: xp, up: upp, out: op, T: T, k: k, d: d, ff: ff})
+}
+
+// moePlan returns the launches of experts of e's types without a shared expert, planned once
+// for each. The caller holds g.mu.
+func (g *GPU) moePlan(e device.ExpertMatrices) (moePlan, error) {
+	key := [3]quant.Type{e.Gate.Type, e.Up.Type, e.Down.Type}
+	if p, ok := g.moePlans[key]; ok {
+		return p, nil
+	}
+	up, down, err := moeLaunches(e, nil)
+	if err != nil {
+		return moePlan{}, err
+	}
+	if g.moePlans == nil {
+		g.moePlans = map[[3]quant.Type]moePlan{}
+	}
+	p := moePlan{up: up, down: down}
+	g.moePlans[key] = p
+	return p, nil
+}
+
+// moePlan are the launches of a MoE layer's experts (moeLaunches).
+type moePlan struct{ up, down []moeLaunch }
 
 var (
 	_ device.Fused     = (*GPU)(nil)

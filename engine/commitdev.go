@@ -102,7 +102,7 @@ func (m *Model) moeCommitted(b models.Backend, layer int, moe *models.MoE, x []f
 	hrec := c.rec[c.slot[layer] : c.slot[layer]+k+1]
 	c.pending = append(c.pending, committedRoute{layer: layer, pred: pred, commit: commit, rec: hrec, ev: c.dev.ReadAsync(hrec, rec)})
 
-	ys, _, err := m.experts(b, layer, moe, x, nil, []routing{{experts: commit}}, nil)
+	ys, _, err := m.experts(b, layer, moe, x, nil, []routing{{experts: commit}}, nil, nil)
 	if err != nil {
 		return err
 	}

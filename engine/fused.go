@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/models"
@@ -85,3 +87,52 @@ func (m *Model) moeOnDevice(b models.Backend, l *device.MoELayer, moe *models.Mo
 
 // Fused returns the device's fused operations, or nil (models.FusedBackend).
 func (b *backend) Fused() device.Fused { return b.fused }
+
+// expertsOnDevice computes a single token's experts, which the host routed, and their
+// weighted sum into out in the device's fused kernels (device.RoutedMoE's Experts: two
+// launches where there were four for each expert and a gather and a combine), where every
+// expert computes on the device and their weights fit it at once: the offloader's layers.
+// planned says whether it asked the placement which experts the host computes (plan: those,
+// nil for none), which the caller then does not ask again; with planned and a nil plan the
+// experts are done.
+func (m *Model) expertsOnDevice(b models.Backend, layer int, x []float32, routes []routing, kept [][]bool, out []float32) (plan []bool, planned bool, err error) {
+	rm, ok := m.dev.(device.RoutedMoE)
+	if !ok || m.fused == nil || len(routes) != 1 || kept != nil {
+		return nil, false, nil
+	}
+	r := routes[0]
+	k := len(r.experts)
+	if out == nil || len(r.weights) != k || k > m.place.pinnable() {
+		return nil, false, nil // committed routing weighs them on the device (moeCommitted)
+	}
+	// The experts in the order the host path acquires them, its jobs': ascending.
+	active := slices.Sorted(slices.Values(r.experts))
+	if len(slices.Compact(slices.Clone(active))) != k {
+		return nil, false, nil // an expert chosen twice: the host path groups it
+	}
+	ones := make([]int, k)
+	for i := range ones {
+		ones[i] = 1
+	}
+	if plan = m.place.onHost(layer, active, ones); plan != nil {
+		return plan, true, nil
+	}
+	ws := make([]device.ExpertMatrices, k)
+	dones := make([]func() error, 0, k)
+	defer func() {
+		for _, done := range dones {
+			err = errors.Join(err, done())
+		}
+	}()
+	for _, e := range active {
+		w, done, err := m.place.weights(layer, e, false)
+		if err != nil {
+			return nil, true, err
+		}
+		dones = append(dones, done)
+		ws[slices.Index(r.experts, e)] = device.ExpertMatrices{Gate: w.Gate, Up: w.Up, Down: w.Down}
+	}
+	d := m.arch.Config.Embd
+	rm.Experts(x[:d], 1, k, ws, r.weights, out[:d], b.Floats(k*ws[0].Gate.Rows))
+	return nil, true, nil
+}

@@ -234,11 +234,13 @@ func (m *Model) moe(b models.Backend, layer int, moe *models.MoE, x []float32, T
 	if err != nil {
 		return err
 	}
-	ys, off, err := m.experts(b, layer, moe, x, xh, routes, kept)
+	ys, off, err := m.experts(b, layer, moe, x, xh, routes, kept, out)
 	if err != nil {
 		return err
 	}
-	m.combine(b, layer, routes, ys, off, out)
+	if ys != nil { // else the device summed them into out
+		m.combine(b, layer, routes, ys, off, out)
+	}
 	if err := m.place.ahead(layer, moe.Used, nextLayer, next, predEv); err != nil {
 		return err
 	}
@@ -306,12 +308,17 @@ func (m *Model) observe(layer int, moe *models.MoE, x []float32, T, pos0 int, lo
 
 // experts computes the routed experts of len(routes) rows of x and returns their outputs
 // ys, slot off[t]+k holding token t's k-th expert's (top-k first, then any expanded drop
-// added), and off. kept (nil: all) says which choices token drop keeps; a dropped one's
+// added), and off; or nil, having summed them into out, where the device computes them in
+// its fused kernels (expertsOnDevice). kept (nil: all) says which choices token drop keeps; a dropped one's
 // weight is set to 0 and its output is zeros. xh is x where the host reads it, if it was
 // read already (nil: it is read here when the host computes some of the experts).
-func (m *Model) experts(b models.Backend, layer int, moe *models.MoE, x, xh []float32, routes []routing, kept [][]bool) ([]float32, []int, error) {
+func (m *Model) experts(b models.Backend, layer int, moe *models.MoE, x, xh []float32, routes []routing, kept [][]bool, out []float32) ([]float32, []int, error) {
 	d := m.arch.Config.Embd
 	T := len(routes)
+	plan, planned, err := m.expertsOnDevice(b, layer, x, routes, kept, out)
+	if err != nil || planned && plan == nil {
+		return nil, nil, err // out holds the experts' sum
+	}
 	off := make([]int, T+1)
 	for t, r := range routes {
 		off[t+1] = off[t] + len(r.experts)
@@ -364,8 +371,10 @@ func (m *Model) experts(b models.Backend, layer int, moe *models.MoE, x, xh []fl
 		b.Gather(ys, yAll, inv, d)
 		return ys, off, nil
 	}
-	plan := m.place.onHost(layer, active, tokens) // the experts the host computes
-	var xReady device.Event                       // when the device has computed xh
+	if !planned {
+		plan = m.place.onHost(layer, active, tokens) // the experts the host computes
+	}
+	var xReady device.Event // when the device has computed xh
 	if plan != nil {
 		// Read before the device's experts are enqueued, so that the host computes its
 		// experts while the device computes the others, unless observe read it already.

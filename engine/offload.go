@@ -379,6 +379,14 @@ func (f *offloader) weights(layer, e int, host bool) (w offload.ExpertWeights, d
 	}, nil
 }
 
+// pinnable is the slots not pinned for good (static's device layers): the experts weights
+// can hold at once.
+func (f *offloader) pinnable() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.slots) - f.kept
+}
+
 // load makes k resident, or on its way on the copy stream, and returns its slot. A slot is
 // overwritten in place once the kernels reading its old expert are done.
 func (f *offloader) load(k offload.ExpertKey) (int, bool, error) {

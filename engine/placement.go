@@ -3,6 +3,7 @@ package engine
 import (
 	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/offload"
+	"math"
 )
 
 // A placement is where the experts a MoE layer computes live, and when their weights move:
@@ -27,6 +28,9 @@ type placement interface {
 	// weights returns expert e of layer's weights where it computes (on the host, or on the
 	// device) and done, to call once its kernels are enqueued.
 	weights(layer, e int, host bool) (w offload.ExpertWeights, done func() error, err error)
+	// pinnable is how many experts' weights the device can hold at once between weights and
+	// done: as many as a launch of all of a token's experts may need.
+	pinnable() int
 	// heuristic says whether ahead predicts from the routing the host has read (prev-token,
 	// frequency), so that a committed pass must read it first.
 	heuristic() bool
@@ -56,6 +60,7 @@ func (p residentPlacement) predicted(layer int, learnt []int, T, used int) (pred
 func (residentPlacement) routed(int, []routing, []int, bool) {}
 func (residentPlacement) onHost(int, []int, []int) []bool    { return nil }
 func (residentPlacement) heuristic() bool                    { return false }
+func (residentPlacement) pinnable() int                      { return math.MaxInt }
 
 func (residentPlacement) ahead(int, int, int, []int, device.Event) error { return nil }
 
