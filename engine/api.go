@@ -20,6 +20,7 @@ import (
 
 	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/multigpu"
+	"github.com/commit-run/commit-run/sample"
 	"github.com/commit-run/commit-run/sim"
 )
 
@@ -140,24 +141,9 @@ const DefaultMaxContext = 4096
 // MaxContextLength is the longest context Options.ContextLength may ask for.
 const MaxContextLength = 1 << 22
 
-// SamplerOptions choose the next token from a distribution. The zero value is greedy.
-type SamplerOptions struct {
-	// Temperature 0 (or Greedy) picks the most likely token.
-	Temperature float32
-	TopK        int     // 0 = off
-	TopP        float32 // 0 or 1 = off
-	// RepeatPenalty > 1 penalises tokens seen in the last RepeatLastN tokens (llama.cpp's rule:
-	// positive logits divided, negative multiplied). 0 or 1 = off.
-	RepeatPenalty float32
-	RepeatLastN   int // 0 = 64
-	// FrequencyPenalty and PresencePenalty lower the logit of each token in the same last
-	// RepeatLastN tokens by FrequencyPenalty times its count there plus PresencePenalty
-	// (OpenAI's rule, over llama.cpp's window). 0 = off; -100 to 100.
-	FrequencyPenalty float32
-	PresencePenalty  float32
-	Seed             uint64
-	Greedy           bool
-}
+// SamplerOptions choose the next token from a distribution (package sample). The zero value
+// is greedy.
+type SamplerOptions = sample.Options
 
 // GenerateOptions control one call of Session.Generate or Session.Chat.
 type GenerateOptions struct {
@@ -188,18 +174,11 @@ type Token struct {
 }
 
 // Logprob is a generated token's log-probability and the most likely tokens at its position,
-// most likely first.
-type Logprob struct {
-	ID      int32
-	Logprob float32
-	Top     []TokenLogprob
-}
+// most likely first (package sample).
+type Logprob = sample.Logprob
 
 // TokenLogprob is one token's log-probability.
-type TokenLogprob struct {
-	ID      int32
-	Logprob float32
-}
+type TokenLogprob = sample.TokenLogprob
 
 // StopReason says why generation ended.
 type StopReason string

@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/commit-run/commit-run/models"
+	"github.com/commit-run/commit-run/sample"
 )
 
 // epPerplexity is PerplexityWith under expert parallelism: the windows are spread over the
@@ -67,7 +68,7 @@ func (m *Model) epPerplexity(ctx context.Context, ids []int32, window, step int,
 				win := wins[first+r]
 				for t := range wk.tokens {
 					if p := pos + t; p+1 < len(win) {
-						softmaxInto(probs, wk.logits[t*vocab:(t+1)*vocab])
+						sample.Softmax(probs, wk.logits[t*vocab:(t+1)*vocab])
 						nll[first+r] = append(nll[first+r], -math.Log(math.Max(float64(probs[win[p+1]]), 1e-30)))
 					}
 				}

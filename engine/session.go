@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/commit-run/commit-run/models"
+	"github.com/commit-run/commit-run/sample"
 	"github.com/commit-run/commit-run/tokenizer"
 )
 
@@ -202,7 +203,7 @@ func (s *Session) probs(ctx context.Context, tokens []int32, step int, fn func(p
 			return err
 		}
 		for t := 0; t < end-start; t++ {
-			softmaxInto(probs, logits[t*vocab:(t+1)*vocab])
+			sample.Softmax(probs, logits[t*vocab:(t+1)*vocab])
 			if err := fn(start+t, probs); err != nil {
 				return err
 			}
@@ -225,7 +226,7 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, opts GenerateOpt
 	if opts.MaxTokens < 0 {
 		return Result{}, fmt.Errorf("max tokens %d: want 0 (until EOS or the context is full) or more", opts.MaxTokens)
 	}
-	if err := opts.Sampler.validate(); err != nil {
+	if err := opts.Sampler.Validate(); err != nil {
 		return Result{}, err
 	}
 	if opts.TopLogprobs < 0 || opts.TopLogprobs > 20 {
@@ -244,9 +245,9 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, opts GenerateOpt
 	if err != nil {
 		return res, err
 	}
-	smp := newSampler(opts.Sampler)
+	smp := sample.New(opts.Sampler)
 	dec := s.m.tok.NewStreamDecoder()
-	stop := newStopMatcher(opts.Stop)
+	stop := sample.NewStops(opts.Stop)
 	decodeStart := time.Now()
 	defer func() { res.DecodeSeconds = time.Since(decodeStart).Seconds() }()
 	joined := false // a member of the model's batched steps
@@ -275,10 +276,10 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, opts GenerateOpt
 		if opts.Logprobs {
 			copy(raw, logits) // the model's distribution, before the sampler changes logits
 		}
-		id := smp.sample(logits, s.tokens)
+		id := smp.Sample(logits, s.tokens)
 		if !opts.IgnoreEOS && s.m.tok.IsEOG(id) {
 			res.Reason = StopEOS
-			if tail := stop.flush(); tail != "" {
+			if tail := stop.Flush(); tail != "" {
 				if err := emit(-1, tail, nil); err != nil {
 					return res, err
 				}
@@ -288,11 +289,11 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, opts GenerateOpt
 		res.Tokens = append(res.Tokens, id)
 		var lp *Logprob
 		if opts.Logprobs {
-			l := logprobsOf(raw, lpBuf, id, opts.TopLogprobs)
+			l := sample.Logprobs(raw, lpBuf, id, opts.TopLogprobs)
 			res.Logprobs = append(res.Logprobs, l)
 			lp = &l
 		}
-		out, hit := stop.push(dec.Next(id))
+		out, hit := stop.Push(dec.Next(id))
 		if err := emit(id, out, lp); err != nil {
 			return res, err
 		}
@@ -314,7 +315,7 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, opts GenerateOpt
 		}
 	}
 	if res.Reason != StopString && res.Reason != StopEOS {
-		if tail := stop.flush(); tail != "" {
+		if tail := stop.Flush(); tail != "" {
 			if err := emit(-1, tail, nil); err != nil {
 				return res, err
 			}

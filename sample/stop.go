@@ -1,27 +1,28 @@
-package engine
+package sample
 
 import "strings"
 
-// stopMatcher holds back generated text that could still become a stop string, so a stop
-// string never reaches the caller, and cuts the text where one appears.
-type stopMatcher struct {
+// Stops holds back generated text that could still become a stop string, so a stop string
+// never reaches the caller, and cuts the text where one appears.
+type Stops struct {
 	stops   []string
 	pending string
 }
 
-func newStopMatcher(stops []string) *stopMatcher {
+// NewStops watches for the non-empty strings of stops.
+func NewStops(stops []string) *Stops {
 	var s []string
 	for _, x := range stops {
 		if x != "" {
 			s = append(s, x)
 		}
 	}
-	return &stopMatcher{stops: s}
+	return &Stops{stops: s}
 }
 
-// push adds text and returns what can be released now, and whether a stop string was hit
+// Push adds text and returns what can be released now, and whether a stop string was hit
 // (then the released text is everything before it).
-func (m *stopMatcher) push(text string) (string, bool) {
+func (m *Stops) Push(text string) (string, bool) {
 	if len(m.stops) == 0 {
 		return text, false
 	}
@@ -52,8 +53,8 @@ func (m *stopMatcher) push(text string) (string, bool) {
 	return out, false
 }
 
-// flush releases whatever is held back.
-func (m *stopMatcher) flush() string {
+// Flush releases whatever is held back.
+func (m *Stops) Flush() string {
 	out := m.pending
 	m.pending = ""
 	return out

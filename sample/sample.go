@@ -1,18 +1,41 @@
-package engine
+// Package sample chooses the next token from a model's logits: llama.cpp's sampler chain
+// (repetition, frequency and presence penalties, top-k, temperature, top-p, in that order)
+// drawn with a seeded generator of its own, the log-probabilities a server reports beside
+// the token, and the stop strings that end a generation and never reach its text.
+package sample
 
 import (
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"slices"
 
 	"github.com/commit-run/commit-run/models"
 )
 
-// sampler picks tokens from logits with llama.cpp's usual chain: repetition penalty, top-k,
-// temperature, top-p. It owns its RNG so a seed reproduces a run.
-type sampler struct {
-	o   SamplerOptions
+// Options choose the next token from a distribution. The zero value is greedy.
+type Options struct {
+	// Temperature 0 (or Greedy) picks the most likely token.
+	Temperature float32
+	TopK        int     // 0 = off
+	TopP        float32 // 0 or 1 = off
+	// RepeatPenalty > 1 penalises tokens seen in the last RepeatLastN tokens (llama.cpp's rule:
+	// positive logits divided, negative multiplied). 0 or 1 = off.
+	RepeatPenalty float32
+	RepeatLastN   int // 0 = 64
+	// FrequencyPenalty and PresencePenalty lower the logit of each token in the same last
+	// RepeatLastN tokens by FrequencyPenalty times its count there plus PresencePenalty
+	// (OpenAI's rule, over llama.cpp's window). 0 = off; -100 to 100.
+	FrequencyPenalty float32
+	PresencePenalty  float32
+	Seed             uint64
+	Greedy           bool
+}
+
+// Sampler picks tokens from logits with llama.cpp's usual chain: repetition, frequency and
+// presence penalties, top-k, temperature, top-p. It owns its RNG so a seed reproduces a run,
+// and its scratch, so that a token allocates nothing; it is not safe for concurrent use.
+type Sampler struct {
+	o   Options
 	rng *rand.Rand
 	// scratch
 	cand    []candidate
@@ -25,7 +48,8 @@ type candidate struct {
 	p  float32
 }
 
-func (o *SamplerOptions) validate() error {
+// Validate reports the first option out of its range.
+func (o *Options) Validate() error {
 	switch {
 	case o.Temperature < 0 || o.Temperature > 100 || isNaN(o.Temperature):
 		return fmt.Errorf("temperature %g: want 0 to 100", o.Temperature)
@@ -47,12 +71,14 @@ func (o *SamplerOptions) validate() error {
 
 func isNaN(f float32) bool { return f != f }
 
-func newSampler(o SamplerOptions) *sampler {
-	return &sampler{o: o, rng: rand.New(rand.NewPCG(o.Seed, 0x636f6d6d69742d72)), counts: map[int32]int{}}
+// New makes a sampler with options o, which Validate accepts.
+func New(o Options) *Sampler {
+	return &Sampler{o: o, rng: rand.New(rand.NewPCG(o.Seed, 0x636f6d6d69742d72)), counts: map[int32]int{}}
 }
 
-// sample picks the next token given the logits (modified in place) and the recent history.
-func (s *sampler) sample(logits []float32, history []int32) int32 {
+// Sample picks the next token given the logits (modified in place) and the tokens so far,
+// whose last RepeatLastN the penalties weigh.
+func (s *Sampler) Sample(logits []float32, history []int32) int32 {
 	o := s.o
 	repeat := o.RepeatPenalty > 0 && o.RepeatPenalty != 1
 	if repeat || o.FrequencyPenalty != 0 || o.PresencePenalty != 0 {
@@ -197,7 +223,7 @@ func sortCandidates(c []candidate) {
 
 // walk draws a token from weights (by id), or from the candidates c where weights is nil,
 // whose weights sum to sum.
-func (s *sampler) walk(weights []float32, c []candidate, sum float64) int32 {
+func (s *Sampler) walk(weights []float32, c []candidate, sum float64) int32 {
 	r := s.rng.Float64() * sum
 	if weights == nil {
 		for _, x := range c {
@@ -221,7 +247,7 @@ func (s *sampler) walk(weights []float32, c []candidate, sum float64) int32 {
 
 // kthLargest returns the k-th largest of the logits (0 < k < len(logits)) in one pass over
 // them, through a min-heap of the k largest so far.
-func (s *sampler) kthLargest(logits []float32, k int) float32 {
+func (s *Sampler) kthLargest(logits []float32, k int) float32 {
 	h := s.scratch[:0]
 	for _, l := range logits {
 		switch {
@@ -260,60 +286,4 @@ func argmax(v []float32) int32 {
 		}
 	}
 	return int32(best)
-}
-
-// logprobsOf returns the log-probability of id under logits and the top most likely tokens,
-// most likely first (ties to the lower id); lp is scratch of len(logits).
-func logprobsOf(logits, lp []float32, id int32, top int) Logprob {
-	maxl := float32(math.Inf(-1))
-	for _, l := range logits {
-		maxl = max(maxl, l)
-	}
-	var sum float64
-	for _, l := range logits {
-		sum += math.Exp(float64(l - maxl))
-	}
-	lse := float64(maxl) + math.Log(sum)
-	for i, l := range logits {
-		lp[i] = float32(float64(l) - lse)
-	}
-	out := Logprob{ID: id, Logprob: lp[id]}
-	if top <= 0 {
-		return out
-	}
-	// One pass, keeping the best top in order: a later token enters only when it beats the
-	// last kept one, so ties keep the lower id.
-	out.Top = make([]TokenLogprob, 0, top+1)
-	for i, v := range lp {
-		if len(out.Top) == top && v <= out.Top[top-1].Logprob {
-			continue
-		}
-		pos := len(out.Top)
-		for pos > 0 && out.Top[pos-1].Logprob < v {
-			pos--
-		}
-		out.Top = slices.Insert(out.Top, pos, TokenLogprob{ID: int32(i), Logprob: v})
-		if len(out.Top) > top {
-			out.Top = out.Top[:top]
-		}
-	}
-	return out
-}
-
-// softmaxInto writes the probabilities of logits into p (float64 sum, max subtracted).
-func softmaxInto(p, logits []float32) {
-	maxl := float32(math.Inf(-1))
-	for _, l := range logits {
-		maxl = max(maxl, l)
-	}
-	var sum float64
-	for i, l := range logits {
-		e := math.Exp(float64(l - maxl))
-		p[i] = float32(e)
-		sum += e
-	}
-	inv := 1 / sum
-	for i := range p {
-		p[i] = float32(float64(p[i]) * inv)
-	}
 }
