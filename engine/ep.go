@@ -720,131 +720,192 @@ func f32bytes(v []float32) []byte {
 // exactly as the single-device block does.
 func (m *Model) epMoE(layer int, moe *models.MoE, x []float32, T int, out []float32, ev *RouteEvent) error {
 	g, r := m.ep, m.rank
-	N, E, K, d := len(g.ranks), moe.Experts, moe.Used, m.arch.Config.Embd
-	j := g.moeIdx[layer]
-	comm := g.comms[r]
+	st := &epLayer{m: m, g: g, r: r, j: g.moeIdx[layer], layer: layer, moe: moe, x: x, T: T,
+		N: len(g.ranks), E: moe.Experts, K: moe.Used, d: m.arch.Config.Embd, comm: g.comms[r], hb: m.hostBackend()}
 	t0 := g.clocks[r]()
-	hb := m.hostBackend()
 	// Timing-only runs do not take expert parallelism (checkTimingOnly): the routing is the
 	// router's.
-	logits, routes, err := m.routeTokens(hb, layer, moe, x, T, 0)
+	logits, routes, err := m.routeTokens(st.hb, layer, moe, x, T, 0)
 	if err != nil {
 		return err
 	}
-	ev.fill(moe, x[:T*d], logits, routes)
+	st.routes = routes
+	ev.fill(moe, x[:T*st.d], logits, routes)
+	if err := st.exchangeRouting(logits); err != nil {
+		return err
+	}
+	if err := st.plan(); err != nil {
+		return err
+	}
+	if err := st.dispatch(); err != nil {
+		return err
+	}
+	tD := g.clocks[r]()
+	results, err := st.compute()
+	if err != nil {
+		return err
+	}
+	tC := g.clocks[r]()
+	if err := st.combine(results, out); err != nil {
+		return err
+	}
+	m.sharedExpert(st.hb, layer, moe, x, T, out)
+	g.record(st.j, r, tC-tD, g.clocks[r]()-t0, st.moved, st.s, st.b)
+	return g.replace(r, st.j, moe)
+}
 
-	// The metadata exchange: the host reads its tokens' routing and sends it to every rank.
+// epLayer is one MoE layer's step of expert parallelism on rank r: what its stages (epMoE)
+// hand each other.
+type epLayer struct {
+	m             *Model
+	g             *epGroup
+	r, j, layer   int // rank, MoE layer, block
+	moe           *models.MoE
+	x             []float32 // this rank's T tokens' inputs
+	T, N, E, K, d int
+	comm          multigpu.Comm
+	hb            models.Backend
+	routes        []routing
+	width         int      // floats of a token's metadata row
+	all           [][]byte // every rank's metadata
+	base          []int    // rank q's tokens are the batch's base[q]..base[q+1]
+	b             multigpu.Batch
+	s             multigpu.Schedule
+	sendIdx       [][]int // the assignments this rank sends to each rank, and receives
+	recvIdx       [][]int
+	send, recv    [][]byte
+	rows          [][]float32 // the hidden states received from each rank
+	moved         int64
+}
+
+// exchangeRouting is the metadata exchange: the host reads its tokens' routing and sends it
+// (with what the policy weighs: the gating scores, the hidden state's entropy, the experts'
+// affinities) to every rank.
+func (st *epLayer) exchangeRouting(logits []float32) error {
+	m, g, d, E, K := st.m, st.g, st.d, st.E, st.K
 	m.dev.Sync(m.dev.Compute().Record())
-	width := 2 * K
+	st.width = 2 * K
 	if g.needProbs {
-		width += E
+		st.width += E
 	}
 	if g.needEntropy {
-		width++
+		st.width++
 	}
 	if g.centroids != nil {
-		width += E
+		st.width += E
 	}
-	meta := make([]float32, T*width)
+	meta := make([]float32, st.T*st.width)
 	var scratch []float64 // for the entropies
 	if g.needEntropy {
 		scratch = make([]float64, d)
 	}
-	for t, rt := range routes {
-		row := meta[t*width : (t+1)*width]
+	for t, rt := range st.routes {
+		row := meta[t*st.width : (t+1)*st.width]
 		for k, e := range rt.experts {
 			row[k], row[K+k] = float32(e), rt.weights[k]
 		}
 		rest := row[2*K:]
 		if g.needProbs {
-			extraWeights(moe, logits[t*E:(t+1)*E], rt, rest[:E])
+			extraWeights(st.moe, logits[t*E:(t+1)*E], rt, rest[:E])
 			rest = rest[E:]
 		}
 		if g.needEntropy {
 			// MACS's information measure: the Shannon entropy of softmax(hidden state),
 			// ln(d) less its KL divergence from uniform.
-			rest[0] = float32(max(0, math.Log(float64(d))-klFromUniform(x[t*d:(t+1)*d], scratch)))
+			rest[0] = float32(max(0, math.Log(float64(d))-klFromUniform(st.x[t*d:(t+1)*d], scratch)))
 			rest = rest[1:]
 		}
 		if g.centroids != nil {
-			multigpu.Affinities(x[t*d:(t+1)*d], g.centroids[j], g.centroidNorms[j], rest[:E])
+			multigpu.Affinities(st.x[t*d:(t+1)*d], g.centroids[st.j], g.centroidNorms[st.j], rest[:E])
 		}
 	}
-	m.label("link", "metadata", layer, -1)
-	counts, err := multigpu.AllGatherInt(comm, int64(T))
+	m.label("link", "metadata", st.layer, -1)
+	counts, err := multigpu.AllGatherInt(st.comm, int64(st.T))
 	if err != nil {
-		return fmt.Errorf("layer %d: metadata exchange: %w", layer, err)
+		return fmt.Errorf("layer %d: metadata exchange: %w", st.layer, err)
 	}
-	sizes := make([]int, N)
-	base := make([]int, N+1)
+	sizes := make([]int, st.N)
+	st.base = make([]int, st.N+1)
 	for i, n := range counts {
 		if n < 0 || n > 1<<24 {
-			return fmt.Errorf("layer %d: rank %d reports %d tokens", layer, i, n)
+			return fmt.Errorf("layer %d: rank %d reports %d tokens", st.layer, i, n)
 		}
-		sizes[i] = int(n) * width * 4
-		base[i+1] = base[i] + int(n)
+		sizes[i] = int(n) * st.width * 4
+		st.base[i+1] = st.base[i] + int(n)
 	}
-	all, err := multigpu.AllGather(comm, f32bytes(meta), sizes)
-	if err != nil {
-		return fmt.Errorf("layer %d: metadata exchange: %w", layer, err)
+	if st.all, err = multigpu.AllGather(st.comm, f32bytes(meta), sizes); err != nil {
+		return fmt.Errorf("layer %d: metadata exchange: %w", st.layer, err)
 	}
-	// The host plans from what it received.
-	m.dev.Sync(m.dev.Compute().Record())
-	b := g.batch(all, base, width, E, K, j)
-	place := g.place[r][j]
-	s, err := g.pols[r].Plan(b, place)
-	if err != nil {
-		return fmt.Errorf("layer %d: %s: %w", layer, g.policy, err)
-	}
-	if err := s.Check(b, place); err != nil {
-		return fmt.Errorf("layer %d: %s: %w", layer, g.policy, err)
-	}
+	return nil
+}
 
-	// Dispatch: each rank sends the hidden state of every assignment from it, in schedule
-	// order, so that every rank knows what it receives without being told.
-	sendIdx, recvIdx := make([][]int, N), make([][]int, N)
-	for i, a := range s.Assign {
+// plan is the layer's schedule, which every rank plans alike from the metadata it received.
+func (st *epLayer) plan() error {
+	m, g := st.m, st.g
+	m.dev.Sync(m.dev.Compute().Record())
+	st.b = g.batch(st.all, st.base, st.width, st.E, st.K, st.j)
+	place := g.place[st.r][st.j]
+	var err error
+	if st.s, err = g.pols[st.r].Plan(st.b, place); err != nil {
+		return fmt.Errorf("layer %d: %s: %w", st.layer, g.policy, err)
+	}
+	if err := st.s.Check(st.b, place); err != nil {
+		return fmt.Errorf("layer %d: %s: %w", st.layer, g.policy, err)
+	}
+	return nil
+}
+
+// dispatch sends the hidden state of every assignment from this rank, in schedule order, so
+// that every rank knows what it receives without being told.
+func (st *epLayer) dispatch() error {
+	N, r, d := st.N, st.r, st.d
+	st.sendIdx, st.recvIdx = make([][]int, N), make([][]int, N)
+	for i, a := range st.s.Assign {
 		if a.From == r {
-			sendIdx[a.To] = append(sendIdx[a.To], i)
+			st.sendIdx[a.To] = append(st.sendIdx[a.To], i)
 		}
 		if a.To == r {
-			recvIdx[a.From] = append(recvIdx[a.From], i)
+			st.recvIdx[a.From] = append(st.recvIdx[a.From], i)
 		}
 	}
-	send, recv := make([][]byte, N), make([][]byte, N)
-	rows := make([][]float32, N)
-	var moved int64
+	st.send, st.recv = make([][]byte, N), make([][]byte, N)
+	st.rows = make([][]float32, N)
 	for q := range N {
-		buf := make([]float32, len(sendIdx[q])*d)
-		for k, i := range sendIdx[q] {
-			t := s.Assign[i].Token - base[r]
-			copy(buf[k*d:(k+1)*d], x[t*d:(t+1)*d])
+		buf := make([]float32, len(st.sendIdx[q])*d)
+		for k, i := range st.sendIdx[q] {
+			t := st.s.Assign[i].Token - st.base[r]
+			copy(buf[k*d:(k+1)*d], st.x[t*d:(t+1)*d])
 		}
-		send[q] = f32bytes(buf)
-		rows[q] = make([]float32, len(recvIdx[q])*d)
-		recv[q] = f32bytes(rows[q])
+		st.send[q] = f32bytes(buf)
+		st.rows[q] = make([]float32, len(st.recvIdx[q])*d)
+		st.recv[q] = f32bytes(st.rows[q])
 		if q != r {
-			moved += int64(len(send[q]) + len(recv[q]))
+			st.moved += int64(len(st.send[q]) + len(st.recv[q]))
 		}
 	}
-	m.label("link", "dispatch", layer, -1)
-	if err := comm.AllToAll(send, recv); err != nil {
-		return fmt.Errorf("layer %d: dispatch: %w", layer, err)
+	st.m.label("link", "dispatch", st.layer, -1)
+	if err := st.comm.AllToAll(st.send, st.recv); err != nil {
+		return fmt.Errorf("layer %d: dispatch: %w", st.layer, err)
 	}
-	tD := g.clocks[r]()
+	return nil
+}
 
-	// HarMoEny's fetches: asynchronous copies from the host into a slot, so the fetched
-	// experts are computed last, once their copy has landed, while the others compute.
+// compute runs the experts assigned to this rank on the hidden states it received, and
+// returns their outputs by sender. HarMoEny's fetches are asynchronous copies from the host
+// into a slot, so the fetched experts compute last, once their copy has landed, while the
+// others compute.
+func (st *epLayer) compute() ([][]float32, error) {
+	m, g, r, j, d, E := st.m, st.g, st.r, st.j, st.d, st.E
 	fetched := map[int]*models.FFN{}
 	var fetchEv device.Event
-	for _, f := range s.Fetches {
+	for _, f := range st.s.Fetches {
 		if f.To != r || fetched[f.Expert] != nil {
 			continue
 		}
-		m.label("copy", "fetch", layer, f.Expert)
-		ffn, err := g.fetchExpert(r, moe, f.Expert, len(fetched))
+		m.label("copy", "fetch", st.layer, f.Expert)
+		ffn, err := g.fetchExpert(r, st.moe, f.Expert, len(fetched))
 		if err != nil {
-			return fmt.Errorf("layer %d: fetching expert %d: %w", layer, f.Expert, err)
+			return nil, fmt.Errorf("layer %d: fetching expert %d: %w", st.layer, f.Expert, err)
 		}
 		fetched[f.Expert] = ffn
 		fetchEv = m.dev.Copy().Record()
@@ -855,9 +916,9 @@ func (m *Model) epMoE(layer int, moe *models.MoE, x []float32, T int, out []floa
 	}
 	type slot struct{ src, k int }
 	byExpert := make([][]slot, E)
-	for q := range N {
-		for k, i := range recvIdx[q] {
-			e := s.Assign[i].Expert
+	for q := range st.N {
+		for k, i := range st.recvIdx[q] {
+			e := st.s.Assign[i].Expert
 			byExpert[e] = append(byExpert[e], slot{q, k})
 		}
 	}
@@ -872,9 +933,9 @@ func (m *Model) epMoE(layer int, moe *models.MoE, x []float32, T int, out []floa
 			order = append(order, e)
 		}
 	}
-	results := make([][]float32, N)
-	for q := range N {
-		results[q] = make([]float32, len(recvIdx[q])*d)
+	results := make([][]float32, st.N)
+	for q := range st.N {
+		results[q] = make([]float32, len(st.recvIdx[q])*d)
 	}
 	waited := false
 	for _, e := range order {
@@ -882,7 +943,7 @@ func (m *Model) epMoE(layer int, moe *models.MoE, x []float32, T int, out []floa
 		n := len(sl)
 		xe, ye := make([]float32, n*d), make([]float32, n*d)
 		for i, p := range sl {
-			copy(xe[i*d:(i+1)*d], rows[p.src][p.k*d:(p.k+1)*d])
+			copy(xe[i*d:(i+1)*d], st.rows[p.src][p.k*d:(p.k+1)*d])
 		}
 		ffn := fetched[e]
 		if ffn != nil && !waited {
@@ -890,10 +951,10 @@ func (m *Model) epMoE(layer int, moe *models.MoE, x []float32, T int, out []floa
 			waited = true
 		}
 		if ffn == nil {
-			ffn = &models.FFN{Gate: moe.GateExps.Expert(e), Up: moe.UpExps.Expert(e), Down: moe.DownExps.Expert(e)}
+			ffn = &models.FFN{Gate: st.moe.GateExps.Expert(e), Up: st.moe.UpExps.Expert(e), Down: st.moe.DownExps.Expert(e)}
 		}
-		m.label("expert", "", layer, e)
-		m.swiglu(hb, m.dev.MatMulID, m.charger, ffn, xe, n, ye)
+		m.label("expert", "", st.layer, e)
+		m.swiglu(st.hb, m.dev.MatMulID, m.charger, ffn, xe, n, ye)
 		for i, p := range sl {
 			copy(results[p.src][p.k*d:(p.k+1)*d], ye[i*d:(i+1)*d])
 		}
@@ -903,32 +964,36 @@ func (m *Model) epMoE(layer int, moe *models.MoE, x []float32, T int, out []floa
 		// stream is done with it.
 		g.fetch[r].free = m.dev.Compute().Record()
 	}
-	tC := g.clocks[r]()
+	return results, nil
+}
 
-	// Combine: the results go back in the order they came.
+// combine sends the results back to the ranks of their tokens, in the order they came, and
+// sums each token's into out in its top-k order: its top-k, then the experts added beyond them
+// in schedule order, as the single-device block lays them out. A dropped choice keeps a zero
+// output and weighs nothing.
+func (st *epLayer) combine(results [][]float32, out []float32) error {
+	N, r, d, K, T := st.N, st.r, st.d, st.K, st.T
 	back := make([][]float32, N)
 	for q := range N {
-		send[q] = f32bytes(results[q])
-		back[q] = make([]float32, len(sendIdx[q])*d)
-		recv[q] = f32bytes(back[q])
+		st.send[q] = f32bytes(results[q])
+		back[q] = make([]float32, len(st.sendIdx[q])*d)
+		st.recv[q] = f32bytes(back[q])
 	}
-	m.label("link", "combine", layer, -1)
-	if err := comm.AllToAll(send, recv); err != nil {
-		return fmt.Errorf("layer %d: combine: %w", layer, err)
+	st.m.label("link", "combine", st.layer, -1)
+	if err := st.comm.AllToAll(st.send, st.recv); err != nil {
+		return fmt.Errorf("layer %d: combine: %w", st.layer, err)
 	}
-	// Each token's slots: its top-k in order, then the experts added beyond them in schedule
-	// order, as the single-device block lays them out. A dropped choice keeps a zero output
-	// and weighs nothing.
+	routes := st.routes
 	kept := make([][]bool, T)
 	for t := range kept {
 		kept[t] = make([]bool, K)
 	}
 	extra := map[int]int{} // assignment -> slot index within its token
-	for i, a := range s.Assign {
+	for i, a := range st.s.Assign {
 		if a.From != r {
 			continue
 		}
-		t := a.Token - base[r]
+		t := a.Token - st.base[r]
 		if a.Choice >= 0 {
 			kept[t][a.Choice] = true
 			continue
@@ -949,9 +1014,9 @@ func (m *Model) epMoE(layer int, moe *models.MoE, x []float32, T int, out []floa
 	}
 	ys := make([]float32, off[T]*d)
 	for q := range N {
-		for k, i := range sendIdx[q] {
-			a := s.Assign[i]
-			t := a.Token - base[r]
+		for k, i := range st.sendIdx[q] {
+			a := st.s.Assign[i]
+			t := a.Token - st.base[r]
 			sl := off[t] + a.Choice
 			if a.Choice < 0 {
 				sl = off[t] + extra[i]
@@ -959,10 +1024,8 @@ func (m *Model) epMoE(layer int, moe *models.MoE, x []float32, T int, out []floa
 			copy(ys[sl*d:(sl+1)*d], back[q][k*d:(k+1)*d])
 		}
 	}
-	m.combine(hb, layer, routes, ys, off, out)
-	m.sharedExpert(hb, layer, moe, x, T, out)
-	g.record(j, r, tC-tD, g.clocks[r]()-t0, moved, s, b)
-	return g.replace(r, j, moe)
+	st.m.combine(st.hb, st.layer, routes, ys, off, out)
+	return nil
 }
 
 // batch is the layer's batch as every rank sees it after the metadata exchange: rank q's
