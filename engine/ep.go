@@ -94,6 +94,7 @@ type epGroup struct {
 	clocks []func() float64
 	pols   []multigpu.Policy
 	place  [][]multigpu.Placement // [rank][MoE layer]
+	start  multigpu.Placement     // every layer's first placement (round-robin)
 	// moeIdx maps a block to its MoE layer's index (-1: dense); expertBytes is one expert's
 	// weights per MoE layer; held the expert bytes each rank has allocated.
 	moeIdx      []int
@@ -197,9 +198,57 @@ func (m *Model) EPStats() (EPStats, bool) {
 }
 
 // openEP makes the ranks of Options.EP: rank 0 is m on its device, the others copies of m on
-// devices of the same kind. Each allocates the non-expert weights and its experts.
+// devices of the same kind. Each allocates the non-expert weights and its experts. The steps:
+// check the options, lay out the group (its MoE layers, MACS's centroids), open the ranks,
+// connect each to the transport and place its weights, and make each rank's planner.
 func (m *Model) openEP(path string) error {
 	o := *m.opts.EP
+	if err := m.checkEP(o); err != nil {
+		return err
+	}
+	if o.Gamma == 0 {
+		o.Gamma = 1.5
+	}
+	policy := strings.TrimSpace(o.Policy)
+	if policy == "" {
+		policy = "round-robin"
+	}
+	g, err := m.newEPGroup(path, policy, o)
+	if err != nil {
+		return err
+	}
+	// From here on the group owns the other ranks' devices and the transport: closeEP
+	// releases them if opening fails.
+	m.ep = g
+	N := o.Devices
+	g.ranks = make([]*Model, N)
+	if o.Rendezvous != "" {
+		if err := g.openProcess(m, o); err != nil {
+			return err
+		}
+	} else if err := g.openLocal(m, o); err != nil {
+		return err
+	}
+	c := m.arch.Config
+	env := epEnv{experts: c.Experts, devices: N, gamma: o.Gamma, metric: o.Metric, seed: o.Seed, harmoenyQ: o.HarMoEnyThreshold, eta: o.MACSEta}
+	g.comms, g.clocks = make([]multigpu.Comm, N), make([]func() float64, N)
+	g.place, g.pending, g.scratch = make([][]multigpu.Placement, N), make([][]device.Event, N), make([][]byte, N)
+	g.fetch = make([]epFetch, N)
+	g.held = make([]int64, N)
+	wall := time.Now()
+	for _, r := range g.local {
+		if err := g.connect(r, o, wall, &env); err != nil {
+			return err
+		}
+		if err := g.placeWeights(m, r); err != nil {
+			return err
+		}
+	}
+	return g.makePlanners(m, policy, env)
+}
+
+// checkEP checks the options of expert parallelism against the model and the other options.
+func (m *Model) checkEP(o EPOptions) error {
 	c := m.arch.Config
 	switch {
 	case c.Experts == 0:
@@ -237,23 +286,19 @@ func (m *Model) openEP(path string) error {
 	case o.MACSEta == 0 && o.MACSCalibration != "":
 		return fmt.Errorf("a MACS calibration gives the centroids that rerouting weighs by eta: give eta above 0 too")
 	}
-	if o.Gamma == 0 {
-		o.Gamma = 1.5
-	}
-	policy := strings.TrimSpace(o.Policy)
-	if policy == "" {
-		policy = "round-robin"
-	}
-	N := o.Devices
+	return nil
+}
+
+// newEPGroup lays out the group of the model at path: its MoE layers and their experts'
+// bytes, the experts' first placement (round-robin), and MACS's centroids from the
+// calibration text where eta asks for them.
+func (m *Model) newEPGroup(path, policy string, o EPOptions) (*epGroup, error) {
+	c := m.arch.Config
 	g := &epGroup{policy: policy, moeIdx: make([]int, c.Layers)}
-	var firstMoE *models.MoE
 	for i, l := range m.arch.Layers {
 		g.moeIdx[i] = -1
 		if l.MoE == nil {
 			continue
-		}
-		if firstMoE == nil {
-			firstMoE = l.MoE
 		}
 		g.moeIdx[i] = len(g.expertBytes)
 		var b int64
@@ -262,104 +307,115 @@ func (m *Model) openEP(path string) error {
 		}
 		g.expertBytes = append(g.expertBytes, b)
 	}
-	layers := len(g.expertBytes)
-	start, err := multigpu.RoundRobin(c.Experts, N)
-	if err != nil {
-		return err
+	var err error
+	if g.start, err = multigpu.RoundRobin(c.Experts, o.Devices); err != nil {
+		return nil, err
 	}
 	if o.MACSEta > 0 {
 		mu, ran, err := macsCentroids(path, m.opts, o.MACSCalibration, cmp.Or(o.MACSCalibrationTokens, defaultMACSCalibrationTokens), g.moeIdx)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		g.centroids, g.calibrated = mu, ran
 		for _, mj := range mu {
 			g.centroidNorms = append(g.centroidNorms, multigpu.CentroidNorms(mj, c.Embd))
 		}
 	}
-	// From here on the group owns the other ranks' devices and the transport: closeEP
-	// releases them if opening fails.
-	m.ep = g
-	g.ranks = make([]*Model, N)
-	if o.Rendezvous != "" {
-		if err := g.openProcess(m, o); err != nil {
-			return err
+	return g, nil
+}
+
+// connect gives local rank r its end of the transport and its clock: on a device that models
+// its link (a simulated GPU), a modelled end and the device's time, and on rank 0 the
+// cluster the cost-model planners weigh (env.cluster).
+func (g *epGroup) connect(r int, o EPOptions, wall time.Time, env *epEnv) error {
+	rm := g.ranks[r]
+	rm.ep, rm.rank = g, r
+	comm := g.tr.Comm(r)
+	clock := func() float64 { return time.Since(wall).Seconds() }
+	if lk, ok := rm.dev.(device.Linker); ok {
+		link := multigpu.Link{Bandwidth: o.LinkBandwidth, Latency: o.LinkLatency}
+		if sd, ok := rm.dev.(*sim.Device); ok {
+			p := sd.Profile()
+			if link.Bandwidth == 0 {
+				link.Bandwidth = p.PCIeEffective
+			}
+			if link.Latency == 0 {
+				link.Latency = p.CopyLatency
+			}
+			if r == 0 {
+				env.cluster = multigpu.Cluster{Devices: len(g.ranks), FLOPS: p.PeakFLOPS, MemBW: p.MemoryBandwidth, LinkBW: link.Bandwidth,
+					LinkLatency: link.Latency, HostBW: p.PCIeEffective, Launch: 3 * p.LaunchOverhead}
+			}
 		}
-	} else if err := g.openLocal(m, o); err != nil {
+		var err error
+		if comm, err = multigpu.Modelled(comm, lk, link); err != nil {
+			return fmt.Errorf("expert parallelism on %s: %w", rm.dev.Name(), err)
+		}
+		clock = lk.Ready
+	}
+	g.comms[r], g.clocks[r] = comm, clock
+	return nil
+}
+
+// placeWeights gives local rank r its first placement of every MoE layer's experts, and
+// allocates (and, beside the first local rank, which uploads with the model, uploads) the
+// non-expert weights and its experts.
+func (g *epGroup) placeWeights(m *Model, r int) error {
+	rm := g.ranks[r]
+	layers := len(g.expertBytes)
+	place := make([]multigpu.Placement, layers)
+	for j := range place {
+		place[j] = g.start
+	}
+	g.place[r] = place
+	g.pending[r] = make([]device.Event, layers)
+	if err := rm.dev.Memory().Alloc(m.info.NonExpertBytes, "the non-expert weights"); err != nil {
+		return fmt.Errorf("expert parallelism, rank %d on %s: %.2f GiB of non-expert weights do not fit: %w", r, rm.dev.Name(), float64(m.info.NonExpertBytes)/(1<<30), err)
+	}
+	if err := g.hold(r); err != nil {
 		return err
 	}
-	wall := time.Now()
-	env := epEnv{experts: c.Experts, devices: N, gamma: o.Gamma, metric: o.Metric, seed: o.Seed, harmoenyQ: o.HarMoEnyThreshold, eta: o.MACSEta}
-	g.comms, g.clocks = make([]multigpu.Comm, N), make([]func() float64, N)
-	g.place, g.pending, g.scratch = make([][]multigpu.Placement, N), make([][]device.Event, N), make([][]byte, N)
-	g.fetch = make([]epFetch, N)
-	g.held = make([]int64, N)
-	for _, r := range g.local {
-		rm := g.ranks[r]
-		rm.ep, rm.rank = g, r
-		comm := g.tr.Comm(r)
-		clock := func() float64 { return time.Since(wall).Seconds() }
-		if lk, ok := rm.dev.(device.Linker); ok {
-			link := multigpu.Link{Bandwidth: o.LinkBandwidth, Latency: o.LinkLatency}
-			if sd, ok := rm.dev.(*sim.Device); ok {
-				p := sd.Profile()
-				if link.Bandwidth == 0 {
-					link.Bandwidth = p.PCIeEffective
-				}
-				if link.Latency == 0 {
-					link.Latency = p.CopyLatency
-				}
-				if r == 0 {
-					env.cluster = multigpu.Cluster{Devices: N, FLOPS: p.PeakFLOPS, MemBW: p.MemoryBandwidth, LinkBW: link.Bandwidth,
-						LinkLatency: link.Latency, HostBW: p.PCIeEffective, Launch: 3 * p.LaunchOverhead}
-				}
-			}
-			var err error
-			if comm, err = multigpu.Modelled(comm, lk, link); err != nil {
-				return fmt.Errorf("expert parallelism on %s: %w", rm.dev.Name(), err)
-			}
-			clock = lk.Ready
-		}
-		g.comms[r], g.clocks[r] = comm, clock
-		place := make([]multigpu.Placement, layers)
-		for j := range place {
-			place[j] = start
-		}
-		g.place[r] = place
-		g.pending[r] = make([]device.Event, layers)
-		if err := rm.dev.Memory().Alloc(m.info.NonExpertBytes, "the non-expert weights"); err != nil {
-			return fmt.Errorf("expert parallelism, rank %d on %s: %.2f GiB of non-expert weights do not fit: %w", r, rm.dev.Name(), float64(m.info.NonExpertBytes)/(1<<30), err)
-		}
-		if err := g.hold(r); err != nil {
-			return err
-		}
-		if r != g.local[0] {
-			// The first local rank uploads its weights with the model's own (Open).
-			if err := rm.upload(); err != nil {
-				return fmt.Errorf("expert parallelism, rank %d: %w", r, err)
-			}
+	if r != g.local[0] {
+		// The first local rank uploads its weights with the model's own (Open).
+		if err := rm.upload(); err != nil {
+			return fmt.Errorf("expert parallelism, rank %d: %w", r, err)
 		}
 	}
+	return nil
+}
+
+// makePlanners makes every rank's planner of policy, HarMoEny's cost model from the first
+// MoE layer's experts, and the group's statistics.
+func (g *epGroup) makePlanners(m *Model, policy string, env epEnv) error {
+	c := m.arch.Config
 	if policy == "harmoeny" && env.harmoenyQ == 0 && env.cluster.Devices == 0 {
 		env.harmoenyQ = defaultHarMoEnyQ
 	}
 	if env.cluster.Devices > 0 {
 		// HarMoEny's eq. 4 needs the bytes of one weight element: the first MoE layer's.
+		var firstMoE *models.MoE
+		for _, l := range m.arch.Layers {
+			if l.MoE != nil {
+				firstMoE = l.MoE
+				break
+			}
+		}
 		params := 3 * float64(firstMoE.GateExps.Expert(0).Rows) * float64(firstMoE.GateExps.Expert(0).Cols)
 		env.cost = multigpu.ExpertCost{WeightBytes: float64(g.expertBytes[0]), FLOPsPerToken: 2 * params,
 			TokenBytes: 4 * float64(c.Embd), ElementBytes: float64(g.expertBytes[0]) / params}
 	}
-	for range N {
+	for range len(g.ranks) {
 		pol, err := newEPPolicy(policy, env)
 		if err != nil {
 			return err
 		}
 		g.pols = append(g.pols, pol)
 	}
+	layers := len(g.expertBytes)
 	g.needProbs = strings.HasPrefix(policy, "expanded") || strings.HasPrefix(policy, "macs")
 	g.needEntropy = strings.HasPrefix(policy, "macs")
 	g.pass = make([]epPass, layers)
-	g.stats = EPStats{Policy: policy, Devices: N, Transport: g.how, Layers: make([]EPLayerStats, layers), CalibrationTokens: g.calibrated}
+	g.stats = EPStats{Policy: policy, Devices: len(g.ranks), Transport: g.how, Layers: make([]EPLayerStats, layers), CalibrationTokens: g.calibrated}
 	for i, j := range g.moeIdx {
 		if j >= 0 {
 			g.stats.Layers[j].Layer = i
