@@ -110,38 +110,26 @@ func checkOptions(opts Options) (kvF16 bool, err error) {
 	return false, fmt.Errorf("KV cache type %q: want f16 or f32", opts.KVType)
 }
 
-// openFile prepares an opened file to run, and closes it if that fails.
+// openFile prepares an opened file to run, and closes it if that fails: it loads the
+// model's description and tokenizer, makes the device, takes the options that shape a pass,
+// places the weights and the activations on the device, and readies the passes.
 func openFile(f *models.File, opts Options, kvF16 bool) (*Model, error) {
-	path := f.Path
-	arch, err := models.Load(f)
+	opened := false
+	defer func() {
+		if !opened {
+			f.Close()
+		}
+	}()
+	arch, tok, err := loadFile(f, opts)
 	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	tok, err := tokenizer.FromGGUF(f.KV)
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("%s: tokenizer: %w", path, err)
-	}
-	if tok.VocabSize() > arch.Config.Vocab {
-		f.Close()
-		return nil, fmt.Errorf("%s: the tokenizer has %d tokens but token_embd has only %d rows", path, tok.VocabSize(), arch.Config.Vocab)
-	}
-	if _, err := opts.HostRates.WithDefaults(); err != nil {
-		f.Close()
-		return nil, err
-	}
-	if err := checkTimingOnly(opts); err != nil {
-		f.Close()
 		return nil, err
 	}
 	dev, note, err := newDevice(opts)
 	if err != nil {
-		f.Close()
 		return nil, err
 	}
-	opened := false
 	m := &Model{opts: opts, file: f, arch: arch, tok: tok, dev: dev, kvF16: kvF16, devNote: note}
+	// The returns below name no model: m, not the result, is what a failure closes.
 	defer func() {
 		if !opened {
 			if m.off != nil {
@@ -164,31 +152,77 @@ func openFile(f *models.File, opts Options, kvF16 bool) (*Model, error) {
 			m.nctx = DefaultMaxContext
 		}
 	}
-	if o := opts.Drop; o != nil {
-		if !(o.Gamma >= 0) || o.Gamma > 1e6 {
-			f.Close()
-			return nil, fmt.Errorf("capacity factor %v: want 0 or more", o.Gamma)
-		}
-		if !o.Metric.Valid() {
-			f.Close()
-			return nil, fmt.Errorf("token drop: unknown metric %v", o.Metric)
-		}
-		if o.Devices < 0 || (arch.Config.Experts > 0 && o.Devices > arch.Config.Experts) {
-			f.Close()
-			return nil, fmt.Errorf("token drop over %d devices: want 1 to the model's %d experts", o.Devices, arch.Config.Experts)
-		}
-		m.dropStats = &dropCounter{}
-		if arch.Config.Experts > 0 {
-			if m.dropPlace, err = multigpu.RoundRobin(arch.Config.Experts, max(o.Devices, 1)); err != nil {
-				f.Close()
-				return nil, fmt.Errorf("token drop: %w", err)
-			}
-		}
+	if err := m.setupDrop(); err != nil {
+		return nil, err
 	}
 	if err := m.openCommit(); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", f.Path, err)
 	}
+	if err := m.allocate(); err != nil {
+		return nil, err
+	}
+	if err := m.prepare(); err != nil {
+		return nil, err
+	}
+	opened = true
+	return m, nil
+}
+
+// loadFile reads the model's description and tokenizer from f, and checks the options that
+// need no device.
+func loadFile(f *models.File, opts Options) (*models.Model, *tokenizer.Tokenizer, error) {
+	arch, err := models.Load(f)
+	if err != nil {
+		return nil, nil, err
+	}
+	tok, err := tokenizer.FromGGUF(f.KV)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: tokenizer: %w", f.Path, err)
+	}
+	if tok.VocabSize() > arch.Config.Vocab {
+		return nil, nil, fmt.Errorf("%s: the tokenizer has %d tokens but token_embd has only %d rows", f.Path, tok.VocabSize(), arch.Config.Vocab)
+	}
+	if _, err := opts.HostRates.WithDefaults(); err != nil {
+		return nil, nil, err
+	}
+	if err := checkTimingOnly(opts); err != nil {
+		return nil, nil, err
+	}
+	return arch, tok, nil
+}
+
+// setupDrop checks capacity-aware token drop's options and readies its counters and the
+// round-robin placement it plans over.
+func (m *Model) setupDrop() error {
+	o := m.opts.Drop
+	if o == nil {
+		return nil
+	}
+	experts := m.arch.Config.Experts
+	if !(o.Gamma >= 0) || o.Gamma > 1e6 {
+		return fmt.Errorf("capacity factor %v: want 0 or more", o.Gamma)
+	}
+	if !o.Metric.Valid() {
+		return fmt.Errorf("token drop: unknown metric %v", o.Metric)
+	}
+	if o.Devices < 0 || (experts > 0 && o.Devices > experts) {
+		return fmt.Errorf("token drop over %d devices: want 1 to the model's %d experts", o.Devices, experts)
+	}
+	m.dropStats = &dropCounter{}
+	if experts > 0 {
+		var err error
+		if m.dropPlace, err = multigpu.RoundRobin(experts, max(o.Devices, 1)); err != nil {
+			return fmt.Errorf("token drop: %w", err)
+		}
+	}
+	return nil
+}
+
+// allocate takes the device memory of the weights and of a pass's activations: an automatic
+// placement's first where the model does not fit, then expert parallelism's ranks, the
+// offloader's slots (sized around the activations), or the whole model.
+func (m *Model) allocate() error {
+	path, dev := m.file.Path, m.dev
 	m.resident = m.residentPasses()
 	m.act.pass, m.act.layer = m.activationFloats()
 	allocActivations := func() error {
@@ -199,8 +233,7 @@ func openFile(f *models.File, opts Options, kvF16 bool) (*Model, error) {
 	}
 	if m.autoPlaces() {
 		if err := m.placeAuto(); err != nil {
-			f.Close()
-			return nil, err // the candidates' runs name the file
+			return err // the candidates' runs name the file
 		}
 	}
 	// Offloading sizes its slots around the activations, and says how large a budget must
@@ -208,59 +241,59 @@ func openFile(f *models.File, opts Options, kvF16 bool) (*Model, error) {
 	offloaded := m.opts.EP == nil && m.opts.Offload != nil
 	if !offloaded {
 		if err := allocActivations(); err != nil {
-			f.Close()
-			return nil, err
+			return err
 		}
 	}
-	if m.opts.EP != nil {
+	switch {
+	case m.opts.EP != nil:
 		if err := m.openEP(path); err != nil {
-			f.Close()
-			return nil, fmt.Errorf("%s: %w", path, err)
+			return fmt.Errorf("%s: %w", path, err)
 		}
-	} else if offloaded {
+	case offloaded:
+		var err error
 		if m.off, err = newOffloader(m, *m.opts.Offload); err != nil {
-			f.Close()
-			return nil, fmt.Errorf("%s: %w", path, err)
+			return fmt.Errorf("%s: %w", path, err)
 		}
-		if err := allocActivations(); err != nil {
-			f.Close()
-			return nil, err
+		return allocActivations()
+	default:
+		if err := dev.Memory().Alloc(m.info.NonExpertBytes+m.info.ExpertBytes, "the weights"); err != nil {
+			return fmt.Errorf("%s: %.2f GiB of weights do not fit on %s (%.2f GiB): offload the experts to host memory with a device memory budget (--gpu-mem): %w",
+				path, float64(m.info.NonExpertBytes+m.info.ExpertBytes)/(1<<30), dev.Name(), float64(dev.Memory().Budget())/(1<<30), err)
 		}
-	} else if err := dev.Memory().Alloc(m.info.NonExpertBytes+m.info.ExpertBytes, "the weights"); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("%s: %.2f GiB of weights do not fit on %s (%.2f GiB): offload the experts to host memory with a device memory budget (--gpu-mem): %w",
-			path, float64(m.info.NonExpertBytes+m.info.ExpertBytes)/(1<<30), dev.Name(), float64(dev.Memory().Budget())/(1<<30), err)
 	}
+	return nil
+}
+
+// prepare readies the passes once the memory is taken: the experts' placement, the weights
+// read once and uploaded, the device's operations (fused, committed routing, captured decode
+// steps), and the batcher of parallel sequences.
+func (m *Model) prepare() error {
+	path, opts := m.file.Path, m.opts
 	m.place = residentPlacement{m: m, commits: m.commit != nil && m.commit.compute}
 	if m.off != nil {
 		m.place = m.off
 	}
 	if m.replay == nil { // a timing-only model reads no weight
-		prefault(f, opts.Progress)
+		prefault(m.file, opts.Progress)
 	}
 	if err := m.upload(); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return fmt.Errorf("%s: %w", path, err)
 	}
 	if err := m.setupOps(); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return fmt.Errorf("%s: %w", path, err)
 	}
 	if err := m.setupCommitDevice(); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return fmt.Errorf("%s: %w", path, err)
 	}
 	m.setupFused()
 	m.setupGraphs()
 	if opts.Parallel > 1 && opts.EP != nil {
-		f.Close()
-		return nil, fmt.Errorf("%s: %d parallel sequences with expert parallelism: not supported yet (one sequence at a time)", path, opts.Parallel)
+		return fmt.Errorf("%s: %d parallel sequences with expert parallelism: not supported yet (one sequence at a time)", path, opts.Parallel)
 	}
 	if opts.Parallel > 1 && m.replay == nil {
 		m.batch = newBatcher(m, opts.Parallel)
 	}
-	opened = true
-	return m, nil
+	return nil
 }
 
 // Inspect reads a GGUF file's metadata and weights' layout without preparing it to run.
