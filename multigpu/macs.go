@@ -369,151 +369,205 @@ func (m MACS) Plan(b Batch, p Placement) (Schedule, error) {
 	if err := m.check(b, p); err != nil {
 		return Schedule{}, err
 	}
-	T, K, E := b.Tokens(), b.K, b.Experts
 	w := SemanticWeights(b, m.Delta)
 	capacity, err := m.Capacities(b, VisualRatio(b, w))
 	if err != nil {
 		return Schedule{}, err
 	}
-	// r is eq. 11's retention score. The largest gating score of all experts is the largest of
-	// the top-k, on Routing.Score's scale, so it needs no Probs.
-	r := make([]float64, T)
-	for t := range r {
+	pl := &macsPlan{m: m, b: b, p: p, w: w, capacity: capacity, load: make([]float64, b.Experts)}
+	pl.retention()
+	left := pl.keep()
+	if b.Probs == nil || !(m.Reroute && len(left) > 0 || m.Expand) {
+		return pl.s, nil
+	}
+	pl.scores()
+	if m.Reroute {
+		pl.reroute(left)
+	}
+	if m.Expand {
+		pl.expand()
+	}
+	return pl.s, nil
+}
+
+// macsPlan is one batch's plan under way: its steps share the effective weights, the
+// experts' capacities and loads, and the schedule they fill.
+type macsPlan struct {
+	m        MACS
+	b        Batch
+	p        Placement
+	w        []float64 // each token's effective weight
+	capacity []float64 // each expert's
+	load     []float64 // effective load of what each expert computes so far
+	r        []float64 // each token's retention score (eq. 11)
+	s        Schedule
+
+	local [][]int         // each device's experts
+	aff   []float32       // token-expert affinities, or nil
+	taken map[[2]int]bool // (token, expert) rerouted or expanded
+}
+
+// retention computes eq. 11's retention score. The largest gating score of all experts is
+// the largest of the top-k, on Routing.Score's scale, so it needs no Probs.
+func (pl *macsPlan) retention() {
+	b, K := pl.b, pl.b.K
+	pl.r = make([]float64, b.Tokens())
+	for t := range pl.r {
 		top := b.Score[t*K]
 		for _, v := range b.Score[t*K : (t+1)*K] {
 			top = max(top, v)
 		}
-		r[t] = w[t] * float64(top)
+		pl.r[t] = pl.w[t] * float64(top)
 	}
-	// rank orders top-k slots (t*K+i) by retention, most worth keeping first.
-	rank := func(x, y int) int {
-		tx, ty := x/K, y/K
-		if c := cmp.Compare(r[ty], r[tx]); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(w[ty], w[tx]); c != 0 {
-			return c
-		}
-		vx, vy := b.ModalityOf(tx).Visual(), b.ModalityOf(ty).Visual()
-		if vx != vy {
-			if vy {
-				return -1
-			}
-			return 1
-		}
-		return cmp.Compare(x, y)
-	}
+}
 
-	// Step 2: each expert keeps the best-ranked prefix within its capacity.
-	byExpert := make([][]int, E)
+// rank orders top-k slots (t*K+i) by retention, most worth keeping first.
+func (pl *macsPlan) rank(x, y int) int {
+	K, r, w := pl.b.K, pl.r, pl.w
+	tx, ty := x/K, y/K
+	if c := cmp.Compare(r[ty], r[tx]); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(w[ty], w[tx]); c != 0 {
+		return c
+	}
+	vx, vy := pl.b.ModalityOf(tx).Visual(), pl.b.ModalityOf(ty).Visual()
+	if vx != vy {
+		if vy {
+			return -1
+		}
+		return 1
+	}
+	return cmp.Compare(x, y)
+}
+
+// keep is step 2: each expert keeps the best-ranked prefix of its slots within its capacity,
+// and the schedule gets those in batch order. It returns the slots left over.
+func (pl *macsPlan) keep() (left []int) {
+	b, p, K := pl.b, pl.p, pl.b.K
+	byExpert := make([][]int, b.Experts)
 	for i, e := range b.Choice {
 		byExpert[e] = append(byExpert[e], i)
 	}
 	kept := make([]bool, len(b.Choice))
-	load := make([]float64, E) // effective load of what each expert computes so far
-	var left []int
 	for e, slots := range byExpert {
-		slices.SortFunc(slots, rank)
+		slices.SortFunc(slots, pl.rank)
 		for n, i := range slots {
-			if load[e]+w[i/K] > capacity[e] {
+			if pl.load[e]+pl.w[i/K] > pl.capacity[e] {
 				left = append(left, slots[n:]...)
 				break
 			}
-			load[e] += w[i/K]
+			pl.load[e] += pl.w[i/K]
 			kept[i] = true
 		}
 	}
-
-	s := newSchedule(b, p)
+	pl.s = newSchedule(b, p)
 	for i, e := range b.Choice {
 		if !kept[i] {
-			s.Dropped++
+			pl.s.Dropped++
 			continue
 		}
 		t := i / K
 		home := b.HomeOf(t, p.Devices)
-		s.Assign = append(s.Assign, Assignment{Token: t, Expert: e, From: home, To: macsHolder(p, e, home), Choice: i % K, Score: b.Score[i]})
+		pl.s.Assign = append(pl.s.Assign, Assignment{Token: t, Expert: e, From: home, To: macsHolder(p, e, home), Choice: i % K, Score: b.Score[i]})
 	}
-	if b.Probs == nil || !(m.Reroute && len(left) > 0 || m.Expand) {
-		return s, nil
-	}
+	return left
+}
 
-	local := make([][]int, p.Devices)
-	for d := range local {
-		local[d] = p.Local(d)
+// scores readies what rerouting and expansion score by: each device's experts and, where
+// MACS has centroids, the tokens' affinities to them.
+func (pl *macsPlan) scores() {
+	m, b, E := pl.m, pl.b, pl.b.Experts
+	pl.local = make([][]int, pl.p.Devices)
+	for d := range pl.local {
+		pl.local[d] = pl.p.Local(d)
 	}
-	aff := b.Affinity
-	if aff == nil && m.Centroids != nil && b.Features != nil && m.Eta > 0 {
-		aff = make([]float32, T*E)
+	pl.aff = b.Affinity
+	if pl.aff == nil && m.Centroids != nil && b.Features != nil && m.Eta > 0 {
+		pl.aff = make([]float32, b.Tokens()*E)
 		norms := CentroidNorms(m.Centroids, b.Dim)
-		for t := range T {
-			Affinities(b.Features[t*b.Dim:(t+1)*b.Dim], m.Centroids, norms, aff[t*E:(t+1)*E])
+		for t := range b.Tokens() {
+			Affinities(b.Features[t*b.Dim:(t+1)*b.Dim], m.Centroids, norms, pl.aff[t*E:(t+1)*E])
 		}
 	}
-	semantic := aff != nil && m.Eta > 0
-	// score is eq. 10's S(x, E_k).
-	score := func(t, k int) float64 {
-		v := float64(b.Probs[t*E+k])
-		if semantic {
-			v = (1-m.Eta)*v + m.Eta*float64(aff[t*E+k])
-		}
-		return v
+	if pl.m.Eta <= 0 {
+		pl.aff = nil
 	}
-	fits := func(t, k int) bool { return load[k] < capacity[k] && load[k]+w[t] <= capacity[k] }
-	taken := map[[2]int]bool{} // (token, expert) rerouted or expanded
-	add := func(t, k, d int) {
-		taken[[2]int{t, k}] = true
-		load[k] += w[t]
-		s.Rerouted++
-		s.Assign = append(s.Assign, Assignment{Token: t, Expert: k, From: b.HomeOf(t, p.Devices), To: d, Choice: -1, Score: b.Probs[t*E+k]})
-	}
+	pl.taken = map[[2]int]bool{}
+}
 
-	// Step 3: local semantic rerouting of what left, best-ranked first.
-	if m.Reroute {
-		slices.SortFunc(left, rank)
-		for _, i := range left {
-			t := i / K
-			d := macsHolder(p, b.Choice[i], b.HomeOf(t, p.Devices))
-			choice := b.Choice[t*K : (t+1)*K]
-			best, bestScore := -1, 0.0
-			for _, k := range local[d] {
-				if slices.Contains(choice, k) || taken[[2]int{t, k}] || !fits(t, k) {
-					continue
-				}
-				if v := score(t, k); best < 0 || v > bestScore {
-					best, bestScore = k, v
-				}
+// score is eq. 10's S(x, E_k).
+func (pl *macsPlan) score(t, k int) float64 {
+	E := pl.b.Experts
+	v := float64(pl.b.Probs[t*E+k])
+	if pl.aff != nil {
+		v = (1-pl.m.Eta)*v + pl.m.Eta*float64(pl.aff[t*E+k])
+	}
+	return v
+}
+
+// fits says whether expert k has room for token t.
+func (pl *macsPlan) fits(t, k int) bool {
+	return pl.load[k] < pl.capacity[k] && pl.load[k]+pl.w[t] <= pl.capacity[k]
+}
+
+// add sends token t to expert k on device d beyond its top-k.
+func (pl *macsPlan) add(t, k, d int) {
+	b := pl.b
+	pl.taken[[2]int{t, k}] = true
+	pl.load[k] += pl.w[t]
+	pl.s.Rerouted++
+	pl.s.Assign = append(pl.s.Assign, Assignment{Token: t, Expert: k, From: b.HomeOf(t, pl.p.Devices), To: d, Choice: -1, Score: b.Probs[t*b.Experts+k]})
+}
+
+// reroute is step 3: local semantic rerouting of the slots left, best-ranked first, each to
+// the best-scored expert on the device that would have computed it which it did not choose
+// and which has room.
+func (pl *macsPlan) reroute(left []int) {
+	b, K := pl.b, pl.b.K
+	slices.SortFunc(left, pl.rank)
+	for _, i := range left {
+		t := i / K
+		d := macsHolder(pl.p, b.Choice[i], b.HomeOf(t, pl.p.Devices))
+		choice := b.Choice[t*K : (t+1)*K]
+		best, bestScore := -1, 0.0
+		for _, k := range pl.local[d] {
+			if slices.Contains(choice, k) || pl.taken[[2]int{t, k}] || !pl.fits(t, k) {
+				continue
 			}
-			if best >= 0 {
-				add(t, best, d)
-			} // else the fail-safe drop: no local expert has room
+			if v := pl.score(t, k); best < 0 || v > bestScore {
+				best, bestScore = k, v
+			}
 		}
+		if best >= 0 {
+			pl.add(t, best, d)
+		} // else the fail-safe drop: no local expert has room
 	}
-	if !m.Expand {
-		return s, nil
-	}
-	// Local expansion: every (token, expert of its own device) it neither chose nor was
-	// rerouted to, best score first, while the expert has room.
+}
+
+// expand is local expansion: every (token, expert of its own device) it neither chose nor was
+// rerouted to, best score first, while the expert has room.
+func (pl *macsPlan) expand() {
+	b, K := pl.b, pl.b.K
 	type offer struct {
 		t, k int
 		v    float64
 	}
 	var offers []offer
-	for t := range T {
+	for t := range b.Tokens() {
 		choice := b.Choice[t*K : (t+1)*K]
-		for _, k := range local[b.HomeOf(t, p.Devices)] {
-			if !slices.Contains(choice, k) && !taken[[2]int{t, k}] {
-				offers = append(offers, offer{t, k, score(t, k)})
+		for _, k := range pl.local[b.HomeOf(t, pl.p.Devices)] {
+			if !slices.Contains(choice, k) && !pl.taken[[2]int{t, k}] {
+				offers = append(offers, offer{t, k, pl.score(t, k)})
 			}
 		}
 	}
 	slices.SortStableFunc(offers, func(x, y offer) int { return cmp.Compare(y.v, x.v) })
 	for _, o := range offers {
-		if fits(o.t, o.k) {
-			add(o.t, o.k, b.HomeOf(o.t, p.Devices))
+		if pl.fits(o.t, o.k) {
+			pl.add(o.t, o.k, b.HomeOf(o.t, pl.p.Devices))
 		}
 	}
-	return s, nil
 }
 
 // macsNorm is v's Euclidean norm.
