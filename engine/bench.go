@@ -170,128 +170,173 @@ func benchRun(ctx context.Context, open func(Options) (*Model, error), o BenchOp
 		return PolicyReport{}, err
 	}
 	defer s.Close()
-	sd, simulated := m.dev.(*sim.Device)
-	rep.Device, rep.Simulated = m.dev.Name(), simulated
-	var pcie, hostMem float64
-	if m.off != nil && m.off.planner != nil && m.off.opts.Policy.UsesHost() {
-		r, _ := opts.HostRates.WithDefaults() // Open checked them
-		rep.HostRates, hostMem = &r, r.Memory
-	}
-	if simulated {
-		rep.Calibrated = sd.Profile().Calibrated
-		pcie = sd.Profile().PCIeEffective
-	}
-	timer, timed := m.dev.(deviceTimer)
-	clock := func() float64 {
-		if t, ok := m.Clock(); ok {
-			return t
-		}
-		return float64(time.Now().UnixNano()) / 1e9
-	}
-	take := func() benchSnap {
-		sn := benchSnap{t: clock()}
-		sn.off, _ = m.Offload()
-		if simulated {
-			sn.dv = sd.Stats()
-		}
-		if timed {
-			sn.gpu, sn.timed = timer.Mark(), true
-		}
-		return sn
-	}
-	var st []offload.TokenStats
-	var devTime float64   // device seconds of the timed tokens, summed
-	var per GPUTokenStats // a GPU's counters of the timed tokens, summed
-	var ttft, ttftLimit float64
-	var drawFrom, drawTo float64
+	r := newBenchRunner(m, s, o, name, n, rep)
 	for i := range rep.Prompts {
-		var ids []int32
-		var prompt string
-		if o.PromptIDs != nil {
-			ids, prompt = o.PromptIDs[i], fmt.Sprintf("%d of %d tokens", i, len(o.PromptIDs[i]))
-		} else {
-			prompt = o.Prompts[i]
-			if ids, err = m.Tokenize(prompt, true); err != nil {
-				return PolicyReport{}, err
-			}
-		}
-		s.Reset()
-		start := take()
-		last := start
-		tok := 0
-		_, err = s.Generate(ctx, ids, GenerateOptions{MaxTokens: n, IgnoreEOS: true, Sampler: SamplerOptions{Greedy: true},
-			OnToken: func(Token) error {
-				now := take()
-				switch {
-				case tok == 0:
-					ttft += now.t - start.t
-					ttftLimit += tokenStats(start, now, pcie, hostMem).Limit
-				case tok > o.Warmup:
-					st = append(st, tokenStats(last, now, pcie, hostMem))
-					devTime += now.gpu.DeviceSeconds - last.gpu.DeviceSeconds
-					per.Launches += float64(now.gpu.Launches - last.gpu.Launches)
-					per.Kernels += float64(now.gpu.Kernels - last.gpu.Kernels)
-					per.Reads += float64(now.gpu.Reads - last.gpu.Reads)
-				}
-				tok++
-				last = now
-				return nil
-			}})
-		if err != nil {
-			return PolicyReport{}, fmt.Errorf("bench %s, prompt %q: %w", name, prompt, err)
-		}
-		drawTo = last.t
-		// The prompt's last decode tokens, never reaching back into its prefill.
-		if k := min(cmp.Or(o.TimelineTokens, 2), n-1, len(st)); k > 0 {
-			drawFrom = drawTo
-			for _, x := range st[len(st)-k:] {
-				drawFrom -= x.Latency
-			}
+		if err := r.prompt(ctx, i); err != nil {
+			return PolicyReport{}, err
 		}
 	}
-	if len(st) == 0 {
+	if len(r.st) == 0 {
 		return PolicyReport{}, fmt.Errorf("bench: no decode steps were timed")
 	}
+	row := r.row()
+	if o.Timeline != nil && r.simulated {
+		if err := r.timeline(); err != nil {
+			return row, err
+		}
+	}
+	return row, nil
+}
+
+// benchRunner times one run's prompts on an opened model and sums what its decode steps
+// did.
+type benchRunner struct {
+	m         *Model
+	s         *Session
+	o         BenchOptions
+	name      string
+	n         int // tokens to generate per prompt
+	rep       *BenchReport
+	sd        *sim.Device // the simulated device, or nil
+	simulated bool
+	timer     deviceTimer // the device's own stream timer, or nil
+	timed     bool
+	pcie      float64 // the simulated link's rate
+	hostMem   float64 // host memory's rate where the host computes experts
+
+	st               []offload.TokenStats // the timed decode steps
+	devTime          float64              // device seconds of the timed tokens, summed
+	per              GPUTokenStats        // a GPU's counters of the timed tokens, summed
+	ttft, ttftLimit  float64
+	drawFrom, drawTo float64 // the timeline's window
+}
+
+func newBenchRunner(m *Model, s *Session, o BenchOptions, name string, n int, rep *BenchReport) *benchRunner {
+	r := &benchRunner{m: m, s: s, o: o, name: name, n: n, rep: rep}
+	r.sd, r.simulated = m.dev.(*sim.Device)
+	rep.Device, rep.Simulated = m.dev.Name(), r.simulated
+	if m.off != nil && m.off.planner != nil && m.off.opts.Policy.UsesHost() {
+		hr, _ := m.opts.HostRates.WithDefaults() // Open checked them
+		rep.HostRates, r.hostMem = &hr, hr.Memory
+	}
+	if r.simulated {
+		rep.Calibrated = r.sd.Profile().Calibrated
+		r.pcie = r.sd.Profile().PCIeEffective
+	}
+	r.timer, r.timed = m.dev.(deviceTimer)
+	return r
+}
+
+// take is the clock and the counters now.
+func (r *benchRunner) take() benchSnap {
+	t, ok := r.m.Clock()
+	if !ok {
+		t = float64(time.Now().UnixNano()) / 1e9
+	}
+	sn := benchSnap{t: t}
+	sn.off, _ = r.m.Offload()
+	if r.simulated {
+		sn.dv = r.sd.Stats()
+	}
+	if r.timed {
+		sn.gpu, sn.timed = r.timer.Mark(), true
+	}
+	return sn
+}
+
+// prompt generates from prompt i and times its tokens: the first as the time to it, those
+// after the warm-up as decode steps.
+func (r *benchRunner) prompt(ctx context.Context, i int) error {
+	var ids []int32
+	var prompt string
+	if r.o.PromptIDs != nil {
+		ids, prompt = r.o.PromptIDs[i], fmt.Sprintf("%d of %d tokens", i, len(r.o.PromptIDs[i]))
+	} else {
+		prompt = r.o.Prompts[i]
+		var err error
+		if ids, err = r.m.Tokenize(prompt, true); err != nil {
+			return err
+		}
+	}
+	r.s.Reset()
+	start := r.take()
+	last := start
+	tok := 0
+	_, err := r.s.Generate(ctx, ids, GenerateOptions{MaxTokens: r.n, IgnoreEOS: true, Sampler: SamplerOptions{Greedy: true},
+		OnToken: func(Token) error {
+			now := r.take()
+			switch {
+			case tok == 0:
+				r.ttft += now.t - start.t
+				r.ttftLimit += tokenStats(start, now, r.pcie, r.hostMem).Limit
+			case tok > r.o.Warmup:
+				r.st = append(r.st, tokenStats(last, now, r.pcie, r.hostMem))
+				r.devTime += now.gpu.DeviceSeconds - last.gpu.DeviceSeconds
+				r.per.Launches += float64(now.gpu.Launches - last.gpu.Launches)
+				r.per.Kernels += float64(now.gpu.Kernels - last.gpu.Kernels)
+				r.per.Reads += float64(now.gpu.Reads - last.gpu.Reads)
+			}
+			tok++
+			last = now
+			return nil
+		}})
+	if err != nil {
+		return fmt.Errorf("bench %s, prompt %q: %w", r.name, prompt, err)
+	}
+	r.drawTo = last.t
+	// The prompt's last decode tokens, never reaching back into its prefill.
+	if k := min(cmp.Or(r.o.TimelineTokens, 2), r.n-1, len(r.st)); k > 0 {
+		r.drawFrom = r.drawTo
+		for _, x := range r.st[len(r.st)-k:] {
+			r.drawFrom -= x.Latency
+		}
+	}
+	return nil
+}
+
+// row summarises the run.
+func (r *benchRunner) row() PolicyReport {
+	m, rep := r.m, r.rep
 	var slots int
 	if off, ok := m.Offload(); ok {
 		slots = off.Slots
 		rep.SlotBytes, rep.Resident = off.SlotBytes, off.Resident
 		rep.Predictor = m.off.opts.Predictor
 	}
-	row := summarise(name, slots, st)
+	row := summarise(r.name, slots, r.st)
 	if m.off != nil && m.off.opts.Policy != offload.OnDemand && m.off.opts.Policy != offload.CPUMiss {
 		row.Predictor = m.off.opts.Predictor
 	}
-	row.TTFT = ttft / float64(rep.Prompts)
-	row.TTFTLimit = ttftLimit / float64(rep.Prompts)
-	if !simulated && !timed {
+	row.TTFT = r.ttft / float64(rep.Prompts)
+	row.TTFTLimit = r.ttftLimit / float64(rep.Prompts)
+	if !r.simulated && !r.timed {
 		row.TTFTLimit = math.NaN()
 	}
 	if g, ok := m.GPUStats(); ok {
 		row.GPU = &g
 	}
-	if timed {
-		row.DeviceTimePerToken = devTime / float64(len(st))
-		n := float64(len(st))
-		row.GPUPerToken = &GPUTokenStats{Launches: per.Launches / n, Kernels: per.Kernels / n, Reads: per.Reads / n}
-	} else if !simulated {
+	n := float64(len(r.st))
+	if r.timed {
+		row.DeviceTimePerToken = r.devTime / n
+		row.GPUPerToken = &GPUTokenStats{Launches: r.per.Launches / n, Kernels: r.per.Kernels / n, Reads: r.per.Reads / n}
+	} else if !r.simulated {
 		row.StallPerToken, row.LimitPerToken, row.OverLimit = math.NaN(), math.NaN(), math.NaN()
 	}
-	if o.Timeline != nil && simulated {
-		w, err := o.Timeline(name)
-		if err != nil {
-			return row, err
-		}
-		title := fmt.Sprintf("%s on %s, %.2f GiB, policy %s, %s: the last decode tokens", m.info.Path, rep.Device, float64(o.GPUMem)/(1<<30), name, cmp.Or(o.Routing, "the model's own routing"))
-		if err := sim.WriteSVG(w, sd.Spans(), drawFrom, drawTo, title); err != nil {
-			w.Close()
-			return row, err
-		}
-		if err := w.Close(); err != nil {
-			return row, err
-		}
+	return row
+}
+
+// timeline draws the simulated device's last decode tokens.
+func (r *benchRunner) timeline() error {
+	w, err := r.o.Timeline(r.name)
+	if err != nil {
+		return err
 	}
-	return row, nil
+	title := fmt.Sprintf("%s on %s, %.2f GiB, policy %s, %s: the last decode tokens", r.m.info.Path, r.rep.Device, float64(r.o.GPUMem)/(1<<30), r.name, cmp.Or(r.o.Routing, "the model's own routing"))
+	if err := sim.WriteSVG(w, r.sd.Spans(), r.drawFrom, r.drawTo, title); err != nil {
+		w.Close()
+		return err
+	}
+	return w.Close()
 }
 
 // deviceTimer is implemented by devices that time their own streams, a CUDA GPU with events:
