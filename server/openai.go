@@ -438,11 +438,10 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, q *sampling, i
 	}
 	defer release()
 	s.met.prompt.Add(float64(len(ids)))
-	id, object := newID("cmpl-"), "text_completion"
+	rp := reply{s: s, w: w, r: r, chat: chat, id: newID("cmpl-"), object: "text_completion", created: time.Now().Unix()}
 	if chat {
-		id, object = newID("chatcmpl-"), "chat.completion"
+		rp.id, rp.object = newID("chatcmpl-"), "chat.completion"
 	}
-	created := time.Now().Unix()
 	if !q.Stream {
 		opts.OnToken = func(t engine.Token) error {
 			if t.ID >= 0 {
@@ -452,33 +451,64 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, q *sampling, i
 		}
 		res, err := sess.Generate(r.Context(), ids, opts)
 		release()
-		if err != nil {
-			if r.Context().Err() == nil {
-				writeError(w, http.StatusInternalServerError, "server_error", err.Error(), "")
-			}
-			return
-		}
-		choice := map[string]any{"index": 0, "finish_reason": finishReason(res.Reason), "logprobs": nil}
-		if chat {
-			choice["message"] = map[string]any{"role": "assistant", "content": res.Text}
-		} else {
-			choice["text"] = res.Text
-		}
-		if opts.Logprobs {
-			choice["logprobs"] = s.logprobs(res.Logprobs, chat, 0)
-		}
-		writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": object, "created": created, "model": s.name,
-			"choices": []any{choice}, "usage": usageOf(res)})
+		rp.whole(res, err, opts.Logprobs)
 		return
 	}
+	rp.stream(q, func(on func(engine.Token) error) (engine.Result, error) {
+		opts.OnToken = func(t engine.Token) error {
+			if t.ID >= 0 {
+				tm.token()
+			}
+			return on(t)
+		}
+		res, err := sess.Generate(r.Context(), ids, opts)
+		release()
+		return res, err
+	})
+}
 
+// reply is the answer to one completion request: its identity, and where it goes.
+type reply struct {
+	s          *Server
+	w          http.ResponseWriter
+	r          *http.Request
+	chat       bool
+	id, object string
+	created    int64
+}
+
+// whole answers with the result of a generation at once.
+func (rp *reply) whole(res engine.Result, err error, logprobs bool) {
+	if err != nil {
+		if rp.r.Context().Err() == nil {
+			writeError(rp.w, http.StatusInternalServerError, "server_error", err.Error(), "")
+		}
+		return
+	}
+	choice := map[string]any{"index": 0, "finish_reason": finishReason(res.Reason), "logprobs": nil}
+	if rp.chat {
+		choice["message"] = map[string]any{"role": "assistant", "content": res.Text}
+	} else {
+		choice["text"] = res.Text
+	}
+	if logprobs {
+		choice["logprobs"] = rp.s.logprobs(res.Logprobs, rp.chat, 0)
+	}
+	writeJSON(rp.w, http.StatusOK, map[string]any{"id": rp.id, "object": rp.object, "created": rp.created, "model": rp.s.name,
+		"choices": []any{choice}, "usage": usageOf(res)})
+}
+
+// stream answers as server-sent events, a chunk per token that run hands to its callback,
+// then the finish reason, the usage where asked, and [DONE].
+func (rp *reply) stream(q *sampling, run func(on func(engine.Token) error) (engine.Result, error)) {
+	w := rp.w
 	fl, _ := w.(http.Flusher)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
-	object += ".chunk"
-	if !chat {
-		object = "text_completion"
+	rp.object += ".chunk"
+	if !rp.chat {
+		rp.object = "text_completion"
 	}
 	send := func(v any) error {
 		b, err := json.Marshal(v)
@@ -493,67 +523,31 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, q *sampling, i
 		}
 		return nil
 	}
-	includeUsage := q.StreamOptions != nil && q.StreamOptions.IncludeUsage
-	hitRate := s.replyHitRate()
-	offset := 0 // a completion's text so far, where each token's logprobs say it starts
-	chunk := func(text string, role bool, finish any, lp *engine.Logprob) map[string]any {
-		c := map[string]any{"index": 0, "finish_reason": finish, "logprobs": nil}
-		if lp != nil {
-			c["logprobs"] = s.logprobs([]engine.Logprob{*lp}, chat, offset)
-		}
-		offset += len(text)
-		if chat {
-			delta := map[string]any{}
-			if role {
-				delta["role"] = "assistant"
-			}
-			if text != "" || role {
-				delta["content"] = text
-			}
-			c["delta"] = delta
-		} else {
-			c["text"] = text
-		}
-		ch := map[string]any{"id": id, "object": object, "created": created, "model": s.name, "choices": []any{c}}
-		if rate, ok := hitRate(); ok {
-			// commit-run's own: the reply's expert cache hit rate so far (the chat page draws
-			// it); clients that do not know the field ignore it.
-			ch["commit_run"] = map[string]float64{"expert_hit_rate": rate}
-		}
-		if includeUsage {
-			ch["usage"] = nil // OpenAI's: null on every chunk but the last
-		}
-		return ch
-	}
-	if chat {
-		if send(chunk("", true, nil, nil)) != nil {
+	c := chunker{reply: rp, includeUsage: q.StreamOptions != nil && q.StreamOptions.IncludeUsage, hitRate: rp.s.replyHitRate()}
+	if rp.chat {
+		if send(c.chunk("", true, nil, nil)) != nil {
 			return
 		}
 	}
-	opts.OnToken = func(t engine.Token) error {
-		if t.ID >= 0 {
-			tm.token()
-		}
+	res, err := run(func(t engine.Token) error {
 		if t.Text == "" && t.Logprob == nil {
 			return nil
 		}
-		return send(chunk(t.Text, false, nil, t.Logprob))
-	}
-	res, err := sess.Generate(r.Context(), ids, opts)
-	release()
+		return send(c.chunk(t.Text, false, nil, t.Logprob))
+	})
 	if err != nil {
-		if r.Context().Err() == nil {
+		if rp.r.Context().Err() == nil {
 			var e apiError
 			e.Error.Message, e.Error.Type = err.Error(), "server_error"
 			send(e)
 		}
 		return
 	}
-	if send(chunk("", false, finishReason(res.Reason), nil)) != nil {
+	if send(c.chunk("", false, finishReason(res.Reason), nil)) != nil {
 		return
 	}
-	if includeUsage {
-		if send(map[string]any{"id": id, "object": object, "created": created, "model": s.name, "choices": []any{}, "usage": usageOf(res)}) != nil {
+	if c.includeUsage {
+		if send(map[string]any{"id": rp.id, "object": rp.object, "created": rp.created, "model": rp.s.name, "choices": []any{}, "usage": usageOf(res)}) != nil {
 			return
 		}
 	}
@@ -561,6 +555,46 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, q *sampling, i
 	if fl != nil {
 		fl.Flush()
 	}
+}
+
+// chunker makes a stream's chunks.
+type chunker struct {
+	*reply
+	includeUsage bool
+	hitRate      func() (float64, bool)
+	offset       int // a completion's text so far, where each token's logprobs say it starts
+}
+
+// chunk is one chunk of the stream: text, the role on a chat's first, a finish reason on the
+// last, and the logprobs of the token it carries.
+func (c *chunker) chunk(text string, role bool, finish any, lp *engine.Logprob) map[string]any {
+	ch := map[string]any{"index": 0, "finish_reason": finish, "logprobs": nil}
+	if lp != nil {
+		ch["logprobs"] = c.s.logprobs([]engine.Logprob{*lp}, c.chat, c.offset)
+	}
+	c.offset += len(text)
+	if c.chat {
+		delta := map[string]any{}
+		if role {
+			delta["role"] = "assistant"
+		}
+		if text != "" || role {
+			delta["content"] = text
+		}
+		ch["delta"] = delta
+	} else {
+		ch["text"] = text
+	}
+	out := map[string]any{"id": c.id, "object": c.object, "created": c.created, "model": c.s.name, "choices": []any{ch}}
+	if rate, ok := c.hitRate(); ok {
+		// commit-run's own: the reply's expert cache hit rate so far (the chat page draws
+		// it); clients that do not know the field ignore it.
+		out["commit_run"] = map[string]float64{"expert_hit_rate": rate}
+	}
+	if c.includeUsage {
+		out["usage"] = nil // OpenAI's: null on every chunk but the last
+	}
+	return out
 }
 
 // logprobs is a choice's log-probabilities in OpenAI's shape: a chat's content entries, or a
