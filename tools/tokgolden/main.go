@@ -191,28 +191,7 @@ func convert(dir string, v vocab) (ggml.KV, error) {
 	if err := readJSON(filepath.Join(dir, "tokenizer_config.json"), &cfg); err != nil {
 		return nil, err
 	}
-
-	n := 0
-	for _, id := range tj.Model.Vocab {
-		n = max(n, id+1)
-	}
-	for _, a := range tj.AddedTokens {
-		n = max(n, a.ID+1)
-	}
-	tokens := make([]string, n)
-	types := make([]int32, n)
-	for tok, id := range tj.Model.Vocab {
-		tokens[id] = tok
-		types[id] = typeNormal
-	}
-	for i := range tokens {
-		if tokens[i] == "" {
-			// convert_hf_to_gguf pads holes in the id space with unused tokens.
-			tokens[i] = fmt.Sprintf("[PAD%d]", i)
-			types[i] = typeUnused
-		}
-	}
-
+	tokens, types := vocabulary(tj)
 	kv := ggml.KV{
 		"general.architecture": v.arch,
 		"general.name":         "tokgolden " + v.name,
@@ -222,62 +201,112 @@ func convert(dir string, v vocab) (ggml.KV, error) {
 	if v.pre != "" {
 		kv["tokenizer.ggml.pre"] = v.pre
 	}
-
 	switch v.model {
 	case "gpt2":
-		for _, a := range tj.AddedTokens {
-			tok := a.Content
-			if a.Special || looksSpecial(tok) {
-				types[a.ID] = typeControl
-			} else {
-				// convert_hf_to_gguf pre-normalizes user-defined spaces.
-				tok = strings.ReplaceAll(tok, "\u2581", " ")
-				types[a.ID] = typeUserDefined
-			}
-			tokens[a.ID] = tok
-		}
-		merges := make([]string, 0, len(tj.Model.Merges))
-		for _, m := range tj.Model.Merges {
-			// Newer tokenizer.json files store merges as pairs, older as "a b".
-			var s string
-			if err := json.Unmarshal(m, &s); err == nil {
-				merges = append(merges, s)
-				continue
-			}
-			var pair []string
-			if err := json.Unmarshal(m, &pair); err != nil || len(pair) != 2 {
-				return nil, fmt.Errorf("bad merge %s", m)
-			}
-			merges = append(merges, pair[0]+" "+pair[1])
+		merges, err := gpt2Vocabulary(tj, tokens, types)
+		if err != nil {
+			return nil, err
 		}
 		kv["tokenizer.ggml.merges"] = merges
 	case "llama":
-		// SentencePiece: byte pieces, unk, and control tokens get their
-		// own types; scores are what orders merges, see spmScores.
-		byteRe := regexp.MustCompile(`^<0x[0-9A-Fa-f]{2}>$`)
-		for i, tok := range tokens {
-			if byteRe.MatchString(tok) {
-				types[i] = typeByte
-			}
-		}
-		for _, a := range tj.AddedTokens {
-			switch {
-			case a.Content == "<unk>":
-				types[a.ID] = typeUnknown
-			case a.Special:
-				types[a.ID] = typeControl
-			default:
-				types[a.ID] = typeUserDefined
-			}
-		}
+		spmTypes(tj, tokens, types)
 		kv["tokenizer.ggml.scores"] = spmScores(tj, tokens, types)
 	default:
 		return nil, fmt.Errorf("unsupported model %q", v.model)
 	}
 	kv["tokenizer.ggml.tokens"] = tokens
 	kv["tokenizer.ggml.token_type"] = types
+	if err := specialTokens(kv, tokens, cfg, v); err != nil {
+		return nil, err
+	}
+	if t, ok := cfg["chat_template"].(string); ok && t != "" {
+		kv["tokenizer.chat_template"] = t
+	} else if v.template != "" {
+		kv["tokenizer.chat_template"] = v.template
+	}
+	return kv, nil
+}
 
-	index := make(map[string]int, n)
+// vocabulary is the model's tokens by id, normal, with the holes of the id space that the
+// added tokens leave padded as convert_hf_to_gguf pads them.
+func vocabulary(tj hfTokenizer) (tokens []string, types []int32) {
+	n := 0
+	for _, id := range tj.Model.Vocab {
+		n = max(n, id+1)
+	}
+	for _, a := range tj.AddedTokens {
+		n = max(n, a.ID+1)
+	}
+	tokens = make([]string, n)
+	types = make([]int32, n)
+	for tok, id := range tj.Model.Vocab {
+		tokens[id] = tok
+		types[id] = typeNormal
+	}
+	for i := range tokens {
+		if tokens[i] == "" {
+			tokens[i] = fmt.Sprintf("[PAD%d]", i)
+			types[i] = typeUnused
+		}
+	}
+	return tokens, types
+}
+
+// gpt2Vocabulary adds a BPE model's added tokens to tokens and types, and returns its merges.
+func gpt2Vocabulary(tj hfTokenizer, tokens []string, types []int32) ([]string, error) {
+	for _, a := range tj.AddedTokens {
+		tok := a.Content
+		if a.Special || looksSpecial(tok) {
+			types[a.ID] = typeControl
+		} else {
+			// convert_hf_to_gguf pre-normalizes user-defined spaces.
+			tok = strings.ReplaceAll(tok, "\u2581", " ")
+			types[a.ID] = typeUserDefined
+		}
+		tokens[a.ID] = tok
+	}
+	merges := make([]string, 0, len(tj.Model.Merges))
+	for _, m := range tj.Model.Merges {
+		// Newer tokenizer.json files store merges as pairs, older as "a b".
+		var s string
+		if err := json.Unmarshal(m, &s); err == nil {
+			merges = append(merges, s)
+			continue
+		}
+		var pair []string
+		if err := json.Unmarshal(m, &pair); err != nil || len(pair) != 2 {
+			return nil, fmt.Errorf("bad merge %s", m)
+		}
+		merges = append(merges, pair[0]+" "+pair[1])
+	}
+	return merges, nil
+}
+
+// spmTypes gives SentencePiece's byte pieces, unk, and control tokens their own types;
+// scores are what orders merges, see spmScores.
+func spmTypes(tj hfTokenizer, tokens []string, types []int32) {
+	byteRe := regexp.MustCompile(`^<0x[0-9A-Fa-f]{2}>$`)
+	for i, tok := range tokens {
+		if byteRe.MatchString(tok) {
+			types[i] = typeByte
+		}
+	}
+	for _, a := range tj.AddedTokens {
+		switch {
+		case a.Content == "<unk>":
+			types[a.ID] = typeUnknown
+		case a.Special:
+			types[a.ID] = typeControl
+		default:
+			types[a.ID] = typeUserDefined
+		}
+	}
+}
+
+// specialTokens sets the ids of the special tokens tokenizer_config.json names, and whether
+// to add bos and eos.
+func specialTokens(kv ggml.KV, tokens []string, cfg map[string]any, v vocab) error {
+	index := make(map[string]int, len(tokens))
 	for i, t := range tokens {
 		index[t] = i
 	}
@@ -299,12 +328,12 @@ func convert(dir string, v vocab) (ggml.KV, error) {
 		"tokenizer.ggml.padding_token_id": "pad_token",
 	} {
 		if err := setID(key, tokenContent(cfg[field])); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if _, ok := kv["tokenizer.ggml.bos_token_id"]; !ok {
 		if err := setID("tokenizer.ggml.bos_token_id", v.bosFromConfig); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	for key, field := range map[string]string{
@@ -315,12 +344,7 @@ func convert(dir string, v vocab) (ggml.KV, error) {
 			kv[key] = b
 		}
 	}
-	if t, ok := cfg["chat_template"].(string); ok && t != "" {
-		kv["tokenizer.chat_template"] = t
-	} else if v.template != "" {
-		kv["tokenizer.chat_template"] = v.template
-	}
-	return kv, nil
+	return nil
 }
 
 // spmScores rebuilds SentencePiece piece scores from tokenizer.json. The HF
