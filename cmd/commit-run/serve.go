@@ -21,12 +21,15 @@ import (
 // before it cancels them.
 const shutdownGrace = 3 * time.Second
 
+// serveFlags are serve's own flags.
+type serveFlags struct {
+	host, keyFile, name, cors string
+	port, queue, parallel     int
+	key                       string
+}
+
 func (a *app) serveCmd() *cobra.Command {
-	var (
-		host, keyFile, name, cors string
-		port, queue, parallel     int
-		key                       string
-	)
+	var sf serveFlags
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve the model over HTTP: OpenAI-compatible /v1/chat/completions, /v1/completions, /v1/models",
@@ -46,111 +49,134 @@ func (a *app) serveCmd() *cobra.Command {
 			"  commit-run serve -m model.gguf --device cuda:0 --port 8081 --api-key-file ~/.commit-run-key\n" +
 			"  curl localhost:8080/v1/chat/completions -d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'",
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if port < 0 || port > 65535 {
-				return fmt.Errorf("--port %d: want 0 to 65535", port)
-			}
-			if queue < 0 || queue > 1<<20 {
-				return fmt.Errorf("--queue %d: want 0 to %d", queue, 1<<20)
-			}
-			if parallel < 1 || parallel > engine.MaxParallel {
-				return fmt.Errorf("--parallel %d: want 1 to %d", parallel, engine.MaxParallel)
-			}
-			opts, err := a.engineOptions(a.device, a.policy)
-			if err != nil {
-				return err
-			}
-			opts.Parallel = parallel
-			if key != "" && keyFile != "" {
-				return errors.New("--api-key and --api-key-file: give one")
-			}
-			if keyFile != "" {
-				b, err := os.ReadFile(keyFile)
-				if err != nil {
-					return fmt.Errorf("--api-key-file: %w", err)
-				}
-				if key = strings.TrimSpace(string(b)); key == "" {
-					return fmt.Errorf("--api-key-file %s: empty", keyFile)
-				}
-			}
-			if err := a.checkModelPath(a.modelPath); err != nil {
-				return err
-			}
-			addr := net.JoinHostPort(host, strconv.Itoa(port))
-			ln, err := net.Listen("tcp", addr)
-			if err != nil {
-				return fmt.Errorf("listen on %s: %w", addr, err)
-			}
-			ip := net.ParseIP(strings.Trim(host, "[]"))
-			local := host == "localhost" || ip != nil && ip.IsLoopback()
-			q := queue
-			if q == 0 {
-				q = -1 // the server's 0 is its default
-			}
-			var origins []string
-			for _, o := range strings.Split(cors, ",") {
-				if o = strings.TrimSpace(o); o != "" {
-					origins = append(origins, o)
-				}
-			}
-			srv := server.New(server.Options{ModelName: name, APIKey: key, Parallel: parallel, Queue: q, LocalOnly: local, CORSOrigins: origins})
-			// Requests derive from reqCtx, which is canceled once the grace period after a
-			// signal has passed.
-			reqCtx, cancelReqs := context.WithCancel(context.Background())
-			defer cancelReqs()
-			hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second,
-				BaseContext: func(net.Listener) context.Context { return reqCtx }}
-			served := make(chan error, 1)
-			go func() { served <- hs.Serve(ln) }()
-			fmt.Fprintf(a.stderr, "commit-run: listening on http://%s (loading the model)\n", ln.Addr())
-
-			m, err := a.openModelWith(opts)
-			if err != nil {
-				hs.Close()
-				return err
-			}
-			defer m.Close()
-			if parallel > 1 && !m.Batches() {
-				fmt.Fprintf(a.stderr, "commit-run: --parallel %d with the Commit Router, which predicts one token's experts: each sequence decodes in passes of its own\n", parallel)
-			}
-			if parallel > 1 {
-				kv := fmt.Sprintf("%d KV caches of %.1f MiB", parallel, float64(m.KVCacheBytes())/(1<<20))
-				if st, ok := m.Offload(); ok {
-					fmt.Fprintf(a.stderr, "commit-run: %d parallel sequences; the device budget holds their %s beside %d expert slots\n", parallel, kv, st.Slots)
-				} else {
-					fmt.Fprintf(a.stderr, "commit-run: %d parallel sequences, with %s\n", parallel, kv)
-				}
-			}
-			if err := srv.SetModel(m); err != nil {
-				hs.Close()
-				return err
-			}
-			defer srv.Close()
-			fmt.Fprintf(a.stderr, "commit-run: serving %s on http://%s\n", a.modelPath, ln.Addr())
-
-			select {
-			case err := <-served:
-				return fmt.Errorf("serve: %w", err)
-			case <-cmd.Context().Done():
-			}
-			fmt.Fprintln(a.stderr, "commit-run: stopping")
-			time.AfterFunc(shutdownGrace, cancelReqs)
-			ctx, cancel := context.WithTimeout(context.Background(), 2*shutdownGrace)
-			defer cancel()
-			if err := hs.Shutdown(ctx); err != nil {
-				hs.Close()
-			}
-			return nil
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return a.serve(cmd.Context(), &sf) },
 	}
 	f := cmd.Flags()
-	f.StringVar(&host, "host", "127.0.0.1", "address to listen on (0.0.0.0: every interface)")
-	f.IntVar(&port, "port", 8080, "TCP port to listen on (0: any free one)")
-	f.StringVar(&key, "api-key", "", "require Authorization: Bearer `KEY` on every route but /health")
-	f.StringVar(&keyFile, "api-key-file", "", "read the API key from `FILE`")
-	f.IntVar(&parallel, "parallel", 1, "requests that generate at once, their decode steps batched into one pass")
-	f.IntVar(&queue, "queue", server.DefaultQueue, "requests that may wait beyond those running (0: none)")
-	f.StringVar(&name, "model-name", "", "the model id /v1/models lists (default: the file's name without .gguf)")
-	f.StringVar(&cors, "cors", "", "comma-separated web `ORIGINS` (or *) whose pages may call the API from a browser (default: none)")
+	f.StringVar(&sf.host, "host", "127.0.0.1", "address to listen on (0.0.0.0: every interface)")
+	f.IntVar(&sf.port, "port", 8080, "TCP port to listen on (0: any free one)")
+	f.StringVar(&sf.key, "api-key", "", "require Authorization: Bearer `KEY` on every route but /health")
+	f.StringVar(&sf.keyFile, "api-key-file", "", "read the API key from `FILE`")
+	f.IntVar(&sf.parallel, "parallel", 1, "requests that generate at once, their decode steps batched into one pass")
+	f.IntVar(&sf.queue, "queue", server.DefaultQueue, "requests that may wait beyond those running (0: none)")
+	f.StringVar(&sf.name, "model-name", "", "the model id /v1/models lists (default: the file's name without .gguf)")
+	f.StringVar(&sf.cors, "cors", "", "comma-separated web `ORIGINS` (or *) whose pages may call the API from a browser (default: none)")
 	return cmd
+}
+
+// check checks the flags and reads the API key from its file.
+func (sf *serveFlags) check() error {
+	if sf.port < 0 || sf.port > 65535 {
+		return fmt.Errorf("--port %d: want 0 to 65535", sf.port)
+	}
+	if sf.queue < 0 || sf.queue > 1<<20 {
+		return fmt.Errorf("--queue %d: want 0 to %d", sf.queue, 1<<20)
+	}
+	if sf.parallel < 1 || sf.parallel > engine.MaxParallel {
+		return fmt.Errorf("--parallel %d: want 1 to %d", sf.parallel, engine.MaxParallel)
+	}
+	if sf.key != "" && sf.keyFile != "" {
+		return errors.New("--api-key and --api-key-file: give one")
+	}
+	if sf.keyFile != "" {
+		b, err := os.ReadFile(sf.keyFile)
+		if err != nil {
+			return fmt.Errorf("--api-key-file: %w", err)
+		}
+		if sf.key = strings.TrimSpace(string(b)); sf.key == "" {
+			return fmt.Errorf("--api-key-file %s: empty", sf.keyFile)
+		}
+	}
+	return nil
+}
+
+// serverOptions are the server's options the flags give.
+func (sf *serveFlags) serverOptions() server.Options {
+	ip := net.ParseIP(strings.Trim(sf.host, "[]"))
+	local := sf.host == "localhost" || ip != nil && ip.IsLoopback()
+	q := sf.queue
+	if q == 0 {
+		q = -1 // the server's 0 is its default
+	}
+	var origins []string
+	for _, o := range strings.Split(sf.cors, ",") {
+		if o = strings.TrimSpace(o); o != "" {
+			origins = append(origins, o)
+		}
+	}
+	return server.Options{ModelName: sf.name, APIKey: sf.key, Parallel: sf.parallel, Queue: q, LocalOnly: local, CORSOrigins: origins}
+}
+
+// serve listens at once, answering /health with 503 while the model loads, serves until ctx
+// ends, then shuts down gracefully.
+func (a *app) serve(ctx context.Context, sf *serveFlags) error {
+	if err := sf.check(); err != nil {
+		return err
+	}
+	opts, err := a.engineOptions(a.device, a.policy)
+	if err != nil {
+		return err
+	}
+	opts.Parallel = sf.parallel
+	if err := a.checkModelPath(a.modelPath); err != nil {
+		return err
+	}
+	addr := net.JoinHostPort(sf.host, strconv.Itoa(sf.port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	srv := server.New(sf.serverOptions())
+	// Requests derive from reqCtx, which is canceled once the grace period after a signal
+	// has passed.
+	reqCtx, cancelReqs := context.WithCancel(context.Background())
+	defer cancelReqs()
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return reqCtx }}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	fmt.Fprintf(a.stderr, "commit-run: listening on http://%s (loading the model)\n", ln.Addr())
+
+	m, err := a.openModelWith(opts)
+	if err != nil {
+		hs.Close()
+		return err
+	}
+	defer m.Close()
+	a.noteParallel(m, sf.parallel)
+	if err := srv.SetModel(m); err != nil {
+		hs.Close()
+		return err
+	}
+	defer srv.Close()
+	fmt.Fprintf(a.stderr, "commit-run: serving %s on http://%s\n", a.modelPath, ln.Addr())
+
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	fmt.Fprintln(a.stderr, "commit-run: stopping")
+	time.AfterFunc(shutdownGrace, cancelReqs)
+	sctx, cancel := context.WithTimeout(context.Background(), 2*shutdownGrace)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		hs.Close()
+	}
+	return nil
+}
+
+// noteParallel says what parallel sequences cost and how they decode.
+func (a *app) noteParallel(m *engine.Model, parallel int) {
+	if parallel <= 1 {
+		return
+	}
+	if !m.Batches() {
+		fmt.Fprintf(a.stderr, "commit-run: --parallel %d with the Commit Router, which predicts one token's experts: each sequence decodes in passes of its own\n", parallel)
+	}
+	kv := fmt.Sprintf("%d KV caches of %.1f MiB", parallel, float64(m.KVCacheBytes())/(1<<20))
+	if st, ok := m.Offload(); ok {
+		fmt.Fprintf(a.stderr, "commit-run: %d parallel sequences; the device budget holds their %s beside %d expert slots\n", parallel, kv, st.Slots)
+	} else {
+		fmt.Fprintf(a.stderr, "commit-run: %d parallel sequences, with %s\n", parallel, kv)
+	}
 }
