@@ -646,6 +646,7 @@ func (m *Model) rankModel(dev device.Device) *Model {
 	r.charger, _ = dev.(device.Charger)
 	r.labeler, _ = dev.(device.Labeler)
 	r.place = residentPlacement{m: r}
+	r.block = epBlock{r}
 	return r
 }
 
@@ -747,18 +748,21 @@ func (m *Model) serve() error {
 	return nil
 }
 
-// pass runs a session's forward pass: on m's device, or with expert parallelism as rank 0's
-// tokens in a step of every rank.
-func (m *Model) pass(kv *models.KVCache, tokens []int32, pos0 int, want logitRows, obs RouteObserver, cs *commitState) ([]float32, error) {
-	if m.ep == nil {
-		return m.forward(kv, tokens, pos0, want, obs, cs)
-	}
-	work := make([]*epWork, len(m.ep.ranks))
+// epBlock runs passes as rank 0's tokens in a step of every rank, and their MoE layers
+// spread over the ranks (epMoE).
+type epBlock struct{ m *Model }
+
+func (e epBlock) pass(kv *models.KVCache, tokens []int32, pos0 int, want logitRows, obs RouteObserver, _ *commitState) ([]float32, error) {
+	work := make([]*epWork, len(e.m.ep.ranks))
 	work[0] = &epWork{kv: kv, tokens: tokens, pos0: pos0, want: want, obs: obs}
-	if err := m.ep.step(work); err != nil {
+	if err := e.m.ep.step(work); err != nil {
 		return nil, err
 	}
 	return work[0].logits, nil
+}
+
+func (e epBlock) moe(_ models.Backend, layer int, moe *models.MoE, x []float32, T, _ int, out []float32, ev *RouteEvent, _ *commitState) error {
+	return e.m.epMoE(layer, moe, x, T, out, ev)
 }
 
 // f32bytes is v's memory as bytes, for the transport.

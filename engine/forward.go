@@ -127,7 +127,7 @@ func (m *Model) enqueue(seqs []seqRows, tokens []int32, want logitRows, obs Rout
 			if obs != nil {
 				ev = &RouteEvent{Layer: i, Pos0: pos0, Tokens: T, IDs: tokens}
 			}
-			if err := m.moe(bl, i, l.MoE, xn, T, pos0, tmp, ev, cs); err != nil {
+			if err := m.block.moe(bl, i, l.MoE, xn, T, pos0, tmp, ev, cs); err != nil {
 				return nil, err
 			}
 			if ev != nil {

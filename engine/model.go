@@ -40,8 +40,11 @@ type Model struct {
 	// dropPlace is the round-robin placement token drop plans over, made once.
 	dropPlace multigpu.Placement
 	// ep is the expert-parallel group this model is rank `rank` of; nil on one device.
-	ep     *epGroup
-	rank   int
+	ep   *epGroup
+	rank int
+	// block runs the passes and their MoE layers: on m's device (localBlock), or spread
+	// over the ranks of ep (epBlock). Chosen once, when the model is prepared.
+	block  block
 	fpOnce sync.Once
 	fp     string
 	// ops compute a pass besides the products: the device's own when resident (the pass's
@@ -269,6 +272,10 @@ func (m *Model) allocate() error {
 // steps), and the batcher of parallel sequences.
 func (m *Model) prepare() error {
 	path, opts := m.file.Path, m.opts
+	m.block = localBlock{m}
+	if m.ep != nil {
+		m.block = epBlock{m}
+	}
 	m.place = residentPlacement{m: m, commits: m.commit != nil && m.commit.compute}
 	if m.off != nil {
 		m.place = m.off

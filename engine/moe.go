@@ -198,7 +198,7 @@ func extraWeights(moe *models.MoE, logits []float32, rt routing, w []float32) {
 	}
 }
 
-// moe runs a mixture-of-experts block on T rows of x (at positions pos0..) into out. It reads
+// localMoE runs a mixture-of-experts block on m's device on T rows of x (at positions pos0..) into out. It reads
 // as the block's steps: select (the experts predicted for the pass, and under commit those it
 // computes with instead of the router's choice), route (the router's choice and weights, and
 // the Commit Router's prediction for the next layer), place and compute (each chosen expert
@@ -207,10 +207,7 @@ func extraWeights(moe *models.MoE, logits []float32, rt routing, w []float32) {
 // them). Where experts live and move is m.place's business; what computes is the selection's.
 // When ev is not nil it is filled with the routing decision. cs holds the session's Commit
 // Router predictions (nil: none).
-func (m *Model) moe(b models.Backend, layer int, moe *models.MoE, x []float32, T, pos0 int, out []float32, ev *RouteEvent, cs *commitState) error {
-	if m.ep != nil {
-		return m.epMoE(layer, moe, x, T, out, ev) // the block spread over several ranks
-	}
+func (m *Model) localMoE(b models.Backend, layer int, moe *models.MoE, x []float32, T, pos0 int, out []float32, ev *RouteEvent, cs *commitState) error {
 	if l := m.routedOnDevice(layer, T, ev, cs); l != nil {
 		m.moeOnDevice(b, l, moe, x, T, out)
 		return nil

@@ -141,7 +141,7 @@ func (s *Session) eval(ctx context.Context, tokens []int32, all bool) ([]float32
 		case n < len(tokens):
 			want = noLogits
 		}
-		logits, err := s.m.pass(s.kv, batch, len(s.tokens), want, s.route, s.commit)
+		logits, err := s.m.block.pass(s.kv, batch, len(s.tokens), want, s.route, s.commit)
 		s.m.mu.RUnlock()
 		if err != nil {
 			return nil, err
