@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/commit-run/commit-run/commitrouter"
 	"github.com/commit-run/commit-run/engine"
 	"github.com/commit-run/commit-run/owa"
 	"github.com/commit-run/commit-run/predictor"
@@ -100,7 +101,7 @@ func (a *app) predictorCollectCmd() *cobra.Command {
 func (a *app) predictorTrainCmd() *cobra.Command {
 	var (
 		tracePath, out, init string
-		o                    engine.TrainRouterOptions
+		o                    commitrouter.TrainOptions
 	)
 	cmd := &cobra.Command{
 		Use:   "train --trace FILE",
@@ -140,7 +141,7 @@ func (a *app) predictorTrainCmd() *cobra.Command {
 					e.Net, e.Epoch, e.LR, e.TrainLoss, e.ValLoss, e.ValAccuracy, e.Elapsed.Round(time.Millisecond))
 			}
 			start := time.Now()
-			r, err := m.TrainCommitRouter(cmd.Context(), tracePath, o)
+			r, err := commitrouter.Train(cmd.Context(), m, tracePath, o)
 			if err != nil {
 				return err
 			}
@@ -170,7 +171,7 @@ func (a *app) predictorTrainCmd() *cobra.Command {
 }
 
 // checkTrainFlags rejects training options no run could use.
-func checkTrainFlags(o engine.TrainRouterOptions) error {
+func checkTrainFlags(o commitrouter.TrainOptions) error {
 	switch {
 	case !(o.LR > 0 && o.LR < 1):
 		return fmt.Errorf("--lr %v: want a rate in (0, 1)", o.LR)
@@ -249,7 +250,7 @@ func (a *app) predictorEvalCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				rep, err := m.EvalCommitRouter(r, tracePath, sp, maxTraceTokens)
+				rep, err := commitrouter.Evaluate(m, r, tracePath, sp, maxTraceTokens)
 				m.Close()
 				if err != nil {
 					return err
@@ -326,8 +327,8 @@ func (a *app) printQuality(cmd *cobra.Command, textFile string, window, maxToken
 	}
 	opts := a.plainOptions()
 	start := time.Now()
-	rows, err := engine.CommitQuality(cmd.Context(), a.modelPath, opts, string(text),
-		engine.PerplexityOptions{Window: window, MaxTokens: maxTokens}, engine.QualityVariants(a.predictorFile, a.owaSpec))
+	rows, err := commitrouter.Quality(cmd.Context(), a.modelPath, opts, string(text),
+		engine.PerplexityOptions{Window: window, MaxTokens: maxTokens}, commitrouter.Variants(a.predictorFile, a.owaSpec))
 	if err != nil {
 		return err
 	}
@@ -389,8 +390,8 @@ func (a *app) predictorTuneCmd() *cobra.Command {
 			}
 			opts := a.plainOptions()
 			n := 0
-			res, err := engine.TuneOWA(cmd.Context(), a.modelPath, opts, a.predictorFile, string(text),
-				engine.PerplexityOptions{Window: window, MaxTokens: maxTokens}, as, func(r engine.TuneResult) {
+			res, err := commitrouter.TuneOWA(cmd.Context(), a.modelPath, opts, a.predictorFile, string(text),
+				engine.PerplexityOptions{Window: window, MaxTokens: maxTokens}, as, func(r commitrouter.TuneResult) {
 					n++
 					fmt.Fprintf(a.stderr, "%4d  %s  perplexity %.4f\n", n, owaSpec(r.Params), r.Perplexity)
 				})
