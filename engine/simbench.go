@@ -3,7 +3,6 @@ package engine
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -61,66 +60,6 @@ type SimBenchOptions struct {
 	// Timeline, when set, receives an SVG of the last TimelineTokens tokens per policy.
 	Timeline       func(p offload.Policy) (io.WriteCloser, error)
 	TimelineTokens int
-}
-
-// PolicyReport is one policy's figures in a SimBenchReport; times in seconds.
-type PolicyReport struct {
-	Policy         string
-	Predictor      string // what prefetch or commit predicted with ("" for the others)
-	Slots          int
-	Mean, P50, P90 float64 // per-token latency
-	TTFT           float64 // time to first token, mean over prompts (real-model runs)
-	// TTFTLimit is the prompt pass's physical limit, as LimitPerToken a decode step's.
-	TTFTLimit       float64
-	TokensPerSecond float64
-	HitRate         float64 // experts found on the device when needed
-	MovedPerToken   float64 // bytes
-	StallPerToken   float64
-	Accuracy        float64 // |predicted ∩ chosen| / k; NaN without a predictor
-	OnCPUPerToken   float64 // experts computed on the host (cpu-miss, static)
-	// Auto is auto placement's decision, in the row of policy auto: what it chose, what it
-	// weighed and the figures it predicted for each.
-	Auto          *AutoPlan `json:",omitempty"`
-	LimitPerToken float64   // the physical limit (DESIGN.md §6), mean
-	OverLimit     float64   // mean latency / mean limit
-	// DeviceTimePerToken is the mean time a CUDA GPU's compute stream took per decode token,
-	// between events recorded at consecutive tokens: set apart from the wall-clock latency,
-	// it shows how much of a token the host's own work and its waits added. 0 (absent from
-	// JSON) on other devices, whose time is the wall clock or the simulator's.
-	DeviceTimePerToken float64 `json:",omitempty"`
-	// GPU is the CUDA device's counters over the run, nil on other devices: its copy
-	// stream's measured bandwidth, and products it left to the host.
-	GPU *GPUStats `json:",omitempty"`
-	// GPUPerToken is what a CUDA GPU did for a decoded token, the mean over the timed ones;
-	// nil on other devices.
-	GPUPerToken *GPUTokenStats `json:",omitempty"`
-}
-
-// GPUTokenStats are a CUDA GPU's counters for one decoded token.
-type GPUTokenStats struct {
-	// Launches are what the host issued: kernels, or one graph for a replayed decode step.
-	Launches float64
-	// Kernels are the kernels that ran, those of a replayed step included.
-	Kernels float64
-	// Reads are the host's waits for results of the device (the logits, and on the paths
-	// that route on the host each MoE layer's router logits).
-	Reads float64
-}
-
-// MarshalJSON writes the figures that do not apply (NaN: no predictor, no simulated clock)
-// as null, which JSON can hold and NaN it cannot.
-func (r PolicyReport) MarshalJSON() ([]byte, error) {
-	type plain PolicyReport
-	nullable := func(v float64) *float64 {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return nil
-		}
-		return &v
-	}
-	return json.Marshal(struct {
-		plain
-		StallPerToken, Accuracy, LimitPerToken, OverLimit, TTFTLimit *float64
-	}{plain(r), nullable(r.StallPerToken), nullable(r.Accuracy), nullable(r.LimitPerToken), nullable(r.OverLimit), nullable(r.TTFTLimit)})
 }
 
 // SimBenchReport is the outcome of SimBench.
@@ -489,42 +428,6 @@ func benchRouting(o SimBenchOptions, shape routedShape, n int, rep *SimBenchRepo
 	}
 	rep.Routing, rep.Synthetic = sr.Header(shape.name).Source, true
 	return out, nil
-}
-
-func summarise(policy string, slots int, st []offload.TokenStats) PolicyReport {
-	r := PolicyReport{Policy: policy, Slots: slots}
-	lat := make([]float64, len(st))
-	var hits, needed, correct, predicted int
-	var sumLimit float64
-	for i, s := range st {
-		lat[i] = s.Latency
-		r.Mean += s.Latency
-		r.MovedPerToken += s.Moved
-		r.StallPerToken += s.Stall
-		r.OnCPUPerToken += float64(s.OnCPU)
-		sumLimit += s.Limit
-		hits += s.Hits
-		needed += s.Hits + s.Misses
-		correct += s.Correct
-		predicted += s.Predicted
-	}
-	k := float64(len(st))
-	r.Mean /= k
-	r.MovedPerToken /= k
-	r.StallPerToken /= k
-	r.OnCPUPerToken /= k
-	r.LimitPerToken = sumLimit / k
-	r.OverLimit = r.Mean / r.LimitPerToken
-	r.TokensPerSecond = 1 / r.Mean
-	slices.Sort(lat)
-	r.P50 = lat[int(0.5*float64(len(lat)-1)+0.5)]
-	r.P90 = lat[int(0.9*float64(len(lat)-1)+0.5)]
-	r.HitRate = float64(hits) / float64(max(needed, 1))
-	r.Accuracy = math.NaN()
-	if predicted > 0 {
-		r.Accuracy = float64(correct) / float64(predicted)
-	}
-	return r
 }
 
 // MeasureHostRates times this machine's CPU device on a Q4_K 4096x4096 product, the work of
