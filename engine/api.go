@@ -9,9 +9,9 @@
 // (placement.go): the model's own weights, or the offloader serving them from device slots or
 // the host under one of its policies, one small type each (policy_*.go). Timing-only runs
 // (Options.TimingOnly, OpenShape) go through the same passes on a simulated GPU that charges
-// every kernel and copy without computing, so that every figure Bench and SimBench report
-// comes from the code that would run on the card. Automatic placement (auto.go) chooses among
-// the policies with those same runs when a model does not fit its GPU. With Options.Parallel,
+// every kernel and copy without computing, so that every figure package bench reports comes
+// from the code that would run on the card: it times runs with Model.Time (timing.go), as
+// automatic placement (auto.go) times its candidates when a model does not fit its GPU. With Options.Parallel,
 // the decode steps of sessions generating at the same time share one pass (batch.go).
 package engine
 

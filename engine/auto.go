@@ -74,6 +74,12 @@ const (
 	autoTokens = 96
 )
 
+// routedShape is what routing must fit: a model's MoE layers, experts and top-k.
+type routedShape struct {
+	name                  string
+	layers, experts, used int
+}
+
 // autoOptions are what planPlacement needs beside the model.
 type autoOptions struct {
 	base     Options // the device (simulated: the card auto places for), threads, context
@@ -139,26 +145,36 @@ const autoTie = 0.97
 // model whose experts all fit stays resident (static at 0 host layers).
 func planPlacement(ctx context.Context, open func(Options) (*Model, error), experts, layers int, o autoOptions) (*AutoPlan, error) {
 	plan := &AutoPlan{Routing: "predicted on " + o.label}
-	try := func(oo OffloadOptions) (AutoCandidate, *BenchReport) {
+	prompt, tokens := cmp.Or(o.prompt, autoPrompt), cmp.Or(o.tokens, autoTokens)
+	to := TimeOptions{Name: "auto", PromptIDs: [][]int32{make([]int32, prompt)}, Tokens: tokens, Warmup: tokens / 2}
+	try := func(oo OffloadOptions) (AutoCandidate, OffloadStats) {
 		c := AutoCandidate{Offload: oo}
-		prompt, tokens := cmp.Or(o.prompt, autoPrompt), cmp.Or(o.tokens, autoTokens)
-		bo := BenchOptions{Options: o.base, PromptIDs: [][]int32{make([]int32, prompt)}, Tokens: tokens, Warmup: tokens / 2,
-			Policies: []offload.Policy{oo.Policy}, GPUMem: oo.GPUMem, Eviction: oo.Eviction, HostLayers: oo.HostLayers,
-			Predictor: oo.Predictor, Commit: o.commit}
-		bo.Options.TimingOnly = o.sample
-		rep, err := bench(ctx, "auto", open, bo)
+		opts := o.base
+		opts.TimingOnly, opts.Offload, opts.Commit = o.sample, &oo, nil
+		if oo.Policy == offload.Commit && (oo.Predictor == "" || oo.Predictor == "router") {
+			opts.Commit = o.commit
+		}
+		var st OffloadStats
+		err := offload.CheckTimed(oo.Policy, oo.Predictor)
+		var m *Model
 		if err == nil {
-			r := rep.Rows[0]
-			c.TokensPerSecond, c.TTFT = r.TokensPerSecond, r.TTFT
+			m, err = open(opts)
+		}
+		if err == nil {
+			var t Timing
+			t, err = m.Time(ctx, to)
+			st, _ = m.Offload()
+			m.Close()
+			c.TokensPerSecond, c.TTFT = t.Row.TokensPerSecond, t.Row.TTFT
 		}
 		c.Err = err
 		plan.Candidates = append(plan.Candidates, c)
-		return c, rep
+		return c, st
 	}
 	base := OffloadOptions{GPUMem: o.budget, Eviction: o.eviction}
 	first := base
 	first.Policy = offload.OnDemand
-	c, rep := try(first)
+	c, st := try(first)
 	if c.Err != nil {
 		// The policy with the fewest slots does not fit: nothing will.
 		return nil, fmt.Errorf("auto placement: the %s of %s cannot run the model even with its experts in host memory (a shorter context needs less; --gpu-mem and --policy place them by hand): %w",
@@ -173,7 +189,7 @@ func planPlacement(ctx context.Context, open func(Options) (*Model, error), expe
 		cands = append(cands, cm)
 	}
 	// The fewest host layers whose device layers' experts fit beside what stays resident.
-	fit := (o.budget - rep.Resident) / max(rep.SlotBytes, 1) / int64(max(experts, 1))
+	fit := (o.budget - st.Resident) / max(st.SlotBytes, 1) / int64(max(experts, 1))
 	nMin := max(0, layers-int(fit))
 	for _, n := range []int{nMin, nMin + layers/8, nMin + layers/4, nMin + layers/2} {
 		if n > layers {
@@ -238,13 +254,36 @@ func (plan *AutoPlan) choose() error {
 // auto placement's routing sample where it has none of the model's own.
 var DefaultSynthetic = trace.SynthOptions{Skew: 0.8, CrossLayer: 0.5, Temporal: 0.2, Seed: 1}
 
-// benchAuto makes auto placement's decision for a bench row: on the first tokens of the
-// benchmark's own routing in a timing-only run, else (a run that computes, whose routing is
-// not known ahead) on a sample of the synthetic router at its default skew; on a real card,
-// on its description (cardProfile).
-func benchAuto(ctx context.Context, open func(Options) (*Model, error), o BenchOptions) (*AutoPlan, error) {
-	d := o.moe
-	if d.layers == 0 {
+// PlanOptions configure PlanPlacement.
+type PlanOptions struct {
+	// Options are what the candidates open the model with: the device (a simulated GPU, or
+	// a real card, whose candidates run on its description), threads, context, host rates.
+	// Options.TimingOnly, when set, is the routing the candidates replay; else a sample of
+	// the synthetic router at DefaultSynthetic's skew.
+	Options Options
+	// GPUMem is the device memory budget to place the model in.
+	GPUMem   int64
+	Eviction offload.Eviction
+	// Predictor is prefetch's and commit's; AllowCommit lets the plan choose commit, which
+	// changes the output; Commit configures its Commit Router (nil: defaults).
+	Predictor   string
+	AllowCommit bool
+	Commit      *CommitOptions
+	// MoELayers, Experts and Used are the model's routed shape (its Info's).
+	MoELayers, Experts, Used int
+}
+
+// AutoSample is how many tokens of routing PlanPlacement's candidates replay: its prompt,
+// the decode steps, and the one the last predicts for.
+const AutoSample = autoPrompt + autoTokens + 1
+
+// PlanPlacement makes automatic placement's decision for the model open opens, without
+// running it: on o.Options.TimingOnly's routing (its first AutoSample tokens), else (a
+// model whose routing is not known ahead) on a sample of the synthetic router at its
+// default skew; on a real card, on its description (as Open places a model that does not
+// fit). bench's auto rows are its decisions.
+func PlanPlacement(ctx context.Context, open func(Options) (*Model, error), o PlanOptions) (*AutoPlan, error) {
+	if o.MoELayers == 0 {
 		return nil, fmt.Errorf("auto placement: the model's MoE layers are unknown")
 	}
 	ao := autoOptions{base: o.Options, budget: o.GPUMem, eviction: o.Eviction, predictor: o.Predictor,
@@ -256,7 +295,7 @@ func benchAuto(ctx context.Context, open func(Options) (*Model, error), o BenchO
 		if ao.prompt, ao.tokens, err = autoSampleSize(o.Options.ContextLength); err != nil {
 			return nil, err
 		}
-		sample, label, err := syntheticSample(DefaultSynthetic, d.layers, d.experts, d.used, ao.prompt+ao.tokens+1)
+		sample, label, err := syntheticSample(DefaultSynthetic, o.MoELayers, o.Experts, o.Used, ao.prompt+ao.tokens+1)
 		if err != nil {
 			return nil, fmt.Errorf("auto placement: %w", err)
 		}
@@ -278,13 +317,13 @@ func benchAuto(ctx context.Context, open func(Options) (*Model, error), o BenchO
 		}
 		ao.base.Device, ao.base.profile = "sim:"+prof.Name, prof
 	}
-	return planPlacement(ctx, open, d.experts, d.layers, ao)
+	return planPlacement(ctx, open, o.Experts, o.MoELayers, ao)
 }
 
 // traceSample reads the routing of the first n tokens recorded in the trace at path, which
 // must route shape's MoE layers.
 func traceSample(path string, shape routedShape, n int) ([][][]int, string, error) {
-	r, err := openShapeTrace(path, shape)
+	r, err := trace.OpenFor(path, shape.name, shape.layers, shape.experts, shape.used)
 	if err != nil {
 		return nil, "", err
 	}

@@ -198,43 +198,6 @@ func TestCUDADeviceErrors(t *testing.T) {
 	}
 }
 
-// TestCUDABench benchmarks offloaded decode on cuda:0 of the fake driver (or -gpu=system): the
-// stall, the compute and the physical limit come from the GPU's events and its measured copy
-// stream, so they are figures, not the NaN of a device whose only clock is the wall's.
-func TestCUDABench(t *testing.T) {
-	lib := engine.GPUForTests(t)
-	o := engine.Options{Device: "cuda:0", CUDALibrary: lib, Threads: 2, ContextLength: 64}
-	probe := o
-	probe.Offload = &engine.OffloadOptions{GPUMem: 512 << 20}
-	pm, err := engine.Open(tinyModel, probe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, _ := pm.Offload()
-	info := pm.Info()
-	pm.Close()
-	rep, err := engine.Bench(context.Background(), tinyModel, engine.BenchOptions{Options: o,
-		Policies: []offload.Policy{offload.OnDemand, offload.Prefetch}, Predictor: "prev-token",
-		GPUMem: st.Resident + 2*int64(info.ExpertsUsed)*st.SlotBytes, Prompts: []string{"Prince Andrew said"}, Tokens: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rep.Simulated || rep.Device != "cuda:0" || len(rep.Rows) != 2 {
-		t.Fatalf("report %+v", rep)
-	}
-	for _, r := range rep.Rows {
-		t.Logf("%s: mean %.3g s, device %.3g s, stall %.3g s, limit %.3g s, measured/limit %.3g",
-			r.Policy, r.Mean, r.DeviceTimePerToken, r.StallPerToken, r.LimitPerToken, r.OverLimit)
-		if !(r.StallPerToken >= 0) || math.IsInf(r.StallPerToken, 0) || !(r.LimitPerToken >= 0) || math.IsInf(r.LimitPerToken, 0) ||
-			!(r.OverLimit > 0) || math.IsInf(r.OverLimit, 0) || !(r.DeviceTimePerToken > 0) || r.MovedPerToken == 0 {
-			t.Errorf("%s: %+v: want the GPU's stall, limit and device time", r.Policy, r)
-		}
-		if r.GPU == nil || r.GPU.Marks == 0 || r.GPU.CopyBandwidth() <= 0 || !(r.GPU.StallSeconds >= 0) {
-			t.Errorf("%s: GPU %+v", r.Policy, r.GPU)
-		}
-	}
-}
-
 // TestCUDAHeadInChunks scores a window longer than the output logits the GPU holds at once
 // (headRows): the rows computed and read back in chunks give the CPU's perplexity.
 func TestCUDAHeadInChunks(t *testing.T) {
@@ -284,11 +247,5 @@ func TestAutoPlacementFakeGPU(t *testing.T) {
 	if !slices.Equal(got.tokens, want.tokens) || maxDiff(got.probs, want.probs) > 2e-3 {
 		t.Errorf("auto placement (%s): greedy %v, resident %v; probabilities %g apart", plan.Chosen, got.tokens, want.tokens, maxDiff(got.probs, want.probs))
 	}
-	// bench --policy auto on the card: its candidates run on the card's description.
-	rep, err := engine.Bench(context.Background(), bundledQwen, engine.BenchOptions{Options: o, PromptIDs: [][]int32{prompt}, Tokens: 4,
-		GPUMem: 10 << 20, Policies: []offload.Policy{offload.Auto}})
-	if err != nil || rep.Rows[0].Auto == nil {
-		t.Fatalf("bench auto on the fake GPU: %v", err)
-	}
-	t.Log(rep.Rows[0].Auto.Summary())
+	// bench --policy auto on the card: bench's TestRunAutoFakeGPU.
 }

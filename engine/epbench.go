@@ -271,7 +271,7 @@ type traceWorkload struct {
 }
 
 func loadTraceWorkload(path string, shape *offload.Shape, per, steps int) (*traceWorkload, error) {
-	r, err := openShapeTrace(path, routedShape{name: shape.Name, layers: shape.MoELayers, experts: shape.Experts, used: shape.Used})
+	r, err := trace.OpenFor(path, shape.Name, shape.MoELayers, shape.Experts, shape.Used)
 	if err != nil {
 		return nil, err
 	}

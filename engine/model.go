@@ -414,6 +414,14 @@ func (m *Model) KVCacheBytes() int64 { return kvCacheBytes(m) }
 // ContextLength returns the positions each session's KV cache holds.
 func (m *Model) ContextLength() int { return m.nctx }
 
+// KVType is the KV cache's element type: f16 or f32.
+func (m *Model) KVType() string {
+	if m.kvF16 {
+		return "f16"
+	}
+	return "f32"
+}
+
 // Tokenize turns text into token ids; addSpecial adds BOS/EOS as the model's metadata says.
 // Special tokens written in the text (like <|im_end|>) are recognised.
 func (m *Model) Tokenize(text string, addSpecial bool) ([]int32, error) {

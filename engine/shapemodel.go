@@ -71,17 +71,42 @@ func OpenShape(name string, opts Options) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
+	f, err := shapeFile(spec)
+	if err != nil {
+		return nil, err
+	}
+	return openFile(f, opts, kvF16)
+}
+
+// InspectShape describes a public model shape as Inspect describes a file; its Path is
+// "shape:NAME@TYPE".
+func InspectShape(name string) (*Info, error) {
+	spec, err := shapeSpec(name)
+	if err != nil {
+		return nil, err
+	}
+	f, err := shapeFile(spec)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	arch, err := models.Load(f)
+	if err != nil {
+		return nil, err
+	}
+	info := describe(f, arch)
+	return &info, nil
+}
+
+// shapeFile is the virtual file of a public shape.
+func shapeFile(spec synth.Spec) (*models.File, error) {
 	b, err := synth.Build(spec)
 	if err != nil {
-		return nil, fmt.Errorf("shape %s: %w", name, err)
+		return nil, fmt.Errorf("shape %s: %w", spec.Name, err)
 	}
 	ts := make([]models.TensorInfo, len(b.Tensors))
 	for i, t := range b.Tensors {
 		ts[i] = models.TensorInfo{Name: t.Name, Type: t.Type, Shape: t.Shape}
 	}
-	f, err := models.NewVirtualFile("shape:"+spec.Name, b.KV, ts)
-	if err != nil {
-		return nil, err
-	}
-	return openFile(f, opts, kvF16)
+	return models.NewVirtualFile("shape:"+spec.Name, b.KV, ts)
 }

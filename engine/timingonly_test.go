@@ -2,7 +2,6 @@ package engine_test
 
 import (
 	"context"
-	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -204,59 +203,6 @@ func TestTimingOnlyBadInput(t *testing.T) {
 				t.Fatalf("error %v, want one naming position 0 and MoE layer 0", err)
 			}
 		})
-	}
-}
-
-// TestSimBenchModelOracle times the bundled model from its own routing with an oracle standing
-// in for the Commit Router: the engine's prefetch and commit then predict every expert right,
-// and the policies that predict nothing report no accuracy.
-func TestSimBenchModelOracle(t *testing.T) {
-	m, err := engine.Open("../models/testdata/tinymoe-qwen2moe.gguf", engine.Options{Threads: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	rep, err := engine.SimBench(engine.SimBenchOptions{Model: m, Prompts: []string{"The prince said", "Natasha"}, Device: "sim:rtx2080ti",
-		GPUMem: 9 << 20, Tokens: 8, Predictor: "oracle", HostRates: engine.HostRates{Bandwidth: 10e9}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rep.Tokens != 14 || len(rep.Policies) != 4 {
-		t.Fatalf("%d tokens and %d policies, want 14 and 4", rep.Tokens, len(rep.Policies))
-	}
-	for _, p := range rep.Policies {
-		predicts := p.Policy == "prefetch" || p.Policy == "commit"
-		if predicts && p.Accuracy != 1 || !predicts && !math.IsNaN(p.Accuracy) {
-			t.Errorf("%s: accuracy %v, want 1 for an oracle's predictions and none without", p.Policy, p.Accuracy)
-		}
-		if !(p.Mean > 0) || !(p.OverLimit >= 1) {
-			t.Errorf("%s: mean %v s, %v x its limit", p.Policy, p.Mean, p.OverLimit)
-		}
-	}
-}
-
-// TestSimBenchShape times public shapes through the engine, timing only: with an oracle,
-// prefetch and commit predict every expert, and every policy has a time to first token and a
-// latency no better than its limit.
-func TestSimBenchShape(t *testing.T) {
-	for _, shape := range []string{"olmoe-1b-7b@q4km", "deepseek-v2-lite"} {
-		rep, err := engine.SimBench(engine.SimBenchOptions{Shape: shape, Device: "sim:rtx2080ti", GPUMem: 3 << 30, Tokens: 4, PromptLen: 8,
-			Predictor: "oracle", HostRates: engine.HostRates{Bandwidth: 20e9}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rep.Tokens != 4 || len(rep.Policies) != 4 || !rep.Synthetic || rep.ExpertBytes <= 0 {
-			t.Fatalf("%s: %+v", shape, rep)
-		}
-		for _, p := range rep.Policies {
-			predicts := p.Policy == "prefetch" || p.Policy == "commit"
-			if predicts && p.Accuracy != 1 || !predicts && !math.IsNaN(p.Accuracy) {
-				t.Errorf("%s %s: accuracy %v, want 1 for an oracle's predictions and none without", shape, p.Policy, p.Accuracy)
-			}
-			if !(p.TTFT > 0) || !(p.Mean > 0) || !(p.OverLimit >= 1) {
-				t.Errorf("%s %s: TTFT %v s, mean %v s, %v x its limit", shape, p.Policy, p.TTFT, p.Mean, p.OverLimit)
-			}
-		}
 	}
 }
 

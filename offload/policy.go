@@ -71,6 +71,17 @@ func (p Policy) String() string {
 	return fmt.Sprintf("Policy(%d)", int(p))
 }
 
+// CheckTimed refuses to time policy p predicting with predictor where the timing would
+// mislead: commit with the oracle, which a running model cannot have (it does not know its
+// routing ahead), computes the router's own choice loading on demand, and would be timed as
+// ondemand. A timing-only run from recorded routing models an oracle instead.
+func CheckTimed(p Policy, predictor string) error {
+	if p == Commit && predictor == "oracle" {
+		return fmt.Errorf("bench: a running model cannot know its routing ahead, so commit with the oracle would be timed as ondemand; time it from the model's recorded routing with --timing-only")
+	}
+	return nil
+}
+
 // ParsePolicy reads a policy name.
 func ParsePolicy(s string) (Policy, error) {
 	for i, n := range policyNames {

@@ -87,6 +87,22 @@ func Open(path string) (*Reader, error) {
 	return r, nil
 }
 
+// OpenFor opens the trace at path for a model, named name, of layers MoE layers each
+// choosing used of experts experts, and refuses a trace that routes another shape.
+func OpenFor(path, name string, layers, experts, used int) (*Reader, error) {
+	r, err := Open(path)
+	if err != nil {
+		return nil, err
+	}
+	h := r.Header()
+	if len(h.MoELayers) != layers || h.Experts != experts || h.Used != used {
+		r.Close()
+		return nil, fmt.Errorf("trace %s routes %d MoE layers over top-%d of %d experts; shape %s has %d layers, top-%d of %d",
+			path, len(h.MoELayers), h.Used, h.Experts, name, layers, used, experts)
+	}
+	return r, nil
+}
+
 // Close closes the file if Open opened it, and otherwise does nothing.
 func (r *Reader) Close() error {
 	if r.closer == nil {

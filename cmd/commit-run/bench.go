@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/commit-run/commit-run/bench"
 	"github.com/commit-run/commit-run/engine"
 	"github.com/commit-run/commit-run/offload"
 	"github.com/commit-run/commit-run/trace"
@@ -195,7 +196,7 @@ func (a *app) benchPolicies() string {
 }
 
 func (a *app) simBench(f benchFlags) error {
-	o := engine.SimBenchOptions{Shape: f.shape, Device: a.device, Context: f.ctxFill, Tokens: f.tokens, Trace: f.traceFile,
+	o := bench.SimOptions{Shape: f.shape, Device: a.device, Context: f.ctxFill, Tokens: f.tokens, Trace: f.traceFile,
 		Predictor: cmp.Or(a.predictor, "accuracy=0.8,first=0.45"), CrossToken: a.crossToken, Seed: f.seed, TimelineTokens: f.timelineTokens, PromptLen: f.promptLen,
 		Synthetic: trace.SynthOptions{Skew: f.skew, CrossLayer: f.crossLayer, Temporal: f.temporal}}
 	if !strings.HasPrefix(a.device, "sim:") {
@@ -249,7 +250,7 @@ func (a *app) simBench(f benchFlags) error {
 	if files := timelineFiles(f.timeline); files != nil {
 		o.Timeline = func(p offload.Policy) (io.WriteCloser, error) { return files(p.String()) }
 	}
-	rep, err := engine.SimBench(o)
+	rep, err := bench.Sim(o)
 	if err != nil {
 		return err
 	}
@@ -364,7 +365,7 @@ func (a *app) modelBench(cmd *cobra.Command, f benchFlags) error {
 	if err != nil {
 		return err
 	}
-	o := engine.BenchOptions{Options: base, Prompts: prompts, Tokens: f.tokens, Timeline: timelineFiles(f.timeline), TimelineTokens: f.timelineTokens,
+	o := bench.Options{Options: base, Prompts: prompts, Tokens: f.tokens, Timeline: timelineFiles(f.timeline), TimelineTokens: f.timelineTokens,
 		Commit: a.commitOptions()}
 	if cmd.Flags().Changed("prompt-len") {
 		if f.prompts != "" {
@@ -390,7 +391,7 @@ func (a *app) modelBench(cmd *cobra.Command, f benchFlags) error {
 			o.Options.HostRates = measureHostRates(o.Options.HostRates)
 		}
 	}
-	rep, err := engine.Bench(cmd.Context(), a.modelPath, o)
+	rep, err := bench.Run(cmd.Context(), a.modelPath, o)
 	if err != nil {
 		return err
 	}

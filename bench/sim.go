@@ -1,30 +1,27 @@
-package engine
+package bench
 
 import (
 	"cmp"
 	"context"
 	"fmt"
 	"io"
-	"math"
 	"slices"
 	"strings"
-	"time"
 
-	"github.com/commit-run/commit-run/cpu"
+	"github.com/commit-run/commit-run/engine"
 	"github.com/commit-run/commit-run/offload"
-	"github.com/commit-run/commit-run/quant"
 	"github.com/commit-run/commit-run/sim"
 	"github.com/commit-run/commit-run/trace"
 )
 
-// SimBenchOptions configure a timing-only benchmark: decode tokens of a model shape on a
+// SimOptions configure Sim, a timing-only benchmark: decode tokens of a model shape on a
 // simulated GPU, with no weights and no arithmetic, so shapes far larger than this machine
 // can hold are timed. Routing comes from a recorded trace or a synthetic router.
-type SimBenchOptions struct {
+type SimOptions struct {
 	// Model, when set, is timed instead of a public shape, through the engine's own passes
-	// run timing only (TimingOnlyOptions), replaying the routing it chooses while decoding
+	// run timing only (engine.TimingOnlyOptions), replaying the routing it chooses while decoding
 	// Prompts greedily (Tokens per prompt).
-	Model   *Model
+	Model   *engine.Model
 	Prompts []string
 	// Shape is a public model shape with its weight type, e.g. "mixtral-8x7b@q4_k".
 	Shape string
@@ -47,14 +44,14 @@ type SimBenchOptions struct {
 	Synthetic trace.SynthOptions // Layers, Experts and Used are taken from the shape
 	// Predictor feeds prefetch and commit: oracle, prev-token, frequency or accuracy=P.
 	Predictor string
-	// CrossToken makes commit commit each token's first MoE layer too (CommitOptions).
+	// CrossToken makes commit commit each token's first MoE layer too (engine.CommitOptions).
 	CrossToken bool
 	// AllowCommit lets policy auto choose commit, which changes the output.
 	AllowCommit bool
 	Seed        uint64
 	// HostRates price the experts the host computes (cpu-miss, static): a host profile's
-	// (LoadHost) or given rates; a zero Bandwidth measures this machine's.
-	HostRates HostRates
+	// (engine.LoadHost) or given rates; a zero Bandwidth measures this machine's.
+	HostRates engine.HostRates
 	// Host names where HostRates come from in the report, e.g. a host profile's name.
 	Host string
 	// Timeline, when set, receives an SVG of the last TimelineTokens tokens per policy.
@@ -62,8 +59,8 @@ type SimBenchOptions struct {
 	TimelineTokens int
 }
 
-// SimBenchReport is the outcome of SimBench.
-type SimBenchReport struct {
+// SimReport is the outcome of Sim.
+type SimReport struct {
 	Shape       string
 	Device      string
 	Calibrated  bool // whether the profile was checked against a real GPU
@@ -77,13 +74,13 @@ type SimBenchReport struct {
 	Predictor   string
 	// HostRates are the rates the host computed experts at, with Host saying where they
 	// came from; nil when no policy computes on the host.
-	HostRates *HostRates `json:",omitempty"`
-	Host      string     `json:",omitempty"`
-	Policies  []PolicyReport
+	HostRates *engine.HostRates `json:",omitempty"`
+	Host      string            `json:",omitempty"`
+	Policies  []engine.PolicyReport
 }
 
 // policies are the policies to time: all four unless some are named.
-func (o *SimBenchOptions) policies() []offload.Policy {
+func (o *SimOptions) policies() []offload.Policy {
 	if len(o.Policies) > 0 {
 		return o.Policies
 	}
@@ -91,15 +88,15 @@ func (o *SimBenchOptions) policies() []offload.Policy {
 }
 
 // autoSample is the routing auto placement's sample needs, in tokens (0 without auto).
-func (o *SimBenchOptions) autoSample() int {
+func (o *SimOptions) autoSample() int {
 	if slices.Contains(o.Policies, offload.Auto) {
-		return autoPrompt + autoTokens + 1
+		return engine.AutoSample
 	}
 	return 0
 }
 
-// SimBench runs the timing-only benchmark.
-func SimBench(o SimBenchOptions) (*SimBenchReport, error) {
+// Sim runs the timing-only benchmark.
+func Sim(o SimOptions) (*SimReport, error) {
 	var err error
 	name, ok := strings.CutPrefix(o.Device, "sim:")
 	if !ok || name == "" {
@@ -123,12 +120,12 @@ type routedShape struct {
 }
 
 // simBenchShape times a public shape's decode on the simulated GPU prof with the engine's
-// forward pass and offloader, timing only (OpenShape): a prompt of o.PromptLen tokens (at least
+// forward pass and offloader, timing only (engine.OpenShape): a prompt of o.PromptLen tokens (at least
 // one, which is the time to first token only when PromptLen asks for it), then o.Tokens
 // decode steps, routed as a trace or a synthetic router says, with the KV cache holding ctx
 // positions (or all of them).
-func simBenchShape(o SimBenchOptions, prof *sim.Profile, ctx int) (*SimBenchReport, error) {
-	spec, err := shapeSpec(o.Shape)
+func simBenchShape(o SimOptions, prof *sim.Profile, ctx int) (*SimReport, error) {
+	info, err := engine.InspectShape(o.Shape)
 	if err != nil {
 		return nil, err
 	}
@@ -143,8 +140,9 @@ func simBenchShape(o SimBenchOptions, prof *sim.Profile, ctx int) (*SimBenchRepo
 	if o.PromptLen < 0 || o.PromptLen > 1<<16 {
 		return nil, fmt.Errorf("prompt length %d: want 0 to %d", o.PromptLen, 1<<16)
 	}
-	rs := routedShape{name: spec.Name, layers: spec.Layers - spec.LeadingDense, experts: spec.Experts, used: spec.ExpertsUsed}
-	rep := &SimBenchReport{Shape: spec.Name, Device: "sim:" + prof.Name, Calibrated: prof.Calibrated, GPUMem: budget,
+	name := strings.TrimPrefix(info.Path, "shape:") // NAME@TYPE
+	rs := routedShape{name: name, layers: len(info.MoELayers), experts: info.Experts, used: info.ExpertsUsed}
+	rep := &SimReport{Shape: name, Device: "sim:" + prof.Name, Calibrated: prof.Calibrated, GPUMem: budget,
 		Tokens: n, PromptLen: o.PromptLen, Predictor: cmp.Or(o.Predictor, "oracle")}
 	// The prompt, the timed tokens, and the one the last of them predicts for.
 	prompt := max(o.PromptLen, 1)
@@ -152,15 +150,15 @@ func simBenchShape(o SimBenchOptions, prof *sim.Profile, ctx int) (*SimBenchRepo
 	if err != nil {
 		return nil, err
 	}
-	to := TimingOnlyOptions{Routing: func(pos, j int) []int {
+	to := engine.TimingOnlyOptions{Routing: func(pos, j int) []int {
 		if pos >= len(tokens) || j >= len(tokens[pos]) {
 			return nil
 		}
 		return tokens[pos][j]
 	}}
-	bo := BenchOptions{Options: Options{ContextLength: max(ctx, prompt+n+1)}, PromptIDs: [][]int32{make([]int32, prompt)}, Tokens: n + 1,
+	bo := Options{Options: engine.Options{ContextLength: max(ctx, prompt+n+1)}, PromptIDs: [][]int32{make([]int32, prompt)}, Tokens: n + 1,
 		Routing: map[bool]string{true: "SYNTHETIC routing", false: "recorded routing"}[rep.Synthetic], moe: rs}
-	br, err := o.timingOnly(rep, &bo, &to, rs.experts, func(opts Options) (*Model, error) { return OpenShape(o.Shape, opts) })
+	br, err := o.timingOnly(rep, &bo, &to, rs.experts, func(opts engine.Options) (*engine.Model, error) { return engine.OpenShape(o.Shape, opts) })
 	if err != nil {
 		return nil, err
 	}
@@ -174,7 +172,7 @@ func simBenchShape(o SimBenchOptions, prof *sim.Profile, ctx int) (*SimBenchRepo
 }
 
 // budget is the device memory budget: GPUMem, or the whole card.
-func (o *SimBenchOptions) budget(prof *sim.Profile) (float64, error) {
+func (o *SimOptions) budget(prof *sim.Profile) (float64, error) {
 	budget := o.GPUMem
 	if budget == 0 {
 		budget = float64(prof.MemoryBytes)
@@ -185,16 +183,16 @@ func (o *SimBenchOptions) budget(prof *sim.Profile) (float64, error) {
 	return budget, nil
 }
 
-// timingOnly runs bo's prompts with Bench, every policy timing only with the routing to
+// timingOnly runs bo's prompts with Run, every policy timing only with the routing to
 // replays (for a model of experts experts, opened by open), and fills rep's policy rows and
 // host rate: what the benchmarks of shapes and of a model's own routing share.
-func (o *SimBenchOptions) timingOnly(rep *SimBenchReport, bo *BenchOptions, to *TimingOnlyOptions, experts int, open func(Options) (*Model, error)) (*BenchReport, error) {
+func (o *SimOptions) timingOnly(rep *SimReport, bo *Options, to *engine.TimingOnlyOptions, experts int, open func(engine.Options) (*engine.Model, error)) (*Report, error) {
 	policies := o.policies()
 	host := o.HostRates
 	if slices.ContainsFunc(policies, offload.Policy.UsesHost) {
 		rep.Host = o.Host
 		if host.Bandwidth == 0 {
-			m := MeasureHostRates()
+			m := engine.MeasureHostRates()
 			host.Bandwidth, host.FLOPS = m.Bandwidth, cmp.Or(host.FLOPS, m.FLOPS)
 			rep.Host = "measured on this machine"
 		}
@@ -206,14 +204,14 @@ func (o *SimBenchOptions) timingOnly(rep *SimBenchReport, bo *BenchOptions, to *
 	}
 	bo.Options.Device, bo.Options.HostRates, bo.Options.TimingOnly = o.Device, host, to
 	bo.Policies, bo.GPUMem, bo.Eviction, bo.HostLayers = policies, int64(rep.GPUMem), o.Eviction, o.HostLayers
-	bo.Commit, bo.TimelineTokens, bo.AllowCommit = &CommitOptions{CrossToken: o.CrossToken}, o.TimelineTokens, o.AllowCommit
+	bo.Commit, bo.TimelineTokens, bo.AllowCommit = &engine.CommitOptions{CrossToken: o.CrossToken}, o.TimelineTokens, o.AllowCommit
 	if err := modelPredictor(bo, rep.Predictor, experts, o.Seed); err != nil {
 		return nil, err
 	}
 	if o.Timeline != nil {
 		bo.Timeline = policyTimeline(o.Timeline)
 	}
-	br, err := bench(context.Background(), rep.Shape, open, *bo)
+	br, err := run(context.Background(), rep.Shape, open, *bo)
 	if err != nil {
 		return nil, err
 	}
@@ -229,7 +227,7 @@ func (o *SimBenchOptions) timingOnly(rep *SimBenchReport, bo *BenchOptions, to *
 // routing bo's timing-only options replay, standing in for the Commit Router. Each run of a
 // policy starts the modelled predictor afresh when its replay starts, at position 0 of the
 // first MoE layer, so that every policy is given the same predictions.
-func modelPredictor(bo *BenchOptions, name string, experts int, seed uint64) error {
+func modelPredictor(bo *Options, name string, experts int, seed uint64) error {
 	switch name {
 	case "prev-token", "frequency":
 		bo.Predictor = name
@@ -253,7 +251,7 @@ func modelPredictor(bo *BenchOptions, name string, experts int, seed uint64) err
 	return nil
 }
 
-// policyTimeline adapts SimBenchOptions.Timeline to BenchOptions.Timeline.
+// policyTimeline adapts SimOptions.Timeline to Options.Timeline.
 func policyTimeline(f func(offload.Policy) (io.WriteCloser, error)) func(string) (io.WriteCloser, error) {
 	return func(name string) (io.WriteCloser, error) {
 		p, err := offload.ParsePolicy(name)
@@ -267,11 +265,12 @@ func policyTimeline(f func(offload.Policy) (io.WriteCloser, error)) func(string)
 // simBenchModel times o.Model's own decode of o.Prompts on the simulated GPU prof with the
 // engine's forward pass and offloader: the routing the model chooses is recorded in a run
 // that computes (o.Model's device), and every policy then runs timing only, replaying it
-// (Bench with TimingOnlyOptions). prefetch's and commit's predictions are the engine's
+// (Run with engine.TimingOnlyOptions). prefetch's and commit's predictions are the engine's
 // heuristics (prev-token, frequency) or a modelled predictor over the recorded routing
 // (oracle, accuracy=P) standing in for a Commit Router.
-func simBenchModel(o SimBenchOptions, prof *sim.Profile) (*SimBenchReport, error) {
+func simBenchModel(o SimOptions, prof *sim.Profile) (*SimReport, error) {
 	m := o.Model
+	info := m.Info()
 	n := cmp.Or(o.Tokens, 64)
 	if n < 2 || n > 1<<20 {
 		return nil, fmt.Errorf("tokens %d: want 2 to %d (the first is the time to first token)", n, 1<<20)
@@ -285,13 +284,13 @@ func simBenchModel(o SimBenchOptions, prof *sim.Profile) (*SimBenchReport, error
 	if err != nil {
 		return nil, err
 	}
-	rep := &SimBenchReport{Shape: cmp.Or(m.info.Name, m.info.Architecture), Device: "sim:" + prof.Name, Calibrated: prof.Calibrated,
+	rep := &SimReport{Shape: cmp.Or(info.Name, info.Architecture), Device: "sim:" + prof.Name, Calibrated: prof.Calibrated,
 		GPUMem: budget, Tokens: (n - 1) * len(o.Prompts), Predictor: cmp.Or(o.Predictor, "oracle"),
-		Routing: fmt.Sprintf("recorded while %s decoded %d prompts greedily", m.info.Path, len(o.Prompts))}
+		Routing: fmt.Sprintf("recorded while %s decoded %d prompts greedily", info.Path, len(o.Prompts))}
 	to := rec.replay()
-	bo := BenchOptions{Options: Options{ContextLength: m.nctx, KVType: map[bool]string{true: "f16", false: "f32"}[m.kvF16]}, Prompts: o.Prompts, Tokens: n,
-		moe: routedShape{name: m.info.Name, layers: len(m.info.MoELayers), experts: m.info.Experts, used: m.info.ExpertsUsed}}
-	br, err := o.timingOnly(rep, &bo, &to, m.info.Experts, func(opts Options) (*Model, error) { return Open(m.info.Path, opts) })
+	bo := Options{Options: engine.Options{ContextLength: m.ContextLength(), KVType: m.KVType()}, Prompts: o.Prompts, Tokens: n,
+		moe: routedShape{name: info.Name, layers: len(info.MoELayers), experts: info.Experts, used: info.ExpertsUsed}}
+	br, err := o.timingOnly(rep, &bo, &to, info.Experts, func(opts engine.Options) (*engine.Model, error) { return engine.Open(info.Path, opts) })
 	if err != nil {
 		return nil, err
 	}
@@ -308,12 +307,12 @@ type routingRecord struct {
 
 // recordRouting runs each prompt and n greedy tokens after it and records every position's
 // routing.
-func recordRouting(m *Model, prompts []string, n int) (*routingRecord, error) {
+func recordRouting(m *engine.Model, prompts []string, n int) (*routingRecord, error) {
 	if len(prompts) == 0 {
 		return nil, fmt.Errorf("bench: no prompts")
 	}
 	moeIndex := map[int]int{}
-	for i, l := range m.info.MoELayers {
+	for i, l := range m.Info().MoELayers {
 		moeIndex[l] = i
 	}
 	s, err := m.NewSession()
@@ -323,7 +322,7 @@ func recordRouting(m *Model, prompts []string, n int) (*routingRecord, error) {
 	defer s.Close()
 	r := &routingRecord{cur: -1}
 	var cur map[[2]int][]int
-	s.ObserveRouting(func(ev *RouteEvent) {
+	s.ObserveRouting(func(ev *engine.RouteEvent) {
 		j := moeIndex[ev.Layer]
 		for t := 0; t < ev.Tokens; t++ {
 			cur[[2]int{ev.Pos0 + t, j}] = slices.Clone(ev.Selected[t*ev.Used : (t+1)*ev.Used])
@@ -337,7 +336,7 @@ func recordRouting(m *Model, prompts []string, n int) (*routingRecord, error) {
 		cur = map[[2]int][]int{}
 		r.prompts = append(r.prompts, cur)
 		s.Reset()
-		if _, err := s.Generate(context.Background(), ids, GenerateOptions{MaxTokens: n, IgnoreEOS: true, Sampler: SamplerOptions{Greedy: true}}); err != nil {
+		if _, err := s.Generate(context.Background(), ids, engine.GenerateOptions{MaxTokens: n, IgnoreEOS: true, Sampler: engine.SamplerOptions{Greedy: true}}); err != nil {
 			return nil, fmt.Errorf("bench: prompt %q: %w", p, err)
 		}
 	}
@@ -356,8 +355,8 @@ func (r *routingRecord) at(pos, j int) []int {
 // replay returns timing-only options that replay the prompts in their recorded order, each
 // from its start: a pass's first token at position 0 begins the next prompt. Timing-only runs
 // of every policy each replay the whole record.
-func (r *routingRecord) replay() TimingOnlyOptions {
-	return TimingOnlyOptions{Routing: func(pos, j int) []int {
+func (r *routingRecord) replay() engine.TimingOnlyOptions {
+	return engine.TimingOnlyOptions{Routing: func(pos, j int) []int {
 		if pos == 0 && j == 0 {
 			r.cur = (r.cur + 1) % len(r.prompts)
 		}
@@ -365,27 +364,11 @@ func (r *routingRecord) replay() TimingOnlyOptions {
 	}}
 }
 
-// openShapeTrace opens a routing trace for a shape, checking that it routes the shape's MoE
-// layers over the same experts.
-func openShapeTrace(path string, shape routedShape) (*trace.Reader, error) {
-	r, err := trace.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	h := r.Header()
-	if len(h.MoELayers) != shape.layers || h.Experts != shape.experts || h.Used != shape.used {
-		r.Close()
-		return nil, fmt.Errorf("trace %s routes %d MoE layers over top-%d of %d experts; shape %s has %d layers, top-%d of %d",
-			path, len(h.MoELayers), h.Used, h.Experts, shape.name, shape.layers, shape.used, shape.experts)
-	}
-	return r, nil
-}
-
 // benchRouting returns n tokens of routing for the shape.
-func benchRouting(o SimBenchOptions, shape routedShape, n int, rep *SimBenchReport) ([][][]int, error) {
+func benchRouting(o SimOptions, shape routedShape, n int, rep *SimReport) ([][][]int, error) {
 	out := make([][][]int, 0, n)
 	if o.Trace != "" {
-		r, err := openShapeTrace(o.Trace, shape)
+		r, err := trace.OpenFor(o.Trace, shape.name, shape.layers, shape.experts, shape.used)
 		if err != nil {
 			return nil, err
 		}
@@ -428,43 +411,4 @@ func benchRouting(o SimBenchOptions, shape routedShape, n int, rep *SimBenchRepo
 	}
 	rep.Routing, rep.Synthetic = sr.Header(shape.name).Source, true
 	return out, nil
-}
-
-// MeasureHostRates times this machine's CPU device on a Q4_K 4096x4096 product, the work of
-// an expert computed on the host: for one token, the weight bytes it streams per second, and
-// from 16 tokens, the flops per second of each token after the first. Best of three each.
-func MeasureHostRates() HostRates {
-	w := hostBenchMatrix(4096, 4096)
-	d := cpu.New(0)
-	const T = 16
-	x, out := make([]float32, T*w.Cols), make([]float32, T*w.Rows)
-	best := func(T int) float64 {
-		b := math.Inf(1)
-		for i := 0; i < 3; i++ {
-			start := time.Now()
-			d.MatMulID(w, x[:T*w.Cols], T, out[:T*w.Rows])
-			b = min(b, time.Since(start).Seconds())
-		}
-		return max(b, 1e-9)
-	}
-	one, many := best(1), best(T)
-	// 16 tokens cannot take less than one, whatever the noise: at worst price the further
-	// tokens as if each cost a hundredth of the first.
-	further := max(many-one, (T-1)*one/100)
-	return HostRates{Bandwidth: float64(len(w.Data)) / one, FLOPS: 2 * float64(w.Rows) * float64(w.Cols) * (T - 1) / further}
-}
-
-// hostBenchMatrix is a Q4_K matrix of fixed, varied values (cols a multiple of 256) for
-// timing the host's products.
-func hostBenchMatrix(rows, cols int) quant.Matrix {
-	rb, _ := quant.Q4_K.RowBytes(cols)
-	w := quant.Matrix{Type: quant.Q4_K, Rows: rows, Cols: cols, Data: make([]byte, rows*rb)}
-	src := make([]float32, cols)
-	for r := 0; r < rows; r++ {
-		for i := range src {
-			src[i] = float32((r*31+i*17)%97-48) / 97
-		}
-		quant.QuantizeRow(quant.Q4_K, src, w.Data[r*rb:(r+1)*rb])
-	}
-	return w
 }

@@ -1,4 +1,8 @@
-package engine
+// Package bench times the engine: Run (a model file's decode under each offloading policy,
+// on this machine, a GPU or a simulated one) and Sim (public model shapes, or a model's own
+// routing, on a simulated GPU, timing only), with their reports. Every figure comes from
+// engine.Model.Time, the passes a user's tokens take; bench is never imported by engine.
+package bench
 
 import (
 	"cmp"
@@ -7,14 +11,15 @@ import (
 	"io"
 	"slices"
 
+	"github.com/commit-run/commit-run/engine"
 	"github.com/commit-run/commit-run/offload"
 	"github.com/commit-run/commit-run/sim"
 )
 
-// BenchOptions configure Bench: a real model decoding real prompts, the numbers computed.
-type BenchOptions struct {
-	// Options open the model (device, threads, context, KV type); Offload is set by Bench.
-	Options Options
+// Options configure Run: a real model decoding real prompts, the numbers computed.
+type Options struct {
+	// Options open the model (device, threads, context, KV type); Offload is set by Run.
+	Options engine.Options
 	// Policies are run one after the other, each on a freshly opened model; nil runs the
 	// model with every weight resident on the device.
 	Policies []offload.Policy
@@ -26,7 +31,7 @@ type BenchOptions struct {
 	// prev-token (prefetch's default) or frequency.
 	Predictor string
 	// Commit configures the Commit Router of commit runs that use it (nil: defaults).
-	Commit  *CommitOptions
+	Commit  *engine.CommitOptions
 	Prompts []string
 	// PromptIDs, when set, are the prompts as token ids, and Prompts is not used: a model
 	// shape's, whose tokens stand for nothing.
@@ -49,8 +54,8 @@ type BenchOptions struct {
 	moe routedShape
 }
 
-// BenchReport is the outcome of Bench; times in seconds.
-type BenchReport struct {
+// Report is the outcome of Run; times in seconds.
+type Report struct {
 	Model  string
 	Device string
 	// Simulated says the times are the simulated GPU's virtual time (numbers computed on the
@@ -65,43 +70,42 @@ type BenchReport struct {
 	Predictor  string
 	// HostRates are what cpu-miss weighed a copy against, on a device that weighs (nil on
 	// the CPU, which computes every miss on the host, and without cpu-miss).
-	HostRates *HostRates `json:",omitempty"`
-	Rows      []PolicyReport
+	HostRates *engine.HostRates `json:",omitempty"`
+	Rows      []engine.PolicyReport
 }
 
-// Bench decodes Tokens tokens greedily after each prompt, at batch size 1, once per policy,
-// and reports per-token latency, time to first token and the offloader's figures. On a
-// simulated device every figure comes from its timeline, and the physical limit (DESIGN.md
-// §6) is max(compute, bytes not resident at the token's start / effective PCIe rate, expert
-// bytes the host read / its memory's rate, HostRates.Memory). On a CUDA GPU the latency is
-// still the wall clock, what the user waits, but the stall and the compute come from the
-// device's events (deviceTimer) and the limit divides the bytes by the copy stream's
-// bandwidth measured so far in the run.
-func Bench(ctx context.Context, path string, o BenchOptions) (*BenchReport, error) {
+// Run decodes Tokens tokens greedily after each prompt, at batch size 1, once per policy,
+// each on a freshly opened model, and reports per-token latency, time to first token and the
+// offloader's figures (engine.Model.Time says how each is measured on each device). Policy
+// auto's row is the placement engine.PlanPlacement chooses for the budget.
+func Run(ctx context.Context, path string, o Options) (*Report, error) {
 	if slices.Contains(o.Policies, offload.Auto) {
-		info, err := Inspect(path)
+		info, err := engine.Inspect(path)
 		if err != nil {
 			return nil, err
 		}
 		o.moe = routedShape{name: info.Name, layers: len(info.MoELayers), experts: info.Experts, used: info.ExpertsUsed}
 	}
-	return bench(ctx, path, func(opts Options) (*Model, error) { return Open(path, opts) }, o)
+	return run(ctx, path, func(opts engine.Options) (*engine.Model, error) { return engine.Open(path, opts) }, o)
 }
 
-// bench is Bench of the model open opens with the options of each run.
-func bench(ctx context.Context, name string, open func(Options) (*Model, error), o BenchOptions) (*BenchReport, error) {
+// run is Run of the model open opens with the options of each run.
+func run(ctx context.Context, name string, open func(engine.Options) (*engine.Model, error), o Options) (*Report, error) {
 	n := cmp.Or(o.Tokens, 32)
-	to := TimeOptions{Prompts: o.Prompts, PromptIDs: o.PromptIDs, Tokens: n, Warmup: o.Warmup}
+	to := engine.TimeOptions{Prompts: o.Prompts, PromptIDs: o.PromptIDs, Tokens: n, Warmup: o.Warmup}
 	if err := to.Validate(); err != nil {
 		return nil, err
 	}
-	rep := &BenchReport{Model: name, GPUMem: o.GPUMem, Prompts: to.prompts(), Tokens: n}
+	rep := &Report{Model: name, GPUMem: o.GPUMem, Prompts: len(o.Prompts), Tokens: n}
+	if o.PromptIDs != nil {
+		rep.Prompts = len(o.PromptIDs)
+	}
 	runs := []*offload.Policy{nil}
 	if len(o.Policies) > 0 {
 		runs = nil
 		for _, p := range o.Policies {
-			if p == offload.Commit && o.Predictor == "oracle" {
-				return nil, fmt.Errorf("bench: a running model cannot know its routing ahead, so commit with the oracle would be timed as ondemand; time it from the model's recorded routing with --timing-only")
+			if err := offload.CheckTimed(p, o.Predictor); err != nil {
+				return nil, err
 			}
 			runs = append(runs, &p)
 		}
@@ -110,12 +114,12 @@ func bench(ctx context.Context, name string, open func(Options) (*Model, error),
 		}
 	}
 	for _, p := range runs {
-		var off *OffloadOptions
-		var plan *AutoPlan
+		var off *engine.OffloadOptions
+		var plan *engine.AutoPlan
 		name := "resident"
 		if p != nil {
 			name = p.String()
-			off = &OffloadOptions{Policy: *p, GPUMem: o.GPUMem, Eviction: o.Eviction}
+			off = &engine.OffloadOptions{Policy: *p, GPUMem: o.GPUMem, Eviction: o.Eviction}
 			if *p == offload.Prefetch || *p == offload.Commit {
 				off.Predictor = o.Predictor // the others predict nothing
 			}
@@ -125,7 +129,9 @@ func bench(ctx context.Context, name string, open func(Options) (*Model, error),
 		}
 		if p != nil && *p == offload.Auto {
 			var err error
-			if plan, err = benchAuto(ctx, open, o); err != nil {
+			po := engine.PlanOptions{Options: o.Options, GPUMem: o.GPUMem, Eviction: o.Eviction, Predictor: o.Predictor, AllowCommit: o.AllowCommit,
+				Commit: o.Commit, MoELayers: o.moe.layers, Experts: o.moe.experts, Used: o.moe.used}
+			if plan, err = engine.PlanPlacement(ctx, open, po); err != nil {
 				return nil, err
 			}
 			off = &plan.Chosen.Offload
@@ -142,7 +148,7 @@ func bench(ctx context.Context, name string, open func(Options) (*Model, error),
 
 // benchRun opens the model with offloading off (nil: none), names the run name, and times the
 // prompts.
-func benchRun(ctx context.Context, open func(Options) (*Model, error), o BenchOptions, off *OffloadOptions, name string, n int, rep *BenchReport) (PolicyReport, error) {
+func benchRun(ctx context.Context, open func(engine.Options) (*engine.Model, error), o Options, off *engine.OffloadOptions, name string, n int, rep *Report) (engine.PolicyReport, error) {
 	opts := o.Options
 	opts.Offload, opts.Commit = off, nil
 	if off != nil && off.Policy == offload.Commit && (off.Predictor == "" || off.Predictor == "router") {
@@ -150,13 +156,13 @@ func benchRun(ctx context.Context, open func(Options) (*Model, error), o BenchOp
 	}
 	m, err := open(opts)
 	if err != nil {
-		return PolicyReport{}, err
+		return engine.PolicyReport{}, err
 	}
 	defer m.Close()
 	rep.Device = m.Device()
-	t, err := m.Time(ctx, TimeOptions{Name: name, Prompts: o.Prompts, PromptIDs: o.PromptIDs, Tokens: n, Warmup: o.Warmup, TimelineTokens: o.TimelineTokens})
+	t, err := m.Time(ctx, engine.TimeOptions{Name: name, Prompts: o.Prompts, PromptIDs: o.PromptIDs, Tokens: n, Warmup: o.Warmup, TimelineTokens: o.TimelineTokens})
 	if err != nil {
-		return PolicyReport{}, err
+		return engine.PolicyReport{}, err
 	}
 	rep.Simulated, rep.Calibrated = t.Simulated, t.Calibrated
 	if t.HostRates != nil {
