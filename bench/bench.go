@@ -1,7 +1,9 @@
 // Package bench times the engine: Run (a model file's decode under each offloading policy,
-// on this machine, a GPU or a simulated one) and Sim (public model shapes, or a model's own
-// routing, on a simulated GPU, timing only), with their reports. Every figure comes from
-// engine.Model.Time, the passes a user's tokens take; bench is never imported by engine.
+// on this machine, a GPU or a simulated one), Sim (public model shapes, or a model's own
+// routing, on a simulated GPU, timing only) and EP (expert parallelism's planners on a
+// simulated cluster), with their reports. Run's and Sim's figures come from
+// engine.Model.Time, the passes a user's tokens take; EP's from multigpu's cluster model and
+// the planners the engine runs. bench is never imported by engine.
 package bench
 
 import (

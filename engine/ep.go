@@ -78,6 +78,10 @@ type EPOptions struct {
 // where no device profile gives eq. 4 its numbers.
 const defaultHarMoEnyQ = 150
 
+// EPPolicies lists the planners expert parallelism plans each MoE layer's batch with
+// (EPOptions.Policy).
+func EPPolicies() []string { return multigpu.PolicyNames() }
+
 // epGroup is the ranks of an expert-parallel model and what they share. Each rank plans with
 // its own policy and placement, as separate processes would: they agree because every rank
 // plans the same batches in the same order.
@@ -230,7 +234,7 @@ func (m *Model) openEP(path string) error {
 		return err
 	}
 	c := m.arch.Config
-	env := epEnv{experts: c.Experts, devices: N, gamma: o.Gamma, metric: o.Metric, seed: o.Seed, harmoenyQ: o.HarMoEnyThreshold, eta: o.MACSEta}
+	env := multigpu.PolicyEnv{Experts: c.Experts, Devices: N, Gamma: o.Gamma, Metric: o.Metric, Seed: o.Seed, HarMoEnyQ: o.HarMoEnyThreshold, Eta: o.MACSEta}
 	g.comms, g.clocks = make([]multigpu.Comm, N), make([]func() float64, N)
 	g.place, g.pending, g.scratch = make([][]multigpu.Placement, N), make([][]device.Event, N), make([][]byte, N)
 	g.fetch = make([]epFetch, N)
@@ -326,8 +330,8 @@ func (m *Model) newEPGroup(path, policy string, o EPOptions) (*epGroup, error) {
 
 // connect gives local rank r its end of the transport and its clock: on a device that models
 // its link (a simulated GPU), a modelled end and the device's time, and on rank 0 the
-// cluster the cost-model planners weigh (env.cluster).
-func (g *epGroup) connect(r int, o EPOptions, wall time.Time, env *epEnv) error {
+// cluster the cost-model planners weigh (env.Cluster).
+func (g *epGroup) connect(r int, o EPOptions, wall time.Time, env *multigpu.PolicyEnv) error {
 	rm := g.ranks[r]
 	rm.ep, rm.rank = g, r
 	comm := g.tr.Comm(r)
@@ -343,7 +347,7 @@ func (g *epGroup) connect(r int, o EPOptions, wall time.Time, env *epEnv) error 
 				link.Latency = p.CopyLatency
 			}
 			if r == 0 {
-				env.cluster = multigpu.Cluster{Devices: len(g.ranks), FLOPS: p.PeakFLOPS, MemBW: p.MemoryBandwidth, LinkBW: link.Bandwidth,
+				env.Cluster = multigpu.Cluster{Devices: len(g.ranks), FLOPS: p.PeakFLOPS, MemBW: p.MemoryBandwidth, LinkBW: link.Bandwidth,
 					LinkLatency: link.Latency, HostBW: p.PCIeEffective, Launch: 3 * p.LaunchOverhead}
 			}
 		}
@@ -386,12 +390,12 @@ func (g *epGroup) placeWeights(m *Model, r int) error {
 
 // makePlanners makes every rank's planner of policy, HarMoEny's cost model from the first
 // MoE layer's experts, and the group's statistics.
-func (g *epGroup) makePlanners(m *Model, policy string, env epEnv) error {
+func (g *epGroup) makePlanners(m *Model, policy string, env multigpu.PolicyEnv) error {
 	c := m.arch.Config
-	if policy == "harmoeny" && env.harmoenyQ == 0 && env.cluster.Devices == 0 {
-		env.harmoenyQ = defaultHarMoEnyQ
+	if policy == "harmoeny" && env.HarMoEnyQ == 0 && env.Cluster.Devices == 0 {
+		env.HarMoEnyQ = defaultHarMoEnyQ
 	}
-	if env.cluster.Devices > 0 {
+	if env.Cluster.Devices > 0 {
 		// HarMoEny's eq. 4 needs the bytes of one weight element: the first MoE layer's.
 		var firstMoE *models.MoE
 		for _, l := range m.arch.Layers {
@@ -401,11 +405,11 @@ func (g *epGroup) makePlanners(m *Model, policy string, env epEnv) error {
 			}
 		}
 		params := 3 * float64(firstMoE.GateExps.Expert(0).Rows) * float64(firstMoE.GateExps.Expert(0).Cols)
-		env.cost = multigpu.ExpertCost{WeightBytes: float64(g.expertBytes[0]), FLOPsPerToken: 2 * params,
+		env.Cost = multigpu.ExpertCost{WeightBytes: float64(g.expertBytes[0]), FLOPsPerToken: 2 * params,
 			TokenBytes: 4 * float64(c.Embd), ElementBytes: float64(g.expertBytes[0]) / params}
 	}
 	for range len(g.ranks) {
-		pol, err := newEPPolicy(policy, env)
+		pol, err := multigpu.NewPolicy(policy, env)
 		if err != nil {
 			return err
 		}

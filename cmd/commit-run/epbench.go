@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/commit-run/commit-run/bench"
 	"github.com/commit-run/commit-run/engine"
 	"github.com/commit-run/commit-run/multigpu"
 )
@@ -54,7 +55,7 @@ func (a *app) epBench(cmd *cobra.Command, f benchFlags) error {
 	if a.macsEta != 0 || a.macsCalibration != "" {
 		return fmt.Errorf("--macs-eta and --macs-calibration need the model's hidden states: run it with --text (synthetic and recorded routing have none)")
 	}
-	o := engine.EPBenchOptions{Shape: f.shape, Device: a.device, Devices: a.epDevices, Tokens: e.batch, Steps: e.batches,
+	o := bench.EPOptions{Shape: f.shape, Device: a.device, Devices: a.epDevices, Tokens: e.batch, Steps: e.batches,
 		Context: f.ctxFill, Trace: f.traceFile, Skew: e.alpha, Hot: e.hot, Visual: e.visual, Seed: f.seed, Gamma: a.capacityFactor, HarMoEnyThreshold: a.harmoenyQ}
 	if a.epPolicy != "" {
 		o.Policies = strings.Split(a.epPolicy, ",")
@@ -78,7 +79,7 @@ func (a *app) epBench(cmd *cobra.Command, f benchFlags) error {
 		defer m.Close()
 		o.Model = m
 	}
-	rep, err := engine.EPBench(o)
+	rep, err := bench.EP(o)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package engine
+package bench
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 
+	"github.com/commit-run/commit-run/engine"
 	"github.com/commit-run/commit-run/models"
 	"github.com/commit-run/commit-run/multigpu"
 	"github.com/commit-run/commit-run/offload"
@@ -14,12 +15,12 @@ import (
 	"github.com/commit-run/commit-run/trace"
 )
 
-// EPBenchOptions configure a simulated expert-parallel benchmark: batches of tokens routed
+// EPOptions configure EP, a simulated expert-parallel benchmark: batches of tokens routed
 // through every MoE layer of a model shape, spread over Devices simulated GPUs, planned by
 // each policy side by side.
-type EPBenchOptions struct {
+type EPOptions struct {
 	// Model, when set, gives the costs (its own tensors) instead of Shape.
-	Model *Model
+	Model *engine.Model
 	// Shape is a public model shape with its weight type, e.g. "qwen1.5-moe-a2.7b@q4_k".
 	Shape string
 	// Device is "sim:<profile>": every rank is that GPU.
@@ -39,7 +40,7 @@ type EPBenchOptions struct {
 	Hot    int
 	Visual float64
 	Seed   uint64
-	// Policies are planned in order; see ParseEPPolicy.
+	// Policies are planned in order (multigpu.PolicyNames; all by default).
 	Policies []string
 	// Gamma and Metric are the capacity factor and drop metric of the capacity-aware
 	// policies (0: 1.5; score).
@@ -49,8 +50,8 @@ type EPBenchOptions struct {
 	HarMoEnyThreshold int
 }
 
-// EPBenchReport is the result of EPBench.
-type EPBenchReport struct {
+// EPReport is the result of EP.
+type EPReport struct {
 	Shape, Device, Routing string
 	Devices, Tokens, Steps int
 	Synthetic              bool
@@ -62,53 +63,8 @@ type EPBenchReport struct {
 	Rows              []multigpu.SimReport
 }
 
-// EPPolicies lists the policies EPBench plans with.
-func EPPolicies() []string {
-	return []string{"round-robin", "token-drop", "token-drop/device", "expanded-drop", "expanded-drop/device", "harmoeny", "eplb", "macs", "macs-expanded"}
-}
-
-// epEnv is what a planner is made for: the layer's experts over the devices, the machine, and
-// the options of the capacity-aware policies.
-type epEnv struct {
-	experts, devices int
-	gamma            float64
-	metric           multigpu.DropMetric
-	seed             uint64
-	cluster          multigpu.Cluster
-	cost             multigpu.ExpertCost
-	harmoenyQ        int
-	// eta weighs semantic affinity in MACS's rerouting; the batches carry the affinities.
-	eta float64
-	// calibrate draws a batch of a layer that is not measured, for MACS's expert classes;
-	// nil: no calibration (every expert shared).
-	calibrate func(layer int) (multigpu.Batch, error)
-}
-
-// newEPPolicy makes a planner by name.
-func newEPPolicy(name string, env epEnv) (multigpu.Policy, error) {
-	switch name {
-	case "round-robin":
-		return multigpu.Static{}, nil
-	case "token-drop", "token-drop/device", "expanded-drop", "expanded-drop/device":
-		return multigpu.CapacityDrop{Gamma: env.gamma, Metric: env.metric, Seed: env.seed,
-			Expand: strings.HasPrefix(name, "expanded"), DeviceLevel: strings.HasSuffix(name, "/device")}, nil
-	case "harmoeny":
-		return multigpu.HarMoEny{Threshold: env.harmoenyQ, Cluster: env.cluster, Cost: env.cost}, nil
-	case "macs", "macs-expanded":
-		base := multigpu.DefaultMACS(env.gamma)
-		base.Expand = name == "macs-expanded"
-		base.Eta = env.eta
-		return &macsLayers{name: name, base: base, calibrate: env.calibrate, classes: map[int][]multigpu.ExpertClass{}}, nil
-	case "eplb":
-		// Spare slots for a quarter of the experts (at least one per device), re-planned
-		// every 4 batches from the last 4.
-		return multigpu.NewEPLB(env.experts+max(env.devices, env.experts/4), 4, 4)
-	}
-	return nil, fmt.Errorf("expert-parallel policy %q: want one of %s", name, strings.Join(EPPolicies(), ", "))
-}
-
-// EPBench simulates expert parallelism over Devices GPUs of the profile for each policy.
-func EPBench(o EPBenchOptions) (*EPBenchReport, error) {
+// EP simulates expert parallelism over Devices GPUs of the profile for each policy.
+func EP(o EPOptions) (*EPReport, error) {
 	if o.Devices < 1 || o.Devices > 1024 {
 		return nil, fmt.Errorf("--ep %d: want 1 to 1024 devices", o.Devices)
 	}
@@ -175,9 +131,9 @@ func EPBench(o EPBenchOptions) (*EPBenchReport, error) {
 	if o.HarMoEnyThreshold < 0 {
 		return nil, fmt.Errorf("HarMoEny threshold %d tokens: want 0 (eq. 4) or more", o.HarMoEnyThreshold)
 	}
-	env := epEnv{experts: shape.Experts, devices: o.Devices, gamma: o.Gamma, metric: o.Metric, seed: o.Seed,
-		cluster: cfg.Cluster, cost: cfg.Expert, harmoenyQ: o.HarMoEnyThreshold}
-	rep := &EPBenchReport{Shape: shape.Name, Device: p.Name, Devices: o.Devices, Tokens: o.Tokens, Steps: o.Steps, LinkBandwidth: link, Gamma: o.Gamma}
+	env := multigpu.PolicyEnv{Experts: shape.Experts, Devices: o.Devices, Gamma: o.Gamma, Metric: o.Metric, Seed: o.Seed,
+		Cluster: cfg.Cluster, Cost: cfg.Expert, HarMoEnyQ: o.HarMoEnyThreshold}
+	rep := &EPReport{Shape: shape.Name, Device: p.Name, Devices: o.Devices, Tokens: o.Tokens, Steps: o.Steps, LinkBandwidth: link, Gamma: o.Gamma}
 	var w multigpu.Workload
 	if o.Trace != "" {
 		tw, err := loadTraceWorkload(o.Trace, shape, o.Tokens, o.Steps)
@@ -194,7 +150,7 @@ func EPBench(o EPBenchOptions) (*EPBenchReport, error) {
 		if o.Visual > 0 {
 			cal := sk
 			cal.Seed = ^o.Seed // batches apart from the measured ones
-			env.calibrate = func(layer int) (multigpu.Batch, error) { return cal.Batch(0, layer) }
+			env.Calibrate = func(layer int) (multigpu.Batch, error) { return cal.Batch(0, layer) }
 		}
 		rep.Routing = fmt.Sprintf("skew %.2f on %d hot expert(s) per layer, seed %d", o.Skew, max(o.Hot, 1), o.Seed)
 		if o.Visual > 0 {
@@ -206,7 +162,7 @@ func EPBench(o EPBenchOptions) (*EPBenchReport, error) {
 		return nil, err
 	}
 	if len(o.Policies) == 0 {
-		o.Policies = EPPolicies()
+		o.Policies = multigpu.PolicyNames()
 	}
 	if rep.HarMoEnyThreshold = o.HarMoEnyThreshold; rep.HarMoEnyThreshold == 0 {
 		if rep.HarMoEnyThreshold, err = multigpu.HarMoEnyThreshold(cfg.Cluster, cfg.Expert); err != nil {
@@ -214,7 +170,7 @@ func EPBench(o EPBenchOptions) (*EPBenchReport, error) {
 		}
 	}
 	for _, name := range o.Policies {
-		pol, err := newEPPolicy(strings.TrimSpace(name), env)
+		pol, err := multigpu.NewPolicy(strings.TrimSpace(name), env)
 		if err != nil {
 			return nil, err
 		}
@@ -225,40 +181,6 @@ func EPBench(o EPBenchOptions) (*EPBenchReport, error) {
 		rep.Rows = append(rep.Rows, r)
 	}
 	return rep, nil
-}
-
-// macsLayers is MACS with each layer's experts classed visual, text or shared from a
-// calibration batch of that layer, made the first time the layer is planned.
-type macsLayers struct {
-	name      string
-	base      multigpu.MACS
-	calibrate func(layer int) (multigpu.Batch, error)
-	classes   map[int][]multigpu.ExpertClass
-}
-
-func (x *macsLayers) Name() string { return x.name }
-
-func (x *macsLayers) Plan(b multigpu.Batch, p multigpu.Placement) (multigpu.Schedule, error) {
-	cls, ok := x.classes[b.Layer]
-	if !ok && x.calibrate != nil {
-		cb, err := x.calibrate(b.Layer)
-		if err != nil {
-			return multigpu.Schedule{}, err
-		}
-		counts, tokens, err := multigpu.ActivationCounts(cb)
-		if err != nil {
-			return multigpu.Schedule{}, err
-		}
-		// The paper's margin of 0.1 is on frequencies that average k/experts per token; we
-		// scale it to half that mean, so that a 3:1 preference of one modality shows.
-		if cls, err = multigpu.ClassifyExperts(counts, tokens, 0.5*float64(b.K)/float64(b.Experts)); err != nil {
-			return multigpu.Schedule{}, err
-		}
-	}
-	x.classes[b.Layer] = cls
-	m := x.base
-	m.Classes = cls
-	return m.Plan(b, p)
 }
 
 // traceWorkload serves batches of consecutive recorded tokens.

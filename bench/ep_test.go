@@ -1,10 +1,10 @@
-package engine_test
+package bench_test
 
 import (
 	"strings"
 	"testing"
 
-	"github.com/commit-run/commit-run/engine"
+	"github.com/commit-run/commit-run/bench"
 	"github.com/commit-run/commit-run/multigpu"
 )
 
@@ -13,7 +13,7 @@ import (
 // round-robin; EPLB, once it has re-planned, does too; every policy's schedules pass
 // Schedule.Check inside Simulate.
 func TestEPBenchSkewed(t *testing.T) {
-	rep, err := engine.EPBench(engine.EPBenchOptions{Shape: "qwen1.5-moe-a2.7b@q4_k", Device: "sim:h100-pcie", Devices: 8,
+	rep, err := bench.EP(bench.EPOptions{Shape: "qwen1.5-moe-a2.7b@q4_k", Device: "sim:h100-pcie", Devices: 8,
 		Tokens: 4096, Steps: 2, Skew: 0.9, Seed: 1, HarMoEnyThreshold: 150,
 		Policies: []string{"round-robin", "harmoeny", "expanded-drop", "token-drop", "expanded-drop/device"}})
 	if err != nil {
@@ -56,7 +56,7 @@ func TestEPBenchSkewed(t *testing.T) {
 	}
 	// Eq. 4's threshold on an H100 is thousands of tokens: no source device sends that
 	// many, and HarMoEny leaves the plan as it is.
-	rep, err = engine.EPBench(engine.EPBenchOptions{Shape: "qwen1.5-moe-a2.7b@q4_k", Device: "sim:h100-pcie", Devices: 8,
+	rep, err = bench.EP(bench.EPOptions{Shape: "qwen1.5-moe-a2.7b@q4_k", Device: "sim:h100-pcie", Devices: 8,
 		Tokens: 1024, Steps: 1, Skew: 0.9, Policies: []string{"round-robin", "harmoeny"}})
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +69,7 @@ func TestEPBenchSkewed(t *testing.T) {
 // MACS on a synthetic multimodal batch: experts classed from a calibration batch, image
 // tokens weighed below text, and a schedule for every layer.
 func TestEPBenchMultimodal(t *testing.T) {
-	rep, err := engine.EPBench(engine.EPBenchOptions{Shape: "olmoe-1b-7b@q4_k", Device: "sim:rtx4090", Devices: 4,
+	rep, err := bench.EP(bench.EPOptions{Shape: "olmoe-1b-7b@q4_k", Device: "sim:rtx4090", Devices: 4,
 		Tokens: 512, Steps: 2, Skew: 0.3, Visual: 0.6, Seed: 3, Policies: []string{"token-drop", "macs"}})
 	if err != nil {
 		t.Fatal(err)
@@ -86,28 +86,28 @@ func TestEPBenchMultimodal(t *testing.T) {
 }
 
 func TestEPBenchBadInput(t *testing.T) {
-	base := engine.EPBenchOptions{Shape: "olmoe-1b-7b@q4_k", Device: "sim:rtx4090", Devices: 4, Tokens: 64, Steps: 1}
+	base := bench.EPOptions{Shape: "olmoe-1b-7b@q4_k", Device: "sim:rtx4090", Devices: 4, Tokens: 64, Steps: 1}
 	for _, c := range []struct {
-		edit func(*engine.EPBenchOptions)
+		edit func(*bench.EPOptions)
 		want string
 	}{
-		{func(o *engine.EPBenchOptions) { o.Devices = 0 }, "--ep 0"},
-		{func(o *engine.EPBenchOptions) { o.Device = "cpu" }, "sim:<profile>"},
-		{func(o *engine.EPBenchOptions) { o.Device = "sim:voodoo2" }, "voodoo2"},
-		{func(o *engine.EPBenchOptions) { o.Shape = "" }, "--shape"},
-		{func(o *engine.EPBenchOptions) { o.Shape = "gpt-9" }, "unknown model shape"},
-		{func(o *engine.EPBenchOptions) { o.Skew = 1.5 }, "skew"},
-		{func(o *engine.EPBenchOptions) { o.Hot = 65 }, "hot experts"},
-		{func(o *engine.EPBenchOptions) { o.Tokens = -5 }, "tokens per batch"},
-		{func(o *engine.EPBenchOptions) { o.Gamma = -1 }, "capacity factor"},
-		{func(o *engine.EPBenchOptions) { o.HarMoEnyThreshold = -1 }, "threshold"},
-		{func(o *engine.EPBenchOptions) { o.Policies = []string{"magic"} }, "want one of"},
-		{func(o *engine.EPBenchOptions) { o.Trace = "/nonexistent.trace" }, "no such file"},
-		{func(o *engine.EPBenchOptions) { o.Policies = []string{"macs"}; o.Visual = 2 }, "visual share"},
+		{func(o *bench.EPOptions) { o.Devices = 0 }, "--ep 0"},
+		{func(o *bench.EPOptions) { o.Device = "cpu" }, "sim:<profile>"},
+		{func(o *bench.EPOptions) { o.Device = "sim:voodoo2" }, "voodoo2"},
+		{func(o *bench.EPOptions) { o.Shape = "" }, "--shape"},
+		{func(o *bench.EPOptions) { o.Shape = "gpt-9" }, "unknown model shape"},
+		{func(o *bench.EPOptions) { o.Skew = 1.5 }, "skew"},
+		{func(o *bench.EPOptions) { o.Hot = 65 }, "hot experts"},
+		{func(o *bench.EPOptions) { o.Tokens = -5 }, "tokens per batch"},
+		{func(o *bench.EPOptions) { o.Gamma = -1 }, "capacity factor"},
+		{func(o *bench.EPOptions) { o.HarMoEnyThreshold = -1 }, "threshold"},
+		{func(o *bench.EPOptions) { o.Policies = []string{"magic"} }, "want one of"},
+		{func(o *bench.EPOptions) { o.Trace = "/nonexistent.trace" }, "no such file"},
+		{func(o *bench.EPOptions) { o.Policies = []string{"macs"}; o.Visual = 2 }, "visual share"},
 	} {
 		o := base
 		c.edit(&o)
-		if _, err := engine.EPBench(o); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := bench.EP(o); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: error %v, want one mentioning %q", o, err, c.want)
 		}
 	}
