@@ -47,7 +47,7 @@ type committedRoute struct {
 func (m *Model) setupCommitDevice() error {
 	cm, ok := m.dev.(device.Committer)
 	ha, hok := m.dev.(device.HostAllocator)
-	commits := m.commit != nil && m.commit.compute || m.off != nil && m.off.pol.commits()
+	commits := m.commit != nil && m.commit.compute || m.off != nil && m.off.Commits()
 	// OnlyAllWrong chooses between the router's experts and the predicted ones: the host
 	// must read the routing to know which to compute.
 	only0 := m.commit != nil && m.commit.only0
@@ -122,14 +122,14 @@ func (m *Model) moeCommitted(b models.Backend, layer int, moe *models.MoE, x []f
 		cs.pending[nj], cs.pos[nj] = next, npos
 		nextLayer = m.commit.moe[nj]
 	}
-	if next == nil && m.place.heuristic() && layer == m.info.MoELayers[len(m.info.MoELayers)-1] {
+	if next == nil && m.place.Heuristic() && layer == m.info.MoELayers[len(m.info.MoELayers)-1] {
 		// The heuristics predict the next token's first layer from this token's choice
 		// there: read what is back so far.
 		if err := m.flushCommitted(); err != nil {
 			return err
 		}
 	}
-	if err := m.place.ahead(layer, moe.Used, nextLayer, next, nil); err != nil {
+	if err := m.place.Ahead(layer, moe.Used, nextLayer, next, nil); err != nil {
 		return err
 	}
 	m.sharedExpert(b, layer, moe, x, 1, out)

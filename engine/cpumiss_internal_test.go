@@ -4,7 +4,6 @@ import (
 	"context"
 	"math"
 	"os"
-	"slices"
 	"testing"
 
 	"github.com/commit-run/commit-run/device"
@@ -36,85 +35,6 @@ func openCPUMiss(t *testing.T, o Options) *Model {
 	}
 	t.Cleanup(func() { m.Close() })
 	return m
-}
-
-// TestHostPlan: cpu-miss puts on the host the misses that the host finishes no later than
-// their copies would land, counting the copies and host work planned before them; a device
-// that cannot tell puts every miss there; a resident expert is never on the host.
-func TestHostPlan(t *testing.T) {
-	m := openCPUMiss(t, Options{})
-	f := m.off
-	layer := f.store.Layers()[0]
-	f.mu.Lock()
-	f.cache.Reset() // empty the slots filled at open
-	if _, _, err := f.load(offload.ExpertKey{Layer: layer, Expert: 5}); err != nil {
-		t.Fatal(err)
-	}
-	f.mu.Unlock()
-	w, err := f.store.Expert(offload.ExpertKey{Layer: layer, Expert: 0})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A further token's arithmetic priced at 0.3 of a copy: with the weights read at half a
-	// copy's time, a second token fits before the copy lands, three more do not.
-	perToken := expertWork(w, 2).FLOPs
-	if perToken != 2*float64(w.Gate.Rows*w.Gate.Cols+w.Up.Rows*w.Up.Cols+w.Down.Rows*w.Down.Cols) {
-		t.Fatalf("an expert's arithmetic per token: %v flops", perToken)
-	}
-	batch := ratePlanner{1, 0.5, 0.3 * float64(f.store.SlotBytes()) / perToken}
-	ones := []int{1, 1, 1, 1}
-	cases := []struct {
-		name    string
-		planner device.Planner
-		experts []int
-		tokens  []int
-		want    []bool
-	}{
-		{"no planner: every miss", nil, []int{0, 5, 2}, []int{1, 1, 1}, []bool{true, false, true}},
-		{"host as fast as a copy: alternate", ratePlanner{1, 1, 0}, []int{0, 1, 2, 3}, ones, []bool{true, false, true, false}},
-		{"host half as fast: one in three", ratePlanner{1, 2, 0}, []int{0, 1, 2, 3, 4, 5}, []int{1, 1, 1, 1, 1, 1}, []bool{false, true, false, false, true, false}},
-		{"resident expert skipped", ratePlanner{1, 1, 0}, []int{5, 0, 1}, []int{1, 1, 1}, []bool{false, true, false}},
-		{"host far slower", ratePlanner{1, 100, 0}, []int{0, 1, 2, 3}, ones, nil},
-		{"a second token's arithmetic fits", batch, []int{0}, []int{2}, []bool{true}},
-		{"four tokens' does not", batch, []int{0, 1}, []int{4, 1}, []bool{false, true}},
-		{"host far faster", ratePlanner{1, 0.01, 0}, []int{0, 1, 2, 3}, ones, []bool{true, true, true, true}},
-	}
-	for _, c := range cases {
-		f.planner = c.planner
-		if got := f.onHost(layer, c.experts, c.tokens); !slices.Equal(got, c.want) {
-			t.Errorf("%s: %v, want %v", c.name, got, c.want)
-		}
-	}
-	f.pol = onDemand{}
-	if got := f.onHost(layer, []int{0}, []int{1}); got != nil {
-		t.Errorf("ondemand planned %v on the host", got)
-	}
-
-	// prefetch and commit weigh as cpu-miss where prediction serves worst: a token's first
-	// MoE layer and a prompt's passes; elsewhere, and with no planner, they copy every miss.
-	second := f.store.Layers()[1]
-	fast := ratePlanner{1, 0.01, 0}
-	for _, pol := range []offloadPolicy{prefetchPolicy{}, commitPolicy{}} {
-		f.pol = pol
-		for _, c := range []struct {
-			name    string
-			planner device.Planner
-			layer   int
-			tokens  []int
-			want    []bool
-		}{
-			{"first layer, one token", fast, layer, []int{1, 1}, []bool{true, true}},
-			{"later layer, one token", fast, second, []int{1, 1}, nil},
-			{"later layer, a prompt", fast, second, []int{3, 1}, []bool{true, true}},
-			{"first layer, no planner", nil, layer, []int{1, 1}, nil},
-			{"a prompt, no planner", nil, second, []int{3, 1}, nil},
-		} {
-			f.planner = c.planner
-			if got := f.onHost(c.layer, []int{0, 1}, c.tokens); !slices.Equal(got, c.want) {
-				t.Errorf("%T, %s: %v, want %v", pol, c.name, got, c.want)
-			}
-		}
-	}
 }
 
 // TestCUDACPUMiss runs cpu-miss on cuda:0 (the fake driver, or -gpu=system): the host computes
@@ -152,11 +72,11 @@ func TestCUDACPUMiss(t *testing.T) {
 		{"every other miss", ratePlanner{1, 1, 0}, func(s OffloadStats) bool { return s.OnCPU > 0 && s.OnCPU < s.Misses && s.BytesCopied > 0 }},
 	} {
 		m := openCPUMiss(t, Options{Device: "cuda:0", CUDALibrary: lib, Offload: &OffloadOptions{Policy: offload.CPUMiss, GPUMem: budget}})
-		if _, ok := m.off.planner.(interface{ Stats() GPUStats }); !ok {
-			t.Fatalf("%s: the offloader's planner is %T, want the GPU", c.name, m.off.planner)
+		if _, ok := m.off.Planner().(interface{ Stats() GPUStats }); !ok {
+			t.Fatalf("%s: the offloader's planner is %T, want the GPU", c.name, m.off.Planner())
 		}
 		if c.planner != nil {
-			m.off.planner = c.planner
+			m.off.UsePlanner(c.planner)
 		}
 		got, err := m.PerplexityWith(context.Background(), text, po)
 		if err != nil {

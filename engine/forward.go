@@ -89,7 +89,7 @@ func (m *Model) enqueue(seqs []seqRows, tokens []int32, want logitRows, obs Rout
 	x := b.Floats(T * d)
 	emb := a.TokenEmbd.Matrix()
 	m.ops.Embed(x, emb, tokens)
-	m.place.beginPass(len(seqs) > 1)
+	m.place.BeginPass(len(seqs) > 1)
 	if cs != nil && len(tokens) > 1 {
 		cs.forget()
 	}

@@ -102,7 +102,7 @@ func (m *Model) expertsOnDevice(b models.Backend, layer int, x []float32, routes
 	}
 	r := routes[0]
 	k := len(r.experts)
-	if out == nil || len(r.weights) != k || k > m.place.pinnable() {
+	if out == nil || len(r.weights) != k || k > m.place.Pinnable() {
 		return nil, false, nil // committed routing weighs them on the device (moeCommitted)
 	}
 	// The experts in the order the host path acquires them, its jobs': ascending.
@@ -114,7 +114,7 @@ func (m *Model) expertsOnDevice(b models.Backend, layer int, x []float32, routes
 	for i := range ones {
 		ones[i] = 1
 	}
-	if plan = m.place.onHost(layer, active, ones); plan != nil {
+	if plan = m.place.OnHost(layer, active, ones); plan != nil {
 		return plan, true, nil
 	}
 	ws := make([]device.ExpertMatrices, k)
@@ -125,7 +125,7 @@ func (m *Model) expertsOnDevice(b models.Backend, layer int, x []float32, routes
 		}
 	}()
 	for _, e := range active {
-		w, done, err := m.place.weights(layer, e, false)
+		w, done, err := m.place.Weights(layer, e, false)
 		if err != nil {
 			return nil, true, err
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/models"
 	"github.com/commit-run/commit-run/multigpu"
+	"github.com/commit-run/commit-run/offload"
 	"github.com/commit-run/commit-run/tokenizer"
 )
 
@@ -26,9 +27,9 @@ type Model struct {
 	info    Info
 	nctx    int
 	kvF16   bool
-	devNote string     // how --device auto chose, and automatic placement
-	plan    *AutoPlan  // automatic placement's decision (nil: none made)
-	off     *offloader // nil unless Options.Offload
+	devNote string             // how --device auto chose, and automatic placement
+	plan    *AutoPlan          // automatic placement's decision (nil: none made)
+	off     *offload.Offloader // nil unless Options.Offload
 	// place is where the experts live and move: m.off when offloading, else the model's own.
 	place  placement
 	replay *replay    // the routing of a timing-only model (Options.TimingOnly), else nil
@@ -136,7 +137,7 @@ func openFile(f *models.File, opts Options, kvF16 bool) (*Model, error) {
 	defer func() {
 		if !opened {
 			if m.off != nil {
-				m.off.close()
+				m.off.Close()
 			}
 			m.closeEP()
 			closeDevice(dev)
@@ -278,7 +279,7 @@ func (m *Model) prepare() error {
 	}
 	m.place = residentPlacement{m: m, commits: m.commit != nil && m.commit.compute}
 	if m.off != nil {
-		m.place = m.off
+		m.place = offloaderPlacement{m.off}
 	}
 	if m.replay == nil { // a timing-only model reads no weight
 		prefault(m.file, opts.Progress)
@@ -411,6 +412,44 @@ func (m *Model) Info() Info { return m.info }
 // every layer's keys and values.
 func (m *Model) KVCacheBytes() int64 { return kvCacheBytes(m) }
 
+// kvCacheBytes is the size of one session's KV cache, without allocating it.
+func kvCacheBytes(m *Model) int64 {
+	elem := int64(4)
+	if m.kvF16 {
+		elem = 2
+	}
+	var n int64
+	for _, l := range m.arch.Layers {
+		kd, vd := l.Attn.CacheDims()
+		n += int64(kd+vd) * int64(m.nctx) * elem
+	}
+	return n
+}
+
+// newOffloader makes the offloader of o for m: its slots take what the budget leaves beside
+// the resident weights, the KV caches of the parallel sequences, the Commit Router and the
+// activations.
+func newOffloader(m *Model, o OffloadOptions) (*offload.Offloader, error) {
+	seqs := max(m.opts.Parallel, 1)
+	c := offload.Config{Model: m.arch, Device: m.dev, NonExpert: m.info.NonExpertBytes,
+		KV: kvCacheBytes(m) * int64(seqs), Activations: m.act.bytes(), Sequences: seqs, Reserved: m.replay != nil}
+	if m.commit != nil {
+		c.Predictor = m.commit.bytes // already on the device
+	}
+	return offload.New(c, o)
+}
+
+// Offload reports the offloader's statistics; ok is false when offloading is off.
+func (m *Model) Offload() (OffloadStats, bool) {
+	if m.off == nil {
+		return OffloadStats{}, false
+	}
+	s := m.off.Stats()
+	mem := m.dev.Memory()
+	s.PeakDeviceMem, s.DeviceMemLimit = mem.Peak(), mem.Budget()
+	return s, true
+}
+
 // ContextLength returns the positions each session's KV cache holds.
 func (m *Model) ContextLength() int { return m.nctx }
 
@@ -443,7 +482,7 @@ func (m *Model) Close() error {
 	}
 	m.closed = true
 	if m.off != nil {
-		m.off.close()
+		m.off.Close()
 	}
 	m.graphs.close()
 	return errors.Join(m.closeEP(), closeDevice(m.dev), m.file.Close())

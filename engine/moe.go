@@ -238,7 +238,7 @@ func (m *Model) localMoE(b models.Backend, layer int, moe *models.MoE, x []float
 	if ys != nil { // else the device summed them into out
 		m.combine(b, layer, routes, ys, off, out)
 	}
-	if err := m.place.ahead(layer, moe.Used, nextLayer, next, predEv); err != nil {
+	if err := m.place.Ahead(layer, moe.Used, nextLayer, next, predEv); err != nil {
 		return err
 	}
 	m.sharedExpert(b, layer, moe, x, T, out)
@@ -261,7 +261,7 @@ func (m *Model) selected(layer int, moe *models.MoE, T, pos0 int, cs *commitStat
 			m.commit.firstByRouter()
 		}
 	}
-	pred, commit := m.place.predicted(layer, learnt, T, moe.Used)
+	pred, commit := m.place.Predicted(layer, learnt, T, moe.Used)
 	if m.commit != nil && !m.commit.cross && m.commit.idx[layer] == 0 {
 		commit = nil // the cross-token prediction only prefetched
 	}
@@ -369,7 +369,7 @@ func (m *Model) experts(b models.Backend, layer int, moe *models.MoE, x, xh []fl
 		return ys, off, nil
 	}
 	if !planned {
-		plan = m.place.onHost(layer, active, tokens) // the experts the host computes
+		plan = m.place.OnHost(layer, active, tokens) // the experts the host computes
 	}
 	var xReady device.Event // when the device has computed xh
 	if plan != nil {
@@ -387,7 +387,7 @@ func (m *Model) experts(b models.Backend, layer int, moe *models.MoE, x, xh []fl
 			continue
 		}
 		e := j.e
-		w, done, err := m.place.weights(layer, e, false)
+		w, done, err := m.place.Weights(layer, e, false)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -562,7 +562,7 @@ func (m *Model) hostExperts(layer int, jobs []expertJob, xh []float32, xReady de
 	host.Wait(xReady)
 	hb := &backend{Kernels: host, Ops: models.HostOps{K: host}, a: &arena{}}
 	for _, j := range jobs {
-		w, done, err := m.place.weights(layer, j.e, true)
+		w, done, err := m.place.Weights(layer, j.e, true)
 		if err != nil {
 			return err
 		}

@@ -1,43 +1,51 @@
 package engine
 
 import (
+	"math"
+
 	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/offload"
-	"math"
 )
+
+// OffloadOptions turn on expert offloading (offload.Options): the routed experts live in a
+// host store and are copied into a fixed set of device slots as the policy decides.
+type OffloadOptions = offload.Options
+
+// OffloadStats count what the offloader did since the model was opened (offload.Stats).
+type OffloadStats = offload.Stats
 
 // A placement is where the experts a MoE layer computes live, and when their weights move:
 // the step "place" of the MoE block (moe.go: route, select, place, compute, combine). The
-// model's own weights (residentPlacement) are one answer; the offloader, serving experts
-// from device slots or the host under one of the offload policies (policy_*.go), is the
+// model's own weights (residentPlacement) are one answer; the offloader (offload.Offloader),
+// serving experts from device slots or the host under one of the offload policies, is the
 // other. Its methods are called in a pass's order, layer by layer.
 type placement interface {
-	// beginPass starts a forward pass; decodeBatch says that its rows are the next tokens of
+	// BeginPass starts a forward pass; decodeBatch says that its rows are the next tokens of
 	// several sequences (continuous batching), not a prompt's.
-	beginPass(decodeBatch bool)
-	// predicted returns the experts predicted for layer's pass (learnt: the Commit Router's,
+	BeginPass(decodeBatch bool)
+	// Predicted returns the experts predicted for layer's pass (learnt: the Commit Router's,
 	// or nil), and those a single-token pass computes with instead of the router's choice
 	// (commit; nil: the router's). T is the pass's tokens, used the layer's top-k.
-	predicted(layer int, learnt []int, T, used int) (pred, commit []int)
+	Predicted(layer int, learnt []int, T, used int) (pred, commit []int)
 	// routed tells the router's choice for the pass's tokens and the prediction made for it;
 	// unless the pass committed, the host then knows which experts to move.
 	routed(layer int, routes []routing, pred []int, committed bool)
-	// onHost says which of a layer's experts the host computes, tokens[i] rows for
+	// OnHost says which of a layer's experts the host computes, tokens[i] rows for
 	// experts[i] (nil: none).
-	onHost(layer int, experts, tokens []int) []bool
-	// weights returns expert e of layer's weights where it computes (on the host, or on the
+	OnHost(layer int, experts, tokens []int) []bool
+	// Weights returns expert e of layer's weights where it computes (on the host, or on the
 	// device) and done, to call once its kernels are enqueued.
-	weights(layer, e int, host bool) (w offload.ExpertWeights, done func() error, err error)
-	// pinnable is how many experts' weights the device can hold at once between weights and
+	Weights(layer, e int, host bool) (w offload.ExpertWeights, done func() error, err error)
+	// Pinnable is how many experts' weights the device can hold at once between Weights and
 	// done: as many as a launch of all of a token's experts may need.
-	pinnable() int
-	// heuristic says whether ahead predicts from the routing the host has read (prev-token,
+	Pinnable() int
+	// Heuristic says whether Ahead predicts from the routing the host has read (prev-token,
 	// frequency), so that a committed pass must read it first.
-	heuristic() bool
-	// ahead runs once layer's experts are enqueued: it moves what the next MoE layer,
+	Heuristic() bool
+	// Ahead runs once layer's experts are enqueued: it moves what the next MoE layer,
 	// nextLayer, is predicted to need, used experts per token: learnt, the Commit Router's
 	// prediction, readable once ready, or else a heuristic's.
-	ahead(layer, used, nextLayer int, learnt []int, ready device.Event) error
+	Ahead(layer, used, nextLayer int, learnt []int, ready device.Event) error
 }
 
 // residentPlacement is every expert in the model's own weights, on the device it runs on:
@@ -48,9 +56,9 @@ type residentPlacement struct {
 	commits bool
 }
 
-func (residentPlacement) beginPass(bool) {}
+func (residentPlacement) BeginPass(bool) {}
 
-func (p residentPlacement) predicted(layer int, learnt []int, T, used int) (pred, commit []int) {
+func (p residentPlacement) Predicted(layer int, learnt []int, T, used int) (pred, commit []int) {
 	if p.commits {
 		return learnt, learnt
 	}
@@ -58,13 +66,13 @@ func (p residentPlacement) predicted(layer int, learnt []int, T, used int) (pred
 }
 
 func (residentPlacement) routed(int, []routing, []int, bool) {}
-func (residentPlacement) onHost(int, []int, []int) []bool    { return nil }
-func (residentPlacement) heuristic() bool                    { return false }
-func (residentPlacement) pinnable() int                      { return math.MaxInt }
+func (residentPlacement) OnHost(int, []int, []int) []bool    { return nil }
+func (residentPlacement) Heuristic() bool                    { return false }
+func (residentPlacement) Pinnable() int                      { return math.MaxInt }
 
-func (residentPlacement) ahead(int, int, int, []int, device.Event) error { return nil }
+func (residentPlacement) Ahead(int, int, int, []int, device.Event) error { return nil }
 
-func (p residentPlacement) weights(layer, e int, _ bool) (offload.ExpertWeights, func() error, error) {
+func (p residentPlacement) Weights(layer, e int, _ bool) (offload.ExpertWeights, func() error, error) {
 	moe := p.m.arch.Layers[layer].MoE
 	return offload.ExpertWeights{Gate: moe.GateExps.Expert(e), Up: moe.UpExps.Expert(e), Down: moe.DownExps.Expert(e)}, noDone, nil
 }
@@ -73,5 +81,17 @@ func noDone() error { return nil }
 
 var (
 	_ placement = residentPlacement{}
-	_ placement = (*offloader)(nil)
+	_ placement = offloaderPlacement{}
 )
+
+// offloaderPlacement is the offloader as the MoE block's placement: it takes the routing as the
+// experts each token chose.
+type offloaderPlacement struct{ *offload.Offloader }
+
+func (f offloaderPlacement) routed(layer int, routes []routing, pred []int, committed bool) {
+	chosen := make([][]int, len(routes))
+	for t, r := range routes {
+		chosen[t] = r.experts
+	}
+	f.Routed(layer, chosen, pred, committed)
+}

@@ -130,7 +130,7 @@ func newTimer(m *Model, s *Session, o TimeOptions) *timer {
 	r := &timer{m: m, s: s, o: o}
 	r.sd, r.simulated = m.dev.(*sim.Device)
 	r.t.Simulated = r.simulated
-	if m.off != nil && m.off.planner != nil && m.off.opts.Policy.UsesHost() {
+	if m.off != nil && m.off.Planner() != nil && m.off.Options().Policy.UsesHost() {
 		hr, _ := m.opts.HostRates.WithDefaults() // Open checked them
 		r.t.HostRates, r.hostMem = &hr, hr.Memory
 	}
@@ -215,11 +215,11 @@ func (r *timer) row() PolicyReport {
 	var slots int
 	if off, ok := m.Offload(); ok {
 		slots = off.Slots
-		r.t.Predictor = m.off.opts.Predictor
+		r.t.Predictor = m.off.Options().Predictor
 	}
 	row := summarise(r.o.Name, slots, r.st)
-	if m.off != nil && m.off.opts.Policy != offload.OnDemand && m.off.opts.Policy != offload.CPUMiss {
-		row.Predictor = m.off.opts.Predictor
+	if m.off != nil && m.off.Options().Policy != offload.OnDemand && m.off.Options().Policy != offload.CPUMiss {
+		row.Predictor = m.off.Options().Predictor
 	}
 	prompts := float64(r.o.prompts())
 	row.TTFT = r.ttft / prompts

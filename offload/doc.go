@@ -1,7 +1,14 @@
-// Package offload holds the parts of expert offloading that know no device and no forward
-// pass (DESIGN.md §2 and §4 in the shared notes); the engine's offloader and its policies
-// (engine/placement.go, engine/policy_*.go) put them to work.
+// Package offload is expert offloading (DESIGN.md §2 and §4 in the shared notes): the
+// Offloader, which serves a model's routed experts from device slots or host memory under one
+// of the policies, and the parts it is made of, which know no device and no forward pass. The
+// engine's MoE block asks it where each expert computes (engine/placement.go).
 //
+//   - Offloader (offloader.go): sizes the slots from the budget, copies the experts that miss
+//     on the device's copy stream, predicts the next layer's with a heuristic when no Commit
+//     Router does, and counts what it did (Stats).
+//   - The policies, one small type each (policy_*.go), answering the offloader's questions
+//     (strategy.go): which experts the host computes, what loads ahead, what fills the slots
+//     at open; and how a prompt's misses are weighed between host and copy (prefill.go).
 //   - Store: every routed expert in one contiguous host region each, so that one copy loads an
 //     expert into a slot and the whole store can be pinned at once; or views of the model
 //     file's memory map (ZeroCopy), or address space that nothing backs (Reserved, for
@@ -9,7 +16,8 @@
 //   - Cache: which device slot each expert occupies and which resident expert gives its slot
 //     up (LRU or LFU, deterministic, pinned experts exempt), as pure bookkeeping: it moves no
 //     bytes.
-//   - Policy: the names of the four expert policies (ondemand, prefetch, commit, cpu-miss).
+//   - Policy: the names of the policies (ondemand, prefetch, commit, cpu-miss, static,
+//     static-cache, hot, auto).
 //   - Modelled predictors standing in for the Commit Router in timing-only runs (Oracle,
 //     Accuracy), and MostUsed, the ranking of the frequency heuristic.
 //   - Shape and PublicShape: the cost of one decode token of a model by parts, which the

@@ -1,8 +1,7 @@
-package engine
+package offload
 
 import (
 	"github.com/commit-run/commit-run/device"
-	"github.com/commit-run/commit-run/offload"
 )
 
 // staticCache is llama.cpp's split with its cache of host experts in device memory: the
@@ -17,7 +16,7 @@ type staticCache struct{ staticPolicy }
 // onHost puts on the host the experts of a host layer that the cache misses, and those it
 // holds whose copy would land after the host, behind its queued work, would have computed
 // them (a device that cannot weigh, the CPU, waits for the copy); a prompt's as static.
-func (p staticCache) onHost(f *offloader, layer int, experts, tokens []int) []bool {
+func (p staticCache) onHost(f *Offloader, layer int, experts, tokens []int) []bool {
 	if f.moeIdx[layer] >= p.hostLayers {
 		return nil
 	}
@@ -27,7 +26,7 @@ func (p staticCache) onHost(f *offloader, layer int, experts, tokens []int) []bo
 	plan := make([]bool, len(experts))
 	var work device.HostWork
 	for i, e := range experts {
-		k := offload.ExpertKey{Layer: layer, Expert: e}
+		k := ExpertKey{Layer: layer, Expert: e}
 		w, err := f.store.Expert(k)
 		if err != nil {
 			continue // weights reports it
@@ -46,7 +45,7 @@ func (p staticCache) onHost(f *offloader, layer int, experts, tokens []int) []bo
 // later than the host's queued work, so that the link is busy while the host is and no queue
 // of copies builds up that later tokens would wait behind. The CPU, which cannot weigh,
 // always copies.
-func (staticCache) copiesBehind(f *offloader, _ offload.ExpertKey) bool {
+func (staticCache) copiesBehind(f *Offloader, _ ExpertKey) bool {
 	if f.cache.Slots() <= f.kept {
 		return false // no cache beside the device layers: static
 	}

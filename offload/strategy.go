@@ -1,19 +1,17 @@
-package engine
+package offload
 
 import (
 	"fmt"
 	"slices"
-
-	"github.com/commit-run/commit-run/offload"
 )
 
-// An offloadPolicy is what makes the offloader's policies differ (OffloadOptions.Policy):
+// A strategy is what makes the offloader's policies differ (Options.Policy):
 // the fewest slots it runs with, whether it loads the next layer's predicted experts ahead,
 // whether it computes with them (commit), which experts the host computes and whether it then
 // keeps them in a slot, and what it puts on the device before the first pass. Each policy is
 // one small type in a file of its own (policy_*.go); the offloader does the rest the same way
 // for all.
-type offloadPolicy interface {
+type strategy interface {
 	// predictors are the predictors the policy takes, the first its default ("": none).
 	predictors() []string
 	// minSlots is the fewest slots the policy runs with, for layers MoE layers of experts
@@ -24,46 +22,46 @@ type offloadPolicy interface {
 	loadsAhead() bool
 	// commits says whether a single-token pass computes with the predicted experts.
 	commits() bool
-	// onHost says which of a layer's experts the host computes, as placement.onHost; f's
+	// onHost says which of a layer's experts the host computes, as Offloader.OnHost; f's
 	// lock is held.
-	onHost(f *offloader, layer int, experts, tokens []int) []bool
+	onHost(f *Offloader, layer int, experts, tokens []int) []bool
 	// copiesBehind says whether expert k, which the host computes now, is then copied into
 	// a slot for later tokens; f's lock is held.
-	copiesBehind(f *offloader, k offload.ExpertKey) bool
+	copiesBehind(f *Offloader, k ExpertKey) bool
 	// prepare puts on the device what the policy keeps there from the start; f's lock is
 	// not held.
-	prepare(f *offloader) error
+	prepare(f *Offloader) error
 }
 
-// newOffloadPolicy returns the policy o names for a model of layers MoE layers, with o's
+// newStrategy returns the policy o names for a model of layers MoE layers, with o's
 // predictor checked or defaulted.
-func newOffloadPolicy(o *OffloadOptions, layers int) (offloadPolicy, error) {
+func newStrategy(o *Options, layers int) (strategy, error) {
 	p, predictor := o.Policy, &o.Predictor
 	if o.HostLayers != 0 && !p.Split() {
 		return nil, fmt.Errorf("offload: %d host layers are llama.cpp's split's (--n-cpu-moe: static, static-cache), not %s's", o.HostLayers, p)
 	}
-	var pol offloadPolicy
+	var pol strategy
 	switch p {
-	case offload.OnDemand:
+	case OnDemand:
 		pol = onDemand{}
-	case offload.Prefetch:
+	case Prefetch:
 		pol = prefetchPolicy{}
-	case offload.Commit:
+	case Commit:
 		pol = commitPolicy{}
-	case offload.CPUMiss:
+	case CPUMiss:
 		pol = cpuMiss{}
-	case offload.Static, offload.StaticCache:
+	case Static, StaticCache:
 		if o.HostLayers < 0 || o.HostLayers > layers {
 			return nil, fmt.Errorf("offload: %s with %d host layers: the model has %d MoE layers", p, o.HostLayers, layers)
 		}
 		pol = staticPolicy{hostLayers: o.HostLayers}
-		if p == offload.StaticCache {
+		if p == StaticCache {
 			pol = staticCache{staticPolicy{hostLayers: o.HostLayers}}
 		}
-	case offload.Hot:
+	case Hot:
 		pol = hotPolicy{}
-		o.Eviction = offload.LFU // hot is popularity: the cache evicts the least used
-	case offload.Auto:
+		o.Eviction = LFU // hot is popularity: the cache evicts the least used
+	case Auto:
 		return nil, fmt.Errorf("offload: auto chooses a policy before the model opens (Open does, when no policy is given); it is not one the offloader runs")
 	default:
 		return nil, fmt.Errorf("offload: unknown policy %v", p)
@@ -86,7 +84,7 @@ func newOffloadPolicy(o *OffloadOptions, layers int) (offloadPolicy, error) {
 // second, ...): with no routing seen yet, an even share is what leaves each layer's host and
 // device work to overlap, and the first prompt does not start from an empty device. It waits
 // for the copies. f's lock is not held.
-func fillSlots(f *offloader) error {
+func fillSlots(f *Offloader) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	layers := f.store.Layers()
@@ -97,7 +95,7 @@ func fillSlots(f *offloader) error {
 		if e >= f.store.Experts(l) {
 			break
 		}
-		if _, _, err := f.load(offload.ExpertKey{Layer: l, Expert: e}); err != nil {
+		if _, _, err := f.load(ExpertKey{Layer: l, Expert: e}); err != nil {
 			return fmt.Errorf("fill the expert slots: %w", err)
 		}
 	}

@@ -1,8 +1,7 @@
-package engine
+package offload
 
 import (
 	"github.com/commit-run/commit-run/device"
-	"github.com/commit-run/commit-run/offload"
 )
 
 // cpuMiss computes an expert that is not in a slot on the host, from host memory, instead of
@@ -18,9 +17,9 @@ func (cpuMiss) commits() bool                         { return false }
 // copiesBehind fills a slot behind the host's computation on a device that cannot weigh the
 // host against a copy (the CPU), so that later tokens find the expert resident; one that
 // weighs copies when a copy is worth it.
-func (cpuMiss) copiesBehind(f *offloader, _ offload.ExpertKey) bool { return f.planner == nil }
+func (cpuMiss) copiesBehind(f *Offloader, _ ExpertKey) bool { return f.planner == nil }
 
-func (cpuMiss) prepare(f *offloader) error { return fillSlots(f) }
+func (cpuMiss) prepare(f *Offloader) error { return fillSlots(f) }
 
 // onHost says which of a layer's experts the host computes (nil: none): tokens[i] rows go to
 // experts[i]. On a device that cannot weigh host against copy
@@ -29,20 +28,20 @@ func (cpuMiss) prepare(f *offloader) error { return fillSlots(f) }
 // of several misses some are copied while others are computed. The planner prices the host's
 // work for the expert's whole batch (device.HostRates): on a CPU a prompt's multiply-adds grow
 // with its tokens, so its misses are copied once their arithmetic would outlast the copy.
-func (cpuMiss) onHost(f *offloader, layer int, experts, tokens []int) []bool {
+func (cpuMiss) onHost(f *Offloader, layer int, experts, tokens []int) []bool {
 	var plan []bool
 	b := f.store.SlotBytes()
 	var copied int64
 	var work device.HostWork
 	for i, e := range experts {
-		k := offload.ExpertKey{Layer: layer, Expert: e}
+		k := ExpertKey{Layer: layer, Expert: e}
 		if _, ok := f.cache.Lookup(k); ok {
 			continue
 		}
 		if f.planner != nil {
 			w, err := f.store.Expert(k)
 			if err != nil {
-				continue // acquire reports it
+				continue // Weights reports it
 			}
 			next := work.Add(expertWork(w, tokens[i]))
 			if f.planner.HostDone(next) > f.planner.CopyDone(copied+b) {

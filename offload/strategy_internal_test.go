@@ -1,10 +1,8 @@
-package engine
+package offload
 
 import (
 	"strings"
 	"testing"
-
-	"github.com/commit-run/commit-run/offload"
 )
 
 // TestOffloadPolicies holds each policy type to what the policy is: its predictors and their
@@ -14,23 +12,23 @@ import (
 func TestOffloadPolicies(t *testing.T) {
 	const layers, experts, used = 4, 16, 2
 	for _, c := range []struct {
-		policy             offload.Policy
+		policy             Policy
 		predictor          string // the default
 		slots              int
 		loadsAhead, commit bool
 		rejects            string // a predictor it refuses, "" when it takes none
 	}{
-		{offload.OnDemand, "", used, false, false, ""},
-		{offload.Prefetch, "prev-token", 2 * used, true, false, "oracle"},
-		{offload.Commit, "router", 2 * used, true, true, "accuracy=0.8"},
-		{offload.CPUMiss, "", used, false, false, ""},
-		{offload.Static, "", layers * experts, false, false, ""},
-		{offload.StaticCache, "", layers * experts, false, false, ""},
-		{offload.Hot, "", used, false, false, ""},
+		{OnDemand, "", used, false, false, ""},
+		{Prefetch, "prev-token", 2 * used, true, false, "oracle"},
+		{Commit, "router", 2 * used, true, true, "accuracy=0.8"},
+		{CPUMiss, "", used, false, false, ""},
+		{Static, "", layers * experts, false, false, ""},
+		{StaticCache, "", layers * experts, false, false, ""},
+		{Hot, "", used, false, false, ""},
 	} {
 		t.Run(c.policy.String(), func(t *testing.T) {
-			o := OffloadOptions{Policy: c.policy}
-			pol, err := newOffloadPolicy(&o, layers)
+			o := Options{Policy: c.policy}
+			pol, err := newStrategy(&o, layers)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -41,19 +39,19 @@ func TestOffloadPolicies(t *testing.T) {
 				t.Errorf("%d slots at least, want %d", got, c.slots)
 			}
 			if _, ok := pol.(onDemand); ok {
-				if pol.onHost(nil, 0, []int{1, 2}, []int{1, 1}) != nil || pol.copiesBehind(nil, offload.ExpertKey{}) {
+				if pol.onHost(nil, 0, []int{1, 2}, []int{1, 1}) != nil || pol.copiesBehind(nil, ExpertKey{}) {
 					t.Errorf("%s computes experts on the host", c.policy)
 				}
 			}
 			for _, p := range pol.predictors() {
-				if _, err := newOffloadPolicy(&OffloadOptions{Policy: c.policy, Predictor: p}, layers); err != nil {
+				if _, err := newStrategy(&Options{Policy: c.policy, Predictor: p}, layers); err != nil {
 					t.Errorf("its own predictor %q: %v", p, err)
 				}
 			}
 			if c.rejects == "" {
 				return
 			}
-			if _, err := newOffloadPolicy(&OffloadOptions{Policy: c.policy, Predictor: c.rejects}, layers); err == nil || !strings.Contains(err.Error(), c.rejects) {
+			if _, err := newStrategy(&Options{Policy: c.policy, Predictor: c.rejects}, layers); err == nil || !strings.Contains(err.Error(), c.rejects) {
 				t.Errorf("predictor %q: error %v, want one that names it", c.rejects, err)
 			}
 		})
@@ -61,13 +59,13 @@ func TestOffloadPolicies(t *testing.T) {
 	if got := (commitPolicy{}).minSlots(layers, experts, used, "oracle"); got != used {
 		t.Errorf("commit with the oracle: %d slots at least, want %d: nothing loads ahead", got, used)
 	}
-	for _, o := range []OffloadOptions{
-		{Policy: offload.Policy(42)},
-		{Policy: offload.Static, HostLayers: -1},
-		{Policy: offload.Static, HostLayers: layers + 1},
-		{Policy: offload.OnDemand, HostLayers: 2},
+	for _, o := range []Options{
+		{Policy: Policy(42)},
+		{Policy: Static, HostLayers: -1},
+		{Policy: Static, HostLayers: layers + 1},
+		{Policy: OnDemand, HostLayers: 2},
 	} {
-		if _, err := newOffloadPolicy(&o, layers); err == nil {
+		if _, err := newStrategy(&o, layers); err == nil {
 			t.Errorf("%+v: no error", o)
 		}
 	}

@@ -1,4 +1,4 @@
-package engine
+package offload
 
 // The prompt's pipeline. A prompt's pass routes many tokens per layer, so that most of a
 // layer's experts are needed, each for several tokens, and no single-token prediction helps.
@@ -9,7 +9,7 @@ package engine
 //     with the device's resident experts. llama.cpp weighs a large batch's host experts the
 //     same way: it copies their weights to the GPU when the batch is large enough.
 //   - The pass goes through every layer once, so the experts it has used are the ones it no
-//     longer needs: the offloader demotes them (offload.Cache.Demote) and a copy evicts them
+//     longer needs: the offloader demotes them (Cache.Demote) and a copy evicts them
 //     first, not the later layers' experts, which LRU would take and the pass is about to use.
 //     On sim:rtx4090 this took cpu-miss's TTFT for a 128-token prompt of Qwen3-30B-A3B from 203
 //     to 133 ms, and hot's of Mixtral-8x7B with the card's whole memory from 422 to 177 ms.
@@ -35,7 +35,7 @@ package engine
 // to 0.47 of its experts right, against 0.8 and more for the later layers), each miss is
 // weighed as cpu-miss weighs it instead of stalling on its copy. Elsewhere, and on a device
 // that cannot weigh, they copy every miss (nil). f's lock is held.
-func weighedMisses(f *offloader, layer int, experts, tokens []int) []bool {
+func weighedMisses(f *Offloader, layer int, experts, tokens []int) []bool {
 	if f.planner == nil || !batched(tokens) && f.moeIdx[layer] != 0 {
 		return nil
 	}

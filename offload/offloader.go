@@ -1,4 +1,4 @@
-package engine
+package offload
 
 import (
 	"fmt"
@@ -7,19 +7,18 @@ import (
 
 	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/models"
-	"github.com/commit-run/commit-run/offload"
 )
 
-// OffloadOptions turn on expert offloading: the routed experts live in a host store and are
+// Options turn on expert offloading: the routed experts live in a host store and are
 // copied into a fixed set of device slots as the policy decides; everything else stays
 // resident. On the CPU device the "device" is a budgeted region of host memory, which is
 // what proves the pipeline moves the right bytes: the logits must not change.
-type OffloadOptions struct {
-	Policy offload.Policy
+type Options struct {
+	Policy Policy
 	// GPUMem is the device memory budget in bytes: resident weights, one session's KV cache
 	// and the expert slots must fit in it.
 	GPUMem   int64
-	Eviction offload.Eviction
+	Eviction Eviction
 	// Predictor names what prefetch and commit predict the next layer's experts with:
 	// router, the learnt Commit Router (commit's default; see CommitOptions), or prev-token
 	// (prefetch's default) or frequency, heuristics that need no training; commit also takes
@@ -30,8 +29,8 @@ type OffloadOptions struct {
 	HostLayers int
 }
 
-// OffloadStats count what the offloader did since the model was opened.
-type OffloadStats struct {
+// Stats count what the offloader did since the model was opened.
+type Stats struct {
 	Slots        int
 	SlotBytes    int64
 	Resident     int64 // non-expert weights and one session's KV cache
@@ -50,25 +49,27 @@ type OffloadStats struct {
 	DeviceMemLimit     int64
 }
 
-// offloader serves routed experts from device slots. One per model, shared by its sessions.
-type offloader struct {
+// An Offloader serves a model's routed experts from device slots, or from host memory where
+// its policy has the host compute them: the step "place" of the engine's MoE block. One per
+// model, shared by its sessions; its methods are called in a pass's order, layer by layer.
+type Offloader struct {
 	mu    sync.Mutex
-	opts  OffloadOptions
-	pol   offloadPolicy
-	store *offload.Store
-	cache *offload.Cache
+	opts  Options
+	pol   strategy
+	store *Store
+	cache *Cache
 	slots [][]byte
 	dev   device.Device
 	// planner, when the device has one, decides cpu-miss per expert: compute on the host or
 	// copy, whichever finishes first.
 	planner device.Planner
-	ready   map[offload.ExpertKey]device.Event // when an expert's copy into its slot lands
-	landsAt map[offload.ExpertKey]float64      // and when the planner expected it to
-	free    map[int]device.Event               // when the last kernel reading a slot ends
+	ready   map[ExpertKey]device.Event // when an expert's copy into its slot lands
+	landsAt map[ExpertKey]float64      // and when the planner expected it to
+	free    map[int]device.Event       // when the last kernel reading a slot ends
 	// pass numbers forward passes; loadedIn is the pass each expert was last copied in, so
 	// that one copied during the current pass was not resident at its start.
 	pass     uint64
-	loadedIn map[offload.ExpertKey]uint64
+	loadedIn map[ExpertKey]uint64
 	moeIdx   map[int]int   // block index -> MoE layer number
 	next     map[int]int   // MoE block -> the next MoE block (-1 for the last)
 	last     map[int][]int // MoE block -> the experts it chose last (prev-token)
@@ -81,43 +82,66 @@ type offloader struct {
 	decodeBatch              bool
 	footprint, lastFootprint int
 	kept                     int // experts pinned in their slots for good (static's device layers)
-	stats                    OffloadStats
+	stats                    Stats
 	virtual                  []byte // a timing-only run's slots, reserved but never written
 }
 
-// close gives back what the offloader holds beyond Go memory.
-func (f *offloader) close() {
+// Close gives back what the offloader holds beyond Go memory.
+func (f *Offloader) Close() {
 	models.VirtualFree(f.virtual)
 	f.virtual, f.slots = nil, nil
 	f.store.Close()
 }
 
-// newOffloader sizes the slots from the budget, which must hold the resident weights, one
-// session's KV cache and at least one layer's top-k (two layers' for prefetch).
-func newOffloader(m *Model, o OffloadOptions) (*offloader, error) {
-	pol, err := newOffloadPolicy(&o, len(m.info.MoELayers))
+// Config is what an Offloader serves and what else its device holds: the budget's other
+// tenants, which the slots must leave room for.
+type Config struct {
+	Model  *models.Model
+	Device device.Device
+	// NonExpert are the model's resident weights; KV the KV caches of Sequences sequences;
+	// Predictor the Commit Router's weights, already on the device; Activations one pass's
+	// activations, which the engine allocates after the slots.
+	NonExpert, KV, Predictor, Activations int64
+	Sequences                             int
+	// Reserved is a timing-only run's: the slots are address space that nothing backs, and
+	// no byte is copied.
+	Reserved bool
+}
+
+// New sizes the slots from o's budget, which must hold the resident weights, the KV caches
+// and at least one layer's top-k (two layers' for prefetch), and prepares them as o's policy
+// does.
+func New(c Config, o Options) (*Offloader, error) {
+	moeLayers := 0
+	for _, l := range c.Model.Layers {
+		if l.MoE != nil {
+			moeLayers++
+		}
+	}
+	pol, err := newStrategy(&o, moeLayers)
 	if err != nil {
 		return nil, err
 	}
-	var so offload.StoreOptions
-	if h, ok := m.dev.(device.HostAllocator); ok {
+	var so StoreOptions
+	if h, ok := c.Device.(device.HostAllocator); ok {
 		so.Alloc = h.HostAlloc // page-locked: copies run at the link's speed, asynchronously
 	}
-	so.Reserved = m.replay != nil // a timing-only run copies no bytes
-	store, err := offload.NewStore(m.arch, so)
+	so.Reserved = c.Reserved // a timing-only run copies no bytes
+	store, err := NewStore(c.Model, so)
 	if err != nil {
 		return nil, err
 	}
+	f := &Offloader{opts: o, pol: pol, store: store, dev: c.Device, moeIdx: map[int]int{}, next: map[int]int{},
+		last: map[int][]int{}, counts: map[int][]int{}, pending: map[int][]int{}, ready: map[ExpertKey]device.Event{}, landsAt: map[ExpertKey]float64{}, free: map[int]device.Event{},
+		loadedIn: map[ExpertKey]uint64{}}
 	opened := false
 	defer func() {
 		if !opened { // give back what the reservations took
+			models.VirtualFree(f.virtual)
 			store.Close()
 		}
 	}()
-	f := &offloader{opts: o, pol: pol, store: store, dev: m.dev, moeIdx: map[int]int{}, next: map[int]int{},
-		last: map[int][]int{}, counts: map[int][]int{}, pending: map[int][]int{}, ready: map[offload.ExpertKey]device.Event{}, landsAt: map[offload.ExpertKey]float64{}, free: map[int]device.Event{},
-		loadedIn: map[offload.ExpertKey]uint64{}}
-	f.planner, _ = m.dev.(device.Planner)
+	f.planner, _ = c.Device.(device.Planner)
 	layers := store.Layers()
 	for i, l := range layers {
 		f.moeIdx[l] = i
@@ -126,46 +150,48 @@ func newOffloader(m *Model, o OffloadOptions) (*offloader, error) {
 			f.next[l] = layers[i+1]
 		}
 	}
-	seqs := max(m.opts.Parallel, 1)
-	kvBytes := kvCacheBytes(m) * int64(seqs)
-	var predBytes int64 // the Commit Router's weights, already on the device
-	if m.commit != nil {
-		predBytes = m.commit.bytes
+	if err := f.allocSlots(c, o); err != nil {
+		return nil, err
 	}
-	act := m.act.bytes() // Open allocates them after the slots
-	resident := m.info.NonExpertBytes + kvBytes + predBytes + act
-	need := pol.minSlots(len(layers), m.arch.Config.Experts, m.arch.Config.ExpertsUsed, o.Predictor)
-	slot := store.SlotBytes()
+	if err := pol.prepare(f); err != nil {
+		return nil, err
+	}
+	opened = true
+	return f, nil
+}
+
+// allocSlots gives the slots what the budget leaves beside the resident tenants, and at
+// least what the policy needs.
+func (f *Offloader) allocSlots(c Config, o Options) (err error) {
+	m, layers := c.Model, f.store.Layers()
+	resident := c.NonExpert + c.KV + c.Predictor + c.Activations
+	need := f.pol.minSlots(len(layers), m.Config.Experts, m.Config.ExpertsUsed, o.Predictor)
+	slot := f.store.SlotBytes()
 	free := o.GPUMem - resident
 	n := int(max(free, 0) / slot)
 	if n < need {
-		return nil, fmt.Errorf("offload: a %d-byte device budget is too small: the resident weights (%d bytes), %s (%d bytes), the Commit Router (%d bytes) and one pass's activations (%d bytes) leave room for %d expert slots of %d bytes, policy %s needs %d: at least %d bytes",
-			o.GPUMem, m.info.NonExpertBytes, kvCachesOf(seqs), kvBytes, predBytes, act, n, slot, o.Policy, need, resident+int64(need)*slot)
+		return fmt.Errorf("offload: a %d-byte device budget is too small: the resident weights (%d bytes), %s (%d bytes), the Commit Router (%d bytes) and one pass's activations (%d bytes) leave room for %d expert slots of %d bytes, policy %s needs %d: at least %d bytes",
+			o.GPUMem, c.NonExpert, kvCachesOf(c.Sequences), c.KV, c.Predictor, c.Activations, n, slot, o.Policy, need, resident+int64(need)*slot)
 	}
-	n = min(n, m.arch.Config.Experts*len(layers))
-	mem := m.dev.Memory()
-	if err := mem.Alloc(m.info.NonExpertBytes, "resident weights"); err != nil {
-		return nil, err
+	n = min(n, m.Config.Experts*len(layers))
+	mem := f.dev.Memory()
+	if err := mem.Alloc(c.NonExpert, "resident weights"); err != nil {
+		return err
 	}
 	if err := mem.Alloc(int64(n)*slot, "expert slots"); err != nil {
-		mem.Free(m.info.NonExpertBytes)
-		return nil, err
+		mem.Free(c.NonExpert)
+		return err
 	}
-	if f.cache, err = offload.NewCache(n, o.Eviction); err != nil {
-		return nil, err
+	if f.cache, err = NewCache(n, o.Eviction); err != nil {
+		return err
 	}
 	f.slots = make([][]byte, n)
-	res, _ := m.dev.(device.Resident)
-	if m.replay != nil {
+	res, _ := f.dev.(device.Resident)
+	if c.Reserved {
 		// Nothing is copied into a timing-only run's slots: reserve their addresses only.
 		if f.virtual, err = models.VirtualAlloc(int64(n)*slot, "expert slots"); err != nil {
-			return nil, err
+			return err
 		}
-		defer func() {
-			if !opened {
-				models.VirtualFree(f.virtual)
-			}
-		}()
 	}
 	for i := range f.slots {
 		switch {
@@ -175,16 +201,12 @@ func newOffloader(m *Model, o OffloadOptions) (*offloader, error) {
 			f.slots[i] = make([]byte, slot)
 		default:
 			if f.slots[i], err = res.Buffer(slot, fmt.Sprintf("expert slot %d", i)); err != nil {
-				return nil, err
+				return err
 			}
 		}
 	}
 	f.stats.Slots, f.stats.SlotBytes, f.stats.Resident = n, slot, resident
-	if err := pol.prepare(f); err != nil {
-		return nil, err
-	}
-	opened = true
-	return f, nil
+	return nil
 }
 
 // kvCachesOf names the KV caches of n sequences.
@@ -195,25 +217,11 @@ func kvCachesOf(n int) string {
 	return fmt.Sprintf("the KV caches of %d parallel sequences", n)
 }
 
-// kvCacheBytes is the size of one session's KV cache, without allocating it.
-func kvCacheBytes(m *Model) int64 {
-	elem := int64(4)
-	if m.kvF16 {
-		elem = 2
-	}
-	var n int64
-	for _, l := range m.arch.Layers {
-		kd, vd := l.Attn.CacheDims()
-		n += int64(kd+vd) * int64(m.nctx) * elem
-	}
-	return n
-}
-
-// predicted takes the experts predicted for layer's pass, learnt (the Commit Router's) or
+// Predicted takes the experts predicted for layer's pass, learnt (the Commit Router's) or
 // else the heuristic's made when the layer before was enqueued, and returns them and, for
 // commit at batch size 1, the experts to compute with instead of the router's (nil: use the
 // router's). used is the layer's experts per token.
-func (f *offloader) predicted(layer int, learnt []int, T, used int) (pred, commit []int) {
+func (f *Offloader) Predicted(layer int, learnt []int, T, used int) (pred, commit []int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	pred = f.pending[layer]
@@ -227,16 +235,13 @@ func (f *offloader) predicted(layer int, learnt []int, T, used int) (pred, commi
 	return pred, commit
 }
 
-// routed notes the experts the router chose for each of a layer's tokens (for the prediction
-// heuristics) and, at batch size 1, scores the prediction pred made for it. Unless the pass
-// committed, the host then reads the routing, to issue the loads of the experts that miss.
-func (f *offloader) routed(layer int, routes []routing, pred []int, committed bool) {
+// Routed notes the experts the router chose for each of a layer's tokens, chosen[t] for token
+// t (for the prediction heuristics) and, at batch size 1, scores the prediction pred made for
+// it. Unless the pass committed, the host then reads the routing, to issue the loads of the
+// experts that miss.
+func (f *Offloader) Routed(layer int, chosen [][]int, pred []int, committed bool) {
 	if !committed {
 		f.dev.Sync(f.dev.Compute().Record())
-	}
-	chosen := make([][]int, len(routes))
-	for t, r := range routes {
-		chosen[t] = r.experts
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -265,16 +270,16 @@ func (f *offloader) routed(layer int, routes []routing, pred []int, committed bo
 
 // chosen is how often the router has chosen k, over every token since the model opened; f's
 // lock is held.
-func (f *offloader) chosen(k offload.ExpertKey) int {
+func (f *Offloader) chosen(k ExpertKey) int {
 	if c := f.counts[k.Layer]; k.Expert < len(c) {
 		return c[k.Expert]
 	}
 	return 0
 }
 
-// beginPass starts a forward pass: what is resident now is what the pass does not have to
+// BeginPass starts a forward pass: what is resident now is what the pass does not have to
 // move (the physical limit's bytes, DESIGN.md §6).
-func (f *offloader) beginPass(decodeBatch bool) {
+func (f *Offloader) BeginPass(decodeBatch bool) {
 	f.mu.Lock()
 	f.pass++
 	if f.prompt {
@@ -295,30 +300,30 @@ func (f *offloader) beginPass(decodeBatch bool) {
 // so that the next misses take its slot and not a resident one's: the experts that stay
 // resident keep serving hits, and the misses go through the slots they leave. f's lock is
 // held.
-func (f *offloader) scanning() bool {
+func (f *Offloader) scanning() bool {
 	return f.decodeBatch && 2*f.lastFootprint > len(f.slots)
 }
 
-// onHost says which of a layer's experts the policy computes on the host (nil: none).
-func (f *offloader) onHost(layer int, experts, tokens []int) []bool {
+// OnHost says which of a layer's experts the policy computes on the host (nil: none).
+func (f *Offloader) OnHost(layer int, experts, tokens []int) []bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.pol.onHost(f, layer, experts, tokens)
 }
 
 // expertWork is the host's work for expert w on a batch of tokens: its three products.
-func expertWork(w offload.ExpertWeights, tokens int) device.HostWork {
+func expertWork(w ExpertWeights, tokens int) device.HostWork {
 	return device.HostWork{}.Plus(w.Gate, tokens).Plus(w.Up, tokens).Plus(w.Down, tokens)
 }
 
-// weights returns expert e of layer's weights. On the device (host false), they are in its
+// Weights returns expert e of layer's weights. On the device (host false), they are in its
 // slot, copied in if it missed, pinned until done is called, and the compute stream waits
-// for the copy. For an expert hostPlan put on the host they are the host store's. One expert
+// for the copy. For an expert OnHost put on the host they are the host store's. One expert
 // at a time, so a batch that needs more experts than there are slots still runs.
-func (f *offloader) weights(layer, e int, host bool) (w offload.ExpertWeights, done func() error, err error) {
+func (f *Offloader) Weights(layer, e int, host bool) (w ExpertWeights, done func() error, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	k := offload.ExpertKey{Layer: layer, Expert: e}
+	k := ExpertKey{Layer: layer, Expert: e}
 	if host {
 		// The host computes it from its own memory: the same bytes, so the same numbers.
 		if w, err = f.store.Expert(k); err != nil {
@@ -379,9 +384,9 @@ func (f *offloader) weights(layer, e int, host bool) (w offload.ExpertWeights, d
 	}, nil
 }
 
-// pinnable is the slots not pinned for good (static's device layers): the experts weights
+// Pinnable is the slots not pinned for good (static's device layers): the experts weights
 // can hold at once.
-func (f *offloader) pinnable() int {
+func (f *Offloader) Pinnable() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.slots) - f.kept
@@ -389,7 +394,7 @@ func (f *offloader) pinnable() int {
 
 // load makes k resident, or on its way on the copy stream, and returns its slot. A slot is
 // overwritten in place once the kernels reading its old expert are done.
-func (f *offloader) load(k offload.ExpertKey) (int, bool, error) {
+func (f *Offloader) load(k ExpertKey) (int, bool, error) {
 	slot, hit, _, _, err := f.cache.Assign(k)
 	if err != nil {
 		return 0, false, fmt.Errorf("offload: %w", err)
@@ -410,7 +415,7 @@ func (f *offloader) load(k offload.ExpertKey) (int, bool, error) {
 		f.dev.CopyIn(f.slots[slot], r)
 		f.ready[k] = cp.Record()
 		f.loadedIn[k] = f.pass
-		if f.cache.Eviction() == offload.LFU {
+		if f.cache.Eviction() == LFU {
 			// Its uses so far, not one: it was chosen before it had a slot, and an expert a
 			// prompt copied in for its batch should not evict one every token uses.
 			if err := f.cache.SetUses(k, uint64(f.chosen(k))); err != nil {
@@ -422,18 +427,18 @@ func (f *offloader) load(k offload.ExpertKey) (int, bool, error) {
 	return slot, hit, nil
 }
 
-// ahead loads the experts predicted for the MoE layer after layer (the same token's next
+// Ahead loads the experts predicted for the MoE layer after layer (the same token's next
 // layer, or the next token's first), after layer's experts are enqueued: learnt, the Commit
 // Router's prediction for block nextLayer, which the host reads once event ready says it is
 // computed; or else the heuristic's, from what that layer chose before, which never looks
 // ahead.
-func (f *offloader) ahead(layer int, k int, nextLayer int, learnt []int, ready device.Event) error {
+func (f *Offloader) Ahead(layer int, k int, nextLayer int, learnt []int, ready device.Event) error {
 	if learnt != nil {
 		f.dev.Sync(ready)
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		for _, e := range learnt {
-			if _, hit, err := f.load(offload.ExpertKey{Layer: nextLayer, Expert: e}); err != nil {
+			if _, hit, err := f.load(ExpertKey{Layer: nextLayer, Expert: e}); err != nil {
 				return err
 			} else if !hit {
 				f.stats.Prefetched++
@@ -443,7 +448,7 @@ func (f *offloader) ahead(layer int, k int, nextLayer int, learnt []int, ready d
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !f.heuristic() {
+	if !f.Heuristic() {
 		return nil
 	}
 	next := f.next[layer]
@@ -453,7 +458,7 @@ func (f *offloader) ahead(layer int, k int, nextLayer int, learnt []int, ready d
 	var pred []int
 	if f.opts.Predictor == "frequency" {
 		if c := f.counts[next]; c != nil {
-			pred = offload.MostUsed(c, k)
+			pred = MostUsed(c, k)
 		}
 	} else {
 		pred = f.last[next]
@@ -461,7 +466,7 @@ func (f *offloader) ahead(layer int, k int, nextLayer int, learnt []int, ready d
 	}
 	f.pending[next] = slices.Clone(pred)
 	for _, e := range pred {
-		if _, hit, err := f.load(offload.ExpertKey{Layer: next, Expert: e}); err != nil {
+		if _, hit, err := f.load(ExpertKey{Layer: next, Expert: e}); err != nil {
 			return err
 		} else if !hit {
 			f.stats.Prefetched++
@@ -470,22 +475,34 @@ func (f *offloader) ahead(layer int, k int, nextLayer int, learnt []int, ready d
 	return nil
 }
 
-// heuristic says whether the policy loads the next layer's experts from a heuristic's
+// Heuristic says whether the policy loads the next layer's experts from a heuristic's
 // prediction: prefetch and commit with prev-token or frequency (the oracle commits to the
 // router's own choice; the Commit Router's predictions come from the engine).
-func (f *offloader) heuristic() bool {
+func (f *Offloader) Heuristic() bool {
 	return f.pol.loadsAhead() && f.opts.Predictor != "oracle" && f.opts.Predictor != "router"
 }
 
-// Offload reports the offloader's statistics; ok is false when offloading is off.
-func (m *Model) Offload() (OffloadStats, bool) {
-	if m.off == nil {
-		return OffloadStats{}, false
-	}
-	m.off.mu.Lock()
-	defer m.off.mu.Unlock()
-	s := m.off.stats
-	mem := m.dev.Memory()
-	s.PeakDeviceMem, s.DeviceMemLimit = mem.Peak(), mem.Budget()
-	return s, true
+// Stats reports what the offloader did since it was made.
+func (f *Offloader) Stats() Stats {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.stats
+}
+
+// Options are the options it runs with, its predictor defaulted as its policy does.
+func (f *Offloader) Options() Options { return f.opts }
+
+// Commits says whether its policy computes a single-token pass with the predicted experts.
+func (f *Offloader) Commits() bool { return f.pol.commits() }
+
+// Planner is what weighs the host against a copy: the device's own, nil on a device that
+// cannot tell (the CPU), or the one UsePlanner set.
+func (f *Offloader) Planner() device.Planner { return f.planner }
+
+// UsePlanner weighs the host against a copy with p instead of the device's planner (nil:
+// never weigh), as the runs that study the weighing do.
+func (f *Offloader) UsePlanner(p device.Planner) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.planner = p
 }

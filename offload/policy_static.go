@@ -1,9 +1,7 @@
-package engine
+package offload
 
 import (
 	"fmt"
-
-	"github.com/commit-run/commit-run/offload"
 )
 
 // staticPolicy is llama.cpp's CPU/GPU expert split (--n-cpu-moe N, -ot exps=CPU): the routed
@@ -21,15 +19,15 @@ func (p staticPolicy) minSlots(layers, experts, _ int, _ string) int {
 	return max(1, (layers-p.hostLayers)*experts)
 }
 
-func (staticPolicy) loadsAhead() bool                                { return false }
-func (staticPolicy) commits() bool                                   { return false }
-func (staticPolicy) copiesBehind(*offloader, offload.ExpertKey) bool { return false }
+func (staticPolicy) loadsAhead() bool                        { return false }
+func (staticPolicy) commits() bool                           { return false }
+func (staticPolicy) copiesBehind(*Offloader, ExpertKey) bool { return false }
 
 // onHost puts every expert of a host layer on the host, but in a prompt's pass, where a slot
 // is left beside the device layers' experts, weighs each as cpu-miss does: llama.cpp copies a
 // host layer's weights to the GPU for a large batch, since the host's arithmetic grows with
 // the batch and the copy does not.
-func (p staticPolicy) onHost(f *offloader, layer int, experts, tokens []int) []bool {
+func (p staticPolicy) onHost(f *Offloader, layer int, experts, tokens []int) []bool {
 	if f.moeIdx[layer] >= p.hostLayers {
 		return nil
 	}
@@ -46,12 +44,12 @@ func (p staticPolicy) onHost(f *offloader, layer int, experts, tokens []int) []b
 // prepare copies the device layers' experts into their slots and waits for the copies, as
 // llama.cpp loads its weights before it serves: a run's first token finds them there. They
 // stay pinned, so that no cache of host experts (static-cache) evicts them.
-func (p staticPolicy) prepare(f *offloader) error {
+func (p staticPolicy) prepare(f *Offloader) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, l := range f.store.Layers()[p.hostLayers:] {
 		for e := 0; e < f.store.Experts(l); e++ {
-			k := offload.ExpertKey{Layer: l, Expert: e}
+			k := ExpertKey{Layer: l, Expert: e}
 			if _, _, err := f.load(k); err != nil {
 				return fmt.Errorf("static: %w", err)
 			}

@@ -1,10 +1,8 @@
-package engine
-
-import "github.com/commit-run/commit-run/offload"
+package offload
 
 // commitPolicy is CommitMoE's: it copies the experts predicted for the next MoE layer while a
 // layer computes, and a single-token pass then computes with them, never falling back to the
-// router's choice (Output Weight Adjustment repairs the weights; see commit.go). With the
+// router's choice (Output Weight Adjustment repairs the weights; see the engine's commit.go). With the
 // oracle it computes with the router's own choice, loading on demand. Where it does not
 // commit and prediction serves worst, a token's first MoE layer and a prompt's passes, it
 // weighs each miss as cpu-miss does (weighedMisses).
@@ -21,11 +19,11 @@ func (commitPolicy) minSlots(_, _, used int, predictor string) int {
 	return 2 * used // this layer's experts, and the next one's loading
 }
 
-func (commitPolicy) loadsAhead() bool                                { return true }
-func (commitPolicy) commits() bool                                   { return true }
-func (commitPolicy) copiesBehind(*offloader, offload.ExpertKey) bool { return false }
-func (commitPolicy) prepare(f *offloader) error                      { return fillSlots(f) }
+func (commitPolicy) loadsAhead() bool                        { return true }
+func (commitPolicy) commits() bool                           { return true }
+func (commitPolicy) copiesBehind(*Offloader, ExpertKey) bool { return false }
+func (commitPolicy) prepare(f *Offloader) error              { return fillSlots(f) }
 
-func (commitPolicy) onHost(f *offloader, layer int, experts, tokens []int) []bool {
+func (commitPolicy) onHost(f *Offloader, layer int, experts, tokens []int) []bool {
 	return weighedMisses(f, layer, experts, tokens)
 }

@@ -1,8 +1,7 @@
-package engine
+package offload
 
 import (
 	"github.com/commit-run/commit-run/device"
-	"github.com/commit-run/commit-run/offload"
 )
 
 // hotPolicy keeps on the device the experts the router has chosen most often so far,
@@ -21,11 +20,11 @@ func (hotPolicy) predictors() []string                  { return nil }
 func (hotPolicy) minSlots(_, _, used int, _ string) int { return used }
 func (hotPolicy) loadsAhead() bool                      { return false }
 func (hotPolicy) commits() bool                         { return false }
-func (hotPolicy) prepare(f *offloader) error            { return fillSlots(f) }
+func (hotPolicy) prepare(f *Offloader) error            { return fillSlots(f) }
 
 // onHost weighs each miss as cpu-miss does: the host computes it unless a copy would land
 // first.
-func (hotPolicy) onHost(f *offloader, layer int, experts, tokens []int) []bool {
+func (hotPolicy) onHost(f *Offloader, layer int, experts, tokens []int) []bool {
 	return cpuMiss{}.onHost(f, layer, experts, tokens)
 }
 
@@ -35,7 +34,7 @@ func (hotPolicy) onHost(f *offloader, layer int, experts, tokens []int) []bool {
 // so that the link works while the host does and no backlog builds up that later tokens would
 // wait behind. (Allowing three copies of slack changed nothing measurable; none, as
 // static-cache allows, cost Qwen3-30B-A3B 3% and Qwen1.5-MoE 4%.)
-func (hotPolicy) copiesBehind(f *offloader, k offload.ExpertKey) bool {
+func (hotPolicy) copiesBehind(f *Offloader, k ExpertKey) bool {
 	if p := f.planner; p != nil {
 		copyTime := p.CopyDone(f.store.SlotBytes()) - p.CopyDone(0)
 		if p.CopyDone(0) > p.HostDone(device.HostWork{})+copyTime {
