@@ -65,29 +65,8 @@ type EPReport struct {
 
 // EP simulates expert parallelism over Devices GPUs of the profile for each policy.
 func EP(o EPOptions) (*EPReport, error) {
-	if o.Devices < 1 || o.Devices > 1024 {
-		return nil, fmt.Errorf("--ep %d: want 1 to 1024 devices", o.Devices)
-	}
-	if o.Tokens == 0 {
-		o.Tokens = 1024
-	}
-	if o.Steps == 0 {
-		o.Steps = 8
-	}
-	if o.Context == 0 {
-		o.Context = 512
-	}
-	if o.Gamma == 0 {
-		o.Gamma = 1.5
-	}
-	if o.Tokens < 1 || o.Tokens > 1<<20 || o.Steps < 1 || o.Steps > 1<<16 {
-		return nil, fmt.Errorf("expert-parallel bench: %d tokens per batch, %d batches: want 1 to %d and 1 to %d", o.Tokens, o.Steps, 1<<20, 1<<16)
-	}
-	if !(o.Gamma > 0) || math.IsInf(o.Gamma, 0) {
-		return nil, fmt.Errorf("capacity factor %v: want more than 0", o.Gamma)
-	}
-	if !(o.LinkBandwidth >= 0) || math.IsInf(o.LinkBandwidth, 0) {
-		return nil, fmt.Errorf("link bandwidth %v bytes/s: want a positive rate, or 0 for the profile's PCIe", o.LinkBandwidth)
+	if err := o.resolve(); err != nil {
+		return nil, err
 	}
 	prof, ok := strings.CutPrefix(o.Device, "sim:")
 	if !ok {
@@ -97,65 +76,24 @@ func EP(o EPOptions) (*EPReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	var shape *offload.Shape
-	if o.Model != nil {
-		shape, err = o.Model.Shape(o.Context)
-	} else if o.Shape != "" {
-		shape, err = offload.PublicShape(o.Shape, quant.Q4_K, o.Context)
-	} else {
-		err = fmt.Errorf("expert-parallel bench: give a model (-m) or a --shape")
-	}
+	shape, err := o.loadShape()
 	if err != nil {
 		return nil, err
-	}
-	if err := shape.Validate(); err != nil {
-		return nil, err
-	}
-	if shape.Embd < 1 {
-		return nil, fmt.Errorf("shape %s: hidden width %d", shape.Name, shape.Embd)
 	}
 	link := o.LinkBandwidth
 	if link == 0 {
 		link = p.PCIeEffective
 	}
-	cfg := multigpu.SimConfig{
-		Cluster: multigpu.Cluster{Devices: o.Devices, FLOPS: p.PeakFLOPS, MemBW: p.MemoryBandwidth, LinkBW: link,
-			HostBW: p.PCIeEffective, LinkLatency: p.CopyLatency, Launch: 3 * p.LaunchOverhead},
-		Expert: multigpu.ExpertCost{WeightBytes: shape.ExpertBytes, FLOPsPerToken: shape.ExpertFLOPs,
-			// Activations travel as 16-bit values, as NCCL all-to-alls of inference engines send them.
-			TokenBytes: 2 * float64(shape.Embd), ElementBytes: 2 * shape.ExpertBytes / max(shape.ExpertFLOPs, 1)},
-		Dense: multigpu.ExpertCost{WeightBytes: shape.Attn.Bytes + shape.Router.Bytes + shape.Shared.Bytes,
-			FLOPsPerToken: shape.Attn.FLOPs + shape.Router.FLOPs + shape.Shared.FLOPs},
-		Layers: shape.MoELayers, Steps: o.Steps,
-	}
+	cfg := epConfig(p, shape, o.Devices, link, o.Steps)
 	if o.HarMoEnyThreshold < 0 {
 		return nil, fmt.Errorf("HarMoEny threshold %d tokens: want 0 (eq. 4) or more", o.HarMoEnyThreshold)
 	}
 	env := multigpu.PolicyEnv{Experts: shape.Experts, Devices: o.Devices, Gamma: o.Gamma, Metric: o.Metric, Seed: o.Seed,
 		Cluster: cfg.Cluster, Cost: cfg.Expert, HarMoEnyQ: o.HarMoEnyThreshold}
 	rep := &EPReport{Shape: shape.Name, Device: p.Name, Devices: o.Devices, Tokens: o.Tokens, Steps: o.Steps, LinkBandwidth: link, Gamma: o.Gamma}
-	var w multigpu.Workload
-	if o.Trace != "" {
-		tw, err := loadTraceWorkload(o.Trace, shape, o.Tokens, o.Steps)
-		if err != nil {
-			return nil, err
-		}
-		w, rep.Routing, rep.Synthetic = tw, tw.source, tw.synthetic
-	} else {
-		sk := multigpu.Skew{Experts: shape.Experts, K: shape.Used, Tokens: o.Tokens, Alpha: o.Skew, Hot: o.Hot, Seed: o.Seed, Visual: o.Visual}
-		if err := sk.Check(); err != nil {
-			return nil, err
-		}
-		w, rep.Synthetic = sk, true
-		if o.Visual > 0 {
-			cal := sk
-			cal.Seed = ^o.Seed // batches apart from the measured ones
-			env.Calibrate = func(layer int) (multigpu.Batch, error) { return cal.Batch(0, layer) }
-		}
-		rep.Routing = fmt.Sprintf("skew %.2f on %d hot expert(s) per layer, seed %d", o.Skew, max(o.Hot, 1), o.Seed)
-		if o.Visual > 0 {
-			rep.Routing += fmt.Sprintf(", %.0f%% image tokens", 100*o.Visual)
-		}
+	w, err := o.workload(shape, &env, rep)
+	if err != nil {
+		return nil, err
 	}
 	start, err := multigpu.RoundRobin(shape.Experts, o.Devices)
 	if err != nil {
@@ -181,6 +119,102 @@ func EP(o EPOptions) (*EPReport, error) {
 		rep.Rows = append(rep.Rows, r)
 	}
 	return rep, nil
+}
+
+// resolve fills in the defaults and rejects sizes and rates out of range before any profile
+// or shape is loaded.
+func (o *EPOptions) resolve() error {
+	if o.Devices < 1 || o.Devices > 1024 {
+		return fmt.Errorf("--ep %d: want 1 to 1024 devices", o.Devices)
+	}
+	if o.Tokens == 0 {
+		o.Tokens = 1024
+	}
+	if o.Steps == 0 {
+		o.Steps = 8
+	}
+	if o.Context == 0 {
+		o.Context = 512
+	}
+	if o.Gamma == 0 {
+		o.Gamma = 1.5
+	}
+	if o.Tokens < 1 || o.Tokens > 1<<20 || o.Steps < 1 || o.Steps > 1<<16 {
+		return fmt.Errorf("expert-parallel bench: %d tokens per batch, %d batches: want 1 to %d and 1 to %d", o.Tokens, o.Steps, 1<<20, 1<<16)
+	}
+	if !(o.Gamma > 0) || math.IsInf(o.Gamma, 0) {
+		return fmt.Errorf("capacity factor %v: want more than 0", o.Gamma)
+	}
+	if !(o.LinkBandwidth >= 0) || math.IsInf(o.LinkBandwidth, 0) {
+		return fmt.Errorf("link bandwidth %v bytes/s: want a positive rate, or 0 for the profile's PCIe", o.LinkBandwidth)
+	}
+	return nil
+}
+
+// loadShape is the model's own shape, or the public one named, priced at the options' context.
+func (o *EPOptions) loadShape() (*offload.Shape, error) {
+	var shape *offload.Shape
+	var err error
+	if o.Model != nil {
+		shape, err = o.Model.Shape(o.Context)
+	} else if o.Shape != "" {
+		shape, err = offload.PublicShape(o.Shape, quant.Q4_K, o.Context)
+	} else {
+		err = fmt.Errorf("expert-parallel bench: give a model (-m) or a --shape")
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := shape.Validate(); err != nil {
+		return nil, err
+	}
+	if shape.Embd < 1 {
+		return nil, fmt.Errorf("shape %s: hidden width %d", shape.Name, shape.Embd)
+	}
+	return shape, nil
+}
+
+// epConfig prices the shape's layers on devices GPUs of profile p, linked at link bytes/s.
+func epConfig(p *sim.Profile, shape *offload.Shape, devices int, link float64, steps int) multigpu.SimConfig {
+	return multigpu.SimConfig{
+		Cluster: multigpu.Cluster{Devices: devices, FLOPS: p.PeakFLOPS, MemBW: p.MemoryBandwidth, LinkBW: link,
+			HostBW: p.PCIeEffective, LinkLatency: p.CopyLatency, Launch: 3 * p.LaunchOverhead},
+		Expert: multigpu.ExpertCost{WeightBytes: shape.ExpertBytes, FLOPsPerToken: shape.ExpertFLOPs,
+			// Activations travel as 16-bit values, as NCCL all-to-alls of inference engines send them.
+			TokenBytes: 2 * float64(shape.Embd), ElementBytes: 2 * shape.ExpertBytes / max(shape.ExpertFLOPs, 1)},
+		Dense: multigpu.ExpertCost{WeightBytes: shape.Attn.Bytes + shape.Router.Bytes + shape.Shared.Bytes,
+			FLOPsPerToken: shape.Attn.FLOPs + shape.Router.FLOPs + shape.Shared.FLOPs},
+		Layers: shape.MoELayers, Steps: steps,
+	}
+}
+
+// workload is the routing the policies plan: a recorded trace, or HarMoEny's synthetic skew.
+// It names the routing in rep, and for a skew with image tokens gives env the calibration
+// batches MACS classes its experts from, drawn apart from the measured ones.
+func (o *EPOptions) workload(shape *offload.Shape, env *multigpu.PolicyEnv, rep *EPReport) (multigpu.Workload, error) {
+	if o.Trace != "" {
+		tw, err := loadTraceWorkload(o.Trace, shape, o.Tokens, o.Steps)
+		if err != nil {
+			return nil, err
+		}
+		rep.Routing, rep.Synthetic = tw.source, tw.synthetic
+		return tw, nil
+	}
+	sk := multigpu.Skew{Experts: shape.Experts, K: shape.Used, Tokens: o.Tokens, Alpha: o.Skew, Hot: o.Hot, Seed: o.Seed, Visual: o.Visual}
+	if err := sk.Check(); err != nil {
+		return nil, err
+	}
+	rep.Synthetic = true
+	if o.Visual > 0 {
+		cal := sk
+		cal.Seed = ^o.Seed // batches apart from the measured ones
+		env.Calibrate = func(layer int) (multigpu.Batch, error) { return cal.Batch(0, layer) }
+	}
+	rep.Routing = fmt.Sprintf("skew %.2f on %d hot expert(s) per layer, seed %d", o.Skew, max(o.Hot, 1), o.Seed)
+	if o.Visual > 0 {
+		rep.Routing += fmt.Sprintf(", %.0f%% image tokens", 100*o.Visual)
+	}
+	return sk, nil
 }
 
 // traceWorkload serves batches of consecutive recorded tokens.

@@ -232,77 +232,14 @@ func (rk *ncclRank) AllToAll(send, recv [][]byte) error {
 		return err
 	}
 	copy(recv[me], send[me])
-	// The staging layout: every peer's outgoing message, then every incoming one.
-	sendOff, recvOff := make([]int64, n), make([]int64, n)
-	var total int64
-	for j := range n {
-		if j != me {
-			sendOff[j] = total
-			total += roundUp(int64(len(send[j])), ncclAlign)
-		}
-	}
-	for j := range n {
-		if j != me {
-			recvOff[j] = total
-			total += roundUp(int64(len(recv[j])), ncclAlign)
-		}
-	}
-	if total == 0 {
+	lay := newStagingLayout(send, recv, me)
+	if lay.total == 0 {
 		return nil
 	}
-	if rk.buf == nil || rk.buf.Size < total {
-		if err := rk.buf.Free(); err != nil {
-			return fail(err)
-		}
-		rk.buf = nil
-		buf, err := gpu.DeviceBuffer(max(total, 1<<20), "NCCL's staging buffers")
-		if err != nil {
-			return fail(err)
-		}
-		rk.buf = buf
+	if err := rk.reserve(lay.total); err != nil {
+		return fail(err)
 	}
-	base, s := rk.buf.Ptr, rk.stream
-	err = gpu.Context().Do(func() error {
-		for j := range n {
-			if j != me {
-				if err := s.CopyHtoD(base.Add(sendOff[j]), send[j]); err != nil {
-					return err
-				}
-			}
-		}
-		if err := g.lib.GroupStart(); err != nil {
-			return err
-		}
-		var errs []error
-		for j := range n {
-			if j == me {
-				continue
-			}
-			if k := len(send[j]); k > 0 {
-				errs = append(errs, comm.Send(uintptr(base.Add(sendOff[j])), k, nccl.Uint8, j, s.Handle()))
-			}
-			if k := len(recv[j]); k > 0 {
-				errs = append(errs, comm.Recv(uintptr(base.Add(recvOff[j])), k, nccl.Uint8, j, s.Handle()))
-			}
-		}
-		// The group is closed even when a call in it failed, or this thread's NCCL state
-		// would stay inside it.
-		errs = append(errs, g.lib.GroupEnd())
-		if err := errors.Join(errs...); err != nil {
-			return err
-		}
-		for j := range n {
-			if j != me {
-				if err := s.CopyDtoH(recv[j], base.Add(recvOff[j])); err != nil {
-					return err
-				}
-			}
-		}
-		if err := s.Synchronize(); err != nil {
-			return errors.Join(err, comm.AsyncError())
-		}
-		return comm.AsyncError()
-	})
+	err = gpu.Context().Do(func() error { return rk.exchange(comm, send, recv, lay) })
 	if err != nil {
 		if g.abortedBy() != nil {
 			// Another rank failed first: report its error, not the abort it caused here.
@@ -311,6 +248,101 @@ func (rk *ncclRank) AllToAll(send, recv [][]byte) error {
 		return fail(err)
 	}
 	return nil
+}
+
+// stagingLayout places the messages of an all-to-all in the rank's staging buffer: every
+// peer's outgoing message, then every incoming one, each at an aligned offset.
+type stagingLayout struct {
+	sendOff, recvOff []int64 // by peer; unused for the rank itself
+	total            int64
+}
+
+func newStagingLayout(send, recv [][]byte, me int) stagingLayout {
+	n := len(send)
+	lay := stagingLayout{sendOff: make([]int64, n), recvOff: make([]int64, n)}
+	for j := range n {
+		if j != me {
+			lay.sendOff[j] = lay.total
+			lay.total += roundUp(int64(len(send[j])), ncclAlign)
+		}
+	}
+	for j := range n {
+		if j != me {
+			lay.recvOff[j] = lay.total
+			lay.total += roundUp(int64(len(recv[j])), ncclAlign)
+		}
+	}
+	return lay
+}
+
+// reserve grows the staging buffer to hold total bytes (1 MiB at least); one large enough is
+// kept, so that a run's repeated all-to-alls allocate device memory once.
+func (rk *ncclRank) reserve(total int64) error {
+	if rk.buf != nil && rk.buf.Size >= total {
+		return nil
+	}
+	if err := rk.buf.Free(); err != nil {
+		return err
+	}
+	rk.buf = nil
+	buf, err := rk.g.gpus[rk.r].DeviceBuffer(max(total, 1<<20), "NCCL's staging buffers")
+	if err != nil {
+		return err
+	}
+	rk.buf = buf
+	return nil
+}
+
+// exchange runs the all-to-all on the rank's stream, in its GPU's context: the outgoing
+// messages up to the staging buffer, the grouped sends and receives, the incoming ones back.
+func (rk *ncclRank) exchange(comm *nccl.Comm, send, recv [][]byte, lay stagingLayout) error {
+	me, base, s := rk.r, rk.buf.Ptr, rk.stream
+	for j := range send {
+		if j != me {
+			if err := s.CopyHtoD(base.Add(lay.sendOff[j]), send[j]); err != nil {
+				return err
+			}
+		}
+	}
+	if err := rk.sendRecv(comm, send, recv, lay); err != nil {
+		return err
+	}
+	for j := range recv {
+		if j != me {
+			if err := s.CopyDtoH(recv[j], base.Add(lay.recvOff[j])); err != nil {
+				return err
+			}
+		}
+	}
+	if err := s.Synchronize(); err != nil {
+		return errors.Join(err, comm.AsyncError())
+	}
+	return comm.AsyncError()
+}
+
+// sendRecv posts every non-empty message to and from the peers as one NCCL group, so that
+// NCCL can run them at once without the ranks' orders deadlocking each other.
+func (rk *ncclRank) sendRecv(comm *nccl.Comm, send, recv [][]byte, lay stagingLayout) error {
+	g, me, base, s := rk.g, rk.r, rk.buf.Ptr, rk.stream
+	if err := g.lib.GroupStart(); err != nil {
+		return err
+	}
+	var errs []error
+	for j := range send {
+		if j == me {
+			continue
+		}
+		if k := len(send[j]); k > 0 {
+			errs = append(errs, comm.Send(uintptr(base.Add(lay.sendOff[j])), k, nccl.Uint8, j, s.Handle()))
+		}
+		if k := len(recv[j]); k > 0 {
+			errs = append(errs, comm.Recv(uintptr(base.Add(lay.recvOff[j])), k, nccl.Uint8, j, s.Handle()))
+		}
+	}
+	// The group is closed even when a call in it failed, or this thread's NCCL state
+	// would stay inside it.
+	errs = append(errs, g.lib.GroupEnd())
+	return errors.Join(errs...)
 }
 
 // abortedBy is the error the group was aborted with, if it was.

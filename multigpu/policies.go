@@ -68,17 +68,8 @@ type candidate struct {
 }
 
 func (c CapacityDrop) Plan(b Batch, p Placement) (Schedule, error) {
-	if err := checkPlan(b, p); err != nil {
+	if err := c.check(b, p); err != nil {
 		return Schedule{}, err
-	}
-	if !(c.Gamma >= 0) || math.IsInf(c.Gamma, 0) {
-		return Schedule{}, fmt.Errorf("%s: capacity factor %v: want 0 or more", c.Name(), c.Gamma)
-	}
-	if !c.Metric.Valid() {
-		return Schedule{}, fmt.Errorf("%s: unknown metric %v", c.Name(), c.Metric)
-	}
-	if c.Expand && b.Probs == nil {
-		return Schedule{}, fmt.Errorf("%s: the batch has no gating scores beyond the top-k", c.Name())
 	}
 	s := newSchedule(b, p)
 	rng := rand.New(rand.NewPCG(c.Seed, 0xd209))
@@ -102,69 +93,98 @@ func (c CapacityDrop) Plan(b Batch, p Placement) (Schedule, error) {
 		if err != nil {
 			return Schedule{}, err
 		}
-		// group is an expert, or under DeviceLevel a device; limit its capacity.
-		groups := map[int][]candidate{}
-		var order []int
-		add := func(cd candidate) {
-			g := cd.expert
-			if c.DeviceLevel {
-				g = cd.to
-			}
-			if _, ok := groups[g]; !ok {
-				order = append(order, g)
-			}
-			groups[g] = append(groups[g], cd)
-		}
-		for _, t := range tokens {
-			choice := b.Choice[t*b.K : (t+1)*b.K]
-			for i, e := range choice {
-				to := nearest(p, e, from, load)
-				load[to]++ // spreads the choices of a replicated expert over its copies
-				add(candidate{token: t, expert: e, choice: i, score: b.Score[t*b.K+i], to: to})
-			}
-			if c.Expand {
-				for _, e := range local[from] {
-					if !slices.Contains(choice, e) {
-						add(candidate{token: t, expert: e, choice: -1, score: b.Probs[t*b.Experts+e], to: from})
-					}
-				}
-			}
-		}
-		slices.Sort(order)
+		groups, order := c.candidates(b, p, from, tokens, local[from], load)
 		for _, g := range order {
-			cds := groups[g]
 			limit := capacity
 			if c.DeviceLevel {
 				limit = capacity * len(local[g])
 			}
-			// Top-k choices before expansion offers: an expert the top-k overflows keeps the
-			// tokens token drop keeps, and the offers only fill spare capacity. The paper says
-			// so in words ("no change in the token assignments in experts that are overflowed
-			// by the top-k experts"); its Algorithm 2 ranks both together by score, which can
-			// let an offer displace another token's top-k choice. The offers shuffle with
-			// their own generator, so that ByRandom too keeps token drop's choices.
-			slices.SortStableFunc(cds, func(a, b candidate) int { return cmp.Compare(offer(a), offer(b)) })
-			n := 0
-			for n < len(cds) && cds[n].choice >= 0 {
-				n++
-			}
-			c.order(cds[:n], rng)
-			c.order(cds[n:], offerRng)
-			for i, cd := range cds {
-				if i >= limit {
-					if cd.choice >= 0 {
-						s.Dropped++
-					}
-					continue
-				}
-				if cd.choice < 0 {
-					s.Rerouted++
-				}
-				s.Assign = append(s.Assign, Assignment{Token: cd.token, Expert: cd.expert, From: from, To: cd.to, Choice: cd.choice, Score: cd.score})
-			}
+			c.admit(&s, groups[g], limit, from, rng, offerRng)
 		}
 	}
 	return s, nil
+}
+
+// check reports options or a batch the plan cannot use.
+func (c CapacityDrop) check(b Batch, p Placement) error {
+	if err := checkPlan(b, p); err != nil {
+		return err
+	}
+	if !(c.Gamma >= 0) || math.IsInf(c.Gamma, 0) {
+		return fmt.Errorf("%s: capacity factor %v: want 0 or more", c.Name(), c.Gamma)
+	}
+	if !c.Metric.Valid() {
+		return fmt.Errorf("%s: unknown metric %v", c.Name(), c.Metric)
+	}
+	if c.Expand && b.Probs == nil {
+		return fmt.Errorf("%s: the batch has no gating scores beyond the top-k", c.Name())
+	}
+	return nil
+}
+
+// candidates groups device from's tokens' top-k choices, and under Expand their offers to
+// the device's own experts local, by what capacity limits: an expert, or under DeviceLevel
+// a device. order lists the groups ascending, so that the plan does not depend on the map's.
+// load counts the choices sent to each device so far, to spread those of a replicated expert.
+func (c CapacityDrop) candidates(b Batch, p Placement, from int, tokens, local []int, load []float64) (groups map[int][]candidate, order []int) {
+	groups = map[int][]candidate{}
+	add := func(cd candidate) {
+		g := cd.expert
+		if c.DeviceLevel {
+			g = cd.to
+		}
+		if _, ok := groups[g]; !ok {
+			order = append(order, g)
+		}
+		groups[g] = append(groups[g], cd)
+	}
+	for _, t := range tokens {
+		choice := b.Choice[t*b.K : (t+1)*b.K]
+		for i, e := range choice {
+			to := nearest(p, e, from, load)
+			load[to]++ // spreads the choices of a replicated expert over its copies
+			add(candidate{token: t, expert: e, choice: i, score: b.Score[t*b.K+i], to: to})
+		}
+		if c.Expand {
+			for _, e := range local {
+				if !slices.Contains(choice, e) {
+					add(candidate{token: t, expert: e, choice: -1, score: b.Probs[t*b.Experts+e], to: from})
+				}
+			}
+		}
+	}
+	slices.Sort(order)
+	return groups, order
+}
+
+// admit assigns the first limit of one group's candidates, in the metric's order, and
+// counts the top-k choices beyond it as dropped.
+func (c CapacityDrop) admit(s *Schedule, cds []candidate, limit, from int, rng, offerRng *rand.Rand) {
+	// Top-k choices before expansion offers: an expert the top-k overflows keeps the
+	// tokens token drop keeps, and the offers only fill spare capacity. The paper says
+	// so in words ("no change in the token assignments in experts that are overflowed
+	// by the top-k experts"); its Algorithm 2 ranks both together by score, which can
+	// let an offer displace another token's top-k choice. The offers shuffle with
+	// their own generator, so that ByRandom too keeps token drop's choices.
+	slices.SortStableFunc(cds, func(a, b candidate) int { return cmp.Compare(offer(a), offer(b)) })
+	n := 0
+	for n < len(cds) && cds[n].choice >= 0 {
+		n++
+	}
+	c.order(cds[:n], rng)
+	c.order(cds[n:], offerRng)
+	for i, cd := range cds {
+		if i >= limit {
+			if cd.choice >= 0 {
+				s.Dropped++
+			}
+			continue
+		}
+		if cd.choice < 0 {
+			s.Rerouted++
+		}
+		s.Assign = append(s.Assign, Assignment{Token: cd.token, Expert: cd.expert, From: from, To: cd.to, Choice: cd.choice, Score: cd.score})
+	}
 }
 
 // order sorts the candidates of one group by the drop metric, those kept first.

@@ -188,61 +188,29 @@ type SimReport struct {
 // Simulate runs a policy over a workload on the modelled machine, starting from placement
 // start on every layer, and checks every schedule it makes.
 func Simulate(pol Policy, w Workload, start Placement, cfg SimConfig) (SimReport, error) {
-	c := cfg.Cluster
-	if err := c.Check(cfg.Expert); err != nil {
+	if err := cfg.check(start); err != nil {
 		return SimReport{}, err
 	}
-	if err := c.Check(cfg.Dense); err != nil {
-		return SimReport{}, fmt.Errorf("dense part: %w", err)
-	}
-	if cfg.Layers < 1 || cfg.Steps < 1 {
-		return SimReport{}, fmt.Errorf("simulate: %d layers, %d batches", cfg.Layers, cfg.Steps)
-	}
-	if start.Devices != c.Devices {
-		return SimReport{}, fmt.Errorf("simulate: placement on %d devices, cluster of %d", start.Devices, c.Devices)
-	}
+	c := cfg.Cluster
 	rep := SimReport{Policy: pol.Name(), Layers: make([]LayerReport, cfg.Layers)}
 	place := make([]Placement, cfg.Layers)
 	for l := range place {
 		place[l] = start
 	}
 	replacer, _ := pol.(Replacer)
-	var choices, dropped, extra, fetches, tokens float64
+	var sums simSums
 	for step := range cfg.Steps {
 		var latency float64
 		for l := range cfg.Layers {
-			b, err := w.Batch(step, l)
-			if err != nil {
-				return SimReport{}, fmt.Errorf("batch %d, layer %d: %w", step, l, err)
-			}
-			b.Layer = l
-			s, err := pol.Plan(b, place[l])
-			if err != nil {
-				return SimReport{}, fmt.Errorf("%s: batch %d, layer %d: %w", pol.Name(), step, l, err)
-			}
-			if err := s.Check(b, place[l]); err != nil {
-				return SimReport{}, fmt.Errorf("%s: batch %d, layer %d: %w", pol.Name(), step, l, err)
-			}
-			lt, err := c.Time(s, cfg.Expert)
+			b, s, lt, err := simulateLayer(pol, w, place[l], cfg, step, l)
 			if err != nil {
 				return SimReport{}, err
 			}
-			load := s.DeviceLoad()
-			lr := &rep.Layers[l]
-			lr.MaxLoad += Straggler(load)
-			lr.Balancedness += Balancedness(load)
-			lr.Straggler += lt.Straggler
-			lr.Total += lt.Total
+			rep.Layers[l].add(s.DeviceLoad(), lt)
 			// The dense part runs on every device's share of the batch at once.
 			share := math.Ceil(float64(b.Tokens()) / float64(c.Devices))
 			latency += c.Launch + max(cfg.Dense.WeightBytes/c.MemBW, share*cfg.Dense.FLOPsPerToken/c.FLOPS) + lt.Total
-			choices += float64(len(b.Choice))
-			dropped += float64(s.Dropped)
-			extra += float64(s.Rerouted)
-			fetches += float64(len(s.Fetches))
-			if l == 0 {
-				tokens += float64(b.Tokens())
-			}
+			sums.add(b, s, l)
 			if replacer != nil {
 				if np, ok := replacer.Replace(l, place[l]); ok {
 					if err := np.Check(b.Experts); err != nil {
@@ -255,7 +223,75 @@ func Simulate(pol Policy, w Workload, start Placement, cfg SimConfig) (SimReport
 		}
 		rep.Latency += latency
 	}
-	n := float64(cfg.Steps)
+	rep.average(sums, cfg.Steps)
+	return rep, nil
+}
+
+// check reports a machine, model or starting placement a simulation cannot run on.
+func (cfg *SimConfig) check(start Placement) error {
+	c := cfg.Cluster
+	if err := c.Check(cfg.Expert); err != nil {
+		return err
+	}
+	if err := c.Check(cfg.Dense); err != nil {
+		return fmt.Errorf("dense part: %w", err)
+	}
+	if cfg.Layers < 1 || cfg.Steps < 1 {
+		return fmt.Errorf("simulate: %d layers, %d batches", cfg.Layers, cfg.Steps)
+	}
+	if start.Devices != c.Devices {
+		return fmt.Errorf("simulate: placement on %d devices, cluster of %d", start.Devices, c.Devices)
+	}
+	return nil
+}
+
+// simulateLayer plans batch step of layer l on placement p, checks the schedule, and times
+// it on the cluster.
+func simulateLayer(pol Policy, w Workload, p Placement, cfg SimConfig, step, l int) (Batch, Schedule, LayerTime, error) {
+	b, err := w.Batch(step, l)
+	if err != nil {
+		return Batch{}, Schedule{}, LayerTime{}, fmt.Errorf("batch %d, layer %d: %w", step, l, err)
+	}
+	b.Layer = l
+	s, err := pol.Plan(b, p)
+	if err != nil {
+		return Batch{}, Schedule{}, LayerTime{}, fmt.Errorf("%s: batch %d, layer %d: %w", pol.Name(), step, l, err)
+	}
+	if err := s.Check(b, p); err != nil {
+		return Batch{}, Schedule{}, LayerTime{}, fmt.Errorf("%s: batch %d, layer %d: %w", pol.Name(), step, l, err)
+	}
+	lt, err := cfg.Cluster.Time(s, cfg.Expert)
+	if err != nil {
+		return Batch{}, Schedule{}, LayerTime{}, err
+	}
+	return b, s, lt, nil
+}
+
+// add sums one batch's loads and times into the layer's report; average divides them.
+func (lr *LayerReport) add(load []float64, lt LayerTime) {
+	lr.MaxLoad += Straggler(load)
+	lr.Balancedness += Balancedness(load)
+	lr.Straggler += lt.Straggler
+	lr.Total += lt.Total
+}
+
+// simSums are the counts over every batch and layer that the report's shares and means
+// divide.
+type simSums struct{ choices, dropped, extra, fetches, tokens float64 }
+
+func (m *simSums) add(b Batch, s Schedule, layer int) {
+	m.choices += float64(len(b.Choice))
+	m.dropped += float64(s.Dropped)
+	m.extra += float64(s.Rerouted)
+	m.fetches += float64(len(s.Fetches))
+	if layer == 0 {
+		m.tokens += float64(b.Tokens())
+	}
+}
+
+// average turns the sums over steps batches into the report's means, shares and throughput.
+func (rep *SimReport) average(m simSums, steps int) {
+	n := float64(steps)
 	for l := range rep.Layers {
 		lr := &rep.Layers[l]
 		lr.MaxLoad /= n
@@ -264,10 +300,9 @@ func Simulate(pol Policy, w Workload, start Placement, cfg SimConfig) (SimReport
 		lr.Total /= n
 	}
 	if rep.Latency > 0 {
-		rep.Throughput = tokens / rep.Latency
+		rep.Throughput = m.tokens / rep.Latency
 	}
 	rep.Latency /= n
-	rep.Dropped, rep.Extra = dropped/choices, extra/choices
-	rep.Fetches = fetches / n
-	return rep, nil
+	rep.Dropped, rep.Extra = m.dropped/m.choices, m.extra/m.choices
+	rep.Fetches = m.fetches / n
 }

@@ -80,115 +80,155 @@ func New(o Options) *Sampler {
 // whose last RepeatLastN the penalties weigh.
 func (s *Sampler) Sample(logits []float32, history []int32) int32 {
 	o := s.o
-	repeat := o.RepeatPenalty > 0 && o.RepeatPenalty != 1
-	if repeat || o.FrequencyPenalty != 0 || o.PresencePenalty != 0 {
-		// llama.cpp's penalties over the last n tokens: the repetition penalty, then
-		// frequency and presence. Each token's change is its own, so the map's order does
-		// not matter.
-		n := o.RepeatLastN
-		if n == 0 {
-			n = 64
-		}
-		clear(s.counts)
-		for _, id := range history[max(0, len(history)-n):] {
-			if int(id) < len(logits) && id >= 0 {
-				s.counts[id]++
-			}
-		}
-		for id, c := range s.counts {
-			if repeat {
-				if logits[id] > 0 {
-					logits[id] /= o.RepeatPenalty
-				} else {
-					logits[id] *= o.RepeatPenalty
-				}
-			}
-			logits[id] -= float32(c)*o.FrequencyPenalty + o.PresencePenalty
-		}
-	}
+	s.penalize(logits, history)
 	if o.Greedy || o.Temperature == 0 {
 		return argmax(logits)
 	}
+	maxl := maxLogit(logits)
+	topP := o.TopP > 0 && o.TopP < 1
+	var c []candidate
+	var sum float64
+	if o.TopK > 0 && o.TopK < len(logits) {
+		c, sum = s.topK(logits, maxl)
+	} else {
+		sum = s.weighAll(logits, maxl)
+		if !topP {
+			// Every token stays: the walk draws from the same distribution in any order,
+			// so it walks the vocabulary in id order, unsorted.
+			return s.walk(logits, nil, sum)
+		}
+		c = s.nucleus(logits, sum)
+	}
+	s.cand = c
+	if topP {
+		c, sum = cutTopP(c, sum, o.TopP)
+	}
+	return s.walk(nil, c, sum)
+}
+
+// penalize applies llama.cpp's penalties over the last n tokens: the repetition penalty,
+// then frequency and presence. Each token's change is its own, so the map's order does not
+// matter.
+func (s *Sampler) penalize(logits []float32, history []int32) {
+	o := s.o
+	repeat := o.RepeatPenalty > 0 && o.RepeatPenalty != 1
+	if !repeat && o.FrequencyPenalty == 0 && o.PresencePenalty == 0 {
+		return
+	}
+	n := o.RepeatLastN
+	if n == 0 {
+		n = 64
+	}
+	clear(s.counts)
+	for _, id := range history[max(0, len(history)-n):] {
+		if int(id) < len(logits) && id >= 0 {
+			s.counts[id]++
+		}
+	}
+	for id, c := range s.counts {
+		if repeat {
+			if logits[id] > 0 {
+				logits[id] /= o.RepeatPenalty
+			} else {
+				logits[id] *= o.RepeatPenalty
+			}
+		}
+		logits[id] -= float32(c)*o.FrequencyPenalty + o.PresencePenalty
+	}
+}
+
+// maxLogit is the largest logit, which the weights are taken relative to so that exp cannot
+// overflow.
+func maxLogit(logits []float32) float32 {
 	maxl := logits[0]
 	for _, l := range logits {
 		if l > maxl { // not the builtin max, whose NaN rules cost a branch chain per value
 			maxl = l
 		}
 	}
-	inv := 1 / o.Temperature
-	topP := o.TopP > 0 && o.TopP < 1
-	var c []candidate
+	return maxl
+}
+
+// topK keeps the K most likely, ties to the lower id: those at or above the K-th largest
+// logit, sorted and cut to K. Only they are weighed, exp((l - max)/T), so the rest of the
+// vocabulary costs one pass.
+func (s *Sampler) topK(logits []float32, maxl float32) ([]candidate, float64) {
+	inv := 1 / s.o.Temperature
+	kth := s.kthLargest(logits, s.o.TopK)
+	c := s.cand[:0]
+	for i, l := range logits {
+		if l >= kth {
+			c = append(c, candidate{int32(i), l})
+		}
+	}
+	sortCandidates(c)
+	c = c[:s.o.TopK]
+	w := s.scratch[:0]
+	for _, x := range c {
+		w = append(w, (x.p-maxl)*inv)
+	}
+	models.ExpInPlace(w)
 	var sum float64
-	if o.TopK > 0 && o.TopK < len(logits) {
-		// The K most likely, ties to the lower id: those at or above the K-th largest
-		// logit, sorted and cut to K. Then their weights exp((l - max)/T).
-		kth := s.kthLargest(logits, o.TopK)
+	for i := range c {
+		c[i].p = w[i]
+		sum += float64(w[i])
+	}
+	s.scratch = w
+	return c, sum
+}
+
+// weighAll turns every logit into its weight at the temperature, exp((l - max)/T), in place,
+// and returns their sum.
+func (s *Sampler) weighAll(logits []float32, maxl float32) float64 {
+	inv := 1 / s.o.Temperature
+	for i, l := range logits {
+		logits[i] = (l - maxl) * inv
+	}
+	models.ExpInPlace(logits)
+	return sum64(logits)
+}
+
+// nucleus returns, sorted, the tokens top-p can keep out of weights summing to sum. The most
+// likely tokens whose probabilities first reach p lie among those of weight at least some
+// threshold: it falls until they hold p, so that only they are sorted, not the whole
+// vocabulary.
+func (s *Sampler) nucleus(weights []float32, sum float64) []candidate {
+	var c []candidate
+	for thr := float32(sum) / 1024; ; thr /= 1024 {
+		if thr < float32(sum)*1e-30 {
+			thr = 0
+		}
 		c = s.cand[:0]
-		for i, l := range logits {
-			if l >= kth {
-				c = append(c, candidate{int32(i), l})
+		var mass float64
+		for i, e := range weights {
+			if e >= thr {
+				c = append(c, candidate{int32(i), e})
+				mass += float64(e)
 			}
 		}
-		sortCandidates(c)
-		c = c[:o.TopK]
-		w := s.scratch[:0]
-		for _, x := range c {
-			w = append(w, (x.p-maxl)*inv)
-		}
-		models.ExpInPlace(w)
-		for i := range c {
-			c[i].p = w[i]
-			sum += float64(w[i])
-		}
-		s.scratch = w
-	} else {
-		// Every token's weight, in place.
-		for i, l := range logits {
-			logits[i] = (l - maxl) * inv
-		}
-		models.ExpInPlace(logits)
-		sum = sum64(logits)
-		if !topP {
-			// Every token stays: the walk draws from the same distribution in any order,
-			// so it walks the vocabulary in id order, unsorted.
-			return s.walk(logits, nil, sum)
-		}
-		// The most likely tokens whose probabilities first reach p lie among those of
-		// weight at least some threshold: it falls until they hold p, so that only they are
-		// sorted, not the whole vocabulary.
-		for thr := float32(sum) / 1024; ; thr /= 1024 {
-			if thr < float32(sum)*1e-30 {
-				thr = 0
-			}
-			c = s.cand[:0]
-			var mass float64
-			for i, e := range logits {
-				if e >= thr {
-					c = append(c, candidate{int32(i), e})
-					mass += float64(e)
-				}
-			}
-			if thr == 0 || mass >= float64(o.TopP)*sum {
-				break
-			}
-		}
-		sortCandidates(c)
-	}
-	s.cand = c
-	if topP {
-		var cum float64
-		for i := range c {
-			if cum += float64(c[i].p); cum >= float64(o.TopP)*sum {
-				c = c[:i+1]
-				break
-			}
-		}
-		sum = 0
-		for _, x := range c {
-			sum += float64(x.p)
+		if thr == 0 || mass >= float64(s.o.TopP)*sum {
+			break
 		}
 	}
-	return s.walk(nil, c, sum)
+	sortCandidates(c)
+	return c
+}
+
+// cutTopP cuts the sorted candidates c, whose weights sum to sum, after the first whose
+// cumulative weight reaches p of it, and returns them with their own sum.
+func cutTopP(c []candidate, sum float64, p float32) ([]candidate, float64) {
+	var cum float64
+	for i := range c {
+		if cum += float64(c[i].p); cum >= float64(p)*sum {
+			c = c[:i+1]
+			break
+		}
+	}
+	sum = 0
+	for _, x := range c {
+		sum += float64(x.p)
+	}
+	return c, sum
 }
 
 // sum64 sums v in float64, in four running sums so that the additions do not wait on each

@@ -163,6 +163,25 @@ func TestSampler(t *testing.T) {
 	}
 }
 
+// A token allocates nothing once the sampler's scratch has grown, down every stage of the
+// chain: Sample runs on every generated token.
+func TestSampleAllocs(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	src := make([]float32, 2048)
+	for i := range src {
+		src[i] = float32(r.NormFloat64() * 3)
+	}
+	logits := make([]float32, len(src))
+	history := []int32{1, 5, 9, 5, 3000, -1, 7}
+	for _, o := range []Options{{}, {Temperature: 1}, {Temperature: 1, TopP: 0.95}, {Temperature: 1, TopK: 40},
+		{Temperature: 1, TopK: 40, TopP: 0.9}, {Temperature: 0.8, TopP: 0.9, RepeatPenalty: 1.1, FrequencyPenalty: 0.5, PresencePenalty: 0.2}} {
+		s := New(o)
+		if n := testing.AllocsPerRun(50, func() { copy(logits, src); s.Sample(logits, history) }); n != 0 {
+			t.Errorf("%+v: %v allocations per token", o, n)
+		}
+	}
+}
+
 // BenchmarkSample draws a token at temperature 1 from the bundled model's vocabulary and
 // from Qwen's, untruncated (a chat client's defaults) and with top-p. The logits are drawn
 // from N(0, 9): flatter than a language model's, so top-p keeps most of the vocabulary, its

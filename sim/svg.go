@@ -74,96 +74,16 @@ func WriteSVG(w io.Writer, spans []Span, from, to float64, title string) error {
 	if math.IsNaN(from) || math.IsNaN(to) || math.IsInf(from, 0) || math.IsInf(to, 0) || !(to > from) {
 		return fmt.Errorf("timeline SVG %q: bad time window [%v, %v]: need finite from < to", title, from, to)
 	}
-	var rows []string
-	rowOf := map[string]int{}
-	for _, s := range spans {
-		if _, ok := rowOf[s.Stream]; !ok {
-			rowOf[s.Stream] = len(rows)
-			rows = append(rows, s.Stream)
-		}
-	}
-	plotW := svgWidth - svgLeft - svgRight
-	x := func(t float64) float64 { return svgLeft + (t-from)/(to-from)*plotW }
-	rowY := func(i int) float64 { return svgTop + float64(i)*(svgRowH+svgRowGap) }
-	axisY := rowY(len(rows)) + 2
-
-	var b bytes.Buffer
+	pl := newSVGPlot(spans, from, to)
 	var body bytes.Buffer
-	shown := map[string]bool{}
+	pl.drawRows(&body)
+	shown := pl.drawSpans(&body, spans)
+	axisY := pl.rowY(len(pl.rows)) + 2
+	pl.drawAxis(&body, axisY)
+	height := drawLegend(&body, legendKinds(shown), axisY+34) + 14
 
-	for i, name := range rows {
-		y := rowY(i)
-		fmt.Fprintf(&body, `<rect class="row" x="%s" y="%s" width="%s" height="%s" fill="#f4f4f4"/>`+"\n",
-			num(svgLeft), num(y), num(plotW), num(svgRowH))
-		fmt.Fprintf(&body, `<text x="%s" y="%s" text-anchor="end" font-size="12">%s</text>`+"\n",
-			num(svgLeft-6), num(y+svgRowH/2+4), esc(name))
-	}
-	for _, s := range spans {
-		if !inWindow(s, from, to) {
-			continue
-		}
-		shown[s.Kind] = true
-		x0, x1 := x(max(s.Start, from)), x(min(s.End, to))
-		wd := max(x1-x0, svgMinWidth)
-		y := rowY(rowOf[s.Stream])
-		tip := fmt.Sprintf("%s [%s] %s: %s – %s (%s)", s.Stream, s.Kind, s.Label,
-			fmtTime(s.Start), fmtTime(s.End), fmtTime(s.Duration()))
-		fmt.Fprintf(&body, `<rect class="span" x="%s" y="%s" width="%s" height="%s" fill="%s" stroke="#ffffff" stroke-width="0.5"><title>%s</title></rect>`+"\n",
-			num(x0), num(y+2), num(wd), num(svgRowH-4), kindColor(s.Kind), esc(tip))
-		if s.Label != "" && float64(utf8.RuneCountInString(s.Label))*svgCharW+4 <= wd {
-			fmt.Fprintf(&body, `<text class="label" x="%s" y="%s" text-anchor="middle" font-size="10">%s</text>`+"\n",
-				num(x0+wd/2), num(y+svgRowH/2+3.5), esc(s.Label))
-		}
-	}
-
-	// Time axis.
-	fmt.Fprintf(&body, `<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#333333"/>`+"\n",
-		num(svgLeft), num(axisY), num(svgLeft+plotW), num(axisY))
-	scale, unit := timeUnit(to - from)
-	step := niceStep((to - from) * scale / 8)
-	decimals := max(0, -int(math.Floor(math.Log10(step))))
-	first := math.Ceil(from*scale/step) * step
-	// The cap guards against a window so narrow next to its offset that adding a step no
-	// longer changes a float64.
-	for i := 0; i < 1000; i++ {
-		v := first + float64(i)*step
-		if v > to*scale*(1+1e-12) {
-			break
-		}
-		tx := x(v / scale)
-		fmt.Fprintf(&body, `<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#333333"/>`+"\n",
-			num(tx), num(axisY), num(tx), num(axisY+5))
-		fmt.Fprintf(&body, `<text x="%s" y="%s" text-anchor="middle" font-size="10">%s</text>`+"\n",
-			num(tx), num(axisY+17), esc(strconv.FormatFloat(v, 'f', decimals, 64)+" "+unit))
-	}
-
-	// Legend: the known kinds in their fixed order, then the others sorted.
-	var kinds []string
-	for _, kc := range kindColors {
-		if shown[kc.kind] {
-			kinds = append(kinds, kc.kind)
-			delete(shown, kc.kind)
-		}
-	}
-	var others []string
-	for k := range shown {
-		others = append(others, k)
-	}
-	sort.Strings(others)
-	kinds = append(kinds, others...)
-	lx, ly := svgLeft, axisY+34
-	for _, k := range kinds {
-		itemW := 24 + float64(utf8.RuneCountInString(k))*svgCharW + 16
-		if lx+itemW > svgWidth-svgRight && lx > svgLeft {
-			lx, ly = svgLeft, ly+svgLegendH
-		}
-		fmt.Fprintf(&body, `<rect class="legend" x="%s" y="%s" width="12" height="12" fill="%s"/>`+"\n",
-			num(lx), num(ly-10), kindColor(k))
-		fmt.Fprintf(&body, `<text x="%s" y="%s" font-size="11">%s</text>`+"\n", num(lx+18), num(ly), esc(k))
-		lx += itemW
-	}
-	height := ly + 14
-
+	// The header comes last because the height is known only once the legend is laid out.
+	var b bytes.Buffer
 	fmt.Fprintf(&b, `<?xml version="1.0" encoding="UTF-8"?>`+"\n")
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%s" height="%s" viewBox="0 0 %s %s" font-family="sans-serif">`+"\n",
 		num(svgWidth), num(height), num(svgWidth), num(height))
@@ -176,6 +96,122 @@ func WriteSVG(w io.Writer, spans []Span, from, to float64, title string) error {
 		return fmt.Errorf("write timeline SVG %q: %w", title, err)
 	}
 	return nil
+}
+
+// svgPlot maps a window of time and the streams onto the picture: x from seconds, y from a
+// stream's row.
+type svgPlot struct {
+	from, to, plotW float64
+	rows            []string       // streams in order of first appearance
+	rowOf           map[string]int // stream to row
+}
+
+func newSVGPlot(spans []Span, from, to float64) *svgPlot {
+	pl := &svgPlot{from: from, to: to, plotW: svgWidth - svgLeft - svgRight, rowOf: map[string]int{}}
+	for _, s := range spans {
+		if _, ok := pl.rowOf[s.Stream]; !ok {
+			pl.rowOf[s.Stream] = len(pl.rows)
+			pl.rows = append(pl.rows, s.Stream)
+		}
+	}
+	return pl
+}
+
+func (pl *svgPlot) x(t float64) float64 { return svgLeft + (t-pl.from)/(pl.to-pl.from)*pl.plotW }
+func (pl *svgPlot) rowY(i int) float64  { return svgTop + float64(i)*(svgRowH+svgRowGap) }
+
+// drawRows draws each stream's background band and name.
+func (pl *svgPlot) drawRows(body *bytes.Buffer) {
+	for i, name := range pl.rows {
+		y := pl.rowY(i)
+		fmt.Fprintf(body, `<rect class="row" x="%s" y="%s" width="%s" height="%s" fill="#f4f4f4"/>`+"\n",
+			num(svgLeft), num(y), num(pl.plotW), num(svgRowH))
+		fmt.Fprintf(body, `<text x="%s" y="%s" text-anchor="end" font-size="12">%s</text>`+"\n",
+			num(svgLeft-6), num(y+svgRowH/2+4), esc(name))
+	}
+}
+
+// drawSpans draws the spans in the window, clipped to it, and returns the kinds it drew for
+// the legend.
+func (pl *svgPlot) drawSpans(body *bytes.Buffer, spans []Span) map[string]bool {
+	shown := map[string]bool{}
+	for _, s := range spans {
+		if !inWindow(s, pl.from, pl.to) {
+			continue
+		}
+		shown[s.Kind] = true
+		x0, x1 := pl.x(max(s.Start, pl.from)), pl.x(min(s.End, pl.to))
+		wd := max(x1-x0, svgMinWidth)
+		y := pl.rowY(pl.rowOf[s.Stream])
+		tip := fmt.Sprintf("%s [%s] %s: %s – %s (%s)", s.Stream, s.Kind, s.Label,
+			fmtTime(s.Start), fmtTime(s.End), fmtTime(s.Duration()))
+		fmt.Fprintf(body, `<rect class="span" x="%s" y="%s" width="%s" height="%s" fill="%s" stroke="#ffffff" stroke-width="0.5"><title>%s</title></rect>`+"\n",
+			num(x0), num(y+2), num(wd), num(svgRowH-4), kindColor(s.Kind), esc(tip))
+		if s.Label != "" && float64(utf8.RuneCountInString(s.Label))*svgCharW+4 <= wd {
+			fmt.Fprintf(body, `<text class="label" x="%s" y="%s" text-anchor="middle" font-size="10">%s</text>`+"\n",
+				num(x0+wd/2), num(y+svgRowH/2+3.5), esc(s.Label))
+		}
+	}
+	return shown
+}
+
+// drawAxis draws the time axis at axisY with ticks at a round step, about eight of them.
+func (pl *svgPlot) drawAxis(body *bytes.Buffer, axisY float64) {
+	from, to := pl.from, pl.to
+	fmt.Fprintf(body, `<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#333333"/>`+"\n",
+		num(svgLeft), num(axisY), num(svgLeft+pl.plotW), num(axisY))
+	scale, unit := timeUnit(to - from)
+	step := niceStep((to - from) * scale / 8)
+	decimals := max(0, -int(math.Floor(math.Log10(step))))
+	first := math.Ceil(from*scale/step) * step
+	// The cap guards against a window so narrow next to its offset that adding a step no
+	// longer changes a float64.
+	for i := 0; i < 1000; i++ {
+		v := first + float64(i)*step
+		if v > to*scale*(1+1e-12) {
+			break
+		}
+		tx := pl.x(v / scale)
+		fmt.Fprintf(body, `<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#333333"/>`+"\n",
+			num(tx), num(axisY), num(tx), num(axisY+5))
+		fmt.Fprintf(body, `<text x="%s" y="%s" text-anchor="middle" font-size="10">%s</text>`+"\n",
+			num(tx), num(axisY+17), esc(strconv.FormatFloat(v, 'f', decimals, 64)+" "+unit))
+	}
+}
+
+// legendKinds orders the kinds shown for the legend: the known kinds in their fixed order,
+// then the others sorted, so that a legend reads the same from picture to picture.
+func legendKinds(shown map[string]bool) []string {
+	var kinds []string
+	for _, kc := range kindColors {
+		if shown[kc.kind] {
+			kinds = append(kinds, kc.kind)
+			delete(shown, kc.kind)
+		}
+	}
+	var others []string
+	for k := range shown {
+		others = append(others, k)
+	}
+	sort.Strings(others)
+	return append(kinds, others...)
+}
+
+// drawLegend draws the kinds from baseline ly down, wrapping at the picture's width, and
+// returns the baseline of its last line.
+func drawLegend(body *bytes.Buffer, kinds []string, ly float64) float64 {
+	lx := svgLeft
+	for _, k := range kinds {
+		itemW := 24 + float64(utf8.RuneCountInString(k))*svgCharW + 16
+		if lx+itemW > svgWidth-svgRight && lx > svgLeft {
+			lx, ly = svgLeft, ly+svgLegendH
+		}
+		fmt.Fprintf(body, `<rect class="legend" x="%s" y="%s" width="12" height="12" fill="%s"/>`+"\n",
+			num(lx), num(ly-10), kindColor(k))
+		fmt.Fprintf(body, `<text x="%s" y="%s" font-size="11">%s</text>`+"\n", num(lx+18), num(ly), esc(k))
+		lx += itemW
+	}
+	return ly
 }
 
 // inWindow reports whether s overlaps [from, to]; an instant span counts when it lies inside.

@@ -53,105 +53,138 @@ func gain(g float64, fanIn int) float64 { return g / math.Sqrt(float64(fanIn)) }
 // tensorDefs lists a spec's tensors with llama.cpp's names and shapes (see each architecture's
 // load_arch_tensors in llama.cpp's src/models/).
 func (s *Spec) tensorDefs() ([]tensorDef, error) {
-	var ts []tensorDef
-	w := func(name, role string, il int, std float64, shape ...int) {
-		ts = append(ts, tensorDef{name: name, shape: u64(shape), role: role, layer: il, init: initWeight, std: std, quantizable: true})
-	}
-	norm := func(name, role string, il int, n int) {
-		ts = append(ts, tensorDef{name: name, shape: u64([]int{n}), role: role, layer: il, init: initNorm})
-	}
-	bias := func(name, role string, il int, n int) {
-		ts = append(ts, tensorDef{name: name, shape: u64([]int{n}), role: role, layer: il, init: initBias, std: biasStd})
-	}
+	var d defList
 	n, v := s.Embd, s.Vocab
 	embdStd := 1.0
 	if s.Tied {
 		// The tied LM head is token_embd itself, so its scale sets the logits' scale.
 		embdStd = gain(logitGain, n)
 	}
-	w("token_embd.weight", "token_embd", -1, embdStd, n, v)
-	norm("output_norm.weight", "output_norm", -1, n)
+	d.weight("token_embd.weight", "token_embd", -1, embdStd, n, v)
+	d.norm("output_norm.weight", "output_norm", -1, n)
 	if !s.Tied {
-		w("output.weight", "output", -1, gain(logitGain, n), n, v)
+		d.weight("output.weight", "output", -1, gain(logitGain, n), n, v)
 	}
-
-	hd, hkv := s.headDim(), s.headsKV()
 	for il := 0; il < s.Layers; il++ {
-		p := fmt.Sprintf("blk.%d.", il)
-		lw := func(role string, std float64, shape ...int) { w(p+role+".weight", role, il, std, shape...) }
-		norm(p+"attn_norm.weight", "attn_norm", il, n)
-		norm(p+"ffn_norm.weight", "ffn_norm", il, n)
-
-		// Attention.
+		b := blockDefs{defList: &d, prefix: fmt.Sprintf("blk.%d.", il), il: il}
+		b.norm(b.prefix+"attn_norm.weight", "attn_norm", il, n)
+		b.norm(b.prefix+"ffn_norm.weight", "ffn_norm", il, n)
 		if s.Arch == ArchDeepSeek2 {
-			qk := s.QKNopeDim + s.RopeDim
-			if s.QLoraRank > 0 {
-				lw("attn_q_a", 1/math.Sqrt(float64(n)), n, s.QLoraRank)
-				norm(p+"attn_q_a_norm.weight", "attn_q_a_norm", il, s.QLoraRank)
-				lw("attn_q_b", gain(qkGain, s.QLoraRank), s.QLoraRank, s.Heads*qk)
-			} else {
-				lw("attn_q", gain(qkGain, n), n, s.Heads*qk)
-			}
-			lw("attn_kv_a_mqa", gain(qkGain, n), n, s.KVLoraRank+s.RopeDim)
-			norm(p+"attn_kv_a_norm.weight", "attn_kv_a_norm", il, s.KVLoraRank)
-			if s.MLA {
-				// attn_k_b is stored transposed per head ({nope, kv_lora, head}) so that it can
-				// be applied to q ("absorbed") rather than to the cache.
-				lw("attn_k_b", gain(1, s.KVLoraRank), s.QKNopeDim, s.KVLoraRank, s.Heads)
-				lw("attn_v_b", gain(1, s.KVLoraRank), s.KVLoraRank, s.VHeadDim, s.Heads)
-			} else {
-				lw("attn_kv_b", gain(1, s.KVLoraRank), s.KVLoraRank, s.Heads*(s.QKNopeDim+s.VHeadDim))
-			}
-			lw("attn_output", gain(1, s.Heads*s.VHeadDim), s.Heads*s.VHeadDim, n)
+			s.mlaAttention(b)
 		} else {
-			lw("attn_q", gain(qkGain, n), n, s.Heads*hd)
-			lw("attn_k", gain(qkGain, n), n, hkv*hd)
-			lw("attn_v", gain(1, n), n, hkv*hd)
-			lw("attn_output", gain(1, s.Heads*hd), s.Heads*hd, n)
-			switch s.Arch {
-			case ArchQwen2, ArchQwen2MoE:
-				bias(p+"attn_q.bias", "attn_q.bias", il, s.Heads*hd)
-				bias(p+"attn_k.bias", "attn_k.bias", il, hkv*hd)
-				bias(p+"attn_v.bias", "attn_v.bias", il, hkv*hd)
-			case ArchQwen3, ArchQwen3MoE:
-				norm(p+"attn_q_norm.weight", "attn_q_norm", il, hd)
-				norm(p+"attn_k_norm.weight", "attn_k_norm", il, hd)
-			case ArchOLMoE:
-				norm(p+"attn_q_norm.weight", "attn_q_norm", il, s.Heads*hd)
-				norm(p+"attn_k_norm.weight", "attn_k_norm", il, hkv*hd)
-			}
+			s.attention(b)
 		}
-
-		// Feed-forward.
-		if !s.moe(il) {
-			lw("ffn_gate", gain(ffnGain, n), n, s.FFN)
-			lw("ffn_up", gain(ffnGain, n), n, s.FFN)
-			lw("ffn_down", gain(1, s.FFN), s.FFN, n)
-			continue
-		}
-		e, f := s.Experts, s.ExpertFFN
-		ts = append(ts, tensorDef{name: p + "ffn_gate_inp.weight", shape: u64([]int{n, e}), role: "ffn_gate_inp",
-			layer: il, init: initRouter, std: gain(routerGain, n)})
-		lw("ffn_gate_exps", gain(ffnGain, n), n, f, e)
-		lw("ffn_up_exps", gain(ffnGain, n), n, f, e)
-		lw("ffn_down_exps", gain(1, f), f, n, e)
-		shared := 0
-		switch s.Arch {
-		case ArchQwen2MoE:
-			shared = s.SharedFFN
-			// The sigmoid gate of the shared expert: one logit per token, stored as a vector.
-			ts = append(ts, tensorDef{name: p + "ffn_gate_inp_shexp.weight", shape: u64([]int{n}),
-				role: "ffn_gate_inp_shexp", layer: il, init: initWeight, std: gain(2, n)})
-		case ArchDeepSeek2:
-			shared = s.SharedExperts * s.ExpertFFN
-		}
-		if shared > 0 {
-			lw("ffn_gate_shexp", gain(ffnGain, n), n, shared)
-			lw("ffn_up_shexp", gain(ffnGain, n), n, shared)
-			lw("ffn_down_shexp", gain(1, shared), shared, n)
+		if s.moe(il) {
+			s.moeFFN(b)
+		} else {
+			b.w("ffn_gate", gain(ffnGain, n), n, s.FFN)
+			b.w("ffn_up", gain(ffnGain, n), n, s.FFN)
+			b.w("ffn_down", gain(1, s.FFN), s.FFN, n)
 		}
 	}
-	return ts, nil
+	return d.ts, nil
+}
+
+// defList collects tensor definitions in file order, with one adder per init kind.
+type defList struct{ ts []tensorDef }
+
+func (d *defList) weight(name, role string, il int, std float64, shape ...int) {
+	d.ts = append(d.ts, tensorDef{name: name, shape: u64(shape), role: role, layer: il, init: initWeight, std: std, quantizable: true})
+}
+
+func (d *defList) norm(name, role string, il int, n int) {
+	d.ts = append(d.ts, tensorDef{name: name, shape: u64([]int{n}), role: role, layer: il, init: initNorm})
+}
+
+func (d *defList) bias(name, role string, il int, n int) {
+	d.ts = append(d.ts, tensorDef{name: name, shape: u64([]int{n}), role: role, layer: il, init: initBias, std: biasStd})
+}
+
+// blockDefs adds the tensors of one layer, named "blk.N." + role.
+type blockDefs struct {
+	*defList
+	prefix string
+	il     int
+}
+
+// w adds the layer's weight role, named with ".weight" as llama.cpp spells it.
+func (b blockDefs) w(role string, std float64, shape ...int) {
+	b.weight(b.prefix+role+".weight", role, b.il, std, shape...)
+}
+
+// attention adds the q, k, v and output projections of the non-MLA architectures, with the
+// biases or q/k norms their family carries.
+func (s *Spec) attention(b blockDefs) {
+	n, p, il := s.Embd, b.prefix, b.il
+	hd, hkv := s.headDim(), s.headsKV()
+	b.w("attn_q", gain(qkGain, n), n, s.Heads*hd)
+	b.w("attn_k", gain(qkGain, n), n, hkv*hd)
+	b.w("attn_v", gain(1, n), n, hkv*hd)
+	b.w("attn_output", gain(1, s.Heads*hd), s.Heads*hd, n)
+	switch s.Arch {
+	case ArchQwen2, ArchQwen2MoE:
+		b.bias(p+"attn_q.bias", "attn_q.bias", il, s.Heads*hd)
+		b.bias(p+"attn_k.bias", "attn_k.bias", il, hkv*hd)
+		b.bias(p+"attn_v.bias", "attn_v.bias", il, hkv*hd)
+	case ArchQwen3, ArchQwen3MoE:
+		b.norm(p+"attn_q_norm.weight", "attn_q_norm", il, hd)
+		b.norm(p+"attn_k_norm.weight", "attn_k_norm", il, hd)
+	case ArchOLMoE:
+		b.norm(p+"attn_q_norm.weight", "attn_q_norm", il, s.Heads*hd)
+		b.norm(p+"attn_k_norm.weight", "attn_k_norm", il, hkv*hd)
+	}
+}
+
+// mlaAttention adds DeepSeek2's multi-head latent attention: q through an optional LoRA, k
+// and v through the compressed kv_lora, in the MLA layout or the older single attn_kv_b.
+func (s *Spec) mlaAttention(b blockDefs) {
+	n, p, il := s.Embd, b.prefix, b.il
+	qk := s.QKNopeDim + s.RopeDim
+	if s.QLoraRank > 0 {
+		b.w("attn_q_a", 1/math.Sqrt(float64(n)), n, s.QLoraRank)
+		b.norm(p+"attn_q_a_norm.weight", "attn_q_a_norm", il, s.QLoraRank)
+		b.w("attn_q_b", gain(qkGain, s.QLoraRank), s.QLoraRank, s.Heads*qk)
+	} else {
+		b.w("attn_q", gain(qkGain, n), n, s.Heads*qk)
+	}
+	b.w("attn_kv_a_mqa", gain(qkGain, n), n, s.KVLoraRank+s.RopeDim)
+	b.norm(p+"attn_kv_a_norm.weight", "attn_kv_a_norm", il, s.KVLoraRank)
+	if s.MLA {
+		// attn_k_b is stored transposed per head ({nope, kv_lora, head}) so that it can
+		// be applied to q ("absorbed") rather than to the cache.
+		b.w("attn_k_b", gain(1, s.KVLoraRank), s.QKNopeDim, s.KVLoraRank, s.Heads)
+		b.w("attn_v_b", gain(1, s.KVLoraRank), s.KVLoraRank, s.VHeadDim, s.Heads)
+	} else {
+		b.w("attn_kv_b", gain(1, s.KVLoraRank), s.KVLoraRank, s.Heads*(s.QKNopeDim+s.VHeadDim))
+	}
+	b.w("attn_output", gain(1, s.Heads*s.VHeadDim), s.Heads*s.VHeadDim, n)
+}
+
+// moeFFN adds an MoE layer's router and stacked experts, and the shared expert of the
+// families that have one.
+func (s *Spec) moeFFN(b blockDefs) {
+	n, p, il := s.Embd, b.prefix, b.il
+	e, f := s.Experts, s.ExpertFFN
+	b.ts = append(b.ts, tensorDef{name: p + "ffn_gate_inp.weight", shape: u64([]int{n, e}), role: "ffn_gate_inp",
+		layer: il, init: initRouter, std: gain(routerGain, n)})
+	b.w("ffn_gate_exps", gain(ffnGain, n), n, f, e)
+	b.w("ffn_up_exps", gain(ffnGain, n), n, f, e)
+	b.w("ffn_down_exps", gain(1, f), f, n, e)
+	shared := 0
+	switch s.Arch {
+	case ArchQwen2MoE:
+		shared = s.SharedFFN
+		// The sigmoid gate of the shared expert: one logit per token, stored as a vector.
+		b.ts = append(b.ts, tensorDef{name: p + "ffn_gate_inp_shexp.weight", shape: u64([]int{n}),
+			role: "ffn_gate_inp_shexp", layer: il, init: initWeight, std: gain(2, n)})
+	case ArchDeepSeek2:
+		shared = s.SharedExperts * s.ExpertFFN
+	}
+	if shared > 0 {
+		b.w("ffn_gate_shexp", gain(ffnGain, n), n, shared)
+		b.w("ffn_up_shexp", gain(ffnGain, n), n, shared)
+		b.w("ffn_down_shexp", gain(1, shared), shared, n)
+	}
 }
 
 func u64(v []int) []uint64 {

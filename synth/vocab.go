@@ -174,8 +174,33 @@ func buildSPM(n int) (*vocab, error) {
 // result is a token, which llama.cpp needs to map merged symbols back to ids.
 func buildBPE(style string, n int) (*vocab, error) {
 	v := &vocab{model: "gpt2", pre: style, unk: -1, pad: -1}
-	var specials []string
-	var special []int32
+	specials, special := v.bpeFamily(style)
+	regular := n - len(specials)
+	if regular < 256 {
+		return nil, fmt.Errorf("bpe vocabulary of %d tokens has no room for the 256 byte tokens", n)
+	}
+	v.learnMerges(regular)
+	for i := 0; len(v.tokens) < regular; i++ {
+		v.tokens = append(v.tokens, fmt.Sprintf("<unused%d>", i))
+		v.types = append(v.types, tokUnused)
+	}
+	first := len(v.tokens)
+	v.tokens = append(v.tokens, specials...)
+	v.types = append(v.types, special...)
+	switch style {
+	case TokQwen2, TokQwen3:
+		v.bos, v.pad, v.eos = first, first, first+2 // <|endoftext|>, <|endoftext|>, <|im_end|>
+	case TokOLMo:
+		v.pad, v.bos, v.eos = first, first+1, first+1
+	case TokDeepSeek:
+		v.bos, v.eos, v.pad = first, first+1, first+1
+	}
+	return v, nil
+}
+
+// bpeFamily sets what the style's real vocabularies fix (pre-tokenizer, chat template, BOS)
+// and returns their special tokens with their types, which go at the end of the vocabulary.
+func (v *vocab) bpeFamily(style string) (specials []string, special []int32) {
 	switch style {
 	case TokQwen2, TokQwen3:
 		v.pre = "qwen2"
@@ -208,10 +233,12 @@ func buildBPE(style string, n int) (*vocab, error) {
 			"{{ message['content'] + '\n\n' }}{% endif %}{% endfor %}" +
 			"{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}"
 	}
-	regular := n - len(specials)
-	if regular < 256 {
-		return nil, fmt.Errorf("bpe vocabulary of %d tokens has no room for the 256 byte tokens", n)
-	}
+	return specials, special
+}
+
+// learnMerges adds the 256 byte tokens, then merges learnt over the word list and their
+// results as tokens until the vocabulary holds regular tokens or the words run out.
+func (v *vocab) learnMerges(regular int) {
 	order, m := bytesToUnicode()
 	seen := map[string]bool{}
 	for _, b := range order {
@@ -253,22 +280,6 @@ func buildBPE(style string, n int) (*vocab, error) {
 	for _, w := range words {
 		learn(byteLevel(" "+strings.ToUpper(w[:1])+w[1:], &m))
 	}
-	for i := 0; len(v.tokens) < regular; i++ {
-		v.tokens = append(v.tokens, fmt.Sprintf("<unused%d>", i))
-		v.types = append(v.types, tokUnused)
-	}
-	first := len(v.tokens)
-	v.tokens = append(v.tokens, specials...)
-	v.types = append(v.types, special...)
-	switch style {
-	case TokQwen2, TokQwen3:
-		v.bos, v.pad, v.eos = first, first, first+2 // <|endoftext|>, <|endoftext|>, <|im_end|>
-	case TokOLMo:
-		v.pad, v.bos, v.eos = first, first+1, first+1
-	case TokDeepSeek:
-		v.bos, v.eos, v.pad = first, first+1, first+1
-	}
-	return v, nil
 }
 
 // kv returns the tokenizer's GGUF metadata.

@@ -77,6 +77,24 @@ func (s *Spec) metadata(voc *vocab) ggml.KV {
 		kv[a+"expert_count"] = uint32(s.Experts)
 		kv[a+"expert_used_count"] = uint32(s.ExpertsUsed)
 	}
+	s.archMetadata(kv)
+	if s.HeadDim != 0 {
+		kv[a+"attention.key_length"] = uint32(s.HeadDim)
+		kv[a+"attention.value_length"] = uint32(s.HeadDim)
+	}
+	if y := s.YaRN; y != nil {
+		kv[a+"rope.scaling.type"] = "yarn"
+		kv[a+"rope.scaling.factor"] = y.Factor
+		kv[a+"rope.scaling.original_context_length"] = uint32(y.OrigContext)
+		kv[a+"rope.scaling.yarn_log_multiplier"] = y.LogMultiplier
+	}
+	return kv
+}
+
+// archMetadata adds the keys whose names or meaning differ between architectures: each
+// family's converter spells its feed-forward widths its own way.
+func (s *Spec) archMetadata(kv ggml.KV) {
+	a := s.Arch + "."
 	switch s.Arch {
 	case ArchLlama:
 		// Mixtral's files store the expert width as feed_forward_length.
@@ -98,42 +116,37 @@ func (s *Spec) metadata(voc *vocab) ggml.KV {
 	case ArchOLMoE:
 		kv[a+"feed_forward_length"] = uint32(s.ExpertFFN)
 	case ArchDeepSeek2:
-		kv[a+"feed_forward_length"] = uint32(s.FFN)
-		kv[a+"expert_feed_forward_length"] = uint32(s.ExpertFFN)
-		kv[a+"leading_dense_block_count"] = uint32(s.LeadingDense)
-		kv[a+"expert_shared_count"] = uint32(s.SharedExperts)
-		kv[a+"expert_weights_norm"] = s.ExpertWeightsNorm
-		kv[a+"expert_gating_func"] = uint32(1) // softmax
-		if s.ExpertWeightsScale != 0 {
-			kv[a+"expert_weights_scale"] = s.ExpertWeightsScale
-		}
-		// llama.cpp requires q_lora_rank unless the layer count says "Lite"; 0 means no q LoRA.
-		kv[a+"attention.q_lora_rank"] = uint32(s.QLoraRank)
-		kv[a+"attention.kv_lora_rank"] = uint32(s.KVLoraRank)
-		kv[a+"rope.dimension_count"] = uint32(s.RopeDim)
-		if s.MLA {
-			// One shared KV head holding [kv_lora | k_pe]; the per-head sizes move to *_mla.
-			kv[a+"attention.head_count_kv"] = uint32(1)
-			kv[a+"attention.key_length"] = uint32(s.KVLoraRank + s.RopeDim)
-			kv[a+"attention.value_length"] = uint32(s.KVLoraRank)
-			kv[a+"attention.key_length_mla"] = uint32(s.QKNopeDim + s.RopeDim)
-			kv[a+"attention.value_length_mla"] = uint32(s.VHeadDim)
-		} else {
-			kv[a+"attention.key_length"] = uint32(s.QKNopeDim + s.RopeDim)
-			kv[a+"attention.value_length"] = uint32(s.VHeadDim)
-		}
+		s.deepseek2Metadata(kv)
 	}
-	if s.HeadDim != 0 {
-		kv[a+"attention.key_length"] = uint32(s.HeadDim)
-		kv[a+"attention.value_length"] = uint32(s.HeadDim)
+}
+
+// deepseek2Metadata adds DeepSeek2's routing and MLA keys, which only its files carry.
+func (s *Spec) deepseek2Metadata(kv ggml.KV) {
+	a := s.Arch + "."
+	kv[a+"feed_forward_length"] = uint32(s.FFN)
+	kv[a+"expert_feed_forward_length"] = uint32(s.ExpertFFN)
+	kv[a+"leading_dense_block_count"] = uint32(s.LeadingDense)
+	kv[a+"expert_shared_count"] = uint32(s.SharedExperts)
+	kv[a+"expert_weights_norm"] = s.ExpertWeightsNorm
+	kv[a+"expert_gating_func"] = uint32(1) // softmax
+	if s.ExpertWeightsScale != 0 {
+		kv[a+"expert_weights_scale"] = s.ExpertWeightsScale
 	}
-	if y := s.YaRN; y != nil {
-		kv[a+"rope.scaling.type"] = "yarn"
-		kv[a+"rope.scaling.factor"] = y.Factor
-		kv[a+"rope.scaling.original_context_length"] = uint32(y.OrigContext)
-		kv[a+"rope.scaling.yarn_log_multiplier"] = y.LogMultiplier
+	// llama.cpp requires q_lora_rank unless the layer count says "Lite"; 0 means no q LoRA.
+	kv[a+"attention.q_lora_rank"] = uint32(s.QLoraRank)
+	kv[a+"attention.kv_lora_rank"] = uint32(s.KVLoraRank)
+	kv[a+"rope.dimension_count"] = uint32(s.RopeDim)
+	if s.MLA {
+		// One shared KV head holding [kv_lora | k_pe]; the per-head sizes move to *_mla.
+		kv[a+"attention.head_count_kv"] = uint32(1)
+		kv[a+"attention.key_length"] = uint32(s.KVLoraRank + s.RopeDim)
+		kv[a+"attention.value_length"] = uint32(s.KVLoraRank)
+		kv[a+"attention.key_length_mla"] = uint32(s.QKNopeDim + s.RopeDim)
+		kv[a+"attention.value_length_mla"] = uint32(s.VHeadDim)
+	} else {
+		kv[a+"attention.key_length"] = uint32(s.QKNopeDim + s.RopeDim)
+		kv[a+"attention.value_length"] = uint32(s.VHeadDim)
 	}
-	return kv
 }
 
 // Bytes returns the size of the tensor data of the model (not counting metadata).
