@@ -195,6 +195,8 @@ func (a *app) benchPolicies() string {
 	return "ondemand,prefetch,commit,cpu-miss"
 }
 
+// simBench times decode on a simulated GPU without computing the offloaded runs: of a
+// --shape with no weights, or of -m with the routing it chooses.
 func (a *app) simBench(f benchFlags) error {
 	o := bench.SimOptions{Shape: f.shape, Device: a.device, Context: f.ctxFill, Tokens: f.tokens, Trace: f.traceFile,
 		Predictor: cmp.Or(a.predictor, "accuracy=0.8,first=0.45"), CrossToken: a.crossToken, Seed: f.seed, TimelineTokens: f.timelineTokens, PromptLen: f.promptLen,
@@ -209,15 +211,9 @@ func (a *app) simBench(f benchFlags) error {
 		if f.traceFile != "" {
 			return fmt.Errorf("--trace replays routing for --shape; with -m the routing is the model's own")
 		}
-		// Numbers on the CPU, time on the simulated GPU.
-		prompts, opts, err := a.benchModelOptions(f, "cpu")
+		prompts, m, err := a.openRoutingModel(f)
 		if err != nil {
 			return err
-		}
-		opts.Offload = nil // the routing is computed with every expert in memory
-		m, err := engine.Open(a.modelPath, opts)
-		if err != nil {
-			return fmt.Errorf("open %s: %w", a.modelPath, err)
 		}
 		defer m.Close()
 		o.Model, o.Prompts = m, prompts
@@ -225,6 +221,38 @@ func (a *app) simBench(f benchFlags) error {
 			o.Tokens = 32
 		}
 	}
+	if err := a.simPolicyOptions(&o, f); err != nil {
+		return err
+	}
+	rep, err := bench.Sim(o)
+	if err != nil {
+		return err
+	}
+	if f.asJSON {
+		return writeJSON(a.stdout, rep)
+	}
+	return a.printSimBench(rep)
+}
+
+// openRoutingModel opens -m for a timing-only run: its numbers are computed on the CPU with
+// every expert in memory, for the routing alone; the time is the simulated GPU's.
+func (a *app) openRoutingModel(f benchFlags) ([]string, *engine.Model, error) {
+	prompts, opts, err := a.benchModelOptions(f, "cpu")
+	if err != nil {
+		return nil, nil, err
+	}
+	opts.Offload = nil // the routing is computed with every expert in memory
+	m, err := engine.Open(a.modelPath, opts)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open %s: %w", a.modelPath, err)
+	}
+	return prompts, m, nil
+}
+
+// simPolicyOptions checks the rest of a timing-only run's flags and fills in o what the
+// policies are timed with: the device budget, the host's rates, the policies themselves and
+// where their timelines go.
+func (a *app) simPolicyOptions(o *bench.SimOptions, f benchFlags) error {
 	if f.ctxFill < 1 || f.ctxFill > 1<<20 {
 		return fmt.Errorf("--ctx-fill %d: want 1 to %d", f.ctxFill, 1<<20)
 	}
@@ -250,13 +278,12 @@ func (a *app) simBench(f benchFlags) error {
 	if files := timelineFiles(f.timeline); files != nil {
 		o.Timeline = func(p offload.Policy) (io.WriteCloser, error) { return files(p.String()) }
 	}
-	rep, err := bench.Sim(o)
-	if err != nil {
-		return err
-	}
-	if f.asJSON {
-		return writeJSON(a.stdout, rep)
-	}
+	return nil
+}
+
+// printSimBench reports a timing-only run: what was timed and how, then the policies side
+// by side.
+func (a *app) printSimBench(rep *bench.SimReport) error {
 	routing := routingLabel(rep.Synthetic)
 	fmt.Fprintf(a.stdout, "%s on %s (profile calibrated: %v), %.2f GiB budget: %.1f MiB per expert, %.2f GiB resident\n",
 		rep.Shape, rep.Device, rep.Calibrated, rep.GPUMem/(1<<30), rep.ExpertBytes/(1<<20), rep.Resident/(1<<30))
@@ -352,44 +379,9 @@ func benchPromptList(file string) ([]string, error) {
 // modelBench decodes tokens after each prompt with the real model and reports latencies,
 // for each policy when the experts are offloaded.
 func (a *app) modelBench(cmd *cobra.Command, f benchFlags) error {
-	if f.tokens != 0 && (f.tokens < 2 || f.tokens > maxCtx) {
-		return fmt.Errorf("--tokens %d: want 2 to %d (the first token is the time to first token)", f.tokens, maxCtx)
-	}
-	if f.timelineTokens < 1 || f.timelineTokens > 64 {
-		return fmt.Errorf("--timeline-tokens %d: want 1 to 64", f.timelineTokens)
-	}
-	if f.timeline != "" && !strings.HasPrefix(a.device, "sim:") {
-		return fmt.Errorf("--timeline draws a simulated GPU's streams: pass --device sim:<profile>")
-	}
-	prompts, base, err := a.benchModelOptions(f, a.device)
+	o, err := a.modelBenchOptions(cmd, f)
 	if err != nil {
 		return err
-	}
-	o := bench.Options{Options: base, Prompts: prompts, Tokens: f.tokens, Timeline: timelineFiles(f.timeline), TimelineTokens: f.timelineTokens,
-		Commit: a.commitOptions()}
-	if cmd.Flags().Changed("prompt-len") {
-		if f.prompts != "" {
-			return fmt.Errorf("--prompt-len and --prompts: give the prompts as text or as a number of tokens, not both")
-		}
-		if f.promptLen < 1 || f.promptLen > maxCtx {
-			return fmt.Errorf("--prompt-len %d: want 1 to %d", f.promptLen, maxCtx)
-		}
-		info, err := engine.Inspect(a.modelPath)
-		if err != nil {
-			return err
-		}
-		o.PromptIDs = tokenPrompts(len(prompts), f.promptLen, info.Vocab)
-	}
-	o.Options.Offload, o.Options.Commit = nil, nil
-	if off := base.Offload; off != nil {
-		o.GPUMem, o.Eviction, o.Predictor = off.GPUMem, off.Eviction, off.Predictor
-		if o.Policies, err = offload.ParsePolicies(cmp.Or(a.policy, a.benchPolicies())); err != nil {
-			return fmt.Errorf("--policy: %w", err)
-		}
-		o.HostLayers = a.cpuMoELayers
-		if slices.ContainsFunc(o.Policies, offload.Policy.UsesHost) && weighsHost(a.device) {
-			o.Options.HostRates = measureHostRates(o.Options.HostRates)
-		}
 	}
 	rep, err := bench.Run(cmd.Context(), a.modelPath, o)
 	if err != nil {
@@ -399,23 +391,79 @@ func (a *app) modelBench(cmd *cobra.Command, f benchFlags) error {
 		return writeJSON(a.stdout, rep)
 	}
 	if len(rep.Rows) == 1 && rep.GPUMem == 0 {
-		p := rep.Rows[0]
-		fmt.Fprintf(a.stdout, "%s on %s: %d prompts x %d tokens\nper-token latency  mean %.3f ms  p50 %.3f ms  p90 %.3f ms\ntime to first token %.3f ms\ndecode %.1f tokens/s\n",
-			rep.Model, rep.Device, rep.Prompts, rep.Tokens, p.Mean*1e3, p.P50*1e3, p.P90*1e3, p.TTFT*1e3, p.TokensPerSecond)
-		if cmd.Flags().Changed("prompt-len") {
-			fmt.Fprintf(a.stdout, "prefill %.1f tokens/s (%d-token prompts)\n", float64(f.promptLen)/p.TTFT, f.promptLen)
-		}
-		if rep.Simulated {
-			fmt.Fprintf(a.stdout, "simulated time (profile calibrated: %v), numbers computed on the CPU; physical limit %.3f ms per token, measured/limit %.2f\n",
-				rep.Calibrated, p.LimitPerToken*1e3, p.OverLimit)
-		}
-		if p.GPU != nil {
-			fmt.Fprintf(a.stdout, "device time %.3f ms per token (CUDA events); physical limit %.3f ms per token (the device's compute), measured/limit %.2f\n",
-				p.DeviceTimePerToken*1e3, p.LimitPerToken*1e3, p.OverLimit)
-			a.gpuPerToken(p)
-		}
+		a.printLatency(rep, cmd.Flags().Changed("prompt-len"), f.promptLen)
 		return nil
 	}
+	return a.printPolicyBench(rep)
+}
+
+// modelBenchOptions checks the flags of a run of -m and builds it: the prompts as text or as
+// --prompt-len token ids, and with --gpu-mem the list of policies to compare.
+func (a *app) modelBenchOptions(cmd *cobra.Command, f benchFlags) (bench.Options, error) {
+	if f.tokens != 0 && (f.tokens < 2 || f.tokens > maxCtx) {
+		return bench.Options{}, fmt.Errorf("--tokens %d: want 2 to %d (the first token is the time to first token)", f.tokens, maxCtx)
+	}
+	if f.timelineTokens < 1 || f.timelineTokens > 64 {
+		return bench.Options{}, fmt.Errorf("--timeline-tokens %d: want 1 to 64", f.timelineTokens)
+	}
+	if f.timeline != "" && !strings.HasPrefix(a.device, "sim:") {
+		return bench.Options{}, fmt.Errorf("--timeline draws a simulated GPU's streams: pass --device sim:<profile>")
+	}
+	prompts, base, err := a.benchModelOptions(f, a.device)
+	if err != nil {
+		return bench.Options{}, err
+	}
+	o := bench.Options{Options: base, Prompts: prompts, Tokens: f.tokens, Timeline: timelineFiles(f.timeline), TimelineTokens: f.timelineTokens,
+		Commit: a.commitOptions()}
+	if cmd.Flags().Changed("prompt-len") {
+		if f.prompts != "" {
+			return o, fmt.Errorf("--prompt-len and --prompts: give the prompts as text or as a number of tokens, not both")
+		}
+		if f.promptLen < 1 || f.promptLen > maxCtx {
+			return o, fmt.Errorf("--prompt-len %d: want 1 to %d", f.promptLen, maxCtx)
+		}
+		info, err := engine.Inspect(a.modelPath)
+		if err != nil {
+			return o, err
+		}
+		o.PromptIDs = tokenPrompts(len(prompts), f.promptLen, info.Vocab)
+	}
+	o.Options.Offload, o.Options.Commit = nil, nil
+	if off := base.Offload; off != nil {
+		o.GPUMem, o.Eviction, o.Predictor = off.GPUMem, off.Eviction, off.Predictor
+		if o.Policies, err = offload.ParsePolicies(cmp.Or(a.policy, a.benchPolicies())); err != nil {
+			return o, fmt.Errorf("--policy: %w", err)
+		}
+		o.HostLayers = a.cpuMoELayers
+		if slices.ContainsFunc(o.Policies, offload.Policy.UsesHost) && weighsHost(a.device) {
+			o.Options.HostRates = measureHostRates(o.Options.HostRates)
+		}
+	}
+	return o, nil
+}
+
+// printLatency reports a run with all its experts in memory: one row needs no table.
+func (a *app) printLatency(rep *bench.Report, promptLenSet bool, promptLen int) {
+	p := rep.Rows[0]
+	fmt.Fprintf(a.stdout, "%s on %s: %d prompts x %d tokens\nper-token latency  mean %.3f ms  p50 %.3f ms  p90 %.3f ms\ntime to first token %.3f ms\ndecode %.1f tokens/s\n",
+		rep.Model, rep.Device, rep.Prompts, rep.Tokens, p.Mean*1e3, p.P50*1e3, p.P90*1e3, p.TTFT*1e3, p.TokensPerSecond)
+	if promptLenSet {
+		fmt.Fprintf(a.stdout, "prefill %.1f tokens/s (%d-token prompts)\n", float64(promptLen)/p.TTFT, promptLen)
+	}
+	if rep.Simulated {
+		fmt.Fprintf(a.stdout, "simulated time (profile calibrated: %v), numbers computed on the CPU; physical limit %.3f ms per token, measured/limit %.2f\n",
+			rep.Calibrated, p.LimitPerToken*1e3, p.OverLimit)
+	}
+	if p.GPU != nil {
+		fmt.Fprintf(a.stdout, "device time %.3f ms per token (CUDA events); physical limit %.3f ms per token (the device's compute), measured/limit %.2f\n",
+			p.DeviceTimePerToken*1e3, p.LimitPerToken*1e3, p.OverLimit)
+		a.gpuPerToken(p)
+	}
+}
+
+// printPolicyBench reports the policies of an offloaded run side by side, under a header
+// that says whose clock timed them.
+func (a *app) printPolicyBench(rep *bench.Report) error {
 	// On a GPU the device times its own streams: a column of its time per token, and the
 	// limit is what it measured.
 	gpu := slices.ContainsFunc(rep.Rows, func(p engine.PolicyReport) bool { return p.GPU != nil })
@@ -435,23 +483,7 @@ func (a *app) modelBench(cmd *cobra.Command, f benchFlags) error {
 		fmt.Fprintf(a.stdout, "cpu-miss weighs each copy against the host: %.1f GB/s of weights for a token, %.0f GFLOP/s for each further token\n",
 			r.Bandwidth/1e9, r.FLOPS/1e9)
 	}
-	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	devCol := ""
-	if gpu {
-		devCol = "device ms/tok\t"
-	}
-	fmt.Fprintln(tw, "policy\tpredictor\tslots\tTTFT ms\tmean ms\tp50 ms\tp90 ms\t"+devCol+"tok/s\thit rate\tKB moved/tok\tstall ms/tok\taccuracy\ton CPU/tok\tlimit ms\tmeasured/limit\t")
-	for _, p := range rep.Rows {
-		dev := ""
-		if gpu {
-			dev = orDash(p.DeviceTimePerToken*1e3, "%.3f", p.GPU != nil) + "\t"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%s%.1f\t%s\t%.1f\t%s\t%s\t%.2f\t%s\t%s\t\n", a.policyLabel(p), cmp.Or(p.Predictor, "-"), p.Slots,
-			p.TTFT*1e3, p.Mean*1e3, p.P50*1e3, p.P90*1e3, dev, p.TokensPerSecond, orDash(p.HitRate, "%.3f", p.Slots > 0), p.MovedPerToken/1e3,
-			orDash(p.StallPerToken*1e3, "%.3f", true), orDash(p.Accuracy, "%.3f", true), p.OnCPUPerToken,
-			orDash(p.LimitPerToken*1e3, "%.3f", true), orDash(p.OverLimit, "%.2f", true))
-	}
-	if err := tw.Flush(); err != nil {
+	if err := a.policyTable(rep.Rows, gpu); err != nil {
 		return err
 	}
 	a.policyNotes(rep.Rows)
@@ -463,6 +495,28 @@ func (a *app) modelBench(cmd *cobra.Command, f benchFlags) error {
 		}
 	}
 	return nil
+}
+
+// policyTable prints a row for each policy of a run of -m, with a column of device time when
+// a GPU timed its streams.
+func (a *app) policyTable(rows []engine.PolicyReport, gpu bool) error {
+	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	devCol := ""
+	if gpu {
+		devCol = "device ms/tok\t"
+	}
+	fmt.Fprintln(tw, "policy\tpredictor\tslots\tTTFT ms\tmean ms\tp50 ms\tp90 ms\t"+devCol+"tok/s\thit rate\tKB moved/tok\tstall ms/tok\taccuracy\ton CPU/tok\tlimit ms\tmeasured/limit\t")
+	for _, p := range rows {
+		dev := ""
+		if gpu {
+			dev = orDash(p.DeviceTimePerToken*1e3, "%.3f", p.GPU != nil) + "\t"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%s%.1f\t%s\t%.1f\t%s\t%s\t%.2f\t%s\t%s\t\n", a.policyLabel(p), cmp.Or(p.Predictor, "-"), p.Slots,
+			p.TTFT*1e3, p.Mean*1e3, p.P50*1e3, p.P90*1e3, dev, p.TokensPerSecond, orDash(p.HitRate, "%.3f", p.Slots > 0), p.MovedPerToken/1e3,
+			orDash(p.StallPerToken*1e3, "%.3f", true), orDash(p.Accuracy, "%.3f", true), p.OnCPUPerToken,
+			orDash(p.LimitPerToken*1e3, "%.3f", true), orDash(p.OverLimit, "%.2f", true))
+	}
+	return tw.Flush()
 }
 
 // gpuPerToken prints what a CUDA GPU did for a decoded token.

@@ -51,108 +51,149 @@ func (a *app) chatLoop(ctx context.Context, s *engine.Session, system string, op
 	ctx, quit := context.WithCancel(ctx)
 	defer quit()
 
+	c := &conversation{a: a, s: s, opts: opts, interactive: interactive}
 	// Ctrl-C cancels the reply being generated if there is one, else ends the chat.
-	var mu sync.Mutex
-	var cancelReply context.CancelFunc
-	defer a.interrupts.set(func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if cancelReply != nil {
-			cancelReply()
-			return
-		}
-		quit()
-	})()
+	defer a.interrupts.set(func() { c.interrupt(quit) })()
 
 	done := make(chan struct{})
 	defer close(done)
 	lines := readLines(a.stdin, done)
 
-	var start []engine.Message
 	if system != "" {
-		start = []engine.Message{{Role: "system", Content: system}}
+		c.start = []engine.Message{{Role: "system", Content: system}}
 	}
-	history := append([]engine.Message(nil), start...)
+	c.history = append([]engine.Message(nil), c.start...)
 	if interactive {
 		fmt.Fprintln(a.stderr, chatHelp)
 	}
-	opts.OnToken = func(t engine.Token) error {
+	c.opts.OnToken = func(t engine.Token) error {
 		_, err := io.WriteString(a.stdout, t.Text)
 		return err
 	}
 	for {
-		if interactive {
-			fmt.Fprint(a.stdout, "> ")
-		}
-		var line string
-		var ok bool
-		select {
-		case <-ctx.Done():
-			if interactive {
-				fmt.Fprintln(a.stdout)
-			}
-			return nil
-		case line, ok = <-lines:
-		}
-		if !ok { // EOF (Ctrl-D)
-			if interactive {
-				fmt.Fprintln(a.stdout)
-			}
+		line, ok := c.readTurn(ctx, lines)
+		if !ok {
 			return nil
 		}
 		line = strings.TrimSpace(line)
-		switch {
-		case line == "":
-			continue
-		case line == "/exit" || line == "/quit":
+		if line == "/exit" || line == "/quit" {
 			return nil
-		case line == "/reset":
-			history = append(history[:0:0], start...)
-			s.Reset()
-			if interactive {
-				fmt.Fprintln(a.stderr, "(conversation cleared)")
-			}
-			continue
-		case strings.HasPrefix(line, "/") && !strings.ContainsAny(line, " \t"):
-			// A lone "/word" is almost surely a mistyped command, not a message.
-			fmt.Fprintf(a.stderr, "unknown command %s; %s\n", line, chatHelp)
+		}
+		if c.command(line) {
 			continue
 		}
-
-		history = append(history, engine.Message{Role: "user", Content: line})
-		replyCtx, cancel := context.WithCancel(ctx)
-		mu.Lock()
-		cancelReply = cancel
-		mu.Unlock()
-		res, err := s.Chat(replyCtx, history, opts)
-		mu.Lock()
-		cancelReply = nil
-		mu.Unlock()
-		interrupted := replyCtx.Err() != nil && ctx.Err() == nil
-		cancel()
-		fmt.Fprintln(a.stdout)
-
-		switch {
-		case err == nil:
-			history = append(history, engine.Message{Role: "assistant", Content: res.Text})
-		case ctx.Err() != nil: // SIGTERM: stop everything
-			return ctx.Err()
-		case interrupted && errors.Is(err, context.Canceled):
-			fmt.Fprintln(a.stderr, "(reply interrupted)")
-			// Keep what the user saw, so the next turn's history matches the screen.
-			if res.Text != "" {
-				history = append(history, engine.Message{Role: "assistant", Content: res.Text})
-			} else {
-				history = history[:len(history)-1]
-			}
-		default:
-			history = history[:len(history)-1]
-			if !interactive {
-				return err
-			}
-			fmt.Fprintf(a.stderr, "error: %v\n", err)
+		if err := c.reply(ctx, line); err != nil {
+			return err
 		}
 	}
+}
+
+// conversation is what the steps of a chat share: the turns so far, and the reply being
+// generated, which Ctrl-C stops.
+type conversation struct {
+	a           *app
+	s           *engine.Session
+	opts        engine.GenerateOptions
+	interactive bool
+	start       []engine.Message // what /reset goes back to: the system message, if any
+	history     []engine.Message
+
+	mu          sync.Mutex
+	cancelReply context.CancelFunc // nil at the prompt
+}
+
+// interrupt stops the reply being generated, or calls quit at the prompt. The lock keeps a
+// reply from starting in between.
+func (c *conversation) interrupt(quit func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cancelReply != nil {
+		c.cancelReply()
+		return
+	}
+	quit()
+}
+
+// setReply records the cancel of the reply being generated (nil when it is over), for
+// interrupt.
+func (c *conversation) setReply(cancel context.CancelFunc) {
+	c.mu.Lock()
+	c.cancelReply = cancel
+	c.mu.Unlock()
+}
+
+// readTurn shows the prompt and waits for the user's next line, or for the chat to end: at
+// EOF (Ctrl-D) or on Ctrl-C, when it reports false.
+func (c *conversation) readTurn(ctx context.Context, lines <-chan string) (string, bool) {
+	if c.interactive {
+		fmt.Fprint(c.a.stdout, "> ")
+	}
+	var line string
+	var ok bool
+	select {
+	case <-ctx.Done():
+	case line, ok = <-lines:
+	}
+	if !ok && c.interactive {
+		fmt.Fprintln(c.a.stdout) // the shell's prompt starts on a line of its own
+	}
+	return line, ok
+}
+
+// command carries out a line that is no message for the model: a blank one, /reset, or a
+// mistyped command. It reports whether line was one.
+func (c *conversation) command(line string) bool {
+	switch {
+	case line == "":
+	case line == "/reset":
+		c.history = append(c.history[:0:0], c.start...)
+		c.s.Reset()
+		if c.interactive {
+			fmt.Fprintln(c.a.stderr, "(conversation cleared)")
+		}
+	case strings.HasPrefix(line, "/") && !strings.ContainsAny(line, " \t"):
+		// A lone "/word" is almost surely a mistyped command, not a message.
+		fmt.Fprintf(c.a.stderr, "unknown command %s; %s\n", line, chatHelp)
+	default:
+		return false
+	}
+	return true
+}
+
+// reply streams the model's answer to the user's line and keeps the turn in the history. An
+// error it returns ends the chat: SIGTERM always, an engine error when no one is at a
+// terminal to /reset and go on.
+func (c *conversation) reply(ctx context.Context, line string) error {
+	c.history = append(c.history, engine.Message{Role: "user", Content: line})
+	replyCtx, cancel := context.WithCancel(ctx)
+	c.setReply(cancel)
+	res, err := c.s.Chat(replyCtx, c.history, c.opts)
+	c.setReply(nil)
+	interrupted := replyCtx.Err() != nil && ctx.Err() == nil
+	cancel()
+	fmt.Fprintln(c.a.stdout)
+
+	switch {
+	case err == nil:
+		c.history = append(c.history, engine.Message{Role: "assistant", Content: res.Text})
+	case ctx.Err() != nil: // SIGTERM: stop everything
+		return ctx.Err()
+	case interrupted && errors.Is(err, context.Canceled):
+		fmt.Fprintln(c.a.stderr, "(reply interrupted)")
+		// Keep what the user saw, so the next turn's history matches the screen.
+		if res.Text != "" {
+			c.history = append(c.history, engine.Message{Role: "assistant", Content: res.Text})
+		} else {
+			c.history = c.history[:len(c.history)-1]
+		}
+	default:
+		c.history = c.history[:len(c.history)-1]
+		if !c.interactive {
+			return err
+		}
+		fmt.Fprintf(c.a.stderr, "error: %v\n", err)
+	}
+	return nil
 }
 
 // readLines delivers stdin line by line on a channel, closed at EOF, so that the chat loop can

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -36,6 +37,8 @@ func (f *epFlags) register(cmd *cobra.Command) {
 // epBenchFlagNames are the flags that apply only with --ep.
 var epBenchFlagNames = []string{"batch", "batches", "text", "alpha", "hot", "visual", "per-layer"}
 
+// epBench measures expert parallelism with each --ep-policy: on -m's devices over --text, or
+// with a cost model of a --shape's (or -m's) on simulated devices.
 func (a *app) epBench(cmd *cobra.Command, f benchFlags) error {
 	for _, name := range []string{"timing-only", "timeline", "prompts", "tokens", "prompt-len", "skew", "cross-layer", "temporal"} {
 		if cmd.Flags().Changed(name) {
@@ -55,19 +58,9 @@ func (a *app) epBench(cmd *cobra.Command, f benchFlags) error {
 	if a.macsEta != 0 || a.macsCalibration != "" {
 		return fmt.Errorf("--macs-eta and --macs-calibration need the model's hidden states: run it with --text (synthetic and recorded routing have none)")
 	}
-	o := bench.EPOptions{Shape: f.shape, Device: a.device, Devices: a.epDevices, Tokens: e.batch, Steps: e.batches,
-		Context: f.ctxFill, Trace: f.traceFile, Skew: e.alpha, Hot: e.hot, Visual: e.visual, Seed: f.seed, Gamma: a.capacityFactor, HarMoEnyThreshold: a.harmoenyQ}
-	if a.epPolicy != "" {
-		o.Policies = strings.Split(a.epPolicy, ",")
-	}
-	var err error
-	if o.Metric, err = multigpu.ParseDropMetric(a.dropMetric); err != nil {
-		return fmt.Errorf("--drop-metric: %w", err)
-	}
-	if a.linkBW != "" {
-		if o.LinkBandwidth, err = parseBytes(a.linkBW); err != nil {
-			return fmt.Errorf("--link-bw: %w", err)
-		}
+	o, err := a.epSimOptions(f)
+	if err != nil {
+		return err
 	}
 	if f.shape == "" {
 		opts := a.plainOptions()
@@ -86,6 +79,39 @@ func (a *app) epBench(cmd *cobra.Command, f benchFlags) error {
 	if f.asJSON {
 		return writeJSON(a.stdout, rep)
 	}
+	if err := a.printEPSim(rep); err != nil {
+		return err
+	}
+	if !e.perLayer {
+		return nil
+	}
+	return a.printEPSimLayers(rep)
+}
+
+// epSimOptions are the options of a simulated expert-parallel run: the batches, the routing
+// and the planners, with how they drop tokens and how fast the devices' link is.
+func (a *app) epSimOptions(f benchFlags) (bench.EPOptions, error) {
+	e := f.ep
+	o := bench.EPOptions{Shape: f.shape, Device: a.device, Devices: a.epDevices, Tokens: e.batch, Steps: e.batches,
+		Context: f.ctxFill, Trace: f.traceFile, Skew: e.alpha, Hot: e.hot, Visual: e.visual, Seed: f.seed, Gamma: a.capacityFactor, HarMoEnyThreshold: a.harmoenyQ}
+	if a.epPolicy != "" {
+		o.Policies = strings.Split(a.epPolicy, ",")
+	}
+	var err error
+	if o.Metric, err = multigpu.ParseDropMetric(a.dropMetric); err != nil {
+		return o, fmt.Errorf("--drop-metric: %w", err)
+	}
+	if a.linkBW != "" {
+		if o.LinkBandwidth, err = parseBytes(a.linkBW); err != nil {
+			return o, fmt.Errorf("--link-bw: %w", err)
+		}
+	}
+	return o, nil
+}
+
+// printEPSim reports a simulated expert-parallel run, a row for each planner with its
+// figures averaged over the layers and its speedup over the first.
+func (a *app) printEPSim(rep *bench.EPReport) error {
 	fmt.Fprintf(a.stdout, "%s on %d x %s, all-to-all at %.1f GB/s per device; %d batches of %d tokens; %s: %s\n",
 		rep.Shape, rep.Devices, rep.Device, rep.LinkBandwidth/1e9, rep.Steps, rep.Tokens, routingLabel(rep.Synthetic), rep.Routing)
 	fmt.Fprintf(a.stdout, "capacity factor %v (by %s); HarMoEny threshold q = %d tokens\n", rep.Gamma, a.dropMetric, rep.HarMoEnyThreshold)
@@ -107,12 +133,11 @@ func (a *app) epBench(cmd *cobra.Command, f benchFlags) error {
 		fmt.Fprintf(tw, "%s\t%.1f\t%.3f\t%.3f\t%.3f\t%.1f\t%.3f\t%.3f\t%.2f\t%.0f\t%.2fx\t\n", r.Policy, maxLoad/n, bal/n, r.Dropped, r.Extra,
 			r.Fetches, strag/n*1e3, total/n*1e3, r.Latency*1e3, r.Throughput, base/r.Latency)
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if !e.perLayer {
-		return nil
-	}
+	return tw.Flush()
+}
+
+// printEPSimLayers prints every layer's figures of each planner (--per-layer).
+func (a *app) printEPSimLayers(rep *bench.EPReport) error {
 	for _, r := range rep.Rows {
 		fmt.Fprintf(a.stdout, "\n%s per layer\n", r.Policy)
 		tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -160,32 +185,55 @@ func (a *app) epRun(cmd *cobra.Command, f benchFlags) error {
 	if err := a.macsFlagsFit(policies); err != nil {
 		return err
 	}
-	var rows []epRunRow
-	for _, p := range policies {
-		opts := a.baseOptions(a.device)
-		if opts.EP, err = a.epOptions(strings.TrimSpace(p)); err != nil {
-			return err
-		}
-		m, err := a.openModelWith(opts)
-		if err != nil {
-			return err
-		}
-		r, err := m.PerplexityWith(cmd.Context(), string(data), engine.PerplexityOptions{Window: window, MaxTokens: e.batch * e.batches})
-		st, _ := m.EPStats()
-		m.Close()
-		if err != nil {
-			return fmt.Errorf("%s: %w", p, err)
-		}
-		rows = append(rows, epRunRow{Policy: st.Policy, Perplexity: r.Perplexity, Stats: st})
+	rows, err := a.runPlanners(cmd.Context(), string(data), policies, engine.PerplexityOptions{Window: window, MaxTokens: e.batch * e.batches})
+	if err != nil {
+		return err
 	}
 	if f.asJSON {
 		return writeJSON(a.stdout, rows)
 	}
+	a.printEPRunHeader(rows, window, e.text)
+	if err := a.printEPRun(rows); err != nil {
+		return err
+	}
+	if !e.perLayer {
+		return nil
+	}
+	return a.printEPRunLayers(rows)
+}
+
+// runPlanners scores text with the model opened for each planner in turn: the planner is an
+// option of the open model, not of a run.
+func (a *app) runPlanners(ctx context.Context, text string, policies []string, po engine.PerplexityOptions) ([]epRunRow, error) {
+	var rows []epRunRow
+	var err error
+	for _, p := range policies {
+		opts := a.baseOptions(a.device)
+		if opts.EP, err = a.epOptions(strings.TrimSpace(p)); err != nil {
+			return nil, err
+		}
+		m, err := a.openModelWith(opts)
+		if err != nil {
+			return nil, err
+		}
+		r, err := m.PerplexityWith(ctx, text, po)
+		st, _ := m.EPStats()
+		m.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+		rows = append(rows, epRunRow{Policy: st.Policy, Perplexity: r.Perplexity, Stats: st})
+	}
+	return rows, nil
+}
+
+// printEPRunHeader says what ran where, whose clock timed it and how the tokens moved.
+func (a *app) printEPRunHeader(rows []epRunRow, window int, textFile string) {
 	clock := "wall time, the devices sharing this machine's cores"
 	if strings.HasPrefix(a.device, "sim:") {
 		clock = "simulated time, numbers computed on the CPU"
 	}
-	fmt.Fprintf(a.stdout, "%s on %d x %s: batches of %d windows of %d tokens of %s, %s\n", a.modelPath, a.epDevices, a.device, a.epDevices, window, e.text, clock)
+	fmt.Fprintf(a.stdout, "%s on %d x %s: batches of %d windows of %d tokens of %s, %s\n", a.modelPath, a.epDevices, a.device, a.epDevices, window, textFile, clock)
 	if len(rows) > 0 {
 		fmt.Fprintf(a.stdout, "tokens moved by: %s\n", rows[0].Stats.Transport)
 	}
@@ -195,6 +243,11 @@ func (a *app) epRun(cmd *cobra.Command, f benchFlags) error {
 			break
 		}
 	}
+}
+
+// printEPRun prints a row for each planner's run of the model: its perplexity, and its
+// figures averaged over the layers (each layer's over its passes) and batches.
+func (a *app) printEPRun(rows []epRunRow) error {
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "policy\tperplexity\tmax load\tbalancedness\tdropped\textra\tfetches\tMB moved/batch\tstraggler ms/layer\tlayer ms\tbatch ms\ttok/s\tspeedup\t")
 	base := 0.0
@@ -224,12 +277,11 @@ func (a *app) epRun(cmd *cobra.Command, f benchFlags) error {
 		fmt.Fprintf(tw, "%s\t%.4f\t%.1f\t%.3f\t%.3f\t%.3f\t%.1f\t%.2f\t%.3f\t%.3f\t%.2f\t%.0f\t%.2fx\t\n", r.Policy, r.Perplexity, maxLoad/nl, bal/nl,
 			dropped/max(choices, 1), extra/max(choices, 1), fetches/steps, moved/steps/1e6, strag/nl*1e3, total/nl*1e3, batch*1e3, tokens/max(st.Seconds, 1e-12), base/batch)
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if !e.perLayer {
-		return nil
-	}
+	return tw.Flush()
+}
+
+// printEPRunLayers prints every layer's figures of each planner's run (--per-layer).
+func (a *app) printEPRunLayers(rows []epRunRow) error {
 	for _, r := range rows {
 		fmt.Fprintf(a.stdout, "\n%s per layer\n", r.Policy)
 		tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)

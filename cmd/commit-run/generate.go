@@ -23,13 +23,16 @@ type generateJSON struct {
 	Seed          uint64  `json:"seed"`
 }
 
+// generateFlags are generate's own flags, and the generation flags it shares with chat.
+type generateFlags struct {
+	g      genFlags
+	prompt string
+	tokens string
+	asJSON bool
+}
+
 func (a *app) generateCmd() *cobra.Command {
-	var (
-		g      genFlags
-		prompt string
-		tokens string
-		asJSON bool
-	)
+	var gf generateFlags
 	cmd := &cobra.Command{
 		Use:   "generate",
 		Short: "Continue a prompt (--prompt TEXT) or a list of token ids (--tokens 1,2,3)",
@@ -37,76 +40,87 @@ func (a *app) generateCmd() *cobra.Command {
 			"  commit-run generate --tokens 1,450,4996 -n 8 --greedy --json",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			hasPrompt, hasTokens := cmd.Flags().Changed("prompt"), cmd.Flags().Changed("tokens")
-			if hasPrompt == hasTokens {
-				return fmt.Errorf("generate needs exactly one of --prompt TEXT or --tokens IDS")
-			}
-			opts, err := g.options()
-			if err != nil {
-				return err
-			}
-			var ids []int32
-			if err := checkPrompt(hasPrompt, prompt); err != nil {
-				return err
-			}
-			if hasTokens {
-				// Parse before loading the model: a typo should not cost a multi-GB load.
-				if ids, err = parseTokens(tokens); err != nil {
-					return err
-				}
-			}
-			m, s, closeAll, err := a.session()
-			if err != nil {
-				return err
-			}
-			defer closeAll()
-			if ids, err = promptIDs(m, hasPrompt, prompt, ids); err != nil {
-				return err
-			}
-
-			printed := false
-			if !asJSON {
-				opts.OnToken = func(t engine.Token) error {
-					printed = printed || t.Text != ""
-					_, err := io.WriteString(a.stdout, t.Text)
-					return err
-				}
-			}
-			res, err := s.Generate(cmd.Context(), ids, opts)
-			if err != nil {
-				if printed {
-					// End the partial text's line so the error (Ctrl-C) does not trail it.
-					fmt.Fprintln(a.stdout)
-				}
-				return err
-			}
-			if asJSON {
-				return writeJSON(a.stdout, generateJSON{
-					Tokens:        nonNil(res.Tokens),
-					Text:          res.Text,
-					Stop:          string(res.Reason),
-					PromptTokens:  res.PromptTokens,
-					PromptSeconds: res.PromptSeconds,
-					DecodeSeconds: res.DecodeSeconds,
-					Seed:          g.seed,
-				})
-			}
-			if !strings.HasSuffix(res.Text, "\n") {
-				fmt.Fprintln(a.stdout)
-			}
-			printTiming(a.stderr, res, g.seed)
-			return nil
+			return a.generate(cmd, &gf)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&prompt, "prompt", "", "raw prompt `TEXT` (tokenized with the model's BOS)")
-	f.StringVar(&tokens, "tokens", "", "prompt as token `IDS`, e.g. 1,2,3")
-	f.BoolVar(&asJSON, "json", false, "print one JSON object (tokens, text, stop, timing) instead of streaming text")
-	g.register(f, true)
+	f.StringVar(&gf.prompt, "prompt", "", "raw prompt `TEXT` (tokenized with the model's BOS)")
+	f.StringVar(&gf.tokens, "tokens", "", "prompt as token `IDS`, e.g. 1,2,3")
+	f.BoolVar(&gf.asJSON, "json", false, "print one JSON object (tokens, text, stop, timing) instead of streaming text")
+	gf.g.register(f, true)
 	return cmd
 }
 
-// promptIDs tokenizes --prompt, or checks --tokens against the vocabulary.
+// generate continues the prompt, streaming the text as it comes unless --json waits for the
+// whole result.
+func (a *app) generate(cmd *cobra.Command, gf *generateFlags) error {
+	hasPrompt, hasTokens := cmd.Flags().Changed("prompt"), cmd.Flags().Changed("tokens")
+	if hasPrompt == hasTokens {
+		return fmt.Errorf("generate needs exactly one of --prompt TEXT or --tokens IDS")
+	}
+	opts, err := gf.g.options()
+	if err != nil {
+		return err
+	}
+	var ids []int32
+	if err := checkPrompt(hasPrompt, gf.prompt); err != nil {
+		return err
+	}
+	if hasTokens {
+		// Parse before loading the model: a typo should not cost a multi-GB load.
+		if ids, err = parseTokens(gf.tokens); err != nil {
+			return err
+		}
+	}
+	m, s, closeAll, err := a.session()
+	if err != nil {
+		return err
+	}
+	defer closeAll()
+	if ids, err = promptIDs(m, hasPrompt, gf.prompt, ids); err != nil {
+		return err
+	}
+
+	printed := false
+	if !gf.asJSON {
+		opts.OnToken = func(t engine.Token) error {
+			printed = printed || t.Text != ""
+			_, err := io.WriteString(a.stdout, t.Text)
+			return err
+		}
+	}
+	res, err := s.Generate(cmd.Context(), ids, opts)
+	if err != nil {
+		if printed {
+			// End the partial text's line so the error (Ctrl-C) does not trail it.
+			fmt.Fprintln(a.stdout)
+		}
+		return err
+	}
+	return a.printGenerated(res, gf.asJSON, gf.g.seed)
+}
+
+// printGenerated ends a generation: the whole result as JSON, or, after the streamed text,
+// its timing on stderr, out of the way of the text.
+func (a *app) printGenerated(res engine.Result, asJSON bool, seed uint64) error {
+	if asJSON {
+		return writeJSON(a.stdout, generateJSON{
+			Tokens:        nonNil(res.Tokens),
+			Text:          res.Text,
+			Stop:          string(res.Reason),
+			PromptTokens:  res.PromptTokens,
+			PromptSeconds: res.PromptSeconds,
+			DecodeSeconds: res.DecodeSeconds,
+			Seed:          seed,
+		})
+	}
+	if !strings.HasSuffix(res.Text, "\n") {
+		fmt.Fprintln(a.stdout)
+	}
+	printTiming(a.stderr, res, seed)
+	return nil
+}
+
 // checkPrompt refuses a --prompt that is not UTF-8 text, before a model loads for it.
 func checkPrompt(hasPrompt bool, prompt string) error {
 	if err := engine.CheckUTF8(prompt); hasPrompt && err != nil {
@@ -115,6 +129,7 @@ func checkPrompt(hasPrompt bool, prompt string) error {
 	return nil
 }
 
+// promptIDs tokenizes --prompt, or checks --tokens against the vocabulary.
 func promptIDs(m *engine.Model, hasPrompt bool, prompt string, ids []int32) ([]int32, error) {
 	if !hasPrompt {
 		return ids, checkVocab(ids, m.Info().Vocab)

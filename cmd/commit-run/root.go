@@ -278,66 +278,98 @@ func (w wrapped) Unwrap() error { return w.err }
 // included (bench passes "" and compares its list of policies itself).
 func (a *app) engineOptions(device, policy string) (engine.Options, error) {
 	opts := a.baseOptions(device)
-	var err error
-	if opts.EP, err = a.epOptions(a.epPolicy); err != nil {
+	if err := a.epOrDropOptions(&opts); err != nil {
 		return opts, err
 	}
-	if opts.EP != nil {
-		if err := a.macsFlagsFit([]string{a.epPolicy}); err != nil {
-			return opts, err
-		}
-	}
-	if opts.EP == nil {
-		if opts.Drop, err = a.dropOptions(); err != nil {
-			return opts, err
-		}
-	} else if a.gpuMem != "" || a.policy != "" {
-		return opts, fmt.Errorf("--gpu-mem and --policy offload experts to host memory; --ep spreads them over devices (see --ep-policy)")
-	}
+	var err error
 	if opts.HostRates, _, err = a.hostRates(); err != nil {
 		return opts, err
 	}
 	learnt := a.predictor == "" || a.predictor == "router"
 	// A value that cannot be right is named first, before anything it depends on.
+	if err := a.checkOffloadSyntax(); err != nil {
+		return opts, err
+	}
+	if a.gpuMem == "" {
+		err = a.residentOptions(&opts, policy, learnt)
+	} else {
+		err = a.offloadOptions(&opts, device, policy, learnt)
+	}
+	return opts, err
+}
+
+// epOrDropOptions sets how the experts share a batch's tokens: spread over --ep devices, or
+// on one device with capacity-aware token drop. Expert parallelism rules offloading out.
+func (a *app) epOrDropOptions(opts *engine.Options) error {
+	var err error
+	if opts.EP, err = a.epOptions(a.epPolicy); err != nil {
+		return err
+	}
+	if opts.EP != nil {
+		if err := a.macsFlagsFit([]string{a.epPolicy}); err != nil {
+			return err
+		}
+	}
+	if opts.EP == nil {
+		if opts.Drop, err = a.dropOptions(); err != nil {
+			return err
+		}
+	} else if a.gpuMem != "" || a.policy != "" {
+		return fmt.Errorf("--gpu-mem and --policy offload experts to host memory; --ep spreads them over devices (see --ep-policy)")
+	}
+	return nil
+}
+
+// checkOffloadSyntax refuses an --owa or a --policy that no other flag could make right.
+func (a *app) checkOffloadSyntax() error {
 	if err := owa.Syntax(a.owaSpec); err != nil {
-		return opts, fmt.Errorf("--owa: %w", err)
+		return fmt.Errorf("--owa: %w", err)
 	}
 	for _, p := range strings.Split(a.policy, ",") {
 		if p = strings.TrimSpace(p); p != "" {
 			if _, err := offload.ParsePolicy(p); err != nil {
-				return opts, fmt.Errorf("--policy: %w", err)
+				return fmt.Errorf("--policy: %w", err)
 			}
 		}
 	}
-	if a.gpuMem == "" {
-		if policy == "commit" && learnt {
-			// Committed routing without offloading: the numbers of commit, for quality.
-			opts.Commit = a.commitOptions()
-			return opts, nil
-		}
-		for _, f := range []struct{ name, v string }{{"policy", a.policy}, {"predictor", a.predictor}, {"predictor-file", a.predictorFile}, {"owa", a.owaSpec}} {
-			if f.v != "" {
-				return opts, fmt.Errorf("--%s chooses how offloaded experts are served: pass a device memory budget with --gpu-mem (or --policy commit alone, to compute with the Commit Router's experts without offloading)", f.name)
-			}
-		}
-		return opts, nil
+	return nil
+}
+
+// residentOptions are the options with every expert in device memory (no --gpu-mem): then
+// only --policy commit means something, and the other offloading flags are mistakes.
+func (a *app) residentOptions(opts *engine.Options, policy string, learnt bool) error {
+	if policy == "commit" && learnt {
+		// Committed routing without offloading: the numbers of commit, for quality.
+		opts.Commit = a.commitOptions()
+		return nil
 	}
+	for _, f := range []struct{ name, v string }{{"policy", a.policy}, {"predictor", a.predictor}, {"predictor-file", a.predictorFile}, {"owa", a.owaSpec}} {
+		if f.v != "" {
+			return fmt.Errorf("--%s chooses how offloaded experts are served: pass a device memory budget with --gpu-mem (or --policy commit alone, to compute with the Commit Router's experts without offloading)", f.name)
+		}
+	}
+	return nil
+}
+
+// offloadOptions sets the offloading that --gpu-mem asks for: the budget, the policy and its
+// predictor, llama.cpp's split, and the host's rates where the policy weighs them.
+func (a *app) offloadOptions(opts *engine.Options, device, policy string, learnt bool) error {
 	if (a.predictorFile != "" || a.owaSpec != "" || a.crossToken) && !(learnt && (policy == "commit" || policy == "")) {
-		return opts, fmt.Errorf("--predictor-file, --owa and --cross-token configure the Commit Router: use them with --policy commit and --predictor router")
+		return fmt.Errorf("--predictor-file, --owa and --cross-token configure the Commit Router: use them with --policy commit and --predictor router")
 	}
 	o := &engine.OffloadOptions{Predictor: a.predictor, HostLayers: a.cpuMoELayers}
 	mem, err := parseBytes(a.gpuMem)
 	if err != nil {
-		return opts, fmt.Errorf("--gpu-mem: %w", err)
+		return fmt.Errorf("--gpu-mem: %w", err)
 	}
 	o.GPUMem = int64(mem)
 	if policy != "" {
 		if o.Policy, err = offload.ParsePolicy(policy); err != nil {
-			return opts, fmt.Errorf("--policy: %w", err)
+			return fmt.Errorf("--policy: %w", err)
 		}
 	}
 	if o.Eviction, err = offload.ParseEviction(a.eviction); err != nil {
-		return opts, fmt.Errorf("--eviction: %w", err)
+		return fmt.Errorf("--eviction: %w", err)
 	}
 	opts.Offload = o
 	if o.Policy == offload.Commit && learnt {
@@ -347,7 +379,7 @@ func (a *app) engineOptions(device, policy string) (engine.Options, error) {
 		q, err := offload.ParsePolicy(p)
 		return err == nil && q.Split()
 	}) {
-		return opts, fmt.Errorf("--cpu-moe-layers is llama.cpp's split's: pass --policy static or static-cache")
+		return fmt.Errorf("--cpu-moe-layers is llama.cpp's split's: pass --policy static or static-cache")
 	}
 	if !o.Policy.Split() {
 		o.HostLayers = 0 // bench gives it to static alone
@@ -355,7 +387,7 @@ func (a *app) engineOptions(device, policy string) (engine.Options, error) {
 	if weighsHost(device) && o.Policy.UsesHost() {
 		opts.HostRates = measureHostRates(opts.HostRates)
 	}
-	return opts, nil
+	return nil
 }
 
 // weighsHost says whether cpu-miss on device weighs the host's rate against a copy's (a GPU,
