@@ -122,20 +122,8 @@ func (m *Model) enqueue(seqs []seqRows, tokens []int32, want logitRows, obs Rout
 		} else {
 			m.residualNorm(xn, x, tmp, l.FFNNorm, true)
 		}
-		if l.MoE != nil {
-			var ev *RouteEvent
-			if obs != nil {
-				ev = &RouteEvent{Layer: i, Pos0: pos0, Tokens: T, IDs: tokens}
-			}
-			if err := m.block.moe(bl, i, l.MoE, xn, T, pos0, tmp, ev, cs); err != nil {
-				return nil, err
-			}
-			if ev != nil {
-				obs(ev)
-			}
-		} else {
-			m.label("dense", "ffn", i, -1)
-			m.ffn(bl, l.Dense, xn, T, tmp)
+		if err := m.feedForward(bl, i, l, xn, T, pos0, tokens, tmp, obs, cs); err != nil {
+			return nil, err
 		}
 		if pending = m.fused != nil; !pending {
 			m.ops.Add(x, tmp)
@@ -145,6 +133,35 @@ func (m *Model) enqueue(seqs []seqRows, tokens []int32, want logitRows, obs Rout
 	if want == noLogits {
 		return nil, m.endPass(pa, la) // nobody reads a head's logits here, nor x
 	}
+	return m.logits(b, pa, la, x, xn, tmp, T, want, pending, capture)
+}
+
+// feedForward runs block i's feed-forward on xn's T rows into tmp: its MoE block, whose
+// routing obs (if any) is then told, or its dense FFN.
+func (m *Model) feedForward(bl *backend, i int, l *models.Layer, xn []float32, T, pos0 int, tokens []int32, tmp []float32, obs RouteObserver, cs *commitState) error {
+	if l.MoE == nil {
+		m.label("dense", "ffn", i, -1)
+		m.ffn(bl, l.Dense, xn, T, tmp)
+		return nil
+	}
+	var ev *RouteEvent
+	if obs != nil {
+		ev = &RouteEvent{Layer: i, Pos0: pos0, Tokens: T, IDs: tokens}
+	}
+	if err := m.block.moe(bl, i, l.MoE, xn, T, pos0, tmp, ev, cs); err != nil {
+		return err
+	}
+	if ev != nil {
+		obs(ev)
+	}
+	return nil
+}
+
+// logits ends enqueue's pass with the head: the output norm and product of the rows want
+// asks for, x's last or all of its T, with the last block's residual (pending) added first.
+// With capture they stay in device memory, in the pass arena pa.
+func (m *Model) logits(b *backend, pa, la *arena, x, xn, tmp []float32, T int, want logitRows, pending, capture bool) ([]float32, error) {
+	d := m.arch.Config.Embd
 	rows := x
 	if want != allLogits {
 		rows, T = x[(T-1)*d:], 1
@@ -154,8 +171,8 @@ func (m *Model) enqueue(seqs []seqRows, tokens []int32, want logitRows, obs Rout
 		m.ops.Add(x, tmp) // the last row alone is normalised
 		pending = false
 	}
-	m.residualNorm(xn[:T*d], rows, tmp, a.OutputNorm, pending)
-	out := a.Output.Matrix()
+	m.residualNorm(xn[:T*d], rows, tmp, m.arch.OutputNorm, pending)
+	out := m.arch.Output.Matrix()
 	if capture {
 		logits := b.Floats(T * out.Rows)
 		b.MatMul(out, xn[:T*d], T, logits)

@@ -311,66 +311,97 @@ func (m *Model) observe(layer int, moe *models.MoE, x []float32, T, pos0 int, lo
 // read already (nil: it is read here when the host computes some of the experts).
 func (m *Model) experts(b models.Backend, layer int, moe *models.MoE, x, xh []float32, routes []routing, kept [][]bool, out []float32) ([]float32, []int, error) {
 	d := m.arch.Config.Embd
-	T := len(routes)
 	plan, planned, err := m.expertsOnDevice(b, layer, x, routes, kept, out)
 	if err != nil || planned && plan == nil {
 		return nil, nil, err // out holds the experts' sum
 	}
-	off := make([]int, T+1)
-	for t, r := range routes {
-		off[t+1] = off[t] + len(r.experts)
+	g := groupByExpert(b, moe.Experts, d, routes, kept)
+	if m.smallExperts(b, layer, x, g.jobs) || m.fusedExperts(b, layer, x, g.jobs) {
+		return g.gather(b, d), g.off, nil
 	}
-	slotToken := make([]int, off[T])
-	byExpert := make([][]int, moe.Experts) // slots
+	if !planned {
+		plan = m.place.OnHost(layer, g.active, g.tokens) // the experts the host computes
+	}
+	if err := m.computeJobs(b, layer, len(routes), x, xh, g.jobs, plan); err != nil {
+		return nil, nil, err
+	}
+	return g.gather(b, d), g.off, nil
+}
+
+// expertGroups are a layer's routed rows grouped by expert: jobs, one per expert chosen
+// (active[i] computing tokens[i] rows), writing their outputs to yAll in order, and inv, the
+// row of yAll each slot off[t]+k (token t's k-th choice) takes.
+type expertGroups struct {
+	off            []int
+	jobs           []expertJob
+	active, tokens []int
+	yAll           []float32
+	inv            []int32
+}
+
+// groupByExpert groups routes' rows by expert, so that an expert's weights are read once
+// per pass. A choice kept says is dropped gets weight 0 and yAll's last row, zeros.
+func groupByExpert(b models.Backend, experts, d int, routes []routing, kept [][]bool) expertGroups {
+	T := len(routes)
+	g := expertGroups{off: make([]int, T+1)}
+	for t, r := range routes {
+		g.off[t+1] = g.off[t] + len(r.experts)
+	}
+	n := g.off[T]
+	slotToken := make([]int, n)
+	byExpert := make([][]int, experts) // slots
 	for t, r := range routes {
 		for k, e := range r.experts {
-			slotToken[off[t]+k] = t
+			slotToken[g.off[t]+k] = t
 			if kept != nil && !kept[t][k] {
 				routes[t].weights[k] = 0 // dropped: its output stays zero
 				continue
 			}
-			byExpert[e] = append(byExpert[e], off[t]+k)
+			byExpert[e] = append(byExpert[e], g.off[t]+k)
 		}
 	}
 	// The experts' outputs land in yAll in the order they are computed, then move to their
 	// slots; a dropped slot takes yAll's last row, zeros.
-	yAll := b.Floats((off[T] + 1) * d)
-	b.Zero(yAll[off[T]*d:])
-	inv := make([]int32, off[T])
-	for s := range inv {
-		inv[s] = int32(off[T])
+	g.yAll = b.Floats((n + 1) * d)
+	b.Zero(g.yAll[n*d:])
+	g.inv = make([]int32, n)
+	for s := range g.inv {
+		g.inv[s] = int32(n)
 	}
-	// The experts in the order their outputs land in yAll.
-	var jobs []expertJob
-	var active, tokens []int
 	pos := 0
 	for e, slots := range byExpert {
 		if len(slots) == 0 {
 			continue
 		}
-		n := len(slots)
-		j := expertJob{e: e, n: n, y: yAll[pos*d : (pos+n)*d]}
+		rows := len(slots)
+		j := expertJob{e: e, n: rows, y: g.yAll[pos*d : (pos+rows)*d]}
 		inOrder := true
-		j.rows = make([]int32, n)
+		j.rows = make([]int32, rows)
 		for k, s := range slots {
-			inv[s] = int32(pos + k)
+			g.inv[s] = int32(pos + k)
 			j.rows[k] = int32(slotToken[s])
 			inOrder = inOrder && j.rows[k] == int32(k)
 		}
 		if inOrder {
 			j.rows = nil // the expert reads the layer's input as it is
 		}
-		jobs, active, tokens = append(jobs, j), append(active, e), append(tokens, n)
-		pos += n
+		g.jobs, g.active, g.tokens = append(g.jobs, j), append(g.active, e), append(g.tokens, rows)
+		pos += rows
 	}
-	if m.smallExperts(b, layer, x, jobs) || m.fusedExperts(b, layer, x, jobs) {
-		ys := b.Floats(off[T] * d)
-		b.Gather(ys, yAll, inv, d)
-		return ys, off, nil
-	}
-	if !planned {
-		plan = m.place.OnHost(layer, active, tokens) // the experts the host computes
-	}
+	return g
+}
+
+// gather moves the experts' outputs from yAll to their slots.
+func (g expertGroups) gather(b models.Backend, d int) []float32 {
+	ys := b.Floats(g.off[len(g.off)-1] * d)
+	b.Gather(ys, g.yAll, g.inv, d)
+	return ys
+}
+
+// computeJobs computes each job on the T rows of x on the device, from where the placement
+// keeps its weights, or on the host where plan says so, overlapped with the device's.
+func (m *Model) computeJobs(b models.Backend, layer, T int, x, xh []float32, jobs []expertJob, plan []bool) error {
+	d := m.arch.Config.Embd
 	var xReady device.Event // when the device has computed xh
 	if plan != nil {
 		// Read before the device's experts are enqueued, so that the host computes its
@@ -386,25 +417,20 @@ func (m *Model) experts(b models.Backend, layer int, moe *models.MoE, x, xh []fl
 			onHost = append(onHost, j)
 			continue
 		}
-		e := j.e
-		w, done, err := m.place.Weights(layer, e, false)
+		w, done, err := m.place.Weights(layer, j.e, false)
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
-		m.label("expert", "", layer, e)
+		m.label("expert", "", layer, j.e)
 		m.swiglu(b, b.MatMulID, m.charger, &models.FFN{Gate: w.Gate, Up: w.Up, Down: w.Down}, j.input(b, x, d), j.n, j.y)
 		if err := done(); err != nil {
-			return nil, nil, err
+			return err
 		}
 	}
 	if len(onHost) > 0 {
-		if err := m.hostExperts(layer, onHost, xh, xReady); err != nil {
-			return nil, nil, err
-		}
+		return m.hostExperts(layer, onHost, xh, xReady)
 	}
-	ys := b.Floats(off[T] * d)
-	b.Gather(ys, yAll, inv, d)
-	return ys, off, nil
+	return nil
 }
 
 // smallExpertMACs bounds the multiply-adds of an expert's product that smallExperts takes:

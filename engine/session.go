@@ -220,19 +220,7 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, opts GenerateOpt
 	if s.closed {
 		return Result{}, ErrClosed
 	}
-	if len(prompt) == 0 {
-		return Result{}, fmt.Errorf("empty prompt: give at least one token")
-	}
-	if opts.MaxTokens < 0 {
-		return Result{}, fmt.Errorf("max tokens %d: want 0 (until EOS or the context is full) or more", opts.MaxTokens)
-	}
-	if err := opts.Sampler.Validate(); err != nil {
-		return Result{}, err
-	}
-	if opts.TopLogprobs < 0 || opts.TopLogprobs > 20 {
-		return Result{}, fmt.Errorf("top logprobs %d: want 0 to 20", opts.TopLogprobs)
-	}
-	if err := s.checkTokens(prompt); err != nil {
+	if err := s.checkGenerate(prompt, opts); err != nil {
 		return Result{}, err
 	}
 	res.PromptTokens = len(prompt)
@@ -245,83 +233,134 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, opts GenerateOpt
 	if err != nil {
 		return res, err
 	}
-	smp := sample.New(opts.Sampler)
-	dec := s.m.tok.NewStreamDecoder()
-	stop := sample.NewStops(opts.Stop)
+	g := s.newGeneration(opts, &res, len(logits))
 	decodeStart := time.Now()
 	defer func() { res.DecodeSeconds = time.Since(decodeStart).Seconds() }()
-	joined := false // a member of the model's batched steps
-	defer func() {
-		if joined {
-			s.m.batch.leave()
-		}
-	}()
-	emit := func(id int32, piece string, lp *Logprob) error {
-		res.Text += piece
-		if opts.OnToken != nil && (piece != "" || id >= 0) {
-			return opts.OnToken(Token{ID: id, Text: piece, Logprob: lp})
-		}
-		return nil
-	}
-	var lpBuf, raw []float32
-	if opts.Logprobs {
-		lpBuf, raw = make([]float32, len(logits)), make([]float32, len(logits))
-	}
-	// Each iteration samples from the logits in hand and evaluates the new token only when
-	// another one will be sampled, so N tokens cost N-1 decode steps after the prompt.
-	for {
-		if err := ctx.Err(); err != nil {
-			return res, err
-		}
-		if opts.Logprobs {
-			copy(raw, logits) // the model's distribution, before the sampler changes logits
-		}
-		id := smp.Sample(logits, s.tokens)
-		if !opts.IgnoreEOS && s.m.tok.IsEOG(id) {
-			res.Reason = StopEOS
-			if tail := stop.Flush(); tail != "" {
-				if err := emit(-1, tail, nil); err != nil {
-					return res, err
-				}
-			}
-			break
-		}
-		res.Tokens = append(res.Tokens, id)
-		var lp *Logprob
-		if opts.Logprobs {
-			l := sample.Logprobs(raw, lpBuf, id, opts.TopLogprobs)
-			res.Logprobs = append(res.Logprobs, l)
-			lp = &l
-		}
-		out, hit := stop.Push(dec.Next(id))
-		if err := emit(id, out, lp); err != nil {
-			return res, err
-		}
-		if hit {
-			res.Reason = StopString
-			break
-		}
-		if opts.MaxTokens > 0 && len(res.Tokens) >= opts.MaxTokens {
-			res.Reason = StopMaxTokens
-			break
-		}
-		if len(s.tokens) >= s.m.nctx {
-			res.Reason = StopContext
-			break
-		}
-		logits, err = s.decode(ctx, id, &joined)
-		if err != nil {
-			return res, err
-		}
-	}
-	if res.Reason != StopString && res.Reason != StopEOS {
-		if tail := stop.Flush(); tail != "" {
-			if err := emit(-1, tail, nil); err != nil {
-				return res, err
-			}
-		}
+	defer g.leave()
+	if err := g.run(ctx, logits); err != nil {
+		return res, err
 	}
 	return res, nil
+}
+
+// checkGenerate refuses a request Generate cannot serve before any work is done.
+func (s *Session) checkGenerate(prompt []int32, opts GenerateOptions) error {
+	if len(prompt) == 0 {
+		return fmt.Errorf("empty prompt: give at least one token")
+	}
+	if opts.MaxTokens < 0 {
+		return fmt.Errorf("max tokens %d: want 0 (until EOS or the context is full) or more", opts.MaxTokens)
+	}
+	if err := opts.Sampler.Validate(); err != nil {
+		return err
+	}
+	if opts.TopLogprobs < 0 || opts.TopLogprobs > 20 {
+		return fmt.Errorf("top logprobs %d: want 0 to 20", opts.TopLogprobs)
+	}
+	return s.checkTokens(prompt)
+}
+
+// A generation is Generate's decode loop: the sampler chain, the stream decoder and the stop
+// strings of one call, and what it has produced so far in res.
+type generation struct {
+	s    *Session
+	opts GenerateOptions
+	res  *Result
+	smp  *sample.Sampler
+	dec  *tokenizer.StreamDecoder
+	stop *sample.Stops
+	// joined: a member of the model's batched steps, which it leaves when done.
+	joined     bool
+	lpBuf, raw []float32 // log-probabilities' scratch, and the logits before the sampler
+}
+
+func (s *Session) newGeneration(opts GenerateOptions, res *Result, vocab int) *generation {
+	g := &generation{s: s, opts: opts, res: res, smp: sample.New(opts.Sampler),
+		dec: s.m.tok.NewStreamDecoder(), stop: sample.NewStops(opts.Stop)}
+	if opts.Logprobs {
+		g.lpBuf, g.raw = make([]float32, vocab), make([]float32, vocab)
+	}
+	return g
+}
+
+// leave takes the session out of the model's batched steps, if it joined them.
+func (g *generation) leave() {
+	if g.joined {
+		g.s.m.batch.leave()
+	}
+}
+
+// run samples from logits, the prompt's last, until a stop. Each iteration samples from the
+// logits in hand and evaluates the new token only when another one will be sampled, so N
+// tokens cost N-1 decode steps after the prompt.
+func (g *generation) run(ctx context.Context, logits []float32) error {
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		id, done, err := g.next(logits)
+		if err != nil || done {
+			return err
+		}
+		if logits, err = g.s.decode(ctx, id, &g.joined); err != nil {
+			return err
+		}
+	}
+}
+
+// next samples the token after logits and emits it; done says the generation stops there,
+// with res.Reason set and what the stop strings held back flushed.
+func (g *generation) next(logits []float32) (id int32, done bool, err error) {
+	opts, res := g.opts, g.res
+	if opts.Logprobs {
+		copy(g.raw, logits) // the model's distribution, before the sampler changes logits
+	}
+	id = g.smp.Sample(logits, g.s.tokens)
+	if !opts.IgnoreEOS && g.s.m.tok.IsEOG(id) {
+		res.Reason = StopEOS
+		return id, true, g.flush()
+	}
+	res.Tokens = append(res.Tokens, id)
+	var lp *Logprob
+	if opts.Logprobs {
+		l := sample.Logprobs(g.raw, g.lpBuf, id, opts.TopLogprobs)
+		res.Logprobs = append(res.Logprobs, l)
+		lp = &l
+	}
+	out, hit := g.stop.Push(g.dec.Next(id))
+	if err := g.emit(id, out, lp); err != nil {
+		return id, true, err
+	}
+	switch {
+	case hit:
+		res.Reason = StopString
+		return id, true, nil
+	case opts.MaxTokens > 0 && len(res.Tokens) >= opts.MaxTokens:
+		res.Reason = StopMaxTokens
+	case len(g.s.tokens) >= g.s.m.nctx:
+		res.Reason = StopContext
+	default:
+		return id, false, nil
+	}
+	return id, true, g.flush()
+}
+
+// flush emits the text the stop strings held back, which no stop string matched.
+func (g *generation) flush() error {
+	if tail := g.stop.Flush(); tail != "" {
+		return g.emit(-1, tail, nil)
+	}
+	return nil
+}
+
+// emit adds piece to the answer and hands it to the caller's OnToken; id -1 is text with no
+// token of its own (the stop strings' held-back tail).
+func (g *generation) emit(id int32, piece string, lp *Logprob) error {
+	g.res.Text += piece
+	if g.opts.OnToken != nil && (piece != "" || id >= 0) {
+		return g.opts.OnToken(Token{ID: id, Text: piece, Logprob: lp})
+	}
+	return nil
 }
 
 // Chat renders the conversation with the model's chat template and generates the next
