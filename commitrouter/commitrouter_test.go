@@ -12,6 +12,7 @@ import (
 	"github.com/commit-run/commit-run/engine"
 	"github.com/commit-run/commit-run/predictor"
 	"github.com/commit-run/commit-run/trace"
+	"github.com/commit-run/commit-run/tracerec"
 )
 
 const (
@@ -108,7 +109,7 @@ func TestTrainBadInput(t *testing.T) {
 	}
 	defer m.Close()
 	empty := filepath.Join(dir, "empty.trace")
-	w, err := trace.Create(empty, m.TraceHeader(engine.TraceOptions{Inputs: trace.InputsF16, Logits: true}))
+	w, err := trace.Create(empty, tracerec.Header(m, tracerec.Options{Inputs: trace.InputsF16, Logits: true}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,11 +123,11 @@ func TestTrainBadInput(t *testing.T) {
 	}
 	defer mx.Close()
 	foreign := filepath.Join(dir, "mixtral.trace")
-	w, err = trace.Create(foreign, mx.TraceHeader(engine.TraceOptions{Inputs: trace.InputsF16, Logits: true}))
+	w, err = trace.Create(foreign, tracerec.Header(mx, tracerec.Options{Inputs: trace.InputsF16, Logits: true}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := mx.RecordTrace(context.Background(), heldOutPrefix(t, 2000), 128, w); err != nil {
+	if _, err := tracerec.Text(context.Background(), mx, heldOutPrefix(t, 2000), 128, w); err != nil {
 		t.Fatal(err)
 	}
 	w.Close()
@@ -136,10 +137,10 @@ func TestTrainBadInput(t *testing.T) {
 
 	// A trace cut short is scored on the tokens it holds; one cut inside its header is not.
 	own := filepath.Join(dir, "own.trace")
-	if w, err = trace.Create(own, m.TraceHeader(engine.TraceOptions{Inputs: trace.InputsF16, Logits: true})); err != nil {
+	if w, err = trace.Create(own, tracerec.Header(m, tracerec.Options{Inputs: trace.InputsF16, Logits: true})); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.RecordTrace(context.Background(), heldOutPrefix(t, 6000), 128, w); err != nil {
+	if _, err := tracerec.Text(context.Background(), m, heldOutPrefix(t, 6000), 128, w); err != nil {
 		t.Fatal(err)
 	}
 	w.Close()

@@ -13,6 +13,7 @@ import (
 	"github.com/commit-run/commit-run/offload"
 	"github.com/commit-run/commit-run/sim"
 	"github.com/commit-run/commit-run/trace"
+	"github.com/commit-run/commit-run/tracerec"
 )
 
 // smallCard writes a profile of the rtx2080ti with mem bytes of memory.
@@ -124,11 +125,11 @@ func TestAutoPlacementTrace(t *testing.T) {
 		}
 		defer m.Close()
 		path := filepath.Join(dir, name)
-		w, err := trace.Create(path, m.TraceHeader(engine.TraceOptions{}))
+		w, err := trace.Create(path, tracerec.Header(m, tracerec.Options{}))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := m.RecordTrace(context.Background(), heldOutPrefix(t, chars), 64, w); err != nil {
+		if _, err := tracerec.Text(context.Background(), m, heldOutPrefix(t, chars), 64, w); err != nil {
 			t.Fatal(err)
 		}
 		if err := w.Close(); err != nil {

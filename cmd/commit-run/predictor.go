@@ -17,6 +17,7 @@ import (
 	"github.com/commit-run/commit-run/owa"
 	"github.com/commit-run/commit-run/predictor"
 	"github.com/commit-run/commit-run/trace"
+	"github.com/commit-run/commit-run/tracerec"
 )
 
 func (a *app) predictorCmd() *cobra.Command {
@@ -72,11 +73,11 @@ func (a *app) predictorCollectCmd() *cobra.Command {
 				return err
 			}
 			defer m.Close()
-			w, err := trace.Create(out, m.TraceHeader(engine.TraceOptions{Inputs: in, Logits: true, Source: prompts}))
+			w, err := trace.Create(out, tracerec.Header(m, tracerec.Options{Inputs: in, Logits: true, Source: prompts}))
 			if err != nil {
 				return err
 			}
-			n, err := m.RecordGenerated(cmd.Context(), ps, tokens, w)
+			n, err := tracerec.Generated(cmd.Context(), m, ps, tokens, w)
 			if cerr := w.Close(); err == nil {
 				err = cerr
 			}

@@ -9,8 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/commit-run/commit-run/engine"
 	"github.com/commit-run/commit-run/trace"
+	"github.com/commit-run/commit-run/tracerec"
 )
 
 func (a *app) traceCmd() *cobra.Command {
@@ -73,7 +73,7 @@ func (a *app) record(cmd *cobra.Command, what, textFile, out, inputs string, log
 	if text, err = m.FirstTokens(text, maxTokens); err != nil {
 		return err
 	}
-	h := m.TraceHeader(engine.TraceOptions{Inputs: in, Logits: logits, Source: textFile})
+	h := tracerec.Header(m, tracerec.Options{Inputs: in, Logits: logits, Source: textFile})
 	if len(h.MoELayers) == 0 {
 		return fmt.Errorf("%s: %s has no MoE layers", what, a.modelPath)
 	}
@@ -81,7 +81,7 @@ func (a *app) record(cmd *cobra.Command, what, textFile, out, inputs string, log
 	if err != nil {
 		return err
 	}
-	n, err := m.RecordTrace(cmd.Context(), text, window, w)
+	n, err := tracerec.Text(cmd.Context(), m, text, window, w)
 	if cerr := w.Close(); err == nil {
 		err = cerr
 	}

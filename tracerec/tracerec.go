@@ -1,15 +1,20 @@
-package engine
+// Package tracerec records a model's routing into trace files (package trace): every token's
+// chosen experts, weights and, if asked, the router's logits and inputs, over a text or over
+// the tokens a model generates after prompts. They are what the Commit Router trains on and
+// what bench replays; recording uses engine's public routing observers only.
+package tracerec
 
 import (
 	"context"
 	"fmt"
 	"time"
 
+	"github.com/commit-run/commit-run/engine"
 	"github.com/commit-run/commit-run/trace"
 )
 
-// TraceOptions choose what a routing trace stores besides each layer's experts and weights.
-type TraceOptions struct {
+// Options choose what a routing trace stores besides each layer's experts and weights.
+type Options struct {
 	// Inputs stores each MoE layer's router input h(i) (what the Commit Router learns from).
 	Inputs trace.InputFormat
 	// Logits stores each MoE layer's router logits (what it learns to predict).
@@ -18,22 +23,23 @@ type TraceOptions struct {
 	Source string
 }
 
-// TraceHeader is the header of a routing trace of m.
-func (m *Model) TraceHeader(opts TraceOptions) trace.Header {
+// Header is the header of a routing trace of m.
+func Header(m *engine.Model, opts Options) trace.Header {
+	info := m.Info()
 	return trace.Header{
-		Model: m.info.Name, Arch: m.info.Architecture, Layers: m.info.Layers, MoELayers: m.info.MoELayers,
-		Experts: m.info.Experts, Used: m.info.ExpertsUsed, Embd: m.info.Embedding,
+		Model: info.Name, Arch: info.Architecture, Layers: info.Layers, MoELayers: info.MoELayers,
+		Experts: info.Experts, Used: info.ExpertsUsed, Embd: info.Embedding,
 		Fingerprint: m.Fingerprint(),
 		Inputs:      opts.Inputs, Logits: opts.Logits, Source: opts.Source,
 		Created: time.Now().UTC().Format(time.RFC3339),
 	}
 }
 
-// RecordTrace runs text through m as Observe does and writes every token's routing to w, a
-// writer made with m.TraceHeader's header. Windows are numbered as sequences, positions count
+// Text runs text through m as m.Observe does and writes every token's routing to w, a
+// writer made with Header's header. Windows are numbered as sequences, positions count
 // from each window's start. It returns the tokens written.
-func (m *Model) RecordTrace(ctx context.Context, text string, window int, w *trace.Writer) (int, error) {
-	rec, err := m.newRecorder(w, false)
+func Text(ctx context.Context, m *engine.Model, text string, window int, w *trace.Writer) (int, error) {
+	rec, err := newRecorder(m, w, false)
 	if err != nil {
 		return 0, err
 	}
@@ -41,15 +47,15 @@ func (m *Model) RecordTrace(ctx context.Context, text string, window int, w *tra
 	return rec.result(err)
 }
 
-// RecordGenerated decodes tokens tokens greedily after each prompt and writes the routing of
-// the decoded tokens to w (a writer made with m.TraceHeader's header), one sequence per
+// Generated decodes tokens tokens greedily after each prompt and writes the routing of
+// the decoded tokens to w (a writer made with Header's header), one sequence per
 // prompt: the data CommitMoE trains its Commit Router on (the first generated tokens of
 // prompts). The prompts' own tokens are not written. It returns the tokens written.
-func (m *Model) RecordGenerated(ctx context.Context, prompts []string, tokens int, w *trace.Writer) (int, error) {
-	if tokens < 1 || tokens >= m.nctx {
-		return 0, fmt.Errorf("record trace: %d tokens per prompt: want 1 to the context length %d", tokens, m.nctx)
+func Generated(ctx context.Context, m *engine.Model, prompts []string, tokens int, w *trace.Writer) (int, error) {
+	if n := m.ContextLength(); tokens < 1 || tokens >= n {
+		return 0, fmt.Errorf("record trace: %d tokens per prompt: want 1 to the context length %d", tokens, n)
 	}
-	rec, err := m.newRecorder(w, true)
+	rec, err := newRecorder(m, w, true)
 	if err != nil {
 		return 0, err
 	}
@@ -66,7 +72,7 @@ func (m *Model) RecordGenerated(ctx context.Context, prompts []string, tokens in
 		}
 		s.Reset()
 		// A generated token routes when the pass after its sampling reads it: one more.
-		if _, err := s.Generate(ctx, ids, GenerateOptions{MaxTokens: tokens + 1, IgnoreEOS: true, Sampler: SamplerOptions{Greedy: true}}); err != nil {
+		if _, err := s.Generate(ctx, ids, engine.GenerateOptions{MaxTokens: tokens + 1, IgnoreEOS: true, Sampler: engine.SamplerOptions{Greedy: true}}); err != nil {
 			return rec.result(fmt.Errorf("prompt %q: %w", p, err))
 		}
 		if rec.werr != nil {
@@ -90,22 +96,24 @@ type recorder struct {
 	werr    error
 }
 
-func (m *Model) newRecorder(w *trace.Writer, decode bool) (*recorder, error) {
-	h := w.Header()
-	if len(m.info.MoELayers) == 0 {
-		return nil, fmt.Errorf("record trace: %s has no MoE layers", m.info.Path)
+// newRecorder makes the recorder of m's routing into w; decode: of single-token passes only.
+func newRecorder(m *engine.Model, w *trace.Writer, decode bool) (*recorder, error) {
+	h, info := w.Header(), m.Info()
+	if len(info.MoELayers) == 0 {
+		return nil, fmt.Errorf("record trace: %s has no MoE layers", info.Path)
 	}
-	if h.Experts != m.info.Experts || h.Used != m.info.ExpertsUsed || h.Embd != m.info.Embedding || len(h.MoELayers) != len(m.info.MoELayers) {
-		return nil, fmt.Errorf("record trace: the writer's header does not describe %s", m.info.Path)
+	if h.Experts != info.Experts || h.Used != info.ExpertsUsed || h.Embd != info.Embedding || len(h.MoELayers) != len(info.MoELayers) {
+		return nil, fmt.Errorf("record trace: the writer's header does not describe %s", info.Path)
 	}
-	r := &recorder{h: h, w: w, first: m.info.MoELayers[0], last: m.info.MoELayers[len(m.info.MoELayers)-1],
+	r := &recorder{h: h, w: w, first: info.MoELayers[0], last: info.MoELayers[len(info.MoELayers)-1],
 		slot: map[int]int{}, decode: decode, seq: -1}
-	for i, l := range m.info.MoELayers {
+	for i, l := range info.MoELayers {
 		r.slot[l] = i
 	}
 	return r, nil
 }
 
+// result is what was written, and the write's error before err.
 func (r *recorder) result(err error) (int, error) {
 	if r.werr != nil {
 		return r.written, fmt.Errorf("record trace: %w", r.werr)
@@ -113,7 +121,9 @@ func (r *recorder) result(err error) (int, error) {
 	return r.written, err
 }
 
-func (r *recorder) observe(ev *RouteEvent) {
+// observe is the routing observer: it collects a pass's tokens layer by layer and writes them
+// once the last MoE layer has routed.
+func (r *recorder) observe(ev *engine.RouteEvent) {
 	h := r.h
 	if r.werr != nil {
 		return
