@@ -10,6 +10,7 @@ import (
 
 	"github.com/commit-run/commit-run/engine"
 	"github.com/commit-run/commit-run/offload"
+	"github.com/commit-run/commit-run/shapes"
 	"github.com/commit-run/commit-run/sim"
 	"github.com/commit-run/commit-run/trace"
 )
@@ -120,12 +121,12 @@ type routedShape struct {
 }
 
 // simBenchShape times a public shape's decode on the simulated GPU prof with the engine's
-// forward pass and offloader, timing only (engine.OpenShape): a prompt of o.PromptLen tokens (at least
+// forward pass and offloader, timing only (shapes.Open): a prompt of o.PromptLen tokens (at least
 // one, which is the time to first token only when PromptLen asks for it), then o.Tokens
 // decode steps, routed as a trace or a synthetic router says, with the KV cache holding ctx
 // positions (or all of them).
 func simBenchShape(o SimOptions, prof *sim.Profile, ctx int) (*SimReport, error) {
-	info, err := engine.InspectShape(o.Shape)
+	info, err := shapes.Inspect(o.Shape)
 	if err != nil {
 		return nil, err
 	}
@@ -158,7 +159,7 @@ func simBenchShape(o SimOptions, prof *sim.Profile, ctx int) (*SimReport, error)
 	}}
 	bo := Options{Options: engine.Options{ContextLength: max(ctx, prompt+n+1)}, PromptIDs: [][]int32{make([]int32, prompt)}, Tokens: n + 1,
 		Routing: map[bool]string{true: "SYNTHETIC routing", false: "recorded routing"}[rep.Synthetic], moe: rs}
-	br, err := o.timingOnly(rep, &bo, &to, rs.experts, func(opts engine.Options) (*engine.Model, error) { return engine.OpenShape(o.Shape, opts) })
+	br, err := o.timingOnly(rep, &bo, &to, rs.experts, func(opts engine.Options) (*engine.Model, error) { return shapes.Open(o.Shape, opts) })
 	if err != nil {
 		return nil, err
 	}

@@ -8,7 +8,7 @@
 // combine (moe.go). Where the experts live and when their weights move is a placement
 // (placement.go): the model's own weights, or package offload's Offloader serving them from
 // device slots or the host under one of its policies, one small type each. Timing-only runs
-// (Options.TimingOnly, OpenShape) go through the same passes on a simulated GPU that charges
+// (Options.TimingOnly, package shapes) go through the same passes on a simulated GPU that charges
 // every kernel and copy without computing, so that every figure package bench reports comes
 // from the code that would run on the card: it times runs with Model.Time (timing.go), as
 // automatic placement (auto.go) times its candidates when a model does not fit its GPU. With Options.Parallel,

@@ -94,6 +94,18 @@ func Open(path string, opts Options) (*Model, error) {
 	return openFile(f, opts, kvF16)
 }
 
+// OpenFile prepares an opened file to run, as Open does a path's, and takes it over: the
+// model closes it, or OpenFile does if it fails. A virtual file (models.NewVirtualFile, whose
+// weights are address space that nothing backs) runs timing only (Options.TimingOnly).
+func OpenFile(f *models.File, opts Options) (*Model, error) {
+	kvF16, err := checkOptions(opts)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return openFile(f, opts, kvF16)
+}
+
 // checkOptions checks the options every model takes and returns whether the KV cache is F16.
 func checkOptions(opts Options) (kvF16 bool, err error) {
 	if opts.Threads < 0 || opts.Threads > 4096 {
@@ -311,6 +323,11 @@ func Inspect(path string) (*Info, error) {
 		return nil, err
 	}
 	defer f.Close()
+	return InspectFile(f)
+}
+
+// InspectFile describes an opened file as Inspect describes a path's; f stays open.
+func InspectFile(f *models.File) (*Info, error) {
 	arch, err := models.Load(f)
 	if err != nil {
 		return nil, err

@@ -53,7 +53,7 @@ func archOfSpec(s synth.Spec) offload.Arch {
 }
 
 // The public shapes the expert-parallel cost model prices (offload.PublicArch) are the sizes
-// of the shapes OpenShape builds, synth's real models.
+// of the shapes package shapes opens, synth's real models.
 func TestPublicArchIsSynths(t *testing.T) {
 	for shape, arch := range map[string]string{"mixtral-8x7b": synth.ArchLlama, "qwen1.5-moe-a2.7b": synth.ArchQwen2MoE,
 		"qwen3-30b-a3b": synth.ArchQwen3MoE, "olmoe-1b-7b": synth.ArchOLMoE, "deepseek-v2-lite": synth.ArchDeepSeek2} {

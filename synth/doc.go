@@ -18,5 +18,5 @@
 // The same generator makes benchmark-sized models (see Bench): realistic shapes, random weights,
 // written tensor by tensor so that a 2 GB file never needs 2 GB of memory. Build alone gives a
 // model's metadata and tensor list without any weights: what the engine's timing-only runs of
-// the public shapes (engine.OpenShape) are made of.
+// the public shapes (shapes.Open) are made of.
 package synth

@@ -18,6 +18,7 @@ import (
 	"github.com/commit-run/commit-run/bench"
 	"github.com/commit-run/commit-run/engine"
 	"github.com/commit-run/commit-run/offload"
+	"github.com/commit-run/commit-run/shapes"
 	"github.com/commit-run/commit-run/trace"
 )
 
@@ -54,7 +55,7 @@ func (a *app) benchCmd() *cobra.Command {
 			"routing comes from --trace or a synthetic router (labelled as such), and the prediction of prefetch/commit from\n" +
 			"--predictor (oracle, prev-token, frequency, or accuracy=P[,first=Q] with Q for each token's first MoE layer; default\n" +
 			"accuracy=0.8,first=0.45, the Commit Router's measured first-layer accuracy). --timing-only does the same for\n" +
-			"-m, with the routing the model chooses. Shapes: " + strings.Join(engine.Shapes(), ", ") + ".\n\n" +
+			"-m, with the routing the model chooses. Shapes: " + strings.Join(shapes.Names(), ", ") + ".\n\n" +
 			"With --ep N it measures expert parallelism instead, each --ep-policy side by side: per-layer maximum device\n" +
 			"load, balancedness, dropped tokens, straggler and batch latency. With -m and --text FILE it runs the model on\n" +
 			"N devices of --device (cpu or sim:<profile>, the all-to-alls on a modelled link), each device evaluating its own\n" +

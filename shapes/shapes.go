@@ -1,4 +1,8 @@
-package engine
+// Package shapes opens the public model shapes (Mixtral-8x7B, Qwen3-30B-A3B, ...; DESIGN.md
+// §7) as engine models whose weights are never read: each real model's metadata and tensors,
+// as synth builds them, over address space that nothing backs, for timing-only runs on a
+// simulated GPU (bench --shape).
+package shapes
 
 import (
 	"cmp"
@@ -6,11 +10,12 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/commit-run/commit-run/engine"
 	"github.com/commit-run/commit-run/models"
 	"github.com/commit-run/commit-run/synth"
 )
 
-// shapeArchs are the public shapes OpenShape knows (DESIGN.md §7): synth's real shape of each
+// shapeArchs are the public shapes Open knows (DESIGN.md §7): synth's real shape of each
 // architecture.
 var shapeArchs = map[string]string{
 	"mixtral-8x7b":      synth.ArchLlama,
@@ -25,7 +30,7 @@ func shapeSpec(name string) (synth.Spec, error) {
 	base, typ, _ := strings.Cut(strings.ToLower(strings.TrimSpace(name)), "@")
 	arch, ok := shapeArchs[base]
 	if !ok {
-		return synth.Spec{}, fmt.Errorf("unknown model shape %q: known are %s", base, strings.Join(Shapes(), ", "))
+		return synth.Spec{}, fmt.Errorf("unknown model shape %q: known are %s", base, strings.Join(Names(), ", "))
 	}
 	recipe, err := synth.RecipeByName(cmp.Or(typ, defaultShapeType))
 	if err != nil {
@@ -43,8 +48,8 @@ func shapeSpec(name string) (synth.Spec, error) {
 // llama.cpp's fallback where a row does not divide into its blocks).
 const defaultShapeType = "q4_k"
 
-// Shapes lists the public model shapes OpenShape knows.
-func Shapes() []string {
+// Names lists the public model shapes Open knows.
+func Names() []string {
 	names := make([]string, 0, len(shapeArchs))
 	for n := range shapeArchs {
 		names = append(names, n)
@@ -53,13 +58,13 @@ func Shapes() []string {
 	return names
 }
 
-// OpenShape opens a public model shape, NAME[@TYPE], as a model whose weights are never read:
+// Open opens a public model shape, NAME[@TYPE], as a model whose weights are never read:
 // its metadata and tensors as the model's GGUF file has them (synth's), over address space
 // that nothing backs, so that shapes far larger than this machine open at once. TYPE is a
 // quantization, a llama.cpp-like mix (q4km, q8_0, ...) or one ggml type for every weight
 // (q4_k, q6_k, ...; the default is q4_k). A shape computes nothing: opts must make its runs
 // timing only (Options.TimingOnly), with the routing given.
-func OpenShape(name string, opts Options) (*Model, error) {
+func Open(name string, opts engine.Options) (*engine.Model, error) {
 	spec, err := shapeSpec(name)
 	if err != nil {
 		return nil, err
@@ -67,20 +72,16 @@ func OpenShape(name string, opts Options) (*Model, error) {
 	if opts.TimingOnly == nil {
 		return nil, fmt.Errorf("shape %s has no weights: it runs timing only, on a simulated GPU with the routing given (Options.TimingOnly)", name)
 	}
-	kvF16, err := checkOptions(opts)
-	if err != nil {
-		return nil, err
-	}
 	f, err := shapeFile(spec)
 	if err != nil {
 		return nil, err
 	}
-	return openFile(f, opts, kvF16)
+	return engine.OpenFile(f, opts)
 }
 
-// InspectShape describes a public model shape as Inspect describes a file; its Path is
+// Inspect describes a public model shape as engine.Inspect describes a file; its Path is
 // "shape:NAME@TYPE".
-func InspectShape(name string) (*Info, error) {
+func Inspect(name string) (*engine.Info, error) {
 	spec, err := shapeSpec(name)
 	if err != nil {
 		return nil, err
@@ -90,12 +91,7 @@ func InspectShape(name string) (*Info, error) {
 		return nil, err
 	}
 	defer f.Close()
-	arch, err := models.Load(f)
-	if err != nil {
-		return nil, err
-	}
-	info := describe(f, arch)
-	return &info, nil
+	return engine.InspectFile(f)
 }
 
 // shapeFile is the virtual file of a public shape.
