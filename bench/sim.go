@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/commit-run/commit-run/cpu"
 	"github.com/commit-run/commit-run/engine"
 	"github.com/commit-run/commit-run/offload"
 	"github.com/commit-run/commit-run/shapes"
@@ -193,7 +194,7 @@ func (o *SimOptions) timingOnly(rep *SimReport, bo *Options, to *engine.TimingOn
 	if slices.ContainsFunc(policies, offload.Policy.UsesHost) {
 		rep.Host = o.Host
 		if host.Bandwidth == 0 {
-			m := engine.MeasureHostRates()
+			m := cpu.MeasureHostRates()
 			host.Bandwidth, host.FLOPS = m.Bandwidth, cmp.Or(host.FLOPS, m.FLOPS)
 			rep.Host = "measured on this machine"
 		}

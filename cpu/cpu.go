@@ -4,6 +4,8 @@
 // order of llama.cpp's x86 CPU backend, so that our numbers agree with llama.cpp's on quantized
 // models. The work of a product or a parallel region is split into chunks that a pool of
 // worker goroutines, started with the device, claims alongside the caller (pool.go).
+// MeasureHostRates times it on an expert's product, for the GPU planners that weigh computing
+// an expert on the host against copying it.
 package cpu
 
 import (

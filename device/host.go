@@ -12,7 +12,7 @@ const (
 	// DefaultHostBandwidth: the rate a desktop's DDR5 delivers a Q4_K matrix-vector product at.
 	DefaultHostBandwidth = 20e9
 	// DefaultHostFLOPS keeps the ratio of the further tokens' arithmetic to the first token's
-	// bandwidth that MeasureHostRates and BenchmarkHostMatMulBatch (engine) find on a 2-core
+	// bandwidth that MeasureHostRates and BenchmarkHostMatMulBatch (package cpu) find on a 2-core
 	// x86-64 machine: 6 to 8 flops a byte of Q4_K.
 	DefaultHostFLOPS = 140e9
 	// DefaultHostOverhead: the dispatch to the host's threads and a kernel's share of moving

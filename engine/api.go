@@ -26,7 +26,7 @@ import (
 
 // HostRates price the host's expert kernels for cpu-miss on a GPU, real or simulated: the
 // rate a kernel reads its weights at for one token, and the rate of each further token's
-// arithmetic. Measure this machine's with MeasureHostRates.
+// arithmetic. Measure this machine's with cpu.MeasureHostRates.
 type HostRates = device.HostRates
 
 // HostProfile describes a host's expert kernels as data, as a GPU profile describes a card:

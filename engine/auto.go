@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/commit-run/commit-run/cpu"
 	"github.com/commit-run/commit-run/cuda"
 	"github.com/commit-run/commit-run/offload"
 	"github.com/commit-run/commit-run/sim"
@@ -385,7 +386,7 @@ func (m *Model) placeAuto() error {
 	}
 	rates := m.opts.HostRates
 	if _, gpu := m.dev.(*cuda.GPU); gpu && rates.Bandwidth == 0 {
-		m := MeasureHostRates()
+		m := cpu.MeasureHostRates()
 		rates.Bandwidth, rates.FLOPS = m.Bandwidth, cmp.Or(rates.FLOPS, m.FLOPS)
 	}
 	layers := len(m.info.MoELayers)

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/commit-run/commit-run/bench"
+	"github.com/commit-run/commit-run/cpu"
 	"github.com/commit-run/commit-run/engine"
 	"github.com/commit-run/commit-run/offload"
 	"github.com/commit-run/commit-run/shapes"
@@ -159,7 +160,7 @@ func parseBytes(s string) (float64, error) {
 // measureHostRates fills the rates r lacks with this machine's (a few tens of milliseconds).
 func measureHostRates(r engine.HostRates) engine.HostRates {
 	if r.Bandwidth == 0 || r.FLOPS == 0 {
-		m := engine.MeasureHostRates()
+		m := cpu.MeasureHostRates()
 		r.Bandwidth, r.FLOPS = cmp.Or(r.Bandwidth, m.Bandwidth), cmp.Or(r.FLOPS, m.FLOPS)
 	}
 	return r

@@ -1,19 +1,19 @@
-package engine
+package cpu
 
 import (
 	"math"
 	"time"
 
-	"github.com/commit-run/commit-run/cpu"
+	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/quant"
 )
 
 // MeasureHostRates times this machine's CPU device on a Q4_K 4096x4096 product, the work of
 // an expert computed on the host: for one token, the weight bytes it streams per second, and
 // from 16 tokens, the flops per second of each token after the first. Best of three each.
-func MeasureHostRates() HostRates {
+func MeasureHostRates() device.HostRates {
 	w := hostBenchMatrix(4096, 4096)
-	d := cpu.New(0)
+	d := New(0)
 	const T = 16
 	x, out := make([]float32, T*w.Cols), make([]float32, T*w.Rows)
 	best := func(T int) float64 {
@@ -29,7 +29,7 @@ func MeasureHostRates() HostRates {
 	// 16 tokens cannot take less than one, whatever the noise: at worst price the further
 	// tokens as if each cost a hundredth of the first.
 	further := max(many-one, (T-1)*one/100)
-	return HostRates{Bandwidth: float64(len(w.Data)) / one, FLOPS: 2 * float64(w.Rows) * float64(w.Cols) * (T - 1) / further}
+	return device.HostRates{Bandwidth: float64(len(w.Data)) / one, FLOPS: 2 * float64(w.Rows) * float64(w.Cols) * (T - 1) / further}
 }
 
 // hostBenchMatrix is a Q4_K matrix of fixed, varied values (cols a multiple of 256) for

@@ -1,11 +1,9 @@
-package engine
+package cpu
 
 import (
 	"fmt"
 	"math"
 	"testing"
-
-	"github.com/commit-run/commit-run/cpu"
 )
 
 // BenchmarkHostMatMulBatch times the host's product of an expert-sized Q4_K matrix at several
@@ -13,7 +11,7 @@ import (
 // the weights read once plus each further token's arithmetic (MeasureHostRates measures both).
 func BenchmarkHostMatMulBatch(b *testing.B) {
 	w := hostBenchMatrix(2048, 4096)
-	d := cpu.New(0)
+	d := New(0)
 	for _, T := range []int{1, 2, 4, 8, 16, 32} {
 		b.Run(fmt.Sprintf("T=%d", T), func(b *testing.B) {
 			x, out := make([]float32, T*w.Cols), make([]float32, T*w.Rows)
@@ -25,7 +23,7 @@ func BenchmarkHostMatMulBatch(b *testing.B) {
 	}
 }
 
-// MeasureHostRates gives rates the engine accepts, whatever this machine's speed.
+// MeasureHostRates gives rates the GPU planners accept, whatever this machine's speed.
 func TestMeasureHostRates(t *testing.T) {
 	r := MeasureHostRates()
 	if !(r.Bandwidth > 0) || !(r.FLOPS > 0) || math.IsInf(r.Bandwidth, 0) || math.IsInf(r.FLOPS, 0) || r.Overhead != 0 {
