@@ -725,39 +725,8 @@ func (g *GPU) matMul(w quant.Matrix, x []float32, T int, out []float32) bool {
 	if !yDev {
 		yp = g.dy
 	}
-	grid := Dim3{X: (w.Rows + mmvRowsPerBlock - 1) / mmvRowsPerBlock, Y: (T + mmvTokensPerBlock - 1) / mmvTokensPerBlock}
-	block := Dim3{X: 32, Y: mmvRowsPerBlock}
-	args := func() *Args { return g.args.Reset().Ptr(wp).Ptr(xp).Ptr(yp).Int(w.Rows).Int(w.Cols).Int(T) }
-	if mmq {
-		grid = Dim3{X: (w.Rows + mmqRowsPerBlock - 1) / mmqRowsPerBlock, Y: (T + mmqTokensPerBlock - 1) / mmqTokensPerBlock}
-		block = Dim3{X: mmqThreads}
-		// The activation quantized as the CPU quantizes it for a quantized type: the tiles
-		// multiply its values.
-		var a q8
-		var off int64
-		if errors.Join(errs...) == nil {
-			var err error
-			a, err = g.quantizeLocked(xp, T, w.Cols, w.Type, &off)
-			errs = append(errs, err)
-		}
-		_, qb, _ := q8Kind(w.Type)
-		args = func() *Args {
-			return g.args.Reset().Ptr(wp).Ptr(xp).Ptr(yp).Int(w.Rows).Int(w.Cols).Int(T).Ptr(a.q).Ptr(a.d).Ptr(a.s).Int(qb)
-		}
-	} else if f := g.mmvq[w.Type]; f != nil && errors.Join(errs...) == nil {
-		// The activation quantized, then the integer product.
-		var off int64
-		a, err := g.quantizeLocked(xp, T, w.Cols, w.Type, &off)
-		errs = append(errs, err)
-		if a.q != 0 {
-			fn = f
-			args = func() *Args {
-				return g.args.Reset().Ptr(wp).Ptr(a.q).Ptr(a.d).Ptr(a.s).Ptr(yp).Int(w.Rows).Int(w.Cols).Int(T)
-			}
-		}
-	}
 	if errors.Join(errs...) == nil {
-		errs = append(errs, g.compute.Launch(fn, grid, block, 0, args()))
+		errs = append(errs, g.launchMatMul(fn, mmq, w, wp, xp, yp, T))
 	}
 	if !yDev {
 		errs = append(errs, g.compute.CopyDtoH(g.out.Bytes[:ny], g.dy), g.compute.Synchronize())
@@ -775,6 +744,42 @@ func (g *GPU) matMul(w quant.Matrix, x []float32, T int, out []float32) bool {
 		copy(yb, g.out.Bytes[:ny])
 	}
 	return true
+}
+
+// launchMatMul launches the product of the weights at wp and T activations at xp into yp: on
+// mmq's tiles (fn) when mmq is set, else on mmvq's integer product where w's type has one, else
+// on mmv (fn). The quantized kernels multiply the activation quantized as the CPU quantizes it,
+// so quantizing comes first, and its error stops the launch. The caller holds g.mu.
+func (g *GPU) launchMatMul(fn *Function, mmq bool, w quant.Matrix, wp, xp, yp DevicePtr, T int) error {
+	grid := Dim3{X: (w.Rows + mmvRowsPerBlock - 1) / mmvRowsPerBlock, Y: (T + mmvTokensPerBlock - 1) / mmvTokensPerBlock}
+	block := Dim3{X: 32, Y: mmvRowsPerBlock}
+	args := func() *Args { return g.args.Reset().Ptr(wp).Ptr(xp).Ptr(yp).Int(w.Rows).Int(w.Cols).Int(T) }
+	if mmq {
+		grid = Dim3{X: (w.Rows + mmqRowsPerBlock - 1) / mmqRowsPerBlock, Y: (T + mmqTokensPerBlock - 1) / mmqTokensPerBlock}
+		block = Dim3{X: mmqThreads}
+		var off int64
+		a, err := g.quantizeLocked(xp, T, w.Cols, w.Type, &off)
+		if err != nil {
+			return err
+		}
+		_, qb, _ := q8Kind(w.Type)
+		args = func() *Args {
+			return g.args.Reset().Ptr(wp).Ptr(xp).Ptr(yp).Int(w.Rows).Int(w.Cols).Int(T).Ptr(a.q).Ptr(a.d).Ptr(a.s).Int(qb)
+		}
+	} else if f := g.mmvq[w.Type]; f != nil {
+		var off int64
+		a, err := g.quantizeLocked(xp, T, w.Cols, w.Type, &off)
+		if err != nil {
+			return err
+		}
+		if a.q != 0 {
+			fn = f
+			args = func() *Args {
+				return g.args.Reset().Ptr(wp).Ptr(a.q).Ptr(a.d).Ptr(a.s).Ptr(yp).Int(w.Rows).Int(w.Cols).Int(T)
+			}
+		}
+	}
+	return g.compute.Launch(fn, grid, block, 0, args())
 }
 
 // stage grows the staging buffers to nx input and ny output bytes. The caller holds g.mu.

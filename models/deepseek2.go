@@ -14,34 +14,9 @@ func buildDeepseek2(f *File, c *Config) (*Model, error) {
 	r := l.r
 	m := &Model{Config: c, File: f}
 	l.embeddings(m)
-	rank := r.int(".attention.kv_lora_rank", 0, true)
-	qRank := r.int(".attention.q_lora_rank", 0, false)
-	headK, headV := c.HeadDimK, c.HeadDimV
-	mla := r.has(".attention.key_length_mla") && r.has(".attention.value_length_mla")
-	if mla {
-		headK = r.int(".attention.key_length_mla", 0, true)
-		headV = r.int(".attention.value_length_mla", 0, true)
-	}
-	ropeD := c.Rope.Dims
-	if l.err == nil && r.err != nil {
-		l.fail(r.err)
-	}
-	if l.err != nil {
-		return nil, l.err
-	}
-	if rank <= 0 || headK <= ropeD || headV <= 0 {
-		return nil, fmt.Errorf("implausible MLA sizes: kv_lora_rank %d, key %d, value %d, rope %d", rank, headK, headV, ropeD)
-	}
-	nope := headK - ropeD
-	rope := l.rope(false)
-	yarnLogMul := r.float(".rope.scaling.yarn_log_multiplier", 0)
-	if yarnLogMul != 0 {
-		// The converter stores 0.1*mscale_all_dim; llama.cpp divides it back out.
-		yarnLogMul /= 0.1
-		if rope.ExtFactor != 0 {
-			// mscale == mscale_all_dim for DeepSeek-V2, so YaRN's rope magnitude cancels to 1.
-			rope.AttnFactor = r.float(".rope.scaling.attn_factor", 1) / (1 + 0.1*float32(math.Log(float64(1/rope.FreqScale))))
-		}
+	d, err := l.mla()
+	if err != nil {
+		return nil, err
 	}
 	gating := Gating(r.int(".expert_gating_func", 0, false))
 	if gating == 0 {
@@ -54,33 +29,7 @@ func buildDeepseek2(f *File, c *Config) (*Model, error) {
 	scaleW := r.float(".expert_weights_scale", 0)
 	for i := 0; i < c.Layers && l.err == nil; i++ {
 		p := fmt.Sprintf("blk.%d.", i)
-		h := c.Heads[i]
-		at := &MLAttention{Heads: h, Nope: nope, RopeD: ropeD, Rank: rank, HeadV: headV, Eps: c.NormEps, Rope: rope}
-		at.Scale = mlaScale(rope, yarnLogMul, headK)
-		if f.Tensor(p+"attn_q_a.weight") != nil {
-			if qRank == 0 {
-				qRank = f.Tensor(p + "attn_q_a.weight").Matrix().Rows
-			}
-			at.QA = l.matrix(p+"attn_q_a.weight", c.Embd, qRank)
-			at.QANorm = l.norm(p+"attn_q_a_norm", qRank)
-			at.QB = l.matrix(p+"attn_q_b.weight", qRank, h*headK)
-		} else {
-			at.Q = l.matrix(p+"attn_q.weight", c.Embd, h*headK)
-		}
-		at.KVA = l.matrix(p+"attn_kv_a_mqa.weight", c.Embd, rank+ropeD)
-		at.KVANorm = l.norm(p+"attn_kv_a_norm", rank)
-		at.O = l.matrix(p+"attn_output.weight", h*headV, c.Embd)
-		if kb := l.optional(p+"attn_k_b.weight", nope, rank, h); kb != nil {
-			vb := l.tensor(p+"attn_v_b.weight", rank, headV, h)
-			if vb != nil {
-				for j := 0; j < h; j++ {
-					at.KB = append(at.KB, kb.Expert(j))
-					at.VB = append(at.VB, vb.Expert(j))
-				}
-			}
-		} else if kvb := l.tensor(p+"attn_kv_b.weight", rank, h*(nope+headV)); kvb != nil {
-			at.KVB = kvb.Matrix()
-		}
+		at := l.mlAttention(p, c.Heads[i], d)
 		layer := Layer{AttnNorm: l.norm(p+"attn_norm", c.Embd), Attn: at, FFNNorm: l.norm(p+"ffn_norm", c.Embd)}
 		if i < c.DenseLead {
 			layer.Dense = l.ffn(p, "")
@@ -97,4 +46,85 @@ func buildDeepseek2(f *File, c *Config) (*Model, error) {
 		m.Layers = append(m.Layers, layer)
 	}
 	return l.done(m)
+}
+
+// mlaDims is the MLA geometry every layer shares. qRank may be 0 in the metadata; the first
+// layer with a factored query then sets it from its tensor, for the layers after it.
+type mlaDims struct {
+	rank, qRank, headK, headV, nope, ropeD int
+	rope                                   *Rope
+	yarnLogMul                             float32
+}
+
+// mla reads the MLA sizes and the rope, and refuses sizes no MLA layer can have before any
+// tensor is checked against them. Newer conversions give key_length and value_length for the
+// absorbed form and the heads' own sizes under the _mla keys.
+func (l *loader) mla() (*mlaDims, error) {
+	r, c := l.r, l.c
+	d := &mlaDims{}
+	d.rank = r.int(".attention.kv_lora_rank", 0, true)
+	d.qRank = r.int(".attention.q_lora_rank", 0, false)
+	d.headK, d.headV = c.HeadDimK, c.HeadDimV
+	mla := r.has(".attention.key_length_mla") && r.has(".attention.value_length_mla")
+	if mla {
+		d.headK = r.int(".attention.key_length_mla", 0, true)
+		d.headV = r.int(".attention.value_length_mla", 0, true)
+	}
+	d.ropeD = c.Rope.Dims
+	if l.err == nil && r.err != nil {
+		l.fail(r.err)
+	}
+	if l.err != nil {
+		return nil, l.err
+	}
+	if d.rank <= 0 || d.headK <= d.ropeD || d.headV <= 0 {
+		return nil, fmt.Errorf("implausible MLA sizes: kv_lora_rank %d, key %d, value %d, rope %d", d.rank, d.headK, d.headV, d.ropeD)
+	}
+	d.nope = d.headK - d.ropeD
+	d.rope = l.rope(false)
+	d.yarnLogMul = r.float(".rope.scaling.yarn_log_multiplier", 0)
+	if d.yarnLogMul != 0 {
+		// The converter stores 0.1*mscale_all_dim; llama.cpp divides it back out.
+		d.yarnLogMul /= 0.1
+		if d.rope.ExtFactor != 0 {
+			// mscale == mscale_all_dim for DeepSeek-V2, so YaRN's rope magnitude cancels to 1.
+			d.rope.AttnFactor = r.float(".rope.scaling.attn_factor", 1) / (1 + 0.1*float32(math.Log(float64(1/d.rope.FreqScale))))
+		}
+	}
+	return d, nil
+}
+
+// mlAttention loads the attention of the layer with tensor prefix p and h heads. Conversions
+// differ in two places: the query is factored (attn_q_a, attn_q_b) or one matrix (V2-Lite), and
+// the latent's key and value projections come per head (attn_k_b, attn_v_b), which absorbed
+// attention wants, or as the legacy attn_kv_b.
+func (l *loader) mlAttention(p string, h int, d *mlaDims) *MLAttention {
+	f, c := l.f, l.c
+	at := &MLAttention{Heads: h, Nope: d.nope, RopeD: d.ropeD, Rank: d.rank, HeadV: d.headV, Eps: c.NormEps, Rope: d.rope}
+	at.Scale = mlaScale(d.rope, d.yarnLogMul, d.headK)
+	if f.Tensor(p+"attn_q_a.weight") != nil {
+		if d.qRank == 0 {
+			d.qRank = f.Tensor(p + "attn_q_a.weight").Matrix().Rows
+		}
+		at.QA = l.matrix(p+"attn_q_a.weight", c.Embd, d.qRank)
+		at.QANorm = l.norm(p+"attn_q_a_norm", d.qRank)
+		at.QB = l.matrix(p+"attn_q_b.weight", d.qRank, h*d.headK)
+	} else {
+		at.Q = l.matrix(p+"attn_q.weight", c.Embd, h*d.headK)
+	}
+	at.KVA = l.matrix(p+"attn_kv_a_mqa.weight", c.Embd, d.rank+d.ropeD)
+	at.KVANorm = l.norm(p+"attn_kv_a_norm", d.rank)
+	at.O = l.matrix(p+"attn_output.weight", h*d.headV, c.Embd)
+	if kb := l.optional(p+"attn_k_b.weight", d.nope, d.rank, h); kb != nil {
+		vb := l.tensor(p+"attn_v_b.weight", d.rank, d.headV, h)
+		if vb != nil {
+			for j := 0; j < h; j++ {
+				at.KB = append(at.KB, kb.Expert(j))
+				at.VB = append(at.VB, vb.Expert(j))
+			}
+		}
+	} else if kvb := l.tensor(p+"attn_kv_b.weight", d.rank, h*(d.nope+d.headV)); kvb != nil {
+		at.KVB = kvb.Matrix()
+	}
+	return at
 }

@@ -125,31 +125,43 @@ func (r *Router) encode() (ggml.KV, []*ggml.Tensor) {
 		key + "train.seed":         in.Seed,
 	}
 	if in.Nets != nil {
-		var (
-			init                  []string
-			trainN, valN          []uint32
-			epochs, best          []uint32
-			tLoss, vLoss, vAccura []float32
-		)
-		for _, n := range in.Nets {
-			init = append(init, n.Init)
-			trainN = append(trainN, uint32(max(n.TrainSamples, 0)))
-			valN = append(valN, uint32(max(n.ValSamples, 0)))
-			epochs = append(epochs, uint32(max(n.Epochs, 0)))
-			best = append(best, uint32(max(n.BestEpoch, 0)))
-			tLoss = append(tLoss, float32(n.TrainLoss))
-			vLoss = append(vLoss, float32(n.ValLoss))
-			vAccura = append(vAccura, float32(n.ValAccuracy))
-		}
-		kv[key+"train.init"] = init
-		kv[key+"train.train_samples"] = trainN
-		kv[key+"train.val_samples"] = valN
-		kv[key+"train.epochs"] = epochs
-		kv[key+"train.best_epoch"] = best
-		kv[key+"train.train_loss"] = tLoss
-		kv[key+"train.val_loss"] = vLoss
-		kv[key+"train.val_accuracy"] = vAccura
+		encodeNetInfo(kv, in.Nets)
 	}
+	return kv, r.encodeTensors()
+}
+
+// encodeNetInfo stores the per-net training record as one array per field, indexed by net,
+// so that each field reads back as a plain GGUF array.
+func encodeNetInfo(kv ggml.KV, nets []NetInfo) {
+	var (
+		init                  []string
+		trainN, valN          []uint32
+		epochs, best          []uint32
+		tLoss, vLoss, vAccura []float32
+	)
+	for _, n := range nets {
+		init = append(init, n.Init)
+		trainN = append(trainN, uint32(max(n.TrainSamples, 0)))
+		valN = append(valN, uint32(max(n.ValSamples, 0)))
+		epochs = append(epochs, uint32(max(n.Epochs, 0)))
+		best = append(best, uint32(max(n.BestEpoch, 0)))
+		tLoss = append(tLoss, float32(n.TrainLoss))
+		vLoss = append(vLoss, float32(n.ValLoss))
+		vAccura = append(vAccura, float32(n.ValAccuracy))
+	}
+	kv[key+"train.init"] = init
+	kv[key+"train.train_samples"] = trainN
+	kv[key+"train.val_samples"] = valN
+	kv[key+"train.epochs"] = epochs
+	kv[key+"train.best_epoch"] = best
+	kv[key+"train.train_loss"] = tLoss
+	kv[key+"train.val_loss"] = vLoss
+	kv[key+"train.val_accuracy"] = vAccura
+}
+
+// encodeTensors stores every net's weights as F32, which loses nothing of what training
+// learnt and is the one type Load accepts.
+func (r *Router) encodeTensors() []*ggml.Tensor {
 	var ts []*ggml.Tensor
 	add := func(name string, data []float32, shape ...int) {
 		sh := make([]uint64, len(shape))
@@ -172,7 +184,7 @@ func (r *Router) encode() (ggml.KV, []*ggml.Tensor) {
 		add(tensorName(j, "w1"), n.W1, n.In, rows)
 		add(tensorName(j, "b1"), n.B1, rows)
 	}
-	return kv, ts
+	return ts
 }
 
 func tensorName(j int, what string) string { return "net." + strconv.Itoa(j) + "." + what }

@@ -142,74 +142,17 @@ func (s *Server) options(q *sampling, promptLen int, chat bool) (engine.Generate
 		return o, &reqError{status: http.StatusNotFound, typ: "invalid_request_error", param: "model", code: "model_not_found",
 			msg: fmt.Sprintf("model %q is not served here; this server serves %q (GET /v1/models)", q.Model, s.name)}
 	}
-	unsupported := func(param, what string) *reqError {
-		return invalid(param, "%s: %s is not supported by this server", param, what)
+	if err := unsupportedFields(q); err != nil {
+		return o, err
 	}
-	switch {
-	case q.N != nil && *q.N != 1:
-		return o, unsupported("n", "more than one choice per request")
-	case present(q.Tools) || present(q.Functions):
-		return o, unsupported("tools", "tool calling")
-	case present(q.LogitBias) && string(q.LogitBias) != "{}":
-		return o, unsupported("logit_bias", "a logit bias")
-	case present(q.ResponseFormat) && !textFormat(q.ResponseFormat):
-		return o, unsupported("response_format", "a response format other than text")
-	case q.Echo:
-		return o, unsupported("echo", "echoing the prompt")
-	case q.Suffix != nil && *q.Suffix != "":
-		return o, unsupported("suffix", "a suffix")
-	case q.BestOf != nil && *q.BestOf != 1:
-		return o, unsupported("best_of", "best_of")
+	var err *reqError
+	if o.MaxTokens, err = s.maxTokens(q, promptLen, chat); err != nil {
+		return o, err
 	}
-	room, err := s.room(promptLen)
-	if err != nil {
-		param := "prompt"
-		if chat {
-			param = "messages"
-		}
-		return o, &reqError{status: http.StatusBadRequest, typ: "invalid_request_error", param: param, code: "context_length_exceeded", msg: err.Error()}
+	if o.Sampler, err = samplerOptions(q); err != nil {
+		return o, err
 	}
-	ctx := s.model.ContextLength()
-	o.MaxTokens = room
-	for _, m := range []struct {
-		param string
-		v     *int
-	}{{"max_tokens", q.MaxTokens}, {"max_completion_tokens", q.MaxCompletionTokens}} {
-		if m.v == nil {
-			continue
-		}
-		if *m.v < 1 || *m.v > room {
-			return o, invalid(m.param, "%s %d: want 1 to %d, the context's %d tokens less the prompt's %d", m.param, *m.v, room, ctx, promptLen)
-		}
-		o.MaxTokens = min(o.MaxTokens, *m.v)
-	}
-	// OpenAI's defaults: temperature 1, top_p 1.
-	temp, topP := 1.0, 1.0
-	if q.Temperature != nil {
-		if temp = *q.Temperature; !(temp >= 0 && temp <= 2) {
-			return o, invalid("temperature", "temperature %v: want 0 to 2", temp)
-		}
-	}
-	if q.TopP != nil {
-		if topP = *q.TopP; !(topP > 0 && topP <= 1) {
-			return o, invalid("top_p", "top_p %v: want more than 0, at most 1", topP)
-		}
-	}
-	o.Sampler = engine.SamplerOptions{Temperature: float32(temp), TopP: float32(topP), Greedy: temp == 0}
 	o.IgnoreEOS = q.IgnoreEOS
-	for _, p := range []struct {
-		param string
-		v     *float64
-		to    *float32
-	}{{"presence_penalty", q.PresencePenalty, &o.Sampler.PresencePenalty}, {"frequency_penalty", q.FrequencyPenalty, &o.Sampler.FrequencyPenalty}} {
-		if p.v == nil {
-			continue
-		}
-		if !(*p.v >= -2 && *p.v <= 2) {
-			return o, invalid(p.param, "%s %v: want -2 to 2", p.param, *p.v)
-		}
-		*p.to = float32(*p.v)
-	}
 	if err := logprobOptions(q, chat, &o); err != nil {
 		return o, err
 	}
@@ -227,6 +170,93 @@ func (s *Server) options(q *sampling, promptLen int, chat bool) (engine.Generate
 		o.Stop = append(o.Stop, s.model.Info().ChatStop...)
 	}
 	return o, nil
+}
+
+// unsupportedFields refuses the OpenAI fields this server cannot honour, rather than ignoring
+// them: a client that asks for tools or several choices would otherwise get a reply it did not
+// ask for and no sign why. Values that mean the default pass.
+func unsupportedFields(q *sampling) *reqError {
+	unsupported := func(param, what string) *reqError {
+		return invalid(param, "%s: %s is not supported by this server", param, what)
+	}
+	switch {
+	case q.N != nil && *q.N != 1:
+		return unsupported("n", "more than one choice per request")
+	case present(q.Tools) || present(q.Functions):
+		return unsupported("tools", "tool calling")
+	case present(q.LogitBias) && string(q.LogitBias) != "{}":
+		return unsupported("logit_bias", "a logit bias")
+	case present(q.ResponseFormat) && !textFormat(q.ResponseFormat):
+		return unsupported("response_format", "a response format other than text")
+	case q.Echo:
+		return unsupported("echo", "echoing the prompt")
+	case q.Suffix != nil && *q.Suffix != "":
+		return unsupported("suffix", "a suffix")
+	case q.BestOf != nil && *q.BestOf != 1:
+		return unsupported("best_of", "best_of")
+	}
+	return nil
+}
+
+// maxTokens is the reply's token limit: the room the context leaves after the prompt, or less
+// where max_tokens or max_completion_tokens asks. A limit past the room is an error rather than
+// cut to fit, so a client learns it cannot have the reply length it counted on.
+func (s *Server) maxTokens(q *sampling, promptLen int, chat bool) (int, *reqError) {
+	room, err := s.room(promptLen)
+	if err != nil {
+		param := "prompt"
+		if chat {
+			param = "messages"
+		}
+		return 0, &reqError{status: http.StatusBadRequest, typ: "invalid_request_error", param: param, code: "context_length_exceeded", msg: err.Error()}
+	}
+	ctx := s.model.ContextLength()
+	limit := room
+	for _, m := range []struct {
+		param string
+		v     *int
+	}{{"max_tokens", q.MaxTokens}, {"max_completion_tokens", q.MaxCompletionTokens}} {
+		if m.v == nil {
+			continue
+		}
+		if *m.v < 1 || *m.v > room {
+			return limit, invalid(m.param, "%s %d: want 1 to %d, the context's %d tokens less the prompt's %d", m.param, *m.v, room, ctx, promptLen)
+		}
+		limit = min(limit, *m.v)
+	}
+	return limit, nil
+}
+
+// samplerOptions checks the sampling fields against the ranges OpenAI documents, so that a
+// request OpenAI would refuse is refused here too, and fills in OpenAI's defaults for absent ones.
+func samplerOptions(q *sampling) (engine.SamplerOptions, *reqError) {
+	// OpenAI's defaults: temperature 1, top_p 1.
+	temp, topP := 1.0, 1.0
+	if q.Temperature != nil {
+		if temp = *q.Temperature; !(temp >= 0 && temp <= 2) {
+			return engine.SamplerOptions{}, invalid("temperature", "temperature %v: want 0 to 2", temp)
+		}
+	}
+	if q.TopP != nil {
+		if topP = *q.TopP; !(topP > 0 && topP <= 1) {
+			return engine.SamplerOptions{}, invalid("top_p", "top_p %v: want more than 0, at most 1", topP)
+		}
+	}
+	so := engine.SamplerOptions{Temperature: float32(temp), TopP: float32(topP), Greedy: temp == 0}
+	for _, p := range []struct {
+		param string
+		v     *float64
+		to    *float32
+	}{{"presence_penalty", q.PresencePenalty, &so.PresencePenalty}, {"frequency_penalty", q.FrequencyPenalty, &so.FrequencyPenalty}} {
+		if p.v == nil {
+			continue
+		}
+		if !(*p.v >= -2 && *p.v <= 2) {
+			return so, invalid(p.param, "%s %v: want -2 to 2", p.param, *p.v)
+		}
+		*p.to = float32(*p.v)
+	}
+	return so, nil
 }
 
 // room is how many tokens a reply to a prompt of promptLen tokens has before the context is

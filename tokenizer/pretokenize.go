@@ -656,20 +656,7 @@ func splitLlama3Like(cpts []rune, pieces []int, digits int, marks bool) []int {
 
 			// \p{N}{1,digits}
 			if f.is(flagNumber) {
-				if digits == 1 {
-					pos++
-					c.emit(pos)
-					continue
-				}
-				ini := pos
-				for c.flags(pos).is(flagNumber) {
-					pos++
-					if pos-ini >= digits {
-						c.emit(pos)
-						ini = pos
-					}
-				}
-				c.emit(pos)
+				pos = c.digitGroups(pos, digits)
 				continue
 			}
 
@@ -694,26 +681,55 @@ func splitLlama3Like(cpts []rune, pieces []int, digits int, marks bool) []int {
 				continue
 			}
 
-			ws, lastRN := 0, 0
-			for c.flags(pos + ws).is(flagWhitespace) {
-				if r := c.cpt(pos + ws); r == '\r' || r == '\n' {
-					lastRN = pos + ws + 1
-				}
-				ws++
-			}
-			switch {
-			case lastRN > 0: // \s*[\r\n]+
-				pos = lastRN
-			case ws > 1 && c.cpt(pos+ws) != outOfRange: // \s+(?!\S)
-				pos += ws - 1
-			case ws > 0: // \s+
-				pos += ws
-			default:
-				pos++
-			}
+			// \s*[\r\n]+|\s+(?!\S)|\s+
+			pos = c.llama3Spaces(pos)
 			c.emit(pos)
 		}
 	})
+}
+
+// digitGroups matches \p{N}{1,digits} as often as it can from pos, the way llama.cpp's
+// splitter does: it walks the whole run of digits and cuts it every digits codepoints, rather
+// than matching one group per turn of the caller's loop. It returns the run's end.
+func (c *pieceCursor) digitGroups(pos, digits int) int {
+	if digits == 1 {
+		pos++
+		c.emit(pos)
+		return pos
+	}
+	ini := pos
+	for c.flags(pos).is(flagNumber) {
+		pos++
+		if pos-ini >= digits {
+			c.emit(pos)
+			ini = pos
+		}
+	}
+	c.emit(pos)
+	return pos
+}
+
+// llama3Spaces is where the last alternatives of the llama3 regex end a pre-token that starts
+// at pos: \s*[\r\n]+, then \s+(?!\S) (which leaves the space before a word to the word),
+// then \s+. A codepoint none of the regex matches makes a pre-token of its own.
+func (c *pieceCursor) llama3Spaces(pos int) int {
+	ws, lastRN := 0, 0
+	for c.flags(pos + ws).is(flagWhitespace) {
+		if r := c.cpt(pos + ws); r == '\r' || r == '\n' {
+			lastRN = pos + ws + 1
+		}
+		ws++
+	}
+	switch {
+	case lastRN > 0: // \s*[\r\n]+
+		return lastRN
+	case ws > 1 && c.cpt(pos+ws) != outOfRange: // \s+(?!\S)
+		return pos + ws - 1
+	case ws > 0: // \s+
+		return pos + ws
+	default:
+		return pos + 1
+	}
 }
 
 // splitNewlines implements [^\n]+|[\n]+.

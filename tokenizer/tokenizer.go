@@ -116,40 +116,8 @@ func FromGGUF(kv ggml.KV) (*Tokenizer, error) {
 		return nil, err
 	}
 
-	// Defaults per vocabulary type, as llama.cpp sets them before reading
-	// the keys that override them.
-	switch model {
-	case "llama":
-		t.bos, t.eos, t.unk = 1, 2, 0
-		t.addBOS, t.addSpacePrefix = true, true
-	case "gpt2":
-		t.bos, t.eos = 11, 11
-		t.cleanSpaces = true
-		info, known := preTypes[t.pre]
-		switch {
-		case known:
-		case unsupportedPre[t.pre]:
-			return nil, fmt.Errorf("tokenizer: %s %q is a llama.cpp pre-tokenizer this package does not implement", keyPre, t.pre)
-		case t.pre == "":
-			t.warnings = append(t.warnings, fmt.Sprintf("%s is missing; using llama.cpp's 'default' pre-tokenizer (tokenization may not match the model's training)", keyPre))
-			info = preTypes["default"]
-		default:
-			t.warnings = append(t.warnings, fmt.Sprintf("%s %q is unknown; using llama.cpp's 'default' pre-tokenizer (tokenization may not match the model's training)", keyPre, t.pre))
-			info = preTypes["default"]
-		}
-		t.cleanSpaces = !info.keepSpaces
-		t.ignoreMerges = info.ignoreMerges
-		t.addBOS = info.addBOS
-		if info.noBOS {
-			t.bos = noToken
-		}
-		if t.splitter, err = compilePre(info.set); err != nil {
-			return nil, err
-		}
-	case "":
-		return nil, fmt.Errorf("tokenizer: %s is empty", keyModel)
-	default:
-		return nil, fmt.Errorf("tokenizer: %s %q is not supported (want \"llama\" or \"gpt2\")", keyModel, model)
+	if err := t.typeDefaults(); err != nil {
+		return nil, err
 	}
 	if v, ok, err := kvBool(kv, keyAddPrefix); err != nil {
 		return nil, err
@@ -170,6 +138,72 @@ func FromGGUF(kv ggml.KV) (*Tokenizer, error) {
 	}
 	t.detectSpecialTokens()
 
+	t.listSpecial()
+	t.pieces = make([]string, len(t.tokens))
+	for id := range t.tokens {
+		t.pieces[id] = t.renderPiece(int32(id))
+	}
+
+	if t.chatTemplate, _, err = kvString(kv, keyChatTemplate); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// typeDefaults sets what each vocabulary type assumes when the metadata is silent, as
+// llama.cpp sets it before reading the keys that override it; for BPE that includes the
+// pre-tokenizer, which only t.pre names.
+func (t *Tokenizer) typeDefaults() error {
+	switch t.model {
+	case "llama":
+		t.bos, t.eos, t.unk = 1, 2, 0
+		t.addBOS, t.addSpacePrefix = true, true
+	case "gpt2":
+		t.bos, t.eos = 11, 11
+		t.cleanSpaces = true
+		info, err := t.preType()
+		if err != nil {
+			return err
+		}
+		t.cleanSpaces = !info.keepSpaces
+		t.ignoreMerges = info.ignoreMerges
+		t.addBOS = info.addBOS
+		if info.noBOS {
+			t.bos = noToken
+		}
+		if t.splitter, err = compilePre(info.set); err != nil {
+			return err
+		}
+	case "":
+		return fmt.Errorf("tokenizer: %s is empty", keyModel)
+	default:
+		return fmt.Errorf("tokenizer: %s %q is not supported (want \"llama\" or \"gpt2\")", keyModel, t.model)
+	}
+	return nil
+}
+
+// preType looks t.pre up among llama.cpp's pre-tokenizers. A missing or unknown name falls
+// back to llama.cpp's 'default' with a warning rather than an error, so that such a model
+// still loads; a known one this package lacks is an error, as its splitting is known to differ.
+func (t *Tokenizer) preType() (preInfo, error) {
+	info, known := preTypes[t.pre]
+	switch {
+	case known:
+	case unsupportedPre[t.pre]:
+		return info, fmt.Errorf("tokenizer: %s %q is a llama.cpp pre-tokenizer this package does not implement", keyPre, t.pre)
+	case t.pre == "":
+		t.warnings = append(t.warnings, fmt.Sprintf("%s is missing; using llama.cpp's 'default' pre-tokenizer (tokenization may not match the model's training)", keyPre))
+		info = preTypes["default"]
+	default:
+		t.warnings = append(t.warnings, fmt.Sprintf("%s %q is unknown; using llama.cpp's 'default' pre-tokenizer (tokenization may not match the model's training)", keyPre, t.pre))
+		info = preTypes["default"]
+	}
+	return info, nil
+}
+
+// listSpecial collects the tokens encoding must match in the text before anything else is
+// split, longest first so that a special token is never cut short by one it starts with.
+func (t *Tokenizer) listSpecial() {
 	for id, a := range t.attrs {
 		if a&(attrControl|attrUserDefined|attrUnknown) != 0 {
 			t.special = append(t.special, int32(id))
@@ -180,16 +214,6 @@ func FromGGUF(kv ggml.KV) (*Tokenizer, error) {
 	slices.SortStableFunc(t.special, func(a, b int32) int {
 		return cmp.Compare(len(t.tokens[b]), len(t.tokens[a]))
 	})
-
-	t.pieces = make([]string, len(t.tokens))
-	for id := range t.tokens {
-		t.pieces[id] = t.renderPiece(int32(id))
-	}
-
-	if t.chatTemplate, _, err = kvString(kv, keyChatTemplate); err != nil {
-		return nil, err
-	}
-	return t, nil
 }
 
 // loadVocab reads tokens, types and scores.

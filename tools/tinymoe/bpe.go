@@ -89,6 +89,31 @@ func TrainBPE(text string, size int) (*Vocab, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bpe: %w", err)
 	}
+	v, idOf := byteVocab()
+	c, err := countWords(pieces, idOf)
+	if err != nil {
+		return nil, err
+	}
+	for len(v.Tokens) < size-1 {
+		best, bestN := c.mostFrequent()
+		if bestN < 2 {
+			break // nothing left worth merging
+		}
+		id := int32(len(v.Tokens))
+		v.Tokens = append(v.Tokens, v.Tokens[best.a]+v.Tokens[best.b])
+		v.Merges = append(v.Merges, v.Tokens[best.a]+" "+v.Tokens[best.b])
+		c.merge(best, id)
+	}
+	if slices.Contains(v.Tokens, EndOfText) {
+		return nil, fmt.Errorf("bpe: a learnt token spells %s", EndOfText)
+	}
+	v.Tokens = append(v.Tokens, EndOfText)
+	return v, nil
+}
+
+// byteVocab starts a vocabulary with the 256 byte tokens, and returns the map from a token's
+// text to its id that turns pre-tokenized words into id sequences.
+func byteVocab() (*Vocab, map[string]int32) {
 	order, enc := byteOrder()
 	v := &Vocab{}
 	idOf := map[string]int32{}
@@ -97,8 +122,22 @@ func TrainBPE(text string, size int) (*Vocab, error) {
 		idOf[s] = int32(len(v.Tokens))
 		v.Tokens = append(v.Tokens, s)
 	}
+	return v, idOf
+}
 
-	// Unique words with their counts, each as a sequence of token ids.
+// wordCounts is the corpus as training sees it: each unique word once, as token ids, with
+// how often it occurs, and for each adjacent pair its weighted count and the words that hold
+// it, so that a merge revisits only those words instead of the whole corpus.
+type wordCounts struct {
+	words     [][]int32
+	counts    []int
+	pairCount map[pair]int
+	where     map[pair]map[int]struct{}
+}
+
+// countWords gathers the unique pieces in sorted order, so that word indices, and with them
+// the order merges rewrite words in, do not depend on map iteration.
+func countWords(pieces []string, idOf map[string]int32) (*wordCounts, error) {
 	freq := map[string]int{}
 	for _, p := range pieces {
 		freq[p]++
@@ -108,84 +147,80 @@ func TrainBPE(text string, size int) (*Vocab, error) {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	words := make([][]int32, len(keys))
-	counts := make([]int, len(keys))
+	c := &wordCounts{words: make([][]int32, len(keys)), counts: make([]int, len(keys)),
+		pairCount: map[pair]int{}, where: map[pair]map[int]struct{}{}}
 	for i, k := range keys {
 		for _, r := range k {
 			id, ok := idOf[string(r)]
 			if !ok {
 				return nil, fmt.Errorf("bpe: pre-tokenizer produced %q outside the byte alphabet", r)
 			}
-			words[i] = append(words[i], id)
+			c.words[i] = append(c.words[i], id)
 		}
-		counts[i] = freq[k]
+		c.counts[i] = freq[k]
 	}
+	for w := range c.words {
+		c.addWord(w, 1)
+	}
+	return c, nil
+}
 
-	pairCount := map[pair]int{}
-	where := map[pair]map[int]struct{}{}
-	addWord := func(w int, sign int) {
-		ids := words[w]
-		for j := 0; j+1 < len(ids); j++ {
-			p := pair{ids[j], ids[j+1]}
-			pairCount[p] += sign * counts[w]
-			if sign > 0 {
-				s := where[p]
-				if s == nil {
-					s = map[int]struct{}{}
-					where[p] = s
-				}
-				s[w] = struct{}{}
+// addWord adds word w's pairs to the counts (sign 1) or takes them out (sign -1). Taking out
+// leaves w in where: a merge that finds a word no longer holding its pair rewrites it to itself.
+func (c *wordCounts) addWord(w int, sign int) {
+	ids := c.words[w]
+	for j := 0; j+1 < len(ids); j++ {
+		p := pair{ids[j], ids[j+1]}
+		c.pairCount[p] += sign * c.counts[w]
+		if sign > 0 {
+			s := c.where[p]
+			if s == nil {
+				s = map[int]struct{}{}
+				c.where[p] = s
 			}
+			s[w] = struct{}{}
 		}
 	}
-	for w := range words {
-		addWord(w, 1)
-	}
+}
 
-	for len(v.Tokens) < size-1 {
-		best, bestN := pair{}, 0
-		for p, n := range pairCount {
-			if n > bestN || (n == bestN && n > 0 && cmp.Or(cmp.Compare(p.a, best.a), cmp.Compare(p.b, best.b)) < 0) {
-				best, bestN = p, n
-			}
-		}
-		if bestN < 2 {
-			break // nothing left worth merging
-		}
-		id := int32(len(v.Tokens))
-		v.Tokens = append(v.Tokens, v.Tokens[best.a]+v.Tokens[best.b])
-		v.Merges = append(v.Merges, v.Tokens[best.a]+" "+v.Tokens[best.b])
-		ws := make([]int, 0, len(where[best]))
-		for w := range where[best] {
-			ws = append(ws, w)
-		}
-		slices.Sort(ws)
-		for _, w := range ws {
-			addWord(w, -1)
-			ids := words[w]
-			out := ids[:0]
-			for j := 0; j < len(ids); j++ {
-				if j+1 < len(ids) && ids[j] == best.a && ids[j+1] == best.b {
-					out = append(out, id)
-					j++
-					continue
-				}
-				out = append(out, ids[j])
-			}
-			words[w] = out
-			addWord(w, 1)
-		}
-		delete(pairCount, best)
-		delete(where, best)
-		for p, n := range pairCount {
-			if n == 0 {
-				delete(pairCount, p)
-			}
+// mostFrequent breaks ties by token ids so that map iteration order cannot pick the merge.
+func (c *wordCounts) mostFrequent() (best pair, bestN int) {
+	for p, n := range c.pairCount {
+		if n > bestN || (n == bestN && n > 0 && cmp.Or(cmp.Compare(p.a, best.a), cmp.Compare(p.b, best.b)) < 0) {
+			best, bestN = p, n
 		}
 	}
-	if slices.Contains(v.Tokens, EndOfText) {
-		return nil, fmt.Errorf("bpe: a learnt token spells %s", EndOfText)
+	return best, bestN
+}
+
+// merge rewrites every word holding best with the new token id, in word order, and drops
+// the pairs no word holds any more so that mostFrequent scans only live ones.
+func (c *wordCounts) merge(best pair, id int32) {
+	ws := make([]int, 0, len(c.where[best]))
+	for w := range c.where[best] {
+		ws = append(ws, w)
 	}
-	v.Tokens = append(v.Tokens, EndOfText)
-	return v, nil
+	slices.Sort(ws)
+	for _, w := range ws {
+		c.addWord(w, -1)
+		ids := c.words[w]
+		out := ids[:0]
+		for j := 0; j < len(ids); j++ {
+			if j+1 < len(ids) && ids[j] == best.a && ids[j+1] == best.b {
+				out = append(out, id)
+				j++
+				continue
+			}
+			out = append(out, ids[j])
+		}
+		c.words[w] = out
+		c.addWord(w, 1)
+	}
+	delete(c.pairCount, best)
+	delete(c.where, best)
+	for p, n := range c.pairCount {
+		if n == 0 {
+			delete(c.pairCount, p)
+		}
+	}
 }

@@ -51,20 +51,9 @@ func run() error {
 		name   = flag.String("name", "", "write the golden model of this name to -out")
 		list   = flag.Bool("list", false, "list the golden models and their tensor types")
 		out    = flag.String("out", "", "output file")
-
-		arch    = flag.String("arch", "", "benchmark model: architecture (llama, mixtral, qwen2moe, qwen3moe, olmoe, deepseek2, qwen2, qwen3)")
-		layers  = flag.Int("layers", 0, "layers (0 = the real model's)")
-		embd    = flag.Int("embd", 0, "embedding width")
-		heads   = flag.Int("heads", 0, "attention heads")
-		kvheads = flag.Int("kvheads", 0, "KV heads")
-		experts = flag.Int("experts", 0, "routed experts (llama: -1 = dense Llama-2)")
-		topk    = flag.Int("topk", 0, "experts used per token")
-		ffn     = flag.Int("ffn", 0, "routed expert width (dense models: FFN width)")
-		dense   = flag.Int("dense-ffn", 0, "dense FFN width of DeepSeek's leading layers")
-		vocab   = flag.Int("vocab", 0, "vocabulary size")
-		typ     = flag.String("type", "q8_0", "type recipe: f32 f16 bf16 q8_0 q4km q5km q3km q2k q4_0 q4_0-preset q5_1 iq4_nl, or a single type (q4_k, q6_k, ...)")
-		seed    = flag.Uint64("seed", 1, "random seed")
 	)
+	var b benchFlags
+	b.register()
 	flag.Parse()
 
 	switch {
@@ -79,54 +68,91 @@ func run() error {
 		if *out == "" {
 			return fmt.Errorf("-name needs -out")
 		}
-		s, err := synth.GoldenSpec(*name)
-		if err != nil {
-			return err
-		}
-		sum, err := synth.WriteFile(s, *out)
-		if err != nil {
-			return err
-		}
-		fmt.Printf("%s  %s\n", sum, *out)
-		return nil
-	case *arch != "":
+		return writeNamed(*name, *out)
+	case b.arch != "":
 		if *out == "" {
 			return fmt.Errorf("-arch needs -out")
 		}
-		r, err := synth.RecipeByName(*typ)
-		if err != nil {
-			return err
-		}
-		a := *arch
-		if a == "mixtral" {
-			a = synth.ArchLlama
-		}
-		o := synth.BenchOptions{Layers: *layers, Embd: *embd, Heads: *heads, HeadsKV: *kvheads,
-			Experts: *experts, ExpertsUsed: *topk, Vocab: *vocab, Seed: *seed, Types: r}
-		if (a == synth.ArchLlama && *experts < 0) || a == synth.ArchQwen2 || a == synth.ArchQwen3 {
-			o.FFN = *ffn
-		} else {
-			o.ExpertFFN = *ffn
-			o.FFN = *dense
-		}
-		s, err := synth.Bench(a, o)
-		if err != nil {
-			return err
-		}
-		m, err := synth.Build(s)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(os.Stderr, "writing %s: %.2f GB of tensor data\n", s.Name, float64(m.Bytes())/1e9)
-		sum, err := m.Write(*out)
-		if err != nil {
-			return err
-		}
-		fmt.Printf("%s  %s\n", sum, *out)
-		return nil
+		return writeBench(b, *out)
 	}
 	flag.Usage()
 	return fmt.Errorf("nothing to do: give -golden, -name, -list or -arch")
+}
+
+// benchFlags are the flags of a benchmark model (-arch): its shape, where 0 keeps the real
+// model's size, its tensor types and its seed.
+type benchFlags struct {
+	arch, typ                                                      string
+	layers, embd, heads, kvheads, experts, topk, ffn, dense, vocab int
+	seed                                                           uint64
+}
+
+// register defines the -arch flags into b, so that writeBench takes them as one value.
+func (b *benchFlags) register() {
+	flag.StringVar(&b.arch, "arch", "", "benchmark model: architecture (llama, mixtral, qwen2moe, qwen3moe, olmoe, deepseek2, qwen2, qwen3)")
+	flag.IntVar(&b.layers, "layers", 0, "layers (0 = the real model's)")
+	flag.IntVar(&b.embd, "embd", 0, "embedding width")
+	flag.IntVar(&b.heads, "heads", 0, "attention heads")
+	flag.IntVar(&b.kvheads, "kvheads", 0, "KV heads")
+	flag.IntVar(&b.experts, "experts", 0, "routed experts (llama: -1 = dense Llama-2)")
+	flag.IntVar(&b.topk, "topk", 0, "experts used per token")
+	flag.IntVar(&b.ffn, "ffn", 0, "routed expert width (dense models: FFN width)")
+	flag.IntVar(&b.dense, "dense-ffn", 0, "dense FFN width of DeepSeek's leading layers")
+	flag.IntVar(&b.vocab, "vocab", 0, "vocabulary size")
+	flag.StringVar(&b.typ, "type", "q8_0", "type recipe: f32 f16 bf16 q8_0 q4km q5km q3km q2k q4_0 q4_0-preset q5_1 iq4_nl, or a single type (q4_k, q6_k, ...)")
+	flag.Uint64Var(&b.seed, "seed", 1, "random seed")
+}
+
+// writeNamed writes the golden model name to out and prints its hash the way sha256sum does,
+// so that a script can check the file against the manifest.
+func writeNamed(name, out string) error {
+	s, err := synth.GoldenSpec(name)
+	if err != nil {
+		return err
+	}
+	sum, err := synth.WriteFile(s, out)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s  %s\n", sum, out)
+	return nil
+}
+
+// writeBench writes the benchmark model b describes to out. -ffn is the width of the FFNs the
+// model mostly has: a dense model's FFN, else the routed experts' (with -dense-ffn for
+// DeepSeek's leading dense layers).
+func writeBench(b benchFlags, out string) error {
+	r, err := synth.RecipeByName(b.typ)
+	if err != nil {
+		return err
+	}
+	a := b.arch
+	if a == "mixtral" {
+		a = synth.ArchLlama
+	}
+	o := synth.BenchOptions{Layers: b.layers, Embd: b.embd, Heads: b.heads, HeadsKV: b.kvheads,
+		Experts: b.experts, ExpertsUsed: b.topk, Vocab: b.vocab, Seed: b.seed, Types: r}
+	if (a == synth.ArchLlama && b.experts < 0) || a == synth.ArchQwen2 || a == synth.ArchQwen3 {
+		o.FFN = b.ffn
+	} else {
+		o.ExpertFFN = b.ffn
+		o.FFN = b.dense
+	}
+	s, err := synth.Bench(a, o)
+	if err != nil {
+		return err
+	}
+	m, err := synth.Build(s)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "writing %s: %.2f GB of tensor data\n", s.Name, float64(m.Bytes())/1e9)
+	sum, err := m.Write(out)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s  %s\n", sum, out)
+	return nil
 }
 
 // promptCandidates is how many prompts the manifest offers the reference runner per model.
