@@ -24,11 +24,13 @@ test:
 	$(GO) test -race ./server
 	$(GO) test -race ./cmd/commit-run -run 'TestServe'
 	$(GO) test -race ./engine -run '$(RACE_ENGINE)'
+	$(GO) test -race ./offload
 
 # The engine tests run under the race detector in make test: sessions side by side and
-# cancelled, batched decode steps, the offloader's bookkeeping: a few seconds
+# cancelled, batched decode steps, the offloader's bookkeeping (with package offload's own
+# tests, whole): a few seconds
 # (TestOffloadKeepsTheNumbers alone takes 2.5 minutes under it on 2 cores).
-RACE_ENGINE := TestBadRequests|TestContextLimit|TestPrefixReuse|TestConcurrentSessionsAndCancel|TestClosedModel|TestOffloadBudget|TestOffloadStats|TestCommitComputesWithPredictions|TestHostPlan|TestBatchedCancelAndClose|TestBatchedOffloadCopiesLess|TestParallelReservesKVCaches
+RACE_ENGINE := TestBadRequests|TestContextLimit|TestPrefixReuse|TestConcurrentSessionsAndCancel|TestClosedModel|TestOffloadBudget|TestOffloadStats|TestCommitComputesWithPredictions|TestBatchedCancelAndClose|TestBatchedOffloadCopiesLess|TestParallelReservesKVCaches
 
 # Short fuzzing runs of the parsers (longer: make fuzz FUZZTIME=10m).
 FUZZTIME ?= 30s
