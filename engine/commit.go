@@ -270,7 +270,7 @@ func (m *Model) predict(layer int, h []float32, pos int) (next, nextPos int, exp
 	logits := make([]float32, nm.Experts)
 	c.router.Predict(j, h, logits)
 	_, sel := gateProbs(nm, logits)
-	return next, nextPos, topK(sel, nm.Used), nil
+	return next, nextPos, choose(nm, sel), nil
 }
 
 // commitRouting is the routing of a token that computes with the predicted experts pred

@@ -75,9 +75,10 @@ func (m *Model) setupCommitDevice() error {
 	return nil
 }
 
-// fits says whether a layer's router is within the kernel's bounds.
+// fits says whether a layer's router is within the kernel's bounds and routing; the host
+// weighs the others' committed experts.
 func (c *commitDevice) fits(moe *models.MoE) bool {
-	return moe.Experts <= device.CommitMaxExperts && moe.Used <= device.CommitMaxUsed
+	return moe.Experts <= device.CommitMaxExperts && moe.Used <= device.CommitMaxUsed && deviceRoutes(moe) == nil
 }
 
 // moeCommitted is moe for one token whose experts, commit, were chosen ahead of its router,

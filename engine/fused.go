@@ -37,6 +37,12 @@ func (m *Model) setupFused() {
 		if moe == nil {
 			continue
 		}
+		if err := deviceRoutes(moe); err != nil {
+			if m.moeDevErr == nil {
+				m.moeDevErr = fmt.Errorf("layer %d's experts are routed on the host: %w", i, err)
+			}
+			continue
+		}
 		ml := &device.MoELayer{Used: moe.Used, Gating: *gatingOf(moe), SharedGate: moe.SharedGate}
 		for e := 0; e < moe.Experts; e++ {
 			ml.Experts = append(ml.Experts, device.ExpertMatrices{Gate: moe.GateExps.Expert(e), Up: moe.UpExps.Expert(e), Down: moe.DownExps.Expert(e)})
@@ -52,6 +58,15 @@ func (m *Model) setupFused() {
 		}
 		m.moeDev[i] = ml
 	}
+}
+
+// deviceRoutes says why a device cannot route a MoE block, or nil: device.Gating has no
+// expert groups, and a kernel that ignored them would choose other experts than the host.
+func deviceRoutes(moe *models.MoE) error {
+	if moe.Groups > 1 {
+		return fmt.Errorf("the device does not route experts limited to %d of %d groups", moe.GroupsUsed, moe.Groups)
+	}
+	return nil
 }
 
 // gatingOf is a MoE block's gating as a device computes it.

@@ -23,8 +23,39 @@ type routing struct {
 // optional softmax, renormalisation and scale.
 func route(moe *models.MoE, logits []float32) routing {
 	probs, sel := gateProbs(moe, logits)
-	experts := topK(sel, moe.Used)
+	experts := choose(moe, sel)
 	return routing{experts: experts, weights: gateWeights(moe, probs, experts)}
+}
+
+// choose returns the experts selection scores sel pick: the top-k, among the best groups
+// where the model groups its experts.
+func choose(moe *models.MoE, sel []float32) []int {
+	if moe.Groups > 1 {
+		sel = groupLimited(sel, moe.Groups, moe.GroupsUsed)
+	}
+	return topK(sel, moe.Used)
+}
+
+// groupLimited returns sel with every expert outside the used best of its groups at -inf,
+// as llama.cpp's build_moe_ffn masks them: a group scores the sum of its two best
+// selection scores (the sum of two floats rounds the same in float32 as in ggml_sum_rows'
+// float64). The loader ensures groups divides len(sel) into groups of at least two.
+func groupLimited(sel []float32, groups, used int) []float32 {
+	per := len(sel) / groups
+	scores := make([]float32, groups)
+	for g := range scores {
+		s := sel[g*per : (g+1)*per]
+		top := topK(s, 2)
+		scores[g] = s[top[0]] + s[top[1]]
+	}
+	out := make([]float32, len(sel))
+	for i := range out {
+		out[i] = float32(math.Inf(-1))
+	}
+	for _, g := range topK(scores, used) {
+		copy(out[g*per:(g+1)*per], sel[g*per:(g+1)*per])
+	}
+	return out
 }
 
 // commitRoute is the routing of a token that computes with experts chosen ahead of its

@@ -7,6 +7,7 @@ import (
 
 // DeepSeek-V2 (-Lite): MLA attention, leading dense layers, routed experts with shared experts,
 // expert weight scale and optional renormalisation, YaRN rope moved into the attention scale.
+// V3-style files (Moonlight) add sigmoid gating, the selection bias and expert groups.
 func init() { Register("deepseek2", buildDeepseek2) }
 
 func buildDeepseek2(f *File, c *Config) (*Model, error) {
@@ -27,6 +28,7 @@ func buildDeepseek2(f *File, c *Config) (*Model, error) {
 	}
 	normW := r.bool(".expert_weights_norm", false)
 	scaleW := r.float(".expert_weights_scale", 0)
+	groups, groupsUsed := l.expertGroups()
 	for i := 0; i < c.Layers && l.err == nil; i++ {
 		p := fmt.Sprintf("blk.%d.", i)
 		at := l.mlAttention(p, c.Heads[i], d)
@@ -37,6 +39,7 @@ func buildDeepseek2(f *File, c *Config) (*Model, error) {
 			moe := l.moe(p)
 			if moe != nil {
 				moe.Gating, moe.NormWeights, moe.WeightsScale = gating, normW, scaleW
+				moe.Groups, moe.GroupsUsed = groups, groupsUsed
 				if f.Tensor(p+"ffn_gate_shexp.weight") != nil {
 					moe.Shared = l.ffn(p, "_shexp")
 				}

@@ -129,6 +129,31 @@ func (l *loader) moe(p string) *MoE {
 	return m
 }
 
+// expertGroups reads DeepSeek-V3's expert groups (0, 0: none) and refuses the counts
+// llama.cpp asserts against: the groups must split the experts evenly, in groups of at
+// least two (a group scores its two best experts), and leave some out.
+func (l *loader) expertGroups() (groups, used int) {
+	r, c := l.r, l.c
+	groups = r.int(".expert_group_count", 0, false)
+	used = r.int(".expert_group_used_count", 0, false)
+	if r.err != nil {
+		l.fail(r.err)
+		return 0, 0
+	}
+	if groups <= 1 {
+		return 0, 0
+	}
+	switch {
+	case c.Experts <= 0 || groups >= c.Experts || c.Experts%groups != 0:
+		l.fail(fmt.Errorf("metadata key %q: %d groups cannot split %d experts evenly into groups of two or more", r.key(".expert_group_count"), groups, c.Experts))
+	case used <= 0 || used >= groups:
+		l.fail(fmt.Errorf("metadata key %q: %d of %d groups (want 1 to %d)", r.key(".expert_group_used_count"), used, groups, groups-1))
+	default:
+		return groups, used
+	}
+	return 0, 0
+}
+
 func (l *loader) rope(neox bool) *Rope {
 	r := l.c.Rope
 	r.NeoX = neox

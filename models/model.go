@@ -60,6 +60,10 @@ type MoE struct {
 	Gating        Gating
 	NormWeights   bool    // renormalise the top-k weights to sum 1
 	WeightsScale  float32 // 0 = none
+	// Groups > 1 splits the experts into that many equal groups, and selection keeps only
+	// the GroupsUsed groups whose two best selection scores sum highest (DeepSeek-V3's
+	// group-limited routing; llama.cpp expert_group_count, expert_group_used_count).
+	Groups, GroupsUsed int
 	// Shared is the always-on shared expert(s), nil if none; SharedGate, when set, scales it
 	// by sigmoid(SharedGate . x) (Qwen2-MoE).
 	Shared     *FFN
