@@ -134,6 +134,9 @@ func (w *statusWriter) Flush() {
 	}
 }
 
+// Unwrap lets http.ResponseController reach the connection (the body's read deadline).
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
 // count records a request once it is answered; route is the pattern that served it.
 func (m *metrics) count(route string, w *statusWriter) {
 	m.requests.WithLabelValues(route, strconv.Itoa(max(w.code, http.StatusOK))).Inc()

@@ -29,11 +29,6 @@ func ollamaError(w http.ResponseWriter, status int, format string, a ...any) {
 	writeJSON(w, status, map[string]string{"error": fmt.Sprintf(format, a...)})
 }
 
-// ollamaName says whether name (ollama's name[:tag]) is the served model.
-func (s *Server) ollamaName(name string) bool {
-	return name == "" || name == s.name || name == s.name+":latest"
-}
-
 // ollamaCheck answers what every ollama route refuses alike: a model still loading, a body
 // that does not decode, a model not served. It returns false when it has answered.
 func (s *Server) ollamaCheck(w http.ResponseWriter, r *http.Request, v any, model func() string) bool {
@@ -48,7 +43,7 @@ func (s *Server) ollamaCheck(w http.ResponseWriter, r *http.Request, v any, mode
 			return false
 		}
 	}
-	if m := model(); !s.ollamaName(m) {
+	if m := model(); !s.serves(m) {
 		ollamaError(w, http.StatusNotFound, "model %q not found; this server serves %q", m, s.name)
 		return false
 	}
@@ -129,6 +124,9 @@ func (s *Server) ollamaOptions(raw map[string]any, promptLen int, templated bool
 	if err := o.FromMap(raw); err != nil {
 		return g, err
 	}
+	if err := ollamaRanges(&o); err != nil {
+		return g, err
+	}
 	room, err := s.room(promptLen)
 	if err != nil {
 		return g, err
@@ -158,6 +156,29 @@ func (s *Server) ollamaOptions(raw map[string]any, promptLen int, templated bool
 		g.Stop = append(g.Stop, s.model.Info().ChatStop...)
 	}
 	return g, nil
+}
+
+// ollamaRanges takes ollama's sampling options as llama.cpp, under ollama, takes them: a
+// temperature below 0 is greedy, a top_k below 1 is off, a top_p is held to 0..1. Values with
+// no such meaning are refused, named, before the answer starts: never a 500, nor a 200 whose
+// stream ends in an error line.
+func ollamaRanges(o *api.Options) error {
+	o.Temperature = max(o.Temperature, 0)
+	o.TopK = max(o.TopK, 0)
+	o.TopP = min(max(o.TopP, 0), 1)
+	switch {
+	case o.Temperature > 100:
+		return fmt.Errorf("temperature %g: want 0 to 100 (0 or less: greedy)", o.Temperature)
+	case o.RepeatPenalty < 0 || o.RepeatPenalty > 100:
+		return fmt.Errorf("repeat_penalty %g: want 0 to 100 (1: off)", o.RepeatPenalty)
+	case o.RepeatLastN < -1:
+		return fmt.Errorf("repeat_last_n %d: want -1 (the whole context), 0 (off) or more", o.RepeatLastN)
+	case o.PresencePenalty < -100 || o.PresencePenalty > 100:
+		return fmt.Errorf("presence_penalty %g: want -100 to 100 (0: off)", o.PresencePenalty)
+	case o.FrequencyPenalty < -100 || o.FrequencyPenalty > 100:
+		return fmt.Errorf("frequency_penalty %g: want -100 to 100 (0: off)", o.FrequencyPenalty)
+	}
+	return nil
 }
 
 // ollamaGenerate runs one request when its turn comes and answers it as ollama does: NDJSON

@@ -87,16 +87,27 @@ func TestOllamaClient(t *testing.T) {
 		t.Errorf("version: %q, %v", v, err)
 	}
 
+	// Another model's name is answered by this one, which the answer names; a strict server
+	// refuses it with ollama's 404, as ollama does.
+	var other api.ChatResponse
+	stream := false
+	if err := c.Chat(ctx, &api.ChatRequest{Model: "llama3", Messages: []api.Message{{Role: "user", Content: "Tell me of the old prince."}}, Stream: &stream, Options: greedyOpts},
+		func(r api.ChatResponse) error { other = r; return nil }); err != nil || other.Model != "tinymoe-qwen2moe" || other.Message.Content != want {
+		t.Errorf("a request naming llama3: %+v, %v; want this model's answer under its own name", other, err)
+	}
+	strictURL, _ := url.Parse(serve(t, m, server.Options{StrictModelName: true}))
+	strict := api.NewClient(strictURL, http.DefaultClient)
+
 	// ollama's errors: its status and message.
 	for _, e := range []struct {
 		name   string
 		err    error
 		status int
 	}{
-		{"unknown model", c.Chat(ctx, &api.ChatRequest{Model: "llama3", Messages: []api.Message{{Role: "user", Content: "x"}}}, func(api.ChatResponse) error { return nil }), 404},
+		{"unknown model, strict", strict.Chat(ctx, &api.ChatRequest{Model: "llama3", Messages: []api.Message{{Role: "user", Content: "x"}}}, func(api.ChatResponse) error { return nil }), 404},
 		{"bad option", c.Chat(ctx, &api.ChatRequest{Messages: []api.Message{{Role: "user", Content: "x"}}, Options: map[string]any{"num_predict": "ten"}}, func(api.ChatResponse) error { return nil }), 400},
 		{"a tool message", c.Chat(ctx, &api.ChatRequest{Messages: []api.Message{{Role: "tool", Content: "x"}}}, func(api.ChatResponse) error { return nil }), 400},
-		{"show an unknown model", func() error { _, err := c.Show(ctx, &api.ShowRequest{Model: "mistral"}); return err }(), 404},
+		{"show an unknown model, strict", func() error { _, err := strict.Show(ctx, &api.ShowRequest{Model: "mistral"}); return err }(), 404},
 	} {
 		var se api.StatusError
 		if !errors.As(e.err, &se) || se.StatusCode != e.status || se.ErrorMessage == "" {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"reflect"
 	"slices"
 	"time"
@@ -95,6 +96,10 @@ func decode(r *http.Request, v any) *reqError {
 		return &reqError{status: http.StatusRequestEntityTooLarge, typ: "invalid_request_error",
 			msg: fmt.Sprintf("request body over %d bytes", tooBig.Limit)}
 	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return &reqError{status: http.StatusRequestTimeout, typ: "invalid_request_error",
+			msg: fmt.Sprintf("the request body did not arrive in time (%d of its bytes came)", len(data))}
+	}
 	if err != nil {
 		return invalid("", "reading the request body: %v", err)
 	}
@@ -138,7 +143,7 @@ func jsonKind(t reflect.Type) string {
 // prompt of promptLen tokens; a chat's also stop at the strings the model's chats use.
 func (s *Server) options(q *sampling, promptLen int, chat bool) (engine.GenerateOptions, *reqError) {
 	var o engine.GenerateOptions
-	if q.Model != "" && q.Model != s.name {
+	if !s.serves(q.Model) {
 		return o, &reqError{status: http.StatusNotFound, typ: "invalid_request_error", param: "model", code: "model_not_found",
 			msg: fmt.Sprintf("model %q is not served here; this server serves %q (GET /v1/models)", q.Model, s.name)}
 	}
@@ -219,8 +224,10 @@ func (s *Server) maxTokens(q *sampling, promptLen int, chat bool) (int, *reqErro
 		if m.v == nil {
 			continue
 		}
-		if *m.v < 1 || *m.v > room {
-			return limit, invalid(m.param, "%s %d: want 1 to %d, the context's %d tokens less the prompt's %d", m.param, *m.v, room, ctx, promptLen)
+		// Beyond the room left it is clamped, as llama-server and ollama clamp it: the answer
+		// then ends with finish_reason "length" where the context does.
+		if *m.v < 1 {
+			return limit, invalid(m.param, "%s %d: want 1 or more (at most %d fit: the context's %d tokens less the prompt's %d)", m.param, *m.v, room, ctx, promptLen)
 		}
 		limit = min(limit, *m.v)
 	}

@@ -13,11 +13,15 @@
 // shares. Beyond the running requests a bounded queue waits; when it is full a request gets
 // 503 with Retry-After. A client that disconnects cancels its generation at once.
 //
+// Any model name a request gives is answered by the served model, as llama-server does, and
+// the answer names the real one (Options.StrictModelName refuses other names, as ollama does).
+//
 // Safe by default: bound to loopback (Options.LocalOnly), requests whose Host header names
 // another machine are refused (DNS rebinding); with an API key every route but /health and
-// the page needs
-// "Authorization: Bearer KEY"; request bodies are capped; errors have OpenAI's JSON shape; no
-// web origin may read answers from a browser unless Options.CORSOrigins allows it.
+// the page needs "Authorization: Bearer KEY"; request bodies are capped, and one that does not
+// arrive within Options.BodyTimeout is answered 408; errors have OpenAI's JSON shape, and
+// ollama's ({"error": "..."}) on /api/*; no web origin may read answers from a browser unless
+// Options.CORSOrigins allows it.
 package server
 
 import (
@@ -26,6 +30,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -44,8 +49,13 @@ type Options struct {
 	// ModelName is the id /v1/models lists and requests may name (default: the model file's
 	// base name without .gguf).
 	ModelName string
+	// StrictModelName refuses requests that name another model (404); by default any name
+	// is answered by the served model, as llama-server answers, since clients send their own
+	// defaults (LangChain's "gpt-3.5-turbo").
+	StrictModelName bool
 	// APIKey, when set, is required as "Authorization: Bearer APIKey" on every route but
-	// /health.
+	// /health and the chat page at /, which holds nothing a key protects and sends the key
+	// its user types with its requests (a browser cannot add it to a page's own load).
 	APIKey string
 	// Parallel is how many requests generate at once, each on its own session (0 or 1: one
 	// at a time). Open the model with engine.Options.Parallel as large, so that their
@@ -56,6 +66,10 @@ type Options struct {
 	Queue int
 	// MaxBodyBytes caps a request body (0: DefaultMaxBody).
 	MaxBodyBytes int64
+	// BodyTimeout bounds how long a request body may take to arrive once its header has
+	// (0: DefaultBodyTimeout): a client that sends a byte a second, or a Content-Length
+	// whose bytes never come, gets 408 instead of holding a connection forever.
+	BodyTimeout time.Duration
 	// LocalOnly refuses requests whose Host header is not loopback: set it when listening on
 	// a loopback address, so that a web page cannot reach the server through a DNS name
 	// rebound to 127.0.0.1.
@@ -67,8 +81,9 @@ type Options struct {
 
 // Defaults of Options.
 const (
-	DefaultQueue   = 16
-	DefaultMaxBody = 8 << 20
+	DefaultQueue       = 16
+	DefaultMaxBody     = 8 << 20
+	DefaultBodyTimeout = 10 * time.Second
 )
 
 // Server serves one model. Its methods are safe for concurrent use.
@@ -96,6 +111,7 @@ func New(o Options) *Server {
 	o.Queue = max(o.Queue, 0)
 	o.Parallel = max(o.Parallel, 1)
 	o.MaxBodyBytes = cmp.Or(o.MaxBodyBytes, DefaultMaxBody)
+	o.BodyTimeout = cmp.Or(o.BodyTimeout, DefaultBodyTimeout)
 	s := &Server{opts: o, run: make(chan struct{}, o.Parallel), created: time.Now().Unix()}
 	s.met = newMetrics(s)
 	return s
@@ -158,6 +174,7 @@ func (s *Server) Handler() http.Handler {
 		{"GET", "/health", s.health},
 		{"GET", "/metrics", s.met.handler().ServeHTTP},
 		{"GET", "/v1/models", s.models},
+		{"GET", "/v1/models/{id...}", s.model1},
 		{"POST", "/v1/chat/completions", s.chatCompletions},
 		{"POST", "/v1/completions", s.completions},
 		{"POST", "/api/chat", s.ollamaChat},
@@ -174,18 +191,18 @@ func (s *Server) Handler() http.Handler {
 		for _, rt := range routes {
 			if rt.path == r.URL.Path || rt.path == "/{$}" && r.URL.Path == "/" {
 				w.Header().Set("Allow", rt.method)
-				writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", fmt.Sprintf("%s %s: this route takes %s", r.Method, r.URL.Path, rt.method), "")
+				refuse(w, r, http.StatusMethodNotAllowed, "invalid_request_error", fmt.Sprintf("%s %s: this route takes %s", r.Method, r.URL.Path, rt.method), "")
 				return
 			}
 		}
-		writeError(w, http.StatusNotFound, "not_found_error", fmt.Sprintf("no route %s %s", r.Method, r.URL.Path), "")
+		refuse(w, r, http.StatusNotFound, "not_found_error", fmt.Sprintf("no route %s %s", r.Method, r.URL.Path), "")
 	})
 	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		w := &statusWriter{ResponseWriter: rw}
 		route := "refused"
 		defer func() { s.met.count(route, w) }()
 		if s.opts.LocalOnly && !localHost(r.Host) {
-			writeError(w, http.StatusForbidden, "permission_error",
+			refuse(w, r, http.StatusForbidden, "permission_error",
 				fmt.Sprintf("Host %q is not this machine: the server listens on loopback and answers only requests addressed to it (localhost, 127.0.0.1, [::1])", r.Host), "")
 			return
 		}
@@ -196,13 +213,55 @@ func (s *Server) Handler() http.Handler {
 		// user types with its requests, which a browser cannot add to a page's own load.
 		if s.opts.APIKey != "" && r.URL.Path != "/health" && r.URL.Path != "/" && !s.authorized(r) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="commit-run"`)
-			writeError(w, http.StatusUnauthorized, "invalid_request_error", "missing or wrong API key: send Authorization: Bearer KEY", "invalid_api_key")
+			refuse(w, r, http.StatusUnauthorized, "invalid_request_error", "missing or wrong API key: send Authorization: Bearer KEY", "invalid_api_key")
 			return
 		}
+		r.Body = s.bodyDeadline(w, r)
 		r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
 		mux.ServeHTTP(w, r)
 		route = cmp.Or(r.Pattern, "unmatched")
 	})
+}
+
+// refuse answers a request the server refuses before any route runs, in the error shape its
+// client reads: ollama's on /api/*, whose clients print OpenAI's as [object Object].
+func refuse(w http.ResponseWriter, r *http.Request, status int, typ, msg, code string) {
+	if strings.HasPrefix(r.URL.Path, "/api/") {
+		ollamaError(w, status, "%s", msg)
+		return
+	}
+	writeError(w, status, typ, msg, code)
+}
+
+// bodyDeadline bounds the time r's body may take to arrive (Options.BodyTimeout). The
+// deadline is the connection's, so it is lifted once the whole body has been read: a streamed
+// answer must not trip it, and net/http watches the connection for a client that goes away
+// with reads under the same deadline. A body that fails keeps it, since net/http reads what
+// is left of an unread body before it answers, which must not wait for bytes that never come.
+func (s *Server) bodyDeadline(w http.ResponseWriter, r *http.Request) io.ReadCloser {
+	if r.Body == nil || r.Body == http.NoBody {
+		return r.Body
+	}
+	rc := http.NewResponseController(w)
+	if rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout)) != nil {
+		return r.Body // a connection without deadlines (a test recorder): nothing to lift
+	}
+	return &deadlineBody{ReadCloser: r.Body, lift: func() { rc.SetReadDeadline(time.Time{}) }}
+}
+
+// deadlineBody lifts the body's read deadline once the body has been read to its end.
+type deadlineBody struct {
+	io.ReadCloser
+	lift func()
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && b.lift != nil {
+		b.lift()
+		b.lift = nil
+	}
+	return n, err
 }
 
 // cors lets the pages of the allowed origins read the answers, and answers their browsers'
@@ -260,6 +319,25 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []map[string]any{
 		{"id": s.name, "object": "model", "created": s.created, "owned_by": "commit-run"},
 	}})
+}
+
+// model1 is GET /v1/models/{id}: the served model, under any id unless StrictModelName (the
+// answer names the real one).
+func (s *Server) model1(w http.ResponseWriter, r *http.Request) {
+	if !s.loaded(w) {
+		return
+	}
+	if id := r.PathValue("id"); !s.serves(id) {
+		writeError(w, http.StatusNotFound, "invalid_request_error", fmt.Sprintf("model %q is not served here; this server serves %q (GET /v1/models)", id, s.name), "model_not_found")
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"id": s.name, "object": "model", "created": s.created, "owned_by": "commit-run"})
+}
+
+// serves says whether a request naming model name is answered: any name ("" included)
+// unless StrictModelName, then the served name, or ollama's name:latest of it.
+func (s *Server) serves(name string) bool {
+	return !s.opts.StrictModelName || name == "" || name == s.name || name == s.name+":latest"
 }
 
 // loaded answers 503 and returns false while the model loads.

@@ -26,6 +26,10 @@ type serveFlags struct {
 	host, keyFile, name, cors string
 	port, queue, parallel     int
 	key                       string
+	strictName                bool
+	// readTimeout bounds a request's header, and then its body; idleTimeout a keep-alive
+	// connection with no request.
+	readTimeout, idleTimeout time.Duration
 }
 
 func (a *app) serveCmd() *cobra.Command {
@@ -40,11 +44,12 @@ func (a *app) serveCmd() *cobra.Command {
 			"experts are read, or copied to the GPU, once for all of them); an offload budget keeps room for their KV\n" +
 			"caches before it sizes the expert slots. A request takes the session whose KV cache shares the most with\n" +
 			"its prompt, so the next turn of a chat skips what it shares; up to --queue more wait, and beyond that a\n" +
-			"request gets 503 with Retry-After. It speaks ollama's /api routes too. On loopback, requests whose Host\n" +
-			"header is not local are refused; with --api-key or --api-key-file every route but /health needs\n" +
-			"Authorization: Bearer KEY. SIGINT or SIGTERM stops accepting, gives the requests in flight a few seconds\n" +
-			"and exits. Here --host is the address to listen on, as llama-server's; the host CPU's profile is\n" +
-			"--host-profile.",
+			"request gets 503 with Retry-After. It speaks ollama's /api routes too. Any model name a request gives is\n" +
+			"answered by the served model (--strict-model-name: 404). On loopback, requests whose Host header is not\n" +
+			"local are refused; with --api-key or --api-key-file every route but /health and the chat page at / needs\n" +
+			"Authorization: Bearer KEY. A request body slower than --read-timeout gets 408 (a header, a closed\n" +
+			"connection). SIGINT or SIGTERM stops accepting, gives the requests in flight a few seconds and exits.\n" +
+			"Here --host is the address to listen on, as llama-server's; the host CPU's profile is --host-profile.",
 		Example: "  commit-run serve -m model.gguf --parallel 4\n" +
 			"  commit-run serve -m model.gguf --device cuda:0 --port 8081 --api-key-file ~/.commit-run-key\n" +
 			"  curl localhost:8080/v1/chat/completions -d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'",
@@ -54,12 +59,15 @@ func (a *app) serveCmd() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&sf.host, "host", "127.0.0.1", "address to listen on (0.0.0.0: every interface)")
 	f.IntVar(&sf.port, "port", 8080, "TCP port to listen on (0: any free one)")
-	f.StringVar(&sf.key, "api-key", "", "require Authorization: Bearer `KEY` on every route but /health")
+	f.StringVar(&sf.key, "api-key", "", "require Authorization: Bearer `KEY` on every route but /health and the chat page")
 	f.StringVar(&sf.keyFile, "api-key-file", "", "read the API key from `FILE`")
 	f.IntVar(&sf.parallel, "parallel", 1, "requests that generate at once, their decode steps batched into one pass")
 	f.IntVar(&sf.queue, "queue", server.DefaultQueue, "requests that may wait beyond those running (0: none)")
 	f.StringVar(&sf.name, "model-name", "", "the model id /v1/models lists (default: the file's name without .gguf)")
 	f.StringVar(&sf.cors, "cors", "", "comma-separated web `ORIGINS` (or *) whose pages may call the API from a browser (default: none)")
+	f.BoolVar(&sf.strictName, "strict-model-name", false, "refuse requests that name another model (404) instead of answering them with this one")
+	f.DurationVar(&sf.readTimeout, "read-timeout", server.DefaultBodyTimeout, "the longest a request's header, then its body, may take to arrive (408 after the header)")
+	f.DurationVar(&sf.idleTimeout, "idle-timeout", 2*time.Minute, "close a keep-alive connection after this long without a request")
 	return cmd
 }
 
@@ -76,6 +84,12 @@ func (sf *serveFlags) check() error {
 	}
 	if sf.key != "" && sf.keyFile != "" {
 		return errors.New("--api-key and --api-key-file: give one")
+	}
+	if sf.readTimeout < 100*time.Millisecond || sf.readTimeout > time.Hour {
+		return fmt.Errorf("--read-timeout %v: want 100ms to 1h", sf.readTimeout)
+	}
+	if sf.idleTimeout < time.Second || sf.idleTimeout > 24*time.Hour {
+		return fmt.Errorf("--idle-timeout %v: want 1s to 24h", sf.idleTimeout)
 	}
 	if sf.keyFile != "" {
 		b, err := os.ReadFile(sf.keyFile)
@@ -103,7 +117,8 @@ func (sf *serveFlags) serverOptions() server.Options {
 			origins = append(origins, o)
 		}
 	}
-	return server.Options{ModelName: sf.name, APIKey: sf.key, Parallel: sf.parallel, Queue: q, LocalOnly: local, CORSOrigins: origins}
+	return server.Options{ModelName: sf.name, StrictModelName: sf.strictName, APIKey: sf.key, Parallel: sf.parallel, Queue: q,
+		LocalOnly: local, CORSOrigins: origins, BodyTimeout: sf.readTimeout}
 }
 
 // serve listens at once, answering /health with 503 while the model loads, serves until ctx
@@ -130,7 +145,7 @@ func (a *app) serve(ctx context.Context, sf *serveFlags) error {
 	// has passed.
 	reqCtx, cancelReqs := context.WithCancel(context.Background())
 	defer cancelReqs()
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second,
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: sf.readTimeout, IdleTimeout: sf.idleTimeout,
 		BaseContext: func(net.Listener) context.Context { return reqCtx }}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
