@@ -230,6 +230,10 @@ type Info struct {
 	SharedExperts int
 	ExpertFFN     int
 	Parameters    int64
+	// NextN and SkippedParameters are the blocks after Layers the file holds but no pass
+	// runs (GLM's multi-token prediction) and their weights, which no other count includes.
+	NextN             int
+	SkippedParameters int64
 	// ExpertParameters and ExpertBytes count routed-expert weights; the rest are non-expert.
 	ExpertParameters int64
 	ExpertBytes      int64

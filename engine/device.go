@@ -151,6 +151,9 @@ func (m *Model) upload() error {
 		return nil
 	}
 	for _, t := range m.file.Tensors {
+		if m.arch.Config.Skipped(t.Name) {
+			continue // a block no pass runs
+		}
 		if (m.off != nil || m.ep != nil) && strings.HasSuffix(t.Name, "_exps.weight") {
 			continue
 		}

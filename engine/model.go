@@ -294,7 +294,7 @@ func (m *Model) prepare() error {
 		m.place = offloaderPlacement{m.off}
 	}
 	if m.replay == nil { // a timing-only model reads no weight
-		prefault(m.file, opts.Progress)
+		prefault(m.file, m.arch.Config.Skipped, opts.Progress)
 	}
 	if err := m.upload(); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
@@ -340,7 +340,7 @@ func describe(f *models.File, m *models.Model) Info {
 	c := m.Config
 	info := Info{
 		Path: f.Path, Architecture: c.Arch, Name: f.KV.String("general.name"),
-		Layers: c.Layers, Embedding: c.Embd, Vocab: c.Vocab, Context: c.ContextLen,
+		Layers: c.Layers, NextN: c.NextN, Embedding: c.Embd, Vocab: c.Vocab, Context: c.ContextLen,
 		Heads: c.Heads[0], HeadsKV: c.HeadsKV[0],
 		Experts: c.Experts, ExpertsUsed: c.ExpertsUsed, SharedExperts: c.Shared, ExpertFFN: c.ExpertFFN,
 		TensorTypes: map[string]int{}, TensorTypeBytes: map[string]int64{},
@@ -356,6 +356,11 @@ func describe(f *models.File, m *models.Model) Info {
 		}
 	}
 	for _, t := range f.Tensors {
+		if c.Skipped(t.Name) {
+			// Held by the file, never run: not the model's parameters nor memory it needs.
+			info.SkippedParameters += t.Elements()
+			continue
+		}
 		info.Parameters += t.Elements()
 		info.TensorTypes[t.Type.String()]++
 		info.TensorTypeBytes[t.Type.String()] += t.Bytes()
@@ -372,10 +377,14 @@ func describe(f *models.File, m *models.Model) Info {
 // prefault reads the weights once so that the first tokens do not stall on page faults, and
 // reports progress while doing so. A file larger than most of the free memory is left to
 // fault in on demand: reading it all would only evict itself.
-func prefault(f *models.File, progress func(done, total int64)) {
+func prefault(f *models.File, skipped func(name string) bool, progress func(done, total int64)) {
 	var total int64
+	var ts []*models.Tensor
 	for _, t := range f.Tensors {
-		total += t.Bytes()
+		if !skipped(t.Name) { // a block no pass runs would only take memory
+			total += t.Bytes()
+			ts = append(ts, t)
+		}
 	}
 	if avail := availableMemory(); avail > 0 && total > avail*3/4 {
 		if progress != nil {
@@ -387,7 +396,7 @@ func prefault(f *models.File, progress func(done, total int64)) {
 	var done int64
 	var sink byte
 	populate := true
-	for _, t := range f.Tensors {
+	for _, t := range ts {
 		// One madvise per tensor where the kernel has it. Measured on the Qwen3-30B-A3B-
 		// shaped Q8_0 file of make bench-cpu (medians of 5, alternating): a 128-token
 		// prompt then took 0.37 s and 16 tokens 0.40 s, against 0.45 s and 0.47 s after

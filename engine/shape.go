@@ -68,6 +68,9 @@ func (m *Model) shapeParts(s *offload.Shape) (shapeParts, error) {
 	p := shapeParts{expertBytes: map[int]float64{}}
 	p.blocks = make([]struct{ attn, router, shared, dense offload.Cost }, c.Layers)
 	for _, t := range m.file.Tensors {
+		if c.Skipped(t.Name) {
+			continue // never read: no cost
+		}
 		b, flops := float64(t.Bytes()), 2*float64(t.Elements())
 		if len(t.Ne) < 2 {
 			flops = float64(t.Elements()) // norms, biases: one op per element

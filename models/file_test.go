@@ -214,6 +214,11 @@ func FuzzOpen(f *testing.F) {
 	}
 	f.Add(b)
 	f.Add(b[:64])
+	glm, err := os.ReadFile(newTinyGLM().write(f))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(glm)
 	f.Add([]byte("GGUF"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p := filepath.Join(dir, "fuzz.gguf")

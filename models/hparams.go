@@ -26,6 +26,23 @@ type Config struct {
 	SharedFFN   int // total shared-expert ffn length (qwen2moe: one expert; deepseek2: count*expert ffn)
 	Shared      int // shared expert count
 	DenseLead   int // leading dense layers (deepseek2)
+	// NextN counts the blocks after Layers that the file holds but no pass runs: GLM's
+	// multi-token-prediction layers (glm4moe nextn_predict_layers).
+	NextN int
+}
+
+// Skipped says whether the tensor named name belongs to a block the file holds but the model
+// never runs (Config.NextN), which must not be uploaded, placed or counted as the model's.
+func (c *Config) Skipped(name string) bool {
+	if c.NextN == 0 {
+		return false
+	}
+	var n int
+	var rest string
+	if k, err := fmt.Sscanf(name, "blk.%d.%s", &n, &rest); err != nil || k != 2 {
+		return false
+	}
+	return n >= c.Layers && n < c.Layers+c.NextN
 }
 
 // Rope holds rotary-embedding settings, including YaRN's.

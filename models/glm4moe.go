@@ -1,0 +1,107 @@
+package models
+
+import (
+	"fmt"
+	"math"
+)
+
+// GLM-4.5 / GLM-4.5-Air (llama.cpp glm4moe): standard attention with q/k/v biases, NEOX rope
+// over the first rope.dimension_count values of each head, optional per-head q/k norm (the
+// 355B model), and post_attention_norm where the others have ffn_norm; leading dense layers, then
+// sigmoid-gated experts chosen with the selection bias (exp_probs_b), within the best expert
+// groups where the file sets them, their weights renormalised and scaled, beside a shared
+// expert. The file's last nextn_predict_layers blocks are the multi-token-prediction head,
+// which llama.cpp loads but never runs: they are no layers of the model here, so nothing
+// computes, uploads or places them.
+func init() { Register("glm4moe", buildGLM4MoE) }
+
+func buildGLM4MoE(f *File, c *Config) (*Model, error) {
+	l := newLoader(f, c)
+	r := l.r
+	nextn := r.int(".nextn_predict_layers", 0, false)
+	// llama.cpp requires these; a default would run a model other than the one trained.
+	r.int(".expert_feed_forward_length", 0, true)
+	r.int(".expert_count", 0, true)
+	r.int(".expert_used_count", 0, true)
+	r.int(".expert_shared_count", 0, true)
+	if !r.has(".expert_weights_scale") && r.err == nil {
+		r.err = fmt.Errorf("metadata key %q is missing", r.key(".expert_weights_scale"))
+	}
+	scaleW := r.float(".expert_weights_scale", 0)
+	normW := r.bool(".expert_weights_norm", false)
+	gating := Gating(r.int(".expert_gating_func", 0, false))
+	if r.err != nil {
+		return nil, r.err
+	}
+	switch {
+	case nextn >= c.Layers:
+		return nil, fmt.Errorf("metadata key %q: %d next-token-prediction blocks of %d leave no layers", r.key(".nextn_predict_layers"), nextn, c.Layers)
+	case c.Experts <= 0:
+		return nil, fmt.Errorf("metadata key %q: glm4moe needs experts, has %d", r.key(".expert_count"), c.Experts)
+	case c.DenseLead >= c.Layers-nextn:
+		return nil, fmt.Errorf("metadata key %q: %d leading dense blocks of %d leave no MoE layers", r.key(".leading_dense_block_count"), c.DenseLead, c.Layers-nextn)
+	case gating == 0:
+		gating = GatingSigmoid // llama.cpp's default for glm4moe
+	case gating > GatingSoftmaxWeight:
+		return nil, fmt.Errorf("metadata key %q: gating function %d is not supported", r.key(".expert_gating_func"), gating)
+	case c.HeadDimK != c.HeadDimV:
+		return nil, fmt.Errorf("glm4moe key length %d differs from value length %d", c.HeadDimK, c.HeadDimV)
+	}
+	// ggml's KV prefixes the architecture itself.
+	if secs := f.KV.UintOrArrayValueAsArray("rope.dimension_sections", 0); len(secs) >= 2 && secs[0] > 0 && secs[1] > 0 {
+		return nil, fmt.Errorf("metadata key %q: multimodal (M-RoPE) glm4moe files are not supported", r.key(".rope.dimension_sections"))
+	}
+	c.Layers -= nextn
+	c.NextN = nextn
+	c.Heads, c.HeadsKV, c.FFN = c.Heads[:c.Layers], c.HeadsKV[:c.Layers], c.FFN[:c.Layers]
+	groups, groupsUsed := l.expertGroups()
+
+	m := &Model{Config: c, File: f}
+	l.embeddings(m)
+	rope := l.rope(true)
+	for i := 0; i < c.Layers && l.err == nil; i++ {
+		p := fmt.Sprintf("blk.%d.", i)
+		h, hkv, hd := c.Heads[i], c.HeadsKV[i], c.HeadDimK
+		at := &StdAttention{
+			Heads: h, HeadsKV: hkv, HeadDK: hd, HeadDV: hd,
+			Q:     l.matrix(p+"attn_q.weight", c.Embd, h*hd),
+			K:     l.matrix(p+"attn_k.weight", c.Embd, hkv*hd),
+			V:     l.matrix(p+"attn_v.weight", c.Embd, hkv*hd),
+			O:     l.matrix(p+"attn_output.weight", h*hd, c.Embd),
+			BQ:    l.vec(p+"attn_q.bias", h*hd, true),
+			BK:    l.vec(p+"attn_k.bias", hkv*hd, true),
+			BV:    l.vec(p+"attn_v.bias", hkv*hd, true),
+			Scale: 1 / float32(math.Sqrt(float64(hd))), // llama.cpp reads no attention.scale here
+			Eps:   c.NormEps,
+			Rope:  rope,
+		}
+		// The q/k norms come as a pair or not at all: the attention normalises both or neither.
+		if f.Tensor(p+"attn_q_norm.weight") != nil || f.Tensor(p+"attn_k_norm.weight") != nil {
+			at.QKNorm, at.QNorm, at.KNorm = QKNormPerHead, l.norm(p+"attn_q_norm", hd), l.norm(p+"attn_k_norm", hd)
+		}
+		layer := Layer{AttnNorm: l.norm(p+"attn_norm", c.Embd), Attn: at, FFNNorm: l.norm(p+"post_attention_norm", c.Embd)}
+		if i < c.DenseLead {
+			layer.Dense = l.ffn(p, "")
+			m.Layers = append(m.Layers, layer)
+			continue
+		}
+		moe := l.moe(p)
+		if moe == nil {
+			break
+		}
+		moe.Gating, moe.NormWeights, moe.WeightsScale = gating, normW, scaleW
+		moe.Groups, moe.GroupsUsed = groups, groupsUsed
+		if moe.SelectionBias == nil {
+			l.fail(fmt.Errorf("tensor %q is missing", p+"exp_probs_b.bias"))
+		}
+		if c.Shared > 0 {
+			moe.Shared = l.ffn(p, "_shexp")
+			if sh := moe.Shared; sh != nil && l.err == nil && sh.Gate.Rows != c.Shared*c.ExpertFFN {
+				l.fail(fmt.Errorf("tensor %q has %d rows, want %d shared experts of %d", p+"ffn_gate_shexp.weight", sh.Gate.Rows, c.Shared, c.ExpertFFN))
+			}
+		}
+		layer.MoE = moe
+		m.Layers = append(m.Layers, layer)
+	}
+	return l.done(m)
+}
