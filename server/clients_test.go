@@ -2,14 +2,21 @@ package server_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/commit-run/commit-run/engine"
 	"github.com/commit-run/commit-run/server"
 )
 
@@ -119,5 +126,99 @@ func TestSlowBody(t *testing.T) {
 	}
 	if took := time.Since(start); took < 2*timeout {
 		t.Errorf("the stream took %v: too short to show a stream outliving the body's deadline", took)
+	}
+}
+
+// cutServer serves the bundled model with request contexts derived from one that stop
+// cancels, as serve's shutdown does after its grace period.
+func cutServer(t *testing.T) (url string, stop context.CancelCauseFunc) {
+	t.Helper()
+	m, err := engine.Open(bundled, engine.Options{Threads: 2, KVType: "f32", ContextLength: 128})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := server.New(server.Options{})
+	if err := srv.SetModel(m); err != nil {
+		t.Fatal(err)
+	}
+	base, stop := context.WithCancelCause(context.Background())
+	ts := httptest.NewUnstartedServer(srv.Handler())
+	ts.Config.BaseContext = func(net.Listener) context.Context { return base }
+	ts.Start()
+	t.Cleanup(func() {
+		stop(nil)
+		ts.Close()
+		srv.Close()
+		m.Close()
+	})
+	return ts.URL, stop
+}
+
+// TestCutAnswers: an answer the server's shutdown cuts never looks whole. A stream ends with
+// an error event (OpenAI's "data: {"error": ...}", ollama's {"error": ...} line) and no
+// [DONE] or done line; a whole answer is 503 with Retry-After.
+func TestCutAnswers(t *testing.T) {
+	long := `"max_tokens":120,"temperature":0,"ignore_eos":true`
+	for _, c := range []struct {
+		name, path, body string
+		done             string // what a whole stream ends with
+	}{
+		{"OpenAI stream", "/v1/completions", `{"prompt":"The old prince",` + long + `,"stream":true}`, "data: [DONE]"},
+		{"ollama stream", "/api/generate", `{"prompt":"The old prince","options":{"num_predict":120,"temperature":0}}`, `"done":true`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			url, stop := cutServer(t)
+			resp, err := http.Post(url+c.path, "application/json", strings.NewReader(c.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			rd := bufio.NewReader(resp.Body)
+			first, err := rd.ReadString('\n')
+			if err != nil {
+				t.Fatalf("no first chunk: %v", err)
+			}
+			stop(server.ErrShutdown)
+			rest, _ := io.ReadAll(rd)
+			all := first + string(rest)
+			lines := strings.Split(strings.TrimSpace(all), "\n")
+			last := lines[len(lines)-1]
+			if strings.Contains(all, c.done) || !strings.Contains(last, `"error"`) || !strings.Contains(last, "shutting down") {
+				t.Errorf("a stream cut by shutdown ends with %q (%d lines), want an error event saying so and no %q", last, len(lines), c.done)
+			}
+		})
+	}
+	for _, c := range []struct{ name, path, body, shape string }{
+		{"OpenAI whole", "/v1/chat/completions", `{"messages":[{"role":"user","content":"Hi"}],` + long + `}`, `"error":{"message":`},
+		{"ollama whole", "/api/chat", `{"messages":[{"role":"user","content":"Hi"}],"stream":false}`, `{"error":"`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			url, stop := cutServer(t)
+			stop(server.ErrShutdown)
+			r := post(t, url+c.path, "", c.body)
+			if r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") == "" || !strings.Contains(r.body, c.shape) || !strings.Contains(r.body, "shutting down") {
+				t.Errorf("a whole answer cut by shutdown: %d %v %s, want 503 with Retry-After saying so", r.status, r.header, r.body)
+			}
+		})
+	}
+}
+
+// TestCutStreamSDK: OpenAI's Go SDK reports a stream the shutdown cuts as an error, not as a
+// whole answer.
+func TestCutStreamSDK(t *testing.T) {
+	url, stop := cutServer(t)
+	c := client(url, "")
+	s := c.Completions.NewStreaming(context.Background(), openai.CompletionNewParams{Model: "any",
+		Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("The old prince")}, MaxTokens: openai.Int(120), Temperature: openai.Float(0)},
+		option.WithJSONSet("ignore_eos", true))
+	defer s.Close()
+	n := 0
+	for s.Next() {
+		if n++; n == 1 {
+			stop(server.ErrShutdown)
+		}
+	}
+	if err := s.Err(); err == nil || !strings.Contains(err.Error(), "shutting down") {
+		t.Errorf("a stream cut after %d chunks: the SDK's error is %v, want one saying the server is shutting down", n, err)
 	}
 }

@@ -230,14 +230,17 @@ func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request, ids []in
 	res, err := sess.Generate(r.Context(), ids, opts)
 	release()
 	if err != nil {
-		if r.Context().Err() != nil {
+		// ollama's error line, and no done: its clients raise it instead of taking a cut
+		// answer for a whole one.
+		status, msg := failure(r, err)
+		if streaming {
+			enc.Encode(map[string]string{"error": msg})
 			return
 		}
-		if streaming {
-			enc.Encode(map[string]string{"error": err.Error()})
-		} else {
-			ollamaError(w, http.StatusInternalServerError, "%v", err)
+		if status == http.StatusServiceUnavailable {
+			w.Header().Set("Retry-After", "1")
 		}
+		ollamaError(w, status, "%s", msg)
 		return
 	}
 	text := ""

@@ -517,9 +517,11 @@ type reply struct {
 // whole answers with the result of a generation at once.
 func (rp *reply) whole(res engine.Result, err error, logprobs bool) {
 	if err != nil {
-		if rp.r.Context().Err() == nil {
-			writeError(rp.w, http.StatusInternalServerError, "server_error", err.Error(), "")
+		status, msg := failure(rp.r, err)
+		if status == http.StatusServiceUnavailable {
+			rp.w.Header().Set("Retry-After", "1")
 		}
+		writeError(rp.w, status, "server_error", msg, "")
 		return
 	}
 	choice := map[string]any{"index": 0, "finish_reason": finishReason(res.Reason), "logprobs": nil}
@@ -573,11 +575,12 @@ func (rp *reply) stream(q *sampling, run func(on func(engine.Token) error) (engi
 		return send(c.chunk(t.Text, false, nil, t.Logprob))
 	})
 	if err != nil {
-		if rp.r.Context().Err() == nil {
-			var e apiError
-			e.Error.Message, e.Error.Type = err.Error(), "server_error"
-			send(e)
-		}
+		// OpenAI's error event, and no [DONE]: the SDKs raise it instead of returning a cut
+		// answer as whole.
+		var e apiError
+		_, e.Error.Message = failure(rp.r, err)
+		e.Error.Type = "server_error"
+		send(e)
 		return
 	}
 	if send(c.chunk("", false, finishReason(res.Reason), nil)) != nil {

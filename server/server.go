@@ -6,6 +6,9 @@
 // /metrics in Prometheus's format (requests, tokens, time to first token and per token, the
 // queue, and an offloading model's expert cache).
 //
+// An answer cut short never looks whole: a stream ends with an error event (OpenAI's, or
+// ollama's error line) and no [DONE] or done line, a whole answer is 503 (ErrShutdown) or 500.
+//
 // Up to Options.Parallel requests generate at once, each on one of as many engine sessions;
 // with a model opened with engine.Options.Parallel their decode steps share forward passes
 // (continuous batching). A request takes the idle session whose KV cache shares the longest
@@ -26,6 +29,7 @@ package server
 
 import (
 	"cmp"
+	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -77,6 +81,25 @@ type Options struct {
 	// CORSOrigins are the web origins ("https://app.example", or "*" for any) whose pages may
 	// call the API from a browser; none by default, so a page elsewhere cannot read answers.
 	CORSOrigins []string
+}
+
+// ErrShutdown is the cause to cancel requests' contexts with (http.Server.BaseContext, with
+// context.WithCancelCause) when the server stops: answers cut then say so, and whole answers
+// are 503, which a client may retry elsewhere.
+var ErrShutdown = errors.New("the server is shutting down")
+
+// failure says how a generation that ended in err is told to its client: the status of a
+// whole answer, and the message of a streamed one's error event. An answer cut short must
+// never look complete (openai-node takes a stream that just ends for a whole answer).
+func failure(r *http.Request, err error) (status int, msg string) {
+	if r.Context().Err() == nil {
+		return http.StatusInternalServerError, err.Error()
+	}
+	if cause := context.Cause(r.Context()); errors.Is(cause, ErrShutdown) {
+		return http.StatusServiceUnavailable, ErrShutdown.Error() + ": the answer was cut short"
+	}
+	// The client went away, or its request was cancelled: nobody may read this.
+	return http.StatusServiceUnavailable, "the generation was cancelled before its end"
 }
 
 // Defaults of Options.

@@ -143,8 +143,8 @@ func (a *app) serve(ctx context.Context, sf *serveFlags) error {
 	srv := server.New(sf.serverOptions())
 	// Requests derive from reqCtx, which is canceled once the grace period after a signal
 	// has passed.
-	reqCtx, cancelReqs := context.WithCancel(context.Background())
-	defer cancelReqs()
+	reqCtx, cancelReqs := context.WithCancelCause(context.Background())
+	defer cancelReqs(server.ErrShutdown)
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: sf.readTimeout, IdleTimeout: sf.idleTimeout,
 		BaseContext: func(net.Listener) context.Context { return reqCtx }}
 	served := make(chan error, 1)
@@ -171,7 +171,9 @@ func (a *app) serve(ctx context.Context, sf *serveFlags) error {
 	case <-ctx.Done():
 	}
 	fmt.Fprintln(a.stderr, "commit-run: stopping")
-	time.AfterFunc(shutdownGrace, cancelReqs)
+	// The answers the grace period cuts end with an error event (streams) or 503, never as if
+	// they were whole.
+	time.AfterFunc(shutdownGrace, func() { cancelReqs(server.ErrShutdown) })
 	sctx, cancel := context.WithTimeout(context.Background(), 2*shutdownGrace)
 	defer cancel()
 	if err := hs.Shutdown(sctx); err != nil {
