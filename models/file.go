@@ -105,7 +105,7 @@ func alignUp(x, a uint64) uint64 { return (x + a - 1) / a * a }
 func newTensor(gt *ggml.Tensor, dataStart, fileSize, alignment uint64) (*Tensor, error) {
 	typ := quant.Type(gt.Kind)
 	if !typ.Known() || !typ.Weight() {
-		return nil, fmt.Errorf("tensor %q has type %s, which commit-run does not support (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)", gt.Name, ggmlTypeName(gt.Kind))
+		return nil, fmt.Errorf("tensor %q has type %s, which commit-run does not support (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)", gt.Name, ggmlTypeName(gt.Kind))
 	}
 	if len(gt.Shape) == 0 || len(gt.Shape) > maxDims {
 		return nil, fmt.Errorf("tensor %q has %d dimensions", gt.Name, len(gt.Shape))

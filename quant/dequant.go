@@ -23,6 +23,7 @@ var dequantRow = [...]func(src []byte, dst []float32){
 	Q8_0:   dequantQ8_0,
 	Q8_1:   dequantQ8_1,
 	IQ4_NL: dequantIQ4NL,
+	MXFP4:  dequantMXFP4,
 	Q2_K:   dequantQ2K,
 	Q3_K:   dequantQ3K,
 	Q4_K:   dequantQ4K,
@@ -178,6 +179,38 @@ func dequantIQ4NL(src []byte, dst []float32) {
 		for j := 0; j < 16; j++ {
 			y[j] = d * float32(iq4nlValues[qs[j]&0xf])
 			y[j+16] = d * float32(iq4nlValues[qs[j]>>4])
+		}
+	}
+}
+
+// mxfp4Values is MXFP4's codebook (kvalues_mxfp4): the E2M1 values 0, 0.5, 1, 1.5, 2, 3, 4, 6
+// and their negatives, doubled so that they are integers; the block scale is halved to match.
+var mxfp4Values = [16]int8{0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12}
+
+// e8m0Half is GGML_E8M0_TO_FP32_HALF by E8M0 byte: 2^(e-128), which float32 holds exactly for
+// every byte (the two smallest as subnormals). A table, because the dot products look one up
+// per block.
+var e8m0Half = func() (t [256]float32) {
+	for e := range t {
+		if e < 2 {
+			t[e] = math.Float32frombits(0x00200000 << e)
+		} else {
+			t[e] = math.Float32frombits(uint32(e-1) << 23)
+		}
+	}
+	return t
+}()
+
+// MXFP4 block: E8M0 scale e, qs[16] (element j in the low nibble of qs[j], j+16 in the high).
+func dequantMXFP4(src []byte, dst []float32) {
+	for i := 0; i < len(dst)/32; i++ {
+		b := src[i*17 : i*17+17]
+		y := dst[i*32 : i*32+32]
+		d := e8m0Half[b[0]]
+		qs := b[1:17]
+		for j := 0; j < 16; j++ {
+			y[j] = float32(mxfp4Values[qs[j]&0xf]) * d
+			y[j+16] = float32(mxfp4Values[qs[j]>>4]) * d
 		}
 	}
 }

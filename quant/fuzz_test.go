@@ -29,6 +29,8 @@ func wholeBlocks(typ Type, data []byte) ([]byte, int) {
 func FuzzDequantizeRow(f *testing.F) {
 	f.Add(uint8(3), make([]byte, 18))
 	f.Add(uint8(12), bytesOf(0xff, 300))
+	f.Add(uint8(14), bytesOf(0xff, 17*256)) // MXFP4, the largest scale: infinite products
+	f.Add(uint8(14), bytesOf(0x01, 17*3))   // MXFP4, subnormal scale
 	f.Fuzz(func(t *testing.T, sel uint8, data []byte) {
 		typ := fuzzType(sel, false)
 		src, n := wholeBlocks(typ, data)
@@ -39,6 +41,8 @@ func FuzzDequantizeRow(f *testing.F) {
 func FuzzVecDot(f *testing.F) {
 	f.Add(uint8(11), bytesOf(0x80, 144+292))
 	f.Add(uint8(4), bytesOf(0x7f, 20+36))
+	f.Add(uint8(14), bytesOf(0x80, 5*(17+34))) // MXFP4 against activations of -128
+	f.Add(uint8(14), bytesOf(0xff, 3*(17+34)))
 	f.Fuzz(func(t *testing.T, sel uint8, data []byte) {
 		typ := fuzzType(sel, true)
 		dt := typ.DotType()
@@ -54,6 +58,8 @@ func FuzzVecDot(f *testing.F) {
 func FuzzQuantizeRow(f *testing.F) {
 	f.Add(uint8(6), bytesOf(0x41, 128))
 	f.Add(uint8(15), bytesOf(0xff, 1024))
+	f.Add(uint8(14), bytesOf(0x7f, 4*64))                                // MXFP4: NaNs
+	f.Add(uint8(14), append(bytesOf(0x00, 124), 0x00, 0x00, 0x80, 0x7f)) // MXFP4: an infinite largest value
 	f.Fuzz(func(t *testing.T, sel uint8, data []byte) {
 		typ := fuzzType(sel, false)
 		n := len(data) / 4 / typ.BlockSize() * typ.BlockSize()

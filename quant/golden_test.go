@@ -40,6 +40,7 @@ const (
 	hashF32ToF16F16C    = 3 // _cvtss_sh(x, 0) over the conversion sweep
 	hashF32ToF16Compute = 4 // ggml_compute_fp32_to_fp16 over the sweep
 	hashF32ToBF16       = 5 // ggml_compute_fp32_to_bf16 over the sweep
+	hashMXFP4RefQ       = 6 // quantize_row_mxfp4_ref over the MXFP4 scale sweep (mxfp4Sweep)
 )
 
 type goldenRecord struct {
@@ -186,7 +187,7 @@ func TestGoldenDequantize(t *testing.T) {
 			t.Errorf("%v: %d of %d values differ", r.typ, bad, r.n)
 		}
 	}
-	for _, typ := range []Type{F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K} {
+	for _, typ := range []Type{F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K} {
 		if !seen[typ] {
 			t.Errorf("no dequant fixture for %v", typ)
 		}
@@ -215,7 +216,7 @@ func TestGoldenActivationQuantize(t *testing.T) {
 // TestGoldenRefQuantize compares our weight quantizers with ggml's reference ones: bytes must
 // match where we use the same algorithm, and elsewhere our error may not be much worse.
 func TestGoldenRefQuantize(t *testing.T) {
-	sameAlgorithm := map[Type]bool{Q4_0: true, Q4_1: true, Q5_0: true, Q5_1: true, IQ4_NL: true}
+	sameAlgorithm := map[Type]bool{Q4_0: true, Q4_1: true, Q5_0: true, Q5_1: true, IQ4_NL: true, MXFP4: true}
 	// Our simple K-quant scale choice against ggml's searched one: allowed RMS error ratio.
 	maxRatio := map[Type]float64{Q2_K: 1.6, Q3_K: 1.6, Q4_K: 1.6, Q5_K: 1.6, Q6_K: 1.3, Q8_0: 1.01, Q8_1: 1.01, Q8_K: 1.01}
 	for _, r := range records(t, recRefQ) {
@@ -268,7 +269,7 @@ func TestGoldenVecDot(t *testing.T) {
 			t.Errorf("%v n=%d: got %.9g, ggml AVX2 kernel %.9g: |diff| %.3g > 2e-6 * %.3g", r.typ, r.n, got, r.simd, diff, scale)
 		}
 	}
-	for _, typ := range []Type{F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K} {
+	for _, typ := range []Type{F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K} {
 		if seen[typ] == 0 {
 			t.Errorf("no vec_dot fixture for %v", typ)
 		}
@@ -354,5 +355,73 @@ func TestGoldenConversions(t *testing.T) {
 	}
 	if uint64(hbf) != want[hashF32ToBF16] {
 		t.Errorf("FP32ToBF16 differs from ggml_compute_fp32_to_bf16 on the sweep")
+	}
+}
+
+// mxfp4Sweep yields quantref's MXFP4 scale sweep (write_mxfp4_scale_hash): the largest
+// magnitudes whose E8M0 exponent depends on how log2f rounds, those within 256 patterns below
+// a power of two. For every normal binade the 256 patterns just below its top and its 16
+// lowest; for every power of two among the subnormals the 256 patterns below it and the power
+// itself; then +Inf, 0, the largest finite float32 and 1<<16 patterns from splitmix64 seeded
+// with 7.
+func mxfp4Sweep(yield func(uint32)) {
+	for binade := uint32(1); binade < 255; binade++ {
+		for k := uint32(0); k < 256; k++ {
+			yield(binade<<23 | (0x7fffff - k))
+		}
+		for k := uint32(0); k < 16; k++ {
+			yield(binade<<23 | k)
+		}
+	}
+	for p := uint32(0); p < 24; p++ {
+		for k := uint32(1); k <= 256 && k < 1<<p; k++ {
+			yield(1<<p - k)
+		}
+		yield(1 << p)
+	}
+	yield(0x7f800000)
+	yield(0)
+	yield(0x7f7fffff)
+	s := uint64(7)
+	for i := 0; i < 1<<16; i++ {
+		s += 0x9E3779B97F4A7C15
+		z := s
+		z = (z ^ z>>30) * 0xBF58476D1CE4E5B9
+		z = (z ^ z>>27) * 0x94D049BB133111EB
+		z ^= z >> 31
+		yield(uint32(z >> 32))
+	}
+}
+
+// TestGoldenMXFP4Scales holds QuantizeRow(MXFP4) to quantize_row_mxfp4_ref on every float32
+// whose E8M0 exponent depends on how log2f rounds (the patterns just below each power of two,
+// subnormals included), on infinity, zero and random patterns: each is the largest magnitude
+// of a block whose other values are fixed fractions of it, so the hash covers the exponent and
+// the codebook indices.
+func TestGoldenMXFP4Scales(t *testing.T) {
+	var want uint64
+	found := false
+	for _, r := range records(t, recHash) {
+		if r.typ == hashMXFP4RefQ {
+			want, found = r.hash, true
+		}
+	}
+	if !found {
+		t.Fatal("no MXFP4 scale sweep in the fixtures")
+	}
+	h := newFNV()
+	var x [32]float32
+	var b [17]byte
+	mxfp4Sweep(func(bits uint32) {
+		v := math.Float32frombits(bits)
+		x[0] = v
+		for j := 1; j < 32; j++ {
+			x[j] = v * (float32(j-16) / 16)
+		}
+		QuantizeRow(MXFP4, x[:], b[:])
+		h.add(b[:]...)
+	})
+	if uint64(h) != want {
+		t.Errorf("QuantizeRow(MXFP4) differs from quantize_row_mxfp4_ref on the scale sweep")
 	}
 }

@@ -10,7 +10,7 @@ import (
 
 // weightTypes are the types VecDot accepts; quantTypes also include the activation-only ones.
 var (
-	weightTypes = []Type{F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K}
+	weightTypes = []Type{F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, MXFP4}
 	quantTypes  = append(append([]Type(nil), weightTypes...), Q8_1, Q8_K)
 )
 
@@ -33,6 +33,7 @@ func TestTypeTable(t *testing.T) {
 		{Q8_0, "Q8_0", 32, 34, Q8_0, true, 128, 136},
 		{Q8_1, "Q8_1", 32, 36, Q8_1, false, 32, 36},
 		{IQ4_NL, "IQ4_NL", 32, 18, Q8_0, true, 128, 72},
+		{MXFP4, "MXFP4", 32, 17, Q8_0, true, 2880, 1530},
 		{Q2_K, "Q2_K", 256, 84, Q8_K, true, 4096, 1344},
 		{Q3_K, "Q3_K", 256, 110, Q8_K, true, 4096, 1760},
 		{Q4_K, "Q4_K", 256, 144, Q8_K, true, 4096, 2304},
@@ -58,7 +59,7 @@ func TestTypeTable(t *testing.T) {
 			t.Errorf("%v.RowBytes(negative) accepted", tc.t)
 		}
 	}
-	for _, u := range []Type{4, 5, 16, 19, 21, 29, 31, 1000} {
+	for _, u := range []Type{4, 5, 16, 19, 21, 29, 31, 38, 40, 1000} {
 		if u.Known() || u.Weight() {
 			t.Errorf("%v should be unknown", u)
 		}
@@ -209,7 +210,7 @@ func TestRoundTrip(t *testing.T) {
 		F32: 0, F16: 3e-4, BF16: 2.5e-3,
 		Q8_0: 0.009, Q8_1: 0.009, Q8_K: 0.018,
 		Q6_K: 0.03, Q5_0: 0.075, Q5_1: 0.06, Q5_K: 0.06,
-		Q4_0: 0.14, Q4_1: 0.11, IQ4_NL: 0.12, Q4_K: 0.12,
+		Q4_0: 0.14, Q4_1: 0.11, IQ4_NL: 0.12, Q4_K: 0.12, MXFP4: 0.17,
 		Q3_K: 0.23, Q2_K: 0.46,
 	}
 	r := rand.New(rand.NewPCG(3, 4))
@@ -354,6 +355,64 @@ func TestPreconditionsPanic(t *testing.T) {
 	mustPanic("vecdot activation-only", "no dot product", func() { VecDot(Q8_K, 256, make([]byte, 292), make([]byte, 292)) })
 	mustPanic("vecdot wrong x", "Q8_K row of 256", func() { VecDot(Q4_K, 256, make([]byte, 144), make([]byte, 290)) })
 	mustPanic("vecdot wrong w", "Q4_0 row of 32", func() { VecDot(Q4_0, 32, make([]byte, 17), make([]byte, 34)) })
+	mustPanic("mxfp4 partial block", "MXFP4 row of 33 elements is not a whole number", func() {
+		DequantizeRow(MXFP4, make([]byte, 17), make([]float32, 33))
+	})
+	mustPanic("mxfp4 short src", "MXFP4 row of 64 elements needs 34 bytes, got 33", func() {
+		DequantizeRow(MXFP4, make([]byte, 33), make([]float32, 64))
+	})
+	mustPanic("mxfp4 quantize long dst", "needs 17 bytes, got 18", func() { QuantizeRow(MXFP4, make([]float32, 32), make([]byte, 18)) })
+	mustPanic("mxfp4 vecdot wrong w", "MXFP4 row of 64 elements needs 34 bytes, got 36", func() {
+		VecDot(MXFP4, 64, make([]byte, 36), make([]byte, 68))
+	})
+	mustPanic("mxfp4 vecdot wrong x", "Q8_0 row of 64 elements needs 68 bytes, got 66", func() {
+		VecDot(MXFP4, 64, make([]byte, 34), make([]byte, 66))
+	})
+	mustPanic("mxfp4 vecdot partial block", "MXFP4 row of 48 elements is not a whole number", func() {
+		VecDot(MXFP4, 48, make([]byte, 17), make([]byte, 34))
+	})
+}
+
+// TestMXFP4Sizes: the sizes a loader checks before any row reaches the kernels come back as
+// errors that name the type and the count.
+func TestMXFP4Sizes(t *testing.T) {
+	for _, n := range []int{1, 16, 31, 33, 2881, -32} {
+		_, err := MXFP4.RowBytes(n)
+		if err == nil || !strings.Contains(err.Error(), "MXFP4 row of") {
+			t.Errorf("MXFP4.RowBytes(%d) = %v, want an error naming MXFP4", n, err)
+		}
+	}
+	for n, want := range map[int]int{0: 0, 32: 17, 2880: 1530} {
+		if got, err := MXFP4.RowBytes(n); err != nil || got != want {
+			t.Errorf("MXFP4.RowBytes(%d) = %d, %v; want %d", n, got, err, want)
+		}
+	}
+}
+
+// TestMXFP4Codebook decodes a block by hand: the E2M1 values 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their
+// negatives (both zeros are +0), times 2^(e-127), for e around 127 and at the ends of the
+// E8M0 range, where the scale is subnormal or the products overflow.
+func TestMXFP4Codebook(t *testing.T) {
+	e2m1 := [16]float64{0, 0.5, 1, 1.5, 2, 3, 4, 6, 0, -0.5, -1, -1.5, -2, -3, -4, -6}
+	var b [17]byte
+	for j := 0; j < 16; j++ {
+		b[1+j] = byte(j) | byte(15-j)<<4
+	}
+	for _, e := range []int{0, 1, 2, 100, 126, 127, 128, 200, 254, 255} {
+		b[0] = byte(e)
+		var y [32]float32
+		DequantizeRow(MXFP4, b[:], y[:])
+		for j := 0; j < 32; j++ {
+			k := j
+			if j >= 16 {
+				k = 15 - (j - 16)
+			}
+			want := float32(e2m1[k] * math.Ldexp(1, e-127))
+			if math.Float32bits(y[j]) != math.Float32bits(want) {
+				t.Errorf("e=%d element %d: %g, want %g", e, j, y[j], want)
+			}
+		}
+	}
 }
 
 func TestNonFiniteInputsDoNotPanic(t *testing.T) {

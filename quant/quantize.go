@@ -20,6 +20,7 @@ var quantRow = [...]func(src []float32, dst []byte){
 	Q8_0:   quantQ8_0,
 	Q8_1:   quantQ8_1,
 	IQ4_NL: quantIQ4NL,
+	MXFP4:  quantMXFP4,
 	Q2_K:   quantQ2K,
 	Q3_K:   quantQ3K,
 	Q4_K:   quantQ4K,
@@ -41,10 +42,11 @@ var quantRowFast [len(quantRow)]func(src []float32, dst []byte)
 //
 // For the activation types (t.DotType() of some weight type: F32, F16, BF16, Q8_0, Q8_1, Q8_K)
 // the bytes are exactly those llama.cpp's CPU backend produces on an x86 machine with AVX2 and
-// F16C before its vec_dot, so dot products can match it. For the other weight types it is a
-// simple quantizer that gives valid blocks with reasonable error but not ggml's bytes; it is
-// meant for building test models, not for production quantization. Q8_0 serves both roles
-// and follows the activation rules.
+// F16C before its vec_dot, so dot products can match it. MXFP4's is ggml's
+// quantize_row_mxfp4_ref, byte for byte. For the other weight types it is a simple quantizer
+// that gives valid blocks with reasonable error but not always ggml's bytes; it is meant for
+// building test models, not for production quantization. Q8_0 serves both roles and follows
+// the activation rules.
 //
 // Preconditions, as for DequantizeRow: t is known, len(src) is a whole number of blocks and
 // len(dst) is exactly t.RowBytes(len(src)); violations panic. Any float input (NaN, Inf) is

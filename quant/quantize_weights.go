@@ -192,6 +192,60 @@ func quantIQ4NL(src []float32, dst []byte) {
 	}
 }
 
+// quantMXFP4 is quantize_row_mxfp4_ref: the block's E8M0 scale from the exponent of its
+// largest magnitude, then each value's nearest codebook entry by a linear search.
+func quantMXFP4(src []float32, dst []byte) {
+	for i := 0; i < len(src)/32; i++ {
+		x := src[i*32 : i*32+32]
+		b := dst[i*17 : i*17+17]
+		var amax float32
+		for _, v := range x {
+			// As ggml's loop: a NaN never becomes the maximum.
+			if a := abs32(v); amax < a {
+				amax = a
+			}
+		}
+		var e uint8
+		if amax > 0 {
+			e = mxfp4Exponent(amax)
+		}
+		d := e8m0Half[e]
+		b[0] = e
+		for j := 0; j < 16; j++ {
+			b[1+j] = mxfp4Index(x[j], d) | mxfp4Index(x[j+16], d)<<4
+		}
+	}
+}
+
+// mxfp4Exponent is ggml's (uint8_t)(floorf(log2f(amax)) - 2 + 127) for amax > 0 (x86-64, glibc).
+// log2f rounds 7456 float32 values just below a power of two up to the integer, which moves
+// the floor by one, so the logarithm is rounded to float32 here too; the floor of float64's
+// log2 rounded to float32 is glibc's on every positive float32 (checked exhaustively once; the
+// golden sweep keeps checking the patterns near powers of two, where they could part). The
+// conversion to uint8 is x86's: CVTTSS2SI to int32, then the low byte, so the exponents of
+// tiny amax wrap and an infinite one (the "integer indefinite" 0x80000000) gives 0.
+func mxfp4Exponent(amax float32) uint8 {
+	if math.IsInf(float64(amax), 1) {
+		return 0
+	}
+	l := float32(math.Log2(float64(amax)))
+	f := float32(math.Floor(float64(l)))
+	return uint8(int32(f - 2 + 127))
+}
+
+// mxfp4Index is best_index_mxfp4: the first codebook entry k with the smallest |k*d - x|, each
+// difference rounded to float32 as ggml's is (a NaN x picks entry 0).
+func mxfp4Index(x, d float32) byte {
+	kv := &mxfp4Values
+	best, bestErr := 0, abs32(float32(float32(kv[0])*d)-x)
+	for i := 1; i < 16; i++ {
+		if err := abs32(float32(float32(kv[i])*d) - x); err < bestErr {
+			best, bestErr = i, err
+		}
+	}
+	return byte(best)
+}
+
 // roundClamp rounds v to the nearest integer (ties to even) limited to [lo, hi]; NaN gives
 // lo. Out-of-range values are clamped before rounding because nearestInt only handles
 // |v| < 2^22.

@@ -357,6 +357,23 @@ func prepQ4_0(x []byte, xrow, nb, T int, aux []int32) bool {
 	return true
 }
 
+// prepMXFP4 writes 12 times the sum of each Q8_0 block's quants: the offset the MXFP4 tile adds
+// to its codebook values (to multiply them as unsigned bytes) times the activations.
+func prepMXFP4(x []byte, xrow, nb, T int, aux []int32) bool {
+	for t := 0; t < T; t++ {
+		row := x[t*xrow:]
+		for b := 0; b < nb; b++ {
+			blk := (*[34]byte)(row[b*34:])
+			var s int32
+			for _, v := range blk[2:] {
+				s += int32(int8(v))
+			}
+			aux[b*T+t] = 12 * s
+		}
+	}
+	return true
+}
+
 // prepQ8_0 reports whether no activation quant is -128, for which the Q8_0 tile's
 // VPSIGNB would overflow.
 func prepQ8_0(x []byte, xrow, nb, T int, _ []int32) bool {

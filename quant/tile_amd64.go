@@ -20,4 +20,5 @@ func init() {
 	tiles[Q6_K] = &tile{gemv: q6KTile8AVX2, accStride: 64, minTokens: 2}
 	tiles[Q5_K] = &tile{gemv: q5KTile8AVX2, accStride: q5KAccStride, minTokens: 2}
 	tiles[Q4_K] = &tile{gemv: q4KTile8AVX2, gemm: q4KTile8GemmAVX2, repacked: true, accStride: q4KAccStride, minTokens: 2}
+	tiles[MXFP4] = &tile{gemv: mxfp4Tile8AVX2, prep: prepMXFP4, repacked: true, accStride: 8}
 }

@@ -114,6 +114,30 @@ DATA tilesixteen<>+16(SB)/8, $0x1010101010101010
 DATA tilesixteen<>+24(SB)/8, $0x1010101010101010
 GLOBL tilesixteen<>(SB), RODATA|NOPTR, $32
 
+DATA tilemxfp4<>+0(SB)/8, $0x181412100f0e0d0c
+DATA tilemxfp4<>+8(SB)/8, $0x00040608090a0b0c
+DATA tilemxfp4<>+16(SB)/8, $0x181412100f0e0d0c
+DATA tilemxfp4<>+24(SB)/8, $0x00040608090a0b0c
+GLOBL tilemxfp4<>(SB), RODATA|NOPTR, $32
+
+DATA tiledword1<>+0(SB)/8, $0x0000000100000001
+DATA tiledword1<>+8(SB)/8, $0x0000000100000001
+DATA tiledword1<>+16(SB)/8, $0x0000000100000001
+DATA tiledword1<>+24(SB)/8, $0x0000000100000001
+GLOBL tiledword1<>(SB), RODATA|NOPTR, $32
+
+DATA tiledword2<>+0(SB)/8, $0x0000000200000002
+DATA tiledword2<>+8(SB)/8, $0x0000000200000002
+DATA tiledword2<>+16(SB)/8, $0x0000000200000002
+DATA tiledword2<>+24(SB)/8, $0x0000000200000002
+GLOBL tiledword2<>(SB), RODATA|NOPTR, $32
+
+DATA tilesube8m0<>+0(SB)/8, $0x0020000000200000
+DATA tilesube8m0<>+8(SB)/8, $0x0020000000200000
+DATA tilesube8m0<>+16(SB)/8, $0x0020000000200000
+DATA tilesube8m0<>+24(SB)/8, $0x0020000000200000
+GLOBL tilesube8m0<>(SB), RODATA|NOPTR, $32
+
 // func q4_0Tile8AVX2(w []byte, ldw int, x []byte, ldx int, aux []int32, nb int, T int, acc []float32)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·q4_0Tile8AVX2(SB), NOSPLIT, $0-128
@@ -2920,6 +2944,137 @@ sums:
 	ADDQ         $0x00000120, AX
 	DECQ         CX
 	JNZ          sums
+
+done:
+	VZEROUPPER
+	RET
+
+// func mxfp4Tile8AVX2(w []byte, ldw int, x []byte, ldx int, aux []int32, nb int, T int, acc []float32)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·mxfp4Tile8AVX2(SB), NOSPLIT, $0-128
+	MOVQ w_base+0(FP), AX
+	MOVQ ldw+24(FP), CX
+	MOVQ x_base+32(FP), DX
+	MOVQ ldx+56(FP), BX
+	MOVQ acc_base+104(FP), SI
+	LEAQ (AX)(CX*8), DI
+	MOVQ nb+88(FP), R8
+	LEAQ (AX)(CX*4), R9
+	LEAQ (CX)(CX*2), R10
+	MOVQ aux_base+64(FP), R11
+	CMPQ R8, $0x00
+	JEQ  done
+	CMPQ T+96(FP), $0x00
+	JEQ  done
+
+block:
+	PREFETCHT0  (DI)
+	PREFETCHT0  64(DI)
+	PREFETCHT0  128(DI)
+	VMOVDQU     1(AX), X0
+	VINSERTI128 $0x01, 1(R9), Y0, Y1
+	VMOVDQU     1(AX)(CX*1), X0
+	VINSERTI128 $0x01, 1(R9)(CX*1), Y0, Y2
+	VMOVDQU     1(AX)(CX*2), X0
+	VINSERTI128 $0x01, 1(R9)(CX*2), Y0, Y3
+	VMOVDQU     1(AX)(R10*1), X0
+	VINSERTI128 $0x01, 1(R9)(R10*1), Y0, Y4
+	VPUNPCKLDQ  Y2, Y1, Y5
+	VPUNPCKHDQ  Y2, Y1, Y6
+	VPUNPCKLDQ  Y4, Y3, Y2
+	VPUNPCKHDQ  Y4, Y3, Y4
+	VPUNPCKLQDQ Y2, Y5, Y1
+	VPUNPCKHQDQ Y2, Y5, Y2
+	VPUNPCKLQDQ Y4, Y6, Y3
+	VPUNPCKHQDQ Y4, Y6, Y4
+	VMOVDQU     tilemxfp4<>+0(SB), Y5
+	VPSRLW      $0x04, Y1, Y6
+	VPAND       tilelow4<>+0(SB), Y6, Y6
+	VPSHUFB     Y6, Y5, Y6
+	VPAND       tilelow4<>+0(SB), Y1, Y1
+	VPSHUFB     Y1, Y5, Y1
+	VPSRLW      $0x04, Y2, Y7
+	VPAND       tilelow4<>+0(SB), Y7, Y7
+	VPSHUFB     Y7, Y5, Y7
+	VPAND       tilelow4<>+0(SB), Y2, Y2
+	VPSHUFB     Y2, Y5, Y2
+	VPSRLW      $0x04, Y3, Y8
+	VPAND       tilelow4<>+0(SB), Y8, Y8
+	VPSHUFB     Y8, Y5, Y8
+	VPAND       tilelow4<>+0(SB), Y3, Y3
+	VPSHUFB     Y3, Y5, Y3
+	VPSRLW      $0x04, Y4, Y9
+	VPAND       tilelow4<>+0(SB), Y9, Y9
+	VPSHUFB     Y9, Y5, Y9
+	VPAND       tilelow4<>+0(SB), Y4, Y4
+	VPSHUFB     Y4, Y5, Y4
+	MOVBLZX     (AX), R12
+	VMOVD       R12, X0
+	VPINSRB     $0x01, (AX)(CX*1), X0, X0
+	VPINSRB     $0x02, (AX)(CX*2), X0, X0
+	VPINSRB     $0x03, (AX)(R10*1), X0, X0
+	VPINSRB     $0x04, (R9), X0, X0
+	VPINSRB     $0x05, (R9)(CX*1), X0, X0
+	VPINSRB     $0x06, (R9)(CX*2), X0, X0
+	VPINSRB     $0x07, (R9)(R10*1), X0, X0
+	VPMOVZXBD   X0, Y5
+	VPSUBD      tiledword1<>+0(SB), Y5, Y10
+	VPSLLD      $0x17, Y10, Y10
+	VMOVDQU     tilesube8m0<>+0(SB), Y11
+	VPSLLVD     Y5, Y11, Y11
+	VMOVDQU     tiledword2<>+0(SB), Y12
+	VPCMPGTD    Y5, Y12, Y12
+	VPBLENDVB   Y12, Y11, Y10, Y10
+	MOVQ        DX, R12
+	MOVQ        SI, R13
+	MOVQ        T+96(FP), R14
+
+token:
+	VPBROADCASTD 2(R12), Y5
+	VPMADDUBSW   Y5, Y1, Y5
+	VPBROADCASTD 6(R12), Y11
+	VPMADDUBSW   Y11, Y2, Y11
+	VPADDW       Y11, Y5, Y5
+	VPBROADCASTD 10(R12), Y11
+	VPMADDUBSW   Y11, Y3, Y11
+	VPADDW       Y11, Y5, Y5
+	VPBROADCASTD 14(R12), Y11
+	VPMADDUBSW   Y11, Y4, Y11
+	VPADDW       Y11, Y5, Y5
+	VPMADDWD     tileones16<>+0(SB), Y5, Y11
+	VPBROADCASTD 18(R12), Y5
+	VPMADDUBSW   Y5, Y6, Y5
+	VPBROADCASTD 22(R12), Y12
+	VPMADDUBSW   Y12, Y7, Y12
+	VPADDW       Y12, Y5, Y5
+	VPBROADCASTD 26(R12), Y12
+	VPMADDUBSW   Y12, Y8, Y12
+	VPADDW       Y12, Y5, Y5
+	VPBROADCASTD 30(R12), Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPADDW       Y12, Y5, Y5
+	VPMADDWD     tileones16<>+0(SB), Y5, Y5
+	VPADDD       Y11, Y5, Y5
+	VPBROADCASTD (R11), Y11
+	VPSUBD       Y11, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VPBROADCASTW (R12), X0
+	VCVTPH2PS    X0, Y11
+	VMULPS       Y11, Y10, Y11
+	VMOVUPS      (R13), Y12
+	VFMADD231PS  Y5, Y11, Y12
+	VMOVUPS      Y12, (R13)
+	ADDQ         BX, R12
+	ADDQ         $0x04, R11
+	ADDQ         $0x20, R13
+	DECQ         R14
+	JNZ          token
+	ADDQ         $0x00000011, AX
+	ADDQ         $0x00000011, R9
+	ADDQ         $0x00000088, DI
+	ADDQ         $0x22, DX
+	DECQ         R8
+	JNZ          block
 
 done:
 	VZEROUPPER

@@ -33,3 +33,8 @@ func q6KTile8AVX2(w []byte, ldw int, x []byte, ldx int, aux []int32, nb int, T i
 //
 //go:noescape
 func q5KTile8AVX2(w []byte, ldw int, x []byte, ldx int, aux []int32, nb int, T int, acc []float32)
+
+// mxfp4Tile8AVX2 adds eight rows of repacked MXFP4 times T activation rows into acc.
+//
+//go:noescape
+func mxfp4Tile8AVX2(w []byte, ldw int, x []byte, ldx int, aux []int32, nb int, T int, acc []float32)

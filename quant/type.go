@@ -33,6 +33,7 @@ const (
 	Q8_K   Type = 15
 	IQ4_NL Type = 20
 	BF16   Type = 30
+	MXFP4  Type = 39
 )
 
 type typeInfo struct {
@@ -55,6 +56,7 @@ var types = [...]typeInfo{
 	Q8_0:   {"Q8_0", 32, 34, true, Q8_0},
 	Q8_1:   {"Q8_1", 32, 36, false, Q8_1},
 	IQ4_NL: {"IQ4_NL", 32, 18, true, Q8_0},
+	MXFP4:  {"MXFP4", 32, 17, true, Q8_0},
 	Q2_K:   {"Q2_K", 256, 84, true, Q8_K},
 	Q3_K:   {"Q3_K", 256, 110, true, Q8_K},
 	Q4_K:   {"Q4_K", 256, 144, true, Q8_K},

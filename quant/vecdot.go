@@ -28,6 +28,7 @@ var vecDot = [...]func(n int, w, x []byte) float32{
 	Q5_1:   dotQ5_1,
 	Q8_0:   dotQ8_0,
 	IQ4_NL: dotIQ4NL,
+	MXFP4:  dotMXFP4,
 	Q2_K:   dotQ2K,
 	Q3_K:   dotQ3K,
 	Q4_K:   dotQ4K,
@@ -256,6 +257,31 @@ func dotIQ4NL(n int, w, x []byte) float32 {
 				int32(kv[q[k+2]>>4])*i8(yhi[k+2]) + int32(kv[q[k+3]>>4])*i8(yhi[k+3])
 		}
 		d := f16le(xb[0:]) * f16le(wb[0:])
+		sumf += float32(d * float32(s))
+	}
+	return sumf
+}
+
+// dotMXFP4 is ggml_vec_dot_mxfp4_q8_0_generic: the codebook's doubled values against the
+// activation, scaled by fp16(x.d) times the halved E8M0 scale.
+func dotMXFP4(n int, w, x []byte) float32 {
+	kv := &mxfp4Values
+	var sumf float32
+	for i := 0; i < n/32; i++ {
+		wb := (*[17]byte)(w[i*17:])
+		xb := (*[34]byte)(x[i*34:])
+		q := (*[16]byte)(wb[1:])
+		ylo := (*[16]byte)(xb[2:])
+		yhi := (*[16]byte)(xb[18:])
+		var s int32
+		for j := 0; j < 4; j++ {
+			k := 4 * j
+			s += int32(kv[q[k]&0xf])*i8(ylo[k]) + int32(kv[q[k+1]&0xf])*i8(ylo[k+1]) +
+				int32(kv[q[k+2]&0xf])*i8(ylo[k+2]) + int32(kv[q[k+3]&0xf])*i8(ylo[k+3])
+			s += int32(kv[q[k]>>4])*i8(yhi[k]) + int32(kv[q[k+1]>>4])*i8(yhi[k+1]) +
+				int32(kv[q[k+2]>>4])*i8(yhi[k+2]) + int32(kv[q[k+3]>>4])*i8(yhi[k+3])
+		}
+		d := f16le(xb[0:]) * e8m0Half[wb[0]]
 		sumf += float32(d * float32(s))
 	}
 	return sumf

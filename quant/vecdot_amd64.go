@@ -33,6 +33,8 @@ func init() {
 	fastX86IQ4NL = avx2LanesIQ4NL
 	fastX86VecIQ4NL = avx2VecIQ4NL
 	fastX86RepackIQ4NL = avx2RepackIQ4NL
+	fastX86VecMXFP4 = avx2VecMXFP4
+	fastX86RepackMXFP4 = avx2RepackMXFP4
 	fastX86Q5K = avx2DotQ5K
 	fastX86Q3K = avx2DotQ3K
 	fastX86Q2K = avx2DotQ2K
@@ -65,6 +67,7 @@ func init() {
 		{Q4_1, q4_1DotAVX2Rows, q4_1DotAVX2Rows},
 		{Q5_1, q5_1DotAVX2Rows, q5_1DotAVX2Rows},
 		{IQ4_NL, iq4nlVecAVX2Rows, iq4nlRepackAVX2Rows},
+		{MXFP4, mxfp4VecAVX2Rows, mxfp4RepackAVX2Rows},
 		{Q5_K, q5KDotAVX2Rows, q5KDotAVX2Rows},
 		{Q3_K, q3KDotAVX2Rows, q3KDotAVX2Rows},
 		{Q2_K, q2KDotAVX2Rows, q2KRepackAVX2Rows},
@@ -142,6 +145,16 @@ func avx2VecIQ4NL(n int, w, x []byte) float32 {
 func avx2RepackIQ4NL(n int, w, x []byte) float32 {
 	nb := n / 32
 	return iq4nlRepackAVX2(w[:nb*18], x[:nb*34], nb)
+}
+
+func avx2VecMXFP4(n int, w, x []byte) float32 {
+	nb := n / 32
+	return mxfp4VecAVX2(w[:nb*17], x[:nb*34], nb)
+}
+
+func avx2RepackMXFP4(n int, w, x []byte) float32 {
+	nb := n / 32
+	return mxfp4RepackAVX2(w[:nb*17], x[:nb*34], nb)
 }
 
 func avx2DotQ5K(n int, w, x []byte) float32 {

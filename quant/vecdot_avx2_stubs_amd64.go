@@ -114,6 +114,18 @@ func q2KRepackAVX2(w []byte, x []byte, nb int) float32
 //go:noescape
 func q2KRepackGemmAVX2(w []byte, x []byte, nb int) float32
 
+// mxfp4RepackAVX2 is quant's x86RepackMXFP4 over nb blocks of w and x (the 8-row interleaved
+// GEMV/GEMM of repacked MXFP4): one fused multiply-add of each block's integer sum.
+//
+//go:noescape
+func mxfp4RepackAVX2(w []byte, x []byte, nb int) float32
+
+// mxfp4VecAVX2 is ggml_vec_dot_mxfp4_q8_0 (AVX2) over nb blocks of w and x, as quant's
+// x86VecMXFP4.
+//
+//go:noescape
+func mxfp4VecAVX2(w []byte, x []byte, nb int) float32
+
 // f32VecAVX2 is quant's x86F32Vec (ggml_vec_dot_f32, AVX-512) over n elements of w and x.
 //
 //go:noescape
@@ -256,6 +268,18 @@ func q2KRepackAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []floa
 //
 //go:noescape
 func q2KRepackGemmAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+
+// mxfp4RepackAVX2Rows is mxfp4RepackAVX2 for rows rows of w, ldw bytes apart, against the one row x:
+// out[r] is row r's product.
+//
+//go:noescape
+func mxfp4RepackAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
+
+// mxfp4VecAVX2Rows is mxfp4VecAVX2 for rows rows of w, ldw bytes apart, against the one row x:
+// out[r] is row r's product.
+//
+//go:noescape
+func mxfp4VecAVX2Rows(w []byte, ldw int, x []byte, nb int, rows int, out []float32)
 
 // f16x1AVX2Rows is f16VecAVX2 for rows rows of w (fp16, ldw bytes apart) against 1 activation row(s) of x
 // (float32 widened from fp16, ldx floats apart), each of n elements: out[t*ldo+r] is row r's

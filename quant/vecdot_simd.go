@@ -42,6 +42,8 @@ var fastRepackQ4_0, fastRepackQ4K, fastRepackGemmQ4K func(n int, w, x []byte) fl
 //	fastX86IQ4NL, fastX86VecIQ4NL, fastX86RepackIQ4NL
 //	             x86LanesIQ4NL (tinyBLAS), x86VecIQ4NL (ggml_vec_dot_iq4_nl_q8_0),
 //	             x86RepackIQ4NL (the repacked GEMV/GEMM)
+//	fastX86VecMXFP4, fastX86RepackMXFP4
+//	             x86VecMXFP4 (ggml_vec_dot_mxfp4_q8_0), x86RepackMXFP4 (the repacked GEMV/GEMM)
 //	fastX86Q5K   x86Q5K (ggml_vec_dot_q5_K_q8_K)
 //	fastX86Q3K   x86Q3K (ggml_vec_dot_q3_K_q8_K)
 //	fastX86Q2K, fastX86RepackQ2K, fastX86RepackGemmQ2K
@@ -54,6 +56,8 @@ var fastRepackQ4_0, fastRepackQ4K, fastRepackGemmQ4K func(n int, w, x []byte) fl
 var fastX86Q4_1, fastX86Q5_1 func(n int, w, x []byte) float32
 
 var fastX86IQ4NL, fastX86VecIQ4NL, fastX86RepackIQ4NL func(n int, w, x []byte) float32
+
+var fastX86VecMXFP4, fastX86RepackMXFP4 func(n int, w, x []byte) float32
 
 var fastX86Q5K, fastX86Q3K func(n int, w, x []byte) float32
 

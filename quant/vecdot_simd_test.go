@@ -85,6 +85,9 @@ func simdKernels() []simdKernel {
 		{"F16/x86-gemm", F16, fastX86F16Gemm, simdX86, x86F16Gemm},
 		{"BF16/x86-vec", BF16, fastX86BF16Vec, simdX86, x86BF16Vec},
 		{"BF16/x86-gemm", BF16, fastX86BF16Gemm, simdX86, x86BF16Gemm},
+		// Last, so that FuzzVecDotFast's seeds keep selecting the kernels they were made for.
+		{"MXFP4/x86-vec", MXFP4, fastX86VecMXFP4, simdX86, x86VecMXFP4},
+		{"MXFP4/repack", MXFP4, fastX86RepackMXFP4, simdX86, x86RepackMXFP4},
 	} {
 		if k.f != nil {
 			out = append(out, k)
@@ -440,6 +443,8 @@ func simdTameScales(typ Type, w, x []byte) {
 	wb, xb := typ.BlockBytes(), typ.DotType().BlockBytes()
 	for i := 0; i+wb <= len(w); i += wb {
 		switch typ {
+		case MXFP4:
+			w[i] = 120 + w[i]&15 // scale 2^(e-128) in [2^-8, 2^7)
 		case Q4_K, Q5_K, Q4_1, Q5_1:
 			h(w[i:])
 			h(w[i+2:])
@@ -744,6 +749,11 @@ func FuzzVecDotFast(f *testing.F) {
 	for i := 0; i < 6; i++ {
 		f.Add(uint8(0x92+i), bytesOf(0x0f, 4*(77+i)))
 	}
+	// MXFP4: scale bytes 0x88 and 0x0f (tamed or not), quants at the codebook's ends.
+	f.Add(uint8(0x98), bytesOf(0x88, 9*(17+34)))
+	f.Add(uint8(0x99), bytesOf(0x7f, 9*(17+34)))
+	f.Add(uint8(0x18), bytesOf(0x0f, 3*(17+34)))
+	f.Add(uint8(0x19), bytesOf(0x80, 8*(17+34)))
 	f.Fuzz(func(t *testing.T, sel uint8, data []byte) {
 		ks := simdNeed(t)
 		k := ks[int(sel&0x7f)%len(ks)]

@@ -16,10 +16,12 @@ import (
 //     multiply-add, and the lanes are added pairwise at the end (hsum_float_8). Q4_1 and Q5_1
 //     add the m*s terms in a scalar chain of fused multiply-adds. This is ggml_vec_dot_*_q8_*
 //     (AVX2) and llamafile's tinyBLAS_Q0_AVX alike.
-//   - Weights that llama.cpp repacks into interleaved groups of 8 rows at load (Q4_0, IQ4_NL
-//     and Q4_K with a row count divisible by 8) accumulate each block's whole integer sum with
-//     one fused multiply-add; Q4_K keeps its min term in a second accumulator, and when four
-//     activation rows are multiplied together (GEMM) adds per 64-element pair of sub-blocks.
+//   - Weights that llama.cpp repacks into interleaved groups of 8 rows at load (Q4_0, IQ4_NL,
+//     MXFP4 and Q4_K with a row count divisible by 8) accumulate each block's whole integer
+//     sum with one fused multiply-add; Q4_K keeps its min term in a second accumulator, and
+//     when four activation rows are multiplied together (GEMM) adds per 64-element pair of
+//     sub-blocks. MXFP4 matrices that are not repacked take ggml_vec_dot_mxfp4_q8_0 whatever
+//     the batch, since tinyBLAS has no MXFP4 kernel.
 //   - The K-quants (Q2_K..Q6_K) keep eight integer lanes per 256-element block (elements
 //     4l..4l+3 of every 32-element group) and fuse d*lane into eight float lanes; the min terms
 //     of Q2_K, Q4_K and Q5_K are added in their own ways.
@@ -211,6 +213,42 @@ func x86VecIQ4NL(n int, w, x []byte) float32 {
 	return sumf
 }
 
+// x86VecMXFP4 is ggml_vec_dot_mxfp4_q8_0 (AVX2): x86VecIQ4NL's order, with MXFP4's codebook
+// and its scale fp16(x.d) times the halved E8M0 scale.
+func x86VecMXFP4(n int, w, x []byte) float32 {
+	var acc [2][8]float32
+	var q [32]int32
+	nb := n / 32
+	ib := 0
+	for ; ib+1 < nb; ib += 2 {
+		for h := 0; h < 2; h++ {
+			wb := (*[17]byte)(w[(ib+h)*17:])
+			xb := (*[34]byte)(x[(ib+h)*34:])
+			for j, b := range wb[1:17] {
+				q[j] = int32(mxfp4Values[b&0xf])
+				q[j+16] = int32(mxfp4Values[b>>4])
+			}
+			lanes4(&acc[h], f16le(xb[0:])*e8m0Half[wb[0]], &q, (*[32]byte)(xb[2:]))
+		}
+	}
+	var sum [8]float32
+	for l := range sum {
+		sum[l] = acc[0][l] + acc[1][l]
+	}
+	sumf := hsum8(&sum)
+	for ; ib < nb; ib++ {
+		wb := (*[17]byte)(w[ib*17:])
+		xb := (*[34]byte)(x[ib*34:])
+		var s1, s2 int32
+		for j := 0; j < 16; j++ {
+			s1 += i8(xb[2+j]) * int32(mxfp4Values[wb[1+j]&0xf])
+			s2 += i8(xb[18+j]) * int32(mxfp4Values[wb[1+j]>>4])
+		}
+		sumf = fma32(f16le(xb[0:])*e8m0Half[wb[0]], float32(s1+s2), sumf)
+	}
+	return sumf
+}
+
 func x86LanesQ5_0(n int, w, x []byte) float32 {
 	var acc [8]float32
 	for i := 0; i < n/32; i++ {
@@ -300,6 +338,27 @@ func x86RepackIQ4NL(n int, w, x []byte) float32 {
 			s += int32(kv[q[k]&0xf])*i8(ylo[k]) + int32(kv[q[k]>>4])*i8(yhi[k])
 		}
 		acc = fma32(float32(s), f16le(wb[0:])*f16le(xb[0:]), acc)
+	}
+	return acc
+}
+
+// x86RepackMXFP4 is the 8x8-interleaved GEMV/GEMM of MXFP4 (llama.cpp's copy of IQ4_NL's,
+// gemv_q4_b32_8x8_q8_0_lut_avx<block_mxfp4x8>): one fused multiply-add of each block's integer
+// sum times the halved E8M0 scale times fp16(x.d).
+func x86RepackMXFP4(n int, w, x []byte) float32 {
+	kv := &mxfp4Values
+	var acc float32
+	for i := 0; i < n/32; i++ {
+		wb := (*[17]byte)(w[i*17:])
+		xb := (*[34]byte)(x[i*34:])
+		q := (*[16]byte)(wb[1:])
+		ylo := (*[16]byte)(xb[2:])
+		yhi := (*[16]byte)(xb[18:])
+		var s int32
+		for k := 0; k < 16; k++ {
+			s += int32(kv[q[k]&0xf])*i8(ylo[k]) + int32(kv[q[k]>>4])*i8(yhi[k])
+		}
+		acc = fma32(float32(s), e8m0Half[wb[0]]*f16le(xb[0:]), acc)
 	}
 	return acc
 }
@@ -801,6 +860,11 @@ func fastX86(t Type, rows, batch, i int) func(n int, w, x []byte) float32 {
 			return fastX86IQ4NL
 		}
 		return fastX86VecIQ4NL
+	case MXFP4:
+		if repacked {
+			return fastX86RepackMXFP4
+		}
+		return fastX86VecMXFP4
 	case Q5_K:
 		return fastX86Q5K
 	case Q3_K:
@@ -834,9 +898,9 @@ func fastX86(t Type, rows, batch, i int) func(n int, w, x []byte) float32 {
 
 // x86Dot is X86Dot's choice among the Go kernels.
 func x86Dot(t Type, rows, batch, i int) func(n int, w, x []byte) float32 {
-	// ggml_repack_get_optimal_repack_type repacks Q4_0, IQ4_NL, Q4_K (AVX2) and Q2_K (AVX-512)
-	// into groups of 8 rows when the row count allows; the repacked product takes the
-	// activation rows in groups of four (GEMM) and the rest one at a time (GEMV). Other
+	// ggml_repack_get_optimal_repack_type repacks Q4_0, IQ4_NL, MXFP4, Q4_K (AVX2) and Q2_K
+	// (AVX-512) into groups of 8 rows when the row count allows; the repacked product takes
+	// the activation rows in groups of four (GEMM) and the rest one at a time (GEMV). Other
 	// products of two or more rows go through llamafile's tinyBLAS where it has a kernel
 	// (F32, and Q8_0, Q5_0, IQ4_NL, Q4_0 against Q8_0), otherwise through ggml_vec_dot_*.
 	repacked := repackedRows(rows)
@@ -855,6 +919,12 @@ func x86Dot(t Type, rows, batch, i int) func(n int, w, x []byte) float32 {
 			return x86LanesIQ4NL
 		}
 		return x86VecIQ4NL
+	case MXFP4:
+		// GEMV and GEMM sum each block alike, so the group of four does not matter.
+		if repacked {
+			return x86RepackMXFP4
+		}
+		return x86VecMXFP4
 	case Q5_0:
 		return x86LanesQ5_0
 	case Q8_0:

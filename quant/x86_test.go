@@ -69,7 +69,7 @@ func TestHsumOrders(t *testing.T) {
 // engine's golden tests check all of them against llama.cpp.)
 func TestX86DotAVX2(t *testing.T) {
 	same := map[Type]bool{Q4_0: true, Q4_1: true, Q5_0: true, Q5_1: true, Q8_0: true, IQ4_NL: true,
-		Q2_K: true, Q3_K: true, Q4_K: true, Q5_K: true}
+		MXFP4: true, Q2_K: true, Q3_K: true, Q4_K: true, Q5_K: true}
 	seen := map[Type]int{}
 	for _, r := range records(t, recVecDot) {
 		if !same[r.typ] {

@@ -58,7 +58,7 @@ var sets = map[string]func(){
 }
 
 // rowKernels write the kernels of one weight row against one activation row (sig, storeRet).
-var rowKernels = []func(){q8_0, q4_0, q5_0, q4K, q6K, q4_1, q5_1, iq4nl, q5K, q3K, q2K}
+var rowKernels = []func(){q8_0, q4_0, q5_0, q4K, q6K, q4_1, q5_1, iq4nl, q5K, q3K, q2K, mxfp4}
 
 func main() {
 	set := flag.String("set", "vecdot", "the group of kernels to write")
@@ -121,6 +121,8 @@ var (
 	cExpD    Mem // int32 0x7f800000 (a float32's exponent)
 	cAbsD    Mem // int32 0x7fffffff
 	cHighW   Mem // int32 0xffff0000
+	cMXFP4   Mem // kvalues_mxfp4, in both 128-bit lanes
+	cE8M0    Mem // GGML_E8M0_TO_FP32_HALF of every byte, 256 float32
 )
 
 func table(name string, b []byte) Mem {
@@ -171,6 +173,21 @@ func consts() {
 	cExpD = splat("expd", 0, 0, 0x80, 0x7f)
 	cAbsD = splat("absd", 0xff, 0xff, 0xff, 0x7f)
 	cHighW = splat("highw", 0, 0, 0xff, 0xff)
+	mx := []int8{0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12}
+	kv = make([]byte, 32)
+	for i := range kv {
+		kv[i] = byte(mx[i%16])
+	}
+	cMXFP4 = table("mxfp4values", kv)
+	e8m0 := make([]byte, 4*256)
+	for e := range 256 {
+		bits := uint32(e-1) << 23
+		if e < 2 {
+			bits = 0x00200000 << e
+		}
+		binary.LittleEndian.PutUint32(e8m0[4*e:], bits)
+	}
+	cE8M0 = table("e8m0half", e8m0)
 }
 
 // k4ShufBytes is cK4Shuf's table.
@@ -933,6 +950,108 @@ func iq4nlVec() {
 	JZ(LabelRef("ret"))
 	d := scale32Scalar(wp, xp)
 	p := iq4nlPairs(at(wp, 2), at(xp, 2), low4, kv)
+	VPMADDWD(ones, p, p)
+	s := hsumInt(p)
+	VCVTDQ2PS(s, s)
+	VFMADD231SS(s, d, r)
+	Label("ret")
+	storeRet(r)
+	VZEROUPPER()
+	RET()
+}
+
+// The MXFP4 kernels: IQ4_NL's with MXFP4's 17-byte block (the E8M0 scale byte, then the
+// indices), its codebook kvalues_mxfp4 (-12..12) and its scale, the E8M0 byte halved
+// (GGML_E8M0_TO_FP32_HALF, looked up in cE8M0) times the activation's fp16 d. tinyBLAS has no
+// MXFP4 kernel, so there is no lanes kernel.
+
+func mxfp4() {
+	mxfp4Repack()
+	mxfp4Vec()
+}
+
+// e8m0Table loads cE8M0's address: Go's assembler takes no index register with a static
+// symbol.
+func e8m0Table() Register {
+	t := GP64()
+	LEAQ(cE8M0, t)
+	return t
+}
+
+// mxScaleAt returns, in the low lane of an XMM, the halved E8M0 scale at wm (looked up in the
+// table at tbl) times the fp16 scale at xm: the block scale of an MXFP4 block against a Q8_0
+// one.
+func mxScaleAt(tbl Register, wm, xm Mem) VecVirtual {
+	e := GP64()
+	MOVBQZX(wm, e)
+	h := XMM()
+	VMOVSS(Mem{Base: tbl, Index: e, Scale: 4}, h)
+	g := GP32()
+	MOVWLZX(xm, g)
+	t := XMM()
+	VMOVD(g, t)
+	VCVTPH2PS(t, t)
+	VMULSS(t, h, h)
+	return h
+}
+
+func mxfp4Repack() {
+	wp, xp, nb := sig("mxfp4RepackAVX2", "mxfp4RepackAVX2 is quant's x86RepackMXFP4 over nb blocks of w and x (the 8-row interleaved\n"+
+		"GEMV/GEMM of repacked MXFP4): one fused multiply-add of each block's integer sum.")
+	acc := YMM()
+	VXORPS(acc, acc, acc)
+	ones, low4, kv := load(cOnes16), load(cLow4), load(cMXFP4)
+	tbl := e8m0Table()
+	loopStart(nb)
+	prefetch(wp, 1)
+	p := iq4nlPairs(at(wp, 1), at(xp, 2), low4, kv)
+	VPMADDWD(ones, p, p)
+	d := mxScaleAt(tbl, at(wp, 0), at(xp, 0))
+	s := hsumInt(p)
+	VCVTDQ2PS(s, s)
+	VFMADD231SS(d, s, acc.AsX())
+	loopEnd(nb, []Register{wp, xp}, []int{17, 34})
+	storeRet(acc.AsX())
+	VZEROUPPER()
+	RET()
+}
+
+// mxfp4Vec is x86VecMXFP4 (ggml_vec_dot_mxfp4_q8_0): iq4nlVec's order, even and odd blocks in
+// two sets of lanes, added lane-wise and reduced at the end, and a last odd block fused as a
+// scalar.
+func mxfp4Vec() {
+	wp, xp, nb := sig("mxfp4VecAVX2", "mxfp4VecAVX2 is ggml_vec_dot_mxfp4_q8_0 (AVX2) over nb blocks of w and x, as quant's\n"+
+		"x86VecMXFP4.")
+	acc := [2]VecVirtual{YMM(), YMM()}
+	VXORPS(acc[0], acc[0], acc[0])
+	VXORPS(acc[1], acc[1], acc[1])
+	ones, low4, kv := load(cOnes16), load(cLow4), load(cMXFP4)
+	tbl := e8m0Table()
+	pairs := GP64()
+	MOVQ(nb, pairs)
+	SHRQ(U8(1), pairs)
+	JZ(LabelRef("pairsdone"))
+	Label("pairs")
+	prefetch(wp, 34)
+	for h := 0; h < 2; h++ {
+		d := YMM()
+		VBROADCASTSS(mxScaleAt(tbl, at(wp, 17*h), at(xp, 34*h)), d)
+		p := iq4nlPairs(at(wp, 17*h+1), at(xp, 34*h+2), low4, kv)
+		VPMADDWD(ones, p, p)
+		VCVTDQ2PS(p, p)
+		VFMADD231PS(p, d, acc[h])
+	}
+	ADDQ(U32(34), wp)
+	ADDQ(U32(68), xp)
+	DECQ(pairs)
+	JNZ(LabelRef("pairs"))
+	Label("pairsdone")
+	VADDPS(acc[1], acc[0], acc[0])
+	r := hsum8(acc[0])
+	TESTQ(U32(1), nb)
+	JZ(LabelRef("ret"))
+	d := mxScaleAt(tbl, at(wp, 0), at(xp, 0))
+	p := iq4nlPairs(at(wp, 1), at(xp, 2), low4, kv)
 	VPMADDWD(ones, p, p)
 	s := hsumInt(p)
 	VCVTDQ2PS(s, s)

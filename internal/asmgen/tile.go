@@ -13,8 +13,8 @@ import (
 // The tile kernels (-set tile: quant/tile_avx2_amd64.s) compute a tile of a matrix product,
 // eight consecutive weight rows against T activation rows, for the weight types llama.cpp
 // repacks into interleaved groups of eight rows. Its repacked products keep one float32
-// accumulator per row and fuse one product per block (Q4_0) or per super-block or pair of
-// sub-blocks (Q4_K) into it; the eight rows of a tile are the eight float lanes of one
+// accumulator per row and fuse one product per block (Q4_0, MXFP4) or per super-block or pair
+// of sub-blocks (Q4_K) into it; the eight rows of a tile are the eight float lanes of one
 // register here, so every output sees exactly the fused multiply-adds of quant's one-row
 // repacked kernels, in the same order. What a tile saves is work, not arithmetic: each weight
 // block is decoded once for all T activation rows, and each activation block is read once
@@ -33,6 +33,7 @@ func tiles() {
 	q8_0Tile()
 	q6KTile()
 	q5KTile()
+	mxfp4Tile()
 }
 
 var (
@@ -45,6 +46,10 @@ var (
 	tQ6Shuf  Mem // cQ6Shuf
 	tK4Shuf  Mem // cK4Shuf
 	tSixteen Mem // bytes 0x10
+	tMXFP4   Mem // kvalues_mxfp4 + 12 (unsigned), in both 128-bit lanes
+	tDword1  Mem // int32 1
+	tDword2  Mem // int32 2
+	tSubE8M0 Mem // int32 0x00200000: GGML_E8M0_TO_FP32_HALF(0), a subnormal
 )
 
 func tileConsts() {
@@ -57,6 +62,15 @@ func tileConsts() {
 	tQ6Shuf = table("tileq6shuf", q6ShufBytes())
 	tK4Shuf = table("tilek4shuf", k4ShufBytes())
 	tSixteen = splat("tilesixteen", 0x10)
+	mx := []int{0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12}
+	kv := make([]byte, 32)
+	for i := range kv {
+		kv[i] = byte(mx[i%16] + 12)
+	}
+	tMXFP4 = table("tilemxfp4", kv)
+	tDword1 = splat("tiledword1", 1, 0, 0, 0)
+	tDword2 = splat("tiledword2", 2, 0, 0, 0)
+	tSubE8M0 = splat("tilesube8m0", 0, 0, 0x20, 0)
 }
 
 // tileArgs are the arguments every tile kernel takes.
@@ -296,6 +310,108 @@ func q4_0Tile() {
 	Label("done")
 	VZEROUPPER()
 	RET()
+}
+
+// mxfp4Tile is the MXFP4 tile: gemv_q4_b32_8x8_q8_0_lut_avx<block_mxfp4x8> and its GEMM,
+// whose results are those of quant's x86RepackMXFP4 for each row. As q4_0Tile, with the
+// indices looked up in kvalues_mxfp4 + 12 (0..24, unsigned for VPMADDUBSW) and aux holding 12
+// times the sum of each activation block's quants, which takes the offset back out: exact for
+// any bytes. A pair of products is at most 2*24*128 = 6144 in magnitude, so four registers'
+// int16 sums cannot overflow, and each four are widened by VPMADDWD before they are added.
+// The rows' scales are GGML_E8M0_TO_FP32_HALF of their E8M0 bytes, computed in the lanes:
+// (e-1)<<23, or 0x200000<<e for the two bytes whose scale is subnormal.
+func mxfp4Tile() {
+	a := tileSig("mxfp4Tile8AVX2", "mxfp4Tile8AVX2 adds eight rows of repacked MXFP4 times T activation rows into acc.", tileRows, attr.NOSPLIT)
+	a.aux = Load(Param("aux").Base(), GP64())
+	a.empty()
+	Label("block")
+	a.prefetchRows(17)
+	raw := transpose4x8(func(r int) Mem { return a.row(r, 1) })
+	// Elements 0..15 are the low nibbles of the block's bytes, 16..31 the high ones.
+	lut := YMM()
+	VMOVDQU(tMXFP4, lut)
+	var q [8]VecVirtual
+	for j := 0; j < 4; j++ {
+		q[j+4] = YMM()
+		VPSRLW(U8(4), raw[j], q[j+4])
+		VPAND(tLow4, q[j+4], q[j+4])
+		VPSHUFB(q[j+4], lut, q[j+4])
+		q[j] = raw[j]
+		VPAND(tLow4, q[j], q[j])
+		VPSHUFB(q[j], lut, q[j])
+	}
+	dw := a.rowE8M0()
+
+	xt, acct, t := GP64(), GP64(), GP64()
+	MOVQ(a.x, xt)
+	MOVQ(a.acc, acct)
+	MOVQ(a.T, t)
+	Label("token")
+	s, lo := YMM(), YMM()
+	for j := range q {
+		y := YMM()
+		VPBROADCASTD(Mem{Base: xt, Disp: 2 + 4*j}, y)
+		if j%4 == 0 {
+			VPMADDUBSW(y, q[j], s)
+			continue
+		}
+		VPMADDUBSW(y, q[j], y)
+		VPADDW(y, s, s)
+		if j == 3 {
+			VPMADDWD(tOnes16, s, lo)
+		}
+	}
+	VPMADDWD(tOnes16, s, s)
+	VPADDD(lo, s, s)
+	off := YMM()
+	VPBROADCASTD(Mem{Base: a.aux}, off)
+	VPSUBD(off, s, s)
+	VCVTDQ2PS(s, s)
+	hx := XMM()
+	VPBROADCASTW(Mem{Base: xt}, hx)
+	d := YMM()
+	VCVTPH2PS(hx, d)
+	VMULPS(d, dw, d) // the halved E8M0 scale times fp16(x.d), as the one-row kernel rounds it
+	acc := YMM()
+	VMOVUPS(Mem{Base: acct}, acc)
+	VFMADD231PS(s, d, acc)
+	VMOVUPS(acc, Mem{Base: acct})
+	ADDQ(a.ldx, xt)
+	ADDQ(U8(4), a.aux) // the next activation row's term, or the next block's first
+	ADDQ(U8(32), acct)
+	DECQ(t)
+	JNZ(LabelRef("token"))
+
+	a.advance(17)
+	ADDQ(U8(34), a.x)
+	DECQ(a.nb)
+	JNZ(LabelRef("block"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
+// rowE8M0 returns GGML_E8M0_TO_FP32_HALF of the eight rows' E8M0 bytes (byte 0 of their
+// blocks) as float32 lanes.
+func (a tileArgs) rowE8M0() VecVirtual {
+	h := XMM()
+	g := GP32()
+	MOVBLZX(a.row(0, 0), g)
+	VMOVD(g, h)
+	for r := 1; r < 8; r++ {
+		VPINSRB(U8(r), a.row(r, 0), h, h)
+	}
+	e := YMM()
+	VPMOVZXBD(h, e)
+	big, small, m := YMM(), YMM(), YMM()
+	VPSUBD(tDword1, e, big)
+	VPSLLD(U8(23), big, big)
+	VMOVDQU(tSubE8M0, small)
+	VPSLLVD(e, small, small)
+	VMOVDQU(tDword2, m)
+	VPCMPGTD(e, m, m) // e < 2
+	VPBLENDVB(m, small, big, big)
+	return big
 }
 
 // Q4_K tiles. A tile token's accumulators (acc, T rows of q4KAccStride floats): the scaled

@@ -54,7 +54,7 @@ void avx2_ggml_vec_dot_bf16(int n, float * s, size_t bs, ggml_bf16_t * x, size_t
 enum {
     T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8, T_Q8_1 = 9,
     T_Q2_K = 10, T_Q3_K = 11, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14, T_Q8_K = 15, T_IQ4_NL = 20,
-    T_BF16 = 30,
+    T_BF16 = 30, T_MXFP4 = 39,
 };
 
 typedef void (*dequant_fn)(const void * x, float * y, int64_t k);
@@ -119,6 +119,7 @@ typedef struct {
     dot_fn dot_simd;
     int fp16_fields[3]; // byte offsets of fp16 scale fields inside a block, -1 terminated
     int f32_field;      // byte offset of an f32 scale field, or -1
+    int e8m0_field;     // 1 if byte 0 of a block is an E8M0 scale (MXFP4); 0 (unset) otherwise
 } type_info;
 
 #define DQ(f) ((dequant_fn) (f))
@@ -155,6 +156,8 @@ static const type_info types[] = {
       DF(ggml_vec_dot_q6_K_q8_K_generic), DF(ggml_vec_dot_q6_K_q8_K), {208, -1}, -1 },
     { T_Q8_K, "Q8_K", QK_K, sizeof(block_q8_K), T_Q8_K, DQ(dequantize_row_q8_K), QF(quantize_row_q8_K_ref), QF(quantize_row_q8_K),
       NULL, NULL, {-1}, 0 },
+    { T_MXFP4, "MXFP4", QK_MXFP4, sizeof(block_mxfp4), T_Q8_0, DQ(dequantize_row_mxfp4), QF(quantize_row_mxfp4_ref), NULL,
+      DF(ggml_vec_dot_mxfp4_q8_0_generic), DF(ggml_vec_dot_mxfp4_q8_0), {-1}, -1, 1 },
 };
 #define NTYPES ((int) (sizeof(types)/sizeof(types[0])))
 
@@ -239,6 +242,10 @@ static void random_blocks(const type_info * t, uint8_t * dst, int n) {
         if (t->f32_field >= 0) {
             float v = ldexpf(1.0f + uniform(), -8);
             memcpy(blk + t->f32_field, &v, 4);
+        }
+        if (t->e8m0_field) {
+            // scale 2^(e-128) in [2^-12, 2^-1], the range of the fp16 scales above
+            blk[0] = (uint8_t) (116 + rnd() % 12);
         }
     }
 }
@@ -403,6 +410,189 @@ static void write_vecdot(const type_info * t, int n, int dist) {
     free(x);
 }
 
+// ---- MXFP4 ----
+//
+// Written after every other record, so that adding them left the earlier records (and the
+// random stream they draw from) unchanged.
+
+// write_dequant_e8m0_sweep: one block per E8M0 byte 0..255 (subnormal, huge and infinite
+// products included), random quants.
+static void write_dequant_e8m0_sweep(const type_info * t) {
+    const int n = 256 * t->block;
+    size_t nb = row_bytes(t, n);
+    uint8_t * src = calloc(nb, 1);
+    float * dst = calloc(n, sizeof(float));
+    random_blocks(t, src, n);
+    for (int b = 0; b < 256; b++) src[(size_t) b * t->bytes] = (uint8_t) b;
+    t->deq(src, dst, n);
+    rec_header(REC_DEQUANT, t->id, n);
+    put_blob(src, nb);
+    put_blob(dst, (size_t) n * 4);
+    free(src);
+    free(dst);
+}
+
+// write_refq_mxfp4_ties: blocks whose largest magnitude is 6 (scale 0.5, codebook values
+// 0, 0.5, 1, 1.5, 2, 3, 4, 6) and whose other values are multiples of 0.25, many of them
+// exactly between two codebook values, where best_index_mxfp4 keeps the first.
+static void write_refq_mxfp4_ties(const type_info * t, int n) {
+    float * x = calloc(n, sizeof(float));
+    size_t nb = row_bytes(t, n);
+    uint8_t * dst = calloc(nb, 1);
+    for (int i = 0; i < n; i++) x[i] = (float) ((int) (rnd() % 49) - 24) * 0.25f;
+    for (int i = 0; i < n; i += 32) x[i] = (i / 32) % 2 ? 6.0f : -6.0f;
+    t->ref_q(x, dst, n);
+    rec_header(REC_REFQ, t->id, n);
+    put_blob(x, (size_t) n * 4);
+    put_blob(dst, nb);
+    free(x);
+    free(dst);
+}
+
+// The MXFP4 scale sweep: largest magnitudes whose E8M0 exponent depends on how log2f rounds,
+// those within 256 patterns below a power of two (farther below, log2 is more than an ulp from
+// the integer). For every normal binade the 256 patterns just below its top and its 16 lowest;
+// for every power of two among the subnormals (2^-149 .. 2^-126) the 256 patterns below it and
+// the power itself; then +Inf, 0, the largest finite value and 1<<16 splitmix64(seed 7)
+// patterns of any sign (NaN included).
+
+static uint64_t mxfp4_hash_block(const type_info * t, uint64_t h, uint32_t bits, uint32_t * count) {
+    float x[QK_MXFP4];
+    block_mxfp4 y;
+    float v; memcpy(&v, &bits, 4);
+    x[0] = v;
+    for (int j = 1; j < QK_MXFP4; j++) x[j] = v * ((float) (j - 16) / 16.0f);
+    t->ref_q(x, &y, QK_MXFP4);
+    ++*count;
+    return fnv_add(h, &y, sizeof(y));
+}
+
+// write_mxfp4_scale_hash hashes quantize_row_mxfp4_ref's block for each sweep value v placed
+// in a block whose other values are v*(j-16)/16: the E8M0 exponent of v and the codebook
+// indices of values at fixed ratios to it.
+static void write_mxfp4_scale_hash(const type_info * t) {
+    enum { H_MXFP4_REFQ_SWEEP = 6 };
+    uint64_t h = fnv_init();
+    uint32_t count = 0;
+    for (uint32_t binade = 1; binade < 255; binade++) {
+        for (uint32_t k = 0; k < 256; k++) h = mxfp4_hash_block(t, h, binade << 23 | (0x7fffffu - k), &count);
+        for (uint32_t k = 0; k < 16; k++) h = mxfp4_hash_block(t, h, binade << 23 | k, &count);
+    }
+    for (uint32_t p = 0; p < 24; p++) {
+        for (uint32_t k = 1; k <= 256 && k < (1u << p); k++) h = mxfp4_hash_block(t, h, (1u << p) - k, &count);
+        h = mxfp4_hash_block(t, h, 1u << p, &count);
+    }
+    h = mxfp4_hash_block(t, h, 0x7f800000u, &count);
+    h = mxfp4_hash_block(t, h, 0, &count);
+    h = mxfp4_hash_block(t, h, 0x7f7fffffu, &count);
+    uint64_t s = 7;
+    for (int i = 0; i < (1 << 16); i++) h = mxfp4_hash_block(t, h, (uint32_t) (splitmix64(&s) >> 32), &count);
+    rec_header(REC_HASH, H_MXFP4_REFQ_SWEEP, (int) count);
+    put_u64(h);
+}
+
+// mxfp4_large_row fills a weight row w of n elements and its activation row xq: weights of
+// the activations' signs, +-3 or +-12, against activations of near-constant magnitude, so that
+// block sums reach 2^14 without being multiples of 4 and d*sum rounds. Random data (small sums
+// of even codebook values) almost never tells a fused multiply-add from a product and a sum.
+static void mxfp4_large_row(const type_info * t, int n, uint8_t * w, uint8_t * xq) {
+    float * x = calloc(n, sizeof(float));
+    random_blocks(t, w, n);
+    for (int i = 0; i < n; i++) x[i] = (rnd() & 1 ? 1.0f : -1.0f) * (0.8f + 0.2f * uniform());
+    for (int b = 0; b < n / t->block; b++) {
+        for (int j = 0; j < 16; j++) {
+            uint8_t lo = (x[32 * b + j] >= 0 ? 3 : 11) + 4 * (uint8_t) (rnd() & 1);
+            uint8_t hi = (x[32 * b + j + 16] >= 0 ? 3 : 11) + 4 * (uint8_t) (rnd() & 1);
+            w[(size_t) b * t->bytes + 1 + j] = lo | hi << 4;
+        }
+    }
+    info(t->dot)->act_q(x, xq, n);
+    free(x);
+}
+
+static void put_vecdot(const type_info * t, int n, const uint8_t * w, const uint8_t * xq) {
+    float generic = 0, simd = 0;
+    t->dot_generic(n, &generic, 0, w, 0, xq, 0, 1);
+    t->dot_simd(n, &simd, 0, w, 0, xq, 0, 1);
+    rec_header(REC_VECDOT, t->id, n);
+    put_blob(w, row_bytes(t, n));
+    put_blob(xq, row_bytes(info(t->dot), n));
+    put_f32(generic);
+    put_f32(simd);
+}
+
+// mxfp4_generic_fused is ggml_vec_dot_mxfp4_q8_0_generic with each block fused into the sum:
+// what a compiler that contracts would make of it.
+static float mxfp4_generic_fused(int n, const uint8_t * w, const uint8_t * xq) {
+    // kvalues_mxfp4, which ggml-common.h only defines for its own translation units
+    static const int8_t kv[16] = { 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12 };
+    const block_mxfp4 * x = (const block_mxfp4 *) w;
+    const block_q8_0 * y = (const block_q8_0 *) xq;
+    float acc = 0;
+    for (int ib = 0; ib < n / QK_MXFP4; ib++) {
+        const float d = GGML_FP16_TO_FP32(y[ib].d) * GGML_E8M0_TO_FP32_HALF(x[ib].e);
+        int s = 0;
+        for (int j = 0; j < QK_MXFP4 / 2; j++) {
+            s += y[ib].qs[j] * kv[x[ib].qs[j] & 0xf];
+            s += y[ib].qs[j + QK_MXFP4 / 2] * kv[x[ib].qs[j] >> 4];
+        }
+        acc = fmaf(d, (float) s, acc);
+    }
+    return acc;
+}
+
+// write_vecdot_mxfp4_fused writes want records of n elements (from 8192 candidates at most) on
+// which fusing matters: the generic kernel's products and sums differ from fused multiply-adds,
+// and the AVX2 kernel's fused last block (n an odd number of blocks) differs from a product and
+// a sum, that is from its result on the other blocks plus the generic result of the last.
+static void write_vecdot_mxfp4_fused(const type_info * t, int n, int want) {
+    const int nb = n / t->block;
+    const size_t wb = row_bytes(t, n), xb = row_bytes(info(t->dot), n);
+    uint8_t * w = calloc(wb, 1);
+    uint8_t * xq = calloc(xb, 1);
+    int found = 0;
+    for (int i = 0; i < 8192 && found < want; i++) {
+        mxfp4_large_row(t, n, w, xq);
+        float generic = 0, simd = 0, head = 0, last = 0;
+        t->dot_generic(n, &generic, 0, w, 0, xq, 0, 1);
+        t->dot_simd(n, &simd, 0, w, 0, xq, 0, 1);
+        t->dot_simd(n - t->block, &head, 0, w, 0, xq, 0, 1);
+        t->dot_generic(t->block, &last, 0, w + wb - t->bytes, 0, xq + xb - info(t->dot)->bytes, 0, 1);
+        const int tail = nb % 2 == 1 && simd != head + last;
+        if (generic != mxfp4_generic_fused(n, w, xq) && (nb % 2 == 0 || tail)) {
+            put_vecdot(t, n, w, xq);
+            found++;
+        }
+    }
+    if (found < want) { fprintf(stderr, "MXFP4: %d of %d records of %d elements where fusing matters\n", found, want, n); exit(1); }
+    free(w);
+    free(xq);
+}
+
+static void write_mxfp4(void) {
+    const type_info * t = info(T_MXFP4);
+    write_dequant(t, 768);
+    write_dequant_e8m0_sweep(t);
+    for (int d = 0; d < NDIST; d++) {
+        write_refq(t, d == DIST_ZEROS ? 512 : 256, d);
+    }
+    write_refq(t, 512, DIST_OUTLIERS);
+    write_refq_mxfp4_ties(t, 256);
+    write_mxfp4_scale_hash(t);
+    write_vecdot(t, 256, DIST_GAUSS);
+    write_vecdot(t, 512, DIST_ZEROS);
+    write_vecdot(t, 512, DIST_OUTLIERS);
+    write_vecdot(t, 1024, DIST_GAUSS);
+    // odd block counts: the AVX2 kernel's last block is a scalar tail
+    write_vecdot(t, 32, DIST_GAUSS);
+    write_vecdot(t, 96, DIST_SPREAD);
+    write_vecdot(t, 288, DIST_OUTLIERS);
+    // a pair of blocks, then the AVX2 kernel's scalar tail; and long rows
+    write_vecdot_mxfp4_fused(t, 96, 4);
+    write_vecdot_mxfp4_fused(t, 800, 2);
+    write_vecdot_mxfp4_fused(t, 2880, 2);
+}
+
 int main(void) {
     for (int i = 0; i < (1 << 16); i++) {
         ggml_table_f32_f16[i] = GGML_COMPUTE_FP16_TO_FP32((ggml_fp16_t) i);
@@ -455,6 +645,8 @@ int main(void) {
             write_vecdot(t, 1024, DIST_GAUSS);
         }
     }
+
+    write_mxfp4();
 
     put_u8(REC_END);
     return 0;
