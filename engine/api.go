@@ -199,6 +199,9 @@ type Result struct {
 	Text         string
 	Reason       StopReason
 	PromptTokens int
+	// CachedTokens are the prompt's first tokens the session's KV cache held already, which
+	// were not evaluated again (prefix reuse).
+	CachedTokens int
 	// PromptDuration and DecodeDuration are wall times in seconds of the prompt pass and of
 	// all decode steps.
 	PromptSeconds float64

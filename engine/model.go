@@ -496,6 +496,11 @@ func (m *Model) Tokenize(text string, addSpecial bool) ([]int32, error) {
 // Detokenize turns token ids into text.
 func (m *Model) Detokenize(ids []int32) string { return m.tok.Decode(ids) }
 
+// MaxTokenBytes bounds the bytes of text one token stands for: a text of n bytes is at least
+// n/MaxTokenBytes tokens, so that a text far beyond the context is refused before it is
+// tokenized.
+func (m *Model) MaxTokenBytes() int { return m.tok.MaxTokenBytes() }
+
 // Close frees the model. Sessions still open fail with ErrClosed afterwards.
 func (m *Model) Close() error {
 	if m.batch != nil {

@@ -227,6 +227,7 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, opts GenerateOpt
 	// Reuse the cached prefix, but always evaluate at least one token to get logits.
 	keep := commonPrefix(s.tokens, prompt[:len(prompt)-1])
 	s.tokens = s.tokens[:keep]
+	res.CachedTokens = keep
 	start := time.Now()
 	logits, err := s.eval(ctx, prompt[keep:], false)
 	res.PromptSeconds = time.Since(start).Seconds()

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -220,5 +221,94 @@ func TestCutStreamSDK(t *testing.T) {
 	}
 	if err := s.Err(); err == nil || !strings.Contains(err.Error(), "shutting down") {
 		t.Errorf("a stream cut after %d chunks: the SDK's error is %v, want one saying the server is shutting down", n, err)
+	}
+}
+
+// TestLlamaServerRoutes: /tokenize and /detokenize round-trip a text as the model's own
+// tokenizer does, with pieces when asked; /props says the context and the slots; a bad id is
+// a 400 that names it.
+func TestLlamaServerRoutes(t *testing.T) {
+	url, m := start(t, server.Options{Parallel: 2})
+	text := "The old prince, <|im_end|> and 12345."
+	want, err := m.Tokenize(text, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tk struct{ Tokens []int32 }
+	r := post(t, url+"/tokenize", "", `{"content":"The old prince, <|im_end|> and 12345."}`)
+	if err := json.Unmarshal([]byte(r.body), &tk); r.status != 200 || err != nil || !slices.Equal(tk.Tokens, want) {
+		t.Errorf("tokenize: %d %s, want %v", r.status, r.body, want)
+	}
+	var pieces struct {
+		Tokens []struct {
+			ID    int32
+			Piece string
+		}
+	}
+	r = post(t, url+"/tokenize", "", `{"content":"The old prince","with_pieces":true}`)
+	joined := ""
+	if err := json.Unmarshal([]byte(r.body), &pieces); err != nil || r.status != 200 || len(pieces.Tokens) == 0 {
+		t.Fatalf("tokenize with pieces: %d %s", r.status, r.body)
+	}
+	for _, p := range pieces.Tokens {
+		joined += p.Piece
+	}
+	if strings.TrimSpace(joined) != "The old prince" {
+		t.Errorf("tokenize with pieces: %s joins to %q", r.body, joined)
+	}
+	ids, _ := json.Marshal(want)
+	var dt struct{ Content string }
+	r = post(t, url+"/detokenize", "", `{"tokens":`+string(ids)+`}`)
+	if err := json.Unmarshal([]byte(r.body), &dt); r.status != 200 || err != nil || dt.Content != m.Detokenize(want) || !strings.Contains(dt.Content, "old prince") {
+		t.Errorf("detokenize: %d %s", r.status, r.body)
+	}
+	if r := post(t, url+"/detokenize", "", `{"tokens":[1,-4]}`); r.status != 400 || !strings.Contains(r.body, "tokens[1]") {
+		t.Errorf("detokenize a bad id: %d %s, want 400 naming tokens[1]", r.status, r.body)
+	}
+	var props struct {
+		Settings struct {
+			NCtx int `json:"n_ctx"`
+		} `json:"default_generation_settings"`
+		Slots    int    `json:"total_slots"`
+		Template string `json:"chat_template"`
+	}
+	r = get(t, url+"/props", "")
+	if err := json.Unmarshal([]byte(r.body), &props); r.status != 200 || err != nil || props.Settings.NCtx != 128 || props.Slots != 2 || props.Template != m.Info().ChatTemplate {
+		t.Errorf("props: %d %s", r.status, r.body)
+	}
+}
+
+// TestPromptBounds: a prompt whose bytes alone rule out the context is refused before it is
+// tokenized, on both APIs; the next turn of a chat reports the tokens the KV cache held
+// (usage.prompt_tokens_details.cached_tokens).
+func TestPromptBounds(t *testing.T) {
+	url, m := start(t, server.Options{MaxBodyBytes: 64 << 20})
+	huge := strings.Repeat("the old prince ", 2<<20/15*2) // 4 MB
+	begin := time.Now()
+	for _, c := range []struct{ path, body, shape string }{
+		{"/v1/completions", `{"prompt":"` + huge + `"}`, `"code":"context_length_exceeded"`},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"` + huge + `"}]}`, `"param":"messages"`},
+		{"/api/generate", `{"prompt":"` + huge + `"}`, `{"error":"`},
+	} {
+		r := post(t, url+c.path, "", c.body)
+		if r.status != 400 || !strings.Contains(r.body, "no room for a reply") || !strings.Contains(r.body, c.shape) {
+			t.Errorf("%s with a 4 MB prompt: %d %s", c.path, r.status, r.body)
+		}
+	}
+	t.Logf("three 4 MB prompts refused in %v (the longest token is %d bytes)", time.Since(begin), m.MaxTokenBytes())
+
+	turn := `{"messages":[{"role":"user","content":"Tell me of the old prince."}],"max_tokens":3,"temperature":0}`
+	var first, second struct {
+		Usage struct {
+			PromptTokens int `json:"prompt_tokens"`
+			Details      struct {
+				Cached int `json:"cached_tokens"`
+			} `json:"prompt_tokens_details"`
+		}
+	}
+	json.Unmarshal([]byte(post(t, url+"/v1/chat/completions", "", turn).body), &first)
+	json.Unmarshal([]byte(post(t, url+"/v1/chat/completions", "", turn).body), &second)
+	if first.Usage.Details.Cached != 0 || second.Usage.Details.Cached == 0 || second.Usage.Details.Cached >= second.Usage.PromptTokens {
+		t.Errorf("cached tokens: first turn %+v, the same again %+v; want 0, then all but the last prompt token", first.Usage, second.Usage)
 	}
 }

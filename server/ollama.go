@@ -76,6 +76,10 @@ func (s *Server) ollamaChat(w http.ResponseWriter, r *http.Request) {
 		}
 		msgs[i] = engine.Message{Role: m.Role, Content: m.Content}
 	}
+	if err := s.fits("messages", contentBytes(msgs)); err != nil {
+		ollamaError(w, err.status, "%s", err.msg)
+		return
+	}
 	ids, err := s.model.ChatTokens(msgs)
 	if err != nil {
 		ollamaError(w, http.StatusBadRequest, "messages: %v", err)
@@ -95,6 +99,10 @@ func (s *Server) ollamaGenerateRoute(w http.ResponseWriter, r *http.Request) {
 	}
 	if q.Prompt == "" {
 		writeJSON(w, http.StatusOK, api.GenerateResponse{Model: s.name, CreatedAt: time.Now().UTC(), Done: true, DoneReason: "load"})
+		return
+	}
+	if err := s.fits("prompt", len(q.Prompt)+len(q.System)); err != nil {
+		ollamaError(w, err.status, "%s", err.msg)
 		return
 	}
 	var ids []int32

@@ -268,6 +268,27 @@ func samplerOptions(q *sampling) (engine.SamplerOptions, *reqError) {
 
 // room is how many tokens a reply to a prompt of promptLen tokens has before the context is
 // full: at least one, else an error.
+// fits refuses a prompt of n bytes that cannot fit the context whatever its tokens, before it
+// is tokenized: a multi-megabyte body would otherwise cost seconds and its size in memory
+// only to be refused.
+func (s *Server) fits(param string, n int) *reqError {
+	ctx := s.model.ContextLength()
+	if n/s.maxTokenBytes < ctx {
+		return nil
+	}
+	return &reqError{status: http.StatusBadRequest, typ: "invalid_request_error", param: param, code: "context_length_exceeded",
+		msg: fmt.Sprintf("the prompt is %d bytes, at least %d tokens, and the context %d: no room for a reply", n, n/s.maxTokenBytes, ctx)}
+}
+
+// contentBytes is the bytes of the messages' text.
+func contentBytes(msgs []engine.Message) int {
+	n := 0
+	for _, m := range msgs {
+		n += len(m.Content)
+	}
+	return n
+}
+
 func (s *Server) room(promptLen int) (int, error) {
 	ctx := s.model.ContextLength()
 	if promptLen >= ctx {
@@ -423,6 +444,10 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		rerr.write(w)
 		return
 	}
+	if err := s.fits("messages", contentBytes(msgs)); err != nil {
+		err.write(w)
+		return
+	}
 	ids, err := s.model.ChatTokens(msgs)
 	if err != nil {
 		invalid("messages", "messages: %v", err).write(w)
@@ -445,6 +470,10 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		rerr.write(w)
 		return
 	}
+	if err := s.fits("prompt", len(text)); err != nil {
+		err.write(w)
+		return
+	}
 	ids, err := s.model.Tokenize(text, true)
 	if err != nil {
 		invalid("prompt", "prompt: %v", err).write(w)
@@ -458,6 +487,10 @@ type usage struct {
 	PromptTokens     int `json:"prompt_tokens"`
 	CompletionTokens int `json:"completion_tokens"`
 	TotalTokens      int `json:"total_tokens"`
+	// PromptTokensDetails.CachedTokens are the prompt's tokens the KV cache held already.
+	PromptTokensDetails struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
 }
 
 // generate runs one request on the session once its turn comes, and answers it as a whole or
@@ -695,7 +728,9 @@ func bytesOf(s string) []int {
 }
 
 func usageOf(res engine.Result) usage {
-	return usage{PromptTokens: res.PromptTokens, CompletionTokens: len(res.Tokens), TotalTokens: res.PromptTokens + len(res.Tokens)}
+	u := usage{PromptTokens: res.PromptTokens, CompletionTokens: len(res.Tokens), TotalTokens: res.PromptTokens + len(res.Tokens)}
+	u.PromptTokensDetails.CachedTokens = res.CachedTokens
+	return u
 }
 
 // finishReason is OpenAI's name for why generation stopped.

@@ -1,10 +1,11 @@
 // Package server is commit-run's HTTP API over an engine model, and a chat page at / that
-// uses it: OpenAI-compatible routes
-// (POST /v1/chat/completions and /v1/completions, streamed as server-sent events or not;
-// GET /v1/models), ollama-compatible ones (POST /api/chat and /api/generate, streamed as
-// NDJSON or not; GET /api/tags, /api/ps, /api/version; POST /api/show), GET /health, which answers 503 until the model has loaded, and GET
-// /metrics in Prometheus's format (requests, tokens, time to first token and per token, the
-// queue, and an offloading model's expert cache).
+// uses it: OpenAI-compatible routes (POST /v1/chat/completions and /v1/completions, streamed
+// as server-sent events or not; GET /v1/models and /v1/models/{id}), ollama-compatible ones
+// (POST /api/chat and /api/generate, streamed as NDJSON or not; GET /api/tags, /api/ps,
+// /api/version; POST /api/show), llama-server's POST /tokenize and /detokenize and GET /props,
+// GET /health, which answers 503 until the model has loaded, and GET /metrics in Prometheus's
+// format (requests, tokens, time to first token and per token, the queue, and an offloading
+// model's expert cache).
 //
 // An answer cut short never looks whole: a stream ends with an error event (OpenAI's, or
 // ollama's error line) and no [DONE] or done line, a whole answer is 503 (ErrShutdown) or 500.
@@ -123,6 +124,8 @@ type Server struct {
 	waiting atomic.Int64
 	created int64 // the model's "created" time in /v1/models
 	met     *metrics
+	// maxTokenBytes bounds the bytes of text a token stands for (engine.Model.MaxTokenBytes).
+	maxTokenBytes int
 }
 
 // New returns a server with no model yet: /health says 503 and the API routes too, until
@@ -163,6 +166,7 @@ func (s *Server) SetModel(m *engine.Model) error {
 		return errors.New("server: a model is served already")
 	}
 	s.model, s.sessions, s.idle = m, sessions, slices.Clone(sessions)
+	s.maxTokenBytes = max(m.MaxTokenBytes(), 1)
 	s.met.offloading(m)
 	s.met.batching(m)
 	s.name = s.opts.ModelName
@@ -206,6 +210,9 @@ func (s *Server) Handler() http.Handler {
 		{"POST", "/api/show", s.ollamaShow},
 		{"GET", "/api/ps", s.ollamaPs},
 		{"GET", "/api/version", s.ollamaVersion},
+		{"POST", "/tokenize", s.tokenize},
+		{"POST", "/detokenize", s.detokenize},
+		{"GET", "/props", s.props},
 	}
 	for _, rt := range routes {
 		mux.HandleFunc(rt.method+" "+rt.path, rt.h)

@@ -91,6 +91,21 @@ func (t *Tokenizer) piece(id int32, special bool) string {
 // sequence. Ids out of range render as "".
 func (t *Tokenizer) TokenText(id int32) string { return t.piece(id, true) }
 
+// MaxTokenBytes bounds the bytes of text one token stands for: the longest token, as stored
+// or as rendered (4 at least, the longest character an unknown token replaces). A text of n
+// bytes is at least n/MaxTokenBytes tokens, which says a text will not fit a context before
+// it is tokenized.
+func (t *Tokenizer) MaxTokenBytes() int {
+	n := 4
+	for _, s := range t.tokens {
+		n = max(n, len(s))
+	}
+	for _, s := range t.pieces {
+		n = max(n, len(s))
+	}
+	return n
+}
+
 // Decode turns ids back into text: the pieces of TokenText concatenated,
 // minus the space SentencePiece vocabularies prefix to the first word. It is
 // llama.cpp's llama_detokenize(remove_special=false, unparse_special=true)
