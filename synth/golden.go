@@ -51,6 +51,27 @@ var Bases = map[string]Spec{
 		MLA: false, KVLoraRank: 128, RopeDim: 16, QKNopeDim: 32, VHeadDim: 32,
 		Context: 163840, RopeBase: 10000, Eps: 1e-6,
 		YaRN: &YaRN{Factor: 40, OrigContext: 4096, LogMultiplier: 0.0707}},
+	// DeepSeek-V3 / Moonlight routing on the V2-Lite MLA shape: sigmoid gating with the
+	// selection bias, 16 experts in 4 groups of which the best 2 compete, renormalised and
+	// scaled weights.
+	"deepseek2-v3": {Arch: ArchDeepSeek2, Seed: 0x64736b33, Tokenizer: TokDeepSeek, Vocab: 440,
+		Layers: 3, Embd: 256, Heads: 4, FFN: 384, LeadingDense: 1,
+		Experts: 16, ExpertsUsed: 4, ExpertFFN: 128, SharedExperts: 1,
+		ExpertWeightsScale: 2.5, ExpertWeightsNorm: true, SigmoidGating: true, ExpertGroups: 4, ExpertGroupsUsed: 2,
+		MLA: true, KVLoraRank: 128, RopeDim: 16, QKNopeDim: 32, VHeadDim: 32,
+		Context: 163840, RopeBase: 10000, Eps: 1e-6,
+		YaRN: &YaRN{Factor: 40, OrigContext: 4096, LogMultiplier: 0.0707}},
+	// GLM-4.5-Air: a leading dense layer, q/k/v biases, head 128 with NEOX rope on its first
+	// 64 values, GQA 4/2, 16 experts top-4 in 4 groups of which the best 2 compete (the Air
+	// has one group; grouped files route so), sigmoid routing with the selection bias,
+	// renormalised and scaled weights, a shared expert, and one multi-token-prediction block
+	// at the end that llama.cpp never runs. Experts 64 wide keep the F32 file under 20 MiB.
+	"glm4moe": {Arch: ArchGLM4MoE, Seed: 0x676c6d35, Tokenizer: TokQwen2, Vocab: 460,
+		Layers: 4, Embd: 256, Heads: 4, HeadsKV: 2, HeadDim: 128, FFN: 384, LeadingDense: 1,
+		Experts: 16, ExpertsUsed: 4, ExpertFFN: 64, SharedExperts: 1,
+		ExpertWeightsScale: 1.8, ExpertWeightsNorm: true, ExpertGroups: 4, ExpertGroupsUsed: 2,
+		RopeDim: 64, NextN: 1,
+		Context: 131072, RopeBase: 1e6, Eps: 1e-5},
 	// Dense references: Llama 2 style, Qwen2 (biases), Qwen3 (q/k norm, tied embeddings).
 	"llama": {Arch: ArchLlama, Seed: 0x6c6c616d, Tokenizer: TokSPM, Vocab: 360,
 		Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, FFN: 512,
@@ -79,6 +100,8 @@ var goldenVariants = []struct {
 	{"llama", []Recipe{F32, Q4_0M}},
 	{"qwen2", []Recipe{F32, IQ4NL}},
 	{"qwen3", []Recipe{F32, Q2K}},
+	{"deepseek2-v3", []Recipe{F32, Q4KM}},
+	{"glm4moe", []Recipe{F32, Q8_0, Q4KM}},
 }
 
 // Golden returns the specs of the golden model set, in a fixed order.

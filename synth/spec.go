@@ -13,6 +13,9 @@ const (
 	ArchQwen3MoE  = "qwen3moe"  // Qwen3-30B-A3B: per-head q/k RMSNorm, key_length != n_embd/n_head
 	ArchOLMoE     = "olmoe"     // OLMoE: q/k RMSNorm over the whole projection
 	ArchDeepSeek2 = "deepseek2" // DeepSeek-V2(-Lite): MLA, leading dense layers, shared experts
+	// GLM-4.5(-Air): q/k/v biases, partial NEOX rope, leading dense layers, sigmoid routing
+	// with the selection bias, a shared expert, and multi-token-prediction blocks at the end
+	ArchGLM4MoE = "glm4moe"
 )
 
 // Spec describes one synthetic model. Field names follow the GGUF keys they become; zero values
@@ -47,6 +50,15 @@ type Spec struct {
 	LeadingDense       int     // DeepSeek's leading_dense_block_count
 	ExpertWeightsScale float32 // DeepSeek's expert_weights_scale (0 = key absent)
 	ExpertWeightsNorm  bool    // DeepSeek's expert_weights_norm
+	// SigmoidGating makes DeepSeek2 route as V3 does (expert_gating_func 2, with an
+	// exp_probs_b selection bias per MoE layer); glm4moe always routes so.
+	SigmoidGating bool
+	// ExpertGroups > 1 limits the choice to the ExpertGroupsUsed best groups of experts
+	// (expert_group_count, expert_group_used_count).
+	ExpertGroups, ExpertGroupsUsed int
+	// NextN is glm4moe's nextn_predict_layers: the last NextN of Layers are the
+	// multi-token-prediction blocks, which llama.cpp loads but does not run.
+	NextN int
 
 	// DeepSeek attention. MLA selects the split attn_k_b/attn_v_b layout with one shared KV
 	// head (what current llama.cpp converters write); otherwise one attn_kv_b holds per head
@@ -54,7 +66,7 @@ type Spec struct {
 	MLA        bool
 	QLoraRank  int // 0 = attn_q directly (V2-Lite); >0 = attn_q_a, attn_q_a_norm, attn_q_b (V2, V3)
 	KVLoraRank int
-	RopeDim    int // rope.dimension_count (the q_pe / k_pe width)
+	RopeDim    int // rope.dimension_count (the q_pe / k_pe width; glm4moe: the rotated part of a head)
 	QKNopeDim  int
 	VHeadDim   int
 
@@ -101,7 +113,7 @@ func (s *Spec) Validate() error {
 		return fmt.Errorf("spec %q: %s", s.Name, fmt.Sprintf(format, args...))
 	}
 	switch s.Arch {
-	case ArchLlama, ArchQwen2, ArchQwen2MoE, ArchQwen3, ArchQwen3MoE, ArchOLMoE, ArchDeepSeek2:
+	case ArchLlama, ArchQwen2, ArchQwen2MoE, ArchQwen3, ArchQwen3MoE, ArchOLMoE, ArchDeepSeek2, ArchGLM4MoE:
 	default:
 		return fail("unknown architecture %q", s.Arch)
 	}
@@ -117,7 +129,7 @@ func (s *Spec) Validate() error {
 	if s.Heads%s.headsKV() != 0 {
 		return fail("heads %d not a multiple of kv heads %d", s.Heads, s.headsKV())
 	}
-	moeArch := s.Arch == ArchQwen2MoE || s.Arch == ArchQwen3MoE || s.Arch == ArchOLMoE || s.Arch == ArchDeepSeek2
+	moeArch := s.Arch == ArchQwen2MoE || s.Arch == ArchQwen3MoE || s.Arch == ArchOLMoE || s.Arch == ArchDeepSeek2 || s.Arch == ArchGLM4MoE
 	if moeArch && s.Experts == 0 {
 		return fail("%s needs experts", s.Arch)
 	}
@@ -143,6 +155,23 @@ func (s *Spec) Validate() error {
 		if s.HeadsKV != 0 || s.HeadDim != 0 {
 			return fail("deepseek2 head sizes come from the MLA fields")
 		}
+	}
+	if s.Arch == ArchGLM4MoE {
+		if s.SharedExperts <= 0 || s.LeadingDense > 0 && s.FFN <= 0 {
+			return fail("glm4moe needs shared experts, and FFN for leading dense layers")
+		}
+		if s.RopeDim <= 0 || s.RopeDim > s.headDim() || s.RopeDim%2 != 0 {
+			return fail("glm4moe rope dimension %d does not fit head %d", s.RopeDim, s.headDim())
+		}
+		if s.NextN < 0 || s.NextN >= s.Layers-s.LeadingDense {
+			return fail("%d next-token-prediction blocks leave no MoE layer of %d", s.NextN, s.Layers)
+		}
+	} else if s.NextN != 0 {
+		return fail("only glm4moe has next-token-prediction blocks")
+	}
+	if s.ExpertGroups > 1 && (s.Experts%s.ExpertGroups != 0 || s.ExpertGroups >= s.Experts ||
+		s.ExpertGroupsUsed <= 0 || s.ExpertGroupsUsed >= s.ExpertGroups) {
+		return fail("%d of %d expert groups of %d experts", s.ExpertGroupsUsed, s.ExpertGroups, s.Experts)
 	}
 	if s.Arch != ArchLlama && s.Tokenizer == TokSPM {
 		return fail("only llama uses the SentencePiece tokenizer here")

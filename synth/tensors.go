@@ -68,7 +68,11 @@ func (s *Spec) tensorDefs() ([]tensorDef, error) {
 	for il := 0; il < s.Layers; il++ {
 		b := blockDefs{defList: &d, prefix: fmt.Sprintf("blk.%d.", il), il: il}
 		b.norm(b.prefix+"attn_norm.weight", "attn_norm", il, n)
-		b.norm(b.prefix+"ffn_norm.weight", "ffn_norm", il, n)
+		if s.Arch == ArchGLM4MoE {
+			b.norm(b.prefix+"post_attention_norm.weight", "post_attention_norm", il, n)
+		} else {
+			b.norm(b.prefix+"ffn_norm.weight", "ffn_norm", il, n)
+		}
 		if s.Arch == ArchDeepSeek2 {
 			s.mlaAttention(b)
 		} else {
@@ -80,6 +84,14 @@ func (s *Spec) tensorDefs() ([]tensorDef, error) {
 			b.w("ffn_gate", gain(ffnGain, n), n, s.FFN)
 			b.w("ffn_up", gain(ffnGain, n), n, s.FFN)
 			b.w("ffn_down", gain(1, s.FFN), s.FFN, n)
+		}
+		if il >= s.Layers-s.NextN {
+			// GLM's multi-token-prediction head: never run by llama.cpp's decoder, present
+			// so that a loader must leave it out.
+			b.w("nextn.eh_proj", gain(1, 2*n), 2*n, n)
+			b.norm(b.prefix+"nextn.enorm.weight", "nextn.enorm", il, n)
+			b.norm(b.prefix+"nextn.hnorm.weight", "nextn.hnorm", il, n)
+			b.norm(b.prefix+"nextn.shared_head_norm.weight", "nextn.shared_head_norm", il, n)
 		}
 	}
 	return d.ts, nil
@@ -122,7 +134,7 @@ func (s *Spec) attention(b blockDefs) {
 	b.w("attn_v", gain(1, n), n, hkv*hd)
 	b.w("attn_output", gain(1, s.Heads*hd), s.Heads*hd, n)
 	switch s.Arch {
-	case ArchQwen2, ArchQwen2MoE:
+	case ArchQwen2, ArchQwen2MoE, ArchGLM4MoE:
 		b.bias(p+"attn_q.bias", "attn_q.bias", il, s.Heads*hd)
 		b.bias(p+"attn_k.bias", "attn_k.bias", il, hkv*hd)
 		b.bias(p+"attn_v.bias", "attn_v.bias", il, hkv*hd)
@@ -170,6 +182,11 @@ func (s *Spec) moeFFN(b blockDefs) {
 	b.w("ffn_gate_exps", gain(ffnGain, n), n, f, e)
 	b.w("ffn_up_exps", gain(ffnGain, n), n, f, e)
 	b.w("ffn_down_exps", gain(1, f), f, n, e)
+	if s.Arch == ArchGLM4MoE || s.SigmoidGating {
+		// The selection bias: on the scale of sigmoid probabilities, enough to change the
+		// choice often, never the weights.
+		b.bias(p+"exp_probs_b.bias", "exp_probs_b.bias", il, e)
+	}
 	shared := 0
 	switch s.Arch {
 	case ArchQwen2MoE:
@@ -177,7 +194,7 @@ func (s *Spec) moeFFN(b blockDefs) {
 		// The sigmoid gate of the shared expert: one logit per token, stored as a vector.
 		b.ts = append(b.ts, tensorDef{name: p + "ffn_gate_inp_shexp.weight", shape: u64([]int{n}),
 			role: "ffn_gate_inp_shexp", layer: il, init: initWeight, std: gain(2, n)})
-	case ArchDeepSeek2:
+	case ArchDeepSeek2, ArchGLM4MoE:
 		shared = s.SharedExperts * s.ExpertFFN
 	}
 	if shared > 0 {

@@ -117,6 +117,20 @@ func (s *Spec) archMetadata(kv ggml.KV) {
 		kv[a+"feed_forward_length"] = uint32(s.ExpertFFN)
 	case ArchDeepSeek2:
 		s.deepseek2Metadata(kv)
+	case ArchGLM4MoE:
+		kv[a+"feed_forward_length"] = uint32(s.FFN)
+		kv[a+"expert_feed_forward_length"] = uint32(s.ExpertFFN)
+		kv[a+"leading_dense_block_count"] = uint32(s.LeadingDense)
+		kv[a+"expert_shared_count"] = uint32(s.SharedExperts)
+		kv[a+"expert_weights_norm"] = s.ExpertWeightsNorm
+		kv[a+"expert_weights_scale"] = s.ExpertWeightsScale
+		kv[a+"expert_gating_func"] = uint32(2) // sigmoid
+		kv[a+"rope.dimension_count"] = uint32(s.RopeDim)
+		kv[a+"nextn_predict_layers"] = uint32(s.NextN)
+	}
+	if s.ExpertGroups > 1 {
+		kv[a+"expert_group_count"] = uint32(s.ExpertGroups)
+		kv[a+"expert_group_used_count"] = uint32(s.ExpertGroupsUsed)
 	}
 }
 
@@ -129,6 +143,9 @@ func (s *Spec) deepseek2Metadata(kv ggml.KV) {
 	kv[a+"expert_shared_count"] = uint32(s.SharedExperts)
 	kv[a+"expert_weights_norm"] = s.ExpertWeightsNorm
 	kv[a+"expert_gating_func"] = uint32(1) // softmax
+	if s.SigmoidGating {
+		kv[a+"expert_gating_func"] = uint32(2)
+	}
 	if s.ExpertWeightsScale != 0 {
 		kv[a+"expert_weights_scale"] = s.ExpertWeightsScale
 	}
