@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -310,5 +311,53 @@ func TestPromptBounds(t *testing.T) {
 	json.Unmarshal([]byte(post(t, url+"/v1/chat/completions", "", turn).body), &second)
 	if first.Usage.Details.Cached != 0 || second.Usage.Details.Cached == 0 || second.Usage.Details.Cached >= second.Usage.PromptTokens {
 		t.Errorf("cached tokens: first turn %+v, the same again %+v; want 0, then all but the last prompt token", first.Usage, second.Usage)
+	}
+}
+
+// TestContextOverflow: a chat that has outgrown the context drops its oldest turns after the
+// system prompt until it fits, as ollama does, and says so (X-Context-Trimmed, the metric);
+// with RefuseOverflow it is a 400 as before. Both APIs.
+func TestContextOverflow(t *testing.T) {
+	url, m := start(t, server.Options{})
+	refusing := serve(t, m, server.Options{RefuseOverflow: true})
+	var turns []string
+	turns = append(turns, `{"role":"system","content":"You are the old prince's steward."}`)
+	for i := 0; i < 12; i++ {
+		turns = append(turns, fmt.Sprintf(`{"role":"user","content":"Tell me, turn %d, of the old prince and his daughter at Bald Hills."}`, i),
+			`{"role":"assistant","content":"The old prince rose early and walked in the garden with his daughter."}`)
+	}
+	turns = append(turns, `{"role":"user","content":"And then?"}`)
+	msgs := "[" + strings.Join(turns, ",") + "]"
+	for _, c := range []struct{ path, body string }{
+		{"/v1/chat/completions", `{"messages":` + msgs + `,"max_tokens":4,"temperature":0}`},
+		{"/api/chat", `{"messages":` + msgs + `,"stream":false,"options":{"num_predict":4,"temperature":0}}`},
+	} {
+		r := post(t, url+c.path, "", c.body)
+		n, _ := strconv.Atoi(r.header.Get("X-Context-Trimmed"))
+		if r.status != 200 || n < 2 {
+			t.Errorf("%s: a chat beyond the context: %d, %d messages dropped, %s", c.path, r.status, n, r.body)
+		}
+		if r := post(t, refusing+c.path, "", c.body); r.status != 400 || !strings.Contains(r.body, "no room for a reply") {
+			t.Errorf("%s refusing overflow: %d %s, want 400", c.path, r.status, r.body)
+		}
+	}
+	metrics := get(t, url+"/metrics", "").body
+	if !strings.Contains(metrics, "commit_run_context_trimmed_messages_total") || strings.Contains(metrics, "commit_run_context_trimmed_messages_total 0\n") {
+		t.Errorf("the trimmed messages are not counted:\n%s", metrics)
+	}
+	// The system prompt stays: the trimmed prompt still starts as the whole one does.
+	ids, err := m.ChatTokens([]engine.Message{{Role: "system", Content: "You are the old prince's steward."}, {Role: "user", Content: "And then?"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Usage struct {
+			PromptTokens int `json:"prompt_tokens"`
+		}
+	}
+	r := post(t, url+"/v1/chat/completions", "", `{"messages":`+msgs+`,"max_tokens":4,"temperature":0}`)
+	json.Unmarshal([]byte(r.body), &got)
+	if got.Usage.PromptTokens < len(ids) || got.Usage.PromptTokens+128/8 > 128 {
+		t.Errorf("the trimmed prompt is %d tokens: want at least the system prompt and the last turn (%d) and room for a reply", got.Usage.PromptTokens, len(ids))
 	}
 }

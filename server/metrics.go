@@ -20,6 +20,7 @@ type metrics struct {
 	generated prometheus.Counter
 	ttft      prometheus.Histogram
 	perToken  prometheus.Histogram
+	trimmed   prometheus.Counter
 }
 
 func newMetrics(s *Server) *metrics {
@@ -38,8 +39,10 @@ func newMetrics(s *Server) *metrics {
 		perToken: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "commit_run_time_per_token_seconds",
 			Help:    "Between consecutive generated tokens of a request.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
+		trimmed: prometheus.NewCounter(prometheus.CounterOpts{Name: "commit_run_context_trimmed_messages_total",
+			Help: "Oldest chat messages dropped so that a conversation fits the context."}),
 	}
-	reg.MustRegister(m.requests, m.prompt, m.generated, m.ttft, m.perToken,
+	reg.MustRegister(m.requests, m.prompt, m.generated, m.ttft, m.perToken, m.trimmed,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "commit_run_queue_depth",
 			Help: "Requests waiting for their turn to generate."}, func() float64 { return float64(s.Waiting()) }))
 	return m

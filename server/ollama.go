@@ -76,13 +76,9 @@ func (s *Server) ollamaChat(w http.ResponseWriter, r *http.Request) {
 		}
 		msgs[i] = engine.Message{Role: m.Role, Content: m.Content}
 	}
-	if err := s.fits("messages", contentBytes(msgs)); err != nil {
-		ollamaError(w, err.status, "%s", err.msg)
-		return
-	}
-	ids, err := s.model.ChatTokens(msgs)
-	if err != nil {
-		ollamaError(w, http.StatusBadRequest, "messages: %v", err)
+	ids, rerr := s.chatTokens(w, msgs, s.model.ContextLength())
+	if rerr != nil {
+		ollamaError(w, rerr.status, "%s", rerr.msg)
 		return
 	}
 	s.ollamaGenerate(w, r, ids, q.Options, q.Stream, true, true)

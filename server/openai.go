@@ -444,13 +444,15 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		rerr.write(w)
 		return
 	}
-	if err := s.fits("messages", contentBytes(msgs)); err != nil {
-		err.write(w)
-		return
+	reserve := s.model.ContextLength()
+	for _, v := range []*int{q.MaxTokens, q.MaxCompletionTokens} {
+		if v != nil {
+			reserve = min(reserve, *v)
+		}
 	}
-	ids, err := s.model.ChatTokens(msgs)
-	if err != nil {
-		invalid("messages", "messages: %v", err).write(w)
+	ids, rerr := s.chatTokens(w, msgs, reserve)
+	if rerr != nil {
+		rerr.write(w)
 		return
 	}
 	s.generate(w, r, &q.sampling, ids, true)

@@ -79,6 +79,11 @@ type Options struct {
 	// a loopback address, so that a web page cannot reach the server through a DNS name
 	// rebound to 127.0.0.1.
 	LocalOnly bool
+	// RefuseOverflow refuses a chat that has outgrown the context (400); by default its
+	// oldest turns after the system prompt are dropped until it fits, as ollama does, and the
+	// answer says how many (header X-Context-Trimmed, metric
+	// commit_run_context_trimmed_messages_total).
+	RefuseOverflow bool
 	// CORSOrigins are the web origins ("https://app.example", or "*" for any) whose pages may
 	// call the API from a browser; none by default, so a page elsewhere cannot read answers.
 	CORSOrigins []string

@@ -23,10 +23,10 @@ const shutdownGrace = 3 * time.Second
 
 // serveFlags are serve's own flags.
 type serveFlags struct {
-	host, keyFile, name, cors string
-	port, queue, parallel     int
-	key                       string
-	strictName                bool
+	host, keyFile, name, cors  string
+	port, queue, parallel      int
+	key                        string
+	strictName, refuseOverflow bool
 	// readTimeout bounds a request's header, and then its body; idleTimeout a keep-alive
 	// connection with no request.
 	readTimeout, idleTimeout time.Duration
@@ -45,11 +45,13 @@ func (a *app) serveCmd() *cobra.Command {
 			"caches before it sizes the expert slots. A request takes the session whose KV cache shares the most with\n" +
 			"its prompt, so the next turn of a chat skips what it shares; up to --queue more wait, and beyond that a\n" +
 			"request gets 503 with Retry-After. It speaks ollama's /api routes too. Any model name a request gives is\n" +
-			"answered by the served model (--strict-model-name: 404). On loopback, requests whose Host header is not\n" +
-			"local are refused; with --api-key or --api-key-file every route but /health and the chat page at / needs\n" +
-			"Authorization: Bearer KEY. A request body slower than --read-timeout gets 408 (a header, a closed\n" +
-			"connection). SIGINT or SIGTERM stops accepting, gives the requests in flight a few seconds and exits.\n" +
-			"Here --host is the address to listen on, as llama-server's; the host CPU's profile is --host-profile.",
+			"answered by the served model (--strict-model-name: 404). A chat that outgrows the context drops its\n" +
+			"oldest turns after the system prompt, as ollama does (--refuse-overflow: 400). On loopback, requests\n" +
+			"whose Host header is not local are refused; with --api-key or --api-key-file every route but /health and\n" +
+			"the chat page at / needs Authorization: Bearer KEY. A request body slower than --read-timeout gets 408 (a\n" +
+			"header, a closed connection). SIGINT or SIGTERM stops accepting, gives the requests in flight a few\n" +
+			"seconds and exits. Here --host is the address to listen on, as llama-server's; the host CPU's profile is\n" +
+			"--host-profile.",
 		Example: "  commit-run serve -m model.gguf --parallel 4\n" +
 			"  commit-run serve -m model.gguf --device cuda:0 --port 8081 --api-key-file ~/.commit-run-key\n" +
 			"  curl localhost:8080/v1/chat/completions -d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'",
@@ -66,6 +68,7 @@ func (a *app) serveCmd() *cobra.Command {
 	f.StringVar(&sf.name, "model-name", "", "the model id /v1/models lists (default: the file's name without .gguf)")
 	f.StringVar(&sf.cors, "cors", "", "comma-separated web `ORIGINS` (or *) whose pages may call the API from a browser (default: none)")
 	f.BoolVar(&sf.strictName, "strict-model-name", false, "refuse requests that name another model (404) instead of answering them with this one")
+	f.BoolVar(&sf.refuseOverflow, "refuse-overflow", false, "refuse a chat that has outgrown the context (400) instead of dropping its oldest turns after the system prompt")
 	f.DurationVar(&sf.readTimeout, "read-timeout", server.DefaultBodyTimeout, "the longest a request's header, then its body, may take to arrive (408 after the header)")
 	f.DurationVar(&sf.idleTimeout, "idle-timeout", 2*time.Minute, "close a keep-alive connection after this long without a request")
 	return cmd
@@ -118,7 +121,7 @@ func (sf *serveFlags) serverOptions() server.Options {
 		}
 	}
 	return server.Options{ModelName: sf.name, StrictModelName: sf.strictName, APIKey: sf.key, Parallel: sf.parallel, Queue: q,
-		LocalOnly: local, CORSOrigins: origins, BodyTimeout: sf.readTimeout}
+		LocalOnly: local, CORSOrigins: origins, BodyTimeout: sf.readTimeout, RefuseOverflow: sf.refuseOverflow}
 }
 
 // serve listens at once, answering /health with 503 while the model loads, serves until ctx
