@@ -268,6 +268,8 @@ func TestBadRequests(t *testing.T) {
 		{"a completion's logprobs 6", "POST", "/v1/completions", `{"prompt":"x","logprobs":6}`, "sesame", "", 400, "want 0 to 5"},
 		{"no key", "POST", "/v1/chat/completions", ok, "", "", 401, "API key"},
 		{"a wrong key", "GET", "/v1/models", "", "open", "", 401, "API key"},
+		{"a wrong scheme", "GET", "/v1/models", "", "Basic sesame", "", 401, "API key"},
+		{"the scheme in lower case (RFC 6750)", "GET", "/v1/models", "", "bearer sesame", "", 200, ""},
 		{"a foreign Host", "GET", "/v1/models", "", "sesame", "attacker.example:8080", 403, "not this machine"},
 		{"an unknown route", "GET", "/v2/models", "", "sesame", "", 404, "no route"},
 		{"a wrong method", "GET", "/v1/chat/completions", "", "sesame", "", 405, "takes POST"},
@@ -287,7 +289,11 @@ func TestBadRequests(t *testing.T) {
 			t.Fatal(err)
 		}
 		if c.key != "" {
-			req.Header.Set("Authorization", "Bearer "+c.key)
+			auth := "Bearer " + c.key
+			if strings.Contains(c.key, " ") {
+				auth = c.key // a scheme of its own
+			}
+			req.Header.Set("Authorization", auth)
 		}
 		if c.host != "" {
 			req.Host = c.host
