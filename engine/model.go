@@ -354,6 +354,13 @@ func describe(f *models.File, m *models.Model) Info {
 		if l.MoE != nil && l.MoE.Shared != nil && info.SharedExperts == 0 {
 			info.SharedExperts = 1
 		}
+		if moe := l.MoE; moe != nil && info.Gating == "" {
+			info.Gating = map[models.Gating]string{models.GatingSoftmax: "softmax", models.GatingSigmoid: "sigmoid",
+				models.GatingSoftmaxWeight: "softmax of the top-k"}[moe.Gating]
+			info.SelectionBias = moe.SelectionBias != nil
+			info.ExpertGroups, info.ExpertGroupsUsed = moe.Groups, moe.GroupsUsed
+			info.ExpertWeightsNorm, info.ExpertWeightsScale = moe.NormWeights, moe.WeightsScale
+		}
 	}
 	for _, t := range f.Tensors {
 		if c.Skipped(t.Name) {
@@ -463,6 +470,15 @@ func newOffloader(m *Model, o OffloadOptions) (*offload.Offloader, error) {
 		c.Predictor = m.commit.bytes // already on the device
 	}
 	return offload.New(c, o)
+}
+
+// ResidentExperts lists the routed experts in the offloader's device slots now, by block
+// index; ok is false when offloading is off (every expert is where the model keeps it).
+func (m *Model) ResidentExperts() (resident map[int][]int, ok bool) {
+	if m.off == nil {
+		return nil, false
+	}
+	return m.off.Resident(), true
 }
 
 // Offload reports the offloader's statistics; ok is false when offloading is off.

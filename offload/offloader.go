@@ -489,6 +489,21 @@ func (f *Offloader) Stats() Stats {
 	return f.stats
 }
 
+// Resident lists the experts in the device slots now, by MoE block: what a live view of the
+// cache draws.
+func (f *Offloader) Resident() map[int][]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[int][]int{}
+	for _, k := range f.cache.Resident() {
+		out[k.Layer] = append(out[k.Layer], k.Expert)
+	}
+	for _, ex := range out {
+		slices.Sort(ex)
+	}
+	return out
+}
+
 // Options are the options it runs with, its predictor defaulted as its policy does.
 func (f *Offloader) Options() Options { return f.opts }
 

@@ -6,7 +6,7 @@ import (
 )
 
 // llama-server's own routes that clients and tools use beside the OpenAI ones: /tokenize,
-// /detokenize and /props, with its field names.
+// /detokenize and /props, with its field names; and commit-run's /experts.
 
 // tokenize is POST /tokenize: {"content", "add_special", "with_pieces"} to {"tokens"}, each an id
 // or, with_pieces, {"id", "piece"}.
@@ -82,4 +82,27 @@ func (s *Server) props(w http.ResponseWriter, r *http.Request) {
 		"modalities":    map[string]bool{"vision": false, "audio": false},
 		"build_info":    fmt.Sprintf("commit-run (%s)", info.Architecture),
 	})
+}
+
+// experts is GET /experts, commit-run's own: where an offloading model's routed experts are
+// now (each MoE layer's experts in a device slot), and the cache's counts since the model
+// opened, for the chat page's live view. A model that does not offload says so.
+func (s *Server) experts(w http.ResponseWriter, r *http.Request) {
+	if !s.loaded(w) {
+		return
+	}
+	resident, ok := s.model.ResidentExperts()
+	st, _ := s.model.Offload()
+	info := s.model.Info()
+	type layer struct {
+		Layer    int   `json:"layer"`
+		Experts  int   `json:"experts"`
+		Resident []int `json:"resident"`
+	}
+	layers := make([]layer, 0, len(info.MoELayers))
+	for _, l := range info.MoELayers {
+		layers = append(layers, layer{Layer: l, Experts: info.Experts, Resident: append([]int{}, resident[l]...)})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"offloading": ok, "slots": st.Slots,
+		"hits": st.Hits, "misses": st.Misses, "bytes_copied": st.BytesCopied, "layers": layers})
 }

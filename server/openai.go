@@ -569,7 +569,7 @@ func (rp *reply) whole(res engine.Result, err error, logprobs bool) {
 		choice["logprobs"] = rp.s.logprobs(res.Logprobs, rp.chat, 0)
 	}
 	writeJSON(rp.w, http.StatusOK, map[string]any{"id": rp.id, "object": rp.object, "created": rp.created, "model": rp.s.name,
-		"choices": []any{choice}, "usage": usageOf(res)})
+		"choices": []any{choice}, "usage": usageOf(res), "timings": timingsOf(res)})
 }
 
 // stream answers as server-sent events, a chunk per token that run hands to its callback,
@@ -618,7 +618,9 @@ func (rp *reply) stream(q *sampling, run func(on func(engine.Token) error) (engi
 		send(e)
 		return
 	}
-	if send(c.chunk("", false, finishReason(res.Reason), nil)) != nil {
+	last := c.chunk("", false, finishReason(res.Reason), nil)
+	last["timings"] = timingsOf(res)
+	if send(last) != nil {
 		return
 	}
 	if c.includeUsage {
@@ -733,6 +735,24 @@ func usageOf(res engine.Result) usage {
 	u := usage{PromptTokens: res.PromptTokens, CompletionTokens: len(res.Tokens), TotalTokens: res.PromptTokens + len(res.Tokens)}
 	u.PromptTokensDetails.CachedTokens = res.CachedTokens
 	return u
+}
+
+// timingsOf is llama-server's timings of an answer, which its clients (and the chat page)
+// take the rates from: the prompt's evaluated tokens (cache_n more were reused) and the
+// generated ones, their milliseconds and rates, as the server measured them.
+func timingsOf(res engine.Result) map[string]any {
+	evaluated := res.PromptTokens - res.CachedTokens
+	perSecond := func(n int, secs float64) float64 {
+		if secs <= 0 {
+			return 0
+		}
+		return float64(n) / secs
+	}
+	// The first token comes from the prompt's pass: the decode steps made the rest.
+	decoded := max(len(res.Tokens)-1, 0)
+	return map[string]any{"cache_n": res.CachedTokens, "prompt_n": evaluated, "prompt_ms": res.PromptSeconds * 1e3,
+		"prompt_per_second": perSecond(evaluated, res.PromptSeconds), "predicted_n": len(res.Tokens),
+		"predicted_ms": res.DecodeSeconds * 1e3, "predicted_per_second": perSecond(decoded, res.DecodeSeconds)}
 }
 
 // finishReason is OpenAI's name for why generation stopped.

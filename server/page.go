@@ -6,8 +6,9 @@ import (
 )
 
 // chatPage is the chat page at /: one file, embedded, fetching nothing from elsewhere. It
-// streams replies from /v1/chat/completions and draws each reply's tokens/s and, with
-// offloading, its expert cache hit rate (the commit_run field of the stream's chunks).
+// keeps conversations in the browser, streams replies from /v1/chat/completions as markdown
+// (stoppable), and shows the server's figures: its timings, the context's fill and trimming,
+// and with offloading the expert cache (the stream's commit_run field and GET /experts).
 //
 //go:embed chat.html
 var chatPage []byte

@@ -2,7 +2,10 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -27,9 +30,11 @@ func browser(t *testing.T) string {
 }
 
 // TestChatPage opens the chat page in headless Chromium, sends two turns as a user would, and
-// reads back the streamed replies and the figures the page draws for each: tokens/s and the
-// expert cache hit rate of an offloading model. The page needs the API key the user types,
-// and loads without one.
+// reads back the streamed replies and the figures the page draws for each: tokens/s (the
+// server's timings), the expert cache hit rate and live view of an offloading model, the
+// context's fill. Then a stopped generation, a conversation that outgrows the context, a new
+// chat, and a markdown reply with its code block copied; a screenshot goes to the test's
+// temporary directory. The page needs the API key the user types, and loads without one.
 func TestChatPage(t *testing.T) {
 	exe := browser(t)
 	m, err := engine.Open(bundled, engine.Options{Threads: 2, KVType: "f32", ContextLength: 256,
@@ -92,4 +97,88 @@ func TestChatPage(t *testing.T) {
 	if model != "tinymoe-qwen2moe" {
 		t.Errorf("the page names the model %q", model)
 	}
+	eval := func(what, js string, out any) {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[json.RawMessage](js))
+		if err == nil && out != nil {
+			err = json.Unmarshal(v, out)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	var n int
+	eval("the context meter", `Number(document.getElementById("ctx").dataset.used || 0)`, &n)
+	if n <= 0 || n > 256 {
+		t.Errorf("the context meter says %d tokens used of 256", n)
+	}
+	eval("the expert cache view", `document.getElementById("experts").hidden ? -1 : Number(document.getElementById("cachemap").dataset.resident || 0)`, &n)
+	if n <= 0 {
+		t.Errorf("the expert cache view shows %d resident experts", n)
+	}
+
+	// Stop: a generation stopped at once keeps the conversation usable.
+	eval("short replies", `document.getElementById("max_tokens").value = "24"`, nil)
+	step("type a message", chromedp.SendKeys(chromedp.ID("prompt"), "Who was at Bald Hills?"))
+	eval("send and stop", `document.getElementById("form").requestSubmit(); document.getElementById("stop").click(); true`, nil)
+	step("wait for the stopped reply", chromedp.WaitVisible(chromedp.Search(`//div[contains(@class,"assistant") and @data-stopped="true"]`)))
+
+	// A long conversation: the context outgrows 256 tokens, the server leaves the oldest
+	// turns out, the page says so, and every turn is answered.
+	for turn := 0; turn < 10; turn++ {
+		eval("count the replies", `document.querySelectorAll('div.assistant[data-done="true"]').length`, &n)
+		step("type a message", chromedp.SendKeys(chromedp.ID("prompt"), "Tell me more of the old prince and his daughter, please."))
+		step("send it", chromedp.Click(chromedp.ID("send")))
+		step("wait for the reply", chromedp.WaitVisible(chromedp.Search(`(//div[contains(@class,"assistant") and @data-done="true"])[`+strconv.Itoa(n+1)+`]`)))
+	}
+	eval("the trimmed note", `document.querySelectorAll(".note[data-trimmed]").length`, &n)
+	if n == 0 {
+		t.Error("a conversation beyond the context: no note that older turns were left out")
+	}
+	eval("errors", `document.querySelectorAll(".error").length`, &n)
+	if n != 0 {
+		t.Errorf("%d errors in a long conversation", n)
+	}
+
+	// New chat: an empty log, and both conversations listed.
+	step("new chat", chromedp.Click(chromedp.ID("new")))
+	eval("the log", `document.querySelectorAll("#log .msg").length`, &n)
+	var chats int
+	eval("the list", `document.querySelectorAll("#chats button.chat").length`, &chats)
+	if n != 0 || chats != 2 {
+		t.Errorf("a new chat: %d messages shown, %d conversations listed; want 0 and 2", n, chats)
+	}
+
+	// Markdown: a reply kept in the browser renders with its code block and copy button
+	// after a reload.
+	reply := "## Example\n\nA **bold** word and `code`:\n\n```go\nfmt.Println(\"<b>hi</b>\")\n```\n\n- one\n- two"
+	js, _ := json.Marshal(reply)
+	eval("keep a markdown reply", `(() => {
+		const c = JSON.parse(localStorage.getItem("commit-run-chats"));
+		c[0].messages = [{role: "user", content: "Show me Go"}, {role: "assistant", content: `+string(js)+`}];
+		localStorage.setItem("commit-run-chats", JSON.stringify(c)); return true; })()`, nil)
+	step("reload", chromedp.Reload())
+	step("wait for the code block", chromedp.WaitVisible(chromedp.Search(`//div[contains(@class,"assistant")]//pre/code`)))
+	var md struct {
+		Code, Heading, Bold string
+		Items               int
+	}
+	eval("the rendered reply", `(() => { const a = document.querySelector("div.assistant");
+		return {Code: a.querySelector("pre code").textContent, Heading: (a.querySelector("h4") || {}).textContent || "",
+			Bold: (a.querySelector("b") || {}).textContent || "", Items: a.querySelectorAll("li").length}; })()`, &md)
+	if md.Code != `fmt.Println("<b>hi</b>")` || md.Heading != "Example" || md.Bold != "bold" || md.Items != 2 {
+		t.Errorf("the markdown reply rendered as %+v", md)
+	}
+	step("copy the code", chromedp.Click(chromedp.Search(`//button[@class="copy"]`)))
+	step("wait for the copy", chromedp.WaitVisible(chromedp.Search(`//button[@class="copy" and @data-copied="true"]`)))
+
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	shot := filepath.Join(t.TempDir(), "chat.png")
+	if err := os.WriteFile(shot, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s (%d bytes)", shot, len(png))
 }

@@ -218,6 +218,7 @@ func (s *Server) Handler() http.Handler {
 		{"POST", "/tokenize", s.tokenize},
 		{"POST", "/detokenize", s.detokenize},
 		{"GET", "/props", s.props},
+		{"GET", "/experts", s.experts},
 	}
 	for _, rt := range routes {
 		mux.HandleFunc(rt.method+" "+rt.path, rt.h)
