@@ -232,7 +232,16 @@ type Info struct {
 	ExpertsUsed   int
 	SharedExperts int
 	ExpertFFN     int
-	Parameters    int64
+	// Routing is the first MoE layer's choice and weighting of experts: the gating
+	// ("softmax", "sigmoid", "softmax of the top-k"), whether a selection bias
+	// (exp_probs_b) steers the choice, the expert groups it is limited to (0: none), and
+	// the weights' renormalisation and scale (0: none).
+	Gating                         string
+	SelectionBias                  bool
+	ExpertGroups, ExpertGroupsUsed int
+	ExpertWeightsNorm              bool
+	ExpertWeightsScale             float32
+	Parameters                     int64
 	// NextN and SkippedParameters are the blocks after Layers the file holds but no pass
 	// runs (GLM's multi-token prediction) and their weights, which no other count includes.
 	NextN             int

@@ -354,6 +354,13 @@ func describe(f *models.File, m *models.Model) Info {
 		if l.MoE != nil && l.MoE.Shared != nil && info.SharedExperts == 0 {
 			info.SharedExperts = 1
 		}
+		if moe := l.MoE; moe != nil && info.Gating == "" {
+			info.Gating = map[models.Gating]string{models.GatingSoftmax: "softmax", models.GatingSigmoid: "sigmoid",
+				models.GatingSoftmaxWeight: "softmax of the top-k"}[moe.Gating]
+			info.SelectionBias = moe.SelectionBias != nil
+			info.ExpertGroups, info.ExpertGroupsUsed = moe.Groups, moe.GroupsUsed
+			info.ExpertWeightsNorm, info.ExpertWeightsScale = moe.NormWeights, moe.WeightsScale
+		}
 	}
 	for _, t := range f.Tensors {
 		if c.Skipped(t.Name) {

@@ -20,13 +20,11 @@ func buildGLM4MoE(f *File, c *Config) (*Model, error) {
 	r := l.r
 	nextn := r.int(".nextn_predict_layers", 0, false)
 	// llama.cpp requires these; a default would run a model other than the one trained.
+	// (Without expert_weights_scale it scales by nothing, as 0 means here.)
 	r.int(".expert_feed_forward_length", 0, true)
 	r.int(".expert_count", 0, true)
 	r.int(".expert_used_count", 0, true)
 	r.int(".expert_shared_count", 0, true)
-	if !r.has(".expert_weights_scale") && r.err == nil {
-		r.err = fmt.Errorf("metadata key %q is missing", r.key(".expert_weights_scale"))
-	}
 	scaleW := r.float(".expert_weights_scale", 0)
 	normW := r.bool(".expert_weights_norm", false)
 	gating := Gating(r.int(".expert_gating_func", 0, false))

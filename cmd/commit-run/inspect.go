@@ -20,6 +20,8 @@ type inspectJSON struct {
 	Architecture     string           `json:"architecture"`
 	Name             string           `json:"name,omitempty"`
 	Layers           int              `json:"layers"`
+	DenseLayers      int              `json:"dense_layers"`
+	NextN            int              `json:"nextn_layers,omitempty"`
 	Embedding        int              `json:"d_model"`
 	Heads            int              `json:"heads"`
 	HeadsKV          int              `json:"heads_kv"`
@@ -29,6 +31,12 @@ type inspectJSON struct {
 	ExpertsUsed      int              `json:"experts_used"`
 	SharedExperts    int              `json:"shared_experts"`
 	ExpertFFN        int              `json:"expert_ffn"`
+	Gating           string           `json:"gating,omitempty"`
+	SelectionBias    bool             `json:"selection_bias,omitempty"`
+	ExpertGroups     int              `json:"expert_groups,omitempty"`
+	ExpertGroupsUsed int              `json:"expert_groups_used,omitempty"`
+	WeightsNorm      bool             `json:"expert_weights_norm,omitempty"`
+	WeightsScale     float32          `json:"expert_weights_scale,omitempty"`
 	Parameters       int64            `json:"parameters"`
 	ExpertParameters int64            `json:"expert_parameters"`
 	ExpertBytes      int64            `json:"expert_bytes"`
@@ -172,9 +180,12 @@ func toInspectJSON(in *engine.Info) inspectJSON {
 	}
 	return inspectJSON{
 		Path: in.Path, Architecture: in.Architecture, Name: in.Name,
-		Layers: in.Layers, Embedding: in.Embedding, Heads: in.Heads, HeadsKV: in.HeadsKV,
+		Layers: in.Layers, DenseLayers: in.Layers - len(in.MoELayers), NextN: in.NextN,
+		Embedding: in.Embedding, Heads: in.Heads, HeadsKV: in.HeadsKV,
 		Vocab: in.Vocab, Context: in.Context,
 		Experts: in.Experts, ExpertsUsed: in.ExpertsUsed, SharedExperts: in.SharedExperts, ExpertFFN: in.ExpertFFN,
+		Gating: in.Gating, SelectionBias: in.SelectionBias, ExpertGroups: in.ExpertGroups, ExpertGroupsUsed: in.ExpertGroupsUsed,
+		WeightsNorm: in.ExpertWeightsNorm, WeightsScale: in.ExpertWeightsScale,
 		Parameters: in.Parameters, ExpertParameters: in.ExpertParameters,
 		ExpertBytes: in.ExpertBytes, NonExpertBytes: in.NonExpertBytes,
 		ExpertShare:     share(in.ExpertBytes, in.ExpertBytes+in.NonExpertBytes),
@@ -194,13 +205,25 @@ func printInfo(w io.Writer, in *engine.Info) error {
 	if in.Name != "" {
 		row("name", "%s", in.Name)
 	}
-	row("layers", "%d", in.Layers)
+	layers := fmt.Sprint(in.Layers)
+	if dense := in.Layers - len(in.MoELayers); dense > 0 && len(in.MoELayers) > 0 {
+		layers += fmt.Sprintf(" (%d dense, %d MoE)", dense, len(in.MoELayers))
+	}
+	if in.NextN > 0 {
+		blocks := "block"
+		if in.NextN > 1 {
+			blocks += "s"
+		}
+		layers += fmt.Sprintf(", and %d next-token-prediction %s not run (%s parameters)", in.NextN, blocks, humanCount(in.SkippedParameters))
+	}
+	row("layers", "%s", layers)
 	row("d_model", "%d", in.Embedding)
 	row("heads", "%d (kv %d)", in.Heads, in.HeadsKV)
 	row("vocab", "%d", in.Vocab)
 	row("context", "%d", in.Context)
 	if in.Experts > 0 {
 		row("experts", "%d routed, top-%d, %d shared, expert ffn %d", in.Experts, in.ExpertsUsed, in.SharedExperts, in.ExpertFFN)
+		row("routing", "%s", routingText(in))
 	} else {
 		row("experts", "none (dense model)")
 	}
@@ -228,4 +251,23 @@ func printInfo(w io.Writer, in *engine.Info) error {
 		row("  "+name, "%d tensors, %s (%.1f%%)", in.TensorTypes[name], humanBytes(b), share(b, typeTotal))
 	}
 	return tw.Flush()
+}
+
+// routingText says how the first MoE layer chooses and weighs experts, in the order the
+// router applies the steps.
+func routingText(in *engine.Info) string {
+	parts := []string{in.Gating}
+	if in.SelectionBias {
+		parts = append(parts, "selection bias")
+	}
+	if in.ExpertGroups > 1 {
+		parts = append(parts, fmt.Sprintf("top-%d within the best %d of %d groups", in.ExpertsUsed, in.ExpertGroupsUsed, in.ExpertGroups))
+	}
+	if in.ExpertWeightsNorm {
+		parts = append(parts, "renormalised")
+	}
+	if in.ExpertWeightsScale != 0 {
+		parts = append(parts, fmt.Sprintf("scaled by %g", in.ExpertWeightsScale))
+	}
+	return strings.Join(parts, ", ")
 }
