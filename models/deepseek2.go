@@ -7,12 +7,16 @@ import (
 
 // DeepSeek-V2 (-Lite): MLA attention, leading dense layers, routed experts with shared experts,
 // expert weight scale and optional renormalisation, YaRN rope moved into the attention scale.
-// V3-style files (Moonlight) add sigmoid gating, the selection bias and expert groups.
+// V3-style files (Moonlight, GLM-4.7-Flash) add sigmoid gating, the selection bias and expert
+// groups; GLM-4.7-Flash ends with a multi-token-prediction block that is not run.
 func init() { Register("deepseek2", buildDeepseek2) }
 
 func buildDeepseek2(f *File, c *Config) (*Model, error) {
 	l := newLoader(f, c)
 	r := l.r
+	if err := l.nextn(); err != nil {
+		return nil, err
+	}
 	m := &Model{Config: c, File: f}
 	l.embeddings(m)
 	d, err := l.mla()
@@ -22,6 +26,11 @@ func buildDeepseek2(f *File, c *Config) (*Model, error) {
 	gating := Gating(r.int(".expert_gating_func", 0, false))
 	if gating == 0 {
 		gating = GatingSoftmax
+		// GLM-4.7-Flash files converted before the key existed route by sigmoid: llama.cpp
+		// knows them by their layers (47 or 48 besides the nextn block) and vocabulary.
+		if (c.Layers == 47 || c.Layers == 48) && c.Vocab == 154880 {
+			gating = GatingSigmoid
+		}
 	}
 	if gating > GatingSoftmaxWeight {
 		return nil, fmt.Errorf("expert_gating_func %d is not supported", gating)

@@ -18,7 +18,9 @@ func init() { Register("glm4moe", buildGLM4MoE) }
 func buildGLM4MoE(f *File, c *Config) (*Model, error) {
 	l := newLoader(f, c)
 	r := l.r
-	nextn := r.int(".nextn_predict_layers", 0, false)
+	if err := l.nextn(); err != nil {
+		return nil, err
+	}
 	// llama.cpp requires these; a default would run a model other than the one trained.
 	// (Without expert_weights_scale it scales by nothing, as 0 means here.)
 	r.int(".expert_feed_forward_length", 0, true)
@@ -32,12 +34,10 @@ func buildGLM4MoE(f *File, c *Config) (*Model, error) {
 		return nil, r.err
 	}
 	switch {
-	case nextn >= c.Layers:
-		return nil, fmt.Errorf("metadata key %q: %d next-token-prediction blocks of %d leave no layers", r.key(".nextn_predict_layers"), nextn, c.Layers)
 	case c.Experts <= 0:
 		return nil, fmt.Errorf("metadata key %q: glm4moe needs experts, has %d", r.key(".expert_count"), c.Experts)
-	case c.DenseLead >= c.Layers-nextn:
-		return nil, fmt.Errorf("metadata key %q: %d leading dense blocks of %d leave no MoE layers", r.key(".leading_dense_block_count"), c.DenseLead, c.Layers-nextn)
+	case c.DenseLead >= c.Layers:
+		return nil, fmt.Errorf("metadata key %q: %d leading dense blocks of %d leave no MoE layers", r.key(".leading_dense_block_count"), c.DenseLead, c.Layers)
 	case gating == 0:
 		gating = GatingSigmoid // llama.cpp's default for glm4moe
 	case gating > GatingSoftmaxWeight:
@@ -49,9 +49,6 @@ func buildGLM4MoE(f *File, c *Config) (*Model, error) {
 	if secs := f.KV.UintOrArrayValueAsArray("rope.dimension_sections", 0); len(secs) >= 2 && secs[0] > 0 && secs[1] > 0 {
 		return nil, fmt.Errorf("metadata key %q: multimodal (M-RoPE) glm4moe files are not supported", r.key(".rope.dimension_sections"))
 	}
-	c.Layers -= nextn
-	c.NextN = nextn
-	c.Heads, c.HeadsKV, c.FFN = c.Heads[:c.Layers], c.HeadsKV[:c.Layers], c.FFN[:c.Layers]
 	groups, groupsUsed := l.expertGroups()
 
 	m := &Model{Config: c, File: f}

@@ -154,6 +154,24 @@ func (l *loader) expertGroups() (groups, used int) {
 	return 0, 0
 }
 
+// nextn takes the file's last nextn_predict_layers blocks out of the model's layers: GLM's
+// multi-token-prediction blocks (glm4moe, and GLM-4.7-Flash as deepseek2), which llama.cpp
+// loads but its decoder never runs. It must run before anything reads c.Layers.
+func (l *loader) nextn() error {
+	r, c := l.r, l.c
+	n := r.int(".nextn_predict_layers", 0, false)
+	if r.err != nil {
+		return r.err
+	}
+	if n >= c.Layers {
+		return fmt.Errorf("metadata key %q: %d next-token-prediction blocks of %d leave no layers", r.key(".nextn_predict_layers"), n, c.Layers)
+	}
+	c.Layers -= n
+	c.NextN = n
+	c.Heads, c.HeadsKV, c.FFN = c.Heads[:c.Layers], c.HeadsKV[:c.Layers], c.FFN[:c.Layers]
+	return nil
+}
+
 func (l *loader) rope(neox bool) *Rope {
 	r := l.c.Rope
 	r.NeoX = neox
