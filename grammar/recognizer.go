@@ -62,7 +62,7 @@ const (
 // frame is one open value. Its fields mean what its kind says; it is copied on every byte of
 // a trie walk, so it stays small.
 type frame struct {
-	n    *node
+	n    int32 // the node, in the grammar's table: no pointer, so that copies are plain
 	kind uint8
 	st   uint8
 	rem  uint8  // string: hex digits or UTF-8 bytes to go
@@ -78,6 +78,7 @@ type frame struct {
 // Recognizer is the state of a text the grammar accepts so far. The zero value is unusable;
 // get one from Grammar.Recognizer. Copy it with Clone, not by assignment.
 type Recognizer struct {
+	nodes []*node
 	stack []frame
 	ws    int // whitespace bytes since the last JSON token
 	eog   bool
@@ -85,13 +86,14 @@ type Recognizer struct {
 
 // Recognizer starts a text.
 func (g *Grammar) Recognizer() *Recognizer {
-	r := &Recognizer{stack: make([]frame, 1, MaxDepth+3)}
-	r.stack[0] = frame{n: g.root, kind: fTop}
+	r := &Recognizer{nodes: g.nodes, stack: make([]frame, 1, MaxDepth+3)}
+	r.stack[0] = frame{n: g.root.id, kind: fTop}
 	return r
 }
 
 // copyFrom makes r the state s is in, reusing r's memory.
 func (r *Recognizer) copyFrom(s *Recognizer) {
+	r.nodes = s.nodes
 	r.stack = append(r.stack[:0], s.stack...)
 	r.ws, r.eog = s.ws, s.eog
 }
@@ -123,7 +125,7 @@ func (r *Recognizer) Complete() bool {
 	case 1:
 		return r.stack[0].st == topDone
 	case 2:
-		return canEnd(&r.stack[1])
+		return r.canEnd(&r.stack[1])
 	}
 	return false
 }
@@ -139,12 +141,12 @@ func (g *Grammar) Match(text []byte) bool {
 
 // canEnd says whether a number or literal frame holds a whole value: one the next byte may
 // end.
-func canEnd(f *frame) bool {
+func (r *Recognizer) canEnd(f *frame) bool {
 	switch f.kind {
 	case fNumber:
 		return f.st == numZero || f.st == numInt || f.st == numFrac || f.st == numExp
 	case fLiteral:
-		return len(f.n.lits[f.cur]) == int(f.pos)
+		return len(r.nodes[f.n].lits[f.cur]) == int(f.pos)
 	}
 	return false
 }
@@ -170,7 +172,7 @@ func (r *Recognizer) step(b byte) bool {
 		switch f.kind {
 		case fTop:
 			if f.st == topValue {
-				return r.space(b) || r.open(f.n, b)
+				return r.space(b) || r.open(r.nodes[f.n], b)
 			}
 			return false
 		case fObject:
@@ -232,40 +234,40 @@ func (r *Recognizer) open(n *node, b byte) bool {
 		if b != '{' || len(r.stack) > MaxDepth {
 			return false
 		}
-		r.stack = append(r.stack, frame{n: n, kind: fObject, st: objOpen})
+		r.stack = append(r.stack, frame{n: n.id, kind: fObject, st: objOpen})
 		return true
 	case kArray:
 		if b != '[' || len(r.stack) > MaxDepth {
 			return false
 		}
-		r.stack = append(r.stack, frame{n: n, kind: fArray, st: arrOpen})
+		r.stack = append(r.stack, frame{n: n.id, kind: fArray, st: arrOpen})
 		return true
 	case kString:
 		if b != '"' {
 			return false
 		}
-		r.stack = append(r.stack, frame{n: n, kind: fString})
+		r.stack = append(r.stack, frame{n: n.id, kind: fString})
 		return true
 	case kNumber, kInteger:
-		r.stack = append(r.stack, frame{n: n, kind: fNumber})
+		r.stack = append(r.stack, frame{n: n.id, kind: fNumber})
 		return r.number(&r.stack[len(r.stack)-1], b) == 1
 	case kLiteral:
-		r.stack = append(r.stack, frame{n: n, kind: fLiteral, end: int32(len(n.lits))})
+		r.stack = append(r.stack, frame{n: n.id, kind: fLiteral, end: int32(len(n.lits))})
 		return r.literal(&r.stack[len(r.stack)-1], b) == 1
 	}
 	return false
 }
 
 // keyPossible says whether another key may start in object frame f.
-func keyPossible(f *frame) bool {
-	if f.n.extra != nil {
+func (r *Recognizer) keyPossible(f *frame) bool {
+	if r.nodes[f.n].extra != nil {
 		return true
 	}
-	return ^f.seen&(1<<len(f.n.keys)-1) != 0
+	return ^f.seen&(1<<len(r.nodes[f.n].keys)-1) != 0
 }
 
 func (r *Recognizer) object(f *frame, b byte) bool {
-	n := f.n
+	n := r.nodes[f.n]
 	switch f.st {
 	case objOpen, objComma:
 		if r.space(b) {
@@ -275,12 +277,12 @@ func (r *Recognizer) object(f *frame, b byte) bool {
 			r.pop()
 			return true
 		}
-		if b != '"' || !keyPossible(f) {
+		if b != '"' || !r.keyPossible(f) {
 			return false
 		}
 		if n.extra != nil {
 			f.st = objFree
-			r.stack = append(r.stack, frame{n: &freeKey, kind: fString})
+			r.stack = append(r.stack, frame{n: freeKey.id, kind: fString})
 			return true
 		}
 		f.st, f.pos = objKey, 0
@@ -336,7 +338,7 @@ func (r *Recognizer) object(f *frame, b byte) bool {
 			return true
 		}
 		switch {
-		case b == ',' && keyPossible(f):
+		case b == ',' && r.keyPossible(f):
 			f.st = objComma
 			return true
 		case b == '}' && f.seen&n.required == n.required:
@@ -352,11 +354,8 @@ func (r *Recognizer) object(f *frame, b byte) bool {
 func (f *frame) keyMask(m uint64) { f.cnt, f.end = int32(uint32(m)), int32(uint32(m>>32)) }
 func (f *frame) mask() uint64     { return uint64(uint32(f.cnt)) | uint64(uint32(f.end))<<32 }
 
-// freeKey is the schema of an object's key where any is allowed.
-var freeKey = node{kind: kString, maxLen: -1}
-
 func (r *Recognizer) array(f *frame, b byte) bool {
-	n := f.n
+	n := r.nodes[f.n]
 	switch f.st {
 	case arrOpen, arrComma:
 		if r.space(b) {
@@ -391,7 +390,7 @@ func (r *Recognizer) array(f *frame, b byte) bool {
 // (none for a UTF-16 surrogate, so that one escape is one character), and the schema's
 // length in characters.
 func (r *Recognizer) str(f *frame, b byte) bool {
-	n := f.n
+	n := r.nodes[f.n]
 	switch f.st {
 	case strText:
 		room := n.maxLen < 0 || int(f.cnt) < n.maxLen
@@ -475,7 +474,7 @@ func isHex(b byte) bool {
 // number reads a number's bytes: 1 taken, 0 refused, 2 the number ended before b.
 func (r *Recognizer) number(f *frame, b byte) int {
 	digit := b >= '0' && b <= '9'
-	integer := f.n.kind == kInteger
+	integer := r.nodes[f.n].kind == kInteger
 	switch f.st {
 	case numStart:
 		switch {
@@ -561,7 +560,7 @@ func (r *Recognizer) number(f *frame, b byte) int {
 // bytes matched so far are the run [cur, end): 1 taken, 0 refused, 2 the literal ended
 // before b.
 func (r *Recognizer) literal(f *frame, b byte) int {
-	lits := f.n.lits
+	lits := r.nodes[f.n].lits
 	p := int(f.pos)
 	lo, hi := int(f.cur), int(f.end)
 	for lo < hi && (len(lits[lo]) <= p || lits[lo][p] < b) {

@@ -61,6 +61,7 @@ const (
 
 // node is a compiled schema. Nodes may form cycles (any value holds any values).
 type node struct {
+	id   int32 // in its grammar's table
 	kind kind
 	// object: the declared properties, by their JSON-encoded names (between the quotes),
 	// sorted; required, a set of their indices; extra, the schema of any key when none is
@@ -84,16 +85,17 @@ type node struct {
 
 // Grammar is a compiled JSON constraint; it is immutable and safe for concurrent use.
 type Grammar struct {
-	root *node
-	desc string
+	root  *node
+	nodes []*node // every node by id, so that frames hold ids, not pointers
+	desc  string
 }
 
 // String says what the grammar accepts.
 func (g *Grammar) String() string { return g.desc }
 
-var anyValue, anyObject = buildAny()
+var anyValue, anyObject, freeKey, anyNodes = buildAny()
 
-func buildAny() (*node, *node) {
+func buildAny() (*node, *node, *node, []*node) {
 	v := &node{kind: kUnion}
 	obj := &node{kind: kObject, extra: v}
 	arr := &node{kind: kArray, items: v, maxItems: -1}
@@ -104,14 +106,48 @@ func buildAny() (*node, *node) {
 	if err := v.index(); err != nil {
 		panic(err) // the any value's alternatives are disjoint by construction
 	}
-	return v, obj
+	key := &node{kind: kString, maxLen: -1} // an object's key where any is allowed
+	nodes := []*node{v, obj, arr, str, num, lit, key}
+	for i, n := range nodes {
+		n.id = int32(i)
+	}
+	return v, obj, key, nodes
+}
+
+// newGrammar numbers the nodes reachable from root after the any value's, which every
+// grammar shares at the same ids.
+func newGrammar(root *node, desc string) *Grammar {
+	g := &Grammar{root: root, nodes: slices.Clone(anyNodes), desc: desc}
+	seen := map[*node]bool{}
+	for _, n := range anyNodes {
+		seen[n] = true
+	}
+	var visit func(n *node)
+	visit = func(n *node) {
+		if n == nil || seen[n] {
+			return
+		}
+		seen[n] = true
+		n.id = int32(len(g.nodes))
+		g.nodes = append(g.nodes, n)
+		for _, c := range n.props {
+			visit(c)
+		}
+		for _, c := range n.alts {
+			visit(c)
+		}
+		visit(n.extra)
+		visit(n.items)
+	}
+	visit(root)
+	return g
 }
 
 // JSON accepts any JSON value.
-func JSON() *Grammar { return &Grammar{root: anyValue, desc: "any JSON value"} }
+func JSON() *Grammar { return newGrammar(anyValue, "any JSON value") }
 
 // JSONObject accepts any JSON object: OpenAI's json_object response format.
-func JSONObject() *Grammar { return &Grammar{root: anyObject, desc: "any JSON object"} }
+func JSONObject() *Grammar { return newGrammar(anyObject, "any JSON object") }
 
 // SchemaError is a schema Compile cannot honour: where in the schema (a JSON pointer), the
 // keyword at fault, and why.
@@ -167,7 +203,7 @@ func Compile(schema []byte) (*Grammar, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Grammar{root: root, desc: "a JSON schema"}, nil
+	return newGrammar(root, "a JSON schema"), nil
 }
 
 type compiler struct {

@@ -1,7 +1,14 @@
 // Package sample chooses the next token from a model's logits: llama.cpp's sampler chain
-// (repetition, frequency and presence penalties, top-k, temperature, top-p, in that order)
-// drawn with a seeded generator of its own, the log-probabilities a server reports beside
-// the token, and the stop strings that end a generation and never reach its text.
+// (a token filter, then repetition, frequency and presence penalties, top-k, temperature,
+// top-p, in that order) drawn with a seeded generator of its own, the log-probabilities a
+// server reports beside the token, and the stop strings that end a generation and never
+// reach its text.
+//
+// The filter stage (Filter, set with SetFilter) runs first, so that every later stage,
+// greedy or drawn, sees only the tokens it allows: a grammar that holds the output to JSON
+// (package grammar's Matcher) is one. It comes before the penalties because they rescale
+// logits the filter removes, and before top-k and top-p so that they keep the likeliest of
+// the allowed tokens rather than leave none.
 package sample
 
 import (
@@ -41,7 +48,21 @@ type Sampler struct {
 	cand    []candidate
 	scratch []float32     // top-k's heap, then its weights
 	counts  map[int32]int // tokens of the penalty window
+	filter  Filter
 }
+
+// Filter is a stage of the chain that allows only some tokens next, and follows the tokens
+// drawn: a grammar. Mask runs before every other stage; Accept gets the token drawn.
+type Filter interface {
+	// Mask sets the logits of the tokens that may not come next to -Inf, and reports
+	// whether any token may.
+	Mask(logits []float32) bool
+	// Accept moves past the token drawn, one Mask allowed.
+	Accept(id int32)
+}
+
+// SetFilter makes f the chain's first stage (nil: none).
+func (s *Sampler) SetFilter(f Filter) { s.filter = f }
 
 type candidate struct {
 	id int32
@@ -77,8 +98,20 @@ func New(o Options) *Sampler {
 }
 
 // Sample picks the next token given the logits (modified in place) and the tokens so far,
-// whose last RepeatLastN the penalties weigh.
+// whose last RepeatLastN the penalties weigh. It returns -1 when the filter allows no token.
 func (s *Sampler) Sample(logits []float32, history []int32) int32 {
+	if s.filter == nil {
+		return s.sample(logits, history)
+	}
+	if !s.filter.Mask(logits) {
+		return -1
+	}
+	id := s.sample(logits, history)
+	s.filter.Accept(id)
+	return id
+}
+
+func (s *Sampler) sample(logits []float32, history []int32) int32 {
 	o := s.o
 	s.penalize(logits, history)
 	if o.Greedy || o.Temperature == 0 {
@@ -271,7 +304,14 @@ func (s *Sampler) walk(weights []float32, c []candidate, sum float64) int32 {
 				return x.id
 			}
 		}
-		return c[len(c)-1].id // r's rounding left it at the sum
+		// r's rounding left it at the sum: the last token of any weight, never one a filter
+		// removed (top-k may have kept such tokens, at weight 0).
+		for i := len(c) - 1; i > 0; i-- {
+			if c[i].p > 0 {
+				return c[i].id
+			}
+		}
+		return c[0].id
 	}
 	last := 0
 	for i, e := range weights {

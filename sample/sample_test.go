@@ -206,3 +206,48 @@ func BenchmarkSample(b *testing.B) {
 		}
 	}
 }
+
+// evenFilter allows the even tokens only, and records what it was given.
+type evenFilter struct{ accepted []int32 }
+
+func (f *evenFilter) Mask(logits []float32) bool {
+	for i := 1; i < len(logits); i += 2 {
+		logits[i] = float32(math.Inf(-1))
+	}
+	return len(logits) > 0
+}
+
+func (f *evenFilter) Accept(id int32) { f.accepted = append(f.accepted[:0], id) }
+
+// TestFilter: the filter runs before every stage, greedy or drawn, so that no option draws a
+// token it removed, even where top-k keeps more tokens than it allows; the token drawn is
+// what it accepts; a filter that allows nothing makes Sample return -1.
+func TestFilter(t *testing.T) {
+	logits := func() []float32 { return []float32{0, 9, 1, 8, 0.5, 7} }
+	for _, o := range []Options{{}, {Temperature: 1}, {Temperature: 3, TopK: 5}, {Temperature: 1, TopP: 0.99},
+		{Temperature: 2, TopK: 4, TopP: 0.9, RepeatPenalty: 1.3, FrequencyPenalty: 1, PresencePenalty: 1}} {
+		f := &evenFilter{}
+		s := New(o)
+		s.SetFilter(f)
+		for range 500 {
+			id := s.Sample(logits(), []int32{2, 1})
+			if id%2 != 0 || len(f.accepted) != 1 || f.accepted[0] != id {
+				t.Fatalf("%+v: drew %d, filter accepted %v", o, id, f.accepted)
+			}
+		}
+	}
+	s := New(Options{})
+	s.SetFilter(&evenFilter{})
+	if got := s.Sample(logits()[:1], nil); got != 0 {
+		t.Errorf("greedy with one token allowed: %d", got)
+	}
+	s.SetFilter(nothing{})
+	if got := s.Sample(logits(), nil); got != -1 {
+		t.Errorf("a filter allowing nothing: got %d, want -1", got)
+	}
+}
+
+type nothing struct{}
+
+func (nothing) Mask([]float32) bool { return false }
+func (nothing) Accept(int32)        {}

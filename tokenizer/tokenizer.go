@@ -490,6 +490,15 @@ func (t *Tokenizer) AddEOS() bool { return t.addEOS }
 // <|endoftext|> and the other tokens llama.cpp's end-of-generation set holds.
 func (t *Tokenizer) IsEOG(id int32) bool { return t.eog[id] }
 
+// IsSpecial reports whether id is a control, user-defined, unknown or unused token: one
+// that stands for markup rather than text, which a grammar never lets into a value.
+func (t *Tokenizer) IsSpecial(id int32) bool {
+	if id < 0 || int(id) >= len(t.attrs) {
+		return true
+	}
+	return t.attrs[id]&(attrControl|attrUserDefined|attrUnknown|attrUnused) != 0
+}
+
 // EOGTokens lists the end-of-generation ids in ascending order.
 func (t *Tokenizer) EOGTokens() []int32 {
 	ids := make([]int32, 0, len(t.eog))
