@@ -105,4 +105,10 @@ type AttnShape struct {
 	// Latent says that the values are the first DV keys of the key row (MLA's absorbed
 	// form): the cache has no values.
 	Latent bool
+	// Window, when not 0, is a sliding window: a query at position p sees the keys at
+	// positions p-Window+1..p only (llama.cpp's standard SWA mask).
+	Window int
+	// Sinks, when not nil, holds a logit per query head that joins the softmax's
+	// denominator but weighs no value (gpt-oss's attention sinks).
+	Sinks []float32
 }

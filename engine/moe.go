@@ -10,6 +10,7 @@ import (
 	"github.com/commit-run/commit-run/models"
 	"github.com/commit-run/commit-run/multigpu"
 	"github.com/commit-run/commit-run/offload"
+	"github.com/commit-run/commit-run/quant"
 )
 
 // routing is the experts chosen for one token and their mixing weights, in top-k order.
@@ -453,7 +454,7 @@ func (m *Model) computeJobs(b models.Backend, layer, T int, x, xh []float32, job
 			return err
 		}
 		m.label("expert", "", layer, j.e)
-		m.swiglu(b, b.MatMulID, m.charger, &models.FFN{Gate: w.Gate, Up: w.Up, Down: w.Down}, j.input(b, x, d), j.n, j.y)
+		m.expertFFN(b, b.MatMulID, m.charger, layer, j.e, &models.FFN{Gate: w.Gate, Up: w.Up, Down: w.Down}, j.input(b, x, d), j.n, j.y)
 		if err := done(); err != nil {
 			return err
 		}
@@ -484,11 +485,11 @@ type serialDevice interface {
 // apply.
 func (m *Model) smallExperts(b models.Backend, layer int, x []float32, jobs []expertJob) bool {
 	sd, ok := m.dev.(serialDevice)
-	if !ok || m.off != nil || m.resident || len(jobs) < 2 {
+	moe := m.arch.Layers[layer].MoE
+	if !ok || m.off != nil || m.resident || len(jobs) < 2 || !moe.PlainExperts() {
 		return false
 	}
 	d := m.arch.Config.Embd
-	moe := m.arch.Layers[layer].MoE
 	for _, j := range jobs {
 		if w := moe.GateExps.Expert(j.e); w.Rows*w.Cols*j.n > smallExpertMACs {
 			return false
@@ -525,11 +526,11 @@ type multiDevice interface {
 // (the weights are not the model's own on the CPU).
 func (m *Model) fusedExperts(b models.Backend, layer int, x []float32, jobs []expertJob) bool {
 	md, ok := m.dev.(multiDevice)
-	if !ok || m.off != nil || m.resident || len(jobs) < 2 {
+	moe := m.arch.Layers[layer].MoE
+	if !ok || m.off != nil || m.resident || len(jobs) < 2 || !moe.PlainExperts() {
 		return false
 	}
 	d := m.arch.Config.Embd
-	moe := m.arch.Layers[layer].MoE
 	fj := fusedPool.Get().(*fusedJobs)
 	fj.ps, fj.gs = fj.ps[:0], fj.gs[:0]
 	for _, j := range jobs {
@@ -628,7 +629,7 @@ func (m *Model) hostExperts(layer int, jobs []expertJob, xh []float32, xReady de
 			yh = make([]float32, len(j.y))
 		}
 		m.label("cpu", "cpu", layer, j.e)
-		m.swiglu(hb, host.MatMulID, nil, &models.FFN{Gate: w.Gate, Up: w.Up, Down: w.Down}, j.input(hb, xh, d), j.n, yh)
+		m.expertFFN(hb, host.MatMulID, nil, layer, j.e, &models.FFN{Gate: w.Gate, Up: w.Up, Down: w.Down}, j.input(hb, xh, d), j.n, yh)
 		if m.resident {
 			m.ops.Write(j.y, yh)
 		}
@@ -648,6 +649,7 @@ func (m *Model) routeTokens(b models.Backend, layer int, moe *models.MoE, x []fl
 	logits := b.Floats(T * moe.Experts)
 	m.label("router", "router", layer, -1)
 	b.MatMul(moe.Router.Matrix(), x, T, logits)
+	addBias(b, logits, moe.RouterBias)
 	logits = m.toHost(logits)
 	if m.replay != nil {
 		routes, err := m.replay.routes(layer, moe, pos0, T)
@@ -740,4 +742,43 @@ func (m *Model) DropStats() (st DropStats, ok bool) {
 	m.dropStats.mu.Lock()
 	defer m.dropStats.mu.Unlock()
 	return DropStats{Choices: m.dropStats.choices, Dropped: m.dropStats.dropped, Added: m.dropStats.added}, true
+}
+
+// expertFFN computes routed expert e of layer on T rows of x into out with the matrices f
+// (where the placement keeps them): a plain SwiGLU block (swiglu), or gpt-oss's in llama.cpp's
+// order: the up and gate products plus the expert's biases (ggml_add_id), the clamped
+// SwiGLU-OAI, the down product plus its bias. The biases and the activation are the host's:
+// the devices that compute passes in their own memory refuse such models (checkHostOnly).
+func (m *Model) expertFFN(b models.Backend, matMul func(quant.Matrix, []float32, int, []float32), ch device.Charger, layer, e int, f *models.FFN, x []float32, T int, out []float32) {
+	moe := m.arch.Layers[layer].MoE
+	if moe.PlainExperts() {
+		m.swiglu(b, matMul, ch, f, x, T, out)
+		return
+	}
+	nff := f.Gate.Rows
+	gb, ub, db := moe.ExpertBiases(e)
+	g, u := b.Floats(T*nff), b.Floats(T*nff)
+	matMul(f.Up, x, T, u)
+	addBias(b, u, ub)
+	matMul(f.Gate, x, T, g)
+	addBias(b, g, gb)
+	if a := moe.OAI; a != nil {
+		for t := 0; t < T; t++ {
+			models.SwiGLUOAI(g[t*nff:(t+1)*nff], g[t*nff:(t+1)*nff], u[t*nff:(t+1)*nff], a.Alpha, a.Limit)
+		}
+	} else {
+		b.SwiGLU(g, u, nff)
+	}
+	if ch != nil {
+		ch.Charge("swiglu", float64(12*T*nff), float64(4*T*nff))
+	}
+	matMul(f.Down, g, T, out)
+	addBias(b, out, db)
+}
+
+// addBias adds bias, when there is one, to every row of x.
+func addBias(b models.Backend, x, bias []float32) {
+	if bias != nil {
+		b.AddRows(x, bias)
+	}
 }

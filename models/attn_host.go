@@ -1,6 +1,7 @@
 package models
 
 import (
+	"math"
 	"runtime"
 	"sync"
 
@@ -25,6 +26,7 @@ const attnGroupMax = 3
 type attnGroup struct {
 	nq  int
 	kvh int
+	h   [attnGroupMax]int       // the queries' heads
 	q   [attnGroupMax][]float32 // the queries
 	n   [attnGroupMax]int       // their positions, in order
 	out [attnGroupMax][]float32 // where their attention goes
@@ -121,13 +123,26 @@ func scores(c *device.KVLayer, g *attnGroup, q []float32, w []float32, ws, kOff,
 	}
 }
 
-// softmaxes turns the scores of nq queries at w[i*ws:], n[i] each, into the probabilities of
-// llama.cpp's soft_max over the padded KV length, rounded to F16 values with an F16 cache,
-// and zeros up to ws (a multiple of 64) for the weighted sums.
-func softmaxes(c *device.KVLayer, w []float32, ws int, n []int) {
-	for i, ni := range n {
+// softmaxes turns the scores of group g's queries at w[i*ws:], g.n[i] each, into the
+// probabilities of llama.cpp's soft_max over the padded KV length, rounded to F16 values with
+// an F16 cache, and zeros up to ws (a multiple of 64) for the weighted sums.
+//
+// A sliding window masks the positions before it to -Inf, as llama.cpp's mask does, rather
+// than leaving them out: the weighted sums then add their zero weights in the same lanes as
+// llama.cpp, which walks every cached position.
+func softmaxes(c *device.KVLayer, w []float32, ws int, g *attnGroup, a *device.AttnShape) {
+	for i, ni := range g.n[:g.nq] {
 		wi := w[i*ws : (i+1)*ws]
-		softmaxBlocks(wi, ni)
+		if a.Window > 0 && ni > a.Window {
+			for p := range wi[:ni-a.Window] {
+				wi[p] = float32(math.Inf(-1))
+			}
+		}
+		if a.Sinks != nil {
+			softmaxSink(wi[:ni], a.Sinks[g.h[i]])
+		} else {
+			softmaxBlocks(wi, ni)
+		}
 		if c.F16 {
 			roundF16(wi[:ni])
 		}
@@ -239,6 +254,7 @@ func (j *attnJob) fill(g *attnGroup, u int) {
 	for k := 0; k < g.nq; k++ {
 		i := first + k
 		t, h := i/group, g.kvh*group+i%group
+		g.h[k] = h
 		g.q[k] = j.q[t*qd+h*a.DK : t*qd+(h+1)*a.DK]
 		g.n[k] = j.pos0 + t + 1
 		g.out[k] = j.out[(t*a.Heads+h)*a.DV : (t*a.Heads+h+1)*a.DV]
@@ -286,7 +302,7 @@ func (j *attnJob) chunk(c int) {
 				kc = j.c
 			}
 			scores(kc, g, q, w, ws, 0, 0, g.n[g.nq-1], j.a.Scale)
-			softmaxes(j.c, w, ws, g.n[:g.nq])
+			softmaxes(j.c, w, ws, g, &j.a)
 			j.values(s, g, w, ws)
 		}
 	}
@@ -351,7 +367,7 @@ func (j *attnJob) decode(s *attnScratch, lo, hi int) {
 	i := 0
 	for k := range gs {
 		g := &gs[k]
-		softmaxes(j.c, w[i*ws:], ws, g.n[:g.nq])
+		softmaxes(j.c, w[i*ws:], ws, g, &j.a)
 		j.values(s, g, w[i*ws:], ws)
 		i += g.nq
 	}

@@ -29,6 +29,11 @@ type StdAttention struct {
 	Scale                  float32
 	Eps                    float32
 	Rope                   *Rope
+	// Window, when not 0, limits each query to the last Window positions (sliding-window
+	// layers); Sinks, when not nil, is a logit per head that only the softmax's denominator
+	// sees (gpt-oss).
+	Window int
+	Sinks  []float32
 }
 
 // CacheDims implements Attention.
@@ -77,6 +82,7 @@ func (a *StdAttention) ForwardSeqs(b Backend, seqs []Seq, x []float32, out []flo
 	shape := device.AttnShape{
 		Heads: a.Heads, KVHeads: a.HeadsKV, DK: a.HeadDK, DV: a.HeadDV,
 		KHeadStride: a.HeadDK, VHeadStride: a.HeadDV, Scale: a.Scale,
+		Window: a.Window, Sinks: a.Sinks,
 	}
 	r := 0
 	for _, s := range seqs {

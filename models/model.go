@@ -68,6 +68,74 @@ type MoE struct {
 	// by sigmoid(SharedGate . x) (Qwen2-MoE).
 	Shared     *FFN
 	SharedGate []float32
+	// RouterBias is added to the router's logits, nil if none (gpt-oss's ffn_gate_inp.bias).
+	RouterBias []float32
+	// GateBias, UpBias ({n_ff_exp, n_expert}) and DownBias ({n_embd, n_expert}) are the
+	// experts' biases, nil if none (gpt-oss): ExpertBiases slices one expert's.
+	GateBias, UpBias, DownBias []float32
+	// OAI, when set, replaces the experts' SwiGLU with gpt-oss's clamped one (SwiGLUOAI).
+	OAI *OAIActivation
+}
+
+// OAIActivation is gpt-oss's gated activation: ggml's swiglu_oai with these constants.
+type OAIActivation struct {
+	Alpha, Limit float32
+}
+
+// ExpertBiases returns expert e's gate, up and down biases (nil where the block has none).
+func (m *MoE) ExpertBiases(e int) (gate, up, down []float32) {
+	slice := func(b []float32) []float32 {
+		if b == nil {
+			return nil
+		}
+		n := len(b) / m.Experts
+		return b[e*n : (e+1)*n : (e+1)*n]
+	}
+	return slice(m.GateBias), slice(m.UpBias), slice(m.DownBias)
+}
+
+// PlainExperts says whether the experts are SwiGLU blocks without biases, as every device's
+// expert kernels compute them; the others (gpt-oss's) are computed by the engine's host path.
+func (m *MoE) PlainExperts() bool {
+	return m.OAI == nil && m.GateBias == nil && m.UpBias == nil && m.DownBias == nil
+}
+
+// HostOnly lists what of the model only the host's operations compute (HostOps and the
+// engine's host expert path), and no device's own kernels: sliding-window attention,
+// attention sinks, router and expert biases, the SwiGLU-OAI activation. Empty for the models
+// every device runs.
+func (m *Model) HostOnly() []string {
+	var out []string
+	add := func(what string) {
+		for _, o := range out {
+			if o == what {
+				return
+			}
+		}
+		out = append(out, what)
+	}
+	for _, l := range m.Layers {
+		if a, ok := l.Attn.(*StdAttention); ok {
+			if a.Window != 0 {
+				add("sliding-window attention")
+			}
+			if a.Sinks != nil {
+				add("attention sinks")
+			}
+		}
+		if moe := l.MoE; moe != nil {
+			if moe.RouterBias != nil {
+				add("router biases")
+			}
+			if moe.GateBias != nil || moe.UpBias != nil || moe.DownBias != nil {
+				add("expert biases")
+			}
+			if moe.OAI != nil {
+				add("the SwiGLU-OAI activation")
+			}
+		}
+	}
+	return out
 }
 
 // Register adds an architecture. Each architecture file calls it from init.

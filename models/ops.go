@@ -46,3 +46,23 @@ func AddTo(dst, src []float32) {
 		dst[i] += src[i]
 	}
 }
+
+// SwiGLUOAI writes gpt-oss's gated activation of g and u to dst (which may be g), as ggml's
+// swiglu_oai computes it on the CPU, one value at a time with glibc's expf:
+// x = min(g, limit), y = clamp(u, -limit, limit), dst = x / (1 + e^(alpha * -x)) * (y + 1).
+func SwiGLUOAI(dst, g, u []float32, alpha, limit float32) {
+	g, u = g[:len(dst)], u[:len(dst)]
+	for i := range dst {
+		x := g[i]
+		if limit < x { // std::min(x, limit)
+			x = limit
+		}
+		y := u[i]
+		if y < -limit { // std::clamp(y, -limit, limit)
+			y = -limit
+		} else if limit < y {
+			y = limit
+		}
+		dst[i] = x / (1 + expf(alpha*(-x))) * (y + 1)
+	}
+}

@@ -74,6 +74,39 @@ func softmax(x []float32, padded bool) {
 			maxv = v
 		}
 	}
+	scaleBySum(x, softmaxExps(x, maxv, padded))
+}
+
+// softmaxSink is SoftmaxPadded of an attention row with a sink (gpt-oss): ggml's soft_max
+// takes the larger of the row's maximum and the sink as the maximum, and adds the sink's
+// exponential (glibc's expf, in float64) to the row's sum, so that the row sums to less than
+// one.
+func softmaxSink(x []float32, sink float32) {
+	maxv := float32(math.Inf(-1))
+	for _, v := range x {
+		if v > maxv {
+			maxv = v
+		}
+	}
+	if !(maxv > sink) { // ggml's MAX(max, sink)
+		maxv = sink
+	}
+	sum := softmaxExps(x, maxv, true)
+	sum += float64(expf(sink - maxv))
+	scaleBySum(x, sum)
+}
+
+// scaleBySum multiplies every value of x by the float32 of 1/sum.
+func scaleBySum(x []float32, sum float64) {
+	inv := float32(1 / sum)
+	for i := range x {
+		x[i] *= inv
+	}
+}
+
+// softmaxExps replaces every value of x with its exponential less maxv and returns their sum,
+// as ggml_vec_soft_max_f32 computes it.
+func softmaxExps(x []float32, maxv float32, padded bool) float64 {
 	n := len(x)
 	nv := n &^ 15
 	if padded {
@@ -95,8 +128,5 @@ func softmax(x []float32, padded bool) {
 		x[i] = e
 		sum += float64(e)
 	}
-	inv := float32(1 / sum)
-	for i := range x {
-		x[i] *= inv
-	}
+	return sum
 }
