@@ -72,6 +72,16 @@ var Bases = map[string]Spec{
 		ExpertWeightsScale: 1.8, ExpertWeightsNorm: true, ExpertGroups: 4, ExpertGroupsUsed: 2,
 		RopeDim: 64, NextN: 1,
 		Context: 131072, RopeBase: 1e6, Eps: 1e-5},
+	// gpt-oss-20b: head 64 with 8 query heads on a 256 embedding (its 64 heads of 64 are
+	// wider than its 2880), GQA 8/2, q/k/v/o biases, a sink per head, a window of 8 positions
+	// on layers 0 and 2 (shorter than the prompt), YaRN (factor 32 from 4096) over NEOX rope;
+	// 16 experts of 64 top-4 chosen on the biased router's logits, their weights a softmax
+	// over the chosen, biased experts with the clamped SwiGLU-OAI.
+	"gpt-oss": {Arch: ArchGPTOSS, Seed: 0x6770746f, Tokenizer: TokQwen2, Vocab: 440,
+		Layers: 3, Embd: 256, Heads: 8, HeadsKV: 2, HeadDim: 64,
+		Experts: 16, ExpertsUsed: 4, ExpertFFN: 64, SlidingWindow: 8,
+		Context: 131072, RopeBase: 150000, Eps: 1e-5,
+		YaRN: &YaRN{Factor: 32, OrigContext: 4096}},
 	// Dense references: Llama 2 style, Qwen2 (biases), Qwen3 (q/k norm, tied embeddings).
 	"llama": {Arch: ArchLlama, Seed: 0x6c6c616d, Tokenizer: TokSPM, Vocab: 360,
 		Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, FFN: 512,
@@ -102,6 +112,7 @@ var goldenVariants = []struct {
 	{"qwen3", []Recipe{F32, Q2K}},
 	{"deepseek2-v3", []Recipe{F32, Q4KM}},
 	{"glm4moe", []Recipe{F32, Q8_0, Q4KM}},
+	{"gpt-oss", []Recipe{F32, MXFP4MoE}},
 }
 
 // Golden returns the specs of the golden model set, in a fixed order.

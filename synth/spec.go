@@ -16,6 +16,9 @@ const (
 	// GLM-4.5(-Air): q/k/v biases, partial NEOX rope, leading dense layers, sigmoid routing
 	// with the selection bias, a shared expert, and multi-token-prediction blocks at the end
 	ArchGLM4MoE = "glm4moe"
+	// gpt-oss: q/k/v/o biases, attention sinks, a sliding window on the even layers, YaRN,
+	// a biased router choosing by its logits, biased experts with the SwiGLU-OAI activation
+	ArchGPTOSS = "gpt-oss"
 )
 
 // Spec describes one synthetic model. Field names follow the GGUF keys they become; zero values
@@ -59,6 +62,9 @@ type Spec struct {
 	// NextN is glm4moe's nextn_predict_layers: the last NextN of Layers are the
 	// multi-token-prediction blocks, which llama.cpp loads but does not run.
 	NextN int
+	// SlidingWindow is gpt-oss's attention.sliding_window: the even layers see only the last
+	// SlidingWindow positions.
+	SlidingWindow int
 
 	// DeepSeek attention. MLA selects the split attn_k_b/attn_v_b layout with one shared KV
 	// head (what current llama.cpp converters write); otherwise one attn_kv_b holds per head
@@ -113,7 +119,7 @@ func (s *Spec) Validate() error {
 		return fmt.Errorf("spec %q: %s", s.Name, fmt.Sprintf(format, args...))
 	}
 	switch s.Arch {
-	case ArchLlama, ArchQwen2, ArchQwen2MoE, ArchQwen3, ArchQwen3MoE, ArchOLMoE, ArchDeepSeek2, ArchGLM4MoE:
+	case ArchLlama, ArchQwen2, ArchQwen2MoE, ArchQwen3, ArchQwen3MoE, ArchOLMoE, ArchDeepSeek2, ArchGLM4MoE, ArchGPTOSS:
 	default:
 		return fail("unknown architecture %q", s.Arch)
 	}
@@ -129,7 +135,7 @@ func (s *Spec) Validate() error {
 	if s.Heads%s.headsKV() != 0 {
 		return fail("heads %d not a multiple of kv heads %d", s.Heads, s.headsKV())
 	}
-	moeArch := s.Arch == ArchQwen2MoE || s.Arch == ArchQwen3MoE || s.Arch == ArchOLMoE || s.Arch == ArchDeepSeek2 || s.Arch == ArchGLM4MoE
+	moeArch := s.Arch == ArchQwen2MoE || s.Arch == ArchQwen3MoE || s.Arch == ArchOLMoE || s.Arch == ArchDeepSeek2 || s.Arch == ArchGLM4MoE || s.Arch == ArchGPTOSS
 	if moeArch && s.Experts == 0 {
 		return fail("%s needs experts", s.Arch)
 	}
@@ -168,6 +174,9 @@ func (s *Spec) Validate() error {
 		}
 	} else if s.NextN != 0 {
 		return fail("only glm4moe has next-token-prediction blocks")
+	}
+	if err := s.validateGPTOSS(); err != nil {
+		return fail("%v", err)
 	}
 	if s.ExpertGroups > 1 && (s.Experts%s.ExpertGroups != 0 || s.ExpertGroups >= s.Experts ||
 		s.ExpertGroupsUsed <= 0 || s.ExpertGroupsUsed >= s.ExpertGroups) {

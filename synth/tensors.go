@@ -68,7 +68,7 @@ func (s *Spec) tensorDefs() ([]tensorDef, error) {
 	for il := 0; il < s.Layers; il++ {
 		b := blockDefs{defList: &d, prefix: fmt.Sprintf("blk.%d.", il), il: il}
 		b.norm(b.prefix+"attn_norm.weight", "attn_norm", il, n)
-		if s.Arch == ArchGLM4MoE {
+		if s.Arch == ArchGLM4MoE || s.Arch == ArchGPTOSS {
 			b.norm(b.prefix+"post_attention_norm.weight", "post_attention_norm", il, n)
 		} else {
 			b.norm(b.prefix+"ffn_norm.weight", "ffn_norm", il, n)
@@ -144,6 +144,8 @@ func (s *Spec) attention(b blockDefs) {
 	case ArchOLMoE:
 		b.norm(p+"attn_q_norm.weight", "attn_q_norm", il, s.Heads*hd)
 		b.norm(p+"attn_k_norm.weight", "attn_k_norm", il, hkv*hd)
+	case ArchGPTOSS:
+		s.gptossAttention(b)
 	}
 }
 
@@ -179,6 +181,10 @@ func (s *Spec) moeFFN(b blockDefs) {
 	e, f := s.Experts, s.ExpertFFN
 	b.ts = append(b.ts, tensorDef{name: p + "ffn_gate_inp.weight", shape: u64([]int{n, e}), role: "ffn_gate_inp",
 		layer: il, init: initRouter, std: gain(routerGain, n)})
+	if s.Arch == ArchGPTOSS {
+		s.gptossExperts(b)
+		return
+	}
 	b.w("ffn_gate_exps", gain(ffnGain, n), n, f, e)
 	b.w("ffn_up_exps", gain(ffnGain, n), n, f, e)
 	b.w("ffn_down_exps", gain(1, f), f, n, e)

@@ -86,7 +86,9 @@ func (s *Spec) metadata(voc *vocab) ggml.KV {
 		kv[a+"rope.scaling.type"] = "yarn"
 		kv[a+"rope.scaling.factor"] = y.Factor
 		kv[a+"rope.scaling.original_context_length"] = uint32(y.OrigContext)
-		kv[a+"rope.scaling.yarn_log_multiplier"] = y.LogMultiplier
+		if y.LogMultiplier != 0 {
+			kv[a+"rope.scaling.yarn_log_multiplier"] = y.LogMultiplier
+		}
 	}
 	return kv
 }
@@ -127,6 +129,8 @@ func (s *Spec) archMetadata(kv ggml.KV) {
 		kv[a+"expert_gating_func"] = uint32(2) // sigmoid
 		kv[a+"rope.dimension_count"] = uint32(s.RopeDim)
 		kv[a+"nextn_predict_layers"] = uint32(s.NextN)
+	case ArchGPTOSS:
+		s.gptossMetadata(kv)
 	}
 	if s.ExpertGroups > 1 {
 		kv[a+"expert_group_count"] = uint32(s.ExpertGroups)
