@@ -294,6 +294,11 @@ func (c *opCall) kvCache(d32 []float32, d16 []uint16, what string) DevicePtr {
 func (g *GPU) Attend(out, q []float32, kv *device.KVLayer, pos0, T int, a *device.AttnShape) {
 	c := g.begin("attention")
 	defer c.end()
+	if a.Window != 0 || a.Sinks != nil {
+		// The kernels have neither: running them would attend as another model does.
+		c.err = fmt.Errorf("sliding-window attention and attention sinks have no CUDA kernel")
+		return
+	}
 	qp, op := c.f(q, "the queries"), c.f(out, "the output")
 	var kp, vp DevicePtr
 	name := "attn_f32"

@@ -29,6 +29,9 @@ func (m *Model) openEP(path string) error {
 	if err := m.checkEP(o); err != nil {
 		return err
 	}
+	if err := m.checkHostOnly(); err != nil {
+		return err
+	}
 	if o.Gamma == 0 {
 		o.Gamma = 1.5
 	}

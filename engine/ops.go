@@ -16,6 +16,9 @@ import (
 // logits. That needs every layer's attention to compute with Ops alone (models.OnDevice).
 // Everywhere else the host's Ops compute, the CPU reference.
 func (m *Model) setupOps() error {
+	if err := m.checkHostOnly(); err != nil {
+		return err
+	}
 	m.ops = models.HostOps{K: m.dev}
 	if !m.resident {
 		if m.replay != nil {
