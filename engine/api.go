@@ -19,6 +19,7 @@ import (
 	"context"
 
 	"github.com/commit-run/commit-run/device"
+	"github.com/commit-run/commit-run/grammar"
 	"github.com/commit-run/commit-run/multigpu"
 	"github.com/commit-run/commit-run/sample"
 	"github.com/commit-run/commit-run/sim"
@@ -162,6 +163,11 @@ type GenerateOptions struct {
 	// most likely tokens at its position: Token.Logprob and Result.Logprobs.
 	Logprobs    bool
 	TopLogprobs int
+	// Grammar, when set, holds the output to a JSON value (package grammar): a token that
+	// cannot continue it is never drawn, end-of-generation is allowed only once the value is
+	// whole (even with IgnoreEOS, since nothing may follow), and generation stops as soon as
+	// nothing may follow it (StopGrammar). MaxTokens still cuts the value short.
+	Grammar *grammar.Grammar
 }
 
 // Token is one generated token.
@@ -189,6 +195,8 @@ const (
 	StopString    StopReason = "stop"
 	StopMaxTokens StopReason = "length"
 	StopContext   StopReason = "context"
+	// StopGrammar: GenerateOptions.Grammar's value is whole and nothing may follow it.
+	StopGrammar StopReason = "grammar"
 )
 
 // Result summarises one generation.

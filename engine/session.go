@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -8,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/commit-run/commit-run/grammar"
 	"github.com/commit-run/commit-run/models"
 	"github.com/commit-run/commit-run/sample"
 	"github.com/commit-run/commit-run/tokenizer"
@@ -273,6 +275,7 @@ type generation struct {
 	// joined: a member of the model's batched steps, which it leaves when done.
 	joined     bool
 	lpBuf, raw []float32 // log-probabilities' scratch, and the logits before the sampler
+	gram       *grammar.Matcher
 }
 
 func (s *Session) newGeneration(opts GenerateOptions, res *Result, vocab int) *generation {
@@ -280,6 +283,10 @@ func (s *Session) newGeneration(opts GenerateOptions, res *Result, vocab int) *g
 		dec: s.m.tok.NewStreamDecoder(), stop: sample.NewStops(opts.Stop)}
 	if opts.Logprobs {
 		g.lpBuf, g.raw = make([]float32, vocab), make([]float32, vocab)
+	}
+	if opts.Grammar != nil {
+		g.gram = grammar.NewMatcher(s.m.grammarVocab(), opts.Grammar)
+		g.smp.SetFilter(g.gram)
 	}
 	return g
 }
@@ -317,7 +324,12 @@ func (g *generation) next(logits []float32) (id int32, done bool, err error) {
 		copy(g.raw, logits) // the model's distribution, before the sampler changes logits
 	}
 	id = g.smp.Sample(logits, g.s.tokens)
-	if !opts.IgnoreEOS && g.s.m.tok.IsEOG(id) {
+	if g.gram != nil {
+		if err := g.gram.Err(); err != nil || id < 0 {
+			return id, true, fmt.Errorf("%s after %q: %w", opts.Grammar, res.Text, cmp.Or(err, errNoToken))
+		}
+	}
+	if (!opts.IgnoreEOS || g.gram != nil) && g.s.m.tok.IsEOG(id) {
 		res.Reason = StopEOS
 		return id, true, g.flush()
 	}
@@ -336,6 +348,8 @@ func (g *generation) next(logits []float32) (id int32, done bool, err error) {
 	case hit:
 		res.Reason = StopString
 		return id, true, nil
+	case g.gram != nil && g.gram.Done():
+		res.Reason = StopGrammar
 	case opts.MaxTokens > 0 && len(res.Tokens) >= opts.MaxTokens:
 		res.Reason = StopMaxTokens
 	case len(g.s.tokens) >= g.s.m.nctx:

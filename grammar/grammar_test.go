@@ -51,8 +51,17 @@ func TestMatch(t *testing.T) {
 		{JSON(), "\"\xed\xa0\x80\"", false}, // an encoded surrogate
 		{JSON(), "\"tab\there\"", false},    // a control character
 		{JSON(), `{}` + " ", false},         // nothing follows the value
-		{JSON(), strings.Repeat(" ", MaxWhitespace) + "1", true},
-		{JSON(), strings.Repeat(" ", MaxWhitespace+1) + "1", false},
+		{JSON(), "\n1", true},
+		{JSON(), "\n 1", false}, // no indentation outside a container
+		{JSON(), "[[\n" + strings.Repeat(" ", 2*IndentPerLevel) + "1]]", true},
+		{JSON(), "[[\n" + strings.Repeat(" ", 2*IndentPerLevel+1) + "1]]", false},
+		{JSON(), strings.Repeat("[", 10) + "\n" + strings.Repeat("\t", MaxIndent) + "1" + strings.Repeat("]", 10), true},
+		{JSON(), strings.Repeat("[", 10) + "\n" + strings.Repeat("\t", MaxIndent+1) + "1" + strings.Repeat("]", 10), false},
+		{JSON(), "[1,\n\t 2]", true},
+		{JSON(), "[1, \n2]", false}, // the newline first
+		{JSON(), "[1,\n\n2]", false},
+		{JSON(), "[1,  2]", false},
+		{JSON(), "[1,\r\n2]", false},
 		{JSON(), strings.Repeat("[", MaxDepth) + strings.Repeat("]", MaxDepth), true},
 		{JSON(), strings.Repeat("[", MaxDepth+1) + strings.Repeat("]", MaxDepth+1), false},
 		{JSON(), strings.Repeat("9", MaxIntDigits), true},
@@ -151,7 +160,8 @@ func lexicalOK(text []byte) bool {
 	if !utf8.Valid(text) || len(text) > 0 && isWS(text[len(text)-1]) {
 		return false
 	}
-	ws, depth := 0, 0
+	var gap []byte
+	depth := 0
 	in, esc := false, 0
 	for i := 0; i < len(text); i++ {
 		b := text[i]
@@ -170,12 +180,13 @@ func lexicalOK(text []byte) bool {
 			continue
 		}
 		if isWS(b) {
-			if ws++; ws > MaxWhitespace {
-				return false
-			}
+			gap = append(gap, b)
 			continue
 		}
-		ws = 0
+		if !gapOK(gap, depth) {
+			return false
+		}
+		gap = gap[:0]
 		switch {
 		case b == '"':
 			in = true
@@ -202,6 +213,18 @@ func lexicalOK(text []byte) bool {
 		}
 	}
 	return true
+}
+
+// gapOK: nothing, a space or a tab, or a newline and the indentation MaxIndent allows at
+// depth.
+func gapOK(gap []byte, depth int) bool {
+	switch {
+	case len(gap) == 0:
+		return true
+	case gap[0] == '\n':
+		return len(gap) <= min(MaxIndent, IndentPerLevel*depth)+1 && len(bytes.Trim(gap[1:], " \t")) == 0
+	}
+	return len(gap) == 1 && (gap[0] == ' ' || gap[0] == '\t')
 }
 
 // valid checks a value against a schema as the recognizer reads it: declared properties

@@ -80,8 +80,8 @@ type frame struct {
 type Recognizer struct {
 	nodes []*node
 	stack []frame
-	ws    int // whitespace bytes since the last JSON token
-	eog   bool
+	ws    int  // whitespace bytes since the last JSON token
+	nl    bool // one of them a newline
 }
 
 // Recognizer starts a text.
@@ -95,7 +95,7 @@ func (g *Grammar) Recognizer() *Recognizer {
 func (r *Recognizer) copyFrom(s *Recognizer) {
 	r.nodes = s.nodes
 	r.stack = append(r.stack[:0], s.stack...)
-	r.ws, r.eog = s.ws, s.eog
+	r.ws, r.nl = s.ws, s.nl
 }
 
 // Clone returns an independent copy.
@@ -153,19 +153,25 @@ func (r *Recognizer) canEnd(f *frame) bool {
 
 func isWS(b byte) bool { return b == ' ' || b == '\n' || b == '\t' || b == '\r' }
 
-// space takes b as whitespace between JSON tokens, within MaxWhitespace.
+// space takes b as whitespace between JSON tokens: a space or a tab, or a newline and an
+// indentation (see MaxIndent). Only a container or the top frame is on top in a gap, so
+// the stack's height is the nesting.
 func (r *Recognizer) space(b byte) bool {
-	if isWS(b) && r.ws < MaxWhitespace {
-		r.ws++
-		return true
+	switch {
+	case b == '\n' && r.ws == 0:
+		r.nl = true
+	case (b == ' ' || b == '\t') && (r.ws == 0 || r.nl && r.ws <= min(MaxIndent, IndentPerLevel*(len(r.stack)-1))):
+	default:
+		return false
 	}
-	return false
+	r.ws++
+	return true
 }
 
 // step advances over one byte; on false the state is partly changed and must be discarded.
 func (r *Recognizer) step(b byte) bool {
 	if !isWS(b) {
-		r.ws = 0
+		r.ws, r.nl = 0, false
 	}
 	for {
 		f := &r.stack[len(r.stack)-1]

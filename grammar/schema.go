@@ -24,9 +24,12 @@ import (
 // grammar would otherwise allow without end, and a hostile schema or text from costing
 // without bound.
 const (
-	// MaxWhitespace is the most whitespace bytes between two JSON tokens: enough for a
-	// pretty-printed line break and indentation, not for a model stuck on spaces.
-	MaxWhitespace = 20
+	// MaxIndent bounds the whitespace between two JSON tokens, which is nothing, a space
+	// or a tab, or a newline and an indentation of up to IndentPerLevel spaces or tabs per
+	// object or array open, MaxIndent at most: pretty-printing's line break and indentation,
+	// never a model stuck on blank lines or spaces.
+	MaxIndent      = 20
+	IndentPerLevel = 4
 	// MaxDepth is the most objects and arrays open at once.
 	MaxDepth = 32
 	// MaxIntDigits, MaxFracDigits and MaxExpDigits bound a number's integer part, fraction
