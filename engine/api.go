@@ -249,7 +249,17 @@ type Info struct {
 	ExpertGroups, ExpertGroupsUsed int
 	ExpertWeightsNorm              bool
 	ExpertWeightsScale             float32
-	Parameters                     int64
+	// RouterBias says the router's logits have a bias (gpt-oss's ffn_gate_inp.bias), which
+	// steers the choice and the weights alike; ExpertBiases that the experts' products have
+	// biases; Activation is the experts' ("swiglu", or gpt-oss's clamped "swiglu-oai").
+	RouterBias, ExpertBiases bool
+	Activation               string
+	// SlidingWindow is the positions a sliding-window layer attends to (0: none) and
+	// SlidingLayers how many layers have it; AttentionSinks says the heads have sink logits
+	// that take part of the softmax (gpt-oss).
+	SlidingWindow, SlidingLayers int
+	AttentionSinks               bool
+	Parameters                   int64
 	// NextN and SkippedParameters are the blocks after Layers the file holds but no pass
 	// runs (GLM's multi-token prediction) and their weights, which no other count includes.
 	NextN             int

@@ -360,6 +360,18 @@ func describe(f *models.File, m *models.Model) Info {
 			info.SelectionBias = moe.SelectionBias != nil
 			info.ExpertGroups, info.ExpertGroupsUsed = moe.Groups, moe.GroupsUsed
 			info.ExpertWeightsNorm, info.ExpertWeightsScale = moe.NormWeights, moe.WeightsScale
+			info.RouterBias, info.ExpertBiases = moe.RouterBias != nil, moe.GateBias != nil || moe.UpBias != nil || moe.DownBias != nil
+			info.Activation = "swiglu"
+			if moe.OAI != nil {
+				info.Activation = "swiglu-oai"
+			}
+		}
+		if a, ok := l.Attn.(*models.StdAttention); ok {
+			if a.Window > 0 {
+				info.SlidingWindow = a.Window
+				info.SlidingLayers++
+			}
+			info.AttentionSinks = info.AttentionSinks || a.Sinks != nil
 		}
 	}
 	for _, t := range f.Tensors {

@@ -37,6 +37,12 @@ type inspectJSON struct {
 	ExpertGroupsUsed int              `json:"expert_groups_used,omitempty"`
 	WeightsNorm      bool             `json:"expert_weights_norm,omitempty"`
 	WeightsScale     float32          `json:"expert_weights_scale,omitempty"`
+	RouterBias       bool             `json:"router_bias,omitempty"`
+	ExpertBiases     bool             `json:"expert_biases,omitempty"`
+	Activation       string           `json:"activation,omitempty"`
+	SlidingWindow    int              `json:"sliding_window,omitempty"`
+	SlidingLayers    int              `json:"sliding_window_layers,omitempty"`
+	AttentionSinks   bool             `json:"attention_sinks,omitempty"`
 	Parameters       int64            `json:"parameters"`
 	ExpertParameters int64            `json:"expert_parameters"`
 	ExpertBytes      int64            `json:"expert_bytes"`
@@ -186,6 +192,8 @@ func toInspectJSON(in *engine.Info) inspectJSON {
 		Experts: in.Experts, ExpertsUsed: in.ExpertsUsed, SharedExperts: in.SharedExperts, ExpertFFN: in.ExpertFFN,
 		Gating: in.Gating, SelectionBias: in.SelectionBias, ExpertGroups: in.ExpertGroups, ExpertGroupsUsed: in.ExpertGroupsUsed,
 		WeightsNorm: in.ExpertWeightsNorm, WeightsScale: in.ExpertWeightsScale,
+		RouterBias: in.RouterBias, ExpertBiases: in.ExpertBiases, Activation: in.Activation,
+		SlidingWindow: in.SlidingWindow, SlidingLayers: in.SlidingLayers, AttentionSinks: in.AttentionSinks,
 		Parameters: in.Parameters, ExpertParameters: in.ExpertParameters,
 		ExpertBytes: in.ExpertBytes, NonExpertBytes: in.NonExpertBytes,
 		ExpertShare:     share(in.ExpertBytes, in.ExpertBytes+in.NonExpertBytes),
@@ -221,8 +229,11 @@ func printInfo(w io.Writer, in *engine.Info) error {
 	row("heads", "%d (kv %d)", in.Heads, in.HeadsKV)
 	row("vocab", "%d", in.Vocab)
 	row("context", "%d", in.Context)
+	if at := attentionText(in); at != "" {
+		row("attention", "%s", at)
+	}
 	if in.Experts > 0 {
-		row("experts", "%d routed, top-%d, %d shared, expert ffn %d", in.Experts, in.ExpertsUsed, in.SharedExperts, in.ExpertFFN)
+		row("experts", "%d routed, top-%d, %d shared, expert ffn %d%s", in.Experts, in.ExpertsUsed, in.SharedExperts, in.ExpertFFN, expertText(in))
 		row("routing", "%s", routingText(in))
 	} else {
 		row("experts", "none (dense model)")
@@ -257,6 +268,9 @@ func printInfo(w io.Writer, in *engine.Info) error {
 // router applies the steps.
 func routingText(in *engine.Info) string {
 	parts := []string{in.Gating}
+	if in.RouterBias {
+		parts[0] = "biased logits, " + in.Gating
+	}
 	if in.SelectionBias {
 		parts = append(parts, "selection bias")
 	}
@@ -270,4 +284,32 @@ func routingText(in *engine.Info) string {
 		parts = append(parts, fmt.Sprintf("scaled by %g", in.ExpertWeightsScale))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// attentionText says what a model's attention has beyond causal softmax over every position
+// (empty: nothing).
+func attentionText(in *engine.Info) string {
+	var parts []string
+	if in.SlidingWindow > 0 {
+		parts = append(parts, fmt.Sprintf("sliding window of %d positions on %d of %d layers", in.SlidingWindow, in.SlidingLayers, in.Layers))
+	}
+	if in.AttentionSinks {
+		parts = append(parts, "a sink logit per head")
+	}
+	return strings.Join(parts, ", ")
+}
+
+// expertText says how the experts differ from plain SwiGLU blocks (empty: they do not).
+func expertText(in *engine.Info) string {
+	var parts []string
+	if in.ExpertBiases {
+		parts = append(parts, "biased")
+	}
+	if in.Activation != "" && in.Activation != "swiglu" {
+		parts = append(parts, in.Activation)
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
 }
