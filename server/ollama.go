@@ -55,8 +55,8 @@ func (s *Server) ollamaChat(w http.ResponseWriter, r *http.Request) {
 	if !s.ollamaCheck(w, r, &q, func() string { return q.Model }) {
 		return
 	}
-	if len(q.Tools) > 0 || present(q.Format) {
-		ollamaError(w, http.StatusBadRequest, "tools and format are not supported by this server")
+	if len(q.Tools) > 0 {
+		ollamaError(w, http.StatusBadRequest, "tools are not supported by this server")
 		return
 	}
 	if len(q.Messages) == 0 {
@@ -81,7 +81,7 @@ func (s *Server) ollamaChat(w http.ResponseWriter, r *http.Request) {
 		ollamaError(w, rerr.status, "%s", rerr.msg)
 		return
 	}
-	s.ollamaGenerate(w, r, ids, q.Options, q.Stream, true, true)
+	s.ollamaGenerate(w, r, ids, q.Options, q.Format, q.Stream, true, true)
 }
 
 func (s *Server) ollamaGenerateRoute(w http.ResponseWriter, r *http.Request) {
@@ -89,8 +89,8 @@ func (s *Server) ollamaGenerateRoute(w http.ResponseWriter, r *http.Request) {
 	if !s.ollamaCheck(w, r, &q, func() string { return q.Model }) {
 		return
 	}
-	if present(q.Format) || len(q.Images) > 0 || q.Suffix != "" || q.Template != "" || len(q.Context) > 0 {
-		ollamaError(w, http.StatusBadRequest, "format, images, suffix, template and context are not supported by this server")
+	if len(q.Images) > 0 || q.Suffix != "" || q.Template != "" || len(q.Context) > 0 {
+		ollamaError(w, http.StatusBadRequest, "images, suffix, template and context are not supported by this server")
 		return
 	}
 	if q.Prompt == "" {
@@ -117,13 +117,18 @@ func (s *Server) ollamaGenerateRoute(w http.ResponseWriter, r *http.Request) {
 		ollamaError(w, http.StatusBadRequest, "prompt: %v", err)
 		return
 	}
-	s.ollamaGenerate(w, r, ids, q.Options, q.Stream, false, !q.Raw)
+	s.ollamaGenerate(w, r, ids, q.Options, q.Format, q.Stream, false, !q.Raw)
 }
 
-// ollamaOptions are ollama's options (its defaults, then the request's) as the engine's, for
-// a prompt of promptLen tokens, with the model's chat stop strings when it is templated.
-func (s *Server) ollamaOptions(raw map[string]any, promptLen int, templated bool) (engine.GenerateOptions, error) {
+// ollamaOptions are ollama's options (its defaults, then the request's) and format as the
+// engine's, for a prompt of promptLen tokens, with the model's chat stop strings when it is
+// templated and free.
+func (s *Server) ollamaOptions(raw map[string]any, format json.RawMessage, promptLen int, templated bool) (engine.GenerateOptions, error) {
 	var g engine.GenerateOptions
+	var err error
+	if g.Grammar, err = ollamaFormat(format); err != nil {
+		return g, err
+	}
 	o := api.DefaultOptions()
 	if err := o.FromMap(raw); err != nil {
 		return g, err
@@ -156,8 +161,8 @@ func (s *Server) ollamaOptions(raw map[string]any, promptLen int, templated bool
 		g.Sampler.Seed = uint64(time.Now().UnixNano())
 	}
 	g.Stop = slices.DeleteFunc(slices.Clone(o.Stop), func(s string) bool { return s == "" })
-	if templated {
-		g.Stop = append(g.Stop, s.model.Info().ChatStop...)
+	if templated && g.Grammar == nil {
+		g.Stop = append(g.Stop, s.model.Info().ChatStop...) // as in options, for OpenAI's API
 	}
 	return g, nil
 }
@@ -189,9 +194,9 @@ func ollamaRanges(o *api.Options) error {
 // lines (/api/chat's when chat, else /api/generate's), the last with done and the timings,
 // or (stream false) that last line alone with the whole text. templated says the prompt went
 // through the chat template, so that the model's chat stop strings apply.
-func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request, ids []int32, raw map[string]any, stream *bool, chat, templated bool) {
+func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request, ids []int32, raw map[string]any, format json.RawMessage, stream *bool, chat, templated bool) {
 	start := time.Now()
-	opts, err := s.ollamaOptions(raw, len(ids), templated)
+	opts, err := s.ollamaOptions(raw, format, len(ids), templated)
 	if err != nil {
 		ollamaError(w, http.StatusBadRequest, "%v", err)
 		return

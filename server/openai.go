@@ -158,6 +158,9 @@ func (s *Server) options(q *sampling, promptLen int, chat bool) (engine.Generate
 		return o, err
 	}
 	o.IgnoreEOS = q.IgnoreEOS
+	if o.Grammar, err = responseFormat(q.ResponseFormat); err != nil {
+		return o, err
+	}
 	if err := logprobOptions(q, chat, &o); err != nil {
 		return o, err
 	}
@@ -171,7 +174,9 @@ func (s *Server) options(q *sampling, promptLen int, chat bool) (engine.Generate
 		return o, serr
 	}
 	o.Stop = stops
-	if chat {
+	if chat && o.Grammar == nil {
+		// The model's chat stops are for models that never learnt to end a turn: a grammar
+		// ends it, and its strings may be text inside the value.
 		o.Stop = append(o.Stop, s.model.Info().ChatStop...)
 	}
 	return o, nil
@@ -191,8 +196,6 @@ func unsupportedFields(q *sampling) *reqError {
 		return unsupported("tools", "tool calling")
 	case present(q.LogitBias) && string(q.LogitBias) != "{}":
 		return unsupported("logit_bias", "a logit bias")
-	case present(q.ResponseFormat) && !textFormat(q.ResponseFormat):
-		return unsupported("response_format", "a response format other than text")
 	case q.Echo:
 		return unsupported("echo", "echoing the prompt")
 	case q.Suffix != nil && *q.Suffix != "":
@@ -330,13 +333,6 @@ func logprobOptions(q *sampling, chat bool, o *engine.GenerateOptions) *reqError
 
 func present(raw json.RawMessage) bool {
 	return len(raw) > 0 && string(raw) != "null" && string(raw) != "[]"
-}
-
-func textFormat(raw json.RawMessage) bool {
-	var f struct {
-		Type string `json:"type"`
-	}
-	return json.Unmarshal(raw, &f) == nil && f.Type == "text"
 }
 
 // stopStrings reads stop: null, a string, or an array of up to 4 strings.
