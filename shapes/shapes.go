@@ -23,6 +23,7 @@ var shapeArchs = map[string]string{
 	"qwen3-30b-a3b":     synth.ArchQwen3MoE,
 	"olmoe-1b-7b":       synth.ArchOLMoE,
 	"deepseek-v2-lite":  synth.ArchDeepSeek2,
+	"glm-4.5-air":       synth.ArchGLM4MoE,
 }
 
 // shapeSpec is synth's spec of a public shape NAME[@TYPE], named NAME@TYPE.

@@ -39,6 +39,14 @@ var realShapes = map[string]Spec{
 		ExpertWeightsScale: 1, MLA: true, KVLoraRank: 512, RopeDim: 64, QKNopeDim: 128, VHeadDim: 128,
 		Context: 163840, RopeBase: 10000, Eps: 1e-6,
 		YaRN: &YaRN{Factor: 40, OrigContext: 4096, LogMultiplier: 0.0707}},
+	// GLM-4.5-Air: 46 layers and the nextn block (block_count 47), 96 heads of 128 over 8 KV
+	// heads, half of each head rotated, q/k/v biases, one dense layer (10944) then 128
+	// experts of 1408 top-8 with a shared one, sigmoid with the selection bias, renormalised,
+	// scale 1, one expert group. Its tokenizer is GLM's; the synthetic one is Qwen2's.
+	ArchGLM4MoE: {Arch: ArchGLM4MoE, Tokenizer: TokQwen2, Vocab: 151552, Layers: 47, Embd: 4096, Heads: 96,
+		HeadsKV: 8, HeadDim: 128, RopeDim: 64, FFN: 10944, LeadingDense: 1, Experts: 128, ExpertsUsed: 8,
+		ExpertFFN: 1408, SharedExperts: 1, ExpertWeightsScale: 1, ExpertWeightsNorm: true, NextN: 1,
+		Context: 131072, RopeBase: 1e6, Eps: 1e-5},
 	// Dense Llama-2-7B, Qwen2-1.5B and Qwen3-1.7B, for comparisons with dense models.
 	ArchQwen2: {Arch: ArchQwen2, Tokenizer: TokQwen2, Vocab: 151936, Layers: 28, Embd: 1536, Heads: 12, HeadsKV: 2,
 		FFN: 8960, Context: 32768, RopeBase: 1e6, Eps: 1e-6},
@@ -79,6 +87,9 @@ func Bench(arch string, o BenchOptions) (Spec, error) {
 	}
 	if s.LeadingDense >= s.Layers {
 		s.LeadingDense = 0
+	}
+	if s.NextN >= s.Layers-s.LeadingDense {
+		s.NextN = 0 // too few layers left to spare one for next-token prediction
 	}
 	s.Seed = o.Seed
 	if s.Seed == 0 {

@@ -53,7 +53,7 @@ func TestGLM4MoESpec(t *testing.T) {
 		{func(s *Spec) { s.ExpertGroups = 3 }, "expert groups"},
 		{func(s *Spec) { s.ExpertGroupsUsed = 4 }, "expert groups"},
 		{func(s *Spec) { s.SharedExperts = 0 }, "shared experts"},
-		{func(s *Spec) { s.Arch = ArchQwen3MoE }, "only glm4moe"},
+		{func(s *Spec) { s.Arch = ArchQwen3MoE }, "only glm4moe and deepseek2"},
 	} {
 		b := s
 		bad.change(&b)

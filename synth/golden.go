@@ -51,12 +51,12 @@ var Bases = map[string]Spec{
 		MLA: false, KVLoraRank: 128, RopeDim: 16, QKNopeDim: 32, VHeadDim: 32,
 		Context: 163840, RopeBase: 10000, Eps: 1e-6,
 		YaRN: &YaRN{Factor: 40, OrigContext: 4096, LogMultiplier: 0.0707}},
-	// DeepSeek-V3 / Moonlight routing on the V2-Lite MLA shape: sigmoid gating with the
-	// selection bias, 16 experts in 4 groups of which the best 2 compete, renormalised and
-	// scaled weights.
+	// DeepSeek-V3 / Moonlight / GLM-4.7-Flash routing on the V2-Lite MLA shape: sigmoid gating
+	// with the selection bias, 16 experts in 4 groups of which the best 2 compete,
+	// renormalised and scaled weights, and GLM-4.7-Flash's nextn block at the end, not run.
 	"deepseek2-v3": {Arch: ArchDeepSeek2, Seed: 0x64736b33, Tokenizer: TokDeepSeek, Vocab: 440,
-		Layers: 3, Embd: 256, Heads: 4, FFN: 384, LeadingDense: 1,
-		Experts: 16, ExpertsUsed: 4, ExpertFFN: 128, SharedExperts: 1,
+		Layers: 4, NextN: 1, Embd: 256, Heads: 4, FFN: 384, LeadingDense: 1,
+		Experts: 16, ExpertsUsed: 4, ExpertFFN: 64, SharedExperts: 1,
 		ExpertWeightsScale: 2.5, ExpertWeightsNorm: true, SigmoidGating: true, ExpertGroups: 4, ExpertGroupsUsed: 2,
 		MLA: true, KVLoraRank: 128, RopeDim: 16, QKNopeDim: 32, VHeadDim: 32,
 		Context: 163840, RopeBase: 10000, Eps: 1e-6,

@@ -59,8 +59,8 @@ type Spec struct {
 	// ExpertGroups > 1 limits the choice to the ExpertGroupsUsed best groups of experts
 	// (expert_group_count, expert_group_used_count).
 	ExpertGroups, ExpertGroupsUsed int
-	// NextN is glm4moe's nextn_predict_layers: the last NextN of Layers are the
-	// multi-token-prediction blocks, which llama.cpp loads but does not run.
+	// NextN is nextn_predict_layers (glm4moe; GLM-4.7-Flash as deepseek2): the last NextN of
+	// Layers are the multi-token-prediction blocks, which llama.cpp loads but does not run.
 	NextN int
 	// SlidingWindow is gpt-oss's attention.sliding_window: the even layers see only the last
 	// SlidingWindow positions.
@@ -129,7 +129,7 @@ func (s *Spec) Validate() error {
 	if s.Layers <= 0 || s.Embd <= 0 || s.Heads <= 0 || s.Vocab <= 0 {
 		return fail("layers, embd, heads and vocab must be positive")
 	}
-	if s.Embd%s.Heads != 0 {
+	if s.HeadDim == 0 && s.Embd%s.Heads != 0 { // with HeadDim the heads need not tile the width (GLM-4.5-Air)
 		return fail("embd %d not a multiple of heads %d", s.Embd, s.Heads)
 	}
 	if s.Heads%s.headsKV() != 0 {
@@ -169,11 +169,12 @@ func (s *Spec) Validate() error {
 		if s.RopeDim <= 0 || s.RopeDim > s.headDim() || s.RopeDim%2 != 0 {
 			return fail("glm4moe rope dimension %d does not fit head %d", s.RopeDim, s.headDim())
 		}
-		if s.NextN < 0 || s.NextN >= s.Layers-s.LeadingDense {
-			return fail("%d next-token-prediction blocks leave no MoE layer of %d", s.NextN, s.Layers)
-		}
-	} else if s.NextN != 0 {
-		return fail("only glm4moe has next-token-prediction blocks")
+	}
+	if s.NextN != 0 && s.Arch != ArchGLM4MoE && s.Arch != ArchDeepSeek2 {
+		return fail("only glm4moe and deepseek2 (GLM-4.7-Flash) have next-token-prediction blocks")
+	}
+	if s.NextN < 0 || s.NextN > 0 && s.NextN >= s.Layers-s.LeadingDense {
+		return fail("%d next-token-prediction blocks leave no MoE layer of %d", s.NextN, s.Layers)
 	}
 	if err := s.validateGPTOSS(); err != nil {
 		return fail("%v", err)

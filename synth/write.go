@@ -128,9 +128,11 @@ func (s *Spec) archMetadata(kv ggml.KV) {
 		kv[a+"expert_weights_scale"] = s.ExpertWeightsScale
 		kv[a+"expert_gating_func"] = uint32(2) // sigmoid
 		kv[a+"rope.dimension_count"] = uint32(s.RopeDim)
-		kv[a+"nextn_predict_layers"] = uint32(s.NextN)
 	case ArchGPTOSS:
 		s.gptossMetadata(kv)
+	}
+	if s.NextN > 0 {
+		kv[a+"nextn_predict_layers"] = uint32(s.NextN)
 	}
 	if s.ExpertGroups > 1 {
 		kv[a+"expert_group_count"] = uint32(s.ExpertGroups)
