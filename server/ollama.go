@@ -239,17 +239,7 @@ func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request, ids []in
 	res, err := sess.Generate(r.Context(), ids, opts)
 	release()
 	if err != nil {
-		// ollama's error line, and no done: its clients raise it instead of taking a cut
-		// answer for a whole one.
-		status, msg := failure(r, err)
-		if streaming {
-			enc.Encode(map[string]string{"error": msg})
-			return
-		}
-		if status == http.StatusServiceUnavailable {
-			w.Header().Set("Retry-After", "1")
-		}
-		ollamaError(w, status, "%s", msg)
+		ollamaFailed(w, r, enc, err, streaming)
 		return
 	}
 	text := ""
@@ -274,6 +264,21 @@ func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request, ids []in
 	if fl != nil {
 		fl.Flush()
 	}
+}
+
+// ollamaFailed answers a generation that ended in err: ollama's error line in a stream, and
+// no done line, which its clients raise instead of taking a cut answer for a whole one; or
+// the error with its status.
+func ollamaFailed(w http.ResponseWriter, r *http.Request, enc *json.Encoder, err error, streaming bool) {
+	status, msg := failure(r, err)
+	if streaming {
+		enc.Encode(map[string]string{"error": msg})
+		return
+	}
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	ollamaError(w, status, "%s", msg)
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
