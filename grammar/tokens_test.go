@@ -108,8 +108,13 @@ func TestMatcherRefuses(t *testing.T) {
 	}
 }
 
-// qwen3 loads the vocabulary of Qwen3 (151,936 tokens: 151,643 byte-level BPE tokens, the
-// special ones, and padding) from the tokenizer's test data.
+// qwen3 loads the vocabulary of Qwen3 from the tokenizer's test data (a vocab-only GGUF of
+// the real tokenizer): 151,669 tokens, byte-level BPE and the special ones.
+//
+// qwen3Logits is the size of Qwen3's output, padded beyond the vocabulary: the filter masks
+// the padding too.
+const qwen3Logits = 151936
+
 func qwen3(tb testing.TB) (*tokenizer.Tokenizer, *Vocab) {
 	f, err := os.Open(filepath.Join("..", "tokenizer", "testdata", "qwen3.gguf.gz"))
 	if err != nil {
@@ -170,13 +175,18 @@ func TestQwen3Document(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logits := make([]float32, v.Size())
+	logits := make([]float32, qwen3Logits)
 	for _, g := range []*Grammar{JSON(), JSONObject(), schema} {
 		m := NewMatcher(v, g)
 		for i, id := range ids {
 			clear(logits)
 			if !m.Mask(logits) || math.IsInf(float64(logits[id]), -1) {
 				t.Fatalf("%s: token %d (%q) of the document refused", g, i, tok.TokenText(id))
+			}
+			for j := v.Size(); j < qwen3Logits; j++ {
+				if !math.IsInf(float64(logits[j]), -1) {
+					t.Fatalf("%s: padding row %d allowed", g, j)
+				}
 			}
 			m.Accept(id)
 		}
@@ -198,9 +208,10 @@ func TestQwen3Document(t *testing.T) {
 }
 
 // BenchmarkMatcher measures the time the grammar stage adds per token on Qwen3's real
-// vocabulary of 151,936 tokens (tokenizer/testdata/qwen3.gguf.gz, vocab-only): Mask and
-// Accept over the tokens of a pretty-printed document, under any JSON and under a schema,
-// averaged over the document's mix of structure, keys, numbers and string text.
+// vocabulary (tokenizer/testdata/qwen3.gguf.gz: 151,669 tokens, in logits of 151,936 as
+// Qwen3's output has them): Mask and Accept over the tokens of a pretty-printed document,
+// under any JSON and under a schema, averaged over the document's mix of structure, keys,
+// numbers and string text.
 func BenchmarkMatcher(b *testing.B) {
 	tok, v := qwen3(b)
 	ids, err := tok.Encode(benchDoc, false, false)
@@ -211,7 +222,7 @@ func BenchmarkMatcher(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	logits := make([]float32, v.Size())
+	logits := make([]float32, qwen3Logits)
 	for _, c := range []struct {
 		name string
 		g    *Grammar

@@ -56,10 +56,10 @@ func responseFormat(raw json.RawMessage) (*grammar.Grammar, *reqError) {
 // ollamaFormat reads ollama's format: "json" (an object, as ollama's JSON grammar has it) or
 // a JSON schema.
 func ollamaFormat(raw json.RawMessage) (*grammar.Grammar, error) {
+	raw = bytes.TrimSpace(raw)
 	if !present(raw) || string(raw) == `""` {
 		return nil, nil
 	}
-	raw = bytes.TrimSpace(raw)
 	if raw[0] == '"' {
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil || s != "json" {
