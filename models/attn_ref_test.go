@@ -1,6 +1,8 @@
 package models
 
 import (
+	"math"
+
 	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/quant"
 )
@@ -76,11 +78,17 @@ func (c *refCache) attendAll(out, q []float32, pos0, T int, a *device.AttnShape)
 			c.attendLatent(append([]float32(nil), qh...), a.DV, n, a.Scale, T > 1, dst)
 			continue
 		}
-		c.attend(qh, kvh*a.KHeadStride, kvh*a.VHeadStride, n, a.Scale, T > 1, dst)
+		var sink *float32
+		if a.Sinks != nil {
+			sink = &a.Sinks[h]
+		}
+		c.attend(qh, kvh*a.KHeadStride, kvh*a.VHeadStride, n, a.Scale, T > 1, dst, a.Window, sink)
 	}
 }
 
-func (c *refCache) attend(q []float32, kOff, vOff, n int, scale float32, batched bool, out []float32) {
+// attend is one query's attention over n positions: llama.cpp's masked soft_max (the
+// positions before a sliding window at -Inf, a sink in the denominator) over every position.
+func (c *refCache) attend(q []float32, kOff, vOff, n int, scale float32, batched bool, out []float32, window int, sink *float32) {
 	if c.F16 {
 		q = append([]float32(nil), q...)
 		roundF16Go(q)
@@ -90,8 +98,15 @@ func (c *refCache) attend(q []float32, kOff, vOff, n int, scale float32, batched
 	for p := 0; p < n; p++ {
 		c.rowK(p, kOff, krow)
 		scores[p] = quant.DotF32Vec(krow, q) * scale
+		if window > 0 && p <= n-1-window {
+			scores[p] = float32(math.Inf(-1))
+		}
 	}
-	SoftmaxPadded(scores)
+	if sink != nil {
+		softmaxSink(scores, *sink)
+	} else {
+		SoftmaxPadded(scores)
+	}
 	if c.F16 {
 		roundF16Go(scores)
 	}

@@ -58,10 +58,12 @@ type attnCase struct {
 	size                   int  // cache positions
 	passes                 [][2]int
 	qScale                 float64 // spread of the queries (large: scores beyond exp's range)
+	window                 int     // a sliding window (0: none)
+	sinks                  bool    // a sink logit per head
 }
 
 func (c attnCase) String() string {
-	return fmt.Sprintf("h%d/%d_dk%d_dv%d_latent%v_size%d_%v_q%g", c.heads, c.kvHeads, c.dk, c.dv, c.latent, c.size, c.passes, c.qScale)
+	return fmt.Sprintf("h%d/%d_dk%d_dv%d_latent%v_size%d_%v_q%g_w%d_sinks%v", c.heads, c.kvHeads, c.dk, c.dv, c.latent, c.size, c.passes, c.qScale, c.window, c.sinks)
 }
 
 func (c attnCase) shape() *device.AttnShape {
@@ -70,6 +72,13 @@ func (c attnCase) shape() *device.AttnShape {
 		a.KVHeads, a.Latent = 1, true
 	} else {
 		a.KHeadStride, a.VHeadStride = c.dk, c.dv
+	}
+	a.Window = c.window
+	if c.sinks {
+		// Sinks above, among and below the scores.
+		for h := range c.heads {
+			a.Sinks = append(a.Sinks, float32(h%3-1)*2.5+0.3)
+		}
 	}
 	return a
 }
@@ -108,6 +117,16 @@ func attnCases() []attnCase {
 			)
 		}
 	}
+	// gpt-oss's attention: sinks, with and without a sliding window shorter than the passes,
+	// across 64-position boundaries.
+	for _, p := range passes[1:] {
+		for _, w := range []int{0, 4, 40} {
+			cs = append(cs, attnCase{heads: 8, kvHeads: 2, dk: 64, dv: 64, size: 140, passes: p, qScale: 1.5, window: w, sinks: true})
+		}
+		cs = append(cs, attnCase{heads: 3, kvHeads: 1, dk: 100, dv: 72, size: 140, passes: p, qScale: 1, window: 9})
+	}
+	cs = append(cs, attnCase{heads: 2, kvHeads: 1, dk: 64, dv: 64, size: 300, passes: [][2]int{{0, 150}, {150, 1}, {151, 1}, {152, 100}, {252, 1}},
+		qScale: 1, window: 70, sinks: true})
 	// Scores far apart: most exponentials underflow (|n| > 192 and below).
 	cs = append(cs,
 		attnCase{heads: 2, kvHeads: 1, dk: 64, dv: 64, size: 200, passes: [][2]int{{0, 100}, {100, 1}}, qScale: 60},
