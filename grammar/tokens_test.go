@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/commit-run/commit-run/tokenizer"
@@ -242,4 +243,53 @@ func BenchmarkMatcher(b *testing.B) {
 			b.ReportMetric(b.Elapsed().Seconds()*1e3/float64(tokens), "ms/token")
 		})
 	}
+}
+
+// FuzzSchemaWalk: whatever the schema, Compile does not panic, and a grammar it compiles
+// never leads to a dead end: on a vocabulary that can spell any byte, some token is allowed
+// at every step until the value is whole, and the walk's text then matches.
+func FuzzSchemaWalk(f *testing.F) {
+	for _, s := range append(slices.Clone(fuzzSchemas), `{"type": "string", "minLength": 3, "maxLength": 3}`,
+		`{"enum": ["ü", 1, 12, [1, {"a": null}]]}`, `{"type": "array", "minItems": 2, "items": {"type": "array", "items": {"type": "object"}}}`,
+		`{"anyOf": [{"const": "x"}, {"type": "integer"}, {"type": "array", "maxItems": 0}]}`) {
+		f.Add([]byte(s), uint64(1))
+	}
+	pieces := []string{"<|eos|>", `{"`, `":`, `",`, `"}`, ` "`, `true`, `null`, `12`, `abc"`, "\n    "}
+	for b := range 256 {
+		pieces = append(pieces, string([]byte{byte(b)}))
+	}
+	v := NewVocab(pieces, func(int32) bool { return false }, []int32{0})
+	logits := make([]float32, len(pieces))
+	f.Fuzz(func(t *testing.T, schema []byte, seed uint64) {
+		g, err := Compile(schema)
+		if err != nil {
+			return
+		}
+		rng := rand.New(rand.NewPCG(seed, 0))
+		m := NewMatcher(v, g)
+		var text []byte
+		for step := 0; step < 400 && !m.Done(); step++ {
+			clear(logits)
+			if !m.Mask(logits) {
+				t.Fatalf("%s: a dead end after %q", schema, text)
+			}
+			var allowed []int32
+			for id, l := range logits {
+				if !math.IsInf(float64(l), -1) {
+					allowed = append(allowed, int32(id))
+				}
+			}
+			id := allowed[rng.IntN(len(allowed))]
+			m.Accept(id)
+			if m.Err() != nil {
+				t.Fatal(m.Err())
+			}
+			if id != 0 {
+				text = append(text, pieces[id]...)
+			}
+		}
+		if m.Done() && !g.Match(text) {
+			t.Fatalf("%s: ended with %q, which does not match", schema, text)
+		}
+	})
 }
