@@ -385,7 +385,8 @@ func (s *Session) Chat(ctx context.Context, msgs []Message, opts GenerateOptions
 	if err != nil {
 		return Result{}, err
 	}
-	if stops := s.m.info.ChatStop; len(stops) > 0 {
+	// A grammar ends the turn itself, and the model's chat stops may be text inside its value.
+	if stops := s.m.info.ChatStop; len(stops) > 0 && opts.Grammar == nil {
 		opts.Stop = append(slices.Clip(opts.Stop), stops...)
 	}
 	return s.Generate(ctx, ids, opts)
