@@ -129,22 +129,24 @@ func scores(c *device.KVLayer, g *attnGroup, q []float32, w []float32, ws, kOff,
 //
 // A sliding window masks the positions before it to -Inf, as llama.cpp's mask does, rather
 // than leaving them out: the weighted sums then add their zero weights in the same lanes as
-// llama.cpp, which walks every cached position.
-func softmaxes(c *device.KVLayer, w []float32, ws int, g *attnGroup, a *device.AttnShape) {
+// llama.cpp, which walks every cached position. Only the positions from from on (a multiple
+// of 64 before which all are masked) are touched: the zeros before them would add nothing
+// to the softmax's sums of 16 lanes, nor to the weighted sums (attendValues).
+func softmaxes(c *device.KVLayer, w []float32, ws int, g *attnGroup, a *device.AttnShape, from int) {
 	for i, ni := range g.n[:g.nq] {
 		wi := w[i*ws : (i+1)*ws]
 		if a.Window > 0 && ni > a.Window {
-			for p := range wi[:ni-a.Window] {
+			for p := from; p < ni-a.Window; p++ {
 				wi[p] = float32(math.Inf(-1))
 			}
 		}
 		if a.Sinks != nil {
-			softmaxSink(wi[:ni], a.Sinks[g.h[i]])
+			softmaxSink(wi[from:ni], a.Sinks[g.h[i]])
 		} else {
-			softmaxBlocks(wi, ni)
+			softmaxBlocks(wi[from:], ni-from)
 		}
 		if c.F16 {
-			roundF16(wi[:ni])
+			roundF16(wi[from:ni])
 		}
 		clear(wi[ni:])
 	}
@@ -270,12 +272,12 @@ func (j *attnJob) kOff(g *attnGroup) int {
 }
 
 // values computes group g's weighted sums from its probabilities, query i's at w[i*ws:].
-func (j *attnJob) values(s *attnScratch, g *attnGroup, w []float32, ws int) {
+func (j *attnJob) values(s *attnScratch, g *attnGroup, w []float32, ws, from int) {
 	if j.a.Latent {
 		attendLatentValues(s, j.c, g, w, ws, j.T > 1)
 		return
 	}
-	attendValues(s, j.c, g, w, ws, g.kvh, &j.a, j.T > 1)
+	attendValues(s, j.c, g, w, ws, g.kvh, &j.a, j.T > 1, from)
 }
 
 // chunk computes the groups of chunk c.
@@ -302,8 +304,8 @@ func (j *attnJob) chunk(c int) {
 				kc = j.c
 			}
 			scores(kc, g, q, w, ws, 0, 0, g.n[g.nq-1], j.a.Scale)
-			softmaxes(j.c, w, ws, g, &j.a)
-			j.values(s, g, w, ws)
+			softmaxes(j.c, w, ws, g, &j.a, 0)
+			j.values(s, g, w, ws, 0)
 		}
 	}
 	s.clearRefs()
@@ -357,7 +359,13 @@ func (j *attnJob) decode(s *attnScratch, lo, hi int) {
 	w := growCap(&s.w, nq*ws, j.a.Heads*((kvPositions(j.c)+63)&^63))
 	q := s.queries(j.c, gs, nq)
 	dk := j.a.DK
-	for p0 := 0; p0 < n; p0 += attnBlock {
+	// A sliding window's positions before it weigh nothing: whole blocks of 64 of them are
+	// neither scored nor summed.
+	from := 0
+	if win := j.a.Window; win > 0 && n > win && !j.a.Latent {
+		from = (n - win) &^ 63
+	}
+	for p0 := from; p0 < n; p0 += attnBlock {
 		i := 0
 		for k := range gs {
 			scores(j.c, &gs[k], q[i*dk:], w[i*ws:], ws, j.kOff(&gs[k]), p0, min(p0+attnBlock, n), j.a.Scale)
@@ -367,8 +375,8 @@ func (j *attnJob) decode(s *attnScratch, lo, hi int) {
 	i := 0
 	for k := range gs {
 		g := &gs[k]
-		softmaxes(j.c, w[i*ws:], ws, g, &j.a)
-		j.values(s, g, w[i*ws:], ws)
+		softmaxes(j.c, w[i*ws:], ws, g, &j.a, from)
+		j.values(s, g, w[i*ws:], ws, from)
 		i += g.nq
 	}
 }

@@ -110,20 +110,24 @@ func (a *StdAttention) ForwardSeqs(b Backend, seqs []Seq, x []float32, out []flo
 // The sums go query by query: sharing the values between the queries of a group, as the
 // scores share the keys, measured no faster (their loop is bound by loads, not by widening
 // the values).
-func attendValues(s *attnScratch, c *device.KVLayer, g *attnGroup, w []float32, ws, kvh int, a *device.AttnShape, batched bool) {
+//
+// The sums start at position from, a multiple of 64 before which every weight is zero (a
+// sliding window's): each lane of the sums then adds the same products in the same order,
+// less leading zeros, which change no sum.
+func attendValues(s *attnScratch, c *device.KVLayer, g *attnGroup, w []float32, ws, kvh int, a *device.AttnShape, batched bool, from int) {
 	size := kvPositions(c)
-	off := kvh * a.VHeadStride * size
+	off := kvh*a.VHeadStride*size + from
 	for i := 0; i < g.nq; i++ {
-		wi := w[i*ws : (i+1)*ws]
+		wi, n := w[i*ws+from:(i+1)*ws], g.n[i]-from
 		switch {
 		case c.F16 && batched:
-			wsumTransposed(wsumLanesF16, g.out[i], wi, c.V16[off:], size, g.n[i], true, &s.row16)
+			wsumTransposed(wsumLanesF16, g.out[i], wi, c.V16[off:], size, n, true, &s.row16)
 		case c.F16:
-			wsumTransposed(wsumVecF16, g.out[i], wi, c.V16[off:], size, g.n[i], false, &s.row16)
+			wsumTransposed(wsumVecF16, g.out[i], wi, c.V16[off:], size, n, false, &s.row16)
 		case batched:
-			wsumTransposed(wsumLanes, g.out[i], wi, c.V[off:], size, g.n[i], true, &s.row32)
+			wsumTransposed(wsumLanes, g.out[i], wi, c.V[off:], size, n, true, &s.row32)
 		default:
-			wsumTransposed(wsumVec, g.out[i], wi, c.V[off:], size, g.n[i], false, &s.row32)
+			wsumTransposed(wsumVec, g.out[i], wi, c.V[off:], size, n, false, &s.row32)
 		}
 	}
 }

@@ -197,6 +197,7 @@ func TestAttendDecodeAllocs(t *testing.T) {
 	for _, c := range []attnCase{
 		{heads: 8, kvHeads: 2, dk: 128, dv: 128, size: 300},
 		{heads: 4, dk: 576, dv: 512, latent: true, size: 300},
+		{heads: 8, kvHeads: 2, dk: 64, dv: 64, size: 300, window: 70, sinks: true},
 	} {
 		for _, f16 := range []bool{true, false} {
 			kd, vd := c.cacheDims()
@@ -215,9 +216,10 @@ func TestAttendDecodeAllocs(t *testing.T) {
 				q[i] = float32(i%7) * 0.1
 			}
 			pos := 0
+			a := c.shape()
 			step := func() {
 				ops.StoreKV(lc, pos, k, v)
-				ops.Attend(out, q, lc, pos, 1, c.shape())
+				ops.Attend(out, q, lc, pos, 1, a)
 				pos = (pos + 1) % c.size
 			}
 			for i := 0; i < c.size; i++ { // scratch grown to the whole cache
