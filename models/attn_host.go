@@ -303,9 +303,10 @@ func (j *attnJob) chunk(c int) {
 			if j.a.Latent {
 				kc = j.c
 			}
-			scores(kc, g, q, w, ws, 0, 0, g.n[g.nq-1], j.a.Scale)
-			softmaxes(j.c, w, ws, g, &j.a, 0)
-			j.values(s, g, w, ws, 0)
+			from := windowStart(&j.a, g.n[0]) // the group's first query sees the fewest
+			scores(kc, g, q, w, ws, 0, from, g.n[g.nq-1], j.a.Scale)
+			softmaxes(j.c, w, ws, g, &j.a, from)
+			j.values(s, g, w, ws, from)
 		}
 	}
 	s.clearRefs()
@@ -338,6 +339,16 @@ func (j *attnJob) copyKeys(s *attnScratch, kvh, hi int) {
 	}
 }
 
+// windowStart is where the scores and sums of queries that see n positions or more begin: a
+// sliding window's positions before it weigh nothing, and whole blocks of 64 of them are
+// neither scored nor summed (softmaxes, attendValues).
+func windowStart(a *device.AttnShape, n int) int {
+	if a.Window <= 0 || n <= a.Window || a.Latent {
+		return 0
+	}
+	return (n - a.Window) &^ 63
+}
+
 // attnBlock is how many positions a one-token pass scores across all the groups of a chunk
 // before the next positions.
 const attnBlock = 16
@@ -359,12 +370,7 @@ func (j *attnJob) decode(s *attnScratch, lo, hi int) {
 	w := growCap(&s.w, nq*ws, j.a.Heads*((kvPositions(j.c)+63)&^63))
 	q := s.queries(j.c, gs, nq)
 	dk := j.a.DK
-	// A sliding window's positions before it weigh nothing: whole blocks of 64 of them are
-	// neither scored nor summed.
-	from := 0
-	if win := j.a.Window; win > 0 && n > win && !j.a.Latent {
-		from = (n - win) &^ 63
-	}
+	from := windowStart(&j.a, n)
 	for p0 := from; p0 < n; p0 += attnBlock {
 		i := 0
 		for k := range gs {
