@@ -232,90 +232,26 @@ func (c *compiler) compile(v any, path string, depth int) (*node, error) {
 	return nil, &SchemaError{Path: path, Msg: "a schema is an object or a boolean"}
 }
 
+// compileObject compiles a schema object: its literals (const, enum), its alternatives
+// (anyOf, oneOf), or its types with the keywords that shape them.
 func (c *compiler) compileObject(s map[string]any, path string, depth int) (*node, error) {
-	var used []string
-	for k := range s {
-		if annotations[k] {
-			continue
-		}
-		if !supported[k] {
-			return nil, &SchemaError{Path: path, Keyword: k, Msg: "not supported"}
-		}
-		used = append(used, k)
+	used, err := keywords(s, path)
+	if err != nil {
+		return nil, err
 	}
-	sort.Strings(used)
 	has := func(k string) bool { _, ok := s[k]; return ok }
-	alone := func(k string) error {
-		for _, u := range used {
-			if u != k && u != "type" {
-				return &SchemaError{Path: path, Keyword: u, Msg: fmt.Sprintf("not supported beside %q", k)}
-			}
-		}
-		return nil
-	}
 	types, err := schemaTypes(s, path)
 	if err != nil {
 		return nil, err
 	}
 	switch {
 	case has("const") || has("enum"):
-		k := "enum"
-		vals, _ := s["enum"].([]any)
-		if has("const") {
-			if has("enum") {
-				return nil, &SchemaError{Path: path, Keyword: "const", Msg: "not supported beside \"enum\""}
-			}
-			k, vals = "const", []any{s["const"]}
-		} else if _, ok := s["enum"].([]any); !ok || len(vals) == 0 {
-			return nil, &SchemaError{Path: path, Keyword: "enum", Msg: "want a non-empty array"}
-		}
-		if err := alone(k); err != nil {
-			return nil, err
-		}
-		return c.literals(vals, types, path+"/"+k, k)
+		return c.literalSchema(s, used, types, path)
 	case has("anyOf") || has("oneOf"):
-		k := "anyOf"
-		if has("oneOf") {
-			if has("anyOf") {
-				return nil, &SchemaError{Path: path, Keyword: "oneOf", Msg: "not supported beside \"anyOf\""}
-			}
-			k = "oneOf"
-		}
-		for _, u := range used {
-			if u != k {
-				return nil, &SchemaError{Path: path, Keyword: u, Msg: fmt.Sprintf("not supported beside %q", k)}
-			}
-		}
-		alts, ok := s[k].([]any)
-		if !ok || len(alts) == 0 {
-			return nil, &SchemaError{Path: path, Keyword: k, Msg: "want a non-empty array of schemas"}
-		}
-		u := &node{kind: kUnion}
-		for i, a := range alts {
-			n, err := c.compile(a, fmt.Sprintf("%s/%s/%d", path, k, i), depth+1)
-			if err != nil {
-				return nil, err
-			}
-			u.alts = append(u.alts, n)
-		}
-		if len(u.alts) == 1 {
-			return u.alts[0], nil
-		}
-		if err := u.index(); err != nil {
-			return nil, &SchemaError{Path: path, Keyword: k, Msg: err.Error()}
-		}
-		return u, nil
+		return c.unionSchema(s, used, path, depth)
 	}
 	if types == nil {
-		// No type: what the keywords describe, or any value.
-		switch {
-		case has("properties") || has("required") || has("additionalProperties"):
-			types = []string{"object"}
-		case has("items") || has("minItems") || has("maxItems"):
-			types = []string{"array"}
-		case has("minLength") || has("maxLength"):
-			types = []string{"string"}
-		default:
+		if types = impliedTypes(has); types == nil {
 			return anyValue, nil
 		}
 	}
@@ -327,9 +263,102 @@ func (c *compiler) compileObject(s map[string]any, path string, depth int) (*nod
 			return nil, &SchemaError{Path: path, Keyword: u, Msg: fmt.Sprintf("applies to type %s, which the schema's type excludes", t)}
 		}
 	}
+	return c.typedSchema(s, types, path, depth)
+}
+
+// keywords lists the schema's keywords that shape its values, sorted, and refuses those the
+// grammar cannot enforce; annotations (title, description, ...) are left out.
+func keywords(s map[string]any, path string) ([]string, error) {
+	var used []string
+	for k := range s {
+		if annotations[k] {
+			continue
+		}
+		if !supported[k] {
+			return nil, &SchemaError{Path: path, Keyword: k, Msg: "not supported"}
+		}
+		used = append(used, k)
+	}
+	sort.Strings(used)
+	return used, nil
+}
+
+// literalSchema compiles const or enum, which may stand beside type alone.
+func (c *compiler) literalSchema(s map[string]any, used, types []string, path string) (*node, error) {
+	_, hasConst := s["const"]
+	_, hasEnum := s["enum"]
+	k := "enum"
+	vals, _ := s["enum"].([]any)
+	if hasConst {
+		if hasEnum {
+			return nil, &SchemaError{Path: path, Keyword: "const", Msg: "not supported beside \"enum\""}
+		}
+		k, vals = "const", []any{s["const"]}
+	} else if _, ok := s["enum"].([]any); !ok || len(vals) == 0 {
+		return nil, &SchemaError{Path: path, Keyword: "enum", Msg: "want a non-empty array"}
+	}
+	for _, u := range used {
+		if u != k && u != "type" {
+			return nil, &SchemaError{Path: path, Keyword: u, Msg: fmt.Sprintf("not supported beside %q", k)}
+		}
+	}
+	return c.literals(vals, types, path+"/"+k, k)
+}
+
+// unionSchema compiles anyOf or oneOf, which must stand alone: a value of any alternative.
+func (c *compiler) unionSchema(s map[string]any, used []string, path string, depth int) (*node, error) {
+	k := "anyOf"
+	if _, ok := s["oneOf"]; ok {
+		if _, both := s["anyOf"]; both {
+			return nil, &SchemaError{Path: path, Keyword: "oneOf", Msg: "not supported beside \"anyOf\""}
+		}
+		k = "oneOf"
+	}
+	for _, u := range used {
+		if u != k {
+			return nil, &SchemaError{Path: path, Keyword: u, Msg: fmt.Sprintf("not supported beside %q", k)}
+		}
+	}
+	alts, ok := s[k].([]any)
+	if !ok || len(alts) == 0 {
+		return nil, &SchemaError{Path: path, Keyword: k, Msg: "want a non-empty array of schemas"}
+	}
+	u := &node{kind: kUnion}
+	for i, a := range alts {
+		n, err := c.compile(a, fmt.Sprintf("%s/%s/%d", path, k, i), depth+1)
+		if err != nil {
+			return nil, err
+		}
+		u.alts = append(u.alts, n)
+	}
+	if len(u.alts) == 1 {
+		return u.alts[0], nil
+	}
+	if err := u.index(); err != nil {
+		return nil, &SchemaError{Path: path, Keyword: k, Msg: err.Error()}
+	}
+	return u, nil
+}
+
+// impliedTypes is the type a schema without one describes by its keywords; nil: any value.
+func impliedTypes(has func(string) bool) []string {
+	switch {
+	case has("properties") || has("required") || has("additionalProperties"):
+		return []string{"object"}
+	case has("items") || has("minItems") || has("maxItems"):
+		return []string{"array"}
+	case has("minLength") || has("maxLength"):
+		return []string{"string"}
+	}
+	return nil
+}
+
+// typedSchema compiles a value of one of types, each shaped by its keywords.
+func (c *compiler) typedSchema(s map[string]any, types []string, path string, depth int) (*node, error) {
 	var alts []*node
 	for _, t := range types {
 		var n *node
+		var err error
 		switch t {
 		case "object":
 			n, err = c.object(s, path, depth)
