@@ -361,3 +361,37 @@ func TestContextOverflow(t *testing.T) {
 		t.Errorf("the trimmed prompt is %d tokens: want at least the system prompt and the last turn (%d) and room for a reply", got.Usage.PromptTokens, len(ids))
 	}
 }
+
+// TestLlamaServerConstraints: llama-server's own json_schema field constrains the answer as
+// response_format does; its GBNF grammar field is refused by name, not ignored.
+func TestLlamaServerConstraints(t *testing.T) {
+	url, _ := start(t, server.Options{})
+	schema := `{"type":"object","properties":{"ok":{"type":"boolean"}},"required":["ok"],"additionalProperties":false}`
+	for seed := 1; seed <= 5; seed++ {
+		r := post(t, url+"/v1/completions", "", fmt.Sprintf(`{"prompt":"The answer:","max_tokens":60,"seed":%d,"temperature":1,"json_schema":%s}`, seed, schema))
+		var c struct {
+			Choices []struct {
+				Text         string
+				FinishReason string `json:"finish_reason"`
+			}
+		}
+		var v struct{ OK *bool }
+		if err := json.Unmarshal([]byte(r.body), &c); err != nil || r.status != 200 || len(c.Choices) != 1 {
+			t.Fatalf("seed %d: %d %s", seed, r.status, r.body)
+		}
+		dec := json.NewDecoder(strings.NewReader(c.Choices[0].Text))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&v); err != nil || v.OK == nil || c.Choices[0].FinishReason != "stop" {
+			t.Errorf("seed %d: %q (%s) does not match the schema: %v", seed, c.Choices[0].Text, c.Choices[0].FinishReason, err)
+		}
+	}
+	for _, c := range []struct{ body, says string }{
+		{`{"prompt":"x","grammar":"root ::= \"yes\""}`, "grammar"},
+		{`{"prompt":"x","json_schema":` + schema + `,"response_format":{"type":"json_object"}}`, "give one"},
+		{`{"prompt":"x","json_schema":{"type":"string","pattern":"a+"}}`, "pattern"},
+	} {
+		if r := post(t, url+"/v1/completions", "", c.body); r.status != 400 || !strings.Contains(r.body, c.says) {
+			t.Errorf("%s: %d %s, want 400 saying %q", c.body, r.status, r.body, c.says)
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/commit-run/commit-run/engine"
+	"github.com/commit-run/commit-run/grammar"
 )
 
 // sampling are the generation fields the OpenAI chat and completions requests share. Fields
@@ -39,10 +40,14 @@ type sampling struct {
 	Tools            json.RawMessage `json:"tools"`
 	Functions        json.RawMessage `json:"functions"`
 	ResponseFormat   json.RawMessage `json:"response_format"`
-	LogitBias        json.RawMessage `json:"logit_bias"`
-	Echo             bool            `json:"echo"`
-	Suffix           *string         `json:"suffix"`
-	BestOf           *int            `json:"best_of"`
+	// JSONSchema and Grammar are llama-server's own constraints: a schema (as response_format's
+	// json_schema) and a GBNF grammar, which this server refuses rather than ignores.
+	JSONSchema json.RawMessage `json:"json_schema"`
+	Grammar    *string         `json:"grammar"`
+	LogitBias  json.RawMessage `json:"logit_bias"`
+	Echo       bool            `json:"echo"`
+	Suffix     *string         `json:"suffix"`
+	BestOf     *int            `json:"best_of"`
 	// IgnoreEOS generates to the token limit past the end of text: llama-server's and
 	// vLLM's extension, which load benchmarks send for answers of a fixed length.
 	IgnoreEOS bool `json:"ignore_eos"`
@@ -161,6 +166,16 @@ func (s *Server) options(q *sampling, promptLen int, chat bool) (engine.Generate
 	if o.Grammar, err = responseFormat(q.ResponseFormat); err != nil {
 		return o, err
 	}
+	if present(q.JSONSchema) {
+		if o.Grammar != nil {
+			return o, invalid("json_schema", "json_schema and response_format: give one")
+		}
+		g, cerr := grammar.Compile(q.JSONSchema)
+		if cerr != nil {
+			return o, invalid("json_schema", "json_schema: %v", schemaError(cerr))
+		}
+		o.Grammar = g
+	}
 	if err := logprobOptions(q, chat, &o); err != nil {
 		return o, err
 	}
@@ -196,6 +211,8 @@ func unsupportedFields(q *sampling) *reqError {
 		return unsupported("tools", "tool calling")
 	case present(q.LogitBias) && string(q.LogitBias) != "{}":
 		return unsupported("logit_bias", "a logit bias")
+	case q.Grammar != nil && *q.Grammar != "":
+		return unsupported("grammar", "a GBNF grammar (json_schema or response_format constrain the answer to JSON)")
 	case q.Echo:
 		return unsupported("echo", "echoing the prompt")
 	case q.Suffix != nil && *q.Suffix != "":
