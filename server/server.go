@@ -3,9 +3,9 @@
 // as server-sent events or not; GET /v1/models and /v1/models/{id}), ollama-compatible ones
 // (POST /api/chat and /api/generate, streamed as NDJSON or not; GET /api/tags, /api/ps,
 // /api/version; POST /api/show), llama-server's POST /tokenize and /detokenize and GET /props,
-// GET /health, which answers 503 until the model has loaded, and GET /metrics in Prometheus's
-// format (requests, tokens, time to first token and per token, the queue, and an offloading
-// model's expert cache).
+// GET /experts (an offloading model's expert slots now), GET /health, which answers 503 until
+// the model has loaded, and GET /metrics in Prometheus's format (requests, tokens, time to
+// first token and per token, the queue, and an offloading model's expert cache).
 //
 // An answer cut short never looks whole: a stream ends with an error event (OpenAI's, or
 // ollama's error line) and no [DONE] or done line, a whole answer is 503 (ErrShutdown) or 500.
