@@ -56,24 +56,7 @@ func buildGLM4MoE(f *File, c *Config) (*Model, error) {
 	rope := l.rope(true)
 	for i := 0; i < c.Layers && l.err == nil; i++ {
 		p := fmt.Sprintf("blk.%d.", i)
-		h, hkv, hd := c.Heads[i], c.HeadsKV[i], c.HeadDimK
-		at := &StdAttention{
-			Heads: h, HeadsKV: hkv, HeadDK: hd, HeadDV: hd,
-			Q:     l.matrix(p+"attn_q.weight", c.Embd, h*hd),
-			K:     l.matrix(p+"attn_k.weight", c.Embd, hkv*hd),
-			V:     l.matrix(p+"attn_v.weight", c.Embd, hkv*hd),
-			O:     l.matrix(p+"attn_output.weight", h*hd, c.Embd),
-			BQ:    l.vec(p+"attn_q.bias", h*hd, true),
-			BK:    l.vec(p+"attn_k.bias", hkv*hd, true),
-			BV:    l.vec(p+"attn_v.bias", hkv*hd, true),
-			Scale: 1 / float32(math.Sqrt(float64(hd))), // llama.cpp reads no attention.scale here
-			Eps:   c.NormEps,
-			Rope:  rope,
-		}
-		// The q/k norms come as a pair or not at all: the attention normalises both or neither.
-		if f.Tensor(p+"attn_q_norm.weight") != nil || f.Tensor(p+"attn_k_norm.weight") != nil {
-			at.QKNorm, at.QNorm, at.KNorm = QKNormPerHead, l.norm(p+"attn_q_norm", hd), l.norm(p+"attn_k_norm", hd)
-		}
+		at := l.glm4moeAttention(p, i, rope)
 		layer := Layer{AttnNorm: l.norm(p+"attn_norm", c.Embd), Attn: at, FFNNorm: l.norm(p+"post_attention_norm", c.Embd)}
 		if i < c.DenseLead {
 			layer.Dense = l.ffn(p, "")
@@ -99,4 +82,29 @@ func buildGLM4MoE(f *File, c *Config) (*Model, error) {
 		m.Layers = append(m.Layers, layer)
 	}
 	return l.done(m)
+}
+
+// glm4moeAttention loads block i's attention (tensors prefixed p): biased q/k/v, an unbiased
+// output, and the q/k norms where the file has them.
+func (l *loader) glm4moeAttention(p string, i int, rope *Rope) *StdAttention {
+	c := l.c
+	h, hkv, hd := c.Heads[i], c.HeadsKV[i], c.HeadDimK
+	at := &StdAttention{
+		Heads: h, HeadsKV: hkv, HeadDK: hd, HeadDV: hd,
+		Q:     l.matrix(p+"attn_q.weight", c.Embd, h*hd),
+		K:     l.matrix(p+"attn_k.weight", c.Embd, hkv*hd),
+		V:     l.matrix(p+"attn_v.weight", c.Embd, hkv*hd),
+		O:     l.matrix(p+"attn_output.weight", h*hd, c.Embd),
+		BQ:    l.vec(p+"attn_q.bias", h*hd, true),
+		BK:    l.vec(p+"attn_k.bias", hkv*hd, true),
+		BV:    l.vec(p+"attn_v.bias", hkv*hd, true),
+		Scale: 1 / float32(math.Sqrt(float64(hd))), // llama.cpp reads no attention.scale here
+		Eps:   c.NormEps,
+		Rope:  rope,
+	}
+	// The q/k norms come as a pair or not at all: the attention normalises both or neither.
+	if l.f.Tensor(p+"attn_q_norm.weight") != nil || l.f.Tensor(p+"attn_k_norm.weight") != nil {
+		at.QKNorm, at.QNorm, at.KNorm = QKNormPerHead, l.norm(p+"attn_q_norm", hd), l.norm(p+"attn_k_norm", hd)
+	}
+	return at
 }
