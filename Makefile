@@ -67,6 +67,7 @@ gpu-pack:
 	mkdir -p bin/gpu
 	$(GO) test -c -ldflags='-s -w' -o bin/gpu/cuda.test ./cuda
 	$(GO) test -c -ldflags='-s -w' -o bin/gpu/engine.test ./engine
+	$(GO) test -c -ldflags='-s -w' -o bin/gpu/cpu.test ./cpu
 	$(GO) build -ldflags='-s -w' -o bin/gpu/commit-run ./cmd/commit-run
 	$(GO) build -ldflags='-s -w' -o bin/gpu/synth ./tools/golden/cmd/synth
 	tar cJf bin/gpu.tar.xz -C bin gpu

@@ -45,7 +45,7 @@ engine_tests() { (cd engine && "$bin/engine.test" -test.v -test.count=1 -test.ti
 kernels() { (cd cuda && "$bin/cuda.test" -test.run '^$' -test.bench 'MMVDecode|MMQ' -test.benchtime 200x); }
 
 # The host's product at 1 to 32 tokens: what device.HostRates model for cpu-miss on this machine.
-host_rates() { (cd engine && "$bin/engine.test" -test.run '^$' -test.bench HostMatMulBatch -test.benchtime 20x); }
+host_rates() { (cd cpu && "$bin/cpu.test" -test.run '^$' -test.bench HostMatMulBatch -test.benchtime 20x); }
 
 # The simulated card to set against this one: its own profile when sim/profiles has one (matched
 # by name as engine's profileOfKind matches it: "NVIDIA H200" is h200), else h100-pcie.
