@@ -246,20 +246,26 @@ func dotIQ4NL(n int, w, x []byte) float32 {
 		wb := (*[18]byte)(w[i*18:])
 		xb := (*[34]byte)(x[i*34:])
 		q := (*[16]byte)(wb[2:])
-		ylo := (*[16]byte)(xb[2:])
-		yhi := (*[16]byte)(xb[18:])
-		var s int32
-		for j := 0; j < 4; j++ {
-			k := 4 * j
-			s += int32(kv[q[k]&0xf])*i8(ylo[k]) + int32(kv[q[k+1]&0xf])*i8(ylo[k+1]) +
-				int32(kv[q[k+2]&0xf])*i8(ylo[k+2]) + int32(kv[q[k+3]&0xf])*i8(ylo[k+3])
-			s += int32(kv[q[k]>>4])*i8(yhi[k]) + int32(kv[q[k+1]>>4])*i8(yhi[k+1]) +
-				int32(kv[q[k+2]>>4])*i8(yhi[k+2]) + int32(kv[q[k+3]>>4])*i8(yhi[k+3])
-		}
+		s := codebookDot(kv, q, (*[16]byte)(xb[2:]), (*[16]byte)(xb[18:]))
 		d := f16le(xb[0:]) * f16le(wb[0:])
 		sumf += float32(d * float32(s))
 	}
 	return sumf
+}
+
+// codebookDot is the integer sum of a 4-bit codebook block (IQ4_NL's, MXFP4's) against a
+// Q8_0 block's quants, the low nibbles against ylo and the high against yhi, in the generic
+// kernels' order.
+func codebookDot(kv *[16]int8, q, ylo, yhi *[16]byte) int32 {
+	var s int32
+	for j := 0; j < 4; j++ {
+		k := 4 * j
+		s += int32(kv[q[k]&0xf])*i8(ylo[k]) + int32(kv[q[k+1]&0xf])*i8(ylo[k+1]) +
+			int32(kv[q[k+2]&0xf])*i8(ylo[k+2]) + int32(kv[q[k+3]&0xf])*i8(ylo[k+3])
+		s += int32(kv[q[k]>>4])*i8(yhi[k]) + int32(kv[q[k+1]>>4])*i8(yhi[k+1]) +
+			int32(kv[q[k+2]>>4])*i8(yhi[k+2]) + int32(kv[q[k+3]>>4])*i8(yhi[k+3])
+	}
+	return s
 }
 
 // dotMXFP4 is ggml_vec_dot_mxfp4_q8_0_generic: the codebook's doubled values against the
@@ -271,16 +277,7 @@ func dotMXFP4(n int, w, x []byte) float32 {
 		wb := (*[17]byte)(w[i*17:])
 		xb := (*[34]byte)(x[i*34:])
 		q := (*[16]byte)(wb[1:])
-		ylo := (*[16]byte)(xb[2:])
-		yhi := (*[16]byte)(xb[18:])
-		var s int32
-		for j := 0; j < 4; j++ {
-			k := 4 * j
-			s += int32(kv[q[k]&0xf])*i8(ylo[k]) + int32(kv[q[k+1]&0xf])*i8(ylo[k+1]) +
-				int32(kv[q[k+2]&0xf])*i8(ylo[k+2]) + int32(kv[q[k+3]&0xf])*i8(ylo[k+3])
-			s += int32(kv[q[k]>>4])*i8(yhi[k]) + int32(kv[q[k+1]>>4])*i8(yhi[k+1]) +
-				int32(kv[q[k+2]>>4])*i8(yhi[k+2]) + int32(kv[q[k+3]>>4])*i8(yhi[k+3])
-		}
+		s := codebookDot(kv, q, (*[16]byte)(xb[2:]), (*[16]byte)(xb[18:]))
 		d := f16le(xb[0:]) * e8m0Half[wb[0]]
 		sumf += float32(d * float32(s))
 	}

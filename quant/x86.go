@@ -331,12 +331,7 @@ func x86RepackIQ4NL(n int, w, x []byte) float32 {
 		wb := (*[18]byte)(w[i*18:])
 		xb := (*[34]byte)(x[i*34:])
 		q := (*[16]byte)(wb[2:])
-		ylo := (*[16]byte)(xb[2:])
-		yhi := (*[16]byte)(xb[18:])
-		var s int32
-		for k := 0; k < 16; k++ {
-			s += int32(kv[q[k]&0xf])*i8(ylo[k]) + int32(kv[q[k]>>4])*i8(yhi[k])
-		}
+		s := codebookDot(kv, q, (*[16]byte)(xb[2:]), (*[16]byte)(xb[18:])) // exact in any order
 		acc = fma32(float32(s), f16le(wb[0:])*f16le(xb[0:]), acc)
 	}
 	return acc
@@ -352,12 +347,7 @@ func x86RepackMXFP4(n int, w, x []byte) float32 {
 		wb := (*[17]byte)(w[i*17:])
 		xb := (*[34]byte)(x[i*34:])
 		q := (*[16]byte)(wb[1:])
-		ylo := (*[16]byte)(xb[2:])
-		yhi := (*[16]byte)(xb[18:])
-		var s int32
-		for k := 0; k < 16; k++ {
-			s += int32(kv[q[k]&0xf])*i8(ylo[k]) + int32(kv[q[k]>>4])*i8(yhi[k])
-		}
+		s := codebookDot(kv, q, (*[16]byte)(xb[2:]), (*[16]byte)(xb[18:])) // exact in any order
 		acc = fma32(float32(s), e8m0Half[wb[0]]*f16le(xb[0:]), acc)
 	}
 	return acc
