@@ -13,10 +13,14 @@ import (
 	"github.com/nikolalohinski/gonja/v2/loaders"
 )
 
-// Message is one chat turn. Role is "system", "user" or "assistant" (a
-// template may know others, such as "tool").
+// Message is one chat turn. Role is "system", "user", "assistant" or "tool" (a template
+// may know others).
 type Message struct {
 	Role, Content string
+	// ToolCalls are the calls an assistant turn made.
+	ToolCalls []ToolCall
+	// ToolCallID and Name say which call a tool turn answers and the function's name.
+	ToolCallID, Name string
 }
 
 // Chat prompt sources reported in ChatPrompt.Source.
@@ -53,9 +57,17 @@ func (t *Tokenizer) RenderChat(msgs []Message, addGenerationPrompt bool) (string
 
 // RenderChatPrompt is RenderChat, also reporting which template rendered.
 func (t *Tokenizer) RenderChatPrompt(msgs []Message, addGenerationPrompt bool) (ChatPrompt, error) {
+	return t.RenderChatWith(msgs, ChatOptions{AddGenerationPrompt: addGenerationPrompt})
+}
+
+// RenderChatWith is RenderChatPrompt with tools and template variables. Only the file's
+// template sees them: the built-in formats know no tools, so a caller that has tools for a
+// model whose template does not write them (ChatCaps) describes them in a message itself.
+func (t *Tokenizer) RenderChatWith(msgs []Message, o ChatOptions) (ChatPrompt, error) {
+	addGenerationPrompt := o.AddGenerationPrompt
 	var tmplErr error
 	if t.chatTemplate != "" {
-		text, err := t.renderTemplate(msgs, addGenerationPrompt)
+		text, err := t.renderTemplate(msgs, o, t.ChatCaps())
 		if err == nil {
 			return ChatPrompt{Text: text, Source: SourceGGUF}, nil
 		}
@@ -113,9 +125,13 @@ func environment() (*exec.Environment, *config.Config) {
 			return "", fmt.Errorf("raise_exception: %s", msg)
 		})
 		ctx.Set("strftime_now", func(format string) string { return strftime(time.Now(), format) })
+		filters := exec.NewFilterSet(map[string]exec.FilterFunction{}).Update(builtins.Filters)
+		if err := filters.Replace("tojson", filterToJSON); err != nil {
+			panic(err) // gonja without tojson: the filter set is not what this code was built on
+		}
 		chatEnv = &exec.Environment{
 			Context:           ctx,
-			Filters:           builtins.Filters,
+			Filters:           filters,
 			Tests:             builtins.Tests,
 			ControlStructures: builtins.ControlStructures,
 			Methods:           builtins.Methods,
@@ -130,7 +146,20 @@ func environment() (*exec.Environment, *config.Config) {
 // renderTemplate renders the file's template. Templates are parsed per call:
 // parsing is cheap next to a model's forward pass, and a parsed gonja
 // template keeps state we do not want shared between goroutines.
-func (t *Tokenizer) renderTemplate(msgs []Message, addGenerationPrompt bool) (out string, err error) {
+func (t *Tokenizer) renderTemplate(msgs []Message, o ChatOptions, caps ChatCaps) (out string, err error) {
+	return renderJinja(t.chatTemplate, msgs, o, caps, t.templateTokens())
+}
+
+// templateTokens are the special tokens a template may name.
+func (t *Tokenizer) templateTokens() map[string]any {
+	vars := map[string]any{"bos_token": t.tokenText(t.bos), "eos_token": t.tokenText(t.eos)}
+	if t.unk != noToken {
+		vars["unk_token"] = t.tokenText(t.unk)
+	}
+	return vars
+}
+
+func renderJinja(src string, msgs []Message, o ChatOptions, caps ChatCaps, tokens map[string]any) (out string, err error) {
 	defer func() {
 		// gonja is young; a template it mishandles must not take the
 		// process down, only fall back to the built-in format.
@@ -139,22 +168,20 @@ func (t *Tokenizer) renderTemplate(msgs []Message, addGenerationPrompt bool) (ou
 		}
 	}()
 	env, cfg := environment()
-	tpl, err := exec.NewTemplate(templateName, cfg, templateLoader{t.chatTemplate}, env)
+	tpl, err := exec.NewTemplate(templateName, cfg, templateLoader{src}, env)
 	if err != nil {
 		return "", fmt.Errorf("parsing: %w", err)
 	}
 	messages := make([]map[string]any, len(msgs))
 	for i, m := range msgs {
-		messages[i] = map[string]any{"role": m.Role, "content": m.Content}
+		messages[i] = messageVars(m, caps)
 	}
-	vars := map[string]any{
-		"messages":              messages,
-		"add_generation_prompt": addGenerationPrompt,
-		"bos_token":             t.tokenText(t.bos),
-		"eos_token":             t.tokenText(t.eos),
+	vars := map[string]any{"messages": messages, "add_generation_prompt": o.AddGenerationPrompt}
+	for k, v := range tokens {
+		vars[k] = v
 	}
-	if t.unk != noToken {
-		vars["unk_token"] = t.tokenText(t.unk)
+	if err := toolTemplateVars(o, vars); err != nil {
+		return "", err
 	}
 	return tpl.ExecuteToString(exec.NewContext(vars))
 }

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/ollama/ollama/fs/ggml"
 )
@@ -91,6 +92,9 @@ type Tokenizer struct {
 	cleanSpaces    bool
 	chatTemplate   string
 	warnings       []string
+
+	capsOnce sync.Once
+	caps     ChatCaps
 }
 
 type mergePair struct{ left, right string }

@@ -18,26 +18,61 @@ def raise_exception(message):
     raise jinja2.exceptions.TemplateError(message)
 
 
+def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    """Hugging Face's tojson filter for chat templates."""
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def check(name, got, path):
+    want = open(path, encoding="utf-8", newline="").read()
+    print(f"{name}: {'ok' if got == want else 'MISMATCH'}")
+    if got != want:
+        print("  jinja2:", repr(got))
+        print("  golden:", repr(want))
+    return got != want
+
+
+def check_tools(env, chat):
+    """tools.json: a conversation with tools, parallel calls and their results, the
+    messages given as each template's probed capabilities say (arguments as objects or
+    text, content none or empty)."""
+    d = json.load(open(os.path.join(chat, "tools.json"), encoding="utf-8"))
+    failed = 0
+    for c in d["cases"]:
+        caps = c["caps"]
+        msgs = json.loads(json.dumps(d["messages"]))
+        for m in msgs:
+            if m.get("tool_calls"):
+                if m["content"] == "" and caps["NullContent"]:
+                    m["content"] = None
+                for tc in m["tool_calls"]:
+                    if caps["ObjectArguments"]:
+                        tc["function"]["arguments"] = json.loads(tc["function"]["arguments"])
+        src = open(os.path.join(chat, c["name"] + ".jinja"), encoding="utf-8").read()
+        got = env.from_string(src).render(messages=msgs, tools=d["tools"], add_generation_prompt=True,
+                                          bos_token=c["bos"], eos_token=c["eos"])
+        failed += check(c["name"] + " with tools", got, os.path.join(chat, c["name"] + ".tools.txt"))
+    return len(d["cases"]), failed
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     chat = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "..", "tokenizer", "testdata", "chat")
     cases = json.load(open(os.path.join(chat, "cases.json"), encoding="utf-8"))
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
     env.globals["raise_exception"] = raise_exception
+    env.filters["tojson"] = tojson
     messages = cases["messages"]
     failed = 0
     for c in cases["cases"]:
         src = open(os.path.join(chat, c["name"] + ".jinja"), encoding="utf-8").read()
         got = env.from_string(src).render(messages=messages, add_generation_prompt=True,
                                           bos_token=c["bos"], eos_token=c["eos"])
-        want = open(os.path.join(chat, c["name"] + ".txt"), encoding="utf-8", newline="").read()
-        status = "ok" if got == want else "MISMATCH"
-        failed += got != want
-        print(f"{c['name']}: {status}")
-        if got != want:
-            print("  jinja2:", repr(got))
-            print("  golden:", repr(want))
-    print(f"{len(cases['cases']) - failed} passed, {failed} failed")
+        failed += check(c["name"], got, os.path.join(chat, c["name"] + ".txt"))
+    n, f = check_tools(env, chat)
+    total = len(cases["cases"]) + n
+    failed += f
+    print(f"{total - failed} passed, {failed} failed")
     sys.exit(1 if failed else 0)
 
 

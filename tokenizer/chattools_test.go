@@ -1,0 +1,127 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// oaiMessage is a message as OpenAI's API writes it, which testdata/chat/tools.json uses.
+type oaiMessage struct {
+	Role       string `json:"role"`
+	Content    string `json:"content"`
+	ToolCallID string `json:"tool_call_id"`
+	Name       string `json:"name"`
+	ToolCalls  []struct {
+		ID       string `json:"id"`
+		Function struct {
+			Name      string `json:"name"`
+			Arguments string `json:"arguments"`
+		} `json:"function"`
+	} `json:"tool_calls"`
+}
+
+// TestChatTools renders a conversation with tools, parallel tool calls and their results
+// with the real templates of our families, compares with testdata/chat/<name>.tools.txt
+// (-update rewrites them; tools/tokgolden/chat_check.py checks them against Python's
+// jinja2 with Hugging Face's tojson), and checks the capabilities the probes find.
+func TestChatTools(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("testdata", "chat", "tools.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tc struct {
+		Tools    []json.RawMessage `json:"tools"`
+		Messages []oaiMessage      `json:"messages"`
+		Cases    []struct {
+			Name, GGUF, BOS, EOS string
+			Caps                 ChatCaps
+		} `json:"cases"`
+	}
+	if err := json.Unmarshal(b, &tc); err != nil {
+		t.Fatal(err)
+	}
+	msgs := make([]Message, len(tc.Messages))
+	for i, m := range tc.Messages {
+		msgs[i] = Message{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID, Name: m.Name}
+		for _, c := range m.ToolCalls {
+			msgs[i].ToolCalls = append(msgs[i].ToolCalls, ToolCall{ID: c.ID, Name: c.Function.Name, Arguments: c.Function.Arguments})
+		}
+	}
+	for _, c := range tc.Cases {
+		t.Run(c.Name, func(t *testing.T) {
+			src, err := os.ReadFile(filepath.Join("testdata", "chat", c.Name+".jinja"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tok := chatTokenizer(t, c.GGUF, string(src), "", nil)
+			if got := tok.ChatCaps(); got != c.Caps {
+				t.Errorf("caps %+v, want %+v", got, c.Caps)
+			}
+			p, err := tok.RenderChatWith(msgs, ChatOptions{AddGenerationPrompt: true, Tools: tc.Tools})
+			if err != nil || p.Source != SourceGGUF {
+				t.Fatalf("render: %v (source %s, template error %v)", err, p.Source, p.TemplateErr)
+			}
+			golden := filepath.Join("testdata", "chat", c.Name+".tools.txt")
+			if *update {
+				if err := os.WriteFile(golden, []byte(p.Text), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run with -update to create it)", err)
+			}
+			if p.Text != string(want) {
+				t.Errorf("rendered\n%s\nwant\n%s", p.Text, want)
+			}
+		})
+	}
+}
+
+// TestPyJSON: tojson writes what Python's json.dumps(ensure_ascii=False) writes.
+func TestPyJSON(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{`{"b": 1, "a": [1.5, 2e-7, 1e16, 1e15, 100.0, -0.0, true, null, "x<y>&\u0001\n\"é"]}`,
+			`{"b": 1, "a": [1.5, 2e-07, 1e+16, 1000000000000000.0, 100.0, -0.0, true, null, "x<y>&\u0001\n\"é"]}`},
+		{`{}`, `{}`},
+		{`[]`, `[]`},
+		{`12345678901234567890`, `1.2345678901234567e+19`},
+	} {
+		v, err := orderedJSON([]byte(c.in))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		if err := writePyJSON(&b, v, -1, 0); err != nil {
+			t.Fatal(err)
+		}
+		if b.String() != c.want {
+			t.Errorf("%s: got %s, want %s", c.in, b.String(), c.want)
+		}
+	}
+	if got := pyFloat(math.Inf(1)); got != "Infinity" {
+		t.Errorf("inf: %s", got)
+	}
+}
+
+// TestChatGoldensAgainstJinja2 runs tools/tokgolden/chat_check.py, which renders every chat
+// golden with Python's jinja2 as Hugging Face's apply_chat_template does: the reference
+// engine the templates were written for.
+func TestChatGoldensAgainstJinja2(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 is not installed")
+	}
+	if err := exec.Command(py, "-c", "import jinja2").Run(); err != nil {
+		t.Skip("python3 has no jinja2")
+	}
+	out, err := exec.Command(py, filepath.Join("..", "tools", "tokgolden", "chat_check.py"), filepath.Join("testdata", "chat")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("chat_check.py: %v\n%s", err, out)
+	}
+}
