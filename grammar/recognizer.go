@@ -10,6 +10,8 @@ const (
 	fString
 	fNumber
 	fLiteral
+	fSeq    // a text grammar's sequence (text.go)
+	fRepeat // a text grammar's repetition
 )
 
 // Frame states.
@@ -80,13 +82,14 @@ type frame struct {
 type Recognizer struct {
 	nodes []*node
 	stack []frame
+	text  int  // text frames (fSeq, fRepeat) on the stack: the rest is JSON's nesting
 	ws    int  // whitespace bytes since the last JSON token
 	nl    bool // one of them a newline
 }
 
 // Recognizer starts a text.
 func (g *Grammar) Recognizer() *Recognizer {
-	r := &Recognizer{nodes: g.nodes, stack: make([]frame, 1, MaxDepth+3)}
+	r := &Recognizer{nodes: g.nodes, stack: make([]frame, 1, g.stackCap())}
 	r.stack[0] = frame{n: g.root.id, kind: fTop}
 	return r
 }
@@ -95,12 +98,12 @@ func (g *Grammar) Recognizer() *Recognizer {
 func (r *Recognizer) copyFrom(s *Recognizer) {
 	r.nodes = s.nodes
 	r.stack = append(r.stack[:0], s.stack...)
-	r.ws, r.nl = s.ws, s.nl
+	r.text, r.ws, r.nl = s.text, s.ws, s.nl
 }
 
 // Clone returns an independent copy.
 func (r *Recognizer) Clone() *Recognizer {
-	c := &Recognizer{stack: make([]frame, 0, MaxDepth+3)}
+	c := &Recognizer{stack: make([]frame, 0, cap(r.stack))}
 	c.copyFrom(r)
 	return c
 }
@@ -121,17 +124,42 @@ func (r *Recognizer) Feed(text []byte) bool {
 // Complete reports whether the text so far is a whole value (one that may still go on, as a
 // number may).
 func (r *Recognizer) Complete() bool {
-	switch len(r.stack) {
-	case 1:
+	top := len(r.stack) - 1
+	if top == 0 {
 		return r.stack[0].st == topDone
-	case 2:
-		return r.canEnd(&r.stack[1])
 	}
-	return false
+	if !r.canEnd(&r.stack[top]) {
+		return false
+	}
+	for i := top - 1; i >= 1; i-- {
+		if !r.textEnds(&r.stack[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // Done reports whether the value is complete and nothing may follow it.
-func (r *Recognizer) Done() bool { return len(r.stack) == 1 && r.stack[0].st == topDone }
+func (r *Recognizer) Done() bool {
+	if len(r.stack) == 1 {
+		return r.stack[0].st == topDone
+	}
+	// A text grammar is done when its sequences have read their last parts and its
+	// repetitions their most items.
+	for i := len(r.stack) - 1; i >= 1; i-- {
+		f, top := &r.stack[i], i == len(r.stack)-1
+		n := r.nodes[f.n]
+		switch {
+		case f.kind == fSeq && top && int(f.cur) == len(n.alts):
+		case f.kind == fSeq && !top && int(f.cur) == len(n.alts)-1:
+		case f.kind == fRepeat && top && f.st == repAfter && int(f.cnt) == n.maxItems:
+		case f.kind == fRepeat && !top && f.st == repItem && int(f.cnt)+1 == n.maxItems:
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // Match reports whether text is a whole value the grammar accepts.
 func (g *Grammar) Match(text []byte) bool {
@@ -147,6 +175,10 @@ func (r *Recognizer) canEnd(f *frame) bool {
 		return f.st == numZero || f.st == numInt || f.st == numFrac || f.st == numExp
 	case fLiteral:
 		return len(r.nodes[f.n].lits[f.cur]) == int(f.pos)
+	case fSeq:
+		return int(f.cur) == len(r.nodes[f.n].alts)
+	case fRepeat:
+		return f.st == repAfter && int(f.cnt) >= r.nodes[f.n].minItems
 	}
 	return false
 }
@@ -160,7 +192,7 @@ func (r *Recognizer) space(b byte) bool {
 	switch {
 	case b == '\n' && r.ws == 0:
 		r.nl = true
-	case (b == ' ' || b == '\t') && (r.ws == 0 || r.nl && r.ws <= min(MaxIndent, IndentPerLevel*(len(r.stack)-1))):
+	case (b == ' ' || b == '\t') && (r.ws == 0 || r.nl && r.ws <= min(MaxIndent, IndentPerLevel*(len(r.stack)-1-r.text))):
 	default:
 		return false
 	}
@@ -173,6 +205,11 @@ func (r *Recognizer) step(b byte) bool {
 	if !isWS(b) {
 		r.ws, r.nl = 0, false
 	}
+	return r.dispatch(b)
+}
+
+// dispatch gives b to the top frame, closing the frames it ends.
+func (r *Recognizer) dispatch(b byte) bool {
 	for {
 		f := &r.stack[len(r.stack)-1]
 		switch f.kind {
@@ -201,14 +238,32 @@ func (r *Recognizer) step(b byte) bool {
 			case 0:
 				return false
 			}
+		case fSeq, fRepeat:
+			c := 0
+			if f.kind == fSeq {
+				c = r.seq(f, b)
+			} else {
+				c = r.repeat(f, b)
+			}
+			switch c {
+			case 1:
+				return true
+			case 0:
+				return false
+			case 3:
+				continue // b belongs to the frame just opened
+			}
 		}
-		// The number or literal ended before b: b belongs to the frame below.
+		// The number, literal or text part ended before b: b belongs to the frame below.
 		r.pop()
 	}
 }
 
 // pop closes the top frame, a whole value, and moves the frame below past it.
 func (r *Recognizer) pop() {
+	if k := r.stack[len(r.stack)-1].kind; k == fSeq || k == fRepeat {
+		r.text--
+	}
 	r.stack = r.stack[:len(r.stack)-1]
 	f := &r.stack[len(r.stack)-1]
 	switch f.kind {
@@ -222,6 +277,11 @@ func (r *Recognizer) pop() {
 		f.st = objAfter
 	case fArray:
 		f.st = arrAfter
+		f.cnt++
+	case fSeq:
+		f.cur, f.pos = f.cur+1, 0
+	case fRepeat:
+		f.st = repAfter
 		f.cnt++
 	}
 }
@@ -237,13 +297,13 @@ func (r *Recognizer) open(n *node, b byte) bool {
 	}
 	switch n.kind {
 	case kObject:
-		if b != '{' || len(r.stack) > MaxDepth {
+		if b != '{' || len(r.stack)-r.text > MaxDepth {
 			return false
 		}
 		r.stack = append(r.stack, frame{n: n.id, kind: fObject, st: objOpen})
 		return true
 	case kArray:
-		if b != '[' || len(r.stack) > MaxDepth {
+		if b != '[' || len(r.stack)-r.text > MaxDepth {
 			return false
 		}
 		r.stack = append(r.stack, frame{n: n.id, kind: fArray, st: arrOpen})
@@ -260,6 +320,12 @@ func (r *Recognizer) open(n *node, b byte) bool {
 	case kLiteral:
 		r.stack = append(r.stack, frame{n: n.id, kind: fLiteral, end: int32(len(n.lits))})
 		return r.literal(&r.stack[len(r.stack)-1], b) == 1
+	case kSeq, kRepeat:
+		k := fSeq
+		if n.kind == kRepeat {
+			k = fRepeat
+		}
+		return r.push(frame{n: n.id, kind: k}) == 3 && r.dispatch(b)
 	}
 	return false
 }

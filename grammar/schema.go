@@ -1,10 +1,11 @@
 // Package grammar constrains generation to JSON: a byte-level recognizer for any JSON value,
-// any object, or the values a JSON Schema (a subset, see Compile) allows, and a Matcher that
+// any object, or the values a JSON Schema (a subset, see Compile) allows, JSON values inside
+// fixed text (Text: a model's tool calls in its chat format), and a Matcher that
 // turns the recognizer into a token filter over a model's vocabulary (see Vocab), which the
 // sampler chain of package sample runs before its other stages.
 //
 // The recognizer is a pushdown automaton over bytes: a stack of frames, one per open object,
-// array, string, number or literal. It never accepts a prefix that cannot be completed, so
+// array, string, number or literal, and of a text grammar's sequences. It never accepts a prefix that cannot be completed, so
 // that a model held to it cannot be driven into a dead end, and it bounds what a model could
 // repeat forever without finishing: whitespace between tokens, nesting, and the digits of a
 // number. The language it accepts is what encoding/json accepts, in valid UTF-8, within those
@@ -60,6 +61,11 @@ const (
 	kInteger
 	kLiteral // enum and const values, true, false, null: their exact encodings
 	kUnion   // anyOf, oneOf, a list of types: told apart by their first byte
+	// text grammars (text.go)
+	kRaw    // literal text: lits[0]
+	kSeq    // parts in turn: alts
+	kChoice // one of the literals lits, each followed by its sequence in alts
+	kRepeat // items, a sequence, minItems to maxItems times, lits[0] between them
 )
 
 // node is a compiled schema. Nodes may form cycles (any value holds any values).
@@ -91,7 +97,12 @@ type Grammar struct {
 	root  *node
 	nodes []*node // every node by id, so that frames hold ids, not pointers
 	desc  string
+	text  int // the most text frames open at once (text.go)
 }
+
+// stackCap is the most frames a text of g opens: the top, JSON's nesting and its last
+// scalar, and the text frames.
+func (g *Grammar) stackCap() int { return MaxDepth + 3 + g.text }
 
 // String says what the grammar accepts.
 func (g *Grammar) String() string { return g.desc }

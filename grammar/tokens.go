@@ -27,6 +27,9 @@ type Vocab struct {
 	isEOG []bool
 	full  trie // every token but the special ones
 	rest  trie // the tokens of full that are not plain text
+	// markup: the special tokens a text grammar's literals may be written with (Qwen's
+	// <tool_call>), allowed outside JSON values only
+	markup trie
 	// plain text tokens: their set and, by id, their characters
 	plain      []uint64
 	plainIDs   []int32
@@ -51,10 +54,27 @@ type trieNode struct {
 	b     byte
 }
 
+// VocabOption configures NewVocab.
+type VocabOption func(*vocabOptions)
+
+type vocabOptions struct{ markup func(id int32) bool }
+
+// Markup lets the special tokens for which markup is true (and that are not end of
+// generation) write a text grammar's literals, outside JSON values: a model's tool-call
+// markers, which it was trained to write as one token, not spelled out byte by byte.
+func Markup(markup func(id int32) bool) VocabOption {
+	return func(o *vocabOptions) { o.markup = markup }
+}
+
 // NewVocab indexes a vocabulary: pieces[id] is the text token id stands for, as bytes;
 // special tokens (special(id) true, or an empty piece) are never allowed, but for the
-// end-of-generation tokens eog, which are allowed after a whole value.
-func NewVocab(pieces []string, special func(id int32) bool, eog []int32) *Vocab {
+// end-of-generation tokens eog, which are allowed after a whole value, and those Markup
+// names.
+func NewVocab(pieces []string, special func(id int32) bool, eog []int32, opts ...VocabOption) *Vocab {
+	var o vocabOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	v := &Vocab{size: len(pieces), off: make([]int32, len(pieces)+1), isEOG: make([]bool, len(pieces)),
 		plain: make([]uint64, (len(pieces)+63)/64)}
 	for _, id := range eog {
@@ -63,11 +83,18 @@ func NewVocab(pieces []string, special func(id int32) bool, eog []int32) *Vocab 
 			v.eog = append(v.eog, id)
 		}
 	}
-	var full, rest []int32
+	var full, rest, markup []int32
 	for id, p := range pieces {
 		v.off[id] = int32(len(v.data))
 		v.data = append(v.data, p...)
-		if p == "" || v.isEOG[id] || special(int32(id)) || len(p) > math.MaxUint16 {
+		if p == "" || v.isEOG[id] || len(p) > math.MaxUint16 {
+			continue
+		}
+		if special(int32(id)) {
+			if o.markup != nil && o.markup(int32(id)) {
+				markup = append(markup, int32(id))
+				v.maxLen = max(v.maxLen, len(p))
+			}
 			continue
 		}
 		v.maxLen = max(v.maxLen, len(p))
@@ -84,6 +111,7 @@ func NewVocab(pieces []string, special func(id int32) bool, eog []int32) *Vocab 
 	v.off[len(pieces)] = int32(len(v.data))
 	v.full = v.buildTrie(full)
 	v.rest = v.buildTrie(rest)
+	v.markup = v.buildTrie(markup)
 	return v
 }
 
@@ -158,9 +186,10 @@ type Matcher struct {
 func NewMatcher(v *Vocab, g *Grammar) *Matcher {
 	m := &Matcher{v: v, r: g.Recognizer(), states: make([]Recognizer, v.maxLen+1),
 		allowed: make([]uint64, len(v.plain))}
-	frames := make([]frame, len(m.states)*(MaxDepth+3))
+	c := g.stackCap()
+	frames := make([]frame, len(m.states)*c)
 	for i := range m.states {
-		m.states[i].stack = frames[i*(MaxDepth+3) : i*(MaxDepth+3)][: 0 : MaxDepth+3]
+		m.states[i].stack = frames[i*c : i*c][:0:c]
 	}
 	return m
 }
@@ -189,6 +218,9 @@ func (m *Matcher) Mask(logits []float32) bool {
 		m.walk(&m.v.rest)
 	} else {
 		m.walk(&m.v.full)
+		if top.kind == fSeq || top.kind == fRepeat || top.kind == fTop {
+			m.walk(&m.v.markup)
+		}
 	}
 	if m.r.Complete() {
 		for _, id := range m.v.eog {
