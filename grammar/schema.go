@@ -202,7 +202,15 @@ var supported = map[string]bool{
 // each at most once, the required ones always: what additionalProperties false asks, and a
 // subset of what the schema allows otherwise. An object that declares none takes any keys,
 // with additionalProperties as their values' schema.
-func Compile(schema []byte) (*Grammar, error) {
+func Compile(schema []byte) (*Grammar, error) { return compileSchema(schema, false) }
+
+// CompileLoose is Compile with the keywords it does not support ignored, as annotations
+// are: the grammar then allows more than the schema does (a number beyond its maximum, a
+// string of another format), never less. For schemas written for something else, such as
+// a tool's parameters, whose values are the model's to get right.
+func CompileLoose(schema []byte) (*Grammar, error) { return compileSchema(schema, true) }
+
+func compileSchema(schema []byte, loose bool) (*Grammar, error) {
 	d := json.NewDecoder(bytes.NewReader(schema))
 	d.UseNumber()
 	var v any
@@ -212,7 +220,7 @@ func Compile(schema []byte) (*Grammar, error) {
 	if d.More() {
 		return nil, &SchemaError{Path: "#", Msg: "not one JSON value"}
 	}
-	c := compiler{}
+	c := compiler{loose: loose}
 	root, err := c.compile(v, "#", 0)
 	if err != nil {
 		return nil, err
@@ -222,6 +230,7 @@ func Compile(schema []byte) (*Grammar, error) {
 
 type compiler struct {
 	nodes, litBytes int
+	loose           bool // ignore unsupported keywords (CompileLoose)
 }
 
 func (c *compiler) compile(v any, path string, depth int) (*node, error) {
@@ -246,7 +255,7 @@ func (c *compiler) compile(v any, path string, depth int) (*node, error) {
 // compileObject compiles a schema object: its literals (const, enum), its alternatives
 // (anyOf, oneOf), or its types with the keywords that shape them.
 func (c *compiler) compileObject(s map[string]any, path string, depth int) (*node, error) {
-	used, err := keywords(s, path)
+	used, err := keywords(s, path, c.loose)
 	if err != nil {
 		return nil, err
 	}
@@ -279,10 +288,10 @@ func (c *compiler) compileObject(s map[string]any, path string, depth int) (*nod
 
 // keywords lists the schema's keywords that shape its values, sorted, and refuses those the
 // grammar cannot enforce; annotations (title, description, ...) are left out.
-func keywords(s map[string]any, path string) ([]string, error) {
+func keywords(s map[string]any, path string, loose bool) ([]string, error) {
 	var used []string
 	for k := range s {
-		if annotations[k] {
+		if annotations[k] || loose && !supported[k] {
 			continue
 		}
 		if !supported[k] {

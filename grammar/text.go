@@ -22,6 +22,7 @@ type Part struct {
 	kind     partKind
 	lit      string
 	schema   []byte
+	loose    bool
 	alts     []Alt
 	items    []Part
 	sep      string
@@ -50,6 +51,9 @@ func Lit(s string) Part { return Part{kind: pLit, lit: s} }
 
 // Value is a JSON value of schema (see Compile for the keywords supported).
 func Value(schema []byte) Part { return Part{kind: pValue, schema: schema} }
+
+// LooseValue is a JSON value of schema as CompileLoose reads it.
+func LooseValue(schema []byte) Part { return Part{kind: pValue, schema: schema, loose: true} }
 
 // AnyObject is any JSON object.
 func AnyObject() Part { return Part{kind: pAnyObject} }
@@ -105,7 +109,7 @@ func (c *compiler) part(p Part, path string) (*node, error) {
 	case pAnyObject:
 		return anyObject, nil
 	case pValue:
-		return c.schemaPart(p.schema, path)
+		return c.schemaPart(p.schema, p.loose)
 	case pChoice:
 		return c.choice(p.alts, path)
 	case pRepeat:
@@ -122,8 +126,8 @@ func (c *compiler) part(p Part, path string) (*node, error) {
 }
 
 // schemaPart compiles a schema for a Value part; errors are *SchemaError as Compile's.
-func (c *compiler) schemaPart(schema []byte, path string) (*node, error) {
-	g, err := Compile(schema)
+func (c *compiler) schemaPart(schema []byte, loose bool) (*node, error) {
+	g, err := compileSchema(schema, loose)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,112 @@
+package toolcall
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/commit-run/commit-run/grammar"
+)
+
+// glm is GLM-4.5's and GLM-4.7's format: the function's name, then each argument's key and
+// value in tags, strings as they are and other values as JSON.
+//
+//	<tool_call>get_weather
+//	<arg_key>city</arg_key>
+//	<arg_value>Paris</arg_value>
+//	</tool_call>
+//
+// Its values are raw text, which no JSON grammar describes, so it has no Grammar: a
+// request that requires a call on a GLM model is refused rather than left unconstrained.
+type glm struct{}
+
+func init() { register(glm{}) }
+
+const (
+	glmKey, glmKeyEnd     = "<arg_key>", "</arg_key>"
+	glmValue, glmValueEnd = "<arg_value>", "</arg_value>"
+)
+
+func (glm) Name() string { return "glm4.5" }
+
+func (glm) NewID() string { return "call_" + randomID(24) }
+
+func (glm) Grammar([]Tool, bool) (*grammar.Grammar, error) {
+	return nil, fmt.Errorf("toolcall: GLM-4.5's tool calls write strings as raw text, which the grammar cannot hold a model to; use tool_choice auto")
+}
+
+func (glm) starts() []string { return []string{hermesOpen} }
+
+func (glm) section(text string, final bool) (section, error) {
+	body := text[len(hermesOpen):]
+	end := strings.Index(body, hermesClose)
+	if end < 0 {
+		// The name streams once its line ends; the arguments come whole.
+		if nl := strings.IndexAny(body, "\n<"); nl > 0 && !final {
+			if name := strings.TrimSpace(body[:nl]); validName(name) {
+				return section{calls: []partial{{name: name}}}, nil
+			}
+			return section{}, errNoName
+		}
+		if !final {
+			return section{}, nil
+		}
+	} else {
+		body = body[:end]
+	}
+	c, err := glmCall(body)
+	if err != nil {
+		return section{}, err
+	}
+	n := len(text)
+	if end >= 0 {
+		n = len(hermesOpen) + end + len(hermesClose)
+	}
+	return section{calls: []partial{c}, n: n}, nil
+}
+
+// glmCall reads a whole call's body into a name and a JSON object of its arguments, in the
+// order written.
+func glmCall(body string) (partial, error) {
+	name := body
+	if i := strings.IndexAny(body, "\n<"); i >= 0 {
+		name = body[:i] // as it streamed: the first line
+	}
+	_, rest, _ := strings.Cut(body, glmKey)
+	c := partial{name: strings.TrimSpace(name), complete: true}
+	if !validName(c.name) {
+		return partial{}, errNoName
+	}
+	var b strings.Builder
+	b.WriteByte('{')
+	// A call given out by its name stands: arguments past a broken tag are dropped.
+	for i := 0; rest != ""; i++ {
+		key, after, ok := strings.Cut(rest, glmKeyEnd)
+		if !ok {
+			break
+		}
+		_, after, _ = strings.Cut(after, glmValue)
+		val, next, ok := strings.Cut(after, glmValueEnd)
+		if !ok {
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(quote(strings.TrimSpace(key)) + ": " + glmValueJSON(val))
+		_, rest, _ = strings.Cut(next, glmKey)
+	}
+	b.WriteByte('}')
+	c.args = b.String()
+	return c, nil
+}
+
+// glmValueJSON is a value as JSON: what parses as a JSON object, array, number, boolean
+// or null is that; anything else is a string.
+func glmValueJSON(v string) string {
+	t := strings.TrimSpace(v)
+	if t != "" && t[0] != '"' && json.Valid([]byte(t)) {
+		return t
+	}
+	return quote(v)
+}
