@@ -161,12 +161,12 @@ func TestGrammars(t *testing.T) {
 
 func TestDetect(t *testing.T) {
 	for tmpl, want := range map[string]string{
-		"{{ '<tool_call>\\n' }}":        "hermes",
-		"[TOOL_CALLS] {{ x }}":          "mistral",
-		"<｜tool▁calls▁begin｜>":          "deepseek",
-		"<tool_call>{{ n }}<arg_key>":   "glm4.5",
+		"{{ '<tool_call>\\n' }}":       "hermes",
+		"[TOOL_CALLS] {{ x }}":         "mistral",
+		"<｜tool▁calls▁begin｜>":         "deepseek",
+		"<tool_call>{{ n }}<arg_key>":  "glm4.5",
 		"{{ messages[0]['content'] }}": "generic",
-		"":                              "generic",
+		"":                             "generic",
 	} {
 		if got := Detect(tmpl).Name(); got != want {
 			t.Errorf("Detect(%q) = %s, want %s", tmpl, got, want)
