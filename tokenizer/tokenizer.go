@@ -503,6 +503,16 @@ func (t *Tokenizer) IsSpecial(id int32) bool {
 	return t.attrs[id]&(attrControl|attrUserDefined|attrUnknown|attrUnused) != 0
 }
 
+// IsMarkup reports whether id is a control or user-defined token: markup a chat format
+// writes (Qwen's <tool_call>, Mistral's [TOOL_CALLS]), which a grammar may let a model
+// write where the format's own text is due.
+func (t *Tokenizer) IsMarkup(id int32) bool {
+	if id < 0 || int(id) >= len(t.attrs) {
+		return false
+	}
+	return t.attrs[id]&(attrControl|attrUserDefined) != 0
+}
+
 // EOGTokens lists the end-of-generation ids in ascending order.
 func (t *Tokenizer) EOGTokens() []int32 {
 	ids := make([]int32, 0, len(t.eog))

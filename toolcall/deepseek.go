@@ -37,6 +37,10 @@ func (deepseek) Grammar(tools []Tool, parallel bool) (*grammar.Grammar, error) {
 		suffix: dsCodeEnd + dsCallEnd, sep: "\n", close: dsClose}.grammar("DeepSeek tool calls", tools, parallel)
 }
 
+func (deepseek) Write(calls []Call) string {
+	return dsOpen + joinCalls(calls, dsCallBegin+"function"+dsSep+"%s"+dsCode+"%s"+dsCodeEnd+dsCallEnd, "\n") + dsClose
+}
+
 func (deepseek) starts() []string { return []string{dsOpen} }
 
 func (deepseek) section(text string, final bool) (section, error) {

@@ -46,9 +46,8 @@ func genericGrammar(tools []Tool, parallel, respond bool) (*grammar.Grammar, err
 	))
 }
 
-// SystemPrompt describes the tools and the answer's JSON to a model whose template knows
-// no tools; it goes at the end of the system message (or is one).
-func SystemPrompt(tools []Tool, choice Choice) string {
+// genericPrompt describes the tools and the answer's JSON.
+func genericPrompt(tools []Tool, choice Choice) string {
 	var b strings.Builder
 	b.WriteString("You can call these tools:\n")
 	for _, t := range OpenAITools(tools) {
@@ -65,6 +64,10 @@ func SystemPrompt(tools []Tool, choice Choice) string {
 	}
 	b.WriteString(".")
 	return b.String()
+}
+
+func (generic) Write(calls []Call) string {
+	return `{"tool_calls": [` + joinCalls(calls, `{"name": "%s", "arguments": %s}`, ", ") + "]}"
 }
 
 func (generic) starts() []string { return []string{"{"} }

@@ -35,6 +35,36 @@ func (glm) Grammar([]Tool, bool) (*grammar.Grammar, error) {
 	return nil, fmt.Errorf("toolcall: GLM-4.5's tool calls write strings as raw text, which the grammar cannot hold a model to; use tool_choice auto")
 }
 
+// Write gives each argument its tags, strings as they are; arguments that are not a JSON
+// object are left out.
+func (glm) Write(calls []Call) string {
+	var b strings.Builder
+	for i, c := range calls {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		b.WriteString(hermesOpen + c.Name + "\n")
+		d := json.NewDecoder(strings.NewReader(c.Arguments))
+		if t, err := d.Token(); err == nil && t == json.Delim('{') {
+			for d.More() {
+				k, err := d.Token()
+				var v json.RawMessage
+				if err != nil || d.Decode(&v) != nil {
+					break
+				}
+				val := string(v)
+				var str string
+				if json.Unmarshal(v, &str) == nil {
+					val = str
+				}
+				fmt.Fprintf(&b, "%s%v%s\n%s%s%s\n", glmKey, k, glmKeyEnd, glmValue, val, glmValueEnd)
+			}
+		}
+		b.WriteString(hermesClose)
+	}
+	return b.String()
+}
+
 func (glm) starts() []string { return []string{hermesOpen} }
 
 func (glm) section(text string, final bool) (section, error) {

@@ -30,6 +30,10 @@ func (hermes) Grammar(tools []Tool, parallel bool) (*grammar.Grammar, error) {
 		suffix: "}\n" + hermesClose, sep: "\n"}.grammar("Hermes tool calls", tools, parallel)
 }
 
+func (hermes) Write(calls []Call) string {
+	return joinCalls(calls, hermesOpen+"\n{\"name\": \"%s\", \"arguments\": %s}\n"+hermesClose, "\n")
+}
+
 func (hermes) starts() []string { return []string{hermesOpen} }
 
 func (hermes) section(text string, final bool) (section, error) {

@@ -30,6 +30,10 @@ func (mistral) Grammar(tools []Tool, parallel bool) (*grammar.Grammar, error) {
 		suffix: "}", sep: ", ", close: "]"}.grammar("Mistral tool calls", tools, parallel)
 }
 
+func (mistral) Write(calls []Call) string {
+	return mistralOpen + "[" + joinCalls(calls, `{"name": "%s", "arguments": %s}`, ", ") + "]"
+}
+
 func (mistral) starts() []string { return []string{mistralOpen} }
 
 func (mistral) section(text string, final bool) (section, error) {

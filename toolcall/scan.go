@@ -2,9 +2,19 @@ package toolcall
 
 import (
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strings"
 )
+
+// joinCalls writes each call with format (its name, then its arguments) and sep between.
+func joinCalls(calls []Call, format, sep string) string {
+	parts := make([]string, len(calls))
+	for i, c := range calls {
+		parts[i] = fmt.Sprintf(format, c.Name, c.Arguments)
+	}
+	return strings.Join(parts, sep)
+}
 
 // valueEnd finds how far a JSON value written at the start of s goes (leading whitespace
 // included): n bytes so far, and whether it is whole. It reads structure only (brackets,

@@ -67,6 +67,9 @@ type Format interface {
 	Grammar(tools []Tool, parallel bool) (*grammar.Grammar, error)
 	// NewID makes a call id of the shape the format's template accepts back.
 	NewID() string
+	// Write is the text a model writes for calls in the format: what a template that knows
+	// no tool calls is given for a turn that made them, and the example SystemPrompt shows.
+	Write(calls []Call) string
 	scanner
 }
 
@@ -138,6 +141,25 @@ func Detect(template string) Format {
 // Native reports whether f is a format of the model's own, which its template tells it
 // about; the generic format is not.
 func Native(f Format) bool { return f.Name() != "generic" }
+
+// SystemPrompt describes tools to a model whose template does not: their signatures and how
+// to call them in format f (the generic format: the JSON answer its grammar holds the model
+// to). It goes at the end of the system message, or is one.
+func SystemPrompt(f Format, tools []Tool, choice Choice) string {
+	if !Native(f) {
+		return genericPrompt(tools, choice)
+	}
+	var b strings.Builder
+	b.WriteString("# Tools\n\nYou may call one or more functions to assist with the user query. ")
+	b.WriteString("You are provided with function signatures within <tools></tools> XML tags:\n<tools>")
+	for _, t := range OpenAITools(tools) {
+		b.WriteString("\n")
+		b.Write(t)
+	}
+	b.WriteString("\n</tools>\n\nTo call a function, write:\n")
+	b.WriteString(f.Write([]Call{{Name: "<function-name>", Arguments: "<args-json-object>"}}))
+	return b.String()
+}
 
 // OpenAITools is the tools as OpenAI's API writes them, what chat templates are given:
 // type, then the function's name, description and parameters, in the order clients send.

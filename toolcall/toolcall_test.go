@@ -222,3 +222,20 @@ func FuzzParser(f *testing.F) {
 		}
 	})
 }
+
+// TestWrite: what a format writes for calls, its parser reads back.
+func TestWrite(t *testing.T) {
+	calls := []Call{{Name: "get_weather", Arguments: `{"city": "Paris", "days": 2}`}, {Name: "add", Arguments: `{"a": 1}`}}
+	for _, f := range formats {
+		p := NewParser(f)
+		p.Add(f.Write(calls))
+		p.Finish()
+		got := p.Calls()
+		if p.Content() != "" || len(got) != 2 || got[0].Name != "get_weather" || got[0].Arguments != calls[0].Arguments || got[1].Arguments != calls[1].Arguments {
+			t.Errorf("%s: wrote %q, read %q and %+v", f.Name(), f.Write(calls), p.Content(), got)
+		}
+		if sp := SystemPrompt(f, []Tool{weather}, Choice{}); !strings.Contains(sp, `"name": "get_weather"`) {
+			t.Errorf("%s: system prompt %q names no tool", f.Name(), sp)
+		}
+	}
+}
