@@ -218,8 +218,12 @@ type Result struct {
 
 // Message is one turn of a chat.
 type Message struct {
-	Role    string // "system", "user" or "assistant"
+	Role    string // "system", "user", "assistant" or "tool"
 	Content string
+	// ToolCalls are the calls an assistant turn made (see ChatOptions).
+	ToolCalls []ToolCall
+	// ToolCallID and Name say which call a tool turn answers, and its function.
+	ToolCallID, Name string
 }
 
 // Info describes an opened model (see Model.Info and Inspect).

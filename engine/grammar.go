@@ -22,7 +22,8 @@ var (
 )
 
 // grammarVocab is the model's vocabulary indexed for package grammar: every token's bytes,
-// the special ones never allowed inside a value, the end-of-generation ones after it.
+// the special ones never allowed inside a value, the end-of-generation ones after it, and
+// the markup ones (control and user-defined) where a text grammar's own text is due.
 func (m *Model) grammarVocab() *grammar.Vocab {
 	key := weak.Make(m.tok)
 	vocabsMu.Lock()
@@ -35,7 +36,7 @@ func (m *Model) grammarVocab() *grammar.Vocab {
 	for id := range pieces {
 		pieces[id] = tok.TokenText(int32(id))
 	}
-	v := grammar.NewVocab(pieces, tok.IsSpecial, tok.EOGTokens())
+	v := grammar.NewVocab(pieces, tok.IsSpecial, tok.EOGTokens(), grammar.Markup(tok.IsMarkup))
 	vocabs[key] = v
 	runtime.AddCleanup(tok, func(k weak.Pointer[tokenizer.Tokenizer]) {
 		vocabsMu.Lock()

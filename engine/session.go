@@ -395,19 +395,7 @@ func (s *Session) Chat(ctx context.Context, msgs []Message, opts GenerateOptions
 // ChatTokens renders the conversation with the model's chat template, the assistant's turn
 // opened, and returns its tokens: what Session.Chat generates from.
 func (m *Model) ChatTokens(msgs []Message) ([]int32, error) {
-	if len(msgs) == 0 {
-		return nil, fmt.Errorf("chat needs at least one message")
-	}
-	tm := make([]tokenizer.Message, len(msgs))
-	for i, msg := range msgs {
-		tm[i] = tokenizer.Message{Role: msg.Role, Content: msg.Content}
-	}
-	text, err := m.tok.RenderChat(tm, true)
-	if err != nil {
-		return nil, fmt.Errorf("chat template: %w", err)
-	}
-	// The template may write BOS itself; EncodePrompt adds it only when it did not.
-	return m.tok.EncodePrompt(text)
+	return m.ChatTokensWith(msgs, ChatOptions{})
 }
 
 // Perplexity scores text in consecutive windows of window tokens (0 = the context length),
