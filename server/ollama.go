@@ -55,33 +55,52 @@ func (s *Server) ollamaChat(w http.ResponseWriter, r *http.Request) {
 	if !s.ollamaCheck(w, r, &q, func() string { return q.Model }) {
 		return
 	}
-	if len(q.Tools) > 0 {
-		ollamaError(w, http.StatusBadRequest, "tools are not supported by this server")
-		return
-	}
 	if len(q.Messages) == 0 {
 		// ollama loads the model and answers done: it is loaded already.
 		writeJSON(w, http.StatusOK, api.ChatResponse{Model: s.name, CreatedAt: time.Now().UTC(), Message: api.Message{Role: "assistant"}, Done: true, DoneReason: "load"})
 		return
 	}
-	msgs := make([]engine.Message, len(q.Messages))
-	for i, m := range q.Messages {
-		switch {
-		case m.Role != "system" && m.Role != "user" && m.Role != "assistant":
-			ollamaError(w, http.StatusBadRequest, "messages[%d]: role %q: want system, user or assistant", i, m.Role)
-			return
-		case len(m.Images) > 0:
-			ollamaError(w, http.StatusBadRequest, "messages[%d]: images are not supported by this model", i)
-			return
-		}
-		msgs[i] = engine.Message{Role: m.Role, Content: m.Content}
+	msgs, err := ollamaMessages(q.Messages)
+	if err != nil {
+		ollamaError(w, http.StatusBadRequest, "%v", err)
+		return
 	}
-	ids, rerr := s.chatTokens(w, msgs, s.model.ContextLength())
+	tools, err := ollamaTools(q.Tools)
+	if err != nil {
+		ollamaError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	t, err := s.newTooling(tools, engine.ToolChoice{Parallel: true})
+	if err != nil {
+		ollamaError(w, http.StatusBadRequest, "tools: %v", err)
+		return
+	}
+	ids, rerr := s.chatTokens(w, msgs, s.model.ContextLength(), t.chatOptions())
 	if rerr != nil {
 		ollamaError(w, rerr.status, "%s", rerr.msg)
 		return
 	}
-	s.ollamaGenerate(w, r, ids, q.Options, q.Format, q.Stream, true, true)
+	s.ollamaGenerate(w, r, ids, ollamaRun{raw: q.Options, format: q.Format, stream: q.Stream, chat: true, templated: true, tools: t})
+}
+
+// ollamaMessages reads a chat's messages: system, user, assistant (with its calls) and tool
+// (a call's result, by tool_name or tool_call_id).
+func ollamaMessages(in []api.Message) ([]engine.Message, error) {
+	msgs := make([]engine.Message, len(in))
+	for i, m := range in {
+		switch {
+		case m.Role != "system" && m.Role != "user" && m.Role != "assistant" && m.Role != "tool":
+			return nil, fmt.Errorf("messages[%d]: role %q: want system, user, assistant or tool", i, m.Role)
+		case len(m.Images) > 0:
+			return nil, fmt.Errorf("messages[%d]: images are not supported by this model", i)
+		}
+		calls, err := ollamaMessageCalls(m.ToolCalls)
+		if err != nil {
+			return nil, fmt.Errorf("messages[%d].tool_calls: %v", i, err)
+		}
+		msgs[i] = engine.Message{Role: m.Role, Content: m.Content, ToolCalls: calls, ToolCallID: m.ToolCallID, Name: m.ToolName}
+	}
+	return msgs, nil
 }
 
 func (s *Server) ollamaGenerateRoute(w http.ResponseWriter, r *http.Request) {
@@ -117,17 +136,23 @@ func (s *Server) ollamaGenerateRoute(w http.ResponseWriter, r *http.Request) {
 		ollamaError(w, http.StatusBadRequest, "prompt: %v", err)
 		return
 	}
-	s.ollamaGenerate(w, r, ids, q.Options, q.Format, q.Stream, false, !q.Raw)
+	s.ollamaGenerate(w, r, ids, ollamaRun{raw: q.Options, format: q.Format, stream: q.Stream, templated: !q.Raw})
 }
 
 // ollamaOptions are ollama's options (its defaults, then the request's) and format as the
 // engine's, for a prompt of promptLen tokens, with the model's chat stop strings when it is
 // templated and free.
-func (s *Server) ollamaOptions(raw map[string]any, format json.RawMessage, promptLen int, templated bool) (engine.GenerateOptions, error) {
+func (s *Server) ollamaOptions(raw map[string]any, format json.RawMessage, promptLen int, templated bool, t *tooling) (engine.GenerateOptions, error) {
 	var g engine.GenerateOptions
 	var err error
 	if g.Grammar, err = ollamaFormat(format); err != nil {
 		return g, err
+	}
+	if t != nil && t.grammar != nil {
+		if g.Grammar != nil {
+			return g, fmt.Errorf("format and tools on a model whose template knows no tools (their answer is JSON of its own): give one")
+		}
+		g.Grammar = t.grammar
 	}
 	o := api.DefaultOptions()
 	if err := o.FromMap(raw); err != nil {
@@ -194,9 +219,20 @@ func ollamaRanges(o *api.Options) error {
 // lines (/api/chat's when chat, else /api/generate's), the last with done and the timings,
 // or (stream false) that last line alone with the whole text. templated says the prompt went
 // through the chat template, so that the model's chat stop strings apply.
-func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request, ids []int32, raw map[string]any, format json.RawMessage, stream *bool, chat, templated bool) {
+// ollamaRun is what ollamaGenerate runs: the request's options and format, whether it
+// streams, whether it is a chat, templated, and its tools.
+type ollamaRun struct {
+	raw             map[string]any
+	format          json.RawMessage
+	stream          *bool
+	chat, templated bool
+	tools           *tooling
+}
+
+func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request, ids []int32, q ollamaRun) {
 	start := time.Now()
-	opts, err := s.ollamaOptions(raw, format, len(ids), templated)
+	chat, stream := q.chat, q.stream
+	opts, err := s.ollamaOptions(q.raw, q.format, len(ids), q.templated, q.tools)
 	if err != nil {
 		ollamaError(w, http.StatusBadRequest, "%v", err)
 		return
@@ -221,14 +257,19 @@ func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request, ids []in
 		w.Header().Set("Content-Type", "application/x-ndjson")
 		w.WriteHeader(http.StatusOK)
 	}
+	tp := q.tools.parser()
 	opts.OnToken = func(t engine.Token) error {
 		if t.ID >= 0 {
 			tm.token()
 		}
-		if !streaming || t.Text == "" {
+		text := t.Text
+		if tp != nil {
+			text = tp.Add(text).Content
+		}
+		if !streaming || text == "" {
 			return nil
 		}
-		if err := enc.Encode(line(t.Text, false)); err != nil {
+		if err := enc.Encode(line(text, false)); err != nil {
 			return err
 		}
 		if fl != nil {
@@ -246,7 +287,27 @@ func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request, ids []in
 	if !streaming {
 		text = res.Text
 	}
+	var calls []api.ToolCall
+	if tp != nil {
+		// ollama gives a call whole, in the message of a line of its own; the text's last
+		// piece goes with it.
+		rest := tp.Finish().Content
+		if text, calls = rest, ollamaCalls(tp.Calls()); !streaming {
+			text = tp.Content()
+		}
+		if streaming && (rest != "" || len(calls) > 0) {
+			l := line(rest, false).(*api.ChatResponse)
+			l.Message.ToolCalls = calls
+			if err := enc.Encode(l); err != nil {
+				return
+			}
+			text = ""
+		}
+	}
 	last := line(text, true)
+	if l, ok := last.(*api.ChatResponse); ok && !streaming {
+		l.Message.ToolCalls = calls
+	}
 	m := api.Metrics{TotalDuration: time.Since(start), PromptEvalCount: res.PromptTokens, PromptEvalDuration: seconds(res.PromptSeconds),
 		EvalCount: len(res.Tokens), EvalDuration: seconds(res.DecodeSeconds)}
 	reason := finishReason(res.Reason)

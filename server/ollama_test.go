@@ -106,7 +106,7 @@ func TestOllamaClient(t *testing.T) {
 	}{
 		{"unknown model, strict", strict.Chat(ctx, &api.ChatRequest{Model: "llama3", Messages: []api.Message{{Role: "user", Content: "x"}}}, func(api.ChatResponse) error { return nil }), 404},
 		{"bad option", c.Chat(ctx, &api.ChatRequest{Messages: []api.Message{{Role: "user", Content: "x"}}, Options: map[string]any{"num_predict": "ten"}}, func(api.ChatResponse) error { return nil }), 400},
-		{"a tool message", c.Chat(ctx, &api.ChatRequest{Messages: []api.Message{{Role: "tool", Content: "x"}}}, func(api.ChatResponse) error { return nil }), 400},
+		{"an unknown role", c.Chat(ctx, &api.ChatRequest{Messages: []api.Message{{Role: "robot", Content: "x"}}}, func(api.ChatResponse) error { return nil }), 400},
 		{"show an unknown model, strict", func() error { _, err := strict.Show(ctx, &api.ShowRequest{Model: "mistral"}); return err }(), 404},
 	} {
 		var se api.StatusError

@@ -15,6 +15,7 @@ import (
 
 	"github.com/commit-run/commit-run/engine"
 	"github.com/commit-run/commit-run/grammar"
+	"github.com/commit-run/commit-run/toolcall"
 )
 
 // sampling are the generation fields the OpenAI chat and completions requests share. Fields
@@ -37,8 +38,6 @@ type sampling struct {
 	FrequencyPenalty *float64        `json:"frequency_penalty"`
 	Logprobs         json.RawMessage `json:"logprobs"`
 	TopLogprobs      *int            `json:"top_logprobs"`
-	Tools            json.RawMessage `json:"tools"`
-	Functions        json.RawMessage `json:"functions"`
 	ResponseFormat   json.RawMessage `json:"response_format"`
 	// JSONSchema and Grammar are llama-server's own constraints: a schema (as response_format's
 	// json_schema) and a GBNF grammar, which this server refuses rather than ignores.
@@ -51,16 +50,34 @@ type sampling struct {
 	// IgnoreEOS generates to the token limit past the end of text: llama-server's and
 	// vLLM's extension, which load benchmarks send for answers of a fixed length.
 	IgnoreEOS bool `json:"ignore_eos"`
+
+	// tools is a chat's tools as checked (chatCompletions), nil without.
+	tools *tooling
 }
 
 type chatRequest struct {
 	sampling
-	Messages []chatMessage `json:"messages"`
+	Messages          []chatMessage   `json:"messages"`
+	Tools             json.RawMessage `json:"tools"`
+	ToolChoice        json.RawMessage `json:"tool_choice"`
+	ParallelToolCalls *bool           `json:"parallel_tool_calls"`
+	Functions         json.RawMessage `json:"functions"`
+	FunctionCall      json.RawMessage `json:"function_call"`
 }
 
 type chatMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
+	Role       string          `json:"role"`
+	Content    json.RawMessage `json:"content"`
+	ToolCallID string          `json:"tool_call_id"`
+	Name       string          `json:"name"`
+	ToolCalls  []struct {
+		ID       string `json:"id"`
+		Type     string `json:"type"`
+		Function struct {
+			Name      string `json:"name"`
+			Arguments string `json:"arguments"`
+		} `json:"function"`
+	} `json:"tool_calls"`
 }
 
 type completionRequest struct {
@@ -166,6 +183,12 @@ func (s *Server) options(q *sampling, promptLen int, chat bool) (engine.Generate
 	if o.Grammar, err = responseFormat(q.ResponseFormat); err != nil {
 		return o, err
 	}
+	if q.tools != nil && q.tools.grammar != nil {
+		if o.Grammar != nil {
+			return o, invalid("response_format", "response_format and a tool_choice that requires a call (or tools on a model whose template knows none): give one")
+		}
+		o.Grammar = q.tools.grammar
+	}
 	if present(q.JSONSchema) {
 		if o.Grammar != nil {
 			return o, invalid("json_schema", "json_schema and response_format: give one")
@@ -207,8 +230,6 @@ func unsupportedFields(q *sampling) *reqError {
 	switch {
 	case q.N != nil && *q.N != 1:
 		return unsupported("n", "more than one choice per request")
-	case present(q.Tools) || present(q.Functions):
-		return unsupported("tools", "tool calling")
 	case present(q.LogitBias) && string(q.LogitBias) != "{}":
 		return unsupported("logit_bias", "a logit bias")
 	case q.Grammar != nil && *q.Grammar != "":
@@ -374,29 +395,49 @@ func stopStrings(raw json.RawMessage) ([]string, *reqError) {
 	return slices.DeleteFunc(many, func(s string) bool { return s == "" }), nil
 }
 
-// chatMessages reads a chat's messages: roles system (or developer), user and assistant, each
-// with text content, a string or an array of text parts.
+// chatMessages reads a chat's messages: roles system (or developer), user, assistant (with
+// the tool calls it made) and tool (a call's result, by its tool_call_id), each with text
+// content, a string or an array of text parts.
 func chatMessages(in []chatMessage) ([]engine.Message, *reqError) {
 	if len(in) == 0 {
 		return nil, invalid("messages", "messages: want at least one message")
 	}
 	out := make([]engine.Message, len(in))
+	names := map[string]string{} // call id -> function, for the results that answer them
 	for i, m := range in {
 		param := fmt.Sprintf("messages[%d]", i)
 		switch m.Role {
-		case "system", "user", "assistant":
+		case "system", "user", "assistant", "tool":
 		case "developer":
 			m.Role = "system"
-		case "tool", "function":
-			return nil, invalid(param+".role", "%s.role %q: tool calling is not supported by this server", param, m.Role)
+		case "function":
+			return nil, invalid(param+".role", "%s.role \"function\" is OpenAI's deprecated form of tool results: send role \"tool\" with tool_call_id", param)
 		default:
-			return nil, invalid(param+".role", "%s.role %q: want system, developer, user or assistant", param, m.Role)
+			return nil, invalid(param+".role", "%s.role %q: want system, developer, user, assistant or tool", param, m.Role)
 		}
 		text, err := content(m.Content)
 		if err != nil {
 			return nil, invalid(param+".content", "%s.content: %v", param, err)
 		}
-		out[i] = engine.Message{Role: m.Role, Content: text}
+		out[i] = engine.Message{Role: m.Role, Content: text, ToolCallID: m.ToolCallID, Name: m.Name}
+		if len(m.ToolCalls) > 0 && m.Role != "assistant" {
+			return nil, invalid(param+".tool_calls", "%s.tool_calls: only an assistant message makes calls", param)
+		}
+		for j, c := range m.ToolCalls {
+			if c.Function.Name == "" || c.ID == "" {
+				return nil, invalid(fmt.Sprintf("%s.tool_calls[%d]", param, j), "%s.tool_calls[%d]: want its id and function name", param, j)
+			}
+			names[c.ID] = c.Function.Name
+			out[i].ToolCalls = append(out[i].ToolCalls, engine.ToolCall{ID: c.ID, Name: c.Function.Name, Arguments: c.Function.Arguments})
+		}
+		if m.Role == "tool" {
+			if m.ToolCallID == "" {
+				return nil, invalid(param+".tool_call_id", "%s: a tool message needs the tool_call_id of the call it answers", param)
+			}
+			if out[i].Name == "" {
+				out[i].Name = names[m.ToolCallID]
+			}
+		}
 	}
 	return out, nil
 }
@@ -457,13 +498,28 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		rerr.write(w)
 		return
 	}
+	tools, choice, rerr := openaiTools(&q)
+	if rerr != nil {
+		rerr.write(w)
+		return
+	}
+	t, err := s.newTooling(tools, choice)
+	if err != nil {
+		param := "tools"
+		if choice.Mode != toolcall.Auto {
+			param = "tool_choice"
+		}
+		invalid(param, "%s: %v", param, err).write(w)
+		return
+	}
+	q.tools = t
 	reserve := s.model.ContextLength()
 	for _, v := range []*int{q.MaxTokens, q.MaxCompletionTokens} {
 		if v != nil {
 			reserve = min(reserve, *v)
 		}
 	}
-	ids, rerr := s.chatTokens(w, msgs, reserve)
+	ids, rerr := s.chatTokens(w, msgs, reserve, t.chatOptions())
 	if rerr != nil {
 		rerr.write(w)
 		return
@@ -523,7 +579,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, q *sampling, i
 	}
 	defer release()
 	s.met.prompt.Add(float64(len(ids)))
-	rp := reply{s: s, w: w, r: r, chat: chat, id: newID("cmpl-"), object: "text_completion", created: time.Now().Unix()}
+	rp := reply{s: s, w: w, r: r, chat: chat, id: newID("cmpl-"), object: "text_completion", created: time.Now().Unix(), tools: q.tools}
 	if chat {
 		rp.id, rp.object = newID("chatcmpl-"), "chat.completion"
 	}
@@ -560,6 +616,7 @@ type reply struct {
 	chat       bool
 	id, object string
 	created    int64
+	tools      *tooling // a chat's tools, nil without
 }
 
 // whole answers with the result of a generation at once.
@@ -573,7 +630,19 @@ func (rp *reply) whole(res engine.Result, err error, logprobs bool) {
 		return
 	}
 	choice := map[string]any{"index": 0, "finish_reason": finishReason(res.Reason), "logprobs": nil}
-	if rp.chat {
+	if p := rp.tools.parser(); p != nil {
+		p.Add(res.Text)
+		p.Finish()
+		msg := map[string]any{"role": "assistant", "content": p.Content()}
+		if calls := p.Calls(); len(calls) > 0 {
+			msg["tool_calls"] = openaiCalls(calls)
+			if p.Content() == "" {
+				msg["content"] = nil
+			}
+			choice["finish_reason"] = callsFinish(res.Reason)
+		}
+		choice["message"] = msg
+	} else if rp.chat {
 		choice["message"] = map[string]any{"role": "assistant", "content": res.Text}
 	} else {
 		choice["text"] = res.Text
@@ -616,7 +685,15 @@ func (rp *reply) stream(q *sampling, run func(on func(engine.Token) error) (engi
 			return
 		}
 	}
+	tp := rp.tools.parser()
 	res, err := run(func(t engine.Token) error {
+		if tp != nil {
+			d := tp.Add(t.Text)
+			if d.Empty() && t.Logprob == nil {
+				return nil
+			}
+			return send(c.toolChunk(d, t.Logprob))
+		}
 		if t.Text == "" && t.Logprob == nil {
 			return nil
 		}
@@ -631,7 +708,16 @@ func (rp *reply) stream(q *sampling, run func(on func(engine.Token) error) (engi
 		send(e)
 		return
 	}
-	last := c.chunk("", false, finishReason(res.Reason), nil)
+	finish := finishReason(res.Reason)
+	if tp != nil {
+		if d := tp.Finish(); !d.Empty() && send(c.toolChunk(d, nil)) != nil {
+			return
+		}
+		if len(tp.Calls()) > 0 {
+			finish = callsFinish(res.Reason)
+		}
+	}
+	last := c.chunk("", false, finish, nil)
 	last["timings"] = timingsOf(res)
 	if send(last) != nil {
 		return
@@ -685,6 +771,26 @@ func (c *chunker) chunk(text string, role bool, finish any, lp *engine.Logprob) 
 		out["usage"] = nil // OpenAI's: null on every chunk but the last
 	}
 	return out
+}
+
+// toolChunk is a chunk of a chat with tools: the text and the news of calls a token made
+// known (either may be empty; the token's logprobs go with it all the same).
+func (c *chunker) toolChunk(d toolcall.Delta, lp *engine.Logprob) map[string]any {
+	out := c.chunk(d.Content, false, nil, lp)
+	if len(d.Calls) > 0 {
+		ch := out["choices"].([]any)[0].(map[string]any)
+		ch["delta"].(map[string]any)["tool_calls"] = openaiCallDeltas(d.Calls)
+	}
+	return out
+}
+
+// callsFinish is the finish reason of an answer that made calls: tool_calls, unless it was
+// cut short.
+func callsFinish(r engine.StopReason) string {
+	if f := finishReason(r); f == "length" {
+		return f
+	}
+	return "tool_calls"
 }
 
 // logprobs is a choice's log-probabilities in OpenAI's shape: a chat's content entries, or a

@@ -14,7 +14,7 @@ import (
 // failing at every later turn; unless Options.RefuseOverflow. Messages whose bytes alone rule
 // out the context go before any rendering (fits). The header X-Context-Trimmed and a metric
 // count what was dropped. Whether the result leaves room is the caller's check (room).
-func (s *Server) chatTokens(w http.ResponseWriter, msgs []engine.Message, reserve int) ([]int32, *reqError) {
+func (s *Server) chatTokens(w http.ResponseWriter, msgs []engine.Message, reserve int, co engine.ChatOptions) ([]int32, *reqError) {
 	first := 0
 	for first < len(msgs) && msgs[first].Role == "system" {
 		first++
@@ -37,7 +37,7 @@ func (s *Server) chatTokens(w http.ResponseWriter, msgs []engine.Message, reserv
 	if err := s.fits("messages", contentBytes(msgs)); err != nil {
 		return nil, err
 	}
-	ids, err := s.model.ChatTokens(msgs)
+	ids, err := s.model.ChatTokensWith(msgs, co)
 	if err != nil {
 		return nil, invalid("messages", "messages: %v", err)
 	}
@@ -45,7 +45,7 @@ func (s *Server) chatTokens(w http.ResponseWriter, msgs []engine.Message, reserv
 	reserve = max(1, min(reserve, ctx/8))
 	for trim && len(ids)+reserve > ctx && first < len(msgs)-1 {
 		drop()
-		if ids, err = s.model.ChatTokens(msgs); err != nil {
+		if ids, err = s.model.ChatTokensWith(msgs, co); err != nil {
 			return nil, invalid("messages", "messages: %v", err)
 		}
 	}

@@ -257,7 +257,7 @@ func TestBadRequests(t *testing.T) {
 		{"no messages", "POST", "/v1/chat/completions", `{"messages":[]}`, "sesame", "", 400, "at least one message"},
 		{"an unknown role", "POST", "/v1/chat/completions", `{"messages":[{"role":"wizard","content":"x"}]}`, "sesame", "", 400, "wizard"},
 		{"an image", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`, "sesame", "", 400, "only text"},
-		{"tools", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]}`, "sesame", "", 400, "tool calling"},
+		{"tools", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]}`, "sesame", "", 400, "function object"},
 		{"a body over the cap", "POST", "/v1/completions", big, "sesame", "", 413, "request body over"},
 		{"max_tokens -1", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"max_tokens":-1}`, "sesame", "", 400, "max_tokens -1"},
 		{"temperature 3", "POST", "/v1/completions", `{"prompt":"x","temperature":3}`, "sesame", "", 400, "temperature"},
