@@ -1,7 +1,7 @@
 // Package toolcall is function calling for chat models: which chat format a model's
 // template writes calls in (Qwen's and Hermes' <tool_call> JSON, Mistral's [TOOL_CALLS],
-// DeepSeek's tool-call tokens, GLM-4.5's argument tags, or a generic JSON answer for
-// templates that know no tools), the grammar that makes a model write a call in that
+// DeepSeek's tool-call tokens, GLM-4.5's argument tags, Llama 3's JSON, or a generic JSON
+// answer for templates that know no tools), the grammar that makes a model write a call in that
 // format with arguments of the tool's schema (package grammar's text grammars), and a
 // Parser that reads the calls back out of what the model writes, as it streams.
 //
@@ -128,6 +128,7 @@ func Detect(template string) Format {
 		{"<｜tool▁calls▁begin｜>", "deepseek"},
 		{"<arg_key>", "glm4.5"},
 		{"<tool_call>", "hermes"},
+		{"<|python_tag|>", "llama3"},
 	} {
 		if strings.Contains(template, c.marker) {
 			f, _ := ByName(c.format)

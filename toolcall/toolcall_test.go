@@ -45,6 +45,10 @@ var parseCases = []struct {
 	{"glm4.5", "two arguments", "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris, \"FR\"</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>",
 		want{"", []Call{{Name: "get_weather", Arguments: `{"city": "Paris, \"FR\"", "days": 3}`}}}},
 	{"glm4.5", "no arguments", "Now.<tool_call>add</tool_call>", want{"Now.", []Call{{Name: "add", Arguments: `{}`}}}},
+	{"llama3", "one call", `{"name": "add", "parameters": {"a": 1}}`, want{"", []Call{{Name: "add", Arguments: `{"a": 1}`}}}},
+	{"llama3", "python tag", `<|python_tag|>{"name": "get_weather", "parameters": {"city": "Oslo"}}`,
+		want{"", []Call{{Name: "get_weather", Arguments: `{"city": "Oslo"}`}}}},
+	{"llama3", "text", `I know {"name"s} but no call.`, want{`I know {"name"s} but no call.`, nil}},
 	{"generic", "calls", `{"tool_calls": [{"name": "add", "arguments": {"a": 1}}, {"name": "get_weather", "arguments": {"city": "Rome"}}]}`,
 		want{"", []Call{{Name: "add", Arguments: `{"a": 1}`}, {Name: "get_weather", Arguments: `{"city": "Rome"}`}}}},
 	{"generic", "response", `{"response": "It is \"sunny\" \u00e9\n\ud83d\ude00 ok"}`, want{"It is \"sunny\" é\n😀 ok", nil}},
@@ -115,7 +119,7 @@ func TestGrammars(t *testing.T) {
 	tools := []Tool{weather, add}
 	for _, c := range parseCases {
 		switch c.format + "/" + c.name {
-		case "hermes/one call", "hermes/text then two calls", "mistral/array", "deepseek/v3", "generic/calls":
+		case "hermes/one call", "hermes/text then two calls", "mistral/array", "deepseek/v3", "generic/calls", "llama3/one call":
 		default:
 			continue
 		}
