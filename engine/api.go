@@ -168,6 +168,10 @@ type GenerateOptions struct {
 	// whole (even with IgnoreEOS, since nothing may follow), and generation stops as soon as
 	// nothing may follow it (StopGrammar). MaxTokens still cuts the value short.
 	Grammar *grammar.Grammar
+	// GrammarTrigger makes Grammar lazy: the output is free until it holds this text, and
+	// held to Grammar from the text's start on (a tool call in an answer that may also be
+	// text: the grammar starts with the call's marker). "" holds it from the first token.
+	GrammarTrigger string
 }
 
 // Token is one generated token.

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -276,6 +277,8 @@ type generation struct {
 	joined     bool
 	lpBuf, raw []float32 // log-probabilities' scratch, and the logits before the sampler
 	gram       *grammar.Matcher
+	// pieces: the tokens' bytes so far, while a lazy grammar waits for its trigger
+	pieces []byte
 }
 
 func (s *Session) newGeneration(opts GenerateOptions, res *Result, vocab int) *generation {
@@ -284,11 +287,35 @@ func (s *Session) newGeneration(opts GenerateOptions, res *Result, vocab int) *g
 	if opts.Logprobs {
 		g.lpBuf, g.raw = make([]float32, vocab), make([]float32, vocab)
 	}
-	if opts.Grammar != nil {
+	if opts.Grammar != nil && opts.GrammarTrigger == "" {
 		g.gram = grammar.NewMatcher(s.m.grammarVocab(), opts.Grammar)
 		g.smp.SetFilter(g.gram)
 	}
 	return g
+}
+
+// trigger starts a lazy grammar once the tokens' bytes hold its trigger, fed the bytes from
+// the trigger's start. Bytes the grammar refuses there (a token that wrote past the trigger
+// into something else) leave the answer free: the grammar cannot hold what is written.
+func (g *generation) trigger(id int32) {
+	if g.gram != nil || g.opts.Grammar == nil || g.opts.GrammarTrigger == "" {
+		return
+	}
+	g.pieces = append(g.pieces, g.s.m.tok.TokenText(id)...)
+	i := bytes.Index(g.pieces, []byte(g.opts.GrammarTrigger))
+	if i < 0 {
+		// Only the trigger's start, less its last byte, can still begin it.
+		if keep := len(g.opts.GrammarTrigger) - 1; len(g.pieces) > keep {
+			g.pieces = append(g.pieces[:0], g.pieces[len(g.pieces)-keep:]...)
+		}
+		return
+	}
+	m := grammar.NewMatcher(g.s.m.grammarVocab(), g.opts.Grammar)
+	if m.Feed(g.pieces[i:]) {
+		g.gram = m
+		g.smp.SetFilter(m)
+	}
+	g.opts.GrammarTrigger, g.pieces = "", nil
 }
 
 // leave takes the session out of the model's batched steps, if it joined them.
@@ -334,6 +361,7 @@ func (g *generation) next(logits []float32) (id int32, done bool, err error) {
 		return id, true, g.flush()
 	}
 	res.Tokens = append(res.Tokens, id)
+	g.trigger(id)
 	var lp *Logprob
 	if opts.Logprobs {
 		l := sample.Logprobs(g.raw, g.lpBuf, id, opts.TopLogprobs)

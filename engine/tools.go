@@ -32,22 +32,27 @@ type ChatOptions struct {
 // (toolcall.Detect).
 func (m *Model) ToolFormat() toolcall.Format { return toolcall.Detect(m.tok.ChatTemplate()) }
 
-// ToolGrammar is the grammar a chat with o's tools generates under: the format's calls
-// where the choice requires one, calls or a response as JSON where the template knows no
-// tools, nil where the model answers freely.
-func (m *Model) ToolGrammar(o ChatOptions) (*grammar.Grammar, error) {
+// ToolGrammar is the grammar a chat with o's tools generates under, and its trigger
+// (GenerateOptions.GrammarTrigger): the format's calls from the first token where the
+// choice requires one; calls or a response as JSON where the template knows no tools; and
+// where the model may answer or call, the calls from their marker on, for formats that have
+// one (toolcall.Triggered), else nil: the model answers freely.
+func (m *Model) ToolGrammar(o ChatOptions) (g *grammar.Grammar, trigger string, err error) {
 	tools, err := toolcall.Select(o.Tools, o.Choice)
 	if err != nil || len(tools) == 0 {
-		return nil, err
+		return nil, "", err
 	}
 	f := m.ToolFormat()
-	switch {
+	switch t, triggered := f.(toolcall.Triggered); {
 	case o.Choice.Mode == toolcall.Required || o.Choice.Mode == toolcall.Named:
-		return f.Grammar(tools, o.Choice.Parallel)
+		g, err = f.Grammar(tools, o.Choice.Parallel)
 	case !toolcall.Native(f):
-		return toolcall.AnswerGrammar(tools, o.Choice.Parallel)
+		g, err = toolcall.AnswerGrammar(tools, o.Choice.Parallel)
+	case triggered:
+		g, err = f.Grammar(tools, o.Choice.Parallel)
+		trigger = t.Trigger()
 	}
-	return nil, nil
+	return g, trigger, err
 }
 
 // ChatTokensWith is ChatTokens with tools. What the template cannot take is written for it:

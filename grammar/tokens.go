@@ -301,6 +301,11 @@ func (m *Matcher) Accept(id int32) {
 	}
 }
 
+// Feed advances past text written other than by a token Accept saw (a lazy grammar's
+// trigger and what followed it in the same token), and reports whether the grammar accepts
+// it; on false the matcher is unchanged.
+func (m *Matcher) Feed(text []byte) bool { return m.err == nil && !m.ended && m.r.Feed(text) }
+
 // Err is the first token Accept was given that the grammar refuses.
 func (m *Matcher) Err() error { return m.err }
 

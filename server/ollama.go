@@ -144,15 +144,12 @@ func (s *Server) ollamaGenerateRoute(w http.ResponseWriter, r *http.Request) {
 // templated and free.
 func (s *Server) ollamaOptions(raw map[string]any, format json.RawMessage, promptLen int, templated bool, t *tooling) (engine.GenerateOptions, error) {
 	var g engine.GenerateOptions
-	var err error
-	if g.Grammar, err = ollamaFormat(format); err != nil {
+	f, err := ollamaFormat(format)
+	if err != nil {
 		return g, err
 	}
-	if t != nil && t.grammar != nil {
-		if g.Grammar != nil {
-			return g, fmt.Errorf("format and tools on a model whose template knows no tools (their answer is JSON of its own): give one")
-		}
-		g.Grammar = t.grammar
+	if err := t.constrain(&g, f); err != nil {
+		return g, fmt.Errorf("format: %v", err)
 	}
 	o := api.DefaultOptions()
 	if err := o.FromMap(raw); err != nil {
@@ -186,7 +183,7 @@ func (s *Server) ollamaOptions(raw map[string]any, format json.RawMessage, promp
 		g.Sampler.Seed = uint64(time.Now().UnixNano())
 	}
 	g.Stop = slices.DeleteFunc(slices.Clone(o.Stop), func(s string) bool { return s == "" })
-	if templated && g.Grammar == nil {
+	if templated && (g.Grammar == nil || g.GrammarTrigger != "") {
 		g.Stop = append(g.Stop, s.model.Info().ChatStop...) // as in options, for OpenAI's API
 	}
 	return g, nil

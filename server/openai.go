@@ -180,14 +180,12 @@ func (s *Server) options(q *sampling, promptLen int, chat bool) (engine.Generate
 		return o, err
 	}
 	o.IgnoreEOS = q.IgnoreEOS
-	if o.Grammar, err = responseFormat(q.ResponseFormat); err != nil {
+	format, err := responseFormat(q.ResponseFormat)
+	if err != nil {
 		return o, err
 	}
-	if q.tools != nil && q.tools.grammar != nil {
-		if o.Grammar != nil {
-			return o, invalid("response_format", "response_format and a tool_choice that requires a call (or tools on a model whose template knows none): give one")
-		}
-		o.Grammar = q.tools.grammar
+	if cerr := q.tools.constrain(&o, format); cerr != nil {
+		return o, invalid("response_format", "response_format: %v", cerr)
 	}
 	if present(q.JSONSchema) {
 		if o.Grammar != nil {
@@ -212,7 +210,7 @@ func (s *Server) options(q *sampling, promptLen int, chat bool) (engine.Generate
 		return o, serr
 	}
 	o.Stop = stops
-	if chat && o.Grammar == nil {
+	if chat && (o.Grammar == nil || o.GrammarTrigger != "") {
 		// The model's chat stops are for models that never learnt to end a turn: a grammar
 		// ends it, and its strings may be text inside the value.
 		o.Stop = append(o.Stop, s.model.Info().ChatStop...)

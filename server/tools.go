@@ -18,6 +18,7 @@ type tooling struct {
 	chat    engine.ChatOptions
 	format  toolcall.Format
 	grammar *grammar.Grammar
+	trigger string // the grammar holds from this text on ("": from the start)
 }
 
 // newTooling checks a chat's tools and choice against the model: the format its template
@@ -31,11 +32,26 @@ func (s *Server) newTooling(tools []engine.Tool, choice engine.ToolChoice) (*too
 		return nil, err
 	}
 	o := engine.ChatOptions{Tools: tools, Choice: choice}
-	g, err := s.model.ToolGrammar(o)
+	g, trigger, err := s.model.ToolGrammar(o)
 	if err != nil {
 		return nil, err
 	}
-	return &tooling{chat: o, format: s.model.ToolFormat(), grammar: g}, nil
+	return &tooling{chat: o, format: s.model.ToolFormat(), grammar: g, trigger: trigger}, nil
+}
+
+// constrain puts the tools' grammar in o beside format, a response format's (nil: none): a
+// lazy one gives way to it (a call is then the model's to write right), one that holds the
+// whole answer cannot share it.
+func (t *tooling) constrain(o *engine.GenerateOptions, format *grammar.Grammar) error {
+	o.Grammar = format
+	if t == nil || t.grammar == nil || format != nil && t.trigger != "" {
+		return nil
+	}
+	if format != nil {
+		return fmt.Errorf("a response format and a tool_choice that requires a call (or tools on a model whose template knows none): give one")
+	}
+	o.Grammar, o.GrammarTrigger = t.grammar, t.trigger
+	return nil
 }
 
 // chatOptions are what the template renders with: the tools, or none.

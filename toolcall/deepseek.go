@@ -41,6 +41,8 @@ func (deepseek) Write(calls []Call) string {
 	return dsOpen + joinCalls(calls, dsCallBegin+"function"+dsSep+"%s"+dsCode+"%s"+dsCodeEnd+dsCallEnd, "\n") + dsClose
 }
 
+func (deepseek) Trigger() string { return dsOpen }
+
 func (deepseek) starts() []string { return []string{dsOpen} }
 
 func (deepseek) section(text string, final bool) (section, error) {

@@ -34,6 +34,8 @@ func (hermes) Write(calls []Call) string {
 	return joinCalls(calls, hermesOpen+"\n{\"name\": \"%s\", \"arguments\": %s}\n"+hermesClose, "\n")
 }
 
+func (hermes) Trigger() string { return hermesOpen }
+
 func (hermes) starts() []string { return []string{hermesOpen} }
 
 func (hermes) section(text string, final bool) (section, error) {

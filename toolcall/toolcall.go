@@ -73,6 +73,14 @@ type Format interface {
 	scanner
 }
 
+// Triggered is a format whose calls begin with a marker of their own, which a model writes
+// only to call: its Grammar can hold an answer that may also be text from that marker on
+// (engine's GenerateOptions.GrammarTrigger), so that a call a model starts always parses.
+type Triggered interface {
+	Format
+	Trigger() string
+}
+
 // scanner finds and reads the calls section of a model's answer (parser.go).
 type scanner interface {
 	// starts are the texts that open a calls section.
