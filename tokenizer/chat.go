@@ -124,17 +124,12 @@ func environment() (*exec.Environment, *config.Config) {
 		ctx.Set("raise_exception", func(msg string) (string, error) {
 			return "", fmt.Errorf("raise_exception: %s", msg)
 		})
-		ctx.Set("strftime_now", func(format string) string { return strftime(time.Now(), format) })
-		filters := exec.NewFilterSet(map[string]exec.FilterFunction{}).Update(builtins.Filters)
-		if err := filters.Replace("tojson", filterToJSON); err != nil {
-			panic(err) // gonja without tojson: the filter set is not what this code was built on
-		}
 		chatEnv = &exec.Environment{
 			Context:           ctx,
-			Filters:           filters,
+			Filters:           hfFilters(),
 			Tests:             builtins.Tests,
 			ControlStructures: builtins.ControlStructures,
-			Methods:           builtins.Methods,
+			Methods:           hfMethods(),
 		}
 		chatConfig = config.New()
 		chatConfig.TrimBlocks = true
@@ -172,11 +167,16 @@ func renderJinja(src string, msgs []Message, o ChatOptions, caps ChatCaps, token
 	if err != nil {
 		return "", fmt.Errorf("parsing: %w", err)
 	}
-	messages := make([]map[string]any, len(msgs))
+	messages := make(pyList, len(msgs))
 	for i, m := range msgs {
 		messages[i] = messageVars(m, caps)
 	}
-	vars := map[string]any{"messages": messages, "add_generation_prompt": o.AddGenerationPrompt}
+	now := o.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	vars := map[string]any{"messages": messages, "add_generation_prompt": o.AddGenerationPrompt,
+		"strftime_now": func(format string) string { return strftime(now, format) }}
 	for k, v := range tokens {
 		vars[k] = v
 	}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/nikolalohinski/gonja/v2/exec"
@@ -33,6 +34,9 @@ type ChatOptions struct {
 	Tools []json.RawMessage
 	// Vars are further template variables (Qwen3's enable_thinking), as JSON values.
 	Vars map[string]json.RawMessage
+	// Now is the time strftime_now tells templates (Llama's and Mistral's write the date);
+	// zero: the clock's.
+	Now time.Time
 }
 
 // ChatCaps is what the file's chat template does with tools, found by rendering probes as
@@ -54,7 +58,7 @@ type ChatCaps struct {
 // toolTemplateVars are the variables a tool-aware template reads, built from ChatOptions.
 func toolTemplateVars(o ChatOptions, vars map[string]any) error {
 	if len(o.Tools) > 0 {
-		tools := make([]any, len(o.Tools))
+		tools := make(pyList, len(o.Tools))
 		for i, raw := range o.Tools {
 			v, err := orderedJSON(raw)
 			if err != nil {
@@ -75,14 +79,17 @@ func toolTemplateVars(o ChatOptions, vars map[string]any) error {
 }
 
 // messageVars is one message as a template sees it: role and content always, the tool
-// calls of an assistant turn, the call id and function name a tool result answers.
-func messageVars(m Message, caps ChatCaps) map[string]any {
-	v := map[string]any{"role": m.Role, "content": m.Content}
+// calls of an assistant turn, the call id and function name a tool result answers. It is an
+// ordered Dict, as a Python dict is: templates compare messages (Mistral's finds the last
+// user message so), which gonja does for its Dicts and not for Go maps.
+func messageVars(m Message, caps ChatCaps) *exec.Dict {
+	var content any = m.Content
+	if len(m.ToolCalls) > 0 && m.Content == "" && caps.NullContent {
+		content = nil
+	}
+	d := &exec.Dict{Pairs: []*exec.Pair{pair("role", m.Role), pair("content", content)}}
 	if len(m.ToolCalls) > 0 {
-		if m.Content == "" && caps.NullContent {
-			v["content"] = nil
-		}
-		calls := make([]any, len(m.ToolCalls))
+		calls := make(pyList, len(m.ToolCalls))
 		for i, c := range m.ToolCalls {
 			var args any = c.Arguments
 			if caps.ObjectArguments {
@@ -91,18 +98,17 @@ func messageVars(m Message, caps ChatCaps) map[string]any {
 				}
 			}
 			fn := &exec.Dict{Pairs: []*exec.Pair{pair("name", c.Name), pair("arguments", args)}}
-			call := &exec.Dict{Pairs: []*exec.Pair{pair("id", c.ID), pair("type", "function"), pair("function", fn)}}
-			calls[i] = call
+			calls[i] = &exec.Dict{Pairs: []*exec.Pair{pair("id", c.ID), pair("type", "function"), pair("function", fn)}}
 		}
-		v["tool_calls"] = calls
+		d.Pairs = append(d.Pairs, pair("tool_calls", calls))
 	}
 	if m.ToolCallID != "" {
-		v["tool_call_id"] = m.ToolCallID
+		d.Pairs = append(d.Pairs, pair("tool_call_id", m.ToolCallID))
 	}
 	if m.Name != "" {
-		v["name"] = m.Name
+		d.Pairs = append(d.Pairs, pair("name", m.Name))
 	}
-	return v
+	return d
 }
 
 func pair(k string, v any) *exec.Pair {
@@ -133,7 +139,7 @@ func decodeOrdered(d *json.Decoder) (any, error) {
 	switch t := t.(type) {
 	case json.Delim:
 		if t == '[' {
-			list := []any{}
+			list := pyList{}
 			for d.More() {
 				v, err := decodeOrdered(d)
 				if err != nil {
@@ -235,6 +241,8 @@ func writePyJSON(b *strings.Builder, v any, indent, depth int) error {
 			pairs[i] = pair(k, v[k])
 		}
 		return writePyObject(b, pairs, indent, depth, newline, sep)
+	case pyList:
+		return writePyJSON(b, []any(v), indent, depth)
 	case []any:
 		if len(v) == 0 {
 			b.WriteString("[]")
@@ -399,16 +407,21 @@ func probeCaps(src string, tokens map[string]any) ChatCaps {
 	tool := json.RawMessage(`{"type": "function", "function": {"name": "` + probeFn + `", "description": "A probe.", ` +
 		`"parameters": {"type": "object", "properties": {"` + probeArg + `": {"type": "integer"}}}}}`)
 	caps.Tools = strings.Contains(render([]Message{user}, ChatOptions{Tools: []json.RawMessage{tool}}, caps), probeFn)
-	call := Message{Role: "assistant", ToolCalls: []ToolCall{{ID: "call_1", Name: probeFn, Arguments: `{"` + probeArg + `": 1}`}}}
-	conv := []Message{user, call, {Role: "tool", Content: "2", ToolCallID: "call_1", Name: probeFn}}
+	// A nine-character id: Mistral's templates refuse any other.
+	call := Message{Role: "assistant", ToolCalls: []ToolCall{{ID: "call00001", Name: probeFn, Arguments: `{"` + probeArg + `": 1}`}}}
+	conv := []Message{user, call, {Role: "tool", Content: "2", ToolCallID: "call00001", Name: probeFn}}
 	o := ChatOptions{Tools: []json.RawMessage{tool}}
-	written := `"` + probeArg + `": 1`
+	// The argument's name written, in whatever format, but not as gonja writes a dict it
+	// was asked to add to a string (Python would have failed there).
+	written := func(out string) bool {
+		return strings.Contains(out, probeArg) && !strings.Contains(out, "'"+probeArg+"'")
+	}
 	// A turn of calls without text gets content "" where the template writes its calls so
 	// (as Python would fail on none where a template tests content), none where only none
 	// makes it write them (DeepSeek's); arguments as an object where the template writes
 	// it as JSON, else as text.
 	for _, try := range []ChatCaps{{ObjectArguments: true}, {}, {ObjectArguments: true, NullContent: true}, {NullContent: true}} {
-		if strings.Contains(render(conv, o, try), written) {
+		if written(render(conv, o, try)) {
 			caps.ToolCalls, caps.ObjectArguments, caps.NullContent = true, try.ObjectArguments, try.NullContent
 			break
 		}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // oaiMessage is a message as OpenAI's API writes it, which testdata/chat/tools.json uses.
@@ -40,6 +41,9 @@ func TestChatTools(t *testing.T) {
 		Cases    []struct {
 			Name, GGUF, BOS, EOS string
 			Caps                 ChatCaps
+			// Single: the template allows one call a turn (Llama 3.1's): the second call
+			// and its result are left out.
+			Single bool
 		} `json:"cases"`
 	}
 	if err := json.Unmarshal(b, &tc); err != nil {
@@ -62,7 +66,11 @@ func TestChatTools(t *testing.T) {
 			if got := tok.ChatCaps(); got != c.Caps {
 				t.Errorf("caps %+v, want %+v", got, c.Caps)
 			}
-			p, err := tok.RenderChatWith(msgs, ChatOptions{AddGenerationPrompt: true, Tools: tc.Tools})
+			conv := msgs
+			if c.Single {
+				conv = singleCall(msgs)
+			}
+			p, err := tok.RenderChatWith(conv, ChatOptions{AddGenerationPrompt: true, Tools: tc.Tools, Now: toolsNow})
 			if err != nil || p.Source != SourceGGUF {
 				t.Fatalf("render: %v (source %s, template error %v)", err, p.Source, p.TemplateErr)
 			}
@@ -81,6 +89,27 @@ func TestChatTools(t *testing.T) {
 			}
 		})
 	}
+}
+
+// toolsNow is the date the tools goldens are rendered on (chat_check.py's too).
+var toolsNow = time.Date(2026, 1, 2, 15, 4, 5, 0, time.UTC)
+
+// singleCall leaves out every call but each turn's first, and the results of those left out.
+func singleCall(msgs []Message) []Message {
+	var out []Message
+	dropped := map[string]bool{}
+	for _, m := range msgs {
+		if len(m.ToolCalls) > 1 {
+			for _, c := range m.ToolCalls[1:] {
+				dropped[c.ID] = true
+			}
+			m.ToolCalls = m.ToolCalls[:1]
+		}
+		if !dropped[m.ToolCallID] || m.ToolCallID == "" {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // TestPyJSON: tojson writes what Python's json.dumps(ensure_ascii=False) writes.

@@ -5,6 +5,7 @@ match the reference engine. Optional: needs python3 with jinja2.
 
 Usage: python3 tools/tokgolden/chat_check.py [tokenizer/testdata/chat]
 """
+import datetime
 import json
 import os
 import sys
@@ -41,6 +42,15 @@ def check_tools(env, chat):
     for c in d["cases"]:
         caps = c["caps"]
         msgs = json.loads(json.dumps(d["messages"]))
+        if c.get("single"):
+            # one call a turn (Llama 3.1): the others and their results left out
+            dropped = set()
+            for m in msgs:
+                for tc in (m.get("tool_calls") or [])[1:]:
+                    dropped.add(tc["id"])
+                if m.get("tool_calls"):
+                    m["tool_calls"] = m["tool_calls"][:1]
+            msgs = [m for m in msgs if m.get("tool_call_id") not in dropped]
         for m in msgs:
             if m.get("tool_calls"):
                 if m["content"] == "" and caps["NullContent"]:
@@ -49,8 +59,11 @@ def check_tools(env, chat):
                     if caps["ObjectArguments"]:
                         tc["function"]["arguments"] = json.loads(tc["function"]["arguments"])
         src = open(os.path.join(chat, c["name"] + ".jinja"), encoding="utf-8").read()
+        # The date the Go test renders with (toolsNow).
+        now = datetime.datetime(2026, 1, 2, 15, 4, 5)
         got = env.from_string(src).render(messages=msgs, tools=d["tools"], add_generation_prompt=True,
-                                          bos_token=c["bos"], eos_token=c["eos"])
+                                          bos_token=c["bos"], eos_token=c["eos"],
+                                          strftime_now=lambda f: now.strftime(f))
         failed += check(c["name"] + " with tools", got, os.path.join(chat, c["name"] + ".tools.txt"))
     return len(d["cases"]), failed
 
