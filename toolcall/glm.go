@@ -44,25 +44,36 @@ func (glm) Write(calls []Call) string {
 			b.WriteString("\n")
 		}
 		b.WriteString(hermesOpen + c.Name + "\n")
-		d := json.NewDecoder(strings.NewReader(c.Arguments))
-		if t, err := d.Token(); err == nil && t == json.Delim('{') {
-			for d.More() {
-				k, err := d.Token()
-				var v json.RawMessage
-				if err != nil || d.Decode(&v) != nil {
-					break
-				}
-				val := string(v)
-				var str string
-				if json.Unmarshal(v, &str) == nil {
-					val = str
-				}
-				fmt.Fprintf(&b, "%s%v%s\n%s%s%s\n", glmKey, k, glmKeyEnd, glmValue, val, glmValueEnd)
-			}
+		for _, kv := range argPairs(c.Arguments) {
+			b.WriteString(glmKey + kv[0] + glmKeyEnd + "\n" + glmValue + kv[1] + glmValueEnd + "\n")
 		}
 		b.WriteString(hermesClose)
 	}
 	return b.String()
+}
+
+// argPairs are a JSON object's keys and values as XML-style formats write them: strings as
+// they are, other values as JSON; none for text that is not an object.
+func argPairs(args string) [][2]string {
+	var out [][2]string
+	d := json.NewDecoder(strings.NewReader(args))
+	if t, err := d.Token(); err != nil || t != json.Delim('{') {
+		return nil
+	}
+	for d.More() {
+		k, err := d.Token()
+		var v json.RawMessage
+		if err != nil || d.Decode(&v) != nil {
+			break
+		}
+		val := string(v)
+		var str string
+		if json.Unmarshal(v, &str) == nil {
+			val = str
+		}
+		out = append(out, [2]string{fmt.Sprint(k), val})
+	}
+	return out
 }
 
 func (glm) starts() []string { return []string{hermesOpen} }

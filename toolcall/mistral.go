@@ -76,20 +76,15 @@ func (mistral) section(text string, final bool) (section, error) {
 func mistralNamed(body string, off int, final bool) (section, error) {
 	i := strings.Index(body, mistralArgs)
 	if i < 0 {
-		// Still the name, perhaps with the start of [ARGS] after it.
-		name := body
-		for k := min(len(mistralArgs)-1, len(name)); k > 0; k-- {
-			if strings.HasSuffix(name, mistralArgs[:k]) {
-				name = name[:len(name)-k]
-				break
-			}
-		}
-		if name = strings.TrimSpace(name); final || name != "" && !validName(name) {
+		// Still the name, perhaps with the start of [CALL_ID] or [ARGS] after it.
+		name, tag, _ := strings.Cut(body, "[")
+		if name = strings.TrimSpace(name); final || name != "" && !validName(name) || len(tag) > 80 {
 			return section{}, errNoName
 		}
 		return section{}, nil
 	}
-	name := strings.TrimSpace(body[:i])
+	name, _, _ := strings.Cut(body[:i], "[CALL_ID]") // Magistral may write the call's id too
+	name = strings.TrimSpace(name)
 	if !validName(name) {
 		return section{}, errNoName
 	}

@@ -131,19 +131,28 @@ func ByName(name string) (Format, error) {
 // with none (or no template) gets the generic JSON format, which needs the tools described
 // in a message (SystemPrompt).
 func Detect(template string) Format {
-	for _, c := range []struct{ marker, format string }{
-		{"[TOOL_CALLS]", "mistral"},
-		{"<｜tool▁calls▁begin｜>", "deepseek"},
-		{"<arg_key>", "glm4.5"},
-		{"<tool_call>", "hermes"},
-		{"<|python_tag|>", "llama3"},
-	} {
-		if strings.Contains(template, c.marker) {
-			f, _ := ByName(c.format)
-			return f
-		}
+	name := "generic"
+	switch {
+	case strings.Contains(template, "[TOOL_CALLS]") && strings.Contains(template, "[ARGS]"):
+		name = "mistral-v11"
+	case strings.Contains(template, "[TOOL_CALLS]"):
+		name = "mistral"
+	case strings.Contains(template, "<｜tool▁calls▁begin｜>") && isV31(template):
+		name = "deepseek3.1"
+	case strings.Contains(template, "<｜tool▁calls▁begin｜>"):
+		name = "deepseek"
+	case strings.Contains(template, "<|tool_calls_section_begin|>"):
+		name = "kimi"
+	case strings.Contains(template, "<arg_key>"):
+		name = "glm4.5"
+	case strings.Contains(template, "<function="):
+		name = "qwen3coder"
+	case strings.Contains(template, "<tool_call>"):
+		name = "hermes"
+	case strings.Contains(template, "<|python_tag|>"):
+		name = "llama3"
 	}
-	f, _ := ByName("generic")
+	f, _ := ByName(name)
 	return f
 }
 

@@ -3,6 +3,9 @@ package toolcall
 import (
 	"encoding/json"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -238,8 +241,68 @@ func TestWrite(t *testing.T) {
 		if p.Content() != "" || len(got) != 2 || got[0].Name != "get_weather" || got[0].Arguments != calls[0].Arguments || got[1].Arguments != calls[1].Arguments {
 			t.Errorf("%s: wrote %q, read %q and %+v", f.Name(), f.Write(calls), p.Content(), got)
 		}
+		// What a format writes for one call, its grammar takes (formats with one).
+		one := f.Write([]Call{{Name: "get_weather", Arguments: `{"city": "Paris", "days": 2}`}})
+		if g, err := f.Grammar([]Tool{weather, add}, false); err == nil && !g.Match([]byte(one)) && f.Name() != "generic" {
+			t.Errorf("%s: the grammar refuses its own %q", f.Name(), one)
+		}
 		if sp := SystemPrompt(f, []Tool{weather}, Choice{}); !strings.Contains(sp, `"name": "get_weather"`) {
 			t.Errorf("%s: system prompt %q names no tool", f.Name(), sp)
+		}
+	}
+}
+
+// TestRealTemplates: for each real chat template of tokenizer's tools goldens, Detect picks
+// the format its template writes calls in, and that format's parser reads the calls back
+// from the assistant turn the template rendered (what the model was trained to write).
+func TestRealTemplates(t *testing.T) {
+	for name, format := range map[string]string{
+		"qwen3": "hermes", "qwen25": "hermes", "qwen3coder": "qwen3coder", "qwen35": "qwen3coder",
+		"deepseek3": "deepseek", "deepseekv31": "deepseek3.1", "kimik2": "kimi", "mistralnemo": "mistral",
+		"mistralsmall32": "mistral-v11", "llama31": "llama3", "glm47flash": "glm4.5", "qwen15": "generic",
+	} {
+		dir := filepath.Join("..", "tokenizer", "testdata", "chat")
+		tmpl, err := os.ReadFile(filepath.Join(dir, name+".jinja"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := Detect(string(tmpl))
+		if f.Name() != format {
+			t.Errorf("%s: detected %s, want %s", name, f.Name(), format)
+			continue
+		}
+		if format == "generic" {
+			continue
+		}
+		golden, err := os.ReadFile(filepath.Join(dir, name+".tools.txt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The assistant's turn: after the user's question, before the tools' results.
+		turn := string(golden)
+		turn = turn[strings.Index(turn, "what is 2+3?")+len("what is 2+3?"):]
+		if i := strings.Index(turn, "21, \"sky\""); i >= 0 {
+			turn = turn[:i]
+		}
+		p := NewParser(f)
+		p.Add(turn)
+		p.Finish()
+		want := []Call{{Name: "get_weather", Arguments: `{"city": "Zürich", "unit": "celsius"}`}, {Name: "add", Arguments: `{"b": 3, "a": 2.5e-7}`}}
+		if name == "llama31" {
+			want = want[:1]
+		}
+		got := p.Calls()
+		if len(got) != len(want) {
+			t.Errorf("%s (%s): read %d calls from %q, want %d", name, format, len(got), turn, len(want))
+			continue
+		}
+		for i := range want {
+			var a, b any
+			json.Unmarshal([]byte(got[i].Arguments), &a)
+			json.Unmarshal([]byte(want[i].Arguments), &b)
+			if got[i].Name != want[i].Name || !reflect.DeepEqual(a, b) {
+				t.Errorf("%s (%s): call %d %s %s, want %s %s", name, format, i, got[i].Name, got[i].Arguments, want[i].Name, want[i].Arguments)
+			}
 		}
 	}
 }
