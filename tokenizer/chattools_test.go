@@ -154,3 +154,52 @@ func TestChatGoldensAgainstJinja2(t *testing.T) {
 		t.Fatalf("chat_check.py: %v\n%s", err, out)
 	}
 }
+
+// TestHarmony: gpt-oss's built-in format writes what Python's jinja2 renders from the
+// template gpt-oss files carry (testdata/chat/gptoss.jinja, which gonja cannot parse): the
+// plain conversation of cases.json, and one with a tool call and its results.
+// chat_check.py renders the template to check the goldens.
+func TestHarmony(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("testdata", "chat", "gptoss.jinja"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := chatTokenizer(t, "qwen3.gguf.gz", string(src), "gpt-oss", nil)
+	var tc struct {
+		Messages []oaiMessage `json:"messages"`
+	}
+	b, err := os.ReadFile(filepath.Join("testdata", "chat", "tools.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &tc); err != nil {
+		t.Fatal(err)
+	}
+	var calls []Message
+	for _, m := range tc.Messages {
+		msg := Message{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID, Name: m.Name}
+		for _, c := range m.ToolCalls {
+			msg.ToolCalls = append(msg.ToolCalls, ToolCall{ID: c.ID, Name: c.Function.Name, Arguments: c.Function.Arguments})
+		}
+		calls = append(calls, msg)
+	}
+	for name, msgs := range map[string][]Message{"gptoss.txt": readChatCases(t).Messages, "gptoss.tools.txt": singleCall(calls)} {
+		p, err := tok.RenderChatWith(msgs, ChatOptions{AddGenerationPrompt: true, Now: toolsNow})
+		if err != nil || p.Source != SourceBuiltin || p.Format != "harmony" || p.TemplateErr == nil {
+			t.Fatalf("%s: %v, source %s %s, template error %v", name, err, p.Source, p.Format, p.TemplateErr)
+		}
+		golden := filepath.Join("testdata", "chat", name)
+		if *update {
+			if err := os.WriteFile(golden, []byte(p.Text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want, err := os.ReadFile(golden)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Text != string(want) {
+			t.Errorf("%s: rendered\n%q\nwant\n%q", name, p.Text, want)
+		}
+	}
+}

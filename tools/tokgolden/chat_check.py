@@ -68,6 +68,30 @@ def check_tools(env, chat):
     return len(d["cases"]), failed
 
 
+def check_harmony(env, chat):
+    """gpt-oss's built-in format (Go's, since gonja cannot parse its template) against its
+    template: the plain conversation, and one tool call with its results (no tools list)."""
+    now = datetime.datetime(2026, 1, 2, 15, 4, 5)
+    src = open(os.path.join(chat, "gptoss.jinja"), encoding="utf-8").read()
+    plain = json.load(open(os.path.join(chat, "cases.json"), encoding="utf-8"))["messages"]
+    msgs = json.load(open(os.path.join(chat, "tools.json"), encoding="utf-8"))["messages"]
+    dropped = set()
+    for m in msgs:
+        for tc in (m.get("tool_calls") or [])[1:]:
+            dropped.add(tc["id"])
+        if m.get("tool_calls"):
+            m["tool_calls"] = m["tool_calls"][:1]
+            for tc in m["tool_calls"]:
+                tc["function"]["arguments"] = json.loads(tc["function"]["arguments"])
+    msgs = [m for m in msgs if m.get("tool_call_id") not in dropped]
+    failed = 0
+    for name, conv in (("gptoss.txt", plain), ("gptoss.tools.txt", msgs)):
+        got = env.from_string(src).render(messages=conv, add_generation_prompt=True,
+                                          strftime_now=lambda f: now.strftime(f))
+        failed += check("harmony " + name, got, os.path.join(chat, name))
+    return 2, failed
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     chat = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "..", "tokenizer", "testdata", "chat")
@@ -83,8 +107,9 @@ def main():
                                           bos_token=c["bos"], eos_token=c["eos"])
         failed += check(c["name"], got, os.path.join(chat, c["name"] + ".txt"))
     n, f = check_tools(env, chat)
-    total = len(cases["cases"]) + n
-    failed += f
+    n2, f2 = check_harmony(env, chat)
+    total = len(cases["cases"]) + n + n2
+    failed += f + f2
     print(f"{total - failed} passed, {failed} failed")
     sys.exit(1 if failed else 0)
 
