@@ -259,14 +259,19 @@ func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request, ids []in
 		if t.ID >= 0 {
 			tm.token()
 		}
-		text := t.Text
+		text, thinking := t.Text, ""
 		if tp != nil {
-			text = tp.Add(text).Content
+			d := tp.Add(text)
+			text, thinking = d.Content, d.Reasoning
 		}
-		if !streaming || text == "" {
+		if !streaming || text == "" && thinking == "" {
 			return nil
 		}
-		if err := enc.Encode(line(text, false)); err != nil {
+		l := line(text, false)
+		if c, ok := l.(*api.ChatResponse); ok {
+			c.Message.Thinking = thinking
+		}
+		if err := enc.Encode(l); err != nil {
 			return err
 		}
 		if fl != nil {
@@ -288,13 +293,14 @@ func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request, ids []in
 	if tp != nil {
 		// ollama gives a call whole, in the message of a line of its own; the text's last
 		// piece goes with it.
-		rest := tp.Finish().Content
+		fin := tp.Finish()
+		rest := fin.Content
 		if text, calls = rest, ollamaCalls(tp.Calls()); !streaming {
 			text = tp.Content()
 		}
-		if streaming && (rest != "" || len(calls) > 0) {
+		if streaming && (rest != "" || fin.Reasoning != "" || len(calls) > 0) {
 			l := line(rest, false).(*api.ChatResponse)
-			l.Message.ToolCalls = calls
+			l.Message.ToolCalls, l.Message.Thinking = calls, fin.Reasoning
 			if err := enc.Encode(l); err != nil {
 				return
 			}
@@ -304,6 +310,9 @@ func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request, ids []in
 	last := line(text, true)
 	if l, ok := last.(*api.ChatResponse); ok && !streaming {
 		l.Message.ToolCalls = calls
+		if tp != nil {
+			l.Message.Thinking = tp.Reasoning()
+		}
 	}
 	m := api.Metrics{TotalDuration: time.Since(start), PromptEvalCount: res.PromptTokens, PromptEvalDuration: seconds(res.PromptSeconds),
 		EvalCount: len(res.Tokens), EvalDuration: seconds(res.DecodeSeconds)}

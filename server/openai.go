@@ -632,6 +632,9 @@ func (rp *reply) whole(res engine.Result, err error, logprobs bool) {
 		p.Add(res.Text)
 		p.Finish()
 		msg := map[string]any{"role": "assistant", "content": p.Content()}
+		if r := p.Reasoning(); r != "" {
+			msg["reasoning_content"] = r // llama-server's field, which the chat page shows apart
+		}
 		if calls := p.Calls(); len(calls) > 0 {
 			msg["tool_calls"] = openaiCalls(calls)
 			if p.Content() == "" {
@@ -775,9 +778,12 @@ func (c *chunker) chunk(text string, role bool, finish any, lp *engine.Logprob) 
 // known (either may be empty; the token's logprobs go with it all the same).
 func (c *chunker) toolChunk(d toolcall.Delta, lp *engine.Logprob) map[string]any {
 	out := c.chunk(d.Content, false, nil, lp)
+	delta := out["choices"].([]any)[0].(map[string]any)["delta"].(map[string]any)
 	if len(d.Calls) > 0 {
-		ch := out["choices"].([]any)[0].(map[string]any)
-		ch["delta"].(map[string]any)["tool_calls"] = openaiCallDeltas(d.Calls)
+		delta["tool_calls"] = openaiCallDeltas(d.Calls)
+	}
+	if d.Reasoning != "" {
+		delta["reasoning_content"] = d.Reasoning
 	}
 	return out
 }

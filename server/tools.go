@@ -13,7 +13,8 @@ import (
 )
 
 // tooling is one chat's tools: what the template is given, the format the model writes its
-// calls in, and the grammar a required call is held to. nil: no tools.
+// calls in, and the grammar a required call is held to. nil: no tools, and a format whose
+// answers are plain text.
 type tooling struct {
 	chat    engine.ChatOptions
 	format  toolcall.Format
@@ -26,6 +27,9 @@ type tooling struct {
 // the grammar. No tools, or tool_choice none, is nil.
 func (s *Server) newTooling(tools []engine.Tool, choice engine.ToolChoice) (*tooling, error) {
 	if len(tools) == 0 || choice.Mode == toolcall.None {
+		if f := s.model.ToolFormat(); toolcall.Always(f) {
+			return &tooling{format: f}, nil // a harmony answer is read for its channels all the same
+		}
 		return nil, nil
 	}
 	if err := toolcall.Validate(tools); err != nil {

@@ -4,10 +4,11 @@ import (
 	"strings"
 )
 
-// Delta is what a piece of the model's text added to the answer: text, and news of calls.
+// Delta is what a piece of the model's text added to the answer: text, reasoning (harmony's
+// analysis channel), and news of calls.
 type Delta struct {
-	Content string
-	Calls   []CallDelta
+	Content, Reasoning string
+	Calls              []CallDelta
 }
 
 // CallDelta is news of call Index: its ID and Name the first time it is heard of, then
@@ -19,7 +20,7 @@ type CallDelta struct {
 }
 
 // Empty says whether d carries nothing.
-func (d Delta) Empty() bool { return d.Content == "" && len(d.Calls) == 0 }
+func (d Delta) Empty() bool { return d.Content == "" && d.Reasoning == "" && len(d.Calls) == 0 }
 
 // Parser reads one answer of a model as it streams: the text for the user, and the calls,
 // given out as soon as they are known (a call's name once whole, its arguments as they
@@ -36,6 +37,8 @@ type Parser struct {
 	ws        string // whitespace held back: kept if text follows, dropped before a call or the end
 	after     bool   // a section just ended: leading whitespace is dropped
 	secText   int    // bytes of the open section's content given out
+	secReason int    // and of its reasoning
+	reasoning strings.Builder
 }
 
 type sentCall struct {
@@ -66,11 +69,18 @@ func (p *Parser) Finish() Delta {
 		switch {
 		case err == nil && len(res.calls) > 0:
 			p.update(&d, res.calls)
-		case p.secText > 0:
+		case p.secText > 0 || p.secReason > 0:
+			if len(res.content) > p.secText {
+				p.text(&d, res.content[p.secText:], false)
+			}
+			if len(res.reasoning) > p.secReason {
+				d.Reasoning += res.reasoning[p.secReason:]
+				p.reasoning.WriteString(res.reasoning[p.secReason:])
+			}
 		default:
 			p.text(&d, p.buf, false)
 		}
-		p.buf, p.inSection, p.secText = "", false, 0
+		p.buf, p.inSection, p.secText, p.secReason = "", false, 0, 0
 	}
 	if !p.inSection && p.buf != "" {
 		p.text(&d, p.buf, false)
@@ -82,6 +92,9 @@ func (p *Parser) Finish() Delta {
 
 // Content is the answer's text so far.
 func (p *Parser) Content() string { return p.content.String() }
+
+// Reasoning is the answer's reasoning so far.
+func (p *Parser) Reasoning() string { return p.reasoning.String() }
 
 // Calls are the calls so far (the last may still be growing).
 func (p *Parser) Calls() []Call { return p.calls }
@@ -107,7 +120,7 @@ func (p *Parser) read(d *Delta, final bool) {
 			// Not a calls section after all: its opening marker is text.
 			_, m := p.firstStart()
 			p.text(d, p.buf[:m], true)
-			p.buf, p.inSection, p.secText = p.buf[m:], false, 0
+			p.buf, p.inSection, p.secText, p.secReason = p.buf[m:], false, 0, 0
 			continue
 		}
 		p.update(d, res.calls)
@@ -115,12 +128,17 @@ func (p *Parser) read(d *Delta, final bool) {
 			p.text(d, res.content[p.secText:], true)
 			p.secText = len(res.content)
 		}
+		if len(res.reasoning) > p.secReason {
+			d.Reasoning += res.reasoning[p.secReason:]
+			p.reasoning.WriteString(res.reasoning[p.secReason:])
+			p.secReason = len(res.reasoning)
+		}
 		if res.n == 0 {
 			return
 		}
 		p.ws = ""
 		p.done = len(p.sent)
-		p.buf, p.inSection, p.after, p.secText = p.buf[res.n:], false, true, 0
+		p.buf, p.inSection, p.after, p.secText, p.secReason = p.buf[res.n:], false, true, 0, 0
 	}
 }
 

@@ -96,8 +96,9 @@ type section struct {
 	calls []partial
 	// n is the bytes the section took, once whole; 0 while it is open.
 	n int
-	// content is answer text the section stands for (the generic format's response).
-	content string
+	// content is answer text the section stands for (the generic format's response), and
+	// reasoning its reasoning (harmony's analysis channel), each as far as it is read.
+	content, reasoning string
 }
 
 // partial is a call as far as it has been read: its name once whole, and its arguments'
@@ -151,10 +152,16 @@ func Detect(template string) Format {
 		name = "hermes"
 	case strings.Contains(template, "<|python_tag|>"):
 		name = "llama3"
+	case strings.Contains(template, "<|channel|>"):
+		name = "harmony"
 	}
 	f, _ := ByName(name)
 	return f
 }
+
+// Always reports whether every answer in format f is read with a Parser, tools or not: a
+// harmony answer's reasoning and text are channels of markup.
+func Always(f Format) bool { return f.Name() == "harmony" }
 
 // Native reports whether f is a format of the model's own, which its template tells it
 // about; the generic format is not.

@@ -52,6 +52,13 @@ var parseCases = []struct {
 	{"llama3", "python tag", `<|python_tag|>{"name": "get_weather", "parameters": {"city": "Oslo"}}`,
 		want{"", []Call{{Name: "get_weather", Arguments: `{"city": "Oslo"}`}}}},
 	{"llama3", "text", `I know {"name"s} but no call.`, want{`I know {"name"s} but no call.`, nil}},
+	{"harmony", "analysis then final", "<|channel|>analysis<|message|>The user greets.<|end|><|start|>assistant<|channel|>final<|message|>Hello <there>!<|return|>",
+		want{"Hello <there>!", nil}},
+	{"harmony", "a call", "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}<|call|>",
+		want{"", []Call{{Name: "get_weather", Arguments: `{"city": "Paris"}`}}}},
+	{"harmony", "recipient before the channel", "<|start|>assistant to=functions.add<|channel|>commentary json<|message|>{\"a\": 1}<|call|>",
+		want{"", []Call{{Name: "add", Arguments: `{"a": 1}`}}}},
+	{"harmony", "cut short", "<|channel|>final<|message|>Hel", want{"Hel", nil}},
 	{"generic", "calls", `{"tool_calls": [{"name": "add", "arguments": {"a": 1}}, {"name": "get_weather", "arguments": {"city": "Rome"}}]}`,
 		want{"", []Call{{Name: "add", Arguments: `{"a": 1}`}, {Name: "get_weather", Arguments: `{"city": "Rome"}`}}}},
 	{"generic", "response", `{"response": "It is \"sunny\" \u00e9\n\ud83d\ude00 ok"}`, want{"It is \"sunny\" é\n😀 ok", nil}},
@@ -123,6 +130,8 @@ func TestGrammars(t *testing.T) {
 	for _, c := range parseCases {
 		switch c.format + "/" + c.name {
 		case "hermes/one call", "hermes/text then two calls", "mistral/array", "deepseek/v3", "generic/calls", "llama3/one call":
+		case "harmony/a call":
+			c.text = strings.TrimSuffix(c.text[strings.Index(c.text, "<|start|>assistant")+len("<|start|>assistant"):], "<|call|>")
 		default:
 			continue
 		}
@@ -139,6 +148,9 @@ func TestGrammars(t *testing.T) {
 			t.Errorf("%s/%s: the grammar refuses %q", c.format, c.name, text)
 		}
 		one, _ := f.Grammar(tools, false)
+		if c.format == "harmony" {
+			continue
+		}
 		if len(c.want.calls) > 1 && one.Match([]byte(text)) {
 			t.Errorf("%s/%s: the one-call grammar takes %d calls", c.format, c.name, len(c.want.calls))
 		}
@@ -243,6 +255,7 @@ func TestWrite(t *testing.T) {
 		}
 		// What a format writes for one call, its grammar takes (formats with one).
 		one := f.Write([]Call{{Name: "get_weather", Arguments: `{"city": "Paris", "days": 2}`}})
+		one = strings.TrimSuffix(one, "<|call|>") // harmony's: an end of generation, not text
 		if g, err := f.Grammar([]Tool{weather, add}, false); err == nil && !g.Match([]byte(one)) && f.Name() != "generic" {
 			t.Errorf("%s: the grammar refuses its own %q", f.Name(), one)
 		}
@@ -304,5 +317,28 @@ func TestRealTemplates(t *testing.T) {
 				t.Errorf("%s (%s): call %d %s %s, want %s %s", name, format, i, got[i].Name, got[i].Arguments, want[i].Name, want[i].Arguments)
 			}
 		}
+	}
+}
+
+// TestHarmonyReasoning: harmony's analysis channel is the answer's reasoning, apart from
+// its text, streamed as it comes.
+func TestHarmonyReasoning(t *testing.T) {
+	f, _ := ByName("harmony")
+	text := "<|channel|>analysis<|message|>The user greets; answer kindly.<|end|><|start|>assistant<|channel|>final<|message|>Hello!<|return|>"
+	p := NewParser(f)
+	var reasoning, content strings.Builder
+	for i := 0; i < len(text); i += 3 {
+		d := p.Add(text[i:min(i+3, len(text))])
+		reasoning.WriteString(d.Reasoning)
+		content.WriteString(d.Content)
+	}
+	d := p.Finish()
+	reasoning.WriteString(d.Reasoning)
+	content.WriteString(d.Content)
+	if p.Reasoning() != "The user greets; answer kindly." || reasoning.String() != p.Reasoning() || p.Content() != "Hello!" || content.String() != "Hello!" {
+		t.Errorf("reasoning %q (streamed %q), content %q (streamed %q)", p.Reasoning(), reasoning.String(), p.Content(), content.String())
+	}
+	if !Always(f) || Always(hermes{}) {
+		t.Error("Always: harmony only")
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/commit-run/commit-run/engine"
+	"github.com/commit-run/commit-run/toolcall"
 )
 
 const chatHelp = "commands: /reset clears the conversation, /exit (or Ctrl-D) quits; Ctrl-C stops a reply, or quits at the prompt"
@@ -32,12 +33,12 @@ func (a *app) chatCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			_, s, closeAll, err := a.session()
+			m, s, closeAll, err := a.session()
 			if err != nil {
 				return err
 			}
 			defer closeAll()
-			return a.chatLoop(cmd.Context(), s, system, opts, isTerminal(a.stdin))
+			return a.chatLoop(cmd.Context(), s, m.ToolFormat(), system, opts, isTerminal(a.stdin))
 		},
 	}
 	cmd.Flags().StringVar(&system, "system", "", "system message `TEXT` that opens the conversation")
@@ -47,11 +48,11 @@ func (a *app) chatCmd() *cobra.Command {
 
 // chatLoop reads user turns until /exit, EOF or Ctrl-C at the prompt. interactive turns on the
 // prompt and banner and makes engine errors non-fatal (the user can /reset and go on).
-func (a *app) chatLoop(ctx context.Context, s *engine.Session, system string, opts engine.GenerateOptions, interactive bool) error {
+func (a *app) chatLoop(ctx context.Context, s *engine.Session, format toolcall.Format, system string, opts engine.GenerateOptions, interactive bool) error {
 	ctx, quit := context.WithCancel(ctx)
 	defer quit()
 
-	c := &conversation{a: a, s: s, opts: opts, interactive: interactive}
+	c := &conversation{a: a, s: s, format: format, opts: opts, interactive: interactive}
 	// Ctrl-C cancels the reply being generated if there is one, else ends the chat.
 	defer a.interrupts.set(func() { c.interrupt(quit) })()
 
@@ -67,7 +68,16 @@ func (a *app) chatLoop(ctx context.Context, s *engine.Session, system string, op
 		fmt.Fprintln(a.stderr, chatHelp)
 	}
 	c.opts.OnToken = func(t engine.Token) error {
-		_, err := io.WriteString(a.stdout, t.Text)
+		text := t.Text
+		if c.channels != nil {
+			// A harmony model's reasoning goes to stderr, its answer to stdout.
+			d := c.channels.Add(text)
+			if d.Reasoning != "" {
+				io.WriteString(a.stderr, d.Reasoning)
+			}
+			text = d.Content
+		}
+		_, err := io.WriteString(a.stdout, text)
 		return err
 	}
 	for {
@@ -97,6 +107,10 @@ type conversation struct {
 	interactive bool
 	start       []engine.Message // what /reset goes back to: the system message, if any
 	history     []engine.Message
+	// format is the model's answer format; channels reads a reply whose text is channels of
+	// markup (gpt-oss's harmony), nil for plain text.
+	format   toolcall.Format
+	channels *toolcall.Parser
 
 	mu          sync.Mutex
 	cancelReply context.CancelFunc // nil at the prompt
@@ -167,7 +181,14 @@ func (c *conversation) reply(ctx context.Context, line string) error {
 	c.history = append(c.history, engine.Message{Role: "user", Content: line})
 	replyCtx, cancel := context.WithCancel(ctx)
 	c.setReply(cancel)
+	if toolcall.Always(c.format) {
+		c.channels = toolcall.NewParser(c.format)
+	}
 	res, err := c.s.Chat(replyCtx, c.history, c.opts)
+	if c.channels != nil {
+		io.WriteString(c.a.stdout, c.channels.Finish().Content)
+		res.Text, c.channels = c.channels.Content(), nil // the history keeps the answer, as the template wants it
+	}
 	c.setReply(nil)
 	interrupted := replyCtx.Err() != nil && ctx.Err() == nil
 	cancel()
