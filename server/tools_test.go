@@ -356,3 +356,78 @@ func TestToolErrors(t *testing.T) {
 		}
 	}
 }
+
+// harmonyModel writes a synthetic gpt-oss with gpt-oss's chat template and harmony's
+// control tokens (some of its unused tokens renamed), and opens it.
+func harmonyModel(t *testing.T) *engine.Model {
+	t.Helper()
+	spec, err := synth.GoldenSpec("gpt-oss-f32")
+	if err != nil {
+		t.Fatal(err)
+	}
+	harmony := []string{"<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|return|>", "<|call|>", "<|constrain|>"}
+	var sm *synth.Model
+	for extra := 0; ; extra += 64 {
+		spec.Vocab += extra
+		if sm, err = synth.Build(spec); err != nil {
+			t.Fatal(err)
+		}
+		unused := 0
+		for _, tok := range sm.KV["tokenizer.ggml.tokens"].([]string) {
+			if strings.HasPrefix(tok, "<unused") {
+				unused++
+			}
+		}
+		if unused >= len(harmony) {
+			break
+		}
+	}
+	tokens := sm.KV["tokenizer.ggml.tokens"].([]string)
+	types := sm.KV["tokenizer.ggml.token_type"].([]int32)
+	for i, k := 0, 0; i < len(tokens) && k < len(harmony); i++ {
+		if strings.HasPrefix(tokens[i], "<unused") {
+			tokens[i], types[i] = harmony[k], 3 // control
+			k++
+		}
+	}
+	tmpl, err := os.ReadFile(filepath.Join("..", "tokenizer", "testdata", "chat", "gptoss.jinja"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sm.KV["tokenizer.chat_template"] = string(tmpl)
+	path := filepath.Join(t.TempDir(), "gpt-oss-harmony.gguf")
+	if _, err := sm.Write(path); err != nil {
+		t.Fatal(err)
+	}
+	m, err := engine.Open(path, engine.Options{Threads: 2, KVType: "f32", ContextLength: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// TestToolCallsHarmony: on a gpt-oss model (its template, rendered by the built-in harmony
+// format), a required call is written on the commentary channel to functions.f, held there
+// by the grammar with harmony's markers as their own tokens, and comes back as tool_calls
+// with no markup in the content.
+func TestToolCallsHarmony(t *testing.T) {
+	m := harmonyModel(t)
+	if f := m.ToolFormat(); f.Name() != "harmony" {
+		t.Fatalf("format %s, want harmony", f.Name())
+	}
+	c := client(serve(t, m, server.Options{}), "")
+	params := openai.ChatCompletionNewParams{Model: "gpt-oss", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Add 1 and 2.")},
+		Tools: tools(t), MaxTokens: openai.Int(200), Temperature: openai.Float(1), Seed: openai.Int(5),
+		ToolChoice: openai.ChatCompletionToolChoiceOptionUnionParam{OfFunctionToolChoice: &openai.ChatCompletionNamedToolChoiceParam{
+			Function: openai.ChatCompletionNamedToolChoiceFunctionParam{Name: "add"}}}}
+	r, err := c.Chat.Completions.New(context.Background(), params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := r.Choices[0].Message
+	if len(msg.ToolCalls) != 1 || msg.ToolCalls[0].Function.Name != "add" || strings.Contains(msg.Content, "<|") || r.Choices[0].FinishReason != "tool_calls" {
+		t.Fatalf("harmony call: %+v, finish %s", msg, r.Choices[0].FinishReason)
+	}
+	checkCall(t, "add", msg.ToolCalls[0].Function.Arguments)
+}
