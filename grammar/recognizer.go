@@ -12,6 +12,8 @@ const (
 	fLiteral
 	fSeq    // a text grammar's sequence (text.go)
 	fRepeat // a text grammar's repetition
+	fLoop   // a text grammar's loop
+	fUntil  // a text grammar's raw text up to a delimiter
 )
 
 // Frame states.
@@ -238,12 +240,17 @@ func (r *Recognizer) dispatch(b byte) bool {
 			case 0:
 				return false
 			}
-		case fSeq, fRepeat:
-			c := 0
-			if f.kind == fSeq {
+		case fSeq, fRepeat, fLoop, fUntil:
+			var c int
+			switch f.kind {
+			case fSeq:
 				c = r.seq(f, b)
-			} else {
+			case fRepeat:
 				c = r.repeat(f, b)
+			case fLoop:
+				c = r.loop(f, b)
+			default:
+				c = r.until(f, b)
 			}
 			switch c {
 			case 1:
@@ -261,7 +268,7 @@ func (r *Recognizer) dispatch(b byte) bool {
 
 // pop closes the top frame, a whole value, and moves the frame below past it.
 func (r *Recognizer) pop() {
-	if k := r.stack[len(r.stack)-1].kind; k == fSeq || k == fRepeat {
+	if k := r.stack[len(r.stack)-1].kind; k >= fSeq {
 		r.text--
 	}
 	r.stack = r.stack[:len(r.stack)-1]
@@ -283,6 +290,8 @@ func (r *Recognizer) pop() {
 	case fRepeat:
 		f.st = repAfter
 		f.cnt++
+	case fLoop:
+		f.pos = 0 // an alternative is done: choose again
 	}
 }
 

@@ -66,6 +66,8 @@ const (
 	kSeq    // parts in turn: alts
 	kChoice // one of the literals lits, each followed by its sequence in alts
 	kRepeat // items, a sequence, minItems to maxItems times, lits[0] between them
+	kLoop   // a choice (lits, alts) taken again until its literal with no continuation
+	kUntil  // any text up to and with lits[0], maxLen bytes at most
 )
 
 // node is a compiled schema. Nodes may form cycles (any value holds any values).

@@ -38,6 +38,8 @@ const (
 	pAnyObject
 	pChoice
 	pRepeat
+	pUntil
+	pLoop
 )
 
 // Alt is one alternative of OneOf: Lit, then the parts that follow it.
@@ -67,6 +69,16 @@ func OneOf(alts ...Alt) Part { return Part{kind: pChoice, alts: alts} }
 func Repeat(min, max int, sep string, items ...Part) Part {
 	return Part{kind: pRepeat, items: items, sep: sep, min: min, max: max}
 }
+
+// Until is any text, in valid UTF-8, up to and with the first delim, at most max bytes with
+// it: a raw value in a format that writes strings as they are (Qwen3-Coder's parameters).
+// delim must be ASCII and not empty.
+func Until(delim string, max int) Part { return Part{kind: pUntil, sep: delim, max: max} }
+
+// Loop is zero or more of alts, each chosen by its literal and at most once, then end: the
+// parameters of a call, in any order, then its closing tag. The literals and end must be
+// prefix-free; 63 alternatives at most.
+func Loop(end string, alts ...Alt) Part { return Part{kind: pLoop, sep: end, alts: alts} }
 
 // Text compiles a sequence of parts. desc says what it accepts, for errors and String.
 func Text(desc string, parts ...Part) (*Grammar, error) {
@@ -111,7 +123,25 @@ func (c *compiler) part(p Part, path string) (*node, error) {
 	case pValue:
 		return c.schemaPart(p.schema, p.loose)
 	case pChoice:
-		return c.choice(p.alts, path)
+		return c.choice(p.alts, path, false)
+	case pUntil:
+		if p.sep == "" || p.max < len(p.sep) || strings.IndexFunc(p.sep, func(r rune) bool { return r >= 0x80 }) >= 0 {
+			return nil, fmt.Errorf("grammar: %s: Until needs an ASCII delimiter and room for it", path)
+		}
+		return &node{kind: kUntil, lits: []string{p.sep}, maxLen: p.max}, nil
+	case pLoop:
+		if p.sep == "" {
+			return nil, fmt.Errorf("grammar: %s: a loop needs its end", path)
+		}
+		if len(p.alts) > 63 {
+			return nil, fmt.Errorf("grammar: %s: a loop of %d alternatives, 63 at most", path, len(p.alts))
+		}
+		n, err := c.choice(append(slices.Clone(p.alts), Alt{Lit: p.sep}), path, true)
+		if err != nil {
+			return nil, err
+		}
+		n.kind = kLoop
+		return n, nil
 	case pRepeat:
 		if p.sep == "" || p.min < 1 || p.max >= 0 && p.max < p.min {
 			return nil, fmt.Errorf("grammar: %s: a repetition needs a separator and 1 <= min <= max", path)
@@ -135,8 +165,9 @@ func (c *compiler) schemaPart(schema []byte, loose bool) (*node, error) {
 	return g.root, nil
 }
 
-// choice compiles OneOf: its literals sorted, each with its continuation.
-func (c *compiler) choice(alts []Alt, path string) (*node, error) {
+// choice compiles OneOf: its literals sorted, each with its continuation; with empty, an
+// alternative may have none (a loop's end), its continuation nil.
+func (c *compiler) choice(alts []Alt, path string, empty bool) (*node, error) {
 	if len(alts) == 0 {
 		return nil, fmt.Errorf("grammar: %s: a choice of nothing", path)
 	}
@@ -150,9 +181,12 @@ func (c *compiler) choice(alts []Alt, path string) (*node, error) {
 		if i > 0 && strings.HasPrefix(a.Lit, alts[i-1].Lit) {
 			return nil, fmt.Errorf("grammar: %s: alternative %q starts with alternative %q", path, a.Lit, alts[i-1].Lit)
 		}
-		next, err := c.sequence(a.Then, fmt.Sprintf("%s/%q", path, a.Lit))
-		if err != nil {
-			return nil, err
+		var next *node
+		if len(a.Then) > 0 || !empty {
+			var err error
+			if next, err = c.sequence(a.Then, fmt.Sprintf("%s/%q", path, a.Lit)); err != nil {
+				return nil, err
+			}
 		}
 		n.lits = append(n.lits, a.Lit)
 		n.alts = append(n.alts, next)
@@ -186,6 +220,10 @@ func (r *Recognizer) seq(f *frame, b byte) int {
 		return 1
 	case kChoice:
 		return r.choose(f, p, b)
+	case kLoop:
+		return r.push(frame{n: p.id, kind: fLoop})
+	case kUntil:
+		return r.push(frame{n: p.id, kind: fUntil})
 	case kSeq:
 		return r.push(frame{n: p.id, kind: fSeq})
 	case kRepeat:
@@ -216,18 +254,104 @@ func textDepth(n *node) int {
 		return d + 1
 	case kChoice:
 		for _, a := range n.alts {
-			d = max(d, textDepth(a))
+			if a != nil {
+				d = max(d, textDepth(a))
+			}
 		}
 		return d
+	case kLoop:
+		for _, a := range n.alts {
+			if a != nil {
+				d = max(d, textDepth(a))
+			}
+		}
+		return d + 1
+	case kUntil:
+		return 1
 	case kRepeat:
 		return 1 + textDepth(n.items)
 	}
 	return 0
 }
 
+// loop reads a Loop: its alternatives' literals and its end, narrowed as a choice's; an
+// alternative's continuation comes back here, the end closes the loop.
+// Alternatives taken are in seen, and not taken again.
+func (r *Recognizer) loop(f *frame, b byte) int {
+	n := r.nodes[f.n]
+	c := r.chooseFrom(f, n, b, f.seen)
+	if c == 1 && f.pos == 0 {
+		if n.alts[f.cnt] == nil {
+			r.pop() // the end: nothing was pushed, the loop is whole
+		} else {
+			f.seen |= 1 << f.cnt
+		}
+	}
+	return c
+}
+
+// until reads an Until's text: valid UTF-8 (rem continuation bytes to go, the next within
+// [lo, hi]), cnt bytes so far, pos bytes of the delimiter matched at its end.
+func (r *Recognizer) until(f *frame, b byte) int {
+	n := r.nodes[f.n]
+	delim := n.lits[0]
+	switch {
+	case f.rem > 0:
+		if b < f.lo || b > f.hi {
+			return 0
+		}
+		f.rem--
+		f.lo, f.hi = 0x80, 0xbf
+	case b < 0x80:
+	case b >= 0xc2 && b <= 0xdf:
+		f.rem, f.lo, f.hi = 1, 0x80, 0xbf
+	case b >= 0xe0 && b <= 0xef:
+		f.rem, f.lo, f.hi = 2, 0x80, 0xbf
+		if b == 0xe0 {
+			f.lo = 0xa0
+		} else if b == 0xed {
+			f.hi = 0x9f
+		}
+	case b >= 0xf0 && b <= 0xf4:
+		f.rem, f.lo, f.hi = 3, 0x80, 0xbf
+		if b == 0xf0 {
+			f.lo = 0x90
+		} else if b == 0xf4 {
+			f.hi = 0x8f
+		}
+	default:
+		return 0
+	}
+	pos := delimState(delim, int(f.pos), b)
+	if int(f.cnt)+1+int(f.rem)+len(delim)-pos > n.maxLen && pos < len(delim) {
+		return 0 // no room left to finish with the delimiter
+	}
+	f.cnt++
+	f.pos = int32(pos)
+	if pos == len(delim) {
+		r.pop()
+	}
+	return 1
+}
+
+// delimState is how much of delim the text ends with after b, given pos of it before: the
+// longest prefix of delim that is a suffix of delim[:pos]+b.
+func delimState(delim string, pos int, b byte) int {
+	for k := min(pos+1, len(delim)); k > 0; k-- {
+		if delim[k-1] == b && delim[:k-1] == delim[pos+1-k:pos] { // the text ends with delim[:pos]
+			return k
+		}
+	}
+	return 0
+}
+
 // choose narrows a choice's candidates by b; the one literal that is whole opens its
 // continuation.
-func (r *Recognizer) choose(f *frame, p *node, b byte) int {
+func (r *Recognizer) choose(f *frame, p *node, b byte) int { return r.chooseFrom(f, p, b, 0) }
+
+// chooseFrom is choose with the literals in the set taken refused: a byte that leaves only
+// those is refused too, so that no prefix taken is a dead end.
+func (r *Recognizer) chooseFrom(f *frame, p *node, b byte, taken uint64) int {
 	pos := int(f.pos)
 	lo, hi := int(f.cnt), int(f.end)
 	if pos == 0 {
@@ -240,13 +364,23 @@ func (r *Recognizer) choose(f *frame, p *node, b byte) int {
 	for e < hi && len(p.lits[e]) > pos && p.lits[e][pos] == b {
 		e++
 	}
+	if taken != 0 {
+		for lo < e && taken&(1<<lo) != 0 {
+			lo++
+		}
+		for e > lo && taken&(1<<(e-1)) != 0 {
+			e--
+		}
+	}
 	if e == lo {
 		return 0
 	}
 	f.cnt, f.end, f.pos = int32(lo), int32(e), int32(pos+1)
 	if e-lo == 1 && len(p.lits[lo]) == pos+1 {
 		f.pos = 0
-		r.push(frame{n: p.alts[lo].id, kind: fSeq})
+		if p.alts[lo] != nil {
+			r.push(frame{n: p.alts[lo].id, kind: fSeq})
+		}
 	}
 	return 1
 }
@@ -293,5 +427,5 @@ func (r *Recognizer) textEnds(f *frame) bool {
 	case fRepeat:
 		return f.st == repItem && int(f.cnt)+1 >= n.minItems
 	}
-	return false
+	return false // a loop or an until closes itself with its end
 }

@@ -215,3 +215,99 @@ func FuzzText(f *testing.F) {
 		}
 	})
 }
+
+// xmlCall is Qwen3-Coder's call of get_weather (parameters city and unit, any order, each
+// once or more) and of ping (none).
+func xmlCall(t testing.TB) *Grammar {
+	t.Helper()
+	param := func(k string) Alt {
+		return Alt{Lit: "<parameter=" + k + ">\n", Then: []Part{Until("\n</parameter>\n", 40)}}
+	}
+	end := "</function>\n</tool_call>"
+	g, err := Text("XML call", Lit("<tool_call>\n<function="), OneOf(
+		Alt{Lit: "get_weather>\n", Then: []Part{Loop(end, param("city"), param("unit"))}},
+		Alt{Lit: "ping>\n", Then: []Part{Loop(end)}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+func TestTextLoopUntil(t *testing.T) {
+	g := xmlCall(t)
+	call := "<tool_call>\n<function=get_weather>\n<parameter=city>\nNew York, \"NY\" </par\n</parameter>\n<parameter=unit>\ncelsius\n</parameter>\n</function>\n</tool_call>"
+	for _, c := range []struct {
+		text string
+		want bool
+	}{
+		{call, true},
+		{"<tool_call>\n<function=ping>\n</function>\n</tool_call>", true},
+		{"<tool_call>\n<function=get_weather>\n</function>\n</tool_call>", true},
+		{strings.Replace(call, "city", "town", 1), false},
+		{strings.Replace(call, "New York", "Zürich\xff", 1), false},           // not UTF-8
+		{strings.Replace(call, "New York", strings.Repeat("x", 40), 1), false}, // past 40 bytes
+		{strings.Replace(call, "New York", "日本", 1), true},
+		{strings.Replace(call, "<parameter=unit>", "<parameter=city>", 1), false}, // each at most once
+		{call[:len(call)-1], false},
+	} {
+		if got := g.Match([]byte(c.text)); got != c.want {
+			t.Errorf("Match(%q) = %v, want %v", c.text, got, c.want)
+		}
+	}
+	// The value ends at the delimiter's first whole occurrence, even one that overlaps a
+	// false start ("\n</par\n</parameter>\n").
+	r := g.Recognizer()
+	if !r.Feed([]byte(call)) || !r.Done() {
+		t.Errorf("the call is not done: %v", r.Complete())
+	}
+	for _, bad := range []string{"", "é"} {
+		if _, err := Text("x", Until(bad, 10)); err == nil {
+			t.Errorf("Until(%q) compiled", bad)
+		}
+	}
+	if _, err := Text("x", Loop("end", Alt{Lit: "e", Then: []Part{Lit("x")}})); err == nil {
+		t.Error("a loop whose end starts with an alternative compiled")
+	}
+}
+
+// TestLoopUntilMatcher: random walks over a vocabulary held to the XML call grammar end in
+// texts it matches, every token allowed being one the recognizer takes.
+func TestLoopUntilMatcher(t *testing.T) {
+	pieces, v := testVocab()
+	g := xmlCall(t)
+	for seed := range 20 {
+		rng := rand.New(rand.NewPCG(uint64(seed), 11))
+		m := NewMatcher(v, g)
+		var text []byte
+		logits := make([]float32, len(pieces))
+		for step := 0; !m.Done(); step++ {
+			if step > 4000 {
+				t.Fatalf("seed %d: no end: %q", seed, text)
+			}
+			clear(logits)
+			if !m.Mask(logits) {
+				t.Fatalf("seed %d: no token after %q", seed, text)
+			}
+			var allowed []int32
+			for id := range pieces {
+				if !math.IsInf(float64(logits[id]), -1) {
+					if id != 1 && !m.r.Clone().Feed([]byte(pieces[id])) {
+						t.Fatalf("seed %d: %q allowed after %q but refused", seed, pieces[id], text)
+					}
+					allowed = append(allowed, int32(id))
+				}
+			}
+			id := allowed[rng.IntN(len(allowed))]
+			m.Accept(id)
+			if err := m.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if id != 1 {
+				text = append(text, pieces[id]...)
+			}
+		}
+		if !g.Match(text) {
+			t.Fatalf("seed %d: ended with %q", seed, text)
+		}
+	}
+}

@@ -218,7 +218,7 @@ func (m *Matcher) Mask(logits []float32) bool {
 		m.walk(&m.v.rest)
 	} else {
 		m.walk(&m.v.full)
-		if top.kind == fSeq || top.kind == fRepeat || top.kind == fTop {
+		if top.kind == fSeq || top.kind == fRepeat || top.kind == fLoop || top.kind == fTop {
 			m.walk(&m.v.markup)
 		}
 	}

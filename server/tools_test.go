@@ -28,7 +28,10 @@ const addParams = `{"type": "object", "properties": {"a": {"type": "number"}, "b
 
 // toolModel writes a synthetic Qwen3-MoE with Qwen3's real chat template and its
 // <tool_call> and </tool_call> tokens (user-defined, as in Qwen's vocabulary), and opens it.
-func toolModel(t *testing.T) *engine.Model {
+func toolModel(t *testing.T) *engine.Model { return templateModel(t, "qwen3") }
+
+// templateModel is toolModel with another of tokenizer's real chat templates.
+func templateModel(t *testing.T, template string) *engine.Model {
 	t.Helper()
 	spec, err := synth.GoldenSpec("qwen3moe-f32")
 	if err != nil {
@@ -38,7 +41,7 @@ func toolModel(t *testing.T) *engine.Model {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl, err := os.ReadFile(filepath.Join("..", "tokenizer", "testdata", "chat", "qwen3.jinja"))
+	tmpl, err := os.ReadFile(filepath.Join("..", "tokenizer", "testdata", "chat", template+".jinja"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -430,4 +433,44 @@ func TestToolCallsHarmony(t *testing.T) {
 		t.Fatalf("harmony call: %+v, finish %s", msg, r.Choices[0].FinishReason)
 	}
 	checkCall(t, "add", msg.ToolCalls[0].Function.Arguments)
+}
+
+// TestToolCallsQwen35: with Qwen3.5's real template (Qwen3-Coder's XML calls), a named
+// call is held to the XML format, each parameter a declared one, at most once, an enum's
+// value one of it, others bounded by their schema (get_weather's city of 12 characters and
+// integer days, so that the random model ends within the tokens), and its values come back
+// as JSON arguments.
+func TestToolCallsQwen35(t *testing.T) {
+	m := templateModel(t, "qwen35")
+	if f := m.ToolFormat(); f.Name() != "qwen3coder" {
+		t.Fatalf("format %s, want qwen3coder", f.Name())
+	}
+	c := client(serve(t, m, server.Options{}), "")
+	params := openai.ChatCompletionNewParams{Model: "qwen3.5", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Weather in Paris?")},
+		Tools: tools(t), MaxTokens: openai.Int(600), Temperature: openai.Float(1), Seed: openai.Int(2), ParallelToolCalls: openai.Bool(false),
+		ToolChoice: openai.ChatCompletionToolChoiceOptionUnionParam{OfFunctionToolChoice: &openai.ChatCompletionNamedToolChoiceParam{
+			Function: openai.ChatCompletionNamedToolChoiceFunctionParam{Name: "get_weather"}}}}
+	r, err := c.Chat.Completions.New(context.Background(), params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := r.Choices[0]
+	if len(ch.Message.ToolCalls) != 1 || ch.FinishReason != "tool_calls" {
+		t.Fatalf("required on Qwen3.5's format: %+v, finish %s", ch.Message, ch.FinishReason)
+	}
+	call := ch.Message.ToolCalls[0]
+	var args map[string]any
+	if err := json.Unmarshal([]byte(call.Function.Arguments), &args); err != nil {
+		t.Fatalf("arguments %q: %v", call.Function.Arguments, err)
+	}
+	declared := map[string]map[string]bool{"get_weather": {"city": true, "unit": true, "days": true}, "add": {"a": true, "b": true}}[call.Function.Name]
+	for k := range args {
+		if !declared[k] {
+			t.Errorf("call %s: parameter %q is not declared", call.Function.Name, k)
+		}
+	}
+	if u, ok := args["unit"]; ok && u != "celsius" && u != "fahrenheit" {
+		t.Errorf("unit %q: not one of its enum", u)
+	}
+	t.Logf("%s(%s)", call.Function.Name, call.Function.Arguments)
 }

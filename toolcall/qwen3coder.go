@@ -1,7 +1,8 @@
 package toolcall
 
 import (
-	"fmt"
+	"encoding/json"
+	"slices"
 	"strings"
 
 	"github.com/commit-run/commit-run/grammar"
@@ -18,7 +19,8 @@ import (
 //	</function>
 //	</tool_call>
 //
-// Its values are raw text, which the JSON grammar cannot describe, so it has no Grammar.
+// Its values are raw text: its Grammar holds a call to the tool's declared parameters, each
+// value any text up to its closing tag (what a value means is the model's to get right).
 type qwen3coder struct{}
 
 func init() { register(qwen3coder{}) }
@@ -32,9 +34,97 @@ func (qwen3coder) Name() string { return "qwen3coder" }
 
 func (qwen3coder) NewID() string { return "call_" + randomID(24) }
 
-func (qwen3coder) Grammar([]Tool, bool) (*grammar.Grammar, error) {
-	return nil, fmt.Errorf("toolcall: Qwen3-Coder's and Qwen3.5's tool calls write strings as raw text, which the grammar cannot hold a model to; use tool_choice auto")
+// xmlValueMax bounds a parameter's value, in bytes.
+const xmlValueMax = 16 << 10
+
+func (qwen3coder) Grammar(tools []Tool, parallel bool) (*grammar.Grammar, error) {
+	if len(tools) == 0 {
+		return nil, errNoTools
+	}
+	end := xmlFunctionEnd + "\n" + hermesClose
+	delim := "\n" + xmlParameterEnd + "\n"
+	alts := make([]grammar.Alt, len(tools))
+	for i, t := range tools {
+		var params []grammar.Alt
+		for _, p := range properties(t.Parameters) {
+			value := grammar.Until(delim, p.maxBytes+len(delim))
+			if len(p.enum) > 0 { // one of the values, as the template writes them
+				vals := make([]grammar.Alt, len(p.enum))
+				for j, v := range p.enum {
+					vals[j] = grammar.Alt{Lit: v + delim[:len(delim)-1], Then: []grammar.Part{grammar.Lit("\n")}}
+				}
+				value = grammar.OneOf(vals...)
+			}
+			params = append(params, grammar.Alt{Lit: xmlParameter + p.name + ">\n", Then: []grammar.Part{value}})
+		}
+		if len(params) == 0 { // no declared parameters: any name
+			value := grammar.Until(delim, xmlValueMax)
+			params = []grammar.Alt{{Lit: xmlParameter, Then: []grammar.Part{grammar.Until(">\n", 256), value}}}
+		}
+		alts[i] = grammar.Alt{Lit: t.Name + ">\n", Then: []grammar.Part{grammar.Loop(end, params...)}}
+	}
+	most := 1
+	if parallel {
+		most = -1
+	}
+	return grammar.Text("Qwen3-Coder tool calls", grammar.Repeat(1, most, "\n", grammar.Lit(hermesOpen+"\n"+xmlFunction), grammar.OneOf(alts...)))
 }
+
+// property is a declared parameter, the most bytes its value can take as text, and its
+// enum's values as text.
+type property struct {
+	name     string
+	maxBytes int
+	enum     []string
+}
+
+// properties are a schema's declared properties, in order, each bounded by what its schema
+// says of its length: a string's maxLength (4 bytes a character), an enum's longest value,
+// a number's digits, a boolean's word; xmlValueMax otherwise.
+func properties(schema json.RawMessage) []property {
+	var s struct {
+		Properties json.RawMessage `json:"properties"`
+	}
+	if json.Unmarshal(schema, &s) != nil {
+		return nil
+	}
+	var out []property
+	for _, kv := range argPairs(string(s.Properties)) {
+		var p struct {
+			Type      any   `json:"type"`
+			MaxLength *int  `json:"maxLength"`
+			Enum      []any `json:"enum"`
+		}
+		json.Unmarshal([]byte(kv[1]), &p)
+		bound := xmlValueMax
+		var enum []string
+		switch {
+		case len(p.Enum) > 0:
+			bound = 0
+			for _, e := range p.Enum {
+				b, _ := json.Marshal(e)
+				text := string(b)
+				if s, ok := e.(string); ok {
+					text = s
+				}
+				if !slices.Contains(enum, text) {
+					enum = append(enum, text)
+				}
+				bound = max(bound, len(b))
+			}
+		case p.Type == "string" && p.MaxLength != nil && *p.MaxLength >= 0:
+			bound = 4 * *p.MaxLength
+		case p.Type == "integer" || p.Type == "number":
+			bound = 40
+		case p.Type == "boolean":
+			bound = 5
+		}
+		out = append(out, property{name: kv[0], maxBytes: min(bound, xmlValueMax), enum: enum})
+	}
+	return out
+}
+
+func (qwen3coder) Trigger() string { return hermesOpen }
 
 func (qwen3coder) Write(calls []Call) string {
 	var b strings.Builder
