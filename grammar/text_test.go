@@ -244,7 +244,7 @@ func TestTextLoopUntil(t *testing.T) {
 		{"<tool_call>\n<function=ping>\n</function>\n</tool_call>", true},
 		{"<tool_call>\n<function=get_weather>\n</function>\n</tool_call>", true},
 		{strings.Replace(call, "city", "town", 1), false},
-		{strings.Replace(call, "New York", "Zürich\xff", 1), false},           // not UTF-8
+		{strings.Replace(call, "New York", "Zürich\xff", 1), false},            // not UTF-8
 		{strings.Replace(call, "New York", strings.Repeat("x", 40), 1), false}, // past 40 bytes
 		{strings.Replace(call, "New York", "日本", 1), true},
 		{strings.Replace(call, "<parameter=unit>", "<parameter=city>", 1), false}, // each at most once
