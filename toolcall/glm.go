@@ -16,8 +16,8 @@ import (
 //	<arg_value>Paris</arg_value>
 //	</tool_call>
 //
-// Its values are raw text, which no JSON grammar describes, so it has no Grammar: a
-// request that requires a call on a GLM model is refused rather than left unconstrained.
+// Its values are raw text: its Grammar holds a call to the tool's declared arguments, as
+// Qwen3-Coder's does. GLM-4.7 writes the same tags with no line breaks (glm47).
 type glm struct{}
 
 func init() { register(glm{}) }
@@ -31,8 +31,64 @@ func (glm) Name() string { return "glm4.5" }
 
 func (glm) NewID() string { return "call_" + randomID(24) }
 
-func (glm) Grammar([]Tool, bool) (*grammar.Grammar, error) {
-	return nil, fmt.Errorf("toolcall: GLM-4.5's tool calls write strings as raw text, which the grammar cannot hold a model to; use tool_choice auto")
+func (glm) Grammar(tools []Tool, parallel bool) (*grammar.Grammar, error) {
+	return glmGrammar(tools, parallel, "\n")
+}
+
+func (glm) Trigger() string { return hermesOpen }
+
+// glmGrammar is GLM's calls with nl after the name and each tag ("\n" for GLM-4.5 and 4.6,
+// "" for 4.7). The name's literal takes the "<" of what follows it, so that no tool's name
+// is the start of another's.
+func glmGrammar(tools []Tool, parallel bool, nl string) (*grammar.Grammar, error) {
+	if len(tools) == 0 {
+		return nil, errNoTools
+	}
+	alts := make([]grammar.Alt, len(tools))
+	for i, t := range tools {
+		var args []grammar.Alt
+		for _, p := range properties(t.Parameters) {
+			args = append(args, grammar.Alt{Lit: glmKey[1:] + p.name + glmKeyEnd + nl + glmValue, Then: []grammar.Part{p.value(glmValueEnd + nl + "<")}})
+		}
+		if len(args) == 0 { // no declared arguments: any key
+			args = []grammar.Alt{{Lit: glmKey[1:], Then: []grammar.Part{grammar.Until(glmKeyEnd+nl+glmValue, 256),
+				grammar.Until(glmValueEnd+nl+"<", xmlValueMax)}}}
+		}
+		alts[i] = grammar.Alt{Lit: t.Name + nl + "<", Then: []grammar.Part{grammar.Loop(hermesClose[1:], args...)}}
+	}
+	most := 1
+	if parallel {
+		most = -1
+	}
+	return grammar.Text("GLM tool calls", grammar.Repeat(1, most, "\n", grammar.Lit(hermesOpen), grammar.OneOf(alts...)))
+}
+
+// glm47 is GLM-4.7's form of GLM's format: no line breaks.
+//
+//	<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value></tool_call>
+type glm47 struct{ glm }
+
+func init() { register(glm47{}) }
+
+func (glm47) Name() string { return "glm4.7" }
+
+func (glm47) Grammar(tools []Tool, parallel bool) (*grammar.Grammar, error) {
+	return glmGrammar(tools, parallel, "")
+}
+
+func (glm47) Write(calls []Call) string {
+	var b strings.Builder
+	for i, c := range calls {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		b.WriteString(hermesOpen + c.Name)
+		for _, kv := range argPairs(c.Arguments) {
+			b.WriteString(glmKey + kv[0] + glmKeyEnd + glmValue + kv[1] + glmValueEnd)
+		}
+		b.WriteString(hermesClose)
+	}
+	return b.String()
 }
 
 // Write gives each argument its tags, strings as they are; arguments that are not a JSON

@@ -47,15 +47,7 @@ func (qwen3coder) Grammar(tools []Tool, parallel bool) (*grammar.Grammar, error)
 	for i, t := range tools {
 		var params []grammar.Alt
 		for _, p := range properties(t.Parameters) {
-			value := grammar.Until(delim, p.maxBytes+len(delim))
-			if len(p.enum) > 0 { // one of the values, as the template writes them
-				vals := make([]grammar.Alt, len(p.enum))
-				for j, v := range p.enum {
-					vals[j] = grammar.Alt{Lit: v + delim[:len(delim)-1], Then: []grammar.Part{grammar.Lit("\n")}}
-				}
-				value = grammar.OneOf(vals...)
-			}
-			params = append(params, grammar.Alt{Lit: xmlParameter + p.name + ">\n", Then: []grammar.Part{value}})
+			params = append(params, grammar.Alt{Lit: xmlParameter + p.name + ">\n", Then: []grammar.Part{p.value(delim)}})
 		}
 		if len(params) == 0 { // no declared parameters: any name
 			value := grammar.Until(delim, xmlValueMax)
@@ -76,6 +68,20 @@ type property struct {
 	name     string
 	maxBytes int
 	enum     []string
+}
+
+// value is the grammar of the property's value as raw text up to and with delim: one of its
+// enum's values, or any text its bound allows.
+func (p property) value(delim string) grammar.Part {
+	if len(p.enum) == 0 {
+		return grammar.Until(delim, p.maxBytes+len(delim))
+	}
+	vals := make([]grammar.Alt, len(p.enum))
+	for j, v := range p.enum {
+		// The delimiter's last byte apart, so that no value's literal is empty after it.
+		vals[j] = grammar.Alt{Lit: v + delim[:len(delim)-1], Then: []grammar.Part{grammar.Lit(delim[len(delim)-1:])}}
+	}
+	return grammar.OneOf(vals...)
 }
 
 // properties are a schema's declared properties, in order, each bounded by what its schema

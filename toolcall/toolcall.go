@@ -144,6 +144,8 @@ func Detect(template string) Format {
 		name = "deepseek"
 	case strings.Contains(template, "<|tool_calls_section_begin|>"):
 		name = "kimi"
+	case strings.Contains(template, "</arg_value><arg_key>"):
+		name = "glm4.7"
 	case strings.Contains(template, "<arg_key>"):
 		name = "glm4.5"
 	case strings.Contains(template, "<function="):
