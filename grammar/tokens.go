@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/bits"
 	"slices"
+	"sync/atomic"
 	"unicode/utf8"
 )
 
@@ -30,6 +31,10 @@ type Vocab struct {
 	// markup: the special tokens a text grammar's literals may be written with (Qwen's
 	// <tool_call>), allowed outside JSON values only
 	markup trie
+	fullIDs []int32 // the tokens of full
+	// until[b]: the split of full for raw text up to a delimiter starting with b, built on
+	// first use (see untilSplit)
+	until [256]atomic.Pointer[untilSplit]
 	// plain text tokens: their set and, by id, their characters
 	plain      []uint64
 	plainIDs   []int32
@@ -109,6 +114,7 @@ func NewVocab(pieces []string, special func(id int32) bool, eog []int32, opts ..
 		}
 	}
 	v.off[len(pieces)] = int32(len(v.data))
+	v.fullIDs = slices.Clone(full)
 	v.full = v.buildTrie(full)
 	v.rest = v.buildTrie(rest)
 	v.markup = v.buildTrie(markup)
@@ -216,6 +222,9 @@ func (m *Matcher) Mask(logits []float32) bool {
 			}
 		}
 		m.walk(&m.v.rest)
+	} else if u := m.untilFast(top); u != nil {
+		copy(a, u.plain)
+		m.walk(&u.rest)
 	} else {
 		m.walk(&m.v.full)
 		if top.kind == fSeq || top.kind == fRepeat || top.kind == fLoop || top.kind == fTop {
@@ -257,6 +266,47 @@ func (m *Matcher) Mask(logits []float32) bool {
 		logits[i] = inf // beyond the vocabulary (padding rows of the output)
 	}
 	return any
+}
+
+// untilSplit splits the vocabulary for raw text whose delimiter starts with one byte: the
+// tokens that are whole UTF-8 without that byte (plain), which continue such text from any
+// point where no part of the delimiter is pending, and the rest, walked.
+type untilSplit struct {
+	plain []uint64
+	rest  trie
+}
+
+// untilFast is the split for an Until frame on top where it applies: no character or
+// delimiter under way, and room left for any token.
+func (m *Matcher) untilFast(top *frame) *untilSplit {
+	if top.kind != fUntil || top.rem != 0 || top.pos != 0 {
+		return nil
+	}
+	n := m.r.nodes[top.n]
+	if n.maxLen-int(top.cnt)-len(n.lits[0]) < m.v.maxLen {
+		return nil
+	}
+	return m.v.untilSplit(n.lits[0][0])
+}
+
+// untilSplit builds (once) the split for delimiters starting with b.
+func (v *Vocab) untilSplit(b byte) *untilSplit {
+	if u := v.until[b].Load(); u != nil {
+		return u
+	}
+	u := &untilSplit{plain: make([]uint64, len(v.plain))}
+	var rest []int32
+	for _, id := range v.fullIDs {
+		p := v.piece(id)
+		if utf8.Valid(p) && bytes.IndexByte(p, b) < 0 {
+			u.plain[id/64] |= 1 << (id % 64)
+		} else {
+			rest = append(rest, id)
+		}
+	}
+	u.rest = v.buildTrie(rest)
+	v.until[b].CompareAndSwap(nil, u)
+	return v.until[b].Load()
 }
 
 // walk allows the tokens of t the recognizer accepts.

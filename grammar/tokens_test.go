@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/commit-run/commit-run/tokenizer"
@@ -145,6 +146,15 @@ func qwen3(tb testing.TB) (*tokenizer.Tokenizer, *Vocab) {
 	return tok, NewVocab(pieces, tok.IsSpecial, tok.EOGTokens())
 }
 
+// pieces are the vocabulary's tokens' bytes.
+func (v *Vocab) pieces() []string {
+	out := make([]string, v.size)
+	for id := range out {
+		out[id] = string(v.piece(int32(id)))
+	}
+	return out
+}
+
 // benchDoc is what the benchmark generates: keys, short and long strings with spaces and
 // punctuation, non-ASCII text, numbers, a nested array, pretty-printed.
 const benchDoc = `{
@@ -224,11 +234,39 @@ func BenchmarkMatcher(b *testing.B) {
 		b.Fatal(err)
 	}
 	logits := make([]float32, qwen3Logits)
+	// A tool call in Hermes' format (Qwen3's) with the document as its arguments, and in
+	// Qwen3.5's XML format with the document's bio as a raw value, with the markers as the
+	// vocabulary's markup tokens.
+	markup := NewVocab(v.pieces(), tok.IsSpecial, tok.EOGTokens(), Markup(tok.IsMarkup))
+	hermes, err := Text("hermes", Lit("<tool_call>\n{\"name\": \""), OneOf(Alt{Lit: `describe", "arguments": `,
+		Then: []Part{Value([]byte(benchSchema)), Lit("}\n</tool_call>")}}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	xml, err := Text("xml", Lit("<tool_call>\n<function="), OneOf(Alt{Lit: "describe>\n", Then: []Part{Loop("</function>\n</tool_call>",
+		Alt{Lit: "<parameter=bio>\n", Then: []Part{Until("\n</parameter>\n", 4096)}})}}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	encode := func(text string) []int32 {
+		ids, err := tok.Encode(text, false, true)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return ids
+	}
+	bio := benchDoc[strings.Index(benchDoc, `"bio": "`)+8 : strings.LastIndex(benchDoc, `"`)]
 	for _, c := range []struct {
 		name string
 		g    *Grammar
-	}{{"json", JSON()}, {"schema", schema}} {
+		v    *Vocab
+		ids  []int32
+	}{{"json", JSON(), v, ids}, {"schema", schema, v, ids},
+		{"hermes-call", hermes, markup, encode("<tool_call>\n{\"name\": \"describe\", \"arguments\": " + benchDoc + "}\n</tool_call>")},
+		{"xml-call", xml, markup, encode("<tool_call>\n<function=describe>\n<parameter=bio>\n" + bio + "\n</parameter>\n</function>\n</tool_call>")},
+	} {
 		b.Run(c.name, func(b *testing.B) {
+			v, ids := c.v, c.ids
 			m := NewMatcher(v, c.g)
 			tokens := 0
 			for b.Loop() {
@@ -237,6 +275,9 @@ func BenchmarkMatcher(b *testing.B) {
 				for _, id := range ids {
 					m.Mask(logits)
 					m.Accept(id)
+				}
+				if m.Err() != nil || !m.Complete() {
+					b.Fatalf("%s: %v, complete %v", c.name, m.Err(), m.Complete())
 				}
 				tokens += len(ids)
 			}
