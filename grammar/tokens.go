@@ -30,7 +30,7 @@ type Vocab struct {
 	rest  trie // the tokens of full that are not plain text
 	// markup: the special tokens a text grammar's literals may be written with (Qwen's
 	// <tool_call>), allowed outside JSON values only
-	markup trie
+	markup  trie
 	fullIDs []int32 // the tokens of full
 	// until[b]: the split of full for raw text up to a delimiter starting with b, built on
 	// first use (see untilSplit)
