@@ -161,16 +161,8 @@ func (m *Model) upload() error {
 			return err
 		}
 	}
-	if g := m.ep; g != nil {
-		for i, l := range m.arch.Layers {
-			if j := g.moeIdx[i]; j >= 0 {
-				for _, e := range g.place[m.rank][j].Local(m.rank) {
-					if err := g.uploadExpert(m.rank, l.MoE, e); err != nil {
-						return err
-					}
-				}
-			}
-		}
+	if m.ep != nil {
+		return m.ep.UploadExperts(m.rank)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/commit-run/commit-run/device"
+	"github.com/commit-run/commit-run/eprun"
 	"github.com/commit-run/commit-run/models"
 	"github.com/commit-run/commit-run/multigpu"
 	"github.com/commit-run/commit-run/offload"
@@ -41,7 +42,7 @@ type Model struct {
 	// dropPlace is the round-robin placement token drop plans over, made once.
 	dropPlace multigpu.Placement
 	// ep is the expert-parallel group this model is rank `rank` of; nil on one device.
-	ep   *epGroup
+	ep   *eprun.Group
 	rank int
 	// block runs the passes and their MoE layers: on m's device (localBlock), or spread
 	// over the ranks of ep (epBlock). Chosen once, when the model is prepared.

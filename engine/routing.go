@@ -6,6 +6,8 @@ import (
 	"math"
 	"slices"
 	"unicode/utf8"
+
+	"github.com/commit-run/commit-run/multigpu"
 )
 
 // RouteEvent is one MoE layer's routing of a batch of tokens. The slices belong to the forward
@@ -98,7 +100,7 @@ func (m *Model) routingReport(ctx context.Context, s *Session, ids []int32, wind
 			if len(probs) < ev.Experts {
 				probs = make([]float64, ev.Experts)
 			}
-			a.kl = append(a.kl, klFromUniform(ev.Logits[t*ev.Experts:(t+1)*ev.Experts], probs[:ev.Experts]))
+			a.kl = append(a.kl, multigpu.KLFromUniform(ev.Logits[t*ev.Experts:(t+1)*ev.Experts], probs[:ev.Experts]))
 		}
 	})
 	n, err := s.observe(ctx, ids, window)
@@ -170,27 +172,6 @@ func (s *Session) observe(ctx context.Context, ids []int32, window int) (int, er
 		n += len(win)
 	}
 	return n, nil
-}
-
-// klFromUniform is KL(softmax(logits) || uniform) = ln(n) - H(softmax(logits)), in float64;
-// p is scratch of len(logits).
-func klFromUniform(logits []float32, p []float64) float64 {
-	mx := math.Inf(-1)
-	for _, v := range logits {
-		mx = math.Max(mx, float64(v))
-	}
-	var z float64
-	for i, v := range logits {
-		p[i] = math.Exp(float64(v) - mx)
-		z += p[i]
-	}
-	h := 0.0
-	for i := range p {
-		if q := p[i] / z; q > 0 {
-			h -= q * math.Log(q)
-		}
-	}
-	return math.Log(float64(len(logits))) - h
 }
 
 // CheckUTF8 says where text stops being UTF-8, which the tokenizers need: an error that
