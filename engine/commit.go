@@ -268,8 +268,8 @@ func (m *Model) predict(layer int, h []float32, pos int) (next, nextPos int, exp
 	}
 	logits := make([]float32, nm.Experts)
 	c.router.Predict(j, h, logits)
-	_, sel := gateProbs(nm, logits)
-	return next, nextPos, choose(nm, sel), nil
+	_, sel := nm.GateProbs(logits)
+	return next, nextPos, nm.Choose(sel), nil
 }
 
 // commitRouting is the routing of a token that computes with the predicted experts pred
@@ -283,7 +283,7 @@ func (m *Model) commitRouting(layer int, moe *models.MoE, logits []float32, trut
 		return truth
 	}
 	if p, on := m.owaParams(); on {
-		if w, ok := owa.Adjust(owaScores(moe, logits, truth.experts), truth.experts, pred, p); ok {
+		if w, ok := owa.Adjust(moe.OWAScores(logits, truth.experts), truth.experts, pred, p); ok {
 			m.countCommit(layer, truth.experts, pred, true)
 			return routing{experts: pred, weights: w}
 		}
@@ -319,45 +319,6 @@ func (m *Model) countCommit(layer int, truth, pred []int, adjusted bool) {
 	}
 	if adjusted {
 		st.OWA++
-	}
-}
-
-// owaScores are every expert's scores in the units of the model's mixing weights (package
-// owa): the weight it would get beside the router's true top-k, so that the true top-k's
-// scores are exactly the weights route gives them.
-func owaScores(moe *models.MoE, logits []float32, trueSet []int) []float32 {
-	probs, _ := gateProbs(moe, logits)
-	if moe.Gating == models.GatingSoftmaxWeight {
-		// The weights are a softmax over the chosen experts' logits.
-		mx := float32(math.Inf(-1))
-		for _, e := range trueSet {
-			mx = max(mx, logits[e])
-		}
-		for e, l := range logits {
-			probs[e] = float32(math.Exp(float64(l - mx)))
-		}
-		normalizeBy(probs, trueSet)
-	}
-	if moe.NormWeights {
-		normalizeBy(probs, trueSet)
-	}
-	if moe.WeightsScale != 0 {
-		for e := range probs {
-			probs[e] *= moe.WeightsScale
-		}
-	}
-	return probs
-}
-
-// normalizeBy divides v by the sum of its entries at idx, as gateWeights renormalises.
-func normalizeBy(v []float32, idx []int) {
-	var sum64 float64
-	for _, e := range idx {
-		sum64 += float64(v[e])
-	}
-	sum := max(float32(sum64), 6.103515625e-5)
-	for e := range v {
-		v[e] /= sum
 	}
 }
 

@@ -60,10 +60,6 @@ func (r epRank) Route(b models.Backend, layer int, moe *models.MoE, x []float32,
 	return logits, ers, nil
 }
 
-func (r epRank) ExtraWeights(moe *models.MoE, logits []float32, rt eprun.Route, w []float32) {
-	extraWeights(moe, logits, routing{experts: rt.Experts, weights: rt.Weights}, w)
-}
-
 func (r epRank) SwiGLU(b models.Backend, f *models.FFN, x []float32, T int, out []float32) {
 	r.m.swiglu(b, r.m.dev.MatMulID, r.m.charger, f, x, T, out)
 }

@@ -109,7 +109,7 @@ func (st *layerStep) exchangeRouting(logits []float32) error {
 		}
 		rest := row[2*K:]
 		if g.needProbs {
-			st.rk.ExtraWeights(st.moe, logits[t*E:(t+1)*E], rt, rest[:E])
+			st.moe.ExtraWeights(logits[t*E:(t+1)*E], rt.Experts, rt.Weights, rest[:E])
 			rest = rest[E:]
 		}
 		if g.needEntropy {

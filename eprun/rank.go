@@ -20,9 +20,6 @@ type Rank interface {
 	// Route runs layer's router on T rows of x and routes every token: its logits (T rows
 	// of the layer's experts) and each token's choice.
 	Route(b models.Backend, layer int, moe *models.MoE, x []float32, T int) ([]float32, []Route, error)
-	// ExtraWeights fills w with the mixing weight each expert would have beside token rt's
-	// top-k choice, on the scale of its top-k weights, from the token's router logits.
-	ExtraWeights(moe *models.MoE, logits []float32, rt Route, w []float32)
 	// SwiGLU computes a routed expert on T rows of x into out.
 	SwiGLU(b models.Backend, f *models.FFN, x []float32, T int, out []float32)
 	// Combine sums each token's expert outputs into out, weighted, in the order of its
