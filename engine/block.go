@@ -3,8 +3,9 @@ package engine
 import "github.com/commit-run/commit-run/models"
 
 // block runs a model's forward passes and their mixture-of-experts layers. Open chooses it
-// once: localBlock on the model's own device, or epBlock (ep.go) where expert parallelism
-// spreads the experts over ranks, so that a local model's token never passes through ep*.go.
+// once: localBlock on the model's own device, or epBlock (epblock.go, over package eprun)
+// where expert parallelism spreads the experts over ranks, so that a local model's token never
+// passes through ep*.go.
 type block interface {
 	// pass runs a session's forward pass of tokens at positions pos0.. on kv, and returns
 	// the logits want asks for; obs sees the routing, cs holds the Commit Router's

@@ -124,43 +124,6 @@ func TestBundledPerplexity(t *testing.T) {
 	}
 }
 
-// TestBundledRouting checks what makes the trained models a yardstick for expert selection:
-// routing that is learnt, not uniform. On held-out text the busiest expert of most layers gets
-// at least 1.5x the mean load, and the router's certainty varies from token to token.
-func TestBundledRouting(t *testing.T) {
-	models := bundledModels(t)
-	text, err := os.ReadFile(heldOutText)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, path := range models {
-		t.Run(filepath.Base(path), func(t *testing.T) {
-			m, err := engine.Open(path, engine.Options{Threads: 2})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close()
-			r, err := m.Routing(context.Background(), string(text[:40000]), 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			skewed := 0
-			for _, l := range r.Layers {
-				t.Logf("layer %d: max/mean %.2f, KL mean %.3f sd %.3f p10 %.3f p90 %.3f", l.Layer, l.MaxOverMean, l.KLMean, l.KLStd, l.KLP10, l.KLP90)
-				if l.MaxOverMean >= 1.5 {
-					skewed++
-				}
-				if l.KLP90 < 1.5*l.KLP10 || l.KLStd <= 0 {
-					t.Errorf("layer %d: router certainty barely varies (p10 %.4f, p90 %.4f)", l.Layer, l.KLP10, l.KLP90)
-				}
-			}
-			if 2*skewed <= len(r.Layers) {
-				t.Errorf("only %d of %d layers have a busiest expert at 1.5x the mean load", skewed, len(r.Layers))
-			}
-		})
-	}
-}
-
 // TestBundledChat checks that `commit-run chat` on a bundled model answers a line with a
 // paragraph: the file's chat template makes the conversation paragraphs of the story and its
 // stop string ends the reply at the paragraph's end.

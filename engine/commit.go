@@ -14,7 +14,6 @@ import (
 	"github.com/commit-run/commit-run/offload"
 	"github.com/commit-run/commit-run/owa"
 	"github.com/commit-run/commit-run/predictor"
-	"github.com/commit-run/commit-run/quant"
 )
 
 // CommitOptions turn on committed routing (CommitMoE): in a single-token pass, as decoding
@@ -269,8 +268,8 @@ func (m *Model) predict(layer int, h []float32, pos int) (next, nextPos int, exp
 	}
 	logits := make([]float32, nm.Experts)
 	c.router.Predict(j, h, logits)
-	_, sel := gateProbs(nm, logits)
-	return next, nextPos, choose(nm, sel), nil
+	_, sel := nm.GateProbs(logits)
+	return next, nextPos, nm.Choose(sel), nil
 }
 
 // commitRouting is the routing of a token that computes with the predicted experts pred
@@ -284,7 +283,7 @@ func (m *Model) commitRouting(layer int, moe *models.MoE, logits []float32, trut
 		return truth
 	}
 	if p, on := m.owaParams(); on {
-		if w, ok := owa.Adjust(owaScores(moe, logits, truth.experts), truth.experts, pred, p); ok {
+		if w, ok := owa.Adjust(moe.OWAScores(logits, truth.experts), truth.experts, pred, p); ok {
 			m.countCommit(layer, truth.experts, pred, true)
 			return routing{experts: pred, weights: w}
 		}
@@ -320,45 +319,6 @@ func (m *Model) countCommit(layer int, truth, pred []int, adjusted bool) {
 	}
 	if adjusted {
 		st.OWA++
-	}
-}
-
-// owaScores are every expert's scores in the units of the model's mixing weights (package
-// owa): the weight it would get beside the router's true top-k, so that the true top-k's
-// scores are exactly the weights route gives them.
-func owaScores(moe *models.MoE, logits []float32, trueSet []int) []float32 {
-	probs, _ := gateProbs(moe, logits)
-	if moe.Gating == models.GatingSoftmaxWeight {
-		// The weights are a softmax over the chosen experts' logits.
-		mx := float32(math.Inf(-1))
-		for _, e := range trueSet {
-			mx = max(mx, logits[e])
-		}
-		for e, l := range logits {
-			probs[e] = float32(math.Exp(float64(l - mx)))
-		}
-		normalizeBy(probs, trueSet)
-	}
-	if moe.NormWeights {
-		normalizeBy(probs, trueSet)
-	}
-	if moe.WeightsScale != 0 {
-		for e := range probs {
-			probs[e] *= moe.WeightsScale
-		}
-	}
-	return probs
-}
-
-// normalizeBy divides v by the sum of its entries at idx, as gateWeights renormalises.
-func normalizeBy(v []float32, idx []int) {
-	var sum64 float64
-	for _, e := range idx {
-		sum64 += float64(v[e])
-	}
-	sum := max(float32(sum64), 6.103515625e-5)
-	for e := range v {
-		v[e] /= sum
 	}
 }
 
@@ -409,41 +369,9 @@ func (m *Model) Fingerprint() string {
 	return m.fp
 }
 
-// PredictorInit is the Commit Router's warm start: for MoE layer j's net, the router of the
-// layer it predicts (j+1, or the first for the last net) with each input column scaled by the
-// ratio of that layer's FFN norm weight to layer j's. Adjacent layers' hidden states point
-// the same way (CommitMoE §4.2, after Zhong et al.), and a router input is that state times
-// its layer's norm weight, so the rescaled next router applied to h(j) approximates the next
-// router applied to h(j+1): a predictor that starts where a good one is near.
+// PredictorInit is the Commit Router's warm start (predictor.WarmStart): for MoE layer j's
+// net, the router of the layer it predicts with each input column scaled by the ratio of that
+// layer's FFN norm weight to layer j's.
 func (m *Model) PredictorInit() [][]float32 {
-	layers := m.info.MoELayers
-	d := m.arch.Config.Embd
-	init := make([][]float32, len(layers))
-	for j, l := range layers {
-		t := layers[(j+1)%len(layers)]
-		r := m.arch.Layers[t].MoE.Router.Matrix()
-		w := make([]float32, r.Rows*d)
-		for e := 0; e < r.Rows; e++ {
-			quant.DequantizeRow(r.Type, r.Row(e), w[e*d:(e+1)*d])
-		}
-		from, to := m.arch.Layers[l].FFNNorm.Weight, m.arch.Layers[t].FFNNorm.Weight
-		if len(from) == d && len(to) == d {
-			var mean float64
-			for _, g := range from {
-				mean += math.Abs(float64(g))
-			}
-			mean /= float64(d)
-			for i := 0; i < d; i++ {
-				ratio := float32(0)
-				if math.Abs(float64(from[i])) > 1e-3*mean {
-					ratio = to[i] / from[i]
-				}
-				for e := 0; e < r.Rows; e++ {
-					w[e*d+i] *= ratio
-				}
-			}
-		}
-		init[j] = w
-	}
-	return init
+	return predictor.WarmStart(m.arch, m.info.MoELayers)
 }

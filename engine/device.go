@@ -1,146 +1,43 @@
 package engine
 
 import (
-	"errors"
 	"fmt"
-	"io"
-	"math"
 	"runtime"
-	"strconv"
 	"strings"
 
-	"github.com/commit-run/commit-run/cpu"
 	"github.com/commit-run/commit-run/cuda"
 	"github.com/commit-run/commit-run/device"
+	"github.com/commit-run/commit-run/devices"
 	"github.com/commit-run/commit-run/sim"
 )
 
 // Devices lists the device names Open accepts, for help texts and errors.
-func Devices() []string {
-	out := []string{"cpu", "cuda:N", "auto"}
-	for _, p := range sim.Profiles() {
-		out = append(out, "sim:"+p)
-	}
-	return out
-}
+func Devices() []string { return devices.Names() }
 
 // CUDADevices lists the GPUs the CUDA driver sees (library "" finds libcuda.so.1). Without a
 // driver the error wraps cuda.ErrNoDriver.
-func CUDADevices(library string) ([]cuda.Info, error) {
-	drv, err := cuda.Load(library)
-	if err != nil {
-		return nil, err
-	}
-	n, err := drv.Count()
-	if err != nil {
-		return nil, err
-	}
-	var out []cuda.Info
-	for i := 0; i < n; i++ {
-		dev, err := drv.Device(i)
-		if err != nil {
-			return out, err
-		}
-		in, err := dev.Info()
-		if err != nil {
-			return out, fmt.Errorf("cuda:%d: %w", i, err)
-		}
-		out = append(out, in)
-	}
-	return out, nil
-}
+func CUDADevices(library string) ([]cuda.Info, error) { return devices.CUDA(library) }
 
-// newDevice makes the device opts name. Its memory budget is the offload budget when
-// offloading, otherwise the whole device (unlimited on the CPU).
+// newDevice makes the device opts name (devices.Open). Its memory budget is the offload
+// budget when offloading, otherwise the whole device (unlimited on the CPU).
 func newDevice(opts Options) (dev device.Device, note string, err error) {
-	budget := int64(math.MaxInt64)
+	s := devices.Spec{Name: opts.Device, Threads: opts.Threads, Profile: opts.profile, HostRates: opts.HostRates,
+		TimingOnly: opts.TimingOnly != nil, CUDALibrary: opts.CUDALibrary, CPUForAuto: opts.EP != nil}
 	if opts.Offload != nil {
 		if opts.Offload.GPUMem <= 0 {
 			return nil, "", fmt.Errorf("offload: device memory budget %d bytes: want a positive size", opts.Offload.GPUMem)
 		}
-		budget = opts.Offload.GPUMem
+		s.Budget = opts.Offload.GPUMem
 	}
 	if opts.EP != nil && opts.Threads == 0 {
 		// The ranks of expert parallelism compute at once; each gets its share of the cores.
-		opts.Threads = max(1, runtime.NumCPU()/max(opts.EP.Devices, 1))
+		s.Threads = max(1, runtime.NumCPU()/max(opts.EP.Devices, 1))
 	}
-	name := strings.TrimSpace(opts.Device)
-	switch {
-	case name == "" || name == "cpu":
-		mem, err := device.NewMemory(budget)
-		if err != nil {
-			return nil, "", err
-		}
-		return cpu.New(opts.Threads, cpu.WithMemory(mem)), "", nil
-	case strings.HasPrefix(name, "sim:"):
-		prof := opts.profile
-		if prof == nil {
-			var err error
-			if prof, err = sim.LoadProfile(strings.TrimPrefix(name, "sim:")); err != nil {
-				return nil, "", fmt.Errorf("device %s: %w", name, err)
-			}
-		}
-		if opts.Offload == nil {
-			budget = prof.MemoryBytes
-		}
-		// sim.NewDevice refuses a budget over the card.
-		mem, err := device.NewMemory(budget)
-		if err != nil {
-			return nil, "", err
-		}
-		so := sim.DeviceOptions{Memory: mem, HostRates: opts.HostRates, TimingOnly: opts.TimingOnly != nil}
-		if !so.TimingOnly {
-			so.Numerics = cpu.New(opts.Threads)
-		}
-		dev, err := sim.NewDevice(prof, so)
-		return dev, "", err
-	case strings.HasPrefix(name, "cuda:"):
-		n, err := strconv.Atoi(strings.TrimPrefix(name, "cuda:"))
-		if err != nil || n < 0 {
-			return nil, "", fmt.Errorf("device %q: want cuda:N with N the GPU's number from 0 (commit-run devices lists them)", opts.Device)
-		}
-		g, err := openGPU(opts, n)
-		if err != nil {
-			return nil, "", err
-		}
-		return g, "", nil
-	case name == "auto":
-		opts.Device = "cpu"
-		if opts.EP != nil {
-			return newDevice(opts)
-		}
-		g, gerr := openGPU(opts, 0)
-		if gerr == nil {
-			return g, "", nil
-		}
-		dev, _, err := newDevice(opts)
-		why := gerr.Error()
-		if errors.Is(gerr, cuda.ErrNoDriver) {
-			why = "no CUDA driver found"
-		}
-		return dev, fmt.Sprintf("device auto: running on the CPU (%s)", why), err
-	default:
-		return nil, "", fmt.Errorf("device %q is not available: want cpu, cuda:N, auto or sim:<profile> (%s, or a profile JSON file)", opts.Device, strings.Join(sim.Profiles(), ", "))
-	}
-}
-
-// openGPU opens cuda:n with the offload budget, or the card's free memory.
-func openGPU(opts Options, n int) (*cuda.GPU, error) {
-	var budget int64
-	if opts.Offload != nil {
-		budget = opts.Offload.GPUMem
-	}
-	return cuda.Open(cuda.GPUOptions{Ordinal: n, Library: opts.CUDALibrary, Host: cpu.New(opts.Threads), Budget: budget,
-		HostRates: opts.HostRates})
+	return devices.Open(s)
 }
 
 // closeDevice releases a device that holds resources beyond Go memory (a GPU).
-func closeDevice(dev device.Device) error {
-	if c, ok := dev.(io.Closer); ok {
-		return c.Close()
-	}
-	return nil
-}
+func closeDevice(dev device.Device) error { return devices.Close(dev) }
 
 // upload puts the weights that stay on the device there, on devices with memory of their
 // own: every tensor; with offloading every tensor but the routed experts; with expert
@@ -161,16 +58,8 @@ func (m *Model) upload() error {
 			return err
 		}
 	}
-	if g := m.ep; g != nil {
-		for i, l := range m.arch.Layers {
-			if j := g.moeIdx[i]; j >= 0 {
-				for _, e := range g.place[m.rank][j].Local(m.rank) {
-					if err := g.uploadExpert(m.rank, l.MoE, e); err != nil {
-						return err
-					}
-				}
-			}
-		}
+	if m.ep != nil {
+		return m.ep.UploadExperts(m.rank)
 	}
 	return nil
 }

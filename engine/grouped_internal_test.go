@@ -9,7 +9,7 @@ import (
 
 // TestGroupLimitedChoice checks DeepSeek-V3's group-limited selection against cases worked
 // by hand: a group scores the sum of its two best selection scores, only the best groups'
-// experts compete for the top-k, and ties go to the lower index as in topK.
+// experts compete for the top-k, and ties go to the lower index as in models.TopK.
 func TestGroupLimitedChoice(t *testing.T) {
 	sel := []float32{0.9, 0.1, 0.5, 0.45, 0.8, 0.05, 0.3, 0.3}
 	for _, c := range []struct {
@@ -31,7 +31,7 @@ func TestGroupLimitedChoice(t *testing.T) {
 		{"fewer than top-k", sel, 4, 1, 3, []int{0, 1, 2}},
 	} {
 		moe := &models.MoE{Experts: len(c.sel), Used: c.topk, Groups: c.groups, GroupsUsed: c.used}
-		if got := choose(moe, c.sel); !slices.Equal(got, c.want) {
+		if got := moe.Choose(c.sel); !slices.Equal(got, c.want) {
 			t.Errorf("%s: chose %v, want %v", c.name, got, c.want)
 		}
 	}

@@ -3,11 +3,11 @@ package engine
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 
 	"github.com/commit-run/commit-run/device"
+	"github.com/commit-run/commit-run/eprun"
 	"github.com/commit-run/commit-run/models"
 	"github.com/commit-run/commit-run/multigpu"
 	"github.com/commit-run/commit-run/offload"
@@ -41,7 +41,7 @@ type Model struct {
 	// dropPlace is the round-robin placement token drop plans over, made once.
 	dropPlace multigpu.Placement
 	// ep is the expert-parallel group this model is rank `rank` of; nil on one device.
-	ep   *epGroup
+	ep   *eprun.Group
 	rank int
 	// block runs the passes and their MoE layers: on m's device (localBlock), or spread
 	// over the ranks of ep (epBlock). Chosen once, when the model is prepared.
@@ -294,7 +294,7 @@ func (m *Model) prepare() error {
 		m.place = offloaderPlacement{m.off}
 	}
 	if m.replay == nil { // a timing-only model reads no weight
-		prefault(m.file, m.arch.Config.Skipped, opts.Progress)
+		m.file.Prefault(m.arch.Config.Skipped, opts.Progress)
 	}
 	if err := m.upload(); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
@@ -391,63 +391,6 @@ func describe(f *models.File, m *models.Model) Info {
 		}
 	}
 	return info
-}
-
-// prefault reads the weights once so that the first tokens do not stall on page faults, and
-// reports progress while doing so. A file larger than most of the free memory is left to
-// fault in on demand: reading it all would only evict itself.
-func prefault(f *models.File, skipped func(name string) bool, progress func(done, total int64)) {
-	var total int64
-	var ts []*models.Tensor
-	for _, t := range f.Tensors {
-		if !skipped(t.Name) { // a block no pass runs would only take memory
-			total += t.Bytes()
-			ts = append(ts, t)
-		}
-	}
-	if avail := availableMemory(); avail > 0 && total > avail*3/4 {
-		if progress != nil {
-			progress(total, total)
-		}
-		return
-	}
-	const page = 4096
-	var done int64
-	var sink byte
-	populate := true
-	for _, t := range ts {
-		// One madvise per tensor where the kernel has it. Measured on the Qwen3-30B-A3B-
-		// shaped Q8_0 file of make bench-cpu (medians of 5, alternating): a 128-token
-		// prompt then took 0.37 s and 16 tokens 0.40 s, against 0.45 s and 0.47 s after
-		// touching every page, and the process held 2.0 GB of the file mapped against
-		// 1.6 GB.
-		if populate && f.Populate(t) != nil {
-			populate = false
-		}
-		for i := 0; !populate && i < len(t.Data); i += page {
-			sink ^= t.Data[i]
-		}
-		done += t.Bytes()
-		if progress != nil {
-			progress(done, total)
-		}
-	}
-	_ = sink
-}
-
-// availableMemory returns MemAvailable from /proc/meminfo in bytes, or 0 if unknown.
-func availableMemory() int64 {
-	b, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		var kb int64
-		if n, _ := fmt.Sscanf(line, "MemAvailable: %d kB", &kb); n == 1 {
-			return kb * 1024
-		}
-	}
-	return 0
 }
 
 // Info describes the model.

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"math"
 	"slices"
 	"sync"
 
@@ -19,44 +18,10 @@ type routing struct {
 	weights []float32
 }
 
-// route applies a MoE block's gating to one token's router logits (llama.cpp build_moe_ffn):
-// probabilities, selection by top-k of probability plus selection bias, then the weights'
-// optional softmax, renormalisation and scale.
+// route applies a MoE block's gating to one token's router logits (models.MoE.Route).
 func route(moe *models.MoE, logits []float32) routing {
-	probs, sel := gateProbs(moe, logits)
-	experts := choose(moe, sel)
-	return routing{experts: experts, weights: gateWeights(moe, probs, experts)}
-}
-
-// choose returns the experts selection scores sel pick: the top-k, among the best groups
-// where the model groups its experts.
-func choose(moe *models.MoE, sel []float32) []int {
-	if moe.Groups > 1 {
-		sel = groupLimited(sel, moe.Groups, moe.GroupsUsed)
-	}
-	return topK(sel, moe.Used)
-}
-
-// groupLimited returns sel with every expert outside the used best of its groups at -inf,
-// as llama.cpp's build_moe_ffn masks them: a group scores the sum of its two best
-// selection scores (the sum of two floats rounds the same in float32 as in ggml_sum_rows'
-// float64). The loader ensures groups divides len(sel) into groups of at least two.
-func groupLimited(sel []float32, groups, used int) []float32 {
-	per := len(sel) / groups
-	scores := make([]float32, groups)
-	for g := range scores {
-		s := sel[g*per : (g+1)*per]
-		top := topK(s, 2)
-		scores[g] = s[top[0]] + s[top[1]]
-	}
-	out := make([]float32, len(sel))
-	for i := range out {
-		out[i] = float32(math.Inf(-1))
-	}
-	for _, g := range topK(scores, used) {
-		copy(out[g*per:(g+1)*per], sel[g*per:(g+1)*per])
-	}
-	return out
+	experts, weights := moe.Route(logits)
+	return routing{experts: experts, weights: weights}
 }
 
 // commitRoute is the routing of a token that computes with experts chosen ahead of its
@@ -64,93 +29,7 @@ func groupLimited(sel []float32, groups, used int) []float32 {
 // probabilities of those experts, through the same softmax, renormalisation and scale as a
 // routed choice.
 func commitRoute(moe *models.MoE, logits []float32, experts []int) routing {
-	probs, _ := gateProbs(moe, logits)
-	return routing{experts: experts, weights: gateWeights(moe, probs, experts)}
-}
-
-// gateProbs returns the gating probabilities of every expert and the scores selection
-// ranks them by (the probabilities plus the selection bias, if the model has one).
-func gateProbs(moe *models.MoE, logits []float32) (probs, sel []float32) {
-	n := len(logits)
-	probs = make([]float32, n)
-	copy(probs, logits)
-	switch moe.Gating {
-	case models.GatingSigmoid:
-		for i, v := range probs {
-			probs[i] = models.Sigmoid(v)
-		}
-	case models.GatingSoftmaxWeight:
-		// selection uses the raw logits; the weights are a softmax over the chosen ones
-	default:
-		models.Softmax(probs)
-	}
-	sel = probs
-	if moe.SelectionBias != nil {
-		sel = make([]float32, n)
-		for i := range sel {
-			sel[i] = probs[i] + moe.SelectionBias[i]
-		}
-	}
-	return probs, sel
-}
-
-// gateWeights returns the mixing weights of the chosen experts.
-func gateWeights(moe *models.MoE, probs []float32, experts []int) []float32 {
-	w := make([]float32, len(experts))
-	for k, e := range experts {
-		w[k] = probs[e]
-	}
-	if moe.Gating == models.GatingSoftmaxWeight {
-		models.Softmax(w)
-	}
-	var sum64 float64
-	for _, v := range w {
-		sum64 += float64(v)
-	}
-	normalise(moe, w, sum64)
-	return w
-}
-
-// normalise applies the gating's renormalisation by sum64, the chosen experts' summed weight
-// (ggml_sum_rows adds in float64), and its scale to weights w.
-func normalise(moe *models.MoE, w []float32, sum64 float64) {
-	if moe.NormWeights {
-		sum := max(float32(sum64), 6.103515625e-5)
-		for k := range w {
-			w[k] /= sum
-		}
-	}
-	if moe.WeightsScale != 0 {
-		for k := range w {
-			w[k] *= moe.WeightsScale
-		}
-	}
-}
-
-// topK returns the indices of the k largest values, largest first; ties keep the lower index.
-func topK(v []float32, k int) []int {
-	idx := make([]int, 0, k)
-	for i, x := range v {
-		if math.IsNaN(float64(x)) {
-			continue
-		}
-		pos := len(idx)
-		for pos > 0 && v[idx[pos-1]] < x {
-			pos--
-		}
-		if pos >= k {
-			continue
-		}
-		if len(idx) < k {
-			idx = append(idx, 0)
-		}
-		copy(idx[pos+1:], idx[pos:len(idx)-1])
-		idx[pos] = i
-	}
-	for len(idx) < k { // all NaN: any choice is as good
-		idx = append(idx, len(idx))
-	}
-	return idx
+	return routing{experts: experts, weights: moe.WeightsOf(logits, experts)}
 }
 
 // dropped plans capacity-aware token drop (or expanded drop) for a batch: it returns which of
@@ -170,7 +49,7 @@ func (m *Model) dropped(moe *models.MoE, logits []float32, routes []routing) ([]
 	if o.Expand {
 		b.Probs = make([]float32, len(routes)*E)
 		for t, rt := range routes {
-			extraWeights(moe, logits[t*E:(t+1)*E], rt, b.Probs[t*E:(t+1)*E])
+			moe.ExtraWeights(logits[t*E:(t+1)*E], rt.experts, rt.weights, b.Probs[t*E:(t+1)*E])
 		}
 	}
 	pol := multigpu.CapacityDrop{Gamma: o.Gamma, Metric: o.Metric, Seed: o.Seed, Expand: o.Expand, DeviceLevel: o.DeviceLevel}
@@ -196,38 +75,6 @@ func (m *Model) dropped(moe *models.MoE, logits []float32, routes []routing) ([]
 		m.dropStats.add(len(b.Choice), s.Dropped, s.Rerouted)
 	}
 	return kept, nil
-}
-
-// extraWeights fills w with the mixing weight each expert would have beside a token's top-k
-// choice, on the scale of its top-k weights (the same softmax, normalisation by the top-k's
-// sum, and scale), so that an expert expanded drop adds weighs what the router says of it
-// and the top-k keep theirs exactly.
-func extraWeights(moe *models.MoE, logits []float32, rt routing, w []float32) {
-	probs, _ := gateProbs(moe, logits)
-	if moe.Gating == models.GatingSoftmaxWeight {
-		// The weights are a softmax over the chosen logits: extend its denominator's terms.
-		mx := float32(math.Inf(-1))
-		for _, e := range rt.experts {
-			mx = max(mx, logits[e])
-		}
-		var den float64
-		for _, e := range rt.experts {
-			den += math.Exp(float64(logits[e] - mx))
-		}
-		for e := range w {
-			w[e] = float32(math.Exp(float64(logits[e]-mx)) / den)
-		}
-	} else {
-		copy(w, probs)
-	}
-	var sum64 float64
-	for _, e := range rt.experts {
-		sum64 += float64(w[e])
-	}
-	normalise(moe, w, sum64)
-	for k, e := range rt.experts {
-		w[e] = rt.weights[k]
-	}
 }
 
 // localMoE runs a mixture-of-experts block on m's device on T rows of x (at positions pos0..) into out. It reads

@@ -63,7 +63,7 @@ func TestOWAScores(t *testing.T) {
 		{"softmax over the chosen", models.MoE{Experts: 6, Used: 2, Gating: models.GatingSoftmaxWeight}},
 	} {
 		r := route(&c.moe, logits)
-		s := owaScores(&c.moe, logits, r.experts)
+		s := c.moe.OWAScores(logits, r.experts)
 		for k, e := range r.experts {
 			if math.Abs(float64(s[e]-r.weights[k])) > 1e-6 {
 				t.Errorf("%s: score of expert %d = %v, routing's weight %v", c.name, e, s[e], r.weights[k])

@@ -22,7 +22,7 @@ func (m *Model) setupOps() error {
 	m.ops = models.HostOps{K: m.dev}
 	if !m.resident {
 		if m.replay != nil {
-			m.ops = chargedOps{Ops: nopOps{}, c: m.charger}
+			m.ops = chargedOps{Ops: sim.NopOps{}, c: m.charger}
 		} else if m.charger != nil {
 			m.ops = chargedOps{Ops: models.HostOps{K: m.dev}, c: m.charger}
 		}

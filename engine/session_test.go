@@ -3,7 +3,6 @@ package engine_test
 import (
 	"context"
 	"errors"
-	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -204,42 +203,6 @@ func TestPerplexityAndChat(t *testing.T) {
 	}
 	if res.PromptTokens < 3 {
 		t.Fatalf("chat prompt of %d tokens: the template was not applied", res.PromptTokens)
-	}
-}
-
-func TestRoutingReport(t *testing.T) {
-	m := openTiny(t, engine.Options{})
-	text := "The quick brown fox jumps over the lazy dog. " + "It was a bright cold day in April, and the clocks were striking thirteen."
-	r, err := m.Routing(context.Background(), text, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info := m.Info()
-	if len(r.Layers) != info.Layers {
-		t.Fatalf("%d layers reported, the model has %d MoE layers", len(r.Layers), info.Layers)
-	}
-	for _, l := range r.Layers {
-		sum := 0
-		for _, n := range l.Load {
-			sum += n
-		}
-		if l.Tokens != r.Tokens || sum != l.Tokens*l.Used || l.Experts != info.Experts || l.Used != info.ExpertsUsed {
-			t.Errorf("layer %d: %d tokens of %d, load sum %d, %d/%d experts", l.Layer, l.Tokens, r.Tokens, sum, l.Used, l.Experts)
-		}
-		if l.MaxOverMean < 1 || math.Abs(l.Balancedness*l.MaxOverMean-1) > 1e-9 {
-			t.Errorf("layer %d: max/mean %v, balancedness %v", l.Layer, l.MaxOverMean, l.Balancedness)
-		}
-		if !(0 <= l.KLP10 && l.KLP10 <= l.KLP50 && l.KLP50 <= l.KLP90 && l.KLP90 <= l.KLMax) {
-			t.Errorf("layer %d: KL quantiles %v %v %v out of order or above %v", l.Layer, l.KLP10, l.KLP50, l.KLP90, l.KLMax)
-		}
-	}
-	for _, bad := range []int{-1, 1} {
-		if _, err := m.Routing(context.Background(), text, bad); err == nil {
-			t.Errorf("window %d: no error", bad)
-		}
-	}
-	if _, err := m.Routing(context.Background(), "\xff\xfe", 0); err == nil {
-		t.Error("invalid UTF-8: no error")
 	}
 }
 

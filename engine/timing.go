@@ -3,14 +3,13 @@ package engine
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
-	"slices"
 	"time"
 
 	"github.com/commit-run/commit-run/cuda"
 	"github.com/commit-run/commit-run/offload"
+	"github.com/commit-run/commit-run/runstats"
 	"github.com/commit-run/commit-run/sim"
 )
 
@@ -59,6 +58,13 @@ func (o TimeOptions) Validate() error {
 	}
 	return nil
 }
+
+// PolicyReport is one run's figures, a policy's row of a benchmark's table; times in seconds
+// (runstats.Report).
+type PolicyReport = runstats.Report
+
+// GPUTokenStats are a CUDA GPU's counters for one decoded token (runstats.GPUTokenStats).
+type GPUTokenStats = runstats.GPUTokenStats
 
 // Timing is what Model.Time measured.
 type Timing struct {
@@ -143,18 +149,18 @@ func newTimer(m *Model, s *Session, o TimeOptions) *timer {
 }
 
 // take is the clock and the counters now.
-func (r *timer) take() benchSnap {
+func (r *timer) take() runstats.Snapshot {
 	t, ok := r.m.Clock()
 	if !ok {
 		t = float64(time.Now().UnixNano()) / 1e9
 	}
-	sn := benchSnap{t: t}
-	sn.off, _ = r.m.Offload()
+	sn := runstats.Snapshot{T: t}
+	sn.Off, _ = r.m.Offload()
 	if r.simulated {
-		sn.dv = r.sd.Stats()
+		sn.Dev = r.sd.Stats()
 	}
 	if r.timed {
-		sn.gpu, sn.timed = r.timer.Mark(), true
+		sn.GPU, sn.Timed = r.timer.Mark(), true
 	}
 	return sn
 }
@@ -182,14 +188,14 @@ func (r *timer) prompt(ctx context.Context, i int) error {
 			now := r.take()
 			switch {
 			case tok == 0:
-				r.ttft += now.t - start.t
-				r.ttftLimit += tokenStats(start, now, r.pcie, r.hostMem).Limit
+				r.ttft += now.T - start.T
+				r.ttftLimit += runstats.Step(start, now, r.pcie, r.hostMem).Limit
 			case tok > r.o.Warmup:
-				r.st = append(r.st, tokenStats(last, now, r.pcie, r.hostMem))
-				r.devTime += now.gpu.DeviceSeconds - last.gpu.DeviceSeconds
-				r.per.Launches += float64(now.gpu.Launches - last.gpu.Launches)
-				r.per.Kernels += float64(now.gpu.Kernels - last.gpu.Kernels)
-				r.per.Reads += float64(now.gpu.Reads - last.gpu.Reads)
+				r.st = append(r.st, runstats.Step(last, now, r.pcie, r.hostMem))
+				r.devTime += now.GPU.DeviceSeconds - last.GPU.DeviceSeconds
+				r.per.Launches += float64(now.GPU.Launches - last.GPU.Launches)
+				r.per.Kernels += float64(now.GPU.Kernels - last.GPU.Kernels)
+				r.per.Reads += float64(now.GPU.Reads - last.GPU.Reads)
 			}
 			tok++
 			last = now
@@ -198,7 +204,7 @@ func (r *timer) prompt(ctx context.Context, i int) error {
 	if err != nil {
 		return fmt.Errorf("bench %s, prompt %q: %w", r.o.Name, prompt, err)
 	}
-	r.t.To = last.t
+	r.t.To = last.T
 	// The prompt's last decode tokens, never reaching back into its prefill.
 	if k := min(cmp.Or(r.o.TimelineTokens, 2), r.o.Tokens-1, len(r.st)); k > 0 {
 		r.t.From = r.t.To
@@ -217,7 +223,7 @@ func (r *timer) row() PolicyReport {
 		slots = off.Slots
 		r.t.Predictor = m.off.Options().Predictor
 	}
-	row := summarise(r.o.Name, slots, r.st)
+	row := runstats.Summarise(r.o.Name, slots, r.st)
 	if m.off != nil && m.off.Options().Policy != offload.OnDemand && m.off.Options().Policy != offload.CPUMiss {
 		row.Predictor = m.off.Options().Predictor
 	}
@@ -240,103 +246,6 @@ func (r *timer) row() PolicyReport {
 	return row
 }
 
-// PolicyReport is one run's figures, a policy's row of a benchmark's table; times in seconds.
-type PolicyReport struct {
-	Policy         string
-	Predictor      string // what prefetch or commit predicted with ("" for the others)
-	Slots          int
-	Mean, P50, P90 float64 // per-token latency
-	TTFT           float64 // time to first token, mean over prompts (real-model runs)
-	// TTFTLimit is the prompt pass's physical limit, as LimitPerToken a decode step's.
-	TTFTLimit       float64
-	TokensPerSecond float64
-	HitRate         float64 // experts found on the device when needed
-	MovedPerToken   float64 // bytes
-	StallPerToken   float64
-	Accuracy        float64 // |predicted ∩ chosen| / k; NaN without a predictor
-	OnCPUPerToken   float64 // experts computed on the host (cpu-miss, static)
-	// Auto is auto placement's decision, in the row of policy auto: what it chose, what it
-	// weighed and the figures it predicted for each.
-	Auto          *AutoPlan `json:",omitempty"`
-	LimitPerToken float64   // the physical limit (DESIGN.md §6), mean
-	OverLimit     float64   // mean latency / mean limit
-	// DeviceTimePerToken is the mean time a CUDA GPU's compute stream took per decode token,
-	// between events recorded at consecutive tokens: set apart from the wall-clock latency,
-	// it shows how much of a token the host's own work and its waits added. 0 (absent from
-	// JSON) on other devices, whose time is the wall clock or the simulator's.
-	DeviceTimePerToken float64 `json:",omitempty"`
-	// GPU is the CUDA device's counters over the run, nil on other devices: its copy
-	// stream's measured bandwidth, and products it left to the host.
-	GPU *GPUStats `json:",omitempty"`
-	// GPUPerToken is what a CUDA GPU did for a decoded token, the mean over the timed ones;
-	// nil on other devices.
-	GPUPerToken *GPUTokenStats `json:",omitempty"`
-}
-
-// GPUTokenStats are a CUDA GPU's counters for one decoded token.
-type GPUTokenStats struct {
-	// Launches are what the host issued: kernels, or one graph for a replayed decode step.
-	Launches float64
-	// Kernels are the kernels that ran, those of a replayed step included.
-	Kernels float64
-	// Reads are the host's waits for results of the device (the logits, and on the paths
-	// that route on the host each MoE layer's router logits).
-	Reads float64
-}
-
-// MarshalJSON writes the figures that do not apply (NaN: no predictor, no simulated clock)
-// as null, which JSON can hold and NaN it cannot.
-func (r PolicyReport) MarshalJSON() ([]byte, error) {
-	type plain PolicyReport
-	nullable := func(v float64) *float64 {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return nil
-		}
-		return &v
-	}
-	return json.Marshal(struct {
-		plain
-		StallPerToken, Accuracy, LimitPerToken, OverLimit, TTFTLimit *float64
-	}{plain(r), nullable(r.StallPerToken), nullable(r.Accuracy), nullable(r.LimitPerToken), nullable(r.OverLimit), nullable(r.TTFTLimit)})
-}
-
-// summarise is the figures of a run's timed decode steps st.
-func summarise(policy string, slots int, st []offload.TokenStats) PolicyReport {
-	r := PolicyReport{Policy: policy, Slots: slots}
-	lat := make([]float64, len(st))
-	var hits, needed, correct, predicted int
-	var sumLimit float64
-	for i, s := range st {
-		lat[i] = s.Latency
-		r.Mean += s.Latency
-		r.MovedPerToken += s.Moved
-		r.StallPerToken += s.Stall
-		r.OnCPUPerToken += float64(s.OnCPU)
-		sumLimit += s.Limit
-		hits += s.Hits
-		needed += s.Hits + s.Misses
-		correct += s.Correct
-		predicted += s.Predicted
-	}
-	k := float64(len(st))
-	r.Mean /= k
-	r.MovedPerToken /= k
-	r.StallPerToken /= k
-	r.OnCPUPerToken /= k
-	r.LimitPerToken = sumLimit / k
-	r.OverLimit = r.Mean / r.LimitPerToken
-	r.TokensPerSecond = 1 / r.Mean
-	slices.Sort(lat)
-	r.P50 = lat[int(0.5*float64(len(lat)-1)+0.5)]
-	r.P90 = lat[int(0.9*float64(len(lat)-1)+0.5)]
-	r.HitRate = float64(hits) / float64(max(needed, 1))
-	r.Accuracy = math.NaN()
-	if predicted > 0 {
-		r.Accuracy = float64(correct) / float64(predicted)
-	}
-	return r
-}
-
 // deviceTimer is implemented by devices that time their own streams, a CUDA GPU with events:
 // Mark puts a point on the compute stream after the work enqueued so far, waits for it and
 // reports the counters up to it. Time marks each token, so that a token's device time and
@@ -346,46 +255,3 @@ type deviceTimer interface {
 }
 
 var _ deviceTimer = (*cuda.GPU)(nil)
-
-// benchSnap is the clock and the counters at one moment of a benchmark run.
-type benchSnap struct {
-	t     float64
-	off   OffloadStats
-	dv    sim.Stats
-	gpu   GPUStats // at a Mark of a deviceTimer (timed)
-	timed bool
-}
-
-// tokenStats are the figures of the decode step between snapshots a and b; pcie is the
-// simulated link's rate (0 on other devices), hostMem the host memory's when the host
-// computes experts on a GPU's behalf (0: it does not).
-func tokenStats(a, b benchSnap, pcie, hostMem float64) offload.TokenStats {
-	st := offload.TokenStats{
-		Latency:   b.t - a.t,
-		Stall:     b.dv.ComputeStalled - a.dv.ComputeStalled,
-		Compute:   b.dv.ComputeBusy - a.dv.ComputeBusy,
-		Moved:     float64(b.off.BytesCopied - a.off.BytesCopied),
-		Needed:    float64(b.off.NeededBytes - a.off.NeededBytes),
-		Hits:      int(b.off.Hits - a.off.Hits),
-		Misses:    int(b.off.Misses - a.off.Misses),
-		OnCPU:     int(b.off.OnCPU - a.off.OnCPU),
-		HostRead:  float64(b.off.HostBytes - a.off.HostBytes),
-		Correct:   int(b.off.Correct - a.off.Correct),
-		Predicted: int(b.off.Predicted - a.off.Predicted),
-	}
-	if b.timed {
-		// The token's device time is compute and stall; the bytes move at the rate the copy
-		// stream has shown so far (none yet: the limit is the compute).
-		st.Stall = max(b.gpu.StallSeconds-a.gpu.StallSeconds, 0)
-		st.Compute = max(b.gpu.DeviceSeconds-a.gpu.DeviceSeconds-st.Stall, 0)
-		pcie = b.gpu.CopyBandwidth()
-	}
-	st.Limit = st.Compute
-	if pcie > 0 {
-		st.Limit = max(st.Limit, st.Needed/pcie)
-	}
-	if hostMem > 0 {
-		st.Limit = max(st.Limit, st.HostRead/hostMem)
-	}
-	return st
-}

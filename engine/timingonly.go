@@ -6,9 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/models"
-	"github.com/commit-run/commit-run/quant"
 )
 
 // TimingOnlyOptions make a model's passes on a simulated GPU charge every kernel and copy to
@@ -107,27 +105,3 @@ func checkChoice(ex []int, moe *models.MoE) error {
 	}
 	return nil
 }
-
-// nopOps are the Ops of timing-only passes: they compute nothing, and their work is priced by
-// the engine's charges, as on a simulated GPU that computes.
-type nopOps struct{}
-
-func (nopOps) Embed([]float32, quant.Matrix, []int32)                                    {}
-func (nopOps) RMSNorm(_, _ []float32, _ int, _, _ []float32, _ float32)                  {}
-func (nopOps) Add(_, _ []float32)                                                        {}
-func (nopOps) AddRows(_, _ []float32)                                                    {}
-func (nopOps) SwiGLU(_, _ []float32, _ int)                                              {}
-func (nopOps) RMSNormStrided(_, _ []float32, _, _, _, _ int, _, _ []float32, _ float32)  {}
-func (nopOps) Rope([]float32, int, int, int, int, int, *device.RoPE)                     {}
-func (nopOps) StoreKV(*device.KVLayer, int, []float32, []float32)                        {}
-func (nopOps) Attend(_, _ []float32, _ *device.KVLayer, _, _ int, _ *device.AttnShape)   {}
-func (nopOps) MatMulHeads([]quant.Matrix, []float32, int, []float32, *device.HeadLayout) {}
-func (nopOps) Copy2D(_, _ []float32, _, _, _, _ int)                                     {}
-func (nopOps) Gather(_, _ []float32, _ []int32, _ int)                                   {}
-func (nopOps) Combine(_, _ []float32, _ []float32, _ []int32, _ int)                     {}
-func (nopOps) GatedAdd(_, _, _, _ []float32, _ int)                                      {}
-func (nopOps) Zero([]float32)                                                            {}
-func (nopOps) Read(_, _ []float32)                                                       {}
-func (nopOps) Write(_, _ []float32)                                                      {}
-
-var _ device.Ops = nopOps{}

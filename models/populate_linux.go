@@ -13,7 +13,7 @@ const madvPopulateRead = 22
 // Populate maps t's pages into the process ahead of use, reading them from the file where the
 // page cache does not hold them. One call does in the kernel what touching every page does
 // with a fault per 16 pages, and the prompt that follows runs faster for it (see
-// engine.prefault). It fails on kernels before 5.14; the caller then touches the pages.
+// Prefault). It fails on kernels before 5.14; the caller then touches the pages.
 func (f *File) Populate(t *Tensor) error {
 	if len(t.Data) == 0 || f.mapping == nil {
 		return nil

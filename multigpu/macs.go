@@ -613,3 +613,25 @@ func macsCosine(a, b []float32, na, nb float64) float64 {
 	}
 	return dot / (na * nb)
 }
+
+// KLFromUniform is KL(softmax(logits) || uniform) = ln(n) - H(softmax(logits)), in float64;
+// p is scratch of len(logits). Of a hidden state, ln(n) less it is MACS's information measure,
+// the entropy of softmax(state); of router logits, how sure the router is.
+func KLFromUniform(logits []float32, p []float64) float64 {
+	mx := math.Inf(-1)
+	for _, v := range logits {
+		mx = math.Max(mx, float64(v))
+	}
+	var z float64
+	for i, v := range logits {
+		p[i] = math.Exp(float64(v) - mx)
+		z += p[i]
+	}
+	h := 0.0
+	for i := range p {
+		if q := p[i] / z; q > 0 {
+			h -= q * math.Log(q)
+		}
+	}
+	return math.Log(float64(len(logits))) - h
+}

@@ -20,7 +20,7 @@
 //     static-cache, hot, auto).
 //   - Modelled predictors standing in for the Commit Router in timing-only runs (Oracle,
 //     Accuracy), and MostUsed, the ranking of the frequency heuristic.
-//   - Shape and PublicShape: the cost of one decode token of a model by parts, which the
-//     expert-parallel benchmark's cost model prices (timing-only runs of one device go
-//     through the engine itself).
+//   - Shape, PublicShape and FileShape: the cost of one decode token of a model by parts (a
+//     public shape's, or a model file's), which the expert-parallel benchmark's cost model
+//     prices (timing-only runs of one device go through the engine itself).
 package offload

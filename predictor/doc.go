@@ -13,8 +13,8 @@
 // The nets are trained offline (Train) on pairs read from a routing trace that stores router
 // inputs and logits (LoadDataset; package trace), minimising KL(softmax(true logits) ||
 // softmax(predicted logits)) with Adam at 5e-5 halved every 5 epochs, on an 80/20 split with
-// seed 42 and early stopping on the validation loss. A warm start (NewRouter's init) begins
-// each net at the next layer's router, which the MLP can represent exactly. Evaluate scores a
+// seed 42 and early stopping on the validation loss. A warm start (NewRouter's init, from
+// WarmStart) begins each net at the next layer's router, which the MLP can represent exactly. Evaluate scores a
 // router as the paper does: accuracy |Pred ∩ True| / k against the experts the trace recorded,
 // beside a most-frequent-experts baseline, and bucketed by the number correct with the mean
 // router certainty KL(router softmax || uniform) of each bucket (the paper's Figure 2).

@@ -1,7 +1,9 @@
 // Package tracerec records a model's routing into trace files (package trace): every token's
 // chosen experts, weights and, if asked, the router's logits and inputs, over a text or over
 // the tokens a model generates after prompts. They are what the Commit Router trains on and
-// what bench replays; recording uses engine's public routing observers only.
+// what bench replays. Routing summarises a model's routing over a text instead: each MoE
+// layer's expert load and router certainty (commit-run inspect --routing). Both use engine's
+// public routing observers only.
 package tracerec
 
 import (

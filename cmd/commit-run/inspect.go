@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/commit-run/commit-run/engine"
+	"github.com/commit-run/commit-run/tracerec"
 )
 
 // inspectJSON is the --json output of inspect: engine.Info with stable snake_case names and
@@ -130,7 +131,7 @@ func (a *app) inspectRouting(cmd *cobra.Command, textFile string, window int, as
 		return err
 	}
 	defer m.Close()
-	r, err := m.Routing(cmd.Context(), text, window)
+	r, err := tracerec.Routing(cmd.Context(), m, text, window)
 	if err != nil {
 		return err
 	}
@@ -158,7 +159,7 @@ func (a *app) inspectRouting(cmd *cobra.Command, textFile string, window int, as
 }
 
 // loadLine lists experts' loads relative to the mean, busiest first; long lists are cut.
-func loadLine(l engine.LayerRouting) string {
+func loadLine(l tracerec.LayerRouting) string {
 	mean := float64(l.Tokens*l.Used) / float64(l.Experts)
 	loads := slices.Clone(l.Load)
 	slices.SortFunc(loads, func(x, y int) int { return cmp.Compare(y, x) })

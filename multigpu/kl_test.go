@@ -1,4 +1,4 @@
-package engine
+package multigpu
 
 import (
 	"math"
@@ -18,7 +18,7 @@ func TestKLFromUniform(t *testing.T) {
 		{"shift invariant", []float32{50 + float32(math.Log(2)), 50}, math.Log(2) + 2.0/3*math.Log(2.0/3) + 1.0/3*math.Log(1.0/3)},
 	}
 	for _, c := range cases {
-		got := klFromUniform(c.logits, make([]float64, len(c.logits)))
+		got := KLFromUniform(c.logits, make([]float64, len(c.logits)))
 		if math.Abs(got-c.want) > 1e-5 {
 			t.Errorf("%s: KL %v, want %v", c.name, got, c.want)
 		}

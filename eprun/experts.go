@@ -1,4 +1,4 @@
-package engine
+package eprun
 
 import (
 	"fmt"
@@ -15,8 +15,8 @@ import (
 // copyExpert copies expert e's weights from the host to rank r: the traffic of a fetch or a
 // move. A GPU uploads them, so that its kernels read them; other devices copy them into a
 // spare slot on their copy stream, and compute from the same weights in host memory.
-func (g *epGroup) copyExpert(r int, moe *models.MoE, e int) error {
-	dev := g.ranks[r].dev
+func (g *Group) copyExpert(r int, moe *models.MoE, e int) error {
+	dev := g.ranks[r].Device()
 	if _, ok := dev.(device.Resident); ok {
 		return g.uploadExpert(r, moe, e)
 	}
@@ -30,11 +30,11 @@ func (g *epGroup) copyExpert(r int, moe *models.MoE, e int) error {
 	return nil
 }
 
-// epFetch is a rank's slots for fetched experts on a device with memory of its own: each
+// fetchSlots is a rank's slots for fetched experts on a device with memory of its own: each
 // three device buffers (gate, up, down) as large as any layer's, charged to the budget when
 // first needed and reused layer after layer, so that a fetch is an asynchronous copy on the
 // copy stream and allocates nothing.
-type epFetch struct {
+type fetchSlots struct {
 	slots [][3][]byte
 	size  [3]int // bytes of each slot's buffers
 	// free is the compute stream done with the slots' last experts (nil: nothing to wait for).
@@ -44,8 +44,8 @@ type epFetch struct {
 // fetchExpert copies expert e's weights from the host into rank r's fetch slot i, on the copy
 // stream, and returns the expert as the rank computes it: from the slot on a device with
 // memory of its own, from host memory on the others, where the copy is the traffic.
-func (g *epGroup) fetchExpert(r int, moe *models.MoE, e, i int) (*models.FFN, error) {
-	dev := g.ranks[r].dev
+func (g *Group) fetchExpert(r int, moe *models.MoE, e, i int) (*models.FFN, error) {
+	dev := g.ranks[r].Device()
 	ts := [3]*models.Tensor{moe.GateExps, moe.UpExps, moe.DownExps}
 	res, ok := dev.(device.Resident)
 	if !ok {
@@ -56,7 +56,7 @@ func (g *epGroup) fetchExpert(r int, moe *models.MoE, e, i int) (*models.FFN, er
 	}
 	f := &g.fetch[r]
 	if f.size == [3]int{} {
-		for _, l := range g.ranks[r].arch.Layers {
+		for _, l := range g.arch.Layers {
 			if l.MoE != nil {
 				for k, t := range [3]*models.Tensor{l.MoE.GateExps, l.MoE.UpExps, l.MoE.DownExps} {
 					f.size[k] = max(f.size[k], len(t.Expert(0).Data))
@@ -99,8 +99,8 @@ func (g *epGroup) fetchExpert(r int, moe *models.MoE, e, i int) (*models.FFN, er
 }
 
 // uploadExpert puts expert e's weights on rank r's device, if it has memory of its own.
-func (g *epGroup) uploadExpert(r int, moe *models.MoE, e int) error {
-	res, ok := g.ranks[r].dev.(device.Resident)
+func (g *Group) uploadExpert(r int, moe *models.MoE, e int) error {
+	res, ok := g.ranks[r].Device().(device.Resident)
 	if !ok {
 		return nil
 	}
@@ -113,8 +113,8 @@ func (g *epGroup) uploadExpert(r int, moe *models.MoE, e int) error {
 }
 
 // releaseExpert frees rank r's device copy of expert e, once its work is done.
-func (g *epGroup) releaseExpert(r int, moe *models.MoE, e int) {
-	if res, ok := g.ranks[r].dev.(device.Resident); ok {
+func (g *Group) releaseExpert(r int, moe *models.MoE, e int) {
+	if res, ok := g.ranks[r].Device().(device.Resident); ok {
 		for _, t := range []*models.Tensor{moe.GateExps, moe.UpExps, moe.DownExps} {
 			res.Release(t.Expert(e).Data)
 		}
@@ -122,7 +122,7 @@ func (g *epGroup) releaseExpert(r int, moe *models.MoE, e int) {
 }
 
 // record adds rank r's figures of a pass of MoE layer j; the schedule's are counted once.
-func (g *epGroup) record(j, r int, compute, total float64, moved int64, s multigpu.Schedule, b multigpu.Batch) {
+func (g *Group) record(j, r int, compute, total float64, moved int64, s multigpu.Schedule, b multigpu.Batch) {
 	g.smu.Lock()
 	defer g.smu.Unlock()
 	L := &g.stats.Layers[j]
@@ -147,13 +147,13 @@ func (g *epGroup) record(j, r int, compute, total float64, moved int64, s multig
 		L.Passes++
 		L.Straggler += p.compute
 		L.Time += p.total
-		*p = epPass{}
+		*p = layerPass{}
 	}
 }
 
 // replace lets an EPLB policy move experts after a pass: rank r allocates its new experts
 // and copies those it did not hold; the layer's next experts wait for the copies.
-func (g *epGroup) replace(r, j int, moe *models.MoE) error {
+func (g *Group) replace(r, j int, moe *models.MoE) error {
 	rp, ok := g.pols[r].(multigpu.Replacer)
 	if !ok {
 		return nil
@@ -174,12 +174,12 @@ func (g *epGroup) replace(r, j int, moe *models.MoE) error {
 		}
 		return err
 	}
-	dev := g.ranks[r].dev
+	dev := g.ranks[r].Device()
 	var moved int64
 	for e := range np.Holders {
 		switch {
 		case np.Holds(r, e) && !cur.Holds(r, e):
-			g.ranks[r].label("copy", "move", g.stats.Layers[j].Layer, e)
+			g.ranks[r].Label("copy", "move", g.stats.Layers[j].Layer, e)
 			if err := g.copyExpert(r, moe, e); err != nil {
 				return fmt.Errorf("%s: moving expert %d of MoE layer %d to rank %d: %w", g.policy, e, j, r, err)
 			}

@@ -1,4 +1,4 @@
-package engine
+package eprun
 
 import (
 	"fmt"
@@ -14,24 +14,25 @@ import (
 // A MoE layer under expert parallelism, in HarMoEny's and DeepSpeed's steps: route locally,
 // exchange the routing, plan, dispatch, compute, combine.
 
-// epMoE is a MoE block under expert parallelism on this rank's T tokens (T may be 0). The
-// steps are HarMoEny's and DeepSpeed's: route locally, exchange the routing (metadata) with
-// every rank, plan the layer's schedule, dispatch the hidden states to the ranks computing
-// their experts, compute, send the results back and combine them in each token's top-k order,
-// exactly as the single-device block does.
-func (m *Model) epMoE(layer int, moe *models.MoE, x []float32, T int, out []float32, ev *RouteEvent) error {
-	g, r := m.ep, m.rank
-	st := &epLayer{m: m, g: g, r: r, j: g.moeIdx[layer], layer: layer, moe: moe, x: x, T: T,
-		N: len(g.ranks), E: moe.Experts, K: moe.Used, d: m.arch.Config.Embd, comm: g.comms[r], hb: m.hostBackend()}
+// MoE runs layer's MoE block under expert parallelism on rank r's T tokens of x (T may be 0)
+// into out. The steps are HarMoEny's and DeepSpeed's: route locally, exchange the routing
+// (metadata) with every rank, plan the layer's schedule, dispatch the hidden states to the
+// ranks computing their experts, compute, send the results back and combine them in each
+// token's top-k order, exactly as the single-device block does. observe, when not nil, sees
+// the router's logits and choice.
+func (g *Group) MoE(r, layer int, moe *models.MoE, x []float32, T int, out []float32, observe func(logits []float32, routes []Route)) error {
+	rk := g.ranks[r]
+	st := &layerStep{rk: rk, dev: rk.Device(), g: g, r: r, j: g.moeIdx[layer], layer: layer, moe: moe, x: x, T: T,
+		N: len(g.ranks), E: moe.Experts, K: moe.Used, d: g.arch.Config.Embd, comm: g.comms[r], hb: rk.HostBackend()}
 	t0 := g.clocks[r]()
-	// Timing-only runs do not take expert parallelism (checkTimingOnly): the routing is the
-	// router's.
-	logits, routes, err := m.routeTokens(st.hb, layer, moe, x, T, 0)
+	logits, routes, err := rk.Route(st.hb, layer, moe, x, T)
 	if err != nil {
 		return err
 	}
 	st.routes = routes
-	ev.fill(moe, x[:T*st.d], logits, routes)
+	if observe != nil {
+		observe(logits, routes)
+	}
 	if err := st.exchangeRouting(logits); err != nil {
 		return err
 	}
@@ -50,23 +51,24 @@ func (m *Model) epMoE(layer int, moe *models.MoE, x []float32, T int, out []floa
 	if err := st.combine(results, out); err != nil {
 		return err
 	}
-	m.sharedExpert(st.hb, layer, moe, x, T, out)
+	rk.SharedExpert(st.hb, layer, moe, x, T, out)
 	g.record(st.j, r, tC-tD, g.clocks[r]()-t0, st.moved, st.s, st.b)
 	return g.replace(r, st.j, moe)
 }
 
-// epLayer is one MoE layer's step of expert parallelism on rank r: what its stages (epMoE)
+// layerStep is one MoE layer's step of expert parallelism on rank r: what its stages (MoE)
 // hand each other.
-type epLayer struct {
-	m             *Model
-	g             *epGroup
+type layerStep struct {
+	rk            Rank
+	dev           device.Device
+	g             *Group
 	r, j, layer   int // rank, MoE layer, block
 	moe           *models.MoE
 	x             []float32 // this rank's T tokens' inputs
 	T, N, E, K, d int
 	comm          multigpu.Comm
 	hb            models.Backend
-	routes        []routing
+	routes        []Route
 	width         int      // floats of a token's metadata row
 	all           [][]byte // every rank's metadata
 	base          []int    // rank q's tokens are the batch's base[q]..base[q+1]
@@ -82,9 +84,9 @@ type epLayer struct {
 // exchangeRouting is the metadata exchange: the host reads its tokens' routing and sends it
 // (with what the policy weighs: the gating scores, the hidden state's entropy, the experts'
 // affinities) to every rank.
-func (st *epLayer) exchangeRouting(logits []float32) error {
-	m, g, d, E, K := st.m, st.g, st.d, st.E, st.K
-	m.dev.Sync(m.dev.Compute().Record())
+func (st *layerStep) exchangeRouting(logits []float32) error {
+	g, d, E, K := st.g, st.d, st.E, st.K
+	st.dev.Sync(st.dev.Compute().Record())
 	st.width = 2 * K
 	if g.needProbs {
 		st.width += E
@@ -102,25 +104,25 @@ func (st *epLayer) exchangeRouting(logits []float32) error {
 	}
 	for t, rt := range st.routes {
 		row := meta[t*st.width : (t+1)*st.width]
-		for k, e := range rt.experts {
-			row[k], row[K+k] = float32(e), rt.weights[k]
+		for k, e := range rt.Experts {
+			row[k], row[K+k] = float32(e), rt.Weights[k]
 		}
 		rest := row[2*K:]
 		if g.needProbs {
-			extraWeights(st.moe, logits[t*E:(t+1)*E], rt, rest[:E])
+			st.moe.ExtraWeights(logits[t*E:(t+1)*E], rt.Experts, rt.Weights, rest[:E])
 			rest = rest[E:]
 		}
 		if g.needEntropy {
 			// MACS's information measure: the Shannon entropy of softmax(hidden state),
 			// ln(d) less its KL divergence from uniform.
-			rest[0] = float32(max(0, math.Log(float64(d))-klFromUniform(st.x[t*d:(t+1)*d], scratch)))
+			rest[0] = float32(max(0, math.Log(float64(d))-multigpu.KLFromUniform(st.x[t*d:(t+1)*d], scratch)))
 			rest = rest[1:]
 		}
 		if g.centroids != nil {
 			multigpu.Affinities(st.x[t*d:(t+1)*d], g.centroids[st.j], g.centroidNorms[st.j], rest[:E])
 		}
 	}
-	m.label("link", "metadata", st.layer, -1)
+	st.rk.Label("link", "metadata", st.layer, -1)
 	counts, err := multigpu.AllGatherInt(st.comm, int64(st.T))
 	if err != nil {
 		return fmt.Errorf("layer %d: metadata exchange: %w", st.layer, err)
@@ -141,9 +143,9 @@ func (st *epLayer) exchangeRouting(logits []float32) error {
 }
 
 // plan is the layer's schedule, which every rank plans alike from the metadata it received.
-func (st *epLayer) plan() error {
-	m, g := st.m, st.g
-	m.dev.Sync(m.dev.Compute().Record())
+func (st *layerStep) plan() error {
+	g := st.g
+	st.dev.Sync(st.dev.Compute().Record())
 	st.b = g.batch(st.all, st.base, st.width, st.E, st.K, st.j)
 	place := g.place[st.r][st.j]
 	var err error
@@ -158,7 +160,7 @@ func (st *epLayer) plan() error {
 
 // dispatch sends the hidden state of every assignment from this rank, in schedule order, so
 // that every rank knows what it receives without being told.
-func (st *epLayer) dispatch() error {
+func (st *layerStep) dispatch() error {
 	N, r, d := st.N, st.r, st.d
 	st.sendIdx, st.recvIdx = make([][]int, N), make([][]int, N)
 	for i, a := range st.s.Assign {
@@ -184,7 +186,7 @@ func (st *epLayer) dispatch() error {
 			st.moved += int64(len(st.send[q]) + len(st.recv[q]))
 		}
 	}
-	st.m.label("link", "dispatch", st.layer, -1)
+	st.rk.Label("link", "dispatch", st.layer, -1)
 	if err := st.comm.AllToAll(st.send, st.recv); err != nil {
 		return fmt.Errorf("layer %d: dispatch: %w", st.layer, err)
 	}
@@ -195,24 +197,24 @@ func (st *epLayer) dispatch() error {
 // returns their outputs by sender. HarMoEny's fetches are asynchronous copies from the host
 // into a slot, so the fetched experts compute last, once their copy has landed, while the
 // others compute.
-func (st *epLayer) compute() ([][]float32, error) {
-	m, g, r, j, d, E := st.m, st.g, st.r, st.j, st.d, st.E
+func (st *layerStep) compute() ([][]float32, error) {
+	rk, dev, g, r, j, d, E := st.rk, st.dev, st.g, st.r, st.j, st.d, st.E
 	fetched := map[int]*models.FFN{}
 	var fetchEv device.Event
 	for _, f := range st.s.Fetches {
 		if f.To != r || fetched[f.Expert] != nil {
 			continue
 		}
-		m.label("copy", "fetch", st.layer, f.Expert)
+		rk.Label("copy", "fetch", st.layer, f.Expert)
 		ffn, err := g.fetchExpert(r, st.moe, f.Expert, len(fetched))
 		if err != nil {
 			return nil, fmt.Errorf("layer %d: fetching expert %d: %w", st.layer, f.Expert, err)
 		}
 		fetched[f.Expert] = ffn
-		fetchEv = m.dev.Copy().Record()
+		fetchEv = dev.Copy().Record()
 	}
 	if ev := g.pending[r][j]; ev != nil {
-		m.dev.Compute().Wait(ev)
+		dev.Compute().Wait(ev)
 		g.pending[r][j] = nil
 	}
 	type slot struct{ src, k int }
@@ -248,14 +250,14 @@ func (st *epLayer) compute() ([][]float32, error) {
 		}
 		ffn := fetched[e]
 		if ffn != nil && !waited {
-			m.dev.Compute().Wait(fetchEv)
+			dev.Compute().Wait(fetchEv)
 			waited = true
 		}
 		if ffn == nil {
 			ffn = &models.FFN{Gate: st.moe.GateExps.Expert(e), Up: st.moe.UpExps.Expert(e), Down: st.moe.DownExps.Expert(e)}
 		}
-		m.label("expert", "", st.layer, e)
-		m.swiglu(st.hb, m.dev.MatMulID, m.charger, ffn, xe, n, ye)
+		rk.Label("expert", "", st.layer, e)
+		rk.SwiGLU(st.hb, ffn, xe, n, ye)
 		for i, p := range sl {
 			copy(results[p.src][p.k*d:(p.k+1)*d], ye[i*d:(i+1)*d])
 		}
@@ -263,7 +265,7 @@ func (st *epLayer) compute() ([][]float32, error) {
 	if len(fetched) > 0 {
 		// A fetched expert visits for this pass; its slot is free again once the compute
 		// stream is done with it.
-		g.fetch[r].free = m.dev.Compute().Record()
+		g.fetch[r].free = dev.Compute().Record()
 	}
 	return results, nil
 }
@@ -272,7 +274,7 @@ func (st *epLayer) compute() ([][]float32, error) {
 // sums each token's into out in its top-k order: its top-k, then the experts added beyond them
 // in schedule order, as the single-device block lays them out. A dropped choice keeps a zero
 // output and weighs nothing.
-func (st *epLayer) combine(results [][]float32, out []float32) error {
+func (st *layerStep) combine(results [][]float32, out []float32) error {
 	N, r, d, K, T := st.N, st.r, st.d, st.K, st.T
 	back := make([][]float32, N)
 	for q := range N {
@@ -280,7 +282,7 @@ func (st *epLayer) combine(results [][]float32, out []float32) error {
 		back[q] = make([]float32, len(st.sendIdx[q])*d)
 		st.recv[q] = f32bytes(back[q])
 	}
-	st.m.label("link", "combine", st.layer, -1)
+	st.rk.Label("link", "combine", st.layer, -1)
 	if err := st.comm.AllToAll(st.send, st.recv); err != nil {
 		return fmt.Errorf("layer %d: combine: %w", st.layer, err)
 	}
@@ -300,18 +302,18 @@ func (st *epLayer) combine(results [][]float32, out []float32) error {
 			continue
 		}
 		rt := &routes[t]
-		rt.experts = append(slices.Clip(rt.experts), a.Expert)
-		rt.weights = append(slices.Clip(rt.weights), a.Score)
-		extra[i] = len(rt.experts) - 1
+		rt.Experts = append(slices.Clip(rt.Experts), a.Expert)
+		rt.Weights = append(slices.Clip(rt.Weights), a.Score)
+		extra[i] = len(rt.Experts) - 1
 	}
 	off := make([]int, T+1)
 	for t := range routes {
 		for k := range K {
 			if !kept[t][k] {
-				routes[t].weights[k] = 0
+				routes[t].Weights[k] = 0
 			}
 		}
-		off[t+1] = off[t] + len(routes[t].experts)
+		off[t+1] = off[t] + len(routes[t].Experts)
 	}
 	ys := make([]float32, off[T]*d)
 	for q := range N {
@@ -325,13 +327,13 @@ func (st *epLayer) combine(results [][]float32, out []float32) error {
 			copy(ys[sl*d:(sl+1)*d], back[q][k*d:(k+1)*d])
 		}
 	}
-	st.m.combine(st.hb, st.layer, routes, ys, off, out)
+	st.rk.Combine(st.hb, st.layer, routes, ys, off, out)
 	return nil
 }
 
 // batch is the layer's batch as every rank sees it after the metadata exchange: rank q's
 // tokens are tokens base[q].. of it, living on rank q.
-func (g *epGroup) batch(all [][]byte, base []int, width, E, K, layer int) multigpu.Batch {
+func (g *Group) batch(all [][]byte, base []int, width, E, K, layer int) multigpu.Batch {
 	T := base[len(base)-1]
 	b := multigpu.Batch{Routing: multigpu.Routing{Experts: E, K: K}, Layer: layer, Home: make([]int, T)}
 	b.Choice, b.Score = make([]int, 0, T*K), make([]float32, 0, T*K)

@@ -1,4 +1,4 @@
-package engine
+package autoplace
 
 import (
 	"errors"
@@ -29,27 +29,27 @@ func TestProfileOfKind(t *testing.T) {
 	}
 }
 
-// TestAutoChoose: the fastest candidate, or within autoTie of it the quickest to the first
+// TestAutoChoose: the fastest candidate, or within tie of it the quickest to the first
 // token; resident whenever every expert fits; never one that failed.
 func TestAutoChoose(t *testing.T) {
-	cand := func(p offload.Policy, n int, rate, ttft float64) AutoCandidate {
-		return AutoCandidate{Offload: OffloadOptions{Policy: p, HostLayers: n}, TokensPerSecond: rate, TTFT: ttft}
+	cand := func(p offload.Policy, n int, rate, ttft float64) Candidate {
+		return Candidate{Offload: offload.Options{Policy: p, HostLayers: n}, TokensPerSecond: rate, TTFT: ttft}
 	}
 	failed := cand(offload.CPUMiss, 0, 0, 0)
 	failed.Err = errors.New("too small")
 	for _, c := range []struct {
 		name  string
-		cands []AutoCandidate
+		cands []Candidate
 		want  int // index into cands, -1: an error
 	}{
-		{"fastest", []AutoCandidate{cand(offload.OnDemand, 0, 10, 0.1), cand(offload.Hot, 0, 20, 0.3)}, 1},
-		{"close and quicker to the first token", []AutoCandidate{cand(offload.StaticCache, 14, 59.6, 0.40), cand(offload.Hot, 0, 58.3, 0.15)}, 1},
-		{"quicker but too slow", []AutoCandidate{cand(offload.StaticCache, 14, 59.6, 0.40), cand(offload.Hot, 0, 57.0, 0.15)}, 0},
-		{"resident wins", []AutoCandidate{cand(offload.Hot, 0, 90, 0.1), cand(offload.Static, 0, 80, 0.2)}, 1},
-		{"a failed one is never chosen", []AutoCandidate{failed, cand(offload.OnDemand, 0, 10, 0.5)}, 1},
-		{"none ran", []AutoCandidate{failed}, -1},
+		{"fastest", []Candidate{cand(offload.OnDemand, 0, 10, 0.1), cand(offload.Hot, 0, 20, 0.3)}, 1},
+		{"close and quicker to the first token", []Candidate{cand(offload.StaticCache, 14, 59.6, 0.40), cand(offload.Hot, 0, 58.3, 0.15)}, 1},
+		{"quicker but too slow", []Candidate{cand(offload.StaticCache, 14, 59.6, 0.40), cand(offload.Hot, 0, 57.0, 0.15)}, 0},
+		{"resident wins", []Candidate{cand(offload.Hot, 0, 90, 0.1), cand(offload.Static, 0, 80, 0.2)}, 1},
+		{"a failed one is never chosen", []Candidate{failed, cand(offload.OnDemand, 0, 10, 0.5)}, 1},
+		{"none ran", []Candidate{failed}, -1},
 	} {
-		p := &AutoPlan{Candidates: c.cands}
+		p := &Plan{Candidates: c.cands}
 		err := p.choose()
 		if c.want < 0 {
 			if err == nil {

@@ -1,0 +1,51 @@
+package devices
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/commit-run/commit-run/sim"
+)
+
+// Open takes the names a user gives and the budget the engine may use: the whole card without
+// one, the budget with one, and says what it cannot open.
+func TestOpen(t *testing.T) {
+	prof, err := sim.LoadProfile("rtx4090")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		spec   Spec
+		budget int64
+		err    string
+	}{
+		{Spec{Name: "cpu", Threads: 1, Budget: 1 << 20}, 1 << 20, ""},
+		{Spec{Name: " sim:rtx4090 ", Threads: 1}, prof.MemoryBytes, ""},
+		{Spec{Name: "sim:rtx4090", Budget: 1 << 30, TimingOnly: true}, 1 << 30, ""},
+		{Spec{Name: "sim:voodoo2"}, 0, "voodoo2"},
+		{Spec{Name: "cuda:x"}, 0, "want cuda:N"},
+		{Spec{Name: "tpu"}, 0, "is not available"},
+		{Spec{Name: "auto", Threads: 1, CPUForAuto: true}, 0, ""},
+	} {
+		dev, note, err := Open(c.spec)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%+v: %v, want %q", c.spec, err, c.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%+v: %v", c.spec, err)
+			continue
+		}
+		if c.budget != 0 && dev.Memory().Budget() != c.budget {
+			t.Errorf("%+v: budget %d, want %d", c.spec, dev.Memory().Budget(), c.budget)
+		}
+		if note != "" || Close(dev) != nil {
+			t.Errorf("%+v: note %q", c.spec, note)
+		}
+	}
+	if len(Names()) < 4 {
+		t.Errorf("names %v", Names())
+	}
+}
