@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"encoding/json"
 	"fmt"
 
 	"github.com/commit-run/commit-run/grammar"
@@ -33,86 +32,28 @@ type ChatOptions struct {
 func (m *Model) ToolFormat() toolcall.Format { return toolcall.Detect(m.tok.ChatTemplate()) }
 
 // ToolGrammar is the grammar a chat with o's tools generates under, and its trigger
-// (GenerateOptions.GrammarTrigger): the format's calls from the first token where the
-// choice requires one; calls or a response as JSON where the template knows no tools; and
-// where the model may answer or call, the calls from their marker on, for formats that have
-// one (toolcall.Triggered), else nil: the model answers freely.
+// (GenerateOptions.GrammarTrigger): see toolcall.Constraint.
 func (m *Model) ToolGrammar(o ChatOptions) (g *grammar.Grammar, trigger string, err error) {
-	tools, err := toolcall.Select(o.Tools, o.Choice)
-	if err != nil || len(tools) == 0 {
-		return nil, "", err
-	}
-	f := m.ToolFormat()
-	switch t, triggered := f.(toolcall.Triggered); {
-	case o.Choice.Mode == toolcall.Required || o.Choice.Mode == toolcall.Named:
-		g, err = f.Grammar(tools, o.Choice.Parallel)
-	case !toolcall.Native(f):
-		g, err = toolcall.AnswerGrammar(tools, o.Choice.Parallel)
-	case triggered:
-		g, err = f.Grammar(tools, o.Choice.Parallel)
-		trigger = t.Trigger()
-	}
-	return g, trigger, err
+	return toolcall.Constraint(m.ToolFormat(), o.Tools, o.Choice)
 }
 
-// ChatTokensWith is ChatTokens with tools. What the template cannot take is written for it:
-// tools it does not write go into the system message, and where it writes no tool calls, a
-// turn's calls become the text the model writes for them and tool results become user
-// turns.
+// ChatTokensWith is ChatTokens with tools, rendered as toolcall.Render renders them: what
+// the template cannot take is written for it.
 func (m *Model) ChatTokensWith(msgs []Message, o ChatOptions) ([]int32, error) {
 	if len(msgs) == 0 {
 		return nil, fmt.Errorf("chat needs at least one message")
 	}
-	tools, err := toolcall.Select(o.Tools, o.Choice)
-	if err != nil {
-		return nil, err
-	}
-	if err := toolcall.Validate(tools); err != nil {
-		return nil, err
-	}
-	caps := m.tok.ChatCaps()
-	f := m.ToolFormat()
-	tm := make([]tokenizer.Message, 0, len(msgs)+1)
-	if len(tools) > 0 && !caps.Tools {
-		prompt := toolcall.SystemPrompt(f, tools, o.Choice)
-		if msgs[0].Role == "system" {
-			prompt = msgs[0].Content + "\n\n" + prompt
-			msgs = msgs[1:]
+	tm := make([]tokenizer.Message, len(msgs))
+	for i, msg := range msgs {
+		tm[i] = tokenizer.Message{Role: msg.Role, Content: msg.Content, ToolCallID: msg.ToolCallID, Name: msg.Name}
+		for _, c := range msg.ToolCalls {
+			tm[i].ToolCalls = append(tm[i].ToolCalls, tokenizer.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
 		}
-		tm = append(tm, tokenizer.Message{Role: "system", Content: prompt})
 	}
-	for _, msg := range msgs {
-		tm = append(tm, templateMessage(msg, caps, f))
-	}
-	co := tokenizer.ChatOptions{AddGenerationPrompt: true}
-	if caps.Tools {
-		co.Tools = toolcall.OpenAITools(tools)
-	}
-	text, err := m.tok.RenderChatWith(tm, co)
+	text, err := toolcall.Render(m.tok, tm, o.Tools, o.Choice)
 	if err != nil {
-		return nil, fmt.Errorf("chat template: %w", err)
+		return nil, fmt.Errorf("chat: %w", err)
 	}
 	// The template may write BOS itself; EncodePrompt adds it only when it did not.
 	return m.tok.EncodePrompt(text.Text)
-}
-
-// templateMessage is msg as the template can take it.
-func templateMessage(msg Message, caps tokenizer.ChatCaps, f toolcall.Format) tokenizer.Message {
-	t := tokenizer.Message{Role: msg.Role, Content: msg.Content, ToolCallID: msg.ToolCallID, Name: msg.Name}
-	switch {
-	case caps.ToolCalls:
-		for _, c := range msg.ToolCalls {
-			t.ToolCalls = append(t.ToolCalls, tokenizer.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
-		}
-	case len(msg.ToolCalls) > 0:
-		if t.Content != "" {
-			t.Content += "\n\n"
-		}
-		t.Content += f.Write(msg.ToolCalls)
-	case msg.Role == "tool":
-		result := map[string]string{"tool_call_id": msg.ToolCallID, "name": msg.Name, "content": msg.Content}
-		b, _ := json.Marshal(map[string]any{"tool_response": result}) // strings always encode
-		t = tokenizer.Message{Role: "user", Content: string(b)}
-	}
-	return t
 }

@@ -1,9 +1,12 @@
 // Package toolcall is function calling for chat models: which chat format a model's
-// template writes calls in (Qwen's and Hermes' <tool_call> JSON, Mistral's [TOOL_CALLS],
-// DeepSeek's tool-call tokens, GLM-4.5's argument tags, Llama 3's JSON, or a generic JSON
-// answer for templates that know no tools), the grammar that makes a model write a call in that
-// format with arguments of the tool's schema (package grammar's text grammars), and a
-// Parser that reads the calls back out of what the model writes, as it streams.
+// template writes calls in (Qwen's and Hermes' <tool_call> JSON, Qwen3-Coder's and Qwen3.5's
+// XML, Mistral's [TOOL_CALLS], DeepSeek's and Kimi's tool-call tokens, GLM's argument tags,
+// Llama 3's JSON, gpt-oss's harmony channels, or a generic JSON answer for templates that
+// know no tools), the grammar that makes a model write a call in that format with arguments
+// of the tool's schema (package grammar's text grammars), and a
+// Parser that reads the calls back out of what the model writes, as it streams; and Render,
+// which gives a chat's tools, calls and results to a template as far as it takes them and
+// writes the rest for it.
 //
 // One small type per format, in a file of its own, registers itself; Detect picks one by
 // the markers its template writes.
