@@ -288,7 +288,7 @@ func (s *Session) newGeneration(opts GenerateOptions, res *Result, vocab int) *g
 		g.lpBuf, g.raw = make([]float32, vocab), make([]float32, vocab)
 	}
 	if opts.Grammar != nil && opts.GrammarTrigger == "" {
-		g.gram = grammar.NewMatcher(s.m.grammarVocab(), opts.Grammar)
+		g.gram = grammar.NewMatcher(grammar.TokenizerVocab(s.m.tok), opts.Grammar)
 		g.smp.SetFilter(g.gram)
 	}
 	return g
@@ -310,7 +310,7 @@ func (g *generation) trigger(id int32) {
 		}
 		return
 	}
-	m := grammar.NewMatcher(g.s.m.grammarVocab(), g.opts.Grammar)
+	m := grammar.NewMatcher(grammar.TokenizerVocab(g.s.m.tok), g.opts.Grammar)
 	if m.Feed(g.pieces[i:]) {
 		g.gram = m
 		g.smp.SetFilter(m)
