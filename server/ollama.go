@@ -14,6 +14,7 @@ import (
 	"github.com/ollama/ollama/types/model"
 
 	"github.com/commit-run/commit-run/engine"
+	"github.com/commit-run/commit-run/toolcall"
 )
 
 // ollama's API, with ollama's own request and response types (github.com/ollama/ollama/api),
@@ -228,7 +229,6 @@ type ollamaRun struct {
 
 func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request, ids []int32, q ollamaRun) {
 	start := time.Now()
-	chat, stream := q.chat, q.stream
 	opts, err := s.ollamaOptions(q.raw, q.format, len(ids), q.templated, q.tools)
 	if err != nil {
 		ollamaError(w, http.StatusBadRequest, "%v", err)
@@ -241,96 +241,116 @@ func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request, ids []in
 	}
 	defer release()
 	s.met.prompt.Add(float64(len(ids)))
-	line := func(text string, done bool) any {
-		if chat {
-			return &api.ChatResponse{Model: s.name, CreatedAt: time.Now().UTC(), Message: api.Message{Role: "assistant", Content: text}, Done: done}
-		}
-		return &api.GenerateResponse{Model: s.name, CreatedAt: time.Now().UTC(), Response: text, Done: done}
-	}
-	streaming := stream == nil || *stream
-	fl, _ := w.(http.Flusher)
-	enc := json.NewEncoder(w)
-	if streaming {
+	o := &ollamaReply{s: s, w: w, enc: json.NewEncoder(w), chat: q.chat, streaming: q.stream == nil || *q.stream, tp: q.tools.parser()}
+	o.fl, _ = w.(http.Flusher)
+	if o.streaming {
 		w.Header().Set("Content-Type", "application/x-ndjson")
 		w.WriteHeader(http.StatusOK)
 	}
-	tp := q.tools.parser()
 	opts.OnToken = func(t engine.Token) error {
 		if t.ID >= 0 {
 			tm.token()
 		}
-		text, thinking := t.Text, ""
-		if tp != nil {
-			d := tp.Add(text)
-			text, thinking = d.Content, d.Reasoning
-		}
-		if !streaming || text == "" && thinking == "" {
-			return nil
-		}
-		l := line(text, false)
-		if c, ok := l.(*api.ChatResponse); ok {
-			c.Message.Thinking = thinking
-		}
-		if err := enc.Encode(l); err != nil {
-			return err
-		}
-		if fl != nil {
-			fl.Flush()
-		}
-		return nil
+		return o.token(t)
 	}
 	res, err := sess.Generate(r.Context(), ids, opts)
 	release()
 	if err != nil {
-		ollamaFailed(w, r, enc, err, streaming)
+		ollamaFailed(w, r, o.enc, err, o.streaming)
 		return
 	}
+	last, ok := o.last(res, start)
+	switch {
+	case !ok:
+	case o.streaming:
+		o.send(last)
+	default:
+		writeJSON(w, http.StatusOK, last)
+	}
+}
+
+// ollamaReply is one answer on ollama's routes: its lines, streamed as NDJSON or written
+// whole, with a chat's calls and reasoning read by tp (nil: plain text).
+type ollamaReply struct {
+	s               *Server
+	w               http.ResponseWriter
+	enc             *json.Encoder
+	fl              http.Flusher
+	chat, streaming bool
+	tp              *toolcall.Parser
+}
+
+// line is a line of the answer: a chat's message or a generation's response.
+func (o *ollamaReply) line(text string, done bool) any {
+	if o.chat {
+		return &api.ChatResponse{Model: o.s.name, CreatedAt: time.Now().UTC(), Message: api.Message{Role: "assistant", Content: text}, Done: done}
+	}
+	return &api.GenerateResponse{Model: o.s.name, CreatedAt: time.Now().UTC(), Response: text, Done: done}
+}
+
+func (o *ollamaReply) send(v any) error {
+	if err := o.enc.Encode(v); err != nil {
+		return err
+	}
+	if o.fl != nil {
+		o.fl.Flush()
+	}
+	return nil
+}
+
+// token streams what a token added: its text, or what the parser made of it.
+func (o *ollamaReply) token(t engine.Token) error {
+	text, thinking := t.Text, ""
+	if o.tp != nil {
+		d := o.tp.Add(text)
+		text, thinking = d.Content, d.Reasoning
+	}
+	if !o.streaming || text == "" && thinking == "" {
+		return nil
+	}
+	l := o.line(text, false)
+	if c, ok := l.(*api.ChatResponse); ok {
+		c.Message.Thinking = thinking
+	}
+	return o.send(l)
+}
+
+// last is the done line, with the metrics; ollama gives calls whole, so a stream's calls
+// (and the text's last piece) go in a line of their own before it. false: the stream broke.
+func (o *ollamaReply) last(res engine.Result, start time.Time) (any, bool) {
 	text := ""
-	if !streaming {
+	if !o.streaming {
 		text = res.Text
 	}
 	var calls []api.ToolCall
-	if tp != nil {
-		// ollama gives a call whole, in the message of a line of its own; the text's last
-		// piece goes with it.
-		fin := tp.Finish()
-		rest := fin.Content
-		if text, calls = rest, ollamaCalls(tp.Calls()); !streaming {
-			text = tp.Content()
+	if o.tp != nil {
+		fin := o.tp.Finish()
+		if text, calls = fin.Content, ollamaCalls(o.tp.Calls()); !o.streaming {
+			text = o.tp.Content()
 		}
-		if streaming && (rest != "" || fin.Reasoning != "" || len(calls) > 0) {
-			l := line(rest, false).(*api.ChatResponse)
+		if o.streaming && (text != "" || fin.Reasoning != "" || len(calls) > 0) {
+			l := o.line(text, false).(*api.ChatResponse)
 			l.Message.ToolCalls, l.Message.Thinking = calls, fin.Reasoning
-			if err := enc.Encode(l); err != nil {
-				return
+			if o.send(l) != nil {
+				return nil, false
 			}
 			text = ""
 		}
 	}
-	last := line(text, true)
-	if l, ok := last.(*api.ChatResponse); ok && !streaming {
-		l.Message.ToolCalls = calls
-		if tp != nil {
-			l.Message.Thinking = tp.Reasoning()
-		}
-	}
+	last := o.line(text, true)
 	m := api.Metrics{TotalDuration: time.Since(start), PromptEvalCount: res.PromptTokens, PromptEvalDuration: seconds(res.PromptSeconds),
 		EvalCount: len(res.Tokens), EvalDuration: seconds(res.DecodeSeconds)}
 	reason := finishReason(res.Reason)
 	switch l := last.(type) {
 	case *api.ChatResponse:
 		l.Metrics, l.DoneReason = m, reason
+		if !o.streaming && o.tp != nil {
+			l.Message.ToolCalls, l.Message.Thinking = calls, o.tp.Reasoning()
+		}
 	case *api.GenerateResponse:
 		l.Metrics, l.DoneReason = m, reason
 	}
-	if !streaming {
-		writeJSON(w, http.StatusOK, last)
-		return
-	}
-	enc.Encode(last)
-	if fl != nil {
-		fl.Flush()
-	}
+	return last, true
 }
 
 // ollamaFailed answers a generation that ended in err: ollama's error line in a stream, and
