@@ -137,7 +137,7 @@ func (m *Model) selected(layer int, moe *models.MoE, T, pos0 int, cs *commitStat
 		j := m.commit.idx[layer]
 		learnt = cs.take(j, pos0)
 		if learnt == nil && j == 0 && m.commit.compute {
-			m.commit.firstByRouter()
+			m.commit.stats.FirstByRouter()
 		}
 	}
 	pred, commit := m.place.Predicted(layer, learnt, T, moe.Used)
