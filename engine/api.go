@@ -112,28 +112,10 @@ type Options struct {
 	profile *sim.Profile
 }
 
-// DropOptions are capacity-aware token drop (seeds/000): in a pass of T >= 2 tokens, an expert
-// chosen by more than floor(Gamma * T * k / experts) of them computes only that many, chosen by
-// Metric, and the others' choice of it contributes nothing (a token that loses every choice
-// passes through the residual). Single-token passes never drop: their capacity would be under
-// one token.
-//
-// With Devices > 1 the batch is planned as expert parallelism over that many devices with the
-// experts placed round-robin: each device's contiguous share of the batch is capped on its
-// own, as the paper's devices do before the all-to-all.
-type DropOptions struct {
-	Gamma  float64
-	Metric multigpu.DropMetric
-	Seed   uint64 // for multigpu.ByRandom
-	// Expand is expanded drop: each token is also offered to the experts of its own device,
-	// weighted by its gating score on the scale of its top-k weights, and may compute more
-	// than k experts.
-	Expand bool
-	// DeviceLevel caps each device's experts together (n_l x the capacity) instead of each.
-	DeviceLevel bool
-	// Devices is the expert-parallel degree the plan assumes (0 or 1: one device).
-	Devices int
-}
+// DropOptions are capacity-aware token drop in batched passes (multigpu.DropOptions): each
+// expert computes at most its capacity of a pass's tokens, the others' choice of it
+// contributes nothing.
+type DropOptions = multigpu.DropOptions
 
 // DefaultMaxContext caps the context length when Options.ContextLength is 0, so that a model
 // trained for 128K positions does not reserve a huge KV cache by default.

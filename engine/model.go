@@ -36,10 +36,7 @@ type Model struct {
 	commit *committer // nil unless Options.Commit or offloading with the Commit Router
 	// commitDev weighs committed routing on the device (nil: the host reads the routing).
 	commitDev *commitDevice
-	// dropStats counts capacity-aware token drop's work; nil unless Options.Drop.
-	dropStats *dropCounter
-	// dropPlace is the round-robin placement token drop plans over, made once.
-	dropPlace multigpu.Placement
+	drop      *multigpu.Dropper // capacity-aware token drop; nil unless Options.Drop
 	// ep is the expert-parallel group this model is rank `rank` of; nil on one device.
 	ep   *eprun.Group
 	rank int
@@ -168,8 +165,10 @@ func openFile(f *models.File, opts Options, kvF16 bool) (*Model, error) {
 			m.nctx = DefaultMaxContext
 		}
 	}
-	if err := m.setupDrop(); err != nil {
-		return nil, err
+	if opts.Drop != nil {
+		if m.drop, err = multigpu.NewDropper(*opts.Drop, arch.Config.Experts); err != nil {
+			return nil, err
+		}
 	}
 	if err := m.openCommit(); err != nil {
 		return nil, fmt.Errorf("%s: %w", f.Path, err)
@@ -205,33 +204,6 @@ func loadFile(f *models.File, opts Options) (*models.Model, *tokenizer.Tokenizer
 		return nil, nil, err
 	}
 	return arch, tok, nil
-}
-
-// setupDrop checks capacity-aware token drop's options and readies its counters and the
-// round-robin placement it plans over.
-func (m *Model) setupDrop() error {
-	o := m.opts.Drop
-	if o == nil {
-		return nil
-	}
-	experts := m.arch.Config.Experts
-	if !(o.Gamma >= 0) || o.Gamma > 1e6 {
-		return fmt.Errorf("capacity factor %v: want 0 or more", o.Gamma)
-	}
-	if !o.Metric.Valid() {
-		return fmt.Errorf("token drop: unknown metric %v", o.Metric)
-	}
-	if o.Devices < 0 || (experts > 0 && o.Devices > experts) {
-		return fmt.Errorf("token drop over %d devices: want 1 to the model's %d experts", o.Devices, experts)
-	}
-	m.dropStats = &dropCounter{}
-	if experts > 0 {
-		var err error
-		if m.dropPlace, err = multigpu.RoundRobin(experts, max(o.Devices, 1)); err != nil {
-			return fmt.Errorf("token drop: %w", err)
-		}
-	}
-	return nil
 }
 
 // allocate takes the device memory of the weights and of a pass's activations: an automatic
