@@ -20,6 +20,7 @@ import (
 
 	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/grammar"
+	"github.com/commit-run/commit-run/models"
 	"github.com/commit-run/commit-run/multigpu"
 	"github.com/commit-run/commit-run/sample"
 	"github.com/commit-run/commit-run/sim"
@@ -212,65 +213,12 @@ type Message struct {
 	ToolCallID, Name string
 }
 
-// Info describes an opened model (see Model.Info and Inspect).
-type Info struct {
-	Path         string
-	Architecture string
-	Name         string
-	Layers       int
-	Embedding    int
-	Vocab        int
-	Context      int // training context from the metadata
-	Heads        int
-	HeadsKV      int
-	// MoELayers are the block indices of the layers that route over experts.
-	MoELayers []int
-	// Experts is the routed expert count (0 for a dense model); ExpertsUsed is top-k.
-	Experts       int
-	ExpertsUsed   int
-	SharedExperts int
-	ExpertFFN     int
-	// Routing is the first MoE layer's choice and weighting of experts: the gating
-	// ("softmax", "sigmoid", "softmax of the top-k"), whether a selection bias
-	// (exp_probs_b) steers the choice, the expert groups it is limited to (0: none), and
-	// the weights' renormalisation and scale (0: none).
-	Gating                         string
-	SelectionBias                  bool
-	ExpertGroups, ExpertGroupsUsed int
-	ExpertWeightsNorm              bool
-	ExpertWeightsScale             float32
-	// RouterBias says the router's logits have a bias (gpt-oss's ffn_gate_inp.bias), which
-	// steers the choice and the weights alike; ExpertBiases that the experts' products have
-	// biases; Activation is the experts' ("swiglu", or gpt-oss's clamped "swiglu-oai").
-	RouterBias, ExpertBiases bool
-	Activation               string
-	// SlidingWindow is the positions a sliding-window layer attends to (0: none) and
-	// SlidingLayers how many layers have it; AttentionSinks says the heads have sink logits
-	// that take part of the softmax (gpt-oss).
-	SlidingWindow, SlidingLayers int
-	AttentionSinks               bool
-	Parameters                   int64
-	// NextN and SkippedParameters are the blocks after Layers the file holds but no pass
-	// runs (GLM's multi-token prediction) and their weights, which no other count includes.
-	NextN             int
-	SkippedParameters int64
-	// ExpertParameters and ExpertBytes count routed-expert weights; the rest are non-expert.
-	ExpertParameters int64
-	ExpertBytes      int64
-	NonExpertBytes   int64
-	// TensorTypes counts tensors by ggml type name.
-	TensorTypes map[string]int
-	// TensorTypeBytes sums bytes by ggml type name.
-	TensorTypeBytes map[string]int64
-	ChatTemplate    string
-	// ChatStop are stop strings the model's file asks chats to use (GGUF key
-	// general.commit_run.chat_stop), for models that never learnt to emit EOS; Session.Chat
-	// adds them to GenerateOptions.Stop.
-	ChatStop []string
-}
+// Info describes an opened model (see Model.Info and Inspect): its file's metadata, its
+// hyper-parameters and routing, and its weights' layout (models.Info).
+type Info = models.Info
 
 // KeyChatStop is the GGUF key of Info.ChatStop: an array of strings.
-const KeyChatStop = "general.commit_run.chat_stop"
+const KeyChatStop = models.KeyChatStop
 
 // PerplexityResult is the outcome of Model.Perplexity.
 type PerplexityResult struct {
