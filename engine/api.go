@@ -20,6 +20,7 @@ import (
 
 	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/grammar"
+	"github.com/commit-run/commit-run/models"
 	"github.com/commit-run/commit-run/multigpu"
 	"github.com/commit-run/commit-run/sample"
 	"github.com/commit-run/commit-run/sim"
@@ -112,28 +113,10 @@ type Options struct {
 	profile *sim.Profile
 }
 
-// DropOptions are capacity-aware token drop (seeds/000): in a pass of T >= 2 tokens, an expert
-// chosen by more than floor(Gamma * T * k / experts) of them computes only that many, chosen by
-// Metric, and the others' choice of it contributes nothing (a token that loses every choice
-// passes through the residual). Single-token passes never drop: their capacity would be under
-// one token.
-//
-// With Devices > 1 the batch is planned as expert parallelism over that many devices with the
-// experts placed round-robin: each device's contiguous share of the batch is capped on its
-// own, as the paper's devices do before the all-to-all.
-type DropOptions struct {
-	Gamma  float64
-	Metric multigpu.DropMetric
-	Seed   uint64 // for multigpu.ByRandom
-	// Expand is expanded drop: each token is also offered to the experts of its own device,
-	// weighted by its gating score on the scale of its top-k weights, and may compute more
-	// than k experts.
-	Expand bool
-	// DeviceLevel caps each device's experts together (n_l x the capacity) instead of each.
-	DeviceLevel bool
-	// Devices is the expert-parallel degree the plan assumes (0 or 1: one device).
-	Devices int
-}
+// DropOptions are capacity-aware token drop in batched passes (multigpu.DropOptions): each
+// expert computes at most its capacity of a pass's tokens, the others' choice of it
+// contributes nothing.
+type DropOptions = multigpu.DropOptions
 
 // DefaultMaxContext caps the context length when Options.ContextLength is 0, so that a model
 // trained for 128K positions does not reserve a huge KV cache by default.
@@ -230,65 +213,12 @@ type Message struct {
 	ToolCallID, Name string
 }
 
-// Info describes an opened model (see Model.Info and Inspect).
-type Info struct {
-	Path         string
-	Architecture string
-	Name         string
-	Layers       int
-	Embedding    int
-	Vocab        int
-	Context      int // training context from the metadata
-	Heads        int
-	HeadsKV      int
-	// MoELayers are the block indices of the layers that route over experts.
-	MoELayers []int
-	// Experts is the routed expert count (0 for a dense model); ExpertsUsed is top-k.
-	Experts       int
-	ExpertsUsed   int
-	SharedExperts int
-	ExpertFFN     int
-	// Routing is the first MoE layer's choice and weighting of experts: the gating
-	// ("softmax", "sigmoid", "softmax of the top-k"), whether a selection bias
-	// (exp_probs_b) steers the choice, the expert groups it is limited to (0: none), and
-	// the weights' renormalisation and scale (0: none).
-	Gating                         string
-	SelectionBias                  bool
-	ExpertGroups, ExpertGroupsUsed int
-	ExpertWeightsNorm              bool
-	ExpertWeightsScale             float32
-	// RouterBias says the router's logits have a bias (gpt-oss's ffn_gate_inp.bias), which
-	// steers the choice and the weights alike; ExpertBiases that the experts' products have
-	// biases; Activation is the experts' ("swiglu", or gpt-oss's clamped "swiglu-oai").
-	RouterBias, ExpertBiases bool
-	Activation               string
-	// SlidingWindow is the positions a sliding-window layer attends to (0: none) and
-	// SlidingLayers how many layers have it; AttentionSinks says the heads have sink logits
-	// that take part of the softmax (gpt-oss).
-	SlidingWindow, SlidingLayers int
-	AttentionSinks               bool
-	Parameters                   int64
-	// NextN and SkippedParameters are the blocks after Layers the file holds but no pass
-	// runs (GLM's multi-token prediction) and their weights, which no other count includes.
-	NextN             int
-	SkippedParameters int64
-	// ExpertParameters and ExpertBytes count routed-expert weights; the rest are non-expert.
-	ExpertParameters int64
-	ExpertBytes      int64
-	NonExpertBytes   int64
-	// TensorTypes counts tensors by ggml type name.
-	TensorTypes map[string]int
-	// TensorTypeBytes sums bytes by ggml type name.
-	TensorTypeBytes map[string]int64
-	ChatTemplate    string
-	// ChatStop are stop strings the model's file asks chats to use (GGUF key
-	// general.commit_run.chat_stop), for models that never learnt to emit EOS; Session.Chat
-	// adds them to GenerateOptions.Stop.
-	ChatStop []string
-}
+// Info describes an opened model (see Model.Info and Inspect): its file's metadata, its
+// hyper-parameters and routing, and its weights' layout (models.Info).
+type Info = models.Info
 
 // KeyChatStop is the GGUF key of Info.ChatStop: an array of strings.
-const KeyChatStop = "general.commit_run.chat_stop"
+const KeyChatStop = models.KeyChatStop
 
 // PerplexityResult is the outcome of Model.Perplexity.
 type PerplexityResult struct {

@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math"
 	"slices"
-	"sync"
 
 	"github.com/commit-run/commit-run/models"
 	"github.com/commit-run/commit-run/offload"
@@ -67,34 +65,15 @@ type committer struct {
 	// only prefetch them (the prefetch policy with the Commit Router as its predictor).
 	compute bool
 
-	mu    sync.Mutex
-	stats CommitStats
+	stats *predictor.CommitCounter
 }
 
-// CommitStats count what committed routing did since the model was opened.
-type CommitStats struct {
-	// Layers[j] counts MoE layer j's committed tokens: Tokens routed with a prediction,
-	// Correct predicted experts the router also chose (of Tokens*k), AllWrong tokens where
-	// none was, OWA tokens whose weights OWA adjusted.
-	Layers []CommitLayerStats
-	// FirstByRouter counts first MoE layers routed by the router because no prediction was
-	// pending (the first decoded token of a sequence).
-	FirstByRouter int64
-}
+// CommitStats count what committed routing did since the model was opened
+// (predictor.CommitStats).
+type CommitStats = predictor.CommitStats
 
-// CommitLayerStats are one MoE layer's commit counts.
-type CommitLayerStats struct {
-	Layer                          int // block index
-	Tokens, Correct, AllWrong, OWA int64
-}
-
-// Accuracy is the mean share of predicted experts the router also chose.
-func (s CommitLayerStats) Accuracy(k int) float64 {
-	if s.Tokens == 0 {
-		return math.NaN()
-	}
-	return float64(s.Correct) / float64(s.Tokens*int64(k))
-}
+// CommitLayerStats are one MoE layer's commit counts (predictor.CommitLayerStats).
+type CommitLayerStats = predictor.CommitLayerStats
 
 // commitState is a session's pending predictions: what the Commit Router predicted for each
 // MoE layer and for which position.
@@ -142,12 +121,6 @@ func (m *Model) openCommit() error {
 	}
 	m.commit = c
 	return nil
-}
-
-func (c *committer) firstByRouter() {
-	c.mu.Lock()
-	c.stats.FirstByRouter++
-	c.mu.Unlock()
 }
 
 func newCommitter(m *Model, o CommitOptions) (*committer, error) {
@@ -209,10 +182,7 @@ func newCommitterWith(m *Model, o CommitOptions, r *predictor.Router, path strin
 	for j, l := range c.moe {
 		c.idx[l] = j
 	}
-	c.stats.Layers = make([]CommitLayerStats, len(c.moe))
-	for j, l := range c.moe {
-		c.stats.Layers[j].Layer = l
-	}
+	c.stats = predictor.NewCommitCounter(c.moe)
 	return c, nil
 }
 
@@ -304,21 +274,8 @@ func (m *Model) owaParams() (owa.Params, bool) {
 // countCommit adds a committed token of layer to the Commit Router's statistics: the
 // router's choice truth, the experts committed to, and whether OWA adjusted their weights.
 func (m *Model) countCommit(layer int, truth, pred []int, adjusted bool) {
-	c := m.commit
-	if c == nil {
-		return
-	}
-	correct := owa.Correct(truth, pred)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	st := &c.stats.Layers[c.idx[layer]]
-	st.Tokens++
-	st.Correct += int64(correct)
-	if correct == 0 {
-		st.AllWrong++
-	}
-	if adjusted {
-		st.OWA++
+	if c := m.commit; c != nil {
+		c.stats.Add(c.idx[layer], owa.Correct(truth, pred), adjusted)
 	}
 }
 
@@ -327,11 +284,7 @@ func (m *Model) CommitStats() (CommitStats, bool) {
 	if m.commit == nil {
 		return CommitStats{}, false
 	}
-	m.commit.mu.Lock()
-	defer m.commit.mu.Unlock()
-	s := m.commit.stats
-	s.Layers = slices.Clone(s.Layers)
-	return s, true
+	return m.commit.stats.Stats(), true
 }
 
 // CommitRouterPath is the Commit Router file committed routing uses ("" when it is off).

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -68,11 +67,8 @@ func (m *Model) openEP(path string) error {
 	if err := m.checkHostOnly(); err != nil {
 		return err
 	}
-	calibrate := func(moeIdx []int) ([][]float32, int, error) {
-		return macsCentroids(path, m.opts, o.MACSCalibration, cmp.Or(o.MACSCalibrationTokens, defaultMACSCalibrationTokens), moeIdx)
-	}
 	g, err := eprun.NewGroup(o, eprun.Model{Arch: m.arch, Name: m.info.Name, NonExpertBytes: m.info.NonExpertBytes,
-		ExpertBytes: m.info.ExpertBytes, Calibrate: calibrate})
+		ExpertBytes: m.info.ExpertBytes, Calibrate: macsCalibration(path, m.opts)})
 	if err != nil {
 		return err
 	}

@@ -5,11 +5,13 @@ import (
 	"os"
 	"testing"
 
+	"github.com/commit-run/commit-run/eprun"
 	"github.com/commit-run/commit-run/multigpu"
 )
 
-// The calibration's centroids are multigpu.ExpertCentroids of the routing the model reports
-// for the same windows: every layer, every expert, and only the tokens asked for.
+// The calibration's centroids (eprun.Centroids over macsCalibration) are
+// multigpu.ExpertCentroids of the routing the model reports for the same windows: every layer,
+// every expert, and only the tokens asked for.
 func TestMACSCentroids(t *testing.T) {
 	const path = "../models/testdata/tinymoe-qwen2moe.gguf"
 	raw, err := os.ReadFile("../models/testdata/war-and-peace-heldout.txt")
@@ -43,7 +45,8 @@ func TestMACSCentroids(t *testing.T) {
 	if n <= 512 {
 		t.Fatalf("%d tokens: the text should span more than one window", n)
 	}
-	mu, ran, err := macsCentroids(path, Options{Threads: 2}, text, 1<<20, moeIdx)
+	cal := eprun.Model{Arch: m.arch, Calibrate: macsCalibration(path, Options{Threads: 2})}
+	mu, ran, err := eprun.Centroids(cal, text, 1<<20, moeIdx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,10 +64,10 @@ func TestMACSCentroids(t *testing.T) {
 			}
 		}
 	}
-	if _, ran, err := macsCentroids(path, Options{Threads: 2}, text, 100, moeIdx); err != nil || ran != 100 {
+	if _, ran, err := eprun.Centroids(cal, text, 100, moeIdx); err != nil || ran != 100 {
 		t.Errorf("100 tokens asked: ran %d, %v", ran, err)
 	}
-	if _, _, err := macsCentroids(path, Options{Threads: 2}, "a", 100, moeIdx); err == nil {
+	if _, _, err := eprun.Centroids(cal, "a", 100, moeIdx); err == nil {
 		t.Error("a calibration text of one token: no error")
 	}
 }

@@ -36,10 +36,7 @@ type Model struct {
 	commit *committer // nil unless Options.Commit or offloading with the Commit Router
 	// commitDev weighs committed routing on the device (nil: the host reads the routing).
 	commitDev *commitDevice
-	// dropStats counts capacity-aware token drop's work; nil unless Options.Drop.
-	dropStats *dropCounter
-	// dropPlace is the round-robin placement token drop plans over, made once.
-	dropPlace multigpu.Placement
+	drop      *multigpu.Dropper // capacity-aware token drop; nil unless Options.Drop
 	// ep is the expert-parallel group this model is rank `rank` of; nil on one device.
 	ep   *eprun.Group
 	rank int
@@ -157,7 +154,7 @@ func openFile(f *models.File, opts Options, kvF16 bool) (*Model, error) {
 	}()
 	m.charger, _ = dev.(device.Charger)
 	m.labeler, _ = dev.(device.Labeler)
-	m.info = describe(f, arch)
+	m.info = models.Describe(f, arch)
 	if opts.TimingOnly != nil {
 		m.replay = newReplay(m)
 	}
@@ -168,8 +165,10 @@ func openFile(f *models.File, opts Options, kvF16 bool) (*Model, error) {
 			m.nctx = DefaultMaxContext
 		}
 	}
-	if err := m.setupDrop(); err != nil {
-		return nil, err
+	if opts.Drop != nil {
+		if m.drop, err = multigpu.NewDropper(*opts.Drop, arch.Config.Experts); err != nil {
+			return nil, err
+		}
 	}
 	if err := m.openCommit(); err != nil {
 		return nil, fmt.Errorf("%s: %w", f.Path, err)
@@ -205,33 +204,6 @@ func loadFile(f *models.File, opts Options) (*models.Model, *tokenizer.Tokenizer
 		return nil, nil, err
 	}
 	return arch, tok, nil
-}
-
-// setupDrop checks capacity-aware token drop's options and readies its counters and the
-// round-robin placement it plans over.
-func (m *Model) setupDrop() error {
-	o := m.opts.Drop
-	if o == nil {
-		return nil
-	}
-	experts := m.arch.Config.Experts
-	if !(o.Gamma >= 0) || o.Gamma > 1e6 {
-		return fmt.Errorf("capacity factor %v: want 0 or more", o.Gamma)
-	}
-	if !o.Metric.Valid() {
-		return fmt.Errorf("token drop: unknown metric %v", o.Metric)
-	}
-	if o.Devices < 0 || (experts > 0 && o.Devices > experts) {
-		return fmt.Errorf("token drop over %d devices: want 1 to the model's %d experts", o.Devices, experts)
-	}
-	m.dropStats = &dropCounter{}
-	if experts > 0 {
-		var err error
-		if m.dropPlace, err = multigpu.RoundRobin(experts, max(o.Devices, 1)); err != nil {
-			return fmt.Errorf("token drop: %w", err)
-		}
-	}
-	return nil
 }
 
 // allocate takes the device memory of the weights and of a pass's activations: an automatic
@@ -332,65 +304,8 @@ func InspectFile(f *models.File) (*Info, error) {
 	if err != nil {
 		return nil, err
 	}
-	info := describe(f, arch)
+	info := models.Describe(f, arch)
 	return &info, nil
-}
-
-func describe(f *models.File, m *models.Model) Info {
-	c := m.Config
-	info := Info{
-		Path: f.Path, Architecture: c.Arch, Name: f.KV.String("general.name"),
-		Layers: c.Layers, NextN: c.NextN, Embedding: c.Embd, Vocab: c.Vocab, Context: c.ContextLen,
-		Heads: c.Heads[0], HeadsKV: c.HeadsKV[0],
-		Experts: c.Experts, ExpertsUsed: c.ExpertsUsed, SharedExperts: c.Shared, ExpertFFN: c.ExpertFFN,
-		TensorTypes: map[string]int{}, TensorTypeBytes: map[string]int64{},
-		ChatTemplate: f.KV.String("tokenizer.chat_template"),
-		ChatStop:     f.KV.Strings(KeyChatStop),
-	}
-	for i, l := range m.Layers {
-		if l.MoE != nil {
-			info.MoELayers = append(info.MoELayers, i)
-		}
-		if l.MoE != nil && l.MoE.Shared != nil && info.SharedExperts == 0 {
-			info.SharedExperts = 1
-		}
-		if moe := l.MoE; moe != nil && info.Gating == "" {
-			info.Gating = map[models.Gating]string{models.GatingSoftmax: "softmax", models.GatingSigmoid: "sigmoid",
-				models.GatingSoftmaxWeight: "softmax of the top-k"}[moe.Gating]
-			info.SelectionBias = moe.SelectionBias != nil
-			info.ExpertGroups, info.ExpertGroupsUsed = moe.Groups, moe.GroupsUsed
-			info.ExpertWeightsNorm, info.ExpertWeightsScale = moe.NormWeights, moe.WeightsScale
-			info.RouterBias, info.ExpertBiases = moe.RouterBias != nil, moe.GateBias != nil || moe.UpBias != nil || moe.DownBias != nil
-			info.Activation = "swiglu"
-			if moe.OAI != nil {
-				info.Activation = "swiglu-oai"
-			}
-		}
-		if a, ok := l.Attn.(*models.StdAttention); ok {
-			if a.Window > 0 {
-				info.SlidingWindow = a.Window
-				info.SlidingLayers++
-			}
-			info.AttentionSinks = info.AttentionSinks || a.Sinks != nil
-		}
-	}
-	for _, t := range f.Tensors {
-		if c.Skipped(t.Name) {
-			// Held by the file, never run: not the model's parameters nor memory it needs.
-			info.SkippedParameters += t.Elements()
-			continue
-		}
-		info.Parameters += t.Elements()
-		info.TensorTypes[t.Type.String()]++
-		info.TensorTypeBytes[t.Type.String()] += t.Bytes()
-		if strings.HasSuffix(t.Name, "_exps.weight") {
-			info.ExpertParameters += t.Elements()
-			info.ExpertBytes += t.Bytes()
-		} else {
-			info.NonExpertBytes += t.Bytes()
-		}
-	}
-	return info
 }
 
 // Info describes the model.

@@ -36,8 +36,7 @@ func commitRoute(moe *models.MoE, logits []float32, experts []int) routing {
 // each token's experts are computed (nil: all of them) and appends to routes the experts
 // expanded drop adds beyond the top-k, with their weights.
 func (m *Model) dropped(moe *models.MoE, logits []float32, routes []routing) ([][]bool, error) {
-	o := m.opts.Drop
-	if o == nil || len(routes) < 2 {
+	if m.drop == nil || len(routes) < 2 {
 		return nil, nil
 	}
 	E := moe.Experts
@@ -46,14 +45,13 @@ func (m *Model) dropped(moe *models.MoE, logits []float32, routes []routing) ([]
 		b.Choice = append(b.Choice, rt.experts...)
 		b.Score = append(b.Score, rt.weights...)
 	}
-	if o.Expand {
+	if m.opts.Drop.Expand {
 		b.Probs = make([]float32, len(routes)*E)
 		for t, rt := range routes {
 			moe.ExtraWeights(logits[t*E:(t+1)*E], rt.experts, rt.weights, b.Probs[t*E:(t+1)*E])
 		}
 	}
-	pol := multigpu.CapacityDrop{Gamma: o.Gamma, Metric: o.Metric, Seed: o.Seed, Expand: o.Expand, DeviceLevel: o.DeviceLevel}
-	s, err := pol.Plan(b, m.dropPlace)
+	s, err := m.drop.Plan(b)
 	if err != nil {
 		return nil, err
 	}
@@ -70,9 +68,6 @@ func (m *Model) dropped(moe *models.MoE, logits []float32, routes []routing) ([]
 		rt.experts = append(slices.Clip(rt.experts), a.Expert)
 		rt.weights = append(slices.Clip(rt.weights), a.Score)
 		kept[a.Token] = append(kept[a.Token], true)
-	}
-	if m.dropStats != nil {
-		m.dropStats.add(len(b.Choice), s.Dropped, s.Rerouted)
 	}
 	return kept, nil
 }
@@ -137,7 +132,7 @@ func (m *Model) selected(layer int, moe *models.MoE, T, pos0 int, cs *commitStat
 		j := m.commit.idx[layer]
 		learnt = cs.take(j, pos0)
 		if learnt == nil && j == 0 && m.commit.compute {
-			m.commit.firstByRouter()
+			m.commit.stats.FirstByRouter()
 		}
 	}
 	pred, commit := m.place.Predicted(layer, learnt, T, moe.Used)
@@ -559,36 +554,16 @@ func (m *Model) sharedExpert(b models.Backend, layer int, moe *models.MoE, x []f
 	}
 }
 
-// dropCounter counts the expert choices of batched passes, those token drop dropped and the
-// experts expanded drop added.
-type dropCounter struct {
-	mu                      sync.Mutex
-	choices, dropped, added int64
-}
-
-func (c *dropCounter) add(choices, dropped, added int) {
-	c.mu.Lock()
-	c.choices += int64(choices)
-	c.dropped += int64(dropped)
-	c.added += int64(added)
-	c.mu.Unlock()
-}
-
-// DropStats are capacity-aware token drop's counts since the model was opened.
-type DropStats struct {
-	// Choices are the top-k expert choices of the batched passes; Dropped those not
-	// computed; Added the experts expanded drop computed beyond the top-k.
-	Choices, Dropped, Added int64
-}
+// DropStats are capacity-aware token drop's counts since the model was opened
+// (multigpu.DropStats).
+type DropStats = multigpu.DropStats
 
 // DropStats reports token drop's counts; ok is false when it is off.
 func (m *Model) DropStats() (st DropStats, ok bool) {
-	if m.dropStats == nil {
+	if m.drop == nil {
 		return DropStats{}, false
 	}
-	m.dropStats.mu.Lock()
-	defer m.dropStats.mu.Unlock()
-	return DropStats{Choices: m.dropStats.choices, Dropped: m.dropStats.dropped, Added: m.dropStats.added}, true
+	return m.drop.Stats(), true
 }
 
 // expertFFN computes routed expert e of layer on T rows of x into out with the matrices f

@@ -1,8 +1,10 @@
 // Package eprun runs a model spread over ranks by expert parallelism: the group of ranks and
 // its transport, each MoE layer's steps (route locally, exchange the routing, plan with a
-// multigpu planner, dispatch, compute, combine), the experts a plan fetches or moves, and
+// multigpu planner, dispatch, compute, combine), MACS's expert centroids averaged over the
+// routing of a calibration text (Centroids), the experts a plan fetches or moves, and
 // perplexity with its windows spread over the ranks. The engine opens a group for a model
-// with Options.EP and drives it through Rank, which its rank models implement.
+// with Options.EP and drives it through Rank, which its rank models implement, and runs the
+// calibration text through Model.Calibrate.
 package eprun
 
 import (

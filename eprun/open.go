@@ -1,6 +1,7 @@
 package eprun
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -20,7 +21,7 @@ import (
 
 // NewGroup lays out the group of ranks of o (checked by Check) for model m: its MoE layers and
 // their experts' bytes, the experts' first placement (round-robin), and MACS's centroids
-// (m.Calibrate) where eta asks for them. It holds nothing yet: Open opens the ranks.
+// (Centroids, over m.Calibrate) where eta asks for them. It holds nothing yet: Open opens the ranks.
 func NewGroup(o Options, m Model) (*Group, error) {
 	if o.Gamma == 0 {
 		o.Gamma = 1.5
@@ -48,7 +49,7 @@ func NewGroup(o Options, m Model) (*Group, error) {
 		return nil, err
 	}
 	if o.MACSEta > 0 {
-		mu, ran, err := m.Calibrate(g.moeIdx)
+		mu, ran, err := Centroids(m, o.MACSCalibration, cmp.Or(o.MACSCalibrationTokens, defaultCalibrationTokens), g.moeIdx)
 		if err != nil {
 			return nil, err
 		}

@@ -53,8 +53,8 @@ type Model struct {
 	// Name names the model; NonExpertBytes and ExpertBytes are its weights'.
 	Name                        string
 	NonExpertBytes, ExpertBytes int64
-	// Calibrate returns every MoE layer's expert centroids for MACS's semantic rerouting,
-	// by MoE layer (moeIdx maps a layer to its MoE layer, -1 for a dense one), and the
-	// tokens they came from; NewGroup calls it where Options.MACSEta asks for centroids.
-	Calibrate func(moeIdx []int) ([][]float32, int, error)
+	// Calibrate runs the first maxTokens tokens of text through the model, shows see each MoE
+	// layer's routing of them, and returns the tokens it ran; NewGroup averages MACS's
+	// centroids from it (Centroids) where Options.MACSEta asks for them.
+	Calibrate func(text string, maxTokens int, see func(Routed)) (int, error)
 }

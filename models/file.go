@@ -1,7 +1,8 @@
 // Package models reads GGUF files and turns them into model descriptions the engine can run:
 // hyper-parameters, weight handles into the memory-mapped file, and one small file per
-// architecture that registers itself. Models describe computation; they never decide where a
-// tensor lives — the engine and package offload do.
+// architecture that registers itself; Describe summarises a loaded model (Info: its shape,
+// routing, parameters and bytes by tensor type). Models describe computation; they never
+// decide where a tensor lives — the engine and package offload do.
 package models
 
 import (

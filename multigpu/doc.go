@@ -6,5 +6,6 @@
 // device-level capacity (seeds/000), MACS (seeds/001), EPLB replicas (seeds/002) and HarMoEny
 // rebalancing (seeds/004). It plans and models time (Cluster, Simulate), and its transports
 // (Comm) move the tokens between the ranks of an executed run: in-process (LocalGroup), on a
-// modelled link (Modelled), or between CUDA GPUs with NCCL (NCCLGroup).
+// modelled link (Modelled), or between CUDA GPUs with NCCL (NCCLGroup). A Dropper plans token
+// drop for the batched passes of a model on one device (DropOptions), counting what it dropped.
 package multigpu

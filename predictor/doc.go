@@ -27,5 +27,6 @@
 // fingerprint where there is one.
 //
 // The package knows nothing of the engine: it reads traces and writes files, and the engine
-// calls Router.Predict on the hot path.
+// calls Router.Predict on the hot path and counts what committed routing did with the
+// predictions in a CommitCounter (CommitStats: each layer's accuracy, all-wrong tokens, OWA).
 package predictor
