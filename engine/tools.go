@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/json"
 	"fmt"
 
 	"github.com/commit-run/commit-run/grammar"
@@ -25,6 +26,9 @@ type (
 type ChatOptions struct {
 	Tools  []Tool
 	Choice ToolChoice
+	// Vars are further template variables, as JSON values: what llama-server's
+	// chat_template_kwargs pass (Qwen3's enable_thinking, gpt-oss's reasoning_effort).
+	Vars map[string]json.RawMessage
 }
 
 // ToolFormat is the format the model writes tool calls in, by its chat template's markers
@@ -50,7 +54,7 @@ func (m *Model) ChatTokensWith(msgs []Message, o ChatOptions) ([]int32, error) {
 			tm[i].ToolCalls = append(tm[i].ToolCalls, tokenizer.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
 		}
 	}
-	text, err := toolcall.Render(m.tok, tm, o.Tools, o.Choice)
+	text, err := toolcall.Render(m.tok, tm, o.Tools, o.Choice, o.Vars)
 	if err != nil {
 		return nil, fmt.Errorf("chat: %w", err)
 	}

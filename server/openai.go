@@ -63,6 +63,9 @@ type chatRequest struct {
 	ParallelToolCalls *bool           `json:"parallel_tool_calls"`
 	Functions         json.RawMessage `json:"functions"`
 	FunctionCall      json.RawMessage `json:"function_call"`
+	// ChatTemplateKwargs are llama-server's extra template variables (Qwen3's
+	// enable_thinking, gpt-oss's reasoning_effort).
+	ChatTemplateKwargs map[string]json.RawMessage `json:"chat_template_kwargs"`
 }
 
 type chatMessage struct {
@@ -517,7 +520,16 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 			reserve = min(reserve, *v)
 		}
 	}
-	ids, rerr := s.chatTokens(w, msgs, reserve, t.chatOptions())
+	co := t.chatOptions()
+	for k := range q.ChatTemplateKwargs {
+		switch k {
+		case "messages", "tools", "add_generation_prompt", "bos_token", "eos_token", "unk_token", "raise_exception", "strftime_now":
+			invalid("chat_template_kwargs", "chat_template_kwargs: %q is the template's own variable, set by the server", k).write(w)
+			return
+		}
+	}
+	co.Vars = q.ChatTemplateKwargs
+	ids, rerr := s.chatTokens(w, msgs, reserve, co)
 	if rerr != nil {
 		rerr.write(w)
 		return

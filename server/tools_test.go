@@ -474,3 +474,33 @@ func TestToolCallsQwen35(t *testing.T) {
 	}
 	t.Logf("%s(%s)", call.Function.Name, call.Function.Arguments)
 }
+
+// TestChatTemplateKwargs: llama-server's chat_template_kwargs reach the template (Qwen3's
+// enable_thinking false writes an empty thinking block into the prompt), and the template's
+// own variables cannot be set through them.
+func TestChatTemplateKwargs(t *testing.T) {
+	m := toolModel(t)
+	addr := serve(t, m, server.Options{})
+	promptTokens := func(kwargs string) (int, response) {
+		r := post(t, addr+"/v1/chat/completions", "", `{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1`+kwargs+`}`)
+		var v struct {
+			Usage struct {
+				PromptTokens int `json:"prompt_tokens"`
+			} `json:"usage"`
+		}
+		json.Unmarshal([]byte(r.body), &v)
+		return v.Usage.PromptTokens, r
+	}
+	plain, _ := promptTokens("")
+	think, r := promptTokens(`, "chat_template_kwargs": {"enable_thinking": false}`)
+	ids, err := m.ChatTokensWith([]engine.Message{{Role: "user", Content: "Hi"}}, engine.ChatOptions{Vars: map[string]json.RawMessage{"enable_thinking": json.RawMessage("false")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(m.Detokenize(ids), "<|im_start|>assistant\n<think>\n\n</think>\n\n") || think != len(ids) || think <= plain {
+		t.Errorf("enable_thinking false: %d prompt tokens (%s), %d without; the engine's prompt %q", think, r.body, plain, m.Detokenize(ids))
+	}
+	if _, r := promptTokens(`, "chat_template_kwargs": {"messages": []}`); r.status != http.StatusBadRequest || !strings.Contains(r.body, "chat_template_kwargs") {
+		t.Errorf("messages through chat_template_kwargs: %d %s", r.status, r.body)
+	}
+}

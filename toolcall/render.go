@@ -32,8 +32,9 @@ func Constraint(f Format, tools []Tool, choice Choice) (g *grammar.Grammar, trig
 // Render renders a chat with tools through tok's template, writing for it what it cannot
 // take: tools it does not write go into the system message (SystemPrompt, in the model's
 // format), and where it writes no tool calls, a turn's calls become the text the model
-// writes for them (Format.Write) and tool results become user turns.
-func Render(tok *tokenizer.Tokenizer, msgs []tokenizer.Message, tools []Tool, choice Choice) (tokenizer.ChatPrompt, error) {
+// writes for them (Format.Write) and tool results become user turns. vars are further
+// template variables, as JSON values.
+func Render(tok *tokenizer.Tokenizer, msgs []tokenizer.Message, tools []Tool, choice Choice, vars map[string]json.RawMessage) (tokenizer.ChatPrompt, error) {
 	tools, err := Select(tools, choice)
 	if err != nil {
 		return tokenizer.ChatPrompt{}, err
@@ -55,7 +56,7 @@ func Render(tok *tokenizer.Tokenizer, msgs []tokenizer.Message, tools []Tool, ch
 	for _, m := range msgs {
 		out = append(out, templateMessage(m, caps, f))
 	}
-	o := tokenizer.ChatOptions{AddGenerationPrompt: true}
+	o := tokenizer.ChatOptions{AddGenerationPrompt: true, Vars: vars}
 	if caps.Tools {
 		o.Tools = OpenAITools(tools)
 	}
