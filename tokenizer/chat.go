@@ -73,7 +73,7 @@ func (t *Tokenizer) RenderChatWith(msgs []Message, o ChatOptions) (ChatPrompt, e
 		}
 		tmplErr = err
 	}
-	format, render := t.builtinFormat(o.Now)
+	format, render := t.builtinFormat(o)
 	if render == nil {
 		if tmplErr != nil {
 			return ChatPrompt{}, fmt.Errorf("tokenizer: %s failed (%w) and architecture %q has no built-in chat format", keyChatTemplate, tmplErr, t.arch)
@@ -204,12 +204,12 @@ func (l templateLoader) Resolve(path string) (string, error) { return path, nil 
 
 func (l templateLoader) Inherit(string) (loaders.Loader, error) { return l, nil }
 
-// builtinFormat picks the fallback format for general.architecture; now is the date a
-// format writes (zero: the clock's).
-func (t *Tokenizer) builtinFormat(now time.Time) (string, func([]Message, bool) string) {
+// builtinFormat picks the fallback format for general.architecture; o's date and tools go
+// to the formats that write them (harmony).
+func (t *Tokenizer) builtinFormat(o ChatOptions) (string, func([]Message, bool) string) {
 	switch t.arch {
 	case "gpt-oss":
-		return "harmony", func(msgs []Message, gen bool) string { return renderHarmony(msgs, gen, now) }
+		return "harmony", func(msgs []Message, gen bool) string { return renderHarmony(msgs, gen, o.Now, o.Tools) }
 	case "llama", "mixtral":
 		return "mistral", t.renderMistral
 	case "qwen2", "qwen2moe", "qwen3", "qwen3moe":

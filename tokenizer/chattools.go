@@ -390,6 +390,11 @@ func (t *Tokenizer) ChatCaps() ChatCaps {
 		if t.chatTemplate != "" {
 			t.caps = probeCaps(t.chatTemplate, t.templateTokens())
 		}
+		_, err := renderJinja(t.chatTemplate, []Message{{Role: "user", Content: "Hello"}}, ChatOptions{}, ChatCaps{}, t.templateTokens())
+		if format, _ := t.builtinFormat(ChatOptions{}); (t.chatTemplate == "" || err != nil) && format == "harmony" {
+			// The built-in harmony format renders instead, and writes tools and calls.
+			t.caps = ChatCaps{Tools: true, ToolCalls: true}
+		}
 	})
 	return t.caps
 }

@@ -183,8 +183,21 @@ func TestHarmony(t *testing.T) {
 		}
 		calls = append(calls, msg)
 	}
+	var withTools struct {
+		Tools []json.RawMessage `json:"tools"`
+	}
+	if err := json.Unmarshal(b, &withTools); err != nil {
+		t.Fatal(err)
+	}
+	if caps := tok.ChatCaps(); !caps.Tools || !caps.ToolCalls {
+		t.Errorf("harmony's caps %+v: the built-in format writes tools and calls", caps)
+	}
 	for name, msgs := range map[string][]Message{"gptoss.txt": readChatCases(t).Messages, "gptoss.tools.txt": singleCall(calls)} {
-		p, err := tok.RenderChatWith(msgs, ChatOptions{AddGenerationPrompt: true, Now: toolsNow})
+		o := ChatOptions{AddGenerationPrompt: true, Now: toolsNow}
+		if name == "gptoss.tools.txt" {
+			o.Tools = withTools.Tools
+		}
+		p, err := tok.RenderChatWith(msgs, o)
 		if err != nil || p.Source != SourceBuiltin || p.Format != "harmony" || p.TemplateErr == nil {
 			t.Fatalf("%s: %v, source %s %s, template error %v", name, err, p.Source, p.Format, p.TemplateErr)
 		}
@@ -201,5 +214,19 @@ func TestHarmony(t *testing.T) {
 		if p.Text != string(want) {
 			t.Errorf("%s: rendered\n%q\nwant\n%q", name, p.Text, want)
 		}
+	}
+}
+
+// TestHarmonyToolTypes: the TypeScript gpt-oss's template writes for arrays, nested objects
+// (with the line break and indentation its source leaves), nullable strings and defaults, as
+// Python's jinja2 renders it from the template.
+func TestHarmonyToolTypes(t *testing.T) {
+	tool := json.RawMessage(`{"type": "function", "function": {"name": "f", "description": "F.", "parameters": {"type": "object", "properties": {
+		"xs": {"type": "array", "items": {"type": "string"}}, "o": {"type": "object", "properties": {"k": {"type": "string"}}, "required": ["k"]},
+		"n": {"type": "string", "nullable": true, "default": "x"}}}}}`)
+	want := "# Tools\n\n## functions\n\nnamespace functions {\n\n// F.\ntype f = (_: {\nxs?: string[],\no?: {\nk: \n                string},\n" +
+		"n?: string | null, // default: \"x\",\n}) => any;\n\n} // namespace functions"
+	if got := harmonyTools([]json.RawMessage{tool}); got != want {
+		t.Errorf("got\n%q\nwant\n%q", got, want)
 	}
 }

@@ -70,11 +70,12 @@ def check_tools(env, chat):
 
 def check_harmony(env, chat):
     """gpt-oss's built-in format (Go's, since gonja cannot parse its template) against its
-    template: the plain conversation, and one tool call with its results (no tools list)."""
+    template: the plain conversation, and one with the tools, a call and its results."""
     now = datetime.datetime(2026, 1, 2, 15, 4, 5)
     src = open(os.path.join(chat, "gptoss.jinja"), encoding="utf-8").read()
     plain = json.load(open(os.path.join(chat, "cases.json"), encoding="utf-8"))["messages"]
-    msgs = json.load(open(os.path.join(chat, "tools.json"), encoding="utf-8"))["messages"]
+    d = json.load(open(os.path.join(chat, "tools.json"), encoding="utf-8"))
+    msgs, tools = d["messages"], d["tools"]
     dropped = set()
     for m in msgs:
         for tc in (m.get("tool_calls") or [])[1:]:
@@ -85,8 +86,8 @@ def check_harmony(env, chat):
                 tc["function"]["arguments"] = json.loads(tc["function"]["arguments"])
     msgs = [m for m in msgs if m.get("tool_call_id") not in dropped]
     failed = 0
-    for name, conv in (("gptoss.txt", plain), ("gptoss.tools.txt", msgs)):
-        got = env.from_string(src).render(messages=conv, add_generation_prompt=True,
+    for name, conv, tl in (("gptoss.txt", plain, None), ("gptoss.tools.txt", msgs, tools)):
+        got = env.from_string(src).render(messages=conv, add_generation_prompt=True, tools=tl,
                                           strftime_now=lambda f: now.strftime(f))
         failed += check("harmony " + name, got, os.path.join(chat, name))
     return 2, failed
