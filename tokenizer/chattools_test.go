@@ -230,3 +230,27 @@ func TestHarmonyToolTypes(t *testing.T) {
 		t.Errorf("got\n%q\nwant\n%q", got, want)
 	}
 }
+
+// TestJinjaPython: what templates do that gonja v2.9.1 did otherwise than Python's Jinja:
+// a list's first item as [-len] (a one-message chat's messages[-1], a split of a text
+// without the separator, a filtered list), dicts' methods and items filter in key order,
+// and dicts compared.
+func TestJinjaPython(t *testing.T) {
+	msgs := []Message{{Role: "user", Content: "no think here"}}
+	for _, c := range []struct{ src, want string }{
+		{`{{ messages[-1].content }}`, "no think here"},
+		{`{{ messages[0].content.split('</think>')[-1].lstrip('\n') }}`, "no think here"},
+		{`{{ (messages | selectattr("role", "equalto", "user") | list)[-1].role }}`, "user"},
+		{`{{ messages[0] == (messages | list)[-1] }}`, "True"},
+		{`{% for k, v in messages[0].items() %}{{ k }};{% endfor %}`, "role;content;"},
+		{`{% for k, v in messages[0] | items %}{{ k }};{% endfor %}`, "role;content;"},
+		{`{{ messages[0].keys() | join(",") }}`, "role,content"},
+		{`{{ messages[0].get("content") }}`, "no think here"},
+		{`{{ {"b": 1, "a": [1, 2.5, "x<y"]} | tojson }}`, `{"b": 1, "a": [1, 2.5, "x<y"]}`},
+	} {
+		out, err := renderJinja(c.src, msgs, ChatOptions{}, ChatCaps{}, map[string]any{})
+		if err != nil || out != c.want {
+			t.Errorf("%s: %q, %v; want %q", c.src, out, err, c.want)
+		}
+	}
+}

@@ -70,7 +70,49 @@ func hfMethods() exec.Methods {
 		}
 	}
 	m.Dict = exec.NewMethodSet(set)
+	// The lists a string's methods make are pyLists too: Qwen's templates take
+	// content.split('</think>')[-1] of a content with no </think>, a list of one.
+	strs := map[string]exec.Method[string]{}
+	for _, name := range []string{"split", "rsplit", "splitlines", "partition", "rpartition"} {
+		builtin, ok := builtins.Methods.Str.Get(name)
+		if !ok {
+			continue
+		}
+		set := builtin
+		strs[name] = func(self string, v *exec.Value, args *exec.VarArgs) (any, error) {
+			out, err := set(self, v, args)
+			return asPyList(out), err
+		}
+	}
+	for _, name := range strMethods {
+		if _, ok := strs[name]; !ok {
+			if builtin, ok := builtins.Methods.Str.Get(name); ok {
+				strs[name] = builtin
+			}
+		}
+	}
+	m.Str = exec.NewMethodSet(strs)
 	return m
+}
+
+// strMethods are gonja's string methods, which hfMethods keeps.
+var strMethods = []string{"capitalize", "capwords", "casefold", "center", "count", "encode", "endswith",
+	"expandtabs", "find", "format", "format_map", "isalnum", "isalpha", "isascii", "isdecimal", "isdigit",
+	"islower", "isnumeric", "isprintable", "isspace", "istitle", "isupper", "join", "ljust", "lower", "lstrip",
+	"partition", "removeprefix", "removesuffix", "replace", "rfind", "rjust", "rpartition", "rsplit", "rstrip",
+	"split", "splitlines", "startswith", "strip", "swapcase", "title", "upper", "zfill"}
+
+// asPyList is a slice a method made as a pyList; anything else as it is.
+func asPyList(v any) any {
+	rv := reflect.ValueOf(v)
+	if !rv.IsValid() || rv.Kind() != reflect.Slice || rv.Type().Elem().Kind() == reflect.Uint8 {
+		return v
+	}
+	out := make(pyList, rv.Len())
+	for i := range out {
+		out[i] = rv.Index(i).Interface()
+	}
+	return out
 }
 
 // asDict is the ordered Dict a value holds, or nil.
