@@ -90,33 +90,17 @@ func (generic) section(text string, final bool) (section, error) {
 		}
 		return section{}, nil
 	}
-	var sec section
-	at := len(m)
-	for {
-		item := strings.TrimLeft(text[at:], " \t\r\n,")
-		if strings.HasPrefix(item, "]") {
-			rest := strings.TrimLeft(item[1:], " \t\r\n")
-			if strings.HasPrefix(rest, "}") {
-				sec.n = len(text) - len(rest) + 1
-			}
-			return sec, nil
-		}
-		c, n, err := callObject(item)
-		if err != nil && len(sec.calls) > 0 {
-			sec.n = at // the calls given out stand; what broke the list is text
-			return sec, nil
-		}
-		if err != nil {
-			return section{}, err
-		}
-		if c.name != "" {
-			sec.calls = append(sec.calls, c)
-		}
-		if n == 0 {
-			return sec, nil
-		}
-		at = len(text) - len(item) + n
+	calls, end, closed, err := callArray(text, len(m))
+	sec := section{calls: calls}
+	switch rest := strings.TrimLeft(text[end:], " \t\r\n"); {
+	case err != nil:
+		return section{}, err
+	case !closed:
+		sec.n = end // open (0), or a broken list whose calls before it stand
+	case strings.HasPrefix(rest, "}"):
+		sec.n = len(text) - len(rest) + 1
 	}
+	return sec, nil
 }
 
 // genericAnswer reads {"response": "..."}: the string's text so far, whole characters

@@ -1,6 +1,7 @@
 package toolcall
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/commit-run/commit-run/grammar"
@@ -44,16 +45,9 @@ func (kimi) Write(calls []Call) string {
 	var b strings.Builder
 	b.WriteString(kimiOpen)
 	for i, c := range calls {
-		b.WriteString(kimiCallBegin + "functions." + c.Name + ":" + itoa(i) + kimiArgs + c.Arguments + kimiCallEnd)
+		b.WriteString(kimiCallBegin + "functions." + c.Name + ":" + strconv.Itoa(i) + kimiArgs + c.Arguments + kimiCallEnd)
 	}
 	return b.String() + kimiClose
-}
-
-func itoa(i int) string {
-	if i < 10 {
-		return string(rune('0' + i))
-	}
-	return itoa(i/10) + itoa(i%10)
 }
 
 func (kimi) Trigger() string { return kimiOpen }

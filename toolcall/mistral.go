@@ -45,31 +45,8 @@ func (mistral) section(text string, final bool) (section, error) {
 	if trimmed[0] != '[' {
 		return mistralNamed(body, len(mistralOpen), final)
 	}
-	var sec section
-	at := len(text) - len(trimmed) + 1 // after '['
-	for {
-		rest := text[at:]
-		item := strings.TrimLeft(rest, " \t\r\n,")
-		if strings.HasPrefix(item, "]") {
-			sec.n = len(text) - len(item) + 1
-			return sec, nil
-		}
-		c, n, err := callObject(item)
-		if err != nil && len(sec.calls) > 0 {
-			sec.n = at // the calls given out stand; what broke the list is text
-			return sec, nil
-		}
-		if err != nil {
-			return section{}, err
-		}
-		if c.name != "" {
-			sec.calls = append(sec.calls, c)
-		}
-		if n == 0 {
-			return sec, nil
-		}
-		at = len(text) - len(item) + n
-	}
+	calls, end, _, err := callArray(text, len(text)-len(trimmed)+1)
+	return section{calls: calls, n: end}, err
 }
 
 // mistralNamed reads the v11 form: name[ARGS]{...}.

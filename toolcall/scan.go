@@ -172,3 +172,30 @@ func finalArgs(args string) string {
 	}
 	return strings.TrimLeft(args, " \t\r\n")
 }
+
+// callArray reads a JSON array of call objects in text from at, just after its '[': the
+// calls read so far, and where the list ends once it does (0 while open): after its ']'
+// (closed), or before a call that breaks it after others were read (those given out stand,
+// the rest is text). A call that breaks it first is an error.
+func callArray(text string, at int) (calls []partial, end int, closed bool, err error) {
+	for {
+		item := strings.TrimLeft(text[at:], " \t\r\n,")
+		if strings.HasPrefix(item, "]") {
+			return calls, len(text) - len(item) + 1, true, nil
+		}
+		c, n, err := callObject(item)
+		if err != nil && len(calls) > 0 {
+			return calls, at, false, nil
+		}
+		if err != nil {
+			return nil, 0, false, err
+		}
+		if c.name != "" {
+			calls = append(calls, c)
+		}
+		if n == 0 {
+			return calls, 0, false, nil
+		}
+		at = len(text) - len(item) + n
+	}
+}
