@@ -277,8 +277,9 @@ type generation struct {
 	joined     bool
 	lpBuf, raw []float32 // log-probabilities' scratch, and the logits before the sampler
 	gram       *grammar.Matcher
-	// pieces: the tokens' bytes so far, while a lazy grammar waits for its trigger
-	pieces []byte
+	// pieces: the tokens' bytes so far, while a lazy grammar waits for its trigger (as
+	// bytes, converted once)
+	pieces, trigger []byte
 }
 
 func (s *Session) newGeneration(opts GenerateOptions, res *Result, vocab int) *generation {
@@ -287,25 +288,28 @@ func (s *Session) newGeneration(opts GenerateOptions, res *Result, vocab int) *g
 	if opts.Logprobs {
 		g.lpBuf, g.raw = make([]float32, vocab), make([]float32, vocab)
 	}
-	if opts.Grammar != nil && opts.GrammarTrigger == "" {
+	switch {
+	case opts.Grammar != nil && opts.GrammarTrigger == "":
 		g.gram = grammar.NewMatcher(grammar.TokenizerVocab(s.m.tok), opts.Grammar)
 		g.smp.SetFilter(g.gram)
+	case opts.Grammar != nil:
+		g.trigger = []byte(opts.GrammarTrigger)
 	}
 	return g
 }
 
-// trigger starts a lazy grammar once the tokens' bytes hold its trigger, fed the bytes from
+// awaitTrigger starts a lazy grammar once the tokens' bytes hold its trigger, fed the bytes from
 // the trigger's start. Bytes the grammar refuses there (a token that wrote past the trigger
 // into something else) leave the answer free: the grammar cannot hold what is written.
-func (g *generation) trigger(id int32) {
-	if g.gram != nil || g.opts.Grammar == nil || g.opts.GrammarTrigger == "" {
+func (g *generation) awaitTrigger(id int32) {
+	if g.trigger == nil {
 		return
 	}
 	g.pieces = append(g.pieces, g.s.m.tok.TokenText(id)...)
-	i := bytes.Index(g.pieces, []byte(g.opts.GrammarTrigger))
+	i := bytes.Index(g.pieces, g.trigger)
 	if i < 0 {
 		// Only the trigger's start, less its last byte, can still begin it.
-		if keep := len(g.opts.GrammarTrigger) - 1; len(g.pieces) > keep {
+		if keep := len(g.trigger) - 1; len(g.pieces) > keep {
 			g.pieces = append(g.pieces[:0], g.pieces[len(g.pieces)-keep:]...)
 		}
 		return
@@ -315,7 +319,7 @@ func (g *generation) trigger(id int32) {
 		g.gram = m
 		g.smp.SetFilter(m)
 	}
-	g.opts.GrammarTrigger, g.pieces = "", nil
+	g.trigger, g.pieces = nil, nil
 }
 
 // leave takes the session out of the model's batched steps, if it joined them.
@@ -361,7 +365,7 @@ func (g *generation) next(logits []float32) (id int32, done bool, err error) {
 		return id, true, g.flush()
 	}
 	res.Tokens = append(res.Tokens, id)
-	g.trigger(id)
+	g.awaitTrigger(id)
 	var lp *Logprob
 	if opts.Logprobs {
 		l := sample.Logprobs(g.raw, g.lpBuf, id, opts.TopLogprobs)
