@@ -59,6 +59,24 @@ func chatTokenizer(t *testing.T, gguf, template, arch string, eosID *int) *Token
 	return tok
 }
 
+// checkChatGolden compares a rendering with testdata/chat/name (-update rewrites it).
+func checkChatGolden(t *testing.T, name, got string) {
+	t.Helper()
+	golden := filepath.Join("testdata", "chat", name)
+	if *update {
+		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s: rendered\n%q\nwant\n%q", name, got, want)
+	}
+}
+
 // TestChatTemplates renders the real chat templates of our models for a
 // two-turn conversation and compares with testdata/chat/<name>.txt
 // (go test -run TestChatTemplates -update rewrites them;
@@ -82,19 +100,7 @@ func TestChatTemplates(t *testing.T) {
 			if p.Source != SourceGGUF {
 				t.Fatalf("rendered with %s %s: template error %v", p.Source, p.Format, p.TemplateErr)
 			}
-			golden := filepath.Join("testdata", "chat", c.Name+".txt")
-			if *update {
-				if err := os.WriteFile(golden, []byte(p.Text), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run with -update to create it)", err)
-			}
-			if p.Text != string(want) {
-				t.Errorf("rendered\n%q\nwant\n%q", p.Text, want)
-			}
+			checkChatGolden(t, c.Name+".txt", p.Text)
 		})
 	}
 }

@@ -74,19 +74,7 @@ func TestChatTools(t *testing.T) {
 			if err != nil || p.Source != SourceGGUF {
 				t.Fatalf("render: %v (source %s, template error %v)", err, p.Source, p.TemplateErr)
 			}
-			golden := filepath.Join("testdata", "chat", c.Name+".tools.txt")
-			if *update {
-				if err := os.WriteFile(golden, []byte(p.Text), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run with -update to create it)", err)
-			}
-			if p.Text != string(want) {
-				t.Errorf("rendered\n%s\nwant\n%s", p.Text, want)
-			}
+			checkChatGolden(t, c.Name+".tools.txt", p.Text)
 		})
 	}
 }
@@ -201,19 +189,7 @@ func TestHarmony(t *testing.T) {
 		if err != nil || p.Source != SourceBuiltin || p.Format != "harmony" || p.TemplateErr == nil {
 			t.Fatalf("%s: %v, source %s %s, template error %v", name, err, p.Source, p.Format, p.TemplateErr)
 		}
-		golden := filepath.Join("testdata", "chat", name)
-		if *update {
-			if err := os.WriteFile(golden, []byte(p.Text), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		want, err := os.ReadFile(golden)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if p.Text != string(want) {
-			t.Errorf("%s: rendered\n%q\nwant\n%q", name, p.Text, want)
-		}
+		checkChatGolden(t, name, p.Text)
 	}
 }
 
