@@ -51,6 +51,11 @@ func (m *Model) forwardSeqs(seqs []seqRows, tokens []int32, want logitRows, obs 
 	if len(seqs) > 1 && (want != allLogits || obs != nil || cs != nil) {
 		return nil, errors.New("engine: a pass of several sequences wants every row's logits and no observer or Commit Router") // a caller's bug
 	}
+	for _, s := range seqs {
+		if err := s.kv.CheckPos(s.pos0); err != nil {
+			return nil, err // a caller's bug: a session rewinds its cache before a pass
+		}
+	}
 	if m.resident || m.batch != nil {
 		m.passMu.Lock()
 		defer m.passMu.Unlock()

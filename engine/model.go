@@ -312,7 +312,7 @@ func InspectFile(f *models.File) (*Info, error) {
 func (m *Model) Info() Info { return m.info }
 
 // KVCacheBytes is the size of one session's KV cache: its context length's positions of
-// every layer's keys and values.
+// every layer's keys and values, and the recurrent layers' states.
 func (m *Model) KVCacheBytes() int64 { return kvCacheBytes(m) }
 
 // kvCacheBytes is the size of one session's KV cache, without allocating it.
@@ -323,6 +323,13 @@ func kvCacheBytes(m *Model) int64 {
 	}
 	var n int64
 	for _, l := range m.arch.Layers {
+		if r, ok := l.Attn.(models.Recurrent); ok {
+			// A recurrent layer's state instead, whatever the context; its snapshots for
+			// prefix reuse are host memory beside it.
+			conv, state := r.StateDims()
+			n += int64(conv+state) * 4
+			continue
+		}
 		kd, vd := l.Attn.CacheDims()
 		n += int64(kd+vd) * int64(m.nctx) * elem
 	}

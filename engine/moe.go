@@ -547,9 +547,12 @@ func (m *Model) sharedExpert(b models.Backend, layer int, moe *models.MoE, x []f
 	sh := b.Floats(T * d)
 	m.label("shared", "shared", layer, -1)
 	m.ffn(b, moe.Shared, x, T, sh)
-	if moe.SharedGate != nil {
+	switch {
+	case moe.SharedSigmoid: // a host-only model's (models.Model.HostOnly): host memory
+		models.SigmoidGatedAdd(out[:T*d], sh, x, moe.SharedGate, d)
+	case moe.SharedGate != nil:
 		b.GatedAdd(out[:T*d], sh, x, moe.SharedGate, d)
-	} else {
+	default:
 		b.Add(out[:T*d], sh)
 	}
 }

@@ -72,7 +72,7 @@ func (m *Model) NewSession() (*Session, error) {
 func (s *Session) Shared(tokens []int32) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return commonPrefix(s.tokens, tokens)
+	return s.kv.Resumable(commonPrefix(s.tokens, tokens))
 }
 
 // commonPrefix is how many leading tokens a and b share.
@@ -228,7 +228,8 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, opts GenerateOpt
 	}
 	res.PromptTokens = len(prompt)
 	// Reuse the cached prefix, but always evaluate at least one token to get logits.
-	keep := commonPrefix(s.tokens, prompt[:len(prompt)-1])
+	// A model with recurrent layers resumes where their states allow.
+	keep := s.kv.Rewind(commonPrefix(s.tokens, prompt[:len(prompt)-1]))
 	s.tokens = s.tokens[:keep]
 	res.CachedTokens = keep
 	start := time.Now()

@@ -34,6 +34,10 @@ type StdAttention struct {
 	// sees (gpt-oss).
 	Window int
 	Sinks  []float32
+	// OutGate: Q's rows hold per head HeadDK query values then HeadDK gate values, and the
+	// attention's output is multiplied by the gate's sigmoid before O (Qwen3.5's full
+	// attention layers).
+	OutGate bool
 }
 
 // CacheDims implements Attention.
@@ -58,7 +62,12 @@ func (a *StdAttention) ForwardSeqs(b Backend, seqs []Seq, x []float32, out []flo
 	qd, kd, vd := a.Heads*a.HeadDK, a.HeadsKV*a.HeadDK, a.HeadsKV*a.HeadDV
 	q, k, v := b.Floats(T*qd), b.Floats(T*kd), b.Floats(T*vd)
 	f := fusedOf(b)
-	if f != nil {
+	var gate []float32
+	if a.OutGate {
+		gate = a.gatedQ(b, x, T, q)
+		b.MatMul(a.K, x, T, k)
+		b.MatMul(a.V, x, T, v)
+	} else if f != nil {
 		f.Products(x, T, [3]device.Product{{W: a.Q, Out: q, Bias: a.BQ}, {W: a.K, Out: k, Bias: a.BK}, {W: a.V, Out: v, Bias: a.BV}})
 	} else {
 		b.MatMul(a.Q, x, T, q)
@@ -97,8 +106,25 @@ func (a *StdAttention) ForwardSeqs(b Backend, seqs []Seq, x []float32, out []flo
 		b.Attend(ctx[r*cd:(r+s.T)*cd], qs, &s.Cache.KVLayer, s.Pos0, s.T, &shape)
 		r += s.T
 	}
+	for i, g := range gate {
+		ctx[i] *= Sigmoid(g)
+	}
 	b.MatMul(a.O, ctx, T, out)
 	addBias(b, out, a.BO)
+}
+
+// gatedQ projects x to queries and gates (OutGate), writes the queries to q and returns the
+// gates, head by head as llama.cpp's views of the joint projection take them.
+func (a *StdAttention) gatedQ(b Backend, x []float32, T int, q []float32) []float32 {
+	hd, qd := a.HeadDK, a.Heads*a.HeadDK
+	qg, gate := b.Floats(2*T*qd), b.Floats(T*qd)
+	b.MatMul(a.Q, x, T, qg)
+	addBias(b, qg, a.BQ)
+	for i := 0; i < T*a.Heads; i++ {
+		copy(q[i*hd:(i+1)*hd], qg[2*i*hd:(2*i+1)*hd])
+		copy(gate[i*hd:(i+1)*hd], qg[(2*i+1)*hd:(2*i+2)*hd])
+	}
+	return gate
 }
 
 // attendValues writes the attention of group g's queries (heads of KV head kvh) to their

@@ -53,6 +53,9 @@ type KVCache struct {
 // use it (see device.KVLayer; the host's: putK, putV).
 type LayerCache struct {
 	device.KVLayer
+	// Rec is the state of a recurrent layer (Recurrent), which keeps no keys or values;
+	// nil for the others. It lives in host memory: only the host computes those layers.
+	Rec *RecState
 }
 
 // Alloc returns n bytes for what; NewKVCache takes it so that the engine decides where a
@@ -69,8 +72,12 @@ func NewKVCache(m *Model, n int, f16 bool, alloc Alloc) (*KVCache, error) {
 	}
 	kv := &KVCache{Size: n, Layers: make([]LayerCache, len(m.Layers))}
 	for i, l := range m.Layers {
-		kd, vd := l.Attn.CacheDims()
 		lc := &kv.Layers[i]
+		if r, ok := l.Attn.(Recurrent); ok {
+			lc.Rec = newRecState(r.StateDims())
+			continue
+		}
+		kd, vd := l.Attn.CacheDims()
 		lc.KDim, lc.VDim, lc.F16 = kd, vd, f16
 		elem := int64(4)
 		if f16 {
@@ -104,11 +111,15 @@ func bytesAs[T float32 | uint16](b []byte) []T {
 	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/int(unsafe.Sizeof(z)))
 }
 
-// Bytes returns the memory the cache holds.
+// Bytes returns the memory the cache holds: keys, values and recurrent states, not the
+// states' snapshots (which RecState.Bytes counts).
 func (kv *KVCache) Bytes() int64 {
 	var n int64
 	for _, l := range kv.Layers {
 		n += int64(len(l.K)+len(l.V))*4 + int64(len(l.K16)+len(l.V16))*2
+		if l.Rec != nil {
+			n += int64(len(l.Rec.Conv)+len(l.Rec.S)) * 4
+		}
 	}
 	return n
 }

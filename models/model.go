@@ -68,6 +68,9 @@ type MoE struct {
 	// by sigmoid(SharedGate . x) (Qwen2-MoE).
 	Shared     *FFN
 	SharedGate []float32
+	// SharedSigmoid: the shared gate is ggml_sigmoid (Qwen3.5), not Qwen2-MoE's silu(v)/v,
+	// which differs in the last bits (SigmoidGatedAdd).
+	SharedSigmoid bool
 	// RouterBias is added to the router's logits, nil if none (gpt-oss's ffn_gate_inp.bias).
 	RouterBias []float32
 	// GateBias, UpBias ({n_ff_exp, n_expert}) and DownBias ({n_embd, n_expert}) are the
@@ -102,8 +105,8 @@ func (m *MoE) PlainExperts() bool {
 
 // HostOnly lists what of the model only the host's operations compute (HostOps and the
 // engine's host expert path), and no device's own kernels: sliding-window attention,
-// attention sinks, router and expert biases, the SwiGLU-OAI activation. Empty for the models
-// every device runs.
+// attention sinks, gated attention output, DeltaNet layers, router and expert biases, the
+// SwiGLU-OAI activation. Empty for the models every device runs.
 func (m *Model) HostOnly() []string {
 	var out []string
 	add := func(what string) {
@@ -122,6 +125,12 @@ func (m *Model) HostOnly() []string {
 			if a.Sinks != nil {
 				add("attention sinks")
 			}
+			if a.OutGate {
+				add("gated attention output")
+			}
+		}
+		if _, ok := l.Attn.(*DeltaNet); ok {
+			add("gated DeltaNet layers")
 		}
 		if moe := l.MoE; moe != nil {
 			if moe.RouterBias != nil {
@@ -132,6 +141,9 @@ func (m *Model) HostOnly() []string {
 			}
 			if moe.OAI != nil {
 				add("the SwiGLU-OAI activation")
+			}
+			if moe.SharedSigmoid {
+				add("the sigmoid shared-expert gate")
 			}
 		}
 	}

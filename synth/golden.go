@@ -82,6 +82,16 @@ var Bases = map[string]Spec{
 		Experts: 16, ExpertsUsed: 4, ExpertFFN: 64, SlidingWindow: 8,
 		Context: 131072, RopeBase: 150000, Eps: 1e-5,
 		YaRN: &YaRN{Factor: 32, OrigContext: 4096}},
+	// Qwen3.5/3.6-35B-A3B: layers 0-2 gated DeltaNet (conv kernel 4, heads of 32, 2
+	// key heads under 4 value heads, so that value heads share key heads), layer 3 full
+	// attention (4 heads of 64 over 2 KV heads, queries with output gates, q/k norms, NEOX
+	// rope over 16 of 64 values in sections 3/3/2); 16 experts of 64 top-4 renormalised
+	// beside a 96-wide shared expert behind a sigmoid gate.
+	"qwen35moe": {Arch: ArchQwen35MoE, Seed: 0x71333541, Tokenizer: TokQwen3, Vocab: 420,
+		Layers: 4, Embd: 256, Heads: 4, HeadsKV: 2, HeadDim: 64, RopeDim: 16,
+		Experts: 16, ExpertsUsed: 4, ExpertFFN: 64, SharedFFN: 96,
+		DeltaNet: &DeltaNet{ConvK: 4, HeadDim: 32, KHeads: 2, VHeads: 4, Interval: 4, Sections: [4]int{3, 3, 2, 0}},
+		Context:  262144, RopeBase: 1e7, Eps: 1e-6},
 	// Dense references: Llama 2 style, Qwen2 (biases), Qwen3 (q/k norm, tied embeddings).
 	"llama": {Arch: ArchLlama, Seed: 0x6c6c616d, Tokenizer: TokSPM, Vocab: 360,
 		Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, FFN: 512,
@@ -113,6 +123,7 @@ var goldenVariants = []struct {
 	{"deepseek2-v3", []Recipe{F32, Q4KM}},
 	{"glm4moe", []Recipe{F32, Q8_0, Q4KM}},
 	{"gpt-oss", []Recipe{F32, MXFP4MoE}},
+	{"qwen35moe", []Recipe{F32, Q8_0, Q4KM}},
 }
 
 // Golden returns the specs of the golden model set, in a fixed order.

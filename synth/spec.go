@@ -19,6 +19,9 @@ const (
 	// gpt-oss: q/k/v/o biases, attention sinks, a sliding window on the even layers, YaRN,
 	// a biased router choosing by its logits, biased experts with the SwiGLU-OAI activation
 	ArchGPTOSS = "gpt-oss"
+	// Qwen3.5/3.6-MoE: gated DeltaNet layers with a gated full-attention layer every few,
+	// partial rope with sections, post-attention norms, and a sigmoid-gated shared expert
+	ArchQwen35MoE = "qwen35moe"
 )
 
 // Spec describes one synthetic model. Field names follow the GGUF keys they become; zero values
@@ -65,6 +68,8 @@ type Spec struct {
 	// SlidingWindow is gpt-oss's attention.sliding_window: the even layers see only the last
 	// SlidingWindow positions.
 	SlidingWindow int
+	// DeltaNet is qwen35moe's linear-attention shape.
+	DeltaNet *DeltaNet
 
 	// DeepSeek attention. MLA selects the split attn_k_b/attn_v_b layout with one shared KV
 	// head (what current llama.cpp converters write); otherwise one attn_kv_b holds per head
@@ -119,7 +124,7 @@ func (s *Spec) Validate() error {
 		return fmt.Errorf("spec %q: %s", s.Name, fmt.Sprintf(format, args...))
 	}
 	switch s.Arch {
-	case ArchLlama, ArchQwen2, ArchQwen2MoE, ArchQwen3, ArchQwen3MoE, ArchOLMoE, ArchDeepSeek2, ArchGLM4MoE, ArchGPTOSS:
+	case ArchLlama, ArchQwen2, ArchQwen2MoE, ArchQwen3, ArchQwen3MoE, ArchOLMoE, ArchDeepSeek2, ArchGLM4MoE, ArchGPTOSS, ArchQwen35MoE:
 	default:
 		return fail("unknown architecture %q", s.Arch)
 	}
@@ -135,7 +140,7 @@ func (s *Spec) Validate() error {
 	if s.Heads%s.headsKV() != 0 {
 		return fail("heads %d not a multiple of kv heads %d", s.Heads, s.headsKV())
 	}
-	moeArch := s.Arch == ArchQwen2MoE || s.Arch == ArchQwen3MoE || s.Arch == ArchOLMoE || s.Arch == ArchDeepSeek2 || s.Arch == ArchGLM4MoE || s.Arch == ArchGPTOSS
+	moeArch := s.Arch == ArchQwen2MoE || s.Arch == ArchQwen3MoE || s.Arch == ArchOLMoE || s.Arch == ArchDeepSeek2 || s.Arch == ArchGLM4MoE || s.Arch == ArchGPTOSS || s.Arch == ArchQwen35MoE
 	if moeArch && s.Experts == 0 {
 		return fail("%s needs experts", s.Arch)
 	}
@@ -177,6 +182,9 @@ func (s *Spec) Validate() error {
 		return fail("%d next-token-prediction blocks leave no MoE layer of %d", s.NextN, s.Layers)
 	}
 	if err := s.validateGPTOSS(); err != nil {
+		return fail("%v", err)
+	}
+	if err := s.validateQwen35(); err != nil {
 		return fail("%v", err)
 	}
 	if s.ExpertGroups > 1 && (s.Experts%s.ExpertGroups != 0 || s.ExpertGroups >= s.Experts ||

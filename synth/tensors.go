@@ -11,6 +11,7 @@ const (
 	initNorm          // RMSNorm weight: around 1
 	initBias          // normal(0, std)
 	initRouter        // normal(0, std), each expert's row scaled by its own factor
+	initDecay         // a DeltaNet's A (-e^A_log): uniform in [-1, -0.05]
 )
 
 // tensorDef is one tensor of a spec before its type is chosen.
@@ -68,14 +69,17 @@ func (s *Spec) tensorDefs() ([]tensorDef, error) {
 	for il := 0; il < s.Layers; il++ {
 		b := blockDefs{defList: &d, prefix: fmt.Sprintf("blk.%d.", il), il: il}
 		b.norm(b.prefix+"attn_norm.weight", "attn_norm", il, n)
-		if s.Arch == ArchGLM4MoE || s.Arch == ArchGPTOSS {
+		if s.Arch == ArchGLM4MoE || s.Arch == ArchGPTOSS || s.Arch == ArchQwen35MoE {
 			b.norm(b.prefix+"post_attention_norm.weight", "post_attention_norm", il, n)
 		} else {
 			b.norm(b.prefix+"ffn_norm.weight", "ffn_norm", il, n)
 		}
-		if s.Arch == ArchDeepSeek2 {
+		switch s.Arch {
+		case ArchDeepSeek2:
 			s.mlaAttention(b)
-		} else {
+		case ArchQwen35MoE:
+			s.qwen35Layer(b)
+		default:
 			s.attention(b)
 		}
 		if s.moe(il) {
@@ -195,7 +199,7 @@ func (s *Spec) moeFFN(b blockDefs) {
 	}
 	shared := 0
 	switch s.Arch {
-	case ArchQwen2MoE:
+	case ArchQwen2MoE, ArchQwen35MoE:
 		shared = s.SharedFFN
 		// The sigmoid gate of the shared expert: one logit per token, stored as a vector.
 		b.ts = append(b.ts, tensorDef{name: p + "ffn_gate_inp_shexp.weight", shape: u64([]int{n}),

@@ -130,6 +130,8 @@ func (s *Spec) archMetadata(kv ggml.KV) {
 		kv[a+"rope.dimension_count"] = uint32(s.RopeDim)
 	case ArchGPTOSS:
 		s.gptossMetadata(kv)
+	case ArchQwen35MoE:
+		s.qwen35Metadata(kv)
 	}
 	if s.NextN > 0 {
 		kv[a+"nextn_predict_layers"] = uint32(s.NextN)
@@ -271,6 +273,8 @@ func (tw *tensorWriter) WriteTo(w io.Writer) (int64, error) {
 				x = float64(0.5*r.sym()) + 1
 			case initRouter:
 				x = float64(r.normal()*d.std) * rowScale[i]
+			case initDecay:
+				x = -(0.525 + 0.475*r.sym())
 			default:
 				x = float64(r.normal() * d.std)
 			}

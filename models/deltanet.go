@@ -1,0 +1,241 @@
+package models
+
+import (
+	"math"
+	"sync"
+
+	"github.com/commit-run/commit-run/quant"
+)
+
+// DeltaNet is a gated DeltaNet linear-attention layer (Qwen3.5/3.6's, llama.cpp's
+// qwen35moe): no KV cache, but a recurrent state per sequence (RecState) that every token
+// updates: a short causal convolution over the q/k/v projection, then per value head a
+// matrix S (HeadDim x HeadDim) decayed by e^g and corrected towards the token's value by
+// the delta rule, read out by the query, normalised and gated by silu(z).
+//
+// It computes as llama.cpp's CPU backend does with its fused gated_delta_net op, token after
+// token for a prompt too: llama.cpp's chunked form is the graph its other backends take,
+// and the CPU's numbers are the reference.
+type DeltaNet struct {
+	QKV   quant.Matrix // attn_qkv {n_embd, 2*KHeads*HeadDim + VHeads*HeadDim}: q, k, v
+	Gate  quant.Matrix // attn_gate {n_embd, VHeads*HeadDim}: z
+	Beta  quant.Matrix // ssm_beta {n_embd, VHeads}
+	Alpha quant.Matrix // ssm_alpha {n_embd, VHeads}
+	Out   quant.Matrix // ssm_out {VHeads*HeadDim, n_embd}
+	// Conv is ssm_conv1d {ConvK, channels}: channel c's taps at Conv[c*ConvK:], oldest first.
+	Conv []float32
+	// DtBias (ssm_dt.bias) and A (ssm_a, -e^A_log) make a head's decay from its alpha:
+	// g = softplus(alpha + DtBias) * A.
+	DtBias, A []float32
+	Norm      Norm // ssm_norm {HeadDim}: the per-head RMSNorm before the gate
+	// KHeads query/key heads and VHeads value heads; value head h reads key head h % KHeads,
+	// as llama.cpp's op broadcasts them.
+	KHeads, VHeads, HeadDim, ConvK int
+	Eps                            float32
+}
+
+// channels is the width of the convolved q/k/v projection.
+func (d *DeltaNet) channels() int { return (2*d.KHeads + d.VHeads) * d.HeadDim }
+
+// CacheDims implements Attention: a DeltaNet layer keeps no keys or values.
+func (d *DeltaNet) CacheDims() (int, int) { return 0, 0 }
+
+// StateDims implements Recurrent.
+func (d *DeltaNet) StateDims() (conv, state int) {
+	return (d.ConvK - 1) * d.channels(), d.VHeads * d.HeadDim * d.HeadDim
+}
+
+// Forward implements Attention. The layer's state must be at pos0 (the engine checks it
+// with KVCache.CheckPos); pos0 0 starts it afresh. A pass of several tokens leaves a
+// snapshot of the state before its last token, from which a later prompt that shares all
+// but the last token can resume (KVCache.Rewind).
+func (d *DeltaNet) Forward(b Backend, c *LayerCache, x []float32, T, pos0 int, out []float32) {
+	st := c.Rec
+	if pos0 == 0 {
+		st.reset()
+	}
+	ch, vd, hv := d.channels(), d.VHeads*d.HeadDim, d.VHeads
+	qkv, z := b.Floats(T*ch), b.Floats(T*vd)
+	beta, g := b.Floats(T*hv), b.Floats(T*hv)
+	b.MatMul(d.QKV, x, T, qkv)
+	b.MatMul(d.Gate, x, T, z)
+	b.MatMul(d.Beta, x, T, beta)
+	b.MatMul(d.Alpha, x, T, g)
+	for t := 0; t < T; t++ {
+		bt, gt := beta[t*hv:(t+1)*hv], g[t*hv:(t+1)*hv]
+		for h := range bt {
+			bt[h] = Sigmoid(bt[h])
+			gt[h] = softplus(gt[h]+d.DtBias[h]) * d.A[h]
+		}
+	}
+	var snap *recSnap
+	if T > 1 {
+		snap = st.snapshot(pos0 + T - 1)
+	}
+	conv := b.Floats(T * ch)
+	d.convolve(st, snap, qkv, conv, T)
+	for t := 0; t < T; t++ {
+		SiLU(conv[t*ch:(t+1)*ch], conv[t*ch:(t+1)*ch])
+	}
+	// q and k to unit length, as llama.cpp's GDN L2 norm: an RMSNorm with eps/n, then 1/sqrt(n).
+	n := d.HeadDim
+	eps, inv := d.Eps/float32(n), 1/float32(math.Sqrt(float64(n)))
+	for t := 0; t < T; t++ {
+		qk := conv[t*ch : t*ch+2*d.KHeads*n]
+		for i := 0; i < len(qk); i += n {
+			h := qk[i : i+n]
+			RMSNorm(h, h, Norm{}, eps)
+			for j := range h {
+				h[j] *= inv
+			}
+		}
+	}
+	o := b.Floats(T * vd)
+	j := deltaJobPool.Get().(*deltaJob)
+	j.d, j.st, j.snap, j.conv, j.beta, j.g, j.out, j.T = d, st, snap, conv, beta, g, o, T
+	b.Parallel(hv, j.run)
+	*j = deltaJob{run: j.run}
+	deltaJobPool.Put(j)
+	// The gated norm: RMSNorm of each head's output, times silu(z).
+	for t := 0; t < T; t++ {
+		for h := 0; h < hv; h++ {
+			oh, zh := o[(t*hv+h)*n:][:n], z[(t*hv+h)*n:][:n]
+			RMSNorm(oh, oh, d.Norm, d.Eps)
+			SiLU(zh, zh)
+			for i := range oh {
+				oh[i] *= zh[i]
+			}
+		}
+	}
+	b.MatMul(d.Out, o, T, out)
+	st.Pos = pos0 + T
+}
+
+// convolve writes the causal convolution of the T rows of qkv, after the state's last
+// ConvK-1 rows, to conv, and moves the state (and snap's, at its position) on. Each output
+// is ggml_ssm_conv's sum, tap by tap in float32, contracted to fused multiply-adds.
+func (d *DeltaNet) convolve(st *RecState, snap *recSnap, qkv, conv []float32, T int) {
+	ch, K := d.channels(), d.ConvK
+	// in returns input j of channel c: the state's K-1 rows, then qkv's.
+	in := func(c, j int) float32 {
+		if j < K-1 {
+			return st.Conv[c*(K-1)+j]
+		}
+		return qkv[(j-(K-1))*ch+c]
+	}
+	for t := 0; t < T; t++ {
+		for c := 0; c < ch; c++ {
+			w := d.Conv[c*K : (c+1)*K]
+			var sum float32
+			for k := 0; k < K; k++ {
+				sum = fma32(in(c, t+k), w[k], sum)
+			}
+			conv[t*ch+c] = sum
+		}
+	}
+	// The last K-1 inputs before position end (a snapshot's, then the new state's).
+	keep := func(dst []float32, end int) {
+		for c := 0; c < ch; c++ {
+			for j := 0; j < K-1; j++ {
+				dst[c*(K-1)+j] = in(c, end+j)
+			}
+		}
+	}
+	if snap != nil {
+		keep(snap.conv, T-1)
+	}
+	if T >= K-1 {
+		keep(st.Conv, T)
+		return
+	}
+	// Fewer new rows than the state holds: shift the old ones down, in place.
+	for c := 0; c < ch; c++ {
+		row := st.Conv[c*(K-1) : (c+1)*(K-1)]
+		copy(row, row[T:])
+		for j := K - 1 - T; j < K-1; j++ {
+			row[j] = qkv[(j-(K-1-T))*ch+c]
+		}
+	}
+}
+
+// deltaJob is one Forward's recurrence, one value head per call of run.
+type deltaJob struct {
+	d                  *DeltaNet
+	st                 *RecState
+	snap               *recSnap
+	conv, beta, g, out []float32
+	T                  int
+	delta              []float32
+	run                func(h int) // bound once, so that passing it allocates nothing
+}
+
+var deltaJobPool = sync.Pool{New: func() any {
+	j := new(deltaJob)
+	j.run = j.head
+	return j
+}}
+
+// deltaScratch holds a head's delta vector.
+var deltaScratch = sync.Pool{New: func() any { return new([]float32) }}
+
+// head runs value head h over the job's tokens: ggml's gated_delta_net on the CPU, with the
+// state kept transposed (row j of M is column j of S) and its sums as ggml_vec_dot_f32's.
+func (j *deltaJob) head(h int) {
+	d := j.d
+	n, ch, hv := d.HeadDim, d.channels(), d.VHeads
+	kh := h % d.KHeads
+	M := j.st.S[h*n*n : (h+1)*n*n]
+	dp := deltaScratch.Get().(*[]float32)
+	delta := grow(dp, n)
+	scale := 1 / float32(math.Sqrt(float64(n)))
+	for t := 0; t < j.T; t++ {
+		row := j.conv[t*ch : (t+1)*ch]
+		q := row[kh*n : (kh+1)*n]
+		k := row[(d.KHeads+kh)*n : (d.KHeads+kh+1)*n]
+		v := row[(2*d.KHeads+h)*n : (2*d.KHeads+h+1)*n]
+		beta := j.beta[t*hv+h]
+		decay := expf(j.g[t*hv+h])
+		for i := range M {
+			M[i] *= decay
+		}
+		for r := 0; r < n; r++ {
+			delta[r] = (v[r] - quant.DotF32Vec(M[r*n:(r+1)*n], k)) * beta
+		}
+		for r := 0; r < n; r++ {
+			mr, dr := M[r*n:(r+1)*n], delta[r]
+			for i := range mr {
+				mr[i] = fma32(k[i], dr, mr[i])
+			}
+		}
+		o := j.out[(t*hv+h)*n:][:n]
+		for r := 0; r < n; r++ {
+			o[r] = quant.DotF32Vec(M[r*n:(r+1)*n], q) * scale
+		}
+		if j.snap != nil && t == j.T-2 {
+			copy(j.snap.s[h*n*n:(h+1)*n*n], M)
+		}
+	}
+	deltaScratch.Put(dp)
+}
+
+// softplus is ggml's: x above 20, else log(1 + e^x).
+func softplus(x float32) float32 {
+	if x > 20 {
+		return x
+	}
+	return logf(1 + expf(x))
+}
+
+// SiLU writes silu(x) to dst (which may be x) as ggml_vec_silu_f32: 16-wide vectors, then
+// the scalar SiLU for the rest.
+func SiLU(dst, x []float32) {
+	n := len(x)
+	dst = dst[:n]
+	nv := n &^ 15
+	for i := 0; i < nv; i++ {
+		dst[i] = siluAVX512(x[i])
+	}
+	for i := nv; i < n; i++ {
+		dst[i] = siluScalar(x[i])
+	}
+}

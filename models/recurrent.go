@@ -1,0 +1,189 @@
+package models
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Recurrent is implemented by layers that keep a recurrent state per sequence instead of
+// keys and values (DeltaNet): NewKVCache gives each such layer a RecState.
+type Recurrent interface {
+	Attention
+	// StateDims returns the floats of the convolution's state and of the recurrent state.
+	StateDims() (conv, state int)
+}
+
+// maxSnapshots bounds the states a recurrent layer keeps from earlier positions of its
+// sequence. A recurrent state cannot be cut back to a shorter prefix as a KV cache can, so
+// prefix reuse resumes from one of these (llama.cpp's context checkpoints do the same).
+const maxSnapshots = 4
+
+// RecState is one recurrent layer's state for one sequence, after its first Pos tokens,
+// and snapshots of it at earlier positions of the same tokens.
+type RecState struct {
+	Conv  []float32 // the convolution's last inputs
+	S     []float32 // the recurrent state
+	Pos   int
+	snaps []*recSnap // by position, oldest first
+	spare []*recSnap // snapshots' memory for reuse
+}
+
+// recSnap is a RecState's Conv and S at position pos.
+type recSnap struct {
+	pos     int
+	conv, s []float32
+}
+
+func newRecState(conv, state int) *RecState {
+	return &RecState{Conv: make([]float32, conv), S: make([]float32, state)}
+}
+
+// reset starts the state afresh, at position 0.
+func (r *RecState) reset() {
+	clear(r.Conv)
+	clear(r.S)
+	r.Pos = 0
+	r.dropAfter(-1)
+}
+
+// dropAfter forgets the snapshots after position p.
+func (r *RecState) dropAfter(p int) {
+	for len(r.snaps) > 0 && r.snaps[len(r.snaps)-1].pos > p {
+		r.spare = append(r.spare, r.snaps[len(r.snaps)-1])
+		r.snaps = r.snaps[:len(r.snaps)-1]
+	}
+}
+
+// snapshot returns a snapshot for position pos, which the layer's pass fills, taking the
+// oldest's place when maxSnapshots are kept.
+func (r *RecState) snapshot(pos int) *recSnap {
+	r.dropAfter(pos - 1)
+	var s *recSnap
+	switch {
+	case len(r.snaps) == maxSnapshots:
+		s = r.snaps[0]
+		r.snaps = append(r.snaps[:0], r.snaps[1:]...)
+	case len(r.spare) > 0:
+		s = r.spare[len(r.spare)-1]
+		r.spare = r.spare[:len(r.spare)-1]
+	default:
+		s = &recSnap{conv: make([]float32, len(r.Conv)), s: make([]float32, len(r.S))}
+	}
+	s.pos = pos
+	r.snaps = append(r.snaps, s)
+	return s
+}
+
+// resumable reports whether the state can be set to position p: its own, a snapshot's or 0.
+func (r *RecState) resumable(p int) bool {
+	if p == 0 || p == r.Pos {
+		return true
+	}
+	return slices.ContainsFunc(r.snaps, func(s *recSnap) bool { return s.pos == p })
+}
+
+// rewind sets the state to position p, which must be resumable, and forgets the snapshots
+// after it (they belong to tokens that a later pass overwrites).
+func (r *RecState) rewind(p int) {
+	switch {
+	case p == r.Pos:
+	case p == 0:
+		r.reset()
+		return
+	default:
+		for _, s := range r.snaps {
+			if s.pos == p {
+				copy(r.Conv, s.conv)
+				copy(r.S, s.s)
+				r.Pos = p
+			}
+		}
+	}
+	r.dropAfter(p)
+}
+
+// Bytes returns the memory of the state and its snapshots.
+func (r *RecState) Bytes() int64 {
+	return int64(len(r.Conv)+len(r.S)) * 4 * int64(1+len(r.snaps)+len(r.spare))
+}
+
+// Recurrent reports whether the cache holds recurrent layers' states, which limit where a
+// sequence can be resumed (Resumable).
+func (kv *KVCache) Recurrent() bool {
+	if kv == nil {
+		return false
+	}
+	for i := range kv.Layers {
+		if kv.Layers[i].Rec != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// Resumable returns the longest prefix, of at most p of the cached tokens, that a pass can
+// continue from: p itself without recurrent layers; with them, the longest every recurrent
+// layer can be set to (its position, a snapshot's, or 0).
+func (kv *KVCache) Resumable(p int) int {
+	if kv == nil {
+		return p
+	}
+	var first *RecState
+	for i := range kv.Layers {
+		if r := kv.Layers[i].Rec; r != nil {
+			first = r
+			break
+		}
+	}
+	if first == nil {
+		return p
+	}
+	ok := func(q int) bool {
+		for i := range kv.Layers {
+			if r := kv.Layers[i].Rec; r != nil && !r.resumable(q) {
+				return false
+			}
+		}
+		return true
+	}
+	best := 0
+	try := func(q int) {
+		if q > best && q <= p && ok(q) {
+			best = q
+		}
+	}
+	try(first.Pos)
+	for _, s := range first.snaps {
+		try(s.pos)
+	}
+	return best
+}
+
+// Rewind sets every recurrent layer to position Resumable(p) and returns it; the caller
+// evaluates the tokens after it again.
+func (kv *KVCache) Rewind(p int) int {
+	q := kv.Resumable(p)
+	if kv == nil {
+		return q
+	}
+	for i := range kv.Layers {
+		if r := kv.Layers[i].Rec; r != nil {
+			r.rewind(q)
+		}
+	}
+	return q
+}
+
+// CheckPos returns an error unless a pass at pos0 can run on the cache: every recurrent
+// layer's state is at pos0, or pos0 is 0 (which starts them afresh).
+func (kv *KVCache) CheckPos(pos0 int) error {
+	if pos0 == 0 || kv == nil {
+		return nil
+	}
+	for i := range kv.Layers {
+		if r := kv.Layers[i].Rec; r != nil && r.Pos != pos0 {
+			return fmt.Errorf("layer %d's recurrent state is at position %d, not at the pass's %d (rewind it first)", i, r.Pos, pos0)
+		}
+	}
+	return nil
+}
