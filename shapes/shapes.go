@@ -15,29 +15,22 @@ import (
 	"github.com/commit-run/commit-run/synth"
 )
 
-// shapeArchs are the public shapes Open knows (DESIGN.md §7): synth's real shape of each
-// architecture.
-var shapeArchs = map[string]string{
-	"mixtral-8x7b":      synth.ArchLlama,
-	"qwen1.5-moe-a2.7b": synth.ArchQwen2MoE,
-	"qwen3-30b-a3b":     synth.ArchQwen3MoE,
-	"olmoe-1b-7b":       synth.ArchOLMoE,
-	"deepseek-v2-lite":  synth.ArchDeepSeek2,
-	"glm-4.5-air":       synth.ArchGLM4MoE,
-}
+// shapeNames are the public shapes Open knows (DESIGN.md §7): synth's real shapes of these
+// names.
+var shapeNames = []string{"deepseek-v2-lite", "glm-4.5-air", "gpt-oss-120b", "gpt-oss-20b", "mixtral-8x7b",
+	"olmoe-1b-7b", "qwen1.5-moe-a2.7b", "qwen3-30b-a3b"}
 
 // shapeSpec is synth's spec of a public shape NAME[@TYPE], named NAME@TYPE.
 func shapeSpec(name string) (synth.Spec, error) {
 	base, typ, _ := strings.Cut(strings.ToLower(strings.TrimSpace(name)), "@")
-	arch, ok := shapeArchs[base]
-	if !ok {
+	if !slices.Contains(shapeNames, base) {
 		return synth.Spec{}, fmt.Errorf("unknown model shape %q: known are %s", base, strings.Join(Names(), ", "))
 	}
 	recipe, err := synth.RecipeByName(cmp.Or(typ, defaultShapeType))
 	if err != nil {
 		return synth.Spec{}, fmt.Errorf("shape %s: %w", name, err)
 	}
-	spec, err := synth.Bench(arch, synth.BenchOptions{Types: recipe})
+	spec, err := synth.BenchShape(base, synth.BenchOptions{Types: recipe})
 	if err != nil {
 		return synth.Spec{}, fmt.Errorf("shape %s: %w", name, err)
 	}
@@ -51,12 +44,7 @@ const defaultShapeType = "q4_k"
 
 // Names lists the public model shapes Open knows.
 func Names() []string {
-	names := make([]string, 0, len(shapeArchs))
-	for n := range shapeArchs {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
+	return slices.Clone(shapeNames)
 }
 
 // Open opens a public model shape, NAME[@TYPE], as a model whose weights are never read:

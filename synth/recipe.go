@@ -155,7 +155,7 @@ func (r Recipe) String() string { return r.Name }
 // fallbacks where rows do not divide into its blocks.
 func RecipeByName(name string) (Recipe, error) {
 	name = strings.ToLower(name)
-	for _, r := range []Recipe{F32, F16, BF16, Q8_0, Q4KM, Q5KM, Q3KM, Q2K, Q4_0M, Q4_0Preset, Q5_1M, IQ4NL} {
+	for _, r := range []Recipe{F32, F16, BF16, Q8_0, Q4KM, Q5KM, Q3KM, Q2K, Q4_0M, Q4_0Preset, Q5_1M, IQ4NL, MXFP4MoE} {
 		if r.Name == name {
 			return r, nil
 		}

@@ -258,12 +258,17 @@ func TestBench(t *testing.T) {
 	if b := m.Bytes(); b < 1<<30 || b > 2<<30 {
 		t.Errorf("olmoe bench model: %d bytes, want 1-2 GiB", b)
 	}
-	for arch := range realShapes {
-		s, err := Bench(arch, BenchOptions{Layers: 2})
+	for name := range realShapes {
+		s, err := BenchShape(name, BenchOptions{Layers: 2})
 		if err != nil {
-			t.Fatalf("%s: %v", arch, err)
+			t.Fatalf("%s: %v", name, err)
 		}
 		if _, err := Build(s); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	for arch := range archShapes {
+		if _, err := Bench(arch, BenchOptions{Layers: 2}); err != nil {
 			t.Fatalf("%s: %v", arch, err)
 		}
 	}

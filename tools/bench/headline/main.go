@@ -1,6 +1,7 @@
 // Command headline is the README's headline table: `commit-run bench --shape` of four public
 // MoE shapes at Q4_K_M on two simulated cards, each beside a host like its CommitMoE
-// environment's (seeds/003, Table 2), with the card's whole memory and half of it, under the
+// environment's (seeds/003, Table 2), with the card's whole memory and half of it, and
+// gpt-oss-20b and gpt-oss-120b in their published MXFP4 mix on the RTX 4090, under the
 // synthetic router's default skew and under uniform routing (no skew, no correlation). Each
 // row shows decode tokens/s and time to first token of every policy, llama.cpp's split
 // (static, static-cache) at the fewest host layers whose device layers fit (what auto placement
@@ -21,6 +22,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 )
 
@@ -28,7 +30,21 @@ type card struct{ name, host string }
 
 var cards = []card{{"rtx4090", "xeon-w5-3435x"}, {"rtx2080ti", "xeon-e5-2680v4"}}
 
-var shapes = []string{"mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v2-lite", "qwen1.5-moe-a2.7b"}
+var shapes = []string{"mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v2-lite", "qwen1.5-moe-a2.7b", "gpt-oss-20b", "gpt-oss-120b"}
+
+// shapeTypes are the types of the shapes not at Q4_K_M: their published GGUFs'.
+var shapeTypes = map[string]string{"gpt-oss-20b": "mxfp4", "gpt-oss-120b": "mxfp4"}
+
+// A row is a card and whether it has half its memory.
+type row struct {
+	card string
+	half bool
+}
+
+// shapeRows limit shapes to some rows; the others have every card, with its whole memory
+// and half of it. gpt-oss-20b (12.6 GB) runs on half the RTX 4090, gpt-oss-120b (64 GB) on
+// the whole of it.
+var shapeRows = map[string][]row{"gpt-oss-20b": {{"rtx4090", true}}, "gpt-oss-120b": {{"rtx4090", false}}}
 
 var routings = map[string][]string{
 	"skew":    {"--skew", "0.8", "--cross-layer", "0.5", "--temporal", "0.2"},
@@ -92,11 +108,18 @@ func run(w io.Writer, bin string, shapeList, cardList, routingList []string, tok
 					return err
 				}
 				for _, half := range []bool{false, true} {
-					row, err := benchRow(bin, sh+"@q4km", c, half, routings[rt], tokens, promptLen)
+					if rows, ok := shapeRows[sh]; ok && !slices.Contains(rows, row{c.name, half}) {
+						continue
+					}
+					typ := shapeTypes[sh]
+					if typ == "" {
+						typ = "q4km"
+					}
+					line, err := benchRow(bin, sh+"@"+typ, c, half, routings[rt], tokens, promptLen)
 					if err != nil {
 						return fmt.Errorf("%s on %s: %w", sh, c.name, err)
 					}
-					fmt.Fprintln(w, row)
+					fmt.Fprintln(w, line)
 				}
 			}
 		}
