@@ -9,8 +9,8 @@ import (
 	"github.com/commit-run/commit-run/tools/golden/fixture"
 )
 
-// gptossModel writes the golden gpt-oss model of the given variant.
-func gptossModel(t *testing.T, name string) (string, *fixture.Fixture) {
+// goldenNamed writes the golden model of the given name and returns its fixture.
+func goldenNamed(t *testing.T, name string) (string, *fixture.Fixture) {
 	t.Helper()
 	fxs, err := fixture.LoadDir(goldenDir)
 	if err != nil {
@@ -28,7 +28,7 @@ func gptossModel(t *testing.T, name string) (string, *fixture.Fixture) {
 // compute another model's numbers; expert parallelism, whose ranks compute experts their own
 // way, refuses it too.
 func TestCUDARefusesGPTOSS(t *testing.T) {
-	path, _ := gptossModel(t, "gpt-oss-mxfp4")
+	path, _ := goldenNamed(t, "gpt-oss-mxfp4")
 	const missing = "sliding-window attention, attention sinks, router biases, expert biases, the SwiGLU-OAI activation"
 	if m, err := engine.Open(path, engine.Options{Threads: 2, EP: &engine.EPOptions{Devices: 2}}); err == nil || !strings.Contains(err.Error(), "expert parallelism does not compute gpt-oss's "+missing) {
 		t.Errorf("expert parallelism: %v", err)
@@ -54,7 +54,7 @@ func TestCUDARefusesGPTOSS(t *testing.T) {
 // TestSimRunsGPTOSS: the simulated GPU computes with the CPU's operations, so it runs gpt-oss
 // with the CPU's numbers.
 func TestSimRunsGPTOSS(t *testing.T) {
-	path, fx := gptossModel(t, "gpt-oss-f32")
+	path, fx := goldenNamed(t, "gpt-oss-f32")
 	base := engine.Options{Threads: 2, KVType: "f32", ContextLength: 64}
 	want := runOn(t, path, base, fx.Prompt, 8)
 	o := base

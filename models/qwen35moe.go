@@ -112,7 +112,7 @@ func (l *loader) recurrentLayers(interval int) ([]bool, error) {
 func (l *loader) textSections() error {
 	key := l.r.key(".rope.dimension_sections")
 	secs := l.f.KV.UintOrArrayValueAsArray("rope.dimension_sections", 0)
-	if len(secs) == 0 {
+	if !l.r.has(".rope.dimension_sections") || len(secs) == 0 {
 		return fmt.Errorf("metadata key %q is missing", key)
 	}
 	var s [4]int

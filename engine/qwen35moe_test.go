@@ -1,0 +1,97 @@
+package engine_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/commit-run/commit-run/engine"
+)
+
+// TestQwen35PrefixReuse: a recurrent state cannot be cut back to a shorter prefix, so a
+// session resumes a new prompt from its own position or a snapshot at or before the shared
+// prefix, else from the start, and gives the numbers of a fresh session in every case.
+func TestQwen35PrefixReuse(t *testing.T) {
+	path, fx := goldenNamed(t, "qwen35moe-f32")
+	o := engine.Options{Threads: 2, KVType: "f32", ContextLength: 256}
+	m, err := engine.Open(path, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	ctx := context.Background()
+	gen := func(s *engine.Session, prompt []int32) engine.Result {
+		t.Helper()
+		res, err := s.Generate(ctx, prompt, engine.GenerateOptions{MaxTokens: 6, IgnoreEOS: true, Sampler: engine.SamplerOptions{Greedy: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	fresh := func(prompt []int32) []int32 {
+		t.Helper()
+		s, err := m.NewSession()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		return gen(s, prompt).Tokens
+	}
+	s, err := m.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	p1 := fx.Prompt
+	first := gen(s, p1)
+	p2 := slices.Concat(p1, first.Tokens, p1[1:6]) // the next turn: everything so far, and more
+	p3 := slices.Concat(p2[:len(p2)-1], []int32{p1[7]})
+	p4 := slices.Concat(p1[:9], p1[2:12]) // shares 9 tokens: no snapshot so early
+	for _, c := range []struct {
+		name   string
+		prompt []int32
+		cached int
+	}{
+		// The state is at the end of p1 and its generated tokens but the last (never
+		// evaluated), all of which p2 starts with.
+		{"next turn", p2, len(p1) + len(first.Tokens) - 1},
+		// p3 is p2 but its last token: the snapshot taken before p2's last token.
+		{"last token changed", p3, len(p2) - 1},
+		{"shared prefix before every snapshot", p4, 0},
+		// p4's prompt pass left a snapshot before its last token.
+		{"same prompt again", p4, len(p4) - 1},
+	} {
+		if got := s.Shared(c.prompt); got != c.cached {
+			t.Errorf("%s: Shared %d, want %d", c.name, got, c.cached)
+		}
+		res := gen(s, c.prompt)
+		if res.CachedTokens != c.cached {
+			t.Errorf("%s: %d tokens reused, want %d", c.name, res.CachedTokens, c.cached)
+		}
+		if want := fresh(c.prompt); !slices.Equal(res.Tokens, want) {
+			t.Errorf("%s: resumed session generates %v, a fresh one %v", c.name, res.Tokens, want)
+		}
+	}
+}
+
+// TestCUDARefusesQwen35: the CUDA device has no DeltaNet, gated-attention or sigmoid-gate
+// kernels, so it refuses the model, naming them; so does expert parallelism.
+func TestCUDARefusesQwen35(t *testing.T) {
+	path, _ := goldenNamed(t, "qwen35moe-q4km")
+	const missing = "gated DeltaNet layers, the sigmoid shared-expert gate, gated attention output"
+	if m, err := engine.Open(path, engine.Options{Threads: 2, EP: &engine.EPOptions{Devices: 2}}); err == nil || !strings.Contains(err.Error(), missing) {
+		t.Errorf("expert parallelism: %v", err)
+		if m != nil {
+			m.Close()
+		}
+	}
+	lib := engine.GPUForTests(t)
+	m, err := engine.Open(path, engine.Options{Device: "cuda:0", CUDALibrary: lib, Threads: 2})
+	if err == nil || !strings.Contains(err.Error(), "has no kernels for qwen35moe's "+missing+": run it on the CPU") {
+		t.Errorf("cuda: %v", err)
+		if m != nil {
+			m.Close()
+		}
+	}
+}
