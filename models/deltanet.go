@@ -188,6 +188,8 @@ func (j *deltaJob) head(h int) {
 	dp := deltaScratch.Get().(*[]float32)
 	delta := grow(dp, n)
 	scale := 1 / float32(math.Sqrt(float64(n)))
+	// The rows' dot products are attention scores with M's rows as keys (dotsF32: each
+	// quant.DotF32Vec, in AVX2 where the CPU has it; a scale of 1 changes no bit).
 	for t := 0; t < j.T; t++ {
 		row := j.conv[t*ch : (t+1)*ch]
 		q := row[kh*n : (kh+1)*n]
@@ -198,19 +200,24 @@ func (j *deltaJob) head(h int) {
 		for i := range M {
 			M[i] *= decay
 		}
+		dotsF32(delta, k, M, n, 1)
 		for r := 0; r < n; r++ {
-			delta[r] = (v[r] - quant.DotF32Vec(M[r*n:(r+1)*n], k)) * beta
+			delta[r] = (v[r] - delta[r]) * beta
 		}
 		for r := 0; r < n; r++ {
-			mr, dr := M[r*n:(r+1)*n], delta[r]
+			mr, dr := M[r*n:(r+1)*n], float64(delta[r])
+			kk := k[:len(mr)]
 			for i := range mr {
-				mr[i] = fma32(k[i], dr, mr[i])
+				// fma32 with its common case inlined: the float64 product is exact, and the
+				// sum rounds to float32 as once unless it lies halfway (quant.FMA32).
+				if v := float64(kk[i])*dr + float64(mr[i]); uint32(math.Float64bits(v))<<3 != 1<<31 {
+					mr[i] = float32(v)
+				} else {
+					mr[i] = fma32(kk[i], float32(dr), mr[i])
+				}
 			}
 		}
-		o := j.out[(t*hv+h)*n:][:n]
-		for r := 0; r < n; r++ {
-			o[r] = quant.DotF32Vec(M[r*n:(r+1)*n], q) * scale
-		}
+		dotsF32(j.out[(t*hv+h)*n:][:n], q, M, n, scale)
 		if j.snap != nil && t == j.T-2 {
 			copy(j.snap.s[h*n*n:(h+1)*n*n], M)
 		}

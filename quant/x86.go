@@ -3,6 +3,7 @@ package quant
 import (
 	"encoding/binary"
 	"math"
+	"unsafe"
 )
 
 // This file holds the dot products in the arithmetic of llama.cpp's x86 CPU backend: the
@@ -616,8 +617,24 @@ func lanes16(acc, x, y *[16]float32) {
 // 1+3, then 0+1 and reduced as _mm512_reduce_add_ps. The compiler vectorised the loop over the
 // remaining elements: groups of 16, then one of 8, are multiplied, rounded and added one by one;
 // the last ones (fewer than 8) are fused.
+//
+// It runs fastX86F32Vec where the CPU has it (chosen once at start-up), which computes the
+// same bits; dotF32VecRef is the plain-Go reference it is tested against.
 func DotF32Vec(a, b []float32) float32 {
 	b = b[:len(a)]
+	if f := fastX86F32Vec; f != nil && len(a) > 0 {
+		return f(len(a), f32Bytes(a), f32Bytes(b))
+	}
+	return dotF32VecRef(a, b)
+}
+
+// f32Bytes views a's floats as their little-endian bytes.
+func f32Bytes(a []float32) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(a))), 4*len(a))
+}
+
+// dotF32VecRef is DotF32Vec in plain Go.
+func dotF32VecRef(a, b []float32) float32 {
 	var v vecF32
 	np := len(a) &^ 63
 	for i := 0; i < np; i += 64 {
