@@ -122,7 +122,7 @@ var goldenVariants = []struct {
 	{"qwen3", []Recipe{F32, Q2K}},
 	{"deepseek2-v3", []Recipe{F32, Q4KM}},
 	{"glm4moe", []Recipe{F32, Q8_0, Q4KM}},
-	{"gpt-oss", []Recipe{F32, MXFP4MoE}},
+	{"gpt-oss", []Recipe{F32, mxfp4Golden}},
 	{"qwen35moe", []Recipe{F32, Q8_0, Q4KM}},
 }
 

@@ -11,9 +11,16 @@ import (
 // gpt-oss (llama.cpp's gpt-oss, OpenAI's gpt-oss-20b/120b): the tensors and keys of
 // llama.cpp's LLM_ARCH_OPENAI_MOE loader.
 
-// MXFP4MoE is what llama.cpp's MXFP4_MOE preset writes for gpt-oss: the routed experts in
-// MXFP4, the rest Q8_0, here with an F16 token embedding so that F16 occurs beside them.
+// MXFP4MoE is what llama.cpp's MXFP4_MOE preset writes for gpt-oss, as in the published
+// gpt-oss GGUFs: the routed experts in MXFP4, the rest Q8_0 (RecipeByName's "mxfp4", which
+// public shapes and benchmarks take).
 var MXFP4MoE = Recipe{Name: "mxfp4", FileType: ftypeMXFP4MoE, Base: quant.Q8_0, Rules: map[string]quant.Type{
+	"ffn_gate_exps": quant.MXFP4, "ffn_up_exps": quant.MXFP4, "ffn_down_exps": quant.MXFP4,
+}}
+
+// mxfp4Golden is MXFP4MoE with an F16 token embedding, so that the golden gpt-oss model has
+// F16 beside MXFP4 (its fixture, gpt-oss-mxfp4, was made from it).
+var mxfp4Golden = Recipe{Name: "mxfp4", FileType: ftypeMXFP4MoE, Base: quant.Q8_0, Rules: map[string]quant.Type{
 	"ffn_gate_exps": quant.MXFP4, "ffn_up_exps": quant.MXFP4, "ffn_down_exps": quant.MXFP4,
 	"token_embd": quant.F16,
 }}
