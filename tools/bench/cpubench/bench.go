@@ -27,6 +27,9 @@ func layout(o options) ([]modelFile, error) {
 	var files []modelFile
 	for _, sh := range o.shapes {
 		for _, t := range o.types {
+			if !sh.takes(t) {
+				continue
+			}
 			layers := o.layers
 			var est int64
 			var err error

@@ -17,6 +17,17 @@ type shape struct {
 	// Opts fix every dimension that defines the shape, so that a change to synth's defaults
 	// cannot silently change what is measured; Layers, Types and Seed are set per file.
 	Opts synth.BenchOptions
+	// Types are the recipes the shape is published in and measured in; nil: every type
+	// but those only some shapes take (wtype.Only).
+	Types []string
+}
+
+// takes reports whether shape sh is measured in type t.
+func (sh shape) takes(t wtype) bool {
+	if sh.Types != nil {
+		return slices.Contains(sh.Types, t.Recipe)
+	}
+	return !t.Only
 }
 
 // shapes are the benchmark's shapes (DESIGN.md section 7). Qwen3-30B-A3B's head size of 128
@@ -27,12 +38,19 @@ var shapes = []shape{
 		Embd: 2048, Heads: 16, HeadsKV: 16, Experts: 64, ExpertsUsed: 8, ExpertFFN: 1024, Vocab: 50304}},
 	{Name: "qwen3moe", Label: "Qwen3-30B-A3B", Arch: synth.ArchQwen3MoE, Opts: synth.BenchOptions{
 		Embd: 2048, Heads: 32, HeadsKV: 4, Experts: 128, ExpertsUsed: 8, ExpertFFN: 768, Vocab: 151936}},
+	// gpt-oss-20b in its published MXFP4 mix: with its 201088-token vocabulary in Q8_0 twice
+	// (embedding and head, 1.2 GB), one layer fits the file limit.
+	{Name: "gptoss", Label: "gpt-oss-20b", Arch: synth.ArchGPTOSS, Opts: synth.BenchOptions{
+		Embd: 2880, Heads: 64, HeadsKV: 8, Experts: 32, ExpertsUsed: 4, ExpertFFN: 2880, Vocab: 201088},
+		Types: []string{"mxfp4"}},
 }
 
 // wtype is a weight type of the benchmark: a synth recipe and the name llama.cpp gives it.
 type wtype struct {
 	Recipe string // synth recipe
 	Label  string // llama.cpp's file type name
+	// Only: measured only for the shapes that list it (MXFP4 is gpt-oss's alone).
+	Only bool
 }
 
 var wtypes = []wtype{
@@ -40,6 +58,7 @@ var wtypes = []wtype{
 	{Recipe: "q8_0", Label: "Q8_0"},
 	// llama.cpp's Q4_0 preset: Q4_0 throughout, Q6_K output.
 	{Recipe: "q4_0-preset", Label: "Q4_0"},
+	{Recipe: "mxfp4", Label: "MXFP4_MOE", Only: true},
 }
 
 // test is one llama-bench style measurement: ppN (a prompt of N tokens, tokens/s of the
