@@ -151,10 +151,14 @@ func TestDefaultLayers(t *testing.T) {
 	want := map[string]int{
 		"olmoe/q4km": 7, "olmoe/q8_0": 3, "olmoe/q4_0-preset": 7,
 		"qwen3moe/q4km": 4, "qwen3moe/q8_0": 2, "qwen3moe/q4_0-preset": 4,
+		"gptoss/mxfp4": 1,
 	}
 	const limit = 2e9
 	for _, sh := range shapes {
 		for _, ty := range wtypes {
+			if !sh.takes(ty) {
+				continue
+			}
 			l, est, err := chooseLayers(sh, ty, limit, 1)
 			if err != nil {
 				t.Fatal(err)
