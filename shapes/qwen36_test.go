@@ -24,6 +24,13 @@ func TestQwen36Shape(t *testing.T) {
 		!in.ExpertWeightsNorm || in.Activation != "swiglu" || in.NextN != 0 || in.SlidingWindow != 0 {
 		t.Errorf("qwen3.6-35b-a3b: %+v", in)
 	}
+	// Three layers in four gated DeltaNet, 16 key and 32 value heads of 128 behind a
+	// convolution of 4, each keeping per sequence 3 inputs of its 8192 convolved channels
+	// and a 128x128 state per value head (62.8 MiB in all); every fourth gated attention.
+	if in.DeltaNetLayers != 30 || in.GatedAttentionLayers != 10 || in.DeltaNetKHeads != 16 || in.DeltaNetVHeads != 32 ||
+		in.DeltaNetHeadDim != 128 || in.DeltaNetConvK != 4 || in.RecurrentStateBytes != 30*(3*8192+32*128*128)*4 {
+		t.Errorf("qwen3.6-35b-a3b's hybrid stack: %+v", in)
+	}
 	if b := float64(in.Parameters) / 1e9; b < 34.6 || b > 34.7 {
 		t.Errorf("qwen3.6-35b-a3b: %.2fB parameters, want 34.66B", b)
 	}
