@@ -40,7 +40,19 @@ type Info struct {
 	// that take part of the softmax (gpt-oss).
 	SlidingWindow, SlidingLayers int
 	AttentionSinks               bool
-	Parameters                   int64
+	// DeltaNetLayers are the layers of gated DeltaNet linear attention (qwen35moe), which
+	// keep a recurrent state per sequence instead of keys and values; the others attend
+	// over every position. Their queries and keys have DeltaNetKHeads heads and their values
+	// DeltaNetVHeads, all of DeltaNetHeadDim, after a causal convolution of DeltaNetConvK
+	// taps; RecurrentStateBytes is one sequence's state of every such layer, its
+	// convolution's last inputs and its recurrent state, in float32.
+	DeltaNetLayers                                                 int
+	DeltaNetKHeads, DeltaNetVHeads, DeltaNetHeadDim, DeltaNetConvK int
+	RecurrentStateBytes                                            int64
+	// GatedAttentionLayers counts the full-attention layers whose output is multiplied by a
+	// sigmoid gate that the query projection computes beside the queries (qwen35moe).
+	GatedAttentionLayers int
+	Parameters           int64
 	// NextN and SkippedParameters are the blocks after Layers the file holds but no pass
 	// runs (GLM's multi-token prediction) and their weights, which no other count includes.
 	NextN             int
@@ -100,6 +112,17 @@ func Describe(f *File, m *Model) Info {
 				info.SlidingLayers++
 			}
 			info.AttentionSinks = info.AttentionSinks || a.Sinks != nil
+			if a.OutGate {
+				info.GatedAttentionLayers++
+			}
+		}
+		if d, ok := l.Attn.(*DeltaNet); ok {
+			info.DeltaNetLayers++
+			info.DeltaNetKHeads, info.DeltaNetVHeads, info.DeltaNetHeadDim, info.DeltaNetConvK = d.KHeads, d.VHeads, d.HeadDim, d.ConvK
+		}
+		if r, ok := l.Attn.(Recurrent); ok {
+			conv, state := r.StateDims()
+			info.RecurrentStateBytes += int64(conv+state) * 4
 		}
 	}
 	for _, t := range f.Tensors {

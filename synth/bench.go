@@ -50,6 +50,17 @@ var realShapes = map[string]Spec{
 	"gpt-oss-20b": gptOSS(24, 32),
 	// gpt-oss-120b: gpt-oss-20b with 36 layers of 128 experts.
 	"gpt-oss-120b": gptOSS(36, 128),
+	// Qwen3.6-35B-A3B, the architecture of Qwen3.5-35B-A3B (llama.cpp's qwen35moe, as its
+	// GGUFs' metadata has it): 40 layers of 2048, every fourth full attention (16 heads of 256
+	// over 2 KV heads, gated, a quarter of each head rotated with M-RoPE sections 11/11/10, rope
+	// base 1e7) and the other 30 gated DeltaNet (16 key and 32 value heads of 128, a
+	// convolution of 4); every layer routes top-8 over 256 experts of 512 beside a shared expert
+	// of 512. Its multi-token-prediction block is not in llama.cpp's converted files (block_count
+	// 40). Its tokenizer is Qwen3.5's (248320 tokens); the synthetic one is Qwen3's.
+	"qwen3.6-35b-a3b": {Arch: ArchQwen35MoE, Tokenizer: TokQwen3, Vocab: 248320, Layers: 40, Embd: 2048, Heads: 16,
+		HeadsKV: 2, HeadDim: 256, RopeDim: 64, Experts: 256, ExpertsUsed: 8, ExpertFFN: 512, SharedFFN: 512,
+		DeltaNet: &DeltaNet{ConvK: 4, HeadDim: 128, KHeads: 16, VHeads: 32, Interval: 4, Sections: [4]int{11, 11, 10, 0}},
+		Context:  262144, RopeBase: 1e7, Eps: 1e-6},
 	// Dense Qwen2-1.5B and Qwen3-1.7B, for comparisons with dense models.
 	"qwen2-1.5b": {Arch: ArchQwen2, Tokenizer: TokQwen2, Vocab: 151936, Layers: 28, Embd: 1536, Heads: 12, HeadsKV: 2,
 		FFN: 8960, Context: 32768, RopeBase: 1e6, Eps: 1e-6},
@@ -69,7 +80,7 @@ func gptOSS(layers, experts int) Spec {
 var archShapes = map[string]string{
 	ArchLlama: "mixtral-8x7b", ArchQwen2MoE: "qwen1.5-moe-a2.7b", ArchQwen3MoE: "qwen3-30b-a3b",
 	ArchOLMoE: "olmoe-1b-7b", ArchDeepSeek2: "deepseek-v2-lite", ArchGLM4MoE: "glm-4.5-air",
-	ArchGPTOSS: "gpt-oss-20b", ArchQwen2: "qwen2-1.5b", ArchQwen3: "qwen3-1.7b",
+	ArchGPTOSS: "gpt-oss-20b", ArchQwen35MoE: "qwen3.6-35b-a3b", ArchQwen2: "qwen2-1.5b", ArchQwen3: "qwen3-1.7b",
 }
 
 // denseLlama is Llama-2-7B, the default for -arch llama with -experts 0.

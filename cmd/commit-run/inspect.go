@@ -44,6 +44,13 @@ type inspectJSON struct {
 	SlidingWindow    int              `json:"sliding_window,omitempty"`
 	SlidingLayers    int              `json:"sliding_window_layers,omitempty"`
 	AttentionSinks   bool             `json:"attention_sinks,omitempty"`
+	DeltaNetLayers   int              `json:"deltanet_layers,omitempty"`
+	DeltaNetKHeads   int              `json:"deltanet_key_heads,omitempty"`
+	DeltaNetVHeads   int              `json:"deltanet_value_heads,omitempty"`
+	DeltaNetHeadDim  int              `json:"deltanet_head_dim,omitempty"`
+	DeltaNetConvK    int              `json:"deltanet_conv_kernel,omitempty"`
+	RecurrentState   int64            `json:"recurrent_state_bytes,omitempty"`
+	GatedAttention   int              `json:"gated_attention_layers,omitempty"`
 	Parameters       int64            `json:"parameters"`
 	ExpertParameters int64            `json:"expert_parameters"`
 	ExpertBytes      int64            `json:"expert_bytes"`
@@ -195,6 +202,9 @@ func toInspectJSON(in *engine.Info) inspectJSON {
 		WeightsNorm: in.ExpertWeightsNorm, WeightsScale: in.ExpertWeightsScale,
 		RouterBias: in.RouterBias, ExpertBiases: in.ExpertBiases, Activation: in.Activation,
 		SlidingWindow: in.SlidingWindow, SlidingLayers: in.SlidingLayers, AttentionSinks: in.AttentionSinks,
+		DeltaNetLayers: in.DeltaNetLayers, DeltaNetKHeads: in.DeltaNetKHeads, DeltaNetVHeads: in.DeltaNetVHeads,
+		DeltaNetHeadDim: in.DeltaNetHeadDim, DeltaNetConvK: in.DeltaNetConvK,
+		RecurrentState: in.RecurrentStateBytes, GatedAttention: in.GatedAttentionLayers,
 		Parameters: in.Parameters, ExpertParameters: in.ExpertParameters,
 		ExpertBytes: in.ExpertBytes, NonExpertBytes: in.NonExpertBytes,
 		ExpertShare:     share(in.ExpertBytes, in.ExpertBytes+in.NonExpertBytes),
@@ -287,8 +297,8 @@ func routingText(in *engine.Info) string {
 	return strings.Join(parts, ", ")
 }
 
-// attentionText says what a model's attention has beyond causal softmax over every position
-// (empty: nothing).
+// attentionText says what a model's attention has beyond causal softmax over every position,
+// or instead of it (empty: nothing).
 func attentionText(in *engine.Info) string {
 	var parts []string
 	if in.SlidingWindow > 0 {
@@ -296,6 +306,17 @@ func attentionText(in *engine.Info) string {
 	}
 	if in.AttentionSinks {
 		parts = append(parts, "a sink logit per head")
+	}
+	if in.DeltaNetLayers > 0 {
+		parts = append(parts, fmt.Sprintf("%d of %d layers gated DeltaNet (%d key and %d value heads of %d, a convolution of %d; %s of recurrent state per sequence)",
+			in.DeltaNetLayers, in.Layers, in.DeltaNetKHeads, in.DeltaNetVHeads, in.DeltaNetHeadDim, in.DeltaNetConvK, humanBytes(in.RecurrentStateBytes)))
+	}
+	if in.GatedAttentionLayers > 0 {
+		layers := "layers"
+		if in.GatedAttentionLayers == 1 {
+			layers = "layer"
+		}
+		parts = append(parts, fmt.Sprintf("%d full-attention %s with a sigmoid-gated output", in.GatedAttentionLayers, layers))
 	}
 	return strings.Join(parts, ", ")
 }
