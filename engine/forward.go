@@ -295,8 +295,8 @@ func (m *Model) rmsNorm(dst, x []float32, n models.Norm) {
 	m.charge("norm", float64(8*len(x)+4*d), float64(4*len(x)))
 }
 
-// chargeAttention prices block i's attention over the cache, which the models compute
-// outside the device's kernels: reading positions pos0+T keys and values, and for each of
+// chargeAttention prices block i's attention over the cache (a recurrent layer's over its
+// state), which the models compute outside the device's kernels: reading positions pos0+T keys and values, and for each of
 // T queries and every head a dot product and a weighted sum per position. Its projections
 // are priced by the device's MatMul.
 func (m *Model) chargeAttention(i, T, pos0 int) {
@@ -304,6 +304,14 @@ func (m *Model) chargeAttention(i, T, pos0 int) {
 		return
 	}
 	c := m.arch.Config
+	if r, ok := m.arch.Layers[i].Attn.(models.Recurrent); ok {
+		// A recurrent layer reads and writes its state once per token (the fused kernel's
+		// traffic) and does about six operations per state value: decay, the delta's and
+		// the output's dot products, the update.
+		_, state := r.StateDims()
+		m.charger.Charge("attention", 8*float64(T)*float64(state), 6*float64(T)*float64(state))
+		return
+	}
 	kd, vd := m.arch.Layers[i].Attn.CacheDims()
 	elem := 4.0
 	if m.kvF16 {

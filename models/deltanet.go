@@ -68,6 +68,13 @@ func (d *DeltaNet) Forward(b Backend, c *LayerCache, x []float32, T, pos0 int, o
 			gt[h] = softplus(gt[h]+d.DtBias[h]) * d.A[h]
 		}
 	}
+	if timingOnly(b) {
+		// Only the products are priced; the engine prices the recurrence (its state's
+		// traffic), which a timing-only pass need not compute.
+		b.MatMul(d.Out, b.Floats(T*vd), T, out)
+		st.Pos = pos0 + T
+		return
+	}
 	var snap *recSnap
 	if T > 1 {
 		snap = st.snapshot(pos0 + T - 1)

@@ -1,4 +1,4 @@
-// Command headline is the README's headline table: `commit-run bench --shape` of four public
+// Command headline is the README's headline table: `commit-run bench --shape` of five public
 // MoE shapes at Q4_K_M on two simulated cards, each beside a host like its CommitMoE
 // environment's (seeds/003, Table 2), with the card's whole memory and half of it, and
 // gpt-oss-20b and gpt-oss-120b in their published MXFP4 mix on the RTX 4090, under the
@@ -30,7 +30,7 @@ type card struct{ name, host string }
 
 var cards = []card{{"rtx4090", "xeon-w5-3435x"}, {"rtx2080ti", "xeon-e5-2680v4"}}
 
-var shapes = []string{"mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v2-lite", "qwen1.5-moe-a2.7b", "gpt-oss-20b", "gpt-oss-120b"}
+var shapes = []string{"mixtral-8x7b", "qwen3-30b-a3b", "qwen3.6-35b-a3b", "deepseek-v2-lite", "qwen1.5-moe-a2.7b", "gpt-oss-20b", "gpt-oss-120b"}
 
 // shapeTypes are the types of the shapes not at Q4_K_M: their published GGUFs'.
 var shapeTypes = map[string]string{"gpt-oss-20b": "mxfp4", "gpt-oss-120b": "mxfp4"}
@@ -42,7 +42,7 @@ type row struct {
 }
 
 // shapeRows limit shapes to some rows; the others have every card, with its whole memory
-// and half of it. gpt-oss-20b (12.6 GB) runs on half the RTX 4090, gpt-oss-120b (64 GB) on
+// and half of it. gpt-oss-20b (12.1 GB) runs on half the RTX 4090, gpt-oss-120b (64 GB) on
 // the whole of it.
 var shapeRows = map[string][]row{"gpt-oss-20b": {{"rtx4090", true}}, "gpt-oss-120b": {{"rtx4090", false}}}
 
