@@ -151,7 +151,7 @@ func TestDefaultLayers(t *testing.T) {
 	want := map[string]int{
 		"olmoe/q4km": 7, "olmoe/q8_0": 3, "olmoe/q4_0-preset": 7,
 		"qwen3moe/q4km": 4, "qwen3moe/q8_0": 2, "qwen3moe/q4_0-preset": 4,
-		"gptoss/mxfp4": 1,
+		"gptoss/mxfp4": 1, "qwen36/q4km": 2,
 	}
 	const limit = 2e9
 	for _, sh := range shapes {

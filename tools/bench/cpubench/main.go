@@ -77,7 +77,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		shapeList, typeList, testList, thList string
 		maxGB, bwMiB                          float64
 	)
-	fs.StringVar(&shapeList, "shapes", "all", "shapes, comma-separated: olmoe, qwen3moe, gptoss (or all)")
+	fs.StringVar(&shapeList, "shapes", "all", "shapes, comma-separated: olmoe, qwen3moe, qwen36, gptoss (or all)")
 	fs.StringVar(&typeList, "types", "all", "weight types, comma-separated: q4km (Q4_K_M), q8_0, q4_0-preset (Q4_0), or all")
 	fs.StringVar(&testList, "tests", defaultTests, "tests, comma-separated: ppN, tgN, tgN@dD")
 	fs.StringVar(&thList, "threads", "0", "thread counts, comma-separated (0 = every core)")
