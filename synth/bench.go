@@ -14,6 +14,9 @@ type BenchOptions struct {
 	Vocab                        int
 	Seed                         uint64
 	Types                        Recipe
+	// FullAttentionInterval overrides qwen35moe's: every Nth layer full attention, the rest
+	// DeltaNet (a benchmark file of few layers still gets a full-attention layer).
+	FullAttentionInterval int
 }
 
 // realShapes are the public shapes of the target models by name (DESIGN.md section 7 and
@@ -123,6 +126,11 @@ func BenchShape(name string, o BenchOptions) (Spec, error) {
 	set(&s.ExpertFFN, o.ExpertFFN)
 	set(&s.FFN, o.FFN)
 	set(&s.Vocab, o.Vocab)
+	if o.FullAttentionInterval != 0 && s.DeltaNet != nil {
+		d := *s.DeltaNet // realShapes' own stays as it is
+		d.Interval = o.FullAttentionInterval
+		s.DeltaNet = &d
+	}
 	if s.ExpertsUsed > s.Experts {
 		s.ExpertsUsed = s.Experts
 	}

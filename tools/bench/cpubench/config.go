@@ -38,10 +38,12 @@ var shapes = []shape{
 		Embd: 2048, Heads: 16, HeadsKV: 16, Experts: 64, ExpertsUsed: 8, ExpertFFN: 1024, Vocab: 50304}},
 	{Name: "qwen3moe", Label: "Qwen3-30B-A3B", Arch: synth.ArchQwen3MoE, Opts: synth.BenchOptions{
 		Embd: 2048, Heads: 32, HeadsKV: 4, Experts: 128, ExpertsUsed: 8, ExpertFFN: 768, Vocab: 151936}},
-	// Qwen3.6-35B-A3B (qwen35moe) at Q4_K_M: two layers fit, both gated DeltaNet (its full
-	// attention is every fourth layer).
+	// Qwen3.6-35B-A3B (qwen35moe) at Q4_K_M: two layers fit, a gated DeltaNet layer and a
+	// full-attention one (the real model has one in four; llama.cpp cannot run a file without
+	// any: its KV cache of no layers fails to allocate).
 	{Name: "qwen36", Label: "Qwen3.6-35B-A3B", Arch: synth.ArchQwen35MoE, Opts: synth.BenchOptions{
-		Embd: 2048, Heads: 16, HeadsKV: 2, Experts: 256, ExpertsUsed: 8, ExpertFFN: 512, Vocab: 248320},
+		Embd: 2048, Heads: 16, HeadsKV: 2, Experts: 256, ExpertsUsed: 8, ExpertFFN: 512, Vocab: 248320,
+		FullAttentionInterval: 2},
 		Types: []string{"q4km"}},
 	// gpt-oss-20b in its published MXFP4 mix: with its 201088-token vocabulary in Q8_0 twice
 	// (embedding and head, 1.2 GB), one layer fits the file limit.

@@ -92,6 +92,9 @@ func trafficOf(f *models.File) (traffic, error) {
 				return traffic{}, fmt.Errorf("expert tensor %s but no expert_used_count", x.Name)
 			}
 			n := x.Experts()
+			if strings.HasSuffix(x.Name, ".bias") {
+				n = x.Ne[len(x.Ne)-1] // gpt-oss's expert biases: {rows, n_expert}
+			}
 			if n <= 1 || t.ExpertsUsed > n {
 				return traffic{}, fmt.Errorf("expert tensor %s holds %d experts, fewer than the %d used", x.Name, n, t.ExpertsUsed)
 			}
@@ -103,6 +106,15 @@ func trafficOf(f *models.File) (traffic, error) {
 		}
 	}
 	t.MoELayers = len(moe)
+	// Recurrent (DeltaNet) layers read and write their F32 state once a token, and cache no
+	// keys or values.
+	if d := int64(kv.Uint("ssm.state_size")); d > 0 {
+		for i := 0; i < t.Layers; i++ {
+			if f.Tensor(fmt.Sprintf("blk.%d.ssm_conv1d.weight", i)) != nil {
+				t.Dense += 2 * 4 * int64(kv.Uint("ssm.time_step_rank")) * d * d
+			}
+		}
+	}
 	perPos, err := kvPerPosition(f)
 	if err != nil {
 		return traffic{}, err
@@ -125,7 +137,10 @@ func kvPerPosition(f *models.File) (int64, error) {
 		return 0, fmt.Errorf("no attention head size (embedding_length / head_count)")
 	}
 	var n int64
-	for _, h := range kv.HeadCountKV() {
+	for i, h := range kv.HeadCountKV() {
+		if f.Tensor(fmt.Sprintf("blk.%d.ssm_conv1d.weight", i)) != nil {
+			continue // a recurrent layer
+		}
 		n += int64(h) * int64(k+v) * f16Bytes
 	}
 	return n, nil
