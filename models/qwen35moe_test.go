@@ -190,3 +190,29 @@ func TestRecStateRewind(t *testing.T) {
 		t.Errorf("%d snapshots from %d, want the last %d", len(r.snaps), r.snaps[0].pos, maxSnapshots)
 	}
 }
+
+// TestQwen35MoENextN: files with the multi-token-prediction block (block_count 41 for the
+// 35B-A3B) load the 40 decoder layers and leave the block out, as llama.cpp's decoder does.
+func TestQwen35MoENextN(t *testing.T) {
+	s := newTinyQwen35()
+	s.kv["qwen35moe.block_count"] = uint32(4)
+	s.kv["qwen35moe.nextn_predict_layers"] = uint32(1)
+	const embd, hd = 32, 8
+	p := "blk.3."
+	s.tensors = append(s.tensors, f32Tensor(p+"attn_norm.weight", embd), f32Tensor(p+"post_attention_norm.weight", embd),
+		f32Tensor(p+"attn_q.weight", embd, 4*hd), f32Tensor(p+"attn_k.weight", embd, hd),
+		f32Tensor(p+"attn_v.weight", embd, hd), f32Tensor(p+"attn_output.weight", 2*hd, embd),
+		f32Tensor(p+"nextn.eh_proj.weight", 2*embd, embd), f32Tensor(p+"nextn.enorm.weight", embd),
+		f32Tensor(p+"nextn.hnorm.weight", embd))
+	m, err := openAndLoad(s.write(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.File.Close()
+	if c := m.Config; c.Layers != 3 || c.NextN != 1 || len(m.Layers) != 3 || !c.Skipped("blk.3.attn_q.weight") || c.Skipped("blk.2.attn_q.weight") {
+		t.Errorf("%d layers (config %d, nextn %d)", len(m.Layers), c.Layers, c.NextN)
+	}
+	if _, ok := m.Layers[2].Attn.(*StdAttention); !ok {
+		t.Errorf("layer 2 is %T, want full attention", m.Layers[2].Attn)
+	}
+}
