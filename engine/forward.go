@@ -296,9 +296,9 @@ func (m *Model) rmsNorm(dst, x []float32, n models.Norm) {
 }
 
 // chargeAttention prices block i's attention over the cache (a recurrent layer's over its
-// state), which the models compute outside the device's kernels: reading positions pos0+T keys and values, and for each of
-// T queries and every head a dot product and a weighted sum per position. Its projections
-// are priced by the device's MatMul.
+// state), which the models compute outside the device's kernels: reading positions pos0+T
+// keys and values, and for each of T queries and every head a dot product and a weighted sum
+// per position. Its projections are priced by the device's MatMul.
 func (m *Model) chargeAttention(i, T, pos0 int) {
 	if m.charger == nil {
 		return
