@@ -45,8 +45,7 @@ func buildGLM4MoE(f *File, c *Config) (*Model, error) {
 	case c.HeadDimK != c.HeadDimV:
 		return nil, fmt.Errorf("glm4moe key length %d differs from value length %d", c.HeadDimK, c.HeadDimV)
 	}
-	// ggml's KV prefixes the architecture itself.
-	if secs := f.KV.UintOrArrayValueAsArray("rope.dimension_sections", 0); len(secs) >= 2 && secs[0] > 0 && secs[1] > 0 {
+	if secs := r.uints(".rope.dimension_sections"); len(secs) >= 2 && secs[0] > 0 && secs[1] > 0 {
 		return nil, fmt.Errorf("metadata key %q: multimodal (M-RoPE) glm4moe files are not supported", r.key(".rope.dimension_sections"))
 	}
 	groups, groupsUsed := l.expertGroups()

@@ -167,6 +167,25 @@ func (r *kvReader) str(k, def string) string {
 	return def
 }
 
+// uints returns an integer array key's values, nil when absent: from a decoded file's array,
+// or from the Go slices that built metadata (a virtual file's, NewVirtualFile) holds, which
+// ggml's accessors take for absent keys.
+func (r *kvReader) uints(k string) []uint32 {
+	switch v := r.f.KV[r.key(k)].(type) {
+	case nil:
+		return nil
+	case []uint32:
+		return v
+	case []int32:
+		out := make([]uint32, len(v))
+		for i, x := range v {
+			out[i] = uint32(x)
+		}
+		return out
+	}
+	return r.f.KV.UintOrArrayValueAsArray(r.key(k)[len(r.arch)+1:], 0)
+}
+
 // perLayer reads a key that may be a scalar or an array of n values.
 func (r *kvReader) perLayer(k string, n, def int, required bool) []int {
 	out := make([]int, n)
@@ -186,7 +205,7 @@ func (r *kvReader) perLayer(k string, n, def int, required bool) []int {
 		}
 		return out
 	}
-	vals := r.f.KV.UintOrArrayValueAsArray(r.key(k)[len(r.arch)+1:], 0)
+	vals := r.uints(k)
 	if len(vals) != n {
 		if r.err == nil {
 			r.err = fmt.Errorf("metadata key %q has %d values, want 1 or %d (one per layer)", r.key(k), len(vals), n)

@@ -111,8 +111,8 @@ func (l *loader) recurrentLayers(interval int) ([]bool, error) {
 // published file. Files that rotate some pairs by the fourth are refused.
 func (l *loader) textSections() error {
 	key := l.r.key(".rope.dimension_sections")
-	secs := l.f.KV.UintOrArrayValueAsArray("rope.dimension_sections", 0)
-	if !l.r.has(".rope.dimension_sections") || len(secs) == 0 {
+	secs := l.r.uints(".rope.dimension_sections")
+	if len(secs) == 0 {
 		return fmt.Errorf("metadata key %q is missing", key)
 	}
 	var s [4]int

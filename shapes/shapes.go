@@ -7,14 +7,8 @@ package shapes
 import (
 	"cmp"
 	"fmt"
-	"io"
-	"maps"
-	"os"
-	"reflect"
 	"slices"
 	"strings"
-
-	"github.com/ollama/ollama/fs/ggml"
 
 	"github.com/commit-run/commit-run/engine"
 	"github.com/commit-run/commit-run/models"
@@ -99,51 +93,5 @@ func shapeFile(spec synth.Spec) (*models.File, error) {
 	for i, t := range b.Tensors {
 		ts[i] = models.TensorInfo{Name: t.Name, Type: t.Type, Shape: t.Shape}
 	}
-	kv, err := decodedArrays(b.KV)
-	if err != nil {
-		return nil, fmt.Errorf("shape %s: %w", spec.Name, err)
-	}
-	return models.NewVirtualFile("shape:"+spec.Name, kv, ts)
-}
-
-// decodedArrays returns kv with its arrays outside the tokenizer (qwen35moe's
-// rope.dimension_sections, ...) as a GGUF file's decoding gives them, which is the only form
-// the loader's accessors read: synth's metadata holds Go slices, which they take for absent
-// keys. It writes those keys to a small GGUF file and decodes it. The tokenizer's arrays stay
-// as they are, since a shape runs no tokenizer.
-func decodedArrays(kv ggml.KV) (ggml.KV, error) {
-	arrays := ggml.KV{"general.architecture": kv.Architecture()}
-	for k, v := range kv {
-		if !strings.HasPrefix(k, "tokenizer.") && v != nil && reflect.TypeOf(v).Kind() == reflect.Slice {
-			arrays[k] = v
-		}
-	}
-	if len(arrays) == 1 {
-		return kv, nil
-	}
-	f, err := os.CreateTemp("", "commit-run-shape-*.gguf")
-	if err != nil {
-		return nil, err
-	}
-	defer os.Remove(f.Name())
-	defer f.Close()
-	if err := ggml.WriteGGUF(f, arrays, nil); err != nil {
-		return nil, fmt.Errorf("encode metadata arrays: %w", err)
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return nil, err
-	}
-	g, err := ggml.Decode(f, -1)
-	if err != nil {
-		return nil, fmt.Errorf("decode metadata arrays: %w", err)
-	}
-	out := maps.Clone(kv)
-	for k := range arrays {
-		if v, ok := g.KV()[k]; ok {
-			out[k] = v
-		} else if k != "general.architecture" {
-			return nil, fmt.Errorf("metadata key %q did not survive encoding", k)
-		}
-	}
-	return out, nil
+	return models.NewVirtualFile("shape:"+spec.Name, b.KV, ts)
 }
