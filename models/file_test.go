@@ -2,6 +2,7 @@ package models
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"math"
@@ -230,4 +231,31 @@ func FuzzOpen(f *testing.F) {
 			m.File.Close()
 		}
 	})
+}
+
+// badFile is a malformed variant of a tiny file: change makes it from a good one, and the
+// load error must contain want (name defaults to want).
+type badFile struct {
+	name   string
+	change func(s *tinySpec)
+	want   string
+}
+
+// checkBadFiles loads each variant of fresh() and requires an error containing its want.
+func checkBadFiles(t *testing.T, fresh func() *tinySpec, cases []badFile) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(cmp.Or(tc.name, tc.want), func(t *testing.T) {
+			s := fresh()
+			tc.change(s)
+			m, err := openAndLoad(s.write(t))
+			if err == nil {
+				m.File.Close()
+				t.Fatalf("no error, want one containing %q", tc.want)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q does not contain %q", err, tc.want)
+			}
+		})
+	}
 }

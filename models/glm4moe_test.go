@@ -1,7 +1,6 @@
 package models
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/ollama/ollama/fs/ggml"
@@ -98,11 +97,7 @@ func TestGLM4MoE(t *testing.T) {
 }
 
 func TestGLM4MoEBadFiles(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		change func(s *tinySpec)
-		want   string
-	}{
+	checkBadFiles(t, newTinyGLM, []badFile{
 		{"missing selection bias", func(s *tinySpec) { s.drop("blk.1.exp_probs_b.bias") }, `"blk.1.exp_probs_b.bias" is missing`},
 		{"missing k bias", func(s *tinySpec) { s.drop("blk.0.attn_k.bias") }, `"blk.0.attn_k.bias" is missing`},
 		{"missing post-attention norm", func(s *tinySpec) { s.drop("blk.1.post_attention_norm.weight") }, `"blk.1.post_attention_norm.weight" is missing`},
@@ -125,18 +120,5 @@ func TestGLM4MoEBadFiles(t *testing.T) {
 		{"no expert width", func(s *tinySpec) { delete(s.kv, "glm4moe.expert_feed_forward_length") }, `"glm4moe.expert_feed_forward_length" is missing`},
 		{"rope wider than a head", func(s *tinySpec) { s.kv["glm4moe.rope.dimension_count"] = uint32(16) }, "implausible head sizes"},
 		{"M-RoPE sections", func(s *tinySpec) { s.kv["glm4moe.rope.dimension_sections"] = []uint32{2, 2, 0, 0} }, `"glm4moe.rope.dimension_sections"`},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			s := newTinyGLM()
-			tc.change(s)
-			m, err := openAndLoad(s.write(t))
-			if err == nil {
-				m.File.Close()
-				t.Fatalf("no error, want one containing %q", tc.want)
-			}
-			if !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("error %q does not contain %q", err, tc.want)
-			}
-		})
-	}
+	})
 }

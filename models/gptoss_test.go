@@ -82,35 +82,21 @@ func TestGPTOSS(t *testing.T) {
 // TestGPTOSSMalformed: a gpt-oss file without what llama.cpp requires is an error naming the
 // tensor or key, never a model that runs without it.
 func TestGPTOSSMalformed(t *testing.T) {
-	cases := []struct {
-		edit func(s *tinySpec)
-		want string
-	}{
-		{func(s *tinySpec) { s.drop("blk.1.attn_sinks.weight") }, `tensor "blk.1.attn_sinks.weight" is missing`},
-		{func(s *tinySpec) { s.replace("blk.0.attn_sinks.weight", f32Tensor("blk.0.attn_sinks.weight", 4)) }, `tensor "blk.0.attn_sinks.weight" has shape [4]`},
-		{func(s *tinySpec) { s.drop("blk.0.ffn_down_exps.bias") }, `tensor "blk.0.ffn_down_exps.bias" is missing`},
-		{func(s *tinySpec) { s.drop("blk.1.ffn_gate_inp.bias") }, `tensor "blk.1.ffn_gate_inp.bias" is missing`},
-		{func(s *tinySpec) { s.drop("blk.0.attn_output.bias") }, `tensor "blk.0.attn_output.bias" is missing`},
-		{func(s *tinySpec) { s.drop("output.weight") }, `tensor "output.weight" is missing`},
-		{func(s *tinySpec) { delete(s.kv, "gpt-oss.attention.sliding_window") }, `metadata key "gpt-oss.attention.sliding_window" is missing`},
-		{func(s *tinySpec) { s.kv["gpt-oss.attention.sliding_window"] = uint32(0) }, `"gpt-oss.attention.sliding_window": a sliding window of 0`},
-		{func(s *tinySpec) { s.kv["gpt-oss.attention.sliding_window_pattern"] = uint32(3) }, `"gpt-oss.attention.sliding_window_pattern": 3`},
-		{func(s *tinySpec) { s.kv["gpt-oss.rope.dimension_count"] = uint32(4) }, `differ from the rope dimension 4`},
-		{func(s *tinySpec) {
+	checkBadFiles(t, newTinyGPTOSS, []badFile{
+		{"", func(s *tinySpec) { s.drop("blk.1.attn_sinks.weight") }, `tensor "blk.1.attn_sinks.weight" is missing`},
+		{"", func(s *tinySpec) { s.replace("blk.0.attn_sinks.weight", f32Tensor("blk.0.attn_sinks.weight", 4)) }, `tensor "blk.0.attn_sinks.weight" has shape [4]`},
+		{"", func(s *tinySpec) { s.drop("blk.0.ffn_down_exps.bias") }, `tensor "blk.0.ffn_down_exps.bias" is missing`},
+		{"", func(s *tinySpec) { s.drop("blk.1.ffn_gate_inp.bias") }, `tensor "blk.1.ffn_gate_inp.bias" is missing`},
+		{"", func(s *tinySpec) { s.drop("blk.0.attn_output.bias") }, `tensor "blk.0.attn_output.bias" is missing`},
+		{"", func(s *tinySpec) { s.drop("output.weight") }, `tensor "output.weight" is missing`},
+		{"", func(s *tinySpec) { delete(s.kv, "gpt-oss.attention.sliding_window") }, `metadata key "gpt-oss.attention.sliding_window" is missing`},
+		{"", func(s *tinySpec) { s.kv["gpt-oss.attention.sliding_window"] = uint32(0) }, `"gpt-oss.attention.sliding_window": a sliding window of 0`},
+		{"", func(s *tinySpec) { s.kv["gpt-oss.attention.sliding_window_pattern"] = uint32(3) }, `"gpt-oss.attention.sliding_window_pattern": 3`},
+		{"", func(s *tinySpec) { s.kv["gpt-oss.rope.dimension_count"] = uint32(4) }, `differ from the rope dimension 4`},
+		{"", func(s *tinySpec) {
 			bad := mxfp4Tensor("blk.0.ffn_up_exps.weight", 32, 32, 4)
 			bad.Shape = []uint64{40, 32, 4}
 			s.replace("blk.0.ffn_up_exps.weight", bad)
 		}, `"blk.0.ffn_up_exps.weight": MXFP4 row of 40 elements is not a whole number of 32-element blocks`},
-	}
-	for _, c := range cases {
-		s := newTinyGPTOSS()
-		c.edit(s)
-		m, err := openAndLoad(s.write(t))
-		if err == nil {
-			m.File.Close()
-		}
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("error %v, want %q", err, c.want)
-		}
-	}
+	})
 }

@@ -1,7 +1,6 @@
 package models
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/ollama/ollama/fs/ggml"
@@ -94,11 +93,7 @@ func TestQwen35MoE(t *testing.T) {
 }
 
 func TestQwen35MoEBadFiles(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		change func(s *tinySpec)
-		want   string
-	}{
+	checkBadFiles(t, newTinyQwen35, []badFile{
 		{"state size does not match the inner size", func(s *tinySpec) { s.kv["qwen35moe.ssm.inner_size"] = uint32(40) }, `"qwen35moe.ssm.inner_size"`},
 		{"state size does not match the tensors", func(s *tinySpec) {
 			s.kv["qwen35moe.ssm.state_size"] = uint32(4)
@@ -115,20 +110,7 @@ func TestQwen35MoEBadFiles(t *testing.T) {
 		{"no rope sections", func(s *tinySpec) { delete(s.kv, "qwen35moe.rope.dimension_sections") }, `"qwen35moe.rope.dimension_sections" is missing`},
 		{"a pair rotated by the vision section", func(s *tinySpec) { s.kv["qwen35moe.rope.dimension_sections"] = []int32{1, 0, 0, 1} }, `"qwen35moe.rope.dimension_sections"`},
 		{"zero interval", func(s *tinySpec) { s.kv["qwen35moe.full_attention_interval"] = uint32(0) }, `"qwen35moe.full_attention_interval"`},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			s := newTinyQwen35()
-			tc.change(s)
-			m, err := openAndLoad(s.write(t))
-			if err == nil {
-				m.File.Close()
-				t.Fatalf("no error, want one containing %q", tc.want)
-			}
-			if !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("error %q does not contain %q", err, tc.want)
-			}
-		})
-	}
+	})
 }
 
 // TestRecStateRewind: a recurrent state resumes at its position, at a snapshot or at 0, the
