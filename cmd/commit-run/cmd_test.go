@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/commit-run/commit-run/synth"
 )
 
 // runCLI runs the command tree in-process with stdin as input and returns stdout, stderr and
@@ -265,4 +267,18 @@ func TestOffloadFlagsBadInput(t *testing.T) {
 			t.Errorf("%v: exit %d, stderr %q, want an error mentioning %q", c.args, code, errOut, c.want)
 		}
 	}
+}
+
+// goldenFile writes synth's golden model of the given name into a temporary folder.
+func goldenFile(t *testing.T, name string) string {
+	t.Helper()
+	spec, err := synth.GoldenSpec(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), name+".gguf")
+	if _, err := synth.WriteFile(spec, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -2,24 +2,14 @@ package main
 
 import (
 	"encoding/json"
-	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/commit-run/commit-run/synth"
 )
 
 // TestInspectGLM4MoE: inspect describes what sets glm4moe apart: its leading dense layer, the
 // next-token-prediction block it holds but never runs, and its routing.
 func TestInspectGLM4MoE(t *testing.T) {
-	spec, err := synth.GoldenSpec("glm4moe-q4km")
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "glm.gguf")
-	if _, err := synth.WriteFile(spec, path); err != nil {
-		t.Fatal(err)
-	}
+	path := goldenFile(t, "glm4moe-q4km")
 	out, _ := mustRun(t, "", "inspect", path)
 	for _, want := range []string{"glm4moe", "3 (1 dense, 2 MoE), and 1 next-token-prediction block not run",
 		"sigmoid, selection bias, top-4 within the best 2 of 4 groups, renormalised, scaled by 1.8"} {

@@ -2,24 +2,14 @@ package main
 
 import (
 	"encoding/json"
-	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/commit-run/commit-run/synth"
 )
 
 // TestInspectGPTOSS: inspect describes what sets gpt-oss apart: its sliding-window layers and
 // sinks, its biased router and experts, and their activation.
 func TestInspectGPTOSS(t *testing.T) {
-	spec, err := synth.GoldenSpec("gpt-oss-mxfp4")
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "gpt-oss.gguf")
-	if _, err := synth.WriteFile(spec, path); err != nil {
-		t.Fatal(err)
-	}
+	path := goldenFile(t, "gpt-oss-mxfp4")
 	out, _ := mustRun(t, "", "inspect", path)
 	for _, want := range []string{"gpt-oss", "sliding window of 8 positions on 2 of 3 layers, a sink logit per head",
 		"expert ffn 64 (biased, swiglu-oai)", "biased logits, softmax of the top-k", "MXFP4"} {

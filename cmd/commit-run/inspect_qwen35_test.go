@@ -2,24 +2,14 @@ package main
 
 import (
 	"encoding/json"
-	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/commit-run/commit-run/synth"
 )
 
 // TestInspectQwen35MoE: inspect describes qwen35moe's hybrid stack: which layers are gated
 // DeltaNet and their heads, convolution and state, and the full-attention layers' output gate.
 func TestInspectQwen35MoE(t *testing.T) {
-	spec, err := synth.GoldenSpec("qwen35moe-q4km")
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "qwen35moe.gguf")
-	if _, err := synth.WriteFile(spec, path); err != nil {
-		t.Fatal(err)
-	}
+	path := goldenFile(t, "qwen35moe-q4km")
 	out, _ := mustRun(t, "", "inspect", path)
 	for _, want := range []string{"qwen35moe", "3 of 4 layers gated DeltaNet (2 key and 4 value heads of 32, a convolution of 4; 57.00 KiB of recurrent state per sequence)",
 		"1 full-attention layer with a sigmoid-gated output", "16 routed, top-4, 1 shared"} {

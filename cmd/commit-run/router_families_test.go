@@ -5,8 +5,6 @@ import (
 	"regexp"
 	"strconv"
 	"testing"
-
-	"github.com/commit-run/commit-run/synth"
 )
 
 // TestCommitRouterNewFamilies: the Commit Router is collected, trained and run on a
@@ -18,15 +16,9 @@ func TestCommitRouterNewFamilies(t *testing.T) {
 	budget := regexp.MustCompile(`expert slots of (\d+) bytes.* at least (\d+) bytes`)
 	for _, name := range []string{"glm4moe-q4km", "gpt-oss-mxfp4", "qwen35moe-q4km"} {
 		t.Run(name, func(t *testing.T) {
-			spec, err := synth.GoldenSpec(name)
-			if err != nil {
-				t.Fatal(err)
-			}
+			model := goldenFile(t, name)
 			dir := t.TempDir()
-			model, tr, pred := filepath.Join(dir, "m.gguf"), filepath.Join(dir, "m.trace"), filepath.Join(dir, "m.commit-router.gguf")
-			if _, err := synth.WriteFile(spec, model); err != nil {
-				t.Fatal(err)
-			}
+			tr, pred := filepath.Join(dir, "m.trace"), filepath.Join(dir, "m.commit-router.gguf")
 			mustRun(t, "", "-m", model, "predictor", "collect", "--text", heldOut, "--max-tokens", "600", "--window", "128", "--out", tr)
 			mustRun(t, "", "-m", model, "predictor", "train", "--trace", tr, "--out", pred, "--epochs", "2")
 			gen := func(extra ...string) string {
