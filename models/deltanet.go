@@ -61,19 +61,19 @@ func (d *DeltaNet) Forward(b Backend, c *LayerCache, x []float32, T, pos0 int, o
 	b.MatMul(d.Gate, x, T, z)
 	b.MatMul(d.Beta, x, T, beta)
 	b.MatMul(d.Alpha, x, T, g)
-	for t := 0; t < T; t++ {
-		bt, gt := beta[t*hv:(t+1)*hv], g[t*hv:(t+1)*hv]
-		for h := range bt {
-			bt[h] = Sigmoid(bt[h])
-			gt[h] = softplus(gt[h]+d.DtBias[h]) * d.A[h]
-		}
-	}
 	if timingOnly(b) {
 		// Only the products are priced; the engine prices the recurrence (its state's
 		// traffic), which a timing-only pass need not compute.
 		b.MatMul(d.Out, b.Floats(T*vd), T, out)
 		st.Pos = pos0 + T
 		return
+	}
+	for t := 0; t < T; t++ {
+		bt, gt := beta[t*hv:(t+1)*hv], g[t*hv:(t+1)*hv]
+		for h := range bt {
+			bt[h] = Sigmoid(bt[h])
+			gt[h] = softplus(gt[h]+d.DtBias[h]) * d.A[h]
+		}
 	}
 	var snap *recSnap
 	if T > 1 {
@@ -172,7 +172,6 @@ type deltaJob struct {
 	snap               *recSnap
 	conv, beta, g, out []float32
 	T                  int
-	delta              []float32
 	run                func(h int) // bound once, so that passing it allocates nothing
 }
 
