@@ -202,10 +202,15 @@ func (HostOps) Combine(out, ys []float32, weights []float32, off []int32, d int)
 
 // GatedAdd implements device.Ops.
 func (HostOps) GatedAdd(out, sh, x, gate []float32, d int) {
+	// llama.cpp's qwen2moe graph computes the gate's sigmoid as silu(v)/v.
+	gatedAdd(out, sh, x, gate, d, SiLUOverX)
+}
+
+// gatedAdd adds to row t of out row t of sh times sigmoid(v), v = gate · row t of x as a
+// one-row matrix product (ggml_vec_dot_f32), with the sigmoid as the graph computes it.
+func gatedAdd(out, sh, x, gate []float32, d int, sigmoid func(float32) float32) {
 	for t := 0; t < len(out)/d; t++ {
-		// llama.cpp's qwen2moe graph computes the gate's sigmoid as silu(v)/v, and v as a
-		// one-row matrix product (ggml_vec_dot_f32).
-		g := SiLUOverX(quant.DotF32Vec(gate, x[t*d:(t+1)*d]))
+		g := sigmoid(quant.DotF32Vec(gate, x[t*d:(t+1)*d]))
 		o, s := out[t*d:(t+1)*d], sh[t*d:(t+1)*d]
 		for i := range o {
 			o[i] += float32(g * s[i])

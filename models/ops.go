@@ -1,10 +1,6 @@
 package models
 
-import (
-	"math"
-
-	"github.com/commit-run/commit-run/quant"
-)
+import "math"
 
 // RMSNorm writes x / sqrt(mean(x²) + eps) * w (+ b) to dst in ggml's arithmetic: the squares
 // are float32 products summed in float64, and the scale is 1.0f/sqrtf(mean + eps) in float32.
@@ -46,13 +42,7 @@ func SiLUOverX(x float32) float32 { return siluScalar(x) / x }
 // SigmoidGatedAdd is device.Ops' GatedAdd with the gate's sigmoid as ggml_sigmoid computes
 // it (llama.cpp's qwen35moe graph), on host memory.
 func SigmoidGatedAdd(out, sh, x, gate []float32, d int) {
-	for t := 0; t < len(out)/d; t++ {
-		g := Sigmoid(quant.DotF32Vec(gate, x[t*d:(t+1)*d]))
-		o, s := out[t*d:(t+1)*d], sh[t*d:(t+1)*d]
-		for i := range o {
-			o[i] += float32(g * s[i])
-		}
-	}
+	gatedAdd(out, sh, x, gate, d, Sigmoid)
 }
 
 // AddTo adds src to dst element-wise (the residual connections).
