@@ -112,7 +112,7 @@ func bytesAs[T float32 | uint16](b []byte) []T {
 }
 
 // Bytes returns the memory the cache holds: keys, values and recurrent states, not the
-// states' snapshots (which RecState.Bytes counts).
+// states' snapshots (host memory beside them).
 func (kv *KVCache) Bytes() int64 {
 	var n int64
 	for _, l := range kv.Layers {

@@ -102,25 +102,6 @@ func (r *RecState) rewind(p int) {
 	r.dropAfter(p)
 }
 
-// Bytes returns the memory of the state and its snapshots.
-func (r *RecState) Bytes() int64 {
-	return int64(len(r.Conv)+len(r.S)) * 4 * int64(1+len(r.snaps)+len(r.spare))
-}
-
-// Recurrent reports whether the cache holds recurrent layers' states, which limit where a
-// sequence can be resumed (Resumable).
-func (kv *KVCache) Recurrent() bool {
-	if kv == nil {
-		return false
-	}
-	for i := range kv.Layers {
-		if kv.Layers[i].Rec != nil {
-			return true
-		}
-	}
-	return false
-}
-
 // Resumable returns the longest prefix, of at most p of the cached tokens, that a pass can
 // continue from: p itself without recurrent layers; with them, the longest every recurrent
 // layer can be set to (its position, a snapshot's, or 0).
