@@ -700,6 +700,22 @@ func elementwiseCases() []kernelCase {
 		})
 	}
 
+	// swiglu_oai_f32: models.SwiGLUOAI to the bit (glibc's expf on both sides), with gates and
+	// ups beyond gpt-oss's limit of 7 on either side, zeros and NaN.
+	for _, c := range []struct{ n, grid int }{{272, 2}, {37, 1}} {
+		add("swiglu_oai_f32", fmt.Sprintf("n=%d,grid=%d", c.n, c.grid), func(t *testing.T, k *kernelEnv, r *rand.Rand) {
+			g, u := randF32(r, c.n, 12), randF32(r, c.n, 12)
+			copy(g, []float32{100, -100, 7, -7, 0, float32(math.Copysign(0, -1)), 1e-30, float32(math.NaN()), 90})
+			copy(u, []float32{-100, 100, 6.5, -8, 0, 0, 1, 1, float32(math.NaN())})
+			dg, du := k.putF32(t, g), k.putF32(t, u)
+			var args Args
+			k.run(t, "swiglu_oai_f32", Dim3{X: c.grid}, Dim3{X: 256}, args.Ptr(dg).Ptr(du).Int(c.n).Float(1.702).Float(7))
+			want := make([]float32, c.n)
+			models.SwiGLUOAI(want, g, u, 1.702, 7)
+			checkBits(t, "g", k.getF32(t, dg, c.n), want)
+		})
+	}
+
 	for _, c := range []struct{ k, d, ntok, grid int }{{4, 300, 3, 2}, {1, 17, 2, 1}, {8, 64, 1, 1}} {
 		add("combine_f32", fmt.Sprintf("k=%d,d=%d,ntok=%d,grid=(%d,%d)", c.k, c.d, c.ntok, c.grid, c.ntok), func(t *testing.T, k *kernelEnv, r *rand.Rand) {
 			out, ys, w := ewValues(r, c.ntok*c.d), randF32(r, c.ntok*c.k*c.d, 1), randUniform(r, c.ntok*c.k, 0, 1)
@@ -1086,6 +1102,8 @@ type attnCase struct {
 	ntok, heads, kvHeads, dk, dv, pos0 int
 	mla                                bool // absorbed MLA: k = v = the latent cache
 	dev                                bool // pos0 given in device memory (posp), not as an int
+	window                             int  // a sliding window, 0 = none
+	sinks                              bool // a sink logit per head
 }
 
 func (c attnCase) String() string {
@@ -1095,6 +1113,12 @@ func (c attnCase) String() string {
 	}
 	if c.dev {
 		s += ",device_pos"
+	}
+	if c.window != 0 {
+		s += fmt.Sprintf(",window=%d", c.window)
+	}
+	if c.sinks {
+		s += ",sinks"
 	}
 	return s
 }
@@ -1114,6 +1138,13 @@ func attnCases() []kernelCase {
 		// one small KV head, about 0.1 s a launch.
 		{ntok: 2, heads: 2, kvHeads: 1, dk: 32, dv: 32, pos0: 4095},
 		{ntok: 1, heads: 2, kvHeads: 1, dk: 32, dv: 32, pos0: 4140},
+		// gpt-oss: sinks above, among and below the scores, with and without a window that
+		// starts inside a group of 16 (and after the first), or covers every position.
+		{ntok: 3, heads: 4, kvHeads: 2, dk: 64, dv: 64, pos0: 20, sinks: true},
+		{ntok: 3, heads: 4, kvHeads: 2, dk: 64, dv: 64, pos0: 40, window: 7, sinks: true},
+		{ntok: 1, heads: 4, kvHeads: 2, dk: 64, dv: 64, pos0: 40, window: 19, dev: true},
+		{ntok: 2, heads: 4, kvHeads: 2, dk: 64, dv: 64, pos0: 3, window: 64, sinks: true},
+		{ntok: 1, heads: 2, kvHeads: 1, dk: 32, dv: 32, pos0: 4140, window: 4110, sinks: true},
 	} {
 		for _, f16 := range []bool{false, true} {
 			kernel := "attn_f32"
@@ -1197,6 +1228,25 @@ func checkAttn(t *testing.T, k *kernelEnv, c attnCase, f16 bool, r *rand.Rand) {
 			dv = k.putF32(t, vc)
 		}
 	}
+	// The keys and values of the positions no token's window sees (the first token's masked
+	// ones) are NaN: the kernel must not read them.
+	if c.window > 0 {
+		masked := max(0, c.pos0+1-c.window)
+		for i := 0; i < masked*kstride; i++ {
+			kc[i] = float32(math.NaN())
+		}
+		for i := 0; i < masked*vstride; i++ {
+			vc[i] = float32(math.NaN())
+		}
+	}
+	var sinks []float32
+	var dsinks DevicePtr
+	if c.sinks {
+		for h := range c.heads {
+			sinks = append(sinks, float32(h%3-1)*2.5+0.3)
+		}
+		dsinks = k.putF32(t, sinks)
+	}
 	dq, dout := k.putF32(t, q), k.alloc(t, 4*c.ntok*c.heads*c.dv)
 	posp, pos0 := DevicePtr(0), c.pos0
 	if c.dev {
@@ -1205,7 +1255,7 @@ func checkAttn(t *testing.T, k *kernelEnv, c attnCase, f16 bool, r *rand.Rand) {
 	var args Args
 	k.run(t, kernel, Dim3{X: c.heads, Y: c.ntok}, Dim3{X: 256},
 		args.Ptr(dq).Ptr(dk).Ptr(dv).Ptr(dout).Int(c.ntok).Int(c.heads).Int(c.kvHeads).Int(c.dk).Int(c.dv).
-			Int(kstride).Int(vstride).Int(khs).Int(vhs).Ptr(posp).Int(pos0).Float(scale))
+			Int(kstride).Int(vstride).Int(khs).Int(vhs).Ptr(posp).Int(pos0).Float(scale).Int(c.window).Ptr(dsinks))
 	got := k.getF32(t, dout, c.ntok*c.heads*c.dv)
 
 	want, tol := make([]float64, len(got)), make([]float64, len(got))
@@ -1219,9 +1269,17 @@ func checkAttn(t *testing.T, k *kernelEnv, c attnCase, f16 bool, r *rand.Rand) {
 					qh[i] = quant.FP16ToFP32(quant.FP32ToFP16(v))
 				}
 			}
+			lo := 0
+			if c.window > 0 {
+				lo = max(0, n-c.window)
+			}
 			s, sabs := make([]float64, n), 0.0
 			m := math.Inf(-1)
 			for p := 0; p < n; p++ {
+				if p < lo {
+					s[p] = math.Inf(-1)
+					continue
+				}
 				kr := kc[p*kstride+g*khs:]
 				var d, a float64
 				for i, v := range qh {
@@ -1232,11 +1290,17 @@ func checkAttn(t *testing.T, k *kernelEnv, c attnCase, f16 bool, r *rand.Rand) {
 				sabs = max(sabs, a*float64(scale))
 				m = max(m, s[p])
 			}
+			if sinks != nil {
+				m = max(m, float64(sinks[h]))
+			}
 			var sum, spread float64
-			for p := range s {
+			for p := lo; p < n; p++ {
 				spread = max(spread, m-s[p])
 				s[p] = math.Exp(s[p] - m)
 				sum += s[p]
+			}
+			if sinks != nil {
+				sum += math.Exp(float64(sinks[h]) - m)
 			}
 			e := gamma(ceilDiv(c.dk, 32)+6) * sabs
 			perExp := 2*e + unit*spread + 4*unit
@@ -1244,7 +1308,7 @@ func checkAttn(t *testing.T, k *kernelEnv, c attnCase, f16 bool, r *rand.Rand) {
 			// The probabilities; for attn_f16kv the halves the kernel rounds them to, and where
 			// the kernel's float32 probability may round to either of two halves, the gap.
 			prs, gap := make([]float64, n), make([]float64, n)
-			for p := range prs {
+			for p := lo; p < n; p++ {
 				prs[p] = s[p] / sum
 				if f16 {
 					lo, hi := roundHalf(prs[p]*(1-delta)), roundHalf(prs[p]*(1+delta))
@@ -1258,7 +1322,7 @@ func checkAttn(t *testing.T, k *kernelEnv, c attnCase, f16 bool, r *rand.Rand) {
 			o := (tk*c.heads + h) * c.dv
 			for d := 0; d < c.dv; d++ {
 				var out, a, b float64
-				for p := 0; p < n; p++ {
+				for p := lo; p < n; p++ {
 					v := float64(vc[p*vstride+g*vhs+d])
 					out += prs[p] * v
 					a += prs[p] * math.Abs(v)

@@ -19,6 +19,17 @@ import (
 // from it have run (ringHalf). An operation on memory that is not the device's fails the GPU
 // (a sticky error the pass reports) instead of touching it.
 
+// Computes implements device.Featured: the attention kernel's sliding windows and sinks, the
+// router's and experts' biases (AddRows) and the SwiGLU-OAI kernel, which the engine's
+// host-routed expert path calls.
+func (g *GPU) Computes(f device.Feature) bool {
+	switch f {
+	case device.SlidingWindow, device.AttentionSinks, device.RouterBiases, device.ExpertBiases, device.SwiGLUOAI:
+		return true
+	}
+	return false
+}
+
 // paramRing is the bytes of the ring for the host arrays of operations.
 const paramRing = 1 << 20
 
@@ -247,6 +258,14 @@ func (g *GPU) SwiGLU(gate, u []float32, d int) {
 	c.launch("swiglu_f32", ewGrid(len(gate)), Dim3{X: 256})
 }
 
+// SwiGLUOAI implements device.Ops: models.SwiGLUOAI's arithmetic, to the bit.
+func (g *GPU) SwiGLUOAI(gate, u []float32, d int, alpha, limit float32) {
+	c := g.begin("SwiGLU-OAI")
+	defer c.end()
+	g.args.Reset().Ptr(c.f(gate, "the gate")).Ptr(c.f(u, "the up projection")).Int(len(gate)).Float(alpha).Float(limit)
+	c.launch("swiglu_oai_f32", ewGrid(len(gate)), Dim3{X: 256})
+}
+
 // Rope implements device.Ops.
 func (g *GPU) Rope(x []float32, pos0, T, heads, headStride, tokStride int, r *device.RoPE) {
 	c := g.begin("RoPE")
@@ -294,12 +313,8 @@ func (c *opCall) kvCache(d32 []float32, d16 []uint16, what string) DevicePtr {
 func (g *GPU) Attend(out, q []float32, kv *device.KVLayer, pos0, T int, a *device.AttnShape) {
 	c := g.begin("attention")
 	defer c.end()
-	if a.Window != 0 || a.Sinks != nil {
-		// The kernels have neither: running them would attend as another model does.
-		c.err = fmt.Errorf("sliding-window attention and attention sinks have no CUDA kernel")
-		return
-	}
 	qp, op := c.f(q, "the queries"), c.f(out, "the output")
+	sp := c.f(a.Sinks, "the attention sinks")
 	var kp, vp DevicePtr
 	name := "attn_f32"
 	if kv.F16 {
@@ -322,7 +337,8 @@ func (g *GPU) Attend(out, q []float32, kv *device.KVLayer, pos0, T int, a *devic
 	}
 	posp, off := c.pos(pos0)
 	g.args.Reset().Ptr(qp).Ptr(kp).Ptr(vp).Ptr(op).Int(T).Int(a.Heads).Int(a.KVHeads).Int(a.DK).Int(a.DV).
-		Int(kv.KDim).Int(vstride).Int(a.KHeadStride).Int(a.VHeadStride).Ptr(posp).Int(off).Float(a.Scale)
+		Int(kv.KDim).Int(vstride).Int(a.KHeadStride).Int(a.VHeadStride).Ptr(posp).Int(off).Float(a.Scale).
+		Int(a.Window).Ptr(sp)
 	c.launch(name, Dim3{X: a.Heads, Y: T}, Dim3{X: 256})
 }
 

@@ -23,6 +23,9 @@ type Ops interface {
 	AddRows(x, bias []float32)
 	// SwiGLU writes silu(g) * u to g, row by row.
 	SwiGLU(g, u []float32, d int)
+	// SwiGLUOAI writes gpt-oss's clamped activation of g and u to g, row by row
+	// (models.SwiGLUOAI: min(g, limit) * sigmoid(alpha * min(g, limit)) * (clamp(u) + 1)).
+	SwiGLUOAI(g, u []float32, d int, alpha, limit float32)
 	// RMSNormStrided is RMSNorm for rows that are not packed: row r of x is the d floats at
 	// x[r*xStride:], normalised to dst[r*dstStride:]; the floats between d and a stride are
 	// left alone. (MLA normalises the latent, the first values of each kv_a row, in place.)

@@ -61,10 +61,16 @@ func (m *Model) setupFused() {
 }
 
 // deviceRoutes says why a device cannot route a MoE block, or nil: device.Gating has no
-// expert groups, and a kernel that ignored them would choose other experts than the host.
+// expert groups, nor a router bias, and the device's expert kernels compute plain SwiGLU
+// experts; kernels that ignored them would choose or compute other experts than the host.
 func deviceRoutes(moe *models.MoE) error {
-	if moe.Groups > 1 {
+	switch {
+	case moe.Groups > 1:
 		return fmt.Errorf("the device does not route experts limited to %d of %d groups", moe.GroupsUsed, moe.Groups)
+	case moe.RouterBias != nil:
+		return fmt.Errorf("the device does not route with a router bias")
+	case !moe.PlainExperts():
+		return fmt.Errorf("the device's expert kernels have no expert biases or SwiGLU-OAI")
 	}
 	return nil
 }
@@ -112,7 +118,7 @@ func (b *backend) Fused() device.Fused { return b.fused }
 // experts are done.
 func (m *Model) expertsOnDevice(b models.Backend, layer int, x []float32, routes []routing, kept [][]bool, out []float32) (plan []bool, planned bool, err error) {
 	rm, ok := m.dev.(device.RoutedMoE)
-	if !ok || m.fused == nil || len(routes) != 1 || kept != nil {
+	if !ok || m.fused == nil || len(routes) != 1 || kept != nil || !m.arch.Layers[layer].MoE.PlainExperts() {
 		return nil, false, nil
 	}
 	r := routes[0]

@@ -7,26 +7,44 @@ import (
 	"github.com/commit-run/commit-run/device"
 )
 
-// checkHostOnly refuses a model that needs what only the host's operations compute
+// checkHostOnly refuses a model that needs what only some devices compute
 // (models.Model.HostOnly: gpt-oss's sliding window, sinks, biased router and experts and its
-// activation) where the passes would not compute on the host: on a device with kernels of
-// its own (a GPU), which would leave them out and run another model, and under expert
-// parallelism, whose ranks compute the experts their own way. The CPU and the simulated GPU
-// (whose numbers are the CPU's) run it.
+// activation; Qwen3.5's DeltaNet layers, gated attention output and sigmoid shared gate) where
+// the passes would not compute it: on a device with kernels of its own (a GPU) that does not
+// say it computes them (device.Featured), which would leave them out and run another model,
+// and under expert parallelism, whose ranks compute the experts their own way. The CPU and the
+// simulated GPU (whose numbers are the CPU's) run every model.
 func (m *Model) checkHostOnly() error {
-	missing := m.arch.HostOnly()
-	if len(missing) == 0 {
+	needs := m.arch.HostOnly()
+	if len(needs) == 0 {
 		return nil
 	}
-	what := strings.Join(missing, ", ")
 	if m.opts.EP != nil {
-		return fmt.Errorf("expert parallelism does not compute %s's %s yet: run it on one device", m.arch.Config.Arch, what)
+		return fmt.Errorf("expert parallelism does not compute %s's %s yet: run it on one device", m.arch.Config.Arch, joinFeatures(needs))
 	}
 	_, ops := m.dev.(device.Ops)
 	_, routed := m.dev.(device.RoutedMoE)
 	_, fused := m.dev.(device.Fused)
-	if ops || routed || fused {
-		return fmt.Errorf("%s has no kernels for %s's %s: run it on the CPU", m.dev.Name(), m.arch.Config.Arch, what)
+	if !ops && !routed && !fused {
+		return nil
+	}
+	fd, _ := m.dev.(device.Featured)
+	var missing []device.Feature
+	for _, f := range needs {
+		if fd == nil || !fd.Computes(f) {
+			missing = append(missing, f)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%s has no kernels for %s's %s: run it on the CPU", m.dev.Name(), m.arch.Config.Arch, joinFeatures(missing))
 	}
 	return nil
+}
+
+func joinFeatures(fs []device.Feature) string {
+	s := make([]string, len(fs))
+	for i, f := range fs {
+		s[i] = string(f)
+	}
+	return strings.Join(s, ", ")
 }

@@ -572,8 +572,7 @@ func (m *Model) DropStats() (st DropStats, ok bool) {
 // expertFFN computes routed expert e of layer on T rows of x into out with the matrices f
 // (where the placement keeps them): a plain SwiGLU block (swiglu), or gpt-oss's in llama.cpp's
 // order: the up and gate products plus the expert's biases (ggml_add_id), the clamped
-// SwiGLU-OAI, the down product plus its bias. The biases and the activation are the host's:
-// the devices that compute passes in their own memory refuse such models (checkHostOnly).
+// SwiGLU-OAI, the down product plus its bias, each an operation of b's device.
 func (m *Model) expertFFN(b models.Backend, matMul func(quant.Matrix, []float32, int, []float32), ch device.Charger, layer, e int, f *models.FFN, x []float32, T int, out []float32) {
 	moe := m.arch.Layers[layer].MoE
 	if moe.PlainExperts() {
@@ -588,9 +587,7 @@ func (m *Model) expertFFN(b models.Backend, matMul func(quant.Matrix, []float32,
 	matMul(f.Gate, x, T, g)
 	addBias(b, g, gb)
 	if a := moe.OAI; a != nil {
-		for t := 0; t < T; t++ {
-			models.SwiGLUOAI(g[t*nff:(t+1)*nff], g[t*nff:(t+1)*nff], u[t*nff:(t+1)*nff], a.Alpha, a.Limit)
-		}
+		b.SwiGLUOAI(g, u, nff, a.Alpha, a.Limit)
 	} else {
 		b.SwiGLU(g, u, nff)
 	}

@@ -31,7 +31,7 @@ func (m *Model) setupOps() error {
 	ops := m.dev.(device.Ops)
 	res := m.dev.(device.Resident)
 	// The small host-decoded weights the Ops read: norms, biases, the shared expert's gate,
-	// RoPE's frequency factors.
+	// RoPE's frequency factors, attention sinks.
 	up := func(v []float32, what string) error {
 		if len(v) == 0 {
 			return nil
@@ -54,13 +54,15 @@ func (m *Model) setupOps() error {
 		case *models.StdAttention:
 			errs = append(errs, up(a.BQ, name("attn_q.bias")), up(a.BK, name("attn_k.bias")), up(a.BV, name("attn_v.bias")),
 				up(a.BO, name("attn_output.bias")), norm(a.QNorm, name("attn_q_norm")), norm(a.KNorm, name("attn_k_norm")),
-				up(a.Rope.FreqFactors, name("rope_freqs")))
+				up(a.Rope.FreqFactors, name("rope_freqs")), up(a.Sinks, name("attn_sinks")))
 		case *models.MLAttention:
 			errs = append(errs, norm(a.QANorm, name("attn_q_a_norm")), norm(a.KVANorm, name("attn_kv_a_norm")),
 				up(a.Rope.FreqFactors, name("rope_freqs")))
 		}
-		if l.MoE != nil {
-			errs = append(errs, up(l.MoE.SharedGate, name("ffn_gate_inp_shexp")), up(l.MoE.SelectionBias, name("exp_probs_b")))
+		if moe := l.MoE; moe != nil {
+			errs = append(errs, up(moe.SharedGate, name("ffn_gate_inp_shexp")), up(moe.SelectionBias, name("exp_probs_b")),
+				up(moe.RouterBias, name("ffn_gate_inp.bias")), up(moe.GateBias, name("ffn_gate_exps.bias")),
+				up(moe.UpBias, name("ffn_up_exps.bias")), up(moe.DownBias, name("ffn_down_exps.bias")))
 		}
 		for _, err := range errs {
 			if err != nil {

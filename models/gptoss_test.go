@@ -1,9 +1,10 @@
 package models
 
 import (
-	"strings"
+	"slices"
 	"testing"
 
+	"github.com/commit-run/commit-run/device"
 	"github.com/ollama/ollama/fs/ggml"
 )
 
@@ -74,8 +75,9 @@ func TestGPTOSS(t *testing.T) {
 			t.Errorf("layer %d: router bias %d, expert 3's biases %d %d %d", i, len(moe.RouterBias), len(g), len(u), len(d))
 		}
 	}
-	if got := strings.Join(m.HostOnly(), ", "); got != "sliding-window attention, attention sinks, router biases, expert biases, the SwiGLU-OAI activation" {
-		t.Errorf("HostOnly = %q", got)
+	want := []device.Feature{device.SlidingWindow, device.AttentionSinks, device.RouterBiases, device.ExpertBiases, device.SwiGLUOAI}
+	if got := m.HostOnly(); !slices.Equal(got, want) {
+		t.Errorf("HostOnly = %q, want %q", got, want)
 	}
 }
 

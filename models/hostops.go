@@ -94,6 +94,11 @@ func (HostOps) SwiGLU(g, u []float32, d int) {
 	}
 }
 
+// SwiGLUOAI implements device.Ops.
+func (HostOps) SwiGLUOAI(g, u []float32, d int, alpha, limit float32) {
+	SwiGLUOAI(g, g, u[:len(g)], alpha, limit)
+}
+
 // Rope implements device.Ops.
 func (HostOps) Rope(x []float32, pos0, T, heads, headStride, tokStride int, r *device.RoPE) {
 	var buf [256]float32 // the rotation of one position, on the stack for every common head

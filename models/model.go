@@ -2,8 +2,10 @@ package models
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
+	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/quant"
 )
 
@@ -103,47 +105,45 @@ func (m *MoE) PlainExperts() bool {
 	return m.OAI == nil && m.GateBias == nil && m.UpBias == nil && m.DownBias == nil
 }
 
-// HostOnly lists what of the model only the host's operations compute (HostOps and the
-// engine's host expert path), and no device's own kernels: sliding-window attention,
-// attention sinks, gated attention output, DeltaNet layers, router and expert biases, the
-// SwiGLU-OAI activation. Empty for the models every device runs.
-func (m *Model) HostOnly() []string {
-	var out []string
-	add := func(what string) {
-		for _, o := range out {
-			if o == what {
-				return
-			}
+// HostOnly lists what of the model only some devices compute (device.Feature): sliding-window
+// attention, attention sinks, gated attention output, DeltaNet layers, router and expert
+// biases, the SwiGLU-OAI activation, the sigmoid shared-expert gate. The host's operations
+// (HostOps and the engine's host expert path) compute them all. Empty for the models every
+// device runs.
+func (m *Model) HostOnly() []device.Feature {
+	var out []device.Feature
+	add := func(f device.Feature) {
+		if !slices.Contains(out, f) {
+			out = append(out, f)
 		}
-		out = append(out, what)
 	}
 	for _, l := range m.Layers {
 		if a, ok := l.Attn.(*StdAttention); ok {
 			if a.Window != 0 {
-				add("sliding-window attention")
+				add(device.SlidingWindow)
 			}
 			if a.Sinks != nil {
-				add("attention sinks")
+				add(device.AttentionSinks)
 			}
 			if a.OutGate {
-				add("gated attention output")
+				add(device.GatedAttnOutput)
 			}
 		}
 		if _, ok := l.Attn.(*DeltaNet); ok {
-			add("gated DeltaNet layers")
+			add(device.DeltaNetLayers)
 		}
 		if moe := l.MoE; moe != nil {
 			if moe.RouterBias != nil {
-				add("router biases")
+				add(device.RouterBiases)
 			}
 			if moe.GateBias != nil || moe.UpBias != nil || moe.DownBias != nil {
-				add("expert biases")
+				add(device.ExpertBiases)
 			}
 			if moe.OAI != nil {
-				add("the SwiGLU-OAI activation")
+				add(device.SwiGLUOAI)
 			}
 			if moe.SharedSigmoid {
-				add("the sigmoid shared-expert gate")
+				add(device.SigmoidSharedGate)
 			}
 		}
 	}

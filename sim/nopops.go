@@ -14,6 +14,7 @@ func (NopOps) RMSNorm(_, _ []float32, _ int, _, _ []float32, _ float32)         
 func (NopOps) Add(_, _ []float32)                                                        {}
 func (NopOps) AddRows(_, _ []float32)                                                    {}
 func (NopOps) SwiGLU(_, _ []float32, _ int)                                              {}
+func (NopOps) SwiGLUOAI(_, _ []float32, _ int, _, _ float32)                             {}
 func (NopOps) RMSNormStrided(_, _ []float32, _, _, _, _ int, _, _ []float32, _ float32)  {}
 func (NopOps) Rope([]float32, int, int, int, int, int, *device.RoPE)                     {}
 func (NopOps) StoreKV(*device.KVLayer, int, []float32, []float32)                        {}

@@ -6,7 +6,7 @@
 // does. The dot products and the weighted sum add in other orders than the CPU's, so results
 // agree to float32 rounding, not bit for bit.
 //
-// Any context length works: the first ATT_SMAX scores of a row stay in shared memory; the
+// Any context length works: the first ATT_SMAX scores of a row (of its window) stay in shared memory; the
 // scores of later positions are kept as a running (max, sum) in the first pass and computed
 // again in the second, so past ATT_SMAX positions the keys are read twice.
 #include "common.cuh"
@@ -30,7 +30,8 @@ template <class KV> CR_FN float att_score(const float* sq, const KV* kr, int dk)
 
 template <class KV>
 CR_FN void attn_body(const float* q, const KV* k, const KV* v, float* out, int ntok, int heads, int kv_heads, int dk, int dv,
-                     int kstride, int vstride, int kh_stride, int vh_stride, const int* posp, int pos0, float scale, int f16) {
+                     int kstride, int vstride, int kh_stride, int vh_stride, const int* posp, int pos0, float scale, int window,
+                     const float* sinks, int f16) {
 	__shared__ float sq[ATT_DK_MAX];
 	__shared__ float ss[ATT_SMAX];
 	__shared__ float sred[ATT_WARPS][ATT_DV_MAX];
@@ -48,6 +49,10 @@ CR_FN void attn_body(const float* q, const KV* k, const KV* v, float* out, int n
 	}
 	const int g = h / (heads / kv_heads);
 	const int n = pos0 + (posp ? *posp : 0) + t + 1; // causal: positions 0 .. pos0+t
+	// A sliding window sees positions lo..n-1. The scores are kept from base, lo rounded down to
+	// 16, with those before lo at -Inf (the CPU's mask), so that the sums of 16 exps group the
+	// positions as the CPU's do.
+	const int lo = window > 0 && n > window ? n - window : 0, base = lo & ~15;
 	const float* qh = q + ((i64)t * heads + h) * dk;
 	for (int i = tid; i < dk; i += ATT_THREADS)
 		sq[i] = f16 ? cr_round_h(qh[i]) : qh[i];
@@ -57,11 +62,11 @@ CR_FN void attn_body(const float* q, const KV* k, const KV* v, float* out, int n
 
 	// Pass 1: scores; the maximum; a running sum for the positions past ATT_SMAX.
 	float wmax = -cr_inf(), bm = -cr_inf(), bl = 0.0f;
-	for (int p = warp; p < n; p += ATT_WARPS) {
-		float s = cr_fmul(att_score(sq, kb + (i64)p * kstride, dk), scale);
-		if (p < ATT_SMAX) {
+	for (int p = base + warp; p < n; p += ATT_WARPS) {
+		float s = p < lo ? -cr_inf() : cr_fmul(att_score(sq, kb + (i64)p * kstride, dk), scale);
+		if (p - base < ATT_SMAX) {
 			if (lane == 0)
-				ss[p] = s;
+				ss[p - base] = s;
 		} else if (s > bm) {
 			bl = cr_fma(bl, cr_exp_v(bm - s), 1.0f);
 			bm = s;
@@ -79,9 +84,12 @@ CR_FN void attn_body(const float* q, const KV* k, const KV* v, float* out, int n
 	float m = -cr_inf();
 	for (int w = 0; w < ATT_WARPS; w++)
 		m = swm[w] > m ? swm[w] : m;
+	const float sink = sinks ? sinks[h] : 0.0f;
+	if (sinks && !(m > sink)) // ggml's MAX(max, sink)
+		m = sink;
 
 	// The sum of the exps: groups of 16 stored scores as the CPU's vectors, then the rest.
-	const int ns = n < ATT_SMAX ? n : ATT_SMAX;
+	const int ns = n - base < ATT_SMAX ? n - base : ATT_SMAX;
 	double sum = 0.0;
 	for (int gi = tid; 16 * gi < ns; gi += ATT_THREADS) {
 		float e[16];
@@ -94,6 +102,8 @@ CR_FN void attn_body(const float* q, const KV* k, const KV* v, float* out, int n
 	for (int w = 0; w < ATT_WARPS; w++)
 		if (swbl[w] > 0.0f)
 			sum += (double)swbl[w] * (double)cr_exp_v(swbm[w] - m);
+	if (sinks) // in the denominator only, with the CPU's scalar exp
+		sum += (double)cr_expf(sink - m);
 	const float inv = (float)(1.0 / sum);
 
 	// Pass 2: out = sum over p of prob_p * V[p], lanes over the value's elements.
@@ -101,8 +111,8 @@ CR_FN void attn_body(const float* q, const KV* k, const KV* v, float* out, int n
 #pragma unroll
 	for (int j = 0; j < ATT_DV_MAX / CR_WARP; j++)
 		acc[j] = 0.0f;
-	for (int p = warp; p < n; p += ATT_WARPS) {
-		float s = p < ATT_SMAX ? ss[p] : cr_fmul(att_score(sq, kb + (i64)p * kstride, dk), scale);
+	for (int p = lo + warp; p < n; p += ATT_WARPS) {
+		float s = p - base < ATT_SMAX ? ss[p - base] : cr_fmul(att_score(sq, kb + (i64)p * kstride, dk), scale);
 		float pr = cr_fmul(cr_exp_v(s - m), inv);
 		if (f16)
 			pr = cr_round_h(pr);
@@ -131,7 +141,7 @@ CR_FN void attn_body(const float* q, const KV* k, const KV* v, float* out, int n
 
 // attn_f32(const float* q, const float* k, const float* v, float* out, int ntok, int heads,
 //          int kv_heads, int dk, int dv, int kstride, int vstride, int kh_stride, int vh_stride,
-//          const int* posp, int pos0, float scale)
+//          const int* posp, int pos0, float scale, int window, const float* sinks)
 //   q     ntok rows of heads*dk floats: query head h of token t at q + (t*heads + h)*dk, after
 //         RoPE (and the q norm).
 //   k     the key cache: the key of KV head g at position p is k + p*kstride + g*kh_stride
@@ -143,6 +153,10 @@ CR_FN void attn_body(const float* q, const KV* k, const KV* v, float* out, int n
 //   the position of a decode step that a CUDA graph replays) and attends to positions 0 .. pos0+t, which the cache must
 //   already hold (its own key and value included). Query head h reads KV head
 //   h / (heads/kv_heads); heads % kv_heads == 0. scale multiplies q.k before the softmax.
+//   window, when > 0, is a sliding window: token t attends to the last window positions only,
+//   pos0+t-window+1 .. pos0+t (llama.cpp's standard SWA mask); the cache must hold those.
+//   sinks, when not NULL, holds a logit per query head (heads floats) that joins the softmax's
+//   maximum and denominator but weighs no value (gpt-oss's attention sinks).
 //   Layouts:
 //     standard/GQA: kstride = kv_heads*dk, vstride = kv_heads*dv, kh_stride = dk, vh_stride = dv.
 //     MLA absorbed (attn_k_b/attn_v_b files, models.attendLatent): q = the absorbed queries
@@ -157,18 +171,21 @@ CR_FN void attn_body(const float* q, const KV* k, const KV* v, float* out, int n
 //   static).
 extern "C" __global__ void attn_f32(const float* q, const float* k, const float* v, float* out, int ntok, int heads, int kv_heads,
                                     int dk, int dv, int kstride, int vstride, int kh_stride, int vh_stride, const int* posp, int pos0,
-                                    float scale) {
-	attn_body<float>(q, k, v, out, ntok, heads, kv_heads, dk, dv, kstride, vstride, kh_stride, vh_stride, posp, pos0, scale, 0);
+                                    float scale, int window, const float* sinks) {
+	attn_body<float>(q, k, v, out, ntok, heads, kv_heads, dk, dv, kstride, vstride, kh_stride, vh_stride, posp, pos0, scale, window,
+	                 sinks, 0);
 }
 
 // attn_f16kv(const float* q, const unsigned short* k, const unsigned short* v, float* out,
 //            int ntok, int heads, int kv_heads, int dk, int dv, int kstride, int vstride,
-//            int kh_stride, int vh_stride, const int* posp, int pos0, float scale)
+//            int kh_stride, int vh_stride, const int* posp, int pos0, float scale, int window,
+//            const float* sinks)
 //   attn_f32 with an F16 cache (IEEE halves; strides and offsets in halves). As the CPU with an
 //   F16 cache, q is rounded to F16 before the dot products and each probability before it
 //   weighs the values. Same grid (heads, ntok, 1), block (256, 1, 1), limits and layouts.
 extern "C" __global__ void attn_f16kv(const float* q, const u16* k, const u16* v, float* out, int ntok, int heads, int kv_heads,
                                       int dk, int dv, int kstride, int vstride, int kh_stride, int vh_stride, const int* posp, int pos0,
-                                      float scale) {
-	attn_body<u16>(q, k, v, out, ntok, heads, kv_heads, dk, dv, kstride, vstride, kh_stride, vh_stride, posp, pos0, scale, 1);
+                                      float scale, int window, const float* sinks) {
+	attn_body<u16>(q, k, v, out, ntok, heads, kv_heads, dk, dv, kstride, vstride, kh_stride, vh_stride, posp, pos0, scale, window,
+	               sinks, 1);
 }

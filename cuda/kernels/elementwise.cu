@@ -32,6 +32,23 @@ extern "C" __global__ void swiglu_f32(float* g, const float* u, int n) {
 	}
 }
 
+// swiglu_oai_f32(float* g, const float* u, int n, float alpha, float limit): gpt-oss's clamped
+// SwiGLU, g[i] = x / (1 + expf(alpha * -x)) * (y + 1) with x = min(g[i], limit) and y = u[i]
+// clamped to [-limit, limit], in models.SwiGLUOAI's arithmetic (glibc's expf, each operation
+// rounded), so bit for bit.
+extern "C" __global__ void swiglu_oai_f32(float* g, const float* u, int n, float alpha, float limit) {
+	EW_LOOP(i, n) {
+		float x = g[i], y = u[i];
+		if (limit < x)
+			x = limit;
+		if (y < -limit)
+			y = -limit;
+		else if (limit < y)
+			y = limit;
+		g[i] = cr_fmul(cr_fdiv(x, cr_fadd(1.0f, cr_expf(cr_fmul(alpha, -x)))), cr_fadd(y, 1.0f));
+	}
+}
+
 // mul_f32(float* dst, const float* src, int n): dst[i] *= src[i] for i < n.
 extern "C" __global__ void mul_f32(float* dst, const float* src, int n) {
 	EW_LOOP(i, n)
