@@ -40,7 +40,7 @@ var mmvKernels = map[quant.Type]string{
 	quant.F32: "mmv_f32", quant.F16: "mmv_f16", quant.BF16: "mmv_bf16",
 	quant.Q4_0: "mmv_q4_0", quant.Q4_1: "mmv_q4_1", quant.Q5_0: "mmv_q5_0", quant.Q5_1: "mmv_q5_1", quant.Q8_0: "mmv_q8_0",
 	quant.Q2_K: "mmv_q2_K", quant.Q3_K: "mmv_q3_K", quant.Q4_K: "mmv_q4_K", quant.Q5_K: "mmv_q5_K", quant.Q6_K: "mmv_q6_K",
-	quant.IQ4_NL: "mmv_iq4_nl",
+	quant.IQ4_NL: "mmv_iq4_nl", quant.MXFP4: "mmv_mxfp4",
 }
 
 // The launch of a matrix-vector kernel (the ABI in kernels/mmv.cu): a warp per output row,
@@ -55,7 +55,7 @@ var mmqKernels = map[quant.Type]string{
 	quant.F32: "mmq_f32", quant.F16: "mmq_f16", quant.BF16: "mmq_bf16",
 	quant.Q4_0: "mmq_q4_0", quant.Q4_1: "mmq_q4_1", quant.Q5_0: "mmq_q5_0", quant.Q5_1: "mmq_q5_1", quant.Q8_0: "mmq_q8_0",
 	quant.Q2_K: "mmq_q2_K", quant.Q3_K: "mmq_q3_K", quant.Q4_K: "mmq_q4_K", quant.Q5_K: "mmq_q5_K", quant.Q6_K: "mmq_q6_K",
-	quant.IQ4_NL: "mmq_iq4_nl",
+	quant.IQ4_NL: "mmq_iq4_nl", quant.MXFP4: "mmq_mxfp4",
 }
 
 // The launch of a batched product kernel (the ABI in kernels/mmq.cu): 256 threads compute a

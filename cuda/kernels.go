@@ -65,20 +65,20 @@ func HashSources(fsys fs.FS) (string, error) {
 var KernelNames = []string{
 	// mmv.cu: y = W x for ntok <= 8 tokens per pass over W
 	"mmv_f32", "mmv_f16", "mmv_bf16",
-	"mmv_q4_0", "mmv_q4_1", "mmv_q5_0", "mmv_q5_1", "mmv_q8_0", "mmv_iq4_nl",
+	"mmv_q4_0", "mmv_q4_1", "mmv_q5_0", "mmv_q5_1", "mmv_q8_0", "mmv_iq4_nl", "mmv_mxfp4",
 	"mmv_q2_K", "mmv_q3_K", "mmv_q4_K", "mmv_q5_K", "mmv_q6_K",
 	// mmvq.cu: y = W x for ntok <= 8 tokens with the activation quantized (quantize_q8_f32) and
 	// integer dot products
 	"quantize_q8_f32",
-	"mmvq_q4_0", "mmvq_q4_1", "mmvq_q5_0", "mmvq_q5_1", "mmvq_q8_0", "mmvq_iq4_nl",
+	"mmvq_q4_0", "mmvq_q4_1", "mmvq_q5_0", "mmvq_q5_1", "mmvq_q8_0", "mmvq_iq4_nl", "mmvq_mxfp4",
 	"mmvq_q2_K", "mmvq_q3_K", "mmvq_q4_K", "mmvq_q5_K", "mmvq_q6_K",
 	// mmq.cu: y = W x for many tokens (prefill), a tiled product reading W once per 64 tokens
 	"mmq_f32", "mmq_f16", "mmq_bf16",
-	"mmq_q4_0", "mmq_q4_1", "mmq_q5_0", "mmq_q5_1", "mmq_q8_0", "mmq_iq4_nl",
+	"mmq_q4_0", "mmq_q4_1", "mmq_q5_0", "mmq_q5_1", "mmq_q8_0", "mmq_iq4_nl", "mmq_mxfp4",
 	"mmq_q2_K", "mmq_q3_K", "mmq_q4_K", "mmq_q5_K", "mmq_q6_K",
 	// getrows.cu: embedding lookups
 	"get_rows_f32", "get_rows_f16", "get_rows_bf16",
-	"get_rows_q4_0", "get_rows_q4_1", "get_rows_q5_0", "get_rows_q5_1", "get_rows_q8_0", "get_rows_iq4_nl",
+	"get_rows_q4_0", "get_rows_q4_1", "get_rows_q5_0", "get_rows_q5_1", "get_rows_q8_0", "get_rows_iq4_nl", "get_rows_mxfp4",
 	"get_rows_q2_K", "get_rows_q3_K", "get_rows_q4_K", "get_rows_q5_K", "get_rows_q6_K",
 	// norm.cu
 	"rms_norm_f32", "rms_norm_strided_f32",
@@ -93,19 +93,19 @@ var KernelNames = []string{
 	"attn_f32", "attn_f16kv",
 	// mla.cu: MLA's per-head products
 	"mmv_heads_f32", "mmv_heads_f16", "mmv_heads_bf16",
-	"mmv_heads_q4_0", "mmv_heads_q4_1", "mmv_heads_q5_0", "mmv_heads_q5_1", "mmv_heads_q8_0", "mmv_heads_iq4_nl",
+	"mmv_heads_q4_0", "mmv_heads_q4_1", "mmv_heads_q5_0", "mmv_heads_q5_1", "mmv_heads_q8_0", "mmv_heads_iq4_nl", "mmv_heads_mxfp4",
 	"mmv_heads_q2_K", "mmv_heads_q3_K", "mmv_heads_q4_K", "mmv_heads_q5_K", "mmv_heads_q6_K",
 	// moe.cu
 	"combine_off_f32", "gated_add_f32",
 	// fused.cu: a decode step's runs of operations, one launch each
 	"add_rms_norm_f32", "rope_kv_f32", "kv_store_f32", "moe_route_f32",
 	"mmv3_f32", "mmv3_f16", "mmv3_bf16",
-	"mmv3_q4_0", "mmv3_q4_1", "mmv3_q5_0", "mmv3_q5_1", "mmv3_q8_0", "mmv3_iq4_nl",
+	"mmv3_q4_0", "mmv3_q4_1", "mmv3_q5_0", "mmv3_q5_1", "mmv3_q8_0", "mmv3_iq4_nl", "mmv3_mxfp4",
 	"mmv3_q2_K", "mmv3_q3_K", "mmv3_q4_K", "mmv3_q5_K", "mmv3_q6_K",
 	"moe_up_f32", "moe_up_f16", "moe_up_bf16",
-	"moe_up_q4_0", "moe_up_q4_1", "moe_up_q5_0", "moe_up_q5_1", "moe_up_q8_0", "moe_up_iq4_nl",
+	"moe_up_q4_0", "moe_up_q4_1", "moe_up_q5_0", "moe_up_q5_1", "moe_up_q8_0", "moe_up_iq4_nl", "moe_up_mxfp4",
 	"moe_up_q2_K", "moe_up_q3_K", "moe_up_q4_K", "moe_up_q5_K", "moe_up_q6_K",
 	"moe_down_f32", "moe_down_f16", "moe_down_bf16",
-	"moe_down_q4_0", "moe_down_q4_1", "moe_down_q5_0", "moe_down_q5_1", "moe_down_q8_0", "moe_down_iq4_nl",
+	"moe_down_q4_0", "moe_down_q4_1", "moe_down_q5_0", "moe_down_q5_1", "moe_down_q8_0", "moe_down_iq4_nl", "moe_down_mxfp4",
 	"moe_down_q2_K", "moe_down_q3_K", "moe_down_q4_K", "moe_down_q5_K", "moe_down_q6_K",
 }

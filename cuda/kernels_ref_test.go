@@ -312,7 +312,7 @@ func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
 // mmvTypes are the weight types with an mmv kernel, in KernelNames' order.
 var mmvTypes = []quant.Type{quant.F32, quant.F16, quant.BF16, quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.Q8_0,
-	quant.IQ4_NL, quant.Q2_K, quant.Q3_K, quant.Q4_K, quant.Q5_K, quant.Q6_K}
+	quant.IQ4_NL, quant.MXFP4, quant.Q2_K, quant.Q3_K, quant.Q4_K, quant.Q5_K, quant.Q6_K}
 
 // mmvCols are the row lengths tested for a type: whole blocks, and for the float types odd
 // ones (the scalar path) and multiples of 16 (the vector path). The last is wide enough for a

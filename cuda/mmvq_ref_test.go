@@ -16,7 +16,7 @@ import (
 )
 
 // mmvqTypes are the weight types with an mmvq kernel.
-var mmvqTypes = []quant.Type{quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.Q8_0, quant.IQ4_NL,
+var mmvqTypes = []quant.Type{quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.Q8_0, quant.IQ4_NL, quant.MXFP4,
 	quant.Q2_K, quant.Q3_K, quant.Q4_K, quant.Q5_K, quant.Q6_K}
 
 // q8KindOf is quantize_q8_f32's kind for an activation type.

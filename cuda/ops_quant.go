@@ -15,7 +15,7 @@ import (
 var mmvqKernels = map[quant.Type]string{
 	quant.Q4_0: "mmvq_q4_0", quant.Q4_1: "mmvq_q4_1", quant.Q5_0: "mmvq_q5_0", quant.Q5_1: "mmvq_q5_1", quant.Q8_0: "mmvq_q8_0",
 	quant.IQ4_NL: "mmvq_iq4_nl", quant.Q2_K: "mmvq_q2_K", quant.Q3_K: "mmvq_q3_K", quant.Q4_K: "mmvq_q4_K",
-	quant.Q5_K: "mmvq_q5_K", quant.Q6_K: "mmvq_q6_K",
+	quant.Q5_K: "mmvq_q5_K", quant.Q6_K: "mmvq_q6_K", quant.MXFP4: "mmvq_mxfp4",
 }
 
 // q8 is an activation quantized for the integer products: its planes (mmvq.cu) in device

@@ -24,13 +24,14 @@ func goldenNamed(t *testing.T, name string) (string, *fixture.Fixture) {
 	return goldenModel(t, fxs[i]), fxs[i]
 }
 
-// TestCUDARunsGPTOSS runs gpt-oss on the fake driver: its sliding window and sinks in the
-// attention kernel, its biased router and experts and its activation through the host-routed
-// expert path's device operations, with the CPU's greedy tokens and its probabilities within
-// 2e-3, resident and offloaded. Expert parallelism, whose ranks compute experts their own
+// TestCUDARunsGPTOSS runs gpt-oss on the fake driver, in F32 and in the published files' mix
+// (MXFP4 experts beside Q8_0 and F16): its sliding window and sinks in the attention kernel,
+// its biased router and experts and its activation through the host-routed expert path's
+// device operations, every product on the GPU's kernels, with the CPU's greedy tokens and its
+// probabilities within 2e-3, resident and offloaded. Expert parallelism, whose ranks compute experts their own
 // way, refuses it, naming what it lacks.
 func TestCUDARunsGPTOSS(t *testing.T) {
-	path, fx := goldenNamed(t, "gpt-oss-f32")
+	path, _ := goldenNamed(t, "gpt-oss-f32")
 	const missing = "sliding-window attention, attention sinks, router biases, expert biases, the SwiGLU-OAI activation"
 	if m, err := engine.Open(path, engine.Options{Threads: 2, EP: &engine.EPOptions{Devices: 2}}); err == nil || !strings.Contains(err.Error(), "expert parallelism does not compute gpt-oss's "+missing) {
 		t.Errorf("expert parallelism: %v", err)
@@ -39,29 +40,33 @@ func TestCUDARunsGPTOSS(t *testing.T) {
 		}
 	}
 	lib := engine.GPUForTests(t)
-	base := engine.Options{Threads: 2, KVType: "f32", ContextLength: 64}
-	want := runOn(t, path, base, fx.Prompt, 6)
-	// Resident; the first layer's experts on the host (static: the host expert path's biases
-	// and activation in host memory); every expert copied into a slot when needed.
-	for _, off := range []*engine.OffloadOptions{nil, {Policy: offload.Static, HostLayers: 1, GPUMem: 1 << 30}, {Policy: offload.OnDemand, GPUMem: 1 << 30}} {
-		name := "resident"
-		o := base
-		o.Device, o.CUDALibrary, o.Offload = "cuda:0", lib, off
-		if off != nil {
-			name = off.Policy.String()
-		}
-		got := runOn(t, path, o, fx.Prompt, 6)
-		if !slices.Equal(got.tokens, want.tokens) {
-			t.Errorf("%s: greedy on the GPU %v, on the CPU %v", name, got.tokens, want.tokens)
-		}
-		if d := maxDiff(got.probs, want.probs); d > 2e-3 {
-			t.Errorf("%s: probabilities differ from the CPU's by up to %g", name, d)
-		}
-		if got.gpu.Launches == 0 || !got.resident {
-			t.Errorf("%s: %+v, resident %v: want the pass on the GPU", name, got.gpu, got.resident)
-		}
-		if off != nil && off.Policy == offload.Static && got.off.OnCPU == 0 {
-			t.Errorf("static: no expert computed on the host: %+v", got.off)
+	for _, name := range []string{"gpt-oss-f32", "gpt-oss-mxfp4"} {
+		path, fx := goldenNamed(t, name)
+		base := engine.Options{Threads: 2, KVType: "f32", ContextLength: 64}
+		want := runOn(t, path, base, fx.Prompt, 6)
+		// Resident; the first layer's experts on the host (static: the host expert path's
+		// biases and activation in host memory); every expert copied into a slot when needed.
+		for _, off := range []*engine.OffloadOptions{nil, {Policy: offload.Static, HostLayers: 1, GPUMem: 1 << 30}, {Policy: offload.OnDemand, GPUMem: 1 << 30}} {
+			run := name + ", resident"
+			o := base
+			o.Device, o.CUDALibrary, o.Offload = "cuda:0", lib, off
+			if off != nil {
+				run = name + ", " + off.Policy.String()
+			}
+			got := runOn(t, path, o, fx.Prompt, 6)
+			if !slices.Equal(got.tokens, want.tokens) {
+				t.Errorf("%s: greedy on the GPU %v, on the CPU %v", run, got.tokens, want.tokens)
+			}
+			if d := maxDiff(got.probs, want.probs); d > 2e-3 {
+				t.Errorf("%s: probabilities differ from the CPU's by up to %g", run, d)
+			}
+			// Every product on the GPU's kernels (MXFP4's included), none on the host.
+			if got.gpu.Launches == 0 || got.gpu.HostFallbacks != 0 || !got.resident {
+				t.Errorf("%s: %+v, resident %v: want the whole pass on the GPU", run, got.gpu, got.resident)
+			}
+			if off != nil && off.Policy == offload.Static && got.off.OnCPU == 0 {
+				t.Errorf("%s: no expert computed on the host: %+v", run, got.off)
+			}
 		}
 	}
 }

@@ -411,6 +411,30 @@ CR_FN u16 cr_ldg_u16(const void* p) {
 	return r;
 }
 
+CR_FN u32 cr_ldg_u8(const void* p) {
+#if defined(CR_DEVICE)
+	u16 r;
+	asm("ld.global.nc.u8 %0, [%1];" : "=h"(r) : "l"(p));
+	return r;
+#else
+	return *(const u8*)p;
+#endif
+}
+
+// cr_ldg_words_a1 is cr_ldg_words_a2 for any alignment (MXFP4's 17-byte blocks): it reads up
+// to 3 bytes before p and after p + 4N, in the aligned words holding p's and the last byte.
+template <int N> CR_FN void cr_ldg_words_a1(const u8* p, u32* w) {
+	const u8* a = (const u8*)((u64)p & ~(u64)3);
+	const u32 r = (u32)((u64)p & 3), sel = 0x3210u + r * 0x1111u;
+	u32 lo = cr_ldg_u32(a);
+#pragma unroll
+	for (int i = 0; i < N; i++) {
+		u32 hi = (i + 1 < N || r) ? cr_ldg_u32(a + 4 * (i + 1)) : 0u;
+		w[i] = cr_prmt(lo, hi, sel);
+		lo = hi;
+	}
+}
+
 // cr_ldg_words_a2 reads N consecutive little-endian u32 words from a 2-byte-aligned p with
 // aligned 4-byte loads (half as many load instructions as 16-bit loads), realigned with byte
 // permutes. When p is 2 mod 4 it reads the 2 bytes before p and after p + 4N, which lie in the

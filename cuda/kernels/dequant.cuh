@@ -23,6 +23,8 @@
 #define CR_BB_Q8_0 34
 #define CR_QK_IQ4_NL 32
 #define CR_BB_IQ4_NL 18
+#define CR_QK_MXFP4 32
+#define CR_BB_MXFP4 17
 #define CR_QK_Q2_K 256
 #define CR_BB_Q2_K 84
 #define CR_QK_Q3_K 256
@@ -42,6 +44,18 @@ CR_FN int cr_iq4nl(u32 n) {
 	u32 w = n < 8 ? (n < 4 ? w0 : w1) : (n < 12 ? w2 : w3);
 	return (int)(signed char)(u8)(w >> (8 * (n & 3)));
 }
+
+// cr_mxfp4 returns MXFP4's codebook value for a 4-bit index (kvalues_mxfp4, the E2M1 values
+// doubled: 0,1,2,3,4,6,8,12 and their negatives), packed as cr_iq4nl's.
+CR_FN int cr_mxfp4(u32 n) {
+	const u32 w0 = 0x03020100u, w1 = 0x0C080604u, w2 = 0xFDFEFF00u, w3 = 0xF4F8FAFCu;
+	u32 w = n < 8 ? (n < 4 ? w0 : w1) : (n < 12 ? w2 : w3);
+	return (int)(signed char)(u8)(w >> (8 * (n & 3)));
+}
+
+// cr_e8m0_half is GGML_E8M0_TO_FP32_HALF: 2^(e-128), exact in float32 for every byte (the two
+// smallest as subnormals), which scales MXFP4's doubled codebook values.
+CR_FN float cr_e8m0_half(u32 e) { return e < 2 ? cr_as_f(0x00200000u << e) : cr_as_f((e - 1) << 23); }
 
 // Q4_0: d, qs[16]; element j<16 = (qs[j]&15)-8, element j+16 = (qs[j]>>4)-8, times d.
 CR_FN void cr_deq_q4_0(const u8* b, int p, float* y) {
@@ -109,6 +123,18 @@ CR_FN void cr_deq_iq4_nl(const u8* b, int p, float* y) {
 	for (int j = 0; j < 16; j++) {
 		y[j] = cr_fmul(d, (float)cr_iq4nl(qs[j] & 0xf));
 		y[j + 16] = cr_fmul(d, (float)cr_iq4nl(qs[j] >> 4));
+	}
+}
+
+// MXFP4: E8M0 scale e, qs[16]; IQ4_NL's nibble order through MXFP4's codebook, K[q] * e's
+// half.
+CR_FN void cr_deq_mxfp4(const u8* b, int p, float* y) {
+	(void)p;
+	float d = cr_e8m0_half(b[0]);
+	const u8* qs = b + 1;
+	for (int j = 0; j < 16; j++) {
+		y[j] = cr_fmul((float)cr_mxfp4(qs[j] & 0xf), d);
+		y[j + 16] = cr_fmul((float)cr_mxfp4(qs[j] >> 4), d);
 	}
 }
 

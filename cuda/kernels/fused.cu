@@ -253,22 +253,6 @@ extern "C" __global__ void moe_route_f32(const float* logits, int n, int k, int 
 
 // ---- the products ----
 
-// mmv_codebook fills IQ4_NL's codebook in shared memory s (16 floats) for the block, as
-// mmv_iq4_nl does, and returns it; the other types have none. Every thread must call it
-// before any returns.
-template <class T> struct mmv_codebook {
-	CR_FN const float* load(float* s) { return (void)s, (const float*)0; }
-};
-template <> struct mmv_codebook<mmv_iq4_nl_t> {
-	CR_FN const float* load(float* s) {
-		const int tid = threadIdx.y * blockDim.x + threadIdx.x;
-		if (tid < 16)
-			s[tid] = (float)cr_iq4nl((u32)tid);
-		__syncthreads();
-		return s;
-	}
-};
-
 // silu_mul is swiglu_f32's arithmetic: silu(g) * u.
 CR_FN float silu_mul(float g, float u) { return cr_fmul(cr_fdiv(g, cr_fadd(1.0f, cr_exp_v(0.0f - g))), u); }
 
@@ -444,6 +428,7 @@ FUSED_KERNELS(q5_0, mmv_q5_0_t)
 FUSED_KERNELS(q5_1, mmv_q5_1_t)
 FUSED_KERNELS(q8_0, mmv_q8_0_t)
 FUSED_KERNELS(iq4_nl, mmv_iq4_nl_t)
+FUSED_KERNELS(mxfp4, mmv_mxfp4_t)
 FUSED_KERNELS(q2_K, mmv_q2_K_t)
 FUSED_KERNELS(q3_K, mmv_q3_K_t)
 FUSED_KERNELS(q4_K, mmv_q4_K_t)

@@ -42,6 +42,8 @@ GR_KERNEL(get_rows_q5_1, CR_QK_Q5_1, CR_BB_Q5_1, cr_deq_q5_1)
 GR_KERNEL(get_rows_q8_0, CR_QK_Q8_0, CR_BB_Q8_0, cr_deq_q8_0)
 // get_rows_iq4_nl (IQ4_NL, 32 values in 18 bytes): ABI above.
 GR_KERNEL(get_rows_iq4_nl, CR_QK_IQ4_NL, CR_BB_IQ4_NL, cr_deq_iq4_nl)
+// get_rows_mxfp4 (MXFP4, 32 values in 17 bytes): ABI above.
+GR_KERNEL(get_rows_mxfp4, CR_QK_MXFP4, CR_BB_MXFP4, cr_deq_mxfp4)
 // get_rows_q2_K (Q2_K, 256 values in 84 bytes): ABI above.
 GR_KERNEL(get_rows_q2_K, CR_QK_Q2_K, CR_BB_Q2_K, cr_deq_q2_K)
 // get_rows_q3_K (Q3_K, 256 values in 110 bytes): ABI above.

@@ -20,7 +20,8 @@
 //   block (32, 4, 1): one warp per output row of a head, 4 rows per block.
 //   grid  (ceil(rows / 4), G, heads) with any G >= 1: blockIdx.z is the head, and blockIdx.y
 //         takes tokens [8*y, 8*y+8), then [8*(y+G), ...) as in mmv.cu.
-//   No dynamic shared memory (mmv_heads_iq4_nl: 64 bytes of static shared memory).
+//   No dynamic shared memory (mmv_heads_iq4_nl and mmv_heads_mxfp4: 64 bytes of static shared
+//   memory).
 //
 // Where every input row is 16-byte aligned (x, x_tok and x_head multiples of 16 bytes; for
 // F32, F16 and BF16 also w, w_head and cols as mmv's vector path wants) the arithmetic is
@@ -48,6 +49,7 @@ MH_DEQ(mmv_q5_0_t, cr_deq_q5_0)
 MH_DEQ(mmv_q5_1_t, cr_deq_q5_1)
 MH_DEQ(mmv_q8_0_t, cr_deq_q8_0)
 MH_DEQ(mmv_iq4_nl_t, cr_deq_iq4_nl)
+MH_DEQ(mmv_mxfp4_t, cr_deq_mxfp4)
 MH_DEQ(mmv_q2_K_t, cr_deq_q2_K)
 MH_DEQ(mmv_q3_K_t, cr_deq_q3_K)
 MH_DEQ(mmv_q4_K_t, cr_deq_q4_K)
@@ -157,14 +159,14 @@ MH_KERNEL(mmv_heads_q5_K, mmv_q5_K_t)
 // mmv_heads_q6_K: w is Q6_K; cols % 256 == 0.
 MH_KERNEL(mmv_heads_q6_K, mmv_q6_K_t)
 
-// mmv_heads_iq4_nl: w is IQ4_NL; cols % 32 == 0. 64 bytes of static shared memory (the
-// codebook, as mmv_iq4_nl).
-extern "C" __global__ void mmv_heads_iq4_nl(const u8* w, const float* x, float* y, int rows, int cols, int ntok, i64 w_head,
-                                            int x_tok, int x_head, int y_tok, int y_head) {
-	__shared__ float tab[16];
-	const int tid = threadIdx.y * blockDim.x + threadIdx.x;
-	if (tid < 16)
-		tab[tid] = (float)cr_iq4nl((u32)tid);
-	__syncthreads();
-	mh_entry<mmv_iq4_nl_t>(w, x, y, rows, cols, ntok, w_head, x_tok, x_head, y_tok, y_head, tab);
-}
+// The codebook types' kernels: 64 bytes of static shared memory (the codebook, as mmv's).
+#define MH_CB_KERNEL(name, T)                                                                                      \
+	extern "C" __global__ void name(const u8* w, const float* x, float* y, int rows, int cols, int ntok, i64 w_head, \
+	                                int x_tok, int x_head, int y_tok, int y_head) {                                  \
+		__shared__ float tab[16];                                                                                  \
+		mh_entry<T>(w, x, y, rows, cols, ntok, w_head, x_tok, x_head, y_tok, y_head, mmv_codebook<T>::load(tab));  \
+	}
+// mmv_heads_iq4_nl: w is IQ4_NL; cols % 32 == 0.
+MH_CB_KERNEL(mmv_heads_iq4_nl, mmv_iq4_nl_t)
+// mmv_heads_mxfp4: w is MXFP4; cols % 32 == 0.
+MH_CB_KERNEL(mmv_heads_mxfp4, mmv_mxfp4_t)

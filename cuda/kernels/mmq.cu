@@ -132,6 +132,7 @@ struct mmq_q5_1_t : mmq_q5_1_base_t {
 };
 MMQ_BLOCK_TYPE(mmq_q8_0_t, CR_QK_Q8_0, CR_BB_Q8_0, cr_deq_q8_0)
 MMQ_BLOCK_TYPE(mmq_iq4_nl_t, CR_QK_IQ4_NL, CR_BB_IQ4_NL, cr_deq_iq4_nl)
+MMQ_BLOCK_TYPE(mmq_mxfp4_t, CR_QK_MXFP4, CR_BB_MXFP4, cr_deq_mxfp4)
 MMQ_BLOCK_TYPE(mmq_q2_K_t, CR_QK_Q2_K, CR_BB_Q2_K, cr_deq_q2_K)
 MMQ_BLOCK_TYPE(mmq_q3_K_t, CR_QK_Q3_K, CR_BB_Q3_K, cr_deq_q3_K)
 MMQ_BLOCK_TYPE(mmq_q4_K_t, CR_QK_Q4_K, CR_BB_Q4_K, cr_deq_q4_K)
@@ -336,6 +337,8 @@ MMQ_KERNEL(mmq_q5_1, mmq_q5_1_t)
 MMQ_KERNEL(mmq_q8_0, mmq_q8_0_t)
 // mmq_iq4_nl: w is IQ4_NL (32 values in 18 bytes); cols % 32 == 0.
 MMQ_KERNEL(mmq_iq4_nl, mmq_iq4_nl_t)
+// mmq_mxfp4: w is MXFP4 (32 values in 17 bytes, any alignment); cols % 32 == 0.
+MMQ_KERNEL(mmq_mxfp4, mmq_mxfp4_t)
 // mmq_q2_K: w is Q2_K (256 values in 84 bytes); cols % 256 == 0.
 MMQ_KERNEL(mmq_q2_K, mmq_q2_K_t)
 // mmq_q3_K: w is Q3_K (256 values in 110 bytes); cols % 256 == 0.

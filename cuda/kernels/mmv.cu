@@ -7,9 +7,9 @@
 //   w     the matrix: rows rows of cols values; row r starts at byte r*rowBytes with
 //         rowBytes = cols/QK*BB (QK elements and BB bytes per block of the type: F32 1/4,
 //         F16 and BF16 1/2, Q4_0 32/18, Q4_1 32/20, Q5_0 32/22, Q5_1 32/24, Q8_0 32/34,
-//         IQ4_NL 32/18, Q2_K 256/84, Q3_K 256/110, Q4_K 256/144, Q5_K 256/176, Q6_K 256/210).
-//         Aligned to 2 bytes (Q4_0, Q5_0, Q8_0, IQ4_NL, Q3_K, Q6_K, F16, BF16), 4 (Q4_1, Q2_K,
-//         F32), 8 (Q5_1) or 16 (Q4_K, Q5_K); any offset that is a whole number of rows, or of
+//         IQ4_NL 32/18, MXFP4 32/17, Q2_K 256/84, Q3_K 256/110, Q4_K 256/144, Q5_K 256/176,
+//         Q6_K 256/210). Aligned to 1 byte (MXFP4), 2 (Q4_0, Q5_0, Q8_0, IQ4_NL, Q3_K, Q6_K, F16,
+//         BF16), 4 (Q4_1, Q2_K, F32), 8 (Q5_1) or 16 (Q4_K, Q5_K); any offset that is a whole number of rows, or of
 //         matrices of a stacked expert tensor, from a cuMemAlloc base keeps that alignment.
 //   x     ntok rows of cols floats (token t at x + t*cols), 16-byte aligned.
 //   y     ntok rows of rows floats: y[t*rows + r] = sum over c of W[r][c] * x[t*cols + c].
@@ -21,12 +21,12 @@
 //   grid  (ceil(rows / 4), ceil(ntok / 8), 1): blockIdx.y takes tokens [8*y, 8*y+8) and then
 //         [8*(y+gridDim.y), ...) and so on, so any grid.y >= 1 is correct (grid.y = 1 reads
 //         the weights once per 8 tokens; blocks with no tokens left return at once).
-//   no dynamic shared memory (mmv_iq4_nl uses 64 bytes of static shared memory).
+//   no dynamic shared memory (mmv_iq4_nl and mmv_mxfp4 use 64 bytes of static shared memory).
 //
 // Each warp reads its row's GGUF blocks with consecutive lanes on consecutive bytes (16-byte
 // loads where the layout's alignment allows, aligned 4-byte ones where it does not: for the
-// 2-byte-aligned layouts these may read up to 2 bytes before or after the matrix, inside the
-// aligned word holding its first or last byte), decodes them in registers, and takes up to 8
+// 1- and 2-byte-aligned layouts these may read up to 3 bytes before or after the matrix, inside
+// the aligned word holding its first or last byte), decodes them in registers, and takes up to 8
 // tokens' dot products from one read of the weights; the next group of blocks is loaded before
 // the current one is used.
 // Accumulation is float32 with fused multiply-adds, then a butterfly reduction over the warp:
@@ -133,16 +133,19 @@ template <int BF> struct mmv_half_t {
 
 // mmv_d_dot and mmv_dm_dot are the common ends of the 32-quant blocks whose lane s holds 16
 // quants v, elements 8s..8s+7 and 16+8s..16+8s+7: Q4_0's, IQ4_NL's and Q5_0's scale the dot
-// products by the half d (ggml's d * sum), Q4_1's and Q5_1's make d*q + m of each quant
+// products by the half d (ggml's d * sum; MXFP4's by a float d, mmv_f_dot), Q4_1's and Q5_1's make d*q + m of each quant
 // first (the halves d and m in one word dm).
-template <int NT> CR_FN void mmv_d_dot(const float* v, u32 dh, int s, const float* x, int cols, int nt, float* acc) {
-	float d = cr_h2f((u16)dh);
+template <int NT> CR_FN void mmv_f_dot(const float* v, float d, int s, const float* x, int cols, int nt, float* acc) {
 #pragma unroll
 	for (int t = 0; t < NT; t++)
 		if (t < nt) {
 			const float* xt = x + (i64)t * cols + 8 * s;
 			acc[t] = cr_fma(d, mmv_dot8(v, xt) + mmv_dot8(v + 8, xt + 16), acc[t]);
 		}
+}
+
+template <int NT> CR_FN void mmv_d_dot(const float* v, u32 dh, int s, const float* x, int cols, int nt, float* acc) {
+	mmv_f_dot<NT>(v, cr_h2f((u16)dh), s, x, cols, nt, acc);
 }
 
 template <int NT> CR_FN void mmv_dm_dot(float* v, u32 dm, int s, const float* x, int cols, int nt, float* acc) {
@@ -184,21 +187,79 @@ struct mmv_q4_0_t {
 	}
 };
 
-// IQ4_NL: Q4_0's layout through the codebook (kept in shared memory, see mmv_entry).
+// mmv_cb_values writes the codebook values tab[q] of lane s's 16 nibbles (Q4_0's order) to v.
+CR_FN void mmv_cb_values(u32 q0, u32 q1, const float* tab, float* v) {
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		v[i] = tab[(q0 >> (8 * i)) & 0xf];
+		v[4 + i] = tab[(q1 >> (8 * i)) & 0xf];
+		v[8 + i] = tab[(q0 >> (8 * i + 4)) & 0xf];
+		v[12 + i] = tab[(q1 >> (8 * i + 4)) & 0xf];
+	}
+}
+
+// IQ4_NL: Q4_0's layout through the codebook (kept in shared memory, see mmv_codebook).
 struct mmv_iq4_nl_t {
 	enum { QK = 32, BB = 18, LPB = 2 };
 	typedef mmv_q4_0_t::raw raw;
 	CR_FN raw load(const u8* blk, int s) { return mmv_q4_0_t::load(blk, s); }
 	template <int NT> CR_FN void dot(const raw& r, int s, const float* x, int cols, int nt, float* acc, const float* tab) {
 		float v[16];
-#pragma unroll
-		for (int i = 0; i < 4; i++) {
-			v[i] = tab[(r.q0 >> (8 * i)) & 0xf];
-			v[4 + i] = tab[(r.q1 >> (8 * i)) & 0xf];
-			v[8 + i] = tab[(r.q0 >> (8 * i + 4)) & 0xf];
-			v[12 + i] = tab[(r.q1 >> (8 * i + 4)) & 0xf];
-		}
+		mmv_cb_values(r.q0, r.q1, tab, v);
 		mmv_d_dot<NT>(v, r.d, s, x, cols, nt, acc);
+	}
+};
+
+// MXFP4: an E8M0 scale byte, then IQ4_NL's quants through MXFP4's codebook; 17-byte blocks, so
+// any alignment. Each lane loads its 8 quant bytes with byte-aligned word loads.
+struct mmv_mxfp4_t {
+	enum { QK = 32, BB = 17, LPB = 2 };
+	struct raw {
+		u32 e, q0, q1;
+	};
+	CR_FN raw load(const u8* blk, int s) {
+		raw r;
+		u32 q[2];
+		cr_ldg_words_a1<2>(blk + 1 + 8 * s, q);
+		r.e = cr_ldg_u8(blk);
+		r.q0 = q[0];
+		r.q1 = q[1];
+		return r;
+	}
+	template <int NT> CR_FN void dot(const raw& r, int s, const float* x, int cols, int nt, float* acc, const float* tab) {
+		float v[16];
+		mmv_cb_values(r.q0, r.q1, tab, v);
+		mmv_f_dot<NT>(v, cr_e8m0_half(r.e), s, x, cols, nt, acc);
+	}
+};
+
+// mmv_cb says whether a type's quants index a codebook, and gives its values.
+template <class T> struct mmv_cb {
+	enum { ok = 0 };
+	CR_FN int value(u32 n) { return (int)n; }
+};
+template <> struct mmv_cb<mmv_iq4_nl_t> {
+	enum { ok = 1 };
+	CR_FN int value(u32 n) { return cr_iq4nl(n); }
+};
+template <> struct mmv_cb<mmv_mxfp4_t> {
+	enum { ok = 1 };
+	CR_FN int value(u32 n) { return cr_mxfp4(n); }
+};
+
+// mmv_codebook fills a codebook type's 16 values in shared memory s (16 floats) for the block
+// and returns it; the other types have none (NULL). Every thread must call it before any
+// returns, as it waits for the block.
+template <class T, int CB = mmv_cb<T>::ok> struct mmv_codebook {
+	CR_FN const float* load(float* s) { return (void)s, (const float*)0; }
+};
+template <class T> struct mmv_codebook<T, 1> {
+	CR_FN const float* load(float* s) {
+		const int tid = threadIdx.y * blockDim.x + threadIdx.x;
+		if (tid < 16)
+			s[tid] = (float)mmv_cb<T>::value((u32)tid);
+		__syncthreads();
+		return s;
 	}
 };
 
@@ -543,15 +604,15 @@ struct mmv_q6_K_t {
 };
 
 // mmv_call passes the codebook to the types that take one.
-template <class T, int NT> struct mmv_call {
+template <class T, int NT, int CB = mmv_cb<T>::ok> struct mmv_call {
 	CR_FN void dot(const typename T::raw& r, int s, const float* x, int cols, int nt, float* acc, const float* tab) {
 		(void)tab;
 		T::template dot<NT>(r, s, x, cols, nt, acc);
 	}
 };
-template <int NT> struct mmv_call<mmv_iq4_nl_t, NT> {
-	CR_FN void dot(const mmv_iq4_nl_t::raw& r, int s, const float* x, int cols, int nt, float* acc, const float* tab) {
-		mmv_iq4_nl_t::dot<NT>(r, s, x, cols, nt, acc, tab);
+template <class T, int NT> struct mmv_call<T, NT, 1> {
+	CR_FN void dot(const typename T::raw& r, int s, const float* x, int cols, int nt, float* acc, const float* tab) {
+		T::template dot<NT>(r, s, x, cols, nt, acc, tab);
 	}
 };
 
@@ -741,15 +802,15 @@ MMV_KERNEL(mmv_q5_K, mmv_q5_K_t)
 // mmv_q6_K: w is Q6_K (256 values in 210 bytes), 2-byte aligned; cols % 256 == 0.
 MMV_KERNEL(mmv_q6_K, mmv_q6_K_t)
 
-// mmv_iq4_nl(const unsigned char* w, const float* x, float* y, int rows, int cols, int ntok):
-// w is IQ4_NL (32 values in 18 bytes), 2-byte aligned; cols % 32 == 0. Block (32, 4, 1), grid
-// (ceil(rows/4), ceil(ntok/8), 1) as the others; 64 bytes of static shared memory (the codebook)
-// and no dynamic shared memory.
-extern "C" __global__ void mmv_iq4_nl(const u8* w, const float* x, float* y, int rows, int cols, int ntok) {
-	__shared__ float tab[16];
-	const int tid = threadIdx.y * blockDim.x + threadIdx.x;
-	if (tid < 16)
-		tab[tid] = (float)cr_iq4nl((u32)tid);
-	__syncthreads();
-	mmv_entry<mmv_iq4_nl_t>(w, x, y, rows, cols, ntok, tab);
-}
+// The codebook types' kernels: the same ABI, block and grid, and 64 bytes of static shared
+// memory (the codebook), no dynamic shared memory.
+#define MMV_CB_KERNEL(name, T)                                                                               \
+	extern "C" __global__ void name(const u8* w, const float* x, float* y, int rows, int cols, int ntok) { \
+		__shared__ float tab[16];                                                                          \
+		mmv_entry<T>(w, x, y, rows, cols, ntok, mmv_codebook<T>::load(tab));                               \
+	}
+
+// mmv_iq4_nl: w is IQ4_NL (32 values in 18 bytes), 2-byte aligned; cols % 32 == 0.
+MMV_CB_KERNEL(mmv_iq4_nl, mmv_iq4_nl_t)
+// mmv_mxfp4: w is MXFP4 (32 values in 17 bytes), any alignment; cols % 32 == 0.
+MMV_CB_KERNEL(mmv_mxfp4, mmv_mxfp4_t)

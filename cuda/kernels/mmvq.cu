@@ -1,6 +1,6 @@
 // mmvq.cu: decode products with integer dot products. The activation is quantized once, as the
-// CPU reference quantizes it before its dot products (Q8_0 for Q4_0, Q5_0, Q8_0 and IQ4_NL
-// weights, Q8_1 for Q4_1 and Q5_1, Q8_K for the K-quants: quant.QuantizeRow's bytes, to the
+// CPU reference quantizes it before its dot products (Q8_0 for Q4_0, Q5_0, Q8_0, IQ4_NL and
+// MXFP4 weights, Q8_1 for Q4_1 and Q5_1, Q8_K for the K-quants: quant.QuantizeRow's bytes, to the
 // bit), and each warp multiplies a weight row's quants by the activation's with dp4a (four 8-bit
 // products summed into a 32-bit integer in one instruction, sm_61 and newer) instead of decoding
 // every weight to float: the sums over a sub-block are the CPU's integers exactly, and only the
@@ -163,26 +163,44 @@ struct mmvq_q4_0_t : mmv_q4_0_t {
 	}
 };
 
+// mmvq_lut maps four nibbles (one per byte) to their codebook bytes, two byte permutes over
+// the codebook's 16 bytes in words w0..w3 (cr_iq4nl's and cr_mxfp4's packing).
+CR_FN int mmvq_lut(int n, u32 w0, u32 w1, u32 w2, u32 w3) {
+	const u32 t = (u32)n & 0x07070707u;
+	const u32 sel = (t & 7u) | (t >> 4 & 0x70u) | (t >> 8 & 0x700u) | (t >> 12 & 0x7000u);
+	const u32 lo = cr_prmt(w0, w1, sel), hi = cr_prmt(w2, w3, sel);
+	const u32 m = ((u32)n >> 3 & 0x01010101u) * 0xffu;
+	return (int)((lo & ~m) | (hi & m));
+}
+
+// mmvq_cb_dot is the codebook types' dotq: lane s's 16 nibbles through the codebook, as signed
+// bytes against the Q8_0 activation, scaled by dw.
+template <int NT>
+CR_FN void mmvq_cb_dot(u32 q0, u32 q1, u32 w0, u32 w1, u32 w2, u32 w3, float dw, int s, int b, const q8act* x, int nt,
+                       float* acc) {
+	int v[4] = {mmvq_lut(mmvq_nibbles(q0, 0), w0, w1, w2, w3), mmvq_lut(mmvq_nibbles(q1, 0), w0, w1, w2, w3),
+	            mmvq_lut(mmvq_nibbles(q0, 1), w0, w1, w2, w3), mmvq_lut(mmvq_nibbles(q1, 1), w0, w1, w2, w3)};
+#pragma unroll
+	for (int t = 0; t < NT; t++)
+		if (t < nt) {
+			const int* xi = x[t].q + 8 * b + 2 * s;
+			acc[t] = mmvq_block(v, xi, xi + 4, 0, dw, x[t].d[b], acc[t]);
+		}
+}
+
 struct mmvq_iq4_nl_t : mmv_iq4_nl_t {
 	enum { QB = 32 };
-	// lut maps four nibbles (one per byte) to their codebook bytes, two byte permutes over
-	// the table's 16 bytes.
-	CR_FN int lut(int n) {
-		const u32 t = (u32)n & 0x07070707u;
-		const u32 sel = (t & 7u) | (t >> 4 & 0x70u) | (t >> 8 & 0x700u) | (t >> 12 & 0x7000u);
-		const u32 lo = cr_prmt(0xBFAD9881u, 0xF6EADDCFu, sel), hi = cr_prmt(0x26190D01u, 0x71594535u, sel);
-		const u32 m = ((u32)n >> 3 & 0x01010101u) * 0xffu;
-		return (int)((lo & ~m) | (hi & m));
-	}
 	template <int NT> CR_FN void dotq(const raw& r, int s, int b, const q8act* x, int nt, float* acc) {
-		int v[4] = {lut(mmvq_nibbles(r.q0, 0)), lut(mmvq_nibbles(r.q1, 0)), lut(mmvq_nibbles(r.q0, 1)), lut(mmvq_nibbles(r.q1, 1))};
-		const float dw = cr_h2f((u16)r.d);
-#pragma unroll
-		for (int t = 0; t < NT; t++)
-			if (t < nt) {
-				const int* xi = x[t].q + 8 * b + 2 * s;
-				acc[t] = mmvq_block(v, xi, xi + 4, 0, dw, x[t].d[b], acc[t]);
-			}
+		mmvq_cb_dot<NT>(r.q0, r.q1, 0xBFAD9881u, 0xF6EADDCFu, 0x26190D01u, 0x71594535u, cr_h2f((u16)r.d), s, b, x, nt, acc);
+	}
+};
+
+// MXFP4: ggml_vec_dot_mxfp4_q8_0's integer sums of the doubled codebook values, scaled by
+// the activation's d times the weight's halved E8M0 scale.
+struct mmvq_mxfp4_t : mmv_mxfp4_t {
+	enum { QB = 32 };
+	template <int NT> CR_FN void dotq(const raw& r, int s, int b, const q8act* x, int nt, float* acc) {
+		mmvq_cb_dot<NT>(r.q0, r.q1, 0x03020100u, 0x0C080604u, 0xFDFEFF00u, 0xF4F8FAFCu, cr_e8m0_half(r.e), s, b, x, nt, acc);
 	}
 };
 
@@ -512,6 +530,7 @@ MMVQ_KERNEL(mmvq_q5_0, mmvq_q5_0_t)
 MMVQ_KERNEL(mmvq_q5_1, mmvq_q5_1_t)
 MMVQ_KERNEL(mmvq_q8_0, mmvq_q8_0_t)
 MMVQ_KERNEL(mmvq_iq4_nl, mmvq_iq4_nl_t)
+MMVQ_KERNEL(mmvq_mxfp4, mmvq_mxfp4_t)
 MMVQ_KERNEL(mmvq_q2_K, mmvq_q2_K_t)
 MMVQ_KERNEL(mmvq_q3_K, mmvq_q3_K_t)
 MMVQ_KERNEL(mmvq_q4_K, mmvq_q4_K_t)
@@ -536,6 +555,7 @@ MMVQ_OF(mmv_q5_0_t, mmvq_q5_0_t)
 MMVQ_OF(mmv_q5_1_t, mmvq_q5_1_t)
 MMVQ_OF(mmv_q8_0_t, mmvq_q8_0_t)
 MMVQ_OF(mmv_iq4_nl_t, mmvq_iq4_nl_t)
+MMVQ_OF(mmv_mxfp4_t, mmvq_mxfp4_t)
 MMVQ_OF(mmv_q2_K_t, mmvq_q2_K_t)
 MMVQ_OF(mmv_q3_K_t, mmvq_q3_K_t)
 MMVQ_OF(mmv_q4_K_t, mmvq_q4_K_t)
