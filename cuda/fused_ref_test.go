@@ -105,6 +105,7 @@ func fusedCases() []kernelCase {
 			{typ: typ, experts: 3, k: 3, ntok: 1, d: narrow, ff: wide},
 			{typ: typ, experts: 4, k: 1, ntok: 1, d: wide, ff: narrow, shared: true},
 			{typ: typ, experts: 4, k: 2, ntok: 2, d: 256, ff: 256, shared: true, gated: true, up: other, shTyp: other},
+			{typ: typ, experts: 5, k: 2, ntok: 2, d: wide, ff: wide, biased: true},
 		} {
 			for _, q := range []bool{false, true}[:1+b2i(integer)] {
 				c.quantized = q
@@ -308,6 +309,8 @@ type moeCase struct {
 	up, down, shTyp quant.Type
 	// quantized gives the products their input quantized: the integer products.
 	quantized bool
+	// biased gives the routed experts gpt-oss's biases and activation.
+	biased bool
 }
 
 func (c moeCase) String() string {
@@ -320,6 +323,9 @@ func (c moeCase) String() string {
 			s += fmt.Sprintf(",%s=%s", o.name, o.t)
 		}
 	}
+	if c.biased {
+		s += ",biased"
+	}
 	return s + fmt.Sprintf(",quantized=%v", c.quantized)
 }
 
@@ -327,7 +333,9 @@ func (c moeCase) String() string {
 // ids of the routing, against the unfused kernels: mmv (or on quantized inputs mmvq) of each
 // expert's gate and up, then swiglu_f32; of each down, combine_off_f32, and the shared
 // expert's down product added as gated_add_f32 (with the gate given) or add_f32 would. Where
-// the types differ the fused kernels take the launches PrepareMoE plans (moeLaunches).
+// the types differ the fused kernels take the launches PrepareMoE plans (moeLaunches). A
+// biased case's experts add their biases to each product (add_rows_f32) and take
+// swiglu_oai_f32 for their activation, as the engine's host-routed path computes gpt-oss's.
 func checkMoE(t *testing.T, k *kernelEnv, c moeCase, r *rand.Rand, up bool) {
 	for _, p := range []*quant.Type{&c.up, &c.down, &c.shTyp} {
 		if *p == 0 {
@@ -363,6 +371,17 @@ func checkMoE(t *testing.T, k *kernelEnv, c moeCase, r *rand.Rand, up bool) {
 	}
 	var args Args
 	block := Dim3{X: 32, Y: mmvRowsPerBlock}
+	const alpha, limit = 1.702, 7
+	var gb, ub, db DevicePtr
+	if c.biased {
+		// Large enough to take gates and ups past the limit.
+		gb, ub, db = k.putF32(t, randF32(r, c.experts*c.ff, 6)), k.putF32(t, randF32(r, c.experts*c.ff, 6)), k.putF32(t, randF32(r, c.experts*c.d, 1))
+	}
+	addBias := func(y, bias DevicePtr, e int32, n int) {
+		if bias != 0 {
+			k.run(t, "add_rows_f32", Dim3{X: ceilDiv(n, 256)}, Dim3{X: 256}, args.Reset().Ptr(y).Ptr(bias.Add(int64(4*int(e)*n))).Int(n).Int(n))
+		}
+	}
 	if up {
 		x := randF32(r, c.ntok*c.d, 1)
 		dx, dg, dsh := k.putF32(t, x), k.alloc(t, 4*c.ntok*c.k*c.ff), k.alloc(t, 4*c.ntok*c.ff)
@@ -371,7 +390,7 @@ func checkMoE(t *testing.T, k *kernelEnv, c moeCase, r *rand.Rand, up bool) {
 			q := xq(typ)
 			k.run(t, "moe_up_"+sfx(typ), Dim3{X: ceilDiv(c.ff, mmvRowsPerBlock), Z: entries}, block,
 				args.Reset().Ptr(tab).Ptr(dids).Int(c.k).Int(c.ntok).Ptr(dx).Int(c.d).Ptr(dg).Int(c.ff).Ptr(sg).Ptr(su).Ptr(dsh).Int(c.ff).Int(mode).
-					Ptr(q.q).Ptr(q.d).Ptr(q.s))
+					Ptr(q.q).Ptr(q.d).Ptr(q.s).Ptr(gb).Ptr(ub).Int(b2i(c.biased)).Float(alpha).Float(limit))
 		}
 		routed := func(tab, sg, su DevicePtr, entries int) {
 			if c.up == c.typ {
@@ -397,20 +416,26 @@ func checkMoE(t *testing.T, k *kernelEnv, c moeCase, r *rand.Rand, up bool) {
 		}
 		for tk := 0; tk < c.ntok; tk++ {
 			xt := dx.Add(int64(4 * tk * c.d))
-			one := func(gt, ut quant.Type, g, u DevicePtr) []float32 {
+			one := func(gt, ut quant.Type, g, u DevicePtr, e int32) []float32 {
 				rg, ru := k.alloc(t, 4*c.ff), k.alloc(t, 4*c.ff)
 				k.product(t, gt, g, xt, xq(gt), tk, rg, c.ff, c.d)
 				k.product(t, ut, u, xt, xq(ut), tk, ru, c.ff, c.d)
-				k.run(t, "swiglu_f32", Dim3{X: ceilDiv(c.ff, 256)}, Dim3{X: 256}, args.Reset().Ptr(rg).Ptr(ru).Int(c.ff))
+				if e >= 0 && c.biased {
+					addBias(rg, gb, e, c.ff)
+					addBias(ru, ub, e, c.ff)
+					k.run(t, "swiglu_oai_f32", Dim3{X: ceilDiv(c.ff, 256)}, Dim3{X: 256}, args.Reset().Ptr(rg).Ptr(ru).Int(c.ff).Float(alpha).Float(limit))
+				} else {
+					k.run(t, "swiglu_f32", Dim3{X: ceilDiv(c.ff, 256)}, Dim3{X: 256}, args.Reset().Ptr(rg).Ptr(ru).Int(c.ff))
+				}
 				return k.getF32(t, rg, c.ff)
 			}
 			for j := 0; j < c.k; j++ {
 				e := ids[tk*c.k+j]
 				z := tk*c.k + j
-				checkBits(t, fmt.Sprintf("token %d expert %d", tk, e), got[z*c.ff:(z+1)*c.ff], one(c.typ, c.up, gates[e], ups[e]))
+				checkBits(t, fmt.Sprintf("token %d expert %d", tk, e), got[z*c.ff:(z+1)*c.ff], one(c.typ, c.up, gates[e], ups[e], e))
 			}
 			if c.shared {
-				checkBits(t, fmt.Sprintf("token %d shared", tk), gotSh[tk*c.ff:(tk+1)*c.ff], one(c.shTyp, c.shTyp, sg, su))
+				checkBits(t, fmt.Sprintf("token %d shared", tk), gotSh[tk*c.ff:(tk+1)*c.ff], one(c.shTyp, c.shTyp, sg, su, -1))
 			}
 		}
 		return
@@ -426,7 +451,7 @@ func checkMoE(t *testing.T, k *kernelEnv, c moeCase, r *rand.Rand, up bool) {
 	down := func(typ quant.Type, tab, sd DevicePtr, acc int) {
 		k.run(t, "moe_down_"+sfx(typ), Dim3{X: ceilDiv(c.d, mmvRowsPerBlock), Y: c.ntok}, block,
 			args.Reset().Ptr(tab).Ptr(dids).Ptr(dw).Int(c.k).Int(c.ntok).Ptr(dg).Int(c.ff).Ptr(dout).Int(c.d).Ptr(sd).Ptr(dshg).Int(c.ff).Ptr(dgate).Int(acc).
-				Ptr(gq.q).Ptr(gq.d).Ptr(gq.s).Ptr(hq.q).Ptr(hq.d).Ptr(hq.s))
+				Ptr(gq.q).Ptr(gq.d).Ptr(gq.s).Ptr(hq.q).Ptr(hq.d).Ptr(hq.s).Ptr(db))
 	}
 	if !c.shared || c.shTyp == c.down {
 		down(c.down, dtab, sd, 0)
@@ -440,6 +465,7 @@ func checkMoE(t *testing.T, k *kernelEnv, c moeCase, r *rand.Rand, up bool) {
 		for j := 0; j < c.k; j++ {
 			z := tk*c.k + j
 			k.product(t, c.down, downs[ids[z]], dg.Add(int64(4*z*c.ff)), gq, z, ys.Add(int64(4*j*c.d)), c.d, c.ff)
+			addBias(ys.Add(int64(4*j*c.d)), db, ids[z], c.d)
 		}
 		out := k.alloc(t, 4*c.d)
 		k.run(t, "combine_off_f32", Dim3{X: ceilDiv(c.d, 256)}, Dim3{X: 256},

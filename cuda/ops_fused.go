@@ -143,6 +143,15 @@ type moeTable struct {
 	shGate, bias  DevicePtr
 	experts, used int
 	up, down      []moeLaunch
+	act           moeAct
+}
+
+// moeAct is what a layer's routed experts add to plain SwiGLU blocks: their biases (0 if
+// none) and gpt-oss's activation.
+type moeAct struct {
+	gb, ub, db   DevicePtr
+	oai          bool
+	alpha, limit float32
 }
 
 // moeLaunch is one launch of moe_up (with its mode) or moe_down (acc as mode): over the
@@ -254,6 +263,20 @@ func (g *GPU) PrepareMoE(l *device.MoELayer) error {
 		t.bias, err = addr(floatBytes(l.Gating.Bias), "the selection bias")
 		errs = append(errs, err)
 	}
+	for _, b := range []struct {
+		p    *DevicePtr
+		v    []float32
+		what string
+	}{{&t.act.gb, l.GateBias, "the experts' gate bias"}, {&t.act.ub, l.UpBias, "the experts' up bias"}, {&t.act.db, l.DownBias, "the experts' down bias"}} {
+		if b.v != nil {
+			var err error
+			*b.p, err = addr(floatBytes(b.v), b.what)
+			errs = append(errs, err)
+		}
+	}
+	if a := l.OAI; a != nil {
+		t.act.oai, t.act.alpha, t.act.limit = true, a.Alpha, a.Limit
+	}
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
@@ -309,18 +332,19 @@ func (g *GPU) MoE(l *device.MoELayer, x, logits []float32, T int, out, scratch [
 	c.launch("moe_route_f32", Dim3{X: T}, Dim3{X: 256})
 
 	c.moeProducts(t.up, t.down, moeOperands{tab: t.tab, ids: idp, w: wp, x: xp, up: upp, out: op, T: T, k: k, d: t.d, ff: t.ff,
-		sg: t.sg, su: t.su, sd: t.sd, sh: shp, shGate: sgp, shFF: t.shFF})
+		sg: t.sg, su: t.su, sd: t.sd, sh: shp, shGate: sgp, shFF: t.shFF, act: t.act})
 }
 
 // moeOperands are the device memory of a layer's experts' products: the table of their
 // weights' addresses, the routing (ids, weights w), the input x, the experts' SwiGLU outputs
-// up and the output out, and the shared expert's (sg, su, sd; its outputs sh and gate, 0 if
-// none).
+// up and the output out, the shared expert's (sg, su, sd; its outputs sh and gate, 0 if
+// none), and the routed experts' biases and activation.
 type moeOperands struct {
 	tab, ids, w, x, up, out DevicePtr
 	T, k, d, ff             int
 	sg, su, sd, sh, shGate  DevicePtr
 	shFF                    int
+	act                     moeAct
 }
 
 // moeProducts enqueues the launches of a layer's experts (moeLaunches): every chosen expert's
@@ -340,7 +364,7 @@ func (c *opCall) moeProducts(up, down []moeLaunch, o moeOperands) {
 		}
 		xq := c.quantize(o.x, o.T, o.d, u.typ) // once for each dot type
 		g.args.Reset().Ptr(tab).Ptr(o.ids).Int(o.k).Int(o.T).Ptr(o.x).Int(o.d).Ptr(o.up).Int(o.ff).Ptr(sg).Ptr(su).Ptr(o.sh).Int(o.shFF).Int(u.mode).
-			Ptr(xq.q).Ptr(xq.d).Ptr(xq.s)
+			Ptr(xq.q).Ptr(xq.d).Ptr(xq.s).Ptr(o.act.gb).Ptr(o.act.ub).Int(b2i(o.act.oai)).Float(o.act.alpha).Float(o.act.limit)
 		c.launch(u.kernel, Dim3{X: blocks(rows, mmvRowsPerBlock), Z: entries}, block)
 	}
 	for _, d := range down {
@@ -353,7 +377,7 @@ func (c *opCall) moeProducts(up, down []moeLaunch, o moeOperands) {
 			sd, hq = o.sd, c.quantize(o.sh, o.T, o.shFF, d.typ)
 		}
 		g.args.Reset().Ptr(tab).Ptr(o.ids).Ptr(o.w).Int(o.k).Int(o.T).Ptr(o.up).Int(o.ff).Ptr(o.out).Int(o.d).Ptr(sd).Ptr(o.sh).Int(o.shFF).Ptr(o.shGate).Int(d.mode).
-			Ptr(gq.q).Ptr(gq.d).Ptr(gq.s).Ptr(hq.q).Ptr(hq.d).Ptr(hq.s)
+			Ptr(gq.q).Ptr(gq.d).Ptr(gq.s).Ptr(hq.q).Ptr(hq.d).Ptr(hq.s).Ptr(o.act.db)
 		c.launch(d.kernel, Dim3{X: blocks(o.d, mmvRowsPerBlock), Y: o.T}, block)
 	}
 }

@@ -63,11 +63,23 @@ type ExpertMatrices struct {
 	Gate, Up, Down quant.Matrix
 }
 
+// OAIActivation is gpt-oss's gated activation in place of SwiGLU, with its constants
+// (Ops.SwiGLUOAI).
+type OAIActivation struct {
+	Alpha, Limit float32
+}
+
 // MoELayer is a MoE block as a RoutedMoE computes it.
 type MoELayer struct {
 	Experts []ExpertMatrices
 	Used    int
 	Gating  Gating
+	// GateBias, UpBias and DownBias (device memory, nil if none) are the routed experts'
+	// biases, added to their products: expert e's gate and up biases are the experts' width
+	// of floats at e times that width, its down bias the input's width at e times it
+	// (gpt-oss). OAI, when set, replaces their SwiGLU with gpt-oss's activation.
+	GateBias, UpBias, DownBias []float32
+	OAI                        *OAIActivation
 	// Shared is the shared expert, or nil; SharedGate (device memory), when not nil, weighs
 	// it by silu(v)/v with v = SharedGate . x (Qwen2-MoE).
 	Shared     *ExpertMatrices
@@ -117,6 +129,15 @@ func (l *MoELayer) Check() error {
 	}
 	if l.Gating.Bias != nil && len(l.Gating.Bias) != n {
 		return fmt.Errorf("a selection bias of %d for %d experts", len(l.Gating.Bias), n)
+	}
+	for _, b := range []struct {
+		what string
+		v    []float32
+		per  int
+	}{{"gate", l.GateBias, ff}, {"up", l.UpBias, ff}, {"down", l.DownBias, d}} {
+		if b.v != nil && len(b.v) != n*b.per {
+			return fmt.Errorf("the experts' %s bias has %d floats, want %d for %d experts of %d", b.what, len(b.v), n*b.per, n, b.per)
+		}
 	}
 	return nil
 }

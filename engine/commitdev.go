@@ -93,6 +93,7 @@ func (m *Model) moeCommitted(b models.Backend, layer int, moe *models.MoE, x []f
 	logits := b.Floats(moe.Experts)
 	m.label("router", "router", layer, -1)
 	b.MatMul(moe.Router.Matrix(), x[:d], 1, logits)
+	addBias(b, logits, moe.RouterBias)
 	k := len(commit)
 	w, rec := b.Floats(k), b.Floats(k+1)
 	ids := make([]int32, k)

@@ -43,7 +43,8 @@ func (m *Model) setupFused() {
 			}
 			continue
 		}
-		ml := &device.MoELayer{Used: moe.Used, Gating: *gatingOf(moe), SharedGate: moe.SharedGate}
+		ml := &device.MoELayer{Used: moe.Used, Gating: *gatingOf(moe), SharedGate: moe.SharedGate,
+			GateBias: moe.GateBias, UpBias: moe.UpBias, DownBias: moe.DownBias, OAI: moe.OAI}
 		for e := 0; e < moe.Experts; e++ {
 			ml.Experts = append(ml.Experts, device.ExpertMatrices{Gate: moe.GateExps.Expert(e), Up: moe.UpExps.Expert(e), Down: moe.DownExps.Expert(e)})
 		}
@@ -61,16 +62,10 @@ func (m *Model) setupFused() {
 }
 
 // deviceRoutes says why a device cannot route a MoE block, or nil: device.Gating has no
-// expert groups, nor a router bias, and the device's expert kernels compute plain SwiGLU
-// experts; kernels that ignored them would choose or compute other experts than the host.
+// expert groups, and a kernel that ignored them would choose other experts than the host.
 func deviceRoutes(moe *models.MoE) error {
-	switch {
-	case moe.Groups > 1:
+	if moe.Groups > 1 {
 		return fmt.Errorf("the device does not route experts limited to %d of %d groups", moe.GroupsUsed, moe.Groups)
-	case moe.RouterBias != nil:
-		return fmt.Errorf("the device does not route with a router bias")
-	case !moe.PlainExperts():
-		return fmt.Errorf("the device's expert kernels have no expert biases or SwiGLU-OAI")
 	}
 	return nil
 }
@@ -102,7 +97,8 @@ func (m *Model) routedOnDevice(layer, T int, ev *RouteEvent, cs *commitState) *d
 // nothing back.
 func (m *Model) moeOnDevice(b models.Backend, l *device.MoELayer, moe *models.MoE, x []float32, T int, out []float32) {
 	logits := b.Floats(T * len(l.Experts))
-	b.MatMul(moe.Router.Matrix(), x, T, logits)
+	// The router's bias (gpt-oss) is added in the product's launch.
+	m.fused.Products(x, T, [3]device.Product{{W: moe.Router.Matrix(), Out: logits, Bias: moe.RouterBias}})
 	m.dev.(device.RoutedMoE).MoE(l, x, logits, T, out, b.Floats(l.ScratchFloats(T)))
 }
 
@@ -119,7 +115,7 @@ func (b *backend) Fused() device.Fused { return b.fused }
 func (m *Model) expertsOnDevice(b models.Backend, layer int, x []float32, routes []routing, kept [][]bool, out []float32) (plan []bool, planned bool, err error) {
 	rm, ok := m.dev.(device.RoutedMoE)
 	if !ok || m.fused == nil || len(routes) != 1 || kept != nil || !m.arch.Layers[layer].MoE.PlainExperts() {
-		return nil, false, nil
+		return nil, false, nil // Experts has no biases nor other activations: the host path's operations
 	}
 	r := routes[0]
 	k := len(r.experts)

@@ -83,9 +83,7 @@ type MoE struct {
 }
 
 // OAIActivation is gpt-oss's gated activation: ggml's swiglu_oai with these constants.
-type OAIActivation struct {
-	Alpha, Limit float32
-}
+type OAIActivation = device.OAIActivation
 
 // ExpertBiases returns expert e's gate, up and down biases (nil where the block has none).
 func (m *MoE) ExpertBiases(e int) (gate, up, down []float32) {

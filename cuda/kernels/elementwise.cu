@@ -36,17 +36,19 @@ extern "C" __global__ void swiglu_f32(float* g, const float* u, int n) {
 // SwiGLU, g[i] = x / (1 + expf(alpha * -x)) * (y + 1) with x = min(g[i], limit) and y = u[i]
 // clamped to [-limit, limit], in models.SwiGLUOAI's arithmetic (glibc's expf, each operation
 // rounded), so bit for bit.
+CR_FN float ew_swiglu_oai(float x, float y, float alpha, float limit) {
+	if (limit < x)
+		x = limit;
+	if (y < -limit)
+		y = -limit;
+	else if (limit < y)
+		y = limit;
+	return cr_fmul(cr_fdiv(x, cr_fadd(1.0f, cr_expf(cr_fmul(alpha, -x)))), cr_fadd(y, 1.0f));
+}
+
 extern "C" __global__ void swiglu_oai_f32(float* g, const float* u, int n, float alpha, float limit) {
-	EW_LOOP(i, n) {
-		float x = g[i], y = u[i];
-		if (limit < x)
-			x = limit;
-		if (y < -limit)
-			y = -limit;
-		else if (limit < y)
-			y = limit;
-		g[i] = cr_fmul(cr_fdiv(x, cr_fadd(1.0f, cr_expf(cr_fmul(alpha, -x)))), cr_fadd(y, 1.0f));
-	}
+	EW_LOOP(i, n)
+	g[i] = ew_swiglu_oai(g[i], u[i], alpha, limit);
 }
 
 // mul_f32(float* dst, const float* src, int n): dst[i] *= src[i] for i < n.
