@@ -78,6 +78,10 @@ func fusedCases() []kernelCase {
 		{n: 8, k: 2, ntok: 2, gating: 2, normalize: true, shared: true, d: 64},
 		{n: 512, k: 16, ntok: 1, gating: 0, d: 32},
 		{n: 37, k: 3, ntok: 1, gating: 0, nan: true, d: 32},
+		// Group-limited (DeepSeek-V3's, GLM's with groups): 8 groups of 8, 4 used, sigmoid
+		// with a bias; 4 groups of 4, 1 used, where every choice lies in one group.
+		{n: 64, k: 6, ntok: 2, gating: 1, bias: true, normalize: true, scale: 2.5, d: 32, groups: 8, groupsUsed: 4},
+		{n: 16, k: 3, ntok: 3, gating: 0, d: 32, groups: 4, groupsUsed: 1},
 	} {
 		add("moe_route_f32", c.String(), func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkRoute(t, k, c, r) })
 	}
@@ -203,15 +207,20 @@ type routeCase struct {
 	bias, normalize, nan  bool
 	shared                bool
 	scale                 float32
+	groups, groupsUsed    int
 }
 
 func (c routeCase) String() string {
-	return fmt.Sprintf("n=%d,k=%d,ntok=%d,gating=%d,bias=%v,normalize=%v,scale=%g,shared=%v,nan=%v", c.n, c.k, c.ntok, c.gating, c.bias, c.normalize, c.scale, c.shared, c.nan)
+	s := fmt.Sprintf("n=%d,k=%d,ntok=%d,gating=%d,bias=%v,normalize=%v,scale=%g,shared=%v,nan=%v", c.n, c.k, c.ntok, c.gating, c.bias, c.normalize, c.scale, c.shared, c.nan)
+	if c.groups > 1 {
+		s += fmt.Sprintf(",groups=%d/%d", c.groupsUsed, c.groups)
+	}
+	return s
 }
 
 // checkRoute: moe_route_f32 against the engine's routing (engine/moe.go's route) written with
-// the CPU's Softmax and Sigmoid and the router tests' top-k and gate weights, to the bit; the
-// shared expert's gate against gated_add_f32.
+// the CPU's Softmax and Sigmoid and the router tests' top-k and gate weights, to the bit (the
+// group-limited choice models.MoE.Choose's); the shared expert's gate against gated_add_f32.
 func checkRoute(t *testing.T, k *kernelEnv, c routeCase, r *rand.Rand) {
 	logits := randF32(r, c.ntok*c.n, 3)
 	if c.nan {
@@ -231,7 +240,7 @@ func checkRoute(t *testing.T, k *kernelEnv, c routeCase, r *rand.Rand) {
 	}
 	var args Args
 	k.run(t, "moe_route_f32", Dim3{X: c.ntok}, Dim3{X: 256}, args.Ptr(dl).Int(c.n).Int(c.k).Int(c.ntok).Int(c.gating).Ptr(dbias).
-		Int(b2i(c.normalize)).Float(c.scale).Ptr(dids).Ptr(dw).Ptr(dgw).Ptr(dx).Int(c.d).Ptr(dsg))
+		Int(b2i(c.normalize)).Float(c.scale).Ptr(dids).Ptr(dw).Ptr(dgw).Ptr(dx).Int(c.d).Ptr(dsg).Int(c.groups).Int(c.groupsUsed))
 	ids, w := i32sOf(k.get(t, dids, 4*c.ntok*c.k)), k.getF32(t, dw, c.ntok*c.k)
 	for tk := 0; tk < c.ntok; tk++ {
 		p := slices.Clone(logits[tk*c.n : (tk+1)*c.n])
@@ -244,6 +253,18 @@ func checkRoute(t *testing.T, k *kernelEnv, c routeCase, r *rand.Rand) {
 			}
 		}
 		wantIDs, _ := topkRef(p, bias, c.k)
+		if c.groups > 1 {
+			sel := slices.Clone(p)
+			for i := range sel {
+				if bias != nil {
+					sel[i] += bias[i]
+				}
+			}
+			wantIDs = wantIDs[:0]
+			for _, e := range (&models.MoE{Used: c.k, Groups: c.groups, GroupsUsed: c.groupsUsed}).Choose(sel) {
+				wantIDs = append(wantIDs, int32(e))
+			}
+		}
 		wantW := make([]float32, c.k)
 		for j, e := range wantIDs {
 			wantW[j] = p[e]

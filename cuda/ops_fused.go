@@ -131,6 +131,7 @@ func (g *GPU) RopeKV(q, k, v []float32, kv *device.KVLayer, pos0, T int, a *devi
 const (
 	routeMaxExperts = 512
 	routeMaxUsed    = 16
+	routeMaxGroups  = 64
 )
 
 // moeTable is a layer's experts' weights as the kernels find them: expert e's gate, up and
@@ -221,8 +222,9 @@ func (g *GPU) PrepareMoE(l *device.MoELayer) error {
 		return err
 	}
 	n, e0 := len(l.Experts), l.Experts[0]
-	if n > routeMaxExperts || l.Used > routeMaxUsed {
-		return fmt.Errorf("%d experts, %d used: the routing kernel takes up to %d and %d", n, l.Used, routeMaxExperts, routeMaxUsed)
+	if n > routeMaxExperts || l.Used > routeMaxUsed || l.Gating.Groups > routeMaxGroups {
+		return fmt.Errorf("%d experts, %d used, in %d groups: the routing kernel takes up to %d, %d and %d", n, l.Used, l.Gating.Groups,
+			routeMaxExperts, routeMaxUsed, routeMaxGroups)
 	}
 	up, down, err := moeLaunches(e0, l.Shared)
 	if err != nil {
@@ -328,7 +330,7 @@ func (g *GPU) MoE(l *device.MoELayer, x, logits []float32, T int, out, scratch [
 	}
 	gt := l.Gating
 	g.args.Reset().Ptr(lp).Int(t.experts).Int(k).Int(T).Int(int(gt.Func)).Ptr(t.bias).Int(b2i(gt.Normalize)).Float(gt.Scale).
-		Ptr(idp).Ptr(wp).Ptr(t.shGate).Ptr(xp).Int(t.d).Ptr(sgp)
+		Ptr(idp).Ptr(wp).Ptr(t.shGate).Ptr(xp).Int(t.d).Ptr(sgp).Int(gt.Groups).Int(gt.GroupsUsed)
 	c.launch("moe_route_f32", Dim3{X: T}, Dim3{X: 256})
 
 	c.moeProducts(t.up, t.down, moeOperands{tab: t.tab, ids: idp, w: wp, x: xp, up: upp, out: op, T: T, k: k, d: t.d, ff: t.ff,

@@ -166,6 +166,10 @@ type Gating struct {
 	// them.
 	Normalize bool
 	Scale     float32
+	// Groups > 1 limits the choice to the GroupsUsed best of that many equal groups of
+	// experts, a group scoring the sum of its two best selection scores (DeepSeek-V3's
+	// group-limited routing, models.MoE.Groups).
+	Groups, GroupsUsed int
 }
 
 // OWA is Output Weight Adjustment's settings (package owa's Params) for a Committer; On false

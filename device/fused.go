@@ -130,6 +130,9 @@ func (l *MoELayer) Check() error {
 	if l.Gating.Bias != nil && len(l.Gating.Bias) != n {
 		return fmt.Errorf("a selection bias of %d for %d experts", len(l.Gating.Bias), n)
 	}
+	if g := l.Gating; g.Groups > 1 && (n%g.Groups != 0 || n/g.Groups < 2 || g.GroupsUsed < 1 || g.GroupsUsed > g.Groups) {
+		return fmt.Errorf("%d experts in %d groups, %d used", n, g.Groups, g.GroupsUsed)
+	}
 	for _, b := range []struct {
 		what string
 		v    []float32

@@ -37,12 +37,6 @@ func (m *Model) setupFused() {
 		if moe == nil {
 			continue
 		}
-		if err := deviceRoutes(moe); err != nil {
-			if m.moeDevErr == nil {
-				m.moeDevErr = fmt.Errorf("layer %d's experts are routed on the host: %w", i, err)
-			}
-			continue
-		}
 		ml := &device.MoELayer{Used: moe.Used, Gating: *gatingOf(moe), SharedGate: moe.SharedGate,
 			GateBias: moe.GateBias, UpBias: moe.UpBias, DownBias: moe.DownBias, OAI: moe.OAI}
 		for e := 0; e < moe.Experts; e++ {
@@ -61,18 +55,10 @@ func (m *Model) setupFused() {
 	}
 }
 
-// deviceRoutes says why a device cannot route a MoE block, or nil: device.Gating has no
-// expert groups, and a kernel that ignored them would choose other experts than the host.
-func deviceRoutes(moe *models.MoE) error {
-	if moe.Groups > 1 {
-		return fmt.Errorf("the device does not route experts limited to %d of %d groups", moe.GroupsUsed, moe.Groups)
-	}
-	return nil
-}
 
 // gatingOf is a MoE block's gating as a device computes it.
 func gatingOf(moe *models.MoE) *device.Gating {
-	g := &device.Gating{Bias: moe.SelectionBias, Normalize: moe.NormWeights, Scale: moe.WeightsScale}
+	g := &device.Gating{Bias: moe.SelectionBias, Normalize: moe.NormWeights, Scale: moe.WeightsScale, Groups: moe.Groups, GroupsUsed: moe.GroupsUsed}
 	switch moe.Gating {
 	case models.GatingSigmoid:
 		g.Func = device.GatingSigmoid

@@ -193,23 +193,78 @@ CR_FN void route_topk(const float* p, const float* bias, int n, int k, int* ids)
 	}
 }
 
+// route_topk_seq is models.TopK run by one thread: the indices of the k largest of v[0..n) in
+// order, an earlier index first among equals, NaNs skipped, and where fewer than k are not
+// NaN the missing ones padded with their positions.
+CR_FN void route_topk_seq(const float* v, int n, int k, int* idx) {
+	int m = 0;
+	for (int i = 0; i < n; i++) {
+		const float x = v[i];
+		if (x != x)
+			continue;
+		int pos = m;
+		while (pos > 0 && v[idx[pos - 1]] < x)
+			pos--;
+		if (pos >= k)
+			continue;
+		if (m < k)
+			m++;
+		for (int j = m - 1; j > pos; j--)
+			idx[j] = idx[j - 1];
+		idx[pos] = i;
+	}
+	for (; m < k; m++)
+		idx[m] = m;
+}
+
+// route_groups writes to sel the selection scores p (+ bias) with every expert outside the
+// used best of its groups at -Inf, as models.groupLimited: a group scores the sum of its two
+// best. keep: ROUTE_MAX_GROUPS ints of shared memory. Every thread of the block must call it.
+#define ROUTE_MAX_GROUPS 64
+CR_FN void route_groups(const float* p, const float* bias, int n, int groups, int used, float* sel, int* keep) {
+	const int tid = threadIdx.x, per = n / groups;
+	for (int i = tid; i < n; i += blockDim.x)
+		sel[i] = bias ? cr_fadd(p[i], bias[i]) : p[i];
+	__syncthreads();
+	if (tid == 0) {
+		float score[ROUTE_MAX_GROUPS];
+		int top[ROUTE_MAX_GROUPS];
+		for (int g = 0; g < groups; g++) {
+			route_topk_seq(sel + g * per, per, 2, top);
+			score[g] = cr_fadd(sel[g * per + top[0]], sel[g * per + top[1]]);
+			keep[g] = 0;
+		}
+		route_topk_seq(score, groups, used, top);
+		for (int j = 0; j < used; j++)
+			keep[top[j]] = 1;
+	}
+	__syncthreads();
+	for (int i = tid; i < n; i += blockDim.x)
+		if (!keep[i / per])
+			sel[i] = -cr_inf();
+	__syncthreads();
+}
+
 // moe_route_f32(const float* logits, int n, int k, int ntok, int gating, const float* bias,
 //               int normalize, float scale, int* ids, float* w, const float* sh_gate_w,
-//               const float* x, int d, float* sh_gate)
+//               const float* x, int d, float* sh_gate, int groups, int groups_used)
 //   Routes token t (t = blockIdx.x) from its n router logits (logits + t*n) as the engine's
 //   route does on the host, to the bit: the gating (0: softmax over every expert, in
 //   models.Softmax's order; 1: each logit's sigmoid; 2: the raw logits, the chosen experts'
 //   weights then a softmax over them), the top-k of the probabilities plus bias (n floats, or
 //   NULL) as topk_f32 chooses, and the weights finished as norm_weights_f32 does. Writes the
-//   experts ids[t*k + j] and their weights w[t*k + j], j < k, in top-k order.
+//   experts ids[t*k + j] and their weights w[t*k + j], j < k, in top-k order. With groups > 1
+//   the experts are chosen among the groups_used best of groups equal groups only
+//   (models.groupLimited: n % groups == 0, at least 2 experts a group, groups <= 64).
 //   With sh_gate_w not NULL it also weighs Qwen2-MoE's shared expert as gated_add_f32 does:
 //   v = sh_gate_w . x[t*d ..] (d floats each) and sh_gate[t] = silu(v)/v.
 //   1 <= k <= min(n, 16), n <= 512.
 //   grid (ntok, 1, 1); block (256, 1, 1) exactly; no dynamic shared memory.
 extern "C" __global__ void moe_route_f32(const float* logits, int n, int k, int ntok, int gating, const float* bias, int normalize,
                                          float scale, int* ids, float* w, const float* sh_gate_w, const float* x, int d,
-                                         float* sh_gate) {
-	__shared__ float p[ROUTE_MAX_EXPERTS];
+                                         float* sh_gate, int groups, int groups_used) {
+	__shared__ float p[ROUTE_MAX_EXPERTS], sel[ROUTE_MAX_EXPERTS];
+	__shared__ int keep[ROUTE_MAX_GROUPS];
 	__shared__ double gs[ROUTE_MAX_EXPERTS / 16];
 	__shared__ int sids[ROUTE_WARPS][ROUTE_MAX_USED];
 	__shared__ float shm[32];
@@ -229,7 +284,12 @@ extern "C" __global__ void moe_route_f32(const float* logits, int n, int k, int 
 			p[i] = cr_fdiv(1.0f, cr_fadd(1.0f, cr_expf(-p[i])));
 	}
 	__syncthreads();
-	route_topk(p, bias, n, k, sids[tid / CR_WARP]);
+	if (groups > 1) {
+		route_groups(p, bias, n, groups, groups_used, sel, keep);
+		route_topk(sel, 0, n, k, sids[tid / CR_WARP]);
+	} else {
+		route_topk(p, bias, n, k, sids[tid / CR_WARP]);
+	}
 	if (tid == 0) {
 		float wk[ROUTE_MAX_USED];
 		for (int j = 0; j < k; j++)
