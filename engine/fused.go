@@ -55,7 +55,6 @@ func (m *Model) setupFused() {
 	}
 }
 
-
 // gatingOf is a MoE block's gating as a device computes it.
 func gatingOf(moe *models.MoE) *device.Gating {
 	g := &device.Gating{Bias: moe.SelectionBias, Normalize: moe.NormWeights, Scale: moe.WeightsScale, Groups: moe.Groups, GroupsUsed: moe.GroupsUsed}
