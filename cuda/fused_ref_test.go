@@ -82,6 +82,7 @@ func fusedCases() []kernelCase {
 		// with a bias; 4 groups of 4, 1 used, where every choice lies in one group.
 		{n: 64, k: 6, ntok: 2, gating: 1, bias: true, normalize: true, scale: 2.5, d: 32, groups: 8, groupsUsed: 4},
 		{n: 16, k: 3, ntok: 3, gating: 0, d: 32, groups: 4, groupsUsed: 1},
+		{n: 16, k: 4, ntok: 2, gating: 0, normalize: true, shared: true, sigmoid: true, d: 128},
 	} {
 		add("moe_route_f32", c.String(), func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkRoute(t, k, c, r) })
 	}
@@ -208,12 +209,16 @@ type routeCase struct {
 	shared                bool
 	scale                 float32
 	groups, groupsUsed    int
+	sigmoid               bool // the shared expert's gate is a sigmoid (Qwen3.5)
 }
 
 func (c routeCase) String() string {
 	s := fmt.Sprintf("n=%d,k=%d,ntok=%d,gating=%d,bias=%v,normalize=%v,scale=%g,shared=%v,nan=%v", c.n, c.k, c.ntok, c.gating, c.bias, c.normalize, c.scale, c.shared, c.nan)
 	if c.groups > 1 {
 		s += fmt.Sprintf(",groups=%d/%d", c.groupsUsed, c.groups)
+	}
+	if c.sigmoid {
+		s += ",sigmoid"
 	}
 	return s
 }
@@ -240,7 +245,7 @@ func checkRoute(t *testing.T, k *kernelEnv, c routeCase, r *rand.Rand) {
 	}
 	var args Args
 	k.run(t, "moe_route_f32", Dim3{X: c.ntok}, Dim3{X: 256}, args.Ptr(dl).Int(c.n).Int(c.k).Int(c.ntok).Int(c.gating).Ptr(dbias).
-		Int(b2i(c.normalize)).Float(c.scale).Ptr(dids).Ptr(dw).Ptr(dgw).Ptr(dx).Int(c.d).Ptr(dsg).Int(c.groups).Int(c.groupsUsed))
+		Int(b2i(c.normalize)).Float(c.scale).Ptr(dids).Ptr(dw).Ptr(dgw).Ptr(dx).Int(c.d).Ptr(dsg).Int(c.groups).Int(c.groupsUsed).Int(b2i(c.sigmoid)))
 	ids, w := i32sOf(k.get(t, dids, 4*c.ntok*c.k)), k.getF32(t, dw, c.ntok*c.k)
 	for tk := 0; tk < c.ntok; tk++ {
 		p := slices.Clone(logits[tk*c.n : (tk+1)*c.n])
@@ -280,7 +285,7 @@ func checkRoute(t *testing.T, k *kernelEnv, c routeCase, r *rand.Rand) {
 	}
 	// gated_add_f32 adds gate*1 to 0: the gate itself.
 	out, ones := k.putF32(t, make([]float32, c.ntok*c.d)), k.putF32(t, slices.Repeat([]float32{1}, c.ntok*c.d))
-	k.run(t, "gated_add_f32", Dim3{X: c.ntok}, Dim3{X: 256}, args.Reset().Ptr(out).Ptr(ones).Ptr(dx).Ptr(dgw).Int(c.d))
+	k.run(t, "gated_add_f32", Dim3{X: c.ntok}, Dim3{X: 256}, args.Reset().Ptr(out).Ptr(ones).Ptr(dx).Ptr(dgw).Int(c.d).Int(b2i(c.sigmoid)))
 	gates := k.getF32(t, out, c.ntok*c.d)
 	want := make([]float32, c.ntok)
 	for tk := range want {

@@ -716,6 +716,20 @@ func elementwiseCases() []kernelCase {
 		})
 	}
 
+	// mul_sigmoid_f32: models.HostOps.MulSigmoid to the bit, gates past expf's range included.
+	for _, c := range []struct{ n, grid int }{{272, 2}, {37, 1}} {
+		add("mul_sigmoid_f32", fmt.Sprintf("n=%d,grid=%d", c.n, c.grid), func(t *testing.T, k *kernelEnv, r *rand.Rand) {
+			x, g := randF32(r, c.n, 3), randF32(r, c.n, 8)
+			copy(g, []float32{200, -200, 0, float32(math.NaN()), 1e-30})
+			dx, dg := k.putF32(t, x), k.putF32(t, g)
+			var args Args
+			k.run(t, "mul_sigmoid_f32", Dim3{X: c.grid}, Dim3{X: 256}, args.Ptr(dx).Ptr(dg).Int(c.n))
+			want := slices.Clone(x)
+			models.HostOps{}.MulSigmoid(want, g)
+			checkBits(t, "x", k.getF32(t, dx, c.n), want)
+		})
+	}
+
 	for _, c := range []struct{ k, d, ntok, grid int }{{4, 300, 3, 2}, {1, 17, 2, 1}, {8, 64, 1, 1}} {
 		add("combine_f32", fmt.Sprintf("k=%d,d=%d,ntok=%d,grid=(%d,%d)", c.k, c.d, c.ntok, c.grid, c.ntok), func(t *testing.T, k *kernelEnv, r *rand.Rand) {
 			out, ys, w := ewValues(r, c.ntok*c.d), randF32(r, c.ntok*c.k*c.d, 1), randUniform(r, c.ntok*c.k, 0, 1)
@@ -1365,8 +1379,11 @@ func moeCases() []kernelCase {
 	// below 2 in magnitude: their products are multiples of 2^-8 below 4, and sums of a few
 	// hundred of them need fewer than 24 bits, so the CPU's float32 lanes and the kernel's
 	// float64 sum both give the exact v, the one place where the ABI allows them to differ.
-	for _, c := range []struct{ d, ntok, block int }{{64, 3, 256}, {300, 2, 256}, {100, 3, 64}} {
-		cs = append(cs, kernelCase{"gated_add_f32", fmt.Sprintf("d=%d,ntok=%d,block=%d", c.d, c.ntok, c.block),
+	for _, c := range []struct {
+		d, ntok, block int
+		sigmoid        bool
+	}{{64, 3, 256, false}, {300, 2, 256, false}, {100, 3, 64, false}, {64, 3, 256, true}, {100, 3, 64, true}} {
+		cs = append(cs, kernelCase{"gated_add_f32", fmt.Sprintf("d=%d,ntok=%d,block=%d,sigmoid=%v", c.d, c.ntok, c.block, c.sigmoid),
 			func(t *testing.T, k *kernelEnv, r *rand.Rand) {
 				grid16 := func(n int) []float32 {
 					v := make([]float32, n)
@@ -1378,9 +1395,9 @@ func moeCases() []kernelCase {
 				out, sh, x, gate := randF32(r, c.ntok*c.d, 1), randF32(r, c.ntok*c.d, 1), grid16(c.ntok*c.d), grid16(c.d)
 				dout, dsh, dx, dgate := k.putF32(t, out), k.putF32(t, sh), k.putF32(t, x), k.putF32(t, gate)
 				var args Args
-				k.run(t, "gated_add_f32", Dim3{X: c.ntok}, Dim3{X: c.block}, args.Ptr(dout).Ptr(dsh).Ptr(dx).Ptr(dgate).Int(c.d))
+				k.run(t, "gated_add_f32", Dim3{X: c.ntok}, Dim3{X: c.block}, args.Ptr(dout).Ptr(dsh).Ptr(dx).Ptr(dgate).Int(c.d).Int(b2i(c.sigmoid)))
 				want := slices.Clone(out)
-				models.HostOps{}.GatedAdd(want, sh, x, gate, c.d)
+				models.HostOps{}.GatedAdd(want, sh, x, gate, c.d, c.sigmoid)
 				checkBits(t, "out", k.getF32(t, dout, len(want)), want)
 			}})
 	}

@@ -20,11 +20,13 @@ import (
 // (a sticky error the pass reports) instead of touching it.
 
 // Computes implements device.Featured: the attention kernel's sliding windows and sinks, the
-// router's and experts' biases (AddRows) and the SwiGLU-OAI kernel, which the engine's
-// host-routed expert path calls.
+// router's and experts' biases and gpt-oss's activation (in the routed MoE kernels, and for
+// the engine's host-routed expert path AddRows and SwiGLUOAI), the gated attention output
+// (MulSigmoid) and the sigmoid shared-expert gate (GatedAdd). Not yet DeltaNet layers.
 func (g *GPU) Computes(f device.Feature) bool {
 	switch f {
-	case device.SlidingWindow, device.AttentionSinks, device.RouterBiases, device.ExpertBiases, device.SwiGLUOAI:
+	case device.SlidingWindow, device.AttentionSinks, device.RouterBiases, device.ExpertBiases, device.SwiGLUOAI,
+		device.GatedAttnOutput, device.SigmoidSharedGate:
 		return true
 	}
 	return false
@@ -367,12 +369,20 @@ func (g *GPU) Combine(out, ys []float32, weights []float32, off []int32, d int) 
 }
 
 // GatedAdd implements device.Ops.
-func (g *GPU) GatedAdd(out, sh, x, gate []float32, d int) {
+func (g *GPU) GatedAdd(out, sh, x, gate []float32, d int, sigmoid bool) {
 	c := g.begin("gated shared expert")
 	defer c.end()
 	g.args.Reset().Ptr(c.f(out, "the output")).Ptr(c.f(sh, "the shared expert's output")).Ptr(c.f(x, "the input")).
-		Ptr(c.f(gate, "the gate")).Int(d)
+		Ptr(c.f(gate, "the gate")).Int(d).Int(b2i(sigmoid))
 	c.launch("gated_add_f32", Dim3{X: len(out) / d}, Dim3{X: 256})
+}
+
+// MulSigmoid implements device.Ops: models.HostOps.MulSigmoid's arithmetic, to the bit.
+func (g *GPU) MulSigmoid(x, gate []float32) {
+	c := g.begin("sigmoid gate")
+	defer c.end()
+	g.args.Reset().Ptr(c.f(x, "the activations")).Ptr(c.f(gate[:len(x)], "the gate")).Int(len(x))
+	c.launch("mul_sigmoid_f32", ewGrid(len(x)), Dim3{X: 256})
 }
 
 // Zero implements device.Ops.

@@ -330,7 +330,7 @@ func (g *GPU) MoE(l *device.MoELayer, x, logits []float32, T int, out, scratch [
 	}
 	gt := l.Gating
 	g.args.Reset().Ptr(lp).Int(t.experts).Int(k).Int(T).Int(int(gt.Func)).Ptr(t.bias).Int(b2i(gt.Normalize)).Float(gt.Scale).
-		Ptr(idp).Ptr(wp).Ptr(t.shGate).Ptr(xp).Int(t.d).Ptr(sgp).Int(gt.Groups).Int(gt.GroupsUsed)
+		Ptr(idp).Ptr(wp).Ptr(t.shGate).Ptr(xp).Int(t.d).Ptr(sgp).Int(gt.Groups).Int(gt.GroupsUsed).Int(b2i(l.SharedSigmoid))
 	c.launch("moe_route_f32", Dim3{X: T}, Dim3{X: 256})
 
 	c.moeProducts(t.up, t.down, moeOperands{tab: t.tab, ids: idp, w: wp, x: xp, up: upp, out: op, T: T, k: k, d: t.d, ff: t.ff,

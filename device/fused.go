@@ -81,9 +81,11 @@ type MoELayer struct {
 	GateBias, UpBias, DownBias []float32
 	OAI                        *OAIActivation
 	// Shared is the shared expert, or nil; SharedGate (device memory), when not nil, weighs
-	// it by silu(v)/v with v = SharedGate . x (Qwen2-MoE).
-	Shared     *ExpertMatrices
-	SharedGate []float32
+	// it by silu(v)/v with v = SharedGate . x (Qwen2-MoE), or by v's sigmoid with
+	// SharedSigmoid (Qwen3.5), as Ops.GatedAdd.
+	Shared        *ExpertMatrices
+	SharedGate    []float32
+	SharedSigmoid bool
 	// Table is the device's own state of the layer, made by PrepareMoE.
 	Table any
 }

@@ -53,9 +53,13 @@ type Ops interface {
 	// Combine writes to row t of out the sum over j in [off[t], off[t+1]) of weights[j] times
 	// row j of ys, in j order (weights and off are host memory).
 	Combine(out, ys []float32, weights []float32, off []int32, d int)
-	// GatedAdd adds to row t of out row t of sh times silu(g)/g, g = gate · row t of x:
-	// Qwen2-MoE's gated shared expert.
-	GatedAdd(out, sh, x, gate []float32, d int)
+	// GatedAdd adds to row t of out row t of sh times the sigmoid of g = gate · row t of x,
+	// as the graphs compute it: ggml_sigmoid's with sigmoid set (Qwen3.5's shared expert),
+	// else silu(g)/g (Qwen2-MoE's).
+	GatedAdd(out, sh, x, gate []float32, d int, sigmoid bool)
+	// MulSigmoid multiplies each value of x by the sigmoid of gate's (ggml_sigmoid, then
+	// ggml_mul: Qwen3.5's gated attention output).
+	MulSigmoid(x, gate []float32)
 	// Zero sets x to zeros.
 	Zero(x []float32)
 	// Read copies device floats to host memory once the work enqueued so far is done; Write

@@ -37,7 +37,7 @@ func (m *Model) setupFused() {
 		if moe == nil {
 			continue
 		}
-		ml := &device.MoELayer{Used: moe.Used, Gating: *gatingOf(moe), SharedGate: moe.SharedGate,
+		ml := &device.MoELayer{Used: moe.Used, Gating: *gatingOf(moe), SharedGate: moe.SharedGate, SharedSigmoid: moe.SharedSigmoid,
 			GateBias: moe.GateBias, UpBias: moe.UpBias, DownBias: moe.DownBias, OAI: moe.OAI}
 		for e := 0; e < moe.Experts; e++ {
 			ml.Experts = append(ml.Experts, device.ExpertMatrices{Gate: moe.GateExps.Expert(e), Up: moe.UpExps.Expert(e), Down: moe.DownExps.Expert(e)})

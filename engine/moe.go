@@ -548,10 +548,8 @@ func (m *Model) sharedExpert(b models.Backend, layer int, moe *models.MoE, x []f
 	m.label("shared", "shared", layer, -1)
 	m.ffn(b, moe.Shared, x, T, sh)
 	switch {
-	case moe.SharedSigmoid: // a host-only model's (models.Model.HostOnly): host memory
-		models.SigmoidGatedAdd(out[:T*d], sh, x, moe.SharedGate, d)
 	case moe.SharedGate != nil:
-		b.GatedAdd(out[:T*d], sh, x, moe.SharedGate, d)
+		b.GatedAdd(out[:T*d], sh, x, moe.SharedGate, d, moe.SharedSigmoid)
 	default:
 		b.Add(out[:T*d], sh)
 	}

@@ -106,8 +106,8 @@ func (a *StdAttention) ForwardSeqs(b Backend, seqs []Seq, x []float32, out []flo
 		b.Attend(ctx[r*cd:(r+s.T)*cd], qs, &s.Cache.KVLayer, s.Pos0, s.T, &shape)
 		r += s.T
 	}
-	for i, g := range gate {
-		ctx[i] *= Sigmoid(g)
+	if gate != nil {
+		b.MulSigmoid(ctx, gate)
 	}
 	b.MatMul(a.O, ctx, T, out)
 	addBias(b, out, a.BO)
@@ -120,10 +120,8 @@ func (a *StdAttention) gatedQ(b Backend, x []float32, T int, q []float32) []floa
 	qg, gate := b.Floats(2*T*qd), b.Floats(T*qd)
 	b.MatMul(a.Q, x, T, qg)
 	addBias(b, qg, a.BQ)
-	for i := 0; i < T*a.Heads; i++ {
-		copy(q[i*hd:(i+1)*hd], qg[2*i*hd:(2*i+1)*hd])
-		copy(gate[i*hd:(i+1)*hd], qg[(2*i+1)*hd:(2*i+2)*hd])
-	}
+	b.Copy2D(q, qg, T*a.Heads, hd, hd, 2*hd)
+	b.Copy2D(gate, qg[hd:], T*a.Heads, hd, hd, 2*hd)
 	return gate
 }
 

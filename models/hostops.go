@@ -206,9 +206,21 @@ func (HostOps) Combine(out, ys []float32, weights []float32, off []int32, d int)
 }
 
 // GatedAdd implements device.Ops.
-func (HostOps) GatedAdd(out, sh, x, gate []float32, d int) {
+func (HostOps) GatedAdd(out, sh, x, gate []float32, d int, sigmoid bool) {
+	if sigmoid {
+		gatedAdd(out, sh, x, gate, d, Sigmoid)
+		return
+	}
 	// llama.cpp's qwen2moe graph computes the gate's sigmoid as silu(v)/v.
 	gatedAdd(out, sh, x, gate, d, SiLUOverX)
+}
+
+// MulSigmoid implements device.Ops.
+func (HostOps) MulSigmoid(x, gate []float32) {
+	gate = gate[:len(x)]
+	for i, g := range gate {
+		x[i] *= Sigmoid(g)
+	}
 }
 
 // gatedAdd adds to row t of out row t of sh times sigmoid(v), v = gate · row t of x as a

@@ -39,12 +39,6 @@ func Sigmoid(x float32) float32 { return 1 / (1 + expf(-x)) }
 // expert's gate (ggml_silu then ggml_div on one value).
 func SiLUOverX(x float32) float32 { return siluScalar(x) / x }
 
-// SigmoidGatedAdd is device.Ops' GatedAdd with the gate's sigmoid as ggml_sigmoid computes
-// it (llama.cpp's qwen35moe graph), on host memory.
-func SigmoidGatedAdd(out, sh, x, gate []float32, d int) {
-	gatedAdd(out, sh, x, gate, d, Sigmoid)
-}
-
 // AddTo adds src to dst element-wise (the residual connections).
 func AddTo(dst, src []float32) {
 	src = src[:len(dst)]

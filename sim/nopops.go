@@ -23,7 +23,8 @@ func (NopOps) MatMulHeads([]quant.Matrix, []float32, int, []float32, *device.Hea
 func (NopOps) Copy2D(_, _ []float32, _, _, _, _ int)                                     {}
 func (NopOps) Gather(_, _ []float32, _ []int32, _ int)                                   {}
 func (NopOps) Combine(_, _ []float32, _ []float32, _ []int32, _ int)                     {}
-func (NopOps) GatedAdd(_, _, _, _ []float32, _ int)                                      {}
+func (NopOps) GatedAdd(_, _, _, _ []float32, _ int, _ bool)                              {}
+func (NopOps) MulSigmoid(_, _ []float32)                                                 {}
 func (NopOps) Zero([]float32)                                                            {}
 func (NopOps) Read(_, _ []float32)                                                       {}
 func (NopOps) Write(_, _ []float32)                                                      {}

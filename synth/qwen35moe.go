@@ -35,7 +35,7 @@ func (s *Spec) validateQwen35() error {
 	}
 	d := s.DeltaNet
 	switch {
-	case d == nil || d.ConvK < 2 || d.HeadDim <= 0 || d.KHeads <= 0 || d.VHeads%d.KHeads != 0 || d.Interval < 2:
+	case d == nil || d.ConvK < 2 || d.HeadDim <= 0 || d.KHeads <= 0 || d.VHeads%d.KHeads != 0 || d.Interval < 1:
 		return fmt.Errorf("qwen35moe needs a DeltaNet shape: conv kernel, head size, key heads dividing value heads, an interval")
 	case s.SharedFFN <= 0 || s.HeadDim == 0 || s.RopeDim <= 0 || s.RopeDim > s.HeadDim:
 		return fmt.Errorf("qwen35moe needs a shared expert, a head size and a partial rope")

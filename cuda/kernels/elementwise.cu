@@ -51,6 +51,13 @@ extern "C" __global__ void swiglu_oai_f32(float* g, const float* u, int n, float
 	g[i] = ew_swiglu_oai(g[i], u[i], alpha, limit);
 }
 
+// mul_sigmoid_f32(float* x, const float* gate, int n): x[i] *= 1 / (1 + expf(-gate[i])) for
+// i < n (models.HostOps.MulSigmoid: ggml_sigmoid with glibc's expf, then the product).
+extern "C" __global__ void mul_sigmoid_f32(float* x, const float* gate, int n) {
+	EW_LOOP(i, n)
+	x[i] = cr_fmul(x[i], cr_fdiv(1.0f, cr_fadd(1.0f, cr_expf(-gate[i]))));
+}
+
 // mul_f32(float* dst, const float* src, int n): dst[i] *= src[i] for i < n.
 extern "C" __global__ void mul_f32(float* dst, const float* src, int n) {
 	EW_LOOP(i, n)

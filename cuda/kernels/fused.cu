@@ -247,7 +247,8 @@ CR_FN void route_groups(const float* p, const float* bias, int n, int groups, in
 
 // moe_route_f32(const float* logits, int n, int k, int ntok, int gating, const float* bias,
 //               int normalize, float scale, int* ids, float* w, const float* sh_gate_w,
-//               const float* x, int d, float* sh_gate, int groups, int groups_used)
+//               const float* x, int d, float* sh_gate, int groups, int groups_used,
+//               int sh_sigmoid)
 //   Routes token t (t = blockIdx.x) from its n router logits (logits + t*n) as the engine's
 //   route does on the host, to the bit: the gating (0: softmax over every expert, in
 //   models.Softmax's order; 1: each logit's sigmoid; 2: the raw logits, the chosen experts'
@@ -256,13 +257,14 @@ CR_FN void route_groups(const float* p, const float* bias, int n, int groups, in
 //   experts ids[t*k + j] and their weights w[t*k + j], j < k, in top-k order. With groups > 1
 //   the experts are chosen among the groups_used best of groups equal groups only
 //   (models.groupLimited: n % groups == 0, at least 2 experts a group, groups <= 64).
-//   With sh_gate_w not NULL it also weighs Qwen2-MoE's shared expert as gated_add_f32 does:
-//   v = sh_gate_w . x[t*d ..] (d floats each) and sh_gate[t] = silu(v)/v.
+//   With sh_gate_w not NULL it also weighs the shared expert as gated_add_f32 does:
+//   v = sh_gate_w . x[t*d ..] (d floats each) and sh_gate[t] = silu(v)/v (Qwen2-MoE), or
+//   v's sigmoid with sh_sigmoid set (Qwen3.5).
 //   1 <= k <= min(n, 16), n <= 512.
 //   grid (ntok, 1, 1); block (256, 1, 1) exactly; no dynamic shared memory.
 extern "C" __global__ void moe_route_f32(const float* logits, int n, int k, int ntok, int gating, const float* bias, int normalize,
                                          float scale, int* ids, float* w, const float* sh_gate_w, const float* x, int d,
-                                         float* sh_gate, int groups, int groups_used) {
+                                         float* sh_gate, int groups, int groups_used, int sh_sigmoid) {
 	__shared__ float p[ROUTE_MAX_EXPERTS], sel[ROUTE_MAX_EXPERTS];
 	__shared__ int keep[ROUTE_MAX_GROUPS];
 	__shared__ double gs[ROUTE_MAX_EXPERTS / 16];
@@ -307,7 +309,7 @@ extern "C" __global__ void moe_route_f32(const float* logits, int n, int k, int 
 			s += (double)cr_fmul(sh_gate_w[i], xt[i]);
 		const float v = (float)cr_block_sum_d(s, shd);
 		if (tid == 0)
-			sh_gate[t] = cr_fdiv(cr_fdiv(v, cr_fadd(1.0f, cr_expf(0.0f - v))), v);
+			sh_gate[t] = moe_shared_gate(v, sh_sigmoid);
 	}
 }
 

@@ -19,14 +19,23 @@ extern "C" __global__ void combine_off_f32(float* out, const float* ys, const fl
 	out[(i64)t * d + i] = o;
 }
 
-// gated_add_f32(float* out, const float* sh, const float* x, const float* gate, int d)
-//   Qwen2-MoE's gated shared expert: for token t, v = gate . x[t*d ...] and
-//   out[t*d + i] += (silu(v)/v) * sh[t*d + i], with silu(v) = v / (1 + expf(-v)) in glibc's
-//   expf (models.SiLUOverX), the product rounded before the sum. The dot product adds in
+// moe_shared_gate is the shared expert's gate of v as the graphs compute it: ggml_sigmoid's
+// 1 / (1 + expf(-v)) with sigmoid set (Qwen3.5, models.Sigmoid), else silu(v)/v (Qwen2-MoE,
+// models.SiLUOverX), glibc's expf either way.
+CR_FN float moe_shared_gate(float v, int sigmoid) {
+	if (sigmoid)
+		return cr_fdiv(1.0f, cr_fadd(1.0f, cr_expf(-v)));
+	return cr_fdiv(cr_fdiv(v, cr_fadd(1.0f, cr_expf(0.0f - v))), v);
+}
+
+// gated_add_f32(float* out, const float* sh, const float* x, const float* gate, int d,
+//               int sigmoid)
+//   The gated shared expert: for token t, v = gate . x[t*d ...] and
+//   out[t*d + i] += moe_shared_gate(v) * sh[t*d + i], the product rounded before the sum. The dot product adds in
 //   float64, where the CPU adds float32 lanes: the gate agrees to float32 rounding.
 //   grid (ntok, 1, 1); block (256, 1, 1) (any multiple of 32 up to 1024); no dynamic shared
 //   memory.
-extern "C" __global__ void gated_add_f32(float* out, const float* sh, const float* x, const float* gate, int d) {
+extern "C" __global__ void gated_add_f32(float* out, const float* sh, const float* x, const float* gate, int d, int sigmoid) {
 	__shared__ double sd[32];
 	const i64 t = blockIdx.x;
 	const float* xt = x + t * d;
@@ -34,7 +43,7 @@ extern "C" __global__ void gated_add_f32(float* out, const float* sh, const floa
 	for (int i = threadIdx.x; i < d; i += blockDim.x)
 		s += (double)cr_fmul(gate[i], xt[i]);
 	const float v = (float)cr_block_sum_d(s, sd);
-	const float g = cr_fdiv(cr_fdiv(v, cr_fadd(1.0f, cr_expf(0.0f - v))), v);
+	const float g = moe_shared_gate(v, sigmoid);
 	float* o = out + t * d;
 	const float* st = sh + t * d;
 	for (int i = threadIdx.x; i < d; i += blockDim.x)
