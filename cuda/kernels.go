@@ -97,6 +97,8 @@ var KernelNames = []string{
 	"mmv_heads_q2_K", "mmv_heads_q3_K", "mmv_heads_q4_K", "mmv_heads_q5_K", "mmv_heads_q6_K",
 	// moe.cu
 	"combine_off_f32", "gated_add_f32",
+	// deltanet.cu: a gated DeltaNet layer between its products
+	"deltanet_conv_f32", "deltanet_rec_f32",
 	// fused.cu: a decode step's runs of operations, one launch each
 	"add_rms_norm_f32", "rope_kv_f32", "kv_store_f32", "moe_route_f32",
 	"mmv3_f32", "mmv3_f16", "mmv3_bf16",

@@ -22,11 +22,12 @@ import (
 // Computes implements device.Featured: the attention kernel's sliding windows and sinks, the
 // router's and experts' biases and gpt-oss's activation (in the routed MoE kernels, and for
 // the engine's host-routed expert path AddRows and SwiGLUOAI), the gated attention output
-// (MulSigmoid) and the sigmoid shared-expert gate (GatedAdd). Not yet DeltaNet layers.
+// (MulSigmoid), the sigmoid shared-expert gate (GatedAdd) and DeltaNet layers
+// (GatedDeltaNet).
 func (g *GPU) Computes(f device.Feature) bool {
 	switch f {
 	case device.SlidingWindow, device.AttentionSinks, device.RouterBiases, device.ExpertBiases, device.SwiGLUOAI,
-		device.GatedAttnOutput, device.SigmoidSharedGate:
+		device.GatedAttnOutput, device.SigmoidSharedGate, device.DeltaNetLayers:
 		return true
 	}
 	return false

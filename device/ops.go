@@ -60,6 +60,15 @@ type Ops interface {
 	// MulSigmoid multiplies each value of x by the sigmoid of gate's (ggml_sigmoid, then
 	// ggml_mul: Qwen3.5's gated attention output).
 	MulSigmoid(x, gate []float32)
+	// GatedDeltaNet is a gated DeltaNet layer between its products (models.DeltaNet), token
+	// after token as llama.cpp's CPU op: for T rows of the q/k/v projection qkv (rows of
+	// l.Channels()), of the gate projection z (rows of VHeads*HeadDim) and of beta and
+	// alpha (rows of VHeads), the causal convolution after st's inputs and its SiLU, q and k
+	// to unit length, each value head's decayed delta-rule update of st.S and its read-out by
+	// q, then each head's RMSNorm times silu(z) into out (rows of VHeads*HeadDim). st moves on
+	// by T tokens; snap, when not nil, receives the state after T-1 of them. conv (T rows of
+	// l.Channels()) is scratch; z, beta and alpha may be overwritten.
+	GatedDeltaNet(l *DeltaNetLayer, st, snap *DeltaNetState, qkv, z, beta, alpha []float32, T int, conv, out []float32)
 	// Zero sets x to zeros.
 	Zero(x []float32)
 	// Read copies device floats to host memory once the work enqueued so far is done; Write

@@ -58,6 +58,11 @@ func (gs *stepGraphs) takes(seqs []seqRows, tokens []int32, want logitRows, obs 
 // if it was not yet. ok is false where the step cannot be captured: the caller runs the pass
 // eagerly (and every later one: GraphNote says why).
 func (m *Model) replayStep(s seqRows, tokens []int32) (logits []float32, ok bool, err error) {
+	if s.pos0 == 0 && s.kv.Recurrent() {
+		// A pass at position 0 starts the recurrent states afresh: a step captured there
+		// would clear them at every replay.
+		return nil, false, nil
+	}
 	gs := m.graphs
 	gs.mu.Lock()
 	sg, failed := gs.steps[s.kv], gs.failed
@@ -79,6 +84,7 @@ func (m *Model) replayStep(s seqRows, tokens []int32) (logits []float32, ok bool
 	if err := gs.g.Replay(sg.step, tokens, s.pos0); err != nil {
 		return nil, true, err
 	}
+	s.kv.Replayed(s.pos0 + 1)
 	logits = m.toHost(sg.logits)
 	return logits, true, m.deviceErr()
 }

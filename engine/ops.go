@@ -58,6 +58,9 @@ func (m *Model) setupOps() error {
 		case *models.MLAttention:
 			errs = append(errs, norm(a.QANorm, name("attn_q_a_norm")), norm(a.KVANorm, name("attn_kv_a_norm")),
 				up(a.Rope.FreqFactors, name("rope_freqs")))
+		case *models.DeltaNet:
+			errs = append(errs, up(a.Conv, name("ssm_conv1d")), up(a.DtBias, name("ssm_dt.bias")), up(a.A, name("ssm_a")),
+				up(a.NormW, name("ssm_norm")), up(a.NormB, name("ssm_norm.bias")))
 		}
 		if moe := l.MoE; moe != nil {
 			errs = append(errs, up(moe.SharedGate, name("ffn_gate_inp_shexp")), up(moe.SelectionBias, name("exp_probs_b")),
@@ -152,6 +155,13 @@ func activationFloatsOf(embd, vocab int64, blocks []blockActs) (pass, layer int6
 		switch a := b.attn.(type) {
 		case *models.StdAttention:
 			n += T*int64(a.Heads*a.HeadDK+a.HeadsKV*(a.HeadDK+a.HeadDV)+a.Heads*a.HeadDV) + 4*slack
+			if a.OutGate { // the joint query/gate projection, and the gates
+				n += 3*T*int64(a.Heads*a.HeadDK) + 2*slack
+			}
+		case *models.DeltaNet:
+			// qkv and its convolution, z and the output, beta and alpha.
+			ch, vd := int64(a.Channels()), int64(a.VHeads*a.HeadDim)
+			n += 2*T*ch + 2*T*vd + 2*T*int64(a.VHeads) + 6*slack
 		case *models.MLAttention:
 			n += mlaFloats(a, T, slack)
 		}
@@ -233,7 +243,11 @@ func (m *Model) freeKV(kv *models.KVCache) {
 		return
 	}
 	for _, l := range kv.Layers {
-		for _, b := range [][]byte{bytesOf(l.K), bytesOf(l.V), bytesOf(l.K16), bytesOf(l.V16)} {
+		bufs := [][]byte{bytesOf(l.K), bytesOf(l.V), bytesOf(l.K16), bytesOf(l.V16)}
+		if l.Rec != nil {
+			bufs = append(bufs, l.Rec.Buffers()...)
+		}
+		for _, b := range bufs {
 			switch {
 			case len(b) == 0:
 			case m.replay != nil:

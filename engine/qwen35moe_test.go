@@ -8,15 +8,27 @@ import (
 	"testing"
 
 	"github.com/commit-run/commit-run/engine"
+	"github.com/commit-run/commit-run/offload"
 	"github.com/commit-run/commit-run/synth"
 )
 
 // TestQwen35PrefixReuse: a recurrent state cannot be cut back to a shorter prefix, so a
 // session resumes a new prompt from its own position or a snapshot at or before the shared
-// prefix, else from the start, and gives the numbers of a fresh session in every case.
+// prefix, else from the start, and gives the numbers of a fresh session in every case; on
+// the CPU and on the fake GPU, whose states and snapshots live in device memory.
 func TestQwen35PrefixReuse(t *testing.T) {
+	gpu := engine.Options{Threads: 2, KVType: "f32", ContextLength: 256, Device: "cuda:0", CUDALibrary: engine.GPUForTests(t)}
+	for _, o := range []engine.Options{{Threads: 2, KVType: "f32", ContextLength: 256}, gpu} {
+		name := o.Device
+		if name == "" {
+			name = "cpu"
+		}
+		t.Run(name, func(t *testing.T) { prefixReuse(t, o) })
+	}
+}
+
+func prefixReuse(t *testing.T, o engine.Options) {
 	path, fx := goldenNamed(t, "qwen35moe-f32")
-	o := engine.Options{Threads: 2, KVType: "f32", ContextLength: 256}
 	m, err := engine.Open(path, o)
 	if err != nil {
 		t.Fatal(err)
@@ -77,25 +89,45 @@ func TestQwen35PrefixReuse(t *testing.T) {
 	}
 }
 
-// TestCUDARefusesQwen35: the CUDA device has no DeltaNet kernels yet, so it refuses the
-// model, naming them; expert parallelism refuses all it lacks.
-func TestCUDARefusesQwen35(t *testing.T) {
-	path, _ := goldenNamed(t, "qwen35moe-q4km")
-	const missing = "gated DeltaNet layers"
+// TestCUDARunsQwen35 runs Qwen3.5-MoE on the fake driver, its DeltaNet layers, their states
+// in device memory, beside gated full attention, with the CPU's greedy tokens and its
+// probabilities within 2e-3, routed on the device with decode steps as graphs (the states
+// moving on at every replay). Expert parallelism, whose ranks compute with the host's
+// operations their own way, still refuses it, naming what it lacks.
+func TestCUDARunsQwen35(t *testing.T) {
+	path, fx := goldenNamed(t, "qwen35moe-f32")
 	if m, err := engine.Open(path, engine.Options{Threads: 2, EP: &engine.EPOptions{Devices: 2}}); err == nil ||
-		!strings.Contains(err.Error(), missing+", the sigmoid shared-expert gate, gated attention output") {
+		!strings.Contains(err.Error(), "expert parallelism does not compute qwen35moe's gated DeltaNet layers, the sigmoid shared-expert gate, gated attention output") {
 		t.Errorf("expert parallelism: %v", err)
 		if m != nil {
 			m.Close()
 		}
 	}
-	lib := engine.GPUForTests(t)
-	m, err := engine.Open(path, engine.Options{Device: "cuda:0", CUDALibrary: lib, Threads: 2})
-	if err == nil || !strings.Contains(err.Error(), "has no kernels for qwen35moe's "+missing+": run it on the CPU") {
-		t.Errorf("cuda: %v", err)
-		if m != nil {
-			m.Close()
+	base := engine.Options{Threads: 2, KVType: "f32", ContextLength: 64}
+	want := runOn(t, path, base, fx.Prompt, 8)
+	o := base
+	o.Device, o.CUDALibrary = "cuda:0", engine.GPUForTests(t)
+	got := runOn(t, path, o, fx.Prompt, 8)
+	if !slices.Equal(got.tokens, want.tokens) || maxDiff(got.probs, want.probs) > 2e-3 {
+		t.Errorf("greedy on the GPU %v, on the CPU %v; probabilities %g apart", got.tokens, want.tokens, maxDiff(got.probs, want.probs))
+	}
+	if !got.resident || got.gpu.HostFallbacks != 0 || got.graphs != "" || got.gpu.GraphLaunches == 0 {
+		t.Errorf("%+v, resident %v, graph note %q: want the pass and the routing on the device, decode steps as graphs", got.gpu, got.resident, got.graphs)
+	}
+	// Offloaded: a layer's experts on the host, or every expert copied in when needed.
+	for _, off := range []*engine.OffloadOptions{{Policy: offload.Static, HostLayers: 1, GPUMem: 1 << 30}, {Policy: offload.OnDemand, GPUMem: 1 << 30}} {
+		oo := o
+		oo.Offload = off
+		got := runOn(t, path, oo, fx.Prompt, 6)
+		if !slices.Equal(got.tokens, want.tokens[:6]) || maxDiff(got.probs, want.probs) > 2e-3 || got.gpu.HostFallbacks != 0 {
+			t.Errorf("%s: greedy on the GPU %v, on the CPU %v; probabilities %g apart; %+v", off.Policy, got.tokens, want.tokens[:6], maxDiff(got.probs, want.probs), got.gpu)
 		}
+	}
+	// A prompt of one token: its pass at position 0 (which starts the states afresh) must
+	// not become the graph the later steps replay.
+	want, got = runOn(t, path, base, fx.Prompt[:1], 6), runOn(t, path, o, fx.Prompt[:1], 6)
+	if !slices.Equal(got.tokens, want.tokens) || maxDiff(got.probs, want.probs) > 2e-3 {
+		t.Errorf("one-token prompt: greedy on the GPU %v, on the CPU %v; probabilities %g apart", got.tokens, want.tokens, maxDiff(got.probs, want.probs))
 	}
 }
 

@@ -229,7 +229,7 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, opts GenerateOpt
 	res.PromptTokens = len(prompt)
 	// Reuse the cached prefix, but always evaluate at least one token to get logits.
 	// A model with recurrent layers resumes where their states allow.
-	keep := s.kv.Rewind(commonPrefix(s.tokens, prompt[:len(prompt)-1]))
+	keep := s.kv.Rewind(commonPrefix(s.tokens, prompt[:len(prompt)-1]), s.m.ops)
 	s.tokens = s.tokens[:keep]
 	res.CachedTokens = keep
 	start := time.Now()

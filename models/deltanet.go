@@ -4,6 +4,7 @@ import (
 	"math"
 	"sync"
 
+	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/quant"
 )
 
@@ -22,20 +23,13 @@ type DeltaNet struct {
 	Beta  quant.Matrix // ssm_beta {n_embd, VHeads}
 	Alpha quant.Matrix // ssm_alpha {n_embd, VHeads}
 	Out   quant.Matrix // ssm_out {VHeads*HeadDim, n_embd}
-	// Conv is ssm_conv1d {ConvK, channels}: channel c's taps at Conv[c*ConvK:], oldest first.
-	Conv []float32
-	// DtBias (ssm_dt.bias) and A (ssm_a, -e^A_log) make a head's decay from its alpha:
-	// g = softplus(alpha + DtBias) * A.
-	DtBias, A []float32
-	Norm      Norm // ssm_norm {HeadDim}: the per-head RMSNorm before the gate
-	// KHeads query/key heads and VHeads value heads; value head h reads key head h % KHeads,
-	// as llama.cpp's op broadcasts them.
-	KHeads, VHeads, HeadDim, ConvK int
-	Eps                            float32
+	// The rest, as the Ops' GatedDeltaNet reads it: ssm_conv1d {ConvK, channels} (Conv),
+	// ssm_dt.bias (DtBias) and ssm_a (A, -e^A_log), ssm_norm (NormW), the head counts.
+	device.DeltaNetLayer
 }
 
 // channels is the width of the convolved q/k/v projection.
-func (d *DeltaNet) channels() int { return (2*d.KHeads + d.VHeads) * d.HeadDim }
+func (d *DeltaNet) channels() int { return d.Channels() }
 
 // CacheDims implements Attention: a DeltaNet layer keeps no keys or values.
 func (d *DeltaNet) CacheDims() (int, int) { return 0, 0 }
@@ -45,6 +39,10 @@ func (d *DeltaNet) StateDims() (conv, state int) {
 	return (d.ConvK - 1) * d.channels(), d.VHeads * d.HeadDim * d.HeadDim
 }
 
+// OnDevice implements OnDevice: the layer computes with Ops alone, its state in the cache's
+// memory.
+func (d *DeltaNet) OnDevice() {}
+
 // Forward implements Attention. The layer's state must be at pos0 (the engine checks it
 // with KVCache.CheckPos); pos0 0 starts it afresh. A pass of several tokens leaves a
 // snapshot of the state before its last token, from which a later prompt that shares all
@@ -52,7 +50,7 @@ func (d *DeltaNet) StateDims() (conv, state int) {
 func (d *DeltaNet) Forward(b Backend, c *LayerCache, x []float32, T, pos0 int, out []float32) {
 	st := c.Rec
 	if pos0 == 0 {
-		st.reset()
+		st.reset(b)
 	}
 	ch, vd, hv := d.channels(), d.VHeads*d.HeadDim, d.VHeads
 	qkv, z := b.Floats(T*ch), b.Floats(T*vd)
@@ -61,34 +59,43 @@ func (d *DeltaNet) Forward(b Backend, c *LayerCache, x []float32, T, pos0 int, o
 	b.MatMul(d.Gate, x, T, z)
 	b.MatMul(d.Beta, x, T, beta)
 	b.MatMul(d.Alpha, x, T, g)
+	o := b.Floats(T * vd)
 	if timingOnly(b) {
 		// Only the products are priced; the engine prices the recurrence (its state's
 		// traffic), which a timing-only pass need not compute.
-		b.MatMul(d.Out, b.Floats(T*vd), T, out)
+		b.MatMul(d.Out, o, T, out)
 		st.Pos = pos0 + T
 		return
 	}
+	var snap *device.DeltaNetState
+	if T > 1 {
+		snap = st.snapshot(pos0 + T - 1)
+	}
+	b.GatedDeltaNet(&d.DeltaNetLayer, &st.DeltaNetState, snap, qkv, z, beta, g, T, b.Floats(T*ch), o)
+	b.MatMul(d.Out, o, T, out)
+	st.Pos = pos0 + T
+}
+
+// GatedDeltaNet implements device.Ops, as llama.cpp's CPU backend computes a gated DeltaNet
+// layer with its fused gated_delta_net op: beta's sigmoid and the decay g, the convolution
+// (convolve) and its SiLU, q and k to unit length as its L2 norm (an RMSNorm with eps/n, then
+// 1/sqrt(n)), the value heads in parallel (deltaJob), then each head's RMSNorm times silu(z).
+func (o HostOps) GatedDeltaNet(l *device.DeltaNetLayer, st, snap *device.DeltaNetState, qkv, z, beta, g []float32, T int, conv, out []float32) {
+	ch, hv, n := l.Channels(), l.VHeads, l.HeadDim
 	for t := 0; t < T; t++ {
 		bt, gt := beta[t*hv:(t+1)*hv], g[t*hv:(t+1)*hv]
 		for h := range bt {
 			bt[h] = Sigmoid(bt[h])
-			gt[h] = softplus(gt[h]+d.DtBias[h]) * d.A[h]
+			gt[h] = softplus(gt[h]+l.DtBias[h]) * l.A[h]
 		}
 	}
-	var snap *recSnap
-	if T > 1 {
-		snap = st.snapshot(pos0 + T - 1)
-	}
-	conv := b.Floats(T * ch)
-	d.convolve(st, snap, qkv, conv, T)
+	convolve(l, st, snap, qkv, conv, T)
 	for t := 0; t < T; t++ {
 		SiLU(conv[t*ch:(t+1)*ch], conv[t*ch:(t+1)*ch])
 	}
-	// q and k to unit length, as llama.cpp's GDN L2 norm: an RMSNorm with eps/n, then 1/sqrt(n).
-	n := d.HeadDim
-	eps, inv := d.Eps/float32(n), 1/float32(math.Sqrt(float64(n)))
+	eps, inv := l.Eps/float32(n), 1/float32(math.Sqrt(float64(n)))
 	for t := 0; t < T; t++ {
-		qk := conv[t*ch : t*ch+2*d.KHeads*n]
+		qk := conv[t*ch : t*ch+2*l.KHeads*n]
 		for i := 0; i < len(qk); i += n {
 			h := qk[i : i+n]
 			RMSNorm(h, h, Norm{}, eps)
@@ -97,32 +104,30 @@ func (d *DeltaNet) Forward(b Backend, c *LayerCache, x []float32, T, pos0 int, o
 			}
 		}
 	}
-	o := b.Floats(T * vd)
 	j := deltaJobPool.Get().(*deltaJob)
-	j.d, j.st, j.snap, j.conv, j.beta, j.g, j.out, j.T = d, st, snap, conv, beta, g, o, T
-	b.Parallel(hv, j.run)
+	j.l, j.st, j.snap, j.conv, j.beta, j.g, j.out, j.T = l, st, snap, conv, beta, g, out, T
+	o.K.Parallel(hv, j.run)
 	*j = deltaJob{run: j.run}
 	deltaJobPool.Put(j)
-	// The gated norm: RMSNorm of each head's output, times silu(z).
+	norm := Norm{Weight: l.NormW, Bias: l.NormB}
 	for t := 0; t < T; t++ {
 		for h := 0; h < hv; h++ {
-			oh, zh := o[(t*hv+h)*n:][:n], z[(t*hv+h)*n:][:n]
-			RMSNorm(oh, oh, d.Norm, d.Eps)
+			oh, zh := out[(t*hv+h)*n:][:n], z[(t*hv+h)*n:][:n]
+			RMSNorm(oh, oh, norm, l.Eps)
 			SiLU(zh, zh)
 			for i := range oh {
 				oh[i] *= zh[i]
 			}
 		}
 	}
-	b.MatMul(d.Out, o, T, out)
-	st.Pos = pos0 + T
 }
 
 // convolve writes the causal convolution of the T rows of qkv, after the state's last
-// ConvK-1 rows, to conv, and moves the state (and snap's, at its position) on. Each output
-// is ggml_ssm_conv's sum, tap by tap in float32, contracted to fused multiply-adds.
-func (d *DeltaNet) convolve(st *RecState, snap *recSnap, qkv, conv []float32, T int) {
-	ch, K := d.channels(), d.ConvK
+// ConvK-1 rows, to conv, and moves the state (and snap's, to the input before its last
+// token) on. Each output is ggml_ssm_conv's sum, tap by tap in float32, contracted to fused
+// multiply-adds.
+func convolve(l *device.DeltaNetLayer, st, snap *device.DeltaNetState, qkv, conv []float32, T int) {
+	ch, K := l.Channels(), l.ConvK
 	// in returns input j of channel c: the state's K-1 rows, then qkv's.
 	in := func(c, j int) float32 {
 		if j < K-1 {
@@ -132,7 +137,7 @@ func (d *DeltaNet) convolve(st *RecState, snap *recSnap, qkv, conv []float32, T 
 	}
 	for t := 0; t < T; t++ {
 		for c := 0; c < ch; c++ {
-			w := d.Conv[c*K : (c+1)*K]
+			w := l.Conv[c*K : (c+1)*K]
 			var sum float32
 			for k := 0; k < K; k++ {
 				sum = fma32(in(c, t+k), w[k], sum)
@@ -149,7 +154,7 @@ func (d *DeltaNet) convolve(st *RecState, snap *recSnap, qkv, conv []float32, T 
 		}
 	}
 	if snap != nil {
-		keep(snap.conv, T-1)
+		keep(snap.Conv, T-1)
 	}
 	if T >= K-1 {
 		keep(st.Conv, T)
@@ -165,11 +170,10 @@ func (d *DeltaNet) convolve(st *RecState, snap *recSnap, qkv, conv []float32, T 
 	}
 }
 
-// deltaJob is one Forward's recurrence, one value head per call of run.
+// deltaJob is one GatedDeltaNet's recurrence, one value head per call of run.
 type deltaJob struct {
-	d                  *DeltaNet
-	st                 *RecState
-	snap               *recSnap
+	l                  *device.DeltaNetLayer
+	st, snap           *device.DeltaNetState
 	conv, beta, g, out []float32
 	T                  int
 	run                func(h int) // bound once, so that passing it allocates nothing
@@ -187,9 +191,9 @@ var deltaScratch = sync.Pool{New: func() any { return new([]float32) }}
 // head runs value head h over the job's tokens: ggml's gated_delta_net on the CPU, with the
 // state kept transposed (row j of M is column j of S) and its sums as ggml_vec_dot_f32's.
 func (j *deltaJob) head(h int) {
-	d := j.d
-	n, ch, hv := d.HeadDim, d.channels(), d.VHeads
-	kh := h % d.KHeads
+	l := j.l
+	n, ch, hv := l.HeadDim, l.Channels(), l.VHeads
+	kh := h % l.KHeads
 	M := j.st.S[h*n*n : (h+1)*n*n]
 	dp := deltaScratch.Get().(*[]float32)
 	delta := grow(dp, n)
@@ -199,8 +203,8 @@ func (j *deltaJob) head(h int) {
 	for t := 0; t < j.T; t++ {
 		row := j.conv[t*ch : (t+1)*ch]
 		q := row[kh*n : (kh+1)*n]
-		k := row[(d.KHeads+kh)*n : (d.KHeads+kh+1)*n]
-		v := row[(2*d.KHeads+h)*n : (2*d.KHeads+h+1)*n]
+		k := row[(l.KHeads+kh)*n : (l.KHeads+kh+1)*n]
+		v := row[(2*l.KHeads+h)*n : (2*l.KHeads+h+1)*n]
 		beta := j.beta[t*hv+h]
 		decay := expf(j.g[t*hv+h])
 		for i := range M {
@@ -225,7 +229,7 @@ func (j *deltaJob) head(h int) {
 		}
 		dotsF32(j.out[(t*hv+h)*n:][:n], q, M, n, scale)
 		if j.snap != nil && t == j.T-2 {
-			copy(j.snap.s[h*n*n:(h+1)*n*n], M)
+			copy(j.snap.S[h*n*n:(h+1)*n*n], M)
 		}
 	}
 	deltaScratch.Put(dp)

@@ -54,7 +54,7 @@ type KVCache struct {
 type LayerCache struct {
 	device.KVLayer
 	// Rec is the state of a recurrent layer (Recurrent), which keeps no keys or values;
-	// nil for the others. It lives in host memory: only the host computes those layers.
+	// nil for the others. It lives in the cache's memory, as the keys and values do.
 	Rec *RecState
 }
 
@@ -74,7 +74,12 @@ func NewKVCache(m *Model, n int, f16 bool, alloc Alloc) (*KVCache, error) {
 	for i, l := range m.Layers {
 		lc := &kv.Layers[i]
 		if r, ok := l.Attn.(Recurrent); ok {
-			lc.Rec = newRecState(r.StateDims())
+			conv, state := r.StateDims()
+			rs, err := newRecState(conv, state, alloc, fmt.Sprintf("layer %d", i))
+			if err != nil {
+				return nil, err
+			}
+			lc.Rec = rs
 			continue
 		}
 		kd, vd := l.Attn.CacheDims()
@@ -112,7 +117,7 @@ func bytesAs[T float32 | uint16](b []byte) []T {
 }
 
 // Bytes returns the memory the cache holds: keys, values and recurrent states, not the
-// states' snapshots (host memory beside them).
+// states' snapshots (made as passes need them, up to maxSnapshots a state).
 func (kv *KVCache) Bytes() int64 {
 	var n int64
 	for _, l := range kv.Layers {

@@ -2,6 +2,8 @@ package models
 
 import (
 	"fmt"
+
+	"github.com/commit-run/commit-run/device"
 )
 
 // Qwen3.5/3.6-MoE (llama.cpp qwen35moe, Qwen3.5-35B-A3B and its kin): a hybrid stack where
@@ -20,13 +22,13 @@ func buildQwen35MoE(f *File, c *Config) (*Model, error) {
 	if err := l.nextn(); err != nil {
 		return nil, err
 	}
-	dn := DeltaNet{
+	dn := DeltaNet{DeltaNetLayer: device.DeltaNetLayer{
 		ConvK:   r.int(".ssm.conv_kernel", 0, true),
 		HeadDim: r.int(".ssm.state_size", 0, true),
 		VHeads:  r.int(".ssm.time_step_rank", 0, true),
 		KHeads:  r.int(".ssm.group_count", 0, true),
 		Eps:     c.NormEps,
-	}
+	}}
 	inner := r.int(".ssm.inner_size", 0, true)
 	interval := r.int(".full_attention_interval", 4, false)
 	scaleW := r.float(".expert_weights_scale", 0)
@@ -149,7 +151,8 @@ func (l *loader) deltaNet(p string, dn DeltaNet) *DeltaNet {
 	}
 	d.DtBias = l.vec(p+"ssm_dt.bias", dn.VHeads, true)
 	d.A = l.vec(p+"ssm_a", dn.VHeads, true)
-	d.Norm = l.norm(p+"ssm_norm", dn.HeadDim)
+	norm := l.norm(p+"ssm_norm", dn.HeadDim)
+	d.NormW, d.NormB = norm.Weight, norm.Bias
 	return &d
 }
 

@@ -116,11 +116,18 @@ func TestQwen35MoEBadFiles(t *testing.T) {
 // TestRecStateRewind: a recurrent state resumes at its position, at a snapshot or at 0, the
 // longest every layer allows, and forgets the snapshots after where it resumed.
 func TestRecStateRewind(t *testing.T) {
+	newState := func(conv, state int) *RecState {
+		r, err := newRecState(conv, state, HostAlloc, "layer 0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
 	mk := func(pos int, snaps ...int) *RecState {
-		r := newRecState(2, 3)
+		r := newState(2, 3)
 		for _, p := range snaps {
 			s := r.snapshot(p)
-			s.conv[0], s.s[0] = float32(p), float32(p)
+			s.Conv[0], s.S[0] = float32(p), float32(p)
 		}
 		r.Pos = pos
 		r.Conv[0], r.S[0] = float32(pos), float32(pos)
@@ -143,7 +150,7 @@ func TestRecStateRewind(t *testing.T) {
 			for _, r := range tc.layers {
 				kv.Layers = append(kv.Layers, LayerCache{Rec: r})
 			}
-			if got := kv.Rewind(tc.p); got != tc.want {
+			if got := kv.Rewind(tc.p, HostOps{}); got != tc.want {
 				t.Fatalf("Rewind(%d) = %d, want %d", tc.p, got, tc.want)
 			}
 			for i, r := range tc.layers {
@@ -164,7 +171,7 @@ func TestRecStateRewind(t *testing.T) {
 			}
 		})
 	}
-	r := newRecState(1, 1)
+	r := newState(1, 1)
 	for p := 1; p <= maxSnapshots+2; p++ {
 		r.snapshot(p)
 	}

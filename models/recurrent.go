@@ -3,6 +3,8 @@ package models
 import (
 	"fmt"
 	"slices"
+
+	"github.com/commit-run/commit-run/device"
 )
 
 // Recurrent is implemented by layers that keep a recurrent state per sequence instead of
@@ -19,29 +21,57 @@ type Recurrent interface {
 const maxSnapshots = 4
 
 // RecState is one recurrent layer's state for one sequence, after its first Pos tokens,
-// and snapshots of it at earlier positions of the same tokens.
+// and snapshots of it at earlier positions of the same tokens, in the memory of the cache's
+// Alloc (the device's, where passes run there).
 type RecState struct {
-	Conv  []float32 // the convolution's last inputs
-	S     []float32 // the recurrent state
+	device.DeltaNetState
 	Pos   int
 	snaps []*recSnap // by position, oldest first
 	spare []*recSnap // snapshots' memory for reuse
+	alloc Alloc
+	what  string
+	bufs  [][]byte // every allocation, for Buffers
 }
 
-// recSnap is a RecState's Conv and S at position pos.
+// recSnap is a RecState's state at position pos.
 type recSnap struct {
-	pos     int
-	conv, s []float32
+	pos int
+	device.DeltaNetState
 }
 
-func newRecState(conv, state int) *RecState {
-	return &RecState{Conv: make([]float32, conv), S: make([]float32, state)}
+// newRecState allocates a state of conv and state floats with alloc, for what.
+func newRecState(conv, state int, alloc Alloc, what string) (*RecState, error) {
+	r := &RecState{alloc: alloc, what: what}
+	st, err := r.newState(conv, state)
+	if err != nil {
+		return nil, err
+	}
+	r.DeltaNetState = st
+	return r, nil
 }
+
+// newState allocates a state of conv and state floats.
+func (r *RecState) newState(conv, state int) (device.DeltaNetState, error) {
+	cb, err := r.alloc(int64(4*conv), r.what+"'s convolution state")
+	if err != nil {
+		return device.DeltaNetState{}, err
+	}
+	sb, err := r.alloc(int64(4*state), r.what+"'s recurrent state")
+	if err != nil {
+		return device.DeltaNetState{}, err
+	}
+	r.bufs = append(r.bufs, cb, sb)
+	return device.DeltaNetState{Conv: bytesAs[float32](cb), S: bytesAs[float32](sb)}, nil
+}
+
+// Buffers returns every allocation of the state and its snapshots, for the cache's owner
+// to give back.
+func (r *RecState) Buffers() [][]byte { return r.bufs }
 
 // reset starts the state afresh, at position 0.
-func (r *RecState) reset() {
-	clear(r.Conv)
-	clear(r.S)
+func (r *RecState) reset(o device.Ops) {
+	o.Zero(r.Conv)
+	o.Zero(r.S)
 	r.Pos = 0
 	r.dropAfter(-1)
 }
@@ -55,8 +85,9 @@ func (r *RecState) dropAfter(p int) {
 }
 
 // snapshot returns a snapshot for position pos, which the layer's pass fills, taking the
-// oldest's place when maxSnapshots are kept.
-func (r *RecState) snapshot(pos int) *recSnap {
+// oldest's place when maxSnapshots are kept; nil when there is no memory for one (a later
+// prompt then resumes from an earlier position).
+func (r *RecState) snapshot(pos int) *device.DeltaNetState {
 	r.dropAfter(pos - 1)
 	var s *recSnap
 	switch {
@@ -67,11 +98,15 @@ func (r *RecState) snapshot(pos int) *recSnap {
 		s = r.spare[len(r.spare)-1]
 		r.spare = r.spare[:len(r.spare)-1]
 	default:
-		s = &recSnap{conv: make([]float32, len(r.Conv)), s: make([]float32, len(r.S))}
+		st, err := r.newState(len(r.Conv), len(r.S))
+		if err != nil {
+			return nil
+		}
+		s = &recSnap{DeltaNetState: st}
 	}
 	s.pos = pos
 	r.snaps = append(r.snaps, s)
-	return s
+	return &s.DeltaNetState
 }
 
 // resumable reports whether the state can be set to position p: its own, a snapshot's or 0.
@@ -84,17 +119,17 @@ func (r *RecState) resumable(p int) bool {
 
 // rewind sets the state to position p, which must be resumable, and forgets the snapshots
 // after it (they belong to tokens that a later pass overwrites).
-func (r *RecState) rewind(p int) {
+func (r *RecState) rewind(p int, o device.Ops) {
 	switch {
 	case p == r.Pos:
 	case p == 0:
-		r.reset()
+		r.reset(o)
 		return
 	default:
 		for _, s := range r.snaps {
 			if s.pos == p {
-				copy(r.Conv, s.conv)
-				copy(r.S, s.s)
+				o.Copy2D(r.Conv, s.Conv, 1, len(r.Conv), 0, 0)
+				o.Copy2D(r.S, s.S, 1, len(r.S), 0, 0)
 				r.Pos = p
 			}
 		}
@@ -140,19 +175,34 @@ func (kv *KVCache) Resumable(p int) int {
 	return best
 }
 
-// Rewind sets every recurrent layer to position Resumable(p) and returns it; the caller
-// evaluates the tokens after it again.
-func (kv *KVCache) Rewind(p int) int {
+// Rewind sets every recurrent layer to position Resumable(p) with o (the Ops of the cache's
+// memory) and returns it; the caller evaluates the tokens after it again.
+func (kv *KVCache) Rewind(p int, o device.Ops) int {
 	q := kv.Resumable(p)
 	if kv == nil {
 		return q
 	}
 	for i := range kv.Layers {
 		if r := kv.Layers[i].Rec; r != nil {
-			r.rewind(q)
+			r.rewind(q, o)
 		}
 	}
 	return q
+}
+
+// Recurrent reports whether the cache holds recurrent states.
+func (kv *KVCache) Recurrent() bool {
+	return kv != nil && slices.ContainsFunc(kv.Layers, func(l LayerCache) bool { return l.Rec != nil })
+}
+
+// Replayed records that a replayed decode step (a captured pass, whose layers' Forward did
+// not run) moved every recurrent state on to pos, as Forward of one token does.
+func (kv *KVCache) Replayed(pos int) {
+	for i := range kv.Layers {
+		if r := kv.Layers[i].Rec; r != nil {
+			r.Pos = pos
+		}
+	}
 }
 
 // CheckPos returns an error unless a pass at pos0 can run on the cache: every recurrent

@@ -25,8 +25,10 @@ func (NopOps) Gather(_, _ []float32, _ []int32, _ int)                          
 func (NopOps) Combine(_, _ []float32, _ []float32, _ []int32, _ int)                     {}
 func (NopOps) GatedAdd(_, _, _, _ []float32, _ int, _ bool)                              {}
 func (NopOps) MulSigmoid(_, _ []float32)                                                 {}
-func (NopOps) Zero([]float32)                                                            {}
-func (NopOps) Read(_, _ []float32)                                                       {}
-func (NopOps) Write(_, _ []float32)                                                      {}
+func (NopOps) GatedDeltaNet(*device.DeltaNetLayer, *device.DeltaNetState, *device.DeltaNetState, []float32, []float32, []float32, []float32, int, []float32, []float32) {
+}
+func (NopOps) Zero([]float32)       {}
+func (NopOps) Read(_, _ []float32)  {}
+func (NopOps) Write(_, _ []float32) {}
 
 var _ device.Ops = NopOps{}

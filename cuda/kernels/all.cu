@@ -14,3 +14,4 @@
 #include "mla.cu"
 #include "moe.cu"
 #include "fused.cu"
+#include "deltanet.cu"

@@ -1,0 +1,172 @@
+// deltanet.cu: a gated DeltaNet layer between its products (device.Ops.GatedDeltaNet,
+// models.HostOps.GatedDeltaNet: llama.cpp's CPU gated_delta_net, token after token), in two
+// launches: the causal convolution with its state, then each value head's recurrence and its
+// gated norm. Sums add in other orders than the CPU's (warp and block reductions), so results
+// agree to float32 rounding, not bit for bit.
+#include "common.cuh"
+
+#define DN_MAX_TAPS 8
+#define DN_MAX_DIM 256
+#define DN_THREADS 128
+#define DN_WARPS (DN_THREADS / CR_WARP)
+
+// dn_log is log(x) for x >= 1 in double, rounded once to float (models.logf: Go's math.Log
+// of the float): x = 2^e * m with m in [sqrt(1/2), sqrt(2)), log m = 2 atanh((m-1)/(m+1)) by
+// its series, to about 1e-17.
+CR_FN float dn_log(float x) {
+	u64 b = cr_d_bits((double)x);
+	int e = (int)((b >> 52) & 0x7ff) - 1023;
+	double m = cr_as_d((b & 0x000fffffffffffffull) | 0x3ff0000000000000ull);
+	if (m > 1.4142135623730951) {
+		m = m * 0.5;
+		e++;
+	}
+	const double f = (m - 1.0) / (m + 1.0), s = f * f;
+	double p = 1.0 / 23.0;
+	for (int k = 21; k >= 1; k -= 2)
+		p = p * s + 1.0 / (double)k;
+	return (float)(2.0 * f * p + (double)e * 0.6931471805599453);
+}
+
+// dn_softplus is models.softplus: x above 20, else log(1 + e^x).
+CR_FN float dn_softplus(float x) { return x > 20.0f ? x : dn_log(cr_fadd(1.0f, cr_expf(x))); }
+
+// dn_silu is models.SiLU of a value at position c of a row of n: ggml_v_silu's arithmetic for
+// the row's 16-wide vectors, ggml_silu_f32's (glibc's expf) for the rest.
+CR_FN float dn_silu(float x, int c, int n) {
+	const float e = c < (n & ~15) ? cr_exp_v(0.0f - x) : cr_expf(-x);
+	return cr_fdiv(x, cr_fadd(1.0f, e));
+}
+
+// deltanet_conv_f32(const float* qkv, float* conv, float* cst, float* csnap, const float* w,
+//                   int ch, int taps, int ntok)
+//   The causal convolution of ntok rows of ch channels (qkv) after the state cst (taps-1
+//   inputs per channel, channel c's at c*(taps-1), oldest first), each output's taps summed
+//   tap by tap with fused multiply-adds from 0 (w: channel c's taps at c*taps, oldest first),
+//   and its SiLU (dn_silu) into conv. cst moves on to the last taps-1 inputs; csnap, when not
+//   NULL, receives those before the last token. 2 <= taps <= 8.
+//   grid (ceil(ch / 256), 1, 1); block (256, 1, 1): a thread per channel.
+extern "C" __global__ void deltanet_conv_f32(const float* qkv, float* conv, float* cst, float* csnap, const float* w, int ch, int taps,
+                                             int ntok) {
+	const int c = blockIdx.x * blockDim.x + threadIdx.x;
+	if (c >= ch || taps < 2 || taps > DN_MAX_TAPS)
+		return;
+	const int K1 = taps - 1;
+	float* st = cst + (i64)c * K1;
+	// in(j): input j of the channel, the state's K1 then qkv's rows.
+#define DN_IN(j) ((j) < K1 ? st[(j)] : qkv[(i64)((j) - K1) * ch + c])
+	float wk[DN_MAX_TAPS];
+	for (int k = 0; k < taps; k++)
+		wk[k] = w[(i64)c * taps + k];
+	for (int t = 0; t < ntok; t++) {
+		float sum = 0.0f;
+		for (int k = 0; k < taps; k++)
+			sum = cr_fma(DN_IN(t + k), wk[k], sum);
+		conv[(i64)t * ch + c] = dn_silu(sum, c, ch);
+	}
+	float keep[DN_MAX_TAPS];
+	if (csnap) {
+		for (int j = 0; j < K1; j++)
+			keep[j] = DN_IN(ntok - 1 + j);
+		for (int j = 0; j < K1; j++)
+			csnap[(i64)c * K1 + j] = keep[j];
+	}
+	for (int j = 0; j < K1; j++)
+		keep[j] = DN_IN(ntok + j);
+	for (int j = 0; j < K1; j++)
+		st[j] = keep[j];
+#undef DN_IN
+}
+
+// dn_sumsq is the sum of the squares of v[0..n) (shared memory), each a float32 product, in
+// float64 over the block; every thread gets it.
+CR_FN double dn_sumsq(const float* v, int n, double* sd) {
+	double s = 0.0;
+	for (int i = threadIdx.x; i < n; i += blockDim.x)
+		s += (double)cr_fmul(v[i], v[i]);
+	return cr_block_sum_d(s, sd);
+}
+
+// dn_rms_scale is RMSNorm's 1/sqrtf(mean + eps) of a sum of n squares (models.RMSNorm).
+CR_FN float dn_rms_scale(double sum, int n, float eps) {
+	return cr_fdiv(1.0f, cr_fsqrt(cr_fadd((float)(sum / (double)n), eps)));
+}
+
+// deltanet_rec_f32(const float* conv, const float* z, const float* beta, const float* alpha,
+//                  const float* dt_bias, const float* a, const float* norm_w,
+//                  const float* norm_b, float* s, float* snap, float* out, int kheads,
+//                  int vheads, int n, int ntok, float eps)
+//   Value head h = blockIdx.x of a gated DeltaNet over ntok tokens, as models.deltaJob.head
+//   and the gated norm after it: for each token t, its row of conv (the convolved q of every
+//   key head, then their k, then every value head's v, n values a head) gives q and k of key
+//   head h % kheads, both to unit length (RMSNorm with eps/n, times 1/sqrt(n)), and v of h;
+//   beta = sigmoid(beta[t*vheads + h]), g = softplus(alpha[..] + dt_bias[h]) * a[h]; the
+//   head's matrix (s + h*n*n, transposed: row j is column j of S) decays by expf(g), each row
+//   r moves by k times (v[r] - row r . k) * beta, and the output is (row r . q)/sqrt(n); then
+//   the head's RMSNorm (norm_w, norm_b: n floats, norm_b may be NULL) times silu(z) into
+//   out + (t*vheads + h)*n. snap, when not NULL, receives the matrix after token ntok-2.
+//   n % 32 == 0, n <= 256.
+//   grid (vheads, 1, 1); block (128, 1, 1) exactly: a warp per row at a time.
+extern "C" __global__ void deltanet_rec_f32(const float* conv, const float* z, const float* beta, const float* alpha,
+                                            const float* dt_bias, const float* a, const float* norm_w, const float* norm_b, float* s,
+                                            float* snap, float* out, int kheads, int vheads, int n, int ntok, float eps) {
+	__shared__ float sq[DN_MAX_DIM], sk[DN_MAX_DIM], so[DN_MAX_DIM];
+	__shared__ double sd[32];
+	const int h = blockIdx.x, tid = threadIdx.x, lane = tid % CR_WARP, warp = tid / CR_WARP;
+	if (h >= vheads || n % CR_WARP != 0 || n > DN_MAX_DIM)
+		return;
+	const int kh = h % kheads, ch = (2 * kheads + vheads) * n, per = n / CR_WARP;
+	float* M = s + (i64)h * n * n;
+	const float inv = cr_fdiv(1.0f, cr_fsqrt((float)n)), l2eps = cr_fdiv(eps, (float)n);
+	for (int t = 0; t < ntok; t++) {
+		const float* row = conv + (i64)t * ch;
+		for (int i = tid; i < n; i += DN_THREADS) {
+			sq[i] = row[kh * n + i];
+			sk[i] = row[(kheads + kh) * n + i];
+		}
+		__syncthreads();
+		const float qs = dn_rms_scale(dn_sumsq(sq, n, sd), n, l2eps);
+		const float ks = dn_rms_scale(dn_sumsq(sk, n, sd), n, l2eps);
+		for (int i = tid; i < n; i += DN_THREADS) {
+			sq[i] = cr_fmul(cr_fmul(sq[i], qs), inv);
+			sk[i] = cr_fmul(cr_fmul(sk[i], ks), inv);
+		}
+		__syncthreads();
+		const float b = cr_fdiv(1.0f, cr_fadd(1.0f, cr_expf(-beta[(i64)t * vheads + h])));
+		const float g = cr_fmul(dn_softplus(cr_fadd(alpha[(i64)t * vheads + h], dt_bias[h])), a[h]);
+		const float decay = cr_expf(g);
+		const float* v = row + (2 * kheads + h) * n;
+		for (int r = warp; r < n; r += DN_WARPS) {
+			float m[DN_MAX_DIM / CR_WARP];
+			float d = 0.0f;
+			for (int j = 0; j < per; j++) {
+				m[j] = cr_fmul(M[(i64)r * n + lane + CR_WARP * j], decay);
+				d = cr_fma(m[j], sk[lane + CR_WARP * j], d);
+			}
+			const float delta = cr_fmul(cr_fadd(v[r], -cr_warp_sum(d)), b);
+			float o = 0.0f;
+			for (int j = 0; j < per; j++) {
+				m[j] = cr_fma(sk[lane + CR_WARP * j], delta, m[j]);
+				M[(i64)r * n + lane + CR_WARP * j] = m[j];
+				if (snap && t == ntok - 2)
+					snap[(i64)h * n * n + (i64)r * n + lane + CR_WARP * j] = m[j];
+				o = cr_fma(m[j], sq[lane + CR_WARP * j], o);
+			}
+			o = cr_fmul(cr_warp_sum(o), inv);
+			if (lane == 0)
+				so[r] = o;
+		}
+		__syncthreads();
+		// The gated norm: RMSNorm of the head's output, times silu(z).
+		const float os = dn_rms_scale(dn_sumsq(so, n, sd), n, eps);
+		const float* zt = z + ((i64)t * vheads + h) * n;
+		float* ot = out + ((i64)t * vheads + h) * n;
+		for (int i = tid; i < n; i += DN_THREADS) {
+			float y = cr_fmul(cr_fmul(so[i], os), norm_w[i]);
+			if (norm_b)
+				y = cr_fadd(y, norm_b[i]);
+			ot[i] = cr_fmul(y, dn_silu(zt[i], i, n));
+		}
+		__syncthreads();
+	}
+}
