@@ -44,12 +44,26 @@ func TestCUDAGroupedRouting(t *testing.T) {
 	}
 
 	// GLM-4.5-Air itself has one group: the device routes it, sigmoid, bias, scale and all.
-	spec, err := synth.GoldenSpec("glm4moe-q8_0")
+	path, prompt := goldenVariant(t, "glm4moe-q8_0", func(s *synth.Spec) { s.ExpertGroups, s.ExpertGroupsUsed = 0, 0 })
+	want, got := cpuAndGPU(t, path, prompt, lib)
+	if !slices.Equal(got.tokens, want.tokens) || maxDiff(got.probs, want.probs) > 2e-3 {
+		t.Errorf("ungrouped glm4moe: greedy on the GPU %v, on the CPU %v; probabilities %g apart", got.tokens, want.tokens, maxDiff(got.probs, want.probs))
+	}
+	if got.gpu.HostFallbacks != 0 || got.graphs != "" || got.gpu.GraphLaunches == 0 {
+		t.Errorf("ungrouped glm4moe: %+v, graph note %q: want the routing on the device and decode steps as graphs", got.gpu, got.graphs)
+	}
+}
+
+// goldenVariant writes the golden model name with change made to its spec, and returns its
+// path and the first 8 tokens of a prompt for it.
+func goldenVariant(t *testing.T, name string, change func(*synth.Spec)) (string, []int32) {
+	t.Helper()
+	spec, err := synth.GoldenSpec(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec.ExpertGroups, spec.ExpertGroupsUsed = 0, 0
-	path := filepath.Join(t.TempDir(), "glm4moe-ungrouped.gguf")
+	change(&spec)
+	path := filepath.Join(t.TempDir(), name+"-variant.gguf")
 	if _, err := synth.WriteFile(spec, path); err != nil {
 		t.Fatal(err)
 	}
@@ -57,16 +71,14 @@ func TestCUDAGroupedRouting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prompt := prompts[0][:8]
+	return path, prompts[0][:8]
+}
+
+// cpuAndGPU generates 6 tokens after prompt on the CPU and on cuda:0 with the driver lib.
+func cpuAndGPU(t *testing.T, path string, prompt []int32, lib string) (cpu, gpu gpuRun) {
+	t.Helper()
 	base := engine.Options{Threads: 2, KVType: "f32", ContextLength: 64}
-	want := runOn(t, path, base, prompt, 6)
 	o := base
 	o.Device, o.CUDALibrary = "cuda:0", lib
-	got := runOn(t, path, o, prompt, 6)
-	if !slices.Equal(got.tokens, want.tokens) || maxDiff(got.probs, want.probs) > 2e-3 {
-		t.Errorf("ungrouped glm4moe: greedy on the GPU %v, on the CPU %v; probabilities %g apart", got.tokens, want.tokens, maxDiff(got.probs, want.probs))
-	}
-	if got.gpu.HostFallbacks != 0 || got.graphs != "" || got.gpu.GraphLaunches == 0 {
-		t.Errorf("ungrouped glm4moe: %+v, graph note %q: want the routing on the device and decode steps as graphs", got.gpu, got.graphs)
-	}
+	return runOn(t, path, base, prompt, 6), runOn(t, path, o, prompt, 6)
 }

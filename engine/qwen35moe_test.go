@@ -2,7 +2,6 @@ package engine_test
 
 import (
 	"context"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -139,26 +138,12 @@ func TestCUDARunsQwen35(t *testing.T) {
 // CPU's in its last bit can round one quant the other way (seen at position 7 of this
 // prompt: the same experts and weights, then 6e-3 apart after the next layer).
 func TestCUDAQwen35FullAttention(t *testing.T) {
-	lib := engine.GPUForTests(t)
-	spec, err := synth.GoldenSpec("qwen35moe-f32")
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec.DeltaNet.Interval = 1
-	path := filepath.Join(t.TempDir(), "qwen35moe-full.gguf")
-	if _, err := synth.WriteFile(spec, path); err != nil {
-		t.Fatal(err)
-	}
-	prompts, err := synth.Prompts(spec, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	prompt := prompts[0][:8]
-	base := engine.Options{Threads: 2, KVType: "f32", ContextLength: 64}
-	want := runOn(t, path, base, prompt, 6)
-	o := base
-	o.Device, o.CUDALibrary = "cuda:0", lib
-	got := runOn(t, path, o, prompt, 6)
+	path, prompt := goldenVariant(t, "qwen35moe-f32", func(s *synth.Spec) {
+		d := *s.DeltaNet // synth.Bases' own stays as it is
+		d.Interval = 1
+		s.DeltaNet = &d
+	})
+	want, got := cpuAndGPU(t, path, prompt, engine.GPUForTests(t))
 	if !slices.Equal(got.tokens, want.tokens) || maxDiff(got.probs, want.probs) > 2e-3 {
 		t.Errorf("greedy on the GPU %v, on the CPU %v; probabilities %g apart", got.tokens, want.tokens, maxDiff(got.probs, want.probs))
 	}

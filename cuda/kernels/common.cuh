@@ -421,27 +421,14 @@ CR_FN u32 cr_ldg_u8(const void* p) {
 #endif
 }
 
-// cr_ldg_words_a1 is cr_ldg_words_a2 for any alignment (MXFP4's 17-byte blocks): it reads up
-// to 3 bytes before p and after p + 4N, in the aligned words holding p's and the last byte.
-template <int N> CR_FN void cr_ldg_words_a1(const u8* p, u32* w) {
+// cr_ldg_words reads N consecutive little-endian u32 words from p, of any alignment (the
+// 2-byte-aligned layouts, MXFP4's 17-byte blocks), with aligned 4-byte loads (a quarter as many
+// load instructions as byte loads), realigned with byte permutes. When p is not 4-byte
+// aligned it reads up to 3 bytes before p and after p + 4N, which lie in the aligned words
+// holding p's and the last byte, so in the same allocation.
+template <int N> CR_FN void cr_ldg_words(const u8* p, u32* w) {
 	const u8* a = (const u8*)((u64)p & ~(u64)3);
 	const u32 r = (u32)((u64)p & 3), sel = 0x3210u + r * 0x1111u;
-	u32 lo = cr_ldg_u32(a);
-#pragma unroll
-	for (int i = 0; i < N; i++) {
-		u32 hi = (i + 1 < N || r) ? cr_ldg_u32(a + 4 * (i + 1)) : 0u;
-		w[i] = cr_prmt(lo, hi, sel);
-		lo = hi;
-	}
-}
-
-// cr_ldg_words_a2 reads N consecutive little-endian u32 words from a 2-byte-aligned p with
-// aligned 4-byte loads (half as many load instructions as 16-bit loads), realigned with byte
-// permutes. When p is 2 mod 4 it reads the 2 bytes before p and after p + 4N, which lie in the
-// same aligned words, so in the same allocation.
-template <int N> CR_FN void cr_ldg_words_a2(const u8* p, u32* w) {
-	const u8* a = (const u8*)((u64)p & ~(u64)3);
-	const u32 r = (u32)((u64)p & 2), sel = 0x3210u + r * 0x1111u;
 	u32 lo = cr_ldg_u32(a);
 #pragma unroll
 	for (int i = 0; i < N; i++) {

@@ -171,7 +171,7 @@ struct mmv_q4_0_t {
 	CR_FN raw load(const u8* blk, int s) {
 		raw r;
 		u32 q[2];
-		cr_ldg_words_a2<2>(blk + 2 + 8 * s, q);
+		cr_ldg_words<2>(blk + 2 + 8 * s, q);
 		r.d = cr_ldg_u16(blk);
 		r.q0 = q[0];
 		r.q1 = q[1];
@@ -220,7 +220,7 @@ struct mmv_mxfp4_t {
 	CR_FN raw load(const u8* blk, int s) {
 		raw r;
 		u32 q[2];
-		cr_ldg_words_a1<2>(blk + 1 + 8 * s, q);
+		cr_ldg_words<2>(blk + 1 + 8 * s, q);
 		r.e = cr_ldg_u8(blk);
 		r.q0 = q[0];
 		r.q1 = q[1];
@@ -295,8 +295,8 @@ struct mmv_q5_0_t {
 	CR_FN raw load(const u8* blk, int s) {
 		raw r;
 		u32 q[2];
-		cr_ldg_words_a2<1>(blk + 2, &r.qh);
-		cr_ldg_words_a2<2>(blk + 6 + 8 * s, q);
+		cr_ldg_words<1>(blk + 2, &r.qh);
+		cr_ldg_words<2>(blk + 6 + 8 * s, q);
 		r.d = cr_ldg_u16(blk);
 		r.q0 = q[0];
 		r.q1 = q[1];
@@ -346,7 +346,7 @@ struct mmv_q8_0_t {
 	};
 	CR_FN raw load(const u8* blk, int s) {
 		raw r;
-		cr_ldg_words_a2<4>(blk + 2 + 16 * s, r.q);
+		cr_ldg_words<4>(blk + 2 + 16 * s, r.q);
 		r.d = cr_ldg_u16(blk);
 		return r;
 	}
@@ -418,9 +418,9 @@ struct mmv_q3_K_t {
 		int h = k >> 2, part = (k >> 1) & 1, l0 = 8 * (k & 1);
 		raw r;
 		u32 q[2], m[2];
-		cr_ldg_words_a2<2>(blk + 32 + 32 * h + 16 * part + l0, q);
-		cr_ldg_words_a2<2>(blk + 16 * part + l0, m);
-		cr_ldg_words_a2<3>(blk + 96, r.s);
+		cr_ldg_words<2>(blk + 32 + 32 * h + 16 * part + l0, q);
+		cr_ldg_words<2>(blk + 16 * part + l0, m);
+		cr_ldg_words<3>(blk + 96, r.s);
 		r.d = cr_ldg_u16(blk + 108);
 		r.q0 = q[0];
 		r.q1 = q[1];
@@ -564,10 +564,10 @@ struct mmv_q6_K_t {
 		int h = s >> 2, l0 = 8 * (s & 3);
 		raw r;
 		u32 a[2], b[2], c[2], sc[2];
-		cr_ldg_words_a2<2>(blk + 64 * h + l0, a);
-		cr_ldg_words_a2<2>(blk + 64 * h + 32 + l0, b);
-		cr_ldg_words_a2<2>(blk + 128 + 32 * h + l0, c);
-		cr_ldg_words_a2<2>(blk + 192 + 8 * h, sc);
+		cr_ldg_words<2>(blk + 64 * h + l0, a);
+		cr_ldg_words<2>(blk + 64 * h + 32 + l0, b);
+		cr_ldg_words<2>(blk + 128 + 32 * h + l0, c);
+		cr_ldg_words<2>(blk + 192 + 8 * h, sc);
 		r.d = cr_ldg_u16(blk + 208);
 		r.a0 = a[0], r.a1 = a[1], r.b0 = b[0], r.b1 = b[1], r.c0 = c[0], r.c1 = c[1], r.s0 = sc[0], r.s1 = sc[1];
 		return r;
