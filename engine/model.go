@@ -11,6 +11,7 @@ import (
 	"github.com/commit-run/commit-run/models"
 	"github.com/commit-run/commit-run/multigpu"
 	"github.com/commit-run/commit-run/offload"
+	"github.com/commit-run/commit-run/sim"
 	"github.com/commit-run/commit-run/tokenizer"
 )
 
@@ -321,13 +322,19 @@ func kvCacheBytes(m *Model) int64 {
 	if m.kvF16 {
 		elem = 2
 	}
+	// Where passes run in the device's memory (or would, on a simulated GPU), a recurrent
+	// state's snapshots for prefix reuse live beside it there, up to models.MaxSnapshots.
+	_, simulated := m.dev.(*sim.Device)
+	states := int64(1)
+	if m.resident || simulated && m.passesOnDevice() {
+		states += models.MaxSnapshots
+	}
 	var n int64
 	for _, l := range m.arch.Layers {
 		if r, ok := l.Attn.(models.Recurrent); ok {
-			// A recurrent layer's state instead, whatever the context; its snapshots for
-			// prefix reuse are host memory beside it.
+			// A recurrent layer's state instead, whatever the context.
 			conv, state := r.StateDims()
-			n += int64(conv+state) * 4
+			n += states * int64(conv+state) * 4
 			continue
 		}
 		kd, vd := l.Attn.CacheDims()

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/commit-run/commit-run/engine"
+	"github.com/commit-run/commit-run/models"
 	"github.com/commit-run/commit-run/offload"
 	"github.com/commit-run/commit-run/synth"
 )
@@ -149,5 +150,26 @@ func TestCUDAQwen35FullAttention(t *testing.T) {
 	}
 	if !got.resident || got.gpu.HostFallbacks != 0 || got.graphs != "" || got.gpu.GraphLaunches == 0 {
 		t.Errorf("%+v, resident %v, graph note %q: want the pass and the routing on the device, decode steps as graphs", got.gpu, got.resident, got.graphs)
+	}
+}
+
+// TestQwen35StateBudget: where passes run in the GPU's memory, a session's KV cache reserves
+// beside each recurrent state the models.MaxSnapshots snapshots that prefix reuse takes there;
+// on the CPU, one state.
+func TestQwen35StateBudget(t *testing.T) {
+	path, _ := goldenNamed(t, "qwen35moe-f32")
+	kvBytes := func(o engine.Options) int64 {
+		m, err := engine.Open(path, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		return m.KVCacheBytes()
+	}
+	cpu64, cpu128 := kvBytes(engine.Options{ContextLength: 64, KVType: "f32"}), kvBytes(engine.Options{ContextLength: 128, KVType: "f32"})
+	states := cpu64 - (cpu128 - cpu64) // the full-attention layer's keys and values grow with the context
+	gpu64 := kvBytes(engine.Options{ContextLength: 64, KVType: "f32", Device: "cuda:0", CUDALibrary: engine.GPUForTests(t)})
+	if states <= 0 || gpu64 != cpu64+models.MaxSnapshots*states {
+		t.Errorf("KV cache: %d bytes on the GPU, %d on the CPU of which %d recurrent states: want %d more on the GPU", gpu64, cpu64, states, models.MaxSnapshots*states)
 	}
 }

@@ -117,7 +117,7 @@ func bytesAs[T float32 | uint16](b []byte) []T {
 }
 
 // Bytes returns the memory the cache holds: keys, values and recurrent states, not the
-// states' snapshots (made as passes need them, up to maxSnapshots a state).
+// states' snapshots (made as passes need them, up to MaxSnapshots a state).
 func (kv *KVCache) Bytes() int64 {
 	var n int64
 	for _, l := range kv.Layers {

@@ -172,11 +172,11 @@ func TestRecStateRewind(t *testing.T) {
 		})
 	}
 	r := newState(1, 1)
-	for p := 1; p <= maxSnapshots+2; p++ {
+	for p := 1; p <= MaxSnapshots+2; p++ {
 		r.snapshot(p)
 	}
-	if len(r.snaps) != maxSnapshots || r.snaps[0].pos != 3 {
-		t.Errorf("%d snapshots from %d, want the last %d", len(r.snaps), r.snaps[0].pos, maxSnapshots)
+	if len(r.snaps) != MaxSnapshots || r.snaps[0].pos != 3 {
+		t.Errorf("%d snapshots from %d, want the last %d", len(r.snaps), r.snaps[0].pos, MaxSnapshots)
 	}
 }
 

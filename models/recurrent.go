@@ -15,10 +15,10 @@ type Recurrent interface {
 	StateDims() (conv, state int)
 }
 
-// maxSnapshots bounds the states a recurrent layer keeps from earlier positions of its
+// MaxSnapshots bounds the states a recurrent layer keeps from earlier positions of its
 // sequence. A recurrent state cannot be cut back to a shorter prefix as a KV cache can, so
 // prefix reuse resumes from one of these (llama.cpp's context checkpoints do the same).
-const maxSnapshots = 4
+const MaxSnapshots = 4
 
 // RecState is one recurrent layer's state for one sequence, after its first Pos tokens,
 // and snapshots of it at earlier positions of the same tokens, in the memory of the cache's
@@ -85,13 +85,13 @@ func (r *RecState) dropAfter(p int) {
 }
 
 // snapshot returns a snapshot for position pos, which the layer's pass fills, taking the
-// oldest's place when maxSnapshots are kept; nil when there is no memory for one (a later
+// oldest's place when MaxSnapshots are kept; nil when there is no memory for one (a later
 // prompt then resumes from an earlier position).
 func (r *RecState) snapshot(pos int) *device.DeltaNetState {
 	r.dropAfter(pos - 1)
 	var s *recSnap
 	switch {
-	case len(r.snaps) == maxSnapshots:
+	case len(r.snaps) == MaxSnapshots:
 		s = r.snaps[0]
 		r.snaps = append(r.snaps[:0], r.snaps[1:]...)
 	case len(r.spare) > 0:
