@@ -371,6 +371,7 @@ func checkMoE(t *testing.T, k *kernelEnv, c moeCase, r *rand.Rand, up bool) {
 	sfx := func(typ quant.Type) string { s, _ := fusedSuffix(typ); return s }
 	var tab []uint64
 	var gates, ups, downs []DevicePtr
+	var gbs, ubs, dbs []DevicePtr // a biased case's experts' biases
 	for e := 0; e <= c.experts; e++ { // the last is the shared expert
 		gt, ut, dt := c.typ, c.up, c.down
 		if e == c.experts {
@@ -378,9 +379,15 @@ func checkMoE(t *testing.T, k *kernelEnv, c moeCase, r *rand.Rand, up bool) {
 		}
 		g, u, d := randMatrix(t, gt, c.ff, c.d, r), randMatrix(t, ut, c.ff, c.d, r), randMatrix(t, dt, c.d, c.ff, r)
 		gates, ups, downs = append(gates, k.put(t, g.Data)), append(ups, k.put(t, u.Data)), append(downs, k.put(t, d.Data))
-		tab = append(tab, uint64(gates[e]), uint64(ups[e]), uint64(downs[e]))
+		var gb, ub, db DevicePtr
+		if c.biased {
+			// Large enough to take gates and ups past the limit.
+			gb, ub, db = k.putF32(t, randF32(r, c.ff, 6)), k.putF32(t, randF32(r, c.ff, 6)), k.putF32(t, randF32(r, c.d, 1))
+		}
+		gbs, ubs, dbs = append(gbs, gb), append(ubs, ub), append(dbs, db)
+		tab = append(tab, uint64(gates[e]), uint64(ups[e]), uint64(downs[e]), uint64(gb), uint64(ub), uint64(db))
 	}
-	tab = tab[:3*c.experts]
+	tab = tab[:moeTabStride*c.experts]
 	ids := make([]int32, c.ntok*c.k)
 	for tk := 0; tk < c.ntok; tk++ {
 		perm := r.Perm(c.experts)
@@ -398,14 +405,9 @@ func checkMoE(t *testing.T, k *kernelEnv, c moeCase, r *rand.Rand, up bool) {
 	var args Args
 	block := Dim3{X: 32, Y: mmvRowsPerBlock}
 	const alpha, limit = 1.702, 7
-	var gb, ub, db DevicePtr
-	if c.biased {
-		// Large enough to take gates and ups past the limit.
-		gb, ub, db = k.putF32(t, randF32(r, c.experts*c.ff, 6)), k.putF32(t, randF32(r, c.experts*c.ff, 6)), k.putF32(t, randF32(r, c.experts*c.d, 1))
-	}
-	addBias := func(y, bias DevicePtr, e int32, n int) {
+	addBias := func(y, bias DevicePtr, n int) {
 		if bias != 0 {
-			k.run(t, "add_rows_f32", Dim3{X: ceilDiv(n, 256)}, Dim3{X: 256}, args.Reset().Ptr(y).Ptr(bias.Add(int64(4*int(e)*n))).Int(n).Int(n))
+			k.run(t, "add_rows_f32", Dim3{X: ceilDiv(n, 256)}, Dim3{X: 256}, args.Reset().Ptr(y).Ptr(bias).Int(n).Int(n))
 		}
 	}
 	if up {
@@ -416,7 +418,7 @@ func checkMoE(t *testing.T, k *kernelEnv, c moeCase, r *rand.Rand, up bool) {
 			q := xq(typ)
 			k.run(t, "moe_up_"+sfx(typ), Dim3{X: ceilDiv(c.ff, mmvRowsPerBlock), Z: entries}, block,
 				args.Reset().Ptr(tab).Ptr(dids).Int(c.k).Int(c.ntok).Ptr(dx).Int(c.d).Ptr(dg).Int(c.ff).Ptr(sg).Ptr(su).Ptr(dsh).Int(c.ff).Int(mode).
-					Ptr(q.q).Ptr(q.d).Ptr(q.s).Ptr(gb).Ptr(ub).Int(b2i(c.biased)).Float(alpha).Float(limit))
+					Ptr(q.q).Ptr(q.d).Ptr(q.s).Int(b2i(c.biased)).Float(alpha).Float(limit))
 		}
 		routed := func(tab, sg, su DevicePtr, entries int) {
 			if c.up == c.typ {
@@ -447,8 +449,8 @@ func checkMoE(t *testing.T, k *kernelEnv, c moeCase, r *rand.Rand, up bool) {
 				k.product(t, gt, g, xt, xq(gt), tk, rg, c.ff, c.d)
 				k.product(t, ut, u, xt, xq(ut), tk, ru, c.ff, c.d)
 				if e >= 0 && c.biased {
-					addBias(rg, gb, e, c.ff)
-					addBias(ru, ub, e, c.ff)
+					addBias(rg, gbs[e], c.ff)
+					addBias(ru, ubs[e], c.ff)
 					k.run(t, "swiglu_oai_f32", Dim3{X: ceilDiv(c.ff, 256)}, Dim3{X: 256}, args.Reset().Ptr(rg).Ptr(ru).Int(c.ff).Float(alpha).Float(limit))
 				} else {
 					k.run(t, "swiglu_f32", Dim3{X: ceilDiv(c.ff, 256)}, Dim3{X: 256}, args.Reset().Ptr(rg).Ptr(ru).Int(c.ff))
@@ -477,7 +479,7 @@ func checkMoE(t *testing.T, k *kernelEnv, c moeCase, r *rand.Rand, up bool) {
 	down := func(typ quant.Type, tab, sd DevicePtr, acc int) {
 		k.run(t, "moe_down_"+sfx(typ), Dim3{X: ceilDiv(c.d, mmvRowsPerBlock), Y: c.ntok}, block,
 			args.Reset().Ptr(tab).Ptr(dids).Ptr(dw).Int(c.k).Int(c.ntok).Ptr(dg).Int(c.ff).Ptr(dout).Int(c.d).Ptr(sd).Ptr(dshg).Int(c.ff).Ptr(dgate).Int(acc).
-				Ptr(gq.q).Ptr(gq.d).Ptr(gq.s).Ptr(hq.q).Ptr(hq.d).Ptr(hq.s).Ptr(db))
+				Ptr(gq.q).Ptr(gq.d).Ptr(gq.s).Ptr(hq.q).Ptr(hq.d).Ptr(hq.s))
 	}
 	if !c.shared || c.shTyp == c.down {
 		down(c.down, dtab, sd, 0)
@@ -491,7 +493,7 @@ func checkMoE(t *testing.T, k *kernelEnv, c moeCase, r *rand.Rand, up bool) {
 		for j := 0; j < c.k; j++ {
 			z := tk*c.k + j
 			k.product(t, c.down, downs[ids[z]], dg.Add(int64(4*z*c.ff)), gq, z, ys.Add(int64(4*j*c.d)), c.d, c.ff)
-			addBias(ys.Add(int64(4*j*c.d)), db, ids[z], c.d)
+			addBias(ys.Add(int64(4*j*c.d)), dbs[ids[z]], c.d)
 		}
 		out := k.alloc(t, 4*c.d)
 		k.run(t, "combine_off_f32", Dim3{X: ceilDiv(c.d, 256)}, Dim3{X: 256},

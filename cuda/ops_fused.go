@@ -135,8 +135,8 @@ const (
 )
 
 // moeTable is a layer's experts' weights as the kernels find them: expert e's gate, up and
-// down matrices at the device addresses tab[3e], tab[3e+1] and tab[3e+2], and the launches
-// of their products, as their types need.
+// down matrices and its biases at the device addresses tab[6e..6e+5] (moeTabStride), and the
+// launches of their products, as their types need.
 type moeTable struct {
 	tab           DevicePtr
 	d, ff, shFF   int
@@ -147,13 +147,23 @@ type moeTable struct {
 	act           moeAct
 }
 
-// moeAct is what a layer's routed experts add to plain SwiGLU blocks: their biases (0 if
-// none) and gpt-oss's activation.
+// moeAct is a layer's routed experts' activation: SwiGLU, or gpt-oss's (oai).
 type moeAct struct {
-	gb, ub, db   DevicePtr
 	oai          bool
 	alpha, limit float32
 }
+
+// moeActOf is the activation of experts like e.
+func moeActOf(e device.ExpertMatrices) moeAct {
+	if a := e.OAI; a != nil {
+		return moeAct{oai: true, alpha: a.Alpha, limit: a.Limit}
+	}
+	return moeAct{}
+}
+
+// moeTabStride is the table's entries per expert (kernels/fused.cu's MOE_TAB): its gate, up
+// and down matrices, then its gate, up and down biases (0: none).
+const moeTabStride = 6
 
 // moeLaunch is one launch of moe_up (with its mode) or moe_down (acc as mode): over the
 // routed experts, the shared expert, or both.
@@ -238,15 +248,19 @@ func (g *GPU) PrepareMoE(l *device.MoELayer) error {
 		}
 		return p, nil
 	}
-	tab := make([]uint64, 3*n)
+	tab := make([]uint64, moeTabStride*n)
 	var errs []error
 	for e, x := range l.Experts {
-		for j, m := range []quant.Matrix{x.Gate, x.Up, x.Down} {
-			p, err := addr(m.Data, fmt.Sprintf("expert %d's weights", e))
-			tab[3*e+j] = uint64(p)
+		for j, b := range [][]byte{x.Gate.Data, x.Up.Data, x.Down.Data, floatBytes(x.GateBias), floatBytes(x.UpBias), floatBytes(x.DownBias)} {
+			if len(b) == 0 {
+				continue // no bias
+			}
+			p, err := addr(b, fmt.Sprintf("expert %d's weights", e))
+			tab[moeTabStride*e+j] = uint64(p)
 			errs = append(errs, err)
 		}
 	}
+	t.act = moeActOf(e0)
 	if s := l.Shared; s != nil {
 		var err1, err2, err3 error
 		t.sg, err1 = addr(s.Gate.Data, "the shared expert's gate")
@@ -265,20 +279,7 @@ func (g *GPU) PrepareMoE(l *device.MoELayer) error {
 		t.bias, err = addr(floatBytes(l.Gating.Bias), "the selection bias")
 		errs = append(errs, err)
 	}
-	for _, b := range []struct {
-		p    *DevicePtr
-		v    []float32
-		what string
-	}{{&t.act.gb, l.GateBias, "the experts' gate bias"}, {&t.act.ub, l.UpBias, "the experts' up bias"}, {&t.act.db, l.DownBias, "the experts' down bias"}} {
-		if b.v != nil {
-			var err error
-			*b.p, err = addr(floatBytes(b.v), b.what)
-			errs = append(errs, err)
-		}
-	}
-	if a := l.OAI; a != nil {
-		t.act.oai, t.act.alpha, t.act.limit = true, a.Alpha, a.Limit
-	}
+
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
@@ -366,7 +367,7 @@ func (c *opCall) moeProducts(up, down []moeLaunch, o moeOperands) {
 		}
 		xq := c.quantize(o.x, o.T, o.d, u.typ) // once for each dot type
 		g.args.Reset().Ptr(tab).Ptr(o.ids).Int(o.k).Int(o.T).Ptr(o.x).Int(o.d).Ptr(o.up).Int(o.ff).Ptr(sg).Ptr(su).Ptr(o.sh).Int(o.shFF).Int(u.mode).
-			Ptr(xq.q).Ptr(xq.d).Ptr(xq.s).Ptr(o.act.gb).Ptr(o.act.ub).Int(b2i(o.act.oai)).Float(o.act.alpha).Float(o.act.limit)
+			Ptr(xq.q).Ptr(xq.d).Ptr(xq.s).Int(b2i(o.act.oai)).Float(o.act.alpha).Float(o.act.limit)
 		c.launch(u.kernel, Dim3{X: blocks(rows, mmvRowsPerBlock), Z: entries}, block)
 	}
 	for _, d := range down {
@@ -379,7 +380,7 @@ func (c *opCall) moeProducts(up, down []moeLaunch, o moeOperands) {
 			sd, hq = o.sd, c.quantize(o.sh, o.T, o.shFF, d.typ)
 		}
 		g.args.Reset().Ptr(tab).Ptr(o.ids).Ptr(o.w).Int(o.k).Int(o.T).Ptr(o.up).Int(o.ff).Ptr(o.out).Int(o.d).Ptr(sd).Ptr(o.sh).Int(o.shFF).Ptr(o.shGate).Int(d.mode).
-			Ptr(gq.q).Ptr(gq.d).Ptr(gq.s).Ptr(hq.q).Ptr(hq.d).Ptr(hq.s).Ptr(o.act.db)
+			Ptr(gq.q).Ptr(gq.d).Ptr(gq.s).Ptr(hq.q).Ptr(hq.d).Ptr(hq.s)
 		c.launch(d.kernel, Dim3{X: blocks(o.d, mmvRowsPerBlock), Y: o.T}, block)
 	}
 }
@@ -414,13 +415,15 @@ func (g *GPU) Experts(x []float32, T, k int, ex []device.ExpertMatrices, weights
 	g.tabScratch, g.idScratch = g.tabScratch[:0], g.idScratch[:0]
 	for z, e := range ex {
 		g.tabScratch = append(g.tabScratch, uint64(c.ptr(e.Gate.Data, "an expert's gate")), uint64(c.ptr(e.Up.Data, "an expert's up")),
-			uint64(c.ptr(e.Down.Data, "an expert's down")))
+			uint64(c.ptr(e.Down.Data, "an expert's down")), uint64(c.f(e.GateBias, "an expert's gate bias")),
+			uint64(c.f(e.UpBias, "an expert's up bias")), uint64(c.f(e.DownBias, "an expert's down bias")))
 		g.idScratch = append(g.idScratch, int32(z))
 	}
 	tab := c.param(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(g.tabScratch))), 8*len(g.tabScratch)))
 	ids, wp := c.param(int32Bytes(g.idScratch)), c.param(floatBytes(weights))
 	xp, op, upp := c.f(x[:T*d], "the input"), c.f(out[:T*d], "the output"), c.f(scratch[:n*ff], "the experts' activations")
-	c.moeProducts(plan.up, plan.down, moeOperands{tab: tab, ids: ids, w: wp, x: xp, up: upp, out: op, T: T, k: k, d: d, ff: ff})
+	c.moeProducts(plan.up, plan.down, moeOperands{tab: tab, ids: ids, w: wp, x: xp, up: upp, out: op, T: T, k: k, d: d, ff: ff,
+		act: moeActOf(e0)})
 }
 
 // moePlan returns the launches of experts of e's types without a shared expert, planned once

@@ -61,6 +61,11 @@ type RoutedMoE interface {
 // ExpertMatrices are one expert's weights (device memory).
 type ExpertMatrices struct {
 	Gate, Up, Down quant.Matrix
+	// GateBias, UpBias and DownBias (device memory, nil if none) are added to the expert's
+	// products (gpt-oss); OAI, when set, replaces its SwiGLU with gpt-oss's activation. The
+	// experts of a layer or a call have biases alike and one activation.
+	GateBias, UpBias, DownBias []float32
+	OAI                        *OAIActivation
 }
 
 // OAIActivation is gpt-oss's gated activation in place of SwiGLU, with its constants
@@ -74,12 +79,6 @@ type MoELayer struct {
 	Experts []ExpertMatrices
 	Used    int
 	Gating  Gating
-	// GateBias, UpBias and DownBias (device memory, nil if none) are the routed experts'
-	// biases, added to their products: expert e's gate and up biases are the experts' width
-	// of floats at e times that width, its down bias the input's width at e times it
-	// (gpt-oss). OAI, when set, replaces their SwiGLU with gpt-oss's activation.
-	GateBias, UpBias, DownBias []float32
-	OAI                        *OAIActivation
 	// Shared is the shared expert, or nil; SharedGate (device memory), when not nil, weighs
 	// it by silu(v)/v with v = SharedGate . x (Qwen2-MoE), or by v's sigmoid with
 	// SharedSigmoid (Qwen3.5), as Ops.GatedAdd.
@@ -117,10 +116,16 @@ func (l *MoELayer) Check() error {
 	ok := func(m quant.Matrix, t quant.Type, rows, cols int) bool {
 		return m.Type == t && m.Rows == rows && m.Cols == cols && m.Data != nil
 	}
+	bias := func(b, b0 []float32, n int) bool { return (b == nil) == (b0 == nil) && (b == nil || len(b) == n) }
 	for e, x := range l.Experts {
 		if !ok(x.Gate, e0.Gate.Type, ff, d) || !ok(x.Up, e0.Up.Type, ff, d) || !ok(x.Down, e0.Down.Type, d, ff) {
 			return fmt.Errorf("expert %d's weights (%s %dx%d, %s %dx%d, %s %dx%d) differ from expert 0's in type or shape",
 				e, x.Gate.Type, x.Gate.Rows, x.Gate.Cols, x.Up.Type, x.Up.Rows, x.Up.Cols, x.Down.Type, x.Down.Rows, x.Down.Cols)
+		}
+		if !bias(x.GateBias, e0.GateBias, ff) || !bias(x.UpBias, e0.UpBias, ff) || !bias(x.DownBias, e0.DownBias, d) ||
+			(x.OAI == nil) != (e0.OAI == nil) || x.OAI != nil && *x.OAI != *e0.OAI {
+			return fmt.Errorf("expert %d's biases (%d, %d, %d floats) or activation differ from expert 0's or its shape",
+				e, len(x.GateBias), len(x.UpBias), len(x.DownBias))
 		}
 	}
 	if s := l.Shared; s != nil {
@@ -134,15 +139,6 @@ func (l *MoELayer) Check() error {
 	}
 	if g := l.Gating; g.Groups > 1 && (n%g.Groups != 0 || n/g.Groups < 2 || g.GroupsUsed < 1 || g.GroupsUsed > g.Groups) {
 		return fmt.Errorf("%d experts in %d groups, %d used", n, g.Groups, g.GroupsUsed)
-	}
-	for _, b := range []struct {
-		what string
-		v    []float32
-		per  int
-	}{{"gate", l.GateBias, ff}, {"up", l.UpBias, ff}, {"down", l.DownBias, d}} {
-		if b.v != nil && len(b.v) != n*b.per {
-			return fmt.Errorf("the experts' %s bias has %d floats, want %d for %d experts of %d", b.what, len(b.v), n*b.per, n, b.per)
-		}
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/models"
+	"github.com/commit-run/commit-run/quant"
 )
 
 // A pass on a device that fuses (a GPU: device.Fused, device.RoutedMoE) takes fewer launches
@@ -37,10 +38,9 @@ func (m *Model) setupFused() {
 		if moe == nil {
 			continue
 		}
-		ml := &device.MoELayer{Used: moe.Used, Gating: *gatingOf(moe), SharedGate: moe.SharedGate, SharedSigmoid: moe.SharedSigmoid,
-			GateBias: moe.GateBias, UpBias: moe.UpBias, DownBias: moe.DownBias, OAI: moe.OAI}
+		ml := &device.MoELayer{Used: moe.Used, Gating: *gatingOf(moe), SharedGate: moe.SharedGate, SharedSigmoid: moe.SharedSigmoid}
 		for e := 0; e < moe.Experts; e++ {
-			ml.Experts = append(ml.Experts, device.ExpertMatrices{Gate: moe.GateExps.Expert(e), Up: moe.UpExps.Expert(e), Down: moe.DownExps.Expert(e)})
+			ml.Experts = append(ml.Experts, expertMatrices(moe, e, moe.GateExps.Expert(e), moe.UpExps.Expert(e), moe.DownExps.Expert(e)))
 		}
 		if sh := moe.Shared; sh != nil {
 			ml.Shared = &device.ExpertMatrices{Gate: sh.Gate, Up: sh.Up, Down: sh.Down}
@@ -53,6 +53,13 @@ func (m *Model) setupFused() {
 		}
 		m.moeDev[i] = ml
 	}
+}
+
+// expertMatrices is expert e of moe as a device computes it, with the weights gate, up and
+// down (where the placement keeps them) and the expert's biases and activation.
+func expertMatrices(moe *models.MoE, e int, gate, up, down quant.Matrix) device.ExpertMatrices {
+	gb, ub, db := moe.ExpertBiases(e)
+	return device.ExpertMatrices{Gate: gate, Up: up, Down: down, GateBias: gb, UpBias: ub, DownBias: db, OAI: moe.OAI}
 }
 
 // gatingOf is a MoE block's gating as a device computes it.
@@ -99,9 +106,10 @@ func (b *backend) Fused() device.Fused { return b.fused }
 // experts are done.
 func (m *Model) expertsOnDevice(b models.Backend, layer int, x []float32, routes []routing, kept [][]bool, out []float32) (plan []bool, planned bool, err error) {
 	rm, ok := m.dev.(device.RoutedMoE)
-	if !ok || m.fused == nil || len(routes) != 1 || kept != nil || !m.arch.Layers[layer].MoE.PlainExperts() {
-		return nil, false, nil // Experts has no biases nor other activations: the host path's operations
+	if !ok || m.fused == nil || len(routes) != 1 || kept != nil {
+		return nil, false, nil
 	}
+	moe := m.arch.Layers[layer].MoE
 	r := routes[0]
 	k := len(r.experts)
 	if out == nil || len(r.weights) != k || k > m.place.Pinnable() {
@@ -132,7 +140,7 @@ func (m *Model) expertsOnDevice(b models.Backend, layer int, x []float32, routes
 			return nil, true, err
 		}
 		dones = append(dones, done)
-		ws[slices.Index(r.experts, e)] = device.ExpertMatrices{Gate: w.Gate, Up: w.Up, Down: w.Down}
+		ws[slices.Index(r.experts, e)] = expertMatrices(moe, e, w.Gate, w.Up, w.Down)
 	}
 	d := m.arch.Config.Embd
 	rm.Experts(x[:d], 1, k, ws, r.weights, out[:d], b.Floats(k*ws[0].Gate.Rows))

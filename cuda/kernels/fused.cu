@@ -340,13 +340,21 @@ CR_FN void mmv3_body(const u8* w0, const u8* w1, const u8* w2, float* y0, float*
 	}
 }
 
-// moe_bias is routed expert e's bias of row, or 0 where there is none.
-CR_FN float moe_bias(const float* b, int e, int rows, int row) { return b ? b[(i64)e * rows + row] : 0.0f; }
+// A layer's expert table: expert e's gate, up and down matrices at tab[MOE_TAB*e + 0..2], its
+// gate, up and down biases at tab[MOE_TAB*e + 3..5] (0: none).
+#define MOE_TAB 6
+
+// moe_add_bias adds expert e's bias j (3 gate, 4 up, 5 down) of row to v, where it has one,
+// as add_rows_f32 adds it.
+CR_FN float moe_add_bias(float v, const u64* tab, int e, int j, int row) {
+	const float* b = (const float*)tab[MOE_TAB * e + j];
+	return b ? cr_fadd(v, b[row]) : v;
+}
 
 template <class T>
 CR_FN void moe_up_body(const u64* tab, const int* ids, int k, int ntok, const float* x, int cols, float* g, int nff, const u8* sg,
-                       const u8* su, float* sh_g, int sh_nff, int mode, q8planes xq, const float* gb, const float* ub, int oai,
-                       float alpha, float limit, const float* cb) {
+                       const u8* su, float* sh_g, int sh_nff, int mode, q8planes xq, int oai, float alpha, float limit,
+                       const float* cb) {
 	const int z = blockIdx.z, routed = tab ? ntok * k : 0;
 	const u8 *gw, *uw;
 	float* out;
@@ -354,8 +362,8 @@ CR_FN void moe_up_body(const u64* tab, const int* ids, int k, int ntok, const fl
 	if (z < routed) {
 		e = ids[z];
 		t = z / k;
-		gw = (const u8*)tab[3 * e];
-		uw = (const u8*)tab[3 * e + 1];
+		gw = (const u8*)tab[MOE_TAB * e];
+		uw = (const u8*)tab[MOE_TAB * e + 1];
 		out = g + (i64)z * nff;
 		rows = nff;
 	} else {
@@ -373,16 +381,16 @@ CR_FN void moe_up_body(const u64* tab, const int* ids, int k, int ntok, const fl
 	// Mode 2 takes the gate's product that mode 1 stored (the gate of another type), its bias
 	// added. A routed expert's biases join its products as AddRows adds them.
 	float gv = mode == 2 ? out[row] : mmv_any<T>::dot(gw + rb, xt, cols, mmv_vec<T>(gw, xt, cols), cb, xq, t);
-	if (mode != 2 && e >= 0 && gb)
-		gv = cr_fadd(gv, moe_bias(gb, e, rows, row));
+	if (mode != 2 && e >= 0)
+		gv = moe_add_bias(gv, tab, e, 3, row);
 	if (mode == 1) {
 		if (threadIdx.x == 0)
 			out[row] = gv;
 		return;
 	}
 	float uv = mmv_any<T>::dot(uw + rb, xt, cols, mmv_vec<T>(uw, xt, cols), cb, xq, t);
-	if (e >= 0 && ub)
-		uv = cr_fadd(uv, moe_bias(ub, e, rows, row));
+	if (e >= 0)
+		uv = moe_add_bias(uv, tab, e, 4, row);
 	if (threadIdx.x == 0)
 		out[row] = e >= 0 && oai ? ew_swiglu_oai(gv, uv, alpha, limit) : silu_mul(gv, uv);
 }
@@ -390,7 +398,7 @@ CR_FN void moe_up_body(const u64* tab, const int* ids, int k, int ntok, const fl
 template <class T>
 CR_FN void moe_down_body(const u64* tab, const int* ids, const float* w, int k, int ntok, const float* g, int nff, float* out, int d,
                          const u8* sd, const float* sh_g, int sh_nff, const float* sh_gate, int acc, q8planes gq, q8planes hq,
-                         const float* db, const float* cb) {
+                         const float* cb) {
 	const int t = blockIdx.y, row = blockIdx.x * blockDim.y + threadIdx.y;
 	if (row >= d || t >= ntok)
 		return; // the whole warp
@@ -399,11 +407,9 @@ CR_FN void moe_down_body(const u64* tab, const int* ids, const float* w, int k, 
 		const i64 rb = (i64)row * mmv_row_bytes<T>(nff);
 		for (int j = 0; j < k; j++) {
 			const i64 z = (i64)t * k + j;
-			const u8* dw = (const u8*)tab[3 * ids[z] + 2];
+			const u8* dw = (const u8*)tab[MOE_TAB * ids[z] + 2];
 			const float* gz = g + z * nff;
-			float y = mmv_any<T>::dot(dw + rb, gz, nff, mmv_vec<T>(dw, gz, nff), cb, gq, (int)z);
-			if (db)
-				y = cr_fadd(y, moe_bias(db, ids[z], d, row));
+			const float y = moe_add_bias(mmv_any<T>::dot(dw + rb, gz, nff, mmv_vec<T>(dw, gz, nff), cb, gq, (int)z), tab, ids[z], 5, row);
 			o = cr_fadd(o, cr_fmul(w[z], y));
 		}
 	}
@@ -435,36 +441,36 @@ CR_FN void moe_down_body(const u64* tab, const int* ids, const float* w, int k, 
 //
 // moe_up_<type>(const u64* tab, const int* ids, int k, int ntok, const float* x, int cols,
 //               float* g, int nff, const u8* sg, const u8* su, float* sh_g, int sh_nff, int mode,
-//               const signed char* xq, const float* xd, const float* xs, const float* gb,
-//               const float* ub, int oai, float alpha, float limit)
+//               const signed char* xq, const float* xd, const float* xs, int oai, float alpha,
+//               float limit)
 //   Gate, up and SwiGLU of a layer's experts: for token t's j-th expert e = ids[t*k + j],
-//   whose gate and up matrices (nff rows of cols) start at the device addresses tab[3e] and
-//   tab[3e+1], g[(t*k + j)*nff + r] = silu(gate_e[r] . x_t) * (up_e[r] . x_t): mmv of each
+//   whose gate and up matrices (nff rows of cols) start at the device addresses tab[6e] and
+//   tab[6e+1] (MOE_TAB), g[(t*k + j)*nff + r] = silu(gate_e[r] . x_t) * (up_e[r] . x_t): mmv of each
 //   then swiglu_f32, to the bit. With sg not NULL, entries z >= ntok*k (or all, with tab NULL)
 //   compute a shared expert of sh_nff rows (gate sg, up su) for token z - ntok*k into
 //   sh_g + t*sh_nff. mode 0 takes gate and up of this type; where they differ, a launch of the
 //   gate's type with mode 1 stores the gate's product alone, and one of the up's type with
 //   mode 2 reads it back and finishes the SwiGLU (swiglu_f32's arithmetic either way).
-//   gb and ub, when not NULL, are the routed experts' gate and up biases (nff floats per
-//   expert, expert e's at e*nff), added to their products as add_rows_f32 adds them; with oai
-//   set the routed experts' activation is swiglu_oai_f32's with alpha and limit (gpt-oss).
-//   The shared expert has neither.
+//   A routed expert's gate and up biases (nff floats at tab[6e+3] and tab[6e+4], where not 0)
+//   are added to its products as add_rows_f32 adds them; with oai set the routed experts'
+//   activation is swiglu_oai_f32's with alpha and limit (gpt-oss). The shared expert has
+//   neither.
 //   grid (ceil(max(nff, sh_nff) / 4), 1, ntok*k (+ ntok)).
 //
 // moe_down_<type>(const u64* tab, const int* ids, const float* w, int k, int ntok,
 //                 const float* g, int nff, float* out, int d, const u8* sd, const float* sh_g,
 //                 int sh_nff, const float* sh_gate, int acc, const signed char* gq,
 //                 const float* gd, const float* gs, const signed char* hq, const float* hd,
-//                 const float* hs, const float* db)
+//                 const float* hs)
 //   The experts' down products and their weighted sum: out[t*d + r] = the sum over j < k, in
 //   order from 0, of w[t*k + j] times down_e[r] . g[(t*k + j)*nff ..] (e = ids[t*k + j], its
-//   down matrix of d rows of nff at tab[3e+2]), each product rounded and added to a sum that
+//   down matrix of d rows of nff at tab[6e+2]), each product rounded and added to a sum that
 //   starts at 0 (combine_off_f32), or at out's value when acc != 0; then, with sd not NULL,
 //   plus the shared expert's down product (d rows of sh_nff) of sh_g + t*sh_nff, times
 //   sh_gate[t] when sh_gate is not NULL (gated_add_f32) or as it is (add_f32). tab NULL: the
-//   shared expert alone (with acc, added to what a launch of the experts' type summed). db,
-//   when not NULL, is the routed experts' down biases (d floats per expert, expert e's at
-//   e*d), added to each down product before it is weighed.
+//   shared expert alone (with acc, added to what a launch of the experts' type summed). A
+//   routed expert's down bias (d floats at tab[6e+5], where not 0) is added to its down
+//   product before it is weighed.
 //   grid (ceil(d / 4), ntok, 1).
 // q8p gathers a quantized activation's planes from a kernel's arguments.
 CR_FN q8planes q8p(const signed char* q, const float* d, const float* s) {
@@ -485,20 +491,19 @@ CR_FN q8planes q8p(const signed char* q, const float* d, const float* s) {
 	}                                                                                                                          \
 	extern "C" __global__ void moe_up_##sfx(const u64* tab, const int* ids, int k, int ntok, const float* x, int cols, float* g, \
 	                                        int nff, const u8* sg, const u8* su, float* sh_g, int sh_nff, int mode,            \
-	                                        const signed char* xq, const float* xd, const float* xs, const float* gb,          \
-	                                        const float* ub, int oai, float alpha, float limit) {                              \
+	                                        const signed char* xq, const float* xd, const float* xs, int oai, float alpha,     \
+	                                        float limit) {                                                                     \
 		__shared__ float cb[16];                                                                                               \
-		moe_up_body<T>(tab, ids, k, ntok, x, cols, g, nff, sg, su, sh_g, sh_nff, mode, q8p(xq, xd, xs), gb, ub, oai, alpha,    \
-		               limit, mmv_codebook<T>::load(cb));                                                                      \
+		moe_up_body<T>(tab, ids, k, ntok, x, cols, g, nff, sg, su, sh_g, sh_nff, mode, q8p(xq, xd, xs), oai, alpha, limit,     \
+		               mmv_codebook<T>::load(cb));                                                                             \
 	}                                                                                                                          \
 	extern "C" __global__ void moe_down_##sfx(const u64* tab, const int* ids, const float* w, int k, int ntok, const float* g,  \
 	                                          int nff, float* out, int d, const u8* sd, const float* sh_g, int sh_nff,         \
 	                                          const float* sh_gate, int acc, const signed char* gq, const float* gd,           \
-	                                          const float* gs, const signed char* hq, const float* hd, const float* hs,        \
-	                                          const float* db) {                                                               \
+	                                          const float* gs, const signed char* hq, const float* hd, const float* hs) {      \
 		__shared__ float cb[16];                                                                                               \
 		moe_down_body<T>(tab, ids, w, k, ntok, g, nff, out, d, sd, sh_g, sh_nff, sh_gate, acc, q8p(gq, gd, gs), q8p(hq, hd, hs), \
-		                 db, mmv_codebook<T>::load(cb));                                                                       \
+		                 mmv_codebook<T>::load(cb));                                                                           \
 	}
 
 FUSED_KERNELS(f32, mmv_f32_t)
