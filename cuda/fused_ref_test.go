@@ -371,7 +371,7 @@ func checkMoE(t *testing.T, k *kernelEnv, c moeCase, r *rand.Rand, up bool) {
 	sfx := func(typ quant.Type) string { s, _ := fusedSuffix(typ); return s }
 	var tab []uint64
 	var gates, ups, downs []DevicePtr
-	var gbs, ubs, dbs []DevicePtr // a biased case's experts' biases
+	var gbs, ubs, dbs []DevicePtr     // a biased case's experts' biases
 	for e := 0; e <= c.experts; e++ { // the last is the shared expert
 		gt, ut, dt := c.typ, c.up, c.down
 		if e == c.experts {
