@@ -56,11 +56,12 @@ func (r *RecState) newState(conv, state int) (device.DeltaNetState, error) {
 	if err != nil {
 		return device.DeltaNetState{}, err
 	}
+	r.bufs = append(r.bufs, cb) // given back with the cache, even if the next fails
 	sb, err := r.alloc(int64(4*state), r.what+"'s recurrent state")
 	if err != nil {
 		return device.DeltaNetState{}, err
 	}
-	r.bufs = append(r.bufs, cb, sb)
+	r.bufs = append(r.bufs, sb)
 	return device.DeltaNetState{Conv: bytesAs[float32](cb), S: bytesAs[float32](sb)}, nil
 }
 
