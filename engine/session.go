@@ -96,7 +96,7 @@ func (s *Session) Close() error {
 	s.mu.Lock()
 	if !s.closed && s.kv != nil {
 		s.m.freeKV(s.kv)
-		s.m.dev.Memory().Free(s.kv.Bytes())
+		s.m.dev.Memory().Free(kvCacheBytes(s.m)) // what NewSession reserved, snapshots included
 	}
 	s.closed = true
 	s.kv = nil
