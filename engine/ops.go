@@ -415,12 +415,6 @@ type backend struct {
 
 func (b *backend) Floats(n int) []float32 { return b.a.floats(n) }
 
-// TimingOnly implements models.TimingOnly: a timing-only pass's Ops compute nothing.
-func (b *backend) TimingOnly() bool {
-	o, ok := b.Ops.(chargedOps)
-	return ok && o.Ops == device.Ops(sim.NopOps{})
-}
-
 var _ models.Backend = (*backend)(nil)
 
 // toHost returns x readable by the host: x itself, or a copy read back from the device.

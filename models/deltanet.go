@@ -28,15 +28,12 @@ type DeltaNet struct {
 	device.DeltaNetLayer
 }
 
-// channels is the width of the convolved q/k/v projection.
-func (d *DeltaNet) channels() int { return d.Channels() }
-
 // CacheDims implements Attention: a DeltaNet layer keeps no keys or values.
 func (d *DeltaNet) CacheDims() (int, int) { return 0, 0 }
 
 // StateDims implements Recurrent.
 func (d *DeltaNet) StateDims() (conv, state int) {
-	return (d.ConvK - 1) * d.channels(), d.VHeads * d.HeadDim * d.HeadDim
+	return (d.ConvK - 1) * d.Channels(), d.VHeads * d.HeadDim * d.HeadDim
 }
 
 // OnDevice implements OnDevice: the layer computes with Ops alone, its state in the cache's
@@ -52,7 +49,7 @@ func (d *DeltaNet) Forward(b Backend, c *LayerCache, x []float32, T, pos0 int, o
 	if pos0 == 0 {
 		st.reset(b)
 	}
-	ch, vd, hv := d.channels(), d.VHeads*d.HeadDim, d.VHeads
+	ch, vd, hv := d.Channels(), d.VHeads*d.HeadDim, d.VHeads
 	qkv, z := b.Floats(T*ch), b.Floats(T*vd)
 	beta, g := b.Floats(T*hv), b.Floats(T*hv)
 	b.MatMul(d.QKV, x, T, qkv)
@@ -60,13 +57,6 @@ func (d *DeltaNet) Forward(b Backend, c *LayerCache, x []float32, T, pos0 int, o
 	b.MatMul(d.Beta, x, T, beta)
 	b.MatMul(d.Alpha, x, T, g)
 	o := b.Floats(T * vd)
-	if timingOnly(b) {
-		// Only the products are priced; the engine prices the recurrence (its state's
-		// traffic), which a timing-only pass need not compute.
-		b.MatMul(d.Out, o, T, out)
-		st.Pos = pos0 + T
-		return
-	}
 	var snap *device.DeltaNetState
 	if T > 1 {
 		snap = st.snapshot(pos0 + T - 1)

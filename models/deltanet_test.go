@@ -21,7 +21,7 @@ func BenchmarkDeltaNetRecurrence(b *testing.B) {
 	for i := range st.S {
 		st.S[i] = float32(r.NormFloat64() * 0.1)
 	}
-	row := make([]float32, d.channels())
+	row := make([]float32, d.Channels())
 	for i := range row {
 		row[i] = float32(r.NormFloat64() * 0.1)
 	}

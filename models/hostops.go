@@ -23,19 +23,6 @@ type FusedBackend interface {
 	Fused() device.Fused
 }
 
-// TimingOnly is implemented by backends that may run passes that compute nothing (a
-// timing-only run, whose Ops are sim.NopOps): layers that compute beside the Ops on the host
-// (DeltaNet) then skip that work, as the Ops skip theirs.
-type TimingOnly interface {
-	TimingOnly() bool
-}
-
-// timingOnly reports whether b's pass computes nothing.
-func timingOnly(b Backend) bool {
-	t, ok := b.(TimingOnly)
-	return ok && t.TimingOnly()
-}
-
 // fusedOf returns b's fused operations, or nil.
 func fusedOf(b Backend) device.Fused {
 	if f, ok := b.(FusedBackend); ok {

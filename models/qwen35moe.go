@@ -139,7 +139,7 @@ func (l *loader) textSections() error {
 // deltaNet loads the DeltaNet layer of prefix p with the hyper-parameters of dn.
 func (l *loader) deltaNet(p string, dn DeltaNet) *DeltaNet {
 	c := l.c
-	vd, ch := dn.VHeads*dn.HeadDim, dn.channels()
+	vd, ch := dn.VHeads*dn.HeadDim, dn.Channels()
 	d := dn
 	d.QKV = l.matrix(p+"attn_qkv.weight", c.Embd, ch)
 	d.Gate = l.matrix(p+"attn_gate.weight", c.Embd, vd)
