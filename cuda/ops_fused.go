@@ -341,7 +341,7 @@ func (g *GPU) MoE(l *device.MoELayer, x, logits []float32, T int, out, scratch [
 // moeOperands are the device memory of a layer's experts' products: the table of their
 // weights' addresses, the routing (ids, weights w), the input x, the experts' SwiGLU outputs
 // up and the output out, the shared expert's (sg, su, sd; its outputs sh and gate, 0 if
-// none), and the routed experts' biases and activation.
+// none), and the routed experts' activation (their biases are in the table).
 type moeOperands struct {
 	tab, ids, w, x, up, out DevicePtr
 	T, k, d, ff             int

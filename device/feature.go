@@ -1,7 +1,7 @@
 package device
 
 // Feature is an operation some models need beyond what every device computes (models.Model.
-// HostOnly lists a model's). The host's operations compute them all; a device with kernels of
+// Features lists a model's). The host's operations compute them all; a device with kernels of
 // its own computes those it says it does (Featured), and the engine refuses a model that needs
 // another rather than run a different model's numbers.
 type Feature string

@@ -166,7 +166,7 @@ func (m *Model) autoPlaces() bool {
 // the model's routing recorded in Options.AutoTrace, or else, since the model's own routing
 // is not known before it runs, on a sample of the synthetic router at its default skew.
 func (m *Model) placeAuto() error {
-	if err := m.checkHostOnly(); err != nil {
+	if err := m.checkFeatures(); err != nil {
 		return err // before timing candidates on a device that cannot run it
 	}
 	prof, err := m.cardProfile()

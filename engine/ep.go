@@ -64,7 +64,7 @@ func (m *Model) openEP(path string) error {
 	if err := eprun.Check(o, m.arch.Config.Experts, m.epConflict()); err != nil {
 		return err
 	}
-	if err := m.checkHostOnly(); err != nil {
+	if err := m.checkFeatures(); err != nil {
 		return err
 	}
 	g, err := eprun.NewGroup(o, eprun.Model{Arch: m.arch, Name: m.info.Name, NonExpertBytes: m.info.NonExpertBytes,

@@ -16,7 +16,7 @@ import (
 // logits. That needs every layer's attention to compute with Ops alone (models.OnDevice).
 // Everywhere else the host's Ops compute, the CPU reference.
 func (m *Model) setupOps() error {
-	if err := m.checkHostOnly(); err != nil {
+	if err := m.checkFeatures(); err != nil {
 		return err
 	}
 	m.ops = models.HostOps{K: m.dev}

@@ -76,8 +76,8 @@ func TestGPTOSS(t *testing.T) {
 		}
 	}
 	want := []device.Feature{device.SlidingWindow, device.AttentionSinks, device.RouterBiases, device.ExpertBiases, device.SwiGLUOAI}
-	if got := m.HostOnly(); !slices.Equal(got, want) {
-		t.Errorf("HostOnly = %q, want %q", got, want)
+	if got := m.Features(); !slices.Equal(got, want) {
+		t.Errorf("Features = %q, want %q", got, want)
 	}
 }
 

@@ -103,12 +103,12 @@ func (m *MoE) PlainExperts() bool {
 	return m.OAI == nil && m.GateBias == nil && m.UpBias == nil && m.DownBias == nil
 }
 
-// HostOnly lists what of the model only some devices compute (device.Feature): sliding-window
+// Features lists what of the model only some devices compute (device.Feature): sliding-window
 // attention, attention sinks, gated attention output, DeltaNet layers, router and expert
 // biases, the SwiGLU-OAI activation, the sigmoid shared-expert gate. The host's operations
 // (HostOps and the engine's host expert path) compute them all. Empty for the models every
 // device runs.
-func (m *Model) HostOnly() []device.Feature {
+func (m *Model) Features() []device.Feature {
 	var out []device.Feature
 	add := func(f device.Feature) {
 		if !slices.Contains(out, f) {

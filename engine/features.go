@@ -7,15 +7,15 @@ import (
 	"github.com/commit-run/commit-run/device"
 )
 
-// checkHostOnly refuses a model that needs what only some devices compute
-// (models.Model.HostOnly: gpt-oss's sliding window, sinks, biased router and experts and its
+// checkFeatures refuses a model that needs what only some devices compute
+// (models.Model.Features: gpt-oss's sliding window, sinks, biased router and experts and its
 // activation; Qwen3.5's DeltaNet layers, gated attention output and sigmoid shared gate) where
 // the passes would not compute it: on a device with kernels of its own that does not say it
 // computes them (device.Featured; the CUDA GPU computes them all), which would leave them out
 // and run another model, and under expert parallelism, whose ranks compute the experts their
 // own way. The CPU and the simulated GPU (whose numbers are the CPU's) run every model.
-func (m *Model) checkHostOnly() error {
-	needs := m.arch.HostOnly()
+func (m *Model) checkFeatures() error {
+	needs := m.arch.Features()
 	if len(needs) == 0 {
 		return nil
 	}
