@@ -97,8 +97,10 @@ func (m *MoE) ExpertBiases(e int) (gate, up, down []float32) {
 	return slice(m.GateBias), slice(m.UpBias), slice(m.DownBias)
 }
 
-// PlainExperts says whether the experts are SwiGLU blocks without biases, as every device's
-// expert kernels compute them; the others (gpt-oss's) are computed by the engine's host path.
+// PlainExperts says whether the experts are SwiGLU blocks without biases, as the CPU's
+// batched expert kernels (the engine's smallExperts, fusedExperts) compute them; the others
+// (gpt-oss's) take the engine's expert path of device operations (expertFFN), or a GPU's
+// fused kernels, which know biases and the SwiGLU-OAI activation.
 func (m *MoE) PlainExperts() bool {
 	return m.OAI == nil && m.GateBias == nil && m.UpBias == nil && m.DownBias == nil
 }
