@@ -33,17 +33,35 @@ func fusedCases() []kernelCase {
 		{ntok: 3, heads: 4, kvHeads: 2, dk: 64, dv: 32, nDims: 32, neox: true, pos0: 2, f16: true}, // partial RoPE
 		{ntok: 1, heads: 2, kvHeads: 1, dk: 128, dv: 128, nDims: 128, neox: true, dev: 40, f16: true, yarn: true},
 		{ntok: 2, heads: 6, kvHeads: 2, dk: 48, dv: 48, nDims: 48, pos0: 1, dev: 5},
+		{ntok: 3, heads: 4, kvHeads: 2, dk: 64, dv: 64, nDims: 64, pos0: 6, dev: 1, ring: 4, f16: true}, // wraps
+		{ntok: 2, heads: 6, kvHeads: 2, dk: 48, dv: 48, nDims: 48, pos0: 9, ring: 5},
 	} {
 		add("rope_kv_f32", c.String(), func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkRopeKV(t, k, c, r) })
 	}
 	for _, c := range []struct {
-		dim, ntok, pos0, dev int
-		f16                  bool
-	}{{64, 1, 3, 0, false}, {100, 3, 0, 7, true}, {300, 2, 5, 2, false}} {
-		add("kv_store_f32", fmt.Sprintf("dim=%d,ntok=%d,pos0=%d,dev=%d,f16=%v", c.dim, c.ntok, c.pos0, c.dev, c.f16), func(t *testing.T, k *kernelEnv, r *rand.Rand) {
+		dim, ntok, pos0, dev, ring int
+		f16                        bool
+	}{{64, 1, 3, 0, 0, false}, {100, 3, 0, 7, 0, true}, {300, 2, 5, 2, 0, false}, {64, 3, 5, 1, 8, true}, {100, 4, 9, 0, 5, false}} {
+		add("kv_store_f32", fmt.Sprintf("dim=%d,ntok=%d,pos0=%d,dev=%d,ring=%d,f16=%v", c.dim, c.ntok, c.pos0, c.dev, c.ring, c.f16), func(t *testing.T, k *kernelEnv, r *rand.Rand) {
 			src := randF32(r, c.ntok*c.dim, 1)
 			pos := c.pos0 + c.dev
-			size := (pos + c.ntok + 2) * c.dim
+			rows := pos + c.ntok + 2
+			if c.ring > 0 {
+				rows = c.ring + 2
+			}
+			size := rows * c.dim
+			// tok[row] is the token stored there, -1 for none (the rows keep alloc's NaNs).
+			tok := make([]int, rows)
+			for i := range tok {
+				tok[i] = -1
+			}
+			for t := 0; t < c.ntok; t++ {
+				if c.ring > 0 {
+					tok[(pos+t)%c.ring] = t
+				} else {
+					tok[pos+t] = t
+				}
+			}
 			elem := 4
 			if c.f16 {
 				elem = 2
@@ -53,18 +71,20 @@ func fusedCases() []kernelCase {
 				posp = k.put(t, i32bytes([]int32{int32(c.dev)}))
 			}
 			var args Args
-			k.run(t, "kv_store_f32", Dim3{X: 1}, Dim3{X: 256}, args.Ptr(dc).Ptr(ds).Int(b2i(c.f16)).Ptr(posp).Int(c.pos0).Int(c.dim).Int(c.ntok))
+			k.run(t, "kv_store_f32", Dim3{X: 1}, Dim3{X: 256}, args.Ptr(dc).Ptr(ds).Int(b2i(c.f16)).Ptr(posp).Int(c.pos0).Int(c.dim).Int(c.ntok).Int(c.ring))
 			got := k.get(t, dc, size*elem)
 			for i := 0; i < size; i++ {
-				in := i >= pos*c.dim && i < (pos+c.ntok)*c.dim
+				tk := tok[i/c.dim]
+				in := tk >= 0
+				j := tk*c.dim + i%c.dim // the source value, where in
 				if c.f16 {
 					h := u16sOf(got)[i]
-					if in && h != quant.FP32ToFP16(src[i-pos*c.dim]) || !in && h != 0xffff {
+					if in && h != quant.FP32ToFP16(src[j]) || !in && h != 0xffff {
 						t.Fatalf("half %d = %#x", i, h)
 					}
 				} else {
 					v := f32sOf(got)[i]
-					if in && math.Float32bits(v) != math.Float32bits(src[i-pos*c.dim]) || !in && !math.IsNaN(float64(v)) {
+					if in && math.Float32bits(v) != math.Float32bits(src[j]) || !in && !math.IsNaN(float64(v)) {
 						t.Fatalf("float %d = %v", i, v)
 					}
 				}
@@ -149,11 +169,12 @@ type ropeKVCase struct {
 	ntok, heads, kvHeads, dk, dv, nDims int
 	neox, f16, yarn                     bool
 	pos0, dev                           int // positions pos0 + dev + t, dev from device memory
+	ring                                int // the cache is a ring of this many rows (0: none)
 }
 
 func (c ropeKVCase) String() string {
-	return fmt.Sprintf("ntok=%d,heads=%d/%d,dk=%d,dv=%d,n_dims=%d,neox=%v,f16=%v,yarn=%v,pos0=%d,dev=%d",
-		c.ntok, c.heads, c.kvHeads, c.dk, c.dv, c.nDims, c.neox, c.f16, c.yarn, c.pos0, c.dev)
+	return fmt.Sprintf("ntok=%d,heads=%d/%d,dk=%d,dv=%d,n_dims=%d,neox=%v,f16=%v,yarn=%v,pos0=%d,dev=%d,ring=%d",
+		c.ntok, c.heads, c.kvHeads, c.dk, c.dv, c.nDims, c.neox, c.f16, c.yarn, c.pos0, c.dev, c.ring)
 }
 
 // checkRopeKV: rope_kv_f32 against rope_f32 on the queries and on the keys, then kv_store_f32
@@ -184,15 +205,15 @@ func checkRopeKV(t *testing.T, k *kernelEnv, c ropeKVCase, r *rand.Rand) {
 	kc, vc := k.alloc(t, npos*kd*elem), k.alloc(t, npos*vd*elem)
 	var args Args
 	k.run(t, "rope_kv_f32", Dim3{X: c.ntok}, Dim3{X: 256}, rope(args.Ptr(dq).Ptr(dk).Ptr(dv).Ptr(kc).Ptr(vc).Int(b2i(c.f16)).Ptr(posp).
-		Int(c.pos0).Int(c.ntok).Int(c.heads).Int(c.kvHeads).Int(c.dk).Int(c.dv)))
+		Int(c.pos0).Int(c.ntok).Int(c.heads).Int(c.kvHeads).Int(c.dk).Int(c.dv)).Int(c.ring))
 	// Unfused.
 	rq, rk, rv := k.putF32(t, q), k.putF32(t, kk), k.putF32(t, v)
 	rkc, rvc := k.alloc(t, npos*kd*elem), k.alloc(t, npos*vd*elem)
 	block := Dim3{X: min(max((c.nDims/2+31)&^31, 32), 1024)}
 	k.run(t, "rope_f32", Dim3{X: c.ntok}, block, rope(args.Reset().Ptr(rq).Ptr(posp).Int(c.pos0).Int(c.ntok).Int(c.heads).Int(c.dk).Int(qd)))
 	k.run(t, "rope_f32", Dim3{X: c.ntok}, block, rope(args.Reset().Ptr(rk).Ptr(posp).Int(c.pos0).Int(c.ntok).Int(c.kvHeads).Int(c.dk).Int(kd)))
-	k.run(t, "kv_store_f32", Dim3{X: 2}, Dim3{X: 256}, args.Reset().Ptr(rkc).Ptr(rk).Int(b2i(c.f16)).Ptr(posp).Int(c.pos0).Int(kd).Int(c.ntok))
-	k.run(t, "kv_store_f32", Dim3{X: 2}, Dim3{X: 256}, args.Reset().Ptr(rvc).Ptr(rv).Int(b2i(c.f16)).Ptr(posp).Int(c.pos0).Int(vd).Int(c.ntok))
+	k.run(t, "kv_store_f32", Dim3{X: 2}, Dim3{X: 256}, args.Reset().Ptr(rkc).Ptr(rk).Int(b2i(c.f16)).Ptr(posp).Int(c.pos0).Int(kd).Int(c.ntok).Int(c.ring))
+	k.run(t, "kv_store_f32", Dim3{X: 2}, Dim3{X: 256}, args.Reset().Ptr(rvc).Ptr(rv).Int(b2i(c.f16)).Ptr(posp).Int(c.pos0).Int(vd).Int(c.ntok).Int(c.ring))
 	checkBits(t, "q", k.getF32(t, dq, len(q)), k.getF32(t, rq, len(q)))
 	checkBits(t, "k (unchanged)", k.getF32(t, dk, len(kk)), kk)
 	if got, want := k.get(t, kc, npos*kd*elem), k.get(t, rkc, npos*kd*elem); !slices.Equal(got, want) {

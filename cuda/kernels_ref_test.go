@@ -1118,6 +1118,7 @@ type attnCase struct {
 	dev                                bool // pos0 given in device memory (posp), not as an int
 	window                             int  // a sliding window, 0 = none
 	sinks                              bool // a sink logit per head
+	ring                               int  // the cache is a ring of this many rows (0: none)
 }
 
 func (c attnCase) String() string {
@@ -1133,6 +1134,9 @@ func (c attnCase) String() string {
 	}
 	if c.sinks {
 		s += ",sinks"
+	}
+	if c.ring != 0 {
+		s += fmt.Sprintf(",ring=%d", c.ring)
 	}
 	return s
 }
@@ -1159,6 +1163,11 @@ func attnCases() []kernelCase {
 		{ntok: 1, heads: 4, kvHeads: 2, dk: 64, dv: 64, pos0: 40, window: 19, dev: true},
 		{ntok: 2, heads: 4, kvHeads: 2, dk: 64, dv: 64, pos0: 3, window: 64, sinks: true},
 		{ntok: 1, heads: 2, kvHeads: 1, dk: 32, dv: 32, pos0: 4140, window: 4110, sinks: true},
+		// A sliding window's ring (device.KVLayer.Ring): the positions wrap around its rows, in
+		// the tokens' windows and between the tokens.
+		{ntok: 3, heads: 4, kvHeads: 2, dk: 64, dv: 64, pos0: 40, window: 7, sinks: true, ring: 16},
+		{ntok: 1, heads: 4, kvHeads: 2, dk: 64, dv: 64, pos0: 100, window: 19, dev: true, ring: 32},
+		{ntok: 4, heads: 2, kvHeads: 1, dk: 32, dv: 48, pos0: 61, window: 20, ring: 64},
 	} {
 		for _, f16 := range []bool{false, true} {
 			kernel := "attn_f32"
@@ -1191,7 +1200,9 @@ func attnCases() []kernelCase {
 //     halves times |v| joins the tolerance. The halves then weigh exact values: the error is
 //     gamma(n/8 + 8) relative to A, plus those gaps.
 //
-// The cache holds NaNs past the last position, which a causal read never touches.
+// The cache holds NaNs past the last position, which a causal read never touches, and at the
+// positions no token's window sees. A ring holds the last c.ring positions at their rows,
+// and NaNs in the rows of none.
 func checkAttn(t *testing.T, k *kernelEnv, c attnCase, f16 bool, r *rand.Rand) {
 	npos := c.pos0 + c.ntok // positions the cache holds
 	capPos := npos + 3      // and room past them, filled with NaN
@@ -1218,30 +1229,6 @@ func checkAttn(t *testing.T, k *kernelEnv, c attnCase, f16 bool, r *rand.Rand) {
 	}
 	scale := float32(1 / math.Sqrt(float64(c.dk)))
 
-	kernel := "attn_f32"
-	var dk, dv DevicePtr
-	if f16 {
-		kernel = "attn_f16kv"
-		toHalves := func(v []float32) []uint16 {
-			h := make([]uint16, len(v))
-			for i, x := range v {
-				h[i] = quant.FP32ToFP16(x)
-				v[i] = quant.FP16ToFP32(h[i]) // what the reference reads
-			}
-			return h
-		}
-		dk = k.put(t, u16bytes(toHalves(kc)))
-		dv = dk
-		if !c.mla {
-			dv = k.put(t, u16bytes(toHalves(vc)))
-		}
-	} else {
-		dk = k.putF32(t, kc)
-		dv = dk
-		if !c.mla {
-			dv = k.putF32(t, vc)
-		}
-	}
 	// The keys and values of the positions no token's window sees (the first token's masked
 	// ones) are NaN: the kernel must not read them.
 	if c.window > 0 {
@@ -1252,6 +1239,42 @@ func checkAttn(t *testing.T, k *kernelEnv, c attnCase, f16 bool, r *rand.Rand) {
 		for i := 0; i < masked*vstride; i++ {
 			vc[i] = float32(math.NaN())
 		}
+	}
+	if f16 { // what the kernel and the reference read
+		for _, x := range [][]float32{kc, vc} {
+			for i, v := range x {
+				x[i] = quant.FP16ToFP32(quant.FP32ToFP16(v))
+			}
+		}
+	}
+	upload := func(x []float32, stride int) DevicePtr {
+		if c.ring > 0 {
+			ring := make([]float32, c.ring*stride)
+			for i := range ring {
+				ring[i] = float32(math.NaN())
+			}
+			for p := max(0, npos-c.ring); p < npos; p++ {
+				copy(ring[p%c.ring*stride:(p%c.ring+1)*stride], x[p*stride:])
+			}
+			x = ring
+		}
+		if !f16 {
+			return k.putF32(t, x)
+		}
+		h := make([]uint16, len(x))
+		for i, v := range x {
+			h[i] = quant.FP32ToFP16(v)
+		}
+		return k.put(t, u16bytes(h))
+	}
+	kernel := "attn_f32"
+	if f16 {
+		kernel = "attn_f16kv"
+	}
+	dk := upload(kc, kstride)
+	dv := dk
+	if !c.mla {
+		dv = upload(vc, vstride)
 	}
 	var sinks []float32
 	var dsinks DevicePtr
@@ -1269,7 +1292,7 @@ func checkAttn(t *testing.T, k *kernelEnv, c attnCase, f16 bool, r *rand.Rand) {
 	var args Args
 	k.run(t, kernel, Dim3{X: c.heads, Y: c.ntok}, Dim3{X: 256},
 		args.Ptr(dq).Ptr(dk).Ptr(dv).Ptr(dout).Int(c.ntok).Int(c.heads).Int(c.kvHeads).Int(c.dk).Int(c.dv).
-			Int(kstride).Int(vstride).Int(khs).Int(vhs).Ptr(posp).Int(pos0).Float(scale).Int(c.window).Ptr(dsinks))
+			Int(kstride).Int(vstride).Int(khs).Int(vhs).Ptr(posp).Int(pos0).Float(scale).Int(c.window).Ptr(dsinks).Int(c.ring))
 	got := k.getF32(t, dout, c.ntok*c.heads*c.dv)
 
 	want, tol := make([]float64, len(got)), make([]float64, len(got))

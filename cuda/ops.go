@@ -288,20 +288,29 @@ func (g *GPU) StoreKV(kv *device.KVLayer, pos0 int, k, v []float32) {
 	posp, off := c.pos(pos0)
 	store := func(src []float32, dim int, d32 []float32, d16 []uint16, what string) {
 		n := len(src)
-		if dim <= 0 || n%dim != 0 || pos0 < 0 || pos0*dim+n > max(len(d32), len(d16)) {
+		if dim <= 0 || n%dim != 0 || !kvFits(kv, pos0, n/dim, max(len(d32), len(d16))/dim) {
 			if c.err == nil {
 				c.err = fmt.Errorf("%d %s of %d at position %d: the cache holds %d", n, what, dim, pos0, max(len(d32), len(d16)))
 			}
 			return
 		}
 		dp := c.kvCache(d32, d16, "the "+what+" cache")
-		g.args.Reset().Ptr(dp).Ptr(c.f(src, what)).Int(b2i(kv.F16)).Ptr(posp).Int(off).Int(dim).Int(n / dim)
+		g.args.Reset().Ptr(dp).Ptr(c.f(src, what)).Int(b2i(kv.F16)).Ptr(posp).Int(off).Int(dim).Int(n / dim).Int(kv.Ring)
 		c.launch("kv_store_f32", ewGrid(n), Dim3{X: 256})
 	}
 	store(k, kv.KDim, kv.K, kv.K16, "keys")
 	if v != nil {
 		store(v, kv.VDim, kv.V, kv.V16, "values")
 	}
+}
+
+// kvFits reports whether T tokens at pos0 fit a cache of size positions: within them, or
+// within a ring's period (device.KVLayer.Ring), past which a ring's rows are reused.
+func kvFits(kv *device.KVLayer, pos0, T, size int) bool {
+	if kv.Ring > 0 {
+		return pos0 >= 0 && T <= kv.Ring && kv.Ring <= size
+	}
+	return pos0 >= 0 && pos0+T <= size
 }
 
 // kvCache returns the device address of a cache of floats, or of halves when d16 is not nil.
@@ -341,7 +350,7 @@ func (g *GPU) Attend(out, q []float32, kv *device.KVLayer, pos0, T int, a *devic
 	posp, off := c.pos(pos0)
 	g.args.Reset().Ptr(qp).Ptr(kp).Ptr(vp).Ptr(op).Int(T).Int(a.Heads).Int(a.KVHeads).Int(a.DK).Int(a.DV).
 		Int(kv.KDim).Int(vstride).Int(a.KHeadStride).Int(a.VHeadStride).Ptr(posp).Int(off).Float(a.Scale).
-		Int(a.Window).Ptr(sp)
+		Int(a.Window).Ptr(sp).Int(kv.Ring)
 	c.launch(name, Dim3{X: a.Heads, Y: T}, Dim3{X: 256})
 }
 

@@ -111,7 +111,7 @@ func (g *GPU) RopeKV(q, k, v []float32, kv *device.KVLayer, pos0, T int, a *devi
 	switch {
 	case len(q) < T*H*dk || len(k) < T*G*dk || len(v) < T*G*dv:
 		c.err = fmt.Errorf("%d tokens' queries, keys and values in %d, %d and %d floats", T, len(q), len(k), len(v))
-	case pos0 < 0 || pos0+T > size:
+	case !kvFits(kv, pos0, T, size):
 		c.err = fmt.Errorf("%d tokens at position %d: the cache holds %d", T, pos0, size)
 	}
 	if c.err != nil {
@@ -123,7 +123,7 @@ func (g *GPU) RopeKV(q, k, v []float32, kv *device.KVLayer, pos0, T int, a *devi
 	posp, off := c.pos(pos0)
 	g.args.Reset().Ptr(qp).Ptr(kp).Ptr(vp).Ptr(kc).Ptr(vc).Int(b2i(kv.F16)).Ptr(posp).Int(off).Int(T).Int(H).Int(G).Int(dk).Int(dv).
 		Int(r.Dims).Int(b2i(r.NeoX)).Float(r.ThetaScale).Float(r.FreqScale).Float(r.ExtFactor).Float(r.MScale).
-		Float(r.CorrLo).Float(r.CorrHi).Ptr(ff)
+		Float(r.CorrLo).Float(r.CorrHi).Ptr(ff).Int(kv.Ring)
 	c.launch("rope_kv_f32", Dim3{X: T}, Dim3{X: 256})
 }
 

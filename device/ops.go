@@ -104,11 +104,26 @@ type HeadLayout struct {
 // position and the values transposed, a row of every position per value (value j of
 // position p at j*positions+p: llama.cpp's V cache without flash attention, which attention
 // reads in order); the CUDA device keeps both in rows per position.
+//
+// A sliding-window layer's cache can be a ring (Ring > 0) that holds only the positions its
+// queries still see: position p lives at slot p%Ring, and the cache has 2*Ring slots, so
+// that the host also keeps it at slot p%Ring+Ring and reads any Ring consecutive positions
+// as consecutive slots (RingSlot); the CUDA device uses the first Ring slots alone.
 type KVLayer struct {
 	KDim, VDim int
 	F16        bool
 	K, V       []float32
 	K16, V16   []uint16
+	Ring       int
+}
+
+// RingSlot returns the slot at which a run of up to Ring positions starting at position
+// from is stored in consecutive slots: from itself without a ring.
+func (c *KVLayer) RingSlot(from int) int {
+	if c.Ring <= 0 {
+		return from
+	}
+	return from % c.Ring
 }
 
 // AttnShape is the geometry of one layer's attention over its cache.

@@ -77,7 +77,7 @@ func (r epRank) Forward(kv *models.KVCache, tokens []int32, pos0 int) ([]float32
 }
 
 func (r epRank) NewKV() (*models.KVCache, error) {
-	return models.NewKVCache(r.m.arch, r.m.nctx, r.m.kvF16, models.HostAlloc)
+	return models.NewKVCache(r.m.arch, r.m.kvOptions(), models.HostAlloc)
 }
 
 func (r epRank) Upload() error { return r.m.upload() }

@@ -52,7 +52,7 @@ func (m *Model) forwardSeqs(seqs []seqRows, tokens []int32, want logitRows, obs 
 		return nil, errors.New("engine: a pass of several sequences wants every row's logits and no observer or Commit Router") // a caller's bug
 	}
 	for _, s := range seqs {
-		if err := s.kv.CheckPos(s.pos0); err != nil {
+		if err := s.kv.CheckPass(s.pos0, s.T); err != nil {
 			return nil, err // a caller's bug: a session rewinds its cache before a pass
 		}
 	}
@@ -297,8 +297,9 @@ func (m *Model) rmsNorm(dst, x []float32, n models.Norm) {
 
 // chargeAttention prices block i's attention over the cache (a recurrent layer's over its
 // state), which the models compute outside the device's kernels: reading positions pos0+T
-// keys and values, and for each of T queries and every head a dot product and a weighted sum
-// per position. Its projections are priced by the device's MatMul.
+// keys and values (a sliding window's, the window and the pass), and for each of T queries
+// and every head a dot product and a weighted sum per position. Its projections are priced
+// by the device's MatMul.
 func (m *Model) chargeAttention(i, T, pos0 int) {
 	if m.charger == nil {
 		return
@@ -318,6 +319,9 @@ func (m *Model) chargeAttention(i, T, pos0 int) {
 		elem = 2
 	}
 	n := float64(pos0 + T)
+	if w := models.SlidingWindow(m.arch.Layers[i].Attn); w > 0 {
+		n = min(n, float64(w+T-1)) // the positions the pass's windows see
+	}
 	heads := float64(c.Heads[i]) / float64(max(c.HeadsKV[i], 1))
 	m.charger.Charge("attention", n*float64(kd+vd)*elem+float64(8*T*(kd+vd)), 2*float64(T)*n*float64(kd+vd)*heads)
 }

@@ -318,29 +318,21 @@ func (m *Model) KVCacheBytes() int64 { return kvCacheBytes(m) }
 
 // kvCacheBytes is the size of one session's KV cache, without allocating it.
 func kvCacheBytes(m *Model) int64 {
-	elem := int64(4)
-	if m.kvF16 {
-		elem = 2
-	}
-	// Where passes run in the device's memory (or would, on a simulated GPU), a recurrent
-	// state's snapshots for prefix reuse live beside it there, up to models.MaxSnapshots.
+	// Where passes run in the device's memory (or would, on a simulated GPU), the snapshots
+	// of recurrent states and sliding-window rings for prefix reuse live beside them there,
+	// up to models.MaxSnapshots.
 	_, simulated := m.dev.(*sim.Device)
-	states := int64(1)
+	snaps := 0
 	if m.resident || simulated && m.passesOnDevice() {
-		states += models.MaxSnapshots
+		snaps = models.MaxSnapshots
 	}
-	var n int64
-	for _, l := range m.arch.Layers {
-		if r, ok := l.Attn.(models.Recurrent); ok {
-			// A recurrent layer's state instead, whatever the context.
-			conv, state := r.StateDims()
-			n += states * int64(conv+state) * 4
-			continue
-		}
-		kd, vd := l.Attn.CacheDims()
-		n += int64(kd+vd) * int64(m.nctx) * elem
-	}
-	return n
+	return models.CacheBytes(m.arch, m.kvOptions(), snaps)
+}
+
+// kvOptions is what a session's KV cache holds: the context, in passes of prefillBatch
+// tokens at most (so that a sliding window's layers keep a ring).
+func (m *Model) kvOptions() models.KVOptions {
+	return models.KVOptions{Positions: m.nctx, MaxPass: prefillBatch, F16: m.kvF16}
 }
 
 // newOffloader makes the offloader of o for m: its slots take what the budget leaves beside

@@ -211,7 +211,7 @@ func (m *Model) newKV() (*models.KVCache, error) {
 	case m.replay != nil:
 		return m.newKVWith(models.VirtualAlloc, models.VirtualFree)
 	case !m.resident:
-		return models.NewKVCache(m.arch, m.nctx, m.kvF16, models.HostAlloc)
+		return models.NewKVCache(m.arch, m.kvOptions(), models.HostAlloc)
 	}
 	res := m.dev.(device.Resident)
 	return m.newKVWith(res.Buffer, res.Release)
@@ -221,7 +221,7 @@ func (m *Model) newKV() (*models.KVCache, error) {
 // fails part way.
 func (m *Model) newKVWith(alloc models.Alloc, free func([]byte)) (*models.KVCache, error) {
 	var got [][]byte
-	kv, err := models.NewKVCache(m.arch, m.nctx, m.kvF16, func(n int64, what string) ([]byte, error) {
+	kv, err := models.NewKVCache(m.arch, m.kvOptions(), func(n int64, what string) ([]byte, error) {
 		b, err := alloc(n, what)
 		if err == nil {
 			got = append(got, b)
@@ -242,29 +242,13 @@ func (m *Model) freeKV(kv *models.KVCache) {
 	if !m.resident && m.replay == nil {
 		return
 	}
-	for _, l := range kv.Layers {
-		bufs := [][]byte{bytesOf(l.K), bytesOf(l.V), bytesOf(l.K16), bytesOf(l.V16)}
-		if l.Rec != nil {
-			bufs = append(bufs, l.Rec.Buffers()...)
-		}
-		for _, b := range bufs {
-			switch {
-			case len(b) == 0:
-			case m.replay != nil:
-				models.VirtualFree(b)
-			default:
-				m.dev.(device.Resident).Release(b)
-			}
+	for _, b := range kv.Buffers() {
+		if m.replay != nil {
+			models.VirtualFree(b)
+		} else {
+			m.dev.(device.Resident).Release(b)
 		}
 	}
-}
-
-func bytesOf[T float32 | uint16](v []T) []byte {
-	if len(v) == 0 {
-		return nil
-	}
-	var z T
-	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), len(v)*int(unsafe.Sizeof(z)))
 }
 
 // arena hands out a pass's activations, and reset makes them reusable. On a device they are

@@ -6,10 +6,10 @@ import "github.com/commit-run/commit-run/offload"
 // (offload.FileShape): every tensor's bytes and flops sorted into attention, router, shared
 // experts, dense FFN, head and routed experts, with the attention reading an F16 KV cache
 // filled to ctxFill positions. Resident is what the offloading engine keeps on a GPU: every
-// non-expert weight, a KV cache of the model's context length and one pass's activations.
+// non-expert weight, a session's KV cache and one pass's activations.
 func (m *Model) Shape(ctxFill int) (*offload.Shape, error) {
 	src := offload.FileSource{File: m.file, Arch: m.arch, Name: m.info.Name, Architecture: m.info.Architecture,
-		Path: m.info.Path, Context: m.nctx}
+		Path: m.info.Path, KVBytes: float64(kvCacheBytes(m))}
 	if m.passesOnDevice() {
 		pass, layer := m.gpuActivationFloats()
 		src.Activations = 4 * float64(pass+layer)

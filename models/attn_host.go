@@ -42,6 +42,7 @@ type attnScratch struct {
 	row32 []float32   // a value row copied with its padding (wsumTransposed)
 	row16 []uint16
 	keys  device.KVLayer // one KV head's keys, copied into rows of their own (prefill)
+	kfrom int            // the position of the first of them
 }
 
 var attnScratchPool = sync.Pool{New: func() any { return new(attnScratch) }}
@@ -97,17 +98,27 @@ func (s *attnScratch) queries(c *device.KVLayer, gs []attnGroup, nq int) []float
 	return q
 }
 
+// attnSpan is where a group's positions from from on are: position p's score at index
+// p-from of its query's scores, its key and value at slot p-from+at of the cache (at: the
+// cache's RingSlot(from), or from of a cache of every position; for a copy of one KV head's
+// keys, where the copy begins).
+type attnSpan struct{ from, at int }
+
+// slot returns the slot of position p.
+func (sp attnSpan) slot(p int) int { return p - sp.from + sp.at }
+
 // scores writes the scores times scale of group g's queries q (dk values each) against the
-// keys at kOff of positions [p0, p1) to w[i*ws+p] for query i, for the positions each
-// query sees; the positions all of them see are scored together.
-func scores(c *device.KVLayer, g *attnGroup, q []float32, w []float32, ws, kOff, p0, p1 int, scale float32) {
+// keys at kOff of positions [p0, p1) to w[i*ws+p-sp.from] for query i, for the positions
+// each query sees; the positions all of them see are scored together.
+func scores(c *device.KVLayer, g *attnGroup, q []float32, w []float32, ws, kOff int, sp attnSpan, p0, p1 int, scale float32) {
 	nq, dk := g.nq, len(g.q[0])
 	shared := min(g.n[0], p1) // positions every query sees, the group's being in order
 	if shared > p0 {
+		k := kOff + sp.slot(p0)*c.KDim
 		if c.F16 {
-			dotsMultiF16(w[p0:], ws, q, dk, nq, dk, c.K16[kOff+p0*c.KDim:], c.KDim, shared-p0, scale)
+			dotsMultiF16(w[p0-sp.from:], ws, q, dk, nq, dk, c.K16[k:], c.KDim, shared-p0, scale)
 		} else {
-			dotsMultiF32(w[p0:], ws, q, dk, nq, dk, c.K[kOff+p0*c.KDim:], c.KDim, shared-p0, scale)
+			dotsMultiF32(w[p0-sp.from:], ws, q, dk, nq, dk, c.K[k:], c.KDim, shared-p0, scale)
 		}
 	}
 	for i := 1; i < nq; i++ {
@@ -115,17 +126,19 @@ func scores(c *device.KVLayer, g *attnGroup, q []float32, w []float32, ws, kOff,
 		if to <= from {
 			continue
 		}
+		wi, k := w[i*ws+from-sp.from:i*ws+to-sp.from], kOff+sp.slot(from)*c.KDim
 		if c.F16 {
-			dotsF16(w[i*ws+from:i*ws+to], q[i*dk:(i+1)*dk], c.K16[kOff+from*c.KDim:], c.KDim, scale)
+			dotsF16(wi, q[i*dk:(i+1)*dk], c.K16[k:], c.KDim, scale)
 		} else {
-			dotsF32(w[i*ws+from:i*ws+to], q[i*dk:(i+1)*dk], c.K[kOff+from*c.KDim:], c.KDim, scale)
+			dotsF32(wi, q[i*dk:(i+1)*dk], c.K[k:], c.KDim, scale)
 		}
 	}
 }
 
-// softmaxes turns the scores of group g's queries at w[i*ws:], g.n[i] each, into the
-// probabilities of llama.cpp's soft_max over the padded KV length, rounded to F16 values with
-// an F16 cache, and zeros up to ws (a multiple of 64) for the weighted sums.
+// softmaxes turns the scores of group g's queries at w[i*ws:], those of positions from..
+// g.n[i]-1 each, into the probabilities of llama.cpp's soft_max over the padded KV length,
+// rounded to F16 values with an F16 cache, and zeros up to ws (a multiple of 64) for the
+// weighted sums.
 //
 // A sliding window masks the positions before it to -Inf, as llama.cpp's mask does, rather
 // than leaving them out: the weighted sums then add their zero weights in the same lanes as
@@ -134,21 +147,21 @@ func scores(c *device.KVLayer, g *attnGroup, q []float32, w []float32, ws, kOff,
 // to the softmax's sums of 16 lanes, nor to the weighted sums (attendValues).
 func softmaxes(c *device.KVLayer, w []float32, ws int, g *attnGroup, a *device.AttnShape, from int) {
 	for i, ni := range g.n[:g.nq] {
-		wi := w[i*ws : (i+1)*ws]
+		wi, n := w[i*ws:(i+1)*ws], ni-from
 		if a.Window > 0 && ni > a.Window {
-			for p := from; p < ni-a.Window; p++ {
+			for p := 0; p < ni-a.Window-from; p++ {
 				wi[p] = float32(math.Inf(-1))
 			}
 		}
 		if a.Sinks != nil {
-			softmaxSink(wi[from:ni], a.Sinks[g.h[i]])
+			softmaxSink(wi[:n], a.Sinks[g.h[i]])
 		} else {
-			softmaxBlocks(wi[from:], ni-from)
+			softmaxBlocks(wi, n)
 		}
 		if c.F16 {
-			roundF16(wi[from:ni])
+			roundF16(wi[:n])
 		}
-		clear(wi[ni:])
+		clear(wi[n:])
 	}
 }
 
@@ -292,19 +305,19 @@ func (j *attnJob) chunk(c int) {
 		keys := -1 // the KV head whose keys s.keys holds
 		for u := lo; u < hi; u++ {
 			j.fill(g, u)
+			from := windowStart(&j.a, g.n[0]) // the group's first query sees the fewest
 			if g.kvh != keys && !j.a.Latent {
-				j.copyKeys(s, g.kvh, hi)
+				j.copyKeys(s, g.kvh, from, hi)
 				keys = g.kvh
 			}
-			ws := (g.n[g.nq-1] + 63) &^ 63
+			ws := (g.n[g.nq-1] - from + 63) &^ 63
 			w := growCap(&s.w, g.nq*ws, attnGroupMax*((kvPositions(j.c)+63)&^63))
 			q := s.queries(j.c, gs, g.nq)
-			kc := &s.keys // MLA's keys are whole cached rows, read in place
-			if j.a.Latent {
-				kc = j.c
+			kc, sp := &s.keys, attnSpan{from, from - s.kfrom}
+			if j.a.Latent { // MLA's keys are whole cached rows, read in place
+				kc, sp = j.c, attnSpan{from, j.c.RingSlot(from)}
 			}
-			from := windowStart(&j.a, g.n[0]) // the group's first query sees the fewest
-			scores(kc, g, q, w, ws, 0, from, g.n[g.nq-1], j.a.Scale)
+			scores(kc, g, q, w, ws, 0, sp, from, g.n[g.nq-1], j.a.Scale)
 			softmaxes(j.c, w, ws, g, &j.a, from)
 			j.values(s, g, w, ws, from)
 		}
@@ -313,19 +326,19 @@ func (j *attnJob) chunk(c int) {
 	attnScratchPool.Put(s)
 }
 
-// copyKeys copies KV head kvh's keys of the positions its groups before group hi see into
-// s.keys, a row of DK keys per position: a cached row holds every KV head's keys, so one
-// head's keys are a strided walk that misses the TLB at every position, for every group
-// of a prefill that reads them again.
-func (j *attnJob) copyKeys(s *attnScratch, kvh, hi int) {
+// copyKeys copies KV head kvh's keys of the positions from from on that its groups before
+// group hi see into s.keys, a row of DK keys per position: a cached row holds every KV
+// head's keys, so one head's keys are a strided walk that misses the TLB at every position,
+// for every group of a prefill that reads them again.
+func (j *attnJob) copyKeys(s *attnScratch, kvh, from, hi int) {
 	P, G := j.pairs()
 	last := min(hi, (kvh+1)*G) - 1                    // the KV head's last group in the chunk
 	end := min(P, attnGroupMax*(last%G)+attnGroupMax) // and the pair after its last
 	t := (end - 1) / (j.a.Heads / j.a.KVHeads)        // whose token sees the most
-	n, dk, c := j.pos0+t+1, j.a.DK, j.c
+	n, dk, c := j.pos0+t+1-from, j.a.DK, j.c
 	k := &s.keys
-	k.KDim, k.F16 = dk, c.F16
-	off := kvh * j.a.KHeadStride
+	k.KDim, k.F16, s.kfrom = dk, c.F16, from
+	off := kvh*j.a.KHeadStride + c.RingSlot(from)*c.KDim
 	if c.F16 {
 		k.K16 = growCap(&k.K16, n*dk, kvPositions(c)*dk)
 		for p := 0; p < n; p++ {
@@ -366,15 +379,16 @@ func (j *attnJob) decode(s *attnScratch, lo, hi int) {
 		nq += gs[k].nq
 	}
 	n := j.pos0 + 1
-	ws := (n + 63) &^ 63
+	from := windowStart(&j.a, n)
+	ws := (n - from + 63) &^ 63
 	w := growCap(&s.w, nq*ws, j.a.Heads*((kvPositions(j.c)+63)&^63))
 	q := s.queries(j.c, gs, nq)
 	dk := j.a.DK
-	from := windowStart(&j.a, n)
+	sp := attnSpan{from, j.c.RingSlot(from)}
 	for p0 := from; p0 < n; p0 += attnBlock {
 		i := 0
 		for k := range gs {
-			scores(j.c, &gs[k], q[i*dk:], w[i*ws:], ws, j.kOff(&gs[k]), p0, min(p0+attnBlock, n), j.a.Scale)
+			scores(j.c, &gs[k], q[i*dk:], w[i*ws:], ws, j.kOff(&gs[k]), sp, p0, min(p0+attnBlock, n), j.a.Scale)
 			i += gs[k].nq
 		}
 	}

@@ -103,6 +103,9 @@ func (a *StdAttention) ForwardSeqs(b Backend, seqs []Seq, x []float32, out []flo
 			b.Rope(ks, s.Pos0, s.T, a.HeadsKV, a.HeadDK, kd, rp)
 			b.StoreKV(&s.Cache.KVLayer, s.Pos0, ks, vs)
 		}
+		if w := s.Cache.Win; w != nil {
+			w.wrote(b, &s.Cache.KVLayer, s.Pos0, s.T)
+		}
 		b.Attend(ctx[r*cd:(r+s.T)*cd], qs, &s.Cache.KVLayer, s.Pos0, s.T, &shape)
 		r += s.T
 	}
@@ -135,14 +138,15 @@ func (a *StdAttention) gatedQ(b Backend, x []float32, T int, q []float32) []floa
 // scores share the keys, measured no faster (their loop is bound by loads, not by widening
 // the values).
 //
-// The sums start at position from, a multiple of 64 before which every weight is zero (a
-// sliding window's): each lane of the sums then adds the same products in the same order,
-// less leading zeros, which change no sum.
+// The sums start at position from (query i's probability of position p at w[i*ws+p-from]),
+// a multiple of 64 before which every weight is zero (a sliding window's): each lane of the
+// sums then adds the same products in the same order, less leading zeros, which change no
+// sum. The positions from from on are consecutive slots of the cache, a ring's included.
 func attendValues(s *attnScratch, c *device.KVLayer, g *attnGroup, w []float32, ws, kvh int, a *device.AttnShape, batched bool, from int) {
 	size := kvPositions(c)
-	off := kvh*a.VHeadStride*size + from
+	off := kvh*a.VHeadStride*size + c.RingSlot(from)
 	for i := 0; i < g.nq; i++ {
-		wi, n := w[i*ws+from:(i+1)*ws], g.n[i]-from
+		wi, n := w[i*ws:(i+1)*ws], g.n[i]-from
 		switch {
 		case c.F16 && batched:
 			wsumTransposed(wsumLanesF16, g.out[i], wi, c.V16[off:], size, n, true, &s.row16)

@@ -60,10 +60,15 @@ type attnCase struct {
 	qScale                 float64 // spread of the queries (large: scores beyond exp's range)
 	window                 int     // a sliding window (0: none)
 	sinks                  bool    // a sink logit per head
+	maxPass                int     // with a window: the cache is a ring for passes of this many tokens
 }
 
 func (c attnCase) String() string {
-	return fmt.Sprintf("h%d/%d_dk%d_dv%d_latent%v_size%d_%v_q%g_w%d_sinks%v", c.heads, c.kvHeads, c.dk, c.dv, c.latent, c.size, c.passes, c.qScale, c.window, c.sinks)
+	s := fmt.Sprintf("h%d/%d_dk%d_dv%d_latent%v_size%d_%v_q%g_w%d_sinks%v", c.heads, c.kvHeads, c.dk, c.dv, c.latent, c.size, c.passes, c.qScale, c.window, c.sinks)
+	if c.maxPass > 0 {
+		s = fmt.Sprintf("ring%d_%s", c.maxPass, s[:min(len(s), 80)])
+	}
+	return s
 }
 
 func (c attnCase) shape() *device.AttnShape {
@@ -127,6 +132,20 @@ func attnCases() []attnCase {
 	}
 	cs = append(cs, attnCase{heads: 2, kvHeads: 1, dk: 64, dv: 64, size: 300, passes: [][2]int{{0, 150}, {150, 1}, {151, 1}, {152, 100}, {252, 1}},
 		qScale: 1, window: 70, sinks: true})
+	// A sliding window's ring (RingPeriod), against the reference's cache of every position:
+	// passes of up to maxPass tokens, decode steps between them, across the ring's end many
+	// times over; windows shorter and longer than 64.
+	for _, w := range []struct{ window, maxPass int }{{8, 16}, {70, 16}, {5, 1}} {
+		var passes [][2]int
+		for pos, i := 0, 0; pos < 700; i++ {
+			T := []int{w.maxPass, 1, 1, 7, w.maxPass, 3, 1}[i%7]
+			T = min(T, w.maxPass)
+			passes = append(passes, [2]int{pos, T})
+			pos += T
+		}
+		cs = append(cs, attnCase{heads: 8, kvHeads: 2, dk: 64, dv: 64, size: 1024, passes: passes, qScale: 1.5, window: w.window, sinks: true, maxPass: w.maxPass},
+			attnCase{heads: 3, kvHeads: 1, dk: 100, dv: 72, size: 1024, passes: passes, qScale: 1, window: w.window, maxPass: w.maxPass})
+	}
 	// Scores far apart: most exponentials underflow (|n| > 192 and below).
 	cs = append(cs,
 		attnCase{heads: 2, kvHeads: 1, dk: 64, dv: 64, size: 200, passes: [][2]int{{0, 100}, {100, 1}}, qScale: 60},
@@ -139,11 +158,18 @@ func runAttnCase(t *testing.T, c attnCase, f16 bool, threads int, seed uint64) {
 	t.Helper()
 	r := rand.New(rand.NewPCG(seed, uint64(c.dk)))
 	kd, vd := c.cacheDims()
-	kv, err := NewKVCache(&Model{Layers: []Layer{{Attn: dimsOnly{kd, vd}}}}, c.size, f16, HostAlloc)
+	var attn Attention = dimsOnly{kd, vd}
+	if c.maxPass > 0 {
+		attn = &StdAttention{HeadsKV: c.kvHeads, HeadDK: c.dk, HeadDV: c.dv, Window: c.window}
+	}
+	kv, err := NewKVCache(&Model{Layers: []Layer{{Attn: attn}}}, KVOptions{Positions: c.size, MaxPass: c.maxPass, F16: f16}, HostAlloc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	lc := &kv.Layers[0].KVLayer
+	if want := RingPeriod(c.window, c.size, c.maxPass); lc.Ring != want || c.maxPass > 0 && (want == 0 || kvPositions(lc) != 2*want) {
+		t.Fatalf("ring of %d slots (%d positions), want %d", lc.Ring, kvPositions(lc), want)
+	}
 	ref := newRefCache(kd, vd, c.size, f16)
 	ops := HostOps{K: testKernels{threads}}
 	a := c.shape()
@@ -201,7 +227,7 @@ func TestAttendDecodeAllocs(t *testing.T) {
 	} {
 		for _, f16 := range []bool{true, false} {
 			kd, vd := c.cacheDims()
-			kv, err := NewKVCache(&Model{Layers: []Layer{{Attn: dimsOnly{kd, vd}}}}, c.size, f16, HostAlloc)
+			kv, err := NewKVCache(&Model{Layers: []Layer{{Attn: dimsOnly{kd, vd}}}}, KVOptions{Positions: c.size, F16: f16}, HostAlloc)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -365,7 +391,7 @@ func BenchmarkAttendPrefill(b *testing.B) {
 // benchAttend times Attend of T tokens at pos0 over an F16 cache on one thread.
 func benchAttend(b *testing.B, c attnCase, pos0, T int, old bool) {
 	kd, vd := c.cacheDims()
-	kv, err := NewKVCache(&Model{Layers: []Layer{{Attn: dimsOnly{kd, vd}}}}, c.size, true, HostAlloc)
+	kv, err := NewKVCache(&Model{Layers: []Layer{{Attn: dimsOnly{kd, vd}}}}, KVOptions{Positions: c.size, F16: true}, HostAlloc)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -402,7 +428,7 @@ func benchAttend(b *testing.B, c attnCase, pos0, T int, old bool) {
 func BenchmarkStoreKV(b *testing.B) {
 	for _, T := range []int{1, 256} {
 		b.Run(fmt.Sprintf("T=%d", T), func(b *testing.B) {
-			kv, err := NewKVCache(&Model{Layers: []Layer{{Attn: dimsOnly{2048, 2048}}}}, 512, true, HostAlloc)
+			kv, err := NewKVCache(&Model{Layers: []Layer{{Attn: dimsOnly{2048, 2048}}}}, KVOptions{Positions: 512, F16: true}, HostAlloc)
 			if err != nil {
 				b.Fatal(err)
 			}

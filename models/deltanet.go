@@ -41,7 +41,7 @@ func (d *DeltaNet) StateDims() (conv, state int) {
 func (d *DeltaNet) OnDevice() {}
 
 // Forward implements Attention. The layer's state must be at pos0 (the engine checks it
-// with KVCache.CheckPos); pos0 0 starts it afresh. A pass of several tokens leaves a
+// with KVCache.CheckPass); pos0 0 starts it afresh. A pass of several tokens leaves a
 // snapshot of the state before its last token, from which a later prompt that shares all
 // but the last token can resume (KVCache.Rewind).
 func (d *DeltaNet) Forward(b Backend, c *LayerCache, x []float32, T, pos0 int, out []float32) {

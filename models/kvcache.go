@@ -56,6 +56,9 @@ type LayerCache struct {
 	// Rec is the state of a recurrent layer (Recurrent), which keeps no keys or values;
 	// nil for the others. It lives in the cache's memory, as the keys and values do.
 	Rec *RecState
+	// Win says which positions a sliding-window layer's ring (KVLayer.Ring) holds; nil for
+	// the layers that hold every position.
+	Win *Ring
 }
 
 // Alloc returns n bytes for what; NewKVCache takes it so that the engine decides where a
@@ -65,12 +68,43 @@ type Alloc func(n int64, what string) ([]byte, error)
 // HostAlloc allocates in host memory.
 func HostAlloc(n int64, _ string) ([]byte, error) { return make([]byte, n), nil }
 
-// NewKVCache allocates a cache of n positions for m with alloc.
-func NewKVCache(m *Model, n int, f16 bool, alloc Alloc) (*KVCache, error) {
-	if n <= 0 {
-		return nil, fmt.Errorf("KV cache of %d positions", n)
+// KVOptions says what a KV cache holds.
+type KVOptions struct {
+	// Positions is the context length.
+	Positions int
+	// MaxPass bounds the tokens of one sequence in a pass. A sliding-window layer whose window
+	// and passes fit a ring of fewer slots than Positions keeps that ring (RingPeriod); 0
+	// keeps every position of every layer.
+	MaxPass int
+	// F16 stores keys and values as IEEE halves rather than floats.
+	F16 bool
+}
+
+// layout returns the positions layer attention a keeps and its ring's period (0: none).
+func (o KVOptions) layout(a Attention) (positions, ring int) {
+	if r := RingPeriod(SlidingWindow(a), o.Positions, o.MaxPass); r > 0 {
+		return 2 * r, r
 	}
-	kv := &KVCache{Size: n, Layers: make([]LayerCache, len(m.Layers))}
+	return o.Positions, 0
+}
+
+// elem is the bytes of a cached value.
+func (o KVOptions) elem() int64 {
+	if o.F16 {
+		return 2
+	}
+	return 4
+}
+
+// NewKVCache allocates a cache for m with alloc.
+func NewKVCache(m *Model, o KVOptions, alloc Alloc) (*KVCache, error) {
+	if o.Positions <= 0 {
+		return nil, fmt.Errorf("KV cache of %d positions", o.Positions)
+	}
+	if o.MaxPass < 0 {
+		return nil, fmt.Errorf("KV cache for passes of %d tokens", o.MaxPass)
+	}
+	kv := &KVCache{Size: o.Positions, Layers: make([]LayerCache, len(m.Layers))}
 	for i, l := range m.Layers {
 		lc := &kv.Layers[i]
 		if r, ok := l.Attn.(Recurrent); ok {
@@ -83,28 +117,82 @@ func NewKVCache(m *Model, n int, f16 bool, alloc Alloc) (*KVCache, error) {
 			continue
 		}
 		kd, vd := l.Attn.CacheDims()
-		lc.KDim, lc.VDim, lc.F16 = kd, vd, f16
-		elem := int64(4)
-		if f16 {
-			elem = 2
-		}
+		n, ring := o.layout(l.Attn)
+		lc.KDim, lc.VDim, lc.F16, lc.Ring = kd, vd, o.F16, ring
 		var kb, vb []byte
 		var err error
-		if kb, err = alloc(int64(n*kd)*elem, fmt.Sprintf("layer %d's key cache", i)); err != nil {
+		if kb, err = alloc(int64(n*kd)*o.elem(), fmt.Sprintf("layer %d's key cache", i)); err != nil {
 			return nil, err
 		}
 		if vd > 0 {
-			if vb, err = alloc(int64(n*vd)*elem, fmt.Sprintf("layer %d's value cache", i)); err != nil {
+			if vb, err = alloc(int64(n*vd)*o.elem(), fmt.Sprintf("layer %d's value cache", i)); err != nil {
 				return nil, err
 			}
 		}
-		if f16 {
+		if o.F16 {
 			lc.K16, lc.V16 = bytesAs[uint16](kb), bytesAs[uint16](vb)
 		} else {
 			lc.K, lc.V = bytesAs[float32](kb), bytesAs[float32](vb)
 		}
+		if ring > 0 {
+			lc.Win = &Ring{Window: SlidingWindow(l.Attn), MaxPass: o.MaxPass, alloc: alloc, what: fmt.Sprintf("layer %d", i)}
+		}
 	}
 	return kv, nil
+}
+
+// CacheBytes is the memory NewKVCache(m, o, ...) takes, with snaps snapshots of each
+// recurrent state and each ring beside it (MaxSnapshots at most), as the engine reserves
+// them where passes run in a device's memory.
+func CacheBytes(m *Model, o KVOptions, snaps int) int64 {
+	states := int64(1 + min(max(snaps, 0), MaxSnapshots))
+	var n int64
+	for _, l := range m.Layers {
+		if r, ok := l.Attn.(Recurrent); ok {
+			// A recurrent layer's state instead, whatever the context.
+			conv, state := r.StateDims()
+			n += states * int64(conv+state) * 4
+			continue
+		}
+		kd, vd := l.Attn.CacheDims()
+		pos, ring := o.layout(l.Attn)
+		b := int64(kd+vd) * int64(pos) * o.elem()
+		if ring > 0 {
+			b *= states
+		}
+		n += b
+	}
+	return n
+}
+
+// Buffers returns every allocation of the cache (keys, values, recurrent states, rings'
+// and states' snapshots), for its owner to give back.
+func (kv *KVCache) Buffers() [][]byte {
+	var bufs [][]byte
+	for i := range kv.Layers {
+		l := &kv.Layers[i]
+		for _, b := range [][]byte{bytesOf(l.K), bytesOf(l.V), bytesOf(l.K16), bytesOf(l.V16)} {
+			if len(b) > 0 {
+				bufs = append(bufs, b)
+			}
+		}
+		if l.Rec != nil {
+			bufs = append(bufs, l.Rec.bufs...)
+		}
+		if l.Win != nil {
+			bufs = append(bufs, l.Win.bufs...)
+		}
+	}
+	return bufs
+}
+
+// bytesOf views a slice of values as its bytes.
+func bytesOf[T float32 | uint16](s []T) []byte {
+	if len(s) == 0 {
+		return nil
+	}
+	var z T
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), len(s)*int(unsafe.Sizeof(z)))
 }
 
 // bytesAs views b (aligned, as every allocation is) as values of type T.
@@ -129,7 +217,7 @@ func (kv *KVCache) Bytes() int64 {
 	return n
 }
 
-// kvPositions is the number of positions c holds.
+// kvPositions is the number of slots c has: its positions, or twice a ring's period.
 func kvPositions(c *device.KVLayer) int {
 	if c.F16 {
 		return len(c.K16) / c.KDim
@@ -137,9 +225,34 @@ func kvPositions(c *device.KVLayer) int {
 	return len(c.K) / c.KDim
 }
 
-// putK stores the key rows of len(k)/KDim tokens from position pos0 on.
+// ringRun returns the slot of position p and how many of the n positions from p on follow
+// it in consecutive slots: all of them, or those before a ring wraps.
+func ringRun(c *device.KVLayer, p, n int) (slot, run int) {
+	if c.Ring <= 0 {
+		return p, n
+	}
+	slot = p % c.Ring
+	return slot, min(n, c.Ring-slot)
+}
+
+// putK stores the key rows of len(k)/KDim tokens from position pos0 on: a ring's at both of
+// their slots (device.KVLayer).
 func putK(c *device.KVLayer, pos0 int, k []float32) {
-	off := pos0 * c.KDim
+	T := len(k) / c.KDim
+	for t := 0; t < T; {
+		slot, n := ringRun(c, pos0+t, T-t)
+		rows := k[t*c.KDim : (t+n)*c.KDim]
+		putKAt(c, slot, rows)
+		if c.Ring > 0 {
+			putKAt(c, slot+c.Ring, rows)
+		}
+		t += n
+	}
+}
+
+// putKAt stores key rows from slot slot on.
+func putKAt(c *device.KVLayer, slot int, k []float32) {
+	off := slot * c.KDim
 	if c.F16 {
 		toF16(c.K16[off:off+len(k)], k)
 		return
@@ -148,18 +261,33 @@ func putK(c *device.KVLayer, pos0 int, k []float32) {
 }
 
 // putV stores the values of len(v)/VDim tokens from position pos0 on, transposed: value j
-// of position p is at j*kvPositions(c)+p, so that attention reads each value's positions in
-// order (llama.cpp's V cache without flash attention). Tokens go eight at a time, so that
+// of the position at slot s is at j*kvPositions(c)+s, so that attention reads each value's
+// positions in order (llama.cpp's V cache without flash attention); a ring's at both of
+// their slots.
+func putV(c *device.KVLayer, pos0 int, v []float32) {
+	T := len(v) / c.VDim
+	for t := 0; t < T; {
+		slot, n := ringRun(c, pos0+t, T-t)
+		vals := v[t*c.VDim : (t+n)*c.VDim]
+		putVAt(c, slot, vals)
+		if c.Ring > 0 {
+			putVAt(c, slot+c.Ring, vals)
+		}
+		t += n
+	}
+}
+
+// putVAt stores values transposed from slot slot on. Tokens go eight at a time, so that
 // each value's row gets eight consecutive positions per write, from rows converted to F16
 // beforehand with an F16 cache.
-func putV(c *device.KVLayer, pos0 int, v []float32) {
+func putVAt(c *device.KVLayer, slot int, v []float32) {
 	T, size, d := len(v)/c.VDim, kvPositions(c), c.VDim
 	if !c.F16 {
 		for t0 := 0; t0 < T; t0 += 8 {
 			blk := v[t0*d : min(t0+8, T)*d]
 			nt := len(blk) / d
 			for j := 0; j < d; j++ {
-				row := c.V[j*size+pos0+t0:][:nt]
+				row := c.V[j*size+slot+t0:][:nt]
 				for t := range row {
 					row[t] = blk[t*d+j]
 				}
@@ -174,7 +302,7 @@ func putV(c *device.KVLayer, pos0 int, v []float32) {
 		nt := len(blk) / d
 		toF16(h, blk)
 		for j := 0; j < d; j++ {
-			row := c.V16[j*size+pos0+t0:][:nt]
+			row := c.V16[j*size+slot+t0:][:nt]
 			for t := range row {
 				row[t] = h[t*d+j]
 			}

@@ -83,7 +83,7 @@ func TestQwen35MoE(t *testing.T) {
 	if moe == nil || moe.Gating != GatingSoftmax || !moe.NormWeights || moe.Shared == nil || moe.SharedGate == nil || !moe.SharedSigmoid {
 		t.Errorf("MoE %+v", moe)
 	}
-	kv, err := NewKVCache(m, 16, false, HostAlloc)
+	kv, err := NewKVCache(m, KVOptions{Positions: 16}, HostAlloc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,11 +163,11 @@ func TestRecStateRewind(t *testing.T) {
 					}
 				}
 			}
-			if err := kv.CheckPos(tc.want); err != nil {
+			if err := kv.CheckPass(tc.want, 1); err != nil {
 				t.Error(err)
 			}
-			if err := kv.CheckPos(tc.want + 1); err == nil {
-				t.Errorf("CheckPos(%d) passed, the state is at %d", tc.want+1, tc.want)
+			if err := kv.CheckPass(tc.want+1, 1); err == nil {
+				t.Errorf("CheckPass(%d, 1) passed, the state is at %d", tc.want+1, tc.want)
 			}
 		})
 	}

@@ -30,7 +30,7 @@ type RecState struct {
 	spare []*recSnap // snapshots' memory for reuse
 	alloc Alloc
 	what  string
-	bufs  [][]byte // every allocation, for Buffers
+	bufs  [][]byte // every allocation, for KVCache.Buffers
 }
 
 // recSnap is a RecState's state at position pos.
@@ -64,10 +64,6 @@ func (r *RecState) newState(conv, state int) (device.DeltaNetState, error) {
 	r.bufs = append(r.bufs, sb)
 	return device.DeltaNetState{Conv: bytesAs[float32](cb), S: bytesAs[float32](sb)}, nil
 }
-
-// Buffers returns every allocation of the state and its snapshots, for the cache's owner
-// to give back.
-func (r *RecState) Buffers() [][]byte { return r.bufs }
 
 // reset starts the state afresh, at position 0.
 func (r *RecState) reset(o device.Ops) {
@@ -139,29 +135,24 @@ func (r *RecState) rewind(p int, o device.Ops) {
 }
 
 // Resumable returns the longest prefix, of at most p of the cached tokens, that a pass can
-// continue from: p itself without recurrent layers; with them, the longest every recurrent
-// layer can be set to (its position, a snapshot's, or 0).
+// continue from: p itself where every layer holds all it needs for it; else the longest
+// that every recurrent layer can be set to (its position, a snapshot's, or 0) and every
+// sliding-window ring still holds the window before (itself, or a snapshot of it).
 func (kv *KVCache) Resumable(p int) int {
 	if kv == nil {
 		return p
 	}
-	var first *RecState
-	for i := range kv.Layers {
-		if r := kv.Layers[i].Rec; r != nil {
-			first = r
-			break
-		}
-	}
-	if first == nil {
-		return p
-	}
 	ok := func(q int) bool {
 		for i := range kv.Layers {
-			if r := kv.Layers[i].Rec; r != nil && !r.resumable(q) {
+			l := &kv.Layers[i]
+			if l.Rec != nil && !l.Rec.resumable(q) || l.Win != nil && !l.Win.resumable(q) {
 				return false
 			}
 		}
 		return true
+	}
+	if ok(p) {
+		return p
 	}
 	best := 0
 	try := func(q int) {
@@ -169,23 +160,35 @@ func (kv *KVCache) Resumable(p int) int {
 			best = q
 		}
 	}
-	try(first.Pos)
-	for _, s := range first.snaps {
-		try(s.pos)
+	for i := range kv.Layers {
+		l := &kv.Layers[i]
+		if r := l.Rec; r != nil {
+			try(r.Pos)
+			for _, s := range r.snaps {
+				try(s.pos)
+			}
+		}
+		if w := l.Win; w != nil {
+			try(w.best(p))
+		}
 	}
 	return best
 }
 
-// Rewind sets every recurrent layer to position Resumable(p) with o (the Ops of the cache's
-// memory) and returns it; the caller evaluates the tokens after it again.
+// Rewind sets every recurrent layer and ring to position Resumable(p) with o (the Ops of the
+// cache's memory) and returns it; the caller evaluates the tokens after it again.
 func (kv *KVCache) Rewind(p int, o device.Ops) int {
 	q := kv.Resumable(p)
 	if kv == nil {
 		return q
 	}
 	for i := range kv.Layers {
-		if r := kv.Layers[i].Rec; r != nil {
-			r.rewind(q, o)
+		l := &kv.Layers[i]
+		if l.Rec != nil {
+			l.Rec.rewind(q, o)
+		}
+		if l.Win != nil {
+			l.Win.rewind(o, &l.KVLayer, q)
 		}
 	}
 	return q
@@ -197,24 +200,38 @@ func (kv *KVCache) Recurrent() bool {
 }
 
 // Replayed records that a replayed decode step (a captured pass, whose layers' Forward did
-// not run) moved every recurrent state on to pos, as Forward of one token does.
+// not run) moved every recurrent state and ring on to pos, as Forward of one token does.
 func (kv *KVCache) Replayed(pos int) {
 	for i := range kv.Layers {
-		if r := kv.Layers[i].Rec; r != nil {
-			r.Pos = pos
+		l := &kv.Layers[i]
+		if l.Rec != nil {
+			l.Rec.Pos = pos
+		}
+		if w := l.Win; w != nil {
+			w.Hi, w.Lo = pos, max(w.Lo, pos-l.Ring)
 		}
 	}
 }
 
-// CheckPos returns an error unless a pass at pos0 can run on the cache: every recurrent
-// layer's state is at pos0, or pos0 is 0 (which starts them afresh).
-func (kv *KVCache) CheckPos(pos0 int) error {
-	if pos0 == 0 || kv == nil {
+// CheckPass returns an error unless a pass of T tokens at pos0 can run on the cache: every
+// recurrent layer's state is at pos0, or pos0 is 0 (which starts them afresh), and every
+// ring holds the window before pos0 and has room for T tokens.
+func (kv *KVCache) CheckPass(pos0, T int) error {
+	if kv == nil {
 		return nil
 	}
 	for i := range kv.Layers {
-		if r := kv.Layers[i].Rec; r != nil && r.Pos != pos0 {
+		l := &kv.Layers[i]
+		if r := l.Rec; r != nil && pos0 != 0 && r.Pos != pos0 {
 			return fmt.Errorf("layer %d's recurrent state is at position %d, not at the pass's %d (rewind it first)", i, r.Pos, pos0)
+		}
+		if w := l.Win; w != nil {
+			if T > w.MaxPass {
+				return fmt.Errorf("a pass of %d tokens: layer %d's sliding-window ring takes %d at most", T, i, w.MaxPass)
+			}
+			if !w.holds(w.Lo, w.Hi, pos0) {
+				return fmt.Errorf("layer %d's sliding-window ring holds positions %d..%d, not the window before the pass's %d (rewind it first)", i, w.Lo, w.Hi, pos0)
+			}
 		}
 	}
 	return nil

@@ -15,17 +15,18 @@ type FileSource struct {
 	// Name and Architecture name the shape (Architecture where the file gives no name); Path
 	// names the file in errors.
 	Name, Architecture, Path string
-	// Context is the positions of the KV cache kept resident; Activations the bytes of one
-	// pass's activations kept beside it on the device (0: none, the passes run on the host).
-	Context     int
+	// KVBytes is the size of the KV cache kept resident (the engine's, with its sliding
+	// windows' rings and recurrent states); Activations the bytes of one pass's activations
+	// kept beside it on the device (0: none, the passes run on the host).
+	KVBytes     float64
 	Activations float64
 }
 
 // FileShape prices one decode token of a model file: every tensor's bytes and flops sorted
 // into attention, router, shared experts, dense FFN, head and routed experts, with the
-// attention reading an F16 KV cache filled to ctxFill positions. Resident is what the
-// offloading engine keeps on a GPU: every non-expert weight, a KV cache of the model's context
-// length and one pass's activations.
+// attention reading an F16 KV cache filled to ctxFill positions (a sliding window's, the
+// window at most). Resident is what the offloading engine keeps on a GPU: every non-expert
+// weight, its KV cache and one pass's activations.
 func FileShape(src FileSource, ctxFill int) (*Shape, error) {
 	if ctxFill < 1 {
 		return nil, fmt.Errorf("shape: context fill %d", ctxFill)
@@ -39,8 +40,7 @@ func FileShape(src FileSource, ctxFill int) (*Shape, error) {
 	if err != nil {
 		return nil, err
 	}
-	kvResident, err := src.shapeBlocks(s, p, ctxFill)
-	if err != nil {
+	if err := src.shapeBlocks(s, p, ctxFill); err != nil {
 		return nil, err
 	}
 	scale := func(c Cost, n int) Cost {
@@ -54,7 +54,7 @@ func FileShape(src FileSource, ctxFill int) (*Shape, error) {
 	s.Attn, s.Router, s.Shared, s.Dense = scale(s.Attn, s.MoELayers), scale(s.Router, s.MoELayers), scale(s.Shared, s.MoELayers), scale(s.Dense, s.DenseLayers)
 	s.Attn.Kernels, s.Router.Kernels, s.Shared.Kernels, s.Dense.Kernels, s.Head.Kernels = 10, 2, 3, 3, 2
 	s.Predictor = Cost{Bytes: float64(c.Embd * c.Experts * 4), FLOPs: float64(2 * c.Embd * c.Experts), Kernels: 1}
-	s.Resident = p.nonExpert + kvResident
+	s.Resident = p.nonExpert + src.KVBytes
 	if src.Activations > 0 {
 		// On a GPU one pass's activations live beside them, as the engine reserves them.
 		s.Resident += src.Activations
@@ -121,19 +121,20 @@ func (src FileSource) shapeParts(s *Shape) (shapeParts, error) {
 }
 
 // shapeBlocks adds each block's attention reading the KV cache filled to ctxFill, and sums
-// the MoE blocks' parts and the leading dense blocks' FFN into s; it returns the bytes of a
-// KV cache of the model's context.
-func (src FileSource) shapeBlocks(s *Shape, p shapeParts, ctxFill int) (kvResident float64, err error) {
+// the MoE blocks' parts and the leading dense blocks' FFN into s.
+func (src FileSource) shapeBlocks(s *Shape, p shapeParts, ctxFill int) error {
 	c := src.Arch.Config
 	for i, l := range src.Arch.Layers {
 		kd, vd := l.Attn.CacheDims()
+		seen := ctxFill
+		if w := models.SlidingWindow(l.Attn); w > 0 {
+			seen = min(seen, w)
+		}
 		perPos := float64(kd+vd) * 2
-		kvResident += perPos * float64(src.Context)
-		read := perPos * float64(ctxFill)
 		heads := float64(c.Heads[i])
 		b := &p.blocks[i]
-		b.attn.Bytes += read
-		b.attn.FLOPs += 2 * heads * float64(ctxFill) * float64(kd+vd) / max(1, float64(c.HeadsKV[i]))
+		b.attn.Bytes += perPos * float64(seen)
+		b.attn.FLOPs += 2 * heads * float64(seen) * float64(kd+vd) / max(1, float64(c.HeadsKV[i]))
 		if l.MoE != nil {
 			s.MoELayers++
 			s.Attn = addCost(s.Attn, b.attn)
@@ -143,12 +144,12 @@ func (src FileSource) shapeBlocks(s *Shape, p shapeParts, ctxFill int) (kvReside
 			continue
 		}
 		if s.MoELayers > 0 {
-			return 0, fmt.Errorf("shape: dense block %d after MoE blocks is not modelled", i)
+			return fmt.Errorf("shape: dense block %d after MoE blocks is not modelled", i)
 		}
 		s.DenseLayers++
 		s.Dense = addCost(s.Dense, b.dense)
 	}
-	return kvResident, nil
+	return nil
 }
 
 func addCost(a, b Cost) Cost {

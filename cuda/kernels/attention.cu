@@ -28,10 +28,13 @@ template <class KV> CR_FN float att_score(const float* sq, const KV* kr, int dk)
 	return cr_warp_sum(a);
 }
 
+// att_slot returns the cache row of position p: p % ring in a sliding window's ring.
+CR_FN i64 att_slot(int p, int ring) { return ring > 0 ? p % ring : p; }
+
 template <class KV>
 CR_FN void attn_body(const float* q, const KV* k, const KV* v, float* out, int ntok, int heads, int kv_heads, int dk, int dv,
                      int kstride, int vstride, int kh_stride, int vh_stride, const int* posp, int pos0, float scale, int window,
-                     const float* sinks, int f16) {
+                     const float* sinks, int ring, int f16) {
 	__shared__ float sq[ATT_DK_MAX];
 	__shared__ float ss[ATT_SMAX];
 	__shared__ float sred[ATT_WARPS][ATT_DV_MAX];
@@ -63,7 +66,7 @@ CR_FN void attn_body(const float* q, const KV* k, const KV* v, float* out, int n
 	// Pass 1: scores; the maximum; a running sum for the positions past ATT_SMAX.
 	float wmax = -cr_inf(), bm = -cr_inf(), bl = 0.0f;
 	for (int p = base + warp; p < n; p += ATT_WARPS) {
-		float s = p < lo ? -cr_inf() : cr_fmul(att_score(sq, kb + (i64)p * kstride, dk), scale);
+		float s = p < lo ? -cr_inf() : cr_fmul(att_score(sq, kb + att_slot(p, ring) * kstride, dk), scale);
 		if (p - base < ATT_SMAX) {
 			if (lane == 0)
 				ss[p - base] = s;
@@ -112,11 +115,11 @@ CR_FN void attn_body(const float* q, const KV* k, const KV* v, float* out, int n
 	for (int j = 0; j < ATT_DV_MAX / CR_WARP; j++)
 		acc[j] = 0.0f;
 	for (int p = lo + warp; p < n; p += ATT_WARPS) {
-		float s = p - base < ATT_SMAX ? ss[p - base] : cr_fmul(att_score(sq, kb + (i64)p * kstride, dk), scale);
+		float s = p - base < ATT_SMAX ? ss[p - base] : cr_fmul(att_score(sq, kb + att_slot(p, ring) * kstride, dk), scale);
 		float pr = cr_fmul(cr_exp_v(s - m), inv);
 		if (f16)
 			pr = cr_round_h(pr);
-		const KV* vr = vb + (i64)p * vstride;
+		const KV* vr = vb + att_slot(p, ring) * vstride;
 #pragma unroll
 		for (int j = 0; j < ATT_DV_MAX / CR_WARP; j++) {
 			int d = lane + CR_WARP * j;
@@ -141,7 +144,7 @@ CR_FN void attn_body(const float* q, const KV* k, const KV* v, float* out, int n
 
 // attn_f32(const float* q, const float* k, const float* v, float* out, int ntok, int heads,
 //          int kv_heads, int dk, int dv, int kstride, int vstride, int kh_stride, int vh_stride,
-//          const int* posp, int pos0, float scale, int window, const float* sinks)
+//          const int* posp, int pos0, float scale, int window, const float* sinks, int ring)
 //   q     ntok rows of heads*dk floats: query head h of token t at q + (t*heads + h)*dk, after
 //         RoPE (and the q norm).
 //   k     the key cache: the key of KV head g at position p is k + p*kstride + g*kh_stride
@@ -157,6 +160,8 @@ CR_FN void attn_body(const float* q, const KV* k, const KV* v, float* out, int n
 //   pos0+t-window+1 .. pos0+t (llama.cpp's standard SWA mask); the cache must hold those.
 //   sinks, when not NULL, holds a logit per query head (heads floats) that joins the softmax's
 //   maximum and denominator but weighs no value (gpt-oss's attention sinks).
+//   ring, when > 0, says that the cache is a sliding window's ring: position p's key and value
+//   are at row p % ring (device.KVLayer.Ring); the window and the tokens must fit it.
 //   Layouts:
 //     standard/GQA: kstride = kv_heads*dk, vstride = kv_heads*dv, kh_stride = dk, vh_stride = dv.
 //     MLA absorbed (attn_k_b/attn_v_b files, models.attendLatent): q = the absorbed queries
@@ -171,21 +176,21 @@ CR_FN void attn_body(const float* q, const KV* k, const KV* v, float* out, int n
 //   static).
 extern "C" __global__ void attn_f32(const float* q, const float* k, const float* v, float* out, int ntok, int heads, int kv_heads,
                                     int dk, int dv, int kstride, int vstride, int kh_stride, int vh_stride, const int* posp, int pos0,
-                                    float scale, int window, const float* sinks) {
+                                    float scale, int window, const float* sinks, int ring) {
 	attn_body<float>(q, k, v, out, ntok, heads, kv_heads, dk, dv, kstride, vstride, kh_stride, vh_stride, posp, pos0, scale, window,
-	                 sinks, 0);
+	                 sinks, ring, 0);
 }
 
 // attn_f16kv(const float* q, const unsigned short* k, const unsigned short* v, float* out,
 //            int ntok, int heads, int kv_heads, int dk, int dv, int kstride, int vstride,
 //            int kh_stride, int vh_stride, const int* posp, int pos0, float scale, int window,
-//            const float* sinks)
+//            const float* sinks, int ring)
 //   attn_f32 with an F16 cache (IEEE halves; strides and offsets in halves). As the CPU with an
 //   F16 cache, q is rounded to F16 before the dot products and each probability before it
 //   weighs the values. Same grid (heads, ntok, 1), block (256, 1, 1), limits and layouts.
 extern "C" __global__ void attn_f16kv(const float* q, const u16* k, const u16* v, float* out, int ntok, int heads, int kv_heads,
                                       int dk, int dv, int kstride, int vstride, int kh_stride, int vh_stride, const int* posp, int pos0,
-                                      float scale, int window, const float* sinks) {
+                                      float scale, int window, const float* sinks, int ring) {
 	attn_body<u16>(q, k, v, out, ntok, heads, kv_heads, dk, dv, kstride, vstride, kh_stride, vh_stride, posp, pos0, scale, window,
-	               sinks, 1);
+	               sinks, ring, 1);
 }

@@ -49,10 +49,10 @@ CR_FN void kv_put(void* c, i64 i, int f16, float v) {
 // rope_kv_f32(float* q, const float* k, const float* v, void* kc, void* vc, int f16,
 //             const int* posp, int pos0, int ntok, int heads, int kv_heads, int dk, int dv,
 //             int n_dims, int neox, float theta_scale, float freq_scale, float ext_factor,
-//             float mscale, float corr_lo, float corr_hi, const float* freq_factors)
+//             float mscale, float corr_lo, float corr_hi, const float* freq_factors, int ring)
 //   Standard attention's RoPE and KV store in one launch: rope_f32 on the queries (in place)
 //   and on the keys, then the keys and the values stored into the cache at row p = pos0 + t
-//   (+ *posp when posp is not NULL) as kv_store_f32 would: rope_f32 twice and kv_store_f32
+//   (+ *posp when posp is not NULL; p % ring when ring > 0) as kv_store_f32 would: rope_f32 twice and kv_store_f32
 //   twice, to the bit. Token t's queries are heads rows of dk floats at q + t*heads*dk, its
 //   keys kv_heads rows of dk at k + t*kv_heads*dk (read, not rotated in place), its values
 //   kv_heads*dv floats at v + t*kv_heads*dv; the cache holds kv_heads*dk keys and
@@ -63,7 +63,7 @@ CR_FN void kv_put(void* c, i64 i, int f16, float v) {
 extern "C" __global__ void rope_kv_f32(float* q, const float* k, const float* v, void* kc, void* vc, int f16, const int* posp,
                                        int pos0, int ntok, int heads, int kv_heads, int dk, int dv, int n_dims, int neox,
                                        float theta_scale, float freq_scale, float ext_factor, float mscale, float corr_lo,
-                                       float corr_hi, const float* freq_factors) {
+                                       float corr_hi, const float* freq_factors, int ring) {
 	__shared__ float scs[ROPE_KV_MAX_PAIRS], ssn[ROPE_KV_MAX_PAIRS];
 	const int t = blockIdx.x;
 	if (t >= ntok)
@@ -80,7 +80,8 @@ extern "C" __global__ void rope_kv_f32(float* q, const float* k, const float* v,
 		rope_pair(qt + (i64)h * dk + i0, qt + (i64)h * dk + i1, scs[i], ssn[i]);
 	}
 	const float* kt = k + (i64)t * kv_heads * dk;
-	const i64 krow = (i64)pos * kv_heads * dk;
+	const i64 row = ring > 0 ? pos % ring : pos;
+	const i64 krow = row * kv_heads * dk;
 	for (int j = tid; j < kv_heads * npairs; j += nth) {
 		const int h = j / npairs, i = j % npairs;
 		const int i0 = neox ? i : 2 * i, i1 = neox ? i + npairs : 2 * i + 1;
@@ -95,21 +96,24 @@ extern "C" __global__ void rope_kv_f32(float* q, const float* k, const float* v,
 		kv_put(kc, krow + c, f16, kt[c]);
 	}
 	const float* vt = v + (i64)t * kv_heads * dv;
-	const i64 vrow = (i64)pos * kv_heads * dv;
+	const i64 vrow = row * kv_heads * dv;
 	for (int j = tid; j < kv_heads * dv; j += nth)
 		kv_put(vc, vrow + j, f16, vt[j]);
 }
 
 // kv_store_f32(void* cache, const float* src, int f16, const int* posp, int pos0, int dim,
-//              int ntok)
-//   Row t of src (dim floats) into row p = pos0 + t (+ *posp when posp is not NULL) of a
-//   cache of dim values per position: copied, or rounded to IEEE halves (ties to even) when
-//   f16 != 0, as copy_f32 and f32_to_f16 do.
+//              int ntok, int ring)
+//   Row t of src (dim floats) into row p = pos0 + t (+ *posp when posp is not NULL; p % ring
+//   when ring > 0, a sliding window's ring) of a cache of dim values per position: copied, or
+//   rounded to IEEE halves (ties to even) when f16 != 0, as copy_f32 and f32_to_f16 do.
 //   grid (ceil(ntok*dim / 256), 1, 1); block (256, 1, 1); a grid-stride loop (any grid works).
-extern "C" __global__ void kv_store_f32(void* cache, const float* src, int f16, const int* posp, int pos0, int dim, int ntok) {
-	const i64 base = (i64)(pos0 + (posp ? *posp : 0)) * dim, n = (i64)ntok * dim;
-	for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x)
-		kv_put(cache, base + i, f16, src[i]);
+extern "C" __global__ void kv_store_f32(void* cache, const float* src, int f16, const int* posp, int pos0, int dim, int ntok,
+                                        int ring) {
+	const i64 p0 = pos0 + (posp ? *posp : 0), n = (i64)ntok * dim;
+	for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+		const i64 p = p0 + i / dim;
+		kv_put(cache, (ring > 0 ? p % ring : p) * dim + i % dim, f16, src[i]);
+	}
 }
 
 // ---- the routing ----
