@@ -60,8 +60,8 @@ func (r epRank) Route(b models.Backend, layer int, moe *models.MoE, x []float32,
 	return logits, ers, nil
 }
 
-func (r epRank) SwiGLU(b models.Backend, f *models.FFN, x []float32, T int, out []float32) {
-	r.m.swiglu(b, r.m.dev.MatMulID, r.m.charger, f, x, T, out)
+func (r epRank) Expert(b models.Backend, layer, e int, f *models.FFN, x []float32, T int, out []float32) {
+	r.m.expertFFN(b, r.m.dev.MatMulID, r.m.charger, layer, e, f, x, T, out)
 }
 
 func (r epRank) Combine(b models.Backend, layer int, routes []eprun.Route, ys []float32, off []int, out []float32) {

@@ -12,15 +12,13 @@ import (
 // activation; Qwen3.5's DeltaNet layers, gated attention output and sigmoid shared gate) where
 // the passes would not compute it: on a device with kernels of its own that does not say it
 // computes them (device.Featured; the CUDA GPU computes them all), which would leave them out
-// and run another model, and under expert parallelism, whose ranks compute the experts their
-// own way. The CPU and the simulated GPU (whose numbers are the CPU's) run every model.
+// and run another model. The CPU and the simulated GPU (whose numbers are the CPU's) run
+// every model, and so do expert parallelism's ranks, whose experts are the engine's
+// (expertFFN) on each rank's device.
 func (m *Model) checkFeatures() error {
 	needs := m.arch.Features()
 	if len(needs) == 0 {
 		return nil
-	}
-	if m.opts.EP != nil {
-		return fmt.Errorf("expert parallelism does not compute %s's %s yet: run it on one device", m.arch.Config.Arch, joinFeatures(needs))
 	}
 	_, ops := m.dev.(device.Ops)
 	_, routed := m.dev.(device.RoutedMoE)

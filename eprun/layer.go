@@ -257,7 +257,7 @@ func (st *layerStep) compute() ([][]float32, error) {
 			ffn = &models.FFN{Gate: st.moe.GateExps.Expert(e), Up: st.moe.UpExps.Expert(e), Down: st.moe.DownExps.Expert(e)}
 		}
 		rk.Label("expert", "", st.layer, e)
-		rk.SwiGLU(st.hb, ffn, xe, n, ye)
+		rk.Expert(st.hb, st.layer, e, ffn, xe, n, ye)
 		for i, p := range sl {
 			copy(results[p.src][p.k*d:(p.k+1)*d], ye[i*d:(i+1)*d])
 		}

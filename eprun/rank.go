@@ -20,8 +20,9 @@ type Rank interface {
 	// Route runs layer's router on T rows of x and routes every token: its logits (T rows
 	// of the layer's experts) and each token's choice.
 	Route(b models.Backend, layer int, moe *models.MoE, x []float32, T int) ([]float32, []Route, error)
-	// SwiGLU computes a routed expert on T rows of x into out.
-	SwiGLU(b models.Backend, f *models.FFN, x []float32, T int, out []float32)
+	// Expert computes routed expert e of layer on T rows of x into out, with its matrices f
+	// (where the rank has them): its SwiGLU block, or gpt-oss's with the expert's biases.
+	Expert(b models.Backend, layer, e int, f *models.FFN, x []float32, T int, out []float32)
 	// Combine sums each token's expert outputs into out, weighted, in the order of its
 	// slots: slot off[t]+k of ys holds token t's k-th expert's output.
 	Combine(b models.Backend, layer int, routes []Route, ys []float32, off []int, out []float32)
