@@ -10,7 +10,7 @@ import (
 	"github.com/commit-run/commit-run/models"
 	"github.com/commit-run/commit-run/multigpu"
 	"github.com/commit-run/commit-run/offload"
-	"github.com/commit-run/commit-run/quant"
+	"github.com/commit-run/commit-run/shapes"
 	"github.com/commit-run/commit-run/sim"
 	"github.com/commit-run/commit-run/trace"
 )
@@ -151,15 +151,25 @@ func (o *EPOptions) resolve() error {
 	return nil
 }
 
-// loadShape is the model's own shape, or the public one named, priced at the options' context.
+// loadShape is the model's own shape, or the public one named, priced at the options'
+// context: both from the tensors of a file (engine.Model.Shape), a shape's as synth builds
+// it (shapes.Open), so that a shape and its file price the same.
 func (o *EPOptions) loadShape() (*offload.Shape, error) {
 	var shape *offload.Shape
 	var err error
-	if o.Model != nil {
+	switch {
+	case o.Model != nil:
 		shape, err = o.Model.Shape(o.Context)
-	} else if o.Shape != "" {
-		shape, err = offload.PublicShape(o.Shape, quant.Q4_K, o.Context)
-	} else {
+	case o.Shape != "":
+		// Opened timing only: nothing is read but the tensors' sizes and types.
+		none := &engine.TimingOnlyOptions{Routing: func(int, int) []int { return nil }}
+		var m *engine.Model
+		if m, err = shapes.Open(o.Shape, engine.Options{Device: o.Device, TimingOnly: none, ContextLength: o.Context}); err != nil {
+			return nil, err
+		}
+		defer m.Close()
+		shape, err = m.Shape(o.Context)
+	default:
 		err = fmt.Errorf("expert-parallel bench: give a model (-m) or a --shape")
 	}
 	if err != nil {

@@ -1,12 +1,6 @@
 package engine
 
-import (
-	"cmp"
-	"testing"
-
-	"github.com/commit-run/commit-run/offload"
-	"github.com/commit-run/commit-run/synth"
-)
+import "testing"
 
 // A simulated GPU reserves one pass's activations as a GPU does, so that the same budget
 // leaves both the same expert slots; the CPU, whose passes run in Go memory, reserves none.
@@ -34,42 +28,5 @@ func TestSimReservesActivations(t *testing.T) {
 	}
 	if cpu.Resident >= gpu.Resident {
 		t.Errorf("the CPU keeps %d bytes resident, the GPU %d: want fewer without the activations", cpu.Resident, gpu.Resident)
-	}
-}
-
-// archOfSpec is the offload.Arch a synthetic model's spec describes.
-func archOfSpec(s synth.Spec) offload.Arch {
-	a := offload.Arch{Layers: s.Layers, Embd: s.Embd, Vocab: s.Vocab, Experts: s.Experts, Used: s.ExpertsUsed,
-		FFN: s.ExpertFFN, SharedFFN: s.SharedFFN + s.SharedExperts*s.ExpertFFN, Heads: s.Heads,
-		HeadsKV: cmp.Or(s.HeadsKV, s.Heads), HeadDim: cmp.Or(s.HeadDim, s.Embd/s.Heads)}
-	if s.LeadingDense > 0 {
-		a.Dense, a.DenseFFN = s.LeadingDense, s.FFN
-	}
-	if s.MLA {
-		a.HeadsKV, a.HeadDim = 0, 0
-		a.MLA, a.KVLora, a.RopeDim, a.NopeDim, a.VDim = true, s.KVLoraRank, s.RopeDim, s.QKNopeDim, s.VHeadDim
-	}
-	return a
-}
-
-// The public shapes the expert-parallel cost model prices (offload.PublicArch) are the sizes
-// of the shapes package shapes opens, synth's real models.
-func TestPublicArchIsSynths(t *testing.T) {
-	for shape, arch := range map[string]string{"mixtral-8x7b": synth.ArchLlama, "qwen1.5-moe-a2.7b": synth.ArchQwen2MoE,
-		"qwen3-30b-a3b": synth.ArchQwen3MoE, "olmoe-1b-7b": synth.ArchOLMoE, "deepseek-v2-lite": synth.ArchDeepSeek2} {
-		spec, err := synth.Bench(arch, synth.BenchOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := offload.PublicArch(shape + "@q4_k")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if want := archOfSpec(spec); got != want {
-			t.Errorf("%s: %+v; the benchmark model's shape is %+v", shape, got, want)
-		}
-	}
-	if _, err := offload.PublicArch("gpt-5"); err == nil {
-		t.Error("unknown shape: no error")
 	}
 }

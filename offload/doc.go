@@ -20,7 +20,7 @@
 //     static-cache, hot, auto).
 //   - Modelled predictors standing in for the Commit Router in timing-only runs (Oracle,
 //     Accuracy), and MostUsed, the ranking of the frequency heuristic.
-//   - Shape, PublicShape and FileShape: the cost of one decode token of a model by parts (a
-//     public shape's, or a model file's), which the expert-parallel benchmark's cost model
-//     prices (timing-only runs of one device go through the engine itself).
+//   - Shape and FileShape: the cost of one decode token of a model file by parts (a public
+//     shape's is its synth file's), which the expert-parallel benchmark's cost model prices
+//     (timing-only runs of one device go through the engine itself).
 package offload

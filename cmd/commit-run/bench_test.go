@@ -11,9 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/commit-run/commit-run/engine"
 	"github.com/commit-run/commit-run/internal/fakecuda"
-	"github.com/commit-run/commit-run/offload"
-	"github.com/commit-run/commit-run/quant"
+	"github.com/commit-run/commit-run/shapes"
 )
 
 func TestBenchShapeOnSim(t *testing.T) {
@@ -41,11 +41,14 @@ func TestBenchShapeOnSim(t *testing.T) {
 	}
 	// Beside its weights and cache, the card holds a 256-token pass's activations: for Mixtral
 	// about 150 MiB, most of it the experts' gate and up outputs.
-	weights, err := offload.PublicShape("mixtral-8x7b", quant.Q4_K, 512)
+	m, err := shapes.Open("mixtral-8x7b", engine.Options{Device: "sim:rtx4090", ContextLength: 512, Offload: &engine.OffloadOptions{GPUMem: 20 << 30},
+		TimingOnly: &engine.TimingOnlyOptions{Routing: func(int, int) []int { return nil }}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if act := (rep.Resident - weights.Resident) / (1 << 20); act < 100 || act > 200 {
+	weights := float64(m.Info().NonExpertBytes + m.KVCacheBytes())
+	m.Close()
+	if act := (rep.Resident - weights) / (1 << 20); act < 100 || act > 200 {
 		t.Errorf("resident %.0f MiB, %.0f MiB more than the weights and cache: want the activations, about 150 MiB", rep.Resident/(1<<20), act)
 	}
 }
