@@ -108,7 +108,7 @@ func TestGPTOSSSlidingWindowRing(t *testing.T) {
 		return p
 	}
 	prompt := tokens(300, 0)
-	// 768 positions are within twice the ring's period: every position is kept there. The
+	// 768 positions are within the ring's 2*384 slots: every position is kept there. The
 	// CPU decodes around the ring (300 + 399 positions), the slower fake GPU past its end.
 	full := engine.Options{Threads: 2, KVType: "f32", ContextLength: 768}
 	want := runOn(t, path, full, prompt, 400)
@@ -120,8 +120,8 @@ func TestGPTOSSSlidingWindowRing(t *testing.T) {
 	perPos := fm.KVCacheBytes() / 768 / int64(info.Layers) // a layer's keys and values of a position
 	fm.Close()
 
-	gpu := engine.Options{Threads: 2, KVType: "f32", ContextLength: 2048, Device: "cuda:0", CUDALibrary: engine.GPUForTests(t)}
-	for _, o := range []engine.Options{{Threads: 2, KVType: "f32", ContextLength: 2048}, gpu} {
+	gpu := engine.Options{Threads: 2, KVType: "f32", ContextLength: 4096, Device: "cuda:0", CUDALibrary: engine.GPUForTests(t)}
+	for _, o := range []engine.Options{{Threads: 2, KVType: "f32", ContextLength: 4096}, gpu} {
 		name, n, tol := o.Device, 400, 0.0
 		if name == "" {
 			name = "cpu"
@@ -169,7 +169,7 @@ func TestGPTOSSSlidingWindowRing(t *testing.T) {
 			if o.Device != "" {
 				rings *= 5
 			}
-			if b, w := m.KVCacheBytes(), int64(info.Layers-info.SlidingLayers)*2048*perPos+rings; b != w {
+			if b, w := m.KVCacheBytes(), int64(info.Layers-info.SlidingLayers)*4096*perPos+rings; b != w {
 				t.Errorf("KV cache of %d bytes, want %d", b, w)
 			}
 			if o.Device == "" { // the fake GPU's prompts are slow: it has been through the same code

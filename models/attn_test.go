@@ -143,8 +143,8 @@ func attnCases() []attnCase {
 			passes = append(passes, [2]int{pos, T})
 			pos += T
 		}
-		cs = append(cs, attnCase{heads: 8, kvHeads: 2, dk: 64, dv: 64, size: 1024, passes: passes, qScale: 1.5, window: w.window, sinks: true, maxPass: w.maxPass},
-			attnCase{heads: 3, kvHeads: 1, dk: 100, dv: 72, size: 1024, passes: passes, qScale: 1, window: w.window, maxPass: w.maxPass})
+		cs = append(cs, attnCase{heads: 8, kvHeads: 2, dk: 64, dv: 64, size: 2048, passes: passes, qScale: 1.5, window: w.window, sinks: true, maxPass: w.maxPass},
+			attnCase{heads: 3, kvHeads: 1, dk: 100, dv: 72, size: 2048, passes: passes, qScale: 1, window: w.window, maxPass: w.maxPass})
 	}
 	// Scores far apart: most exponentials underflow (|n| > 192 and below).
 	cs = append(cs,

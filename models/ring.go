@@ -10,7 +10,8 @@ import (
 // not hold the whole context: it can be a ring (device.KVLayer.Ring) of the window, one
 // pass's tokens and the host's reads before the window, as llama.cpp's SWA cache holds the
 // window and a batch. At gpt-oss's window of 128 and passes of 256 tokens that is 448 slots
-// whatever the context, where a cache of 131072 positions would be.
+// (896 with the host's second copy, 4480 with the snapshots beside it) whatever the
+// context, where a cache of 131072 positions would be.
 //
 // A ring cannot give back positions it has overwritten, so prefix reuse can resume only
 // where the window before it is still held; a prompt pass leaves a snapshot of the ring
@@ -19,8 +20,8 @@ import (
 
 // RingPeriod returns the slots of the ring of a sliding window of window positions, for
 // passes of up to maxPass tokens of a sequence: 0 where there is no window, no bound on the
-// passes, or where the ring's 2*period slots would not be fewer than a cache of n
-// positions.
+// passes, or where the ring's 2*period slots and its snapshots' would not be fewer than a
+// cache of n positions (which needs no snapshots: it can go on from any of its positions).
 //
 // A pass's first query at pos0 reads from (pos0+1-window) rounded down to 64 (the host's
 // windowStart), and its last writes pos0+maxPass-1: the period covers both, so that what the
@@ -30,7 +31,7 @@ func RingPeriod(window, n, maxPass int) int {
 		return 0
 	}
 	r := (window + maxPass + 62 + 63) &^ 63
-	if 2*r >= n {
+	if (1+MaxSnapshots)*2*r >= n {
 		return 0
 	}
 	return r
