@@ -14,9 +14,10 @@ import (
 
 // commitRef is committed routing as the engine computes it on the host (engine/commit.go's
 // commitRouting, owaScores and commitRoute, engine/moe.go's gating), with package owa's own
-// Adjust: the reference of commit_weights_f32.
-func commitRef(logits, bias []float32, gt device.GatingFunc, normalize bool, scale float32, pred []int32, o device.OWA) (w []float32, truth []int32, adjusted bool) {
+// Adjust: the reference of commit_weights_f32. g.Bias is in host memory.
+func commitRef(logits []float32, g device.Gating, pred []int32, o device.OWA) (w []float32, truth []int32, adjusted bool) {
 	k := len(pred)
+	bias, gt, normalize, scale := g.Bias, g.Func, g.Normalize, g.Scale
 	probs := slices.Clone(logits)
 	switch gt {
 	case device.GatingSoftmax:
@@ -27,6 +28,18 @@ func commitRef(logits, bias []float32, gt device.GatingFunc, normalize bool, sca
 		}
 	}
 	truth, _ = topkRef(probs, bias, k)
+	if g.Groups > 1 {
+		sel := slices.Clone(probs)
+		for i := range sel {
+			if bias != nil {
+				sel[i] += bias[i]
+			}
+		}
+		truth = truth[:0]
+		for _, e := range (&models.MoE{Used: k, Groups: g.Groups, GroupsUsed: g.GroupsUsed}).Choose(sel) {
+			truth = append(truth, int32(e))
+		}
+	}
 	ints := func(v []int32) []int {
 		out := make([]int, len(v))
 		for i, x := range v {
@@ -107,23 +120,28 @@ func commitCases() []kernelCase {
 		scale     float32
 		bias      bool
 		owa       device.OWA
+		groups    [2]int // groups used of groups (0: none)
 	}{
-		{shape{8, 2}, device.GatingSoftmax, true, 0, false, device.OWA{On: true, Alpha1: 1.2, Alpha2: 1.06, MinCorrect: 1, MaxCorrect: 1}},
-		{shape{60, 4}, device.GatingSoftmax, false, 0, false, device.OWA{On: true, Alpha1: 1.3, Alpha2: 1, MinCorrect: 2, MaxCorrect: 3}},
-		{shape{64, 8}, device.GatingSoftmax, false, 0, false, device.OWA{On: true, Alpha1: 1, Alpha2: 1, MinCorrect: 4, MaxCorrect: 7}},
-		{shape{64, 6}, device.GatingSoftmax, false, 1.5, false, device.OWA{On: true, Alpha1: 1.15, Alpha2: 1, MinCorrect: 4, MaxCorrect: 5}},
-		{shape{128, 8}, device.GatingSoftmax, true, 0, false, device.OWA{On: true, Alpha1: 1.1, Alpha2: 0.95, MinCorrect: 1, MaxCorrect: 7}},
-		{shape{64, 6}, device.GatingSigmoid, true, 2.5, true, device.OWA{On: true, Alpha1: 1.2, Alpha2: 1, MinCorrect: 2, MaxCorrect: 5}},
-		{shape{256, 8}, device.GatingSigmoid, true, 2.5, true, device.OWA{On: true, Alpha1: 1, Alpha2: 1, MinCorrect: 1, MaxCorrect: 7}},
+		{shape{8, 2}, device.GatingSoftmax, true, 0, false, device.OWA{On: true, Alpha1: 1.2, Alpha2: 1.06, MinCorrect: 1, MaxCorrect: 1}, [2]int{}},
+		{shape{60, 4}, device.GatingSoftmax, false, 0, false, device.OWA{On: true, Alpha1: 1.3, Alpha2: 1, MinCorrect: 2, MaxCorrect: 3}, [2]int{}},
+		{shape{64, 8}, device.GatingSoftmax, false, 0, false, device.OWA{On: true, Alpha1: 1, Alpha2: 1, MinCorrect: 4, MaxCorrect: 7}, [2]int{}},
+		{shape{64, 6}, device.GatingSoftmax, false, 1.5, false, device.OWA{On: true, Alpha1: 1.15, Alpha2: 1, MinCorrect: 4, MaxCorrect: 5}, [2]int{}},
+		{shape{128, 8}, device.GatingSoftmax, true, 0, false, device.OWA{On: true, Alpha1: 1.1, Alpha2: 0.95, MinCorrect: 1, MaxCorrect: 7}, [2]int{}},
+		{shape{64, 6}, device.GatingSigmoid, true, 2.5, true, device.OWA{On: true, Alpha1: 1.2, Alpha2: 1, MinCorrect: 2, MaxCorrect: 5}, [2]int{}},
+		{shape{256, 8}, device.GatingSigmoid, true, 2.5, true, device.OWA{On: true, Alpha1: 1, Alpha2: 1, MinCorrect: 1, MaxCorrect: 7}, [2]int{}},
 		// The kernel's bounds, device.CommitMaxExperts and CommitMaxUsed, which its shared
 		// arrays must hold.
-		{shape{device.CommitMaxExperts, device.CommitMaxUsed}, device.GatingSigmoid, true, 0, false, device.OWA{On: true, Alpha1: 1.1, Alpha2: 1, MinCorrect: 4, MaxCorrect: 12}},
-		{shape{32, 4}, device.GatingSoftmaxWeight, false, 0, false, device.OWA{On: true, Alpha1: 1.3, Alpha2: 1.1, MinCorrect: 1, MaxCorrect: 3}},
-		{shape{32, 4}, device.GatingSoftmaxWeight, true, 2, false, device.OWA{On: true, Alpha1: 1, Alpha2: 1, MinCorrect: 2, MaxCorrect: 3}},
-		{shape{60, 4}, device.GatingSoftmax, true, 0, false, device.OWA{}},
-		{shape{1, 1}, device.GatingSoftmax, true, 0, false, device.OWA{On: true, Alpha1: 1, Alpha2: 1, MinCorrect: 1, MaxCorrect: 1}},
+		{shape{device.CommitMaxExperts, device.CommitMaxUsed}, device.GatingSigmoid, true, 0, false, device.OWA{On: true, Alpha1: 1.1, Alpha2: 1, MinCorrect: 4, MaxCorrect: 12}, [2]int{}},
+		{shape{32, 4}, device.GatingSoftmaxWeight, false, 0, false, device.OWA{On: true, Alpha1: 1.3, Alpha2: 1.1, MinCorrect: 1, MaxCorrect: 3}, [2]int{}},
+		{shape{32, 4}, device.GatingSoftmaxWeight, true, 2, false, device.OWA{On: true, Alpha1: 1, Alpha2: 1, MinCorrect: 2, MaxCorrect: 3}, [2]int{}},
+		{shape{60, 4}, device.GatingSoftmax, true, 0, false, device.OWA{}, [2]int{}},
+		{shape{1, 1}, device.GatingSoftmax, true, 0, false, device.OWA{On: true, Alpha1: 1, Alpha2: 1, MinCorrect: 1, MaxCorrect: 1}, [2]int{}},
+		// Group-limited routing (DeepSeek-V3's and GLM's with groups): 8 groups of 32, 4 used;
+		// 4 groups of 4, 1 used, where every choice lies in one group.
+		{shape{256, 8}, device.GatingSigmoid, true, 2.5, true, device.OWA{On: true, Alpha1: 1, Alpha2: 1, MinCorrect: 1, MaxCorrect: 7}, [2]int{4, 8}},
+		{shape{16, 3}, device.GatingSoftmax, false, 0, false, device.OWA{On: true, Alpha1: 1.2, Alpha2: 1, MinCorrect: 1, MaxCorrect: 2}, [2]int{1, 4}},
 	} {
-		cs = append(cs, kernelCase{"commit_weights_f32", fmt.Sprintf("n=%d,k=%d,gating=%d,normalize=%v,scale=%v,bias=%v,owa=%v", c.n, c.k, c.gt, c.normalize, c.scale, c.bias, c.owa.On),
+		cs = append(cs, kernelCase{"commit_weights_f32", fmt.Sprintf("n=%d,k=%d,gating=%d,normalize=%v,scale=%v,bias=%v,owa=%v,groups=%d/%d", c.n, c.k, c.gt, c.normalize, c.scale, c.bias, c.owa.On, c.groups[0], c.groups[1]),
 			func(t *testing.T, k *kernelEnv, r *rand.Rand) {
 				var bias []float32
 				dbias := DevicePtr(0)
@@ -136,15 +154,16 @@ func commitCases() []kernelCase {
 						continue // not enough experts outside the top-k to predict wrongly
 					}
 					logits := randUniform(r, c.n, -6, 6)
-					_, truth, _ := commitRef(logits, bias, c.gt, c.normalize, c.scale, make([]int32, c.k), device.OWA{})
+					g := device.Gating{Func: c.gt, Bias: bias, Normalize: c.normalize, Scale: c.scale, Groups: c.groups[1], GroupsUsed: c.groups[0]}
+					_, truth, _ := commitRef(logits, g, make([]int32, c.k), device.OWA{})
 					pred := commitPred(r, c.n, truth, correct)
-					want, _, adjusted := commitRef(logits, bias, c.gt, c.normalize, c.scale, pred, c.owa)
+					want, _, adjusted := commitRef(logits, g, pred, c.owa)
 					dl, dw, drec := k.putF32(t, logits), k.alloc(t, 4*c.k), k.alloc(t, 4*(c.k+1))
 					dpred := k.put(t, i32bytes(pred))
 					var args Args
 					args.Ptr(dl).Ptr(dbias).Int(c.n).Int(c.k).Int(int(c.gt)).Int(b2i(c.normalize)).Float(c.scale).
 						Ptr(dpred).Int(b2i(c.owa.On)).Float64(c.owa.Alpha1).Float64(c.owa.Alpha2).Int(c.owa.MinCorrect).Int(c.owa.MaxCorrect).
-						Ptr(dw).Ptr(drec)
+						Ptr(dw).Ptr(drec).Int(c.groups[1]).Int(c.groups[0])
 					k.run(t, "commit_weights_f32", Dim3{X: 1}, Dim3{X: 32}, &args)
 					what := fmt.Sprintf("%d correct of %v, truth %v", correct, pred, truth)
 					checkBits(t, what+": w", k.getF32(t, dw, c.k), want)

@@ -24,6 +24,8 @@ func (g *GPU) CommitWeights(logits []float32, gt *device.Gating, pred []int32, o
 		c.err = fmt.Errorf("%d weights and %d record floats for %d experts: want %d and %d", len(w), len(rec), k, k, k+1)
 	case gt.Bias != nil && len(gt.Bias) != n:
 		c.err = fmt.Errorf("a selection bias of %d floats for %d experts", len(gt.Bias), n)
+	case gt.Groups > 1 && (gt.Groups > device.CommitMaxGroups || n%gt.Groups != 0 || n/gt.Groups < 2 || gt.GroupsUsed < 1 || gt.GroupsUsed > gt.Groups):
+		c.err = fmt.Errorf("%d of %d expert groups of %d experts: want equal groups of 2 or more, at most %d", gt.GroupsUsed, gt.Groups, n, device.CommitMaxGroups)
 	}
 	for _, e := range pred {
 		if c.err == nil && (e < 0 || int(e) >= n) {
@@ -34,7 +36,8 @@ func (g *GPU) CommitWeights(logits []float32, gt *device.Gating, pred []int32, o
 	wp, rp := c.f(w, "the weights"), c.f(rec, "the routing record")
 	pp := c.param(int32Bytes(pred))
 	g.args.Reset().Ptr(lp).Ptr(bp).Int(n).Int(k).Int(int(gt.Func)).Int(b2i(gt.Normalize)).Float(gt.Scale).
-		Ptr(pp).Int(b2i(o.On)).Float64(o.Alpha1).Float64(o.Alpha2).Int(o.MinCorrect).Int(o.MaxCorrect).Ptr(wp).Ptr(rp)
+		Ptr(pp).Int(b2i(o.On)).Float64(o.Alpha1).Float64(o.Alpha2).Int(o.MinCorrect).Int(o.MaxCorrect).Ptr(wp).Ptr(rp).
+		Int(gt.Groups).Int(gt.GroupsUsed)
 	c.launch("commit_weights_f32", Dim3{X: 1}, Dim3{X: 32})
 }
 

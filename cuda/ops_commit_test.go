@@ -19,9 +19,9 @@ func TestGPUCommitOps(t *testing.T) {
 	logits := randUniform(r, n, -6, 6)
 	gt := &device.Gating{Func: device.GatingSoftmax}
 	o := device.OWA{On: true, Alpha1: 1.3, Alpha2: 1, MinCorrect: 2, MaxCorrect: 3}
-	_, truth, _ := commitRef(logits, nil, gt.Func, false, 0, make([]int32, k), device.OWA{})
+	_, truth, _ := commitRef(logits, device.Gating{Func: gt.Func}, make([]int32, k), device.OWA{})
 	pred := commitPred(r, n, truth, 2)
-	want, _, adjusted := commitRef(logits, nil, gt.Func, false, 0, pred, o)
+	want, _, adjusted := commitRef(logits, device.Gating{Func: gt.Func}, pred, o)
 	if !adjusted {
 		t.Fatal("the case does not trigger OWA")
 	}

@@ -180,11 +180,12 @@ type OWA struct {
 	MinCorrect, MaxCorrect int
 }
 
-// CommitMaxExperts and CommitMaxUsed bound the router a Committer weighs: experts per layer
-// and experts per token.
+// CommitMaxExperts, CommitMaxUsed and CommitMaxGroups bound the router a Committer weighs:
+// experts per layer, experts per token and expert groups (Gating.Groups).
 const (
 	CommitMaxExperts = 512
 	CommitMaxUsed    = 16
+	CommitMaxGroups  = 64
 )
 
 // Committer is implemented by devices that compute committed routing in their own memory (a

@@ -75,11 +75,10 @@ func (m *Model) setupCommitDevice() error {
 	return nil
 }
 
-// fits says whether a layer's router is within the kernel's bounds and routing (its top-k,
-// which OWA compares with the committed experts, knows no expert groups); the host weighs
-// the others' committed experts.
+// fits says whether a layer's router is within the kernel's bounds; the host weighs the
+// others' committed experts.
 func (c *commitDevice) fits(moe *models.MoE) bool {
-	return moe.Experts <= device.CommitMaxExperts && moe.Used <= device.CommitMaxUsed && moe.Groups <= 1
+	return moe.Experts <= device.CommitMaxExperts && moe.Used <= device.CommitMaxUsed && moe.Groups <= device.CommitMaxGroups
 }
 
 // moeCommitted is moe for one token whose experts, commit, were chosen ahead of its router,

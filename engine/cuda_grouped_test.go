@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/commit-run/commit-run/engine"
+	"github.com/commit-run/commit-run/offload"
 	"github.com/commit-run/commit-run/synth"
 	"github.com/commit-run/commit-run/tools/golden/fixture"
 )
@@ -40,6 +41,19 @@ func TestCUDAGroupedRouting(t *testing.T) {
 		}
 		if !got.resident || got.gpu.HostFallbacks != 0 || got.graphs != "" || got.gpu.GraphLaunches == 0 {
 			t.Errorf("%s: %+v, resident %v, graph note %q: want the routing on the device and decode steps as graphs", name, got.gpu, got.resident, got.graphs)
+		}
+		// Committed routing weighs the grouped layers' committed experts on the device
+		// (commit_weights_f32 with groups), against the CPU's committed routing.
+		c := &engine.OffloadOptions{Policy: offload.Commit, Predictor: "prev-token", GPUMem: 1 << 30}
+		o.Offload, base.Offload = c, c
+		want, got = runOn(t, path, base, prompt, 6), runOn(t, path, o, prompt, 6)
+		if !slices.Equal(got.tokens, want.tokens) || maxDiff(got.probs, want.probs) > 2e-3 {
+			t.Errorf("%s, commit: greedy on the GPU %v, on the CPU %v; probabilities %g apart", name, got.tokens, want.tokens, maxDiff(got.probs, want.probs))
+		}
+		// Where the host weighs a grouped layer's experts it reads the layer's router logits
+		// back at every decode step: 21 read-backs in this run, 9 with the device weighing.
+		if got.gpu.Reads > 12 || got.gpu.HostFallbacks != 0 {
+			t.Errorf("%s, commit: %+v: want committed routing weighed on the device", name, got.gpu)
 		}
 	}
 

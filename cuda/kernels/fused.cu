@@ -197,58 +197,6 @@ CR_FN void route_topk(const float* p, const float* bias, int n, int k, int* ids)
 	}
 }
 
-// route_topk_seq is models.TopK run by one thread: the indices of the k largest of v[0..n) in
-// order, an earlier index first among equals, NaNs skipped, and where fewer than k are not
-// NaN the missing ones padded with their positions.
-CR_FN void route_topk_seq(const float* v, int n, int k, int* idx) {
-	int m = 0;
-	for (int i = 0; i < n; i++) {
-		const float x = v[i];
-		if (x != x)
-			continue;
-		int pos = m;
-		while (pos > 0 && v[idx[pos - 1]] < x)
-			pos--;
-		if (pos >= k)
-			continue;
-		if (m < k)
-			m++;
-		for (int j = m - 1; j > pos; j--)
-			idx[j] = idx[j - 1];
-		idx[pos] = i;
-	}
-	for (; m < k; m++)
-		idx[m] = m;
-}
-
-// route_groups writes to sel the selection scores p (+ bias) with every expert outside the
-// used best of its groups at -Inf, as models.groupLimited: a group scores the sum of its two
-// best. keep: ROUTE_MAX_GROUPS ints of shared memory. Every thread of the block must call it.
-#define ROUTE_MAX_GROUPS 64
-CR_FN void route_groups(const float* p, const float* bias, int n, int groups, int used, float* sel, int* keep) {
-	const int tid = threadIdx.x, per = n / groups;
-	for (int i = tid; i < n; i += blockDim.x)
-		sel[i] = bias ? cr_fadd(p[i], bias[i]) : p[i];
-	__syncthreads();
-	if (tid == 0) {
-		float score[ROUTE_MAX_GROUPS];
-		int top[ROUTE_MAX_GROUPS];
-		for (int g = 0; g < groups; g++) {
-			route_topk_seq(sel + g * per, per, 2, top);
-			score[g] = cr_fadd(sel[g * per + top[0]], sel[g * per + top[1]]);
-			keep[g] = 0;
-		}
-		route_topk_seq(score, groups, used, top);
-		for (int j = 0; j < used; j++)
-			keep[top[j]] = 1;
-	}
-	__syncthreads();
-	for (int i = tid; i < n; i += blockDim.x)
-		if (!keep[i / per])
-			sel[i] = -cr_inf();
-	__syncthreads();
-}
-
 // moe_route_f32(const float* logits, int n, int k, int ntok, int gating, const float* bias,
 //               int normalize, float scale, int* ids, float* w, const float* sh_gate_w,
 //               const float* x, int d, float* sh_gate, int groups, int groups_used,

@@ -181,9 +181,61 @@ CR_FN bool cr_member(const int* ids, int k, int e) {
 	return false;
 }
 
+// route_topk_seq is models.TopK run by one thread: the indices of the k largest of v[0..n) in
+// order, an earlier index first among equals, NaNs skipped, and where fewer than k are not
+// NaN the missing ones padded with their positions.
+CR_FN void route_topk_seq(const float* v, int n, int k, int* idx) {
+	int m = 0;
+	for (int i = 0; i < n; i++) {
+		const float x = v[i];
+		if (x != x)
+			continue;
+		int pos = m;
+		while (pos > 0 && v[idx[pos - 1]] < x)
+			pos--;
+		if (pos >= k)
+			continue;
+		if (m < k)
+			m++;
+		for (int j = m - 1; j > pos; j--)
+			idx[j] = idx[j - 1];
+		idx[pos] = i;
+	}
+	for (; m < k; m++)
+		idx[m] = m;
+}
+
+// route_groups writes to sel the selection scores p (+ bias) with every expert outside the
+// used best of its groups at -Inf, as models.groupLimited: a group scores the sum of its two
+// best. keep: ROUTE_MAX_GROUPS ints of shared memory. Every thread of the block must call it.
+#define ROUTE_MAX_GROUPS 64
+CR_FN void route_groups(const float* p, const float* bias, int n, int groups, int used, float* sel, int* keep) {
+	const int tid = threadIdx.x, per = n / groups;
+	for (int i = tid; i < n; i += blockDim.x)
+		sel[i] = bias ? cr_fadd(p[i], bias[i]) : p[i];
+	__syncthreads();
+	if (tid == 0) {
+		float score[ROUTE_MAX_GROUPS];
+		int top[ROUTE_MAX_GROUPS];
+		for (int g = 0; g < groups; g++) {
+			route_topk_seq(sel + g * per, per, 2, top);
+			score[g] = cr_fadd(sel[g * per + top[0]], sel[g * per + top[1]]);
+			keep[g] = 0;
+		}
+		route_topk_seq(score, groups, used, top);
+		for (int j = 0; j < used; j++)
+			keep[top[j]] = 1;
+	}
+	__syncthreads();
+	for (int i = tid; i < n; i += blockDim.x)
+		if (!keep[i / per])
+			sel[i] = -cr_inf();
+	__syncthreads();
+}
+
 // commit_weights_f32(const float* logits, const float* bias, int n, int k, int gating,
 //     int normalize, float scale, const int* pred, int owa, double alpha1, double alpha2,
-//     int min_correct, int max_correct, float* w, float* rec)
+//     int min_correct, int max_correct, float* w, float* rec, int groups, int groups_used)
 //   Committed routing of one token (the engine's commitRouting; CommitMoE §4.3), so that the
 //   host enqueues the experts it committed to without reading the router's logits first.
 //   From the n router logits and the model's gating (gating 0: softmax, 1: sigmoid, 2: softmax
@@ -199,12 +251,17 @@ CR_FN bool cr_member(const int* ids, int k, int e) {
 //     (commitRoute).
 //   rec receives what the host reads later, for its statistics: rec[j] = truth's j-th expert
 //   (j < k) and rec[k] = 1 if OWA applied, else 0, as floats.
+//   With groups > 1 truth is chosen among the groups_used best of groups equal groups only,
+//   as moe_route_f32 chooses (models.groupLimited; n % groups == 0, at least 2 experts a
+//   group, groups <= ROUTE_MAX_GROUPS).
 //   n <= CR_COMMIT_MAX_EXPERTS, 1 <= k <= min(n, CR_COMMIT_MAX_USED).
 //   grid (1, 1, 1); block (32, 1, 1) (one warp); no dynamic shared memory.
 extern "C" __global__ void commit_weights_f32(const float* logits, const float* bias, int n, int k, int gating,
                                               int normalize, float scale, const int* pred, int owa, double alpha1,
-                                              double alpha2, int min_correct, int max_correct, float* w, float* rec) {
-	__shared__ float p[CR_COMMIT_MAX_EXPERTS];
+                                              double alpha2, int min_correct, int max_correct, float* w, float* rec,
+                                              int groups, int groups_used) {
+	__shared__ float p[CR_COMMIT_MAX_EXPERTS], sel[CR_COMMIT_MAX_EXPERTS];
+	__shared__ int keep[ROUTE_MAX_GROUPS];
 	__shared__ int truth[CR_COMMIT_MAX_USED];
 	__shared__ float shm[32];
 	__shared__ double shd[32];
@@ -218,7 +275,12 @@ extern "C" __global__ void commit_weights_f32(const float* logits, const float* 
 			p[i] = cr_fdiv(1.0f, cr_fadd(1.0f, cr_expf(-p[i])));
 	}
 	__syncthreads();
-	cr_topk_warp(p, bias, n, k, truth);
+	if (groups > 1) {
+		route_groups(p, bias, n, groups, groups_used, sel, keep);
+		cr_topk_warp(sel, 0, n, k, truth);
+	} else {
+		cr_topk_warp(p, bias, n, k, truth);
+	}
 	if (threadIdx.x != 0)
 		return;
 
