@@ -108,8 +108,9 @@ func TestGPTOSSSlidingWindowRing(t *testing.T) {
 		return p
 	}
 	prompt := tokens(300, 0)
-	// 768 positions are within the ring's 2*384 slots: every position is kept there. The
-	// CPU decodes around the ring (300 + 399 positions), the slower fake GPU past its end.
+	// A context of 768 positions is too short for a ring (models.RingPeriod): every position
+	// is kept there. The CPU decodes around the ring (300 + 399 positions), the slower fake
+	// GPU past its end.
 	full := engine.Options{Threads: 2, KVType: "f32", ContextLength: 768}
 	want := runOn(t, path, full, prompt, 400)
 	fm, err := engine.Open(path, full)

@@ -136,7 +136,7 @@ func (r *Ring) snapshot(o device.Ops, c *device.KVLayer) {
 }
 
 // best returns the longest prefix, of at most p tokens, from which a pass can go on with
-// the ring itself or a snapshot, and whether there is one besides 0.
+// the ring itself or a snapshot (0 where none can: the pass starts afresh).
 func (r *Ring) best(p int) int {
 	best := 0
 	if q := min(p, r.Hi); r.holds(r.Lo, r.Hi, q) {
