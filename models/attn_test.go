@@ -88,6 +88,16 @@ func (c attnCase) shape() *device.AttnShape {
 	return a
 }
 
+// attention is an attention with the case's cache: one that takes a ring for a window with
+// maxPass, else its dimensions alone.
+func (c attnCase) attention() Attention {
+	if c.maxPass > 0 {
+		return &StdAttention{HeadsKV: c.kvHeads, HeadDK: c.dk, HeadDV: c.dv, Window: c.window}
+	}
+	kd, vd := c.cacheDims()
+	return dimsOnly{kd, vd}
+}
+
 func (c attnCase) cacheDims() (int, int) {
 	if c.latent {
 		return c.dk, 0
@@ -158,11 +168,7 @@ func runAttnCase(t *testing.T, c attnCase, f16 bool, threads int, seed uint64) {
 	t.Helper()
 	r := rand.New(rand.NewPCG(seed, uint64(c.dk)))
 	kd, vd := c.cacheDims()
-	var attn Attention = dimsOnly{kd, vd}
-	if c.maxPass > 0 {
-		attn = &StdAttention{HeadsKV: c.kvHeads, HeadDK: c.dk, HeadDV: c.dv, Window: c.window}
-	}
-	kv, err := NewKVCache(&Model{Layers: []Layer{{Attn: attn}}}, KVOptions{Positions: c.size, MaxPass: c.maxPass, F16: f16}, HostAlloc)
+	kv, err := NewKVCache(&Model{Layers: []Layer{{Attn: c.attention()}}}, KVOptions{Positions: c.size, MaxPass: c.maxPass, F16: f16}, HostAlloc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,10 +230,11 @@ func TestAttendDecodeAllocs(t *testing.T) {
 		{heads: 8, kvHeads: 2, dk: 128, dv: 128, size: 300},
 		{heads: 4, dk: 576, dv: 512, latent: true, size: 300},
 		{heads: 8, kvHeads: 2, dk: 64, dv: 64, size: 300, window: 70, sinks: true},
+		{heads: 8, kvHeads: 2, dk: 64, dv: 64, size: 2048, window: 70, sinks: true, maxPass: 1}, // a ring
 	} {
 		for _, f16 := range []bool{true, false} {
 			kd, vd := c.cacheDims()
-			kv, err := NewKVCache(&Model{Layers: []Layer{{Attn: dimsOnly{kd, vd}}}}, KVOptions{Positions: c.size, F16: f16}, HostAlloc)
+			kv, err := NewKVCache(&Model{Layers: []Layer{{Attn: c.attention()}}}, KVOptions{Positions: c.size, MaxPass: c.maxPass, F16: f16}, HostAlloc)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -237,14 +237,18 @@ func ringRun(c *device.KVLayer, p, n int) (slot, run int) {
 
 // putK stores the key rows of len(k)/KDim tokens from position pos0 on: a ring's at both of
 // their slots (device.KVLayer).
-func putK(c *device.KVLayer, pos0 int, k []float32) {
-	T := len(k) / c.KDim
+func putK(c *device.KVLayer, pos0 int, k []float32) { putRuns(c, pos0, c.KDim, k, putKAt) }
+
+// putRuns stores the rows of dim values of len(x)/dim tokens from position pos0 on with put
+// (putKAt, putVAt), in runs of consecutive slots: a ring's at both of their slots.
+func putRuns(c *device.KVLayer, pos0, dim int, x []float32, put func(*device.KVLayer, int, []float32)) {
+	T := len(x) / dim
 	for t := 0; t < T; {
 		slot, n := ringRun(c, pos0+t, T-t)
-		rows := k[t*c.KDim : (t+n)*c.KDim]
-		putKAt(c, slot, rows)
+		rows := x[t*dim : (t+n)*dim]
+		put(c, slot, rows)
 		if c.Ring > 0 {
-			putKAt(c, slot+c.Ring, rows)
+			put(c, slot+c.Ring, rows)
 		}
 		t += n
 	}
@@ -264,18 +268,7 @@ func putKAt(c *device.KVLayer, slot int, k []float32) {
 // of the position at slot s is at j*kvPositions(c)+s, so that attention reads each value's
 // positions in order (llama.cpp's V cache without flash attention); a ring's at both of
 // their slots.
-func putV(c *device.KVLayer, pos0 int, v []float32) {
-	T := len(v) / c.VDim
-	for t := 0; t < T; {
-		slot, n := ringRun(c, pos0+t, T-t)
-		vals := v[t*c.VDim : (t+n)*c.VDim]
-		putVAt(c, slot, vals)
-		if c.Ring > 0 {
-			putVAt(c, slot+c.Ring, vals)
-		}
-		t += n
-	}
-}
+func putV(c *device.KVLayer, pos0 int, v []float32) { putRuns(c, pos0, c.VDim, v, putVAt) }
 
 // putVAt stores values transposed from slot slot on. Tokens go eight at a time, so that
 // each value's row gets eight consecutive positions per write, from rows converted to F16

@@ -86,15 +86,8 @@ func (r *RecState) dropAfter(p int) {
 // prompt then resumes from an earlier position).
 func (r *RecState) snapshot(pos int) *device.DeltaNetState {
 	r.dropAfter(pos - 1)
-	var s *recSnap
-	switch {
-	case len(r.snaps) == MaxSnapshots:
-		s = r.snaps[0]
-		r.snaps = append(r.snaps[:0], r.snaps[1:]...)
-	case len(r.spare) > 0:
-		s = r.spare[len(r.spare)-1]
-		r.spare = r.spare[:len(r.spare)-1]
-	default:
+	s := reuseSnap(&r.snaps, &r.spare)
+	if s == nil {
 		st, err := r.newState(len(r.Conv), len(r.S))
 		if err != nil {
 			return nil
@@ -104,6 +97,22 @@ func (r *RecState) snapshot(pos int) *device.DeltaNetState {
 	s.pos = pos
 	r.snaps = append(r.snaps, s)
 	return &s.DeltaNetState
+}
+
+// reuseSnap takes the snapshot whose memory a new one reuses out of snaps (the oldest, when
+// MaxSnapshots are kept) or spare; nil when there is none to reuse.
+func reuseSnap[S any](snaps, spare *[]*S) *S {
+	switch {
+	case len(*snaps) == MaxSnapshots:
+		s := (*snaps)[0]
+		*snaps = append((*snaps)[:0], (*snaps)[1:]...)
+		return s
+	case len(*spare) > 0:
+		s := (*spare)[len(*spare)-1]
+		*spare = (*spare)[:len(*spare)-1]
+		return s
+	}
+	return nil
 }
 
 // resumable reports whether the state can be set to position p: its own, a snapshot's or 0.

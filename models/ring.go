@@ -104,15 +104,8 @@ func (r *Ring) wrote(o device.Ops, c *device.KVLayer, pos0, T int) {
 // position, or from the start).
 func (r *Ring) snapshot(o device.Ops, c *device.KVLayer) {
 	src := words(c)
-	var s *ringSnap
-	switch {
-	case len(r.snaps) == MaxSnapshots:
-		s = r.snaps[0]
-		r.snaps = append(r.snaps[:0], r.snaps[1:]...)
-	case len(r.spare) > 0:
-		s = r.spare[len(r.spare)-1]
-		r.spare = r.spare[:len(r.spare)-1]
-	default:
+	s := reuseSnap(&r.snaps, &r.spare)
+	if s == nil {
 		s = &ringSnap{}
 		for _, w := range src {
 			b, err := r.alloc(int64(4*len(w)), r.what+"'s ring snapshot")
