@@ -29,16 +29,7 @@ func commitRef(logits []float32, g device.Gating, pred []int32, o device.OWA) (w
 	}
 	truth, _ = topkRef(probs, bias, k)
 	if g.Groups > 1 {
-		sel := slices.Clone(probs)
-		for i := range sel {
-			if bias != nil {
-				sel[i] += bias[i]
-			}
-		}
-		truth = truth[:0]
-		for _, e := range (&models.MoE{Used: k, Groups: g.Groups, GroupsUsed: g.GroupsUsed}).Choose(sel) {
-			truth = append(truth, int32(e))
-		}
+		truth = groupedRef(probs, bias, k, g.Groups, g.GroupsUsed)
 	}
 	ints := func(v []int32) []int {
 		out := make([]int, len(v))
@@ -89,6 +80,22 @@ func commitRef(logits []float32, g device.Gating, pred []int32, o device.OWA) (w
 	}
 	gateWeightsRef(w, gt == device.GatingSoftmaxWeight, normalize, scale)
 	return w, truth, false
+}
+
+// groupedRef is the k experts group-limited routing chooses from the probabilities p plus
+// bias (or nil) among the used best of groups groups (models.MoE.Choose).
+func groupedRef(p, bias []float32, k, groups, used int) []int32 {
+	sel := slices.Clone(p)
+	for i := range sel {
+		if bias != nil {
+			sel[i] += bias[i]
+		}
+	}
+	var ids []int32
+	for _, e := range (&models.MoE{Used: k, Groups: groups, GroupsUsed: used}).Choose(sel) {
+		ids = append(ids, int32(e))
+	}
+	return ids
 }
 
 // commitPred returns k experts of n of which correct are in truth, in a random order.

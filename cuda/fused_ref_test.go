@@ -280,16 +280,7 @@ func checkRoute(t *testing.T, k *kernelEnv, c routeCase, r *rand.Rand) {
 		}
 		wantIDs, _ := topkRef(p, bias, c.k)
 		if c.groups > 1 {
-			sel := slices.Clone(p)
-			for i := range sel {
-				if bias != nil {
-					sel[i] += bias[i]
-				}
-			}
-			wantIDs = wantIDs[:0]
-			for _, e := range (&models.MoE{Used: c.k, Groups: c.groups, GroupsUsed: c.groupsUsed}).Choose(sel) {
-				wantIDs = append(wantIDs, int32(e))
-			}
+			wantIDs = groupedRef(p, bias, c.k, c.groups, c.groupsUsed)
 		}
 		wantW := make([]float32, c.k)
 		for j, e := range wantIDs {
