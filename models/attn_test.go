@@ -448,3 +448,29 @@ func BenchmarkStoreKV(b *testing.B) {
 		})
 	}
 }
+
+// TestRingReplayedFromStart: a decode step replayed as a graph at position 0 (a one-token
+// prompt after a long conversation) starts the ring afresh as Forward's pass would: the next
+// pass may run, and no snapshot of the earlier tokens is offered for reuse.
+func TestRingReplayedFromStart(t *testing.T) {
+	a := &StdAttention{HeadsKV: 1, HeadDK: 8, HeadDV: 8, Window: 8}
+	kv, err := NewKVCache(&Model{Layers: []Layer{{Attn: a}}}, KVOptions{Positions: 4096, MaxPass: 16}, HostAlloc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &kv.Layers[0]
+	if l.Win == nil {
+		t.Fatal("no ring")
+	}
+	ops := HostOps{K: testKernels{1}}
+	for pos := 0; pos < 400; pos += 16 { // prompt passes, each leaving a snapshot
+		l.Win.wrote(ops, &l.KVLayer, pos, 16)
+	}
+	kv.Replayed(1) // the step at position 0, replayed
+	if err := kv.CheckPass(1, 1); err != nil {
+		t.Errorf("after a replayed step at 0: %v", err)
+	}
+	if q := kv.Resumable(300); q != 1 {
+		t.Errorf("Resumable(300) = %d after starting afresh, want 1 (the ring's one token)", q)
+	}
+}

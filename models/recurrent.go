@@ -216,8 +216,8 @@ func (kv *KVCache) Replayed(pos int) {
 		if l.Rec != nil {
 			l.Rec.Pos = pos
 		}
-		if w := l.Win; w != nil {
-			w.Hi, w.Lo = pos, max(w.Lo, pos-l.Ring)
+		if l.Win != nil {
+			l.Win.moved(&l.KVLayer, pos-1, 1)
 		}
 	}
 }

@@ -88,15 +88,22 @@ func (r *Ring) holds(lo, hi, pos0 int) bool {
 // wrote records a pass of T tokens at pos0 that stored their keys and values in c; after a
 // prompt's pass (T > 1) it keeps a snapshot of the ring, copied with o.
 func (r *Ring) wrote(o device.Ops, c *device.KVLayer, pos0, T int) {
+	r.moved(c, pos0, T)
+	if T > 1 {
+		r.snapshot(o, c)
+	}
+}
+
+// moved records which positions the ring holds after a pass of T tokens at pos0, and forgets
+// the snapshots of the tokens it replaces: wrote's bookkeeping, which a replayed decode step
+// (KVCache.Replayed) needs as well.
+func (r *Ring) moved(c *device.KVLayer, pos0, T int) {
 	if pos0 == 0 {
 		r.Lo = 0
 	}
 	r.dropAfter(pos0)
 	r.Hi = pos0 + T
 	r.Lo = max(r.Lo, r.Hi-c.Ring)
-	if T > 1 {
-		r.snapshot(o, c)
-	}
 }
 
 // snapshot copies the ring into a snapshot, taking the oldest's place when MaxSnapshots are
