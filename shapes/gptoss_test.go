@@ -3,6 +3,7 @@ package shapes_test
 import (
 	"testing"
 
+	"github.com/commit-run/commit-run/engine"
 	"github.com/commit-run/commit-run/shapes"
 )
 
@@ -40,6 +41,40 @@ func TestGPTOSSShapes(t *testing.T) {
 		}
 		if in.TensorTypes["MXFP4"] != c.expertTensorCount || in.TensorTypeBytes["MXFP4"] != in.ExpertBytes || in.TensorTypes["Q8_0"] == 0 {
 			t.Errorf("%s: tensor types %v", c.shape, in.TensorTypes)
+		}
+	}
+}
+
+// TestGPTOSSKVCache: gpt-oss's windowed layers keep a ring (models.RingPeriod: 448 slots,
+// twice over on the host's layout, with 4 snapshots beside it on a device) once the context
+// is long enough, and every position below that: one sequence's F16 cache on a device is
+// then the full-attention half of the layers at every position and 12 (or 18) rings, where
+// every layer kept every position before. The figures of issue 37's note.
+func TestGPTOSSKVCache(t *testing.T) {
+	const perPos = 8 * 64 * 2 * 2 // a layer's keys and values of a position, F16
+	const ring = 5 * 2 * 448 * perPos
+	for _, c := range []struct {
+		shape  string
+		layers int
+	}{{"gpt-oss-20b@mxfp4", 24}, {"gpt-oss-120b@mxfp4", 36}} {
+		for _, ctx := range []int{4096, 32768, 131072} {
+			m, err := shapes.Open(c.shape, engine.Options{Device: "sim:h100-pcie", ContextLength: ctx, KVType: "f16",
+				Offload:    &engine.OffloadOptions{GPUMem: 60 << 30},
+				TimingOnly: &engine.TimingOnlyOptions{Routing: func(int, int) []int { return nil }}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			full := int64(c.layers * ctx * perPos)
+			want := full
+			if 5*2*448 < ctx {
+				want = int64(c.layers/2*ctx*perPos + c.layers/2*ring)
+			}
+			got := m.KVCacheBytes()
+			m.Close()
+			t.Logf("%s at %d positions: %.1f MiB of KV cache, %.1f MiB keeping every position", c.shape, ctx, float64(got)/(1<<20), float64(full)/(1<<20))
+			if got != want {
+				t.Errorf("%s at %d positions: %d bytes, want %d", c.shape, ctx, got, want)
+			}
 		}
 	}
 }
