@@ -6,16 +6,18 @@ import (
 	"github.com/commit-run/commit-run/device"
 )
 
-// The bounds of the DeltaNet kernels (kernels/deltanet.cu): the convolution's taps, and a
-// head's values (a multiple of a warp).
+// The bounds of the DeltaNet kernels (kernels/deltanet.cu): the convolution's taps, a
+// head's values (a multiple of a warp), and the rows of a head's state a block of the
+// recurrence runs (its warps).
 const (
-	deltaNetMaxTaps = 8
-	deltaNetMaxDim  = 256
+	deltaNetMaxTaps      = 8
+	deltaNetMaxDim       = 256
+	deltaNetRowsPerBlock = 4
 )
 
 // GatedDeltaNet implements device.Ops: the convolution with its state (deltanet_conv_f32),
-// then each value head's recurrence and gated norm (deltanet_rec_f32), in two launches.
-// beta, alpha and z are left as they were.
+// each value head's recurrence (deltanet_rec_f32, a warp per row of its state) and the gated
+// norm (deltanet_norm_f32), in three launches. beta, alpha and z are left as they were.
 func (g *GPU) GatedDeltaNet(l *device.DeltaNetLayer, st, snap *device.DeltaNetState, qkv, z, beta, alpha []float32, T int, conv, out []float32) {
 	c := g.begin("DeltaNet")
 	defer c.end()
@@ -42,8 +44,11 @@ func (g *GPU) GatedDeltaNet(l *device.DeltaNetLayer, st, snap *device.DeltaNetSt
 	g.args.Reset().Ptr(c.f(qkv[:T*ch], "the q/k/v projection")).Ptr(cp).Ptr(c.f(st.Conv, "the convolution's state")).Ptr(sc).
 		Ptr(c.f(l.Conv, "the convolution's weights")).Int(ch).Int(K).Int(T)
 	c.launch("deltanet_conv_f32", Dim3{X: blocks(ch, 256)}, Dim3{X: 256})
-	g.args.Reset().Ptr(cp).Ptr(c.f(z[:T*hv*n], "the gate")).Ptr(c.f(beta[:T*hv], "beta")).Ptr(c.f(alpha[:T*hv], "alpha")).
-		Ptr(c.f(l.DtBias, "the time step bias")).Ptr(c.f(l.A, "A")).Ptr(c.f(l.NormW, "the norm")).Ptr(c.f(l.NormB, "the norm's bias")).
-		Ptr(c.f(st.S, "the recurrent state")).Ptr(ss).Ptr(c.f(out[:T*hv*n], "the output")).Int(l.KHeads).Int(hv).Int(n).Int(T).Float(l.Eps)
-	c.launch("deltanet_rec_f32", Dim3{X: hv}, Dim3{X: 128})
+	op := c.f(out[:T*hv*n], "the output")
+	g.args.Reset().Ptr(cp).Ptr(c.f(beta[:T*hv], "beta")).Ptr(c.f(alpha[:T*hv], "alpha")).Ptr(c.f(l.DtBias, "the time step bias")).
+		Ptr(c.f(l.A, "A")).Ptr(c.f(st.S, "the recurrent state")).Ptr(ss).Ptr(op).Int(l.KHeads).Int(hv).Int(n).Int(T).Float(l.Eps)
+	c.launch("deltanet_rec_f32", Dim3{X: hv, Y: n / deltaNetRowsPerBlock}, Dim3{X: 128})
+	g.args.Reset().Ptr(op).Ptr(c.f(z[:T*hv*n], "the gate")).Ptr(c.f(l.NormW, "the norm")).Ptr(c.f(l.NormB, "the norm's bias")).
+		Int(n).Int(T * hv).Float(l.Eps)
+	c.launch("deltanet_norm_f32", Dim3{X: T * hv}, Dim3{X: 128})
 }

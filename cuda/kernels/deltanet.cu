@@ -1,6 +1,6 @@
 // deltanet.cu: a gated DeltaNet layer between its products (device.Ops.GatedDeltaNet,
-// models.HostOps.GatedDeltaNet: llama.cpp's CPU gated_delta_net, token after token), in two
-// launches: the causal convolution with its state, then each value head's recurrence and its
+// models.HostOps.GatedDeltaNet: llama.cpp's CPU gated_delta_net, token after token), in three
+// launches: the causal convolution with its state, each value head's recurrence, and its
 // gated norm. Sums add in other orders than the CPU's (warp and block reductions), so results
 // agree to float32 rounding, not bit for bit.
 #include "common.cuh"
@@ -92,31 +92,41 @@ CR_FN float dn_rms_scale(double sum, int n, float eps) {
 	return cr_fdiv(1.0f, cr_fsqrt(cr_fadd((float)(sum / (double)n), eps)));
 }
 
-// deltanet_rec_f32(const float* conv, const float* z, const float* beta, const float* alpha,
-//                  const float* dt_bias, const float* a, const float* norm_w,
-//                  const float* norm_b, float* s, float* snap, float* out, int kheads,
-//                  int vheads, int n, int ntok, float eps)
-//   Value head h = blockIdx.x of a gated DeltaNet over ntok tokens, as models.deltaJob.head
-//   and the gated norm after it: for each token t, its row of conv (the convolved q of every
+// deltanet_rec_f32(const float* conv, const float* beta, const float* alpha, const float* dt_bias,
+//                  const float* a, float* s, float* snap, float* o, int kheads, int vheads, int n,
+//                  int ntok, float eps)
+//   Rows blockIdx.y*4 .. blockIdx.y*4+3 of value head h = blockIdx.x's gated DeltaNet over ntok
+//   tokens, as models.deltaJob.head: for each token t, its row of conv (the convolved q of every
 //   key head, then their k, then every value head's v, n values a head) gives q and k of key
 //   head h % kheads, both to unit length (RMSNorm with eps/n, times 1/sqrt(n)), and v of h;
 //   beta = sigmoid(beta[t*vheads + h]), g = softplus(alpha[..] + dt_bias[h]) * a[h]; the
 //   head's matrix (s + h*n*n, transposed: row j is column j of S) decays by expf(g), each row
-//   r moves by k times (v[r] - row r . k) * beta, and the output is (row r . q)/sqrt(n); then
-//   the head's RMSNorm (norm_w, norm_b: n floats, norm_b may be NULL) times silu(z) into
-//   out + (t*vheads + h)*n. snap, when not NULL, receives the matrix after token ntok-2.
-//   n % 32 == 0, n <= 256.
-//   grid (vheads, 1, 1); block (128, 1, 1) exactly: a warp per row at a time.
-extern "C" __global__ void deltanet_rec_f32(const float* conv, const float* z, const float* beta, const float* alpha,
-                                            const float* dt_bias, const float* a, const float* norm_w, const float* norm_b, float* s,
-                                            float* snap, float* out, int kheads, int vheads, int n, int ntok, float eps) {
-	__shared__ float sq[DN_MAX_DIM], sk[DN_MAX_DIM], so[DN_MAX_DIM];
+//   r moves by k times (v[r] - row r . k) * beta, and (row r . q)/sqrt(n) goes to
+//   o + (t*vheads + h)*n + r, before the gated norm (deltanet_norm_f32). snap, when not NULL,
+//   receives the rows after token ntok-2. n % 32 == 0, n <= 256.
+//   grid (vheads, n/4, 1); block (128, 1, 1) exactly: a warp per row, the row in registers
+//   from the first token to the last, so that a pass reads and writes the state once and a
+//   head's rows run on n/4 blocks (llama.cpp's CUDA gated_delta_net spreads them so too).
+//   Every block normalises its head's q and k itself: n values, against a row's n
+//   multiply-adds per warp.
+extern "C" __global__ void deltanet_rec_f32(const float* conv, const float* beta, const float* alpha, const float* dt_bias,
+                                            const float* a, float* s, float* snap, float* o, int kheads, int vheads, int n, int ntok,
+                                            float eps) {
+	__shared__ float sq[DN_MAX_DIM], sk[DN_MAX_DIM];
 	__shared__ double sd[32];
-	const int h = blockIdx.x, tid = threadIdx.x, lane = tid % CR_WARP, warp = tid / CR_WARP;
-	if (h >= vheads || n % CR_WARP != 0 || n > DN_MAX_DIM)
+	const int h = blockIdx.x, tid = threadIdx.x, lane = tid % CR_WARP;
+	const int r = blockIdx.y * DN_WARPS + tid / CR_WARP;
+	if (h >= vheads || n % CR_WARP != 0 || n > DN_MAX_DIM || (int)blockIdx.y * DN_WARPS >= n)
 		return;
 	const int kh = h % kheads, ch = (2 * kheads + vheads) * n, per = n / CR_WARP;
-	float* M = s + (i64)h * n * n;
+	float* Mr = s + ((i64)h * n + r) * n;
+	// The loops run to the bound, guarded, so that m's indices are constants and m stays in
+	// registers.
+	float m[DN_MAX_DIM / CR_WARP];
+#pragma unroll
+	for (int j = 0; j < DN_MAX_DIM / CR_WARP; j++)
+		if (j < per)
+			m[j] = Mr[lane + CR_WARP * j];
 	const float inv = cr_fdiv(1.0f, cr_fsqrt((float)n)), l2eps = cr_fdiv(eps, (float)n);
 	for (int t = 0; t < ntok; t++) {
 		const float* row = conv + (i64)t * ch;
@@ -135,38 +145,60 @@ extern "C" __global__ void deltanet_rec_f32(const float* conv, const float* z, c
 		const float b = cr_fdiv(1.0f, cr_fadd(1.0f, cr_expf(-beta[(i64)t * vheads + h])));
 		const float g = cr_fmul(dn_softplus(cr_fadd(alpha[(i64)t * vheads + h], dt_bias[h])), a[h]);
 		const float decay = cr_expf(g);
-		const float* v = row + (2 * kheads + h) * n;
-		for (int r = warp; r < n; r += DN_WARPS) {
-			float m[DN_MAX_DIM / CR_WARP];
-			float d = 0.0f;
-			for (int j = 0; j < per; j++) {
-				m[j] = cr_fmul(M[(i64)r * n + lane + CR_WARP * j], decay);
+		float d = 0.0f;
+#pragma unroll
+		for (int j = 0; j < DN_MAX_DIM / CR_WARP; j++)
+			if (j < per) {
+				m[j] = cr_fmul(m[j], decay);
 				d = cr_fma(m[j], sk[lane + CR_WARP * j], d);
 			}
-			const float delta = cr_fmul(cr_fadd(v[r], -cr_warp_sum(d)), b);
-			float o = 0.0f;
-			for (int j = 0; j < per; j++) {
+		const float delta = cr_fmul(cr_fadd(row[(2 * kheads + h) * n + r], -cr_warp_sum(d)), b);
+		float y = 0.0f;
+#pragma unroll
+		for (int j = 0; j < DN_MAX_DIM / CR_WARP; j++)
+			if (j < per) {
 				m[j] = cr_fma(sk[lane + CR_WARP * j], delta, m[j]);
-				M[(i64)r * n + lane + CR_WARP * j] = m[j];
-				if (snap && t == ntok - 2)
-					snap[(i64)h * n * n + (i64)r * n + lane + CR_WARP * j] = m[j];
-				o = cr_fma(m[j], sq[lane + CR_WARP * j], o);
+				y = cr_fma(m[j], sq[lane + CR_WARP * j], y);
 			}
-			o = cr_fmul(cr_warp_sum(o), inv);
-			if (lane == 0)
-				so[r] = o;
+		if (snap && t == ntok - 2) {
+			float* Sr = snap + ((i64)h * n + r) * n;
+#pragma unroll
+			for (int j = 0; j < DN_MAX_DIM / CR_WARP; j++)
+				if (j < per)
+					Sr[lane + CR_WARP * j] = m[j];
 		}
-		__syncthreads();
-		// The gated norm: RMSNorm of the head's output, times silu(z).
-		const float os = dn_rms_scale(dn_sumsq(so, n, sd), n, eps);
-		const float* zt = z + ((i64)t * vheads + h) * n;
-		float* ot = out + ((i64)t * vheads + h) * n;
-		for (int i = tid; i < n; i += DN_THREADS) {
-			float y = cr_fmul(cr_fmul(so[i], os), norm_w[i]);
-			if (norm_b)
-				y = cr_fadd(y, norm_b[i]);
-			ot[i] = cr_fmul(y, dn_silu(zt[i], i, n));
-		}
-		__syncthreads();
+		y = cr_fmul(cr_warp_sum(y), inv);
+		if (lane == 0)
+			o[((i64)t * vheads + h) * n + r] = y;
+		__syncthreads(); // the next token's q and k overwrite sq and sk
+	}
+#pragma unroll
+	for (int j = 0; j < DN_MAX_DIM / CR_WARP; j++)
+		if (j < per)
+			Mr[lane + CR_WARP * j] = m[j];
+}
+
+// deltanet_norm_f32(float* o, const float* z, const float* norm_w, const float* norm_b,
+//                   int n, int rows, float eps)
+//   The gated norm after deltanet_rec_f32, in place: row blockIdx.x of o (rows of n values,
+//   a token's value head each) to its RMSNorm (norm_w, norm_b: n floats, norm_b may be NULL)
+//   times silu(z's row). A head's rows are spread over blocks in deltanet_rec_f32, so its
+//   norm, which needs all of them, is a launch of its own.
+//   grid (rows, 1, 1); block (128, 1, 1) exactly (the order of dn_sumsq's sum).
+extern "C" __global__ void deltanet_norm_f32(float* o, const float* z, const float* norm_w, const float* norm_b, int n, int rows,
+                                             float eps) {
+	__shared__ double sd[32];
+	if ((int)blockIdx.x >= rows)
+		return;
+	float* ot = o + (i64)blockIdx.x * n;
+	const float* zt = z + (i64)blockIdx.x * n;
+	// Each thread reads and writes only its own values, and the block's sum lies between, so
+	// the norm can overwrite its input.
+	const float os = dn_rms_scale(dn_sumsq(ot, n, sd), n, eps);
+	for (int i = threadIdx.x; i < n; i += blockDim.x) {
+		float y = cr_fmul(cr_fmul(ot[i], os), norm_w[i]);
+		if (norm_b)
+			y = cr_fadd(y, norm_b[i]);
+		ot[i] = cr_fmul(y, dn_silu(zt[i], i, n));
 	}
 }
