@@ -12,7 +12,7 @@ import (
 	"github.com/commit-run/commit-run/models"
 )
 
-// deltaNetCases run a gated DeltaNet layer's three kernels, as cuda.GPU.GatedDeltaNet launches
+// deltaNetCases run a gated DeltaNet layer's four kernels, as cuda.GPU.GatedDeltaNet launches
 // them, against HostOps.GatedDeltaNet, the CPU reference (llama.cpp's gated_delta_net), over
 // passes of several tokens and single tokens carrying the state from one to the next, with and
 // without a snapshot: the outputs, the recurrent states and their snapshots within float32
@@ -20,12 +20,12 @@ import (
 // the bit. Qwen3.5's shape (2 key heads under 4 value heads).
 func deltaNetCases() []kernelCase {
 	var cs []kernelCase
-	// Every case runs all three; each kernel is named by at least one, and the head sizes
-	// take a state row of 1, 2, 4 and 8 values a lane.
+	// Every case runs all four; each kernel is named by at least one, and the head sizes
+	// take a state row of 1, 2, 3, 4 and 8 values a lane.
 	for _, c := range []struct {
 		kernel string
 		n      int
-	}{{"deltanet_conv_f32", 32}, {"deltanet_rec_f32", 128}, {"deltanet_rec_f32", 256}, {"deltanet_norm_f32", 64}} {
+	}{{"deltanet_conv_f32", 32}, {"deltanet_rec_f32", 128}, {"deltanet_rec_f32", 256}, {"deltanet_prep_f32", 96}, {"deltanet_norm_f32", 64}} {
 		cs = append(cs, kernelCase{c.kernel, fmt.Sprintf("kheads=2,vheads=4,head=%d,taps=4", c.n),
 			func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkDeltaNet(t, k, c.n, r) }})
 	}
@@ -57,9 +57,10 @@ func checkDeltaNet(t *testing.T, k *kernelEnv, n int, r *rand.Rand) {
 		dconv, dout := k.alloc(t, 4*T*ch), k.alloc(t, 4*T*vd)
 		k.run(t, "deltanet_conv_f32", Dim3{X: ceilDiv(ch, 256)}, Dim3{X: 256},
 			args.Reset().Ptr(dqkv).Ptr(dconv).Ptr(dcst).Ptr(dcsnap).Ptr(dw).Int(ch).Int(l.ConvK).Int(T))
+		k.run(t, "deltanet_prep_f32", Dim3{X: T, Y: 2 * l.KHeads}, Dim3{X: 128},
+			args.Reset().Ptr(dconv).Ptr(dbeta).Ptr(dalpha).Ptr(ddt).Ptr(da).Int(l.KHeads).Int(hv).Int(n).Int(T).Float(l.Eps))
 		k.run(t, "deltanet_rec_f32", Dim3{X: hv, Y: n / deltaNetRowsPerBlock}, Dim3{X: 128},
-			args.Reset().Ptr(dconv).Ptr(dbeta).Ptr(dalpha).Ptr(ddt).Ptr(da).Ptr(ds).Ptr(dssnap).Ptr(dout).
-				Int(l.KHeads).Int(hv).Int(n).Int(T).Float(l.Eps))
+			args.Reset().Ptr(dconv).Ptr(dbeta).Ptr(dalpha).Ptr(ds).Ptr(dssnap).Ptr(dout).Int(l.KHeads).Int(hv).Int(n).Int(T))
 		k.run(t, "deltanet_norm_f32", Dim3{X: T * hv}, Dim3{X: 128},
 			args.Reset().Ptr(dout).Ptr(dz).Ptr(dnorm).Ptr(0).Int(n).Int(T*hv).Float(l.Eps))
 		want := make([]float32, T*vd)

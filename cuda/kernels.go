@@ -98,7 +98,7 @@ var KernelNames = []string{
 	// moe.cu
 	"combine_off_f32", "gated_add_f32",
 	// deltanet.cu: a gated DeltaNet layer between its products
-	"deltanet_conv_f32", "deltanet_rec_f32", "deltanet_norm_f32",
+	"deltanet_conv_f32", "deltanet_prep_f32", "deltanet_rec_f32", "deltanet_norm_f32",
 	// fused.cu: a decode step's runs of operations, one launch each
 	"add_rms_norm_f32", "rope_kv_f32", "kv_store_f32", "moe_route_f32",
 	"mmv3_f32", "mmv3_f16", "mmv3_bf16",

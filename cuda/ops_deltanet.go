@@ -16,8 +16,10 @@ const (
 )
 
 // GatedDeltaNet implements device.Ops: the convolution with its state (deltanet_conv_f32),
-// each value head's recurrence (deltanet_rec_f32, a warp per row of its state) and the gated
-// norm (deltanet_norm_f32), in three launches. beta, alpha and z are left as they were.
+// what the recurrence reads of each token, over the tokens in parallel (deltanet_prep_f32: q
+// and k to unit length, in conv; beta's sigmoid and the decay, over beta and alpha), each
+// value head's recurrence (deltanet_rec_f32, a warp per row of its state), and the gated
+// norm (deltanet_norm_f32): four launches. z is left as it was.
 func (g *GPU) GatedDeltaNet(l *device.DeltaNetLayer, st, snap *device.DeltaNetState, qkv, z, beta, alpha []float32, T int, conv, out []float32) {
 	c := g.begin("DeltaNet")
 	defer c.end()
@@ -44,9 +46,11 @@ func (g *GPU) GatedDeltaNet(l *device.DeltaNetLayer, st, snap *device.DeltaNetSt
 	g.args.Reset().Ptr(c.f(qkv[:T*ch], "the q/k/v projection")).Ptr(cp).Ptr(c.f(st.Conv, "the convolution's state")).Ptr(sc).
 		Ptr(c.f(l.Conv, "the convolution's weights")).Int(ch).Int(K).Int(T)
 	c.launch("deltanet_conv_f32", Dim3{X: blocks(ch, 256)}, Dim3{X: 256})
-	op := c.f(out[:T*hv*n], "the output")
-	g.args.Reset().Ptr(cp).Ptr(c.f(beta[:T*hv], "beta")).Ptr(c.f(alpha[:T*hv], "alpha")).Ptr(c.f(l.DtBias, "the time step bias")).
-		Ptr(c.f(l.A, "A")).Ptr(c.f(st.S, "the recurrent state")).Ptr(ss).Ptr(op).Int(l.KHeads).Int(hv).Int(n).Int(T).Float(l.Eps)
+	op, pb, pa := c.f(out[:T*hv*n], "the output"), c.f(beta[:T*hv], "beta"), c.f(alpha[:T*hv], "alpha")
+	g.args.Reset().Ptr(cp).Ptr(pb).Ptr(pa).Ptr(c.f(l.DtBias, "the time step bias")).Ptr(c.f(l.A, "A")).
+		Int(l.KHeads).Int(hv).Int(n).Int(T).Float(l.Eps)
+	c.launch("deltanet_prep_f32", Dim3{X: T, Y: 2 * l.KHeads}, Dim3{X: 128})
+	g.args.Reset().Ptr(cp).Ptr(pb).Ptr(pa).Ptr(c.f(st.S, "the recurrent state")).Ptr(ss).Ptr(op).Int(l.KHeads).Int(hv).Int(n).Int(T)
 	c.launch("deltanet_rec_f32", Dim3{X: hv, Y: n / deltaNetRowsPerBlock}, Dim3{X: 128})
 	g.args.Reset().Ptr(op).Ptr(c.f(z[:T*hv*n], "the gate")).Ptr(c.f(l.NormW, "the norm")).Ptr(c.f(l.NormB, "the norm's bias")).
 		Int(n).Int(T * hv).Float(l.Eps)

@@ -1,7 +1,7 @@
 // deltanet.cu: a gated DeltaNet layer between its products (device.Ops.GatedDeltaNet,
-// models.HostOps.GatedDeltaNet: llama.cpp's CPU gated_delta_net, token after token), in three
-// launches: the causal convolution with its state, each value head's recurrence, and its
-// gated norm. Sums add in other orders than the CPU's (warp and block reductions), so results
+// models.HostOps.GatedDeltaNet: llama.cpp's CPU gated_delta_net, token after token), in four
+// launches: the causal convolution with its state; q and k to unit length, beta's sigmoid and
+// the decay, in parallel over the tokens; each value head's recurrence; and its gated norm. Sums add in other orders than the CPU's (warp and block reductions), so results
 // agree to float32 rounding, not bit for bit.
 #include "common.cuh"
 
@@ -92,90 +92,122 @@ CR_FN float dn_rms_scale(double sum, int n, float eps) {
 	return cr_fdiv(1.0f, cr_fsqrt(cr_fadd((float)(sum / (double)n), eps)));
 }
 
-// deltanet_rec_f32(const float* conv, const float* beta, const float* alpha, const float* dt_bias,
-//                  const float* a, float* s, float* snap, float* o, int kheads, int vheads, int n,
-//                  int ntok, float eps)
+// deltanet_prep_f32(float* conv, float* beta, float* alpha, const float* dt_bias, const float* a,
+//                   int kheads, int vheads, int n, int ntok, float eps)
+//   What deltanet_rec_f32 reads of each token that does not depend on the state, in place and
+//   in parallel over the tokens, so that the recurrence's chain from token to token holds no
+//   reduction over a block and no float64: q or k head blockIdx.y (of 2*kheads: the convolved q
+//   of every key head, then their k, n values a head) of token t = blockIdx.x's row of conv
+//   (rows of (2*kheads + vheads)*n) to unit length (RMSNorm with eps/n, times 1/sqrt(n)); and,
+//   on the blocks of blockIdx.y 0, token t's beta (vheads values) to its sigmoid and alpha to
+//   the decay expf(softplus(alpha + dt_bias[h]) * a[h]). n % 32 == 0, n <= 256.
+//   grid (ntok, 2*kheads, 1); block (128, 1, 1) exactly (the order of dn_sumsq's sum).
+extern "C" __global__ void deltanet_prep_f32(float* conv, float* beta, float* alpha, const float* dt_bias, const float* a, int kheads,
+                                             int vheads, int n, int ntok, float eps) {
+	__shared__ double sd[32];
+	const int t = blockIdx.x, y = blockIdx.y;
+	if (t >= ntok || y >= 2 * kheads || n % CR_WARP != 0 || n > DN_MAX_DIM)
+		return;
+	float* x = conv + (i64)t * (2 * kheads + vheads) * n + (i64)y * n;
+	const float inv = cr_fdiv(1.0f, cr_fsqrt((float)n));
+	// Each thread reads and writes only its own values, the block's sum between.
+	const float sc = dn_rms_scale(dn_sumsq(x, n, sd), n, cr_fdiv(eps, (float)n));
+	for (int i = threadIdx.x; i < n; i += blockDim.x)
+		x[i] = cr_fmul(cr_fmul(x[i], sc), inv);
+	if (y == 0)
+		for (int h = threadIdx.x; h < vheads; h += blockDim.x) {
+			const i64 k = (i64)t * vheads + h;
+			beta[k] = cr_fdiv(1.0f, cr_fadd(1.0f, cr_expf(-beta[k])));
+			alpha[k] = cr_expf(cr_fmul(dn_softplus(cr_fadd(alpha[k], dt_bias[h])), a[h]));
+		}
+}
+
+// deltanet_rec_f32(const float* conv, const float* beta, const float* decay, float* s, float* snap,
+//                  float* o, int kheads, int vheads, int n, int ntok)
 //   Rows blockIdx.y*4 .. blockIdx.y*4+3 of value head h = blockIdx.x's gated DeltaNet over ntok
-//   tokens, as models.deltaJob.head: for each token t, its row of conv (the convolved q of every
-//   key head, then their k, then every value head's v, n values a head) gives q and k of key
-//   head h % kheads, both to unit length (RMSNorm with eps/n, times 1/sqrt(n)), and v of h;
-//   beta = sigmoid(beta[t*vheads + h]), g = softplus(alpha[..] + dt_bias[h]) * a[h]; the
-//   head's matrix (s + h*n*n, transposed: row j is column j of S) decays by expf(g), each row
-//   r moves by k times (v[r] - row r . k) * beta, and (row r . q)/sqrt(n) goes to
+//   tokens after deltanet_prep_f32, as models.deltaJob.head: for each token t, its row of conv
+//   gives the unit q and k of key head h % kheads and v of h (the q of every key head, then
+//   their k, then every value head's v, n values a head); the head's matrix (s + h*n*n,
+//   transposed: row j is column j of S) decays by decay[t*vheads + h], each row r moves by k
+//   times (v[r] - row r . k) * beta[t*vheads + h], and (row r . q)/sqrt(n) goes to
 //   o + (t*vheads + h)*n + r, before the gated norm (deltanet_norm_f32). snap, when not NULL,
 //   receives the rows after token ntok-2. n % 32 == 0, n <= 256.
-//   grid (vheads, n/4, 1); block (128, 1, 1) exactly: a warp per row, the row in registers
-//   from the first token to the last, so that a pass reads and writes the state once and a
-//   head's rows run on n/4 blocks (llama.cpp's CUDA gated_delta_net spreads them so too).
-//   Every block normalises its head's q and k itself: n values, against a row's n
-//   multiply-adds per warp.
-extern "C" __global__ void deltanet_rec_f32(const float* conv, const float* beta, const float* alpha, const float* dt_bias,
-                                            const float* a, float* s, float* snap, float* o, int kheads, int vheads, int n, int ntok,
-                                            float eps) {
-	__shared__ float sq[DN_MAX_DIM], sk[DN_MAX_DIM];
-	__shared__ double sd[32];
-	const int h = blockIdx.x, tid = threadIdx.x, lane = tid % CR_WARP;
-	const int r = blockIdx.y * DN_WARPS + tid / CR_WARP;
-	if (h >= vheads || n % CR_WARP != 0 || n > DN_MAX_DIM || (int)blockIdx.y * DN_WARPS >= n)
+//   grid (vheads, n/4, 1); block (128, 1, 1): a warp per row, the row in registers from the
+//   first token to the last, so that a pass reads and writes the state once and a head's rows
+//   run on n/4 blocks (llama.cpp's CUDA gated_delta_net spreads them so too). The warps never
+//   wait for each other, and each loads a token's inputs while it computes the one before.
+extern "C" __global__ void deltanet_rec_f32(const float* conv, const float* beta, const float* decay, float* s, float* snap, float* o,
+                                            int kheads, int vheads, int n, int ntok) {
+	const int h = blockIdx.x, lane = threadIdx.x % CR_WARP;
+	const int r = blockIdx.y * DN_WARPS + threadIdx.x / CR_WARP;
+	if (h >= vheads || n % CR_WARP != 0 || n > DN_MAX_DIM || r >= n || ntok < 1)
 		return;
 	const int kh = h % kheads, ch = (2 * kheads + vheads) * n, per = n / CR_WARP;
-	float* Mr = s + ((i64)h * n + r) * n;
-	// The loops run to the bound, guarded, so that m's indices are constants and m stays in
-	// registers.
-	float m[DN_MAX_DIM / CR_WARP];
+	const float* qp = conv + kh * n + lane;
+	const float* kp = conv + (kheads + kh) * n + lane;
+	const float* vp = conv + (2 * kheads + h) * n + r;
+	float* Mr = s + ((i64)h * n + r) * n + lane;
+	// The loops run to the bound, guarded, so that the arrays' indices are constants and the
+	// arrays stay in registers.
+	float m[DN_MAX_DIM / CR_WARP], q[DN_MAX_DIM / CR_WARP], k[DN_MAX_DIM / CR_WARP];
 #pragma unroll
 	for (int j = 0; j < DN_MAX_DIM / CR_WARP; j++)
-		if (j < per)
-			m[j] = Mr[lane + CR_WARP * j];
-	const float inv = cr_fdiv(1.0f, cr_fsqrt((float)n)), l2eps = cr_fdiv(eps, (float)n);
+		if (j < per) {
+			m[j] = Mr[CR_WARP * j];
+			q[j] = qp[CR_WARP * j];
+			k[j] = kp[CR_WARP * j];
+		}
+	float v = vp[0], b = beta[h], dc = decay[h];
+	const float inv = cr_fdiv(1.0f, cr_fsqrt((float)n));
 	for (int t = 0; t < ntok; t++) {
-		const float* row = conv + (i64)t * ch;
-		for (int i = tid; i < n; i += DN_THREADS) {
-			sq[i] = row[kh * n + i];
-			sk[i] = row[(kheads + kh) * n + i];
-		}
-		__syncthreads();
-		const float qs = dn_rms_scale(dn_sumsq(sq, n, sd), n, l2eps);
-		const float ks = dn_rms_scale(dn_sumsq(sk, n, sd), n, l2eps);
-		for (int i = tid; i < n; i += DN_THREADS) {
-			sq[i] = cr_fmul(cr_fmul(sq[i], qs), inv);
-			sk[i] = cr_fmul(cr_fmul(sk[i], ks), inv);
-		}
-		__syncthreads();
-		const float b = cr_fdiv(1.0f, cr_fadd(1.0f, cr_expf(-beta[(i64)t * vheads + h])));
-		const float g = cr_fmul(dn_softplus(cr_fadd(alpha[(i64)t * vheads + h], dt_bias[h])), a[h]);
-		const float decay = cr_expf(g);
+		// Token t+1's inputs, loaded before token t's chain needs the load units' results.
+		const int tn = t + 1 < ntok ? t + 1 : t;
+		const i64 rn = (i64)tn * ch, gn = (i64)tn * vheads + h;
+		float qn[DN_MAX_DIM / CR_WARP], kn[DN_MAX_DIM / CR_WARP];
+#pragma unroll
+		for (int j = 0; j < DN_MAX_DIM / CR_WARP; j++)
+			if (j < per) {
+				qn[j] = qp[rn + CR_WARP * j];
+				kn[j] = kp[rn + CR_WARP * j];
+			}
+		const float vn = vp[rn], bn = beta[gn], dn = decay[gn];
 		float d = 0.0f;
 #pragma unroll
 		for (int j = 0; j < DN_MAX_DIM / CR_WARP; j++)
 			if (j < per) {
-				m[j] = cr_fmul(m[j], decay);
-				d = cr_fma(m[j], sk[lane + CR_WARP * j], d);
+				m[j] = cr_fmul(m[j], dc);
+				d = cr_fma(m[j], k[j], d);
 			}
-		const float delta = cr_fmul(cr_fadd(row[(2 * kheads + h) * n + r], -cr_warp_sum(d)), b);
+		const float delta = cr_fmul(cr_fadd(v, -cr_warp_sum(d)), b);
 		float y = 0.0f;
 #pragma unroll
 		for (int j = 0; j < DN_MAX_DIM / CR_WARP; j++)
 			if (j < per) {
-				m[j] = cr_fma(sk[lane + CR_WARP * j], delta, m[j]);
-				y = cr_fma(m[j], sq[lane + CR_WARP * j], y);
+				m[j] = cr_fma(k[j], delta, m[j]);
+				y = cr_fma(m[j], q[j], y);
 			}
 		if (snap && t == ntok - 2) {
-			float* Sr = snap + ((i64)h * n + r) * n;
+			float* Sr = snap + ((i64)h * n + r) * n + lane;
 #pragma unroll
 			for (int j = 0; j < DN_MAX_DIM / CR_WARP; j++)
 				if (j < per)
-					Sr[lane + CR_WARP * j] = m[j];
+					Sr[CR_WARP * j] = m[j];
 		}
 		y = cr_fmul(cr_warp_sum(y), inv);
 		if (lane == 0)
 			o[((i64)t * vheads + h) * n + r] = y;
-		__syncthreads(); // the next token's q and k overwrite sq and sk
+#pragma unroll
+		for (int j = 0; j < DN_MAX_DIM / CR_WARP; j++)
+			if (j < per) {
+				q[j] = qn[j];
+				k[j] = kn[j];
+			}
+		v = vn, b = bn, dc = dn;
 	}
 #pragma unroll
 	for (int j = 0; j < DN_MAX_DIM / CR_WARP; j++)
 		if (j < per)
-			Mr[lane + CR_WARP * j] = m[j];
+			Mr[CR_WARP * j] = m[j];
 }
 
 // deltanet_norm_f32(float* o, const float* z, const float* norm_w, const float* norm_b,
