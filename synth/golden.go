@@ -111,19 +111,19 @@ var goldenVariants = []struct {
 	base    string
 	recipes []Recipe
 }{
-	{"mixtral", []Recipe{F32, F16, Q4KM8, Q2K}},
-	{"qwen2moe", []Recipe{F32, Q4KM, Q4_0M}},
+	{"mixtral", []Recipe{F32, F16, q4km8Golden, Q2K}},
+	{"qwen2moe", []Recipe{F32, q4kmGolden, Q4_0M}},
 	{"qwen3moe", []Recipe{F32, BF16, Q5KM, Q3KM}},
 	{"olmoe", []Recipe{F32, Q8_0, Q5_1M, IQ4NL}},
-	{"deepseek2-mla", []Recipe{F32, F16, Q4KM}},
+	{"deepseek2-mla", []Recipe{F32, F16, q4kmGolden}},
 	{"deepseek2-legacy", []Recipe{F32, Q5_1M}},
 	{"llama", []Recipe{F32, Q4_0M}},
 	{"qwen2", []Recipe{F32, IQ4NL}},
 	{"qwen3", []Recipe{F32, Q2K}},
-	{"deepseek2-v3", []Recipe{F32, Q4KM}},
-	{"glm4moe", []Recipe{F32, Q8_0, Q4KM}},
+	{"deepseek2-v3", []Recipe{F32, q4kmGolden}},
+	{"glm4moe", []Recipe{F32, Q8_0, q4kmGolden}},
 	{"gpt-oss", []Recipe{F32, mxfp4Golden}},
-	{"qwen35moe", []Recipe{F32, Q8_0, Q4KM}},
+	{"qwen35moe", []Recipe{F32, Q8_0, q4kmGolden}},
 }
 
 // Golden returns the specs of the golden model set, in a fixed order.

@@ -19,6 +19,53 @@ type Recipe struct {
 	// "attn_v", "ffn_down_exps", "output", "token_embd"); "role@N" applies to layer N only and
 	// wins over "role".
 	Rules map[string]quant.Type
+	// mix, when set, picks each weight's type from its place in the model, as a llama.cpp
+	// preset does, in place of Base and Rules.
+	mix func(slot) quant.Type
+}
+
+// slot is where a weight sits in its model: what llama.cpp's presets choose a type by
+// (llama_tensor_get_type).
+type slot struct {
+	role    string // as Rules names it
+	layer   int    // -1 outside the layers
+	layers  int    // the model's layers, the next-token-prediction block included (n_layer_all)
+	experts int
+	tied    bool // no output matrix: the token embedding is the output's too
+	// The weight's index among the model's attention-value-like weights (valueLike), in file
+	// order, and their number.
+	wv, nwv int
+}
+
+// valueLike reports whether llama.cpp's presets treat a role as they treat attn_v (its
+// category_is_attn_v): the value projection, alone or in a fused q/k/v or MLA's kv_b.
+func valueLike(role string) bool {
+	return role == "attn_v" || role == "attn_qkv" || role == "attn_kv_b"
+}
+
+// moreBits is llama.cpp's use_more_bits: the first and last eighth of n layers and every
+// third between, about half of them.
+func moreBits(i, n int) bool { return i < n/8 || i >= 7*n/8 || (i-n/8)%3 == 2 }
+
+// llamaQ4KM is llama.cpp's Q4_K_M preset (llama_tensor_get_type for every architecture but
+// Falcon): Q4_K; Q6_K for the output (and the token embedding where it is the output too),
+// for the attention values of moreBits's share of them and for every FFN down projection
+// (dense, routed and shared) of moreBits's layers; in a model of exactly 8 experts, Q8_0
+// keys and values and Q5_K attention outputs.
+func llamaQ4KM(w slot) quant.Type {
+	switch {
+	case w.role == "output" || w.role == "token_embd" && w.tied:
+		return quant.Q6_K
+	case valueLike(w.role) && w.experts == 8, w.role == "attn_k" && w.experts == 8:
+		return quant.Q8_0
+	case valueLike(w.role) && moreBits(w.wv, w.nwv):
+		return quant.Q6_K
+	case w.role == "attn_output" && w.experts == 8:
+		return quant.Q5_K
+	case strings.Contains(w.role, "ffn_down") && w.layer >= 0 && moreBits(w.layer, w.layers):
+		return quant.Q6_K
+	}
+	return quant.Q4_K
 }
 
 // llama_ftype values for general.file_type.
@@ -39,22 +86,29 @@ const (
 	ftypeBF16   = 32
 )
 
-// Standard recipes. The K-quant mixes follow the shape of llama.cpp's presets (more bits for
-// attn_v, ffn_down and the output, attn_k/attn_v at Q8_0 for 8-expert models) without
-// reproducing every rule: what matters is that real files' combinations of types occur.
+// Standard recipes. Q4KM is llama.cpp's Q4_K_M preset, rule for rule; the other K-quant
+// mixes follow the shape of llama.cpp's presets (more bits for attn_v, ffn_down and the
+// output, attn_k/attn_v at Q8_0 for 8-expert models) without reproducing every rule: what
+// matters is that real files' combinations of types occur.
 var (
 	F32  = Recipe{Name: "f32", FileType: ftypeF32, Base: quant.F32}
 	F16  = Recipe{Name: "f16", FileType: ftypeF16, Base: quant.F16}
 	BF16 = Recipe{Name: "bf16", FileType: ftypeBF16, Base: quant.BF16}
 	Q8_0 = Recipe{Name: "q8_0", FileType: ftypeQ8_0, Base: quant.Q8_0}
-	// Q4KM is a Q4_K_M-like mix.
-	Q4KM = Recipe{Name: "q4km", FileType: ftypeQ4_K_M, Base: quant.Q4_K, Rules: map[string]quant.Type{
+	// Q4KM is llama.cpp's Q4_K_M (llamaQ4KM): the public shapes' "q4km", so that their bytes
+	// are the published files'.
+	Q4KM = Recipe{Name: "q4km", FileType: ftypeQ4_K_M, Base: quant.Q4_K, mix: llamaQ4KM}
+	// q4kmGolden is the Q4_K_M-like mix the golden fixtures of that name were made from,
+	// before Q4KM followed llama.cpp rule for rule: it puts Q5_K and Q6_K beside Q4_K in
+	// every model it is given.
+	q4kmGolden = Recipe{Name: "q4km", FileType: ftypeQ4_K_M, Base: quant.Q4_K, Rules: map[string]quant.Type{
 		"attn_v": quant.Q6_K, "ffn_down": quant.Q6_K, "ffn_down_exps@0": quant.Q6_K,
 		"ffn_down_shexp": quant.Q6_K, "attn_kv_b": quant.Q6_K, "attn_v_b": quant.Q6_K,
 		"output": quant.Q6_K, "attn_output": quant.Q5_K,
 	}}
-	// Q4KM8 is Q4KM for 8-expert models, where llama.cpp keeps attn_k/attn_v at Q8_0.
-	Q4KM8 = Recipe{Name: "q4km", FileType: ftypeQ4_K_M, Base: quant.Q4_K, Rules: map[string]quant.Type{
+	// q4km8Golden is q4kmGolden for the golden 8-expert model, where llama.cpp keeps
+	// attn_k/attn_v at Q8_0.
+	q4km8Golden = Recipe{Name: "q4km", FileType: ftypeQ4_K_M, Base: quant.Q4_K, Rules: map[string]quant.Type{
 		"attn_k": quant.Q8_0, "attn_v": quant.Q8_0, "attn_output": quant.Q5_K,
 		"ffn_down_exps@0": quant.Q6_K, "output": quant.Q6_K,
 	}}
@@ -114,20 +168,22 @@ func (r Recipe) validate() error {
 	return nil
 }
 
-// typeOf returns the type of a quantizable weight of the given role in layer il (-1 for
-// tensors outside the layers) whose rows have ne0 elements. A K-quant that does not divide the
+// typeOf returns the type of a quantizable weight at w whose rows have ne0 elements. A K-quant that does not divide the
 // row falls back as llama.cpp's quantizer does (Q4_K->Q5_0, Q5_K->Q5_1, Q6_K->Q8_0,
 // Q2_K/Q3_K->IQ4_NL, the rule of the llama.cpp releases most published files were made with),
 // and a row that no block type divides is stored as F16.
-func (r Recipe) typeOf(role string, il, ne0 int) quant.Type {
+func (r Recipe) typeOf(w slot, ne0 int) quant.Type {
 	t := r.Base
-	if rt, ok := r.Rules[role]; ok {
+	if rt, ok := r.Rules[w.role]; ok {
 		t = rt
 	}
-	if il >= 0 {
-		if rt, ok := r.Rules[role+"@"+strconv.Itoa(il)]; ok {
+	if w.layer >= 0 {
+		if rt, ok := r.Rules[w.role+"@"+strconv.Itoa(w.layer)]; ok {
 			t = rt
 		}
+	}
+	if r.mix != nil {
+		t = r.mix(w)
 	}
 	if ne0%t.BlockSize() != 0 {
 		switch t {

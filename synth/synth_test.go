@@ -300,7 +300,7 @@ func TestValidate(t *testing.T) {
 }
 
 func TestRecipeFallback(t *testing.T) {
-	r := Q4KM
+	r := q4kmGolden
 	cases := []struct {
 		role string
 		ne0  int
@@ -312,17 +312,21 @@ func TestRecipeFallback(t *testing.T) {
 		{"output", 384, quant.Q8_0},        // Q6_K -> Q8_0
 	}
 	for _, c := range cases {
-		if got := r.typeOf(c.role, 1, c.ne0); got != c.want {
+		if got := r.typeOf(slot{role: c.role, layer: 1}, c.ne0); got != c.want {
 			t.Errorf("%s ne0 %d: %v, want %v", c.role, c.ne0, got, c.want)
 		}
 	}
-	if got := Q2K.typeOf("attn_q", 0, 128); got != quant.IQ4_NL {
+	if got := Q2K.typeOf(slot{role: "attn_q"}, 128); got != quant.IQ4_NL {
 		t.Errorf("Q2_K fallback: %v", got)
 	}
-	if got := Q4KM.typeOf("ffn_down_exps", 0, 256); got != quant.Q6_K {
+	if got := q4kmGolden.typeOf(slot{role: "ffn_down_exps"}, 256); got != quant.Q6_K {
 		t.Errorf("layer rule: %v", got)
 	}
-	if got := Q8_0.typeOf("attn_q", 0, 48); got != quant.F16 {
+	if got := Q8_0.typeOf(slot{role: "attn_q"}, 48); got != quant.F16 {
 		t.Errorf("no block fits 48: %v", got)
+	}
+	// The preset's choice falls back as the rules' does.
+	if got := Q4KM.typeOf(slot{role: "output", layer: -1}, 384); got != quant.Q8_0 {
+		t.Errorf("Q4_K_M's output of rows of 384: %v, want Q8_0", got)
 	}
 }

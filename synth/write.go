@@ -41,10 +41,20 @@ func Build(s Spec) (*Model, error) {
 		return nil, fmt.Errorf("spec %q: %w", s.Name, err)
 	}
 	m := &Model{Spec: s, KV: s.metadata(voc), defs: defs}
+	w := slot{layers: s.Layers, experts: s.Experts, tied: s.Tied}
+	for _, d := range defs {
+		if d.quantizable && valueLike(d.role) {
+			w.nwv++
+		}
+	}
 	for _, d := range defs {
 		t := quant.F32
 		if d.quantizable {
-			t = s.Types.typeOf(d.role, d.layer, int(d.shape[0]))
+			w.role, w.layer = d.role, d.layer
+			t = s.Types.typeOf(w, int(d.shape[0]))
+			if valueLike(d.role) {
+				w.wv++
+			}
 		}
 		m.Tensors = append(m.Tensors, Tensor{Name: d.name, Shape: d.shape, Type: t})
 	}
