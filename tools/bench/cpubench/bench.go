@@ -47,8 +47,11 @@ func layout(o options) ([]modelFile, error) {
 					return nil, err
 				}
 			}
-			files = append(files, modelFile{Shape: sh, Type: t, Layers: layers, Estimate: est, Spec: spec,
-				Path: modelPath(o.work, sh, t, layers, o.seed)})
+			path, err := modelPath(o.work, sh, t, layers, o.seed, spec)
+			if err != nil {
+				return nil, err
+			}
+			files = append(files, modelFile{Shape: sh, Type: t, Layers: layers, Estimate: est, Spec: spec, Path: path})
 		}
 	}
 	return files, nil

@@ -44,7 +44,7 @@ func TestPlanOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"OLMoE-1B-7B    Q8_0      3 layers", "/w/olmoe-q8_0-3L-s1.gguf",
+	for _, want := range []string{"OLMoE-1B-7B    Q8_0      3 layers", "/w/olmoe-q8_0-3L-s1-",
 		"prompt    16, decode    8  -> tg8@d16, pp16", "threads: [2]"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("plan lacks %q:\n%s", want, out.String())

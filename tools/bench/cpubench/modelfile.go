@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"hash/fnv"
 	"os"
 	"path/filepath"
 
@@ -62,11 +63,20 @@ func chooseLayers(sh shape, t wtype, limit int64, seed uint64) (int, int64, erro
 	return best, bestBytes, nil
 }
 
-// modelPath is where the file of shape sh, type t and layers lives in the work folder. The
-// name holds everything that defines its contents, so a cached file is reused only when it is
-// the same model.
-func modelPath(work string, sh shape, t wtype, layers int, seed uint64) string {
-	return filepath.Join(work, fmt.Sprintf("%s-%s-%dL-s%d.gguf", sh.Name, t.Recipe, layers, seed))
+// modelPath is where the file of spec s (shape sh, type t, the given layers and seed) lives in
+// the work folder. The name holds everything that defines its contents, the tensors' types
+// included (a digest of their names, types and shapes, which a recipe's rules decide), so a
+// cached file is reused only when it is the same model.
+func modelPath(work string, sh shape, t wtype, layers int, seed uint64, s synth.Spec) (string, error) {
+	m, err := synth.Build(s)
+	if err != nil {
+		return "", err
+	}
+	h := fnv.New32a()
+	for _, ten := range m.Tensors {
+		fmt.Fprintf(h, "%s %v %v\n", ten.Name, ten.Type, ten.Shape)
+	}
+	return filepath.Join(work, fmt.Sprintf("%s-%s-%dL-s%d-%08x.gguf", sh.Name, t.Recipe, layers, seed, h.Sum32())), nil
 }
 
 // ensureModel writes the model unless a finished file is already there (regen forces it). It
