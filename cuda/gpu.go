@@ -91,6 +91,7 @@ type GPU struct {
 	mod           *Module
 	mmv, mmq      map[quant.Type]*Function // products by weight type: few tokens, many (prefill)
 	mmvq          map[quant.Type]*Function // few tokens' integer products (ops_quant.go)
+	mmqi          map[quant.Type]*Function // many tokens' integer products on the tensor cores (ops_quant.go)
 	qscr          qscratch                 // their quantized activations (under mu)
 
 	// mu orders the synchronous products: one staging area, one sequence on the stream.
@@ -181,7 +182,8 @@ func Open(o GPUOptions) (*GPU, error) {
 		return nil, fmt.Errorf("device %s: %w", name, err)
 	}
 	g := &GPU{drv: drv, ctx: ctx, info: info, host: o.Host, mmv: map[quant.Type]*Function{}, mmq: map[quant.Type]*Function{}, mmvq: map[quant.Type]*Function{},
-		fns: map[string]*Function{}, opened: time.Now(), hostRates: rates}
+		mmqi: map[quant.Type]*Function{},
+		fns:  map[string]*Function{}, opened: time.Now(), hostRates: rates}
 	if err := g.open(o); err != nil {
 		g.Close()
 		return nil, fmt.Errorf("device %s (%s): %w", name, info.Name, err)
@@ -251,6 +253,16 @@ func (g *GPU) open(o GPUOptions) error {
 			return err
 		}
 		g.mmvq[t] = f
+	}
+	for t, name := range mmqiKernels {
+		f, err := g.mod.Function(name)
+		if errors.Is(err, ErrNotFound) {
+			continue // prompt products of this type take mmq's float tiles
+		}
+		if err != nil {
+			return err
+		}
+		g.mmqi[t] = f
 	}
 	return nil
 }
@@ -746,10 +758,11 @@ func (g *GPU) matMul(w quant.Matrix, x []float32, T int, out []float32) bool {
 	return true
 }
 
-// launchMatMul launches the product of the weights at wp and T activations at xp into yp: on
-// mmq's tiles (fn) when mmq is set, else on mmvq's integer product where w's type has one, else
-// on mmv (fn). The quantized kernels multiply the activation quantized as the CPU quantizes it,
-// so quantizing comes first, and its error stops the launch. The caller holds g.mu.
+// launchMatMul launches the product of the weights at wp and T activations at xp into yp: when
+// mmq is set, on mmqi's tensor-core tiles where w's type has them, else on mmq's (fn); else on
+// mmvq's integer product where w's type has one, else on mmv (fn). The quantized kernels
+// multiply the activation quantized as the CPU quantizes it, so quantizing comes first, and
+// its error stops the launch. The caller holds g.mu.
 func (g *GPU) launchMatMul(fn *Function, mmq bool, w quant.Matrix, wp, xp, yp DevicePtr, T int) error {
 	grid := Dim3{X: (w.Rows + mmvRowsPerBlock - 1) / mmvRowsPerBlock, Y: (T + mmvTokensPerBlock - 1) / mmvTokensPerBlock}
 	block := Dim3{X: 32, Y: mmvRowsPerBlock}
@@ -765,6 +778,12 @@ func (g *GPU) launchMatMul(fn *Function, mmq bool, w quant.Matrix, wp, xp, yp De
 		_, qb, _ := q8Kind(w.Type)
 		args = func() *Args {
 			return g.args.Reset().Ptr(wp).Ptr(xp).Ptr(yp).Int(w.Rows).Int(w.Cols).Int(T).Ptr(a.q).Ptr(a.d).Ptr(a.s).Int(qb)
+		}
+		if f := g.mmqi[w.Type]; f != nil && a.q != 0 {
+			fn, block = f, Dim3{X: mmqiThreads}
+			args = func() *Args {
+				return g.args.Reset().Ptr(wp).Ptr(a.q).Ptr(a.d).Ptr(a.s).Ptr(yp).Int(w.Rows).Int(w.Cols).Int(T)
+			}
 		}
 	} else if f := g.mmvq[w.Type]; f != nil {
 		var off int64

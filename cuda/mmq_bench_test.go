@@ -9,8 +9,8 @@ import (
 	"github.com/commit-run/commit-run/quant"
 )
 
-// BenchmarkMMQ times the prefill products of a 4096 x 4096 matrix, mmq against mmv on the
-// same product, for a few token counts: the figures to set mmqMinTokens by (the token count
+// BenchmarkMMQ times the prefill products of a 4096 x 4096 matrix, mmq (float tiles) and mmqi
+// (tensor cores, where the type has it) against mmv on the same product, for a few token counts: the figures to set mmqMinTokens by (the token count
 // from which mmq is faster) and to see how far mmq is from the card's limits. Each reports
 //
 //	weight-GB/s  the matrix's bytes per product over the time of a product (what a kernel
@@ -28,7 +28,7 @@ func BenchmarkMMQ(b *testing.B) {
 	}
 	const rows, cols = 4096, 4096
 	r := rand.New(rand.NewPCG(1, 1))
-	for _, typ := range []quant.Type{quant.Q4_K, quant.Q8_0} {
+	for _, typ := range []quant.Type{quant.Q4_K, quant.Q8_0, quant.Q4_0} {
 		// 64 quantized rows, repeated: quantizing 16M values would take longer than the runs.
 		rb, err := typ.RowBytes(cols)
 		if err != nil {
@@ -44,13 +44,27 @@ func BenchmarkMMQ(b *testing.B) {
 		dw := k.put(b, data)
 		for _, T := range []int{16, 64, 256} {
 			dx, dy := k.putF32(b, randF32(r, T*cols, 1)), k.alloc(b, 4*T*rows)
-			for _, kernel := range []string{"mmq", "mmv"} {
+			// The tensor-core kernel multiplies the activation quantized (once, not timed).
+			kind, qb, _ := q8Kind(typ)
+			dq, dd, ds := k.alloc(b, T*cols), k.alloc(b, 4*T*cols/qb), k.alloc(b, 4*T*cols/qb)
+			var qa Args
+			k.run(b, "quantize_q8_f32", Dim3{X: ceilDiv(T*cols/qb, 8)}, Dim3{X: 256}, qa.Ptr(dx).Ptr(dq).Ptr(dd).Ptr(ds).Int(cols).Int(T).Int(kind))
+			for _, kernel := range []string{"mmq", "mmqi", "mmv"} {
 				name, grid, block := mmqKernels[typ], Dim3{X: ceilDiv(rows, mmqRowsPerBlock), Y: ceilDiv(T, mmqTokensPerBlock)}, Dim3{X: mmqThreads}
-				if kernel == "mmv" {
+				args := productArgs(dw, dx, dy, rows, cols, T)
+				switch kernel {
+				case "mmv":
 					name, grid, block = mmvKernels[typ], Dim3{X: ceilDiv(rows, mmvRowsPerBlock), Y: ceilDiv(T, mmvTokensPerBlock)}, Dim3{X: 32, Y: mmvRowsPerBlock}
+				case "mmqi":
+					if mmqiKernels[typ] == "" {
+						continue
+					}
+					name, block = mmqiKernels[typ], Dim3{X: mmqiThreads}
+					args = Args{}
+					args.Ptr(dw).Ptr(dq).Ptr(dd).Ptr(ds).Ptr(dy).Int(rows).Int(cols).Int(T)
 				}
 				b.Run(fmt.Sprintf("%s/T=%d/%s", typ, T, kernel), func(b *testing.B) {
-					sec := timeLaunches(b, k, name, grid, block, []Args{productArgs(dw, dx, dy, rows, cols, T)})
+					sec := timeLaunches(b, k, name, grid, block, []Args{args})
 					b.ReportMetric(float64(len(data))/sec/1e9, "weight-GB/s")
 					b.ReportMetric(2*float64(rows)*cols*float64(T)/sec/1e9, "GFLOP/s")
 				})

@@ -145,6 +145,18 @@ func checkQuantizeQ8(t *testing.T, k *kernelEnv, typ quant.Type, cols, ntok int,
 // meet the same bound from the other side: the two may differ by both.
 func checkMMVQ(t *testing.T, k *kernelEnv, c mmvCase, r *rand.Rand) {
 	t.Helper()
+	checkIntProduct(t, k, c, r, func(w, q, d, s, y DevicePtr) {
+		var args Args
+		k.run(t, "mmvq_"+mmvKernels[c.typ][len("mmv_"):], Dim3{X: ceilDiv(c.rows, mmvRowsPerBlock), Y: c.gridY}, Dim3{X: 32, Y: mmvRowsPerBlock},
+			args.Ptr(w).Ptr(q).Ptr(d).Ptr(s).Ptr(y).Int(c.rows).Int(c.cols).Int(c.ntok))
+	})
+}
+
+// checkIntProduct runs one integer product (launch: the weights' rows from c.off on, the
+// activation's planes, the output) on the activation quantized as the CPU quantizes it, and
+// checks it as checkMMVQ says.
+func checkIntProduct(t *testing.T, k *kernelEnv, c mmvCase, r *rand.Rand, launch func(w, q, d, s, y DevicePtr)) {
+	t.Helper()
 	dt := c.typ.DotType()
 	w := randMatrix(t, c.typ, c.off+c.rows, c.cols, r)
 	x := randF32(r, c.ntok*c.cols, 1)
@@ -156,9 +168,7 @@ func checkMMVQ(t *testing.T, k *kernelEnv, c mmvCase, r *rand.Rand) {
 	}
 	rb := w.RowBytes()
 	dw, dy := k.put(t, w.Data), k.alloc(t, 4*c.ntok*c.rows)
-	var args Args
-	k.run(t, "mmvq_"+mmvKernels[c.typ][len("mmv_"):], Dim3{X: ceilDiv(c.rows, mmvRowsPerBlock), Y: c.gridY}, Dim3{X: 32, Y: mmvRowsPerBlock},
-		args.Ptr(dw.Add(int64(c.off*rb))).Ptr(dq).Ptr(dd).Ptr(ds).Ptr(dy).Int(c.rows).Int(c.cols).Int(c.ntok))
+	launch(dw.Add(int64(c.off*rb)), dq, dd, ds, dy)
 	got := k.getF32(t, dy, c.ntok*c.rows)
 
 	mins := c.typ == quant.Q2_K || c.typ == quant.Q4_K || c.typ == quant.Q5_K
@@ -227,5 +237,53 @@ func FuzzMMVQ(f *testing.F) {
 		c.cols = fuzzCols(c.typ, blocks)
 		t.Log("mmvq", c.typ, c)
 		checkMMVQ(t, k, c, rand.New(rand.NewPCG(seed, 3)))
+	})
+}
+
+// mmqiTypes are the weight types with a tensor-core prompt product (kernels/mmqi.cu).
+var mmqiTypes = []quant.Type{quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.Q8_0, quant.IQ4_NL, quant.MXFP4}
+
+// mmqiCases run the tensor-core products as checkMMVQ checks mmvq's: partial tiles of rows and
+// tokens, several token tiles on one grid row, an offset matrix.
+func mmqiCases() []kernelCase {
+	var cs []kernelCase
+	for _, typ := range mmqiTypes {
+		for _, c := range []mmvCase{
+			{typ, 5, 32, 9, 1, 0},
+			{typ, 70, 96, 70, 2, 0},
+			{typ, 64, 256, 130, 1, 3},
+			{typ, 9, 1056, 12, 1, 1},
+		} {
+			cs = append(cs, kernelCase{mmqiKernels[typ], c.String(), func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkMMQI(t, k, c, r) }})
+		}
+	}
+	return cs
+}
+
+// checkMMQI runs one tensor-core product and checks it as checkMMVQ does: its blocks' integer
+// sums are exact, and each adds with a product of scales and one fused multiply-add, in
+// column order.
+func checkMMQI(t *testing.T, k *kernelEnv, c mmvCase, r *rand.Rand) {
+	t.Helper()
+	checkIntProduct(t, k, c, r, func(w, q, d, s, y DevicePtr) {
+		var args Args
+		k.run(t, mmqiKernels[c.typ], Dim3{X: ceilDiv(c.rows, mmqRowsPerBlock), Y: c.gridY}, Dim3{X: mmqiThreads},
+			args.Ptr(w).Ptr(q).Ptr(d).Ptr(s).Ptr(y).Int(c.rows).Int(c.cols).Int(c.ntok))
+	})
+}
+
+// FuzzMMQI draws the tensor-core products' shapes: rows and tokens across tile edges, grids
+// of several token tiles a row.
+func FuzzMMQI(f *testing.F) {
+	for i := range mmqiTypes {
+		f.Add(uint8(i), uint8(60+i), uint8(i), uint8(64+i), uint8(i), uint64(i))
+	}
+	k := openKernels(f)
+	f.Fuzz(func(t *testing.T, typ, rows, blocks, ntok, gy uint8, seed uint64) {
+		c := mmvCase{typ: mmqiTypes[int(typ)%len(mmqiTypes)], rows: 1 + int(rows)%140, ntok: 1 + int(ntok)%140,
+			gridY: 1 + int(gy)%3, off: int(seed % 3)}
+		c.cols = fuzzCols(c.typ, blocks)
+		t.Log("mmqi", c.typ, c)
+		checkMMQI(t, k, c, rand.New(rand.NewPCG(seed, 3)))
 	})
 }

@@ -18,6 +18,17 @@ var mmvqKernels = map[quant.Type]string{
 	quant.Q5_K: "mmvq_q5_K", quant.Q6_K: "mmvq_q6_K", quant.MXFP4: "mmvq_mxfp4",
 }
 
+// mmqiKernels name the tensor-core prompt product (kernels/mmqi.cu) of each weight type that
+// has one: the 32-value types, whose activation is Q8_0's or Q8_1's blocks.
+var mmqiKernels = map[quant.Type]string{
+	quant.Q4_0: "mmqi_q4_0", quant.Q4_1: "mmqi_q4_1", quant.Q5_0: "mmqi_q5_0", quant.Q5_1: "mmqi_q5_1", quant.Q8_0: "mmqi_q8_0",
+	quant.IQ4_NL: "mmqi_iq4_nl", quant.MXFP4: "mmqi_mxfp4",
+}
+
+// mmqiThreads is the block of an mmqi kernel: 4 warps over a tile of mmqRowsPerBlock rows by
+// mmqTokensPerBlock tokens, as mmq's.
+const mmqiThreads = 128
+
 // q8 is an activation quantized for the integer products: its planes (mmvq.cu) in device
 // memory; q 0 means not quantized (the float kernels' path).
 type q8 struct{ q, d, s DevicePtr }

@@ -1,10 +1,12 @@
 package engine_test
 
 import (
+	"path/filepath"
 	"slices"
 	"testing"
 
 	"github.com/commit-run/commit-run/engine"
+	"github.com/commit-run/commit-run/synth"
 )
 
 // TestCUDAPrefillMMQ prefills a prompt of more tokens than mmv takes in one pass on cuda:0 of
@@ -40,5 +42,39 @@ func TestCUDAPrefillMMQ(t *testing.T) {
 		if got.gpu.MMQLaunches == 0 || got.gpu.HostFallbacks != 0 {
 			t.Errorf("%s: %+v: want the prefill's products on mmq, all on the GPU", path, got.gpu)
 		}
+	}
+}
+
+// TestCUDAPrefillTensorCores prefills the 16-token golden prompts of models in the types whose
+// prompt products run on the tensor cores (cuda/kernels/mmqi.cu: Q8_0, Q5_1 and Q5_0, IQ4_NL,
+// Q4_0 and Q4_1, MXFP4) on cuda:0, and requires the CPU's greedy tokens and its probabilities
+// within 2e-3.
+func TestCUDAPrefillTensorCores(t *testing.T) {
+	lib := engine.GPUForTests(t)
+	for _, name := range []string{"olmoe-q8_0", "olmoe-q5_1", "olmoe-iq4_nl", "llama-q4_0", "gpt-oss-mxfp4"} {
+		t.Run(name, func(t *testing.T) {
+			spec, err := synth.GoldenSpec(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(t.TempDir(), name+".gguf")
+			if _, err := synth.WriteFile(spec, path); err != nil {
+				t.Fatal(err)
+			}
+			prompts, err := synth.Prompts(spec, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, got := cpuAndGPU(t, path, prompts[0], lib)
+			if !slices.Equal(got.tokens, want.tokens) {
+				t.Errorf("greedy on the GPU %v, on the CPU %v", got.tokens, want.tokens)
+			}
+			if d := maxDiff(got.probs, want.probs); d > 2e-3 {
+				t.Errorf("probabilities differ from the CPU's by up to %g", d)
+			}
+			if got.gpu.MMQLaunches == 0 || got.gpu.HostFallbacks != 0 {
+				t.Errorf("%+v: want the prompt's products on the batched kernels, all on the GPU", got.gpu)
+			}
+		})
 	}
 }

@@ -5,6 +5,7 @@
 #include "mmv.cu"
 #include "mmvq.cu"
 #include "mmq.cu"
+#include "mmqi.cu"
 #include "getrows.cu"
 #include "norm.cu"
 #include "elementwise.cu"

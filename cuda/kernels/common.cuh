@@ -277,6 +277,34 @@ CR_FN double cr_dadd(double a, double b) {
 CR_FN float cr_fabs(float a) { return cr_as_f(cr_f_bits(a) & 0x7fffffffu); }
 CR_FN float cr_inf(void) { return cr_as_f(0x7f800000u); }
 
+// cr_mma_s8 adds to c the 8 x 8 product of an 8 x 16 matrix A by a 16 x 8 matrix B of signed
+// bytes, in int32 (mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32: the tensor cores, sm_75 and
+// newer, PTX ISA 6.5). Every lane of the warp takes part: lane l holds in a row l/4 of A,
+// columns 4(l%4) .. 4(l%4)+3 (a byte each, the first lowest), in b column l/4 of B, rows
+// 4(l%4) .. 4(l%4)+3, and in c[0], c[1] row l/4 of the product, columns 2(l%4) and 2(l%4)+1.
+// The emulator gathers each lane's row of A and columns of B with shuffles.
+CR_FN void cr_mma_s8(u32 a, u32 b, int* c) {
+#if defined(CR_DEVICE)
+	asm volatile("mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32 {%0, %1}, {%2}, {%3}, {%0, %1};"
+	             : "+r"(c[0]), "+r"(c[1])
+	             : "r"(a), "r"(b));
+#else
+	const int l = threadIdx.x % CR_WARP, n0 = 2 * (l % 4);
+	u32 ar[4], b0[4], b1[4];
+	for (int j = 0; j < 4; j++) {
+		// A shuffle whose mask is l ^ src reads lane src.
+		ar[j] = cr_host_shfl_xor(a, l ^ (4 * (l / 4) + j));
+		b0[j] = cr_host_shfl_xor(b, l ^ (4 * n0 + j));
+		b1[j] = cr_host_shfl_xor(b, l ^ (4 * (n0 + 1) + j));
+	}
+	for (int k = 0; k < 16; k++) {
+		const int av = (signed char)(ar[k / 4] >> (8 * (k % 4)));
+		c[0] += av * (signed char)(b0[k / 4] >> (8 * (k % 4)));
+		c[1] += av * (signed char)(b1[k / 4] >> (8 * (k % 4)));
+	}
+#endif
+}
+
 // cr_dp4a adds the four products of a's and b's signed bytes to c (dp4a, sm_61 and newer).
 CR_FN int cr_dp4a(int a, int b, int c) {
 #if defined(CR_NVCC)

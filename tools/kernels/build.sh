@@ -4,8 +4,8 @@
 #   bash tools/kernels/build.sh        (or: make kernels)
 # It uses nvcc when it is on the PATH, else clang (clang compiles CUDA device code to PTX
 # without the CUDA toolkit). KERNELS_CC=nvcc or KERNELS_CC=clang picks one explicitly.
-# The PTX targets compute capability 7.5 (PTX ISA 6.3 with clang), which the driver
-# JIT-compiles for sm_75 and every newer GPU.
+# The PTX targets compute capability 7.5 (PTX ISA 6.5 with clang: the integer mma.sync of
+# mmqi.cu needs it), which the driver JIT-compiles for sm_75 and every newer GPU.
 #
 # The output's first line is "// commit-run kernels sources-sha256:<hex>", the hash of the
 # sources (cuda.HashSources, printed by tools/kernels/hash); the second names the compiler and
@@ -30,7 +30,7 @@ nvcc)
 	compiler="nvcc $version"
 	;;
 clang)
-	flags=(-x cuda --cuda-gpu-arch=sm_75 --cuda-device-only -nocudainc -nocudalib -Xclang -target-feature -Xclang +ptx63 -O3 -Wall -Wextra -S)
+	flags=(-x cuda --cuda-gpu-arch=sm_75 --cuda-device-only -nocudainc -nocudalib -Xclang -target-feature -Xclang +ptx65 -O3 -Wall -Wextra -S)
 	version=$(clang --version | head -n 1)
 	nice clang "${flags[@]}" -o "$tmp" "$src"
 	compiler="$version"

@@ -1,0 +1,274 @@
+// mmqi.cu: batched products for prefill on the tensor cores. The activation is quantized once
+// as the CPU reference quantizes it (mmvq.cu's planes: Q8_0, or Q8_1 for Q4_1 and Q5_1), each
+// 32-value block of the weights is decoded to 32 signed 8-bit quants, and warps multiply the
+// two as 8-bit integers with mma.sync.m8n8k16 (int8 in, int32 out: the tensor cores of sm_75
+// and every newer GPU), so a block's sum of 32 products is one integer, the CPU's exactly, and
+// only its scaling and the sum over the blocks are float. The 32-value types: Q4_0, Q4_1, Q5_0,
+// Q5_1, Q8_0, IQ4_NL and MXFP4 (the K-quants, whose activation is Q8_K's blocks of 256 and
+// whose scales are per 16 or 32 values, still run on mmq.cu).
+//
+// Every mmqi_<type> kernel has mmvq's ABI (mmvq.cu):
+//
+//   (const unsigned char* w, const signed char* q, const float* d, const float* s, float* y,
+//    int rows, int cols, int ntok)
+//
+//   w's rows in mmv.cu's layout; the activation's planes q (int8, token t at q + t*cols), d (a
+//   scale per 32 values) and s (Q8_1's sums, read by Q4_1 and Q5_1 only); y[t*rows + r] =
+//   W[r] . x_t for r < rows, t < ntok, nothing else written. cols % 32 == 0; q 4-byte aligned.
+//   block (128, 1, 1): 4 warps.
+//   grid (ceil(rows / 64), ceil(ntok / 64), 1): block (bx, by) computes the tile of rows
+//   [64bx, 64bx+64) and tokens [64by, 64by+64), then tokens [64(by+gridDim.y), ...) and so on,
+//   so any grid.y >= 1 is correct; blocks past the last row return at once.
+//   7168 bytes of static shared memory, no dynamic shared memory.
+//
+// The tile's loop takes one 32-value block of each of its rows and tokens at a time:
+//   - threads 0..63 decode a row's block into 8 words of quants, its scale and (Q4_1, Q5_1) its
+//     minimum; threads 64..127 copy a token's 32 quants, scale and sum;
+//   - a barrier; warp w computes rows 32(w%2) .. +31 by tokens 32(w/2) .. +31 of the tile as
+//     4 x 4 tiles of 8 x 8: for each, two mma (the block's halves of 16 values) from 0 give the
+//     block's integer sums, and each output adds (d_w d_x) * sum with a fused multiply-add (and
+//     then m_w s_x, as mmvq_block and the CPU's dot add a minimum);
+//   - a barrier before the next block overwrites the tiles.
+// The tiles' rows are 12 words (8 of quants, 4 of padding), so that the 8 rows and 4 words a
+// warp's fragment loads touch fall on 32 distinct banks. Single-buffered, like mmq.cu; not
+// timed on a GPU yet (BenchmarkMMQ on a card).
+//
+// Numerics: every block's integer sum is exact; the blocks' scaled sums are added in column
+// order, one fused multiply-add each, where the CPU's AVX2 dot adds them 8 lanes at a time: the
+// two agree within float32 rounding of a sum of cols/32 terms, as mmvq's do.
+#include "common.cuh"
+#include "dequant.cuh"
+
+#define MMQI_ROWS 64
+#define MMQI_TOK 64
+#define MMQI_THREADS 128
+#define MMQI_LD 12 // words per row of a tile: 8 of quants, 4 of padding
+
+// mmqi_off8 turns four nibbles (a byte each) into the signed bytes n - 8; mmqi_off16 four
+// 5-bit values into n - 16. No byte carries into the next.
+CR_FN u32 mmqi_off8(u32 n) { return (n + 0x78787878u) ^ 0x80808080u; }
+CR_FN u32 mmqi_off16(u32 n) { return (n + 0x70707070u) ^ 0x80808080u; }
+
+// Each type decodes the 32-value block at b (any alignment) into v[0..7], the quants of values
+// 4k..4k+3 in word k as signed bytes, its scale dw and, with MIN = 1, its minimum mw (the
+// weights are dw*q + mw).
+struct mmqi_q4_0_t {
+	enum { BB = CR_BB_Q4_0, MIN = 0 };
+	CR_FN void block(const u8* b, u32* v, float* dw, float* mw) {
+		*dw = cr_rd_h(b), *mw = 0.0f;
+#pragma unroll
+		for (int k = 0; k < 4; k++) {
+			const u32 w = cr_rd_u32(b + 2 + 4 * k);
+			v[k] = mmqi_off8(w & 0x0f0f0f0fu);
+			v[4 + k] = mmqi_off8(w >> 4 & 0x0f0f0f0fu);
+		}
+	}
+};
+
+struct mmqi_q4_1_t {
+	enum { BB = CR_BB_Q4_1, MIN = 1 };
+	CR_FN void block(const u8* b, u32* v, float* dw, float* mw) {
+		*dw = cr_rd_h(b), *mw = cr_rd_h(b + 2);
+#pragma unroll
+		for (int k = 0; k < 4; k++) {
+			const u32 w = cr_rd_u32(b + 4 + 4 * k);
+			v[k] = w & 0x0f0f0f0fu;
+			v[4 + k] = w >> 4 & 0x0f0f0f0fu;
+		}
+	}
+};
+
+// Q5_0 and Q5_1: the fifth bit of value j is bit j of qh (mmv_spread4 moves four of them to
+// bit 4 of four bytes).
+struct mmqi_q5_0_t {
+	enum { BB = CR_BB_Q5_0, MIN = 0 };
+	CR_FN void block(const u8* b, u32* v, float* dw, float* mw) {
+		*dw = cr_rd_h(b), *mw = 0.0f;
+		const u32 qh = cr_rd_u32(b + 2);
+#pragma unroll
+		for (int k = 0; k < 4; k++) {
+			const u32 w = cr_rd_u32(b + 6 + 4 * k);
+			v[k] = mmqi_off16((w & 0x0f0f0f0fu) | mmv_spread4(qh >> 4 * k));
+			v[4 + k] = mmqi_off16((w >> 4 & 0x0f0f0f0fu) | mmv_spread4(qh >> (16 + 4 * k)));
+		}
+	}
+};
+
+struct mmqi_q5_1_t {
+	enum { BB = CR_BB_Q5_1, MIN = 1 };
+	CR_FN void block(const u8* b, u32* v, float* dw, float* mw) {
+		*dw = cr_rd_h(b), *mw = cr_rd_h(b + 2);
+		const u32 qh = cr_rd_u32(b + 4);
+#pragma unroll
+		for (int k = 0; k < 4; k++) {
+			const u32 w = cr_rd_u32(b + 8 + 4 * k);
+			v[k] = (w & 0x0f0f0f0fu) | mmv_spread4(qh >> 4 * k);
+			v[4 + k] = (w >> 4 & 0x0f0f0f0fu) | mmv_spread4(qh >> (16 + 4 * k));
+		}
+	}
+};
+
+struct mmqi_q8_0_t {
+	enum { BB = CR_BB_Q8_0, MIN = 0 };
+	CR_FN void block(const u8* b, u32* v, float* dw, float* mw) {
+		*dw = cr_rd_h(b), *mw = 0.0f;
+#pragma unroll
+		for (int k = 0; k < 8; k++)
+			v[k] = cr_rd_u32(b + 2 + 4 * k);
+	}
+};
+
+// The codebook types: each nibble through its codebook's bytes (mmvq_lut), IQ4_NL's values
+// scaled by d, MXFP4's doubled values by half its E8M0 scale (the CPU's integers).
+template <u32 W0, u32 W1, u32 W2, u32 W3>
+CR_FN void mmqi_cb(const u8* qs, u32* v) {
+#pragma unroll
+	for (int k = 0; k < 4; k++) {
+		const u32 w = cr_rd_u32(qs + 4 * k);
+		v[k] = (u32)mmvq_lut((int)(w & 0x0f0f0f0fu), W0, W1, W2, W3);
+		v[4 + k] = (u32)mmvq_lut((int)(w >> 4 & 0x0f0f0f0fu), W0, W1, W2, W3);
+	}
+}
+
+struct mmqi_iq4_nl_t {
+	enum { BB = CR_BB_IQ4_NL, MIN = 0 };
+	CR_FN void block(const u8* b, u32* v, float* dw, float* mw) {
+		*dw = cr_rd_h(b), *mw = 0.0f;
+		mmqi_cb<0xBFAD9881u, 0xF6EADDCFu, 0x26190D01u, 0x71594535u>(b + 2, v);
+	}
+};
+
+struct mmqi_mxfp4_t {
+	enum { BB = CR_BB_MXFP4, MIN = 0 };
+	CR_FN void block(const u8* b, u32* v, float* dw, float* mw) {
+		*dw = cr_e8m0_half(b[0]), *mw = 0.0f;
+		mmqi_cb<0x03020100u, 0x0C080604u, 0xFDFEFF00u, 0xF4F8FAFCu>(b + 1, v);
+	}
+};
+
+// mmqi_entry is the body of every mmqi kernel (the ABI at the top of this file).
+template <class T>
+CR_FN void mmqi_entry(const u8* w, const signed char* xq, const float* xd, const float* xs, float* y, int rows, int cols, int ntok) {
+	// sw[r]: the block's quants of row r0 + r, dw and mw its scale and minimum; sx[t], dx and
+	// sxs: token t0 + t's quants, scale and sum.
+	__shared__ u32 sw[MMQI_ROWS][MMQI_LD], sx[MMQI_TOK][MMQI_LD];
+	__shared__ float dw[MMQI_ROWS], mw[MMQI_ROWS], dx[MMQI_TOK], sxs[MMQI_TOK];
+
+	const int tid = threadIdx.x, warp = tid / CR_WARP, lane = tid % CR_WARP;
+	const int g = lane / 4, k4 = lane % 4; // the lane's row (or column) of a fragment, and its word
+	const int wr = 32 * (warp & 1), wt = 32 * (warp >> 1);
+	const int r0 = blockIdx.x * MMQI_ROWS;
+	if (r0 >= rows || cols % 32 != 0)
+		return; // the whole block
+	const int nb = cols / 32;
+	const i64 rb = (i64)nb * T::BB;
+
+	for (int t0 = blockIdx.y * MMQI_TOK; t0 < ntok; t0 += gridDim.y * MMQI_TOK) {
+		float acc[4][4][2];
+#pragma unroll
+		for (int i = 0; i < 4; i++)
+#pragma unroll
+			for (int j = 0; j < 4; j++)
+				acc[i][j][0] = acc[i][j][1] = 0.0f;
+
+		for (int c = 0; c < nb; c++) {
+			if (tid < MMQI_ROWS) {
+				// A row past the matrix repeats its last row: it only feeds outputs never stored.
+				const u8* row = w + (i64)(r0 + tid < rows ? r0 + tid : rows - 1) * rb;
+				u32 v[8];
+				T::block(row + (i64)c * T::BB, v, &dw[tid], &mw[tid]);
+#pragma unroll
+				for (int k = 0; k < 8; k++)
+					sw[tid][k] = v[k];
+			} else {
+				// Tokens past ntok are zeros with a zero scale and sum.
+				const int t = tid - MMQI_ROWS;
+				const bool in = t0 + t < ntok;
+				const u32* q = (const u32*)(xq + (i64)(t0 + t) * cols + 32 * c);
+#pragma unroll
+				for (int k = 0; k < 8; k++)
+					sx[t][k] = in ? q[k] : 0u;
+				const i64 bi = (i64)(t0 + t) * nb + c;
+				dx[t] = in ? xd[bi] : 0.0f;
+				sxs[t] = in && T::MIN ? xs[bi] : 0.0f;
+			}
+			__syncthreads();
+
+			int sum[4][4][2];
+#pragma unroll
+			for (int i = 0; i < 4; i++)
+#pragma unroll
+				for (int j = 0; j < 4; j++)
+					sum[i][j][0] = sum[i][j][1] = 0;
+#pragma unroll
+			for (int h = 0; h < 2; h++) {
+				u32 a[4], b[4];
+#pragma unroll
+				for (int i = 0; i < 4; i++) {
+					a[i] = sw[wr + 8 * i + g][4 * h + k4];
+					b[i] = sx[wt + 8 * i + g][4 * h + k4];
+				}
+#pragma unroll
+				for (int i = 0; i < 4; i++)
+#pragma unroll
+					for (int j = 0; j < 4; j++)
+						cr_mma_s8(a[i], b[j], sum[i][j]);
+			}
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				const int r = wr + 8 * i + g;
+#pragma unroll
+				for (int j = 0; j < 4; j++)
+#pragma unroll
+					for (int e = 0; e < 2; e++) {
+						const int t = wt + 8 * j + 2 * k4 + e;
+						float a = cr_fma(cr_fmul(dw[r], dx[t]), (float)sum[i][j][e], acc[i][j][e]);
+						if (T::MIN)
+							a = cr_fma(mw[r], sxs[t], a);
+						acc[i][j][e] = a;
+					}
+			}
+			__syncthreads(); // before the next block overwrites the tiles
+		}
+
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			const int r = r0 + wr + 8 * i + g;
+			if (r >= rows)
+				continue;
+#pragma unroll
+			for (int j = 0; j < 4; j++)
+#pragma unroll
+				for (int e = 0; e < 2; e++) {
+					const int t = t0 + wt + 8 * j + 2 * k4 + e;
+					if (t < ntok)
+						y[(i64)t * rows + r] = acc[i][j][e];
+				}
+		}
+	}
+}
+
+// The kernels, each with the ABI at the top of this file:
+//   (const unsigned char* w, const signed char* q, const float* d, const float* s, float* y,
+//    int rows, int cols, int ntok)
+//   block (128, 1, 1); grid (ceil(rows/64), ceil(ntok/64), 1) (any grid.y >= 1 is correct).
+#define MMQI_KERNEL(name, T)                                                                                        \
+	extern "C" __global__ void name(const u8* w, const signed char* q, const float* d, const float* s, float* y, int rows, \
+	                                int cols, int ntok) {                                                             \
+		mmqi_entry<T>(w, q, d, s, y, rows, cols, ntok);                                                             \
+	}
+
+// mmqi_q4_0: Q4_0 weights, a Q8_0 activation.
+MMQI_KERNEL(mmqi_q4_0, mmqi_q4_0_t)
+// mmqi_q4_1: Q4_1 weights, a Q8_1 activation.
+MMQI_KERNEL(mmqi_q4_1, mmqi_q4_1_t)
+// mmqi_q5_0: Q5_0 weights, a Q8_0 activation.
+MMQI_KERNEL(mmqi_q5_0, mmqi_q5_0_t)
+// mmqi_q5_1: Q5_1 weights, a Q8_1 activation.
+MMQI_KERNEL(mmqi_q5_1, mmqi_q5_1_t)
+// mmqi_q8_0: Q8_0 weights, a Q8_0 activation.
+MMQI_KERNEL(mmqi_q8_0, mmqi_q8_0_t)
+// mmqi_iq4_nl: IQ4_NL weights, a Q8_0 activation.
+MMQI_KERNEL(mmqi_iq4_nl, mmqi_iq4_nl_t)
+// mmqi_mxfp4: MXFP4 weights, a Q8_0 activation.
+MMQI_KERNEL(mmqi_mxfp4, mmqi_mxfp4_t)
