@@ -168,10 +168,10 @@ func (r Recipe) validate() error {
 	return nil
 }
 
-// typeOf returns the type of a quantizable weight at w whose rows have ne0 elements. A K-quant that does not divide the
-// row falls back as llama.cpp's quantizer does (Q4_K->Q5_0, Q5_K->Q5_1, Q6_K->Q8_0,
-// Q2_K/Q3_K->IQ4_NL, the rule of the llama.cpp releases most published files were made with),
-// and a row that no block type divides is stored as F16.
+// typeOf returns the type of a quantizable weight at w whose rows have ne0 elements. A
+// K-quant that does not divide the row falls back as llama.cpp's quantizer does (Q4_K->Q5_0,
+// Q5_K->Q5_1, Q6_K->Q8_0, Q2_K/Q3_K->IQ4_NL, the rule of the llama.cpp releases most published
+// files were made with), and a row that no block type divides is stored as F16.
 func (r Recipe) typeOf(w slot, ne0 int) quant.Type {
 	t := r.Base
 	if rt, ok := r.Rules[w.role]; ok {

@@ -40,11 +40,10 @@ type Shape struct {
 
 // Record is the file the command writes.
 type Record struct {
-	Preset    string // the preset, as llama-quantize names it
-	FileType  int    // its llama_ftype
-	LlamaCpp  string // where the quantizer came from
-	Shapes    []Shape
-	Generated string `json:",omitempty"`
+	Preset   string // the preset, as llama-quantize names it
+	FileType int    // its llama_ftype
+	LlamaCpp string // where the quantizer came from
+	Shapes   []Shape
 }
 
 // shapes are the public shapes with their K-quant files, and two dense models, one of them
