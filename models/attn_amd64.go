@@ -78,6 +78,25 @@ func useAttnAVX2() {
 	swigluBlocks = swigluBlocksAVX2
 	roundF16 = roundF16AVX2
 	toF16 = toF16AVX2
+	scaleF32 = scaleF32AVX2
+	rank1F32 = rank1F32AVX2
+}
+
+func scaleF32AVX2(x []float32, s float32) {
+	n := len(x) &^ 7
+	deltaScaleAVX2(x[:n], s)
+	scaleF32Go(x[n:], s)
+}
+
+// rank1F32AVX2 takes rows of a multiple of 8 values (a DeltaNet head's: 128) to the assembly,
+// others to the Go loop.
+func rank1F32AVX2(m, k, d []float32) {
+	if len(k)%8 != 0 {
+		rank1F32Go(m, k, d)
+		return
+	}
+	_ = m[:len(d)*len(k)]
+	deltaRank1AVX2(m, k, d)
 }
 
 func dotsF32AVX2(out, q, k []float32, stride int, scale float32) {

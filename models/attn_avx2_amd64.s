@@ -450,6 +450,61 @@ done:
 	VZEROUPPER
 	RET
 
+// func deltaScaleAVX2(x []float32, s float32)
+// Requires: AVX, AVX2, SSE
+TEXT ·deltaScaleAVX2(SB), NOSPLIT, $0-28
+	MOVQ         x_base+0(FP), AX
+	MOVQ         x_len+8(FP), CX
+	MOVSS        s+24(FP), X0
+	VBROADCASTSS X0, Y0
+	SHRQ         $0x03, CX
+	JZ           done
+
+loop:
+	VMULPS  (AX), Y0, Y1
+	VMOVUPS Y1, (AX)
+	ADDQ    $0x20, AX
+	DECQ    CX
+	JNZ     loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func deltaRank1AVX2(m []float32, k []float32, d []float32)
+// Requires: AVX, FMA3
+TEXT ·deltaRank1AVX2(SB), NOSPLIT, $0-72
+	MOVQ  m_base+0(FP), AX
+	MOVQ  k_base+24(FP), CX
+	MOVQ  k_len+32(FP), DX
+	MOVQ  d_base+48(FP), BX
+	MOVQ  d_len+56(FP), SI
+	SHRQ  $0x03, DX
+	JZ    done
+	TESTQ SI, SI
+	JZ    done
+
+row:
+	VBROADCASTSS (BX), Y0
+	MOVQ         CX, DI
+	MOVQ         DX, R8
+
+loop:
+	VMOVUPS     (AX), Y1
+	VFMADD231PS (DI), Y0, Y1
+	VMOVUPS     Y1, (AX)
+	ADDQ        $0x20, AX
+	ADDQ        $0x20, DI
+	DECQ        R8
+	JNZ         loop
+	ADDQ        $0x04, BX
+	DECQ        SI
+	JNZ         row
+
+done:
+	VZEROUPPER
+	RET
+
 // func attnDotsAVX2(out []float32, q []float32, k []float32, stride int, scale float32)
 // Requires: AVX, FMA3, SSE
 TEXT ·attnDotsAVX2(SB), NOSPLIT, $0-84

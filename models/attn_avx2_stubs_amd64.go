@@ -35,6 +35,19 @@ func attnRoundF16AVX2(x []float32)
 //go:noescape
 func attnToF16AVX2(dst []uint16, src []float32)
 
+// deltaScaleAVX2 multiplies every value of x by s, each product rounded once; len(x) is a
+// multiple of 8.
+//
+//go:noescape
+func deltaScaleAVX2(x []float32, s float32)
+
+// deltaRank1AVX2 adds to row r of m (rows of len(k) values) k times d[r], each value a fused
+// multiply-add rounded once, for every r < len(d); len(k) is a multiple of 8 and len(m) at
+// least len(d)*len(k).
+//
+//go:noescape
+func deltaRank1AVX2(m []float32, k []float32, d []float32)
+
 // attnDotsAVX2 writes quant.DotF32Vec(k[p*stride:p*stride+len(q)] (widened), q) * scale to out[p] for
 // every p < len(out) (ggml_vec_dot_f32 on AVX-512, then a float32 product); k holds them all.
 //

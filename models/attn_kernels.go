@@ -1,8 +1,12 @@
 package models
 
-import "github.com/commit-run/commit-run/quant"
+import (
+	"math"
 
-// The kernels of the host's attention and SwiGLU. Each variable starts as its plain-Go
+	"github.com/commit-run/commit-run/quant"
+)
+
+// The kernels of the host's attention, SwiGLU and DeltaNet recurrence. Each variable starts as its plain-Go
 // reference, which is also the fallback (purego builds, other architectures, CPUs without
 // AVX2, FMA and F16C); attn_amd64.go replaces them at start-up with assembly that computes the
 // same bits (NaN payloads aside), which attn_kernels_test.go checks against these.
@@ -62,7 +66,36 @@ var (
 	// F16 cache's keys and values).
 	roundF16 = roundF16Go
 	toF16    = toF16Go
+
+	// scaleF32 multiplies every value of x by s (a DeltaNet head's decay), and rank1F32
+	// adds to row r of m (rows of len(k) values) k times d[r], each value quant.FMA32 (its
+	// delta-rule update): the recurrence's elementwise steps, lane by lane.
+	scaleF32 = scaleF32Go
+	rank1F32 = rank1F32Go
 )
+
+func scaleF32Go(x []float32, s float32) {
+	for i := range x {
+		x[i] *= s
+	}
+}
+
+func rank1F32Go(m, k, d []float32) {
+	n := len(k)
+	_ = m[:len(d)*n]
+	for r, dv := range d {
+		mr, dr := m[r*n:(r+1)*n], float64(dv)
+		for i := range mr {
+			// quant.FMA32 with its common case inlined: the float64 product is exact, and the
+			// sum rounds to float32 as once unless it lies halfway.
+			if v := float64(k[i])*dr + float64(mr[i]); uint32(math.Float64bits(v))<<3 != 1<<31 {
+				mr[i] = float32(v)
+			} else {
+				mr[i] = fma32(k[i], dv, mr[i])
+			}
+		}
+	}
+}
 
 func dotsF32Go(out, q, k []float32, stride int, scale float32) {
 	for p := range out {

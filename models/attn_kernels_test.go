@@ -537,3 +537,53 @@ func TestExpInPlace(t *testing.T) {
 		}
 	}
 }
+
+// checkDelta runs the DeltaNet recurrence's elementwise steps (the assembly where the CPU has
+// it) against their Go loops on a state of len(d) rows of len(k) values.
+func checkDelta(t *testing.T, m, k, d []float32, s float32) {
+	t.Helper()
+	got, want := append([]float32(nil), m...), append([]float32(nil), m...)
+	scaleF32(got, s)
+	scaleF32Go(want, s)
+	sameFloats(t, fmt.Sprintf("scaleF32 of %d values", len(m)), got, want)
+	rank1F32(got, k, d)
+	rank1F32Go(want, k, d)
+	sameFloats(t, fmt.Sprintf("rank1F32 of %d rows of %d", len(d), len(k)), got, want)
+}
+
+func TestDeltaKernels(t *testing.T) {
+	r := rand.New(rand.NewPCG(61, 62))
+	for _, n := range []int{1, 7, 8, 16, 33, 128, 256} {
+		for _, special := range []bool{false, true} {
+			m := randFloats(r, n*n, 1, special)
+			checkDelta(t, m, randFloats(r, n, 1, special), randFloats(r, n, 0.3, special), 0.93)
+		}
+	}
+	// A product that float32 cannot hold, whose fused sum with m keeps what an unfused one
+	// loses ((1+2^-23)^2 - (1+2^-22) = 2^-46), and sums that land halfway between two
+	// float32 values (1 + 2^-24 on 1), where rounding through float64 twice would go wrong.
+	k := []float32{0x1.000002p0, 0x1p-12, 3, 0x1p-24, 1, 1, 1, 1}
+	d := []float32{0x1.000002p0, 0x1p-12}
+	m := []float32{-0x1.000004p0, -1, 0x1p24, 1, 1, 3, -0x1p-30, 0, 1, 1, 1, 1, 1, 1, 1, 1}
+	got := append([]float32(nil), m...)
+	rank1F32(got, k, d)
+	if got[0] != 0x1p-46 {
+		t.Errorf("rank1F32's fused multiply-add gave %g, want 2^-46", got[0])
+	}
+	checkDelta(t, m, k, d, 1)
+}
+
+func FuzzDeltaKernels(f *testing.F) {
+	f.Add(seedBytes(71, 8*8+8+8, 1), uint8(8))
+	f.Add(seedBytes(72, 16*3+16+3, 3), uint8(16))
+	f.Fuzz(func(t *testing.T, data []byte, cols uint8) {
+		x := floatsOf(data)
+		n := 1 + int(cols)%40
+		rows := (len(x) - n - 1) / (n + 1)
+		if rows < 1 {
+			return
+		}
+		m, k, d := x[:rows*n], x[rows*n:rows*n+n], x[rows*n+n:rows*n+n+rows]
+		checkDelta(t, m, k, d, x[len(x)-1])
+	})
+}

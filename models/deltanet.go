@@ -197,26 +197,12 @@ func (j *deltaJob) head(h int) {
 		v := row[(2*l.KHeads+h)*n : (2*l.KHeads+h+1)*n]
 		beta := j.beta[t*hv+h]
 		decay := expf(j.g[t*hv+h])
-		for i := range M {
-			M[i] *= decay
-		}
+		scaleF32(M, decay)
 		dotsF32(delta, k, M, n, 1)
 		for r := 0; r < n; r++ {
 			delta[r] = (v[r] - delta[r]) * beta
 		}
-		for r := 0; r < n; r++ {
-			mr, dr := M[r*n:(r+1)*n], float64(delta[r])
-			kk := k[:len(mr)]
-			for i := range mr {
-				// fma32 with its common case inlined: the float64 product is exact, and the
-				// sum rounds to float32 as once unless it lies halfway (quant.FMA32).
-				if v := float64(kk[i])*dr + float64(mr[i]); uint32(math.Float64bits(v))<<3 != 1<<31 {
-					mr[i] = float32(v)
-				} else {
-					mr[i] = fma32(kk[i], float32(dr), mr[i])
-				}
-			}
-		}
+		rank1F32(M, k, delta[:n])
 		dotsF32(j.out[(t*hv+h)*n:][:n], q, M, n, scale)
 		if j.snap != nil && t == j.T-2 {
 			copy(j.snap.S[h*n*n:(h+1)*n*n], M)

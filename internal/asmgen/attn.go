@@ -40,6 +40,7 @@ func attnKernels() {
 	attnSoftmaxKernel()
 	attnRoundF16Kernel()
 	attnToF16Kernel()
+	deltaKernels()
 	for _, k := range []attnElem{attnF32, attnF16} {
 		attnDots(k)
 		for _, steps := range []int{1, 2, 3, 4, 9, 0} {
