@@ -241,18 +241,23 @@ func FuzzMMVQ(f *testing.F) {
 }
 
 // mmqiTypes are the weight types with a tensor-core prompt product (kernels/mmqi.cu).
-var mmqiTypes = []quant.Type{quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.Q8_0, quant.IQ4_NL, quant.MXFP4}
+var mmqiTypes = []quant.Type{quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.Q8_0, quant.IQ4_NL, quant.MXFP4, quant.Q4_K, quant.Q5_K}
 
 // mmqiCases run the tensor-core products as checkMMVQ checks mmvq's: partial tiles of rows and
 // tokens, several token tiles on one grid row, an offset matrix.
 func mmqiCases() []kernelCase {
 	var cs []kernelCase
 	for _, typ := range mmqiTypes {
+		// cols in 32-value blocks, or in the K-quants' 256.
+		cols := []int{32, 96, 256, 1056}
+		if typ.BlockSize() == 256 {
+			cols = []int{256, 512, 256, 2304}
+		}
 		for _, c := range []mmvCase{
-			{typ, 5, 32, 9, 1, 0},
-			{typ, 70, 96, 70, 2, 0},
-			{typ, 64, 256, 130, 1, 3},
-			{typ, 9, 1056, 12, 1, 1},
+			{typ, 5, cols[0], 9, 1, 0},
+			{typ, 70, cols[1], 70, 2, 0},
+			{typ, 64, cols[2], 130, 1, 3},
+			{typ, 9, cols[3], 12, 1, 1},
 		} {
 			cs = append(cs, kernelCase{mmqiKernels[typ], c.String(), func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkMMQI(t, k, c, r) }})
 		}

@@ -3,9 +3,10 @@
 // 32-value block of the weights is decoded to 32 signed 8-bit quants, and warps multiply the
 // two as 8-bit integers with mma.sync.m8n8k16 (int8 in, int32 out: the tensor cores of sm_75
 // and every newer GPU), so a block's sum of 32 products is one integer, the CPU's exactly, and
-// only its scaling and the sum over the blocks are float. The 32-value types: Q4_0, Q4_1, Q5_0,
-// Q5_1, Q8_0, IQ4_NL and MXFP4 (the K-quants, whose activation is Q8_K's blocks of 256 and
-// whose scales are per 16 or 32 values, still run on mmq.cu).
+// only its scaling and the sum over the blocks are float. The 32-value types Q4_0, Q4_1, Q5_0,
+// Q5_1, Q8_0, IQ4_NL and MXFP4, and the K-quants with a scale and a minimum per 32 values,
+// Q4_K and Q5_K, against Q8_K's activation (Q2_K, Q3_K and Q6_K, scaled per 16 values, still
+// run on mmq.cu).
 //
 // Every mmqi_<type> kernel has mmvq's ABI (mmvq.cu):
 //
@@ -13,8 +14,9 @@
 //    int rows, int cols, int ntok)
 //
 //   w's rows in mmv.cu's layout; the activation's planes q (int8, token t at q + t*cols), d (a
-//   scale per 32 values) and s (Q8_1's sums, read by Q4_1 and Q5_1 only); y[t*rows + r] =
-//   W[r] . x_t for r < rows, t < ntok, nothing else written. cols % 32 == 0; q 4-byte aligned.
+//   scale per 32 values, or per 256 for the K-quants) and s (Q8_1's sums, read by Q4_1 and Q5_1
+//   only); y[t*rows + r] = W[r] . x_t for r < rows, t < ntok, nothing else written. cols a
+//   multiple of the weights' block (32 or 256); q 4-byte aligned.
 //   block (128, 1, 1): 4 warps.
 //   grid (ceil(rows / 64), ceil(ntok / 64), 1): block (bx, by) computes the tile of rows
 //   [64bx, 64bx+64) and tokens [64by, 64by+64), then tokens [64(by+gridDim.y), ...) and so on,
@@ -22,8 +24,9 @@
 //   7168 bytes of static shared memory, no dynamic shared memory.
 //
 // The tile's loop takes one 32-value block of each of its rows and tokens at a time:
-//   - threads 0..63 decode a row's block into 8 words of quants, its scale and (Q4_1, Q5_1) its
-//     minimum; threads 64..127 copy a token's 32 quants, scale and sum;
+//   - threads 0..63 decode a row's block (a K-quant's sub-block) into 8 words of quants, its
+//     scale and (Q4_1, Q5_1, the K-quants) its minimum; threads 64..127 copy a token's 32
+//     quants, scale and sum (the K-quants': the scale times the quants' sum);
 //   - a barrier; warp w computes rows 32(w%2) .. +31 by tokens 32(w/2) .. +31 of the tile as
 //     4 x 4 tiles of 8 x 8: for each, two mma (the block's halves of 16 values) from 0 give the
 //     block's integer sums, and each output adds (d_w d_x) * sum with a fused multiply-add (and
@@ -49,12 +52,15 @@
 CR_FN u32 mmqi_off8(u32 n) { return (n + 0x78787878u) ^ 0x80808080u; }
 CR_FN u32 mmqi_off16(u32 n) { return (n + 0x70707070u) ^ 0x80808080u; }
 
-// Each type decodes the 32-value block at b (any alignment) into v[0..7], the quants of values
-// 4k..4k+3 in word k as signed bytes, its scale dw and, with MIN = 1, its minimum mw (the
-// weights are dw*q + mw).
+// Each type decodes piece j (of PIECES) of the block at b (any alignment), 32 values, into
+// v[0..7], the quants of values 4k..4k+3 in word k as signed bytes, its scale dw and, with
+// MIN = 1, its minimum mw (the weights are dw*q + mw). QB is the activation's block (32: Q8_0
+// or Q8_1; 256: Q8_K); with KSUM the minimum multiplies the piece's activation sum, its scale
+// times the sum of its quants, which the tile computes (Q8_K has no sums), else Q8_1's s.
 struct mmqi_q4_0_t {
-	enum { BB = CR_BB_Q4_0, MIN = 0 };
-	CR_FN void block(const u8* b, u32* v, float* dw, float* mw) {
+	enum { BB = CR_BB_Q4_0, QB = 32, PIECES = 1, MIN = 0, KSUM = 0 };
+	CR_FN void block(const u8* b, int j, u32* v, float* dw, float* mw) {
+		(void)j;
 		*dw = cr_rd_h(b), *mw = 0.0f;
 #pragma unroll
 		for (int k = 0; k < 4; k++) {
@@ -66,8 +72,9 @@ struct mmqi_q4_0_t {
 };
 
 struct mmqi_q4_1_t {
-	enum { BB = CR_BB_Q4_1, MIN = 1 };
-	CR_FN void block(const u8* b, u32* v, float* dw, float* mw) {
+	enum { BB = CR_BB_Q4_1, QB = 32, PIECES = 1, MIN = 1, KSUM = 0 };
+	CR_FN void block(const u8* b, int j, u32* v, float* dw, float* mw) {
+		(void)j;
 		*dw = cr_rd_h(b), *mw = cr_rd_h(b + 2);
 #pragma unroll
 		for (int k = 0; k < 4; k++) {
@@ -81,8 +88,9 @@ struct mmqi_q4_1_t {
 // Q5_0 and Q5_1: the fifth bit of value j is bit j of qh (mmv_spread4 moves four of them to
 // bit 4 of four bytes).
 struct mmqi_q5_0_t {
-	enum { BB = CR_BB_Q5_0, MIN = 0 };
-	CR_FN void block(const u8* b, u32* v, float* dw, float* mw) {
+	enum { BB = CR_BB_Q5_0, QB = 32, PIECES = 1, MIN = 0, KSUM = 0 };
+	CR_FN void block(const u8* b, int j, u32* v, float* dw, float* mw) {
+		(void)j;
 		*dw = cr_rd_h(b), *mw = 0.0f;
 		const u32 qh = cr_rd_u32(b + 2);
 #pragma unroll
@@ -95,8 +103,9 @@ struct mmqi_q5_0_t {
 };
 
 struct mmqi_q5_1_t {
-	enum { BB = CR_BB_Q5_1, MIN = 1 };
-	CR_FN void block(const u8* b, u32* v, float* dw, float* mw) {
+	enum { BB = CR_BB_Q5_1, QB = 32, PIECES = 1, MIN = 1, KSUM = 0 };
+	CR_FN void block(const u8* b, int j, u32* v, float* dw, float* mw) {
+		(void)j;
 		*dw = cr_rd_h(b), *mw = cr_rd_h(b + 2);
 		const u32 qh = cr_rd_u32(b + 4);
 #pragma unroll
@@ -109,8 +118,9 @@ struct mmqi_q5_1_t {
 };
 
 struct mmqi_q8_0_t {
-	enum { BB = CR_BB_Q8_0, MIN = 0 };
-	CR_FN void block(const u8* b, u32* v, float* dw, float* mw) {
+	enum { BB = CR_BB_Q8_0, QB = 32, PIECES = 1, MIN = 0, KSUM = 0 };
+	CR_FN void block(const u8* b, int j, u32* v, float* dw, float* mw) {
+		(void)j;
 		*dw = cr_rd_h(b), *mw = 0.0f;
 #pragma unroll
 		for (int k = 0; k < 8; k++)
@@ -131,18 +141,53 @@ CR_FN void mmqi_cb(const u8* qs, u32* v) {
 }
 
 struct mmqi_iq4_nl_t {
-	enum { BB = CR_BB_IQ4_NL, MIN = 0 };
-	CR_FN void block(const u8* b, u32* v, float* dw, float* mw) {
+	enum { BB = CR_BB_IQ4_NL, QB = 32, PIECES = 1, MIN = 0, KSUM = 0 };
+	CR_FN void block(const u8* b, int j, u32* v, float* dw, float* mw) {
+		(void)j;
 		*dw = cr_rd_h(b), *mw = 0.0f;
 		mmqi_cb<0xBFAD9881u, 0xF6EADDCFu, 0x26190D01u, 0x71594535u>(b + 2, v);
 	}
 };
 
 struct mmqi_mxfp4_t {
-	enum { BB = CR_BB_MXFP4, MIN = 0 };
-	CR_FN void block(const u8* b, u32* v, float* dw, float* mw) {
+	enum { BB = CR_BB_MXFP4, QB = 32, PIECES = 1, MIN = 0, KSUM = 0 };
+	CR_FN void block(const u8* b, int j, u32* v, float* dw, float* mw) {
+		(void)j;
 		*dw = cr_e8m0_half(b[0]), *mw = 0.0f;
 		mmqi_cb<0x03020100u, 0x0C080604u, 0xFDFEFF00u, 0xF4F8FAFCu>(b + 1, v);
+	}
+};
+
+// Q4_K and Q5_K: piece j is sub-block j of the 256-value block, its 6-bit scale and minimum
+// (mmv_kscale) times the block's d and dmin; its quants are the low (even j) or high (odd j)
+// nibbles of qs[32(j/2) ..], Q5_K's fifth bits bit j of qh[0..31].
+CR_FN void mmqi_kscale(const u8* b, int j, float* dw, float* mw) {
+	u32 sc, m;
+	mmv_kscale(cr_rd_u32(b + 4), cr_rd_u32(b + 8), cr_rd_u32(b + 12), j, &sc, &m);
+	*dw = cr_fmul(cr_rd_h(b), (float)sc);
+	*mw = -cr_fmul(cr_rd_h(b + 2), (float)m);
+}
+
+struct mmqi_q4_K_t {
+	enum { BB = CR_BB_Q4_K, QB = 256, PIECES = 8, MIN = 1, KSUM = 1 };
+	CR_FN void block(const u8* b, int j, u32* v, float* dw, float* mw) {
+		mmqi_kscale(b, j, dw, mw);
+		const u8* qs = b + 16 + 32 * (j / 2);
+#pragma unroll
+		for (int k = 0; k < 8; k++)
+			v[k] = cr_rd_u32(qs + 4 * k) >> 4 * (j & 1) & 0x0f0f0f0fu;
+	}
+};
+
+struct mmqi_q5_K_t {
+	enum { BB = CR_BB_Q5_K, QB = 256, PIECES = 8, MIN = 1, KSUM = 1 };
+	CR_FN void block(const u8* b, int j, u32* v, float* dw, float* mw) {
+		mmqi_kscale(b, j, dw, mw);
+		const u8* qh = b + 16;
+		const u8* qs = b + 48 + 32 * (j / 2);
+#pragma unroll
+		for (int k = 0; k < 8; k++)
+			v[k] = (cr_rd_u32(qs + 4 * k) >> 4 * (j & 1) & 0x0f0f0f0fu) | (cr_rd_u32(qh + 4 * k) >> j & 0x01010101u) << 4;
 	}
 };
 
@@ -158,10 +203,10 @@ CR_FN void mmqi_entry(const u8* w, const signed char* xq, const float* xd, const
 	const int g = lane / 4, k4 = lane % 4; // the lane's row (or column) of a fragment, and its word
 	const int wr = 32 * (warp & 1), wt = 32 * (warp >> 1);
 	const int r0 = blockIdx.x * MMQI_ROWS;
-	if (r0 >= rows || cols % 32 != 0)
+	if (r0 >= rows || cols % (32 * T::PIECES) != 0)
 		return; // the whole block
 	const int nb = cols / 32;
-	const i64 rb = (i64)nb * T::BB;
+	const i64 rb = (i64)(nb / T::PIECES) * T::BB;
 
 	for (int t0 = blockIdx.y * MMQI_TOK; t0 < ntok; t0 += gridDim.y * MMQI_TOK) {
 		float acc[4][4][2];
@@ -176,7 +221,7 @@ CR_FN void mmqi_entry(const u8* w, const signed char* xq, const float* xd, const
 				// A row past the matrix repeats its last row: it only feeds outputs never stored.
 				const u8* row = w + (i64)(r0 + tid < rows ? r0 + tid : rows - 1) * rb;
 				u32 v[8];
-				T::block(row + (i64)c * T::BB, v, &dw[tid], &mw[tid]);
+				T::block(row + (i64)(c / T::PIECES) * T::BB, c % T::PIECES, v, &dw[tid], &mw[tid]);
 #pragma unroll
 				for (int k = 0; k < 8; k++)
 					sw[tid][k] = v[k];
@@ -185,12 +230,17 @@ CR_FN void mmqi_entry(const u8* w, const signed char* xq, const float* xd, const
 				const int t = tid - MMQI_ROWS;
 				const bool in = t0 + t < ntok;
 				const u32* q = (const u32*)(xq + (i64)(t0 + t) * cols + 32 * c);
+				int n = 0;
 #pragma unroll
-				for (int k = 0; k < 8; k++)
-					sx[t][k] = in ? q[k] : 0u;
-				const i64 bi = (i64)(t0 + t) * nb + c;
+				for (int k = 0; k < 8; k++) {
+					const u32 w = in ? q[k] : 0u;
+					sx[t][k] = w;
+					if (T::KSUM)
+						n = cr_dp4a(0x01010101, (int)w, n);
+				}
+				const i64 bi = (i64)(t0 + t) * (cols / T::QB) + 32 * c / T::QB;
 				dx[t] = in ? xd[bi] : 0.0f;
-				sxs[t] = in && T::MIN ? xs[bi] : 0.0f;
+				sxs[t] = !in || !T::MIN ? 0.0f : T::KSUM ? cr_fmul(xd[bi], (float)n) : xs[bi];
 			}
 			__syncthreads();
 
@@ -272,3 +322,7 @@ MMQI_KERNEL(mmqi_q8_0, mmqi_q8_0_t)
 MMQI_KERNEL(mmqi_iq4_nl, mmqi_iq4_nl_t)
 // mmqi_mxfp4: MXFP4 weights, a Q8_0 activation.
 MMQI_KERNEL(mmqi_mxfp4, mmqi_mxfp4_t)
+// mmqi_q4_K: Q4_K weights, a Q8_K activation; cols % 256 == 0.
+MMQI_KERNEL(mmqi_q4_K, mmqi_q4_K_t)
+// mmqi_q5_K: Q5_K weights, a Q8_K activation; cols % 256 == 0.
+MMQI_KERNEL(mmqi_q5_K, mmqi_q5_K_t)
