@@ -224,45 +224,22 @@ func (g *GPU) open(o GPUOptions) error {
 	if g.mod, err = g.ctx.LoadModule(ptx); err != nil {
 		return err
 	}
-	for t, name := range mmvKernels {
-		f, err := g.mod.Function(name)
-		if errors.Is(err, ErrNotFound) {
-			continue // products of this type run on the host
+	// A type whose kernel the module lacks takes another path: the host for mmv, mmv for mmq,
+	// mmv's float products for mmvq, mmq's float tiles for mmqi.
+	for _, k := range []struct {
+		names map[quant.Type]string
+		fns   map[quant.Type]*Function
+	}{{mmvKernels, g.mmv}, {mmqKernels, g.mmq}, {mmvqKernels, g.mmvq}, {mmqiKernels, g.mmqi}} {
+		for t, name := range k.names {
+			f, err := g.mod.Function(name)
+			if errors.Is(err, ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			k.fns[t] = f
 		}
-		if err != nil {
-			return err
-		}
-		g.mmv[t] = f
-	}
-	for t, name := range mmqKernels {
-		f, err := g.mod.Function(name)
-		if errors.Is(err, ErrNotFound) {
-			continue // every product of this type runs on mmv (or the host)
-		}
-		if err != nil {
-			return err
-		}
-		g.mmq[t] = f
-	}
-	for t, name := range mmvqKernels {
-		f, err := g.mod.Function(name)
-		if errors.Is(err, ErrNotFound) {
-			continue // decode products of this type take mmv's float path
-		}
-		if err != nil {
-			return err
-		}
-		g.mmvq[t] = f
-	}
-	for t, name := range mmqiKernels {
-		f, err := g.mod.Function(name)
-		if errors.Is(err, ErrNotFound) {
-			continue // prompt products of this type take mmq's float tiles
-		}
-		if err != nil {
-			return err
-		}
-		g.mmqi[t] = f
 	}
 	return nil
 }

@@ -85,20 +85,25 @@ struct mmqi_q4_1_t {
 	}
 };
 
-// Q5_0 and Q5_1: the fifth bit of value j is bit j of qh (mmv_spread4 moves four of them to
-// bit 4 of four bytes).
+// mmqi_q5 decodes Q5_0's and Q5_1's quants, qs's nibbles with their fifth bits from qh (bit j
+// for value j; mmv_spread4 moves four of them to bit 4 of four bytes), less 16 for Q5_0 (off).
+CR_FN void mmqi_q5(u32 qh, const u8* qs, u32* v, bool off) {
+#pragma unroll
+	for (int k = 0; k < 4; k++) {
+		const u32 w = cr_rd_u32(qs + 4 * k);
+		const u32 lo = (w & 0x0f0f0f0fu) | mmv_spread4(qh >> 4 * k);
+		const u32 hi = (w >> 4 & 0x0f0f0f0fu) | mmv_spread4(qh >> (16 + 4 * k));
+		v[k] = off ? mmqi_off16(lo) : lo;
+		v[4 + k] = off ? mmqi_off16(hi) : hi;
+	}
+}
+
 struct mmqi_q5_0_t {
 	enum { BB = CR_BB_Q5_0, QB = 32, PIECES = 1, MIN = 0, KSUM = 0 };
 	CR_FN void block(const u8* b, int j, u32* v, float* dw, float* mw) {
 		(void)j;
 		*dw = cr_rd_h(b), *mw = 0.0f;
-		const u32 qh = cr_rd_u32(b + 2);
-#pragma unroll
-		for (int k = 0; k < 4; k++) {
-			const u32 w = cr_rd_u32(b + 6 + 4 * k);
-			v[k] = mmqi_off16((w & 0x0f0f0f0fu) | mmv_spread4(qh >> 4 * k));
-			v[4 + k] = mmqi_off16((w >> 4 & 0x0f0f0f0fu) | mmv_spread4(qh >> (16 + 4 * k)));
-		}
+		mmqi_q5(cr_rd_u32(b + 2), b + 6, v, true);
 	}
 };
 
@@ -107,13 +112,7 @@ struct mmqi_q5_1_t {
 	CR_FN void block(const u8* b, int j, u32* v, float* dw, float* mw) {
 		(void)j;
 		*dw = cr_rd_h(b), *mw = cr_rd_h(b + 2);
-		const u32 qh = cr_rd_u32(b + 4);
-#pragma unroll
-		for (int k = 0; k < 4; k++) {
-			const u32 w = cr_rd_u32(b + 8 + 4 * k);
-			v[k] = (w & 0x0f0f0f0fu) | mmv_spread4(qh >> 4 * k);
-			v[4 + k] = (w >> 4 & 0x0f0f0f0fu) | mmv_spread4(qh >> (16 + 4 * k));
-		}
+		mmqi_q5(cr_rd_u32(b + 4), b + 8, v, false);
 	}
 };
 
