@@ -1,8 +1,8 @@
 // mmq.cu: batched products for prefill, Y = X W^T, with weights in their GGUF types: a tiled
 // matrix product (no tensor cores: compute capability 7.5 and up, float32 FMAs) that reads
 // each weight once per 64 tokens, where mmv.cu reads it once per 8. The GPU runs the products
-// of the 32-value quantized types, Q4_K and Q5_K on mmqi.cu's tensor cores instead; these
-// tiles serve the float types, Q2_K, Q3_K and Q6_K.
+// of the 32-value quantized types, Q4_K, Q5_K and Q6_K on mmqi.cu's tensor cores instead;
+// these tiles serve the float types, Q2_K and Q3_K.
 //
 // Every mmq_<type> kernel has the same ABI, mmv's and the quantized activation's planes:
 //

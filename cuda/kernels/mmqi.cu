@@ -4,9 +4,9 @@
 // two as 8-bit integers with mma.sync.m8n8k16 (int8 in, int32 out: the tensor cores of sm_75
 // and every newer GPU), so a block's sum of 32 products is one integer, the CPU's exactly, and
 // only its scaling and the sum over the blocks are float. The 32-value types Q4_0, Q4_1, Q5_0,
-// Q5_1, Q8_0, IQ4_NL and MXFP4, and the K-quants with a scale and a minimum per 32 values,
-// Q4_K and Q5_K, against Q8_K's activation (Q2_K, Q3_K and Q6_K, scaled per 16 values, still
-// run on mmq.cu).
+// Q5_1, Q8_0, IQ4_NL and MXFP4; and against Q8_K's activation the K-quants with a scale and a
+// minimum per 32 values, Q4_K and Q5_K, and Q6_K, with a scale per 16 values: an mma's half
+// (Q2_K and Q3_K still run on mmq.cu).
 //
 // Every mmqi_<type> kernel has mmvq's ABI (mmvq.cu):
 //
@@ -53,12 +53,13 @@ CR_FN u32 mmqi_off8(u32 n) { return (n + 0x78787878u) ^ 0x80808080u; }
 CR_FN u32 mmqi_off16(u32 n) { return (n + 0x70707070u) ^ 0x80808080u; }
 
 // Each type decodes piece j (of PIECES) of the block at b (any alignment), 32 values, into
-// v[0..7], the quants of values 4k..4k+3 in word k as signed bytes, its scale dw and, with
+// v[0..7], the quants of values 4k..4k+3 in word k as signed bytes, its scale dw[0] (with
+// HALVES, dw[0] and dw[1] for its halves of 16 values, each an mma's own sums) and, with
 // MIN = 1, its minimum mw (the weights are dw*q + mw). QB is the activation's block (32: Q8_0
 // or Q8_1; 256: Q8_K); with KSUM the minimum multiplies the piece's activation sum, its scale
 // times the sum of its quants, which the tile computes (Q8_K has no sums), else Q8_1's s.
 struct mmqi_q4_0_t {
-	enum { BB = CR_BB_Q4_0, QB = 32, PIECES = 1, MIN = 0, KSUM = 0 };
+	enum { BB = CR_BB_Q4_0, QB = 32, PIECES = 1, MIN = 0, KSUM = 0, HALVES = 0 };
 	CR_FN void block(const u8* b, int j, u32* v, float* dw, float* mw) {
 		(void)j;
 		*dw = cr_rd_h(b), *mw = 0.0f;
@@ -72,7 +73,7 @@ struct mmqi_q4_0_t {
 };
 
 struct mmqi_q4_1_t {
-	enum { BB = CR_BB_Q4_1, QB = 32, PIECES = 1, MIN = 1, KSUM = 0 };
+	enum { BB = CR_BB_Q4_1, QB = 32, PIECES = 1, MIN = 1, KSUM = 0, HALVES = 0 };
 	CR_FN void block(const u8* b, int j, u32* v, float* dw, float* mw) {
 		(void)j;
 		*dw = cr_rd_h(b), *mw = cr_rd_h(b + 2);
@@ -99,7 +100,7 @@ CR_FN void mmqi_q5(u32 qh, const u8* qs, u32* v, bool off) {
 }
 
 struct mmqi_q5_0_t {
-	enum { BB = CR_BB_Q5_0, QB = 32, PIECES = 1, MIN = 0, KSUM = 0 };
+	enum { BB = CR_BB_Q5_0, QB = 32, PIECES = 1, MIN = 0, KSUM = 0, HALVES = 0 };
 	CR_FN void block(const u8* b, int j, u32* v, float* dw, float* mw) {
 		(void)j;
 		*dw = cr_rd_h(b), *mw = 0.0f;
@@ -108,7 +109,7 @@ struct mmqi_q5_0_t {
 };
 
 struct mmqi_q5_1_t {
-	enum { BB = CR_BB_Q5_1, QB = 32, PIECES = 1, MIN = 1, KSUM = 0 };
+	enum { BB = CR_BB_Q5_1, QB = 32, PIECES = 1, MIN = 1, KSUM = 0, HALVES = 0 };
 	CR_FN void block(const u8* b, int j, u32* v, float* dw, float* mw) {
 		(void)j;
 		*dw = cr_rd_h(b), *mw = cr_rd_h(b + 2);
@@ -117,7 +118,7 @@ struct mmqi_q5_1_t {
 };
 
 struct mmqi_q8_0_t {
-	enum { BB = CR_BB_Q8_0, QB = 32, PIECES = 1, MIN = 0, KSUM = 0 };
+	enum { BB = CR_BB_Q8_0, QB = 32, PIECES = 1, MIN = 0, KSUM = 0, HALVES = 0 };
 	CR_FN void block(const u8* b, int j, u32* v, float* dw, float* mw) {
 		(void)j;
 		*dw = cr_rd_h(b), *mw = 0.0f;
@@ -140,7 +141,7 @@ CR_FN void mmqi_cb(const u8* qs, u32* v) {
 }
 
 struct mmqi_iq4_nl_t {
-	enum { BB = CR_BB_IQ4_NL, QB = 32, PIECES = 1, MIN = 0, KSUM = 0 };
+	enum { BB = CR_BB_IQ4_NL, QB = 32, PIECES = 1, MIN = 0, KSUM = 0, HALVES = 0 };
 	CR_FN void block(const u8* b, int j, u32* v, float* dw, float* mw) {
 		(void)j;
 		*dw = cr_rd_h(b), *mw = 0.0f;
@@ -149,7 +150,7 @@ struct mmqi_iq4_nl_t {
 };
 
 struct mmqi_mxfp4_t {
-	enum { BB = CR_BB_MXFP4, QB = 32, PIECES = 1, MIN = 0, KSUM = 0 };
+	enum { BB = CR_BB_MXFP4, QB = 32, PIECES = 1, MIN = 0, KSUM = 0, HALVES = 0 };
 	CR_FN void block(const u8* b, int j, u32* v, float* dw, float* mw) {
 		(void)j;
 		*dw = cr_e8m0_half(b[0]), *mw = 0.0f;
@@ -168,7 +169,7 @@ CR_FN void mmqi_kscale(const u8* b, int j, float* dw, float* mw) {
 }
 
 struct mmqi_q4_K_t {
-	enum { BB = CR_BB_Q4_K, QB = 256, PIECES = 8, MIN = 1, KSUM = 1 };
+	enum { BB = CR_BB_Q4_K, QB = 256, PIECES = 8, MIN = 1, KSUM = 1, HALVES = 0 };
 	CR_FN void block(const u8* b, int j, u32* v, float* dw, float* mw) {
 		mmqi_kscale(b, j, dw, mw);
 		const u8* qs = b + 16 + 32 * (j / 2);
@@ -179,7 +180,7 @@ struct mmqi_q4_K_t {
 };
 
 struct mmqi_q5_K_t {
-	enum { BB = CR_BB_Q5_K, QB = 256, PIECES = 8, MIN = 1, KSUM = 1 };
+	enum { BB = CR_BB_Q5_K, QB = 256, PIECES = 8, MIN = 1, KSUM = 1, HALVES = 0 };
 	CR_FN void block(const u8* b, int j, u32* v, float* dw, float* mw) {
 		mmqi_kscale(b, j, dw, mw);
 		const u8* qh = b + 16;
@@ -190,13 +191,35 @@ struct mmqi_q5_K_t {
 	}
 };
 
+// Q6_K: piece j is values 32j .. 32j+31, quarter q = j%4 of half n = j/4 of the block; their
+// low 4 bits are the low (q < 2) or high nibbles of ql[64n + 32(q&1) ..], their high 2 bits
+// bits 2q, 2q+1 of qh[32n ..], less 32 (signed, exact: no offset through the activation's sums);
+// each half of 16 values has its own signed 8-bit scale, scales[8n + 2q + h], times d.
+CR_FN u32 mmqi_off32(u32 n) { return (n + 0x60606060u) ^ 0x80808080u; }
+
+struct mmqi_q6_K_t {
+	enum { BB = CR_BB_Q6_K, QB = 256, PIECES = 8, MIN = 0, KSUM = 0, HALVES = 1 };
+	CR_FN void block(const u8* b, int j, u32* v, float* dw, float* mw) {
+		const int n = j / 4, q = j % 4;
+		const u8* ql = b + 64 * n + 32 * (q & 1);
+		const u8* qh = b + 128 + 32 * n;
+		const float d = cr_rd_h(b + 208);
+		dw[0] = cr_fmul(d, (float)(signed char)b[192 + 8 * n + 2 * q]);
+		dw[1] = cr_fmul(d, (float)(signed char)b[192 + 8 * n + 2 * q + 1]);
+		*mw = 0.0f;
+#pragma unroll
+		for (int k = 0; k < 8; k++)
+			v[k] = mmqi_off32((cr_rd_u32(ql + 4 * k) >> 4 * (q >> 1) & 0x0f0f0f0fu) | (cr_rd_u32(qh + 4 * k) >> 2 * q & 0x03030303u) << 4);
+	}
+};
+
 // mmqi_entry is the body of every mmqi kernel (the ABI at the top of this file).
 template <class T>
 CR_FN void mmqi_entry(const u8* w, const signed char* xq, const float* xd, const float* xs, float* y, int rows, int cols, int ntok) {
-	// sw[r]: the block's quants of row r0 + r, dw and mw its scale and minimum; sx[t], dx and
-	// sxs: token t0 + t's quants, scale and sum.
+	// sw[r]: the block's quants of row r0 + r, dw and mw its scale (with HALVES, one per half
+	// of 16 values) and minimum; sx[t], dx and sxs: token t0 + t's quants, scale and sum.
 	__shared__ u32 sw[MMQI_ROWS][MMQI_LD], sx[MMQI_TOK][MMQI_LD];
-	__shared__ float dw[MMQI_ROWS], mw[MMQI_ROWS], dx[MMQI_TOK], sxs[MMQI_TOK];
+	__shared__ float dw[MMQI_ROWS][2], mw[MMQI_ROWS], dx[MMQI_TOK], sxs[MMQI_TOK];
 
 	const int tid = threadIdx.x, warp = tid / CR_WARP, lane = tid % CR_WARP;
 	const int g = lane / 4, k4 = lane % 4; // the lane's row (or column) of a fragment, and its word
@@ -220,7 +243,7 @@ CR_FN void mmqi_entry(const u8* w, const signed char* xq, const float* xd, const
 				// A row past the matrix repeats its last row: it only feeds outputs never stored.
 				const u8* row = w + (i64)(r0 + tid < rows ? r0 + tid : rows - 1) * rb;
 				u32 v[8];
-				T::block(row + (i64)(c / T::PIECES) * T::BB, c % T::PIECES, v, &dw[tid], &mw[tid]);
+				T::block(row + (i64)(c / T::PIECES) * T::BB, c % T::PIECES, v, dw[tid], &mw[tid]);
 #pragma unroll
 				for (int k = 0; k < 8; k++)
 					sw[tid][k] = v[k];
@@ -245,12 +268,13 @@ CR_FN void mmqi_entry(const u8* w, const signed char* xq, const float* xd, const
 
 			int sum[4][4][2];
 #pragma unroll
-			for (int i = 0; i < 4; i++)
-#pragma unroll
-				for (int j = 0; j < 4; j++)
-					sum[i][j][0] = sum[i][j][1] = 0;
-#pragma unroll
 			for (int h = 0; h < 2; h++) {
+				if (h == 0 || T::HALVES)
+#pragma unroll
+					for (int i = 0; i < 4; i++)
+#pragma unroll
+						for (int j = 0; j < 4; j++)
+							sum[i][j][0] = sum[i][j][1] = 0;
 				u32 a[4], b[4];
 #pragma unroll
 				for (int i = 0; i < 4; i++) {
@@ -262,20 +286,23 @@ CR_FN void mmqi_entry(const u8* w, const signed char* xq, const float* xd, const
 #pragma unroll
 					for (int j = 0; j < 4; j++)
 						cr_mma_s8(a[i], b[j], sum[i][j]);
-			}
+				// The sums scaled into acc: after both halves, or after each with HALVES.
+				if (h == 0 && !T::HALVES)
+					continue;
 #pragma unroll
-			for (int i = 0; i < 4; i++) {
-				const int r = wr + 8 * i + g;
+				for (int i = 0; i < 4; i++) {
+					const int r = wr + 8 * i + g;
 #pragma unroll
-				for (int j = 0; j < 4; j++)
+					for (int j = 0; j < 4; j++)
 #pragma unroll
-					for (int e = 0; e < 2; e++) {
-						const int t = wt + 8 * j + 2 * k4 + e;
-						float a = cr_fma(cr_fmul(dw[r], dx[t]), (float)sum[i][j][e], acc[i][j][e]);
-						if (T::MIN)
-							a = cr_fma(mw[r], sxs[t], a);
-						acc[i][j][e] = a;
-					}
+						for (int e = 0; e < 2; e++) {
+							const int t = wt + 8 * j + 2 * k4 + e;
+							float a = cr_fma(cr_fmul(dw[r][h * T::HALVES], dx[t]), (float)sum[i][j][e], acc[i][j][e]);
+							if (T::MIN)
+								a = cr_fma(mw[r], sxs[t], a);
+							acc[i][j][e] = a;
+						}
+				}
 			}
 			__syncthreads(); // before the next block overwrites the tiles
 		}
@@ -325,3 +352,5 @@ MMQI_KERNEL(mmqi_mxfp4, mmqi_mxfp4_t)
 MMQI_KERNEL(mmqi_q4_K, mmqi_q4_K_t)
 // mmqi_q5_K: Q5_K weights, a Q8_K activation; cols % 256 == 0.
 MMQI_KERNEL(mmqi_q5_K, mmqi_q5_K_t)
+// mmqi_q6_K: Q6_K weights, a Q8_K activation; cols % 256 == 0.
+MMQI_KERNEL(mmqi_q6_K, mmqi_q6_K_t)
