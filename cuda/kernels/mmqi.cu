@@ -21,7 +21,7 @@
 //   grid (ceil(rows / 64), ceil(ntok / 64), 1): block (bx, by) computes the tile of rows
 //   [64bx, 64bx+64) and tokens [64by, 64by+64), then tokens [64(by+gridDim.y), ...) and so on,
 //   so any grid.y >= 1 is correct; blocks past the last row return at once.
-//   7168 bytes of static shared memory, no dynamic shared memory.
+//   7424 bytes of static shared memory, no dynamic shared memory.
 //
 // The tile's loop takes one 32-value block of each of its rows and tokens at a time:
 //   - threads 0..63 decode a row's block (a K-quant's sub-block) into 8 words of quants, its
@@ -30,7 +30,8 @@
 //   - a barrier; warp w computes rows 32(w%2) .. +31 by tokens 32(w/2) .. +31 of the tile as
 //     4 x 4 tiles of 8 x 8: for each, two mma (the block's halves of 16 values) from 0 give the
 //     block's integer sums, and each output adds (d_w d_x) * sum with a fused multiply-add (and
-//     then m_w s_x, as mmvq_block and the CPU's dot add a minimum);
+//     then m_w s_x, as mmvq_block and the CPU's dot add a minimum); Q6_K's halves, scaled
+//     apart, each add their own;
 //   - a barrier before the next block overwrites the tiles.
 // The tiles' rows are 12 words (8 of quants, 4 of padding), so that the 8 rows and 4 words a
 // warp's fragment loads touch fall on 32 distinct banks. Single-buffered, like mmq.cu; not
