@@ -76,6 +76,7 @@ func useAttnAVX2() {
 		one: [2]func(out, w []float32, v []uint16, stride, n int, acc []float32){wsumRowsF16, wsumRows16F16},
 	}).sums
 	swigluBlocks = swigluBlocksAVX2
+	siluBlocks = siluBlocksAVX2
 	roundF16 = roundF16AVX2
 	toF16 = toF16AVX2
 	scaleF32 = scaleF32AVX2
@@ -238,6 +239,14 @@ func (m *rowsMulti[E]) sums(out []float32, ostride int, w []float32, wstride int
 	} else {
 		m.k3[b](out, ostride, w, wstride, v, stride, n, dv, acc)
 	}
+}
+
+func siluBlocksAVX2(dst, x []float32) {
+	n := len(dst) &^ 7
+	if n > 0 {
+		attnSiLUAVX2(dst[:n], x[:n])
+	}
+	siluBlocksGo(dst[n:], x[n:len(dst)])
 }
 
 func swigluBlocksAVX2(dst, g, u []float32) {

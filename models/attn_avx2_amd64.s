@@ -276,6 +276,63 @@ done:
 	VZEROUPPER
 	RET
 
+// func attnSiLUAVX2(dst []float32, x []float32)
+// Requires: AVX, AVX2, FMA3
+TEXT ·attnSiLUAVX2(SB), NOSPLIT, $0-48
+	MOVQ dst_base+0(FP), AX
+	MOVQ x_base+24(FP), CX
+	MOVQ dst_len+8(FP), DX
+	SHRQ $0x03, DX
+	JZ   done
+
+loop:
+	VMOVUPS      (CX), Y0
+	VXORPS       Y1, Y1, Y1
+	VSUBPS       Y0, Y1, Y1
+	VMOVUPS      attnr<>+0(SB), Y2
+	VFMADD231PS  attnlog2e<>+0(SB), Y1, Y2
+	VSUBPS       attnr<>+0(SB), Y2, Y3
+	VMOVAPS      Y1, Y1
+	VFNMADD231PS attnln2hi<>+0(SB), Y3, Y1
+	VFNMADD231PS attnln2lo<>+0(SB), Y3, Y1
+	VMULPS       Y1, Y1, Y2
+	VMOVUPS      attnp4<>+0(SB), Y4
+	VFMADD231PS  attnp5<>+0(SB), Y1, Y4
+	VMOVUPS      attnp2<>+0(SB), Y5
+	VFMADD231PS  attnp3<>+0(SB), Y1, Y5
+	VFMADD213PS  Y5, Y2, Y4
+	VMOVUPS      attnone<>+0(SB), Y5
+	VFMADD231PS  attnp1<>+0(SB), Y1, Y5
+	VFMADD213PS  Y5, Y2, Y4
+	VCVTPS2DQ    Y3, Y2
+	VPSRAD       $0x01, Y2, Y1
+	VPSUBD       Y1, Y2, Y2
+	VPADDD       attn127<>+0(SB), Y1, Y1
+	VPSLLD       $0x17, Y1, Y1
+	VPADDD       attn127<>+0(SB), Y2, Y2
+	VPSLLD       $0x17, Y2, Y2
+	VMULPS       Y1, Y4, Y4
+	VMULPS       Y2, Y4, Y4
+	VANDPS       attnabs<>+0(SB), Y3, Y1
+	VCMPPS       $0x1e, attn192<>+0(SB), Y1, Y1
+	VXORPS       Y5, Y5, Y5
+	VCMPPS       $0x1e, Y5, Y3, Y5
+	VANDPS       attninf<>+0(SB), Y5, Y5
+	VBLENDVPS    Y1, Y5, Y4, Y4
+	VCMPPS       $0x03, Y3, Y3, Y1
+	VBLENDVPS    Y1, Y3, Y4, Y4
+	VADDPS       attnone<>+0(SB), Y4, Y4
+	VDIVPS       Y4, Y0, Y4
+	VMOVUPS      Y4, (AX)
+	ADDQ         $0x20, CX
+	ADDQ         $0x20, AX
+	DECQ         DX
+	JNZ          loop
+
+done:
+	VZEROUPPER
+	RET
+
 // func attnSoftmaxAVX2(x []float32)
 // Requires: AVX, AVX2, FMA3
 TEXT ·attnSoftmaxAVX2(SB), NOSPLIT, $0-24

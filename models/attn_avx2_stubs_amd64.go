@@ -16,6 +16,12 @@ func attnExpAVX2(dst []float32, x []float32)
 //go:noescape
 func attnSwiGLUAVX2(dst []float32, g []float32, u []float32)
 
+// attnSiLUAVX2 writes siluAVX512(x[i]), x / (1 + expAVX512(0-x)), to dst[i] for i < len(dst),
+// a multiple of 8; dst may be x.
+//
+//go:noescape
+func attnSiLUAVX2(dst []float32, x []float32)
+
 // attnSoftmaxAVX2 is models' softmax(x, true) (SoftmaxPadded) for len(x) a multiple of 16, at least
 // 16: the maximum, ggml_v_expf of every value minus it, the 16-lane blocks' sums reduced as
 // _mm512_reduce_add_ps and added in float64, then every value times float32(1/sum).

@@ -58,8 +58,10 @@ var (
 	wsumRowsMultiF16 = wsumRowsMultiF16Go
 
 	// swigluBlocks writes siluAVX512(g[i]) * u[i] to dst[i] for i < len(dst), a multiple of
-	// 16 (the vector part of SwiGLU); dst may be g.
+	// 16 (the vector part of SwiGLU); dst may be g. siluBlocks writes siluAVX512(x[i]) (the
+	// vector part of SiLU: DeltaNet's convolution and gate); dst may be x.
 	swigluBlocks = swigluBlocksGo
+	siluBlocks   = siluBlocksGo
 
 	// roundF16 rounds every value of x to the nearest float16 in place, as a matmul against
 	// an F16 KV cache rounds its other operand, and toF16 writes src to dst as float16 (the
@@ -244,6 +246,13 @@ func wsumRowsMultiF16Go(out []float32, ostride int, w []float32, wstride int, v 
 	}
 	for i := 0; i < nq; i++ {
 		f(out[i*ostride:][:dv], w[i*wstride:], v, stride, n, acc)
+	}
+}
+
+func siluBlocksGo(dst, x []float32) {
+	x = x[:len(dst)]
+	for i := range dst {
+		dst[i] = siluAVX512(x[i])
 	}
 }
 

@@ -452,6 +452,33 @@ func FuzzAttnWSumRowsMulti(f *testing.F) {
 	})
 }
 
+// refSiLU is ggml_vec_silu_f32: ggml_v_silu over 16-wide vectors, the scalar SiLU for the rest.
+func refSiLU(dst, x []float32) {
+	n := len(x)
+	for i := range x {
+		if i < n&^15 {
+			dst[i] = siluAVX512(x[i])
+		} else {
+			dst[i] = siluScalar(x[i])
+		}
+	}
+}
+
+func TestSiLUMatchesReference(t *testing.T) {
+	r := rand.New(rand.NewPCG(43, 44))
+	for _, n := range []int{1, 8, 15, 16, 17, 31, 40, 128, 1000, 8192} {
+		for _, special := range []bool{false, true} {
+			x := randFloats(r, n, 10, special)
+			got, want := make([]float32, n), make([]float32, n)
+			SiLU(got, x)
+			refSiLU(want, x)
+			sameFloats(t, fmt.Sprintf("SiLU of %d", n), got, want)
+			SiLU(x, x) // in place, as DeltaNet calls it
+			sameFloats(t, fmt.Sprintf("SiLU of %d in place", n), x, want)
+		}
+	}
+}
+
 func FuzzAttnSwiGLU(f *testing.F) {
 	f.Add(seedBytes(11, 64, 3))
 	f.Add(seedBytes(12, 34, 100))
@@ -463,6 +490,9 @@ func FuzzAttnSwiGLU(f *testing.F) {
 		SwiGLU(got, g, u)
 		refSwiGLU(want, g, u)
 		sameFloats(t, "SwiGLU", got, want)
+		SiLU(got, g)
+		refSiLU(want, g)
+		sameFloats(t, "SiLU", got, want)
 	})
 }
 

@@ -225,9 +225,7 @@ func SiLU(dst, x []float32) {
 	n := len(x)
 	dst = dst[:n]
 	nv := n &^ 15
-	for i := 0; i < nv; i++ {
-		dst[i] = siluAVX512(x[i])
-	}
+	siluBlocks(dst[:nv], x[:nv])
 	for i := nv; i < n; i++ {
 		dst[i] = siluScalar(x[i])
 	}

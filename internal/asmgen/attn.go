@@ -37,6 +37,7 @@ func attnKernels() {
 	attnConsts()
 	attnExpKernel()
 	attnSwiGLUKernel()
+	attnSiLUKernel()
 	attnSoftmaxKernel()
 	attnRoundF16Kernel()
 	attnToF16Kernel()
@@ -270,6 +271,33 @@ func attnSwiGLUKernel() {
 	VMOVUPS(e, attnAt(dp, 0))
 	ADDQ(U8(32), gp)
 	ADDQ(U8(32), up)
+	ADDQ(U8(32), dp)
+	DECQ(n)
+	JNZ(LabelRef("loop"))
+	Label("done")
+	attnEnd()
+}
+
+func attnSiLUKernel() {
+	attnText("attnSiLUAVX2", "func(dst, x []float32)",
+		"attnSiLUAVX2 writes siluAVX512(x[i]), x / (1 + expAVX512(0-x)), to dst[i] for i < len(dst),\n"+
+			"a multiple of 8; dst may be x.")
+	dp := Load(Param("dst").Base(), GP64())
+	xp := Load(Param("x").Base(), GP64())
+	n := Load(Param("dst").Len(), GP64())
+	SHRQ(U8(3), n)
+	JZ(LabelRef("done"))
+	Label("loop")
+	g := YMM()
+	VMOVUPS(attnAt(xp, 0), g)
+	x := YMM()
+	VXORPS(x, x, x)
+	VSUBPS(g, x, x) // 0 - g
+	e := attnExp(x)
+	VADDPS(aOne, e, e)
+	VDIVPS(e, g, e)
+	VMOVUPS(e, attnAt(dp, 0))
+	ADDQ(U8(32), xp)
 	ADDQ(U8(32), dp)
 	DECQ(n)
 	JNZ(LabelRef("loop"))
