@@ -59,17 +59,24 @@ CR_FN u32 mmqi_off16(u32 n) { return (n + 0x70707070u) ^ 0x80808080u; }
 // MIN = 1, its minimum mw (the weights are dw*q + mw). QB is the activation's block (32: Q8_0
 // or Q8_1; 256: Q8_K); with KSUM the minimum multiplies the piece's activation sum, its scale
 // times the sum of its quants, which the tile computes (Q8_K has no sums), else Q8_1's s.
+// mmqi_q4 decodes Q4_0's and Q4_1's quants, qs's low nibbles then its high ones, less 8 for
+// Q4_0 (off).
+CR_FN void mmqi_q4(const u8* qs, u32* v, bool off) {
+#pragma unroll
+	for (int k = 0; k < 4; k++) {
+		const u32 w = cr_rd_u32(qs + 4 * k);
+		const u32 lo = w & 0x0f0f0f0fu, hi = w >> 4 & 0x0f0f0f0fu;
+		v[k] = off ? mmqi_off8(lo) : lo;
+		v[4 + k] = off ? mmqi_off8(hi) : hi;
+	}
+}
+
 struct mmqi_q4_0_t {
 	enum { BB = CR_BB_Q4_0, QB = 32, PIECES = 1, MIN = 0, KSUM = 0, HALVES = 0 };
 	CR_FN void block(const u8* b, int j, u32* v, float* dw, float* mw) {
 		(void)j;
 		*dw = cr_rd_h(b), *mw = 0.0f;
-#pragma unroll
-		for (int k = 0; k < 4; k++) {
-			const u32 w = cr_rd_u32(b + 2 + 4 * k);
-			v[k] = mmqi_off8(w & 0x0f0f0f0fu);
-			v[4 + k] = mmqi_off8(w >> 4 & 0x0f0f0f0fu);
-		}
+		mmqi_q4(b + 2, v, true);
 	}
 };
 
@@ -78,12 +85,7 @@ struct mmqi_q4_1_t {
 	CR_FN void block(const u8* b, int j, u32* v, float* dw, float* mw) {
 		(void)j;
 		*dw = cr_rd_h(b), *mw = cr_rd_h(b + 2);
-#pragma unroll
-		for (int k = 0; k < 4; k++) {
-			const u32 w = cr_rd_u32(b + 4 + 4 * k);
-			v[k] = w & 0x0f0f0f0fu;
-			v[4 + k] = w >> 4 & 0x0f0f0f0fu;
-		}
+		mmqi_q4(b + 4, v, false);
 	}
 };
 

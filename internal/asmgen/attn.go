@@ -252,9 +252,25 @@ func attnSwiGLUKernel() {
 	attnText("attnSwiGLUAVX2", "func(dst, g, u []float32)",
 		"attnSwiGLUAVX2 writes siluAVX512(g[i]) * u[i], silu(x) = x / (1 + expAVX512(0-x)), to dst[i]\n"+
 			"for i < len(dst), a multiple of 8; dst may be g.")
+	attnSiLULoop("g", "u")
+}
+
+func attnSiLUKernel() {
+	attnText("attnSiLUAVX2", "func(dst, x []float32)",
+		"attnSiLUAVX2 writes siluAVX512(x[i]), x / (1 + expAVX512(0-x)), to dst[i] for i < len(dst),\n"+
+			"a multiple of 8; dst may be x.")
+	attnSiLULoop("x", "")
+}
+
+// attnSiLULoop is the body of both: siluAVX512 of parameter in, times parameter mul's values
+// where mul is not empty, into dst.
+func attnSiLULoop(in, mul string) {
 	dp := Load(Param("dst").Base(), GP64())
-	gp := Load(Param("g").Base(), GP64())
-	up := Load(Param("u").Base(), GP64())
+	gp := Load(Param(in).Base(), GP64())
+	var up Register
+	if mul != "" {
+		up = Load(Param(mul).Base(), GP64())
+	}
 	n := Load(Param("dst").Len(), GP64())
 	SHRQ(U8(3), n)
 	JZ(LabelRef("done"))
@@ -267,37 +283,14 @@ func attnSwiGLUKernel() {
 	e := attnExp(x)
 	VADDPS(aOne, e, e)
 	VDIVPS(e, g, e)
-	VMULPS(attnAt(up, 0), e, e)
+	if mul != "" {
+		VMULPS(attnAt(up, 0), e, e)
+	}
 	VMOVUPS(e, attnAt(dp, 0))
 	ADDQ(U8(32), gp)
-	ADDQ(U8(32), up)
-	ADDQ(U8(32), dp)
-	DECQ(n)
-	JNZ(LabelRef("loop"))
-	Label("done")
-	attnEnd()
-}
-
-func attnSiLUKernel() {
-	attnText("attnSiLUAVX2", "func(dst, x []float32)",
-		"attnSiLUAVX2 writes siluAVX512(x[i]), x / (1 + expAVX512(0-x)), to dst[i] for i < len(dst),\n"+
-			"a multiple of 8; dst may be x.")
-	dp := Load(Param("dst").Base(), GP64())
-	xp := Load(Param("x").Base(), GP64())
-	n := Load(Param("dst").Len(), GP64())
-	SHRQ(U8(3), n)
-	JZ(LabelRef("done"))
-	Label("loop")
-	g := YMM()
-	VMOVUPS(attnAt(xp, 0), g)
-	x := YMM()
-	VXORPS(x, x, x)
-	VSUBPS(g, x, x) // 0 - g
-	e := attnExp(x)
-	VADDPS(aOne, e, e)
-	VDIVPS(e, g, e)
-	VMOVUPS(e, attnAt(dp, 0))
-	ADDQ(U8(32), xp)
+	if mul != "" {
+		ADDQ(U8(32), up)
+	}
 	ADDQ(U8(32), dp)
 	DECQ(n)
 	JNZ(LabelRef("loop"))
