@@ -6,10 +6,10 @@ import (
 	"github.com/commit-run/commit-run/quant"
 )
 
-// The kernels of the host's attention, SwiGLU and DeltaNet recurrence. Each variable starts as its plain-Go
-// reference, which is also the fallback (purego builds, other architectures, CPUs without
-// AVX2, FMA and F16C); attn_amd64.go replaces them at start-up with assembly that computes the
-// same bits (NaN payloads aside), which attn_kernels_test.go checks against these.
+// The kernels of the host's attention, SwiGLU and DeltaNet recurrence. Each variable starts as
+// its plain-Go reference, which is also the fallback (purego builds, other architectures, CPUs
+// without AVX2, FMA and F16C); attn_amd64.go replaces them at start-up with assembly that
+// computes the same bits (NaN payloads aside), which attn_kernels_test.go checks against these.
 var (
 	// dotsF32 and dotsF16 write the scores of one head: out[p] = quant.DotF32Vec(row p of k,
 	// q) * scale for p < len(out), row p being the len(q) keys at k[p*stride:] (F16 keys
