@@ -52,7 +52,7 @@ func BenchmarkDeltaNet(b *testing.B) {
 			{"deltanet_norm_f32", Dim3{X: T * vheads}, Dim3{X: 128}, norm},
 		} {
 			b.Run(fmt.Sprintf("T=%d/%s", T, l.name), func(b *testing.B) {
-				sec := timeLaunches(b, k, l.name, l.grid, l.block, []Args{l.args})
+				sec := timeLaunches(b, k, k.function(b, l.name), l.grid, l.block, []Args{l.args})
 				b.ReportMetric(float64(T)/sec, "tokens/s")
 				if l.name == "deltanet_rec_f32" {
 					b.ReportMetric(2*4*vheads*n*n/sec/1e9, "state-GB/s")

@@ -28,7 +28,8 @@ type GPUOptions struct {
 	// Budget is the device memory the engine may use; 0 takes what is free on the card at
 	// start, less a reserve for the context and the kernels' scratch.
 	Budget int64
-	// PTX is the kernels' module; nil loads the embedded one.
+	// PTX is the kernels' module, which then stands alone; nil loads the embedded ones:
+	// PTX(), and PTXSM80() beside it on a device of compute capability 8.0 or newer.
 	PTX []byte
 	// HostRates price Host's expert kernels (cpu-miss): what the device's Planner weighs a
 	// copy against. Zero rates take the device package's defaults.
@@ -88,7 +89,7 @@ type GPU struct {
 	mem  *device.Memory
 
 	compute, copy *Stream
-	mod           *Module
+	mod           *kernelSet
 	mmv, mmq      map[quant.Type]*Function // products by weight type: few tokens, many (prefill)
 	mmvq          map[quant.Type]*Function // few tokens' integer products (ops_quant.go)
 	mmqi          map[quant.Type]*Function // many tokens' integer products on the tensor cores (ops_quant.go)
@@ -221,7 +222,12 @@ func (g *GPU) open(o GPUOptions) error {
 	if len(ptx) == 0 {
 		return fmt.Errorf("this binary has no CUDA kernels")
 	}
-	if g.mod, err = g.ctx.LoadModule(ptx); err != nil {
+	// A caller's own module stands alone; the embedded one has its sm_80 companion.
+	var sm80 []byte
+	if o.PTX == nil {
+		sm80 = PTXSM80()
+	}
+	if g.mod, err = loadKernels(g.ctx, g.info, ptx, sm80); err != nil {
 		return err
 	}
 	// A type whose kernel the module lacks takes another path: the host for mmv, mmv for mmq,

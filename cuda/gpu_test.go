@@ -89,6 +89,53 @@ func TestGPUOpen(t *testing.T) {
 	}
 }
 
+// TestGPUKernelModules opens the embedded kernels as the engine does on devices of several
+// compute capabilities: from 8.0 on, mmqi's kernels come from the sm_80 module and the rest
+// from the base module; on 7.5 everything comes from the base module, and the sm_80 module
+// does not load there at all (the fake's JIT refuses a newer .target, as a driver's does).
+func TestGPUKernelModules(t *testing.T) {
+	fakeDriver(t)
+	for _, c := range []struct {
+		cc   string
+		sm80 bool
+	}{{"75", false}, {"80", true}, {"90", true}} {
+		t.Run("cc"+c.cc, func(t *testing.T) {
+			t.Setenv("FAKECUDA_CC", c.cc)
+			g, err := Open(GPUOptions{Library: fake.path, Host: cpu.New(1)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close()
+			if (g.mod.sm80 != nil) != c.sm80 {
+				t.Fatalf("sm_80 module loaded: %v, want %v", g.mod.sm80 != nil, c.sm80)
+			}
+			from := g.mod.base
+			if c.sm80 {
+				from = g.mod.sm80
+			}
+			for typ, name := range mmqiKernels {
+				want, err := from.Function(name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if f := g.mmqi[typ]; f == nil || f.h != want.h {
+					t.Errorf("%s: %v, want the handle %#x of its module", name, f, want.h)
+				}
+			}
+			norm, err1 := g.mod.Function("rms_norm_f32")
+			base, err2 := g.mod.base.Function("rms_norm_f32")
+			if err := errors.Join(err1, err2); err != nil || norm.h != base.h {
+				t.Errorf("rms_norm_f32 not from the base module: %v", err)
+			}
+			if !c.sm80 {
+				if _, err := g.ctx.LoadModule(PTXSM80()); err == nil || !strings.Contains(err.Error(), "CUDA_ERROR_INVALID_PTX") {
+					t.Errorf("the sm_80 module on compute capability 7.5: %v, want CUDA_ERROR_INVALID_PTX", err)
+				}
+			}
+		})
+	}
+}
+
 // TestGPUMatMul runs products of uploaded weights and of a device buffer filled on the copy
 // stream, against the CPU; weights not on the device are computed on the host and counted.
 func TestGPUMatMul(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"sort"
@@ -15,7 +16,13 @@ import (
 //go:embed ptx/kernels.ptx
 var kernelPTX []byte
 
-// kernelSources are the CUDA sources of kernelPTX, embedded so that a test can tell whether
+// kernelPTXSM80 is the second module, built from kernels/sm80.cu for compute capability 8.0:
+// the kernels that sm_80's instructions make faster.
+//
+//go:embed ptx/kernels_sm80.ptx
+var kernelPTXSM80 []byte
+
+// kernelSources are the CUDA sources of both modules, embedded so that a test can tell whether
 // the PTX is stale.
 //
 //go:embed kernels/*.cu kernels/*.cuh
@@ -24,6 +31,58 @@ var kernelSources embed.FS
 // PTX returns the kernels' PTX module: one module with every kernel in KernelNames, for
 // compute capability 7.5 and newer. The caller must not modify it.
 func PTX() []byte { return kernelPTX }
+
+// PTXSM80 returns the module of the kernels rebuilt for compute capability 8.0 and newer
+// (today mmqi's, on mma.sync.m16n8k32): some of KernelNames, which a device of 8.0 or newer
+// takes from it rather than from PTX(). The caller must not modify it.
+func PTXSM80() []byte { return kernelPTXSM80 }
+
+// kernelSet is the kernels loaded into a context: the base module and, on a device of compute
+// capability 8.0 or newer, the sm_80 module, whose kernels stand in for the base module's of
+// the same name.
+type kernelSet struct {
+	base, sm80 *Module
+}
+
+// loadKernels loads base (PTX(), or a caller's own module) and, where sm80 is not nil and the
+// device has compute capability 8.0 or newer, sm80 beside it.
+func loadKernels(ctx *Context, info Info, base, sm80 []byte) (*kernelSet, error) {
+	k := &kernelSet{}
+	var err error
+	if k.base, err = ctx.LoadModule(base); err != nil {
+		return nil, err
+	}
+	if sm80 != nil && info.Major >= 8 {
+		if k.sm80, err = ctx.LoadModule(sm80); err != nil {
+			k.base.Unload()
+			return nil, fmt.Errorf("the sm_80 kernels: %w", err)
+		}
+	}
+	return k, nil
+}
+
+// Function returns the kernel called name: the sm_80 module's where it has one, else the
+// base module's.
+func (k *kernelSet) Function(name string) (*Function, error) {
+	if k.sm80 != nil {
+		f, err := k.sm80.Function(name)
+		if !errors.Is(err, ErrNotFound) {
+			return f, err
+		}
+	}
+	return k.base.Function(name)
+}
+
+// Unload releases both modules.
+func (k *kernelSet) Unload() error {
+	var errs []error
+	for _, m := range []*Module{k.sm80, k.base} {
+		if m != nil {
+			errs = append(errs, m.Unload())
+		}
+	}
+	return errors.Join(errs...)
+}
 
 // SourcesHash returns the SHA-256 (hex) of the embedded kernel sources as HashSources
 // computes it.

@@ -36,7 +36,7 @@ type kernelEnv struct {
 	info     Info // the device's, on a real one
 	ctx      *Context
 	s        *Stream
-	mod      *Module
+	mod      *kernelSet
 	fns      map[string]*Function
 	launched map[string]bool
 }
@@ -64,11 +64,20 @@ func kernelDriver(tb testing.TB) (*Driver, bool) {
 	return d, false
 }
 
-// openKernels loads PTX() into device 0's primary context; tb's cleanup releases it all.
-func openKernels(tb testing.TB) *kernelEnv {
+// openKernels loads the kernels into device 0's primary context as a GPU does (PTX(), and
+// PTXSM80() beside it on compute capability 8.0 and newer); tb's cleanup releases it all.
+func openKernels(tb testing.TB) *kernelEnv { return openKernelModules(tb, PTXSM80()) }
+
+// openKernelModules is openKernels with sm80 for the sm_80 module (nil: the base module
+// alone).
+func openKernelModules(tb testing.TB, sm80 []byte) *kernelEnv {
 	tb.Helper()
 	d, real := kernelDriver(tb)
 	dev, err := d.Device(0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	info, err := dev.Info()
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -82,16 +91,13 @@ func openKernels(tb testing.TB) *kernelEnv {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { s.Destroy() })
-	mod, err := ctx.LoadModule(PTX())
+	mod, err := loadKernels(ctx, info, PTX(), sm80)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { mod.Unload() })
-	var info Info
 	if real {
-		if info, err = dev.Info(); err == nil {
-			tb.Logf("kernels on %s", info)
-		}
+		tb.Logf("kernels on %s", info)
 	}
 	return &kernelEnv{real: real, info: info, ctx: ctx, s: s, mod: mod, fns: map[string]*Function{}, launched: map[string]bool{}}
 }
@@ -150,6 +156,15 @@ func (k *kernelEnv) getU16(tb testing.TB, p DevicePtr, n int) []uint16 {
 // run launches the kernel called name and waits for it.
 func (k *kernelEnv) run(tb testing.TB, name string, grid, block Dim3, a *Args) {
 	tb.Helper()
+	if err := errors.Join(k.s.Launch(k.function(tb, name), grid, block, 0, a), k.s.Synchronize()); err != nil {
+		tb.Fatal(err)
+	}
+	k.launched[name] = true
+}
+
+// function returns the kernel called name, found once.
+func (k *kernelEnv) function(tb testing.TB, name string) *Function {
+	tb.Helper()
 	f := k.fns[name]
 	if f == nil {
 		var err error
@@ -158,10 +173,7 @@ func (k *kernelEnv) run(tb testing.TB, name string, grid, block Dim3, a *Args) {
 		}
 		k.fns[name] = f
 	}
-	if err := errors.Join(k.s.Launch(f, grid, block, 0, a), k.s.Synchronize()); err != nil {
-		tb.Fatal(err)
-	}
-	k.launched[name] = true
+	return f
 }
 
 // ---- the cases ----
@@ -199,8 +211,30 @@ func TestKernelCasesCoverEveryKernel(t *testing.T) {
 
 // TestKernels runs every case: test names are kernel/shape.
 func TestKernels(t *testing.T) {
-	k := openKernels(t)
+	runKernelCases(t, openKernels(t), func(kernelCase) bool { return true })
+}
+
+// TestKernelsSM75 runs the cases of the kernels the sm_80 module replaces (mmqi's) on the base
+// module alone: what a device older than compute capability 8.0 runs, the products as four
+// m8n8k16 each where TestKernels ran sm_80's m16n8k32.
+func TestKernelsSM75(t *testing.T) {
+	k := openKernelModules(t, nil)
+	if k.info.Major < 8 {
+		t.Skipf("the device has compute capability %d.%d: TestKernels ran the base module's kernels", k.info.Major, k.info.Minor)
+	}
+	replaced := map[string]bool{}
+	for _, m := range entryRE.FindAllSubmatch(PTXSM80(), -1) {
+		replaced[string(m[1])] = true
+	}
+	runKernelCases(t, k, func(c kernelCase) bool { return replaced[c.kernel] })
+}
+
+// runKernelCases runs the cases that pick chooses, each as the subtest kernel/shape.
+func runKernelCases(t *testing.T, k *kernelEnv, pick func(kernelCase) bool) {
 	for _, c := range allKernelCases() {
+		if !pick(c) {
+			continue
+		}
 		t.Run(c.kernel+"/"+c.name, func(t *testing.T) {
 			delete(k.launched, c.kernel)
 			h := fnv.New64a()

@@ -13,14 +13,18 @@ func TestPTXMatchesSources(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first, _, _ := bytes.Cut(PTX(), []byte("\n"))
-	const prefix = "// commit-run kernels sources-sha256:"
-	got, ok := strings.CutPrefix(strings.TrimSpace(string(first)), prefix)
-	if !ok {
-		t.Fatalf("the PTX's first line is %q, want %q<hash>: the PTX is stale: run make kernels", first, prefix)
-	}
-	if got != want {
-		t.Fatalf("the PTX was built from sources with hash %s, the sources hash to %s: the PTX is stale: run make kernels", got, want)
+	for _, m := range []struct {
+		name string
+		ptx  []byte
+	}{{"kernels.ptx", PTX()}, {"kernels_sm80.ptx", PTXSM80()}} {
+		first, _, _ := bytes.Cut(m.ptx, []byte("\n"))
+		const prefix = "// commit-run kernels sources-sha256:"
+		got, ok := strings.CutPrefix(strings.TrimSpace(string(first)), prefix)
+		if !ok {
+			t.Errorf("%s's first line is %q, want %q<hash>: the PTX is stale: run make kernels", m.name, first, prefix)
+		} else if got != want {
+			t.Errorf("%s was built from sources with hash %s, the sources hash to %s: the PTX is stale: run make kernels", m.name, got, want)
+		}
 	}
 }
 
@@ -59,27 +63,56 @@ func TestKernelNamesMatchPTX(t *testing.T) {
 			t.Errorf("the PTX has .entry %s, which KernelNames does not list", n)
 		}
 	}
+	// The sm_80 module only replaces kernels: a device older than 8.0 must have them all.
+	sm80 := entryRE.FindAllSubmatch(PTXSM80(), -1)
+	if len(sm80) == 0 {
+		t.Error("no .entry in the sm_80 PTX")
+	}
+	for _, m := range sm80 {
+		if n := string(m[1]); !inPTX[n] {
+			t.Errorf("the sm_80 PTX has .entry %s, which the base module lacks", n)
+		}
+	}
 }
 
-// TestPTXTarget checks the module loads on compute capability 7.5 and newer: its .target is
-// an sm_XY with XY <= 75, and its .version an ISA with every instruction the kernels use.
+// TestPTXTarget checks that the base module loads on compute capability 7.5 and newer (its
+// .target an sm_XY with XY <= 75, its .version an ISA with every instruction the kernels use,
+// no instruction of sm_80), and that the sm_80 module targets sm_80 and was built with sm_80's
+// products (CR_SM80 defined: a build that left it out would quietly be the sm_75 code).
 func TestPTXTarget(t *testing.T) {
-	ptx := string(PTX())
-	m := regexp.MustCompile(`(?m)^\s*\.target\s+sm_(\d+)`).FindStringSubmatch(ptx)
-	if m == nil {
-		t.Fatal("the PTX has no .target sm_XY")
+	target := func(ptx []byte) (sm, major, minor int) {
+		t.Helper()
+		m := regexp.MustCompile(`(?m)^\s*\.target\s+sm_(\d+)`).FindSubmatch(ptx)
+		v := regexp.MustCompile(`(?m)^\s*\.version\s+(\d+)\.(\d+)`).FindSubmatch(ptx)
+		if m == nil || v == nil {
+			t.Fatal("a PTX module has no .target sm_XY or no .version")
+		}
+		sm, _ = strconv.Atoi(string(m[1]))
+		major, _ = strconv.Atoi(string(v[1]))
+		minor, _ = strconv.Atoi(string(v[2]))
+		return sm, major, minor
 	}
-	if sm, _ := strconv.Atoi(m[1]); sm > 75 {
+	sm, major, minor := target(PTX())
+	if sm > 75 {
 		t.Errorf("the PTX targets sm_%d: it would not load on sm_75", sm)
 	}
-	v := regexp.MustCompile(`(?m)^\s*\.version\s+(\d+)\.(\d+)`).FindStringSubmatch(ptx)
-	if v == nil {
-		t.Fatal("the PTX has no .version")
-	}
 	// 6.5: the integer mma.sync of mmqi.cu; a driver of CUDA 10.2 or newer reads it.
-	major, _ := strconv.Atoi(v[1])
-	minor, _ := strconv.Atoi(v[2])
 	if major < 6 || major == 6 && minor < 5 {
-		t.Errorf("PTX ISA %s.%s is older than mmqi.cu's mma.sync m8n8k16 needs (6.5)", v[1], v[2])
+		t.Errorf("PTX ISA %d.%d is older than mmqi.cu's mma.sync m8n8k16 needs (6.5)", major, minor)
+	}
+	if bytes.Contains(PTX(), []byte("mma.sync.aligned.m16n8k")) {
+		t.Error("the base PTX has an m16n8k* mma: sm_80's, which sm_75 does not have")
+	}
+	sm, major, minor = target(PTXSM80())
+	if sm != 80 || major < 7 {
+		t.Errorf("the sm_80 PTX targets sm_%d at ISA %d.%d, want sm_80 at 7.0 or newer", sm, major, minor)
+	}
+	for _, op := range []string{"mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32", "mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32"} {
+		if !bytes.Contains(PTXSM80(), []byte(op)) {
+			t.Errorf("the sm_80 PTX has no %s: built without CR_SM80?", op)
+		}
+	}
+	if bytes.Contains(PTXSM80(), []byte("m8n8k16")) {
+		t.Error("the sm_80 PTX still multiplies with m8n8k16")
 	}
 }

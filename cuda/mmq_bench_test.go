@@ -10,8 +10,10 @@ import (
 )
 
 // BenchmarkMMQ times the prefill products of a 4096 x 4096 matrix, mmq (float tiles) and mmqi
-// (tensor cores, where the type has it) against mmv on the same product, for a few token counts: the figures to set mmqMinTokens by (the token count
-// from which mmq is faster) and to see how far mmq is from the card's limits. Each reports
+// (tensor cores, where the type has it; on compute capability 8.0 and newer also mmqi-sm75,
+// the base module's m8n8k16 build beside the sm_80 module's m16n8k32) against mmv on the same
+// product, for a few token counts: the figures to set mmqMinTokens by (the token count from
+// which mmq is faster) and to see how far mmq is from the card's limits. Each reports
 //
 //	weight-GB/s  the matrix's bytes per product over the time of a product (what a kernel
 //	             reading the weights once would move; mmv re-reads them every 8 tokens,
@@ -49,22 +51,29 @@ func BenchmarkMMQ(b *testing.B) {
 			dq, dd, ds := k.alloc(b, T*cols), k.alloc(b, 4*T*cols/qb), k.alloc(b, 4*T*cols/qb)
 			var qa Args
 			k.run(b, "quantize_q8_f32", Dim3{X: ceilDiv(T*cols/qb, 8)}, Dim3{X: 256}, qa.Ptr(dx).Ptr(dq).Ptr(dd).Ptr(ds).Int(cols).Int(T).Int(kind))
-			for _, kernel := range []string{"mmq", "mmqi", "mmv"} {
+			for _, kernel := range []string{"mmq", "mmqi", "mmqi-sm75", "mmv"} {
 				name, grid, block := mmqKernels[typ], Dim3{X: ceilDiv(rows, mmqRowsPerBlock), Y: ceilDiv(T, mmqTokensPerBlock)}, Dim3{X: mmqThreads}
 				args := productArgs(dw, dx, dy, rows, cols, T)
 				switch kernel {
 				case "mmv":
 					name, grid, block = mmvKernels[typ], Dim3{X: ceilDiv(rows, mmvRowsPerBlock), Y: ceilDiv(T, mmvTokensPerBlock)}, Dim3{X: 32, Y: mmvRowsPerBlock}
-				case "mmqi":
-					if mmqiKernels[typ] == "" {
-						continue
+				case "mmqi", "mmqi-sm75":
+					if mmqiKernels[typ] == "" || kernel == "mmqi-sm75" && k.mod.sm80 == nil {
+						continue // mmqi-sm75: the base module's beside the sm_80 module's
 					}
 					name, block = mmqiKernels[typ], Dim3{X: mmqiThreads}
 					args = Args{}
 					args.Ptr(dw).Ptr(dq).Ptr(dd).Ptr(ds).Ptr(dy).Int(rows).Int(cols).Int(T)
 				}
+				f := k.function(b, name)
+				if kernel == "mmqi-sm75" {
+					var err error
+					if f, err = k.mod.base.Function(name); err != nil {
+						b.Fatal(err)
+					}
+				}
 				b.Run(fmt.Sprintf("%s/T=%d/%s", typ, T, kernel), func(b *testing.B) {
-					sec := timeLaunches(b, k, name, grid, block, []Args{args})
+					sec := timeLaunches(b, k, f, grid, block, []Args{args})
 					b.ReportMetric(float64(len(data))/sec/1e9, "weight-GB/s")
 					b.ReportMetric(2*float64(rows)*cols*float64(T)/sec/1e9, "GFLOP/s")
 				})
@@ -73,14 +82,11 @@ func BenchmarkMMQ(b *testing.B) {
 	}
 }
 
-// timeLaunches launches kernel name b.N times after a warm-up, cycling through the argument
+// timeLaunches launches kernel f b.N times after a warm-up, cycling through the argument
 // lists args, and returns the device's seconds per launch.
-func timeLaunches(b *testing.B, k *kernelEnv, name string, grid, block Dim3, args []Args) float64 {
+func timeLaunches(b *testing.B, k *kernelEnv, f *Function, grid, block Dim3, args []Args) float64 {
 	b.Helper()
-	f, err := k.mod.Function(name)
-	if err != nil {
-		b.Fatal(err)
-	}
+	var err error
 	start, err1 := k.ctx.NewEvent(true)
 	end, err2 := k.ctx.NewEvent(true)
 	if err := errors.Join(err1, err2); err != nil {

@@ -141,7 +141,8 @@ type quantized struct {
 	q          q8
 }
 
-// function returns the module's kernel called name, found once. The caller holds g.mu.
+// function returns the kernel called name (kernelSet.Function), found once. The caller holds
+// g.mu.
 func (g *GPU) function(name string) (*Function, error) {
 	if fn, ok := g.fns[name]; ok {
 		return fn, nil

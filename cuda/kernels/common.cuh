@@ -1,8 +1,9 @@
 // common.cuh: what every kernel file shares. The kernels are plain CUDA C that compiles three
 // ways, and this header hides the differences:
 //
-//   - nvcc (nvcc -ptx -arch=compute_75): the toolkit's implicit declarations (__shfl_xor_sync,
-//     __byte_perm, __fmul_rn, ...) are used; no toolkit header is included.
+//   - nvcc (nvcc -ptx -arch=compute_75; compute_80 for sm80.cu): the toolkit's implicit
+//     declarations (__shfl_xor_sync, __byte_perm, __fmul_rn, ...) are used; no toolkit header
+//     is included.
 //   - clang without the CUDA toolkit (clang -x cuda --cuda-device-only -nocudainc -nocudalib):
 //     the CUDA keywords and intrinsics are defined here from clang's builtins.
 //   - a host C++ compiler (neither of the above): only for testing the sources on a machine
@@ -47,6 +48,13 @@ unsigned cr_host_shfl_xor(unsigned v, int lane_mask);
 #define __constant__ static const
 #define __forceinline__ inline
 #define __syncthreads() cr_host_syncthreads()
+#endif
+
+// CR_SM80: compiling for compute capability 8.0 or newer (sm80.cu's module), where helpers
+// such as cr_mma_s8_k32 take sm_80's instructions. The sm_75 module and the emulator leave it
+// undefined.
+#if defined(CR_DEVICE) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define CR_SM80 1
 #endif
 
 typedef unsigned char u8;
@@ -282,12 +290,13 @@ CR_FN float cr_inf(void) { return cr_as_f(0x7f800000u); }
 // newer, PTX ISA 6.5). Every lane of the warp takes part: lane l holds in a row l/4 of A,
 // columns 4(l%4) .. 4(l%4)+3 (a byte each, the first lowest), in b column l/4 of B, rows
 // 4(l%4) .. 4(l%4)+3, and in c[0], c[1] row l/4 of the product, columns 2(l%4) and 2(l%4)+1.
-// The emulator gathers each lane's row of A and columns of B with shuffles.
+// The emulator gathers each lane's row of A and columns of B with shuffles. (Plain asm, not
+// volatile: the product has no side effect, so the compiler may schedule loads around it.)
 CR_FN void cr_mma_s8(u32 a, u32 b, int* c) {
 #if defined(CR_DEVICE)
-	asm volatile("mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32 {%0, %1}, {%2}, {%3}, {%0, %1};"
-	             : "+r"(c[0]), "+r"(c[1])
-	             : "r"(a), "r"(b));
+	asm("mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32 {%0, %1}, {%2}, {%3}, {%0, %1};"
+	    : "+r"(c[0]), "+r"(c[1])
+	    : "r"(a), "r"(b));
 #else
 	const int l = threadIdx.x % CR_WARP, n0 = 2 * (l % 4);
 	u32 ar[4], b0[4], b1[4];
@@ -302,6 +311,40 @@ CR_FN void cr_mma_s8(u32 a, u32 b, int* c) {
 		c[0] += av * (signed char)(b0[k / 4] >> (8 * (k % 4)));
 		c[1] += av * (signed char)(b1[k / 4] >> (8 * (k % 4)));
 	}
+#endif
+}
+
+// cr_mma_s8_k32 adds to c the 16 x 8 product of a 16 x 32 matrix A by a 32 x 8 matrix B of
+// signed bytes (mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32). Its fragments are four of
+// cr_mma_s8's: lane l holds in a[0] and a[1] rows l/4 and l/4+8 of A at columns 4(l%4) ..
+// 4(l%4)+3, in a[2] and a[3] the same rows at columns 16+4(l%4) ..; in b[0] and b[1] column l/4
+// of B at rows 4(l%4) .. and 16+4(l%4) ..; in c[0], c[1] row l/4 of the product at columns
+// 2(l%4), 2(l%4)+1, in c[2], c[3] row l/4+8. The instruction is sm_80's (PTX ISA 7.0): the
+// module built for compute capability 8.0 (sm80.cu) runs it; before sm_80, and in the
+// emulator, it is those four m8n8k16 products (integer sums: the same values either way).
+CR_FN void cr_mma_s8_k32(const u32* a, const u32* b, int* c) {
+#if defined(CR_SM80)
+	asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+	    : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+	    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+	cr_mma_s8(a[0], b[0], c);
+	cr_mma_s8(a[1], b[0], c + 2);
+	cr_mma_s8(a[2], b[1], c);
+	cr_mma_s8(a[3], b[1], c + 2);
+#endif
+}
+
+// cr_mma_s8_k16 is cr_mma_s8_k32's first half, a 16 x 16 A (a[0], a[1]) by a 16 x 8 B (b):
+// mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 on sm_80, two m8n8k16 before.
+CR_FN void cr_mma_s8_k16(const u32* a, u32 b, int* c) {
+#if defined(CR_SM80)
+	asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
+	    : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+	    : "r"(a[0]), "r"(a[1]), "r"(b));
+#else
+	cr_mma_s8(a[0], b, c);
+	cr_mma_s8(a[1], b, c + 2);
 #endif
 }
 

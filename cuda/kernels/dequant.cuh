@@ -230,4 +230,34 @@ CR_FN void cr_deq_q6_K(const u8* b, int p, float* y) {
 	}
 }
 
+// ---- packed decoders of the integer kernels (mmv.cu, mmvq.cu, mmqi.cu) ----
+
+// cr_spread4 moves bits 0..3 of b to bit 4 of bytes 0..3.
+CR_FN u32 cr_spread4(u32 b) { return (((b & 0xfu) * 0x00204081u) & 0x01010101u) << 4; }
+
+// cr_kscale_w is cr_kscale from the header words (bytes 4..15 of a Q4_K/Q5_K block as s1, s2, s3).
+CR_FN u32 cr_kbyte(u32 s1, u32 s2, u32 s3, int i) {
+	u32 w = i < 4 ? s1 : (i < 8 ? s2 : s3);
+	return (w >> (8 * (i & 3))) & 0xffu;
+}
+CR_FN void cr_kscale_w(u32 s1, u32 s2, u32 s3, int j, u32* sc, u32* m) {
+	if (j < 4) {
+		*sc = cr_kbyte(s1, s2, s3, j) & 63;
+		*m = cr_kbyte(s1, s2, s3, j + 4) & 63;
+	} else {
+		*sc = (cr_kbyte(s1, s2, s3, j + 4) & 0xf) | (cr_kbyte(s1, s2, s3, j - 4) >> 6) << 4;
+		*m = (cr_kbyte(s1, s2, s3, j + 4) >> 4) | (cr_kbyte(s1, s2, s3, j) >> 6) << 4;
+	}
+}
+
+// cr_lut4 maps four nibbles (one per byte) to their codebook bytes, two byte permutes over
+// the codebook's 16 bytes in words w0..w3 (cr_iq4nl's and cr_mxfp4's packing).
+CR_FN int cr_lut4(int n, u32 w0, u32 w1, u32 w2, u32 w3) {
+	const u32 t = (u32)n & 0x07070707u;
+	const u32 sel = (t & 7u) | (t >> 4 & 0x70u) | (t >> 8 & 0x700u) | (t >> 12 & 0x7000u);
+	const u32 lo = cr_prmt(w0, w1, sel), hi = cr_prmt(w2, w3, sel);
+	const u32 m = ((u32)n >> 3 & 0x01010101u) * 0xffu;
+	return (int)((lo & ~m) | (hi & m));
+}
+
 #endif // CR_DEQUANT_CUH

@@ -1,9 +1,9 @@
 // mmqi.cu: batched products for prefill on the tensor cores. The activation is quantized once
 // as the CPU reference quantizes it (mmvq.cu's planes: Q8_0, or Q8_1 for Q4_1 and Q5_1), each
 // 32-value block of the weights is decoded to 32 signed 8-bit quants, and warps multiply the
-// two as 8-bit integers with mma.sync.m8n8k16 (int8 in, int32 out: the tensor cores of sm_75
-// and every newer GPU), so a block's sum of 32 products is one integer, the CPU's exactly, and
-// only its scaling and the sum over the blocks are float. The 32-value types Q4_0, Q4_1, Q5_0,
+// two as 8-bit integers with mma.sync (int8 in, int32 out: the tensor cores of sm_75 and every
+// newer GPU; m8n8k16 on sm_75, m16n8k32 from sm_80), so a block's sum of 32 products is one
+// integer, the CPU's exactly, and only its scaling and the sum over the blocks are float. The 32-value types Q4_0, Q4_1, Q5_0,
 // Q5_1, Q8_0, IQ4_NL and MXFP4; and against Q8_K's activation the K-quants with a scale and a
 // minimum per 32 values, Q4_K and Q5_K, and Q6_K, with a scale per 16 values: an mma's half
 // (Q2_K and Q3_K still run on mmq.cu).
@@ -21,21 +21,23 @@
 //   grid (ceil(rows / 64), ceil(ntok / 64), 1): block (bx, by) computes the tile of rows
 //   [64bx, 64bx+64) and tokens [64by, 64by+64), then tokens [64(by+gridDim.y), ...) and so on,
 //   so any grid.y >= 1 is correct; blocks past the last row return at once.
-//   7424 bytes of static shared memory, no dynamic shared memory.
+//   14848 bytes of static shared memory (two buffers of the tiles), no dynamic shared memory.
 //
 // The tile's loop takes one 32-value block of each of its rows and tokens at a time:
 //   - threads 0..63 decode a row's block (a K-quant's sub-block) into 8 words of quants, its
 //     scale and (Q4_1, Q5_1, the K-quants) its minimum; threads 64..127 copy a token's 32
 //     quants, scale and sum (the K-quants': the scale times the quants' sum);
-//   - a barrier; warp w computes rows 32(w%2) .. +31 by tokens 32(w/2) .. +31 of the tile as
-//     4 x 4 tiles of 8 x 8: for each, two mma (the block's halves of 16 values) from 0 give the
-//     block's integer sums, and each output adds (d_w d_x) * sum with a fused multiply-add (and
-//     then m_w s_x, as mmvq_block and the CPU's dot add a minimum); Q6_K's halves, scaled
-//     apart, each add their own;
-//   - a barrier before the next block overwrites the tiles.
+//   - warp w computes rows 32(w%2) .. +31 by tokens 32(w/2) .. +31 of the tile as 2 x 4 tiles
+//     of 16 x 8: each is one mma.m16n8k32 from 0 (cr_mma_s8_k32: sm_80's instruction in the
+//     module sm80.cu builds, four m8n8k16 in the sm_75 one), the block's integer sums, and
+//     each output adds (d_w d_x) * sum with a fused multiply-add (and then m_w s_x, as
+//     mmvq_block and the CPU's dot add a minimum); Q6_K's halves of 16 values, one m16n8k16
+//     each, are scaled apart and each add their own;
+//   - double-buffered: each thread reads its share of the next block into registers before
+//     the products and stores it into the other buffer after them, then one barrier.
 // The tiles' rows are 12 words (8 of quants, 4 of padding), so that the 8 rows and 4 words a
-// warp's fragment loads touch fall on 32 distinct banks. Single-buffered, like mmq.cu; not
-// timed on a GPU yet (BenchmarkMMQ on a card).
+// warp's fragment loads touch fall on 32 distinct banks. Not timed on a GPU yet
+// (BenchmarkMMQ on a card).
 //
 // Numerics: every block's integer sum is exact; the blocks' scaled sums are added in column
 // order, one fused multiply-add each, where the CPU's AVX2 dot adds them 8 lanes at a time: the
@@ -90,13 +92,13 @@ struct mmqi_q4_1_t {
 };
 
 // mmqi_q5 decodes Q5_0's and Q5_1's quants, qs's nibbles with their fifth bits from qh (bit j
-// for value j; mmv_spread4 moves four of them to bit 4 of four bytes), less 16 for Q5_0 (off).
+// for value j; cr_spread4 moves four of them to bit 4 of four bytes), less 16 for Q5_0 (off).
 CR_FN void mmqi_q5(u32 qh, const u8* qs, u32* v, bool off) {
 #pragma unroll
 	for (int k = 0; k < 4; k++) {
 		const u32 w = cr_rd_u32(qs + 4 * k);
-		const u32 lo = (w & 0x0f0f0f0fu) | mmv_spread4(qh >> 4 * k);
-		const u32 hi = (w >> 4 & 0x0f0f0f0fu) | mmv_spread4(qh >> (16 + 4 * k));
+		const u32 lo = (w & 0x0f0f0f0fu) | cr_spread4(qh >> 4 * k);
+		const u32 hi = (w >> 4 & 0x0f0f0f0fu) | cr_spread4(qh >> (16 + 4 * k));
 		v[k] = off ? mmqi_off16(lo) : lo;
 		v[4 + k] = off ? mmqi_off16(hi) : hi;
 	}
@@ -131,15 +133,15 @@ struct mmqi_q8_0_t {
 	}
 };
 
-// The codebook types: each nibble through its codebook's bytes (mmvq_lut), IQ4_NL's values
+// The codebook types: each nibble through its codebook's bytes (cr_lut4), IQ4_NL's values
 // scaled by d, MXFP4's doubled values by half its E8M0 scale (the CPU's integers).
 template <u32 W0, u32 W1, u32 W2, u32 W3>
 CR_FN void mmqi_cb(const u8* qs, u32* v) {
 #pragma unroll
 	for (int k = 0; k < 4; k++) {
 		const u32 w = cr_rd_u32(qs + 4 * k);
-		v[k] = (u32)mmvq_lut((int)(w & 0x0f0f0f0fu), W0, W1, W2, W3);
-		v[4 + k] = (u32)mmvq_lut((int)(w >> 4 & 0x0f0f0f0fu), W0, W1, W2, W3);
+		v[k] = (u32)cr_lut4((int)(w & 0x0f0f0f0fu), W0, W1, W2, W3);
+		v[4 + k] = (u32)cr_lut4((int)(w >> 4 & 0x0f0f0f0fu), W0, W1, W2, W3);
 	}
 }
 
@@ -162,11 +164,11 @@ struct mmqi_mxfp4_t {
 };
 
 // Q4_K and Q5_K: piece j is sub-block j of the 256-value block, its 6-bit scale and minimum
-// (mmv_kscale) times the block's d and dmin; its quants are the low (even j) or high (odd j)
+// (cr_kscale_w) times the block's d and dmin; its quants are the low (even j) or high (odd j)
 // nibbles of qs[32(j/2) ..], Q5_K's fifth bits bit j of qh[0..31].
 CR_FN void mmqi_kscale(const u8* b, int j, float* dw, float* mw) {
 	u32 sc, m;
-	mmv_kscale(cr_rd_u32(b + 4), cr_rd_u32(b + 8), cr_rd_u32(b + 12), j, &sc, &m);
+	cr_kscale_w(cr_rd_u32(b + 4), cr_rd_u32(b + 8), cr_rd_u32(b + 12), j, &sc, &m);
 	*dw = cr_fmul(cr_rd_h(b), (float)sc);
 	*mw = -cr_fmul(cr_rd_h(b + 2), (float)m);
 }
@@ -216,13 +218,96 @@ struct mmqi_q6_K_t {
 	}
 };
 
+// mmqi_stage is one thread's share of a 32-value block of the tile, held in registers between
+// its loads and its store to shared memory: a row's decoded quants, scales and minimum (threads
+// 0..63), or a token's quants, scale and sum (threads 64..127).
+struct mmqi_stage {
+	u32 v[8];
+	float d[2], m;
+};
+
+// mmqi_tiles is one buffer of the tile: sw[r] the block's quants of row r0 + r, dw and mw its
+// scale (with HALVES, one per half of 16 values) and minimum; sx[t], dx and sxs token t0 + t's
+// quants, scale and sum.
+struct mmqi_tiles {
+	u32 sw[MMQI_ROWS][MMQI_LD], sx[MMQI_TOK][MMQI_LD];
+	float dw[MMQI_ROWS][2], mw[MMQI_ROWS], dx[MMQI_TOK], sxs[MMQI_TOK];
+};
+
+// mmqi_fetch reads thread tid's share of block c (of the tile's rows from r0 and tokens from
+// t0) into st.
+template <class T>
+CR_FN void mmqi_fetch(const u8* w, const signed char* xq, const float* xd, const float* xs, int rows, int cols, int ntok,
+                      int r0, int t0, int c, int tid, mmqi_stage& st) {
+	if (tid < MMQI_ROWS) {
+		// A row past the matrix repeats its last row: it only feeds outputs never stored.
+		const i64 rb = (i64)(cols / (32 * T::PIECES)) * T::BB;
+		const u8* row = w + (i64)(r0 + tid < rows ? r0 + tid : rows - 1) * rb;
+		st.d[1] = 0.0f;
+		T::block(row + (i64)(c / T::PIECES) * T::BB, c % T::PIECES, st.v, st.d, &st.m);
+		return;
+	}
+	// Tokens past ntok are zeros with a zero scale and sum.
+	const int t = tid - MMQI_ROWS;
+	const bool in = t0 + t < ntok;
+	const u32* q = (const u32*)(xq + (i64)(t0 + t) * cols + 32 * c);
+	int n = 0;
+#pragma unroll
+	for (int k = 0; k < 8; k++) {
+		st.v[k] = in ? q[k] : 0u;
+		if (T::KSUM)
+			n = cr_dp4a(0x01010101, (int)st.v[k], n);
+	}
+	const i64 bi = (i64)(t0 + t) * (cols / T::QB) + 32 * c / T::QB;
+	st.d[0] = in ? xd[bi] : 0.0f;
+	st.m = !in || !T::MIN ? 0.0f : T::KSUM ? cr_fmul(xd[bi], (float)n) : xs[bi];
+}
+
+// mmqi_store writes thread tid's share st into the tile buffer b.
+CR_FN void mmqi_store(mmqi_tiles& b, int tid, const mmqi_stage& st) {
+	if (tid < MMQI_ROWS) {
+#pragma unroll
+		for (int k = 0; k < 8; k++)
+			b.sw[tid][k] = st.v[k];
+		b.dw[tid][0] = st.d[0], b.dw[tid][1] = st.d[1], b.mw[tid] = st.m;
+		return;
+	}
+	const int t = tid - MMQI_ROWS;
+#pragma unroll
+	for (int k = 0; k < 8; k++)
+		b.sx[t][k] = st.v[k];
+	b.dx[t] = st.d[0], b.sxs[t] = st.m;
+}
+
+// mmqi_scale adds the warp's integer sums s (half h of the block with HALVES, else the whole
+// block) into acc, scaled by the rows' and tokens' scales, then the rows' minimum times the
+// tokens' sums. Fragment e of 16 x 8 tile (i, j) is row wr + 16i + 8(e/2) + g, token
+// wt + 8j + 2k4 + e%2.
+template <class T>
+CR_FN void mmqi_scale(const mmqi_tiles& b, int wr, int wt, int g, int k4, int h, int s[2][4][4], float acc[2][4][4]) {
+#pragma unroll
+	for (int i = 0; i < 2; i++)
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				const int r = wr + 16 * i + 8 * (e >> 1) + g, t = wt + 8 * j + 2 * k4 + (e & 1);
+				float a = cr_fma(cr_fmul(b.dw[r][h * T::HALVES], b.dx[t]), (float)s[i][j][e], acc[i][j][e]);
+				if (T::MIN)
+					a = cr_fma(b.mw[r], b.sxs[t], a);
+				acc[i][j][e] = a;
+			}
+}
+
 // mmqi_entry is the body of every mmqi kernel (the ABI at the top of this file).
 template <class T>
 CR_FN void mmqi_entry(const u8* w, const signed char* xq, const float* xd, const float* xs, float* y, int rows, int cols, int ntok) {
-	// sw[r]: the block's quants of row r0 + r, dw and mw its scale (with HALVES, one per half
-	// of 16 values) and minimum; sx[t], dx and sxs: token t0 + t's quants, scale and sum.
-	__shared__ u32 sw[MMQI_ROWS][MMQI_LD], sx[MMQI_TOK][MMQI_LD];
-	__shared__ float dw[MMQI_ROWS][2], mw[MMQI_ROWS], dx[MMQI_TOK], sxs[MMQI_TOK];
+	// Double-buffered: block c's tiles are in buf[c % 2]. A thread reads its share of block c+1
+	// into registers before the warps multiply block c, and stores it into the other buffer
+	// after: the loads are in flight during the products, and one barrier per block suffices
+	// (the other buffer's last readers were the previous block's products, before the
+	// previous barrier).
+	__shared__ mmqi_tiles buf[2];
 
 	const int tid = threadIdx.x, warp = tid / CR_WARP, lane = tid % CR_WARP;
 	const int g = lane / 4, k4 = lane % 4; // the lane's row (or column) of a fragment, and its word
@@ -231,99 +316,77 @@ CR_FN void mmqi_entry(const u8* w, const signed char* xq, const float* xd, const
 	if (r0 >= rows || cols % (32 * T::PIECES) != 0)
 		return; // the whole block
 	const int nb = cols / 32;
-	const i64 rb = (i64)(nb / T::PIECES) * T::BB;
 
 	for (int t0 = blockIdx.y * MMQI_TOK; t0 < ntok; t0 += gridDim.y * MMQI_TOK) {
-		float acc[4][4][2];
+		float acc[2][4][4];
 #pragma unroll
-		for (int i = 0; i < 4; i++)
+		for (int i = 0; i < 2; i++)
 #pragma unroll
 			for (int j = 0; j < 4; j++)
-				acc[i][j][0] = acc[i][j][1] = 0.0f;
+#pragma unroll
+				for (int e = 0; e < 4; e++)
+					acc[i][j][e] = 0.0f;
 
+		mmqi_stage st;
+		mmqi_fetch<T>(w, xq, xd, xs, rows, cols, ntok, r0, t0, 0, tid, st);
+		mmqi_store(buf[0], tid, st);
+		__syncthreads();
 		for (int c = 0; c < nb; c++) {
-			if (tid < MMQI_ROWS) {
-				// A row past the matrix repeats its last row: it only feeds outputs never stored.
-				const u8* row = w + (i64)(r0 + tid < rows ? r0 + tid : rows - 1) * rb;
-				u32 v[8];
-				T::block(row + (i64)(c / T::PIECES) * T::BB, c % T::PIECES, v, dw[tid], &mw[tid]);
-#pragma unroll
-				for (int k = 0; k < 8; k++)
-					sw[tid][k] = v[k];
-			} else {
-				// Tokens past ntok are zeros with a zero scale and sum.
-				const int t = tid - MMQI_ROWS;
-				const bool in = t0 + t < ntok;
-				const u32* q = (const u32*)(xq + (i64)(t0 + t) * cols + 32 * c);
-				int n = 0;
-#pragma unroll
-				for (int k = 0; k < 8; k++) {
-					const u32 w = in ? q[k] : 0u;
-					sx[t][k] = w;
-					if (T::KSUM)
-						n = cr_dp4a(0x01010101, (int)w, n);
-				}
-				const i64 bi = (i64)(t0 + t) * (cols / T::QB) + 32 * c / T::QB;
-				dx[t] = in ? xd[bi] : 0.0f;
-				sxs[t] = !in || !T::MIN ? 0.0f : T::KSUM ? cr_fmul(xd[bi], (float)n) : xs[bi];
-			}
-			__syncthreads();
+			const mmqi_tiles& b = buf[c & 1];
+			if (c + 1 < nb)
+				mmqi_fetch<T>(w, xq, xd, xs, rows, cols, ntok, r0, t0, c + 1, tid, st);
 
-			int sum[4][4][2];
+			// The warp's 32 rows by 32 tokens as 2 x 4 tiles of 16 x 8: one m16n8k32 each for
+			// the block, or with HALVES one m16n8k16 per half of 16 values, scaled apart.
+			int s[2][4][4];
 #pragma unroll
-			for (int h = 0; h < 2; h++) {
-				if (h == 0 || T::HALVES)
+			for (int h = 0; h < 1 + T::HALVES; h++) {
 #pragma unroll
-					for (int i = 0; i < 4; i++)
-#pragma unroll
-						for (int j = 0; j < 4; j++)
-							sum[i][j][0] = sum[i][j][1] = 0;
-				u32 a[4], b[4];
-#pragma unroll
-				for (int i = 0; i < 4; i++) {
-					a[i] = sw[wr + 8 * i + g][4 * h + k4];
-					b[i] = sx[wt + 8 * i + g][4 * h + k4];
-				}
-#pragma unroll
-				for (int i = 0; i < 4; i++)
-#pragma unroll
-					for (int j = 0; j < 4; j++)
-						cr_mma_s8(a[i], b[j], sum[i][j]);
-				// The sums scaled into acc: after both halves, or after each with HALVES.
-				if (h == 0 && !T::HALVES)
-					continue;
-#pragma unroll
-				for (int i = 0; i < 4; i++) {
-					const int r = wr + 8 * i + g;
+				for (int i = 0; i < 2; i++)
 #pragma unroll
 					for (int j = 0; j < 4; j++)
 #pragma unroll
-						for (int e = 0; e < 2; e++) {
-							const int t = wt + 8 * j + 2 * k4 + e;
-							float a = cr_fma(cr_fmul(dw[r][h * T::HALVES], dx[t]), (float)sum[i][j][e], acc[i][j][e]);
-							if (T::MIN)
-								a = cr_fma(mw[r], sxs[t], a);
-							acc[i][j][e] = a;
-						}
-				}
+						for (int e = 0; e < 4; e++)
+							s[i][j][e] = 0;
+				// k16 reads half h's 4 words of a row, k32 all 8.
+				u32 a[2][4], x[4][2];
+#pragma unroll
+				for (int i = 0; i < 2; i++)
+#pragma unroll
+					for (int q = 0; q < 4 - 2 * T::HALVES; q++) // q: rows +8 (odd q), words +4 (q >= 2)
+						a[i][q] = b.sw[wr + 16 * i + 8 * (q & 1) + g][4 * h + 4 * (q >> 1) + k4];
+#pragma unroll
+				for (int j = 0; j < 4; j++)
+#pragma unroll
+					for (int q = 0; q < 2 - T::HALVES; q++)
+						x[j][q] = b.sx[wt + 8 * j + g][4 * h + 4 * q + k4];
+#pragma unroll
+				for (int i = 0; i < 2; i++)
+#pragma unroll
+					for (int j = 0; j < 4; j++) {
+						if (T::HALVES)
+							cr_mma_s8_k16(a[i], x[j][0], s[i][j]);
+						else
+							cr_mma_s8_k32(a[i], x[j], s[i][j]);
+					}
+				mmqi_scale<T>(b, wr, wt, g, k4, h, s, acc);
 			}
-			__syncthreads(); // before the next block overwrites the tiles
+
+			if (c + 1 < nb)
+				mmqi_store(buf[(c + 1) & 1], tid, st);
+			__syncthreads();
 		}
 
 #pragma unroll
-		for (int i = 0; i < 4; i++) {
-			const int r = r0 + wr + 8 * i + g;
-			if (r >= rows)
-				continue;
+		for (int i = 0; i < 2; i++)
 #pragma unroll
 			for (int j = 0; j < 4; j++)
 #pragma unroll
-				for (int e = 0; e < 2; e++) {
-					const int t = t0 + wt + 8 * j + 2 * k4 + e;
-					if (t < ntok)
+				for (int e = 0; e < 4; e++) {
+					const int r = r0 + wr + 16 * i + 8 * (e >> 1) + g, t = t0 + wt + 8 * j + 2 * k4 + (e & 1);
+					if (r < rows && t < ntok)
 						y[(i64)t * rows + r] = acc[i][j][e];
 				}
-		}
 	}
 }
 

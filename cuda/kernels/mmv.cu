@@ -57,9 +57,6 @@ CR_FN void mmv_bytes4(u32 w, float off, float* v) {
 	v[3] = cr_byte_f(w, 3) - (CR_MAGIC + off);
 }
 
-// mmv_spread4 moves bits 0..3 of b to bit 4 of bytes 0..3.
-CR_FN u32 mmv_spread4(u32 b) { return (((b & 0xfu) * 0x00204081u) & 0x01010101u) << 4; }
-
 // Each type below is a traits struct:
 //   QK, BB   elements and bytes per block;
 //   LPB      lanes that share one block (32/LPB blocks per warp per step);
@@ -305,10 +302,10 @@ struct mmv_q5_0_t {
 	template <int NT> CR_FN void dot(const raw& r, int s, const float* x, int cols, int nt, float* acc) {
 		u32 hl = r.qh >> (8 * s), hh = r.qh >> (16 + 8 * s);
 		float v[16];
-		mmv_bytes4((r.q0 & 0x0f0f0f0fu) | mmv_spread4(hl), 16.0f, v);
-		mmv_bytes4((r.q1 & 0x0f0f0f0fu) | mmv_spread4(hl >> 4), 16.0f, v + 4);
-		mmv_bytes4(((r.q0 >> 4) & 0x0f0f0f0fu) | mmv_spread4(hh), 16.0f, v + 8);
-		mmv_bytes4(((r.q1 >> 4) & 0x0f0f0f0fu) | mmv_spread4(hh >> 4), 16.0f, v + 12);
+		mmv_bytes4((r.q0 & 0x0f0f0f0fu) | cr_spread4(hl), 16.0f, v);
+		mmv_bytes4((r.q1 & 0x0f0f0f0fu) | cr_spread4(hl >> 4), 16.0f, v + 4);
+		mmv_bytes4(((r.q0 >> 4) & 0x0f0f0f0fu) | cr_spread4(hh), 16.0f, v + 8);
+		mmv_bytes4(((r.q1 >> 4) & 0x0f0f0f0fu) | cr_spread4(hh >> 4), 16.0f, v + 12);
 		mmv_d_dot<NT>(v, r.d, s, x, cols, nt, acc);
 	}
 };
@@ -330,10 +327,10 @@ struct mmv_q5_1_t {
 	template <int NT> CR_FN void dot(const raw& r, int s, const float* x, int cols, int nt, float* acc) {
 		u32 hl = r.qh >> (8 * s), hh = r.qh >> (16 + 8 * s);
 		float v[16];
-		mmv_bytes4((r.q0 & 0x0f0f0f0fu) | mmv_spread4(hl), 0.0f, v);
-		mmv_bytes4((r.q1 & 0x0f0f0f0fu) | mmv_spread4(hl >> 4), 0.0f, v + 4);
-		mmv_bytes4(((r.q0 >> 4) & 0x0f0f0f0fu) | mmv_spread4(hh), 0.0f, v + 8);
-		mmv_bytes4(((r.q1 >> 4) & 0x0f0f0f0fu) | mmv_spread4(hh >> 4), 0.0f, v + 12);
+		mmv_bytes4((r.q0 & 0x0f0f0f0fu) | cr_spread4(hl), 0.0f, v);
+		mmv_bytes4((r.q1 & 0x0f0f0f0fu) | cr_spread4(hl >> 4), 0.0f, v + 4);
+		mmv_bytes4(((r.q0 >> 4) & 0x0f0f0f0fu) | cr_spread4(hh), 0.0f, v + 8);
+		mmv_bytes4(((r.q1 >> 4) & 0x0f0f0f0fu) | cr_spread4(hh >> 4), 0.0f, v + 12);
 		mmv_dm_dot<NT>(v, r.dm, s, x, cols, nt, acc);
 	}
 };
@@ -459,21 +456,6 @@ struct mmv_q3_K_t {
 	}
 };
 
-// cr_kscale from the header words (bytes 4..15 of a Q4_K/Q5_K block as s1, s2, s3).
-CR_FN u32 mmv_kbyte(u32 s1, u32 s2, u32 s3, int i) {
-	u32 w = i < 4 ? s1 : (i < 8 ? s2 : s3);
-	return (w >> (8 * (i & 3))) & 0xffu;
-}
-CR_FN void mmv_kscale(u32 s1, u32 s2, u32 s3, int j, u32* sc, u32* m) {
-	if (j < 4) {
-		*sc = mmv_kbyte(s1, s2, s3, j) & 63;
-		*m = mmv_kbyte(s1, s2, s3, j + 4) & 63;
-	} else {
-		*sc = (mmv_kbyte(s1, s2, s3, j + 4) & 0xf) | (mmv_kbyte(s1, s2, s3, j - 4) >> 6) << 4;
-		*m = (mmv_kbyte(s1, s2, s3, j + 4) >> 4) | (mmv_kbyte(s1, s2, s3, j) >> 6) << 4;
-	}
-}
-
 // mmv_k_dot is Q4_K's and Q5_K's common end: lane s's 32 quants v, 16 of sub-block 2c and 16
 // of 2c+1 (c = s/2), take their scales and mins from the block's header h, and their products
 // with each token's x[64c + l0 ..] and x[64c + 32 + l0 ..] (l0 = 16(s&1)) join acc.
@@ -481,8 +463,8 @@ template <int NT> CR_FN void mmv_k_dot(float* v, const cr_u4& h, int s, const fl
 	int c = s >> 1, l0 = 16 * (s & 1);
 	float d = cr_h2f((u16)(h.x & 0xffffu)), dmin = cr_h2f((u16)(h.x >> 16));
 	u32 sc1, m1, sc2, m2;
-	mmv_kscale(h.y, h.z, h.w, 2 * c, &sc1, &m1);
-	mmv_kscale(h.y, h.z, h.w, 2 * c + 1, &sc2, &m2);
+	cr_kscale_w(h.y, h.z, h.w, 2 * c, &sc1, &m1);
+	cr_kscale_w(h.y, h.z, h.w, 2 * c + 1, &sc2, &m2);
 	float d1 = d * (float)sc1, dm1 = dmin * (float)m1, d2 = d * (float)sc2, dm2 = dmin * (float)m2;
 #pragma unroll
 	for (int i = 0; i < 16; i++) {

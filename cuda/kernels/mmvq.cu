@@ -163,23 +163,13 @@ struct mmvq_q4_0_t : mmv_q4_0_t {
 	}
 };
 
-// mmvq_lut maps four nibbles (one per byte) to their codebook bytes, two byte permutes over
-// the codebook's 16 bytes in words w0..w3 (cr_iq4nl's and cr_mxfp4's packing).
-CR_FN int mmvq_lut(int n, u32 w0, u32 w1, u32 w2, u32 w3) {
-	const u32 t = (u32)n & 0x07070707u;
-	const u32 sel = (t & 7u) | (t >> 4 & 0x70u) | (t >> 8 & 0x700u) | (t >> 12 & 0x7000u);
-	const u32 lo = cr_prmt(w0, w1, sel), hi = cr_prmt(w2, w3, sel);
-	const u32 m = ((u32)n >> 3 & 0x01010101u) * 0xffu;
-	return (int)((lo & ~m) | (hi & m));
-}
-
 // mmvq_cb_dot is the codebook types' dotq: lane s's 16 nibbles through the codebook, as signed
 // bytes against the Q8_0 activation, scaled by dw.
 template <int NT>
 CR_FN void mmvq_cb_dot(u32 q0, u32 q1, u32 w0, u32 w1, u32 w2, u32 w3, float dw, int s, int b, const q8act* x, int nt,
                        float* acc) {
-	int v[4] = {mmvq_lut(mmvq_nibbles(q0, 0), w0, w1, w2, w3), mmvq_lut(mmvq_nibbles(q1, 0), w0, w1, w2, w3),
-	            mmvq_lut(mmvq_nibbles(q0, 1), w0, w1, w2, w3), mmvq_lut(mmvq_nibbles(q1, 1), w0, w1, w2, w3)};
+	int v[4] = {cr_lut4(mmvq_nibbles(q0, 0), w0, w1, w2, w3), cr_lut4(mmvq_nibbles(q1, 0), w0, w1, w2, w3),
+	            cr_lut4(mmvq_nibbles(q0, 1), w0, w1, w2, w3), cr_lut4(mmvq_nibbles(q1, 1), w0, w1, w2, w3)};
 #pragma unroll
 	for (int t = 0; t < NT; t++)
 		if (t < nt) {
@@ -208,8 +198,8 @@ struct mmvq_q5_0_t : mmv_q5_0_t {
 	enum { QB = 32 };
 	template <int NT> CR_FN void dotq(const raw& r, int s, int b, const q8act* x, int nt, float* acc) {
 		const u32 hl = r.qh >> (8 * s), hh = r.qh >> (16 + 8 * s);
-		int v[4] = {(int)((r.q0 & 0x0f0f0f0fu) | mmv_spread4(hl)), (int)((r.q1 & 0x0f0f0f0fu) | mmv_spread4(hl >> 4)),
-		            (int)(((r.q0 >> 4) & 0x0f0f0f0fu) | mmv_spread4(hh)), (int)(((r.q1 >> 4) & 0x0f0f0f0fu) | mmv_spread4(hh >> 4))};
+		int v[4] = {(int)((r.q0 & 0x0f0f0f0fu) | cr_spread4(hl)), (int)((r.q1 & 0x0f0f0f0fu) | cr_spread4(hl >> 4)),
+		            (int)(((r.q0 >> 4) & 0x0f0f0f0fu) | cr_spread4(hh)), (int)(((r.q1 >> 4) & 0x0f0f0f0fu) | cr_spread4(hh >> 4))};
 		const float dw = cr_h2f((u16)r.d);
 #pragma unroll
 		for (int t = 0; t < NT; t++)
@@ -241,8 +231,8 @@ struct mmvq_q5_1_t : mmv_q5_1_t {
 	enum { QB = 32 };
 	template <int NT> CR_FN void dotq(const raw& r, int s, int b, const q8act* x, int nt, float* acc) {
 		const u32 hl = r.qh >> (8 * s), hh = r.qh >> (16 + 8 * s);
-		int v[4] = {(int)((r.q0 & 0x0f0f0f0fu) | mmv_spread4(hl)), (int)((r.q1 & 0x0f0f0f0fu) | mmv_spread4(hl >> 4)),
-		            (int)(((r.q0 >> 4) & 0x0f0f0f0fu) | mmv_spread4(hh)), (int)(((r.q1 >> 4) & 0x0f0f0f0fu) | mmv_spread4(hh >> 4))};
+		int v[4] = {(int)((r.q0 & 0x0f0f0f0fu) | cr_spread4(hl)), (int)((r.q1 & 0x0f0f0f0fu) | cr_spread4(hl >> 4)),
+		            (int)(((r.q0 >> 4) & 0x0f0f0f0fu) | cr_spread4(hh)), (int)(((r.q1 >> 4) & 0x0f0f0f0fu) | cr_spread4(hh >> 4))};
 		const float dw = cr_h2f((u16)(r.dm & 0xffffu)), mw = cr_h2f((u16)(r.dm >> 16));
 #pragma unroll
 		for (int t = 0; t < NT; t++)
@@ -281,8 +271,8 @@ CR_FN void mmvq_k_end(const int* lo, const int* hi, const cr_u4& h, int s, int b
 	const int c = s >> 1, l0 = 16 * (s & 1);
 	const float d = cr_h2f((u16)(h.x & 0xffffu)), dmin = cr_h2f((u16)(h.x >> 16));
 	u32 sc1, m1, sc2, m2;
-	mmv_kscale(h.y, h.z, h.w, 2 * c, &sc1, &m1);
-	mmv_kscale(h.y, h.z, h.w, 2 * c + 1, &sc2, &m2);
+	cr_kscale_w(h.y, h.z, h.w, 2 * c, &sc1, &m1);
+	cr_kscale_w(h.y, h.z, h.w, 2 * c + 1, &sc2, &m2);
 #pragma unroll
 	for (int t = 0; t < NT; t++)
 		if (t < nt) {

@@ -13,8 +13,13 @@
 // driver's pinned allocations or registrations); the refusals are stricter than the real
 // driver's only in refusing every event on a capturing stream.
 //
+// Modules: an image's .target and .entry lines say what it holds. A module whose target is
+// newer than the device fails to load, as the JIT fails, and a module lends only its entries
+// (an image with none, a test's stand-in, lends every kernel).
+//
 // Environment: FAKECUDA_DEVICES (default 1), FAKECUDA_MEM (bytes per device, default 1 GiB),
-// FAKECUDA_INIT_ERROR (a CUresult cuInit returns).
+// FAKECUDA_CC (compute capability as 10*major+minor, default 89), FAKECUDA_INIT_ERROR (a
+// CUresult cuInit returns).
 //
 // Built by fakecuda.Build, linked with emu.cc.
 #include <pthread.h>
@@ -38,7 +43,9 @@ struct ctx { int dev; };
 struct graph;
 struct stream { int magic; int capturing, invalid; struct graph *g; };
 struct event { int magic; int recorded; double t; };
-struct module { int magic; };
+// A module is its image's target (sm_XY as XY, 0 for none) and the names of its .entry
+// functions (none: a test's stand-in image, which lends every kernel).
+struct module { int magic; int sm; int nentries; char **entries; };
 
 static struct ctx ctxs[16];
 static __thread struct ctx *current;
@@ -60,6 +67,8 @@ static long long env_ll(const char *name, long long def) {
 	return v ? atoll(v) : def;
 }
 static int ndevices(void) { return env_int("FAKECUDA_DEVICES", 1); }
+// The devices' compute capability as 10*major + minor: $FAKECUDA_CC, else 89 (an RTX 4090's).
+static int device_cc(void) { return env_int("FAKECUDA_CC", 89); }
 
 #define NEED_CTX() do { if (!initialized) return NOT_INITIALIZED; if (!current) return INVALID_CONTEXT; } while (0)
 
@@ -122,8 +131,8 @@ CUresult cuDeviceTotalMem_v2(size_t *n, CUdevice d) {
 CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
 	if (d < 0 || d >= ndevices()) return INVALID_DEVICE;
 	switch (attr) {
-	case 75: *v = 8; break;          // compute capability major
-	case 76: *v = 9; break;          // minor
+	case 75: *v = device_cc() / 10; break; // compute capability major
+	case 76: *v = device_cc() % 10; break; // minor
 	case 16: *v = 128; break;        // SMs
 	case 13: *v = 2520000; break;    // clock kHz
 	case 36: *v = 10501000; break;   // memory clock kHz
@@ -451,28 +460,59 @@ CUresult cuEventElapsedTime(float *ms, struct event *a, struct event *b) {
 	return SUCCESS;
 }
 
-// Modules: an image is text; one that contains "syntax error" fails to compile with a log.
+// Modules: an image is text; one that contains "syntax error" fails to compile with a log, as
+// does one whose .target is newer than the device (the driver's JIT refuses it so).
+static CUresult ptx_error(unsigned int n, int *opts, void **vals, const char *log) {
+	char *buf = 0;
+	size_t size = 0;
+	for (unsigned int i = 0; i < n; i++) {
+		if (opts[i] == 5) buf = vals[i];
+		if (opts[i] == 6) size = (size_t)(uintptr_t)vals[i];
+	}
+	if (buf && size) {
+		strncpy(buf, log, size);
+		buf[size - 1] = 0;
+	}
+	return INVALID_PTX;
+}
 CUresult cuModuleLoadDataEx(struct module **m, const void *image, unsigned int n, int *opts, void **vals) {
 	NEED_CTX();
 	const char *img = image;
-	if (strstr(img, "syntax error")) {
-		char *buf = 0;
-		size_t size = 0;
-		for (unsigned int i = 0; i < n; i++) {
-			if (opts[i] == 5) buf = vals[i];
-			if (opts[i] == 6) size = (size_t)(uintptr_t)vals[i];
-		}
-		if (buf && size) {
-			strncpy(buf, "ptxas application ptx input, line 1; fatal   : Parsing error near 'syntax': syntax error", size);
-			buf[size - 1] = 0;
-		}
-		return INVALID_PTX;
+	if (strstr(img, "syntax error"))
+		return ptx_error(n, opts, vals, "ptxas application ptx input, line 1; fatal   : Parsing error near 'syntax': syntax error");
+	int sm = 0;
+	const char *t = strstr(img, "\n.target sm_");
+	if (t) sm = atoi(t + strlen("\n.target sm_"));
+	if (sm > device_cc())
+		return ptx_error(n, opts, vals, "ptxas application ptx input, line 1; fatal   : SM version specified by .target is higher than default SM version assumed");
+	struct module *mod = calloc(1, sizeof *mod);
+	mod->magic = 0x3d3d;
+	mod->sm = sm;
+	const char *key = "\n.visible .entry ";
+	for (const char *e = strstr(img, key); e; e = strstr(e + 1, key)) {
+		const char *name = e + strlen(key), *end = strchr(name, '(');
+		if (!end) break;
+		mod->entries = realloc(mod->entries, (mod->nentries + 1) * sizeof *mod->entries);
+		mod->entries[mod->nentries++] = strndup(name, end - name);
 	}
-	*m = malloc(sizeof **m);
-	(*m)->magic = 0x3d3d;
+	*m = mod;
 	return SUCCESS;
 }
-CUresult cuModuleUnload(struct module *m) { NEED_CTX(); if (!m || m->magic != 0x3d3d) return INVALID_HANDLE; m->magic = 0; free(m); return SUCCESS; }
+static int module_has(struct module *m, const char *name) {
+	if (m->nentries == 0) return 1;
+	for (int i = 0; i < m->nentries; i++)
+		if (!strcmp(m->entries[i], name)) return 1;
+	return 0;
+}
+CUresult cuModuleUnload(struct module *m) {
+	NEED_CTX();
+	if (!m || m->magic != 0x3d3d) return INVALID_HANDLE;
+	m->magic = 0;
+	for (int i = 0; i < m->nentries; i++) free(m->entries[i]);
+	free(m->entries);
+	free(m);
+	return SUCCESS;
+}
 
 // Kernels: (float a, const float *x, float *y, int n): y += a*x; (long long v, long long *dst,
 // int n): dst[i] = v + i.
@@ -497,23 +537,27 @@ int emu_launch(void *k, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsi
 
 int emu_param_sizes(void *k, int *sizes, int max);
 
-struct kern { const char *name; kernel fn; int shared; void *emu; int nparams; int sizes[4]; };
+// A kernel is one per name and module target: modules of two targets lend different handles,
+// as a driver's do, over the same emulated code.
+struct kern { const char *name; kernel fn; int shared; void *emu; int nparams; int sizes[4]; int sm; };
 static struct kern kernels[512] = {
 	{"fake_axpy", fake_axpy, 0, 0, 4, {4, 8, 8, 4}}, {"fake_iota64", fake_iota64, 0, 0, 3, {8, 8, 4}},
 };
 CUresult cuModuleGetFunction(void **f, struct module *m, const char *name) {
 	NEED_CTX();
 	if (!m || m->magic != 0x3d3d) return INVALID_HANDLE;
+	if (!module_has(m, name)) return NOT_FOUND;
 	CUresult r = NOT_FOUND;
 	pthread_mutex_lock(&mu);
 	size_t i = 0;
 	for (; i < sizeof kernels / sizeof kernels[0] && kernels[i].name; i++)
-		if (!strcmp(kernels[i].name, name)) { *f = &kernels[i]; r = SUCCESS; break; }
+		if (!strcmp(kernels[i].name, name) && (kernels[i].fn || kernels[i].sm == m->sm)) { *f = &kernels[i]; r = SUCCESS; break; }
 	if (r == NOT_FOUND && i < sizeof kernels / sizeof kernels[0]) {
 		void *k = emu_find(name);
 		if (k) {
 			kernels[i].name = strdup(name);
 			kernels[i].emu = k;
+			kernels[i].sm = m->sm;
 			*f = &kernels[i];
 			r = SUCCESS;
 		}
