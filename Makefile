@@ -55,7 +55,8 @@ golden:
 	bash tools/golden/regen.sh
 	bash tools/tinymoe/golden.sh
 
-# Rebuild the CUDA kernels' PTX (cuda/ptx/kernels.ptx) after editing cuda/kernels/ (nvcc, or clang).
+# Rebuild the CUDA kernels' PTX (cuda/ptx/kernels.ptx and kernels_sm80.ptx) after editing
+# cuda/kernels/ (nvcc, or clang).
 kernels:
 	bash tools/kernels/build.sh
 

@@ -27,11 +27,14 @@ smi() {
 	nvidia-smi --query-gpu=name,memory.total,pcie.link.gen.current,pcie.link.width.current,pcie.link.gen.max,pcie.link.width.max --format=csv
 }
 
-# The committed PTX is clang's: NVIDIA's assembler must take it for the oldest and the newest
-# target, as the driver's JIT does.
+# The committed PTX is clang's: NVIDIA's assembler must take each module for the oldest and the
+# newest target it serves, as the driver's JIT does (the sm_80 module from sm_80 on).
 ptxas_check() {
 	for arch in sm_75 sm_89 sm_90; do
-		ptxas -arch=$arch -O3 cuda/ptx/kernels.ptx -o /dev/null && echo "ptxas $arch: ok"
+		ptxas -arch=$arch -O3 cuda/ptx/kernels.ptx -o /dev/null && echo "ptxas kernels.ptx $arch: ok"
+	done
+	for arch in sm_80 sm_89 sm_90; do
+		ptxas -arch=$arch -O3 cuda/ptx/kernels_sm80.ptx -o /dev/null && echo "ptxas kernels_sm80.ptx $arch: ok"
 	done
 }
 
