@@ -136,7 +136,8 @@ var KernelNames = []string{
 	"mmq_q4_0", "mmq_q4_1", "mmq_q5_0", "mmq_q5_1", "mmq_q8_0", "mmq_iq4_nl", "mmq_mxfp4",
 	"mmq_q2_K", "mmq_q3_K", "mmq_q4_K", "mmq_q5_K", "mmq_q6_K",
 	// mmqi.cu: the same on the tensor cores, 8-bit quants times the quantized activation
-	"mmqi_q4_0", "mmqi_q4_1", "mmqi_q5_0", "mmqi_q5_1", "mmqi_q8_0", "mmqi_iq4_nl", "mmqi_mxfp4", "mmqi_q4_K", "mmqi_q5_K", "mmqi_q6_K",
+	"mmqi_q4_0", "mmqi_q4_1", "mmqi_q5_0", "mmqi_q5_1", "mmqi_q8_0", "mmqi_iq4_nl", "mmqi_mxfp4",
+	"mmqi_q2_K", "mmqi_q3_K", "mmqi_q4_K", "mmqi_q5_K", "mmqi_q6_K",
 	// getrows.cu: embedding lookups
 	"get_rows_f32", "get_rows_f16", "get_rows_bf16",
 	"get_rows_q4_0", "get_rows_q4_1", "get_rows_q5_0", "get_rows_q5_1", "get_rows_q8_0", "get_rows_iq4_nl", "get_rows_mxfp4",

@@ -241,7 +241,7 @@ func FuzzMMVQ(f *testing.F) {
 }
 
 // mmqiTypes are the weight types with a tensor-core prompt product (kernels/mmqi.cu).
-var mmqiTypes = []quant.Type{quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.Q8_0, quant.IQ4_NL, quant.MXFP4, quant.Q4_K, quant.Q5_K, quant.Q6_K}
+var mmqiTypes = []quant.Type{quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.Q8_0, quant.IQ4_NL, quant.MXFP4, quant.Q2_K, quant.Q3_K, quant.Q4_K, quant.Q5_K, quant.Q6_K}
 
 // mmqiCases run the tensor-core products as checkMMVQ checks mmvq's: partial tiles of rows and
 // tokens, several token tiles on one grid row, an offset matrix.

@@ -19,12 +19,12 @@ var mmvqKernels = map[quant.Type]string{
 }
 
 // mmqiKernels name the tensor-core prompt product (kernels/mmqi.cu) of each weight type that
-// has one: the 32-value types, whose activation is Q8_0's or Q8_1's blocks, and Q4_K, Q5_K and
-// Q6_K (Q8_K's).
+// has one: every quantized type, the 32-value ones against Q8_0's or Q8_1's blocks, the K-quants
+// against Q8_K's.
 var mmqiKernels = map[quant.Type]string{
 	quant.Q4_0: "mmqi_q4_0", quant.Q4_1: "mmqi_q4_1", quant.Q5_0: "mmqi_q5_0", quant.Q5_1: "mmqi_q5_1", quant.Q8_0: "mmqi_q8_0",
-	quant.IQ4_NL: "mmqi_iq4_nl", quant.MXFP4: "mmqi_mxfp4", quant.Q4_K: "mmqi_q4_K", quant.Q5_K: "mmqi_q5_K",
-	quant.Q6_K: "mmqi_q6_K",
+	quant.IQ4_NL: "mmqi_iq4_nl", quant.MXFP4: "mmqi_mxfp4", quant.Q2_K: "mmqi_q2_K", quant.Q3_K: "mmqi_q3_K",
+	quant.Q4_K: "mmqi_q4_K", quant.Q5_K: "mmqi_q5_K", quant.Q6_K: "mmqi_q6_K",
 }
 
 // mmqiThreads is the block of an mmqi kernel: 4 warps over a tile of mmqRowsPerBlock rows by

@@ -47,13 +47,13 @@ func TestCUDAPrefillMMQ(t *testing.T) {
 
 // TestCUDAPrefillTensorCores prefills the 16-token golden prompts of models in the types whose
 // prompt products run on the tensor cores (cuda/kernels/mmqi.cu: Q8_0, Q5_1 and Q5_0, IQ4_NL,
-// Q4_0 and Q4_1, MXFP4, Q4_K, Q5_K and Q6_K) on cuda:0, and requires the CPU's greedy tokens and its
-// probabilities within 2e-3. (qwen3moe-q5km is left out: on the GPU, with or without the
+// Q4_0 and Q4_1, MXFP4, and the K-quants Q2_K to Q6_K) on cuda:0, and requires the CPU's greedy
+// tokens and its probabilities within 2e-3. (qwen3moe-q5km is left out: on the GPU, with or without the
 // tensor cores, one activation rounds to another quant and moves a probability by 0.017, the
 // golden models' amplification of a last-bit difference.)
 func TestCUDAPrefillTensorCores(t *testing.T) {
 	lib := engine.GPUForTests(t)
-	for _, name := range []string{"olmoe-q8_0", "olmoe-q5_1", "olmoe-iq4_nl", "llama-q4_0", "gpt-oss-mxfp4", "qwen2moe-q4km"} {
+	for _, name := range []string{"olmoe-q8_0", "olmoe-q5_1", "olmoe-iq4_nl", "llama-q4_0", "gpt-oss-mxfp4", "qwen2moe-q4km", "mixtral-q2k", "qwen3-q2k", "qwen3moe-q3km"} {
 		t.Run(name, func(t *testing.T) {
 			spec, err := synth.GoldenSpec(name)
 			if err != nil {

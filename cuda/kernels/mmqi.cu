@@ -4,9 +4,9 @@
 // two as 8-bit integers with mma.sync (int8 in, int32 out: the tensor cores of sm_75 and every
 // newer GPU; m8n8k16 on sm_75, m16n8k32 from sm_80), so a block's sum of 32 products is one
 // integer, the CPU's exactly, and only its scaling and the sum over the blocks are float. The 32-value types Q4_0, Q4_1, Q5_0,
-// Q5_1, Q8_0, IQ4_NL and MXFP4; and against Q8_K's activation the K-quants with a scale and a
-// minimum per 32 values, Q4_K and Q5_K, and Q6_K, with a scale per 16 values: an mma's half
-// (Q2_K and Q3_K still run on mmq.cu).
+// Q5_1, Q8_0, IQ4_NL and MXFP4; and against Q8_K's activation the K-quants: Q4_K and Q5_K with
+// a scale and a minimum per 32 values, Q2_K (a scale and a minimum), Q3_K and Q6_K (a scale)
+// per 16 values, an mma's half.
 //
 // Every mmqi_<type> kernel has mmvq's ABI (mmvq.cu):
 //
@@ -31,8 +31,8 @@
 //     of 16 x 8: each is one mma.m16n8k32 from 0 (cr_mma_s8_k32: sm_80's instruction in the
 //     module sm80.cu builds, four m8n8k16 in the sm_75 one), the block's integer sums, and
 //     each output adds (d_w d_x) * sum with a fused multiply-add (and then m_w s_x, as
-//     mmvq_block and the CPU's dot add a minimum); Q6_K's halves of 16 values, one m16n8k16
-//     each, are scaled apart and each add their own;
+//     mmvq_block and the CPU's dot add a minimum); the halves of 16 values of Q2_K, Q3_K and
+//     Q6_K, one m16n8k16 each, are scaled apart and each add their own;
 //   - double-buffered: each thread reads its share of the next block into registers before
 //     the products and stores it into the other buffer after them, then one barrier.
 // The tiles' rows are 12 words (8 of quants, 4 of padding), so that the 8 rows and 4 words a
@@ -196,6 +196,45 @@ struct mmqi_q5_K_t {
 	}
 };
 
+// Q2_K and Q3_K: piece j is values 32j .. 32j+31, bits 2(j%4), 2(j%4)+1 of qs[32(j/4) ..]
+// (ggml's order: a byte's four pairs of bits are four pieces); each half of 16 values has its
+// own scale, scales[2j + h]. Q2_K's is a nibble times d, with a minimum, the high nibble times
+// dmin; Q3_K's a 6-bit signed scale (cr_q3k_scale) times d, and its values are signed: less 4
+// where bit j of hmask[value] is clear.
+struct mmqi_q2_K_t {
+	enum { BB = CR_BB_Q2_K, QB = 256, PIECES = 8, MIN = 1, KSUM = 1, HALVES = 1 };
+	CR_FN void block(const u8* b, int j, u32* v, float* dw, float* mw) {
+		const u8* qs = b + 16 + 32 * (j / 4);
+		const float d = cr_rd_h(b + 80), dmin = cr_rd_h(b + 82);
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			const u32 sc = b[2 * j + h];
+			dw[h] = cr_fmul(d, (float)(sc & 0xf));
+			mw[h] = -cr_fmul(dmin, (float)(sc >> 4));
+		}
+#pragma unroll
+		for (int k = 0; k < 8; k++)
+			v[k] = cr_rd_u32(qs + 4 * k) >> 2 * (j % 4) & 0x03030303u;
+	}
+};
+
+// mmqi_off4 turns four 3-bit values (a byte each) into the signed bytes n - 4.
+CR_FN u32 mmqi_off4(u32 n) { return (n + 0x7c7c7c7cu) ^ 0x80808080u; }
+
+struct mmqi_q3_K_t {
+	enum { BB = CR_BB_Q3_K, QB = 256, PIECES = 8, MIN = 0, KSUM = 0, HALVES = 1 };
+	CR_FN void block(const u8* b, int j, u32* v, float* dw, float* mw) {
+		const u8* qs = b + 32 + 32 * (j / 4);
+		const float d = cr_rd_h(b + 108);
+		dw[0] = cr_fmul(d, (float)cr_q3k_scale(b + 96, 2 * j));
+		dw[1] = cr_fmul(d, (float)cr_q3k_scale(b + 96, 2 * j + 1));
+		*mw = 0.0f;
+#pragma unroll
+		for (int k = 0; k < 8; k++)
+			v[k] = mmqi_off4((cr_rd_u32(qs + 4 * k) >> 2 * (j % 4) & 0x03030303u) | (cr_rd_u32(b + 4 * k) >> j & 0x01010101u) << 2);
+	}
+};
+
 // Q6_K: piece j is values 32j .. 32j+31, quarter q = j%4 of half n = j/4 of the block; their
 // low 4 bits are the low (q < 2) or high nibbles of ql[64n + 32(q&1) ..], their high 2 bits
 // bits 2q, 2q+1 of qh[32n ..], less 32 (signed, exact: no offset through the activation's sums);
@@ -219,19 +258,20 @@ struct mmqi_q6_K_t {
 };
 
 // mmqi_stage is one thread's share of a 32-value block of the tile, held in registers between
-// its loads and its store to shared memory: a row's decoded quants, scales and minimum (threads
-// 0..63), or a token's quants, scale and sum (threads 64..127).
+// its loads and its store to shared memory: a row's decoded quants, scales and minimums (one per
+// half of 16 values with HALVES; threads 0..63), or a token's quants, scale and sums (threads
+// 64..127).
 struct mmqi_stage {
 	u32 v[8];
-	float d[2], m;
+	float d[2], m[2];
 };
 
 // mmqi_tiles is one buffer of the tile: sw[r] the block's quants of row r0 + r, dw and mw its
-// scale (with HALVES, one per half of 16 values) and minimum; sx[t], dx and sxs token t0 + t's
-// quants, scale and sum.
+// scale and minimum (with HALVES, one per half of 16 values); sx[t], dx and sxs token t0 + t's
+// quants, scale and sum (per half with HALVES).
 struct mmqi_tiles {
 	u32 sw[MMQI_ROWS][MMQI_LD], sx[MMQI_TOK][MMQI_LD];
-	float dw[MMQI_ROWS][2], mw[MMQI_ROWS], dx[MMQI_TOK], sxs[MMQI_TOK];
+	float dw[MMQI_ROWS][2], mw[MMQI_ROWS][2], dx[MMQI_TOK], sxs[MMQI_TOK][2];
 };
 
 // mmqi_fetch reads thread tid's share of block c (of the tile's rows from r0 and tokens from
@@ -243,24 +283,31 @@ CR_FN void mmqi_fetch(const u8* w, const signed char* xq, const float* xd, const
 		// A row past the matrix repeats its last row: it only feeds outputs never stored.
 		const i64 rb = (i64)(cols / (32 * T::PIECES)) * T::BB;
 		const u8* row = w + (i64)(r0 + tid < rows ? r0 + tid : rows - 1) * rb;
-		st.d[1] = 0.0f;
-		T::block(row + (i64)(c / T::PIECES) * T::BB, c % T::PIECES, st.v, st.d, &st.m);
+		st.d[1] = st.m[1] = 0.0f;
+		T::block(row + (i64)(c / T::PIECES) * T::BB, c % T::PIECES, st.v, st.d, st.m);
 		return;
 	}
 	// Tokens past ntok are zeros with a zero scale and sum.
 	const int t = tid - MMQI_ROWS;
 	const bool in = t0 + t < ntok;
 	const u32* q = (const u32*)(xq + (i64)(t0 + t) * cols + 32 * c);
-	int n = 0;
+	int n[2] = {0, 0}; // the quants' sums over each half
 #pragma unroll
 	for (int k = 0; k < 8; k++) {
 		st.v[k] = in ? q[k] : 0u;
 		if (T::KSUM)
-			n = cr_dp4a(0x01010101, (int)st.v[k], n);
+			n[k / 4] = cr_dp4a(0x01010101, (int)st.v[k], n[k / 4]);
 	}
 	const i64 bi = (i64)(t0 + t) * (cols / T::QB) + 32 * c / T::QB;
 	st.d[0] = in ? xd[bi] : 0.0f;
-	st.m = !in || !T::MIN ? 0.0f : T::KSUM ? cr_fmul(xd[bi], (float)n) : xs[bi];
+	if (!in || !T::MIN)
+		st.m[0] = st.m[1] = 0.0f;
+	else if (!T::KSUM)
+		st.m[0] = xs[bi], st.m[1] = 0.0f;
+	else if (T::HALVES)
+		st.m[0] = cr_fmul(xd[bi], (float)n[0]), st.m[1] = cr_fmul(xd[bi], (float)n[1]);
+	else
+		st.m[0] = cr_fmul(xd[bi], (float)(n[0] + n[1])), st.m[1] = 0.0f;
 }
 
 // mmqi_store writes thread tid's share st into the tile buffer b.
@@ -269,14 +316,14 @@ CR_FN void mmqi_store(mmqi_tiles& b, int tid, const mmqi_stage& st) {
 #pragma unroll
 		for (int k = 0; k < 8; k++)
 			b.sw[tid][k] = st.v[k];
-		b.dw[tid][0] = st.d[0], b.dw[tid][1] = st.d[1], b.mw[tid] = st.m;
+		b.dw[tid][0] = st.d[0], b.dw[tid][1] = st.d[1], b.mw[tid][0] = st.m[0], b.mw[tid][1] = st.m[1];
 		return;
 	}
 	const int t = tid - MMQI_ROWS;
 #pragma unroll
 	for (int k = 0; k < 8; k++)
 		b.sx[t][k] = st.v[k];
-	b.dx[t] = st.d[0], b.sxs[t] = st.m;
+	b.dx[t] = st.d[0], b.sxs[t][0] = st.m[0], b.sxs[t][1] = st.m[1];
 }
 
 // mmqi_scale adds the warp's integer sums s (half h of the block with HALVES, else the whole
@@ -294,7 +341,7 @@ CR_FN void mmqi_scale(const mmqi_tiles& b, int wr, int wt, int g, int k4, int h,
 				const int r = wr + 16 * i + 8 * (e >> 1) + g, t = wt + 8 * j + 2 * k4 + (e & 1);
 				float a = cr_fma(cr_fmul(b.dw[r][h * T::HALVES], b.dx[t]), (float)s[i][j][e], acc[i][j][e]);
 				if (T::MIN)
-					a = cr_fma(b.mw[r], b.sxs[t], a);
+					a = cr_fma(b.mw[r][h * T::HALVES], b.sxs[t][h * T::HALVES], a);
 				acc[i][j][e] = a;
 			}
 }
@@ -414,6 +461,10 @@ MMQI_KERNEL(mmqi_q8_0, mmqi_q8_0_t)
 MMQI_KERNEL(mmqi_iq4_nl, mmqi_iq4_nl_t)
 // mmqi_mxfp4: MXFP4 weights, a Q8_0 activation.
 MMQI_KERNEL(mmqi_mxfp4, mmqi_mxfp4_t)
+// mmqi_q2_K: Q2_K weights, a Q8_K activation; cols % 256 == 0.
+MMQI_KERNEL(mmqi_q2_K, mmqi_q2_K_t)
+// mmqi_q3_K: Q3_K weights, a Q8_K activation; cols % 256 == 0.
+MMQI_KERNEL(mmqi_q3_K, mmqi_q3_K_t)
 // mmqi_q4_K: Q4_K weights, a Q8_K activation; cols % 256 == 0.
 MMQI_KERNEL(mmqi_q4_K, mmqi_q4_K_t)
 // mmqi_q5_K: Q5_K weights, a Q8_K activation; cols % 256 == 0.
