@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Regenerates the golden fixtures in engine/testdata/golden: writes every synthetic model of
 # synth into a temporary folder, runs llama.cpp on each (tools/golden/ref), writes
-# one fixture per model, and runs the Go tests that check fixtures against the generator.
+# one fixture per model, and runs the Go tests that check fixtures against the generator. The
+# models with a sliding window also get a long fixture in engine/testdata/golden-long
+# (tools/golden/ref/long.mjs: a 900-token prompt and a 300-token continuation).
 #
 #   tools/golden/regen.sh                 # all models
 #   ONLY=mixtral-f32,olmoe-q8_0 tools/golden/regen.sh
@@ -32,9 +34,13 @@ if [ -n "$only" ]; then
 else
     # The bundled trained models' fixtures (tinymoe-*) come from tools/tinymoe/golden.sh.
     find engine/testdata/golden -name '*.json.gz' ! -name 'tinymoe-*' -delete
+    find engine/testdata/golden-long -name '*.json.gz' -delete 2>/dev/null || true
 fi
 
 go run ./tools/golden/cmd/synth "${synth_args[@]}"
 node tools/golden/ref/golden.mjs "${ref_args[@]}"
+long_args=("${ref_args[@]}")
+long_args[3]=engine/testdata/golden-long # --out
+node tools/golden/ref/long.mjs "${long_args[@]}"
 go test ./tools/golden/...
 du -sh engine/testdata/golden
