@@ -7,9 +7,11 @@ package cuda
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/commit-run/commit-run/quant"
@@ -291,4 +293,30 @@ func FuzzMMQI(f *testing.F) {
 		t.Log("mmqi", c.typ, c)
 		checkMMQI(t, k, c, rand.New(rand.NewPCG(seed, 3)))
 	})
+}
+
+// TestFakeFaultsOnMisalignedLoads: the emulator fails a launch whose kernel makes a wide load
+// from an address not aligned to it, where a GPU faults (CUDA_ERROR_MISALIGNED_ADDRESS), so
+// that the kernel tests hold the kernels' alignment contracts (mmqi's Q4_K rows are read 16
+// bytes at a time: a matrix 4 bytes off fails), and the next launch runs as before.
+func TestFakeFaultsOnMisalignedLoads(t *testing.T) {
+	k := openKernels(t)
+	if k.real {
+		t.Skip("a GPU that faults loses its context: the fake driver's check only")
+	}
+	r := rand.New(rand.NewPCG(1, 9))
+	w := randMatrix(t, quant.Q4_K, 2, 256, r)
+	dw := k.alloc(t, len(w.Data)+16)
+	if err := k.s.CopyHtoD(dw.Add(4), w.Data); err != nil {
+		t.Fatal(err)
+	}
+	dq, dd, dy := k.alloc(t, 256), k.alloc(t, 4), k.alloc(t, 8)
+	var args Args
+	args.Ptr(dw.Add(4)).Ptr(dq).Ptr(dd).Ptr(0).Ptr(dy).Int(2).Int(256).Int(1)
+	f := k.function(t, mmqiKernels[quant.Q4_K])
+	err := errors.Join(k.s.Launch(f, Dim3{X: 1}, Dim3{X: mmqiThreads}, 0, &args), k.s.Synchronize())
+	if err == nil || !strings.Contains(err.Error(), "CUDA_ERROR_LAUNCH_FAILED") {
+		t.Errorf("a Q4_K matrix 4 bytes off its alignment: %v, want CUDA_ERROR_LAUNCH_FAILED", err)
+	}
+	checkMMQI(t, k, mmvCase{typ: quant.Q4_K, rows: 5, cols: 256, ntok: 3, gridY: 1}, r)
 }

@@ -38,6 +38,9 @@ struct cr_dim3 {
 extern thread_local cr_dim3 threadIdx, blockIdx, blockDim, gridDim;
 void cr_host_syncthreads(void);
 unsigned cr_host_shfl_xor(unsigned v, int lane_mask);
+// cr_host_fault ends the launch with CUDA_ERROR_LAUNCH_FAILED and the message what: where a
+// GPU would fault (a misaligned load).
+void cr_host_fault(const char* what);
 #define __global__
 #define __device__
 #define __host__
@@ -423,7 +426,16 @@ CR_FN float cr_bf2f(u16 h) { return cr_as_f((u32)h << 16); }
 
 // ---- loads ----
 // cr_ldg_* read global memory through the read-only (non-coherent) path: only for data no
-// thread writes during the kernel. The pointer must be aligned to the access size.
+// thread writes during the kernel. The pointer must be aligned to the access size: a GPU
+// faults on a misaligned one (CUDA_ERROR_MISALIGNED_ADDRESS), and so does the emulator.
+
+#if defined(CR_HOST)
+#define CR_ALIGNED(p, n)                                                                            \
+	do {                                                                                            \
+		if ((u64)(p) % (n) != 0)                                                                    \
+			cr_host_fault("a " #n "-byte global load from an address not aligned to " #n " bytes"); \
+	} while (0)
+#endif
 
 struct cr_u4 {
 	u32 x, y, z, w;
@@ -437,6 +449,7 @@ CR_FN cr_u4 cr_ldg_u4(const void* p) {
 #if defined(CR_DEVICE)
 	asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
 #else
+	CR_ALIGNED(p, 16);
 	memcpy(&r, p, 16);
 #endif
 	return r;
@@ -447,6 +460,7 @@ CR_FN cr_f4 cr_ldg_f4(const float* p) {
 #if defined(CR_DEVICE)
 	asm("ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w) : "l"(p));
 #else
+	CR_ALIGNED(p, 16);
 	memcpy(&r, p, 16);
 #endif
 	return r;
@@ -458,6 +472,7 @@ CR_FN float cr_ldg_f(const float* p) {
 	asm("ld.global.nc.f32 %0, [%1];" : "=f"(r) : "l"(p));
 	return r;
 #else
+	CR_ALIGNED(p, 4);
 	return *p;
 #endif
 }
@@ -467,6 +482,7 @@ CR_FN u32 cr_ldg_u32(const void* p) {
 #if defined(CR_DEVICE)
 	asm("ld.global.nc.u32 %0, [%1];" : "=r"(r) : "l"(p));
 #else
+	CR_ALIGNED(p, 4);
 	memcpy(&r, p, 4);
 #endif
 	return r;
@@ -477,6 +493,7 @@ CR_FN u16 cr_ldg_u16(const void* p) {
 #if defined(CR_DEVICE)
 	asm("ld.global.nc.u16 %0, [%1];" : "=h"(r) : "l"(p));
 #else
+	CR_ALIGNED(p, 2);
 	memcpy(&r, p, 2);
 #endif
 	return r;

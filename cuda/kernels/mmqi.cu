@@ -16,7 +16,8 @@
 //   w's rows in mmv.cu's layout; the activation's planes q (int8, token t at q + t*cols), d (a
 //   scale per 32 values, or per 256 for the K-quants) and s (Q8_1's sums, read by Q4_1 and Q5_1
 //   only); y[t*rows + r] = W[r] . x_t for r < rows, t < ntok, nothing else written. cols a
-//   multiple of the weights' block (32 or 256); q 4-byte aligned.
+//   multiple of the weights' block (32 or 256); q 16-byte aligned; w 16-byte aligned for
+//   Q4_K and Q5_K, 4-byte for Q4_1, Q5_1 and Q2_K, 2-byte for the others but MXFP4.
 //   block (128, 1, 1): 4 warps.
 //   grid (ceil(rows / 64), ceil(ntok / 64), 1): block (bx, by) computes the tile of rows
 //   [64bx, 64bx+64) and tokens [64by, 64by+64), then tokens [64(by+gridDim.y), ...) and so on,
@@ -61,13 +62,22 @@ CR_FN u32 mmqi_off16(u32 n) { return (n + 0x70707070u) ^ 0x80808080u; }
 // MIN = 1, its minimum mw (the weights are dw*q + mw). QB is the activation's block (32: Q8_0
 // or Q8_1; 256: Q8_K); with KSUM the minimum multiplies the piece's activation sum, its scale
 // times the sum of its quants, which the tile computes (Q8_K has no sums), else Q8_1's s.
+// The decoders read the blocks with the widest loads their alignment allows (a row of a type
+// starts where the one before ends, from a 16-byte aligned matrix): 16 bytes for Q4_K and
+// Q5_K, whose 144- and 176-byte blocks keep that alignment, else aligned words realigned with
+// byte permutes (cr_ldg_words), where a byte load each would take four times the instructions.
+
+// mmqi_h is the half in the low (hi = 0) or high 16 bits of w.
+CR_FN float mmqi_h(u32 w, int hi) { return cr_h2f((u16)(hi ? w >> 16 : w & 0xffffu)); }
+
 // mmqi_q4 decodes Q4_0's and Q4_1's quants, qs's low nibbles then its high ones, less 8 for
 // Q4_0 (off).
 CR_FN void mmqi_q4(const u8* qs, u32* v, bool off) {
+	u32 q[4];
+	cr_ldg_words<4>(qs, q);
 #pragma unroll
 	for (int k = 0; k < 4; k++) {
-		const u32 w = cr_rd_u32(qs + 4 * k);
-		const u32 lo = w & 0x0f0f0f0fu, hi = w >> 4 & 0x0f0f0f0fu;
+		const u32 lo = q[k] & 0x0f0f0f0fu, hi = q[k] >> 4 & 0x0f0f0f0fu;
 		v[k] = off ? mmqi_off8(lo) : lo;
 		v[4 + k] = off ? mmqi_off8(hi) : hi;
 	}
@@ -77,7 +87,7 @@ struct mmqi_q4_0_t {
 	enum { BB = CR_BB_Q4_0, QB = 32, PIECES = 1, MIN = 0, KSUM = 0, HALVES = 0 };
 	CR_FN void block(const u8* b, int j, u32* v, float* dw, float* mw) {
 		(void)j;
-		*dw = cr_rd_h(b), *mw = 0.0f;
+		*dw = cr_h2f(cr_ldg_u16(b)), *mw = 0.0f;
 		mmqi_q4(b + 2, v, true);
 	}
 };
@@ -86,7 +96,8 @@ struct mmqi_q4_1_t {
 	enum { BB = CR_BB_Q4_1, QB = 32, PIECES = 1, MIN = 1, KSUM = 0, HALVES = 0 };
 	CR_FN void block(const u8* b, int j, u32* v, float* dw, float* mw) {
 		(void)j;
-		*dw = cr_rd_h(b), *mw = cr_rd_h(b + 2);
+		const u32 dm = cr_ldg_u32(b);
+		*dw = mmqi_h(dm, 0), *mw = mmqi_h(dm, 1);
 		mmqi_q4(b + 4, v, false);
 	}
 };
@@ -94,11 +105,12 @@ struct mmqi_q4_1_t {
 // mmqi_q5 decodes Q5_0's and Q5_1's quants, qs's nibbles with their fifth bits from qh (bit j
 // for value j; cr_spread4 moves four of them to bit 4 of four bytes), less 16 for Q5_0 (off).
 CR_FN void mmqi_q5(u32 qh, const u8* qs, u32* v, bool off) {
+	u32 q[4];
+	cr_ldg_words<4>(qs, q);
 #pragma unroll
 	for (int k = 0; k < 4; k++) {
-		const u32 w = cr_rd_u32(qs + 4 * k);
-		const u32 lo = (w & 0x0f0f0f0fu) | cr_spread4(qh >> 4 * k);
-		const u32 hi = (w >> 4 & 0x0f0f0f0fu) | cr_spread4(qh >> (16 + 4 * k));
+		const u32 lo = (q[k] & 0x0f0f0f0fu) | cr_spread4(qh >> 4 * k);
+		const u32 hi = (q[k] >> 4 & 0x0f0f0f0fu) | cr_spread4(qh >> (16 + 4 * k));
 		v[k] = off ? mmqi_off16(lo) : lo;
 		v[4 + k] = off ? mmqi_off16(hi) : hi;
 	}
@@ -108,8 +120,10 @@ struct mmqi_q5_0_t {
 	enum { BB = CR_BB_Q5_0, QB = 32, PIECES = 1, MIN = 0, KSUM = 0, HALVES = 0 };
 	CR_FN void block(const u8* b, int j, u32* v, float* dw, float* mw) {
 		(void)j;
-		*dw = cr_rd_h(b), *mw = 0.0f;
-		mmqi_q5(cr_rd_u32(b + 2), b + 6, v, true);
+		u32 qh;
+		cr_ldg_words<1>(b + 2, &qh);
+		*dw = cr_h2f(cr_ldg_u16(b)), *mw = 0.0f;
+		mmqi_q5(qh, b + 6, v, true);
 	}
 };
 
@@ -117,8 +131,9 @@ struct mmqi_q5_1_t {
 	enum { BB = CR_BB_Q5_1, QB = 32, PIECES = 1, MIN = 1, KSUM = 0, HALVES = 0 };
 	CR_FN void block(const u8* b, int j, u32* v, float* dw, float* mw) {
 		(void)j;
-		*dw = cr_rd_h(b), *mw = cr_rd_h(b + 2);
-		mmqi_q5(cr_rd_u32(b + 4), b + 8, v, false);
+		const u32 dm = cr_ldg_u32(b);
+		*dw = mmqi_h(dm, 0), *mw = mmqi_h(dm, 1);
+		mmqi_q5(cr_ldg_u32(b + 4), b + 8, v, false);
 	}
 };
 
@@ -126,10 +141,8 @@ struct mmqi_q8_0_t {
 	enum { BB = CR_BB_Q8_0, QB = 32, PIECES = 1, MIN = 0, KSUM = 0, HALVES = 0 };
 	CR_FN void block(const u8* b, int j, u32* v, float* dw, float* mw) {
 		(void)j;
-		*dw = cr_rd_h(b), *mw = 0.0f;
-#pragma unroll
-		for (int k = 0; k < 8; k++)
-			v[k] = cr_rd_u32(b + 2 + 4 * k);
+		*dw = cr_h2f(cr_ldg_u16(b)), *mw = 0.0f;
+		cr_ldg_words<8>(b + 2, v);
 	}
 };
 
@@ -137,11 +150,12 @@ struct mmqi_q8_0_t {
 // scaled by d, MXFP4's doubled values by half its E8M0 scale (the CPU's integers).
 template <u32 W0, u32 W1, u32 W2, u32 W3>
 CR_FN void mmqi_cb(const u8* qs, u32* v) {
+	u32 q[4];
+	cr_ldg_words<4>(qs, q);
 #pragma unroll
 	for (int k = 0; k < 4; k++) {
-		const u32 w = cr_rd_u32(qs + 4 * k);
-		v[k] = (u32)cr_lut4((int)(w & 0x0f0f0f0fu), W0, W1, W2, W3);
-		v[4 + k] = (u32)cr_lut4((int)(w >> 4 & 0x0f0f0f0fu), W0, W1, W2, W3);
+		v[k] = (u32)cr_lut4((int)(q[k] & 0x0f0f0f0fu), W0, W1, W2, W3);
+		v[4 + k] = (u32)cr_lut4((int)(q[k] >> 4 & 0x0f0f0f0fu), W0, W1, W2, W3);
 	}
 }
 
@@ -149,7 +163,7 @@ struct mmqi_iq4_nl_t {
 	enum { BB = CR_BB_IQ4_NL, QB = 32, PIECES = 1, MIN = 0, KSUM = 0, HALVES = 0 };
 	CR_FN void block(const u8* b, int j, u32* v, float* dw, float* mw) {
 		(void)j;
-		*dw = cr_rd_h(b), *mw = 0.0f;
+		*dw = cr_h2f(cr_ldg_u16(b)), *mw = 0.0f;
 		mmqi_cb<0xBFAD9881u, 0xF6EADDCFu, 0x26190D01u, 0x71594535u>(b + 2, v);
 	}
 };
@@ -158,80 +172,100 @@ struct mmqi_mxfp4_t {
 	enum { BB = CR_BB_MXFP4, QB = 32, PIECES = 1, MIN = 0, KSUM = 0, HALVES = 0 };
 	CR_FN void block(const u8* b, int j, u32* v, float* dw, float* mw) {
 		(void)j;
-		*dw = cr_e8m0_half(b[0]), *mw = 0.0f;
+		*dw = cr_e8m0_half(cr_ldg_u8(b)), *mw = 0.0f;
 		mmqi_cb<0x03020100u, 0x0C080604u, 0xFDFEFF00u, 0xF4F8FAFCu>(b + 1, v);
 	}
 };
 
 // Q4_K and Q5_K: piece j is sub-block j of the 256-value block, its 6-bit scale and minimum
-// (cr_kscale_w) times the block's d and dmin; its quants are the low (even j) or high (odd j)
-// nibbles of qs[32(j/2) ..], Q5_K's fifth bits bit j of qh[0..31].
-CR_FN void mmqi_kscale(const u8* b, int j, float* dw, float* mw) {
+// (cr_kscale_w, from the header's 16 bytes h) times the block's d and dmin; its quants are the
+// low (even j) or high (odd j) nibbles of qs[32(j/2) ..], Q5_K's fifth bits bit j of qh[0..31].
+CR_FN void mmqi_kscale(const cr_u4& h, int j, float* dw, float* mw) {
 	u32 sc, m;
-	cr_kscale_w(cr_rd_u32(b + 4), cr_rd_u32(b + 8), cr_rd_u32(b + 12), j, &sc, &m);
-	*dw = cr_fmul(cr_rd_h(b), (float)sc);
-	*mw = -cr_fmul(cr_rd_h(b + 2), (float)m);
+	cr_kscale_w(h.y, h.z, h.w, j, &sc, &m);
+	*dw = cr_fmul(mmqi_h(h.x, 0), (float)sc);
+	*mw = -cr_fmul(mmqi_h(h.x, 1), (float)m);
+}
+
+// mmqi_ld32 reads 32 bytes from a 16-byte aligned p into w[0..7].
+CR_FN void mmqi_ld32(const u8* p, u32* w) {
+	const cr_u4 a = cr_ldg_u4(p), b = cr_ldg_u4(p + 16);
+	w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w, w[4] = b.x, w[5] = b.y, w[6] = b.z, w[7] = b.w;
 }
 
 struct mmqi_q4_K_t {
 	enum { BB = CR_BB_Q4_K, QB = 256, PIECES = 8, MIN = 1, KSUM = 1, HALVES = 0 };
 	CR_FN void block(const u8* b, int j, u32* v, float* dw, float* mw) {
-		mmqi_kscale(b, j, dw, mw);
-		const u8* qs = b + 16 + 32 * (j / 2);
+		mmqi_kscale(cr_ldg_u4(b), j, dw, mw);
+		u32 qs[8];
+		mmqi_ld32(b + 16 + 32 * (j / 2), qs);
 #pragma unroll
 		for (int k = 0; k < 8; k++)
-			v[k] = cr_rd_u32(qs + 4 * k) >> 4 * (j & 1) & 0x0f0f0f0fu;
+			v[k] = qs[k] >> 4 * (j & 1) & 0x0f0f0f0fu;
 	}
 };
 
 struct mmqi_q5_K_t {
 	enum { BB = CR_BB_Q5_K, QB = 256, PIECES = 8, MIN = 1, KSUM = 1, HALVES = 0 };
 	CR_FN void block(const u8* b, int j, u32* v, float* dw, float* mw) {
-		mmqi_kscale(b, j, dw, mw);
-		const u8* qh = b + 16;
-		const u8* qs = b + 48 + 32 * (j / 2);
+		mmqi_kscale(cr_ldg_u4(b), j, dw, mw);
+		u32 qh[8], qs[8];
+		mmqi_ld32(b + 16, qh);
+		mmqi_ld32(b + 48 + 32 * (j / 2), qs);
 #pragma unroll
 		for (int k = 0; k < 8; k++)
-			v[k] = (cr_rd_u32(qs + 4 * k) >> 4 * (j & 1) & 0x0f0f0f0fu) | (cr_rd_u32(qh + 4 * k) >> j & 0x01010101u) << 4;
+			v[k] = (qs[k] >> 4 * (j & 1) & 0x0f0f0f0fu) | (qh[k] >> j & 0x01010101u) << 4;
 	}
 };
 
 // Q2_K and Q3_K: piece j is values 32j .. 32j+31, bits 2(j%4), 2(j%4)+1 of qs[32(j/4) ..]
 // (ggml's order: a byte's four pairs of bits are four pieces); each half of 16 values has its
 // own scale, scales[2j + h]. Q2_K's is a nibble times d, with a minimum, the high nibble times
-// dmin; Q3_K's a 6-bit signed scale (cr_q3k_scale) times d, and its values are signed: less 4
-// where bit j of hmask[value] is clear.
+// dmin; Q3_K's a 6-bit signed scale (cr_q3k_scale's, here from the 12 bytes' words) times d,
+// and its values are signed: less 4 where bit j of hmask[value] is clear.
 struct mmqi_q2_K_t {
 	enum { BB = CR_BB_Q2_K, QB = 256, PIECES = 8, MIN = 1, KSUM = 1, HALVES = 1 };
 	CR_FN void block(const u8* b, int j, u32* v, float* dw, float* mw) {
-		const u8* qs = b + 16 + 32 * (j / 4);
-		const float d = cr_rd_h(b + 80), dmin = cr_rd_h(b + 82);
+		const u32 dd = cr_ldg_u32(b + 80), sc = cr_ldg_u16(b + 2 * j);
+		const float d = mmqi_h(dd, 0), dmin = mmqi_h(dd, 1);
 #pragma unroll
 		for (int h = 0; h < 2; h++) {
-			const u32 sc = b[2 * j + h];
-			dw[h] = cr_fmul(d, (float)(sc & 0xf));
-			mw[h] = -cr_fmul(dmin, (float)(sc >> 4));
+			const u32 s = sc >> 8 * h & 0xffu;
+			dw[h] = cr_fmul(d, (float)(s & 0xf));
+			mw[h] = -cr_fmul(dmin, (float)(s >> 4));
 		}
+		u32 qs[8];
+		cr_ldg_words<8>(b + 16 + 32 * (j / 4), qs);
 #pragma unroll
 		for (int k = 0; k < 8; k++)
-			v[k] = cr_rd_u32(qs + 4 * k) >> 2 * (j % 4) & 0x03030303u;
+			v[k] = qs[k] >> 2 * (j % 4) & 0x03030303u;
 	}
 };
 
 // mmqi_off4 turns four 3-bit values (a byte each) into the signed bytes n - 4.
 CR_FN u32 mmqi_off4(u32 n) { return (n + 0x7c7c7c7cu) ^ 0x80808080u; }
 
+// mmqi_q3k_scale is cr_q3k_scale from the scales' three words s.
+CR_FN int mmqi_q3k_scale(const u32* s, int j) {
+	const u32 low = j < 8 ? cr_kbyte(s[0], s[1], s[2], j) & 0xf : cr_kbyte(s[0], s[1], s[2], j - 8) >> 4;
+	const u32 top = cr_kbyte(s[0], s[1], s[2], 8 + (j & 3)) >> 2 * (j >> 2) & 3;
+	return (int)(low | top << 4) - 32;
+}
+
 struct mmqi_q3_K_t {
 	enum { BB = CR_BB_Q3_K, QB = 256, PIECES = 8, MIN = 0, KSUM = 0, HALVES = 1 };
 	CR_FN void block(const u8* b, int j, u32* v, float* dw, float* mw) {
-		const u8* qs = b + 32 + 32 * (j / 4);
-		const float d = cr_rd_h(b + 108);
-		dw[0] = cr_fmul(d, (float)cr_q3k_scale(b + 96, 2 * j));
-		dw[1] = cr_fmul(d, (float)cr_q3k_scale(b + 96, 2 * j + 1));
+		u32 hm[8], qs[8], sc[3];
+		cr_ldg_words<8>(b, hm);
+		cr_ldg_words<8>(b + 32 + 32 * (j / 4), qs);
+		cr_ldg_words<3>(b + 96, sc);
+		const float d = cr_h2f(cr_ldg_u16(b + 108));
+		dw[0] = cr_fmul(d, (float)mmqi_q3k_scale(sc, 2 * j));
+		dw[1] = cr_fmul(d, (float)mmqi_q3k_scale(sc, 2 * j + 1));
 		*mw = 0.0f;
 #pragma unroll
 		for (int k = 0; k < 8; k++)
-			v[k] = mmqi_off4((cr_rd_u32(qs + 4 * k) >> 2 * (j % 4) & 0x03030303u) | (cr_rd_u32(b + 4 * k) >> j & 0x01010101u) << 2);
+			v[k] = mmqi_off4((qs[k] >> 2 * (j % 4) & 0x03030303u) | (hm[k] >> j & 0x01010101u) << 2);
 	}
 };
 
@@ -245,15 +279,17 @@ struct mmqi_q6_K_t {
 	enum { BB = CR_BB_Q6_K, QB = 256, PIECES = 8, MIN = 0, KSUM = 0, HALVES = 1 };
 	CR_FN void block(const u8* b, int j, u32* v, float* dw, float* mw) {
 		const int n = j / 4, q = j % 4;
-		const u8* ql = b + 64 * n + 32 * (q & 1);
-		const u8* qh = b + 128 + 32 * n;
-		const float d = cr_rd_h(b + 208);
-		dw[0] = cr_fmul(d, (float)(signed char)b[192 + 8 * n + 2 * q]);
-		dw[1] = cr_fmul(d, (float)(signed char)b[192 + 8 * n + 2 * q + 1]);
+		u32 ql[8], qh[8];
+		cr_ldg_words<8>(b + 64 * n + 32 * (q & 1), ql);
+		cr_ldg_words<8>(b + 128 + 32 * n, qh);
+		const u32 sc = cr_ldg_u16(b + 192 + 8 * n + 2 * q);
+		const float d = cr_h2f(cr_ldg_u16(b + 208));
+		dw[0] = cr_fmul(d, (float)(signed char)(sc & 0xffu));
+		dw[1] = cr_fmul(d, (float)(signed char)(sc >> 8));
 		*mw = 0.0f;
 #pragma unroll
 		for (int k = 0; k < 8; k++)
-			v[k] = mmqi_off32((cr_rd_u32(ql + 4 * k) >> 4 * (q >> 1) & 0x0f0f0f0fu) | (cr_rd_u32(qh + 4 * k) >> 2 * q & 0x03030303u) << 4);
+			v[k] = mmqi_off32((ql[k] >> 4 * (q >> 1) & 0x0f0f0f0fu) | (qh[k] >> 2 * q & 0x03030303u) << 4);
 	}
 };
 
@@ -290,11 +326,13 @@ CR_FN void mmqi_fetch(const u8* w, const signed char* xq, const float* xd, const
 	// Tokens past ntok are zeros with a zero scale and sum.
 	const int t = tid - MMQI_ROWS;
 	const bool in = t0 + t < ntok;
-	const u32* q = (const u32*)(xq + (i64)(t0 + t) * cols + 32 * c);
+	if (in)
+		mmqi_ld32((const u8*)xq + (i64)(t0 + t) * cols + 32 * c, st.v);
 	int n[2] = {0, 0}; // the quants' sums over each half
 #pragma unroll
 	for (int k = 0; k < 8; k++) {
-		st.v[k] = in ? q[k] : 0u;
+		if (!in)
+			st.v[k] = 0u;
 		if (T::KSUM)
 			n[k / 4] = cr_dp4a(0x01010101, (int)st.v[k], n[k / 4]);
 	}

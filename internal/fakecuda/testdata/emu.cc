@@ -51,7 +51,7 @@ extern "C" char __stop_cr_shared[] __attribute__((weak, visibility("hidden")));
 
 namespace {
 
-enum State { RUNNABLE, AT_SYNC, AT_SHFL, DONE };
+enum State { RUNNABLE, AT_SYNC, AT_SHFL, DONE, FAULTED };
 
 struct Fiber {
 #if defined(__x86_64__)
@@ -73,6 +73,7 @@ struct Launch {
 	void (*run)(void**);
 	void** params;
 	Fiber* cur;
+	const char* fault; // why a thread faulted (cr_host_fault), or nullptr
 };
 
 enum Order { FORWARD, REVERSE, SHUFFLE };
@@ -204,6 +205,8 @@ const char* run_block(int n) {
 			current->cur = &fibers[t];
 			threadIdx = fibers[t].idx;
 			to_fiber(&fibers[t]);
+			if (fibers[t].state == FAULTED)
+				return current->fault;
 		}
 		// Nothing runs now: release the warps whose lanes all wait at a shuffle, else the block
 		// if all its threads wait at __syncthreads.
@@ -271,6 +274,13 @@ const char* set_schedule() {
 } // namespace
 
 void cr_host_syncthreads(void) { yield(AT_SYNC); }
+
+// cr_host_fault parks the thread for good: the launch fails with what (emu_launch makes the
+// block's fibers anew).
+void cr_host_fault(const char* what) {
+	current->fault = what;
+	yield(FAULTED);
+}
 
 unsigned cr_host_shfl_xor(unsigned v, int lane_mask) {
 	Fiber* f = current->cur;
