@@ -97,7 +97,7 @@ func openKernelModules(tb testing.TB, sm80 []byte) *kernelEnv {
 	}
 	tb.Cleanup(func() { mod.Unload() })
 	if real {
-		tb.Logf("kernels on %s", info)
+		tb.Logf("kernels on %s, the sm_80 module loaded: %v", info, mod.sm80 != nil)
 	}
 	return &kernelEnv{real: real, info: info, ctx: ctx, s: s, mod: mod, fns: map[string]*Function{}, launched: map[string]bool{}}
 }

@@ -4,8 +4,11 @@ package models
 
 import (
 	"math"
+	"sync"
 
 	"golang.org/x/sys/cpu"
+
+	"github.com/commit-run/commit-run/device"
 )
 
 // The AVX2 kernels of attn_kernels.go are written by internal/asmgen (its "attn" set).
@@ -81,6 +84,48 @@ func useAttnAVX2() {
 	toF16 = toF16AVX2
 	scaleF32 = scaleF32AVX2
 	rank1F32 = rank1F32AVX2
+	convolveOut = convolveOutAVX2
+}
+
+// convMinTokens is the pass from which convolveOutAVX2 takes the assembly: it transposes the
+// layer's taps once per pass, which shorter passes (a decoded token's) would not repay.
+const convMinTokens = 8
+
+// convScratch holds convolveOutAVX2's taps by tap and its first rows of inputs.
+var convScratch = sync.Pool{New: func() any { return new([]float32) }}
+
+// convolveOutAVX2 computes a pass's 4-tap convolution tap-major, eight channels at a time
+// (deltaConv4AVX2): the taps transposed into rows, and the first K-1 outputs' inputs (the
+// state's rows, transposed, then qkv's first rows) gathered beside them. Other tap counts,
+// channel counts that are not a multiple of 8 and short passes take the Go loop.
+func convolveOutAVX2(l *device.DeltaNetLayer, state, qkv, conv []float32, T int) {
+	ch, K := l.Channels(), l.ConvK
+	if K != 4 || ch%8 != 0 || T < convMinTokens {
+		convolveOutGo(l, state, qkv, conv, T)
+		return
+	}
+	_, _, _, _ = l.Conv[K*ch-1], state[(K-1)*ch-1], qkv[T*ch-1], conv[T*ch-1]
+	bp := convScratch.Get().(*[]float32)
+	if need := (K + 2*(K-1)) * ch; cap(*bp) < need {
+		*bp = make([]float32, need)
+	}
+	taps, head := (*bp)[:K*ch], (*bp)[K*ch:(K+2*(K-1))*ch]
+	for c := 0; c < ch; c++ {
+		for k := 0; k < K; k++ {
+			taps[k*ch+c] = l.Conv[c*K+k]
+		}
+		for j := 0; j < K-1; j++ {
+			head[j*ch+c] = state[c*(K-1)+j]
+		}
+	}
+	copy(head[(K-1)*ch:], qkv[:(K-1)*ch])
+	for t := 0; t < K-1; t++ {
+		deltaConv4AVX2(conv[t*ch:(t+1)*ch], head[t*ch:(t+K)*ch], taps)
+	}
+	for t := K - 1; t < T; t++ {
+		deltaConv4AVX2(conv[t*ch:(t+1)*ch], qkv[(t-K+1)*ch:(t+1)*ch], taps)
+	}
+	convScratch.Put(bp)
 }
 
 func scaleF32AVX2(x []float32, s float32) {

@@ -562,6 +562,51 @@ done:
 	VZEROUPPER
 	RET
 
+// func deltaConv4AVX2(out []float32, x []float32, w []float32)
+// Requires: AVX, FMA3
+TEXT ·deltaConv4AVX2(SB), NOSPLIT, $0-72
+	MOVQ out_base+0(FP), AX
+	MOVQ out_len+8(FP), CX
+	MOVQ x_base+24(FP), DX
+	MOVQ w_base+48(FP), BX
+	MOVQ CX, SI
+	SHLQ $0x02, SI
+	LEAQ (DX)(SI*1), DI
+	LEAQ (BX)(SI*1), R8
+	LEAQ (DI)(SI*1), R9
+	LEAQ (R8)(SI*1), R10
+	LEAQ (R9)(SI*1), R11
+	LEAQ (R10)(SI*1), SI
+	SHRQ $0x03, CX
+	JZ   done
+
+loop:
+	VXORPS      Y0, Y0, Y0
+	VMOVUPS     (DX), Y1
+	VFMADD231PS (BX), Y1, Y0
+	VMOVUPS     (DI), Y1
+	VFMADD231PS (R8), Y1, Y0
+	VMOVUPS     (R9), Y1
+	VFMADD231PS (R10), Y1, Y0
+	VMOVUPS     (R11), Y1
+	VFMADD231PS (SI), Y1, Y0
+	VMOVUPS     Y0, (AX)
+	ADDQ        $0x20, AX
+	ADDQ        $0x20, DX
+	ADDQ        $0x20, BX
+	ADDQ        $0x20, DI
+	ADDQ        $0x20, R8
+	ADDQ        $0x20, R9
+	ADDQ        $0x20, R10
+	ADDQ        $0x20, R11
+	ADDQ        $0x20, SI
+	DECQ        CX
+	JNZ         loop
+
+done:
+	VZEROUPPER
+	RET
+
 // func attnDotsAVX2(out []float32, q []float32, k []float32, stride int, scale float32)
 // Requires: AVX, FMA3, SSE
 TEXT ·attnDotsAVX2(SB), NOSPLIT, $0-84

@@ -54,6 +54,13 @@ func deltaScaleAVX2(x []float32, s float32)
 //go:noescape
 func deltaRank1AVX2(m []float32, k []float32, d []float32)
 
+// deltaConv4AVX2 sets out[c], for c < n = len(out), to the fused multiply-adds from +0 of
+// x[k*n+c] by w[k*n+c] for k = 0, 1, 2, 3, each rounded once; n is a multiple of 8 and x and
+// w hold at least 4n values.
+//
+//go:noescape
+func deltaConv4AVX2(out []float32, x []float32, w []float32)
+
 // attnDotsAVX2 writes quant.DotF32Vec(k[p*stride:p*stride+len(q)] (widened), q) * scale to out[p] for
 // every p < len(out) (ggml_vec_dot_f32 on AVX-512, then a float32 product); k holds them all.
 //

@@ -74,6 +74,10 @@ var (
 	// delta-rule update): the recurrence's elementwise steps, lane by lane.
 	scaleF32 = scaleF32Go
 	rank1F32 = rank1F32Go
+
+	// convolveOut writes the causal convolution of a DeltaNet layer's T rows of qkv, after
+	// the state's last ConvK-1 rows, to conv (deltanet.go's convolve, whose sums it is).
+	convolveOut = convolveOutGo
 )
 
 func scaleF32Go(x []float32, s float32) {

@@ -3,6 +3,7 @@ package models
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/commit-run/commit-run/device"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -615,5 +616,71 @@ func FuzzDeltaKernels(f *testing.F) {
 		}
 		m, k, d := x[:rows*n], x[rows*n:rows*n+n], x[rows*n+n:rows*n+n+rows]
 		checkDelta(t, m, k, d, x[len(x)-1])
+	})
+}
+
+// checkConvolve compares convolveOut (the assembly where the CPU has it) with convolveOutGo
+// bit for bit on a layer of kh key heads, vh value heads of hd values and K taps.
+func checkConvolve(t *testing.T, kh, vh, hd, K, T int, taps, state, qkv []float32) {
+	t.Helper()
+	l := &device.DeltaNetLayer{Conv: taps, KHeads: kh, VHeads: vh, HeadDim: hd, ConvK: K}
+	ch := l.Channels()
+	got, want := make([]float32, T*ch), make([]float32, T*ch)
+	convolveOut(l, state, qkv, got, T)
+	convolveOutGo(l, state, qkv, want, T)
+	sameFloats(t, fmt.Sprintf("the convolution of %d channels, %d taps, %d tokens", ch, K, T), got, want)
+}
+
+// TestConvolveMatchesReference: DeltaNet's convolution, on the assembly from convMinTokens
+// tokens, gives the Go loop's bits, also where only a fused multiply-add keeps a product and
+// where every product is -0 (a sum from +0 stays +0; one that started from the first product
+// would be -0).
+func TestConvolveMatchesReference(t *testing.T) {
+	r := rand.New(rand.NewPCG(81, 82))
+	for _, c := range []struct{ kh, vh, hd, K int }{{1, 2, 8, 4}, {2, 4, 8, 4}, {1, 1, 4, 4}, {1, 2, 8, 3}, {2, 2, 16, 4}} {
+		ch := (2*c.kh + c.vh) * c.hd
+		for _, T := range []int{1, 3, 7, 8, 9, 40} {
+			for _, special := range []bool{false, true} {
+				checkConvolve(t, c.kh, c.vh, c.hd, c.K, T, randFloats(r, ch*c.K, 1, special),
+					randFloats(r, ch*(c.K-1), 1, special), randFloats(r, ch*T, 1, special))
+			}
+		}
+	}
+	const T = 9
+	ch := 32
+	taps, state, qkv := make([]float32, ch*4), make([]float32, ch*3), make([]float32, ch*T)
+	for i := range state {
+		state[i] = -1
+	}
+	for i := range qkv {
+		qkv[i] = -1
+	}
+	// Channel 0's first output: (1+2^-22) - (1+2^-23)^2 = -2^-46, 0 unless fused.
+	taps[0*4+2], taps[0*4+3] = 1, -0x1.000002p0
+	state[0*3+2], qkv[0] = 0x1.000004p0, 0x1.000002p0
+	checkConvolve(t, 1, 2, 8, 4, T, taps, state, qkv)
+	out := make([]float32, T*ch)
+	convolveOut(&device.DeltaNetLayer{Conv: taps, KHeads: 1, VHeads: 2, HeadDim: 8, ConvK: 4}, state, qkv, out, T)
+	if out[0] != -0x1p-46 {
+		t.Errorf("the fused sum: %g, want -2^-46", out[0])
+	}
+	// Channel 1's taps are 0 and its inputs -1.
+	if out[1] != 0 || math.Signbit(float64(out[1])) {
+		t.Errorf("a sum of -0 products: %g (sign %v), want +0", out[1], math.Signbit(float64(out[1])))
+	}
+}
+
+func FuzzConvolve(f *testing.F) {
+	f.Add(seedBytes(91, 4*32+3*32+9*32, 1), uint8(9))
+	f.Add(seedBytes(92, 4*16+3*16+20*16, 3), uint8(20))
+	f.Fuzz(func(t *testing.T, data []byte, steps uint8) {
+		x := floatsOf(data)
+		T := 1 + int(steps)%24
+		hd := 8 // one key head and two value heads of 8: 32 channels
+		ch := 4 * hd
+		if len(x) < ch*(4+3+T) {
+			return
+		}
+		checkConvolve(t, 1, 2, hd, 4, T, x[:4*ch], x[4*ch:7*ch], x[7*ch:(7+T)*ch])
 	})
 }

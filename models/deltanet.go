@@ -117,6 +117,7 @@ func (o HostOps) GatedDeltaNet(l *device.DeltaNetLayer, st, snap *device.DeltaNe
 // token) on. Each output is ggml_ssm_conv's sum, tap by tap in float32, contracted to fused
 // multiply-adds.
 func convolve(l *device.DeltaNetLayer, st, snap *device.DeltaNetState, qkv, conv []float32, T int) {
+	convolveOut(l, st.Conv, qkv, conv, T)
 	ch, K := l.Channels(), l.ConvK
 	// in returns input j of channel c: the state's K-1 rows, then qkv's.
 	in := func(c, j int) float32 {
@@ -124,16 +125,6 @@ func convolve(l *device.DeltaNetLayer, st, snap *device.DeltaNetState, qkv, conv
 			return st.Conv[c*(K-1)+j]
 		}
 		return qkv[(j-(K-1))*ch+c]
-	}
-	for t := 0; t < T; t++ {
-		for c := 0; c < ch; c++ {
-			w := l.Conv[c*K : (c+1)*K]
-			var sum float32
-			for k := 0; k < K; k++ {
-				sum = fma32(in(c, t+k), w[k], sum)
-			}
-			conv[t*ch+c] = sum
-		}
 	}
 	// The last K-1 inputs before position end (a snapshot's, then the new state's).
 	keep := func(dst []float32, end int) {
@@ -156,6 +147,28 @@ func convolve(l *device.DeltaNetLayer, st, snap *device.DeltaNetState, qkv, conv
 		copy(row, row[T:])
 		for j := K - 1 - T; j < K-1; j++ {
 			row[j] = qkv[(j-(K-1-T))*ch+c]
+		}
+	}
+}
+
+// convolveOutGo is convolveOut output by output: channel c's taps are l.Conv[c*K:], its
+// inputs the state's K-1 values (state[c*(K-1):], oldest first), then qkv's rows.
+func convolveOutGo(l *device.DeltaNetLayer, state, qkv, conv []float32, T int) {
+	ch, K := l.Channels(), l.ConvK
+	for t := 0; t < T; t++ {
+		for c := 0; c < ch; c++ {
+			w := l.Conv[c*K : (c+1)*K]
+			var sum float32
+			for k := 0; k < K; k++ {
+				var x float32
+				if j := t + k; j < K-1 {
+					x = state[c*(K-1)+j]
+				} else {
+					x = qkv[(j-(K-1))*ch+c]
+				}
+				sum = fma32(x, w[k], sum)
+			}
+			conv[t*ch+c] = sum
 		}
 	}
 }
