@@ -138,6 +138,9 @@ var KernelNames = []string{
 	// mmqi.cu: the same on the tensor cores, 8-bit quants times the quantized activation
 	"mmqi_q4_0", "mmqi_q4_1", "mmqi_q5_0", "mmqi_q5_1", "mmqi_q8_0", "mmqi_iq4_nl", "mmqi_mxfp4",
 	"mmqi_q2_K", "mmqi_q3_K", "mmqi_q4_K", "mmqi_q5_K", "mmqi_q6_K",
+	// and a layer's experts' token groups in one launch (MUL_MAT_ID's shape)
+	"mmqi_id_q4_0", "mmqi_id_q4_1", "mmqi_id_q5_0", "mmqi_id_q5_1", "mmqi_id_q8_0", "mmqi_id_iq4_nl", "mmqi_id_mxfp4",
+	"mmqi_id_q2_K", "mmqi_id_q3_K", "mmqi_id_q4_K", "mmqi_id_q5_K", "mmqi_id_q6_K",
 	// getrows.cu: embedding lookups
 	"get_rows_f32", "get_rows_f16", "get_rows_bf16",
 	"get_rows_q4_0", "get_rows_q4_1", "get_rows_q5_0", "get_rows_q5_1", "get_rows_q8_0", "get_rows_iq4_nl", "get_rows_mxfp4",

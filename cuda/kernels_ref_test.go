@@ -187,7 +187,7 @@ type kernelCase struct {
 
 func allKernelCases() []kernelCase {
 	var cs []kernelCase
-	for _, f := range []func() []kernelCase{mmvCases, mmvqCases, mmqCases, mmqiCases, getRowsCases, normCases, elementwiseCases, routerCases, commitCases, ropeCases, attnCases, mmvHeadsCases, moeCases, fusedCases, deltaNetCases} {
+	for _, f := range []func() []kernelCase{mmvCases, mmvqCases, mmqCases, mmqiCases, mmqiGroupCases, getRowsCases, normCases, elementwiseCases, routerCases, commitCases, ropeCases, attnCases, mmvHeadsCases, moeCases, fusedCases, deltaNetCases} {
 		cs = append(cs, f()...)
 	}
 	return cs

@@ -279,6 +279,90 @@ func checkMMQI(t *testing.T, k *kernelEnv, c mmvCase, r *rand.Rand) {
 	})
 }
 
+// mmqiGroupCase is one launch of mmqi_id_<type>: groups of these token counts, each with its
+// own matrix, on gridY block rows.
+type mmqiGroupCase struct {
+	typ        quant.Type
+	rows, cols int
+	tokens     []int
+	gridY      int
+}
+
+func (c mmqiGroupCase) String() string {
+	return fmt.Sprintf("rows=%d,cols=%d,tokens=%v,grid.y=%d", c.rows, c.cols, c.tokens, c.gridY)
+}
+
+// mmqiGroupCases: a layer's experts' token groups (an empty one, one token, tiles' edges)
+// in one launch.
+func mmqiGroupCases() []kernelCase {
+	var cs []kernelCase
+	for _, typ := range mmqiTypes {
+		cols := 64
+		if typ.BlockSize() == 256 {
+			cols = 512
+		}
+		for _, c := range []mmqiGroupCase{
+			{typ, 70, cols, []int{3, 0, 65, 1, 9}, 1},
+			{typ, 9, cols, []int{130, 2}, 2},
+		} {
+			cs = append(cs, kernelCase{"mmqi_id_" + strings.TrimPrefix(mmqiKernels[typ], "mmqi_"), c.String(),
+				func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkMMQIGroups(t, k, c, r) }})
+		}
+	}
+	return cs
+}
+
+// checkMMQIGroups runs the groups in one mmqi_id launch and requires each group's outputs to be
+// mmqi's on that group alone, bit for bit (mmqi itself is held to the reference above).
+func checkMMQIGroups(t *testing.T, k *kernelEnv, c mmqiGroupCase, r *rand.Rand) {
+	t.Helper()
+	dt := c.typ.DotType()
+	off := []int32{0}
+	for _, n := range c.tokens {
+		off = append(off, off[len(off)-1]+int32(n))
+	}
+	N := int(off[len(off)-1])
+	x := randF32(r, N*c.cols, 1)
+	p := planesOf(dt, quantizeRows(dt, x, c.cols, N), c.cols, N)
+	dq, dd, ds := k.put(t, int8bytes(p.q)), k.putF32(t, p.d), DevicePtr(0)
+	if p.s != nil {
+		ds = k.putF32(t, p.s)
+	}
+	var tab []uint64
+	var ws []DevicePtr
+	for range c.tokens {
+		w := randMatrix(t, c.typ, c.rows, c.cols, r)
+		ws = append(ws, k.put(t, w.Data))
+		tab = append(tab, uint64(ws[len(ws)-1]))
+	}
+	dy := k.alloc(t, 4*max(N, 1)*c.rows)
+	var args Args
+	k.run(t, "mmqi_id_"+strings.TrimPrefix(mmqiKernels[c.typ], "mmqi_"), Dim3{X: ceilDiv(c.rows, mmqRowsPerBlock), Y: c.gridY, Z: len(c.tokens)},
+		Dim3{X: mmqiThreads}, args.Ptr(k.put(t, u64bytes(tab))).Ptr(k.put(t, i32bytes(off))).Ptr(dq).Ptr(dd).Ptr(ds).Ptr(dy).Int(c.rows).Int(c.cols))
+	got := k.getF32(t, dy, N*c.rows)
+	qb := dt.BlockSize()
+	for g, n := range c.tokens {
+		if n == 0 {
+			continue
+		}
+		t0 := int(off[g])
+		one := k.alloc(t, 4*n*c.rows)
+		sp := DevicePtr(0)
+		if ds != 0 {
+			sp = ds.Add(int64(4 * t0 * c.cols / qb))
+		}
+		var a Args
+		k.run(t, mmqiKernels[c.typ], Dim3{X: ceilDiv(c.rows, mmqRowsPerBlock), Y: 1}, Dim3{X: mmqiThreads},
+			a.Ptr(ws[g]).Ptr(dq.Add(int64(t0*c.cols))).Ptr(dd.Add(int64(4*t0*c.cols/qb))).Ptr(sp).Ptr(one).Int(c.rows).Int(c.cols).Int(n))
+		want := k.getF32(t, one, n*c.rows)
+		for i, v := range want {
+			if w := got[t0*c.rows+i]; math.Float32bits(w) != math.Float32bits(v) {
+				t.Fatalf("group %d (%d tokens), output %d: %g in the grouped launch, %g alone", g, n, i, w, v)
+			}
+		}
+	}
+}
+
 // FuzzMMQI draws the tensor-core products' shapes: rows and tokens across tile edges, grids
 // of several token tiles a row.
 func FuzzMMQI(f *testing.F) {

@@ -475,37 +475,58 @@ CR_FN void mmqi_entry(const u8* w, const signed char* xq, const float* xd, const
 	}
 }
 
-// The kernels, each with the ABI at the top of this file:
+// The kernels, mmqi_<type> with the ABI at the top of this file:
 //   (const unsigned char* w, const signed char* q, const float* d, const float* s, float* y,
 //    int rows, int cols, int ntok)
 //   block (128, 1, 1); grid (ceil(rows/64), ceil(ntok/64), 1) (any grid.y >= 1 is correct).
-#define MMQI_KERNEL(name, T)                                                                                        \
+//
+// And mmqi_id_<type>, a layer's experts' token groups in one launch (llama.cpp's MUL_MAT_ID):
+//   (const unsigned long long* tab, const int* off, const signed char* q, const float* d,
+//    const float* s, float* y, int rows, int cols)
+//   group z multiplies the rows x cols weights at tab[z] by the activation's rows off[z] ..
+//   off[z+1]-1 (the planes q, d and s as above, the groups' rows one after another) into y's
+//   rows off[z] .. off[z+1]-1 (y[t*rows + r]): each group as mmqi_<type> on its rows, to the bit.
+//   block (128, 1, 1); grid (ceil(rows/64), gy, groups): any gy >= 1, each group's token tiles
+//   spread over the gy block rows; a block past its group's tokens returns at once.
+#define MMQI_KERNEL(name, id, T)                                                                                      \
 	extern "C" __global__ void name(const u8* w, const signed char* q, const float* d, const float* s, float* y, int rows, \
-	                                int cols, int ntok) {                                                             \
-		mmqi_entry<T>(w, q, d, s, y, rows, cols, ntok);                                                             \
+	                                int cols, int ntok) {                                                               \
+		mmqi_entry<T>(w, q, d, s, y, rows, cols, ntok);                                                               \
+	}                                                                                                                 \
+	extern "C" __global__ void id(const u64* tab, const int* off, const signed char* q, const float* d, const float* s, \
+	                              float* y, int rows, int cols) {                                                     \
+		mmqi_group<T>(tab, off, q, d, s, y, rows, cols);                                                              \
 	}
 
+// mmqi_group is the body of mmqi_id_<type>: group blockIdx.z's rows as mmqi_entry's ntok.
+template <class T>
+CR_FN void mmqi_group(const u64* tab, const int* off, const signed char* q, const float* d, const float* s, float* y, int rows, int cols) {
+	const int z = blockIdx.z, t0 = off[z], n = off[z + 1] - t0;
+	const i64 blocks = (i64)t0 * (cols / T::QB); // the group's first activation block
+	mmqi_entry<T>((const u8*)tab[z], q + (i64)t0 * cols, d + blocks, T::MIN && !T::KSUM ? s + blocks : s, y + (i64)t0 * rows, rows, cols, n);
+}
+
 // mmqi_q4_0: Q4_0 weights, a Q8_0 activation.
-MMQI_KERNEL(mmqi_q4_0, mmqi_q4_0_t)
+MMQI_KERNEL(mmqi_q4_0, mmqi_id_q4_0, mmqi_q4_0_t)
 // mmqi_q4_1: Q4_1 weights, a Q8_1 activation.
-MMQI_KERNEL(mmqi_q4_1, mmqi_q4_1_t)
+MMQI_KERNEL(mmqi_q4_1, mmqi_id_q4_1, mmqi_q4_1_t)
 // mmqi_q5_0: Q5_0 weights, a Q8_0 activation.
-MMQI_KERNEL(mmqi_q5_0, mmqi_q5_0_t)
+MMQI_KERNEL(mmqi_q5_0, mmqi_id_q5_0, mmqi_q5_0_t)
 // mmqi_q5_1: Q5_1 weights, a Q8_1 activation.
-MMQI_KERNEL(mmqi_q5_1, mmqi_q5_1_t)
+MMQI_KERNEL(mmqi_q5_1, mmqi_id_q5_1, mmqi_q5_1_t)
 // mmqi_q8_0: Q8_0 weights, a Q8_0 activation.
-MMQI_KERNEL(mmqi_q8_0, mmqi_q8_0_t)
+MMQI_KERNEL(mmqi_q8_0, mmqi_id_q8_0, mmqi_q8_0_t)
 // mmqi_iq4_nl: IQ4_NL weights, a Q8_0 activation.
-MMQI_KERNEL(mmqi_iq4_nl, mmqi_iq4_nl_t)
+MMQI_KERNEL(mmqi_iq4_nl, mmqi_id_iq4_nl, mmqi_iq4_nl_t)
 // mmqi_mxfp4: MXFP4 weights, a Q8_0 activation.
-MMQI_KERNEL(mmqi_mxfp4, mmqi_mxfp4_t)
+MMQI_KERNEL(mmqi_mxfp4, mmqi_id_mxfp4, mmqi_mxfp4_t)
 // mmqi_q2_K: Q2_K weights, a Q8_K activation; cols % 256 == 0.
-MMQI_KERNEL(mmqi_q2_K, mmqi_q2_K_t)
+MMQI_KERNEL(mmqi_q2_K, mmqi_id_q2_K, mmqi_q2_K_t)
 // mmqi_q3_K: Q3_K weights, a Q8_K activation; cols % 256 == 0.
-MMQI_KERNEL(mmqi_q3_K, mmqi_q3_K_t)
+MMQI_KERNEL(mmqi_q3_K, mmqi_id_q3_K, mmqi_q3_K_t)
 // mmqi_q4_K: Q4_K weights, a Q8_K activation; cols % 256 == 0.
-MMQI_KERNEL(mmqi_q4_K, mmqi_q4_K_t)
+MMQI_KERNEL(mmqi_q4_K, mmqi_id_q4_K, mmqi_q4_K_t)
 // mmqi_q5_K: Q5_K weights, a Q8_K activation; cols % 256 == 0.
-MMQI_KERNEL(mmqi_q5_K, mmqi_q5_K_t)
+MMQI_KERNEL(mmqi_q5_K, mmqi_id_q5_K, mmqi_q5_K_t)
 // mmqi_q6_K: Q6_K weights, a Q8_K activation; cols % 256 == 0.
-MMQI_KERNEL(mmqi_q6_K, mmqi_q6_K_t)
+MMQI_KERNEL(mmqi_q6_K, mmqi_id_q6_K, mmqi_q6_K_t)
