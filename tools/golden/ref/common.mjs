@@ -3,6 +3,7 @@ import fs from "node:fs";
 import path from "node:path";
 import {execFileSync} from "node:child_process";
 import {fileURLToPath} from "node:url";
+import {parseArgs} from "node:util";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 export const binDir = path.join(here, "node_modules/@node-llama-cpp/linux-x64/bins/linux-x64");
@@ -62,4 +63,51 @@ export function buildInfo(llama) {
         build_type: llama.buildType,
         system_info: llama.systemInfo,
     };
+}
+
+// manifestArgs reads the fixture writers' command line (--manifest DIR/manifest.json --out
+// FIXTURE_DIR [--threads N] [--only a,b]), exits with the usage line when it is incomplete,
+// and creates the output folder.
+export function manifestArgs(script) {
+    const {values: args} = parseArgs({
+        options: {
+            manifest: {type: "string"},
+            out: {type: "string"},
+            threads: {type: "string", default: "2"},
+            only: {type: "string", default: ""},
+        },
+    });
+    if (!args.manifest || !args.out) {
+        console.error(`usage: node ${script} --manifest DIR/manifest.json --out FIXTURE_DIR [--threads N] [--only a,b]`);
+        process.exit(2);
+    }
+    fs.mkdirSync(args.out, {recursive: true});
+    return {
+        out: args.out,
+        threads: Number(args.threads),
+        only: new Set(args.only.split(",").filter(Boolean)),
+        manifestDir: path.dirname(args.manifest),
+        manifest: JSON.parse(fs.readFileSync(args.manifest, "utf8")),
+    };
+}
+
+// denseLogits turns node-llama-cpp's logits map into a row of n, refusing a missing or
+// non-finite one.
+export function denseLogits(map, n, where) {
+    if (!map || map.size !== n) throw new Error(`${where}: expected ${n} logits, got ${map?.size}`);
+    const row = new Float32Array(n);
+    for (const [t, v] of map) {
+        if (!Number.isFinite(v)) throw new Error(`${where}: logit of token ${t} is ${v}`);
+        row[t] = v;
+    }
+    return row;
+}
+
+// margin is the gap between the two largest logits: how far the greedy choice is from a tie.
+export function margin(row) {
+    let a = -Infinity, b = -Infinity;
+    for (const v of row) {
+        if (v > a) { b = a; a = v; } else if (v > b) b = v;
+    }
+    return a - b;
 }

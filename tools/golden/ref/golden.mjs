@@ -15,8 +15,7 @@ import fs from "node:fs";
 import path from "node:path";
 import zlib from "node:zlib";
 import crypto from "node:crypto";
-import {parseArgs} from "node:util";
-import {loadLlama, cpuVariant, buildInfo} from "./common.mjs";
+import {loadLlama, cpuVariant, buildInfo, manifestArgs, denseLogits, margin} from "./common.mjs";
 
 const GREEDY_TOKENS = 32;
 // MIN_MARGIN is the smallest top-1/top-2 logit gap a greedy step may have in a fixture.
@@ -29,23 +28,7 @@ const TOKENIZE_TEXTS = [
     "it's what they'll do; don't re-read   \t tabs\r\n",
 ];
 
-const {values: args} = parseArgs({
-    options: {
-        manifest: {type: "string"},
-        out: {type: "string"},
-        threads: {type: "string", default: "2"},
-        only: {type: "string", default: ""},
-    },
-});
-if (!args.manifest || !args.out) {
-    console.error("usage: node golden.mjs --manifest DIR/manifest.json --out FIXTURE_DIR [--threads N] [--only a,b]");
-    process.exit(2);
-}
-const threads = Number(args.threads);
-const only = new Set(args.only.split(",").filter(Boolean));
-const manifestDir = path.dirname(args.manifest);
-const manifest = JSON.parse(fs.readFileSync(args.manifest, "utf8"));
-fs.mkdirSync(args.out, {recursive: true});
+const {out, threads, only, manifestDir, manifest} = manifestArgs("golden.mjs");
 
 const {llama, logs} = await loadLlama();
 const build = buildInfo(llama);
@@ -55,7 +38,7 @@ for (const entry of manifest) {
     if (only.size > 0 && !only.has(entry.name)) continue;
     try {
         const fixture = await runModel(entry);
-        const file = path.join(args.out, `${entry.name}.json.gz`);
+        const file = path.join(out, `${entry.name}.json.gz`);
         fs.writeFileSync(file, zlib.gzipSync(JSON.stringify(fixture), {level: 9}));
         const minMax = Math.min(...fixture.stats.max_prob);
         console.log(`${entry.name.padEnd(24)} ${(fs.statSync(file).size / 1024).toFixed(1).padStart(6)} KiB` +
@@ -185,31 +168,12 @@ async function evaluate(entry, model, context, prompt) {
     };
 }
 
-function denseLogits(map, n, where) {
-    if (!map || map.size !== n) throw new Error(`${where}: expected ${n} logits, got ${map?.size}`);
-    const row = new Float32Array(n);
-    for (const [t, v] of map) {
-        if (!Number.isFinite(v)) throw new Error(`${where}: logit of token ${t} is ${v}`);
-        row[t] = v;
-    }
-    return row;
-}
-
 function softmax(row) {
     let mx = -Infinity;
     for (const v of row) mx = Math.max(mx, v);
     let z = 0;
     const p = Array.from(row, v => { const e = Math.exp(v - mx); z += e; return e; });
     return p.map(v => v / z);
-}
-
-// margin is the gap between the two largest logits: how far the greedy choice is from a tie.
-function margin(row) {
-    let a = -Infinity, b = -Infinity;
-    for (const v of row) {
-        if (v > a) { b = a; a = v; } else if (v > b) b = v;
-    }
-    return a - b;
 }
 
 function checkGreedy(row, token, step) {

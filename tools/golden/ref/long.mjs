@@ -16,8 +16,7 @@ import fs from "node:fs";
 import path from "node:path";
 import zlib from "node:zlib";
 import crypto from "node:crypto";
-import {parseArgs} from "node:util";
-import {loadLlama, cpuVariant, buildInfo} from "./common.mjs";
+import {loadLlama, cpuVariant, buildInfo, manifestArgs, denseLogits, margin} from "./common.mjs";
 
 // The models with a long fixture: those whose attention has a sliding window.
 const LONG = new Set(["gpt-oss-f32"]);
@@ -26,23 +25,7 @@ const GREEDY_TOKENS = 300;
 const LOGIT_EVERY = 64;
 const CONTEXT = 2048;
 
-const {values: args} = parseArgs({
-    options: {
-        manifest: {type: "string"},
-        out: {type: "string"},
-        threads: {type: "string", default: "2"},
-        only: {type: "string", default: ""},
-    },
-});
-if (!args.manifest || !args.out) {
-    console.error("usage: node long.mjs --manifest DIR/manifest.json --out FIXTURE_DIR [--threads N] [--only a,b]");
-    process.exit(2);
-}
-const threads = Number(args.threads);
-const only = new Set(args.only.split(",").filter(Boolean));
-const manifestDir = path.dirname(args.manifest);
-const manifest = JSON.parse(fs.readFileSync(args.manifest, "utf8"));
-fs.mkdirSync(args.out, {recursive: true});
+const {out, threads, only, manifestDir, manifest} = manifestArgs("long.mjs");
 
 const {llama, logs} = await loadLlama();
 const build = buildInfo(llama);
@@ -51,7 +34,7 @@ for (const entry of manifest) {
     if (!LONG.has(entry.name) || only.size > 0 && !only.has(entry.name)) continue;
     try {
         const fx = await runModel(entry);
-        const file = path.join(args.out, `${entry.name}.json.gz`);
+        const file = path.join(out, `${entry.name}.json.gz`);
         fs.writeFileSync(file, zlib.gzipSync(JSON.stringify(fx), {level: 9}));
         console.log(`${entry.name.padEnd(24)} ${(fs.statSync(file).size / 1024).toFixed(1).padStart(6)} KiB` +
             `  ${fx.prompt.length} + ${fx.greedy.length} tokens  cpu ${fx.generator.cpu_variant}`);
@@ -108,7 +91,7 @@ async function evaluate(entry, context, prompt, nVocab) {
         ? [t, {generateNext: {logits: true, token: true, options: {temperature: 0}}}]
         : want.has(i) ? [t, {generateNext: {logits: true}}] : t));
     const logits = new Float32Array(positions.length * nVocab);
-    positions.forEach((p, k) => logits.set(dense(results[p]?.next?.logits, nVocab, `position ${p}`), k * nVocab));
+    positions.forEach((p, k) => logits.set(denseLogits(results[p]?.next?.logits, nVocab, `position ${p}`), k * nVocab));
 
     const greedy = [];
     const margins = [margin(logits.subarray((positions.length - 1) * nVocab))];
@@ -117,7 +100,7 @@ async function evaluate(entry, context, prompt, nVocab) {
         greedy.push(next);
         if (step === GREEDY_TOKENS - 1) break;
         const [r] = await seq.controlledEvaluate([[next, {generateNext: {logits: true, token: true, options: {temperature: 0}}}]]);
-        margins.push(margin(dense(r?.next?.logits, nVocab, `greedy step ${step + 1}`)));
+        margins.push(margin(denseLogits(r?.next?.logits, nVocab, `greedy step ${step + 1}`)));
         next = r.next.token;
     }
     return {
@@ -145,27 +128,9 @@ async function evaluate(entry, context, prompt, nVocab) {
     };
 }
 
-function dense(map, n, where) {
-    if (!map || map.size !== n) throw new Error(`${where}: expected ${n} logits, got ${map?.size}`);
-    const row = new Float32Array(n);
-    for (const [t, v] of map) {
-        if (!Number.isFinite(v)) throw new Error(`${where}: logit of token ${t} is ${v}`);
-        row[t] = v;
-    }
-    return row;
-}
-
 // kvType names the KV cache's ggml type, which must be F32 (0), as the golden fixtures'.
 function kvType(t) {
     if (t !== 0) throw new Error(`the KV cache has ggml type ${t}, not F32`);
     return "f32";
 }
 
-// margin is the gap between the two largest logits: how far the greedy choice is from a tie.
-function margin(row) {
-    let a = -Infinity, b = -Infinity;
-    for (const v of row) {
-        if (v > a) { b = a; a = v; } else if (v > b) b = v;
-    }
-    return a - b;
-}
