@@ -123,3 +123,71 @@ func productArgs(w, x, y DevicePtr, rows, cols, T int) Args {
 	a.Ptr(w).Ptr(x).Ptr(y).Int(rows).Int(cols).Int(T).Ptr(0).Ptr(0).Ptr(0).Int(0)
 	return a
 }
+
+// BenchmarkMMQID times a prefill pass's expert products two ways: every expert's tokens as
+// its own mmqi launch (what the engine issues today, one launch per expert and product) and
+// all of them in one mmqi_id launch (llama.cpp's MUL_MAT_ID shape), for Q4_K gate-sized
+// matrices of two MoE shapes with a 512-token prompt's tokens spread evenly over the experts:
+//
+//	Qwen3-30B-A3B  128 experts of 768 x 2048, 32 tokens each (512 tokens x top-8 / 128)
+//	OLMoE          64 experts of 1024 x 2048, 64 tokens each (512 x 8 / 64)
+//
+// Each reports us/layer (the time of one product of every expert) and weight-GB/s (the
+// experts' bytes over it). It runs only on a CUDA device (see BenchmarkMMQ).
+func BenchmarkMMQID(b *testing.B) {
+	k := openKernels(b)
+	if !k.real {
+		b.Skip("no CUDA device: the fake driver's emulator has no meaningful timings")
+	}
+	typ := quant.Q4_K
+	r := rand.New(rand.NewPCG(2, 2))
+	for _, s := range []struct {
+		name                    string
+		experts, rows, cols, nt int
+	}{{"qwen3moe", 128, 768, 2048, 32}, {"olmoe", 64, 1024, 2048, 64}} {
+		rb, err := typ.RowBytes(s.cols)
+		if err != nil {
+			b.Fatal(err)
+		}
+		// 64 quantized rows, repeated, then a copy per expert, so that each reads its own.
+		data := make([]byte, s.rows*rb)
+		for i := 0; i < 64; i++ {
+			quant.QuantizeRow(typ, randF32(r, s.cols, 1), data[i*rb:(i+1)*rb])
+		}
+		for i := 64; i < s.rows; i++ {
+			copy(data[i*rb:(i+1)*rb], data[(i%64)*rb:])
+		}
+		N := s.experts * s.nt
+		ws, tab, off := make([]DevicePtr, s.experts), make([]uint64, s.experts), make([]int32, s.experts+1)
+		for e := range ws {
+			ws[e] = k.put(b, data)
+			tab[e], off[e+1] = uint64(ws[e]), off[e]+int32(s.nt)
+		}
+		dx, dy := k.putF32(b, randF32(r, N*s.cols, 1)), k.alloc(b, 4*N*s.rows)
+		kind, qb, _ := q8Kind(typ)
+		dq, dd := k.alloc(b, N*s.cols), k.alloc(b, 4*N*s.cols/qb)
+		var qa Args
+		k.run(b, "quantize_q8_f32", Dim3{X: ceilDiv(N*s.cols/qb, 8)}, Dim3{X: 256}, qa.Ptr(dx).Ptr(dq).Ptr(dd).Ptr(0).Int(s.cols).Int(N).Int(kind))
+		block, gx := Dim3{X: mmqiThreads}, ceilDiv(s.rows, mmqRowsPerBlock)
+		per := make([]Args, s.experts)
+		for e := range per {
+			t0 := int(off[e])
+			per[e].Ptr(ws[e]).Ptr(dq.Add(int64(t0 * s.cols))).Ptr(dd.Add(int64(4 * t0 * s.cols / qb))).Ptr(0).Ptr(dy.Add(int64(4 * t0 * s.rows))).
+				Int(s.rows).Int(s.cols).Int(s.nt)
+		}
+		var grouped Args
+		grouped.Ptr(k.put(b, u64bytes(tab))).Ptr(k.put(b, i32bytes(off))).Ptr(dq).Ptr(dd).Ptr(0).Ptr(dy).Int(s.rows).Int(s.cols)
+		bytes := float64(s.experts * len(data))
+		report := func(b *testing.B, sec float64) {
+			b.ReportMetric(sec*1e6, "us/layer")
+			b.ReportMetric(bytes/sec/1e9, "weight-GB/s")
+		}
+		b.Run(s.name+"/per-expert", func(b *testing.B) {
+			// One launch per expert: a layer's product is experts launches.
+			report(b, float64(s.experts)*timeLaunches(b, k, k.function(b, mmqiKernels[typ]), Dim3{X: gx, Y: 1}, block, per))
+		})
+		b.Run(s.name+"/grouped", func(b *testing.B) {
+			report(b, timeLaunches(b, k, k.function(b, "mmqi_id_q4_K"), Dim3{X: gx, Y: 1, Z: s.experts}, block, []Args{grouped}))
+		})
+	}
+}
