@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -286,10 +287,11 @@ type mmqiGroupCase struct {
 	rows, cols int
 	tokens     []int
 	gridY      int
+	at         bool // the groups' outputs in reverse order (mmqi_id's at), not in the inputs'
 }
 
 func (c mmqiGroupCase) String() string {
-	return fmt.Sprintf("rows=%d,cols=%d,tokens=%v,grid.y=%d", c.rows, c.cols, c.tokens, c.gridY)
+	return fmt.Sprintf("rows=%d,cols=%d,tokens=%v,grid.y=%d,at=%v", c.rows, c.cols, c.tokens, c.gridY, c.at)
 }
 
 // mmqiGroupCases: a layer's experts' token groups (an empty one, one token, tiles' edges)
@@ -302,8 +304,8 @@ func mmqiGroupCases() []kernelCase {
 			cols = 512
 		}
 		for _, c := range []mmqiGroupCase{
-			{typ, 70, cols, []int{3, 0, 65, 1, 9}, 1},
-			{typ, 9, cols, []int{130, 2}, 2},
+			{typ, 70, cols, []int{3, 0, 65, 1, 9}, 1, true},
+			{typ, 9, cols, []int{130, 2}, 2, false},
 		} {
 			cs = append(cs, kernelCase{"mmqi_id_" + strings.TrimPrefix(mmqiKernels[typ], "mmqi_"), c.String(),
 				func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkMMQIGroups(t, k, c, r) }})
@@ -335,10 +337,19 @@ func checkMMQIGroups(t *testing.T, k *kernelEnv, c mmqiGroupCase, r *rand.Rand) 
 		ws = append(ws, k.put(t, w.Data))
 		tab = append(tab, uint64(ws[len(ws)-1]))
 	}
+	// at[g]: where group g's outputs start; with c.at the last group's come first.
+	at, atp := slices.Clone(off[:len(c.tokens)]), DevicePtr(0)
+	if c.at {
+		next := int32(0)
+		for g := len(c.tokens) - 1; g >= 0; g-- {
+			at[g], next = next, next+int32(c.tokens[g])
+		}
+		atp = k.put(t, i32bytes(at))
+	}
 	dy := k.alloc(t, 4*max(N, 1)*c.rows)
 	var args Args
 	k.run(t, "mmqi_id_"+strings.TrimPrefix(mmqiKernels[c.typ], "mmqi_"), Dim3{X: ceilDiv(c.rows, mmqRowsPerBlock), Y: c.gridY, Z: len(c.tokens)},
-		Dim3{X: mmqiThreads}, args.Ptr(k.put(t, u64bytes(tab))).Ptr(k.put(t, i32bytes(off))).Ptr(dq).Ptr(dd).Ptr(ds).Ptr(dy).Int(c.rows).Int(c.cols))
+		Dim3{X: mmqiThreads}, args.Ptr(k.put(t, u64bytes(tab))).Ptr(k.put(t, i32bytes(off))).Ptr(atp).Ptr(dq).Ptr(dd).Ptr(ds).Ptr(dy).Int(c.rows).Int(c.cols))
 	got := k.getF32(t, dy, N*c.rows)
 	qb := dt.BlockSize()
 	for g, n := range c.tokens {
@@ -356,7 +367,7 @@ func checkMMQIGroups(t *testing.T, k *kernelEnv, c mmqiGroupCase, r *rand.Rand) 
 			a.Ptr(ws[g]).Ptr(dq.Add(int64(t0*c.cols))).Ptr(dd.Add(int64(4*t0*c.cols/qb))).Ptr(sp).Ptr(one).Int(c.rows).Int(c.cols).Int(n))
 		want := k.getF32(t, one, n*c.rows)
 		for i, v := range want {
-			if w := got[t0*c.rows+i]; math.Float32bits(w) != math.Float32bits(v) {
+			if w := got[int(at[g])*c.rows+i]; math.Float32bits(w) != math.Float32bits(v) {
 				t.Fatalf("group %d (%d tokens), output %d: %g in the grouped launch, %g alone", g, n, i, w, v)
 			}
 		}

@@ -481,11 +481,12 @@ CR_FN void mmqi_entry(const u8* w, const signed char* xq, const float* xd, const
 //   block (128, 1, 1); grid (ceil(rows/64), ceil(ntok/64), 1) (any grid.y >= 1 is correct).
 //
 // And mmqi_id_<type>, a layer's experts' token groups in one launch (llama.cpp's MUL_MAT_ID):
-//   (const unsigned long long* tab, const int* off, const signed char* q, const float* d,
-//    const float* s, float* y, int rows, int cols)
+//   (const unsigned long long* tab, const int* off, const int* at, const signed char* q,
+//    const float* d, const float* s, float* y, int rows, int cols)
 //   group z multiplies the rows x cols weights at tab[z] by the activation's rows off[z] ..
-//   off[z+1]-1 (the planes q, d and s as above, the groups' rows one after another) into y's
-//   rows off[z] .. off[z+1]-1 (y[t*rows + r]): each group as mmqi_<type> on its rows, to the bit.
+//   off[z+1]-1 (the planes q, d and s as above, the groups' rows one after another) into the
+//   off[z+1]-off[z] rows of y from row at[z] (from off[z] where at is null; y[t*rows + r]):
+//   each group as mmqi_<type> on its rows, to the bit.
 //   block (128, 1, 1); grid (ceil(rows/64), gy, groups): any gy >= 1, each group's token tiles
 //   spread over the gy block rows; a block past its group's tokens returns at once.
 #define MMQI_KERNEL(name, id, T)                                                                                      \
@@ -493,17 +494,19 @@ CR_FN void mmqi_entry(const u8* w, const signed char* xq, const float* xd, const
 	                                int cols, int ntok) {                                                               \
 		mmqi_entry<T>(w, q, d, s, y, rows, cols, ntok);                                                               \
 	}                                                                                                                 \
-	extern "C" __global__ void id(const u64* tab, const int* off, const signed char* q, const float* d, const float* s, \
-	                              float* y, int rows, int cols) {                                                     \
-		mmqi_group<T>(tab, off, q, d, s, y, rows, cols);                                                              \
+	extern "C" __global__ void id(const u64* tab, const int* off, const int* at, const signed char* q, const float* d,  \
+	                              const float* s, float* y, int rows, int cols) {                                     \
+		mmqi_group<T>(tab, off, at, q, d, s, y, rows, cols);                                                          \
 	}
 
 // mmqi_group is the body of mmqi_id_<type>: group blockIdx.z's rows as mmqi_entry's ntok.
 template <class T>
-CR_FN void mmqi_group(const u64* tab, const int* off, const signed char* q, const float* d, const float* s, float* y, int rows, int cols) {
+CR_FN void mmqi_group(const u64* tab, const int* off, const int* at, const signed char* q, const float* d, const float* s, float* y,
+                      int rows, int cols) {
 	const int z = blockIdx.z, t0 = off[z], n = off[z + 1] - t0;
 	const i64 blocks = (i64)t0 * (cols / T::QB); // the group's first activation block
-	mmqi_entry<T>((const u8*)tab[z], q + (i64)t0 * cols, d + blocks, T::MIN && !T::KSUM ? s + blocks : s, y + (i64)t0 * rows, rows, cols, n);
+	mmqi_entry<T>((const u8*)tab[z], q + (i64)t0 * cols, d + blocks, T::MIN && !T::KSUM ? s + blocks : s,
+	              y + (i64)(at ? at[z] : t0) * rows, rows, cols, n);
 }
 
 // mmqi_q4_0: Q4_0 weights, a Q8_0 activation.
