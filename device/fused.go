@@ -58,6 +58,23 @@ type RoutedMoE interface {
 	Experts(x []float32, T, k int, experts []ExpertMatrices, weights []float32, out, scratch []float32)
 }
 
+// GroupedExperts is implemented by devices that compute a prompt pass's routed experts a
+// product of all of them at a time (a GPU: one launch per product, llama.cpp's MUL_MAT_ID)
+// rather than each expert's products one by one.
+type GroupedExperts interface {
+	// GroupMinTokens is the fewest tokens an expert's group may have: fewer are computed
+	// one by one (on a GPU, where MatMulID takes another kernel for them).
+	GroupMinTokens() int
+	// ExpertGroups computes expert g's SwiGLU FFN (ex[g]: device memory, no biases, plain
+	// SwiGLU; the experts' gates of one type and shape, their ups and downs likewise) on
+	// rows off[g] .. off[g+1]-1 of x (device memory, the experts' input width each) into
+	// the same number of y's rows from row at[g] (device memory). scratch (device memory)
+	// holds 2*off[len(ex)] times the experts' width floats. The numbers are MatMulID's and
+	// SwiGLU's one expert at a time, to the bit. It returns false, having done nothing,
+	// where the device has no grouped product for the experts' types.
+	ExpertGroups(ex []ExpertMatrices, x []float32, off, at []int32, y, scratch []float32) bool
+}
+
 // ExpertMatrices are one expert's weights (device memory).
 type ExpertMatrices struct {
 	Gate, Up, Down quant.Matrix

@@ -107,6 +107,9 @@ type Options struct {
 	// unfused computes a pass on a GPU with one kernel per operation, as before the fused
 	// kernels: the tests' reference for them.
 	unfused bool
+	// ungrouped computes a prompt's experts one by one where the device would group them
+	// (device.GroupedExperts): the tests' reference for the grouped products.
+	ungrouped bool
 
 	// profile, when set, is the simulated GPU's profile (Device "sim:"), a real card's
 	// described for automatic placement.

@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"fmt"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -77,6 +78,52 @@ func TestCUDAPrefillTensorCores(t *testing.T) {
 			if got.gpu.MMQLaunches == 0 || got.gpu.HostFallbacks != 0 {
 				t.Errorf("%+v: want the prompt's products on the batched kernels, all on the GPU", got.gpu)
 			}
+		})
+	}
+}
+
+// TestCUDAGroupedExperts prefills golden models on the fake GPU with prompts whose layers give
+// 9 tokens or more to every expert (128 tokens) or to some of them (40 tokens on Qwen3-MoE's
+// 16 experts, top 4): the experts grouped (device.GroupedExperts: mmqi_id, a launch per
+// product for all of them, the rest one by one) must give the probabilities and greedy
+// tokens of the experts computed one by one, bit for bit, in fewer launches.
+func TestCUDAGroupedExperts(t *testing.T) {
+	lib := engine.GPUForTests(t)
+	for _, c := range []struct {
+		name string
+		n    int
+	}{{"olmoe-q8_0", 128}, {"qwen3moe-q3km", 128}, {"qwen2moe-q4km", 128}, {"qwen3moe-q3km", 40}} {
+		name := c.name
+		t.Run(fmt.Sprint(name, "/", c.n), func(t *testing.T) {
+			spec, err := synth.GoldenSpec(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(t.TempDir(), name+".gguf")
+			if _, err := synth.WriteFile(spec, path); err != nil {
+				t.Fatal(err)
+			}
+			ps, err := synth.Prompts(spec, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var prompt []int32 // the golden prompt's tokens, shifted by one more each time round
+			for i := 0; len(prompt) < c.n; i++ {
+				prompt = append(prompt, (ps[0][i%len(ps[0])]+int32(i/len(ps[0])))%int32(spec.Vocab))
+			}
+			o := engine.Options{Threads: 2, KVType: "f32", ContextLength: 256, Device: "cuda:0", CUDALibrary: lib}
+			got := runOn(t, path, o, prompt, 4)
+			want := runOn(t, path, engine.UngroupedForTests(o), prompt, 4)
+			if !slices.Equal(got.tokens, want.tokens) {
+				t.Errorf("greedy %v grouped, %v one by one", got.tokens, want.tokens)
+			}
+			if d := maxDiff(got.probs, want.probs); d != 0 {
+				t.Errorf("probabilities grouped differ by up to %g from one by one", d)
+			}
+			if got.gpu.Launches >= want.gpu.Launches {
+				t.Errorf("%d launches grouped, %d one by one: nothing was grouped", got.gpu.Launches, want.gpu.Launches)
+			}
+			t.Logf("%s: %d launches grouped, %d one by one", name, got.gpu.Launches, want.gpu.Launches)
 		})
 	}
 }

@@ -45,3 +45,10 @@ func UnfusedForTests(o Options) Options {
 	o.unfused = true
 	return o
 }
+
+// UngroupedForTests returns o computing a prompt's experts one by one on a GPU, the grouped
+// products' reference.
+func UngroupedForTests(o Options) Options {
+	o.ungrouped = true
+	return o
+}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"slices"
 	"sync"
 
@@ -196,7 +197,7 @@ func (m *Model) experts(b models.Backend, layer int, moe *models.MoE, x, xh []fl
 	if !planned {
 		plan = m.place.OnHost(layer, g.active, g.tokens) // the experts the host computes
 	}
-	if err := m.computeJobs(b, layer, len(routes), x, xh, g.jobs, plan); err != nil {
+	if err := m.computeJobs(b, layer, len(routes), x, xh, g.jobs, plan, g.yAll); err != nil {
 		return nil, nil, err
 	}
 	return g.gather(b, d), g.off, nil
@@ -248,7 +249,7 @@ func groupByExpert(b models.Backend, experts, d int, routes []routing, kept [][]
 			continue
 		}
 		rows := len(slots)
-		j := expertJob{e: e, n: rows, y: g.yAll[pos*d : (pos+rows)*d]}
+		j := expertJob{e: e, n: rows, at: pos, y: g.yAll[pos*d : (pos+rows)*d]}
 		inOrder := true
 		j.rows = make([]int32, rows)
 		for k, s := range slots {
@@ -273,9 +274,13 @@ func (g expertGroups) gather(b models.Backend, d int) []float32 {
 }
 
 // computeJobs computes each job on the T rows of x on the device, from where the placement
-// keeps its weights, or on the host where plan says so, overlapped with the device's.
-func (m *Model) computeJobs(b models.Backend, layer, T int, x, xh []float32, jobs []expertJob, plan []bool) error {
+// keeps its weights, or on the host where plan says so, overlapped with the device's. The
+// jobs' outputs are rows of yAll (expertJob.at).
+func (m *Model) computeJobs(b models.Backend, layer, T int, x, xh []float32, jobs []expertJob, plan []bool, yAll []float32) error {
 	d := m.arch.Config.Embd
+	if plan == nil {
+		jobs = m.groupedExperts(b, layer, x, jobs, yAll)
+	}
 	var xReady device.Event // when the device has computed xh
 	if plan != nil {
 		// Read before the device's experts are enqueued, so that the host computes its
@@ -436,11 +441,59 @@ func (sj *smallJobs) run(i int) {
 }
 
 // expertJob is one routed expert of a layer's pass: its n tokens' rows of the layer's input
-// (nil: the first n, in order) and where its outputs land.
+// (nil: the first n, in order) and where its outputs land: y, rows at .. at+n-1 of the
+// layer's experts' outputs.
 type expertJob struct {
-	e, n int
-	rows []int32
-	y    []float32
+	e, n, at int
+	rows     []int32
+	y        []float32
+}
+
+// groupedExperts computes the jobs of GroupMinTokens tokens or more together where the
+// device groups experts (device.GroupedExperts) and holds the model's own weights (no
+// offloader): their rows of x gathered into one input, then a launch per product for all of
+// them, the numbers those of the jobs one by one. It returns the jobs left to compute.
+func (m *Model) groupedExperts(b models.Backend, layer int, x []float32, jobs []expertJob, yAll []float32) []expertJob {
+	gd, ok := m.dev.(device.GroupedExperts)
+	moe := m.arch.Layers[layer].MoE
+	if !ok || m.off != nil || !m.resident || m.opts.ungrouped || !moe.PlainExperts() {
+		return jobs
+	}
+	least := gd.GroupMinTokens()
+	var big, rest []expertJob
+	for _, j := range jobs {
+		if j.n >= least {
+			big = append(big, j)
+		} else {
+			rest = append(rest, j)
+		}
+	}
+	if len(big) < 2 { // one expert gains nothing from a group
+		return jobs
+	}
+	d := m.arch.Config.Embd
+	ex := make([]device.ExpertMatrices, len(big))
+	off, at := make([]int32, len(big)+1), make([]int32, len(big))
+	var rows []int32
+	for i, j := range big {
+		ex[i] = device.ExpertMatrices{Gate: moe.GateExps.Expert(j.e), Up: moe.UpExps.Expert(j.e), Down: moe.DownExps.Expert(j.e)}
+		off[i+1], at[i] = off[i]+int32(j.n), int32(j.at)
+		if j.rows == nil {
+			for t := 0; t < j.n; t++ {
+				rows = append(rows, int32(t))
+			}
+		} else {
+			rows = append(rows, j.rows...)
+		}
+	}
+	n, ff := int(off[len(big)]), ex[0].Gate.Rows
+	xs := b.Floats(n * d)
+	b.Gather(xs, x, rows, d)
+	m.label("experts", fmt.Sprintf("%d grouped", len(big)), layer, -1)
+	if !gd.ExpertGroups(ex, xs, off, at, yAll, b.Floats(2*n*ff)) {
+		return jobs
+	}
+	return rest
 }
 
 // input returns the job's rows of x, gathered in b's memory when they are not x's first n.

@@ -1,0 +1,101 @@
+package cuda
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/commit-run/commit-run/device"
+	"github.com/commit-run/commit-run/quant"
+)
+
+// GroupMinTokens implements device.GroupedExperts: groups of mmqMinTokens tokens or more,
+// which MatMul multiplies on mmqi too, so that a group's numbers are MatMul's.
+func (g *GPU) GroupMinTokens() int { return mmqMinTokens }
+
+// ExpertGroups implements device.GroupedExperts in seven launches whatever the number of
+// experts: the input quantized once, the gates and the ups (mmqi_id each), their SwiGLU, its
+// quantization, and the downs (mmqi_id), each expert's written to its rows of y.
+func (g *GPU) ExpertGroups(ex []device.ExpertMatrices, x []float32, off, at []int32, y, scratch []float32) bool {
+	if len(ex) == 0 || len(off) != len(ex)+1 || len(at) != len(ex) {
+		return len(ex) == 0
+	}
+	e0 := ex[0]
+	gate, up, down := e0.Gate, e0.Up, e0.Down
+	for _, e := range ex {
+		if e.Gate.Type != gate.Type || e.Up.Type != up.Type || e.Down.Type != down.Type || e.Gate.Rows != gate.Rows || e.Gate.Cols != gate.Cols ||
+			e.Up.Rows != up.Rows || e.Up.Cols != up.Cols || e.Down.Rows != down.Rows || e.Down.Cols != down.Cols ||
+			e.GateBias != nil || e.UpBias != nil || e.DownBias != nil || e.OAI != nil {
+			return false
+		}
+	}
+	for _, w := range []quantMatrix{{gate.Type, gate.Cols}, {up.Type, up.Cols}, {down.Type, down.Cols}} {
+		if _, qb, ok := q8Kind(w.typ); !ok || w.cols%qb != 0 || g.mmqi[w.typ] == nil {
+			return false
+		}
+	}
+	c := g.begin("expert groups")
+	defer c.end()
+	d, ff, n := gate.Cols, gate.Rows, int(off[len(ex)])
+	if up.Rows != ff || up.Cols != d || down.Cols != ff || down.Rows != d || len(x) < n*d || len(scratch) < 2*n*ff {
+		c.err = fmt.Errorf("%d experts of %dx%d, %dx%d and %dx%d over %d rows: %d inputs, %d scratch floats",
+			len(ex), gate.Rows, gate.Cols, up.Rows, up.Cols, down.Rows, down.Cols, n, len(x), len(scratch))
+		return true
+	}
+	rows, most := 0, 0 // the outputs' rows; the largest group
+	for i := range ex {
+		k := int(off[i+1] - off[i])
+		if k < 0 || at[i] < 0 {
+			c.err = fmt.Errorf("group %d: rows %d .. %d, outputs from row %d", i, off[i], off[i+1], at[i])
+			return true
+		}
+		rows, most = max(rows, int(at[i])+k), max(most, k)
+	}
+	if len(y) < rows*d {
+		c.err = fmt.Errorf("outputs to row %d of %d floats", rows, len(y))
+		return true
+	}
+	tabs := make([]uint64, 0, 3*len(ex))
+	for _, e := range ex {
+		tabs = append(tabs, uint64(c.ptr(e.Gate.Data, "an expert's gate")))
+	}
+	for _, e := range ex {
+		tabs = append(tabs, uint64(c.ptr(e.Up.Data, "an expert's up")))
+	}
+	for _, e := range ex {
+		tabs = append(tabs, uint64(c.ptr(e.Down.Data, "an expert's down")))
+	}
+	tab := c.param(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(tabs))), 8*len(tabs)))
+	offp, atp := c.param(int32Bytes(off)), c.param(int32Bytes(at))
+	xp, yp := c.f(x[:n*d], "the experts' inputs"), c.f(y[:rows*d], "the experts' outputs")
+	gp, up2 := c.f(scratch[:n*ff], "the gates"), c.f(scratch[n*ff:2*n*ff], "the ups")
+	groups := func(t DevicePtr, w int, a q8, out, outAt DevicePtr, rows, cols int, name string) {
+		if c.err != nil {
+			return
+		}
+		g.args.Reset().Ptr(t.Add(int64(8 * w * len(ex)))).Ptr(offp).Ptr(outAt).Ptr(a.q).Ptr(a.d).Ptr(a.s).Ptr(out).Int(rows).Int(cols)
+		var fn *Function
+		if fn, c.err = g.function(name); c.err != nil {
+			return
+		}
+		if c.err = g.compute.Launch(fn, Dim3{X: blocks(rows, mmqRowsPerBlock), Y: blocks(most, mmqTokensPerBlock), Z: len(ex)}, Dim3{X: mmqiThreads}, 0, &g.args); c.err == nil {
+			g.launched(true)
+		}
+	}
+	xq := c.quantize(xp, n, d, gate.Type)
+	groups(tab, 0, xq, gp, 0, ff, d, "mmqi_id_"+mmqiKernels[gate.Type][len("mmqi_"):])
+	groups(tab, 1, c.quantize(xp, n, d, up.Type), up2, 0, ff, d, "mmqi_id_"+mmqiKernels[up.Type][len("mmqi_"):])
+	if c.err == nil {
+		g.args.Reset().Ptr(gp).Ptr(up2).Int(n * ff)
+		c.launch("swiglu_f32", ewGrid(n*ff), Dim3{X: 256})
+	}
+	groups(tab, 2, c.quantize(gp, n, ff, down.Type), yp, atp, d, ff, "mmqi_id_"+mmqiKernels[down.Type][len("mmqi_"):])
+	return true
+}
+
+// quantMatrix is a product's weight type and width, as q8Kind's checks take them.
+type quantMatrix struct {
+	typ  quant.Type
+	cols int
+}
+
+var _ device.GroupedExperts = (*GPU)(nil)
