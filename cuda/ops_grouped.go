@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"strings"
 	"unsafe"
 
 	"github.com/commit-run/commit-run/device"
@@ -67,28 +68,30 @@ func (g *GPU) ExpertGroups(ex []device.ExpertMatrices, x []float32, off, at []in
 	tab := c.param(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(tabs))), 8*len(tabs)))
 	offp, atp := c.param(int32Bytes(off)), c.param(int32Bytes(at))
 	xp, yp := c.f(x[:n*d], "the experts' inputs"), c.f(y[:rows*d], "the experts' outputs")
-	gp, up2 := c.f(scratch[:n*ff], "the gates"), c.f(scratch[n*ff:2*n*ff], "the ups")
-	groups := func(t DevicePtr, w int, a q8, out, outAt DevicePtr, rows, cols int, name string) {
+	gatep, upp := c.f(scratch[:n*ff], "the gates"), c.f(scratch[n*ff:2*n*ff], "the ups")
+	// product launches mmqi_id on the experts' matrices of table k (gate, up, down) with the
+	// quantized input a, into out (rows from outAt's, or beside the inputs').
+	product := func(k int, w quant.Matrix, a q8, out, outAt DevicePtr) {
 		if c.err != nil {
 			return
 		}
-		g.args.Reset().Ptr(t.Add(int64(8 * w * len(ex)))).Ptr(offp).Ptr(outAt).Ptr(a.q).Ptr(a.d).Ptr(a.s).Ptr(out).Int(rows).Int(cols)
+		g.args.Reset().Ptr(tab.Add(int64(8 * k * len(ex)))).Ptr(offp).Ptr(outAt).Ptr(a.q).Ptr(a.d).Ptr(a.s).Ptr(out).Int(w.Rows).Int(w.Cols)
 		var fn *Function
-		if fn, c.err = g.function(name); c.err != nil {
+		if fn, c.err = g.function("mmqi_id_" + strings.TrimPrefix(mmqiKernels[w.Type], "mmqi_")); c.err != nil {
 			return
 		}
-		if c.err = g.compute.Launch(fn, Dim3{X: blocks(rows, mmqRowsPerBlock), Y: blocks(most, mmqTokensPerBlock), Z: len(ex)}, Dim3{X: mmqiThreads}, 0, &g.args); c.err == nil {
+		grid := Dim3{X: blocks(w.Rows, mmqRowsPerBlock), Y: blocks(most, mmqTokensPerBlock), Z: len(ex)}
+		if c.err = g.compute.Launch(fn, grid, Dim3{X: mmqiThreads}, 0, &g.args); c.err == nil {
 			g.launched(true)
 		}
 	}
-	xq := c.quantize(xp, n, d, gate.Type)
-	groups(tab, 0, xq, gp, 0, ff, d, "mmqi_id_"+mmqiKernels[gate.Type][len("mmqi_"):])
-	groups(tab, 1, c.quantize(xp, n, d, up.Type), up2, 0, ff, d, "mmqi_id_"+mmqiKernels[up.Type][len("mmqi_"):])
+	product(0, gate, c.quantize(xp, n, d, gate.Type), gatep, 0)
+	product(1, up, c.quantize(xp, n, d, up.Type), upp, 0) // one quantization for both where the types share a dot type
 	if c.err == nil {
-		g.args.Reset().Ptr(gp).Ptr(up2).Int(n * ff)
+		g.args.Reset().Ptr(gatep).Ptr(upp).Int(n * ff)
 		c.launch("swiglu_f32", ewGrid(n*ff), Dim3{X: 256})
 	}
-	groups(tab, 2, c.quantize(gp, n, ff, down.Type), yp, atp, d, ff, "mmqi_id_"+mmqiKernels[down.Type][len("mmqi_"):])
+	product(2, down, c.quantize(gatep, n, ff, down.Type), yp, atp)
 	return true
 }
 
