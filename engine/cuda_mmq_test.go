@@ -56,19 +56,8 @@ func TestCUDAPrefillTensorCores(t *testing.T) {
 	lib := engine.GPUForTests(t)
 	for _, name := range []string{"olmoe-q8_0", "olmoe-q5_1", "olmoe-iq4_nl", "llama-q4_0", "gpt-oss-mxfp4", "qwen2moe-q4km", "mixtral-q2k", "qwen3-q2k", "qwen3moe-q3km"} {
 		t.Run(name, func(t *testing.T) {
-			spec, err := synth.GoldenSpec(name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			path := filepath.Join(t.TempDir(), name+".gguf")
-			if _, err := synth.WriteFile(spec, path); err != nil {
-				t.Fatal(err)
-			}
-			prompts, err := synth.Prompts(spec, 1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want, got := cpuAndGPU(t, path, prompts[0], lib)
+			path, _, prompt := goldenWithPrompt(t, name)
+			want, got := cpuAndGPU(t, path, prompt, lib)
 			if !slices.Equal(got.tokens, want.tokens) {
 				t.Errorf("greedy on the GPU %v, on the CPU %v", got.tokens, want.tokens)
 			}
@@ -95,21 +84,10 @@ func TestCUDAGroupedExperts(t *testing.T) {
 	}{{"olmoe-q8_0", 128}, {"qwen3moe-q3km", 128}, {"qwen2moe-q4km", 128}, {"qwen3moe-q3km", 40}} {
 		name := c.name
 		t.Run(fmt.Sprint(name, "/", c.n), func(t *testing.T) {
-			spec, err := synth.GoldenSpec(name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			path := filepath.Join(t.TempDir(), name+".gguf")
-			if _, err := synth.WriteFile(spec, path); err != nil {
-				t.Fatal(err)
-			}
-			ps, err := synth.Prompts(spec, 1)
-			if err != nil {
-				t.Fatal(err)
-			}
+			path, spec, golden := goldenWithPrompt(t, name)
 			var prompt []int32 // the golden prompt's tokens, shifted by one more each time round
 			for i := 0; len(prompt) < c.n; i++ {
-				prompt = append(prompt, (ps[0][i%len(ps[0])]+int32(i/len(ps[0])))%int32(spec.Vocab))
+				prompt = append(prompt, (golden[i%len(golden)]+int32(i/len(golden)))%int32(spec.Vocab))
 			}
 			o := engine.Options{Threads: 2, KVType: "f32", ContextLength: 256, Device: "cuda:0", CUDALibrary: lib}
 			got := runOn(t, path, o, prompt, 4)
@@ -126,4 +104,23 @@ func TestCUDAGroupedExperts(t *testing.T) {
 			t.Logf("%s: %d launches grouped, %d one by one", name, got.gpu.Launches, want.gpu.Launches)
 		})
 	}
+}
+
+// goldenWithPrompt writes synth's golden model of the given name into a temporary folder and
+// returns its path, its spec and its first golden prompt.
+func goldenWithPrompt(t *testing.T, name string) (string, synth.Spec, []int32) {
+	t.Helper()
+	spec, err := synth.GoldenSpec(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), name+".gguf")
+	if _, err := synth.WriteFile(spec, path); err != nil {
+		t.Fatal(err)
+	}
+	prompts, err := synth.Prompts(spec, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path, spec, prompts[0]
 }
