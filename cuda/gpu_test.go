@@ -106,8 +106,8 @@ func TestGPUKernelModules(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer g.Close()
-			if (g.mod.sm80 != nil) != c.sm80 {
-				t.Fatalf("sm_80 module loaded: %v, want %v", g.mod.sm80 != nil, c.sm80)
+			if (g.mod.sm80 != nil) != c.sm80 || g.mod.sm80Err != nil {
+				t.Fatalf("sm_80 module loaded: %v (%v), want %v", g.mod.sm80 != nil, g.mod.sm80Err, c.sm80)
 			}
 			from := g.mod.base
 			if c.sm80 {
@@ -133,6 +133,27 @@ func TestGPUKernelModules(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestKernelsWithoutTheSM80Module: a sm_80 module the driver refuses leaves the base module's
+// kernels serving alone, with the reason kept, where the base module's failure is an error.
+func TestKernelsWithoutTheSM80Module(t *testing.T) {
+	ctx := fakeContext(t)
+	info := Info{Major: 8, Minor: 9}
+	k, err := loadKernels(ctx, info, []byte("// fake module"), []byte("syntax error"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Unload()
+	if k.sm80 != nil || k.sm80Err == nil || !strings.Contains(k.sm80Err.Error(), "CUDA_ERROR_INVALID_PTX") {
+		t.Errorf("sm_80 module %v, error %v: want none, and CUDA_ERROR_INVALID_PTX", k.sm80, k.sm80Err)
+	}
+	if _, err := k.Function("fake_axpy"); err != nil {
+		t.Errorf("the base module's kernel: %v", err)
+	}
+	if _, err := loadKernels(ctx, info, []byte("syntax error"), nil); err == nil {
+		t.Error("a base module the driver refuses loaded")
 	}
 }
 

@@ -42,10 +42,14 @@ func PTXSM80() []byte { return kernelPTXSM80 }
 // the same name.
 type kernelSet struct {
 	base, sm80 *Module
+	// sm80Err says why the sm_80 module did not load where the device could take it: the
+	// base module's kernels serve alone then, slower but the same numbers.
+	sm80Err error
 }
 
 // loadKernels loads base (PTX(), or a caller's own module) and, where sm80 is not nil and the
-// device has compute capability 8.0 or newer, sm80 beside it.
+// device has compute capability 8.0 or newer, sm80 beside it. Only the base module's failure
+// is an error.
 func loadKernels(ctx *Context, info Info, base, sm80 []byte) (*kernelSet, error) {
 	k := &kernelSet{}
 	var err error
@@ -54,8 +58,7 @@ func loadKernels(ctx *Context, info Info, base, sm80 []byte) (*kernelSet, error)
 	}
 	if sm80 != nil && info.Major >= 8 {
 		if k.sm80, err = ctx.LoadModule(sm80); err != nil {
-			k.base.Unload()
-			return nil, fmt.Errorf("the sm_80 kernels: %w", err)
+			k.sm80, k.sm80Err = nil, fmt.Errorf("the sm_80 kernels: %w", err)
 		}
 	}
 	return k, nil
