@@ -51,10 +51,9 @@
 #define MMQI_THREADS 128
 #define MMQI_LD 12 // words per row of a tile: 8 of quants, 4 of padding
 
-// mmqi_off8 turns four nibbles (a byte each) into the signed bytes n - 8; mmqi_off16 four
-// 5-bit values into n - 16. No byte carries into the next.
-CR_FN u32 mmqi_off8(u32 n) { return (n + 0x78787878u) ^ 0x80808080u; }
-CR_FN u32 mmqi_off16(u32 n) { return (n + 0x70707070u) ^ 0x80808080u; }
+// mmqi_off turns four values n < 2*OFF (a byte each) into the signed bytes n - OFF (OFF a
+// power of two up to 64): no byte carries into the next.
+template <u32 OFF> CR_FN u32 mmqi_off(u32 n) { return (n + (0x80u - OFF) * 0x01010101u) ^ 0x80808080u; }
 
 // Each type decodes piece j (of PIECES) of the block at b (any alignment), 32 values, into
 // v[0..7], the quants of values 4k..4k+3 in word k as signed bytes, its scale dw[0] (with
@@ -70,16 +69,18 @@ CR_FN u32 mmqi_off16(u32 n) { return (n + 0x70707070u) ^ 0x80808080u; }
 // mmqi_h is the half in the low (hi = 0) or high 16 bits of w.
 CR_FN float mmqi_h(u32 w, int hi) { return cr_h2f((u16)(hi ? w >> 16 : w & 0xffffu)); }
 
-// mmqi_q4 decodes Q4_0's and Q4_1's quants, qs's low nibbles then its high ones, less 8 for
-// Q4_0 (off).
-CR_FN void mmqi_q4(const u8* qs, u32* v, bool off) {
+// mmqi_nib decodes the 32-value types' nibbles, qs's low ones then its high ones, with Q5_0's
+// and Q5_1's fifth bits from qh (bit j for value j; cr_spread4 moves four of them to bit 4 of
+// four bytes; 0 for Q4_0 and Q4_1), less OFF (8 for Q4_0, 16 for Q5_0, 0 for the others).
+template <u32 OFF> CR_FN void mmqi_nib(u32 qh, const u8* qs, u32* v) {
 	u32 q[4];
 	cr_ldg_words<4>(qs, q);
 #pragma unroll
 	for (int k = 0; k < 4; k++) {
-		const u32 lo = q[k] & 0x0f0f0f0fu, hi = q[k] >> 4 & 0x0f0f0f0fu;
-		v[k] = off ? mmqi_off8(lo) : lo;
-		v[4 + k] = off ? mmqi_off8(hi) : hi;
+		const u32 lo = (q[k] & 0x0f0f0f0fu) | cr_spread4(qh >> 4 * k);
+		const u32 hi = (q[k] >> 4 & 0x0f0f0f0fu) | cr_spread4(qh >> (16 + 4 * k));
+		v[k] = OFF ? mmqi_off<OFF>(lo) : lo;
+		v[4 + k] = OFF ? mmqi_off<OFF>(hi) : hi;
 	}
 }
 
@@ -88,7 +89,7 @@ struct mmqi_q4_0_t {
 	CR_FN void block(const u8* b, int j, u32* v, float* dw, float* mw) {
 		(void)j;
 		*dw = cr_h2f(cr_ldg_u16(b)), *mw = 0.0f;
-		mmqi_q4(b + 2, v, true);
+		mmqi_nib<8>(0, b + 2, v);
 	}
 };
 
@@ -98,23 +99,9 @@ struct mmqi_q4_1_t {
 		(void)j;
 		const u32 dm = cr_ldg_u32(b);
 		*dw = mmqi_h(dm, 0), *mw = mmqi_h(dm, 1);
-		mmqi_q4(b + 4, v, false);
+		mmqi_nib<0>(0, b + 4, v);
 	}
 };
-
-// mmqi_q5 decodes Q5_0's and Q5_1's quants, qs's nibbles with their fifth bits from qh (bit j
-// for value j; cr_spread4 moves four of them to bit 4 of four bytes), less 16 for Q5_0 (off).
-CR_FN void mmqi_q5(u32 qh, const u8* qs, u32* v, bool off) {
-	u32 q[4];
-	cr_ldg_words<4>(qs, q);
-#pragma unroll
-	for (int k = 0; k < 4; k++) {
-		const u32 lo = (q[k] & 0x0f0f0f0fu) | cr_spread4(qh >> 4 * k);
-		const u32 hi = (q[k] >> 4 & 0x0f0f0f0fu) | cr_spread4(qh >> (16 + 4 * k));
-		v[k] = off ? mmqi_off16(lo) : lo;
-		v[4 + k] = off ? mmqi_off16(hi) : hi;
-	}
-}
 
 struct mmqi_q5_0_t {
 	enum { BB = CR_BB_Q5_0, QB = 32, PIECES = 1, MIN = 0, KSUM = 0, HALVES = 0 };
@@ -123,7 +110,7 @@ struct mmqi_q5_0_t {
 		u32 qh;
 		cr_ldg_words<1>(b + 2, &qh);
 		*dw = cr_h2f(cr_ldg_u16(b)), *mw = 0.0f;
-		mmqi_q5(qh, b + 6, v, true);
+		mmqi_nib<16>(qh, b + 6, v);
 	}
 };
 
@@ -133,7 +120,7 @@ struct mmqi_q5_1_t {
 		(void)j;
 		const u32 dm = cr_ldg_u32(b);
 		*dw = mmqi_h(dm, 0), *mw = mmqi_h(dm, 1);
-		mmqi_q5(cr_ldg_u32(b + 4), b + 8, v, false);
+		mmqi_nib<0>(cr_ldg_u32(b + 4), b + 8, v);
 	}
 };
 
@@ -242,9 +229,6 @@ struct mmqi_q2_K_t {
 	}
 };
 
-// mmqi_off4 turns four 3-bit values (a byte each) into the signed bytes n - 4.
-CR_FN u32 mmqi_off4(u32 n) { return (n + 0x7c7c7c7cu) ^ 0x80808080u; }
-
 // mmqi_q3k_scale is cr_q3k_scale from the scales' three words s.
 CR_FN int mmqi_q3k_scale(const u32* s, int j) {
 	const u32 low = j < 8 ? cr_kbyte(s[0], s[1], s[2], j) & 0xf : cr_kbyte(s[0], s[1], s[2], j - 8) >> 4;
@@ -265,7 +249,7 @@ struct mmqi_q3_K_t {
 		*mw = 0.0f;
 #pragma unroll
 		for (int k = 0; k < 8; k++)
-			v[k] = mmqi_off4((qs[k] >> 2 * (j % 4) & 0x03030303u) | (hm[k] >> j & 0x01010101u) << 2);
+			v[k] = mmqi_off<4>((qs[k] >> 2 * (j % 4) & 0x03030303u) | (hm[k] >> j & 0x01010101u) << 2);
 	}
 };
 
@@ -273,8 +257,6 @@ struct mmqi_q3_K_t {
 // low 4 bits are the low (q < 2) or high nibbles of ql[64n + 32(q&1) ..], their high 2 bits
 // bits 2q, 2q+1 of qh[32n ..], less 32 (signed, exact: no offset through the activation's sums);
 // each half of 16 values has its own signed 8-bit scale, scales[8n + 2q + h], times d.
-CR_FN u32 mmqi_off32(u32 n) { return (n + 0x60606060u) ^ 0x80808080u; }
-
 struct mmqi_q6_K_t {
 	enum { BB = CR_BB_Q6_K, QB = 256, PIECES = 8, MIN = 0, KSUM = 0, HALVES = 1 };
 	CR_FN void block(const u8* b, int j, u32* v, float* dw, float* mw) {
@@ -289,7 +271,7 @@ struct mmqi_q6_K_t {
 		*mw = 0.0f;
 #pragma unroll
 		for (int k = 0; k < 8; k++)
-			v[k] = mmqi_off32((ql[k] >> 4 * (q >> 1) & 0x0f0f0f0fu) | (qh[k] >> 2 * q & 0x03030303u) << 4);
+			v[k] = mmqi_off<32>((ql[k] >> 4 * (q >> 1) & 0x0f0f0f0fu) | (qh[k] >> 2 * q & 0x03030303u) << 4);
 	}
 };
 
