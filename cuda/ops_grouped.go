@@ -29,8 +29,8 @@ func (g *GPU) ExpertGroups(ex []device.ExpertMatrices, x []float32, off, at []in
 			return false
 		}
 	}
-	for _, w := range []quantMatrix{{gate.Type, gate.Cols}, {up.Type, up.Cols}, {down.Type, down.Cols}} {
-		if _, qb, ok := q8Kind(w.typ); !ok || w.cols%qb != 0 || g.mmqi[w.typ] == nil {
+	for _, w := range []quant.Matrix{gate, up, down} {
+		if _, qb, ok := q8Kind(w.Type); !ok || w.Cols%qb != 0 || g.mmqi[w.Type] == nil {
 			return false
 		}
 	}
@@ -55,17 +55,18 @@ func (g *GPU) ExpertGroups(ex []device.ExpertMatrices, x []float32, off, at []in
 		c.err = fmt.Errorf("outputs to row %d of %d floats", rows, len(y))
 		return true
 	}
-	tabs := make([]uint64, 0, 3*len(ex))
+	// The gates' addresses, then the ups', then the downs', in Experts's reused scratch.
+	g.tabScratch = g.tabScratch[:0]
 	for _, e := range ex {
-		tabs = append(tabs, uint64(c.ptr(e.Gate.Data, "an expert's gate")))
+		g.tabScratch = append(g.tabScratch, uint64(c.ptr(e.Gate.Data, "an expert's gate")))
 	}
 	for _, e := range ex {
-		tabs = append(tabs, uint64(c.ptr(e.Up.Data, "an expert's up")))
+		g.tabScratch = append(g.tabScratch, uint64(c.ptr(e.Up.Data, "an expert's up")))
 	}
 	for _, e := range ex {
-		tabs = append(tabs, uint64(c.ptr(e.Down.Data, "an expert's down")))
+		g.tabScratch = append(g.tabScratch, uint64(c.ptr(e.Down.Data, "an expert's down")))
 	}
-	tab := c.param(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(tabs))), 8*len(tabs)))
+	tab := c.param(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(g.tabScratch))), 8*len(g.tabScratch)))
 	offp, atp := c.param(int32Bytes(off)), c.param(int32Bytes(at))
 	xp, yp := c.f(x[:n*d], "the experts' inputs"), c.f(y[:rows*d], "the experts' outputs")
 	gatep, upp := c.f(scratch[:n*ff], "the gates"), c.f(scratch[n*ff:2*n*ff], "the ups")
@@ -93,12 +94,6 @@ func (g *GPU) ExpertGroups(ex []device.ExpertMatrices, x []float32, off, at []in
 	}
 	product(2, down, c.quantize(gatep, n, ff, down.Type), yp, atp)
 	return true
-}
-
-// quantMatrix is a product's weight type and width, as q8Kind's checks take them.
-type quantMatrix struct {
-	typ  quant.Type
-	cols int
 }
 
 var _ device.GroupedExperts = (*GPU)(nil)

@@ -1,7 +1,6 @@
 package engine_test
 
 import (
-	"path/filepath"
 	"slices"
 	"testing"
 
@@ -77,15 +76,8 @@ func goldenVariant(t *testing.T, name string, change func(*synth.Spec)) (string,
 		t.Fatal(err)
 	}
 	change(&spec)
-	path := filepath.Join(t.TempDir(), name+"-variant.gguf")
-	if _, err := synth.WriteFile(spec, path); err != nil {
-		t.Fatal(err)
-	}
-	prompts, err := synth.Prompts(spec, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return path, prompts[0][:8]
+	path, prompt := writeSpec(t, spec, name+"-variant")
+	return path, prompt[:8]
 }
 
 // cpuAndGPU generates 6 tokens after prompt on the CPU and on cuda:0 with the driver lib.

@@ -114,7 +114,15 @@ func goldenWithPrompt(t *testing.T, name string) (string, synth.Spec, []int32) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(t.TempDir(), name+".gguf")
+	path, prompt := writeSpec(t, spec, name)
+	return path, spec, prompt
+}
+
+// writeSpec writes spec's model as file.gguf into a temporary folder and returns its path and
+// the spec's first golden prompt.
+func writeSpec(t *testing.T, spec synth.Spec, file string) (string, []int32) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), file+".gguf")
 	if _, err := synth.WriteFile(spec, path); err != nil {
 		t.Fatal(err)
 	}
@@ -122,5 +130,5 @@ func goldenWithPrompt(t *testing.T, name string) (string, synth.Spec, []int32) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return path, spec, prompts[0]
+	return path, prompts[0]
 }
