@@ -1,6 +1,7 @@
 // Shared set-up of the reference scripts: pick the llama.cpp CPU build, load it, and describe it.
 import fs from "node:fs";
 import path from "node:path";
+import zlib from "node:zlib";
 import {execFileSync} from "node:child_process";
 import {fileURLToPath} from "node:url";
 import {parseArgs} from "node:util";
@@ -110,4 +111,24 @@ export function margin(row) {
         if (v > a) { b = a; a = v; } else if (v > b) b = v;
     }
     return a - b;
+}
+
+// writeFixtures runs run on each manifest entry and writes its fixture to out/NAME.json.gz,
+// printing a line per fixture (its size, then describe's account of it) or why it failed, with
+// llama.cpp's log; the process exits 1 if any failed, else 0.
+export async function writeFixtures(entries, out, logs, run, describe) {
+    let failures = 0;
+    for (const entry of entries) {
+        try {
+            const fx = await run(entry);
+            const file = path.join(out, `${entry.name}.json.gz`);
+            fs.writeFileSync(file, zlib.gzipSync(JSON.stringify(fx), {level: 9}));
+            console.log(`${entry.name.padEnd(24)} ${(fs.statSync(file).size / 1024).toFixed(1).padStart(6)} KiB  ${describe(fx)}`);
+        } catch (err) {
+            failures++;
+            console.error(`${entry.name}: ${err.stack ?? err}`);
+            if (logs.length) console.error(logs.splice(0).join(""));
+        }
+    }
+    process.exit(failures ? 1 : 0);
 }

@@ -13,9 +13,8 @@
 // step, and llama.cpp's tokenization of a few texts.
 import fs from "node:fs";
 import path from "node:path";
-import zlib from "node:zlib";
 import crypto from "node:crypto";
-import {loadLlama, cpuVariant, buildInfo, manifestArgs, denseLogits, margin} from "./common.mjs";
+import {loadLlama, cpuVariant, buildInfo, manifestArgs, denseLogits, margin, writeFixtures} from "./common.mjs";
 
 const GREEDY_TOKENS = 32;
 // MIN_MARGIN is the smallest top-1/top-2 logit gap a greedy step may have in a fixture.
@@ -32,25 +31,9 @@ const {out, threads, only, manifestDir, manifest} = manifestArgs("golden.mjs");
 
 const {llama, logs} = await loadLlama();
 const build = buildInfo(llama);
-let failures = 0;
-
-for (const entry of manifest) {
-    if (only.size > 0 && !only.has(entry.name)) continue;
-    try {
-        const fixture = await runModel(entry);
-        const file = path.join(out, `${entry.name}.json.gz`);
-        fs.writeFileSync(file, zlib.gzipSync(JSON.stringify(fixture), {level: 9}));
-        const minMax = Math.min(...fixture.stats.max_prob);
-        console.log(`${entry.name.padEnd(24)} ${(fs.statSync(file).size / 1024).toFixed(1).padStart(6)} KiB` +
-            `  min max-prob ${minMax.toFixed(3)} (uniform ${(1 / fixture.vocab).toFixed(4)})` +
-            `  min greedy margin ${Math.min(...fixture.greedy_margins).toFixed(3)}  cpu ${fixture.generator.cpu_variant}`);
-    } catch (err) {
-        failures++;
-        console.error(`${entry.name}: ${err.stack ?? err}`);
-        if (logs.length) console.error(logs.splice(0).join(""));
-    }
-}
-process.exit(failures ? 1 : 0);
+await writeFixtures(manifest.filter(e => only.size === 0 || only.has(e.name)), out, logs, runModel, fx =>
+    `min max-prob ${Math.min(...fx.stats.max_prob).toFixed(3)} (uniform ${(1 / fx.vocab).toFixed(4)})` +
+    `  min greedy margin ${Math.min(...fx.greedy_margins).toFixed(3)}  cpu ${fx.generator.cpu_variant}`);
 
 async function runModel(entry) {
     const modelPath = path.join(manifestDir, entry.file);

@@ -14,9 +14,8 @@
 // logit margin at each step.
 import fs from "node:fs";
 import path from "node:path";
-import zlib from "node:zlib";
 import crypto from "node:crypto";
-import {loadLlama, cpuVariant, buildInfo, manifestArgs, denseLogits, margin} from "./common.mjs";
+import {loadLlama, cpuVariant, buildInfo, manifestArgs, denseLogits, margin, writeFixtures} from "./common.mjs";
 
 // The models with a long fixture: those whose attention has a sliding window.
 const LONG = new Set(["gpt-oss-f32"]);
@@ -29,22 +28,8 @@ const {out, threads, only, manifestDir, manifest} = manifestArgs("long.mjs");
 
 const {llama, logs} = await loadLlama();
 const build = buildInfo(llama);
-let failures = 0;
-for (const entry of manifest) {
-    if (!LONG.has(entry.name) || only.size > 0 && !only.has(entry.name)) continue;
-    try {
-        const fx = await runModel(entry);
-        const file = path.join(out, `${entry.name}.json.gz`);
-        fs.writeFileSync(file, zlib.gzipSync(JSON.stringify(fx), {level: 9}));
-        console.log(`${entry.name.padEnd(24)} ${(fs.statSync(file).size / 1024).toFixed(1).padStart(6)} KiB` +
-            `  ${fx.prompt.length} + ${fx.greedy.length} tokens  cpu ${fx.generator.cpu_variant}`);
-    } catch (err) {
-        failures++;
-        console.error(`${entry.name}: ${err.stack ?? err}`);
-        if (logs.length) console.error(logs.splice(0).join(""));
-    }
-}
-process.exit(failures ? 1 : 0);
+await writeFixtures(manifest.filter(e => LONG.has(e.name) && (only.size === 0 || only.has(e.name))), out, logs, runModel,
+    fx => `${fx.prompt.length} + ${fx.greedy.length} tokens  cpu ${fx.generator.cpu_variant}`);
 
 async function runModel(entry) {
     const modelPath = path.join(manifestDir, entry.file);
