@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"fmt"
 	"slices"
 	"sync"
 
@@ -489,7 +488,7 @@ func (m *Model) groupedExperts(b models.Backend, layer int, x []float32, jobs []
 	n, ff := int(off[len(big)]), ex[0].Gate.Rows
 	xs := b.Floats(n * d)
 	b.Gather(xs, x, rows, d)
-	m.label("experts", fmt.Sprintf("%d grouped", len(big)), layer, -1)
+	m.label("experts", "grouped", layer, -1) // a constant name: no formatting on a pass without a labeler
 	if !gd.ExpertGroups(ex, xs, off, at, yAll, b.Floats(2*n*ff)) {
 		return jobs
 	}
