@@ -14,6 +14,7 @@ package cuda
 // stated beside each check.
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -1430,6 +1431,56 @@ func moeCases() []kernelCase {
 				want := make([]float32, ntok*c.d)
 				models.HostOps{}.Combine(want, ys, w, c.off, c.d)
 				checkBits(t, "out", k.getF32(t, dout, len(want)), want)
+			}})
+	}
+	// add_rows_id_f32: each group's bias added to its rows as add_rows_f32 adds it (a float
+	// sum, so the CPU's to the bit): outputs from at's rows (in reverse of the groups'), or
+	// beside the inputs' (no at), a group without a bias left alone, an empty group, and more
+	// rows than the grid's y.
+	for _, c := range []struct {
+		d, gridY int
+		off      []int32
+		at       []int32
+	}{{300, 4, []int32{0, 3, 3, 8}, []int32{5, 5, 0}}, {37, 2, []int32{0, 5, 6}, nil}} {
+		groups := len(c.off) - 1
+		cs = append(cs, kernelCase{"add_rows_id_f32", fmt.Sprintf("d=%d,off=%v,at=%v,gridY=%d", c.d, c.off, c.at, c.gridY),
+			func(t *testing.T, k *kernelEnv, r *rand.Rand) {
+				rows := int(c.off[groups])
+				y := ewValues(r, rows*c.d)
+				tab := make([]uint64, groups)
+				biases := make([][]float32, groups)
+				for z := range tab {
+					if z == 1 {
+						continue // no bias
+					}
+					biases[z] = ewValues(r, c.d)
+					tab[z] = uint64(k.putF32(t, biases[z]))
+				}
+				tb := make([]byte, 8*groups)
+				for z, p := range tab {
+					binary.LittleEndian.PutUint64(tb[8*z:], p)
+				}
+				dy, dtab, doff := k.putF32(t, y), k.put(t, tb), k.put(t, i32bytes(c.off))
+				var dat DevicePtr
+				if c.at != nil {
+					dat = k.put(t, i32bytes(c.at))
+				}
+				var args Args
+				k.run(t, "add_rows_id_f32", Dim3{X: ceilDiv(c.d, 256), Y: c.gridY, Z: groups}, Dim3{X: 256},
+					args.Ptr(dy).Ptr(dtab).Ptr(doff).Ptr(dat).Int(c.d))
+				want := slices.Clone(y)
+				for z := 0; z < groups; z++ {
+					if biases[z] == nil {
+						continue
+					}
+					r0 := c.off[z]
+					if c.at != nil {
+						r0 = c.at[z]
+					}
+					n := int(c.off[z+1] - c.off[z])
+					models.HostOps{}.AddRows(want[int(r0)*c.d:][:n*c.d], biases[z])
+				}
+				checkBits(t, "y", k.getF32(t, dy, len(want)), want)
 			}})
 	}
 	// gated_add_f32: models.HostOps.GatedAdd to the bit. The gate and x are multiples of 1/16

@@ -15,17 +15,21 @@ func (g *GPU) GroupMinTokens() int { return mmqMinTokens }
 
 // ExpertGroups implements device.GroupedExperts in seven launches whatever the number of
 // experts: the input quantized once, the gates and the ups (mmqi_id each), their SwiGLU, its
-// quantization, and the downs (mmqi_id), each expert's written to its rows of y.
+// quantization, and the downs (mmqi_id), each expert's written to its rows of y. Experts with
+// biases (gpt-oss's) take a launch more per product (add_rows_id_f32), and gpt-oss's
+// activation replaces SwiGLU.
 func (g *GPU) ExpertGroups(ex []device.ExpertMatrices, x []float32, off, at []int32, y, scratch []float32) bool {
 	if len(ex) == 0 || len(off) != len(ex)+1 || len(at) != len(ex) {
 		return len(ex) == 0
 	}
 	e0 := ex[0]
 	gate, up, down := e0.Gate, e0.Up, e0.Down
+	biased := [3]bool{e0.GateBias != nil, e0.UpBias != nil, e0.DownBias != nil}
 	for _, e := range ex {
 		if e.Gate.Type != gate.Type || e.Up.Type != up.Type || e.Down.Type != down.Type || e.Gate.Rows != gate.Rows || e.Gate.Cols != gate.Cols ||
 			e.Up.Rows != up.Rows || e.Up.Cols != up.Cols || e.Down.Rows != down.Rows || e.Down.Cols != down.Cols ||
-			e.GateBias != nil || e.UpBias != nil || e.DownBias != nil || e.OAI != nil {
+			biased != [3]bool{e.GateBias != nil, e.UpBias != nil, e.DownBias != nil} || (e.OAI == nil) != (e0.OAI == nil) ||
+			e.OAI != nil && *e.OAI != *e0.OAI {
 			return false
 		}
 	}
@@ -55,7 +59,8 @@ func (g *GPU) ExpertGroups(ex []device.ExpertMatrices, x []float32, off, at []in
 		c.err = fmt.Errorf("outputs to row %d of %d floats", rows, len(y))
 		return true
 	}
-	// The gates' addresses, then the ups', then the downs', in Experts's reused scratch.
+	// The gates' addresses, then the ups', the downs', and their biases', in Experts's
+	// reused scratch.
 	g.tabScratch = g.tabScratch[:0]
 	for _, e := range ex {
 		g.tabScratch = append(g.tabScratch, uint64(c.ptr(e.Gate.Data, "an expert's gate")))
@@ -65,6 +70,15 @@ func (g *GPU) ExpertGroups(ex []device.ExpertMatrices, x []float32, off, at []in
 	}
 	for _, e := range ex {
 		g.tabScratch = append(g.tabScratch, uint64(c.ptr(e.Down.Data, "an expert's down")))
+	}
+	for _, e := range ex {
+		g.tabScratch = append(g.tabScratch, uint64(c.f(e.GateBias, "an expert's gate bias")))
+	}
+	for _, e := range ex {
+		g.tabScratch = append(g.tabScratch, uint64(c.f(e.UpBias, "an expert's up bias")))
+	}
+	for _, e := range ex {
+		g.tabScratch = append(g.tabScratch, uint64(c.f(e.DownBias, "an expert's down bias")))
 	}
 	tab := c.param(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(g.tabScratch))), 8*len(g.tabScratch)))
 	offp, atp := c.param(int32Bytes(off)), c.param(int32Bytes(at))
@@ -86,13 +100,30 @@ func (g *GPU) ExpertGroups(ex []device.ExpertMatrices, x []float32, off, at []in
 			g.launched(true)
 		}
 	}
+	// addBias adds table k's biases (3 gate, 4 up, 5 down), where the experts have them,
+	// to their products' rows in out (from outAt's rows, or beside the inputs').
+	addBias := func(k int, out, outAt DevicePtr, width int) {
+		if c.err != nil || !biased[k-3] {
+			return
+		}
+		g.args.Reset().Ptr(out).Ptr(tab.Add(int64(8 * k * len(ex)))).Ptr(offp).Ptr(outAt).Int(width)
+		c.launch("add_rows_id_f32", Dim3{X: blocks(width, 256), Y: min(most, 1024), Z: len(ex)}, Dim3{X: 256})
+	}
 	product(0, gate, c.quantize(xp, n, d, gate.Type), gatep, 0)
 	product(1, up, c.quantize(xp, n, d, up.Type), upp, 0) // one quantization for both where the types share a dot type
+	addBias(3, gatep, 0, ff)
+	addBias(4, upp, 0, ff)
 	if c.err == nil {
-		g.args.Reset().Ptr(gatep).Ptr(upp).Int(n * ff)
-		c.launch("swiglu_f32", ewGrid(n*ff), Dim3{X: 256})
+		if a := e0.OAI; a != nil {
+			g.args.Reset().Ptr(gatep).Ptr(upp).Int(n * ff).Float(a.Alpha).Float(a.Limit)
+			c.launch("swiglu_oai_f32", ewGrid(n*ff), Dim3{X: 256})
+		} else {
+			g.args.Reset().Ptr(gatep).Ptr(upp).Int(n * ff)
+			c.launch("swiglu_f32", ewGrid(n*ff), Dim3{X: 256})
+		}
 	}
 	product(2, down, c.quantize(gatep, n, ff, down.Type), yp, atp)
+	addBias(5, yp, atp, d)
 	return true
 }
 

@@ -65,13 +65,14 @@ type GroupedExperts interface {
 	// GroupMinTokens is the fewest tokens an expert's group may have: fewer are computed
 	// one by one (on a GPU, where MatMulID takes another kernel for them).
 	GroupMinTokens() int
-	// ExpertGroups computes expert g's SwiGLU FFN (ex[g]: device memory, no biases, plain
-	// SwiGLU; the experts' gates of one type and shape, their ups and downs likewise) on
-	// rows off[g] .. off[g+1]-1 of x (device memory, the experts' input width each) into
-	// the same number of y's rows from row at[g] (device memory). scratch (device memory)
-	// holds 2*off[len(ex)] times the experts' width floats. The numbers are MatMulID's and
-	// SwiGLU's one expert at a time, to the bit. It returns false, having done nothing,
-	// where the device has no grouped product for the experts' types.
+	// ExpertGroups computes expert g's gated FFN (ex[g]: device memory; the experts' gates
+	// of one type and shape, their ups and downs likewise, their biases alike and one
+	// activation) on rows off[g] .. off[g+1]-1 of x (device memory, the experts' input
+	// width each) into the same number of y's rows from row at[g] (device memory). scratch
+	// (device memory) holds 2*off[len(ex)] times the experts' width floats. The numbers are
+	// MatMulID's, AddRows's and SwiGLU's (or SwiGLUOAI's) one expert at a time, to the bit.
+	// It returns false, having done nothing, where the device has no grouped product for
+	// the experts' types or they are not alike.
 	ExpertGroups(ex []ExpertMatrices, x []float32, off, at []int32, y, scratch []float32) bool
 }
 

@@ -19,6 +19,26 @@ extern "C" __global__ void combine_off_f32(float* out, const float* ys, const fl
 	out[(i64)t * d + i] = o;
 }
 
+// add_rows_id_f32(float* y, const u64* tab, const int* off, const int* at, int d)
+//   The grouped experts' biases (GPU.ExpertGroups): group z's bias (tab[z], d floats; 0 for
+//   none) added to each of its off[z+1] - off[z] rows of y from row at[z] (at null: from
+//   off[z]), as add_rows_f32 adds one expert's, so to the bit.
+//   grid (ceil(d / 256), any, groups); block (256, 1, 1); no shared memory.
+extern "C" __global__ void add_rows_id_f32(float* y, const u64* tab, const int* off, const int* at, int d) {
+	const int z = blockIdx.z;
+	const float* bias = (const float*)tab[z];
+	const int c = blockIdx.x * blockDim.x + threadIdx.x;
+	if (!bias || c >= d)
+		return;
+	const int n = off[z + 1] - off[z];
+	const i64 r0 = at ? at[z] : off[z];
+	const float b = bias[c];
+	for (int r = blockIdx.y; r < n; r += gridDim.y) {
+		float* p = y + (r0 + r) * d + c;
+		*p = cr_fadd(*p, b);
+	}
+}
+
 // moe_shared_gate is the shared expert's gate of v as the graphs compute it: ggml_sigmoid's
 // 1 / (1 + expf(-v)) with sigmoid set (Qwen3.5, models.Sigmoid), else silu(v)/v (Qwen2-MoE,
 // models.SiLUOverX), glibc's expf either way.
