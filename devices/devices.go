@@ -14,6 +14,7 @@ import (
 	"github.com/commit-run/commit-run/cpu"
 	"github.com/commit-run/commit-run/cuda"
 	"github.com/commit-run/commit-run/device"
+	"github.com/commit-run/commit-run/models"
 	"github.com/commit-run/commit-run/sim"
 )
 
@@ -139,7 +140,8 @@ func openSim(s Spec, name string, budget int64) (device.Device, error) {
 	}
 	so := sim.DeviceOptions{Memory: mem, HostRates: s.HostRates, TimingOnly: s.TimingOnly}
 	if !so.TimingOnly {
-		so.Numerics = cpu.New(s.Threads)
+		num := cpu.New(s.Threads)
+		so.Numerics, so.Ops = num, models.HostOps{K: num}
 	}
 	return sim.NewDevice(prof, so)
 }

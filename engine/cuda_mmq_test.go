@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/commit-run/commit-run/engine"
+	"github.com/commit-run/commit-run/offload"
 	"github.com/commit-run/commit-run/synth"
 )
 
@@ -73,7 +74,7 @@ func TestCUDAPrefillTensorCores(t *testing.T) {
 
 // TestCUDAGroupedExperts prefills golden models on the fake GPU with prompts whose layers give
 // 9 tokens or more to every expert (128 tokens) or to some of them (40 tokens on Qwen3-MoE's
-// 16 experts, top 4): the experts grouped (device.GroupedExperts: mmqi_id, a launch per
+// 16 experts, top 4), gpt-oss's biased experts and clamped activation among them: the experts grouped (device.GroupedExperts: mmqi_id, a launch per
 // product for all of them, the rest one by one) must give the probabilities and greedy
 // tokens of the experts computed one by one, bit for bit, in fewer launches.
 func TestCUDAGroupedExperts(t *testing.T) {
@@ -81,7 +82,7 @@ func TestCUDAGroupedExperts(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		n    int
-	}{{"olmoe-q8_0", 128}, {"qwen3moe-q3km", 128}, {"qwen2moe-q4km", 128}, {"qwen3moe-q3km", 40}} {
+	}{{"olmoe-q8_0", 128}, {"qwen3moe-q3km", 128}, {"qwen2moe-q4km", 128}, {"qwen3moe-q3km", 40}, {"gpt-oss-mxfp4", 128}} {
 		name := c.name
 		t.Run(fmt.Sprint(name, "/", c.n), func(t *testing.T) {
 			path, spec, golden := goldenWithPrompt(t, name)
@@ -102,6 +103,61 @@ func TestCUDAGroupedExperts(t *testing.T) {
 				t.Errorf("%d launches grouped, %d one by one: nothing was grouped", got.gpu.Launches, want.gpu.Launches)
 			}
 			t.Logf("%s: %d launches grouped, %d one by one", name, got.gpu.Launches, want.gpu.Launches)
+		})
+	}
+}
+
+// TestCUDAGroupedExpertsOffloaded prefills Qwen3-MoE's 16 experts a layer through an
+// offloader whose slots hold 8 experts: each layer's experts are grouped 8 at a time (as many
+// as the slots hold at once; static's device layers all at once, kept in their slots) with
+// the probabilities and greedy tokens of the same policy computing them one by one, bit for
+// bit, in fewer launches. cpu-miss groups the experts it leaves on the device; which those
+// are depends on the link's measured speed, so its numbers are held to the one-by-one run's
+// within the CPU's tolerance, as TestCUDAFakeDriver holds them.
+func TestCUDAGroupedExpertsOffloaded(t *testing.T) {
+	lib := engine.GPUForTests(t)
+	path, spec, golden := goldenWithPrompt(t, "qwen3moe-q3km")
+	var prompt []int32
+	for i := 0; len(prompt) < 128; i++ {
+		prompt = append(prompt, (golden[i%len(golden)]+int32(i/len(golden)))%int32(spec.Vocab))
+	}
+	o := engine.Options{Threads: 2, KVType: "f32", ContextLength: 256, Device: "cuda:0", CUDALibrary: lib}
+	for _, pol := range []offload.Policy{offload.OnDemand, offload.Static, offload.Prefetch, offload.CPUMiss} {
+		t.Run(pol.String(), func(t *testing.T) {
+			oo := o
+			oo.Offload = &engine.OffloadOptions{Policy: pol, Predictor: map[offload.Policy]string{offload.Prefetch: "prev-token"}[pol]}
+			probe := oo
+			probe.Offload = &engine.OffloadOptions{Policy: pol, GPUMem: 512 << 20, Predictor: oo.Offload.Predictor}
+			pm, err := engine.Open(path, probe)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, _ := pm.Offload()
+			pm.Close()
+			oo.Offload.GPUMem = st.Resident + 8*st.SlotBytes
+			if pol == offload.Static {
+				oo.Offload.HostLayers = 1 // a layer's experts pinned for good, the rest in the slots
+				oo.Offload.GPUMem += 16 * st.SlotBytes
+			}
+			if pol != offload.CPUMiss {
+				oo.HostRates = engine.HostRates{Bandwidth: 1} // priced this slow, the host takes none
+			}
+			got := runOn(t, path, oo, prompt, 4)
+			want := runOn(t, path, engine.UngroupedForTests(oo), prompt, 4)
+			tol := 0.0
+			if pol == offload.CPUMiss {
+				tol = 2e-3
+			}
+			if !slices.Equal(got.tokens, want.tokens) {
+				t.Errorf("greedy %v grouped, %v one by one", got.tokens, want.tokens)
+			}
+			if d := maxDiff(got.probs, want.probs); d > tol {
+				t.Errorf("probabilities grouped differ by up to %g from one by one", d)
+			}
+			if got.gpu.Launches >= want.gpu.Launches || got.off.BytesCopied == 0 {
+				t.Errorf("%d launches grouped, %d one by one, %d bytes copied: want experts grouped through the slots", got.gpu.Launches, want.gpu.Launches, got.off.BytesCopied)
+			}
+			t.Logf("%s: %d launches grouped, %d one by one; %d slots, %d misses, %d on the host", pol, got.gpu.Launches, want.gpu.Launches, got.off.Slots, got.off.Misses, got.off.OnCPU)
 		})
 	}
 }

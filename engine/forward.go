@@ -6,6 +6,7 @@ import (
 	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/models"
 	"github.com/commit-run/commit-run/quant"
+	"github.com/commit-run/commit-run/sim"
 )
 
 // rowsIndependent reports whether a pass's feed-forward blocks compute each row alone, so
@@ -341,7 +342,8 @@ func (m *Model) swiglu(b models.Backend, matMul func(quant.Matrix, []float32, in
 	matMul(f.Up, x, T, u)
 	b.SwiGLU(g, u, nff)
 	if ch != nil {
-		ch.Charge("swiglu", float64(12*T*nff), float64(4*T*nff))
+		bytes, flops := sim.ActivationCost(T * nff)
+		ch.Charge("swiglu", bytes, flops)
 	}
 	matMul(f.Down, g, T, out)
 }

@@ -112,11 +112,14 @@ func (m *Model) expertsOnDevice(b models.Backend, layer int, x []float32, routes
 	moe := m.arch.Layers[layer].MoE
 	r := routes[0]
 	k := len(r.experts)
-	if out == nil || len(r.weights) != k || k > m.place.Pinnable() {
+	if out == nil || len(r.weights) != k {
 		return nil, false, nil // committed routing weighs them on the device (moeCommitted)
 	}
 	// The experts in the order the host path acquires them, its jobs': ascending.
 	active := slices.Sorted(slices.Values(r.experts))
+	if m.holdable(layer, active, m.place.Pinnable()) < k {
+		return nil, false, nil
+	}
 	if len(slices.Compact(slices.Clone(active))) != k {
 		return nil, false, nil // an expert chosen twice: the host path groups it
 	}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"slices"
 	"sync"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/commit-run/commit-run/multigpu"
 	"github.com/commit-run/commit-run/offload"
 	"github.com/commit-run/commit-run/quant"
+	"github.com/commit-run/commit-run/sim"
 )
 
 // routing is the experts chosen for one token and their mixing weights, in top-k order.
@@ -277,9 +279,6 @@ func (g expertGroups) gather(b models.Backend, d int) []float32 {
 // jobs' outputs are rows of yAll (expertJob.at).
 func (m *Model) computeJobs(b models.Backend, layer, T int, x, xh []float32, jobs []expertJob, plan []bool, yAll []float32) error {
 	d := m.arch.Config.Embd
-	if plan == nil {
-		jobs = m.groupedExperts(b, layer, x, jobs, yAll)
-	}
 	var xReady device.Event // when the device has computed xh
 	if plan != nil {
 		// Read before the device's experts are enqueued, so that the host computes its
@@ -288,6 +287,10 @@ func (m *Model) computeJobs(b models.Backend, layer, T int, x, xh []float32, job
 			xh = m.toHost(x[:T*d])
 		}
 		xReady = m.dev.Compute().Record()
+	}
+	jobs, plan, err := m.groupedExperts(b, layer, x, jobs, plan, yAll)
+	if err != nil {
+		return err
 	}
 	var onHost []expertJob
 	for i, j := range jobs {
@@ -448,34 +451,101 @@ type expertJob struct {
 	y        []float32
 }
 
-// groupedExperts computes the jobs of GroupMinTokens tokens or more together where the
-// device groups experts (device.GroupedExperts) and holds the model's own weights (no
-// offloader): their rows of x gathered into one input, then a launch per product for all of
-// them, the numbers those of the jobs one by one. It returns the jobs left to compute.
-func (m *Model) groupedExperts(b models.Backend, layer int, x []float32, jobs []expertJob, yAll []float32) []expertJob {
+// groupedExperts computes the device's jobs of GroupMinTokens tokens or more together where
+// the device groups experts (device.GroupedExperts) and the pass runs in its memory: their
+// rows of x gathered into one input, then a launch per product for as many of them as the
+// placement can hold at once (all where the model is resident; an offloader's unpinned
+// slots), the numbers those of the jobs one by one. It returns the jobs left to compute and
+// their plan.
+func (m *Model) groupedExperts(b models.Backend, layer int, x []float32, jobs []expertJob, plan []bool, yAll []float32) ([]expertJob, []bool, error) {
 	gd, ok := m.dev.(device.GroupedExperts)
-	moe := m.arch.Layers[layer].MoE
-	if !ok || m.off != nil || !m.resident || m.opts.ungrouped || !moe.PlainExperts() {
-		return jobs
+	_, simulated := m.dev.(*sim.Device)
+	if !ok || !(m.resident || simulated) || m.opts.ungrouped {
+		return jobs, plan, nil
 	}
-	least := gd.GroupMinTokens()
+	least, most := gd.GroupMinTokens(), m.place.Pinnable()
 	var big, rest []expertJob
-	for _, j := range jobs {
-		if j.n >= least {
+	var restPlan []bool
+	for i, j := range jobs {
+		onHost := plan != nil && plan[i]
+		if j.n >= least && !onHost {
 			big = append(big, j)
-		} else {
-			rest = append(rest, j)
+			continue
+		}
+		rest = append(rest, j)
+		if plan != nil {
+			restPlan = append(restPlan, onHost)
 		}
 	}
 	if len(big) < 2 { // one expert gains nothing from a group
-		return jobs
+		return jobs, plan, nil
+	}
+	experts := make([]int, len(big))
+	for i, j := range big {
+		experts[i] = j.e
+	}
+	for len(big) >= 2 {
+		n := m.holdable(layer, experts, most)
+		if n < 2 {
+			break
+		}
+		grouped, err := m.expertGroup(b, gd, layer, x, big[:n], yAll)
+		if err != nil {
+			return nil, nil, err
+		}
+		if !grouped {
+			break
+		}
+		big, experts = big[n:], experts[n:]
+	}
+	for _, j := range big { // the device's types have no grouped product, or one is left
+		rest = append(rest, j)
+		if plan != nil {
+			restPlan = append(restPlan, false)
+		}
+	}
+	return rest, restPlan, nil
+}
+
+// holdable is how many of experts, from the first, the placement can hold at once: all but
+// those beyond most that it does not keep for good.
+func (m *Model) holdable(layer int, experts []int, most int) int {
+	held := 0
+	for n, e := range experts {
+		if !m.place.Kept(layer, e) {
+			if held == most {
+				return n
+			}
+			held++
+		}
+	}
+	return len(experts)
+}
+
+// expertGroup computes jobs (two or more, whose weights the placement can hold at once) in
+// the device's grouped products. It returns false, having computed nothing, where the device
+// has none for their types.
+func (m *Model) expertGroup(b models.Backend, gd device.GroupedExperts, layer int, x []float32, jobs []expertJob, yAll []float32) (grouped bool, err error) {
+	moe := m.arch.Layers[layer].MoE
+	ex := make([]device.ExpertMatrices, len(jobs))
+	dones := make([]func() error, 0, len(jobs))
+	defer func() {
+		for _, done := range dones {
+			err = errors.Join(err, done())
+		}
+	}()
+	for i, j := range jobs {
+		w, done, err := m.place.Weights(layer, j.e, false)
+		if err != nil {
+			return false, err
+		}
+		dones = append(dones, done)
+		ex[i] = expertMatrices(moe, j.e, w.Gate, w.Up, w.Down)
 	}
 	d := m.arch.Config.Embd
-	ex := make([]device.ExpertMatrices, len(big))
-	off, at := make([]int32, len(big)+1), make([]int32, len(big))
+	off, at := make([]int32, len(jobs)+1), make([]int32, len(jobs))
 	var rows []int32
-	for i, j := range big {
-		ex[i] = device.ExpertMatrices{Gate: moe.GateExps.Expert(j.e), Up: moe.UpExps.Expert(j.e), Down: moe.DownExps.Expert(j.e)}
+	for i, j := range jobs {
 		off[i+1], at[i] = off[i]+int32(j.n), int32(j.at)
 		if j.rows == nil {
 			for t := 0; t < j.n; t++ {
@@ -485,14 +555,11 @@ func (m *Model) groupedExperts(b models.Backend, layer int, x []float32, jobs []
 			rows = append(rows, j.rows...)
 		}
 	}
-	n, ff := int(off[len(big)]), ex[0].Gate.Rows
+	n, ff := int(off[len(jobs)]), ex[0].Gate.Rows
 	xs := b.Floats(n * d)
 	b.Gather(xs, x, rows, d)
 	m.label("experts", "grouped", layer, -1) // a constant name: no formatting on a pass without a labeler
-	if !gd.ExpertGroups(ex, xs, off, at, yAll, b.Floats(2*n*ff)) {
-		return jobs
-	}
-	return rest
+	return gd.ExpertGroups(ex, xs, off, at, yAll, b.Floats(2*n*ff)), nil
 }
 
 // input returns the job's rows of x, gathered in b's memory when they are not x's first n.
@@ -642,7 +709,8 @@ func (m *Model) expertFFN(b models.Backend, matMul func(quant.Matrix, []float32,
 		b.SwiGLU(g, u, nff)
 	}
 	if ch != nil {
-		ch.Charge("swiglu", float64(12*T*nff), float64(4*T*nff))
+		bytes, flops := sim.ActivationCost(T * nff)
+		ch.Charge("swiglu", bytes, flops)
 	}
 	matMul(f.Down, g, T, out)
 	addBias(b, out, db)

@@ -37,8 +37,11 @@ type placement interface {
 	// device) and done, to call once its kernels are enqueued.
 	Weights(layer, e int, host bool) (w offload.ExpertWeights, done func() error, err error)
 	// Pinnable is how many experts' weights the device can hold at once between Weights and
-	// done: as many as a launch of all of a token's experts may need.
+	// done, besides those Kept: as many as a launch of several experts may need.
 	Pinnable() int
+	// Kept says whether expert e of layer stays on the device for good, so that holding it
+	// takes nothing from Pinnable.
+	Kept(layer, e int) bool
 	// Heuristic says whether Ahead predicts from the routing the host has read (prev-token,
 	// frequency), so that a committed pass must read it first.
 	Heuristic() bool
@@ -69,6 +72,7 @@ func (residentPlacement) routed(int, []routing, []int, bool) {}
 func (residentPlacement) OnHost(int, []int, []int) []bool    { return nil }
 func (residentPlacement) Heuristic() bool                    { return false }
 func (residentPlacement) Pinnable() int                      { return math.MaxInt }
+func (residentPlacement) Kept(int, int) bool                 { return true }
 
 func (residentPlacement) Ahead(int, int, int, []int, device.Event) error { return nil }
 

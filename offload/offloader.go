@@ -81,7 +81,7 @@ type Offloader struct {
 	// those of the last decode batch.
 	decodeBatch              bool
 	footprint, lastFootprint int
-	kept                     int // experts pinned in their slots for good (static's device layers)
+	kept                     map[ExpertKey]bool // experts pinned in their slots for good (static's device layers)
 	stats                    Stats
 	virtual                  []byte // a timing-only run's slots, reserved but never written
 }
@@ -384,12 +384,20 @@ func (f *Offloader) Weights(layer, e int, host bool) (w ExpertWeights, done func
 	}, nil
 }
 
-// Pinnable is the slots not pinned for good (static's device layers): the experts weights
-// can hold at once.
+// Pinnable is the slots not pinned for good (static's device layers): the experts Weights
+// can hold at once besides those Kept.
 func (f *Offloader) Pinnable() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return len(f.slots) - f.kept
+	return len(f.slots) - len(f.kept)
+}
+
+// Kept says whether expert e of layer stays in its slot for good (static's device layers):
+// Weights holds it without taking a slot from Pinnable's.
+func (f *Offloader) Kept(layer, e int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.kept[ExpertKey{Layer: layer, Expert: e}]
 }
 
 // load makes k resident, or on its way on the copy stream, and returns its slot. A slot is

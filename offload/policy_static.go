@@ -31,7 +31,7 @@ func (p staticPolicy) onHost(f *Offloader, layer int, experts, tokens []int) []b
 	if f.moeIdx[layer] >= p.hostLayers {
 		return nil
 	}
-	if batched(tokens) && f.cache.Slots() > f.kept {
+	if batched(tokens) && f.cache.Slots() > len(f.kept) {
 		return cpuMiss{}.onHost(f, layer, experts, tokens)
 	}
 	plan := make([]bool, len(experts))
@@ -47,6 +47,7 @@ func (p staticPolicy) onHost(f *Offloader, layer int, experts, tokens []int) []b
 func (p staticPolicy) prepare(f *Offloader) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.kept = make(map[ExpertKey]bool)
 	for _, l := range f.store.Layers()[p.hostLayers:] {
 		for e := 0; e < f.store.Experts(l); e++ {
 			k := ExpertKey{Layer: l, Expert: e}
@@ -56,7 +57,7 @@ func (p staticPolicy) prepare(f *Offloader) error {
 			if err := f.cache.Pin(k); err != nil {
 				return fmt.Errorf("static: %w", err)
 			}
-			f.kept++
+			f.kept[k] = true
 		}
 	}
 	f.dev.Sync(f.dev.Copy().Record())

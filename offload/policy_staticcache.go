@@ -20,7 +20,7 @@ func (p staticCache) onHost(f *Offloader, layer int, experts, tokens []int) []bo
 	if f.moeIdx[layer] >= p.hostLayers {
 		return nil
 	}
-	if batched(tokens) && f.cache.Slots() > f.kept {
+	if batched(tokens) && f.cache.Slots() > len(f.kept) {
 		return cpuMiss{}.onHost(f, layer, experts, tokens) // as static in a prompt
 	}
 	plan := make([]bool, len(experts))
@@ -46,7 +46,7 @@ func (p staticCache) onHost(f *Offloader, layer int, experts, tokens []int) []bo
 // of copies builds up that later tokens would wait behind. The CPU, which cannot weigh,
 // always copies.
 func (staticCache) copiesBehind(f *Offloader, _ ExpertKey) bool {
-	if f.cache.Slots() <= f.kept {
+	if f.cache.Slots() <= len(f.kept) {
 		return false // no cache beside the device layers: static
 	}
 	return f.planner == nil || f.planner.CopyDone(0) <= f.planner.HostDone(device.HostWork{})

@@ -20,6 +20,10 @@ type DeviceOptions struct {
 	// HostRates price the host's expert kernels (cpu-miss): measure them on the machine
 	// being modelled. Zero rates take the device package's defaults.
 	HostRates device.HostRates
+	// Ops are the host's operations over Numerics (models.HostOps): the numbers of the
+	// grouped experts' biases and activations (ExpertGroups), which the engine's one-by-one
+	// path computes with them. Nil: the device does not group experts unless timing only.
+	Ops device.Ops
 }
 
 // Device is the simulated GPU sim:<profile>: numbers computed on the CPU (or, timing only,
@@ -31,6 +35,7 @@ type Device struct {
 	mu                 sync.Mutex
 	prof               *Profile
 	num                device.Kernels // nil: timing only
+	ops                device.Ops     // the host's operations over num (DeviceOptions.Ops)
 	mem                *device.Memory
 	tl                 *Timeline
 	compute, copy, cpu *Stream
@@ -51,7 +56,7 @@ func NewDevice(p *Profile, o DeviceOptions) (*Device, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sim device %s: %w", p.Name, err)
 	}
-	d := &Device{prof: p, num: o.Numerics, mem: o.Memory, tl: NewTimeline(), host: host}
+	d := &Device{prof: p, num: o.Numerics, ops: o.Ops, mem: o.Memory, tl: NewTimeline(), host: host}
 	if d.mem == nil {
 		if d.mem, err = device.NewMemory(p.MemoryBytes); err != nil {
 			return nil, err
