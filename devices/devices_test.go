@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/commit-run/commit-run/cuda"
+	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/sim"
 )
 
@@ -47,5 +49,22 @@ func TestOpen(t *testing.T) {
 	}
 	if len(Names()) < 4 {
 		t.Errorf("names %v", Names())
+	}
+}
+
+// TestSimGroupsAsTheGPU: the simulated card groups a prompt's experts from the number of
+// tokens the CUDA engine groups them from, so that it prices the launches the card makes.
+func TestSimGroupsAsTheGPU(t *testing.T) {
+	d, _, err := Open(Spec{Name: "sim:rtx4090", TimingOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, ok := d.(device.GroupedExperts)
+	if !ok {
+		t.Fatalf("%s does not group experts", d.Name())
+	}
+	var g cuda.GPU
+	if s.GroupMinTokens() != g.GroupMinTokens() {
+		t.Errorf("the simulated card groups experts of %d tokens or more, the GPU of %d", s.GroupMinTokens(), g.GroupMinTokens())
 	}
 }

@@ -1,8 +1,9 @@
 // Package sim is a virtual-time model of one GPU: the clock behind the simulated device
 // sim:<profile> (DESIGN.md §4). It prices work with a roofline and orders it the way CUDA
 // does, so an offloading pipeline can be run, tested and timed on a machine with no GPU. It
-// knows nothing about MoE or models: callers say how many bytes and flops a kernel touches
-// and how many bytes a copy moves.
+// knows nothing about models: callers say how many bytes and flops a kernel touches and how
+// many bytes a copy moves. The one MoE operation it implements itself is a prompt's experts
+// grouped (device.GroupedExperts, grouped.go), priced as the CUDA engine launches them.
 //
 // A Profile holds the public numbers of one card (memory, memory bandwidth, peak dense FP16
 // tensor flops, PCIe bandwidth) and prices work with two formulas:
