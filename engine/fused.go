@@ -149,3 +149,18 @@ func (m *Model) expertsOnDevice(b models.Backend, layer int, x []float32, routes
 	rm.Experts(x[:d], 1, k, ws, r.weights, out[:d], b.Floats(k*ws[0].Gate.Rows))
 	return nil, true, nil
 }
+
+// holdable is how many of experts, from the first, the placement can hold at once: all but
+// those beyond most that it does not keep for good.
+func (m *Model) holdable(layer int, experts []int, most int) int {
+	held := 0
+	for n, e := range experts {
+		if !m.place.Kept(layer, e) {
+			if held == most {
+				return n
+			}
+			held++
+		}
+	}
+	return len(experts)
+}

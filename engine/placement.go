@@ -42,6 +42,9 @@ type placement interface {
 	// Kept says whether expert e of layer stays on the device for good, so that holding it
 	// takes nothing from Pinnable.
 	Kept(layer, e int) bool
+	// Holds says whether the device holds expert e of layer now, so that Weights serves it
+	// without a copy or an eviction.
+	Holds(layer, e int) bool
 	// Heuristic says whether Ahead predicts from the routing the host has read (prev-token,
 	// frequency), so that a committed pass must read it first.
 	Heuristic() bool
@@ -73,6 +76,7 @@ func (residentPlacement) OnHost(int, []int, []int) []bool    { return nil }
 func (residentPlacement) Heuristic() bool                    { return false }
 func (residentPlacement) Pinnable() int                      { return math.MaxInt }
 func (residentPlacement) Kept(int, int) bool                 { return true }
+func (residentPlacement) Holds(int, int) bool                { return true }
 
 func (residentPlacement) Ahead(int, int, int, []int, device.Event) error { return nil }
 

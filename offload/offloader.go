@@ -400,6 +400,15 @@ func (f *Offloader) Kept(layer, e int) bool {
 	return f.kept[ExpertKey{Layer: layer, Expert: e}]
 }
 
+// Holds says whether expert e of layer has a slot now (its copy landed or on its way):
+// Weights serves it without a copy or an eviction.
+func (f *Offloader) Holds(layer, e int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.cache.Lookup(ExpertKey{Layer: layer, Expert: e})
+	return ok
+}
+
 // load makes k resident, or on its way on the copy stream, and returns its slot. A slot is
 // overwritten in place once the kernels reading its old expert are done.
 func (f *Offloader) load(k ExpertKey) (int, bool, error) {
