@@ -13,6 +13,17 @@ import (
 // which MatMul multiplies on mmqi too, so that a group's numbers are MatMul's.
 func (g *GPU) GroupMinTokens() int { return mmqMinTokens }
 
+// GroupsExperts implements device.GroupedExperts: experts whose products are all integer ones
+// on the tensor cores (mmqi), whatever kernels the device has loaded.
+func (g *GPU) GroupsExperts(e device.ExpertMatrices) bool {
+	for _, w := range []quant.Matrix{e.Gate, e.Up, e.Down} {
+		if _, qb, ok := q8Kind(w.Type); !ok || w.Cols%qb != 0 || mmqiKernels[w.Type] == "" {
+			return false
+		}
+	}
+	return true
+}
+
 // ExpertGroups implements device.GroupedExperts in seven launches whatever the number of
 // experts: the input quantized once, the gates and the ups (mmqi_id each), their SwiGLU, its
 // quantization, and the downs (mmqi_id), each expert's written to its rows of y. Experts with
@@ -33,8 +44,11 @@ func (g *GPU) ExpertGroups(ex []device.ExpertMatrices, x []float32, off, at []in
 			return false
 		}
 	}
+	if !g.GroupsExperts(e0) {
+		return false
+	}
 	for _, w := range []quant.Matrix{gate, up, down} {
-		if _, qb, ok := q8Kind(w.Type); !ok || w.Cols%qb != 0 || g.mmqi[w.Type] == nil {
+		if g.mmqi[w.Type] == nil {
 			return false
 		}
 	}

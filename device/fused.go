@@ -65,6 +65,9 @@ type GroupedExperts interface {
 	// GroupMinTokens is the fewest tokens an expert's group may have: fewer are computed
 	// one by one (on a GPU, where MatMulID takes another kernel for them).
 	GroupMinTokens() int
+	// GroupsExperts says whether ExpertGroups computes experts like e (their types and
+	// shapes), so that a caller asks before it gathers their inputs.
+	GroupsExperts(e ExpertMatrices) bool
 	// ExpertGroups computes expert g's gated FFN (ex[g]: device memory; the experts' gates
 	// of one type and shape, their ups and downs likewise, their biases alike and one
 	// activation) on rows off[g] .. off[g+1]-1 of x (device memory, the experts' input

@@ -6,6 +6,7 @@ import (
 
 	"github.com/commit-run/commit-run/cuda"
 	"github.com/commit-run/commit-run/device"
+	"github.com/commit-run/commit-run/quant"
 	"github.com/commit-run/commit-run/sim"
 )
 
@@ -66,5 +67,24 @@ func TestSimGroupsAsTheGPU(t *testing.T) {
 	var g cuda.GPU
 	if s.GroupMinTokens() != g.GroupMinTokens() {
 		t.Errorf("the simulated card groups experts of %d tokens or more, the GPU of %d", s.GroupMinTokens(), g.GroupMinTokens())
+	}
+	// And experts of the types, and the widths, the GPU groups.
+	grouped := 0
+	for ty := quant.Type(0); ty < 64; ty++ {
+		if !ty.Known() {
+			continue
+		}
+		for _, cols := range []int{4096, 4096 + 32} {
+			w := quant.Matrix{Type: ty, Rows: 64, Cols: cols}
+			e := device.ExpertMatrices{Gate: w, Up: w, Down: w}
+			if got, want := s.GroupsExperts(e), g.GroupsExperts(e); got != want {
+				t.Errorf("%s experts of %d columns: the simulated card groups them %v, the GPU %v", ty, cols, got, want)
+			} else if got {
+				grouped++
+			}
+		}
+	}
+	if grouped < 12 {
+		t.Errorf("the GPU groups experts of %d types and widths, want every quantized type's", grouped)
 	}
 }

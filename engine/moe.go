@@ -483,6 +483,10 @@ func (m *Model) groupedExperts(b models.Backend, layer int, x []float32, jobs []
 	if len(group) < 2 { // one expert gains nothing from a group
 		return jobs, plan, nil
 	}
+	moe, e := m.arch.Layers[layer].MoE, group[0].e
+	if !gd.GroupsExperts(expertMatrices(moe, e, moe.GateExps.Expert(e), moe.UpExps.Expert(e), moe.DownExps.Expert(e))) {
+		return jobs, plan, nil // no grouped product for their types: nothing gathered for it
+	}
 	grouped, err := m.expertGroup(b, gd, layer, x, group, yAll)
 	if err != nil || !grouped { // !grouped: the device has no grouped product for their types
 		return jobs, plan, err

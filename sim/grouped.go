@@ -13,6 +13,21 @@ const groupMinTokens = 9
 // GroupMinTokens implements device.GroupedExperts.
 func (d *Device) GroupMinTokens() int { return groupMinTokens }
 
+// GroupsExperts implements device.GroupedExperts as the CUDA engine decides: experts whose
+// products are integer ones, against an activation quantized to 8 bits (a weight type whose
+// dot type is Q8_0, Q8_1 or Q8_K, other than those activation types themselves), rows of
+// whole blocks of it.
+func (d *Device) GroupsExperts(e device.ExpertMatrices) bool {
+	for _, w := range [...]quant.Matrix{e.Gate, e.Up, e.Down} {
+		switch dt := w.Type.DotType(); {
+		case dt != quant.Q8_0 && dt != quant.Q8_1 && dt != quant.Q8_K, w.Type == quant.Q8_1, w.Type == quant.Q8_K,
+			w.Cols%dt.BlockSize() != 0:
+			return false
+		}
+	}
+	return true
+}
+
 // ExpertGroups implements device.GroupedExperts as the CUDA engine launches it: a kernel per
 // product for all the experts (priced by their bytes and multiply-adds together), and the
 // activation's. It computes each expert as the engine's one-by-one path does (MatMulID on
@@ -22,7 +37,7 @@ func (d *Device) ExpertGroups(ex []device.ExpertMatrices, x []float32, off, at [
 	if len(ex) == 0 || len(off) != len(ex)+1 || len(at) != len(ex) {
 		return len(ex) == 0
 	}
-	if d.num != nil && d.ops == nil {
+	if d.num != nil && d.ops == nil || !d.GroupsExperts(ex[0]) {
 		return false
 	}
 	ff, dm, total := ex[0].Gate.Rows, ex[0].Gate.Cols, int(off[len(ex)])
