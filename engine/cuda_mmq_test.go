@@ -190,17 +190,7 @@ func prefillTwice(t *testing.T, path string, o engine.Options, prompt []int32) g
 	}
 	defer s.Close()
 	var r gpuRun
-	if err := s.Probs(ctx, prompt, func(_ int, p []float32) error {
-		r.probs = append(r.probs, slices.Clone(p))
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	res, err := s.Generate(ctx, prompt, engine.GenerateOptions{MaxTokens: 4, IgnoreEOS: true, Sampler: engine.SamplerOptions{Greedy: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.tokens = res.Tokens
+	r.probs, r.tokens = probsThenGreedy(t, s, prompt, 4)
 	r.gpu, _ = m.GPUStats()
 	r.off, _ = m.Offload()
 	return r

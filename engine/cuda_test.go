@@ -35,18 +35,7 @@ func runOn(t *testing.T, path string, o engine.Options, prompt []int32, n int) g
 	defer m.Close()
 	defer s.Close()
 	var r gpuRun
-	ctx := context.Background()
-	if err := s.Probs(ctx, prompt, func(_ int, p []float32) error {
-		r.probs = append(r.probs, slices.Clone(p))
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	res, err := s.Generate(ctx, prompt, engine.GenerateOptions{MaxTokens: n, IgnoreEOS: true, Sampler: engine.SamplerOptions{Greedy: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.tokens = res.Tokens
+	r.probs, r.tokens = probsThenGreedy(t, s, prompt, n)
 	r.gpu, _ = m.GPUStats()
 	r.resident = m.Resident()
 	r.graphs = m.GraphNote()
@@ -55,6 +44,25 @@ func runOn(t *testing.T, path string, o engine.Options, prompt []int32, n int) g
 		t.Fatalf("peak device memory %d over the %d budget", r.off.PeakDeviceMem, r.off.DeviceMemLimit)
 	}
 	return r
+}
+
+// probsThenGreedy computes the next-token probabilities at every position of prompt in s,
+// then n greedy tokens after it.
+func probsThenGreedy(t *testing.T, s *engine.Session, prompt []int32, n int) ([][]float32, []int32) {
+	t.Helper()
+	var probs [][]float32
+	ctx := context.Background()
+	if err := s.Probs(ctx, prompt, func(_ int, p []float32) error {
+		probs = append(probs, slices.Clone(p))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Generate(ctx, prompt, engine.GenerateOptions{MaxTokens: n, IgnoreEOS: true, Sampler: engine.SamplerOptions{Greedy: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return probs, res.Tokens
 }
 
 // openSession opens path with o and a session on it, or fails the test; the caller closes

@@ -104,18 +104,7 @@ func runGroupedSim(t *testing.T, path string, o engine.Options, prompt []int32) 
 	defer m.Close()
 	defer s.Close()
 	var r groupedSimRun
-	ctx := context.Background()
-	if err := s.Probs(ctx, prompt, func(_ int, p []float32) error {
-		r.probs = append(r.probs, slices.Clone(p))
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	res, err := s.Generate(ctx, prompt, engine.GenerateOptions{MaxTokens: 4, IgnoreEOS: true, Sampler: engine.SamplerOptions{Greedy: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.tokens = res.Tokens
+	r.probs, r.tokens = probsThenGreedy(t, s, prompt, 4)
 	spans, _ := m.Timeline()
 	for _, sp := range spans {
 		if sp.Stream == "compute" {
