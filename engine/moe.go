@@ -466,7 +466,15 @@ func (m *Model) groupedExperts(b models.Backend, layer int, x []float32, jobs []
 	if !ok || !(m.resident || simulated) || m.opts.ungrouped {
 		return jobs, plan, nil
 	}
-	least := gd.GroupMinTokens()
+	least, big := gd.GroupMinTokens(), 0
+	for i, j := range jobs {
+		if j.n >= least && (plan == nil || !plan[i]) {
+			big++
+		}
+	}
+	if big < 2 { // a decode step's jobs: nothing to group, nothing allocated
+		return jobs, plan, nil
+	}
 	var group, rest []expertJob
 	var restPlan []bool
 	for i, j := range jobs {
@@ -488,7 +496,7 @@ func (m *Model) groupedExperts(b models.Backend, layer int, x []float32, jobs []
 		return jobs, plan, nil // no grouped product for their types: nothing gathered for it
 	}
 	grouped, err := m.expertGroup(b, gd, layer, x, group, yAll)
-	if err != nil || !grouped { // !grouped: the device has no grouped product for their types
+	if err != nil || !grouped { // !grouped: experts unlike each other, or kernels the device lacks
 		return jobs, plan, err
 	}
 	return rest, restPlan, nil
