@@ -82,8 +82,7 @@ func useAttnAVX2() {
 	siluBlocks = siluBlocksAVX2
 	roundF16 = roundF16AVX2
 	toF16 = toF16AVX2
-	scaleF32 = scaleF32AVX2
-	rank1F32 = rank1F32AVX2
+	deltaStep = deltaStepAVX2Rows
 	convolveOut = convolveOutAVX2
 }
 
@@ -128,21 +127,15 @@ func convolveOutAVX2(l *device.DeltaNetLayer, state, qkv, conv []float32, T int)
 	convScratch.Put(bp)
 }
 
-func scaleF32AVX2(x []float32, s float32) {
-	n := len(x) &^ 7
-	deltaScaleAVX2(x[:n], s)
-	scaleF32Go(x[n:], s)
-}
-
-// rank1F32AVX2 takes rows of a multiple of 8 values (a DeltaNet head's: 128) to the assembly,
+// deltaStepAVX2Rows takes heads of a multiple of 64 values (Qwen3.5's 128) to the assembly,
 // others to the Go loop.
-func rank1F32AVX2(m, k, d []float32) {
-	if len(k)%8 != 0 {
-		rank1F32Go(m, k, d)
+func deltaStepAVX2Rows(m, k, q, v, out []float32, decay, beta, scale float32) {
+	if len(k) == 0 || len(k)%64 != 0 {
+		deltaStepGo(m, k, q, v, out, decay, beta, scale)
 		return
 	}
-	_ = m[:len(d)*len(k)]
-	deltaRank1AVX2(m, k, d)
+	_, _, _ = m[:len(v)*len(k)], q[:len(k)], out[:len(v)]
+	deltaStepAVX2(m, k, q, v, out, decay, beta, scale)
 }
 
 func dotsF32AVX2(out, q, k []float32, stride int, scale float32) {

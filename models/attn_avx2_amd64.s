@@ -507,56 +507,154 @@ done:
 	VZEROUPPER
 	RET
 
-// func deltaScaleAVX2(x []float32, s float32)
-// Requires: AVX, AVX2, SSE
-TEXT ·deltaScaleAVX2(SB), NOSPLIT, $0-28
-	MOVQ         x_base+0(FP), AX
-	MOVQ         x_len+8(FP), CX
-	MOVSS        s+24(FP), X0
+// func deltaStepAVX2(m []float32, k []float32, q []float32, v []float32, out []float32, decay float32, beta float32, scale float32)
+// Requires: AVX, AVX2, FMA3, SSE
+TEXT ·deltaStepAVX2(SB), NOSPLIT, $0-132
+	MOVQ         m_base+0(FP), AX
+	MOVQ         k_base+24(FP), CX
+	MOVQ         k_len+32(FP), DX
+	MOVQ         q_base+48(FP), BX
+	MOVQ         v_base+72(FP), SI
+	MOVQ         v_len+80(FP), DI
+	MOVQ         out_base+96(FP), R8
+	MOVSS        decay+120(FP), X0
+	MOVSS        beta+124(FP), X1
+	MOVSS        scale+128(FP), X2
 	VBROADCASTSS X0, Y0
-	SHRQ         $0x03, CX
+	SHRQ         $0x06, DX
+	JZ           done
+	TESTQ        DI, DI
 	JZ           done
 
-loop:
-	VMULPS  (AX), Y0, Y1
-	VMOVUPS Y1, (AX)
-	ADDQ    $0x20, AX
-	DECQ    CX
-	JNZ     loop
-
-done:
-	VZEROUPPER
-	RET
-
-// func deltaRank1AVX2(m []float32, k []float32, d []float32)
-// Requires: AVX, FMA3
-TEXT ·deltaRank1AVX2(SB), NOSPLIT, $0-72
-	MOVQ  m_base+0(FP), AX
-	MOVQ  k_base+24(FP), CX
-	MOVQ  k_len+32(FP), DX
-	MOVQ  d_base+48(FP), BX
-	MOVQ  d_len+56(FP), SI
-	SHRQ  $0x03, DX
-	JZ    done
-	TESTQ SI, SI
-	JZ    done
-
 row:
-	VBROADCASTSS (BX), Y0
-	MOVQ         CX, DI
-	MOVQ         DX, R8
+	MOVQ   AX, R9
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	MOVQ   CX, R10
+	MOVQ   DX, R11
 
-loop:
-	VMOVUPS     (AX), Y1
-	VFMADD231PS (DI), Y0, Y1
-	VMOVUPS     Y1, (AX)
-	ADDQ        $0x20, AX
-	ADDQ        $0x20, DI
-	DECQ        R8
-	JNZ         loop
-	ADDQ        $0x04, BX
-	DECQ        SI
-	JNZ         row
+decay:
+	VMULPS       (AX), Y0, Y11
+	VMOVUPS      Y11, (AX)
+	VFMADD231PS  (R10), Y11, Y3
+	VMULPS       32(AX), Y0, Y11
+	VMOVUPS      Y11, 32(AX)
+	VFMADD231PS  32(R10), Y11, Y4
+	VMULPS       64(AX), Y0, Y11
+	VMOVUPS      Y11, 64(AX)
+	VFMADD231PS  64(R10), Y11, Y5
+	VMULPS       96(AX), Y0, Y11
+	VMOVUPS      Y11, 96(AX)
+	VFMADD231PS  96(R10), Y11, Y6
+	VMULPS       128(AX), Y0, Y11
+	VMOVUPS      Y11, 128(AX)
+	VFMADD231PS  128(R10), Y11, Y7
+	VMULPS       160(AX), Y0, Y11
+	VMOVUPS      Y11, 160(AX)
+	VFMADD231PS  160(R10), Y11, Y8
+	VMULPS       192(AX), Y0, Y11
+	VMOVUPS      Y11, 192(AX)
+	VFMADD231PS  192(R10), Y11, Y9
+	VMULPS       224(AX), Y0, Y11
+	VMOVUPS      Y11, 224(AX)
+	VFMADD231PS  224(R10), Y11, Y10
+	ADDQ         $0x00000100, AX
+	ADDQ         $0x00000100, R10
+	DECQ         R11
+	JNZ          decay
+	VMOVSS       (SI), X11
+	VADDPS       Y7, Y3, Y3
+	VADDPS       Y9, Y5, Y5
+	VADDPS       Y5, Y3, Y3
+	VADDPS       Y8, Y4, Y4
+	VADDPS       Y10, Y6, Y6
+	VADDPS       Y6, Y4, Y4
+	VADDPS       Y4, Y3, Y3
+	VEXTRACTF128 $0x01, Y3, X4
+	VADDPS       X3, X4, X4
+	VMOVHLPS     X4, X4, X3
+	VADDPS       X3, X4, X4
+	VMOVSHDUP    X4, X3
+	VADDSS       X3, X4, X4
+	VSUBSS       X4, X11, X11
+	VMULSS       X1, X11, X11
+	VBROADCASTSS X11, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+	VXORPS       Y6, Y6, Y6
+	VXORPS       Y7, Y7, Y7
+	VXORPS       Y8, Y8, Y8
+	VXORPS       Y9, Y9, Y9
+	VXORPS       Y10, Y10, Y10
+	VXORPS       Y11, Y11, Y11
+	MOVQ         R9, AX
+	MOVQ         CX, R10
+	MOVQ         BX, R9
+	MOVQ         DX, R11
+
+update:
+	VMOVUPS      (AX), Y12
+	VFMADD231PS  (R10), Y3, Y12
+	VMOVUPS      Y12, (AX)
+	VFMADD231PS  (R9), Y12, Y4
+	VMOVUPS      32(AX), Y12
+	VFMADD231PS  32(R10), Y3, Y12
+	VMOVUPS      Y12, 32(AX)
+	VFMADD231PS  32(R9), Y12, Y5
+	VMOVUPS      64(AX), Y12
+	VFMADD231PS  64(R10), Y3, Y12
+	VMOVUPS      Y12, 64(AX)
+	VFMADD231PS  64(R9), Y12, Y6
+	VMOVUPS      96(AX), Y12
+	VFMADD231PS  96(R10), Y3, Y12
+	VMOVUPS      Y12, 96(AX)
+	VFMADD231PS  96(R9), Y12, Y7
+	VMOVUPS      128(AX), Y12
+	VFMADD231PS  128(R10), Y3, Y12
+	VMOVUPS      Y12, 128(AX)
+	VFMADD231PS  128(R9), Y12, Y8
+	VMOVUPS      160(AX), Y12
+	VFMADD231PS  160(R10), Y3, Y12
+	VMOVUPS      Y12, 160(AX)
+	VFMADD231PS  160(R9), Y12, Y9
+	VMOVUPS      192(AX), Y12
+	VFMADD231PS  192(R10), Y3, Y12
+	VMOVUPS      Y12, 192(AX)
+	VFMADD231PS  192(R9), Y12, Y10
+	VMOVUPS      224(AX), Y12
+	VFMADD231PS  224(R10), Y3, Y12
+	VMOVUPS      Y12, 224(AX)
+	VFMADD231PS  224(R9), Y12, Y11
+	ADDQ         $0x00000100, AX
+	ADDQ         $0x00000100, R10
+	ADDQ         $0x00000100, R9
+	DECQ         R11
+	JNZ          update
+	VADDPS       Y8, Y4, Y4
+	VADDPS       Y10, Y6, Y6
+	VADDPS       Y6, Y4, Y4
+	VADDPS       Y9, Y5, Y5
+	VADDPS       Y11, Y7, Y7
+	VADDPS       Y7, Y5, Y5
+	VADDPS       Y5, Y4, Y4
+	VEXTRACTF128 $0x01, Y4, X3
+	VADDPS       X4, X3, X3
+	VMOVHLPS     X3, X3, X4
+	VADDPS       X4, X3, X3
+	VMOVSHDUP    X3, X4
+	VADDSS       X4, X3, X3
+	VMULSS       X2, X3, X3
+	VMOVSS       X3, (R8)
+	ADDQ         $0x04, R8
+	ADDQ         $0x04, SI
+	DECQ         DI
+	JNZ          row
 
 done:
 	VZEROUPPER

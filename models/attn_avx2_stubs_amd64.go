@@ -41,18 +41,14 @@ func attnRoundF16AVX2(x []float32)
 //go:noescape
 func attnToF16AVX2(dst []uint16, src []float32)
 
-// deltaScaleAVX2 multiplies every value of x by s, each product rounded once; len(x) is a
-// multiple of 8.
+// deltaStepAVX2 moves each row r < len(v) of m (rows of len(k) values) by one token of the
+// gated delta rule, as deltaStepGo: the row times decay, then plus k times (v[r] - the row's
+// dot with k) * beta, and out[r] = its dot with q (len(k) values) times scale; the dot
+// products are quant.DotF32Vec's. len(k) is a positive multiple of 64; m holds len(v) rows
+// and out len(v) values.
 //
 //go:noescape
-func deltaScaleAVX2(x []float32, s float32)
-
-// deltaRank1AVX2 adds to row r of m (rows of len(k) values) k times d[r], each value a fused
-// multiply-add rounded once, for every r < len(d); len(k) is a multiple of 8 and len(m) at
-// least len(d)*len(k).
-//
-//go:noescape
-func deltaRank1AVX2(m []float32, k []float32, d []float32)
+func deltaStepAVX2(m []float32, k []float32, q []float32, v []float32, out []float32, decay float32, beta float32, scale float32)
 
 // deltaConv4AVX2 sets out[c], for c < n = len(out), to the fused multiply-adds from +0 of
 // x[k*n+c] by w[k*n+c] for k = 0, 1, 2, 3, each rounded once; n is a multiple of 8 and x and

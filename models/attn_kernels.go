@@ -69,36 +69,47 @@ var (
 	roundF16 = roundF16Go
 	toF16    = toF16Go
 
-	// scaleF32 multiplies every value of x by s (a DeltaNet head's decay), and rank1F32
-	// adds to row r of m (rows of len(k) values) k times d[r], each value quant.FMA32 (its
-	// delta-rule update): the recurrence's elementwise steps, lane by lane.
-	scaleF32 = scaleF32Go
-	rank1F32 = rank1F32Go
+	// deltaStep moves a DeltaNet head's state m (a row of len(k) values for each of the len(v)
+	// rows, its transposed columns) by one token: each row decays (times decay, rounded once),
+	// then adds k times (v[r] - its dot with k) * beta (each value quant.FMA32), and out[r]
+	// gets its dot with q times scale; the dot products are quant.DotF32Vec's (ggml's
+	// gated_delta_net on the CPU, row by row).
+	deltaStep = deltaStepGo
 
 	// convolveOut writes the causal convolution of a DeltaNet layer's T rows of qkv, after
 	// the state's last ConvK-1 rows, to conv (deltanet.go's convolve, whose sums it is).
 	convolveOut = convolveOutGo
 )
 
+func deltaStepGo(m, k, q, v, out []float32, decay, beta, scale float32) {
+	n := len(k)
+	_ = m[:len(v)*n]
+	for r := range v {
+		row := m[r*n : (r+1)*n]
+		scaleF32Go(row, decay)
+		madF32Go(row, k, (v[r]-quant.DotF32Vec(row, k))*beta)
+		out[r] = quant.DotF32Vec(row, q) * scale
+	}
+}
+
+// scaleF32Go multiplies every value of x by s, each product rounded once (ggml_vec_scale_f32).
 func scaleF32Go(x []float32, s float32) {
 	for i := range x {
 		x[i] *= s
 	}
 }
 
-func rank1F32Go(m, k, d []float32) {
-	n := len(k)
-	_ = m[:len(d)*n]
-	for r, dv := range d {
-		mr, dr := m[r*n:(r+1)*n], float64(dv)
-		for i := range mr {
-			// quant.FMA32 with its common case inlined: the float64 product is exact, and the
-			// sum rounds to float32 as once unless it lies halfway.
-			if v := float64(k[i])*dr + float64(mr[i]); uint32(math.Float64bits(v))<<3 != 1<<31 {
-				mr[i] = float32(v)
-			} else {
-				mr[i] = fma32(k[i], dv, mr[i])
-			}
+// madF32Go adds k times d to m, each value quant.FMA32 (ggml_vec_mad_f32).
+func madF32Go(m, k []float32, d float32) {
+	m = m[:len(k)]
+	dd := float64(d)
+	for i := range m {
+		// quant.FMA32 with its common case inlined: the float64 product is exact, and the
+		// sum rounds to float32 as once unless it lies halfway.
+		if v := float64(k[i])*dd + float64(m[i]); uint32(math.Float64bits(v))<<3 != 1<<31 {
+			m[i] = float32(v)
+		} else {
+			m[i] = fma32(k[i], d, m[i])
 		}
 	}
 }

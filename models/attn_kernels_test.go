@@ -6,6 +6,7 @@ import (
 	"github.com/commit-run/commit-run/device"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/commit-run/commit-run/quant"
@@ -569,53 +570,83 @@ func TestExpInPlace(t *testing.T) {
 	}
 }
 
-// checkDelta runs the DeltaNet recurrence's elementwise steps (the assembly where the CPU has
-// it) against their Go loops on a state of len(d) rows of len(k) values.
-func checkDelta(t *testing.T, m, k, d []float32, s float32) {
+// checkDelta runs one token of the DeltaNet recurrence (the assembly where the CPU has it)
+// against deltaStepGo, and deltaStepGo against ggml's gated_delta_net as it sweeps the whole
+// head (ggmlDeltaStep), on a state of len(v) rows of len(k) values: the states and outputs
+// bit for bit.
+func checkDelta(t *testing.T, m, k, q, v []float32, decay, beta, scale float32) {
 	t.Helper()
-	got, want := append([]float32(nil), m...), append([]float32(nil), m...)
-	scaleF32(got, s)
-	scaleF32Go(want, s)
-	sameFloats(t, fmt.Sprintf("scaleF32 of %d values", len(m)), got, want)
-	rank1F32(got, k, d)
-	rank1F32Go(want, k, d)
-	sameFloats(t, fmt.Sprintf("rank1F32 of %d rows of %d", len(d), len(k)), got, want)
+	what := fmt.Sprintf("%d rows of %d", len(v), len(k))
+	got, want, ggml := slices.Clone(m), slices.Clone(m), slices.Clone(m)
+	gotOut, wantOut, ggmlOut := make([]float32, len(v)), make([]float32, len(v)), make([]float32, len(v))
+	deltaStep(got, k, q, v, gotOut, decay, beta, scale)
+	deltaStepGo(want, k, q, v, wantOut, decay, beta, scale)
+	ggmlDeltaStep(ggml, k, q, v, ggmlOut, decay, beta, scale)
+	sameFloats(t, "deltaStep's state, "+what, got, want)
+	sameFloats(t, "deltaStep's output, "+what, gotOut, wantOut)
+	sameFloats(t, "deltaStepGo's state against ggml's order, "+what, want, ggml)
+	sameFloats(t, "deltaStepGo's output against ggml's order, "+what, wantOut, ggmlOut)
+}
+
+// ggmlDeltaStep is ggml_compute_forward_gated_delta_net's token: the whole head decayed, every
+// row's delta, the whole head's rank-1 update, then every row's output.
+func ggmlDeltaStep(m, k, q, v, out []float32, decay, beta, scale float32) {
+	n := len(k)
+	scaleF32Go(m, decay)
+	delta := make([]float32, len(v))
+	dotsF32Go(delta, k, m, n, 1)
+	for r := range delta {
+		delta[r] = (v[r] - delta[r]) * beta
+	}
+	for r, d := range delta {
+		madF32Go(m[r*n:(r+1)*n], k, d)
+	}
+	dotsF32Go(out, q, m, n, scale)
 }
 
 func TestDeltaKernels(t *testing.T) {
 	r := rand.New(rand.NewPCG(61, 62))
-	for _, n := range []int{1, 7, 8, 16, 33, 128, 256} {
+	for _, n := range []int{1, 7, 8, 16, 33, 64, 128, 192, 256} {
 		for _, special := range []bool{false, true} {
-			m := randFloats(r, n*n, 1, special)
-			checkDelta(t, m, randFloats(r, n, 1, special), randFloats(r, n, 0.3, special), 0.93)
+			checkDelta(t, randFloats(r, n*n, 1, special), randFloats(r, n, 1, special), randFloats(r, n, 1, special),
+				randFloats(r, n, 1, special), 0.93, 0.4, 0.088)
 		}
 	}
-	// A product that float32 cannot hold, whose fused sum with m keeps what an unfused one
-	// loses ((1+2^-23)^2 - (1+2^-22) = 2^-46), and sums that land halfway between two
-	// float32 values (1 + 2^-24 on 1), where rounding through float64 twice would go wrong.
-	k := []float32{0x1.000002p0, 0x1p-12, 3, 0x1p-24, 1, 1, 1, 1}
-	d := []float32{0x1.000002p0, 0x1p-12}
-	m := []float32{-0x1.000004p0, -1, 0x1p24, 1, 1, 3, -0x1p-30, 0, 1, 1, 1, 1, 1, 1, 1, 1}
-	got := append([]float32(nil), m...)
-	rank1F32(got, k, d)
-	if got[0] != 0x1p-46 {
-		t.Errorf("rank1F32's fused multiply-add gave %g, want 2^-46", got[0])
+	// A product that float32 cannot hold, whose fused sum with the state keeps what an
+	// unfused one loses: row 0's dot with k is -(1+2^-22)(1+2^-23), rounded to
+	// -(1+3*2^-23), so its delta is exactly 1+2^-23, and its value becomes
+	// (1+2^-23)^2 - (1+2^-22) = 2^-46, which its dot with q passes to the output. Row 1's
+	// dot with k is 0.5, its delta 2^-23, and its value 1 moves to 1 + 2^-24, halfway
+	// between two float32 values, which rounds to the even one, 1.
+	const n = 64
+	m, k, q, v := make([]float32, 2*n), make([]float32, n), make([]float32, n), []float32{-0x1p-22, 0x1.000004p-1}
+	m[0], k[0], q[0] = -0x1.000004p0, 0x1.000002p0, 1
+	m[n+3], k[3] = 1, 0.5
+	out := make([]float32, 2)
+	got := slices.Clone(m)
+	deltaStep(got, k, q, v, out, 1, 1, 1)
+	if got[0] != 0x1p-46 || out[0] != 0x1p-46 {
+		t.Errorf("deltaStep's fused multiply-add gave %g and output %g, want 2^-46", got[0], out[0])
 	}
-	checkDelta(t, m, k, d, 1)
+	if got[n+3] != 1 {
+		t.Errorf("deltaStep rounded 1 + 2^-24 to %g, want 1", got[n+3])
+	}
+	checkDelta(t, m, k, q, v, 1, 1, 1)
 }
 
 func FuzzDeltaKernels(f *testing.F) {
-	f.Add(seedBytes(71, 8*8+8+8, 1), uint8(8))
-	f.Add(seedBytes(72, 16*3+16+3, 3), uint8(16))
-	f.Fuzz(func(t *testing.T, data []byte, cols uint8) {
+	f.Add(seedBytes(71, 64*3+64*2+3+3, 1), uint8(0))
+	f.Add(seedBytes(72, 16*3+16*2+3+3, 3), uint8(4))
+	f.Fuzz(func(t *testing.T, data []byte, size uint8) {
 		x := floatsOf(data)
-		n := 1 + int(cols)%40
-		rows := (len(x) - n - 1) / (n + 1)
+		n := []int{64, 128, 192, 8, 33}[int(size)%5]
+		rows := (len(x) - 2*n - 3) / (n + 1)
 		if rows < 1 {
 			return
 		}
-		m, k, d := x[:rows*n], x[rows*n:rows*n+n], x[rows*n+n:rows*n+n+rows]
-		checkDelta(t, m, k, d, x[len(x)-1])
+		m, k, q, v := x[:rows*n], x[rows*n:rows*n+n], x[rows*n+n:rows*n+2*n], x[rows*n+2*n:rows*n+2*n+rows]
+		e := x[len(x)-3:]
+		checkDelta(t, m, k, q, v, e[0], e[1], e[2])
 	})
 }
 

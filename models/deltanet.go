@@ -188,9 +188,6 @@ var deltaJobPool = sync.Pool{New: func() any {
 	return j
 }}
 
-// deltaScratch holds a head's delta vector.
-var deltaScratch = sync.Pool{New: func() any { return new([]float32) }}
-
 // head runs value head h over the job's tokens: ggml's gated_delta_net on the CPU, with the
 // state kept transposed (row j of M is column j of S) and its sums as ggml_vec_dot_f32's.
 func (j *deltaJob) head(h int) {
@@ -198,30 +195,17 @@ func (j *deltaJob) head(h int) {
 	n, ch, hv := l.HeadDim, l.Channels(), l.VHeads
 	kh := h % l.KHeads
 	M := j.st.S[h*n*n : (h+1)*n*n]
-	dp := deltaScratch.Get().(*[]float32)
-	delta := grow(dp, n)
 	scale := 1 / float32(math.Sqrt(float64(n)))
-	// The rows' dot products are attention scores with M's rows as keys (dotsF32: each
-	// quant.DotF32Vec, in AVX2 where the CPU has it; a scale of 1 changes no bit).
 	for t := 0; t < j.T; t++ {
 		row := j.conv[t*ch : (t+1)*ch]
 		q := row[kh*n : (kh+1)*n]
 		k := row[(l.KHeads+kh)*n : (l.KHeads+kh+1)*n]
 		v := row[(2*l.KHeads+h)*n : (2*l.KHeads+h+1)*n]
-		beta := j.beta[t*hv+h]
-		decay := expf(j.g[t*hv+h])
-		scaleF32(M, decay)
-		dotsF32(delta, k, M, n, 1)
-		for r := 0; r < n; r++ {
-			delta[r] = (v[r] - delta[r]) * beta
-		}
-		rank1F32(M, k, delta[:n])
-		dotsF32(j.out[(t*hv+h)*n:][:n], q, M, n, scale)
+		deltaStep(M, k, q, v, j.out[(t*hv+h)*n:][:n], expf(j.g[t*hv+h]), j.beta[t*hv+h], scale)
 		if j.snap != nil && t == j.T-2 {
 			copy(j.snap.S[h*n*n:(h+1)*n*n], M)
 		}
 	}
-	deltaScratch.Put(dp)
 }
 
 // softplus is ggml's: x above 20, else log(1 + e^x).

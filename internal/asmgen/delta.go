@@ -6,15 +6,14 @@ import (
 	. "github.com/mmcloughlin/avo/reg"
 )
 
-// The gated DeltaNet layer's elementwise steps, in the attn set: the decay of a head's state
-// and its rank-1 delta-rule update (models.deltaJob.head), and the causal convolution before
-// them (models.convolve). All are lane by lane, so the assembly's results are the Go loops' bit
-// for bit: a float32 product rounded once, and a fused multiply-add rounded once (the Go
-// loops' fma32).
+// The gated DeltaNet layer's recurrence, a token at a time (models.deltaJob.head), and the
+// causal convolution before it (models.convolve). The recurrence's dot products are
+// ggml_vec_dot_f32's on AVX-512 (attnSteps64, attnFold), its decay a float32 product rounded
+// once and its update a fused multiply-add rounded once, so the assembly's results are the Go
+// reference's bit for bit.
 
 func deltaKernels() {
-	deltaScaleKernel()
-	deltaRank1Kernel()
+	deltaStepKernel()
 	deltaConvKernel()
 }
 
@@ -59,57 +58,83 @@ func deltaConvKernel() {
 	attnEnd()
 }
 
-func deltaScaleKernel() {
-	attnText("deltaScaleAVX2", "func(x []float32, s float32)",
-		"deltaScaleAVX2 multiplies every value of x by s, each product rounded once; len(x) is a\nmultiple of 8.")
-	xp := Load(Param("x").Base(), GP64())
-	n := Load(Param("x").Len(), GP64())
-	sx := Load(Param("s"), XMM())
-	s := YMM()
-	VBROADCASTSS(sx, s)
-	SHRQ(U8(3), n)
-	JZ(LabelRef("done"))
-	Label("loop")
-	t := YMM()
-	VMULPS(attnAt(xp, 0), s, t)
-	VMOVUPS(t, attnAt(xp, 0))
-	ADDQ(U8(32), xp)
-	DECQ(n)
-	JNZ(LabelRef("loop"))
-	Label("done")
-	attnEnd()
-}
-
-func deltaRank1Kernel() {
-	attnText("deltaRank1AVX2", "func(m, k, d []float32)",
-		"deltaRank1AVX2 adds to row r of m (rows of len(k) values) k times d[r], each value a fused\n"+
-			"multiply-add rounded once, for every r < len(d); len(k) is a multiple of 8 and len(m) at\n"+
-			"least len(d)*len(k).")
+// deltaStepKernel: one token of a head, row by row. A row (a column of the state) moves by
+// its own dot products alone, so each is decayed and dotted with k in one sweep, then updated
+// and dotted with q in a second while it is still in the L1 cache: the state is read from
+// memory once a token, where a step per sweep of the whole head read it four times.
+func deltaStepKernel() {
+	attnText("deltaStepAVX2", "func(m, k, q, v, out []float32, decay, beta, scale float32)",
+		"deltaStepAVX2 moves each row r < len(v) of m (rows of len(k) values) by one token of the\n"+
+			"gated delta rule, as deltaStepGo: the row times decay, then plus k times (v[r] - the row's\n"+
+			"dot with k) * beta, and out[r] = its dot with q (len(k) values) times scale; the dot\n"+
+			"products are quant.DotF32Vec's. len(k) is a positive multiple of 64; m holds len(v) rows\n"+
+			"and out len(v) values.")
 	mp := Load(Param("m").Base(), GP64())
 	kb := Load(Param("k").Base(), GP64())
-	nk := Load(Param("k").Len(), GP64())
-	dp := Load(Param("d").Base(), GP64())
-	rows := Load(Param("d").Len(), GP64())
-	SHRQ(U8(3), nk)
+	steps := Load(Param("k").Len(), GP64())
+	qb := Load(Param("q").Base(), GP64())
+	vp := Load(Param("v").Base(), GP64())
+	rows := Load(Param("v").Len(), GP64())
+	op := Load(Param("out").Base(), GP64())
+	dx := Load(Param("decay"), XMM())
+	bx := Load(Param("beta"), XMM())
+	sx := Load(Param("scale"), XMM())
+	dec := YMM()
+	VBROADCASTSS(dx, dec)
+	SHRQ(U8(6), steps)
 	JZ(LabelRef("done"))
 	TESTQ(rows, rows)
 	JZ(LabelRef("done"))
+	row, ki, qi, c := GP64(), GP64(), GP64(), GP64()
+
 	Label("row")
-	dr := YMM()
-	VBROADCASTSS(attnAt(dp, 0), dr)
-	kp, c := GP64(), GP64()
-	MOVQ(kb, kp)
-	MOVQ(nk, c)
-	Label("loop")
-	t := YMM()
-	VMOVUPS(attnAt(mp, 0), t)
-	VFMADD231PS(attnAt(kp, 0), dr, t) // t = k*d + t
-	VMOVUPS(t, attnAt(mp, 0))
-	ADDQ(U8(32), mp)
-	ADDQ(U8(32), kp)
+	MOVQ(mp, row)
+	// The decay and the dot with k: acc[i] += (m*decay) * k, m*decay stored back.
+	acc := attnZeros(8)
+	MOVQ(kb, ki)
+	MOVQ(steps, c)
+	Label("decay")
+	for i := 0; i < 8; i++ {
+		t := YMM()
+		VMULPS(attnAt(mp, 32*i), dec, t)
+		VMOVUPS(t, attnAt(mp, 32*i))
+		VFMADD231PS(attnAt(ki, 32*i), t, acc[i])
+	}
+	ADDQ(U32(256), mp)
+	ADDQ(U32(256), ki)
 	DECQ(c)
-	JNZ(LabelRef("loop"))
-	ADDQ(U8(4), dp)
+	JNZ(LabelRef("decay"))
+	// delta = (v[r] - dot) * beta, each rounded once.
+	d := XMM()
+	VMOVSS(attnAt(vp, 0), d)
+	VSUBSS(attnFold(acc), d, d)
+	VMULSS(bx, d, d)
+	dr := YMM()
+	VBROADCASTSS(d, dr)
+	// The update and the dot with q: m = k*delta + m fused, acc[i] += m * q.
+	acc = attnZeros(8)
+	MOVQ(row, mp)
+	MOVQ(kb, ki)
+	MOVQ(qb, qi)
+	MOVQ(steps, c)
+	Label("update")
+	for i := 0; i < 8; i++ {
+		t := YMM()
+		VMOVUPS(attnAt(mp, 32*i), t)
+		VFMADD231PS(attnAt(ki, 32*i), dr, t)
+		VMOVUPS(t, attnAt(mp, 32*i))
+		VFMADD231PS(attnAt(qi, 32*i), t, acc[i])
+	}
+	ADDQ(U32(256), mp)
+	ADDQ(U32(256), ki)
+	ADDQ(U32(256), qi)
+	DECQ(c)
+	JNZ(LabelRef("update"))
+	y := attnFold(acc)
+	VMULSS(sx, y, y)
+	VMOVSS(y, attnAt(op, 0))
+	ADDQ(U8(4), op)
+	ADDQ(U8(4), vp)
 	DECQ(rows)
 	JNZ(LabelRef("row"))
 	Label("done")
