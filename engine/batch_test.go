@@ -415,21 +415,35 @@ func TestBatchJoinsPromptly(t *testing.T) {
 		defer ss[i].Close()
 	}
 	opts := engine.GenerateOptions{MaxTokens: 48, IgnoreEOS: true, Sampler: engine.SamplerOptions{Greedy: true}}
-	for round := range 3 {
-		var wg sync.WaitGroup
-		for i, s := range ss {
-			wg.Go(func() {
-				if _, err := s.Generate(context.Background(), []int32{1, 2, int32(3 + 2*round + i)}, opts); err != nil {
-					t.Error(err)
-				}
-			})
+	// rowsAStep runs three rounds of the two sequences and returns their mean rows a step.
+	rowsAStep := func(try int) (float64, int64) {
+		before, _ := m.BatchStats()
+		for round := range 3 {
+			var wg sync.WaitGroup
+			for i, s := range ss {
+				wg.Go(func() {
+					if _, err := s.Generate(context.Background(), []int32{1, 2, int32(3 + 2*round + i + 8*try)}, opts); err != nil {
+						t.Error(err)
+					}
+				})
+			}
+			wg.Wait()
 		}
-		wg.Wait()
+		st, _ := m.BatchStats()
+		return float64(st.Rows-before.Rows) / float64(st.Passes-before.Passes), st.Passes - before.Passes
 	}
-	st, _ := m.BatchStats()
-	mean := float64(st.Rows) / float64(st.Passes)
-	t.Logf("%.2f rows a step", mean)
-	if mean < 1.7 {
-		t.Errorf("two sequences started together decoded %.2f rows a step (%d steps), want nearly 2", mean, st.Passes)
+	// Alone on the machine this gives 1.97-1.99 rows a step; the scheduling it guards
+	// against gave 1.14-1.45. A test binary beside it on two busy cores can hold the second
+	// session off its thread past a step's grace (1.52 was seen once), so the best of three
+	// tries counts: the fault fails every try, the load one at a time.
+	var got []string
+	for try := range 3 {
+		mean, passes := rowsAStep(try)
+		t.Logf("try %d: %.2f rows a step (%d steps)", try, mean, passes)
+		if mean >= 1.7 {
+			return
+		}
+		got = append(got, fmt.Sprintf("%.2f (%d steps)", mean, passes))
 	}
+	t.Errorf("two sequences started together decoded %s rows a step in three tries, want nearly 2", strings.Join(got, ", "))
 }
