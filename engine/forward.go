@@ -307,11 +307,20 @@ func (m *Model) chargeAttention(i, T, pos0 int) {
 	}
 	c := m.arch.Config
 	if r, ok := m.arch.Layers[i].Attn.(models.Recurrent); ok {
-		// A recurrent layer reads and writes its state once per token (the fused kernel's
-		// traffic) and does about six operations per state value: decay, the delta's and
-		// the output's dot products, the update.
-		_, state := r.StateDims()
-		m.charger.Charge("attention", 8*float64(T)*float64(state), 6*float64(T)*float64(state))
+		// A recurrent layer reads and writes its states once a pass: the device's recurrence
+		// (cuda's deltanet_rec_f32) keeps each row of a head's state in registers from the
+		// pass's first token to its last. Each token's rows go through the convolution (qkv
+		// in, conv out), the q and k norms (in place), the recurrence (conv in, the output
+		// out) and the gated norm (the output and z in, the output out). About six operations
+		// per state value a token: decay, the delta's and the output's dot products, the
+		// update.
+		conv, state := r.StateDims()
+		bytes := 8 * float64(conv+state)
+		if d, ok := r.(*models.DeltaNet); ok {
+			vd := d.VHeads * d.HeadDim
+			bytes += 4 * float64(T) * float64(3*d.Channels()+4*d.KHeads*d.HeadDim+4*vd)
+		}
+		m.charger.Charge("attention", bytes, 6*float64(T)*float64(state))
 		return
 	}
 	kd, vd := m.arch.Layers[i].Attn.CacheDims()

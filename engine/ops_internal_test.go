@@ -79,3 +79,45 @@ func TestChargedOps(t *testing.T) {
 		m.Close()
 	}
 }
+
+// TestChargedRecurrence: on a device that prices work, a DeltaNet layer's pass is charged its
+// states once (the device's recurrence keeps them in registers through the pass) and each
+// token's rows through its four kernels, and a token's work for every token.
+func TestChargedRecurrence(t *testing.T) {
+	spec, err := synth.GoldenSpec("qwen35moe-f32")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "qwen35moe.gguf")
+	if _, err := synth.WriteFile(spec, path); err != nil {
+		t.Fatal(err)
+	}
+	m, err := Open(path, Options{Device: "sim:rtx4090", Threads: 1, ContextLength: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	layer := -1
+	for i, l := range m.arch.Layers {
+		if _, ok := l.Attn.(*models.DeltaNet); ok {
+			layer = i
+			break
+		}
+	}
+	if layer < 0 {
+		t.Fatal("qwen35moe-f32 has no DeltaNet layer")
+	}
+	d := m.arch.Layers[layer].Attn.(*models.DeltaNet)
+	conv, state := d.StateDims()
+	perToken := 4 * float64(3*d.Channels()+4*d.KHeads*d.HeadDim+4*d.VHeads*d.HeadDim)
+	for _, T := range []int{1, 64} {
+		var c charges
+		m.charger = &c
+		m.chargeAttention(layer, T, 0)
+		wantBytes, wantFlops := 8*float64(conv+state)+float64(T)*perToken, 6*float64(T)*float64(state)
+		if c.bytes != wantBytes || c.flops != wantFlops || !slices.Equal(c.kinds, []string{"attention"}) {
+			t.Errorf("%d tokens: charged %v, %v bytes, %v flops; want one attention kernel of %v bytes (the states once), %v flops",
+				T, c.kinds, c.bytes, c.flops, wantBytes, wantFlops)
+		}
+	}
+}
