@@ -86,8 +86,8 @@ func useAttnAVX2() {
 	convolveOut = convolveOutAVX2
 }
 
-// convMinTokens is the pass from which convolveOutAVX2 takes the assembly: it transposes the
-// layer's taps once per pass, which shorter passes (a decoded token's) would not repay.
+// convMinTokens is the pass from which convolveOutAVX2 takes the tap-major assembly: it
+// transposes the layer's taps once per pass, which shorter passes would not repay.
 const convMinTokens = 8
 
 // convScratch holds convolveOutAVX2's taps by tap and its first rows of inputs.
@@ -95,10 +95,16 @@ var convScratch = sync.Pool{New: func() any { return new([]float32) }}
 
 // convolveOutAVX2 computes a pass's 4-tap convolution tap-major, eight channels at a time
 // (deltaConv4AVX2): the taps transposed into rows, and the first K-1 outputs' inputs (the
-// state's rows, transposed, then qkv's first rows) gathered beside them. Other tap counts,
-// channel counts that are not a multiple of 8 and short passes take the Go loop.
+// state's rows, transposed, then qkv's first rows) gathered beside them. A decoded token
+// gathers its taps and inputs where they lie instead (deltaConv4TokenAVX2). Other tap counts,
+// channel counts that are not a multiple of 8 and passes of 2 to convMinTokens-1 tokens take
+// the Go loop.
 func convolveOutAVX2(l *device.DeltaNetLayer, state, qkv, conv []float32, T int) {
 	ch, K := l.Channels(), l.ConvK
+	if K == 4 && ch%8 == 0 && T == 1 {
+		deltaConv4TokenAVX2(conv[:ch], state[:3*ch], qkv[:ch], l.Conv[:4*ch])
+		return
+	}
 	if K != 4 || ch%8 != 0 || T < convMinTokens {
 		convolveOutGo(l, state, qkv, conv, T)
 		return

@@ -163,6 +163,18 @@ DATA attnmask<>+496(SB)/8, $0x0000000000000000
 DATA attnmask<>+504(SB)/8, $0x0000000000000000
 GLOBL attnmask<>(SB), RODATA|NOPTR, $512
 
+DATA attnstride3<>+0(SB)/8, $0x0000000300000000
+DATA attnstride3<>+8(SB)/8, $0x0000000900000006
+DATA attnstride3<>+16(SB)/8, $0x0000000f0000000c
+DATA attnstride3<>+24(SB)/8, $0x0000001500000012
+GLOBL attnstride3<>(SB), RODATA|NOPTR, $32
+
+DATA attnstride4<>+0(SB)/8, $0x0000000400000000
+DATA attnstride4<>+8(SB)/8, $0x0000000c00000008
+DATA attnstride4<>+16(SB)/8, $0x0000001400000010
+DATA attnstride4<>+24(SB)/8, $0x0000001c00000018
+GLOBL attnstride4<>(SB), RODATA|NOPTR, $32
+
 // func attnExpAVX2(dst []float32, x []float32)
 // Requires: AVX, AVX2, FMA3
 TEXT ·attnExpAVX2(SB), NOSPLIT, $0-48
@@ -698,6 +710,59 @@ loop:
 	ADDQ        $0x20, R10
 	ADDQ        $0x20, R11
 	ADDQ        $0x20, SI
+	DECQ        CX
+	JNZ         loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func deltaConv4TokenAVX2(out []float32, state []float32, x []float32, w []float32)
+// Requires: AVX, AVX2, FMA3
+TEXT ·deltaConv4TokenAVX2(SB), NOSPLIT, $0-96
+	MOVQ    out_base+0(FP), AX
+	MOVQ    out_len+8(FP), CX
+	MOVQ    state_base+24(FP), DX
+	MOVQ    x_base+48(FP), BX
+	MOVQ    w_base+72(FP), SI
+	VMOVDQU attnstride3<>+0(SB), Y0
+	VMOVDQU attnstride4<>+0(SB), Y1
+	SHRQ    $0x03, CX
+	JZ      done
+
+loop:
+	VXORPS      Y2, Y2, Y2
+	VPCMPEQD    Y3, Y3, Y3
+	VXORPS      Y4, Y4, Y4
+	VGATHERDPS  Y3, (SI)(Y1*4), Y4
+	VPCMPEQD    Y3, Y3, Y3
+	VXORPS      Y5, Y5, Y5
+	VGATHERDPS  Y3, (DX)(Y0*4), Y5
+	VFMADD231PS Y4, Y5, Y2
+	VPCMPEQD    Y3, Y3, Y3
+	VXORPS      Y4, Y4, Y4
+	VGATHERDPS  Y3, 4(SI)(Y1*4), Y4
+	VPCMPEQD    Y3, Y3, Y3
+	VXORPS      Y5, Y5, Y5
+	VGATHERDPS  Y3, 4(DX)(Y0*4), Y5
+	VFMADD231PS Y4, Y5, Y2
+	VPCMPEQD    Y3, Y3, Y3
+	VXORPS      Y4, Y4, Y4
+	VGATHERDPS  Y3, 8(SI)(Y1*4), Y4
+	VPCMPEQD    Y3, Y3, Y3
+	VXORPS      Y5, Y5, Y5
+	VGATHERDPS  Y3, 8(DX)(Y0*4), Y5
+	VFMADD231PS Y4, Y5, Y2
+	VMOVUPS     (BX), Y3
+	VPCMPEQD    Y4, Y4, Y4
+	VXORPS      Y5, Y5, Y5
+	VGATHERDPS  Y4, 12(SI)(Y1*4), Y5
+	VFMADD231PS Y5, Y3, Y2
+	VMOVUPS     Y2, (AX)
+	ADDQ        $0x20, AX
+	ADDQ        $0x20, BX
+	ADDQ        $0x60, DX
+	ADDQ        $0x00000080, SI
 	DECQ        CX
 	JNZ         loop
 

@@ -57,6 +57,13 @@ func deltaStepAVX2(m []float32, k []float32, q []float32, v []float32, out []flo
 //go:noescape
 func deltaConv4AVX2(out []float32, x []float32, w []float32)
 
+// deltaConv4TokenAVX2 sets out[c], for c < n = len(out), to the fused multiply-adds from +0
+// of state[3c], state[3c+1], state[3c+2] and x[c] by w[4c], ..., w[4c+3], each rounded once;
+// n is a multiple of 8, state holds 3n values and w 4n.
+//
+//go:noescape
+func deltaConv4TokenAVX2(out []float32, state []float32, x []float32, w []float32)
+
 // attnDotsAVX2 writes quant.DotF32Vec(k[p*stride:p*stride+len(q)] (widened), q) * scale to out[p] for
 // every p < len(out) (ggml_vec_dot_f32 on AVX-512, then a float32 product); k holds them all.
 //

@@ -662,8 +662,8 @@ func checkConvolve(t *testing.T, kh, vh, hd, K, T int, taps, state, qkv []float3
 	sameFloats(t, fmt.Sprintf("the convolution of %d channels, %d taps, %d tokens", ch, K, T), got, want)
 }
 
-// TestConvolveMatchesReference: DeltaNet's convolution, on the assembly from convMinTokens
-// tokens, gives the Go loop's bits, also where only a fused multiply-add keeps a product and
+// TestConvolveMatchesReference: DeltaNet's convolution, on the assembly for a decoded token
+// and from convMinTokens tokens, gives the Go loop's bits, also where only a fused multiply-add keeps a product and
 // where every product is -0 (a sum from +0 stays +0; one that started from the first product
 // would be -0).
 func TestConvolveMatchesReference(t *testing.T) {
@@ -677,27 +677,29 @@ func TestConvolveMatchesReference(t *testing.T) {
 			}
 		}
 	}
-	const T = 9
-	ch := 32
-	taps, state, qkv := make([]float32, ch*4), make([]float32, ch*3), make([]float32, ch*T)
-	for i := range state {
-		state[i] = -1
-	}
-	for i := range qkv {
-		qkv[i] = -1
-	}
-	// Channel 0's first output: (1+2^-22) - (1+2^-23)^2 = -2^-46, 0 unless fused.
-	taps[0*4+2], taps[0*4+3] = 1, -0x1.000002p0
-	state[0*3+2], qkv[0] = 0x1.000004p0, 0x1.000002p0
-	checkConvolve(t, 1, 2, 8, 4, T, taps, state, qkv)
-	out := make([]float32, T*ch)
-	convolveOut(&device.DeltaNetLayer{Conv: taps, KHeads: 1, VHeads: 2, HeadDim: 8, ConvK: 4}, state, qkv, out, T)
-	if out[0] != -0x1p-46 {
-		t.Errorf("the fused sum: %g, want -2^-46", out[0])
-	}
-	// Channel 1's taps are 0 and its inputs -1.
-	if out[1] != 0 || math.Signbit(float64(out[1])) {
-		t.Errorf("a sum of -0 products: %g (sign %v), want +0", out[1], math.Signbit(float64(out[1])))
+	// A decoded token (its own kernel) and a pass of the tap-major one.
+	for _, T := range []int{1, 9} {
+		ch := 32
+		taps, state, qkv := make([]float32, ch*4), make([]float32, ch*3), make([]float32, ch*T)
+		for i := range state {
+			state[i] = -1
+		}
+		for i := range qkv {
+			qkv[i] = -1
+		}
+		// Channel 0's first output: (1+2^-22) - (1+2^-23)^2 = -2^-46, 0 unless fused.
+		taps[0*4+2], taps[0*4+3] = 1, -0x1.000002p0
+		state[0*3+2], qkv[0] = 0x1.000004p0, 0x1.000002p0
+		checkConvolve(t, 1, 2, 8, 4, T, taps, state, qkv)
+		out := make([]float32, T*ch)
+		convolveOut(&device.DeltaNetLayer{Conv: taps, KHeads: 1, VHeads: 2, HeadDim: 8, ConvK: 4}, state, qkv, out, T)
+		if out[0] != -0x1p-46 {
+			t.Errorf("%d tokens: the fused sum: %g, want -2^-46", T, out[0])
+		}
+		// Channel 1's taps are 0 and its inputs -1.
+		if out[1] != 0 || math.Signbit(float64(out[1])) {
+			t.Errorf("%d tokens: a sum of -0 products: %g (sign %v), want +0", T, out[1], math.Signbit(float64(out[1])))
+		}
 	}
 }
 

@@ -141,10 +141,13 @@ func convolve(l *device.DeltaNetLayer, st, snap *device.DeltaNetState, qkv, conv
 		keep(st.Conv, T)
 		return
 	}
-	// Fewer new rows than the state holds: shift the old ones down, in place.
+	// Fewer new rows than the state holds: shift the old ones down, in place (value by value:
+	// a copy call per channel cost a decoded token more than its sums).
 	for c := 0; c < ch; c++ {
 		row := st.Conv[c*(K-1) : (c+1)*(K-1)]
-		copy(row, row[T:])
+		for j := 0; j < K-1-T; j++ {
+			row[j] = row[j+T]
+		}
 		for j := K - 1 - T; j < K-1; j++ {
 			row[j] = qkv[(j-(K-1-T))*ch+c]
 		}

@@ -119,6 +119,7 @@ var (
 	aNegInf, a127              Mem
 	aOneD                      Mem // float64 1
 	aMask                      Mem // 64 int32 -1 then 64 zeros: lane masks of a partial block
+	aStride3, aStride4         Mem // int32 0, 3, ..., 21 and 0, 4, ..., 28: eight channels' gathers
 )
 
 func attnTable(name string, b []byte) Mem {
@@ -164,6 +165,17 @@ func attnConsts() {
 		binary.LittleEndian.PutUint32(mask[4*i:], 0xffffffff)
 	}
 	aMask = attnTable("attnmask", mask)
+	for _, c := range []struct {
+		m    *Mem
+		name string
+		step uint32
+	}{{&aStride3, "attnstride3", 3}, {&aStride4, "attnstride4", 4}} {
+		b := make([]byte, 32)
+		for i := uint32(0); i < 8; i++ {
+			binary.LittleEndian.PutUint32(b[4*i:], i*c.step)
+		}
+		*c.m = attnTable(c.name, b)
+	}
 }
 
 func attnAt(base Register, disp int) Mem { return Mem{Base: base, Disp: disp} }

@@ -15,6 +15,7 @@ import (
 func deltaKernels() {
 	deltaStepKernel()
 	deltaConvKernel()
+	deltaConvTokenKernel()
 }
 
 // deltaConvKernel: a token's convolution over 4 taps, channel by channel in lanes, the taps'
@@ -52,6 +53,53 @@ func deltaConvKernel() {
 		ADDQ(U8(32), xs[k])
 		ADDQ(U8(32), ws[k])
 	}
+	DECQ(n)
+	JNZ(LabelRef("loop"))
+	Label("done")
+	attnEnd()
+}
+
+// deltaConvTokenKernel: a decoded token's convolution over 4 taps, eight channels at a time,
+// straight from the layouts the layer and its state keep: a channel's taps side by side
+// (gathered with a stride of 4) and its last three inputs side by side (a stride of 3), where
+// deltaConv4AVX2 needs both transposed first, which costs a decoded token more than the sums.
+func deltaConvTokenKernel() {
+	attnText("deltaConv4TokenAVX2", "func(out, state, x, w []float32)",
+		"deltaConv4TokenAVX2 sets out[c], for c < n = len(out), to the fused multiply-adds from +0\n"+
+			"of state[3c], state[3c+1], state[3c+2] and x[c] by w[4c], ..., w[4c+3], each rounded once;\n"+
+			"n is a multiple of 8, state holds 3n values and w 4n.")
+	op := Load(Param("out").Base(), GP64())
+	n := Load(Param("out").Len(), GP64())
+	sp := Load(Param("state").Base(), GP64())
+	xp := Load(Param("x").Base(), GP64())
+	wp := Load(Param("w").Base(), GP64())
+	i3, i4 := YMM(), YMM()
+	VMOVDQU(aStride3, i3)
+	VMOVDQU(aStride4, i4)
+	SHRQ(U8(3), n)
+	JZ(LabelRef("done"))
+	Label("loop")
+	acc := YMM()
+	VXORPS(acc, acc, acc)
+	// gather loads lane i of dst from base+disp + 4*idx[i]; it clears its mask.
+	gather := func(base Register, disp int, idx VecVirtual) VecVirtual {
+		m, t := YMM(), YMM()
+		VPCMPEQD(m, m, m)
+		VXORPS(t, t, t)
+		VGATHERDPS(m, Mem{Base: base, Disp: disp, Index: idx, Scale: 4}, t)
+		return t
+	}
+	for k := 0; k < 3; k++ {
+		VFMADD231PS(gather(wp, 4*k, i4), gather(sp, 4*k, i3), acc) // acc = state*w + acc
+	}
+	x := YMM()
+	VMOVUPS(attnAt(xp, 0), x)
+	VFMADD231PS(gather(wp, 12, i4), x, acc)
+	VMOVUPS(acc, attnAt(op, 0))
+	ADDQ(U8(32), op)
+	ADDQ(U8(32), xp)
+	ADDQ(U8(96), sp)
+	ADDQ(U32(128), wp)
 	DECQ(n)
 	JNZ(LabelRef("loop"))
 	Label("done")
