@@ -433,9 +433,10 @@ func TestBatchJoinsPromptly(t *testing.T) {
 		return float64(st.Rows-before.Rows) / float64(st.Passes-before.Passes), st.Passes - before.Passes
 	}
 	// Alone on the machine this gives 1.97-1.99 rows a step; the scheduling it guards
-	// against gave 1.14-1.45. A test binary beside it on two busy cores can hold the second
-	// session off its thread past a step's grace (1.52 was seen once), so the best of three
-	// tries counts: the fault fails every try, the load one at a time.
+	// against gave 1.06-1.54 in every try, never 1.7. A test binary beside it on two busy
+	// cores can hold the second session off its thread past a step's grace (1.52 was seen
+	// once), so the best of three tries counts: the fault fails every try, the load one at a
+	// time.
 	var got []string
 	for try := range 3 {
 		mean, passes := rowsAStep(try)
