@@ -34,6 +34,10 @@ type GPUOptions struct {
 	// HostRates price Host's expert kernels (cpu-miss): what the device's Planner weighs a
 	// copy against. Zero rates take the device package's defaults.
 	HostRates device.HostRates
+	// ProfileKernels times every kernel launched outside a captured step between timing
+	// events of its own (KernelProfile): two events a launch, for finding where a token's
+	// time goes, not for timing it.
+	ProfileKernels bool
 }
 
 // mmvKernels name the matrix-vector kernel of each weight type.
@@ -115,7 +119,8 @@ type GPU struct {
 	opened    time.Time        // the Planner's time origin
 	hostRates device.HostRates // the Planner's, defaults filled
 
-	timing computeTimer // the compute stream's marks and waits for copies (timing.go)
+	timing computeTimer   // the compute stream's marks and waits for copies (timing.go)
+	prof   kernelProfiler // every launch's device time, with GPUOptions.ProfileKernels (profile.go)
 
 	fns      map[string]*Function // the Ops' kernels, found on first use (under mu)
 	ring     DevicePtr            // the Ops' parameters (under mu; ops.go)
@@ -185,6 +190,7 @@ func Open(o GPUOptions) (*GPU, error) {
 	g := &GPU{drv: drv, ctx: ctx, info: info, host: o.Host, mmv: map[quant.Type]*Function{}, mmq: map[quant.Type]*Function{}, mmvq: map[quant.Type]*Function{},
 		mmqi: map[quant.Type]*Function{},
 		fns:  map[string]*Function{}, opened: time.Now(), hostRates: rates}
+	g.prof.on = o.ProfileKernels
 	if err := g.open(o); err != nil {
 		g.Close()
 		return nil, fmt.Errorf("device %s (%s): %w", name, info.Name, err)
@@ -294,6 +300,7 @@ func (g *GPU) Close() error {
 	g.copies, g.timers = nil, nil
 	g.copyMu.Unlock()
 	errs = append(errs, g.closeTiming()...)
+	errs = append(errs, g.closeProfile()...)
 	for _, s := range []*Stream{g.compute, g.copy} {
 		if s != nil {
 			errs = append(errs, s.Destroy())
@@ -781,7 +788,7 @@ func (g *GPU) launchMatMul(fn *Function, mmq bool, w quant.Matrix, wp, xp, yp De
 			}
 		}
 	}
-	return g.compute.Launch(fn, grid, block, 0, args())
+	return g.launch(fn, grid, block, args())
 }
 
 // stage grows the staging buffers to nx input and ny output bytes. The caller holds g.mu.

@@ -193,7 +193,7 @@ func (c *opCall) launch(name string, grid, block Dim3) {
 	if fn, c.err = g.function(name); c.err != nil {
 		return
 	}
-	if c.err = g.compute.Launch(fn, grid, block, 0, &g.args); c.err == nil {
+	if c.err = g.launch(fn, grid, block, &g.args); c.err == nil {
 		g.launched(false)
 	}
 }

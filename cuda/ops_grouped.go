@@ -110,7 +110,7 @@ func (g *GPU) ExpertGroups(ex []device.ExpertMatrices, x []float32, off, at []in
 			return
 		}
 		grid := Dim3{X: blocks(w.Rows, mmqRowsPerBlock), Y: blocks(most, mmqTokensPerBlock), Z: len(ex)}
-		if c.err = g.compute.Launch(fn, grid, Dim3{X: mmqiThreads}, 0, &g.args); c.err == nil {
+		if c.err = g.launch(fn, grid, Dim3{X: mmqiThreads}, &g.args); c.err == nil {
 			g.launched(true)
 		}
 	}

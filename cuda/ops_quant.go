@@ -106,7 +106,7 @@ func (g *GPU) quantizeLocked(x DevicePtr, rows, cols int, w quant.Type, off *int
 		return q8{}, err
 	}
 	g.args.Reset().Ptr(x).Ptr(qp).Ptr(dp).Ptr(sp).Int(cols).Int(rows).Int(kind)
-	if err := g.compute.Launch(fn, Dim3{X: blocks(int(nb), 8)}, Dim3{X: 256}, 0, &g.args); err != nil {
+	if err := g.launch(fn, Dim3{X: blocks(int(nb), 8)}, Dim3{X: 256}, &g.args); err != nil {
 		return q8{}, err
 	}
 	g.launched(false)

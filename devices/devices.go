@@ -69,6 +69,8 @@ type Spec struct {
 	// TimingOnly makes a simulated GPU charge its work without computing.
 	TimingOnly  bool
 	CUDALibrary string
+	// ProfileKernels times a CUDA GPU's every launch (cuda.GPUOptions.ProfileKernels).
+	ProfileKernels bool
 	// CPUForAuto makes auto the CPU without looking for a GPU.
 	CPUForAuto bool
 }
@@ -149,7 +151,7 @@ func openSim(s Spec, name string, budget int64) (device.Device, error) {
 // openGPU opens cuda:n with the budget, or the card's free memory.
 func openGPU(s Spec, n int) (*cuda.GPU, error) {
 	return cuda.Open(cuda.GPUOptions{Ordinal: n, Library: s.CUDALibrary, Host: cpu.New(s.Threads), Budget: s.Budget,
-		HostRates: s.HostRates})
+		HostRates: s.HostRates, ProfileKernels: s.ProfileKernels})
 }
 
 // Close releases a device that holds resources beyond Go memory (a GPU).

@@ -103,6 +103,10 @@ type Options struct {
 	// decode step captured once as a CUDA graph: to rule the driver's graphs out, or to
 	// measure what they save.
 	NoGraphs bool
+	// ProfileKernels times every kernel a CUDA GPU launches (Model.KernelProfile), between
+	// timing events of its own; decode steps then launch their kernels eagerly, as NoGraphs.
+	// For finding where the time goes: the events cost time of their own.
+	ProfileKernels bool
 
 	// unfused computes a pass on a GPU with one kernel per operation, as before the fused
 	// kernels: the tests' reference for them.

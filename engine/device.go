@@ -22,7 +22,7 @@ func CUDADevices(library string) ([]cuda.Info, error) { return devices.CUDA(libr
 // budget when offloading, otherwise the whole device (unlimited on the CPU).
 func newDevice(opts Options) (dev device.Device, note string, err error) {
 	s := devices.Spec{Name: opts.Device, Threads: opts.Threads, Profile: opts.profile, HostRates: opts.HostRates,
-		TimingOnly: opts.TimingOnly != nil, CUDALibrary: opts.CUDALibrary, CPUForAuto: opts.EP != nil}
+		TimingOnly: opts.TimingOnly != nil, CUDALibrary: opts.CUDALibrary, ProfileKernels: opts.ProfileKernels, CPUForAuto: opts.EP != nil}
 	if opts.Offload != nil {
 		if opts.Offload.GPUMem <= 0 {
 			return nil, "", fmt.Errorf("offload: device memory budget %d bytes: want a positive size", opts.Offload.GPUMem)
@@ -86,6 +86,15 @@ func (m *Model) GPUStats() (GPUStats, bool) {
 		return g.Stats(), true
 	}
 	return GPUStats{}, false
+}
+
+// KernelProfile is a CUDA GPU's time by kernel since it opened (Options.ProfileKernels),
+// waiting for what it has enqueued; ok is false on other devices and without the option.
+func (m *Model) KernelProfile() (p []cuda.KernelTime, ok bool) {
+	if g, ok := m.dev.(*cuda.GPU); ok && m.opts.ProfileKernels {
+		return g.KernelProfile(), true
+	}
+	return nil, false
 }
 
 // Device is the name of the device the model runs on.

@@ -37,7 +37,7 @@ type stepGraph struct {
 // the device, and nothing that makes the host take part in a pass.
 func (m *Model) setupGraphs() {
 	g, ok := m.dev.(device.Grapher)
-	if !ok || m.opts.NoGraphs || m.fused == nil || m.off != nil || m.ep != nil || m.commit != nil || m.commitDev != nil || m.replay != nil {
+	if !ok || m.opts.NoGraphs || m.opts.ProfileKernels || m.fused == nil || m.off != nil || m.ep != nil || m.commit != nil || m.commitDev != nil || m.replay != nil {
 		return
 	}
 	for i, l := range m.arch.Layers {
@@ -158,6 +158,8 @@ func (m *Model) eagerReason() string {
 	switch {
 	case m.opts.NoGraphs:
 		return "CUDA graphs are off"
+	case m.opts.ProfileKernels:
+		return "kernels are profiled one by one"
 	case m.off != nil:
 		return "the offloader copies experts during a token"
 	case m.ep != nil:

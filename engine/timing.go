@@ -63,6 +63,10 @@ func (o TimeOptions) Validate() error {
 // (runstats.Report).
 type PolicyReport = runstats.Report
 
+// KernelShare is a kernel's launches and device time in a prompt pass or a decoded token
+// (runstats.KernelShare), in PolicyReport.Kernels.
+type KernelShare = runstats.KernelShare
+
 // GPUTokenStats are a CUDA GPU's counters for one decoded token (runstats.GPUTokenStats).
 type GPUTokenStats = runstats.GPUTokenStats
 
@@ -130,6 +134,10 @@ type timer struct {
 	devTime         float64              // device seconds of the timed tokens, summed
 	per             GPUTokenStats        // a GPU's counters of the timed tokens, summed
 	ttft, ttftLimit float64
+	// profiled: the GPU times each kernel (Options.ProfileKernels); pre and dec sum its
+	// kernels' time in the prompt passes and in the timed decode steps.
+	profiled bool
+	pre, dec runstats.KernelSum
 }
 
 func newTimer(m *Model, s *Session, o TimeOptions) *timer {
@@ -145,7 +153,40 @@ func newTimer(m *Model, s *Session, o TimeOptions) *timer {
 		r.pcie = r.sd.Profile().PCIeEffective
 	}
 	r.timer, r.timed = m.dev.(deviceTimer)
+	if _, r.profiled = m.KernelProfile(); r.profiled {
+		r.pre, r.dec = runstats.KernelSum{}, runstats.KernelSum{}
+	}
 	return r
+}
+
+// profile is the GPU's kernel profile now, where it keeps one.
+func (r *timer) profile() []cuda.KernelTime {
+	if !r.profiled {
+		return nil
+	}
+	p, _ := r.m.KernelProfile()
+	return p
+}
+
+// profileMarks are a prompt's kernel profiles where its phases meet: before its pass, where
+// its timed decode steps start and after the latest of them.
+type profileMarks struct{ start, decode, end []cuda.KernelTime }
+
+// profileToken takes the kernel profile at the prompt's token tok: the prompt pass ends at
+// the first, the timed steps start at the warm-up's last and end at each one after it.
+func (r *timer) profileToken(tok int, pm *profileMarks) {
+	if !r.profiled {
+		return
+	}
+	p := r.profile()
+	if tok == 0 {
+		r.pre.Add(pm.start, p)
+	}
+	if tok == r.o.Warmup {
+		pm.decode = p
+	} else if tok > r.o.Warmup {
+		pm.end = p
+	}
 }
 
 // take is the clock and the counters now.
@@ -183,6 +224,7 @@ func (r *timer) prompt(ctx context.Context, i int) error {
 	start := r.take()
 	last := start
 	tok := 0
+	pm := profileMarks{start: r.profile()}
 	_, err := r.s.Generate(ctx, ids, GenerateOptions{MaxTokens: r.o.Tokens, IgnoreEOS: true, Sampler: SamplerOptions{Greedy: true},
 		OnToken: func(Token) error {
 			now := r.take()
@@ -197,12 +239,16 @@ func (r *timer) prompt(ctx context.Context, i int) error {
 				r.per.Kernels += float64(now.GPU.Kernels - last.GPU.Kernels)
 				r.per.Reads += float64(now.GPU.Reads - last.GPU.Reads)
 			}
+			r.profileToken(tok, &pm)
 			tok++
 			last = now
 			return nil
 		}})
 	if err != nil {
 		return fmt.Errorf("bench %s, prompt %q: %w", r.o.Name, prompt, err)
+	}
+	if pm.end != nil {
+		r.dec.Add(pm.decode, pm.end)
 	}
 	r.t.To = last.T
 	// The prompt's last decode tokens, never reaching back into its prefill.
@@ -240,6 +286,9 @@ func (r *timer) row() PolicyReport {
 	if r.timed {
 		row.DeviceTimePerToken = r.devTime / n
 		row.GPUPerToken = &GPUTokenStats{Launches: r.per.Launches / n, Kernels: r.per.Kernels / n, Reads: r.per.Reads / n}
+		if r.profiled {
+			row.Kernels = &runstats.KernelReport{Prefill: r.pre.Shares(prompts), Decode: r.dec.Shares(n)}
+		}
 	} else if !r.simulated {
 		row.StallPerToken, row.LimitPerToken, row.OverLimit = math.NaN(), math.NaN(), math.NaN()
 	}

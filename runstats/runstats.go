@@ -6,9 +6,11 @@
 package runstats
 
 import (
+	"cmp"
 	"encoding/json"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/commit-run/commit-run/autoplace"
 	"github.com/commit-run/commit-run/cuda"
@@ -47,6 +49,58 @@ type Report struct {
 	// GPUPerToken is what a CUDA GPU did for a decoded token, the mean over the timed ones;
 	// nil on other devices.
 	GPUPerToken *GPUTokenStats `json:",omitempty"`
+	// Kernels is where a profiled CUDA GPU's time went, kernel by kernel (engine's
+	// Options.ProfileKernels); nil otherwise.
+	Kernels *KernelReport `json:",omitempty"`
+}
+
+// KernelReport is a profiled GPU's device time by kernel: per prompt pass (up to its first
+// token) and per timed decode token, the longest first.
+type KernelReport struct {
+	Prefill, Decode []KernelShare
+}
+
+// KernelShare is one kernel's launches and device seconds in a unit of work.
+type KernelShare struct {
+	Name    string
+	Calls   float64
+	Seconds float64
+}
+
+// KernelSum adds up kernel profiles' differences by name.
+type KernelSum map[string]cuda.KernelTime
+
+// Add adds what ran between profiles a and b (b taken after a).
+func (s KernelSum) Add(a, b []cuda.KernelTime) {
+	before := make(map[string]cuda.KernelTime, len(a))
+	for _, k := range a {
+		before[k.Name] = k
+	}
+	for _, k := range b {
+		d := s[k.Name]
+		d.Name = k.Name
+		d.Calls += k.Calls - before[k.Name].Calls
+		d.Seconds += k.Seconds - before[k.Name].Seconds
+		s[k.Name] = d
+	}
+}
+
+// Shares are the sum's kernels that ran, their figures divided by n, the longest first (by
+// name among equals).
+func (s KernelSum) Shares(n float64) []KernelShare {
+	var out []KernelShare
+	for _, k := range s {
+		if k.Calls > 0 {
+			out = append(out, KernelShare{Name: k.Name, Calls: float64(k.Calls) / n, Seconds: k.Seconds / n})
+		}
+	}
+	slices.SortFunc(out, func(a, b KernelShare) int {
+		if c := cmp.Compare(b.Seconds, a.Seconds); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return out
 }
 
 // GPUTokenStats are a CUDA GPU's counters for one decoded token.

@@ -19,6 +19,7 @@ import (
 	"github.com/commit-run/commit-run/cpu"
 	"github.com/commit-run/commit-run/engine"
 	"github.com/commit-run/commit-run/offload"
+	"github.com/commit-run/commit-run/runstats"
 	"github.com/commit-run/commit-run/shapes"
 	"github.com/commit-run/commit-run/trace"
 )
@@ -37,7 +38,7 @@ type benchFlags struct {
 	promptLen                           int
 	skew, crossLayer, temporal          float64
 	seed                                uint64
-	asJSON, timingOnly                  bool
+	asJSON, timingOnly, kernelProfile   bool
 	ep                                  epFlags
 }
 
@@ -83,6 +84,9 @@ func (a *app) benchCmd() *cobra.Command {
 					return fmt.Errorf("--%s applies to expert-parallel runs (--ep N)", name)
 				}
 			}
+			if f.kernelProfile && (f.shape != "" || f.timingOnly || !strings.HasPrefix(a.device, "cuda:")) {
+				return fmt.Errorf("--kernel-profile times a CUDA GPU's kernels: run -m with --device cuda:N")
+			}
 			if f.shape != "" || f.timingOnly {
 				return a.simBench(f)
 			}
@@ -109,6 +113,7 @@ func (a *app) benchCmd() *cobra.Command {
 	fl.IntVar(&f.timelineTokens, "timeline-tokens", 2, "tokens drawn by --timeline")
 	fl.StringVar(&f.prompts, "prompts", "", "prompts `FILE`, one per line")
 	fl.BoolVar(&f.asJSON, "json", false, "print one JSON object")
+	fl.BoolVar(&f.kernelProfile, "kernel-profile", false, "on cuda:N, time every kernel between events of its own and print where a prompt's pass and a decoded token spend the device's time (kernels launched one by one, no CUDA graph; the events add time of their own)")
 	f.ep.register(cmd)
 	return cmd
 }
@@ -394,9 +399,60 @@ func (a *app) modelBench(cmd *cobra.Command, f benchFlags) error {
 	}
 	if len(rep.Rows) == 1 && rep.GPUMem == 0 {
 		a.printLatency(rep, cmd.Flags().Changed("prompt-len"), f.promptLen)
-		return nil
+	} else if err := a.printPolicyBench(rep); err != nil {
+		return err
 	}
-	return a.printPolicyBench(rep)
+	return a.printKernels(rep.Rows)
+}
+
+// percent is part as a percentage of total, or "-" of nothing.
+func percent(part, total float64) string {
+	if total <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100*part/total)
+}
+
+// kernelRows is how many of the longest kernels printKernels lists; the rest are summed.
+const kernelRows = 24
+
+// printKernels prints where a profiled GPU's time went, kernel by kernel, for each row that
+// has a profile: per prompt pass and per decoded token.
+func (a *app) printKernels(rows []engine.PolicyReport) error {
+	for _, p := range rows {
+		k := p.Kernels
+		if k == nil {
+			continue
+		}
+		for _, part := range []struct {
+			what   string
+			shares []runstats.KernelShare
+		}{{"per prompt pass", k.Prefill}, {"per decoded token", k.Decode}} {
+			var total float64
+			for _, s := range part.shares {
+				total += s.Seconds
+			}
+			fmt.Fprintf(a.stdout, "\n%s: device time by kernel %s, %.3f ms in all (each launch between two events)\n", p.Policy, part.what, total*1e3)
+			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+			fmt.Fprintln(tw, "kernel\tcalls\tus\tus/call\tshare\t")
+			var rest runstats.KernelShare
+			for i, s := range part.shares {
+				if i >= kernelRows {
+					rest.Calls, rest.Seconds = rest.Calls+s.Calls, rest.Seconds+s.Seconds
+					continue
+				}
+				fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.2f\t%s\t\n", s.Name, s.Calls, s.Seconds*1e6, s.Seconds*1e6/s.Calls, percent(s.Seconds, total))
+			}
+			if rest.Calls > 0 {
+				fmt.Fprintf(tw, "(%d others)\t%.1f\t%.1f\t%.2f\t%s\t\n", len(part.shares)-kernelRows, rest.Calls, rest.Seconds*1e6,
+					rest.Seconds*1e6/rest.Calls, percent(rest.Seconds, total))
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // modelBenchOptions checks the flags of a run of -m and builds it: the prompts as text or as
@@ -415,6 +471,7 @@ func (a *app) modelBenchOptions(cmd *cobra.Command, f benchFlags) (bench.Options
 	if err != nil {
 		return bench.Options{}, err
 	}
+	base.ProfileKernels = f.kernelProfile
 	o := bench.Options{Options: base, Prompts: prompts, Tokens: f.tokens, Timeline: timelineFiles(f.timeline), TimelineTokens: f.timelineTokens,
 		Commit: a.commitOptions()}
 	if cmd.Flags().Changed("prompt-len") {

@@ -232,6 +232,64 @@ func TestBenchModelOnFakeGPU(t *testing.T) {
 	}
 }
 
+// bench --kernel-profile accounts for a decoded token's kernels one by one: the launches of
+// its profile are those the GPU counted, and it is refused where there is no GPU to profile.
+func TestBenchKernelProfile(t *testing.T) {
+	model := needModel(t)
+	lib, err := fakecuda.Build()
+	if errors.Is(err, fakecuda.ErrNoCompiler) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"-m", model, "--device", "cuda:0", "--cuda-lib", lib, "bench", "--tokens", "4", "--prompt-len", "6", "--kernel-profile"}
+	js, _ := mustRun(t, "", append(args, "--json")...)
+	var rep struct {
+		Rows []engine.PolicyReport
+	}
+	if err := json.Unmarshal([]byte(js), &rep); err != nil || len(rep.Rows) != 1 {
+		t.Fatalf("--json: %v\n%s", err, js)
+	}
+	r := rep.Rows[0]
+	if r.Kernels == nil || r.GPUPerToken == nil {
+		t.Fatalf("no kernel profile or GPU counters in %s", js)
+	}
+	if r.GPUPerToken.Launches != r.GPUPerToken.Kernels {
+		t.Errorf("a profiled token replayed a graph: %+v", r.GPUPerToken)
+	}
+	for _, part := range []struct {
+		what   string
+		shares []engine.KernelShare
+		want   float64
+	}{{"decode", r.Kernels.Decode, r.GPUPerToken.Kernels}, {"prefill", r.Kernels.Prefill, -1}} {
+		var calls float64
+		for i, s := range part.shares {
+			if s.Calls <= 0 || s.Seconds < 0 || (i > 0 && s.Seconds > part.shares[i-1].Seconds) {
+				t.Errorf("%s: %+v (after %+v)", part.what, s, part.shares[max(i-1, 0)])
+			}
+			calls += s.Calls
+		}
+		if len(part.shares) == 0 || part.want >= 0 && calls != part.want {
+			t.Errorf("%s: %v calls in %d kernels, want %v", part.what, calls, len(part.shares), part.want)
+		}
+	}
+	out, _ := mustRun(t, "", args...)
+	for _, want := range []string{"resident: device time by kernel per prompt pass", "resident: device time by kernel per decoded token", "moe_up_"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("bench --kernel-profile does not say %q:\n%s", want, out)
+		}
+	}
+	for _, bad := range [][]string{
+		{"-m", model, "--device", "cpu", "bench", "--tokens", "3", "--kernel-profile"},
+		{"--device", "sim:rtx4090", "bench", "--shape", "olmoe-1b-7b", "--kernel-profile"},
+	} {
+		if _, errOut, code := runCLI(t, "", bad...); code == 0 || !strings.Contains(errOut, "--kernel-profile times a CUDA GPU's kernels") {
+			t.Errorf("%v: exit %d, stderr %q", bad, code, errOut)
+		}
+	}
+}
+
 // bench --policy auto runs the placement it predicts fastest beside the others, names it in
 // its row and says what it weighed; llama.cpp's split is labelled as such.
 func TestBenchAutoOnSim(t *testing.T) {

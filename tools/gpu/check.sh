@@ -3,9 +3,9 @@
 # binaries `make gpu-pack` builds into bin/gpu (packed as bin/gpu.tar.xz, which this script
 # unpacks) and the llama.cpp source it copies into .lcpp (carry bin/gpu.tar.xz and .lcpp). From
 # the repo root:
-#   bash tools/gpu/check.sh [STAGE ...]      (default: smi ptxas cuda engine kernels host offload;
+#   bash tools/gpu/check.sh [STAGE ...]      (default: smi ptxas cuda engine kernels host offload profile;
 #                                             logs under $OUT or /tmp/gpu-check)
-# Stages: smi ptxas cuda engine kernels host offload, and lcpp vs. Each writes STAGE.log and goes on
+# Stages: smi ptxas cuda engine kernels host offload profile, and lcpp vs. Each writes STAGE.log and goes on
 # after a failure, so that one call of a short lease gathers everything.
 # llama.cpp's CUDA backend beside commit-run (issue 35) takes two calls on the same warm machine:
 # `check.sh lcpp` builds llama-bench for the card (5-7 minutes of its 16 cores), then `check.sh vs`
@@ -20,7 +20,7 @@ bin=$root/bin/gpu
 out=${OUT:-/tmp/gpu-check}
 mkdir -p "$out"
 stages=("$@")
-[[ ${#stages[@]} -gt 0 ]] || stages=(smi ptxas cuda engine kernels host offload)
+[[ ${#stages[@]} -gt 0 ]] || stages=(smi ptxas cuda engine kernels host offload profile)
 
 smi() {
 	nvidia-smi
@@ -36,6 +36,16 @@ ptxas_check() {
 	for arch in sm_80 sm_89 sm_90; do
 		ptxas -arch=$arch -O3 cuda/ptx/kernels_sm80.ptx -o /dev/null && echo "ptxas kernels_sm80.ptx $arch: ok"
 	done
+	# Registers per thread bound how many warps an SM keeps in flight, and so a decode
+	# product's bandwidth: each kernel's count and spills on this card's architecture.
+	local arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d .)
+	echo "== registers per thread on sm_${arch:-90} (kernel, registers, spill stores/loads in bytes)"
+	for ptx in cuda/ptx/kernels.ptx cuda/ptx/kernels_sm80.ptx; do
+		ptxas -arch=sm_${arch:-90} -O3 -v $ptx -o /dev/null 2>&1 | awk -v mod=$(basename $ptx .ptx) '
+			/Compiling entry function/ { name = $7; gsub(/\047/, "", name) }
+			/bytes stack frame/ { spill = $5 "/" $9 }
+			/Used [0-9]+ registers/ { for (i = 1; i < NF; i++) if ($(i+1) == "registers,") printf "%-32s %4d  %-9s %s\n", name, $i, spill, mod }'
+	done | sort -k2,2nr
 }
 
 # Every test of the two packages on the real driver: cuda's kernel tests take it when they see a
@@ -88,6 +98,19 @@ offload() {
 	else
 		echo "no python3: compare $out/offload-cuda.json and $out/offload-sim.json by hand"
 	fi
+}
+
+# Where a prompt's pass and a decoded token spend the card's time, kernel by kernel (bench
+# --kernel-profile), with the whole model on the card: an OLMoE-shaped Q4_K_M file
+# of 8 layers (PROFILE_SHAPES, PROFILE_LAYERS to change it), a 512-token prompt.
+profile() {
+	local layers=${PROFILE_LAYERS:-8}
+	for shape in ${PROFILE_SHAPES:-olmoe}; do
+		local m=/tmp/profile-$shape-$layers.gguf
+		[[ -e $m ]] || "$bin/synth" -arch $shape -layers $layers -type q4km -out $m || continue
+		echo "== $shape"
+		"$bin/commit-run" -m $m --device cuda:0 ${CUDA_LIB:+--cuda-lib "$CUDA_LIB"} --ctx 1024 bench --prompt-len 512 --tokens 16 --kernel-profile
+	done
 }
 
 # llama.cpp's CUDA backend: built from the source `make gpu-pack` copied into .lcpp, into
@@ -144,6 +167,7 @@ for s in "${stages[@]}"; do
 	kernels) f=kernels ;;
 	host) f=host_rates ;;
 	offload) f=offload ;;
+	profile) f=profile ;;
 	lcpp) f=lcpp_build ;;
 	vs) f=vs ;;
 	*) echo "check.sh: unknown stage $s" >&2; exit 2 ;;
