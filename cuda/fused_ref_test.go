@@ -131,6 +131,8 @@ func fusedCases() []kernelCase {
 			{typ: typ, experts: 4, k: 1, ntok: 1, d: wide, ff: narrow, shared: true},
 			{typ: typ, experts: 4, k: 2, ntok: 2, d: 256, ff: 256, shared: true, gated: true, up: other, shTyp: other},
 			{typ: typ, experts: 5, k: 2, ntok: 2, d: wide, ff: wide, biased: true},
+			// More experts a token than moe_down has warps: some warps take two.
+			{typ: typ, experts: 12, k: 10, ntok: 2, d: narrow, ff: narrow, shared: true, gated: true},
 		} {
 			for _, q := range []bool{false, true}[:1+b2i(integer)] {
 				c.quantized = q
@@ -489,7 +491,8 @@ func checkMoE(t *testing.T, k *kernelEnv, c moeCase, r *rand.Rand, up bool) {
 	gq := k.quantized(t, dg, c.ntok*c.k, c.ff, c.down, c.quantized)
 	hq := k.quantized(t, dshg, c.ntok, c.ff, c.shTyp, c.quantized)
 	down := func(typ quant.Type, tab, sd DevicePtr, acc int) {
-		k.run(t, "moe_down_"+sfx(typ), Dim3{X: ceilDiv(c.d, mmvRowsPerBlock), Y: c.ntok}, block,
+		grid, block := moeDownDims(c.d, c.ntok, c.k, tab != 0, sd != 0)
+		k.run(t, "moe_down_"+sfx(typ), grid, block,
 			args.Reset().Ptr(tab).Ptr(dids).Ptr(dw).Int(c.k).Int(c.ntok).Ptr(dg).Int(c.ff).Ptr(dout).Int(c.d).Ptr(sd).Ptr(dshg).Int(c.ff).Ptr(dgate).Int(acc).
 				Ptr(gq.q).Ptr(gq.d).Ptr(gq.s).Ptr(hq.q).Ptr(hq.d).Ptr(hq.s))
 	}

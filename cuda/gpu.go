@@ -96,6 +96,7 @@ type GPU struct {
 	mod           *kernelSet
 	mmv, mmq      map[quant.Type]*Function // products by weight type: few tokens, many (prefill)
 	mmvq          map[quant.Type]*Function // few tokens' integer products (ops_quant.go)
+	mmvq1         map[quant.Type]*Function // one token's
 	mmqi          map[quant.Type]*Function // many tokens' integer products on the tensor cores (ops_quant.go)
 	qscr          qscratch                 // their quantized activations (under mu)
 
@@ -188,8 +189,8 @@ func Open(o GPUOptions) (*GPU, error) {
 		return nil, fmt.Errorf("device %s: %w", name, err)
 	}
 	g := &GPU{drv: drv, ctx: ctx, info: info, host: o.Host, mmv: map[quant.Type]*Function{}, mmq: map[quant.Type]*Function{}, mmvq: map[quant.Type]*Function{},
-		mmqi: map[quant.Type]*Function{},
-		fns:  map[string]*Function{}, opened: time.Now(), hostRates: rates}
+		mmvq1: map[quant.Type]*Function{}, mmqi: map[quant.Type]*Function{},
+		fns: map[string]*Function{}, opened: time.Now(), hostRates: rates}
 	g.prof.on = o.ProfileKernels
 	if err := g.open(o); err != nil {
 		g.Close()
@@ -241,7 +242,7 @@ func (g *GPU) open(o GPUOptions) error {
 	for _, k := range []struct {
 		names map[quant.Type]string
 		fns   map[quant.Type]*Function
-	}{{mmvKernels, g.mmv}, {mmqKernels, g.mmq}, {mmvqKernels, g.mmvq}, {mmqiKernels, g.mmqi}} {
+	}{{mmvKernels, g.mmv}, {mmqKernels, g.mmq}, {mmvqKernels, g.mmvq}, {mmvq1Kernels, g.mmvq1}, {mmqiKernels, g.mmqi}} {
 		for t, name := range k.names {
 			f, err := g.mod.Function(name)
 			if errors.Is(err, ErrNotFound) {
@@ -783,6 +784,9 @@ func (g *GPU) launchMatMul(fn *Function, mmq bool, w quant.Matrix, wp, xp, yp De
 		}
 		if a.q != 0 {
 			fn = f
+			if f1 := g.mmvq1[w.Type]; f1 != nil && T == 1 {
+				fn = f1
+			}
 			args = func() *Args {
 				return g.args.Reset().Ptr(wp).Ptr(a.q).Ptr(a.d).Ptr(a.s).Ptr(yp).Int(w.Rows).Int(w.Cols).Int(T)
 			}

@@ -134,6 +134,9 @@ var KernelNames = []string{
 	"quantize_q8_f32",
 	"mmvq_q4_0", "mmvq_q4_1", "mmvq_q5_0", "mmvq_q5_1", "mmvq_q8_0", "mmvq_iq4_nl", "mmvq_mxfp4",
 	"mmvq_q2_K", "mmvq_q3_K", "mmvq_q4_K", "mmvq_q5_K", "mmvq_q6_K",
+	// and the same for one token, a kernel of its own so that its registers are one token's
+	"mmvq1_q4_0", "mmvq1_q4_1", "mmvq1_q5_0", "mmvq1_q5_1", "mmvq1_q8_0", "mmvq1_iq4_nl", "mmvq1_mxfp4",
+	"mmvq1_q2_K", "mmvq1_q3_K", "mmvq1_q4_K", "mmvq1_q5_K", "mmvq1_q6_K",
 	// mmq.cu: y = W x for many tokens (prefill), a tiled product reading W once per 64 tokens
 	"mmq_f32", "mmq_f16", "mmq_bf16",
 	"mmq_q4_0", "mmq_q4_1", "mmq_q5_0", "mmq_q5_1", "mmq_q8_0", "mmq_iq4_nl", "mmq_mxfp4",

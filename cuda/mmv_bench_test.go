@@ -11,9 +11,11 @@ import (
 // BenchmarkMMVDecode times decode's matrix-vector products (one token) on matrices of
 // Mixtral's expert shapes, 14336 x 4096 (gate, up) and 4096 x 14336 (down), and reports how
 // close each kernel comes to the card's memory bandwidth: the goal is 60% for Q4_K,
-// Q8_0 and Q6_K. The quantized types run twice: mmv (float weights decoded, float
-// activations) and mmvq (integer dot products on the activation quantized beforehand, what the
-// engine takes; the quantization is a launch of its own, not timed here).
+// Q8_0 and Q6_K. The quantized types run three times: mmv (float weights decoded, float
+// activations), mmvq (integer dot products on the activation quantized beforehand; the
+// quantization is a launch of its own, not timed here) and mmvq1 (mmvq's arithmetic in a
+// kernel for one token alone, what the engine takes for a decoded token: set beside mmvq, it
+// shows what mmvq's registers for 8 tokens cost).
 //
 //	weight-GB/s  the matrix's bytes over the time of a product (each weight is read once);
 //	%peak        that over the theoretical bandwidth from the memory clock and bus width.
@@ -49,7 +51,7 @@ func BenchmarkMMVDecode(b *testing.B) {
 			}
 			dx, dy := k.putF32(b, randF32(r, cols, 1)), k.alloc(b, 4*rows)
 			xq := k.quantized(b, dx, 1, cols, typ, true)
-			for _, kernel := range []string{mmvKernels[typ], mmvqKernels[typ]} {
+			for _, kernel := range []string{mmvKernels[typ], mmvqKernels[typ], mmvq1Kernels[typ]} {
 				if kernel == "" {
 					continue // no integer product for the float types
 				}
@@ -57,7 +59,7 @@ func BenchmarkMMVDecode(b *testing.B) {
 					args := make([]Args, len(ws))
 					for i, w := range ws {
 						args[i] = productArgs(w, dx, dy, rows, cols, 1)
-						if kernel == mmvqKernels[typ] {
+						if kernel != mmvKernels[typ] {
 							args[i].Reset().Ptr(w).Ptr(xq.q).Ptr(xq.d).Ptr(xq.s).Ptr(dy).Int(rows).Int(cols).Int(1)
 						}
 					}

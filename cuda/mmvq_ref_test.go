@@ -106,8 +106,30 @@ func mmvqCases() []kernelCase {
 		}
 		c := mmvCase{typ, 6, cols[len(cols)-1], 17, 2, 3}
 		cs = append(cs, kernelCase{"mmvq_" + mmvKernels[typ][len("mmv_"):], c.String(), func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkMMVQ(t, k, c, r) }})
+		for _, rows := range []int{5, 37} {
+			cs = append(cs, kernelCase{mmvq1Kernels[typ], fmt.Sprintf("rows=%d,cols=%d", rows, cols[len(cols)-1]), func(t *testing.T, k *kernelEnv, r *rand.Rand) {
+				checkMMVQ1(t, k, typ, rows, cols[len(cols)-1], r)
+			}})
+		}
 	}
 	return cs
+}
+
+// checkMMVQ1: mmvq1_<type> against mmvq_<type> at one token, bit for bit (checkMMVQ holds
+// mmvq to the CPU).
+func checkMMVQ1(t *testing.T, k *kernelEnv, typ quant.Type, rows, cols int, r *rand.Rand) {
+	w := randMatrix(t, typ, rows, cols, r)
+	dw, dx := k.put(t, w.Data), k.putF32(t, randF32(r, cols, 1))
+	xq := k.quantized(t, dx, 1, cols, typ, true)
+	var ys [2][]float32
+	for i, name := range []string{mmvqKernels[typ], mmvq1Kernels[typ]} {
+		dy := k.alloc(t, 4*rows)
+		var args Args
+		k.run(t, name, Dim3{X: ceilDiv(rows, mmvRowsPerBlock), Y: 1}, Dim3{X: 32, Y: mmvRowsPerBlock},
+			args.Ptr(dw).Ptr(xq.q).Ptr(xq.d).Ptr(xq.s).Ptr(dy).Int(rows).Int(cols).Int(1))
+		ys[i] = k.getF32(t, dy, rows)
+	}
+	checkBits(t, "one token", ys[1], ys[0])
 }
 
 // checkQuantizeQ8: quantize_q8_f32 against quant.QuantizeRow, bit for bit. The rows hold what

@@ -165,6 +165,21 @@ func moeActOf(e device.ExpertMatrices) moeAct {
 // and down matrices, then its gate, up and down biases (0: none).
 const moeTabStride = 6
 
+// moeDownWarps is fused.cu's MOE_DOWN_WARPS: the most warps of a moe_down block that
+// multiply its row by the routed experts' down matrices.
+const moeDownWarps = 8
+
+// moeDownDims are a moe_down launch's grid and block (fused.cu): a block for each row of d and
+// each of T tokens, its warps the routed experts' (k of them, when routed) and the shared
+// expert's.
+func moeDownDims(d, T, k int, routed, shared bool) (grid, block Dim3) {
+	w := 0
+	if routed {
+		w = min(k, moeDownWarps)
+	}
+	return Dim3{X: d, Y: T}, Dim3{X: 32, Y: w + b2i(shared)}
+}
+
 // moeLaunch is one launch of moe_up (with its mode) or moe_down (acc as mode): over the
 // routed experts, the shared expert, or both.
 type moeLaunch struct {
@@ -355,6 +370,11 @@ type moeOperands struct {
 // for each dot type the launches need.
 func (c *opCall) moeProducts(up, down []moeLaunch, o moeOperands) {
 	g := c.g
+	if o.k > routeMaxUsed {
+		// moe_down sums the experts' products in a table of that size.
+		c.err = fmt.Errorf("%d experts a token: the fused kernels take up to %d", o.k, routeMaxUsed)
+		return
+	}
 	block := Dim3{X: 32, Y: mmvRowsPerBlock}
 	for _, u := range up {
 		tab, entries, rows := DevicePtr(0), 0, 0
@@ -381,7 +401,8 @@ func (c *opCall) moeProducts(up, down []moeLaunch, o moeOperands) {
 		}
 		g.args.Reset().Ptr(tab).Ptr(o.ids).Ptr(o.w).Int(o.k).Int(o.T).Ptr(o.up).Int(o.ff).Ptr(o.out).Int(o.d).Ptr(sd).Ptr(o.sh).Int(o.shFF).Ptr(o.shGate).Int(d.mode).
 			Ptr(gq.q).Ptr(gq.d).Ptr(gq.s).Ptr(hq.q).Ptr(hq.d).Ptr(hq.s)
-		c.launch(d.kernel, Dim3{X: blocks(o.d, mmvRowsPerBlock), Y: o.T}, block)
+		grid, block := moeDownDims(o.d, o.T, o.k, d.routed, d.shared)
+		c.launch(d.kernel, grid, block)
 	}
 }
 
@@ -420,7 +441,12 @@ func (g *GPU) Experts(x []float32, T, k int, ex []device.ExpertMatrices, weights
 		g.idScratch = append(g.idScratch, int32(z))
 	}
 	tab := c.param(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(g.tabScratch))), 8*len(g.tabScratch)))
-	ids, wp := c.param(int32Bytes(g.idScratch)), c.param(floatBytes(weights))
+	ids := c.param(int32Bytes(g.idScratch))
+	// Committed routing's weights were computed on the device; the host's travel.
+	wp, onDevice := g.lookup(floatBytes(weights))
+	if !onDevice {
+		wp = c.param(floatBytes(weights))
+	}
 	xp, op, upp := c.f(x[:T*d], "the input"), c.f(out[:T*d], "the output"), c.f(scratch[:n*ff], "the experts' activations")
 	c.moeProducts(plan.up, plan.down, moeOperands{tab: tab, ids: ids, w: wp, x: xp, up: upp, out: op, T: T, k: k, d: d, ff: ff,
 		act: moeActOf(e0)})

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"errors"
+	"strings"
 
 	"github.com/commit-run/commit-run/quant"
 )
@@ -17,6 +18,16 @@ var mmvqKernels = map[quant.Type]string{
 	quant.IQ4_NL: "mmvq_iq4_nl", quant.Q2_K: "mmvq_q2_K", quant.Q3_K: "mmvq_q3_K", quant.Q4_K: "mmvq_q4_K",
 	quant.Q5_K: "mmvq_q5_K", quant.Q6_K: "mmvq_q6_K", quant.MXFP4: "mmvq_mxfp4",
 }
+
+// mmvq1Kernels name each type's mmvq kernel for one token (mmvq1_<type>: the same ABI and
+// arithmetic, a kernel with one token's registers), what a decoded token's products take.
+var mmvq1Kernels = func() map[quant.Type]string {
+	m := map[quant.Type]string{}
+	for t, name := range mmvqKernels {
+		m[t] = "mmvq1_" + strings.TrimPrefix(name, "mmvq_")
+	}
+	return m
+}()
 
 // mmqiKernels name the tensor-core prompt product (kernels/mmqi.cu) of each weight type that
 // has one: every quantized type, the 32-value ones against Q8_0's or Q8_1's blocks, the K-quants

@@ -332,51 +332,73 @@ CR_FN void moe_up_body(const u64* tab, const int* ids, int k, int ntok, const fl
 	const i64 rb = (i64)row * mmv_row_bytes<T>(cols);
 	// Mode 2 takes the gate's product that mode 1 stored (the gate of another type), its bias
 	// added. A routed expert's biases join its products as AddRows adds them.
-	float gv = mode == 2 ? out[row] : mmv_any<T>::dot(gw + rb, xt, cols, mmv_vec<T>(gw, xt, cols), cb, xq, t);
+	float gv, uv;
+	if (mode == 0) {
+		mmv_any<T>::dot2(gw + rb, uw + rb, xt, cols, mmv_vec<T>(gw, xt, cols), mmv_vec<T>(uw, xt, cols), cb, xq, t, &gv, &uv);
+	} else {
+		gv = mode == 2 ? out[row] : mmv_any<T>::dot(gw + rb, xt, cols, mmv_vec<T>(gw, xt, cols), cb, xq, t);
+		if (mode == 1) {
+			if (threadIdx.x == 0)
+				out[row] = e >= 0 ? moe_add_bias(gv, tab, e, 3, row) : gv;
+			return;
+		}
+		uv = mmv_any<T>::dot(uw + rb, xt, cols, mmv_vec<T>(uw, xt, cols), cb, xq, t);
+	}
 	if (mode != 2 && e >= 0)
 		gv = moe_add_bias(gv, tab, e, 3, row);
-	if (mode == 1) {
-		if (threadIdx.x == 0)
-			out[row] = gv;
-		return;
-	}
-	float uv = mmv_any<T>::dot(uw + rb, xt, cols, mmv_vec<T>(uw, xt, cols), cb, xq, t);
 	if (e >= 0)
 		uv = moe_add_bias(uv, tab, e, 4, row);
 	if (threadIdx.x == 0)
 		out[row] = e >= 0 && oai ? ew_swiglu_oai(gv, uv, alpha, limit) : silu_mul(gv, uv);
 }
 
+// MOE_DOWN_WARPS bounds the warps of a moe_down block that compute its row's routed experts'
+// products (expert j on warp j mod min(k, MOE_DOWN_WARPS)); the shared expert's takes one more.
+#define MOE_DOWN_WARPS 8
+
+// A moe_down block computes one output row of one token: its warps multiply the row of the
+// experts' down matrices side by side, rather than one warp walking the experts in turn, so
+// that a token's reads of them are in flight together; the weighted sum then adds their
+// products in order, as combine_off_f32 does.
 template <class T>
 CR_FN void moe_down_body(const u64* tab, const int* ids, const float* w, int k, int ntok, const float* g, int nff, float* out, int d,
                          const u8* sd, const float* sh_g, int sh_nff, const float* sh_gate, int acc, q8planes gq, q8planes hq,
                          const float* cb) {
-	const int t = blockIdx.y, row = blockIdx.x * blockDim.y + threadIdx.y;
-	if (row >= d || t >= ntok)
-		return; // the whole warp
-	float o = acc ? out[(i64)t * d + row] : 0.0f;
-	if (tab) {
+	__shared__ float prod[ROUTE_MAX_USED];
+	__shared__ float shv;
+	const int t = blockIdx.y, row = blockIdx.x, warp = threadIdx.y;
+	const int rw = tab ? (k < MOE_DOWN_WARPS ? k : MOE_DOWN_WARPS) : 0; // the routed experts' warps
+	const bool live = row < d && t < ntok;
+	if (live && warp < rw) {
 		const i64 rb = (i64)row * mmv_row_bytes<T>(nff);
-		for (int j = 0; j < k; j++) {
+		for (int j = warp; j < k; j += rw) {
 			const i64 z = (i64)t * k + j;
 			const u8* dw = (const u8*)tab[MOE_TAB * ids[z] + 2];
 			const float* gz = g + z * nff;
 			const float y = moe_add_bias(mmv_any<T>::dot(dw + rb, gz, nff, mmv_vec<T>(dw, gz, nff), cb, gq, (int)z), tab, ids[z], 5, row);
-			o = cr_fadd(o, cr_fmul(w[z], y));
+			if (threadIdx.x == 0)
+				prod[j] = cr_fmul(w[z], y);
 		}
-	}
-	if (sd) {
+	} else if (live && sd && warp == rw) {
 		const float* gt = sh_g + (i64)t * sh_nff;
 		const float s = mmv_any<T>::dot(sd + (i64)row * mmv_row_bytes<T>(sh_nff), gt, sh_nff, mmv_vec<T>(sd, gt, sh_nff), cb, hq, t);
-		o = sh_gate ? cr_fadd(o, cr_fmul(sh_gate[t], s)) : cr_fadd(o, s);
+		if (threadIdx.x == 0)
+			shv = s;
 	}
-	if (threadIdx.x == 0)
-		out[(i64)t * d + row] = o;
+	__syncthreads();
+	if (!live || warp != 0 || threadIdx.x != 0)
+		return;
+	float o = acc ? out[(i64)t * d + row] : 0.0f;
+	for (int j = 0; j < (tab ? k : 0); j++)
+		o = cr_fadd(o, prod[j]);
+	if (sd)
+		o = sh_gate ? cr_fadd(o, cr_fmul(sh_gate[t], shv)) : cr_fadd(o, shv);
+	out[(i64)t * d + row] = o;
 }
 
-// The products' kernels, one of each per weight type (block (32, 4, 1): a warp per output row,
-// 4 rows per block; no dynamic shared memory; weights and activations as mmv.cu's ABI says,
-// expert tables and ids in device memory):
+// The products' kernels, one of each per weight type (mmv3 and moe_up: block (32, 4, 1), a
+// warp per output row, 4 rows per block; moe_down: below; no dynamic shared memory; weights
+// and activations as mmv.cu's ABI says, expert tables and ids in device memory):
 //
 // Each takes its input's quantized planes (xq, xd, xs: mmvq.cu's q, d, s of the input's rows,
 // as the weights' dot type quantizes them) or NULLs: with them its products are mmvq_<type>'s,
@@ -422,8 +444,9 @@ CR_FN void moe_down_body(const u64* tab, const int* ids, const float* w, int k, 
 //   sh_gate[t] when sh_gate is not NULL (gated_add_f32) or as it is (add_f32). tab NULL: the
 //   shared expert alone (with acc, added to what a launch of the experts' type summed). A
 //   routed expert's down bias (d floats at tab[6e+5], where not 0) is added to its down
-//   product before it is weighed.
-//   grid (ceil(d / 4), ntok, 1).
+//   product before it is weighed. k is at most ROUTE_MAX_USED.
+//   grid (d, ntok, 1); block (32, W, 1) with W = min(k, MOE_DOWN_WARPS) where tab is not NULL
+//   (else 0), plus 1 where sd is not NULL.
 // q8p gathers a quantized activation's planes from a kernel's arguments.
 CR_FN q8planes q8p(const signed char* q, const float* d, const float* s) {
 	q8planes p;

@@ -472,6 +472,36 @@ template <class T> CR_FN float mmvq_dot(const u8* wr, const q8act& x, int cols) 
 	return acc[0];
 }
 
+// mmvq_dot2 is mmvq_dot of rows wa and wb (an expert's gate and up) with the same activation,
+// each to the bit as mmvq_dot computes it alone, with the loads of both rows in flight
+// together: a warp that took the two in turn would wait for memory twice as often.
+template <class T> CR_FN void mmvq_dot2(const u8* wa, const u8* wb, const q8act& x, int cols, float* a, float* b) {
+	const int lane = threadIdx.x, s = lane % T::LPB, step = CR_WARP / T::LPB;
+	const int nb = cols / T::QK;
+	float acc[2] = {0.0f, 0.0f};
+	int blk = lane / T::LPB;
+	if (blk < nb) {
+		typename T::raw ra = T::load(wa + (i64)blk * T::BB, s), rb = T::load(wb + (i64)blk * T::BB, s);
+		for (;;) {
+			const int bn = blk + step;
+			typename T::raw ran = ra, rbn = rb;
+			if (bn < nb) {
+				ran = T::load(wa + (i64)bn * T::BB, s);
+				rbn = T::load(wb + (i64)bn * T::BB, s);
+			}
+			T::template dotq<1>(ra, s, blk, &x, 1, &acc[0]);
+			T::template dotq<1>(rb, s, blk, &x, 1, &acc[1]);
+			if (bn >= nb)
+				break;
+			ra = ran;
+			rb = rbn;
+			blk = bn;
+		}
+	}
+	*a = cr_warp_sum(acc[0]);
+	*b = cr_warp_sum(acc[1]);
+}
+
 template <class T, int NT>
 CR_FN void mmvq_row(const u8* wr, const signed char* q, const float* d, const float* s, float* y, int rows, int cols, int row,
                     int t0, int nt) {
@@ -506,26 +536,45 @@ CR_FN void mmvq_entry(const u8* w, const signed char* q, const float* d, const f
 	}
 }
 
-#define MMVQ_KERNEL(name, T)                                                                                                   \
-	extern "C" __global__ void name(const u8* w, const signed char* q, const float* d, const float* s, float* y, int rows,       \
-	                                int cols, int ntok) {                                                                        \
+// mmvq1_entry is mmvq_entry for one token, in a kernel of its own: a kernel's registers are
+// those of its widest path, and mmvq_entry's is a pass of 8 tokens, whose sums and
+// activation pointers would bound the warps an SM keeps in flight, and with them how much of
+// the weights' bandwidth a decoded token's product reaches. Its arithmetic is mmvq_entry's
+// for one token, to the bit.
+template <class T>
+CR_FN void mmvq1_entry(const u8* w, const signed char* q, const float* d, const float* s, float* y, int rows, int cols) {
+	const int row = blockIdx.x * blockDim.y + threadIdx.y;
+	if (row >= rows)
+		return; // the whole warp
+	mmvq_row<T, 1>(w + (i64)row * mmv_row_bytes<T>(cols), q, d, s, y, rows, cols, row, 0, 1);
+}
+
+#define MMVQ_KERNEL(sfx, T)                                                                                                    \
+	extern "C" __global__ void mmvq_##sfx(const u8* w, const signed char* q, const float* d, const float* s, float* y, int rows, \
+	                                      int cols, int ntok) {                                                                  \
 		mmvq_entry<T>(w, q, d, s, y, rows, cols, ntok);                                                                          \
+	}                                                                                                                          \
+	extern "C" __global__ void mmvq1_##sfx(const u8* w, const signed char* q, const float* d, const float* s, float* y,         \
+	                                       int rows, int cols, int ntok) {                                                       \
+		(void)ntok;                                                                                                              \
+		mmvq1_entry<T>(w, q, d, s, y, rows, cols);                                                                               \
 	}
 
 // mmvq_q4_0 .. mmvq_q6_K: the ABI at the top of this file; the activation quantized as the
 // weight type's dot type (Q8_0, Q8_1 for Q4_1 and Q5_1, Q8_K for the K-quants).
-MMVQ_KERNEL(mmvq_q4_0, mmvq_q4_0_t)
-MMVQ_KERNEL(mmvq_q4_1, mmvq_q4_1_t)
-MMVQ_KERNEL(mmvq_q5_0, mmvq_q5_0_t)
-MMVQ_KERNEL(mmvq_q5_1, mmvq_q5_1_t)
-MMVQ_KERNEL(mmvq_q8_0, mmvq_q8_0_t)
-MMVQ_KERNEL(mmvq_iq4_nl, mmvq_iq4_nl_t)
-MMVQ_KERNEL(mmvq_mxfp4, mmvq_mxfp4_t)
-MMVQ_KERNEL(mmvq_q2_K, mmvq_q2_K_t)
-MMVQ_KERNEL(mmvq_q3_K, mmvq_q3_K_t)
-MMVQ_KERNEL(mmvq_q4_K, mmvq_q4_K_t)
-MMVQ_KERNEL(mmvq_q5_K, mmvq_q5_K_t)
-MMVQ_KERNEL(mmvq_q6_K, mmvq_q6_K_t)
+// mmvq1_q4_0 .. mmvq1_q6_K: the same for ntok = 1 alone (grid.y = 1), with the same ABI.
+MMVQ_KERNEL(q4_0, mmvq_q4_0_t)
+MMVQ_KERNEL(q4_1, mmvq_q4_1_t)
+MMVQ_KERNEL(q5_0, mmvq_q5_0_t)
+MMVQ_KERNEL(q5_1, mmvq_q5_1_t)
+MMVQ_KERNEL(q8_0, mmvq_q8_0_t)
+MMVQ_KERNEL(iq4_nl, mmvq_iq4_nl_t)
+MMVQ_KERNEL(mxfp4, mmvq_mxfp4_t)
+MMVQ_KERNEL(q2_K, mmvq_q2_K_t)
+MMVQ_KERNEL(q3_K, mmvq_q3_K_t)
+MMVQ_KERNEL(q4_K, mmvq_q4_K_t)
+MMVQ_KERNEL(q5_K, mmvq_q5_K_t)
+MMVQ_KERNEL(q6_K, mmvq_q6_K_t)
 
 // ---- for the fused kernels (fused.cu) ----
 
@@ -562,10 +611,18 @@ struct q8planes {
 // mmv_any computes one token's product with row wr as the unfused kernels would: mmvq's
 // integer dot on row `row` of the quantized activation xq (rows of cols) when it is given, else
 // mmv's float dot on xt, the path vec as mmv chooses it.
+//
+// dot2 is dot of rows wa and wb (their paths va and vb), each to the bit as dot computes it;
+// the integer path keeps the loads of both in flight together (mmvq_dot2).
 template <class T, int OK = mmvq_of<T>::ok> struct mmv_any {
 	CR_FN float dot(const u8* wr, const float* xt, int cols, bool vec, const float* cb, const q8planes& xq, int row) {
 		(void)xq, (void)row;
 		return mmv_dot<T>(wr, xt, cols, vec, cb);
+	}
+	CR_FN void dot2(const u8* wa, const u8* wb, const float* xt, int cols, bool va, bool vb, const float* cb, const q8planes& xq,
+	                int row, float* a, float* b) {
+		*a = dot(wa, xt, cols, va, cb, xq, row);
+		*b = dot(wb, xt, cols, vb, cb, xq, row);
 	}
 };
 template <class T> struct mmv_any<T, 1> {
@@ -574,5 +631,15 @@ template <class T> struct mmv_any<T, 1> {
 		if (!xq.q)
 			return mmv_dot<T>(wr, xt, cols, vec, cb);
 		return mmvq_dot<Q>(wr, mmvq_act<Q>(xq.q, xq.d, xq.s, cols, row), cols);
+	}
+	CR_FN void dot2(const u8* wa, const u8* wb, const float* xt, int cols, bool va, bool vb, const float* cb, const q8planes& xq,
+	                int row, float* a, float* b) {
+		typedef typename mmvq_of<T>::type Q;
+		if (!xq.q) {
+			*a = mmv_dot<T>(wa, xt, cols, va, cb);
+			*b = mmv_dot<T>(wb, xt, cols, vb, cb);
+			return;
+		}
+		mmvq_dot2<Q>(wa, wb, mmvq_act<Q>(xq.q, xq.d, xq.s, cols, row), cols, a, b);
 	}
 };
