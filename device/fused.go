@@ -52,7 +52,8 @@ type RoutedMoE interface {
 	// Experts is MoE's experts and their weighted sum for a routing the host chose (the
 	// offloader's layers, whose experts it places itself): token t's j-th expert's weights
 	// are experts[t*k+j] (device memory; the experts' gates of one type and shape, and their
-	// ups and downs likewise) and its mixing weight weights[t*k+j] (host memory). out (T
+	// ups and downs likewise) and its mixing weight weights[t*k+j] (host memory, or device
+	// memory where the device weighed them: committed routing). out (T
 	// rows of the experts' input width) receives the sums in top-k order, as the engine's
 	// combine adds them; scratch (device memory) holds T*k times the experts' width floats.
 	Experts(x []float32, T, k int, experts []ExpertMatrices, weights []float32, out, scratch []float32)

@@ -104,12 +104,16 @@ func (m *Model) moeCommitted(b models.Backend, layer int, moe *models.MoE, x []f
 	hrec := c.rec[c.slot[layer] : c.slot[layer]+k+1]
 	c.pending = append(c.pending, committedRoute{layer: layer, pred: pred, commit: commit, rec: hrec, ev: c.dev.ReadAsync(hrec, rec)})
 
-	ys, _, err := m.experts(b, layer, moe, x, nil, []routing{{experts: commit}}, nil, nil)
+	// The fused experts sum them into out where they can (expertsOnDevice); else their
+	// outputs come back one by one and are combined here.
+	ys, _, err := m.experts(b, layer, moe, x, nil, []routing{{experts: commit, devWeights: w}}, nil, out)
 	if err != nil {
 		return err
 	}
-	m.label("combine", "combine", layer, -1)
-	c.dev.CombineOne(out[:d], ys, w, d)
+	if ys != nil {
+		m.label("combine", "combine", layer, -1)
+		c.dev.CombineOne(out[:d], ys, w, d)
+	}
 
 	// The Commit Router predicts the next layer's experts while the device computes these.
 	var next []int

@@ -131,6 +131,13 @@ func TestCUDACommitOnDevice(t *testing.T) {
 			// On a real GPU (-gpu=system) the wall times say what the read-backs cost.
 			t.Logf("%d decode passes: %d read-backs and %.3f ms a pass with committed routing on the device, %d and %.3f ms with the host reading the routing",
 				passes, dev.gpu.Reads, dev.wall.Seconds()*1e3/passes, host.gpu.Reads, host.wall.Seconds()*1e3/passes)
+			// The committed experts go through the fused kernels as the host-read path's
+			// do: weighing them on the device costs a launch a layer, not a launch an expert.
+			t.Logf("launches: %d with committed routing on the device, %d with the host reading the routing", dev.gpu.Launches, host.gpu.Launches)
+			if limit := host.gpu.Launches + passes*dev.moe; dev.gpu.Launches > limit {
+				t.Errorf("%d launches with committed routing on the device, want at most the host-read path's %d and one a layer a pass: %d",
+					dev.gpu.Launches, host.gpu.Launches, limit)
+			}
 			if limit := c.reads*passes + 2*dev.moe; dev.gpu.Reads > limit || host.gpu.Reads <= limit {
 				t.Errorf("%d read-backs in %d decode passes with committed routing on the device, %d with the host reading the routing: want at most %d, and more",
 					dev.gpu.Reads, passes, host.gpu.Reads, limit)

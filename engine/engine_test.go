@@ -18,17 +18,17 @@ func TestRoute(t *testing.T) {
 		want routing
 	}{
 		{"softmax", models.MoE{Used: 2, Gating: models.GatingSoftmax},
-			routing{[]int{1, 2}, []float32{p[1], p[2]}}},
+			routing{experts: []int{1, 2}, weights: []float32{p[1], p[2]}}},
 		{"softmax renormalised", models.MoE{Used: 2, Gating: models.GatingSoftmax, NormWeights: true},
-			routing{[]int{1, 2}, []float32{p[1] / (p[1] + p[2]), p[2] / (p[1] + p[2])}}},
+			routing{experts: []int{1, 2}, weights: []float32{p[1] / (p[1] + p[2]), p[2] / (p[1] + p[2])}}},
 		{"scaled", models.MoE{Used: 1, Gating: models.GatingSoftmax, WeightsScale: 2},
-			routing{[]int{1}, []float32{2 * p[1]}}},
+			routing{experts: []int{1}, weights: []float32{2 * p[1]}}},
 		{"selection bias changes choice, not weight", models.MoE{Used: 1, Gating: models.GatingSoftmax, SelectionBias: []float32{0, 0, 0, 1}},
-			routing{[]int{3}, []float32{p[3]}}},
+			routing{experts: []int{3}, weights: []float32{p[3]}}},
 		{"sigmoid", models.MoE{Used: 1, Gating: models.GatingSigmoid},
-			routing{[]int{1}, []float32{models.Sigmoid(3)}}},
+			routing{experts: []int{1}, weights: []float32{models.Sigmoid(3)}}},
 		{"softmax over chosen weights", models.MoE{Used: 2, Gating: models.GatingSoftmaxWeight},
-			routing{[]int{1, 2}, []float32{float32(math.E / (math.E + 1)), float32(1 / (math.E + 1))}}},
+			routing{experts: []int{1, 2}, weights: []float32{float32(math.E / (math.E + 1)), float32(1 / (math.E + 1))}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

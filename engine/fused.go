@@ -97,10 +97,11 @@ func (m *Model) moeOnDevice(b models.Backend, l *device.MoELayer, moe *models.Mo
 // Fused returns the device's fused operations, or nil (models.FusedBackend).
 func (b *backend) Fused() device.Fused { return b.fused }
 
-// expertsOnDevice computes a single token's experts, which the host routed, and their
-// weighted sum into out in the device's fused kernels (device.RoutedMoE's Experts: two
-// launches where there were four for each expert and a gather and a combine), where every
-// expert computes on the device and their weights fit it at once: the offloader's layers.
+// expertsOnDevice computes a single token's experts, which the host routed or committed to,
+// and their weighted sum into out in the device's fused kernels (device.RoutedMoE's Experts:
+// two launches where there were four for each expert and a gather and a combine), where every
+// expert computes on the device and their weights fit it at once: the offloader's layers, and
+// committed routing's.
 // planned says whether it asked the placement which experts the host computes (plan: those,
 // nil for none), which the caller then does not ask again; with planned and a nil plan the
 // experts are done.
@@ -112,8 +113,12 @@ func (m *Model) expertsOnDevice(b models.Backend, layer int, x []float32, routes
 	moe := m.arch.Layers[layer].MoE
 	r := routes[0]
 	k := len(r.experts)
-	if out == nil || len(r.weights) != k {
-		return nil, false, nil // committed routing weighs them on the device (moeCommitted)
+	weights := r.weights
+	if weights == nil {
+		weights = r.devWeights // committed routing's, weighed on the device (moeCommitted)
+	}
+	if out == nil || len(weights) != k {
+		return nil, false, nil
 	}
 	// The experts in the order the host path acquires them, its jobs': ascending.
 	active := slices.Sorted(slices.Values(r.experts))
@@ -146,7 +151,7 @@ func (m *Model) expertsOnDevice(b models.Backend, layer int, x []float32, routes
 		ws[slices.Index(r.experts, e)] = expertMatrices(moe, e, w.Gate, w.Up, w.Down)
 	}
 	d := m.arch.Config.Embd
-	rm.Experts(x[:d], 1, k, ws, r.weights, out[:d], b.Floats(k*ws[0].Gate.Rows))
+	rm.Experts(x[:d], 1, k, ws, weights, out[:d], b.Floats(k*ws[0].Gate.Rows))
 	return nil, true, nil
 }
 

@@ -18,6 +18,9 @@ import (
 type routing struct {
 	experts []int
 	weights []float32
+	// devWeights are the mixing weights in device memory where the device computed them
+	// (committed routing) and weights is nil: only the fused experts read them.
+	devWeights []float32
 }
 
 // route applies a MoE block's gating to one token's router logits (models.MoE.Route).
