@@ -76,6 +76,9 @@ func (a *app) benchCmd() *cobra.Command {
 				// 0 is the flag's "default", not a count anyone asks for.
 				return fmt.Errorf("--tokens 0: want 2 or more (default 32, or 64 with --shape)")
 			}
+			if f.kernelProfile && (cmd.Flags().Changed("ep") || f.shape != "" || f.timingOnly || !strings.HasPrefix(a.device, "cuda:")) {
+				return fmt.Errorf("--kernel-profile times a CUDA GPU's kernels: run -m with --device cuda:N, without --ep")
+			}
 			if cmd.Flags().Changed("ep") {
 				return a.epBench(cmd, f)
 			}
@@ -83,9 +86,6 @@ func (a *app) benchCmd() *cobra.Command {
 				if cmd.Flags().Changed(name) {
 					return fmt.Errorf("--%s applies to expert-parallel runs (--ep N)", name)
 				}
-			}
-			if f.kernelProfile && (f.shape != "" || f.timingOnly || !strings.HasPrefix(a.device, "cuda:")) {
-				return fmt.Errorf("--kernel-profile times a CUDA GPU's kernels: run -m with --device cuda:N")
 			}
 			if f.shape != "" || f.timingOnly {
 				return a.simBench(f)

@@ -283,6 +283,7 @@ func TestBenchKernelProfile(t *testing.T) {
 	for _, bad := range [][]string{
 		{"-m", model, "--device", "cpu", "bench", "--tokens", "3", "--kernel-profile"},
 		{"--device", "sim:rtx4090", "bench", "--shape", "olmoe-1b-7b", "--kernel-profile"},
+		{"--device", "cuda:0", "bench", "--ep", "2", "--shape", "olmoe-1b-7b", "--kernel-profile"},
 	} {
 		if _, errOut, code := runCLI(t, "", bad...); code == 0 || !strings.Contains(errOut, "--kernel-profile times a CUDA GPU's kernels") {
 			t.Errorf("%v: exit %d, stderr %q", bad, code, errOut)
