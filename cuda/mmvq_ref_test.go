@@ -269,7 +269,7 @@ func FuzzMMVQ(f *testing.F) {
 var mmqiTypes = []quant.Type{quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.Q8_0, quant.IQ4_NL, quant.MXFP4, quant.Q2_K, quant.Q3_K, quant.Q4_K, quant.Q5_K, quant.Q6_K}
 
 // mmqiCases run the tensor-core products as checkMMVQ checks mmvq's: partial tiles of rows and
-// tokens, several token tiles on one grid row, an offset matrix.
+// tokens, several token tiles on one grid row, an offset matrix, a tile of three tokens.
 func mmqiCases() []kernelCase {
 	var cs []kernelCase
 	for _, typ := range mmqiTypes {
@@ -283,6 +283,7 @@ func mmqiCases() []kernelCase {
 			{typ, 70, cols[1], 70, 2, 0},
 			{typ, 64, cols[2], 130, 1, 3},
 			{typ, 9, cols[3], 12, 1, 1},
+			{typ, 33, cols[1], 3, 1, 2}, // a prompt's expert of few tokens, as mmqi_id runs it
 		} {
 			cs = append(cs, kernelCase{mmqiKernels[typ], c.String(), func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkMMQI(t, k, c, r) }})
 		}

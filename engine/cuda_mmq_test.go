@@ -48,30 +48,65 @@ func TestCUDAPrefillMMQ(t *testing.T) {
 	}
 }
 
-// TestCUDAPrefillTensorCores prefills the 16-token golden prompts of models in the types whose
+// TestCUDAPrefillTensorCores prefills 16-token prompts of golden models in the types whose
 // prompt products run on the tensor cores (cuda/kernels/mmqi.cu: Q8_0, Q5_1 and Q5_0, IQ4_NL,
 // Q4_0 and Q4_1, MXFP4, and the K-quants Q2_K to Q6_K) on cuda:0, and requires the CPU's greedy
-// tokens and its probabilities within 2e-3. (qwen3moe-q5km is left out: on the GPU, with or without the
-// tensor cores, one activation rounds to another quant and moves a probability by 0.017, the
-// golden models' amplification of a last-bit difference.)
+// tokens after every prompt and its next-token probabilities within 2e-3 at most positions.
+//
+// Most, not all: the GPU adds a product's block sums in another order than the CPU, and where
+// such a last-bit difference lands next to a rounding boundary of an activation's 8-bit
+// quantization, or next to a tie of two experts' router scores, a discrete choice flips and the
+// golden models' small random weights amplify it, at that position and, through the KV cache,
+// at later ones. On today's kernels (mmvq or mmqi alike) prompt 1 of olmoe-q5_1 moves by 0.0094
+// at one position; prompt 4 of gpt-oss-mxfp4 by 0.02, from its second position on. A fault in
+// a kernel or in the plumbing moves every position of every prompt, so at least half the
+// positions of promptsPerModel prompts are held to 2e-3, and every one to what a flip moves,
+// 0.05. (qwen3moe-q5km is left out: there a flip moves a probability by 0.017 on the first
+// prompt.) The kernels themselves are held to the exact products in package cuda.
 func TestCUDAPrefillTensorCores(t *testing.T) {
 	lib := engine.GPUForTests(t)
 	for _, name := range []string{"olmoe-q8_0", "olmoe-q5_1", "olmoe-iq4_nl", "llama-q4_0", "gpt-oss-mxfp4", "qwen2moe-q4km", "mixtral-q2k", "qwen3-q2k", "qwen3moe-q3km"} {
 		t.Run(name, func(t *testing.T) {
-			path, _, prompt := goldenWithPrompt(t, name)
-			want, got := cpuAndGPU(t, path, prompt, lib)
-			if !slices.Equal(got.tokens, want.tokens) {
-				t.Errorf("greedy on the GPU %v, on the CPU %v", got.tokens, want.tokens)
+			spec, err := synth.GoldenSpec(name)
+			if err != nil {
+				t.Fatal(err)
 			}
-			if d := maxDiff(got.probs, want.probs); d > 2e-3 {
-				t.Errorf("probabilities differ from the CPU's by up to %g", d)
+			path, _ := writeSpec(t, spec, name)
+			prompts, err := synth.Prompts(spec, promptsPerModel)
+			if err != nil {
+				t.Fatal(err)
 			}
-			if got.gpu.MMQLaunches == 0 || got.gpu.HostFallbacks != 0 {
-				t.Errorf("%+v: want the prompt's products on the batched kernels, all on the GPU", got.gpu)
+			var diffs []float64 // every position's, of every prompt
+			for i, prompt := range prompts {
+				want, got := cpuAndGPU(t, path, prompt, lib)
+				if !slices.Equal(got.tokens, want.tokens) {
+					t.Errorf("prompt %d: greedy on the GPU %v, on the CPU %v", i, got.tokens, want.tokens)
+				}
+				if got.gpu.MMQLaunches == 0 || got.gpu.HostFallbacks != 0 {
+					t.Errorf("prompt %d: %+v: want the prompt's products on the batched kernels, all on the GPU", i, got.gpu)
+				}
+				if len(got.probs) != len(want.probs) {
+					t.Fatalf("prompt %d: %d positions on the GPU, %d on the CPU", i, len(got.probs), len(want.probs))
+				}
+				for p := range got.probs {
+					diffs = append(diffs, maxDiff(got.probs[p:p+1], want.probs[p:p+1]))
+				}
+			}
+			slices.Sort(diffs)
+			med, worst := diffs[len(diffs)/2], diffs[len(diffs)-1]
+			t.Logf("the GPU's probabilities differ from the CPU's by a median of %.2g over %d positions, by up to %.2g", med, len(diffs), worst)
+			if med > 2e-3 {
+				t.Errorf("probabilities differ from the CPU's by more than 2e-3 at half the positions or more (the median: %g)", med)
+			}
+			if worst > 0.05 {
+				t.Errorf("probabilities differ from the CPU's by up to %g, more than a flipped quant or expert moves them", worst)
 			}
 		})
 	}
 }
+
+// promptsPerModel is how many of a golden model's prompts TestCUDAPrefillTensorCores runs.
+const promptsPerModel = 5
 
 // TestCUDAGroupedExperts prefills golden models on the fake GPU with prompts whose layers give
 // 9 tokens or more to every expert (128 tokens) or to some of them (40 tokens on Qwen3-MoE's
