@@ -9,9 +9,20 @@ import (
 	"github.com/commit-run/commit-run/quant"
 )
 
-// GroupMinTokens implements device.GroupedExperts: groups of mmqMinTokens tokens or more,
-// which MatMul multiplies on mmqi too, so that a group's numbers are MatMul's.
-func (g *GPU) GroupMinTokens() int { return mmqMinTokens }
+// GroupMinTokens implements device.GroupedExperts. In a prompt's pass (mmqMinTokens tokens
+// or more) every expert a token chose joins the group: its weights are read once either way,
+// the tile's unused tokens cost tensor-core work the card has to spare, and alone it would
+// take five or six launches (on a 32-token OLMoE prompt, most of a layer's 64 experts have
+// fewer than 9 tokens). Such an expert's numbers are then mmqi's where MatMul's would be
+// mmvq's: the same integer sums, the float sums in another order. A pass of fewer tokens
+// (batched decode) groups none, and keeps MatMul's numbers. The simulated card (sim) groups
+// by the same rule.
+func (g *GPU) GroupMinTokens(T int) int {
+	if T >= mmqMinTokens {
+		return 1
+	}
+	return mmqMinTokens
+}
 
 // GroupsExperts implements device.GroupedExperts: experts whose products are all integer ones
 // on the tensor cores (mmqi), whatever kernels the device has loaded.

@@ -63,9 +63,10 @@ type RoutedMoE interface {
 // product of all of them at a time (a GPU: one launch per product, llama.cpp's MUL_MAT_ID)
 // rather than each expert's products one by one.
 type GroupedExperts interface {
-	// GroupMinTokens is the fewest tokens an expert's group may have: fewer are computed
-	// one by one (on a GPU, where MatMulID takes another kernel for them).
-	GroupMinTokens() int
+	// GroupMinTokens is the fewest tokens an expert's group may have in a pass of T
+	// tokens: fewer are computed one by one (on a GPU, where MatMulID takes another kernel
+	// for them).
+	GroupMinTokens(T int) int
 	// GroupsExperts says whether ExpertGroups computes experts like e (their types and
 	// shapes), so that a caller asks before it gathers their inputs.
 	GroupsExperts(e ExpertMatrices) bool

@@ -65,8 +65,10 @@ func TestSimGroupsAsTheGPU(t *testing.T) {
 		t.Fatalf("%s does not group experts", d.Name())
 	}
 	var g cuda.GPU
-	if s.GroupMinTokens() != g.GroupMinTokens() {
-		t.Errorf("the simulated card groups experts of %d tokens or more, the GPU of %d", s.GroupMinTokens(), g.GroupMinTokens())
+	for _, T := range []int{1, 2, 8, 9, 10, 512} {
+		if s.GroupMinTokens(T) != g.GroupMinTokens(T) {
+			t.Errorf("in a pass of %d tokens the simulated card groups experts of %d tokens or more, the GPU of %d", T, s.GroupMinTokens(T), g.GroupMinTokens(T))
+		}
 	}
 	// And experts of the types, and the widths, the GPU groups.
 	grouped := 0

@@ -110,15 +110,19 @@ const promptsPerModel = 5
 
 // TestCUDAGroupedExperts prefills golden models on the fake GPU with prompts whose layers give
 // 9 tokens or more to every expert (128 tokens) or to some of them (40 tokens on Qwen3-MoE's
-// 16 experts, top 4), gpt-oss's biased experts and clamped activation among them: the experts grouped (device.GroupedExperts: mmqi_id, a launch per
-// product for all of them, the rest one by one) must give the probabilities and greedy
-// tokens of the experts computed one by one, bit for bit, in fewer launches.
+// 16 experts, top 4), gpt-oss's biased experts and clamped activation among them: the experts
+// grouped (device.GroupedExperts: mmqi_id, a launch per product for all of them) must give
+// the probabilities and greedy tokens of the experts computed one by one in more launches.
+// Bit for bit where every expert has 9 tokens or more, which one by one take mmqi too; an
+// expert of fewer takes mmvq one by one, whose float sums add in another order, so there
+// the probabilities agree to float rounding (1e-5).
 func TestCUDAGroupedExperts(t *testing.T) {
 	lib := engine.GPUForTests(t)
 	for _, c := range []struct {
 		name string
 		n    int
-	}{{"olmoe-q8_0", 128}, {"qwen3moe-q3km", 128}, {"qwen2moe-q4km", 128}, {"qwen3moe-q3km", 40}, {"gpt-oss-mxfp4", 128}} {
+		tol  float64
+	}{{"olmoe-q8_0", 128, 0}, {"qwen3moe-q3km", 128, 0}, {"qwen2moe-q4km", 128, 0}, {"qwen3moe-q3km", 40, 1e-5}, {"gpt-oss-mxfp4", 128, 0}} {
 		name := c.name
 		t.Run(fmt.Sprint(name, "/", c.n), func(t *testing.T) {
 			path, spec, golden := goldenWithPrompt(t, name)
@@ -132,8 +136,8 @@ func TestCUDAGroupedExperts(t *testing.T) {
 			if !slices.Equal(got.tokens, want.tokens) {
 				t.Errorf("greedy %v grouped, %v one by one", got.tokens, want.tokens)
 			}
-			if d := maxDiff(got.probs, want.probs); d != 0 {
-				t.Errorf("probabilities grouped differ by up to %g from one by one", d)
+			if d := maxDiff(got.probs, want.probs); d > c.tol {
+				t.Errorf("probabilities grouped differ by up to %g from one by one, want at most %g", d, c.tol)
 			}
 			if got.gpu.Launches >= want.gpu.Launches {
 				t.Errorf("%d launches grouped, %d one by one: nothing was grouped", got.gpu.Launches, want.gpu.Launches)
@@ -149,9 +153,11 @@ func TestCUDAGroupedExperts(t *testing.T) {
 // copies land. With slots for every expert the second prompt finds them all there, and takes
 // fewer launches; with 8 slots few are there. Under ondemand and static (a layer kept on the
 // device), with the host priced too slow to take any miss, the probabilities and greedy
-// tokens are those of the same policy computing every expert one by one, bit for bit. cpu-miss at the default host rates leaves to the host the experts that
-// the link's measured speed decides, so its numbers are held to the one-by-one run's within
-// the CPU's tolerance, as TestCUDAFakeDriver holds them.
+// tokens are those of the same policy computing every expert one by one, to float rounding
+// (1e-5: a grouped expert of fewer than 9 tokens takes mmqi where one by one it takes mmvq,
+// TestCUDAGroupedExperts). cpu-miss at the default host rates leaves to the host the experts
+// that the link's measured speed decides, so its numbers are held to the one-by-one run's
+// within the CPU's tolerance, as TestCUDAFakeDriver holds them.
 func TestCUDAGroupedExpertsOffloaded(t *testing.T) {
 	lib := engine.GPUForTests(t)
 	path, spec, golden := goldenWithPrompt(t, "qwen3moe-q3km")
@@ -190,7 +196,7 @@ func TestCUDAGroupedExpertsOffloaded(t *testing.T) {
 			}
 			got := prefillTwice(t, path, oo, prompt)
 			want := prefillTwice(t, path, engine.UngroupedForTests(oo), prompt)
-			tol := 0.0
+			tol := 1e-5
 			if !c.slowHost {
 				tol = 2e-3
 			}

@@ -291,7 +291,7 @@ func (m *Model) computeJobs(b models.Backend, layer, T int, x, xh []float32, job
 		}
 		xReady = m.dev.Compute().Record()
 	}
-	jobs, plan, err := m.groupedExperts(b, layer, x, jobs, plan, yAll)
+	jobs, plan, err := m.groupedExperts(b, layer, T, x, jobs, plan, yAll)
 	if err != nil {
 		return err
 	}
@@ -454,7 +454,7 @@ type expertJob struct {
 	y        []float32
 }
 
-// groupedExperts computes the device's jobs of GroupMinTokens tokens or more whose experts
+// groupedExperts computes the device's jobs of GroupMinTokens(T) tokens or more whose experts
 // are on the device (all of them where the model is resident; an offloader's in a slot)
 // together where the device groups experts (device.GroupedExperts) and the pass runs in its
 // memory: their rows of x gathered into one input, then a launch per product for all of
@@ -463,13 +463,13 @@ type expertJob struct {
 // grouped, the layer's products would wait for its last copy, and a prompt's next layer for
 // all of them (on sim:rtx4090, Mixtral-8x7B with the card's whole memory took 0.22 s to its
 // first token grouping the copied experts, against 0.19 s).
-func (m *Model) groupedExperts(b models.Backend, layer int, x []float32, jobs []expertJob, plan []bool, yAll []float32) ([]expertJob, []bool, error) {
+func (m *Model) groupedExperts(b models.Backend, layer, T int, x []float32, jobs []expertJob, plan []bool, yAll []float32) ([]expertJob, []bool, error) {
 	gd, ok := m.dev.(device.GroupedExperts)
 	_, simulated := m.dev.(*sim.Device)
 	if !ok || !(m.resident || simulated) || m.opts.ungrouped {
 		return jobs, plan, nil
 	}
-	least, big := gd.GroupMinTokens(), 0
+	least, big := gd.GroupMinTokens(T), 0
 	for i, j := range jobs {
 		if j.n >= least && (plan == nil || !plan[i]) {
 			big++

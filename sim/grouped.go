@@ -5,13 +5,19 @@ import (
 	"github.com/commit-run/commit-run/quant"
 )
 
-// groupMinTokens is the fewest tokens a group of the CUDA engine has (cuda's mmqMinTokens,
-// from which its products take the tensor cores and its experts group): the simulated card
-// groups a prompt's experts where the real one would.
-const groupMinTokens = 9
+// promptTokens is the fewest tokens of a pass that the CUDA engine multiplies on the tensor
+// cores (cuda's mmqMinTokens) and whose experts it groups.
+const promptTokens = 9
 
-// GroupMinTokens implements device.GroupedExperts.
-func (d *Device) GroupMinTokens() int { return groupMinTokens }
+// GroupMinTokens implements device.GroupedExperts as the CUDA engine decides, so that the
+// simulated card groups a prompt's experts where the real one would: in a pass of
+// promptTokens or more, every expert with a token; in a shorter one (batched decode), none.
+func (d *Device) GroupMinTokens(T int) int {
+	if T >= promptTokens {
+		return 1
+	}
+	return promptTokens
+}
 
 // GroupsExperts implements device.GroupedExperts as the CUDA engine decides: experts whose
 // products are integer ones, against an activation quantized to 8 bits (a weight type whose
