@@ -21,9 +21,9 @@ type KernelTime struct {
 // asked for. A captured step's launches are not profiled: a graph's timing events would
 // time its replays together.
 type kernelProfiler struct {
-	on     bool
-	mu     sync.Mutex
-	free   []*Event
+	on bool
+	mu sync.Mutex
+	eventPool
 	spans  []profSpan // launched, not yet read
 	totals map[string]*KernelTime
 }
@@ -81,25 +81,6 @@ func (g *GPU) launch(fn *Function, grid, block Dim3, a *Args) error {
 	return nil
 }
 
-// event returns a timing event from the pool, or a new one. The caller holds p.mu.
-func (p *kernelProfiler) event(c *Context) (*Event, error) {
-	if n := len(p.free); n > 0 {
-		ev := p.free[n-1]
-		p.free = p.free[:n-1]
-		return ev, nil
-	}
-	return c.NewEvent(true)
-}
-
-// release returns events to the pool. The caller holds p.mu.
-func (p *kernelProfiler) release(evs ...*Event) {
-	for _, ev := range evs {
-		if ev != nil {
-			p.free = append(p.free, ev)
-		}
-	}
-}
-
 // readProfile adds the n oldest spans to the totals, waiting for them. The caller holds
 // g.prof.mu.
 func (g *GPU) readProfile(n int) {
@@ -121,7 +102,7 @@ func (g *GPU) readProfile(n int) {
 			k.Calls++
 			k.Seconds += max(sec, 0)
 		}
-		p.free = append(p.free, s.start, s.end)
+		p.release(s.start, s.end)
 	}
 	p.spans = slices.Delete(p.spans, 0, n)
 }
@@ -151,12 +132,8 @@ func (g *GPU) closeProfile() []error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, s := range p.spans {
-		p.free = append(p.free, s.start, s.end)
+		p.release(s.start, s.end)
 	}
-	var errs []error
-	for _, ev := range p.free {
-		errs = append(errs, ev.Destroy())
-	}
-	p.spans, p.free = nil, nil
-	return errs
+	p.spans = nil
+	return p.destroy()
 }

@@ -11,9 +11,8 @@ import (
 // stream (the stall behind expert copies). Its events are pooled: a wait records two, a mark
 // one, and none is created once the pool has grown to the run's needs.
 type computeTimer struct {
-	mu    sync.Mutex
-	free  []*Event    // timing events ready for reuse
-	made  int         // timing events created, all in free, waits or last when idle
+	mu sync.Mutex
+	eventPool
 	waits []timedCopy // compute-stream waits on the copy stream not yet read (n unused)
 	last  *Event      // the latest mark, the start of the next interval
 	stall float64     // seconds of the waits read
@@ -21,18 +20,44 @@ type computeTimer struct {
 	marks int64
 }
 
-// event returns a timing event from the pool, or a new one. The caller holds t.mu.
-func (t *computeTimer) event(c *Context) (*Event, error) {
-	if n := len(t.free); n > 0 {
-		ev := t.free[n-1]
-		t.free = t.free[:n-1]
+// eventPool keeps timing events for reuse: creating one per use would cost a driver call a
+// token (or, profiling, two a launch). Its owner's lock guards it.
+type eventPool struct {
+	free []*Event // ready for reuse
+	made int      // created, all in free or held by the owner
+}
+
+// event returns a timing event from the pool, or a new one.
+func (p *eventPool) event(c *Context) (*Event, error) {
+	if n := len(p.free); n > 0 {
+		ev := p.free[n-1]
+		p.free = p.free[:n-1]
 		return ev, nil
 	}
 	ev, err := c.NewEvent(true)
 	if err == nil {
-		t.made++
+		p.made++
 	}
 	return ev, err
+}
+
+// release returns events to the pool; nil ones are skipped.
+func (p *eventPool) release(evs ...*Event) {
+	for _, ev := range evs {
+		if ev != nil {
+			p.free = append(p.free, ev)
+		}
+	}
+}
+
+// destroy destroys the pool's events and empties it.
+func (p *eventPool) destroy() []error {
+	var errs []error
+	for _, ev := range p.free {
+		errs = append(errs, ev.Destroy())
+	}
+	p.free, p.made = nil, 0
+	return errs
 }
 
 // waitForCopy makes the compute stream wait for ev, an event of the copy stream, between two
@@ -68,15 +93,6 @@ func (g *GPU) waitForCopy(ev *Event) {
 	}
 }
 
-// release returns events to the pool. The caller holds t.mu.
-func (t *computeTimer) release(evs ...*Event) {
-	for _, ev := range evs {
-		if ev != nil {
-			t.free = append(t.free, ev)
-		}
-	}
-}
-
 // done counts the oldest of the timed spans whose end has happened, without blocking: those
 // a drain can read without waiting.
 func done(spans []timedCopy) int {
@@ -100,7 +116,7 @@ func (g *GPU) drainWaits(n int) int {
 		} else {
 			t.stall += max(sec, 0)
 		}
-		t.free = append(t.free, w.start, w.end)
+		t.release(w.start, w.end)
 	}
 	t.waits = slices.Delete(t.waits, 0, n)
 	return n
@@ -163,13 +179,9 @@ func (g *GPU) closeTiming() []error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, w := range t.waits {
-		t.free = append(t.free, w.start, w.end)
+		t.release(w.start, w.end)
 	}
 	t.release(t.last)
-	var errs []error
-	for _, ev := range t.free {
-		errs = append(errs, ev.Destroy())
-	}
-	t.waits, t.free, t.last, t.made = nil, nil, nil, 0
-	return errs
+	t.waits, t.last = nil, nil
+	return t.destroy()
 }
