@@ -49,6 +49,9 @@ type Options struct {
 	// Warmup is the decode steps of each prompt left out of the figures, so that they show
 	// a policy's steady state once its cache has filled (0: none).
 	Warmup int
+	// WarmupPrompt runs the last prompt once, untimed, before the timed ones
+	// (engine.TimeOptions.WarmupPrompt).
+	WarmupPrompt bool
 	// AllowCommit lets policy auto choose commit, which computes with predicted experts and
 	// changes the output.
 	AllowCommit bool
@@ -69,7 +72,9 @@ type Report struct {
 	Resident   int64 // non-expert weights and one session's KV cache
 	Prompts    int
 	Tokens     int // decoded per prompt
-	Predictor  string
+	// WarmupPrompt: a prompt ran untimed before the timed ones (Options.WarmupPrompt).
+	WarmupPrompt bool
+	Predictor    string
 	// HostRates are what cpu-miss weighed a copy against, on a device that weighs (nil on
 	// the CPU, which computes every miss on the host, and without cpu-miss).
 	HostRates *engine.HostRates `json:",omitempty"`
@@ -98,7 +103,7 @@ func run(ctx context.Context, name string, open func(engine.Options) (*engine.Mo
 	if err := to.Validate(); err != nil {
 		return nil, err
 	}
-	rep := &Report{Model: name, GPUMem: o.GPUMem, Prompts: len(o.Prompts), Tokens: n}
+	rep := &Report{Model: name, GPUMem: o.GPUMem, Prompts: len(o.Prompts), Tokens: n, WarmupPrompt: o.WarmupPrompt}
 	if o.PromptIDs != nil {
 		rep.Prompts = len(o.PromptIDs)
 	}
@@ -162,7 +167,8 @@ func benchRun(ctx context.Context, open func(engine.Options) (*engine.Model, err
 	}
 	defer m.Close()
 	rep.Device = m.Device()
-	t, err := m.Time(ctx, engine.TimeOptions{Name: name, Prompts: o.Prompts, PromptIDs: o.PromptIDs, Tokens: n, Warmup: o.Warmup, TimelineTokens: o.TimelineTokens})
+	t, err := m.Time(ctx, engine.TimeOptions{Name: name, Prompts: o.Prompts, PromptIDs: o.PromptIDs, Tokens: n, Warmup: o.Warmup, TimelineTokens: o.TimelineTokens,
+		WarmupPrompt: o.WarmupPrompt})
 	if err != nil {
 		return engine.PolicyReport{}, err
 	}

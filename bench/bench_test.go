@@ -318,3 +318,42 @@ func TestRunAutoFakeGPU(t *testing.T) {
 	}
 	t.Log(rep.Rows[0].Auto.Summary())
 }
+
+// TestRunWarmupPrompt: with Options.WarmupPrompt a prompt runs before the timed ones and
+// none of its work is in their figures. On the fake GPU the decode steps' counters are the
+// same with and without it, while the card launched the warm-up's kernels as well; on a
+// simulated card, which has no one-time costs, every timed figure is the same (to the
+// rounding of a clock that has run longer).
+func TestRunWarmupPrompt(t *testing.T) {
+	lib := gpuForTests(t)
+	prompts := []string{"Prince Andrew said", "It was"}
+	for _, dev := range []string{"cuda:0", "sim:rtx4090"} {
+		run := func(warm bool) engine.PolicyReport {
+			t.Helper()
+			rep, err := bench.Run(context.Background(), tinyModel, bench.Options{
+				Options: engine.Options{Device: dev, CUDALibrary: lib, Threads: 2, ContextLength: 64}, Prompts: prompts, Tokens: 4, WarmupPrompt: warm})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.WarmupPrompt != warm || rep.Prompts != len(prompts) || len(rep.Rows) != 1 {
+				t.Fatalf("%s: report %+v", dev, rep)
+			}
+			return rep.Rows[0]
+		}
+		cold, warm := run(false), run(true)
+		if dev == "cuda:0" {
+			if cold.GPUPerToken == nil || warm.GPUPerToken == nil || *cold.GPUPerToken != *warm.GPUPerToken {
+				t.Errorf("a decoded token's counters: %+v without the warm-up, %+v with it", cold.GPUPerToken, warm.GPUPerToken)
+			}
+			if warm.GPU.Launches <= cold.GPU.Launches || warm.GPU.Kernels <= cold.GPU.Kernels {
+				t.Errorf("the card launched %d (%d kernels) with a warm-up prompt, %d (%d) without: no warm-up ran",
+					warm.GPU.Launches, warm.GPU.Kernels, cold.GPU.Launches, cold.GPU.Kernels)
+			}
+			continue
+		}
+		same := func(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Abs(b) } // the later clock's rounding
+		if !same(warm.TTFT, cold.TTFT) || !same(warm.Mean, cold.Mean) || !same(warm.P90, cold.P90) {
+			t.Errorf("%s: TTFT %g, mean %g, p90 %g after a warm-up prompt; %g, %g, %g without", dev, warm.TTFT, warm.Mean, warm.P90, cold.TTFT, cold.Mean, cold.P90)
+		}
+	}
+}

@@ -34,6 +34,13 @@ type TimeOptions struct {
 	// TimelineTokens is how many of the last prompt's last decode tokens Timing.From and To
 	// span (0: 2).
 	TimelineTokens int
+	// WarmupPrompt runs the last prompt once before the timed ones, untimed, to its first
+	// decoded token, as llama-bench warms up before its repetitions: what a device does once
+	// (a GPU's first launch of each kernel, scratch and pinned buffers growing to a pass's
+	// size, a decode step's graph captured) stays out of the first timed prompt's time to
+	// first token. The last, so that no prompt is timed right after itself: an offloader's
+	// cache then holds what the prompt before the first left, as it does for every other.
+	WarmupPrompt bool
 }
 
 // prompts is how many prompts o decodes.
@@ -105,6 +112,11 @@ func (m *Model) Time(ctx context.Context, o TimeOptions) (Timing, error) {
 	}
 	defer s.Close()
 	r := newTimer(m, s, o)
+	if o.WarmupPrompt {
+		if err := r.warm(ctx); err != nil {
+			return Timing{}, err
+		}
+	}
 	for i := range o.prompts() {
 		if err := r.prompt(ctx, i); err != nil {
 			return Timing{}, err
@@ -206,26 +218,42 @@ func (r *timer) take() runstats.Snapshot {
 	return sn
 }
 
+// ids returns prompt i as token ids, and what names it in an error.
+func (r *timer) ids(i int) ([]int32, string, error) {
+	if r.o.PromptIDs != nil {
+		return r.o.PromptIDs[i], fmt.Sprintf("%d of %d tokens", i, len(r.o.PromptIDs[i])), nil
+	}
+	ids, err := r.m.Tokenize(r.o.Prompts[i], true)
+	return ids, r.o.Prompts[i], err
+}
+
+// warm generates the warm-up prompt (TimeOptions.WarmupPrompt) to its first decoded token,
+// untimed.
+func (r *timer) warm(ctx context.Context) error {
+	ids, prompt, err := r.ids(r.o.prompts() - 1)
+	if err != nil {
+		return err
+	}
+	r.s.Reset()
+	if _, err := r.s.Generate(ctx, ids, GenerateOptions{MaxTokens: 2, IgnoreEOS: true, Sampler: SamplerOptions{Greedy: true}}); err != nil {
+		return fmt.Errorf("bench %s, the warm-up prompt %q: %w", r.o.Name, prompt, err)
+	}
+	return nil
+}
+
 // prompt generates from prompt i and times its tokens: the first as the time to it, those
 // after the warm-up as decode steps.
 func (r *timer) prompt(ctx context.Context, i int) error {
-	var ids []int32
-	var prompt string
-	if r.o.PromptIDs != nil {
-		ids, prompt = r.o.PromptIDs[i], fmt.Sprintf("%d of %d tokens", i, len(r.o.PromptIDs[i]))
-	} else {
-		prompt = r.o.Prompts[i]
-		var err error
-		if ids, err = r.m.Tokenize(prompt, true); err != nil {
-			return err
-		}
+	ids, prompt, err := r.ids(i)
+	if err != nil {
+		return err
 	}
 	r.s.Reset()
 	start := r.take()
 	last := start
 	tok := 0
 	pm := profileMarks{start: r.profile()}
-	_, err := r.s.Generate(ctx, ids, GenerateOptions{MaxTokens: r.o.Tokens, IgnoreEOS: true, Sampler: SamplerOptions{Greedy: true},
+	_, err = r.s.Generate(ctx, ids, GenerateOptions{MaxTokens: r.o.Tokens, IgnoreEOS: true, Sampler: SamplerOptions{Greedy: true},
 		OnToken: func(Token) error {
 			now := r.take()
 			switch {

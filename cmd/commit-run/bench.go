@@ -39,6 +39,7 @@ type benchFlags struct {
 	skew, crossLayer, temporal          float64
 	seed                                uint64
 	asJSON, timingOnly, kernelProfile   bool
+	warmupPrompt                        bool
 	ep                                  epFlags
 }
 
@@ -52,7 +53,8 @@ func (a *app) benchCmd() *cobra.Command {
 			"routed experts live in host memory and each --policy (default all four) runs side by side with\n" +
 			"the expert cache's hit rate, bytes moved and prediction accuracy. On --device sim:<profile> the numbers are\n" +
 			"computed and every time is the simulated GPU's: stalls waiting for copies and the physical limit are reported too;\n" +
-			"on cuda:N they come from the GPU's own events, with its device time per token.\n\n" +
+			"on cuda:N they come from the GPU's own events, with its device time per token. The last prompt runs once, untimed,\n" +
+			"before the timed ones (as llama-bench warms up; --warmup-prompt=false: not).\n\n" +
 			"With --shape (e.g. mixtral-8x7b@q4_k) on sim:<profile> it times decode of a model shape with no weights loaded:\n" +
 			"routing comes from --trace or a synthetic router (labelled as such), and the prediction of prefetch/commit from\n" +
 			"--predictor (oracle, prev-token, frequency, or accuracy=P[,first=Q] with Q for each token's first MoE layer; default\n" +
@@ -88,6 +90,9 @@ func (a *app) benchCmd() *cobra.Command {
 				}
 			}
 			if f.shape != "" || f.timingOnly {
+				if cmd.Flags().Changed("warmup-prompt") {
+					return fmt.Errorf("--warmup-prompt applies to runs of -m that compute (not --shape or --timing-only)")
+				}
 				return a.simBench(f)
 			}
 			for _, name := range []string{"trace", "skew", "cross-layer", "temporal", "ctx-fill"} {
@@ -113,6 +118,7 @@ func (a *app) benchCmd() *cobra.Command {
 	fl.IntVar(&f.timelineTokens, "timeline-tokens", 2, "tokens drawn by --timeline")
 	fl.StringVar(&f.prompts, "prompts", "", "prompts `FILE`, one per line")
 	fl.BoolVar(&f.asJSON, "json", false, "print one JSON object")
+	fl.BoolVar(&f.warmupPrompt, "warmup-prompt", true, "with -m, run the last prompt once untimed before the timed ones, as llama-bench warms up, so that one-time costs (a GPU's first launches, buffers growing) stay out of the time to first token")
 	fl.BoolVar(&f.kernelProfile, "kernel-profile", false, "on cuda:N, time every kernel between events of its own and print where a prompt's pass and a decoded token spend the device's time (kernels launched one by one, no CUDA graph; the events add time of their own)")
 	f.ep.register(cmd)
 	return cmd
@@ -473,7 +479,7 @@ func (a *app) modelBenchOptions(cmd *cobra.Command, f benchFlags) (bench.Options
 	}
 	base.ProfileKernels = f.kernelProfile
 	o := bench.Options{Options: base, Prompts: prompts, Tokens: f.tokens, Timeline: timelineFiles(f.timeline), TimelineTokens: f.timelineTokens,
-		Commit: a.commitOptions()}
+		Commit: a.commitOptions(), WarmupPrompt: f.warmupPrompt}
 	if cmd.Flags().Changed("prompt-len") {
 		if f.prompts != "" {
 			return o, fmt.Errorf("--prompt-len and --prompts: give the prompts as text or as a number of tokens, not both")
@@ -504,8 +510,8 @@ func (a *app) modelBenchOptions(cmd *cobra.Command, f benchFlags) (bench.Options
 // printLatency reports a run with all its experts in memory: one row needs no table.
 func (a *app) printLatency(rep *bench.Report, promptLenSet bool, promptLen int) {
 	p := rep.Rows[0]
-	fmt.Fprintf(a.stdout, "%s on %s: %d prompts x %d tokens\nper-token latency  mean %.3f ms  p50 %.3f ms  p90 %.3f ms\ntime to first token %.3f ms\ndecode %.1f tokens/s\n",
-		rep.Model, rep.Device, rep.Prompts, rep.Tokens, p.Mean*1e3, p.P50*1e3, p.P90*1e3, p.TTFT*1e3, p.TokensPerSecond)
+	fmt.Fprintf(a.stdout, "%s on %s: %d prompts x %d tokens%s\nper-token latency  mean %.3f ms  p50 %.3f ms  p90 %.3f ms\ntime to first token %.3f ms\ndecode %.1f tokens/s\n",
+		rep.Model, rep.Device, rep.Prompts, rep.Tokens, warmedUp(rep), p.Mean*1e3, p.P50*1e3, p.P90*1e3, p.TTFT*1e3, p.TokensPerSecond)
 	if promptLenSet {
 		fmt.Fprintf(a.stdout, "prefill %.1f tokens/s (%d-token prompts)\n", float64(promptLen)/p.TTFT, promptLen)
 	}
@@ -518,6 +524,14 @@ func (a *app) printLatency(rep *bench.Report, promptLenSet bool, promptLen int) 
 			p.DeviceTimePerToken*1e3, p.LimitPerToken*1e3, p.OverLimit)
 		a.gpuPerToken(p)
 	}
+}
+
+// warmedUp says, after a run's prompt count, that a prompt ran untimed before them.
+func warmedUp(rep *bench.Report) string {
+	if rep.WarmupPrompt {
+		return " (after an untimed warm-up prompt)"
+	}
+	return ""
 }
 
 // printPolicyBench reports the policies of an offloaded run side by side, under a header
@@ -533,7 +547,7 @@ func (a *app) printPolicyBench(rep *bench.Report) error {
 	if gpu {
 		clock += "; device time and stall from CUDA events, limit = max(device compute, bytes needed / the copy stream's measured bandwidth)"
 	}
-	fmt.Fprintf(a.stdout, "%s on %s: %d prompts x %d tokens, batch size 1, %s\n", rep.Model, rep.Device, rep.Prompts, rep.Tokens, clock)
+	fmt.Fprintf(a.stdout, "%s on %s: %d prompts x %d tokens%s, batch size 1, %s\n", rep.Model, rep.Device, rep.Prompts, rep.Tokens, warmedUp(rep), clock)
 	if rep.GPUMem > 0 {
 		fmt.Fprintf(a.stdout, "%.2f MiB device budget: %.2f MiB resident, %.3f MiB per expert slot\n",
 			float64(rep.GPUMem)/(1<<20), float64(rep.Resident)/(1<<20), float64(rep.SlotBytes)/(1<<20))

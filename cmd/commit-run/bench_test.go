@@ -288,3 +288,22 @@ func TestBenchAutoOnSim(t *testing.T) {
 		}
 	}
 }
+
+// bench warms up with an untimed prompt by default and says so; --warmup-prompt=false runs
+// none, and the flag is refused where nothing is computed.
+func TestBenchWarmupPrompt(t *testing.T) {
+	model := needModel(t)
+	const said = "(after an untimed warm-up prompt)"
+	args := []string{"-m", model, "--device", "cpu", "--threads", "2", "bench", "--tokens", "3", "--prompt-len", "4"}
+	if out, _ := mustRun(t, "", args...); !strings.Contains(out, "prompts x 3 tokens "+said) {
+		t.Errorf("bench does not say %q:\n%s", said, out)
+	}
+	js, _ := mustRun(t, "", append(args, "--warmup-prompt=false", "--json")...)
+	var rep struct{ WarmupPrompt *bool }
+	if err := json.Unmarshal([]byte(js), &rep); err != nil || rep.WarmupPrompt == nil || *rep.WarmupPrompt {
+		t.Errorf("--warmup-prompt=false --json: %v, WarmupPrompt %v\n%s", err, rep.WarmupPrompt, js)
+	}
+	if _, errOut, code := runCLI(t, "", "--device", "sim:rtx4090", "bench", "--shape", "olmoe-1b-7b", "--warmup-prompt"); code == 0 || !strings.Contains(errOut, "--warmup-prompt applies to runs of -m") {
+		t.Errorf("--shape --warmup-prompt: exit %d, stderr %q", code, errOut)
+	}
+}
