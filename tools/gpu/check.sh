@@ -152,6 +152,8 @@ vs() {
 		local mem=$(cat "$out/peak.txt")
 		echo "== $shape: --n-cpu-moe $n took $mem MiB"
 		"$bin/commit-run" -m $m --device cuda:0 --ctx 1024 bench --prompt-len 512 --tokens $tokens --json >"$out/vs-$shape-card.json"
+		# The same without bench's warm-up prompt: what the first prompt's one-time costs add.
+		"$bin/commit-run" -m $m --device cuda:0 --ctx 1024 bench --prompt-len 512 --tokens 4 --warmup-prompt=false --json >"$out/vs-$shape-cold.json"
 		"$bin/commit-run" -m $m --device cuda:0 --ctx 1024 --gpu-mem ${mem}MiB --cpu-moe-layers $n bench --policy static,hot,cpu-miss,auto \
 			--prompt-len 512 --tokens $tokens --json >"$out/vs-$shape-budget.json"
 	done

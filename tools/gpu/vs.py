@@ -8,7 +8,8 @@ against commit-run's policies at the device memory llama.cpp's split took, and t
 
 OUT holds lcpp-SHAPE/bench-gpu.json, lcpp-SHAPE/bench-nographs.json and
 lcpp-SHAPE/bench-ncmoeN.json (llama-bench -o json), and vs-SHAPE-card.json and
-vs-SHAPE-budget.json (commit-run bench --json with --prompt-len 512). commit-run's prefill rate
+vs-SHAPE-budget.json (commit-run bench --json with --prompt-len 512; vs-SHAPE-cold.json the first
+without bench's warm-up prompt, whose prefill shows the one-time costs). commit-run's prefill rate
 is 512 / its time to first token, which also holds the first token's sampling; llama-bench's pp
 times the batch alone. Decode: llama-bench's tg128 from an empty cache, commit-run's tokens after
 the 512-token prompt.
@@ -68,6 +69,8 @@ def main(argv):
         launches = f"{per['Launches']:.1f} launches, {per['Kernels']:.0f} kernels, {per['Reads']:.1f} reads" if per else ""
         print(f"{shape:>10} {'whole model on the card':>28} {num(lpp):>12} {num(pp):>11} {ratio(pp, lpp):>7} {num(ltg):>9} {num(tg):>8} {ratio(tg, ltg):>7}  {launches}")
         print(f"{'':>10} {'llama.cpp without graphs':>28} {'':>12} {'':>11} {'':>7} {num(lng):>9}")
+        cpp, _, _ = ours(load(os.path.join(out, f"vs-{shape}-cold.json")))
+        print(f"{'':>10} {'ours without the warm-up':>28} {'':>12} {num(cpp):>11}")
         ncmoe = sorted(glob.glob(os.path.join(out, f"lcpp-{shape}", "bench-ncmoe*.json")))
         budget = load(os.path.join(out, f"vs-{shape}-budget.json"))
         for path in ncmoe:
