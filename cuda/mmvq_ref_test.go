@@ -413,6 +413,30 @@ func FuzzMMQI(f *testing.F) {
 	})
 }
 
+// FuzzMMQIID draws a layer's experts' token groups for mmqi_id, each held to mmqi on its
+// rows alone (checkMMQIGroups): up to six groups of 0 to 80 tokens, most of them few, as a
+// prompt's experts are (a prompt's pass groups every expert a token chose).
+func FuzzMMQIID(f *testing.F) {
+	for i := range mmqiTypes {
+		f.Add(uint8(i), uint8(60+i), uint8(i), uint64(i))
+	}
+	k := openKernels(f)
+	f.Fuzz(func(t *testing.T, typ, rows, gy uint8, seed uint64) {
+		r := rand.New(rand.NewPCG(seed, 5))
+		c := mmqiGroupCase{typ: mmqiTypes[int(typ)%len(mmqiTypes)], rows: 1 + int(rows)%140, gridY: 1 + int(gy)%3, at: seed%2 == 1}
+		c.cols = fuzzCols(c.typ, uint8(seed>>8))
+		for range 1 + r.IntN(6) {
+			n := r.IntN(9) // an expert of a few tokens, or now and then of up to 80
+			if r.IntN(4) == 0 {
+				n = r.IntN(81)
+			}
+			c.tokens = append(c.tokens, n)
+		}
+		t.Log("mmqi_id", c.typ, c)
+		checkMMQIGroups(t, k, c, r)
+	})
+}
+
 // TestFakeFaultsOnMisalignedLoads: the emulator fails a launch whose kernel makes a wide load
 // from an address not aligned to it, where a GPU faults (CUDA_ERROR_MISALIGNED_ADDRESS), so
 // that the kernel tests hold the kernels' alignment contracts (mmqi's Q4_K rows are read 16
