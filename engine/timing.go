@@ -34,8 +34,8 @@ type TimeOptions struct {
 	// TimelineTokens is how many of the last prompt's last decode tokens Timing.From and To
 	// span (0: 2).
 	TimelineTokens int
-	// WarmupPrompt runs the last prompt once before the timed ones, untimed, to its first
-	// decoded token, as llama-bench warms up before its repetitions: what a device does once
+	// WarmupPrompt runs the last prompt once before the timed ones, untimed, through its
+	// prompt pass and one decode step, as llama-bench warms up before its repetitions: what a device does once
 	// (a GPU's first launch of each kernel, scratch and pinned buffers growing to a pass's
 	// size, a decode step's graph captured) stays out of the first timed prompt's time to
 	// first token. The last, so that no prompt is timed right after itself: an offloader's
@@ -227,8 +227,8 @@ func (r *timer) ids(i int) ([]int32, string, error) {
 	return ids, r.o.Prompts[i], err
 }
 
-// warm generates the warm-up prompt (TimeOptions.WarmupPrompt) to its first decoded token,
-// untimed.
+// warm generates the warm-up prompt (TimeOptions.WarmupPrompt), untimed: its prompt pass and
+// one decode step.
 func (r *timer) warm(ctx context.Context) error {
 	ids, prompt, err := r.ids(r.o.prompts() - 1)
 	if err != nil {
