@@ -429,6 +429,12 @@ struct mmvq_q3_K_t : mmv_q3_K_t {
 
 // mmvq_sums is mmv_sums (mmv.cu) with the integer dots: every lane gets the warp's sums of
 // one row for tokens t < nt in acc[0..nt).
+//
+// The weights are read ahead of the dots: one step with several tokens, whose sums hold
+// registers enough, and two steps for one token (a decoded token's products, mmvq1 and the
+// fused kernels), where a warp alone on its row otherwise waits for memory at every step
+// (on the H200 every one-token product took 31-37 us whatever its bytes). The dots take the
+// blocks in the same order either way, so the sums are the same to the bit.
 template <class T, int NT> CR_FN void mmvq_sums(const u8* wr, const q8act* x, int cols, int nt, float* acc) {
 	const int lane = threadIdx.x, s = lane % T::LPB, step = CR_WARP / T::LPB;
 	const int nb = cols / T::QK;
@@ -436,7 +442,23 @@ template <class T, int NT> CR_FN void mmvq_sums(const u8* wr, const q8act* x, in
 	for (int t = 0; t < NT; t++)
 		acc[t] = 0.0f;
 	int b = lane / T::LPB;
-	if (b < nb) {
+	if (b < nb && NT == 1) {
+		typename T::raw r = T::load(wr + (i64)b * T::BB, s), rn = r;
+		if (b + step < nb)
+			rn = T::load(wr + (i64)(b + step) * T::BB, s);
+		for (;;) {
+			const int bnn = b + 2 * step;
+			typename T::raw rnn = rn;
+			if (bnn < nb)
+				rnn = T::load(wr + (i64)bnn * T::BB, s); // in flight with rn while r is used
+			T::template dotq<NT>(r, s, b, x, nt, acc);
+			if (b + step >= nb)
+				break;
+			r = rn;
+			rn = rnn;
+			b += step;
+		}
+	} else if (b < nb) {
 		typename T::raw r = T::load(wr + (i64)b * T::BB, s);
 		for (;;) {
 			int bn = b + step;
