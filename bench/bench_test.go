@@ -31,14 +31,7 @@ func gpuForTests(t *testing.T) string {
 	default:
 		t.Fatalf("-gpu=%s: want fake or system", *gpuDriver)
 	}
-	lib, err := fakecuda.Build()
-	if errors.Is(err, fakecuda.ErrNoCompiler) {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return lib
+	return fakecuda.ForTests(t)
 }
 
 // offloadProbe opens path offloaded with a roomy budget and returns its offloader's figures:

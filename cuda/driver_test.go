@@ -23,13 +23,7 @@ var fake struct{ path string }
 // compiler to build it.
 func fakeDriver(t *testing.T) *Driver {
 	t.Helper()
-	path, err := fakecuda.Build()
-	if errors.Is(err, fakecuda.ErrNoCompiler) {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	path := fakecuda.ForTests(t)
 	fake.path = path
 	d, err := Load(path)
 	if err != nil {

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"errors"
 	"flag"
 	"testing"
 
@@ -29,14 +28,7 @@ func GPUForTests(tb testing.TB) string {
 // compiler.
 func FakeGPUForTests(tb testing.TB) string {
 	tb.Helper()
-	lib, err := fakecuda.Build()
-	if errors.Is(err, fakecuda.ErrNoCompiler) {
-		tb.Skip(err)
-	}
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return lib
+	return fakecuda.ForTests(tb)
 }
 
 // UnfusedForTests returns o computing passes on a GPU with one kernel per operation, as before

@@ -19,20 +19,7 @@ import (
 // C compiler to build them.
 func fakeGPUs(t *testing.T, n int) (*nccl.Library, []*cuda.GPU) {
 	t.Helper()
-	cudaLib, err := fakecuda.Build()
-	if errors.Is(err, fakecuda.ErrNoCompiler) {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	ncclLib, err := fakenccl.Build()
-	if errors.Is(err, fakenccl.ErrNoCompiler) {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	cudaLib, ncclLib := fakecuda.ForTests(t), fakenccl.ForTests(t)
 	t.Setenv("FAKECUDA_DEVICES", fmt.Sprint(n))
 	lib, err := nccl.Load(ncclLib)
 	if err != nil {

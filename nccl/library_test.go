@@ -15,14 +15,7 @@ import (
 // to build it.
 func fakeLibrary(t *testing.T) *Library {
 	t.Helper()
-	path, err := fakenccl.Build()
-	if errors.Is(err, fakenccl.ErrNoCompiler) {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := Load(path)
+	l, err := Load(fakenccl.ForTests(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/commit-run/commit-run/engine"
+	"github.com/commit-run/commit-run/internal/fakecuda"
 	"github.com/commit-run/commit-run/shapes"
 )
 
@@ -159,7 +160,7 @@ func TestBenchBadInput(t *testing.T) {
 // measured with CUDA events, so the table prints them rather than dashes.
 func TestBenchModelOnFakeGPU(t *testing.T) {
 	model := needModel(t)
-	lib := fakeGPU(t)
+	lib := fakecuda.ForTests(t)
 	prompts := filepath.Join(t.TempDir(), "prompts.txt")
 	if err := os.WriteFile(prompts, []byte("Prince Andrew said\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -228,7 +229,7 @@ func TestBenchModelOnFakeGPU(t *testing.T) {
 // its profile are those the GPU counted, and it is refused where there is no GPU to profile.
 func TestBenchKernelProfile(t *testing.T) {
 	model := needModel(t)
-	lib := fakeGPU(t)
+	lib := fakecuda.ForTests(t)
 	args := []string{"-m", model, "--device", "cuda:0", "--cuda-lib", lib, "bench", "--tokens", "4", "--prompt-len", "6", "--kernel-profile"}
 	js, _ := mustRun(t, "", append(args, "--json")...)
 	var rep struct {

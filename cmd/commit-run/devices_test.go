@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"strings"
 	"testing"
 
@@ -23,7 +22,7 @@ func TestDevicesAndCUDAFlags(t *testing.T) {
 		t.Errorf("auto without a driver: %d %q %q", code, out, errOut)
 	}
 
-	lib := fakeGPU(t)
+	lib := fakecuda.ForTests(t)
 	if out, _, code := runCLI(t, "", "devices", "--cuda-lib", lib); code != 0 || !strings.Contains(out, "\ncuda:0  Fake GPU  1.0 GiB  sm_89") {
 		t.Errorf("devices with the fake driver: %q", out)
 	}
@@ -31,17 +30,4 @@ func TestDevicesAndCUDAFlags(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "ondemand on the GPU: ") || !strings.Contains(out, " 0 products on the host, copy stream ") {
 		t.Errorf("bench on the fake GPU: %d %q %q", code, out, errOut)
 	}
-}
-
-// fakeGPU builds the fake CUDA driver and returns its library, or skips without a C compiler.
-func fakeGPU(t *testing.T) string {
-	t.Helper()
-	lib, err := fakecuda.Build()
-	if errors.Is(err, fakecuda.ErrNoCompiler) {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return lib
 }
