@@ -117,10 +117,16 @@ func fusedCases() []kernelCase {
 		_, integer := mmvqKernels[typ]
 		for _, q := range []bool{false, true}[:1+b2i(integer)] {
 			add("mmv3_"+sfx, fmt.Sprintf("rows=5,3,9,cols=%d,ntok=1,quantized=%v", wide, q), func(t *testing.T, k *kernelEnv, r *rand.Rand) {
-				checkMMV3(t, k, typ, []int{5, 3, 9}, wide, 1, q, r)
+				checkMMV3(t, k, typ, []int{5, 3, 9}, wide, 1, q, 1, r)
 			})
 			add("mmv3_"+sfx, fmt.Sprintf("rows=6,cols=%d,ntok=2,quantized=%v", narrow, q), func(t *testing.T, k *kernelEnv, r *rand.Rand) {
-				checkMMV3(t, k, typ, []int{6}, narrow, 2, q, r)
+				checkMMV3(t, k, typ, []int{6}, narrow, 2, q, 1, r)
+			})
+		}
+		if integer {
+			// A row over several warps (GPUOptions.RowWarps), against mmvq with as many.
+			add("mmv3_"+sfx, fmt.Sprintf("rows=5,3,cols=%d,ntok=2,quantized=true,warps=4", wide), func(t *testing.T, k *kernelEnv, r *rand.Rand) {
+				checkMMV3(t, k, typ, []int{5, 3}, wide, 2, true, 4, r)
 			})
 		}
 		// Another type for the ups, the downs and the shared expert, at a width both take.
@@ -139,6 +145,20 @@ func fusedCases() []kernelCase {
 				add("moe_up_"+sfx, c.String(), func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkMoE(t, k, c, r, true) })
 				add("moe_down_"+sfx, c.String(), func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkMoE(t, k, c, r, false) })
 			}
+		}
+		if !integer {
+			continue
+		}
+		// Rows over several warps: moe_down's groups take several rounds (k over its groups),
+		// a shared expert's group waits with them, another type's launch keeps a warp a row.
+		for _, c := range []moeCase{
+			{typ: typ, experts: 6, k: 5, ntok: 2, d: narrow, ff: narrow, shared: true, gated: true, warps: 4},
+			{typ: typ, experts: 4, k: 2, ntok: 1, d: 256, ff: 256, shared: true, up: other, shTyp: other, warps: 2},
+			{typ: typ, experts: 3, k: 3, ntok: 1, d: narrow, ff: narrow, biased: true, warps: 8},
+		} {
+			c.quantized = true
+			add("moe_up_"+sfx, c.String(), func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkMoE(t, k, c, r, true) })
+			add("moe_down_"+sfx, c.String(), func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkMoE(t, k, c, r, false) })
 		}
 	}
 	return cs
@@ -308,8 +328,8 @@ func checkRoute(t *testing.T, k *kernelEnv, c routeCase, r *rand.Rand) {
 	checkBits(t, "shared gates", k.getF32(t, dsg, c.ntok), want)
 }
 
-// checkMMV3: mmv3 against mmv and add_rows_f32 of each product.
-func checkMMV3(t *testing.T, k *kernelEnv, typ quant.Type, rows []int, cols, ntok int, quantize bool, r *rand.Rand) {
+// checkMMV3: mmv3 against mmv (mmvq, with warps warps a row) and add_rows_f32 of each product.
+func checkMMV3(t *testing.T, k *kernelEnv, typ quant.Type, rows []int, cols, ntok int, quantize bool, warps int, r *rand.Rand) {
 	sfx, _ := fusedSuffix(typ)
 	x := randF32(r, ntok*cols, 1)
 	dx := k.putF32(t, x)
@@ -326,13 +346,17 @@ func checkMMV3(t *testing.T, k *kernelEnv, typ quant.Type, rows []int, cols, nto
 		}
 		maxRows = max(maxRows, n)
 		for tk := 0; tk < ntok; tk++ {
-			k.product(t, typ, w[i], dx.Add(int64(4*tk*cols)), xq, tk, ref[i].Add(int64(4*tk*n)), n, cols)
+			k.product(t, typ, w[i], dx.Add(int64(4*tk*cols)), xq, tk, ref[i].Add(int64(4*tk*n)), n, cols, warps)
 		}
 		if b[i] != 0 {
 			k.run(t, "add_rows_f32", Dim3{X: ceilDiv(ntok*n, 256)}, Dim3{X: 256}, args.Reset().Ptr(ref[i]).Ptr(b[i]).Int(ntok*n).Int(n))
 		}
 	}
-	k.run(t, "mmv3_"+sfx, Dim3{X: ceilDiv(maxRows, mmvRowsPerBlock), Z: len(rows)}, Dim3{X: 32, Y: mmvRowsPerBlock},
+	gx, block := rowDims(maxRows, 1)
+	if xq.q != 0 {
+		gx, block = rowDims(maxRows, warps)
+	}
+	k.run(t, "mmv3_"+sfx, Dim3{X: gx, Z: len(rows)}, block,
 		args.Reset().Ptr(w[0]).Ptr(w[1]).Ptr(w[2]).Ptr(y[0]).Ptr(y[1]).Ptr(y[2]).Ptr(b[0]).Ptr(b[1]).Ptr(b[2]).
 			Int(rs[0]).Int(rs[1]).Int(rs[2]).Ptr(dx).Int(cols).Int(ntok).Ptr(xq.q).Ptr(xq.d).Ptr(xq.s))
 	for i, n := range rows {
@@ -351,6 +375,8 @@ type moeCase struct {
 	quantized bool
 	// biased gives the routed experts gpt-oss's biases and activation.
 	biased bool
+	// warps is the warps a row of the integer products (GPUOptions.RowWarps; 0 is 1).
+	warps int
 }
 
 func (c moeCase) String() string {
@@ -365,6 +391,9 @@ func (c moeCase) String() string {
 	}
 	if c.biased {
 		s += ",biased"
+	}
+	if c.warps > 1 {
+		s += fmt.Sprintf(",warps=%d", c.warps)
 	}
 	return s + fmt.Sprintf(",quantized=%v", c.quantized)
 }
@@ -417,7 +446,14 @@ func checkMoE(t *testing.T, k *kernelEnv, c moeCase, r *rand.Rand, up bool) {
 		sg, su, sd = gates[sh], ups[sh], downs[sh]
 	}
 	var args Args
-	block := Dim3{X: 32, Y: mmvRowsPerBlock}
+	warps := max(c.warps, 1)
+	// A launch's warps a row, as the GPU chooses them: several only for integer dots.
+	warpsOf := func(integer bool) int {
+		if integer {
+			return warps
+		}
+		return 1
+	}
 	const alpha, limit = 1.702, 7
 	addBias := func(y, bias DevicePtr, n int) {
 		if bias != 0 {
@@ -430,7 +466,8 @@ func checkMoE(t *testing.T, k *kernelEnv, c moeCase, r *rand.Rand, up bool) {
 		xq := func(typ quant.Type) q8 { return k.quantized(t, dx, c.ntok, c.d, typ, c.quantized) }
 		launch := func(typ quant.Type, tab, sg, su DevicePtr, entries, mode int) {
 			q := xq(typ)
-			k.run(t, "moe_up_"+sfx(typ), Dim3{X: ceilDiv(c.ff, mmvRowsPerBlock), Z: entries}, block,
+			gx, block := rowDims(c.ff, warpsOf(q.q != 0))
+			k.run(t, "moe_up_"+sfx(typ), Dim3{X: gx, Z: entries}, block,
 				args.Reset().Ptr(tab).Ptr(dids).Int(c.k).Int(c.ntok).Ptr(dx).Int(c.d).Ptr(dg).Int(c.ff).Ptr(sg).Ptr(su).Ptr(dsh).Int(c.ff).Int(mode).
 					Ptr(q.q).Ptr(q.d).Ptr(q.s).Int(b2i(c.biased)).Float(alpha).Float(limit))
 		}
@@ -460,8 +497,8 @@ func checkMoE(t *testing.T, k *kernelEnv, c moeCase, r *rand.Rand, up bool) {
 			xt := dx.Add(int64(4 * tk * c.d))
 			one := func(gt, ut quant.Type, g, u DevicePtr, e int32) []float32 {
 				rg, ru := k.alloc(t, 4*c.ff), k.alloc(t, 4*c.ff)
-				k.product(t, gt, g, xt, xq(gt), tk, rg, c.ff, c.d)
-				k.product(t, ut, u, xt, xq(ut), tk, ru, c.ff, c.d)
+				k.product(t, gt, g, xt, xq(gt), tk, rg, c.ff, c.d, warps)
+				k.product(t, ut, u, xt, xq(ut), tk, ru, c.ff, c.d, warps)
 				if e >= 0 && c.biased {
 					addBias(rg, gbs[e], c.ff)
 					addBias(ru, ubs[e], c.ff)
@@ -491,7 +528,7 @@ func checkMoE(t *testing.T, k *kernelEnv, c moeCase, r *rand.Rand, up bool) {
 	gq := k.quantized(t, dg, c.ntok*c.k, c.ff, c.down, c.quantized)
 	hq := k.quantized(t, dshg, c.ntok, c.ff, c.shTyp, c.quantized)
 	down := func(typ quant.Type, tab, sd DevicePtr, acc int) {
-		grid, block := moeDownDims(c.d, c.ntok, c.k, tab != 0, sd != 0)
+		grid, block := moeDownDims(c.d, c.ntok, c.k, tab != 0, sd != 0, warpsOf((tab == 0 || gq.q != 0) && (sd == 0 || hq.q != 0)))
 		k.run(t, "moe_down_"+sfx(typ), grid, block,
 			args.Reset().Ptr(tab).Ptr(dids).Ptr(dw).Int(c.k).Int(c.ntok).Ptr(dg).Int(c.ff).Ptr(dout).Int(c.d).Ptr(sd).Ptr(dshg).Int(c.ff).Ptr(dgate).Int(acc).
 				Ptr(gq.q).Ptr(gq.d).Ptr(gq.s).Ptr(hq.q).Ptr(hq.d).Ptr(hq.s))
@@ -507,7 +544,7 @@ func checkMoE(t *testing.T, k *kernelEnv, c moeCase, r *rand.Rand, up bool) {
 		ys := k.alloc(t, 4*c.k*c.d)
 		for j := 0; j < c.k; j++ {
 			z := tk*c.k + j
-			k.product(t, c.down, downs[ids[z]], dg.Add(int64(4*z*c.ff)), gq, z, ys.Add(int64(4*j*c.d)), c.d, c.ff)
+			k.product(t, c.down, downs[ids[z]], dg.Add(int64(4*z*c.ff)), gq, z, ys.Add(int64(4*j*c.d)), c.d, c.ff, warps)
 			addBias(ys.Add(int64(4*j*c.d)), dbs[ids[z]], c.d)
 		}
 		out := k.alloc(t, 4*c.d)
@@ -516,7 +553,7 @@ func checkMoE(t *testing.T, k *kernelEnv, c moeCase, r *rand.Rand, up bool) {
 		want := k.getF32(t, out, c.d)
 		if c.shared {
 			s := k.alloc(t, 4*c.d)
-			k.product(t, c.shTyp, sd, dshg.Add(int64(4*tk*c.ff)), hq, tk, s, c.d, c.ff)
+			k.product(t, c.shTyp, sd, dshg.Add(int64(4*tk*c.ff)), hq, tk, s, c.d, c.ff, warps)
 			for i, v := range k.getF32(t, s, c.d) {
 				if c.gated {
 					v = float32(gate[tk] * v)
@@ -544,10 +581,14 @@ func (k *kernelEnv) quantized(t testing.TB, x DevicePtr, rows, cols int, w quant
 }
 
 // product runs the unfused product of rows rows of w (of type typ) with one token's input: mmvq
-// on the quantized input xq (row r of its planes) when it is, else mmv on x.
-func (k *kernelEnv) product(t *testing.T, typ quant.Type, w, x DevicePtr, xq q8, r int, y DevicePtr, rows, cols int) {
+// on the quantized input xq (row r of its planes) with warps warps a row when it is, else mmv
+// on x.
+func (k *kernelEnv) product(t *testing.T, typ quant.Type, w, x DevicePtr, xq q8, r int, y DevicePtr, rows, cols, warps int) {
 	var args Args
 	block, grid := Dim3{X: 32, Y: mmvRowsPerBlock}, Dim3{X: ceilDiv(rows, mmvRowsPerBlock), Y: 1}
+	if xq.q != 0 {
+		grid.X, block = rowDims(rows, warps)
+	}
 	if xq.q == 0 {
 		k.run(t, mmvKernels[typ], grid, block, args.Ptr(w).Ptr(x).Ptr(y).Int(rows).Int(cols).Int(1))
 		return

@@ -38,7 +38,17 @@ type GPUOptions struct {
 	// events of its own (KernelProfile): two events a launch, for finding where a token's
 	// time goes, not for timing it.
 	ProfileKernels bool
+	// RowWarps is the warps that share one output row of an integer decode product (mmvq,
+	// mmvq1 and the fused kernels' integer dots; kernels/mmvq.cu): 1, 2, 4 or 8; 0 is 1, a warp
+	// a row. More warps a row keep more of a row's reads in flight, at the cost of a wait in
+	// shared memory. The float sums' order depends on it, so a GPU's products all take the
+	// same: a batch and a sequence alone, a graph and its eager launches agree to the bit for
+	// any one value.
+	RowWarps int
 }
+
+// RowWarpsChoices are the values GPUOptions.RowWarps takes.
+var RowWarpsChoices = []int{1, 2, 4, 8}
 
 // mmvKernels name the matrix-vector kernel of each weight type.
 var mmvKernels = map[quant.Type]string{
@@ -99,6 +109,7 @@ type GPU struct {
 	mmvq1         map[quant.Type]*Function // one token's
 	mmqi          map[quant.Type]*Function // many tokens' integer products on the tensor cores (ops_quant.go)
 	qscr          qscratch                 // their quantized activations (under mu)
+	rowWarps      int                      // GPUOptions.RowWarps, 1 for 0
 
 	// mu orders the synchronous products: one staging area, one sequence on the stream.
 	mu        sync.Mutex
@@ -165,6 +176,10 @@ func Open(o GPUOptions) (*GPU, error) {
 	if o.Host == nil {
 		return nil, fmt.Errorf("device %s: no host kernels", name)
 	}
+	warps := max(o.RowWarps, 1)
+	if o.RowWarps != 0 && !slices.Contains(RowWarpsChoices, o.RowWarps) {
+		return nil, fmt.Errorf("device %s: %d warps a row for the integer decode products: want one of %v", name, o.RowWarps, RowWarpsChoices)
+	}
 	drv, err := Load(o.Library)
 	if err != nil {
 		return nil, fmt.Errorf("device %s: %w", name, err)
@@ -190,7 +205,7 @@ func Open(o GPUOptions) (*GPU, error) {
 	}
 	g := &GPU{drv: drv, ctx: ctx, info: info, host: o.Host, mmv: map[quant.Type]*Function{}, mmq: map[quant.Type]*Function{}, mmvq: map[quant.Type]*Function{},
 		mmvq1: map[quant.Type]*Function{}, mmqi: map[quant.Type]*Function{},
-		fns: map[string]*Function{}, opened: time.Now(), hostRates: rates}
+		fns: map[string]*Function{}, opened: time.Now(), hostRates: rates, rowWarps: warps}
 	g.prof.on = o.ProfileKernels
 	if err := g.open(o); err != nil {
 		g.Close()
@@ -783,6 +798,7 @@ func (g *GPU) launchMatMul(fn *Function, mmq bool, w quant.Matrix, wp, xp, yp De
 			return err
 		}
 		if a.q != 0 {
+			grid.X, block = g.rowDims(w.Rows, true)
 			fn = f
 			if f1 := g.mmvq1[w.Type]; f1 != nil && T == 1 {
 				fn = f1
@@ -793,6 +809,24 @@ func (g *GPU) launchMatMul(fn *Function, mmq bool, w quant.Matrix, wp, xp, yp De
 		}
 	}
 	return g.launch(fn, grid, block, args())
+}
+
+// rowDims are grid.x and the block of a product kernel with a warp per row (mmv's ABI) over
+// rows rows: mmvRowsPerBlock rows a block, or, for an integer product (mmvq.cu) where the GPU
+// deals a row over several warps (GPUOptions.RowWarps), a row a block of that many warps.
+func (g *GPU) rowDims(rows int, integer bool) (x int, block Dim3) {
+	if !integer {
+		return rowDims(rows, 1)
+	}
+	return rowDims(rows, g.rowWarps)
+}
+
+// rowDims are grid.x and the block of rows rows of an mmvq kernel with warps warps a row.
+func rowDims(rows, warps int) (x int, block Dim3) {
+	if warps > 1 {
+		return max(rows, 1), Dim3{X: 32, Y: 1, Z: warps}
+	}
+	return blocks(rows, mmvRowsPerBlock), Dim3{X: 32, Y: mmvRowsPerBlock}
 }
 
 // stage grows the staging buffers to nx input and ny output bytes. The caller holds g.mu.

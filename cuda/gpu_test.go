@@ -2,8 +2,10 @@ package cuda
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -154,6 +156,45 @@ func TestKernelsWithoutTheSM80Module(t *testing.T) {
 	}
 	if _, err := loadKernels(ctx, info, []byte("syntax error"), nil); err == nil {
 		t.Error("a base module the driver refuses loaded")
+	}
+}
+
+// TestGPURowWarps: a GPU opened with RowWarps deals its integer products' rows over that many
+// warps: a decoded token's product is mmvq1's launched so, to the bit, and not a warp a row's,
+// whose float sums add in another order (the data tell the two apart). Values the kernels do
+// not take are refused.
+func TestGPURowWarps(t *testing.T) {
+	const rows, cols = 3, 2048 // every one of four warps reads a part of each row
+	r := rand.New(rand.NewPCG(7, 7))
+	w := randMatrix(t, quant.Q8_0, rows, cols, r)
+	x := randF32(r, cols, 1)
+	k := openKernels(t)
+	dw, dx := k.put(t, w.Data), k.putF32(t, x)
+	xq := k.quantized(t, dx, 1, cols, quant.Q8_0, true)
+	var direct [2][]float32
+	for i, warps := range []int{1, 4} {
+		g := openFakeGPU(t, GPUOptions{RowWarps: warps})
+		if err := g.Upload(w.Data, "q8_0"); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]float32, rows)
+		g.MatMul(w, x, 1, got)
+		gx, block := rowDims(rows, warps)
+		dy := k.alloc(t, 4*rows)
+		var args Args
+		k.run(t, mmvq1Kernels[quant.Q8_0], Dim3{X: gx, Y: 1}, block, args.Ptr(dw).Ptr(xq.q).Ptr(xq.d).Ptr(xq.s).Ptr(dy).Int(rows).Int(cols).Int(1))
+		direct[i] = k.getF32(t, dy, rows)
+		checkBits(t, fmt.Sprintf("%d warps a row", warps), got, direct[i])
+	}
+	if slices.EqualFunc(direct[0], direct[1], func(a, b float32) bool { return math.Float32bits(a) == math.Float32bits(b) }) {
+		t.Fatal("one warp a row and four give the same bits: the data do not tell them apart")
+	}
+	fakeDriver(t)
+	for _, warps := range []int{-1, 3, 16} {
+		_, err := Open(GPUOptions{Library: fake.path, PTX: fakeModule, Host: cpu.New(1), RowWarps: warps})
+		if want := fmt.Sprintf("%d warps a row", warps); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("RowWarps %d: error %v, want one naming %q", warps, err, want)
+		}
 	}
 }
 

@@ -156,6 +156,7 @@ var KernelNames = []string{
 	// elementwise.cu
 	"add_f32", "add_rows_f32", "swiglu_f32", "swiglu_oai_f32", "mul_sigmoid_f32", "mul_f32", "scale_f32", "scale_add_f32", "combine_f32",
 	"f32_to_f16", "f16_to_f32", "copy_f32", "copy2d_f32", "copy2d_f32_f16",
+	"read_u4", // BenchmarkMMVDecode's reference: reading alone
 	// router.cu
 	"softmax_rows_f32", "sigmoid_f32", "topk_f32", "norm_weights_f32", "commit_weights_f32",
 	// rope.cu

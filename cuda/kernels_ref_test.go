@@ -744,6 +744,31 @@ func elementwiseCases() []kernelCase {
 		})
 	}
 
+	// read_u4: the xor of every word, whichever thread and loop read it (the four-load loop, the
+	// tail; more threads than words).
+	for _, c := range []struct{ n, grid, block int }{{1000, 2, 64}, {37, 1, 32}, {5, 2, 64}} {
+		add("read_u4", fmt.Sprintf("n=%d,grid=%d,block=%d", c.n, c.grid, c.block), func(t *testing.T, k *kernelEnv, r *rand.Rand) {
+			words := make([]byte, 16*c.n)
+			for i := range words {
+				words[i] = byte(r.Uint32())
+			}
+			warps := c.grid * c.block / 32
+			dp, dout := k.put(t, words), k.alloc(t, 4*warps)
+			var args Args
+			k.run(t, "read_u4", Dim3{X: c.grid}, Dim3{X: c.block}, args.Ptr(dp).Int64(int64(c.n)).Ptr(dout))
+			var got, want uint32
+			for _, v := range i32sOf(k.get(t, dout, 4*warps)) {
+				got ^= uint32(v)
+			}
+			for i := 0; i < len(words); i += 4 {
+				want ^= binary.LittleEndian.Uint32(words[i:])
+			}
+			if got != want {
+				t.Errorf("xor %#x, want %#x", got, want)
+			}
+		})
+	}
+
 	// mul_sigmoid_f32: models.HostOps.MulSigmoid to the bit, gates past expf's range included.
 	for _, c := range []struct{ n, grid int }{{272, 2}, {37, 1}} {
 		add("mul_sigmoid_f32", fmt.Sprintf("n=%d,grid=%d", c.n, c.grid), func(t *testing.T, k *kernelEnv, r *rand.Rand) {

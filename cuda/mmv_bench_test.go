@@ -15,7 +15,10 @@ import (
 // activations), mmvq (integer dot products on the activation quantized beforehand; the
 // quantization is a launch of its own, not timed here) and mmvq1 (mmvq's arithmetic in a
 // kernel for one token alone, what the engine takes for a decoded token: set beside mmvq, it
-// shows what mmvq's registers for 8 tokens cost).
+// shows what mmvq's registers for 8 tokens cost), and mmvq1 again with each row over 2, 4 and 8
+// warps (mmvq1/wN: GPUOptions.RowWarps, the engine's --gpu-row-warps). Before them, read_u4
+// reads the same copies and does nothing else: the rate this card gives a kernel that only
+// reads, the ceiling the products' rates sit under.
 //
 //	weight-GB/s  the matrix's bytes over the time of a product (each weight is read once);
 //	%peak        that over the theoretical bandwidth from the memory clock and bus width.
@@ -51,25 +54,47 @@ func BenchmarkMMVDecode(b *testing.B) {
 			}
 			dx, dy := k.putF32(b, randF32(r, cols, 1)), k.alloc(b, 4*rows)
 			xq := k.quantized(b, dx, 1, cols, typ, true)
-			for _, kernel := range []string{mmvKernels[typ], mmvqKernels[typ], mmvq1Kernels[typ]} {
-				if kernel == "" {
-					continue // no integer product for the float types
+			report := func(b *testing.B, sec float64) {
+				gbs := float64(len(data)) / sec / 1e9
+				b.ReportMetric(gbs, "weight-GB/s")
+				if k.info.MemoryBandwidth > 0 {
+					b.ReportMetric(100*gbs*1e9/k.info.MemoryBandwidth, "%peak")
 				}
-				b.Run(fmt.Sprintf("%s/%dx%d/%s", typ, rows, cols, kernel), func(b *testing.B) {
+			}
+			b.Run(fmt.Sprintf("%s/%dx%d/read_u4", typ, rows, cols), func(b *testing.B) {
+				out := k.alloc(b, 4*k.info.SMs*8*256/32)
+				args := make([]Args, len(ws))
+				for i, w := range ws {
+					args[i].Ptr(w).Int64(int64(len(data) / 16)).Ptr(out)
+				}
+				report(b, timeLaunches(b, k, k.function(b, "read_u4"), Dim3{X: k.info.SMs * 8}, Dim3{X: 256}, args))
+			})
+			type variant struct {
+				kernel string
+				warps  int
+			}
+			vs := []variant{{mmvKernels[typ], 1}}
+			if mmvqKernels[typ] != "" { // the float types have no integer product
+				vs = append(vs, variant{mmvqKernels[typ], 1})
+				for _, w := range RowWarpsChoices {
+					vs = append(vs, variant{mmvq1Kernels[typ], w})
+				}
+			}
+			for _, v := range vs {
+				name := v.kernel
+				if v.warps > 1 {
+					name += fmt.Sprintf("/w%d", v.warps)
+				}
+				b.Run(fmt.Sprintf("%s/%dx%d/%s", typ, rows, cols, name), func(b *testing.B) {
 					args := make([]Args, len(ws))
 					for i, w := range ws {
 						args[i] = productArgs(w, dx, dy, rows, cols, 1)
-						if kernel != mmvKernels[typ] {
+						if v.kernel != mmvKernels[typ] {
 							args[i].Reset().Ptr(w).Ptr(xq.q).Ptr(xq.d).Ptr(xq.s).Ptr(dy).Int(rows).Int(cols).Int(1)
 						}
 					}
-					grid, block := Dim3{X: ceilDiv(rows, mmvRowsPerBlock), Y: 1}, Dim3{X: 32, Y: mmvRowsPerBlock}
-					sec := timeLaunches(b, k, k.function(b, kernel), grid, block, args)
-					gbs := float64(len(data)) / sec / 1e9
-					b.ReportMetric(gbs, "weight-GB/s")
-					if k.info.MemoryBandwidth > 0 {
-						b.ReportMetric(100*gbs*1e9/k.info.MemoryBandwidth, "%peak")
-					}
+					gx, block := rowDims(rows, v.warps)
+					report(b, timeLaunches(b, k, k.function(b, v.kernel), Dim3{X: gx, Y: 1}, block, args))
 				})
 			}
 		}

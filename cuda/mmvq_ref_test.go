@@ -106,27 +106,38 @@ func mmvqCases() []kernelCase {
 		}
 		c := mmvCase{typ, 6, cols[len(cols)-1], 17, 2, 3}
 		cs = append(cs, kernelCase{"mmvq_" + mmvKernels[typ][len("mmv_"):], c.String(), func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkMMVQ(t, k, c, r) }})
-		for _, rows := range []int{5, 37} {
-			cs = append(cs, kernelCase{mmvq1Kernels[typ], fmt.Sprintf("rows=%d,cols=%d", rows, cols[len(cols)-1]), func(t *testing.T, k *kernelEnv, r *rand.Rand) {
-				checkMMVQ1(t, k, typ, rows, cols[len(cols)-1], r)
+		// A row over several warps (GPUOptions.RowWarps): rows of more blocks than a warp's
+		// lanes take in one step, and of fewer than one warp's.
+		for _, w := range []int{2, 4, 8} {
+			c := mmvCase{typ, 3, cols[len(cols)-1], 9, 1, 1}
+			if w == 4 {
+				c = mmvCase{typ, 5, cols[0], 3, 2, 0}
+			}
+			cs = append(cs, kernelCase{"mmvq_" + mmvKernels[typ][len("mmv_"):], fmt.Sprintf("%v,warps=%d", c, w), func(t *testing.T, k *kernelEnv, r *rand.Rand) {
+				checkMMVQWarps(t, k, c, w, r)
+			}})
+		}
+		for _, c := range []struct{ rows, warps int }{{5, 1}, {37, 1}, {5, 4}} {
+			cs = append(cs, kernelCase{mmvq1Kernels[typ], fmt.Sprintf("rows=%d,cols=%d,warps=%d", c.rows, cols[len(cols)-1], c.warps), func(t *testing.T, k *kernelEnv, r *rand.Rand) {
+				checkMMVQ1(t, k, typ, c.rows, cols[len(cols)-1], c.warps, r)
 			}})
 		}
 	}
 	return cs
 }
 
-// checkMMVQ1: mmvq1_<type> against mmvq_<type> at one token, bit for bit (checkMMVQ holds
-// mmvq to the CPU).
-func checkMMVQ1(t *testing.T, k *kernelEnv, typ quant.Type, rows, cols int, r *rand.Rand) {
+// checkMMVQ1: mmvq1_<type> against mmvq_<type> at one token with the same warps a row, bit
+// for bit (checkMMVQ holds mmvq to the CPU).
+func checkMMVQ1(t *testing.T, k *kernelEnv, typ quant.Type, rows, cols, warps int, r *rand.Rand) {
 	w := randMatrix(t, typ, rows, cols, r)
 	dw, dx := k.put(t, w.Data), k.putF32(t, randF32(r, cols, 1))
 	xq := k.quantized(t, dx, 1, cols, typ, true)
+	gx, block := rowDims(rows, warps)
 	var ys [2][]float32
 	for i, name := range []string{mmvqKernels[typ], mmvq1Kernels[typ]} {
 		dy := k.alloc(t, 4*rows)
 		var args Args
-		k.run(t, name, Dim3{X: ceilDiv(rows, mmvRowsPerBlock), Y: 1}, Dim3{X: 32, Y: mmvRowsPerBlock},
-			args.Ptr(dw).Ptr(xq.q).Ptr(xq.d).Ptr(xq.s).Ptr(dy).Int(rows).Int(cols).Int(1))
+		k.run(t, name, Dim3{X: gx, Y: 1}, block, args.Ptr(dw).Ptr(xq.q).Ptr(xq.d).Ptr(xq.s).Ptr(dy).Int(rows).Int(cols).Int(1))
 		ys[i] = k.getF32(t, dy, rows)
 	}
 	checkBits(t, "one token", ys[1], ys[0])
@@ -170,9 +181,17 @@ func checkQuantizeQ8(t *testing.T, k *kernelEnv, typ quant.Type, cols, ntok int,
 // meet the same bound from the other side: the two may differ by both.
 func checkMMVQ(t *testing.T, k *kernelEnv, c mmvCase, r *rand.Rand) {
 	t.Helper()
+	checkMMVQWarps(t, k, c, 1, r)
+}
+
+// checkMMVQWarps is checkMMVQ with warps warps a row. Their sums add W-1 roundings to a row's,
+// which the bound's 64 covers.
+func checkMMVQWarps(t *testing.T, k *kernelEnv, c mmvCase, warps int, r *rand.Rand) {
+	t.Helper()
+	gx, block := rowDims(c.rows, warps)
 	checkIntProduct(t, k, c, r, func(w, q, d, s, y DevicePtr) {
 		var args Args
-		k.run(t, "mmvq_"+mmvKernels[c.typ][len("mmv_"):], Dim3{X: ceilDiv(c.rows, mmvRowsPerBlock), Y: c.gridY}, Dim3{X: 32, Y: mmvRowsPerBlock},
+		k.run(t, "mmvq_"+mmvKernels[c.typ][len("mmv_"):], Dim3{X: gx, Y: c.gridY}, block,
 			args.Ptr(w).Ptr(q).Ptr(d).Ptr(s).Ptr(y).Int(c.rows).Int(c.cols).Int(c.ntok))
 	})
 }
@@ -260,8 +279,9 @@ func FuzzMMVQ(f *testing.F) {
 		c := mmvCase{typ: mmvqTypes[int(typ)%len(mmvqTypes)], rows: 1 + int(rows)%24, ntok: 1 + int(ntok)%20,
 			gridY: 1 + int(gy)%4, off: int(seed % 3)}
 		c.cols = fuzzCols(c.typ, blocks)
-		t.Log("mmvq", c.typ, c)
-		checkMMVQ(t, k, c, rand.New(rand.NewPCG(seed, 3)))
+		warps := RowWarpsChoices[int(seed>>8)%len(RowWarpsChoices)]
+		t.Log("mmvq", c.typ, c, "warps", warps)
+		checkMMVQWarps(t, k, c, warps, rand.New(rand.NewPCG(seed, 3)))
 	})
 }
 

@@ -72,7 +72,8 @@ func (g *GPU) Products(x []float32, T int, ps [3]device.Product) {
 		xq := c.quantize(xp, T, cols, p.W.Type) // once for each dot type
 		g.args.Reset().Ptr(w[0]).Ptr(w[1]).Ptr(w[2]).Ptr(y[0]).Ptr(y[1]).Ptr(y[2]).Ptr(b[0]).Ptr(b[1]).Ptr(b[2]).
 			Int(rows[0]).Int(rows[1]).Int(rows[2]).Ptr(xp).Int(cols).Int(T).Ptr(xq.q).Ptr(xq.d).Ptr(xq.s)
-		c.launch("mmv3_"+sfx, Dim3{X: blocks(maxRows, mmvRowsPerBlock), Z: n}, Dim3{X: 32, Y: mmvRowsPerBlock})
+		x, block := g.rowDims(maxRows, xq.q != 0)
+		c.launch("mmv3_"+sfx, Dim3{X: x, Z: n}, block)
 	}
 }
 
@@ -170,14 +171,14 @@ const moeTabStride = 6
 const moeDownWarps = 8
 
 // moeDownDims are a moe_down launch's grid and block (fused.cu): a block for each row of d and
-// each of T tokens, its warps the routed experts' (k of them, when routed) and the shared
-// expert's.
-func moeDownDims(d, T, k int, routed, shared bool) (grid, block Dim3) {
+// each of T tokens, its groups of rowWarps warps the routed experts' (k of them, when routed,
+// up to moeDownWarps warps in all) and the shared expert's.
+func moeDownDims(d, T, k int, routed, shared bool, rowWarps int) (grid, block Dim3) {
 	w := 0
 	if routed {
-		w = min(k, moeDownWarps)
+		w = min(k, max(moeDownWarps/rowWarps, 1))
 	}
-	return Dim3{X: d, Y: T}, Dim3{X: 32, Y: w + b2i(shared)}
+	return Dim3{X: d, Y: T}, Dim3{X: 32, Y: w + b2i(shared), Z: rowWarps}
 }
 
 // moeLaunch is one launch of moe_up (with its mode) or moe_down (acc as mode): over the
@@ -375,7 +376,6 @@ func (c *opCall) moeProducts(up, down []moeLaunch, o moeOperands) {
 		c.err = fmt.Errorf("%d experts a token: the fused kernels take up to %d", o.k, routeMaxUsed)
 		return
 	}
-	block := Dim3{X: 32, Y: mmvRowsPerBlock}
 	for _, u := range up {
 		tab, entries, rows := DevicePtr(0), 0, 0
 		var sg, su DevicePtr
@@ -388,7 +388,8 @@ func (c *opCall) moeProducts(up, down []moeLaunch, o moeOperands) {
 		xq := c.quantize(o.x, o.T, o.d, u.typ) // once for each dot type
 		g.args.Reset().Ptr(tab).Ptr(o.ids).Int(o.k).Int(o.T).Ptr(o.x).Int(o.d).Ptr(o.up).Int(o.ff).Ptr(sg).Ptr(su).Ptr(o.sh).Int(o.shFF).Int(u.mode).
 			Ptr(xq.q).Ptr(xq.d).Ptr(xq.s).Int(b2i(o.act.oai)).Float(o.act.alpha).Float(o.act.limit)
-		c.launch(u.kernel, Dim3{X: blocks(rows, mmvRowsPerBlock), Z: entries}, block)
+		x, block := g.rowDims(rows, xq.q != 0)
+		c.launch(u.kernel, Dim3{X: x, Z: entries}, block)
 	}
 	for _, d := range down {
 		tab, sd := DevicePtr(0), DevicePtr(0)
@@ -401,7 +402,13 @@ func (c *opCall) moeProducts(up, down []moeLaunch, o moeOperands) {
 		}
 		g.args.Reset().Ptr(tab).Ptr(o.ids).Ptr(o.w).Int(o.k).Int(o.T).Ptr(o.up).Int(o.ff).Ptr(o.out).Int(o.d).Ptr(sd).Ptr(o.sh).Int(o.shFF).Ptr(o.shGate).Int(d.mode).
 			Ptr(gq.q).Ptr(gq.d).Ptr(gq.s).Ptr(hq.q).Ptr(hq.d).Ptr(hq.s)
-		grid, block := moeDownDims(o.d, o.T, o.k, d.routed, d.shared)
+		// Several warps a row only where every dot of the launch is an integer one: moe_down's
+		// float dots take no part in them.
+		warps := 1
+		if (!d.routed || gq.q != 0) && (!d.shared || hq.q != 0) {
+			warps = g.rowWarps
+		}
+		grid, block := moeDownDims(o.d, o.T, o.k, d.routed, d.shared, warps)
 		c.launch(d.kernel, grid, block)
 	}
 }

@@ -135,3 +135,28 @@ extern "C" __global__ void copy2d_f32_f16(u16* dst, const float* src, int rows, 
 		for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x)
 			dst[r * dst_stride + c] = cr_f2h(src[r * src_stride + c]);
 }
+
+// read_u4(const u8* p, i64 n, u32* out)
+//   The xor of the n 16-byte words at p (16-byte aligned), each warp's share at out[warp]
+//   (warp = blockIdx.x * blockDim.x/32 + threadIdx.x/32): a kernel that does nothing but read,
+//   four loads in flight a thread, so that BenchmarkMMVDecode can set the products' rates beside
+//   the rate a card reaches reading the same bytes the same way (the copies it cycles through).
+//   A grid-stride loop; block a multiple of 32 threads; no shared memory.
+extern "C" __global__ void read_u4(const u8* p, i64 n, u32* out) {
+	const i64 nth = (i64)gridDim.x * blockDim.x;
+	i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+	u32 acc = 0;
+	for (; i + 3 * nth < n; i += 4 * nth) {
+		const cr_u4 a = cr_ldg_u4(p + 16 * i), b = cr_ldg_u4(p + 16 * (i + nth)), c = cr_ldg_u4(p + 16 * (i + 2 * nth)),
+		            d = cr_ldg_u4(p + 16 * (i + 3 * nth));
+		acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
+	}
+	for (; i < n; i += nth) {
+		const cr_u4 a = cr_ldg_u4(p + 16 * i);
+		acc ^= a.x ^ a.y ^ a.z ^ a.w;
+	}
+	for (int m = 16; m > 0; m >>= 1)
+		acc ^= cr_shfl_xor_u32(acc, m);
+	if (threadIdx.x % CR_WARP == 0)
+		out[((i64)blockIdx.x * blockDim.x + threadIdx.x) / CR_WARP] = acc;
+}

@@ -272,7 +272,8 @@ CR_FN float silu_mul(float g, float u) { return cr_fmul(cr_fdiv(g, cr_fadd(1.0f,
 
 template <class T>
 CR_FN void mmv3_body(const u8* w0, const u8* w1, const u8* w2, float* y0, float* y1, float* y2, const float* b0, const float* b1,
-                     const float* b2, int r0, int r1, int r2, const float* x, int cols, int ntok, q8planes xq, const float* tab) {
+                     const float* b2, int r0, int r1, int r2, const float* x, int cols, int ntok, q8planes xq, const float* tab,
+                     float* red) {
 	const int p = blockIdx.z;
 	const u8* w = p == 0 ? w0 : (p == 1 ? w1 : w2);
 	float* y = p == 0 ? y0 : (p == 1 ? y1 : y2);
@@ -280,14 +281,14 @@ CR_FN void mmv3_body(const u8* w0, const u8* w1, const u8* w2, float* y0, float*
 	const int rows = p == 0 ? r0 : (p == 1 ? r1 : r2);
 	const int row = blockIdx.x * blockDim.y + threadIdx.y;
 	if (row >= rows)
-		return; // the whole warp
+		return; // the whole warp (the whole block when W > 1)
 	const bool vec = mmv_vec<T>(w, x, cols);
 	const u8* wr = w + (i64)row * mmv_row_bytes<T>(cols);
 	for (int t = 0; t < ntok; t++) {
-		float v = mmv_any<T>::dot(wr, x + (i64)t * cols, cols, vec, tab, xq, t);
+		float v = mmv_any<T>::dot(wr, x + (i64)t * cols, cols, vec, tab, xq, t, red);
 		if (b)
 			v = cr_fadd(v, b[row]);
-		if (threadIdx.x == 0)
+		if (mmvq_leader())
 			y[(i64)t * rows + row] = v;
 	}
 }
@@ -306,7 +307,7 @@ CR_FN float moe_add_bias(float v, const u64* tab, int e, int j, int row) {
 template <class T>
 CR_FN void moe_up_body(const u64* tab, const int* ids, int k, int ntok, const float* x, int cols, float* g, int nff, const u8* sg,
                        const u8* su, float* sh_g, int sh_nff, int mode, q8planes xq, int oai, float alpha, float limit,
-                       const float* cb) {
+                       const float* cb, float* red) {
 	const int z = blockIdx.z, routed = tab ? ntok * k : 0;
 	const u8 *gw, *uw;
 	float* out;
@@ -327,66 +328,75 @@ CR_FN void moe_up_body(const u64* tab, const int* ids, int k, int ntok, const fl
 	}
 	const int row = blockIdx.x * blockDim.y + threadIdx.y;
 	if (row >= rows || t >= ntok)
-		return; // the whole warp
+		return; // the whole warp (the whole block when W > 1)
 	const float* xt = x + (i64)t * cols;
 	const i64 rb = (i64)row * mmv_row_bytes<T>(cols);
 	// Mode 2 takes the gate's product that mode 1 stored (the gate of another type), its bias
 	// added. A routed expert's biases join its products as AddRows adds them.
 	float gv, uv;
 	if (mode == 0) {
-		mmv_any<T>::dot2(gw + rb, uw + rb, xt, cols, mmv_vec<T>(gw, xt, cols), mmv_vec<T>(uw, xt, cols), cb, xq, t, &gv, &uv);
+		mmv_any<T>::dot2(gw + rb, uw + rb, xt, cols, mmv_vec<T>(gw, xt, cols), mmv_vec<T>(uw, xt, cols), cb, xq, t, &gv, &uv, red);
 	} else {
-		gv = mode == 2 ? out[row] : mmv_any<T>::dot(gw + rb, xt, cols, mmv_vec<T>(gw, xt, cols), cb, xq, t);
+		gv = mode == 2 ? out[row] : mmv_any<T>::dot(gw + rb, xt, cols, mmv_vec<T>(gw, xt, cols), cb, xq, t, red);
 		if (mode == 1) {
-			if (threadIdx.x == 0)
+			if (mmvq_leader())
 				out[row] = e >= 0 ? moe_add_bias(gv, tab, e, 3, row) : gv;
 			return;
 		}
-		uv = mmv_any<T>::dot(uw + rb, xt, cols, mmv_vec<T>(uw, xt, cols), cb, xq, t);
+		uv = mmv_any<T>::dot(uw + rb, xt, cols, mmv_vec<T>(uw, xt, cols), cb, xq, t, red);
 	}
 	if (mode != 2 && e >= 0)
 		gv = moe_add_bias(gv, tab, e, 3, row);
 	if (e >= 0)
 		uv = moe_add_bias(uv, tab, e, 4, row);
-	if (threadIdx.x == 0)
+	if (mmvq_leader())
 		out[row] = e >= 0 && oai ? ew_swiglu_oai(gv, uv, alpha, limit) : silu_mul(gv, uv);
 }
 
 // MOE_DOWN_WARPS bounds the warps of a moe_down block that compute its row's routed experts'
-// products (expert j on warp j mod min(k, MOE_DOWN_WARPS)); the shared expert's takes one more.
+// products: min(k, MOE_DOWN_WARPS / W) groups of W = blockDim.z warps (expert j on group j mod
+// the groups); the shared expert's takes one group more.
 #define MOE_DOWN_WARPS 8
 
 // A moe_down block computes one output row of one token: its warps multiply the row of the
 // experts' down matrices side by side, rather than one warp walking the experts in turn, so
 // that a token's reads of them are in flight together; the weighted sum then adds their
-// products in order, as combine_off_f32 does.
+// products in order, as combine_off_f32 does. The groups take their experts in rounds, the
+// same number for all (a group with no expert left in a round waits with the others), since
+// with W > 1 a dot waits for the whole block.
 template <class T>
 CR_FN void moe_down_body(const u64* tab, const int* ids, const float* w, int k, int ntok, const float* g, int nff, float* out, int d,
                          const u8* sd, const float* sh_g, int sh_nff, const float* sh_gate, int acc, q8planes gq, q8planes hq,
-                         const float* cb) {
+                         const float* cb, float* red) {
 	__shared__ float prod[ROUTE_MAX_USED];
 	__shared__ float shv;
-	const int t = blockIdx.y, row = blockIdx.x, warp = threadIdx.y;
-	const int rw = tab ? (k < MOE_DOWN_WARPS ? k : MOE_DOWN_WARPS) : 0; // the routed experts' warps
+	const int t = blockIdx.y, row = blockIdx.x, warp = threadIdx.y, W = blockDim.z;
+	const int most = MOE_DOWN_WARPS / W > 1 ? MOE_DOWN_WARPS / W : 1;
+	const int rw = tab ? (k < most ? k : most) : 0; // the routed experts' groups
 	const bool live = row < d && t < ntok;
-	if (live && warp < rw) {
-		const i64 rb = (i64)row * mmv_row_bytes<T>(nff);
-		for (int j = warp; j < k; j += rw) {
-			const i64 z = (i64)t * k + j;
-			const u8* dw = (const u8*)tab[MOE_TAB * ids[z] + 2];
+	const int rounds = rw > 0 ? (k + rw - 1) / rw : (sd ? 1 : 0);
+	for (int i = 0; i < rounds; i++) {
+		if (warp < rw) {
+			const int j = i * rw + warp;
+			const bool on = live && j < k;
+			const i64 z = (i64)t * k + (on ? j : 0);
+			const u8* dw = on ? (const u8*)tab[MOE_TAB * ids[z] + 2] : (const u8*)0;
+			const i64 rb = (i64)row * mmv_row_bytes<T>(nff);
 			const float* gz = g + z * nff;
-			const float y = moe_add_bias(mmv_any<T>::dot(dw + rb, gz, nff, mmv_vec<T>(dw, gz, nff), cb, gq, (int)z), tab, ids[z], 5, row);
-			if (threadIdx.x == 0)
-				prod[j] = cr_fmul(w[z], y);
+			const float y = mmv_any<T>::dot(dw + rb, gz, nff, on && mmv_vec<T>(dw, gz, nff), cb, gq, (int)z, red, on);
+			if (on && mmvq_leader())
+				prod[j] = cr_fmul(w[z], moe_add_bias(y, tab, ids[z], 5, row));
+		} else {
+			const bool on = live && sd && i == 0; // warp == rw: the shared expert's group
+			const float* gt = sh_g + (i64)t * sh_nff;
+			const u8* sr = on ? sd + (i64)row * mmv_row_bytes<T>(sh_nff) : (const u8*)0;
+			const float s = mmv_any<T>::dot(sr, gt, sh_nff, on && mmv_vec<T>(sd, gt, sh_nff), cb, hq, t, red, on);
+			if (on && mmvq_leader())
+				shv = s;
 		}
-	} else if (live && sd && warp == rw) {
-		const float* gt = sh_g + (i64)t * sh_nff;
-		const float s = mmv_any<T>::dot(sd + (i64)row * mmv_row_bytes<T>(sh_nff), gt, sh_nff, mmv_vec<T>(sd, gt, sh_nff), cb, hq, t);
-		if (threadIdx.x == 0)
-			shv = s;
 	}
 	__syncthreads();
-	if (!live || warp != 0 || threadIdx.x != 0)
+	if (!live || warp != 0 || !mmvq_leader())
 		return;
 	float o = acc ? out[(i64)t * d + row] : 0.0f;
 	for (int j = 0; j < (tab ? k : 0); j++)
@@ -397,8 +407,9 @@ CR_FN void moe_down_body(const u64* tab, const int* ids, const float* w, int k, 
 }
 
 // The products' kernels, one of each per weight type (mmv3 and moe_up: block (32, 4, 1), a
-// warp per output row, 4 rows per block; moe_down: below; no dynamic shared memory; weights
-// and activations as mmv.cu's ABI says, expert tables and ids in device memory):
+// warp per output row, 4 rows per block, or, for integer products, (32, 1, W) with W = 2, 4 or
+// 8 warps on a row as mmvq.cu deals it; moe_down: below; no dynamic shared memory; weights and
+// activations as mmv.cu's ABI says, expert tables and ids in device memory):
 //
 // Each takes its input's quantized planes (xq, xd, xs: mmvq.cu's q, d, s of the input's rows,
 // as the weights' dot type quantizes them) or NULLs: with them its products are mmvq_<type>'s,
@@ -445,7 +456,8 @@ CR_FN void moe_down_body(const u64* tab, const int* ids, const float* w, int k, 
 //   shared expert alone (with acc, added to what a launch of the experts' type summed). A
 //   routed expert's down bias (d floats at tab[6e+5], where not 0) is added to its down
 //   product before it is weighed. k is at most ROUTE_MAX_USED.
-//   grid (d, ntok, 1); block (32, W, 1) with W = min(k, MOE_DOWN_WARPS) where tab is not NULL
+//   grid (d, ntok, 1); block (32, Y, W): W warps a dot (1, or 2, 4 or 8 for integer products as
+//   mmvq.cu deals them), Y = min(k, max(1, MOE_DOWN_WARPS / W)) groups where tab is not NULL
 //   (else 0), plus 1 where sd is not NULL.
 // q8p gathers a quantized activation's planes from a kernel's arguments.
 CR_FN q8planes q8p(const signed char* q, const float* d, const float* s) {
@@ -461,24 +473,25 @@ CR_FN q8planes q8p(const signed char* q, const float* d, const float* s) {
 	                                      const float* b0, const float* b1, const float* b2, int r0, int r1, int r2,           \
 	                                      const float* x, int cols, int ntok, const signed char* xq, const float* xd,          \
 	                                      const float* xs) {                                                                   \
-		__shared__ float cb[16];                                                                                               \
-		mmv3_body<T>(w0, w1, w2, y0, y1, y2, b0, b1, b2, r0, r1, r2, x, cols, ntok, q8p(xq, xd, xs), mmv_codebook<T>::load(cb)); \
+		__shared__ float cb[16], red[MMVQ_RED];                                                                                \
+		mmv3_body<T>(w0, w1, w2, y0, y1, y2, b0, b1, b2, r0, r1, r2, x, cols, ntok, q8p(xq, xd, xs), mmv_codebook<T>::load(cb), \
+		             red);                                                                                                     \
 	}                                                                                                                          \
 	extern "C" __global__ void moe_up_##sfx(const u64* tab, const int* ids, int k, int ntok, const float* x, int cols, float* g, \
 	                                        int nff, const u8* sg, const u8* su, float* sh_g, int sh_nff, int mode,            \
 	                                        const signed char* xq, const float* xd, const float* xs, int oai, float alpha,     \
 	                                        float limit) {                                                                     \
-		__shared__ float cb[16];                                                                                               \
+		__shared__ float cb[16], red[MMVQ_RED];                                                                                \
 		moe_up_body<T>(tab, ids, k, ntok, x, cols, g, nff, sg, su, sh_g, sh_nff, mode, q8p(xq, xd, xs), oai, alpha, limit,     \
-		               mmv_codebook<T>::load(cb));                                                                             \
+		               mmv_codebook<T>::load(cb), red);                                                                        \
 	}                                                                                                                          \
 	extern "C" __global__ void moe_down_##sfx(const u64* tab, const int* ids, const float* w, int k, int ntok, const float* g,  \
 	                                          int nff, float* out, int d, const u8* sd, const float* sh_g, int sh_nff,         \
 	                                          const float* sh_gate, int acc, const signed char* gq, const float* gd,           \
 	                                          const float* gs, const signed char* hq, const float* hd, const float* hs) {      \
-		__shared__ float cb[16];                                                                                               \
+		__shared__ float cb[16], red[MMVQ_RED];                                                                                \
 		moe_down_body<T>(tab, ids, w, k, ntok, g, nff, out, d, sd, sh_g, sh_nff, sh_gate, acc, q8p(gq, gd, gs), q8p(hq, hd, hs), \
-		                 mmv_codebook<T>::load(cb));                                                                           \
+		                 mmv_codebook<T>::load(cb), red);                                                                      \
 	}
 
 FUSED_KERNELS(f32, mmv_f32_t)

@@ -252,7 +252,7 @@ template <class T, int CB = mmv_cb<T>::ok> struct mmv_codebook {
 };
 template <class T> struct mmv_codebook<T, 1> {
 	CR_FN const float* load(float* s) {
-		const int tid = threadIdx.y * blockDim.x + threadIdx.x;
+		const int tid = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
 		if (tid < 16)
 			s[tid] = (float)mmv_cb<T>::value((u32)tid);
 		__syncthreads();

@@ -19,8 +19,17 @@
 //
 //   as mmv_<type>'s (mmv.cu) with the activation quantized (q, d, s above; s is read only by
 //   Q4_1 and Q5_1): y[t*rows + r] = W[r] . x_t.
-//   block (32, 4, 1); grid (ceil(rows / 4), ceil(ntok / 8), 1) (any grid.y >= 1); no dynamic
-//   shared memory.
+//   block (32, R, W); grid (ceil(rows / R), ceil(ntok / 8), 1) (any grid.y >= 1); no dynamic
+//   shared memory (1 KiB static). W = 1 (R = 4 in the engine): a warp per row, R rows a block.
+//   W > 1 (2, 4 or 8, with R = 1): a row's blocks dealt over W warps (below), for a card
+//   whose one warp on a row keeps too few of its reads in flight.
+//
+// A row over W warps: its 32*W threads take the GGUF blocks as one warp's 32 lanes take them
+// (thread p = 32*z + lane in place of the lane), each warp sums its lanes' partial sums by the
+// butterfly, and the row's value is warp 0's sum plus warp 1's, ..., in order of z, in shared
+// memory. The order depends on W alone, not on the tokens of a pass: mmvq, mmvq1 and the fused
+// kernels' integer dots (fused.cu) give the same bits for the same W, and W = 1 gives a warp's
+// sum as it is, the order of before W existed.
 #include "common.cuh"
 #include "dequant.cuh"
 
@@ -427,21 +436,60 @@ struct mmvq_q3_K_t : mmv_q3_K_t {
 	}
 };
 
-// mmvq_sums is mmv_sums (mmv.cu) with the integer dots: every lane gets the warp's sums of
-// one row for tokens t < nt in acc[0..nt).
+// ---- a row over the warps of blockDim.z ----
+
+// MMVQ_RED is the floats of a block's shared table of its warps' sums: a slot of NT sums for
+// each of its blockDim.y * blockDim.z warps (at most 32 warps of 8 tokens).
+#define MMVQ_RED 256
+
+// mmvq_leader is the thread that writes a row's result: lane 0 of the row's first warp.
+CR_FN bool mmvq_leader() { return threadIdx.x == 0 && threadIdx.z == 0; }
+
+// mmvq_combine ends a row's dot over blockDim.z = W warps. With W > 1 every thread of the block
+// must call it at the same point (it waits at __syncthreads twice); with sum, acc[0..NT) of
+// every thread becomes its row's sums, the W warps' in order of z (red: MMVQ_RED floats of
+// shared memory); without, acc is left as it is (a float dot, whole on warp z = 0). W = 1: a
+// warp's sums are the row's; nothing waits.
+template <int NT> CR_FN void mmvq_combine(float* acc, float* red, bool sum) {
+	const int W = (int)blockDim.z;
+	if (W == 1)
+		return;
+	const int g = (int)threadIdx.y * W; // the row's first slot
+	if (sum && threadIdx.x == 0) {
+#pragma unroll
+		for (int t = 0; t < NT; t++)
+			red[(g + (int)threadIdx.z) * NT + t] = acc[t];
+	}
+	__syncthreads();
+	if (sum) {
+#pragma unroll
+		for (int t = 0; t < NT; t++) {
+			float o = red[g * NT + t];
+			for (int z = 1; z < W; z++)
+				o = cr_fadd(o, red[(g + z) * NT + t]);
+			acc[t] = o;
+		}
+	}
+	__syncthreads(); // every read done before red is written again
+}
+
+// mmvq_sums is mmv_sums (mmv.cu) with the integer dots: every thread of the row gets its sums
+// for tokens t < nt in acc[0..nt) (mmvq_combine's, so with W > 1 every thread of the block calls
+// it; a thread with on false reads nothing and adds nothing, for a row that has no dot here).
 //
 // The weights are read ahead of the dots: one step with several tokens, whose sums hold
 // registers enough, and two steps for one token (a decoded token's products, mmvq1 and the
 // fused kernels), where a warp alone on its row otherwise waits for memory at every step
 // (on the H200 every one-token product took 31-37 us whatever its bytes). The dots take the
 // blocks in the same order either way, so the sums are the same to the bit.
-template <class T, int NT> CR_FN void mmvq_sums(const u8* wr, const q8act* x, int cols, int nt, float* acc) {
-	const int lane = threadIdx.x, s = lane % T::LPB, step = CR_WARP / T::LPB;
-	const int nb = cols / T::QK;
+template <class T, int NT>
+CR_FN void mmvq_sums(const u8* wr, const q8act* x, int cols, int nt, float* acc, float* red, bool on = true) {
+	const int p = (int)(threadIdx.z * CR_WARP + threadIdx.x), s = p % T::LPB, step = (int)blockDim.z * CR_WARP / T::LPB;
+	const int nb = on ? cols / T::QK : 0;
 #pragma unroll
 	for (int t = 0; t < NT; t++)
 		acc[t] = 0.0f;
-	int b = lane / T::LPB;
+	int b = p / T::LPB;
 	if (b < nb && NT == 1) {
 		typename T::raw r = T::load(wr + (i64)b * T::BB, s), rn = r;
 		if (b + step < nb)
@@ -472,10 +520,13 @@ template <class T, int NT> CR_FN void mmvq_sums(const u8* wr, const q8act* x, in
 			b = bn;
 		}
 	}
+	if (on) {
 #pragma unroll
-	for (int t = 0; t < NT; t++)
-		if (t < nt)
-			acc[t] = cr_warp_sum(acc[t]);
+		for (int t = 0; t < NT; t++)
+			if (t < nt)
+				acc[t] = cr_warp_sum(acc[t]);
+	}
+	mmvq_combine<NT>(acc, red, true);
 }
 
 // mmvq_act returns token t's quantized activation of a row of cols values.
@@ -487,21 +538,22 @@ template <class T> CR_FN q8act mmvq_act(const signed char* q, const float* d, co
 	return a;
 }
 
-// mmvq_dot is one token's integer dot product with row wr, for the fused kernels.
-template <class T> CR_FN float mmvq_dot(const u8* wr, const q8act& x, int cols) {
+// mmvq_dot is one token's integer dot product with row wr, for the fused kernels (on as
+// mmvq_sums's).
+template <class T> CR_FN float mmvq_dot(const u8* wr, const q8act& x, int cols, float* red, bool on) {
 	float acc[1];
-	mmvq_sums<T, 1>(wr, &x, cols, 1, acc);
+	mmvq_sums<T, 1>(wr, &x, cols, 1, acc, red, on);
 	return acc[0];
 }
 
 // mmvq_dot2 is mmvq_dot of rows wa and wb (an expert's gate and up) with the same activation,
 // each to the bit as mmvq_dot computes it alone, with the loads of both rows in flight
 // together: a warp that took the two in turn would wait for memory twice as often.
-template <class T> CR_FN void mmvq_dot2(const u8* wa, const u8* wb, const q8act& x, int cols, float* a, float* b) {
-	const int lane = threadIdx.x, s = lane % T::LPB, step = CR_WARP / T::LPB;
+template <class T> CR_FN void mmvq_dot2(const u8* wa, const u8* wb, const q8act& x, int cols, float* a, float* b, float* red) {
+	const int p = (int)(threadIdx.z * CR_WARP + threadIdx.x), s = p % T::LPB, step = (int)blockDim.z * CR_WARP / T::LPB;
 	const int nb = cols / T::QK;
 	float acc[2] = {0.0f, 0.0f};
-	int blk = lane / T::LPB;
+	int blk = p / T::LPB;
 	if (blk < nb) {
 		typename T::raw ra = T::load(wa + (i64)blk * T::BB, s), rb = T::load(wb + (i64)blk * T::BB, s);
 		for (;;) {
@@ -520,41 +572,48 @@ template <class T> CR_FN void mmvq_dot2(const u8* wa, const u8* wb, const q8act&
 			blk = bn;
 		}
 	}
-	*a = cr_warp_sum(acc[0]);
-	*b = cr_warp_sum(acc[1]);
+	acc[0] = cr_warp_sum(acc[0]);
+	acc[1] = cr_warp_sum(acc[1]);
+	mmvq_combine<2>(acc, red, true);
+	*a = acc[0];
+	*b = acc[1];
 }
 
 template <class T, int NT>
 CR_FN void mmvq_row(const u8* wr, const signed char* q, const float* d, const float* s, float* y, int rows, int cols, int row,
-                    int t0, int nt) {
+                    int t0, int nt, float* red) {
 	q8act x[NT];
 #pragma unroll
 	for (int t = 0; t < NT; t++)
 		x[t] = mmvq_act<T>(q, d, s, cols, t0 + (t < nt ? t : 0));
 	float acc[NT];
-	mmvq_sums<T, NT>(wr, x, cols, nt, acc);
+	mmvq_sums<T, NT>(wr, x, cols, nt, acc, red);
 #pragma unroll
 	for (int t = 0; t < NT; t++)
-		if (t < nt && threadIdx.x == 0)
+		if (t < nt && mmvq_leader())
 			y[(i64)(t0 + t) * rows + row] = acc[t];
 }
 
+// With W > 1 a block is one row (R = 1), so a row past the end is the whole block's, and the
+// passes over tokens are the same for all its threads: every thread meets mmvq_combine's waits
+// together.
 template <class T>
-CR_FN void mmvq_entry(const u8* w, const signed char* q, const float* d, const float* s, float* y, int rows, int cols, int ntok) {
+CR_FN void mmvq_entry(const u8* w, const signed char* q, const float* d, const float* s, float* y, int rows, int cols, int ntok,
+                      float* red) {
 	const int row = blockIdx.x * blockDim.y + threadIdx.y;
 	if (row >= rows)
-		return; // the whole warp
+		return; // the whole warp (the whole block when W > 1)
 	const u8* wr = w + (i64)row * mmv_row_bytes<T>(cols);
 	for (int t0 = blockIdx.y * MMV_TOKENS; t0 < ntok; t0 += gridDim.y * MMV_TOKENS) {
 		const int nt = ntok - t0 < MMV_TOKENS ? ntok - t0 : MMV_TOKENS;
 		if (nt == 1)
-			mmvq_row<T, 1>(wr, q, d, s, y, rows, cols, row, t0, 1);
+			mmvq_row<T, 1>(wr, q, d, s, y, rows, cols, row, t0, 1, red);
 		else if (nt == 2)
-			mmvq_row<T, 2>(wr, q, d, s, y, rows, cols, row, t0, 2);
+			mmvq_row<T, 2>(wr, q, d, s, y, rows, cols, row, t0, 2, red);
 		else if (nt <= 4)
-			mmvq_row<T, 4>(wr, q, d, s, y, rows, cols, row, t0, nt);
+			mmvq_row<T, 4>(wr, q, d, s, y, rows, cols, row, t0, nt, red);
 		else
-			mmvq_row<T, 8>(wr, q, d, s, y, rows, cols, row, t0, nt);
+			mmvq_row<T, 8>(wr, q, d, s, y, rows, cols, row, t0, nt, red);
 	}
 }
 
@@ -564,22 +623,25 @@ CR_FN void mmvq_entry(const u8* w, const signed char* q, const float* d, const f
 // the weights' bandwidth a decoded token's product reaches. Its arithmetic is mmvq_entry's
 // for one token, to the bit.
 template <class T>
-CR_FN void mmvq1_entry(const u8* w, const signed char* q, const float* d, const float* s, float* y, int rows, int cols) {
+CR_FN void mmvq1_entry(const u8* w, const signed char* q, const float* d, const float* s, float* y, int rows, int cols,
+                       float* red) {
 	const int row = blockIdx.x * blockDim.y + threadIdx.y;
 	if (row >= rows)
-		return; // the whole warp
-	mmvq_row<T, 1>(w + (i64)row * mmv_row_bytes<T>(cols), q, d, s, y, rows, cols, row, 0, 1);
+		return; // the whole warp (the whole block when W > 1)
+	mmvq_row<T, 1>(w + (i64)row * mmv_row_bytes<T>(cols), q, d, s, y, rows, cols, row, 0, 1, red);
 }
 
 #define MMVQ_KERNEL(sfx, T)                                                                                                    \
 	extern "C" __global__ void mmvq_##sfx(const u8* w, const signed char* q, const float* d, const float* s, float* y, int rows, \
 	                                      int cols, int ntok) {                                                                  \
-		mmvq_entry<T>(w, q, d, s, y, rows, cols, ntok);                                                                          \
+		__shared__ float red[MMVQ_RED];                                                                                        \
+		mmvq_entry<T>(w, q, d, s, y, rows, cols, ntok, red);                                                                     \
 	}                                                                                                                          \
 	extern "C" __global__ void mmvq1_##sfx(const u8* w, const signed char* q, const float* d, const float* s, float* y,         \
 	                                       int rows, int cols, int ntok) {                                                       \
 		(void)ntok;                                                                                                              \
-		mmvq1_entry<T>(w, q, d, s, y, rows, cols);                                                                               \
+		__shared__ float red[MMVQ_RED];                                                                                        \
+		mmvq1_entry<T>(w, q, d, s, y, rows, cols, red);                                                                          \
 	}
 
 // mmvq_q4_0 .. mmvq_q6_K: the ABI at the top of this file; the activation quantized as the
@@ -632,36 +694,47 @@ struct q8planes {
 
 // mmv_any computes one token's product with row wr as the unfused kernels would: mmvq's
 // integer dot on row `row` of the quantized activation xq (rows of cols) when it is given, else
-// mmv's float dot on xt, the path vec as mmv chooses it.
+// mmv's float dot on xt, the path vec as mmv chooses it. With W = blockDim.z > 1 every thread
+// of the block calls it at the same point (mmvq_combine), and its value is the row's on the
+// thread that writes it (mmvq_leader): the float dot is warp z = 0's alone. on false: a row
+// with no dot here, which reads nothing but waits with the others.
 //
 // dot2 is dot of rows wa and wb (their paths va and vb), each to the bit as dot computes it;
 // the integer path keeps the loads of both in flight together (mmvq_dot2).
+template <class T> CR_FN float mmv_any_float(const u8* wr, const float* xt, int cols, bool vec, const float* cb, float* red, bool on) {
+	float v = on && threadIdx.z == 0 ? mmv_dot<T>(wr, xt, cols, vec, cb) : 0.0f;
+	mmvq_combine<1>(&v, red, false);
+	return v;
+}
+
 template <class T, int OK = mmvq_of<T>::ok> struct mmv_any {
-	CR_FN float dot(const u8* wr, const float* xt, int cols, bool vec, const float* cb, const q8planes& xq, int row) {
+	CR_FN float dot(const u8* wr, const float* xt, int cols, bool vec, const float* cb, const q8planes& xq, int row, float* red,
+	                bool on = true) {
 		(void)xq, (void)row;
-		return mmv_dot<T>(wr, xt, cols, vec, cb);
+		return mmv_any_float<T>(wr, xt, cols, vec, cb, red, on);
 	}
 	CR_FN void dot2(const u8* wa, const u8* wb, const float* xt, int cols, bool va, bool vb, const float* cb, const q8planes& xq,
-	                int row, float* a, float* b) {
-		*a = dot(wa, xt, cols, va, cb, xq, row);
-		*b = dot(wb, xt, cols, vb, cb, xq, row);
+	                int row, float* a, float* b, float* red) {
+		*a = dot(wa, xt, cols, va, cb, xq, row, red);
+		*b = dot(wb, xt, cols, vb, cb, xq, row, red);
 	}
 };
 template <class T> struct mmv_any<T, 1> {
-	CR_FN float dot(const u8* wr, const float* xt, int cols, bool vec, const float* cb, const q8planes& xq, int row) {
+	CR_FN float dot(const u8* wr, const float* xt, int cols, bool vec, const float* cb, const q8planes& xq, int row, float* red,
+	                bool on = true) {
 		typedef typename mmvq_of<T>::type Q;
 		if (!xq.q)
-			return mmv_dot<T>(wr, xt, cols, vec, cb);
-		return mmvq_dot<Q>(wr, mmvq_act<Q>(xq.q, xq.d, xq.s, cols, row), cols);
+			return mmv_any_float<T>(wr, xt, cols, vec, cb, red, on);
+		return mmvq_dot<Q>(wr, mmvq_act<Q>(xq.q, xq.d, xq.s, cols, row), cols, red, on);
 	}
 	CR_FN void dot2(const u8* wa, const u8* wb, const float* xt, int cols, bool va, bool vb, const float* cb, const q8planes& xq,
-	                int row, float* a, float* b) {
+	                int row, float* a, float* b, float* red) {
 		typedef typename mmvq_of<T>::type Q;
 		if (!xq.q) {
-			*a = mmv_dot<T>(wa, xt, cols, va, cb);
-			*b = mmv_dot<T>(wb, xt, cols, vb, cb);
+			*a = mmv_any_float<T>(wa, xt, cols, va, cb, red, true);
+			*b = mmv_any_float<T>(wb, xt, cols, vb, cb, red, true);
 			return;
 		}
-		mmvq_dot2<Q>(wa, wb, mmvq_act<Q>(xq.q, xq.d, xq.s, cols, row), cols, a, b);
+		mmvq_dot2<Q>(wa, wb, mmvq_act<Q>(xq.q, xq.d, xq.s, cols, row), cols, a, b, red);
 	}
 };
