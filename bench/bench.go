@@ -74,7 +74,10 @@ type Report struct {
 	Tokens     int // decoded per prompt
 	// WarmupPrompt: a prompt ran untimed before the timed ones (Options.WarmupPrompt).
 	WarmupPrompt bool
-	Predictor    string
+	// GPURowWarps are the warps a row of a CUDA GPU's integer decode products, where not 1
+	// (engine.Options.GPURowWarps).
+	GPURowWarps int `json:",omitempty"`
+	Predictor   string
 	// HostRates are what cpu-miss weighed a copy against, on a device that weighs (nil on
 	// the CPU, which computes every miss on the host, and without cpu-miss).
 	HostRates *engine.HostRates `json:",omitempty"`
@@ -167,6 +170,9 @@ func benchRun(ctx context.Context, open func(engine.Options) (*engine.Model, err
 	}
 	defer m.Close()
 	rep.Device = m.Device()
+	if _, gpu := m.GPUStats(); gpu && opts.GPURowWarps > 1 {
+		rep.GPURowWarps = opts.GPURowWarps
+	}
 	t, err := m.Time(ctx, engine.TimeOptions{Name: name, Prompts: o.Prompts, PromptIDs: o.PromptIDs, Tokens: n, Warmup: o.Warmup, TimelineTokens: o.TimelineTokens,
 		WarmupPrompt: o.WarmupPrompt})
 	if err != nil {

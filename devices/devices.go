@@ -71,6 +71,9 @@ type Spec struct {
 	CUDALibrary string
 	// ProfileKernels times a CUDA GPU's every launch (cuda.GPUOptions.ProfileKernels).
 	ProfileKernels bool
+	// RowWarps is a CUDA GPU's warps a row of its integer decode products
+	// (cuda.GPUOptions.RowWarps); 0 is 1.
+	RowWarps int
 	// CPUForAuto makes auto the CPU without looking for a GPU.
 	CPUForAuto bool
 }
@@ -151,7 +154,7 @@ func openSim(s Spec, name string, budget int64) (device.Device, error) {
 // openGPU opens cuda:n with the budget, or the card's free memory.
 func openGPU(s Spec, n int) (*cuda.GPU, error) {
 	return cuda.Open(cuda.GPUOptions{Ordinal: n, Library: s.CUDALibrary, Host: cpu.New(s.Threads), Budget: s.Budget,
-		HostRates: s.HostRates, ProfileKernels: s.ProfileKernels})
+		HostRates: s.HostRates, ProfileKernels: s.ProfileKernels, RowWarps: s.RowWarps})
 }
 
 // Close releases a device that holds resources beyond Go memory (a GPU).

@@ -17,7 +17,9 @@ package engine
 
 import (
 	"context"
+	"slices"
 
+	"github.com/commit-run/commit-run/cuda"
 	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/grammar"
 	"github.com/commit-run/commit-run/models"
@@ -40,6 +42,9 @@ func LoadHost(name string) (*HostProfile, error) { return sim.LoadHost(name) }
 
 // Hosts lists the embedded host profiles.
 func Hosts() []string { return sim.Hosts() }
+
+// GPURowWarpsChoices are the values Options.GPURowWarps takes besides 0.
+func GPURowWarpsChoices() []int { return slices.Clone(cuda.RowWarpsChoices) }
 
 // Options configure Open. The zero value runs on the CPU with every core, the model's own
 // context length (capped by MaxContext) and an F16 KV cache, as llama.cpp does.
@@ -107,6 +112,11 @@ type Options struct {
 	// timing events of its own; decode steps then launch their kernels eagerly, as NoGraphs.
 	// For finding where the time goes: the events cost time of their own.
 	ProfileKernels bool
+	// GPURowWarps is the warps a CUDA GPU gives one row of a decoded token's integer
+	// products (cuda.GPUOptions.RowWarps: 1, 2, 4 or 8; 0 is 1). Which is fastest depends on
+	// the card; the float sums' order depends on it, so logits differ in their last bits
+	// between values, never between runs.
+	GPURowWarps int
 
 	// unfused computes a pass on a GPU with one kernel per operation, as before the fused
 	// kernels: the tests' reference for them.

@@ -22,7 +22,8 @@ func CUDADevices(library string) ([]cuda.Info, error) { return devices.CUDA(libr
 // budget when offloading, otherwise the whole device (unlimited on the CPU).
 func newDevice(opts Options) (dev device.Device, note string, err error) {
 	s := devices.Spec{Name: opts.Device, Threads: opts.Threads, Profile: opts.profile, HostRates: opts.HostRates,
-		TimingOnly: opts.TimingOnly != nil, CUDALibrary: opts.CUDALibrary, ProfileKernels: opts.ProfileKernels, CPUForAuto: opts.EP != nil}
+		TimingOnly: opts.TimingOnly != nil, CUDALibrary: opts.CUDALibrary, ProfileKernels: opts.ProfileKernels, CPUForAuto: opts.EP != nil,
+		RowWarps: opts.GPURowWarps}
 	if opts.Offload != nil {
 		if opts.Offload.GPUMem <= 0 {
 			return nil, "", fmt.Errorf("offload: device memory budget %d bytes: want a positive size", opts.Offload.GPUMem)

@@ -19,6 +19,8 @@ type decodeRun struct {
 	tokens []int32     // greedy tokens after the prompt
 	step   cuda.GPUStats
 	note   string
+	// seq and prompt are what the run was given (set by checkDecodeSteps).
+	seq, prompt []int32
 }
 
 // runDecode evaluates seq one token per pass, records the device's counters of one more such
@@ -66,6 +68,12 @@ func runDecode(t *testing.T, path string, o Options, seq, prompt []int32) decode
 // activation, the shared expert's down product of another type than the experts'). A decode
 // step is one host launch and one read-back (the logits) on graphs, and on the bundled model
 // at most 12 launches a layer eagerly.
+//
+// The Q4_K_M model's graphs run again with four warps a row of the integer products
+// (GPURowWarps: the kernels' combining waits, captured in a graph, beside a shared expert's
+// launch of a float type that keeps a warp a row). Its rows are no longer than one warp reads in
+// a step, so the other three warps add zeros and the bits must be a warp a row's; the kernel
+// tests (cuda's TestKernels) check the sums of rows that every warp reads.
 func TestGPUDecodeSteps(t *testing.T) {
 	lib := GPUForTests(t)
 	spec, err := synth.GoldenSpec("qwen2moe-q4km")
@@ -76,12 +84,34 @@ func TestGPUDecodeSteps(t *testing.T) {
 	if _, err := synth.WriteFile(spec, q4km); err != nil {
 		t.Fatal(err)
 	}
-	for _, path := range []string{bundledQwenPath, q4km} {
-		t.Run(filepath.Base(path), func(t *testing.T) { checkDecodeSteps(t, path, lib, path == bundledQwenPath) })
-	}
+	t.Run(filepath.Base(bundledQwenPath), func(t *testing.T) { checkDecodeSteps(t, bundledQwenPath, lib, true) })
+	var one decodeRun
+	t.Run(filepath.Base(q4km), func(t *testing.T) { one = checkDecodeSteps(t, q4km, lib, false) })
+	t.Run(filepath.Base(q4km)+",warps=4", func(t *testing.T) {
+		if one.probs == nil {
+			t.Skip("no run with a warp a row to compare with")
+		}
+		o := Options{Threads: 2, ContextLength: 64, Device: "cuda:0", CUDALibrary: lib, GPURowWarps: 4}
+		r := runDecode(t, q4km, o, one.seq, one.prompt)
+		if !slices.Equal(r.tokens, one.tokens) {
+			t.Errorf("greedy %v, with a warp a row %v", r.tokens, one.tokens)
+		}
+		for i := range one.probs {
+			for j, p := range one.probs[i] {
+				if math.Float32bits(r.probs[i][j]) != math.Float32bits(p) {
+					t.Fatalf("position %d, token %d: probability %v, with a warp a row %v", i, j, r.probs[i][j], p)
+				}
+			}
+		}
+		if s := r.step; s.Launches != 1 || s.Reads != 1 || s.Kernels != one.step.Kernels || r.note != "" {
+			t.Errorf("a replayed step: %+v (%q), want 1 launch, 1 read and %d kernels, as with a warp a row", s, r.note, one.step.Kernels)
+		}
+	})
 }
 
-func checkDecodeSteps(t *testing.T, path, lib string, launches bool) {
+// checkDecodeSteps runs path the three ways and checks that they agree; it returns the graphs'
+// run.
+func checkDecodeSteps(t *testing.T, path, lib string, launches bool) decodeRun {
 	base := Options{Threads: 2, ContextLength: 64, Device: "cuda:0", CUDALibrary: lib}
 	m, err := Open(path, Options{Threads: 2})
 	if err != nil {
@@ -128,4 +158,6 @@ func checkDecodeSteps(t *testing.T, path, lib string, launches bool) {
 	if s := gotEager.step; launches && s.Launches > int64(12*layers) || s.Launches != s.Kernels || s.Reads != 1 || s.GraphLaunches != 0 {
 		t.Errorf("an eager fused step: %+v, want at most 12 launches a layer (%d layers) and 1 read", s, layers)
 	}
+	gotGraph.seq, gotGraph.prompt = seq, prompt
+	return gotGraph
 }

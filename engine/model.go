@@ -3,9 +3,11 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
+	"github.com/commit-run/commit-run/cuda"
 	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/eprun"
 	"github.com/commit-run/commit-run/models"
@@ -114,6 +116,9 @@ func checkOptions(opts Options) (kvF16 bool, err error) {
 	}
 	if opts.Parallel < 0 || opts.Parallel > MaxParallel {
 		return false, fmt.Errorf("parallel sequences %d: want 1 to %d", opts.Parallel, MaxParallel)
+	}
+	if opts.GPURowWarps != 0 && !slices.Contains(cuda.RowWarpsChoices, opts.GPURowWarps) {
+		return false, fmt.Errorf("GPU warps a row %d: want 0 or one of %v", opts.GPURowWarps, cuda.RowWarpsChoices)
 	}
 	switch strings.ToLower(opts.KVType) {
 	case "", "f16":

@@ -526,12 +526,17 @@ func (a *app) printLatency(rep *bench.Report, promptLenSet bool, promptLen int) 
 	}
 }
 
-// warmedUp says, after a run's prompt count, that a prompt ran untimed before them.
+// warmedUp says, after a run's prompt count, that a prompt ran untimed before them, and how
+// many warps a row the GPU's decode products took where not one.
 func warmedUp(rep *bench.Report) string {
+	s := ""
 	if rep.WarmupPrompt {
-		return " (after an untimed warm-up prompt)"
+		s = " (after an untimed warm-up prompt)"
 	}
-	return ""
+	if rep.GPURowWarps > 1 {
+		s += fmt.Sprintf(" (%d warps a row of the integer decode products)", rep.GPURowWarps)
+	}
+	return s
 }
 
 // printPolicyBench reports the policies of an offloaded run side by side, under a header

@@ -170,6 +170,9 @@ func TestBenchModelOnFakeGPU(t *testing.T) {
 	for _, c := range []struct{ flag, want string }{
 		{"--threads=2", "resident, per decoded token: 1.0 host launches (a CUDA graph replayed), 43.0 kernels, 1.0 read-backs"},
 		{"--no-graphs", "resident, per decoded token: 43.0 host launches (kernels launched one by one), 43.0 kernels, 1.0 read-backs"},
+		// The bundled model's F16 products are float ones, which keep a warp a row: the flag
+		// changes no count, and the header says it was given.
+		{"--gpu-row-warps=4", "prompts x 3 tokens (after an untimed warm-up prompt) (4 warps a row of the integer decode products)"},
 	} {
 		out, _ := mustRun(t, "", "-m", model, "--device", "cuda:0", "--cuda-lib", lib, c.flag, "bench", "--tokens", "3", "--prompts", prompts)
 		if !strings.Contains(out, c.want) {

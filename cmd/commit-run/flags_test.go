@@ -228,6 +228,8 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"--threads", "100000", "inspect"}, "--threads 100000"},
 		{[]string{"--ctx", "-5", "inspect"}, "--ctx -5"},
 		{[]string{"--kv-type", "q4", "inspect"}, `--kv-type "q4"`},
+		{[]string{"--gpu-row-warps", "3", "inspect"}, "--gpu-row-warps 3: want one of [1 2 4 8]"},
+		{[]string{"--gpu-row-warps", "0", "inspect"}, "--gpu-row-warps 0"},
 		{[]string{"--profile", "heap", "inspect"}, `--profile "heap"`},
 		{[]string{"--threads", "two", "inspect"}, `invalid argument "two"`},
 		{[]string{"generate", "-m", missing}, "exactly one of --prompt"},

@@ -38,6 +38,7 @@ type app struct {
 	device    string
 	cudaLib   string
 	noGraphs  bool
+	rowWarps  int
 	// Offloading: set by --gpu-mem; the policy, eviction and predictor refine it.
 	gpuMem, policy, eviction, predictor, host, hostBW, hostFLOPS, autoTrace string
 	cpuMoELayers                                                            int
@@ -134,6 +135,7 @@ func (a *app) rootCmd() *cobra.Command {
 	pf.StringVar(&a.autoTrace, "auto-trace", "", "a routing `TRACE` of the model (trace record, predictor collect) that automatic placement predicts with instead of the synthetic router")
 	pf.StringVar(&a.cudaLib, "cuda-lib", "", "the CUDA driver library `FILE` (default: libcuda.so.1 from the loader's path)")
 	pf.BoolVar(&a.noGraphs, "no-graphs", false, "on a GPU, launch each decoded token's kernels one by one instead of replaying the token as a CUDA graph (to rule the driver's graphs out, or to measure what they save)")
+	pf.IntVar(&a.rowWarps, "gpu-row-warps", 1, "on a GPU, the warps that share one row of a decoded token's integer products: 1, 2, 4 or 8 (which is fastest depends on the card; logits differ between values in their last bits)")
 	pf.StringVar(&a.gpuMem, "gpu-mem", "", "offload the routed experts to host memory within this device memory `SIZE`, e.g. 12GiB")
 	pf.StringVar(&a.policy, "policy", "", "expert policy with --gpu-mem: ondemand (default), prefetch, commit (computes with predicted experts: changes the output), cpu-miss, hot (the most chosen experts on the device, the host computes the rest), static (llama.cpp's CPU/GPU split, see --cpu-moe-layers) or static-cache (static with the host layers' experts cached in the spare device memory); bench takes a comma-separated list; commit without --gpu-mem computes with the Commit Router's experts without offloading (to measure quality)")
 	pf.StringVar(&a.eviction, "eviction", "lru", "expert cache eviction: lru or lfu")
@@ -189,6 +191,9 @@ func (a *app) setup() error {
 	default:
 		return fmt.Errorf("--kv-type %q: want f16 or f32", a.kvType)
 	}
+	if w := engine.GPURowWarpsChoices(); !slices.Contains(w, a.rowWarps) {
+		return fmt.Errorf("--gpu-row-warps %d: want one of %v", a.rowWarps, w)
+	}
 	stop, err := startProfile(a.profMode, a.profDir, a.stderr)
 	if err != nil {
 		return err
@@ -229,8 +234,8 @@ func (a *app) plainOptions() engine.Options {
 
 // baseOptions are the options of the global flags that say where and how to compute.
 func (a *app) baseOptions(device string) engine.Options {
-	return engine.Options{Device: device, CUDALibrary: a.cudaLib, NoGraphs: a.noGraphs, Threads: a.threads, ContextLength: a.ctxLen, KVType: a.kvType,
-		AutoCommit: a.autoCommit, AutoTrace: a.autoTrace}
+	return engine.Options{Device: device, CUDALibrary: a.cudaLib, NoGraphs: a.noGraphs, GPURowWarps: a.rowWarps, Threads: a.threads,
+		ContextLength: a.ctxLen, KVType: a.kvType, AutoCommit: a.autoCommit, AutoTrace: a.autoTrace}
 }
 
 // openModelWith opens the -m model with opts, drawing a load progress bar on a terminal.
