@@ -3,9 +3,9 @@
 # binaries `make gpu-pack` builds into bin/gpu (packed as bin/gpu.tar.xz, which this script
 # unpacks) and the llama.cpp source it copies into .lcpp (carry bin/gpu.tar.xz and .lcpp). From
 # the repo root:
-#   bash tools/gpu/check.sh [STAGE ...]      (default: smi ptxas cuda engine kernels host offload profile;
+#   bash tools/gpu/check.sh [STAGE ...]      (default: smi ptxas cuda engine kernels host offload profile ncu;
 #                                             logs under $OUT or /tmp/gpu-check)
-# Stages: smi ptxas cuda engine kernels host offload profile, and lcpp vs. Each writes STAGE.log and goes on
+# Stages: smi ptxas cuda engine kernels host offload profile ncu, and lcpp vs. Each writes STAGE.log and goes on
 # after a failure, so that one call of a short lease gathers everything.
 # llama.cpp's CUDA backend beside commit-run (issue 35) takes two calls on the same warm machine:
 # `check.sh lcpp` builds llama-bench for the card (5-7 minutes of its 16 cores), then `check.sh vs`
@@ -20,7 +20,7 @@ bin=$root/bin/gpu
 out=${OUT:-/tmp/gpu-check}
 mkdir -p "$out"
 stages=("$@")
-[[ ${#stages[@]} -gt 0 ]] || stages=(smi ptxas cuda engine kernels host offload profile)
+[[ ${#stages[@]} -gt 0 ]] || stages=(smi ptxas cuda engine kernels host offload profile ncu)
 
 smi() {
 	nvidia-smi
@@ -113,6 +113,28 @@ profile() {
 	done
 }
 
+# Why a decode product takes the time it does, from Nsight Compute where the toolkit has it and
+# the machine lets it read the counters: throughput against the card's peaks, occupancy and the
+# warps' stall reasons of BenchmarkMMVDecode's Q4_K down shape (read_u4 alone, mmvq1 with a warp
+# a row, then with four), and of a decoded token's moe_up and moe_down on the OLMoE shape.
+ncu_stage() {
+	command -v ncu >/dev/null || { echo "no ncu on this machine"; return 1; }
+	local sections=(--section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis)
+	# Each pattern's first launches are the weights' warm-up over their copies; the third is timed
+	# as the benchmark times it. A pattern also matches the deeper /wN names, which run later.
+	for b in 'Q4_K/4096x14336/read_u4$' 'Q4_K/4096x14336/mmvq1_q4_K$' 'Q4_K/4096x14336/mmvq1_q4_K/w4$'; do
+		echo "== $b"
+		(cd cuda && ncu "${sections[@]}" --launch-skip 2 --launch-count 1 "$bin/cuda.test" -test.run '^$' -test.bench "MMVDecode/$b" -test.benchtime 3x)
+	done
+	local m=/tmp/profile-olmoe-8.gguf
+	[[ -e $m ]] || "$bin/synth" -arch olmoe -layers 8 -type q4km -out $m || return 1
+	for w in 1 4; do
+		echo "== moe_up and moe_down of a decoded token, --gpu-row-warps $w"
+		ncu "${sections[@]}" --kernel-name regex:'moe_(up|down)_q4_K' --launch-skip 40 --launch-count 2 \
+			"$bin/commit-run" -m $m --device cuda:0 --ctx 256 --no-graphs --gpu-row-warps $w bench --prompt-len 16 --tokens 8 --warmup-prompt=false
+	done
+}
+
 # llama.cpp's CUDA backend: built from the source `make gpu-pack` copied into .lcpp, into
 # /tmp/lcpp-build, where the next call on the same machine finds it.
 lcpp=$root/.lcpp
@@ -154,6 +176,11 @@ vs() {
 		"$bin/commit-run" -m $m --device cuda:0 --ctx 1024 bench --prompt-len 512 --tokens $tokens --json >"$out/vs-$shape-card.json"
 		# The same without bench's warm-up prompt: what the first prompt's one-time costs add.
 		"$bin/commit-run" -m $m --device cuda:0 --ctx 1024 bench --prompt-len 512 --tokens 4 --warmup-prompt=false --json >"$out/vs-$shape-cold.json"
+		# Decode with each row of the integer products over several warps (--gpu-row-warps):
+		# which the engine should take on this card.
+		for w in ${VS_ROW_WARPS:-2 4}; do
+			"$bin/commit-run" -m $m --device cuda:0 --ctx 1024 --gpu-row-warps $w bench --prompt-len 512 --tokens $tokens --json >"$out/vs-$shape-card-w$w.json"
+		done
 		"$bin/commit-run" -m $m --device cuda:0 --ctx 1024 --gpu-mem ${mem}MiB --cpu-moe-layers $n bench --policy static,hot,cpu-miss,auto \
 			--prompt-len 512 --tokens $tokens --json >"$out/vs-$shape-budget.json"
 	done
@@ -170,6 +197,7 @@ for s in "${stages[@]}"; do
 	host) f=host_rates ;;
 	offload) f=offload ;;
 	profile) f=profile ;;
+	ncu) f=ncu_stage ;;
 	lcpp) f=lcpp_build ;;
 	vs) f=vs ;;
 	*) echo "check.sh: unknown stage $s" >&2; exit 2 ;;

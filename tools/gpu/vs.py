@@ -9,7 +9,8 @@ against commit-run's policies at the device memory llama.cpp's split took, and t
 OUT holds lcpp-SHAPE/bench-gpu.json, lcpp-SHAPE/bench-nographs.json and
 lcpp-SHAPE/bench-ncmoeN.json (llama-bench -o json), and vs-SHAPE-card.json and
 vs-SHAPE-budget.json (commit-run bench --json with --prompt-len 512; vs-SHAPE-cold.json the first
-without bench's warm-up prompt, whose prefill shows the one-time costs). commit-run's prefill rate
+without bench's warm-up prompt, whose prefill shows the one-time costs; vs-SHAPE-card-wN.json the
+first with --gpu-row-warps N, N warps a row of the integer decode products). commit-run's prefill rate
 is 512 / its time to first token, which also holds the first token's sampling; llama-bench's pp
 times the batch alone. Decode: llama-bench's tg128 from an empty cache, commit-run's tokens after
 the 512-token prompt.
@@ -71,6 +72,10 @@ def main(argv):
         print(f"{'':>10} {'llama.cpp without graphs':>28} {'':>12} {'':>11} {'':>7} {num(lng):>9}")
         cpp, _, _ = ours(load(os.path.join(out, f"vs-{shape}-cold.json")))
         print(f"{'':>10} {'ours without the warm-up':>28} {'':>12} {num(cpp):>11}")
+        for path in sorted(glob.glob(os.path.join(out, f"vs-{shape}-card-w*.json"))):
+            w = os.path.basename(path)[len(f"vs-{shape}-card-w"):-len(".json")]
+            wpp, wtg, _ = ours(load(path))
+            print(f"{'':>10} {f'ours, {w} warps a row':>28} {num(lpp):>12} {num(wpp):>11} {ratio(wpp, lpp):>7} {num(ltg):>9} {num(wtg):>8} {ratio(wtg, ltg):>7}")
         ncmoe = sorted(glob.glob(os.path.join(out, f"lcpp-{shape}", "bench-ncmoe*.json")))
         budget = load(os.path.join(out, f"vs-{shape}-budget.json"))
         for path in ncmoe:
