@@ -54,9 +54,10 @@ ptxas_check() {
 cuda_tests() { (cd cuda && "$bin/cuda.test" -test.v -test.count=1 -test.timeout 9m); }
 engine_tests() { (cd engine && "$bin/engine.test" -test.v -test.count=1 -test.timeout 9m -test.run 'CUDA|GPU|Device' -gpu=system); }
 
-# Decode's bandwidth (goal 60% of peak for Q4_K and Q8_0), prefill's mmq against mmv, and a
-# Qwen3.6 DeltaNet layer's kernels on a token and on a prompt.
-kernels() { (cd cuda && "$bin/cuda.test" -test.run '^$' -test.bench 'MMVDecode|MMQ|DeltaNet' -test.benchtime 200x); }
+# Decode's bandwidth (goal 60% of peak for Q4_K and Q8_0), a decoded token's attention at growing
+# contexts, prefill's mmq against mmv, and a Qwen3.6 DeltaNet layer's kernels on a token and on a
+# prompt.
+kernels() { (cd cuda && "$bin/cuda.test" -test.run '^$' -test.bench 'MMVDecode|AttnDecode|MMQ|DeltaNet' -test.benchtime 200x); }
 
 # The host's product at 1 to 32 tokens: what device.HostRates model for cpu-miss on this machine.
 host_rates() { (cd cpu && "$bin/cpu.test" -test.run '^$' -test.bench HostMatMulBatch -test.benchtime 20x); }
