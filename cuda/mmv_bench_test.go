@@ -15,8 +15,8 @@ import (
 // activations), mmvq (integer dot products on the activation quantized beforehand; the
 // quantization is a launch of its own, not timed here) and mmvq1 (mmvq's arithmetic in a
 // kernel for one token alone, what the engine takes for a decoded token: set beside mmvq, it
-// shows what mmvq's registers for 8 tokens cost), and mmvq1 again with each row over 2, 4 and 8
-// warps (mmvq1/wN: GPUOptions.RowWarps, the engine's --gpu-row-warps). Before them, read_u4
+// shows what mmvq's registers for 8 tokens cost), at 1, 2, 4 and 8 warps a row (mmvq1_<type>/wN:
+// GPUOptions.RowWarps, the engine's --gpu-row-warps). Before them, read_u4
 // reads the same copies and does nothing else: the rate this card gives a kernel that only
 // reads, the ceiling the products' rates sit under.
 //
@@ -82,7 +82,7 @@ func BenchmarkMMVDecode(b *testing.B) {
 			}
 			for _, v := range vs {
 				name := v.kernel
-				if v.warps > 1 {
+				if v.kernel == mmvq1Kernels[typ] { // mmvq1_<type>/w1 .. /w8, each its own leaf
 					name += fmt.Sprintf("/w%d", v.warps)
 				}
 				b.Run(fmt.Sprintf("%s/%dx%d/%s", typ, rows, cols, name), func(b *testing.B) {

@@ -121,11 +121,12 @@ profile() {
 ncu_stage() {
 	command -v ncu >/dev/null || { echo "no ncu on this machine"; return 1; }
 	local sections=(--section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis)
-	# Each pattern's first launches are the weights' warm-up over their copies; the third is timed
-	# as the benchmark times it. A pattern also matches the deeper /wN names, which run later.
-	for b in 'Q4_K/4096x14336/read_u4$' 'Q4_K/4096x14336/mmvq1_q4_K$' 'Q4_K/4096x14336/mmvq1_q4_K/w4$'; do
-		echo "== $b"
-		(cd cuda && ncu "${sections[@]}" --launch-skip 2 --launch-count 1 "$bin/cuda.test" -test.run '^$' -test.bench "MMVDecode/$b" -test.benchtime 3x)
+	# Each benchmark's first launches of its kernel are the weights' warm-up over their copies; the
+	# third is one of them, on weights out of the L2.
+	for b in 'read_u4:Q4_K/4096x14336/read_u4$' 'mmvq1_q4_K:Q4_K/4096x14336/mmvq1_q4_K/w1$' 'mmvq1_q4_K:Q4_K/4096x14336/mmvq1_q4_K/w4$'; do
+		echo "== ${b#*:}"
+		(cd cuda && ncu "${sections[@]}" --kernel-name "${b%%:*}" --launch-skip 2 --launch-count 1 "$bin/cuda.test" -test.run '^$' \
+			-test.bench "MMVDecode/${b#*:}" -test.benchtime 3x)
 	done
 	local m=/tmp/profile-olmoe-8.gguf
 	[[ -e $m ]] || "$bin/synth" -arch olmoe -layers 8 -type q4km -out $m || return 1
