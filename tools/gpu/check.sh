@@ -117,7 +117,7 @@ profile() {
 # Why a decode product takes the time it does, from Nsight Compute where the toolkit has it and
 # the machine lets it read the counters: throughput against the card's peaks, occupancy and the
 # warps' stall reasons of BenchmarkMMVDecode's Q4_K down shape (read_u4 alone, mmvq1 with a warp
-# a row, then with four), and of a decoded token's moe_up and moe_down on the OLMoE shape.
+# a row, then with four), and of a decoded token's moe_up and moe_down (whatever their types) on the OLMoE shape.
 ncu_stage() {
 	command -v ncu >/dev/null || { echo "no ncu on this machine"; return 1; }
 	local sections=(--section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis)
@@ -132,7 +132,7 @@ ncu_stage() {
 	[[ -e $m ]] || "$bin/synth" -arch olmoe -layers 8 -type q4km -out $m || return 1
 	for w in 1 4; do
 		echo "== moe_up and moe_down of a decoded token, --gpu-row-warps $w"
-		ncu "${sections[@]}" --kernel-name regex:'moe_(up|down)_q4_K' --launch-skip 40 --launch-count 2 \
+		ncu "${sections[@]}" --kernel-name regex:'^moe_(up|down)_' --launch-skip 40 --launch-count 2 \
 			"$bin/commit-run" -m $m --device cuda:0 --ctx 256 --no-graphs --gpu-row-warps $w bench --prompt-len 16 --tokens 8 --warmup-prompt=false
 	done
 }
