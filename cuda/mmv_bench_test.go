@@ -9,16 +9,17 @@ import (
 )
 
 // BenchmarkMMVDecode times decode's matrix-vector products (one token) on matrices of
-// Mixtral's expert shapes, 14336 x 4096 (gate, up) and 4096 x 14336 (down), and reports how
-// close each kernel comes to the card's memory bandwidth: the goal is 60% for Q4_K,
-// Q8_0 and Q6_K. The quantized types run three times: mmv (float weights decoded, float
-// activations), mmvq (integer dot products on the activation quantized beforehand; the
-// quantization is a launch of its own, not timed here) and mmvq1 (mmvq's arithmetic in a
-// kernel for one token alone, what the engine takes for a decoded token: set beside mmvq, it
-// shows what mmvq's registers for 8 tokens cost), at 1, 2, 4 and 8 warps a row (mmvq1_<type>/wN:
-// GPUOptions.RowWarps, the engine's --gpu-row-warps). Before them, read_u4
-// reads the same copies and does nothing else: the rate this card gives a kernel that only
-// reads, the ceiling the products' rates sit under.
+// Mixtral's expert shapes, 14336 x 4096 (gate, up) and 4096 x 14336 (down), and of OLMoE's,
+// 1024 x 2048 and 2048 x 1024 (a small expert's product: what a launch costs beyond its
+// reads), and reports how close each kernel comes to the card's memory bandwidth: the issue's
+// goal is 60% for Q4_K, Q8_0 and Q6_K. The quantized types run three ways: mmv (float weights
+// decoded, float activations), mmvq (integer dot products on the activation quantized
+// beforehand; the quantization is a launch of its own, not timed here) and mmvq1 (mmvq's
+// arithmetic in a kernel for one token alone, what the engine takes for a decoded token: set
+// beside mmvq, it shows what mmvq's registers for 8 tokens cost), the last at 1, 2, 4 and 8
+// warps a row (mmvq1_<type>/wN: GPUOptions.RowWarps, the engine's --gpu-row-warps). Before
+// them, read_u4 reads the same copies and does nothing else: the rate this card gives a kernel
+// that only reads, the ceiling the products' rates sit under.
 //
 //	weight-GB/s  the matrix's bytes over the time of a product (each weight is read once);
 //	%peak        that over the theoretical bandwidth from the memory clock and bus width.
@@ -34,7 +35,7 @@ func BenchmarkMMVDecode(b *testing.B) {
 	}
 	r := rand.New(rand.NewPCG(2, 2))
 	for _, typ := range []quant.Type{quant.Q4_K, quant.Q8_0, quant.Q6_K, quant.Q5_K, quant.Q4_0, quant.F16} {
-		for _, shape := range [][2]int{{14336, 4096}, {4096, 14336}} {
+		for _, shape := range [][2]int{{14336, 4096}, {4096, 14336}, {1024, 2048}, {2048, 1024}} {
 			rows, cols := shape[0], shape[1]
 			rb, err := typ.RowBytes(cols)
 			if err != nil {
