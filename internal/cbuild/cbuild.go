@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"testing"
 )
 
 // Cached returns the path of file in the directory prefix-key of os.TempDir(), where key names
@@ -65,4 +66,19 @@ func Compiler(env, def string) ([]string, error) {
 		return nil, fmt.Errorf("%w: $%s: %v", ErrNoCompiler, env, err)
 	}
 	return args, nil
+}
+
+// ForTests is a library's Build for a test: the library's path, the test skipped where build
+// reports no compiler (an error wrapping noCompiler) and failed where the build fails
+// otherwise.
+func ForTests(tb testing.TB, build func() (string, error), noCompiler error) string {
+	tb.Helper()
+	lib, err := build()
+	if errors.Is(err, noCompiler) {
+		tb.Skip(err)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return lib
 }
