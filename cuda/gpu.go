@@ -811,6 +811,9 @@ func (g *GPU) launchMatMul(fn *Function, mmq bool, w quant.Matrix, wp, xp, yp De
 	return g.launch(fn, grid, block, args())
 }
 
+// RowWarps is the warps a row of the integer decode products (GPUOptions.RowWarps, 1 for 0).
+func (g *GPU) RowWarps() int { return g.rowWarps }
+
 // rowDims are grid.x and the block of a product kernel with a warp per row (mmv's ABI) over
 // rows rows: mmvRowsPerBlock rows a block, or, for an integer product (mmvq.cu) where the GPU
 // deals a row over several warps (GPUOptions.RowWarps), a row a block of that many warps.

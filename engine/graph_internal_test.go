@@ -70,10 +70,11 @@ func runDecode(t *testing.T, path string, o Options, seq, prompt []int32) decode
 // at most 12 launches a layer eagerly.
 //
 // The Q4_K_M model's graphs run again with four warps a row of the integer products
-// (GPURowWarps: the kernels' combining waits, captured in a graph, beside a shared expert's
-// launch of a float type that keeps a warp a row). Its rows are no longer than one warp reads in
-// a step, so the other three warps add zeros and the bits must be a warp a row's; the kernel
-// tests (cuda's TestKernels) check the sums of rows that every warp reads.
+// (GPURowWarps, which the GPU must hold: the kernels' combining waits, captured in a graph,
+// beside a shared expert's launch of a float type that keeps a warp a row). Its rows are no
+// longer than one warp reads in a step, so the other three warps add zeros and the bits must
+// be a warp a row's; the kernel tests (cuda's TestKernels) check the sums of rows that every
+// warp reads.
 func TestGPUDecodeSteps(t *testing.T) {
 	lib := GPUForTests(t)
 	spec, err := synth.GoldenSpec("qwen2moe-q4km")
@@ -92,6 +93,15 @@ func TestGPUDecodeSteps(t *testing.T) {
 			t.Skip("no run with a warp a row to compare with")
 		}
 		o := Options{Threads: 2, ContextLength: 64, Device: "cuda:0", CUDALibrary: lib, GPURowWarps: 4}
+		m, err := Open(q4km, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, ok := m.dev.(*cuda.GPU)
+		if !ok || g.RowWarps() != 4 {
+			t.Errorf("the device %T does not take the option's 4 warps a row", m.dev)
+		}
+		m.Close()
 		r := runDecode(t, q4km, o, one.seq, one.prompt)
 		if !slices.Equal(r.tokens, one.tokens) {
 			t.Errorf("greedy %v, with a warp a row %v", r.tokens, one.tokens)
