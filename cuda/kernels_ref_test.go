@@ -21,6 +21,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -1223,12 +1224,58 @@ func attnCases() []kernelCase {
 		{ntok: 4, heads: 2, kvHeads: 1, dk: 32, dv: 48, pos0: 61, window: 20, ring: 64},
 	} {
 		for _, f16 := range []bool{false, true} {
-			kernel := "attn_f32"
+			kv := "f32"
 			if f16 {
-				kernel = "attn_f16kv"
+				kv = "f16kv"
 			}
-			cs = append(cs, kernelCase{kernel, c.String(), func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkAttn(t, k, c, f16, r) }})
+			cs = append(cs, kernelCase{"attn_" + kv, c.String(), func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkAttn(t, k, c, f16, 0, r) }})
+			// The split kernels, each case launching both: 3 splits, and 16 of which the short
+			// contexts fill one or two.
+			for _, sp := range []struct {
+				kernel string
+				splits int
+			}{{"attn_split_scores_" + kv, 3}, {"attn_split_pv_" + kv, 16}} {
+				cs = append(cs, kernelCase{sp.kernel, fmt.Sprintf("%v,splits=%d", c, sp.splits),
+					func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkAttn(t, k, c, f16, sp.splits, r) }})
+			}
 		}
+	}
+	// Shapes the split kernels do not take give NaN outputs and leave the counters at 0.
+	for _, c := range []struct {
+		name                      string
+		heads, kvHeads, dk, dv, n int
+		sstride                   int
+	}{
+		{"scores_past_sstride", 2, 1, 32, 32, 40, 39},
+		{"dk_over_1024", 2, 1, 1056, 32, 5, 64},
+		{"dv_over_512", 2, 1, 32, 544, 5, 64},
+		{"heads_not_a_multiple", 3, 2, 32, 32, 5, 64},
+	} {
+		cs = append(cs, kernelCase{"attn_split_pv_f32", "bad," + c.name, func(t *testing.T, k *kernelEnv, r *rand.Rand) {
+			const splits = 2
+			rows := c.heads
+			dq := k.putF32(t, randF32(r, rows*c.dk, 1))
+			kvd := max(c.kvHeads*c.dk, c.kvHeads*c.dv)
+			dkv := k.putF32(t, randF32(r, c.n*kvd, 1))
+			sc, st := k.alloc(t, 4*rows*c.sstride), k.alloc(t, 4*rows*(splits+2))
+			part, out := k.alloc(t, 4*rows*splits*c.dv), k.alloc(t, 4*rows*c.dv)
+			cnt := k.put(t, make([]byte, 4*rows))
+			var a1, a2 Args
+			k.run(t, "attn_split_scores_f32", Dim3{X: c.heads, Y: splits, Z: 1}, Dim3{X: 256},
+				a1.Ptr(dq).Ptr(dkv).Ptr(sc).Ptr(st).Ptr(cnt).Int(1).Int(c.heads).Int(c.kvHeads).Int(c.dk).Int(kvd).Int(c.dk).
+					Ptr(0).Int(c.n-1).Float(0.125).Int(0).Ptr(0).Int(0).Int(c.sstride).Int(splits))
+			k.run(t, "attn_split_pv_f32", Dim3{X: c.heads, Y: splits, Z: 1}, Dim3{X: 256},
+				a2.Ptr(sc).Ptr(st).Ptr(dkv).Ptr(part).Ptr(cnt).Ptr(out).Int(1).Int(c.heads).Int(c.kvHeads).Int(c.dv).Int(kvd).Int(c.dv).
+					Ptr(0).Int(c.n-1).Int(0).Int(0).Int(c.sstride).Int(splits))
+			for i, v := range k.getF32(t, out, rows*c.dv) {
+				if !math.IsNaN(float64(v)) {
+					t.Fatalf("output %d is %v, want NaN", i, v)
+				}
+			}
+			if b := k.get(t, cnt, 4*rows); slices.ContainsFunc(b, func(x byte) bool { return x != 0 }) {
+				t.Errorf("counters % x after the launches, want 0", b)
+			}
+		}})
 	}
 	return cs
 }
@@ -1256,7 +1303,12 @@ func attnCases() []kernelCase {
 // The cache holds NaNs past the last position, which a causal read never touches, and at the
 // positions no token's window sees. A ring holds the last c.ring positions at their rows,
 // and NaNs in the rows of none.
-func checkAttn(t *testing.T, k *kernelEnv, c attnCase, f16 bool, r *rand.Rand) {
+//
+// With splits > 0 it launches attn_split_scores and attn_split_pv instead, twice over the same
+// scratch, and requires the second outputs to be the first's to the bit and the counters
+// back at 0: a replayed graph's launches. Their chunks' last additions and shorter chains of
+// fused multiply-adds keep them within the same bounds.
+func checkAttn(t *testing.T, k *kernelEnv, c attnCase, f16 bool, splits int, r *rand.Rand) {
 	npos := c.pos0 + c.ntok // positions the cache holds
 	capPos := npos + 3      // and room past them, filled with NaN
 	kstride, vstride, khs, vhs := c.kvHeads*c.dk, c.kvHeads*c.dv, c.dk, c.dv
@@ -1342,11 +1394,40 @@ func checkAttn(t *testing.T, k *kernelEnv, c attnCase, f16 bool, r *rand.Rand) {
 	if c.dev {
 		posp, pos0 = k.put(t, i32bytes([]int32{int32(c.pos0)})), 0
 	}
-	var args Args
-	k.run(t, kernel, Dim3{X: c.heads, Y: c.ntok}, Dim3{X: 256},
-		args.Ptr(dq).Ptr(dk).Ptr(dv).Ptr(dout).Int(c.ntok).Int(c.heads).Int(c.kvHeads).Int(c.dk).Int(c.dv).
-			Int(kstride).Int(vstride).Int(khs).Int(vhs).Ptr(posp).Int(pos0).Float(scale).Int(c.window).Ptr(dsinks).Int(c.ring))
-	got := k.getF32(t, dout, c.ntok*c.heads*c.dv)
+	var got []float32
+	if splits == 0 {
+		var args Args
+		k.run(t, kernel, Dim3{X: c.heads, Y: c.ntok}, Dim3{X: 256},
+			args.Ptr(dq).Ptr(dk).Ptr(dv).Ptr(dout).Int(c.ntok).Int(c.heads).Int(c.kvHeads).Int(c.dk).Int(c.dv).
+				Int(kstride).Int(vstride).Int(khs).Int(vhs).Ptr(posp).Int(pos0).Float(scale).Int(c.window).Ptr(dsinks).Int(c.ring))
+		got = k.getF32(t, dout, c.ntok*c.heads*c.dv)
+	} else {
+		rows, sstride := c.ntok*c.heads, capPos+16
+		if c.ring > 0 {
+			sstride = c.ring + 16
+		}
+		sc, st := k.alloc(t, 4*rows*sstride), k.alloc(t, 4*rows*(splits+2))
+		part, cnt := k.alloc(t, 4*rows*splits*c.dv), k.put(t, make([]byte, 4*rows))
+		suffix := strings.TrimPrefix(kernel, "attn_")
+		grid := Dim3{X: c.heads, Y: splits, Z: c.ntok}
+		for i := range 2 {
+			var a1, a2 Args
+			k.run(t, "attn_split_scores_"+suffix, grid, Dim3{X: 256},
+				a1.Ptr(dq).Ptr(dk).Ptr(sc).Ptr(st).Ptr(cnt).Int(c.ntok).Int(c.heads).Int(c.kvHeads).Int(c.dk).Int(kstride).Int(khs).
+					Ptr(posp).Int(pos0).Float(scale).Int(c.window).Ptr(dsinks).Int(c.ring).Int(sstride).Int(splits))
+			k.run(t, "attn_split_pv_"+suffix, grid, Dim3{X: 256},
+				a2.Ptr(sc).Ptr(st).Ptr(dv).Ptr(part).Ptr(cnt).Ptr(dout).Int(c.ntok).Int(c.heads).Int(c.kvHeads).Int(c.dv).Int(vstride).Int(vhs).
+					Ptr(posp).Int(pos0).Int(c.window).Int(c.ring).Int(sstride).Int(splits))
+			out := k.getF32(t, dout, c.ntok*c.heads*c.dv)
+			if b := k.get(t, cnt, 4*rows); slices.ContainsFunc(b, func(x byte) bool { return x != 0 }) {
+				t.Fatalf("launch %d: counters % x after it, want 0", i+1, b)
+			}
+			if i == 1 {
+				checkBits(t, "out, launched again", out, got)
+			}
+			got = out
+		}
+	}
 
 	want, tol := make([]float64, len(got)), make([]float64, len(got))
 	for tk := 0; tk < c.ntok; tk++ {

@@ -1,12 +1,13 @@
 // attention.cu: causal softmax attention of a few tokens over the KV cache, one block per
-// (query head, token), following models.attend / attendLatent: scores = (q . k) * scale, the
+// (query head, token) (attn_f32), or for a decoded token several a head, each a chunk of its
+// positions (attn_split_*, below), following models.attend / attendLatent: scores = (q . k) * scale, the
 // softmax of models.SoftmaxPadded (maximum subtracted, exps by cr_exp_v summed in groups of 16
 // in float32 and the groups in float64, times float32(1/sum)), then the probabilities times
 // the values. With an F16 cache, q and the probabilities are rounded to F16 first, as the CPU
 // does. The dot products and the weighted sum add in other orders than the CPU's, so results
 // agree to float32 rounding, not bit for bit.
 //
-// Any context length works: the first ATT_SMAX scores of a row (of its window) stay in shared memory; the
+// Any context length works: in attn_f32 the first ATT_SMAX scores of a row (of its window) stay in shared memory; the
 // scores of later positions are kept as a running (max, sum) in the first pass and computed
 // again in the second, so past ATT_SMAX positions the keys are read twice.
 #include "common.cuh"
@@ -193,4 +194,249 @@ extern "C" __global__ void attn_f16kv(const float* q, const u16* k, const u16* v
                                       float scale, int window, const float* sinks, int ring) {
 	attn_body<u16>(q, k, v, out, ntok, heads, kv_heads, dk, dv, kstride, vstride, kh_stride, vh_stride, posp, pos0, scale, window,
 	               sinks, ring, 1);
+}
+
+// ---- a decoded token's attention, split over its context ----
+//
+// attn_f32 gives a query head one block: a decoded token (one query) fills as many blocks as
+// the model has heads (16 to 64) on a card of 80 to 132 SMs, and each block's warps walk the
+// whole context in turn. The split kernels give a head `splits` blocks, each a chunk of its
+// positions (flash-decoding's split of the context), in two launches that keep attn_f32's
+// softmax, the CPU's:
+//   attn_split_scores: each chunk's scores to a scratch, and its maximum; the last block of a
+//     head to finish then takes the maximum of them all and the sum of the exps in the CPU's
+//     groups of 16 (float32 within a group, float64 between) and stores m and 1/sum.
+//   attn_split_pv: each chunk's probabilities times its values, summed to a scratch; the last
+//     block of a head to finish adds the chunks' sums in the chunks' order.
+// So the results depend on the number of splits (the order of those last additions) and not
+// on which block finishes last, and a graph that replays them gets the same bits. Up to
+// ATT_SMAX positions, m, 1/sum and so each probability are attn_f32's to the bit (the same
+// threads sum the same groups); past them the sum keeps the CPU's grouping, which attn_f32's
+// running sums do not. Only the order in which the weighted values add differs.
+
+#define ATS_CHUNK_MIN 32 // positions: 4 a warp
+
+// ats_span is what token t sees: positions lo..n-1, their scores kept from base (lo rounded
+// down to 16, those before lo at -Inf, as in attn_body), in nchunks chunks of chunk positions
+// from base: a multiple of 16 (whole groups of the sum), at least ATS_CHUNK_MIN, and no more
+// chunks than splits.
+struct ats_span {
+	int n, lo, base, chunk, nchunks;
+};
+
+CR_FN ats_span ats_span_of(int t, const int* posp, int pos0, int window, int splits) {
+	ats_span s;
+	s.n = pos0 + (posp ? *posp : 0) + t + 1;
+	s.lo = window > 0 && s.n > window ? s.n - window : 0;
+	s.base = s.lo & ~15;
+	const int len = s.n - s.base, per = ((len + splits - 1) / splits + 15) & ~15;
+	s.chunk = per > ATS_CHUNK_MIN ? per : ATS_CHUNK_MIN;
+	s.nchunks = (len + s.chunk - 1) / s.chunk;
+	return s;
+}
+
+// ats_last reports to the whole block whether it is the last of the blocks that count on
+// *cnt to get here (each of a head's chunks calls it once; the blocks past them end before,
+// all of them alike, since the chunks depend on the token alone); the last sets the counter
+// back to 0 for the next launch. What the others wrote before they called it, the last reads with cr_ld_cg.
+CR_FN bool ats_last(u32* cnt, int blocks, int* sh) {
+	cr_fence_gpu();
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		const int last = cr_atomic_inc(cnt) == (u32)(blocks - 1);
+		if (last)
+			*cnt = 0;
+		*sh = last;
+	}
+	__syncthreads();
+	return *sh != 0;
+}
+
+template <class KV>
+CR_FN void ats_scores(const float* q, const KV* k, float* sc, float* st, u32* cnt, int ntok, int heads, int kv_heads, int dk,
+                      int kstride, int kh_stride, const int* posp, int pos0, float scale, int window, const float* sinks, int ring,
+                      int sstride, int splits, int f16) {
+	__shared__ float sq[ATT_DK_MAX];
+	__shared__ float swm[ATT_WARPS];
+	__shared__ double sd[32];
+	__shared__ int slast;
+	const int h = blockIdx.x, c = blockIdx.y, t = blockIdx.z;
+	if (h >= heads || c >= splits || t >= ntok)
+		return;
+	const int tid = threadIdx.x, lane = tid % CR_WARP, warp = tid / CR_WARP, row = t * heads + h;
+	const ats_span s = ats_span_of(t, posp, pos0, window, splits);
+	float* stt = st + (i64)row * (splits + 2);
+	float* sct = sc + (i64)row * sstride;
+	if (dk > ATT_DK_MAX || kv_heads <= 0 || heads % kv_heads != 0 || s.n - s.base > sstride) {
+		if (c == 0 && tid == 0)
+			stt[splits] = cr_as_f(0x7fc00000u); // attn_split_pv's NaN: shapes these kernels do not take
+		return;
+	}
+	const int g = h / (heads / kv_heads);
+	const int p0 = s.base + c * s.chunk, p1 = p0 + s.chunk < s.n ? p0 + s.chunk : s.n;
+	if (p0 >= s.n) // past the last chunk: nothing to do, and not counted
+		return;
+	const float* qh = q + (i64)row * dk;
+	for (int i = tid; i < dk; i += ATT_THREADS)
+		sq[i] = f16 ? cr_round_h(qh[i]) : qh[i];
+	__syncthreads();
+	const KV* kb = k + (i64)g * kh_stride;
+	float wmax = -cr_inf();
+	for (int p = p0 + warp; p < p1; p += ATT_WARPS) {
+		const float x = p < s.lo ? -cr_inf() : cr_fmul(att_score(sq, kb + att_slot(p, ring) * kstride, dk), scale);
+		if (lane == 0)
+			sct[p - s.base] = x;
+		wmax = x > wmax ? x : wmax;
+	}
+	if (lane == 0)
+		swm[warp] = wmax;
+	__syncthreads();
+	if (tid == 0) {
+		float m = -cr_inf();
+		for (int w = 0; w < ATT_WARPS; w++)
+			m = swm[w] > m ? swm[w] : m;
+		stt[c] = m;
+	}
+	if (!ats_last(cnt + row, s.nchunks, &slast))
+		return;
+
+	// The last block: the maximum of the chunks' (and the sink), the sum of the exps.
+	float m = -cr_inf();
+	for (int i = 0; i < s.nchunks; i++) {
+		const float x = cr_ld_cg(stt + i);
+		m = x > m ? x : m;
+	}
+	const float sink = sinks ? sinks[h] : 0.0f;
+	if (sinks && !(m > sink)) // ggml's MAX(max, sink)
+		m = sink;
+	const int ns = s.n - s.base;
+	double sum = 0.0;
+	for (int gi = tid; 16 * gi < ns; gi += ATT_THREADS) {
+		float e[16];
+#pragma unroll
+		for (int l = 0; l < 16; l++)
+			e[l] = 16 * gi + l < ns ? cr_exp_v(cr_ld_cg(sct + 16 * gi + l) - m) : 0.0f;
+		sum += (double)cr_hsum16(e);
+	}
+	sum = cr_block_sum_d(sum, sd);
+	if (sinks) // in the denominator only, with the CPU's scalar exp
+		sum += (double)cr_expf(sink - m);
+	if (tid == 0) {
+		stt[splits] = m;
+		stt[splits + 1] = (float)(1.0 / sum);
+	}
+}
+
+template <class KV>
+CR_FN void ats_pv(const float* sc, const float* st, const KV* v, float* part, u32* cnt, float* out, int ntok, int heads, int kv_heads,
+                  int dv, int vstride, int vh_stride, const int* posp, int pos0, int window, int ring, int sstride, int splits, int f16) {
+	__shared__ float sred[ATT_WARPS][ATT_DV_MAX];
+	__shared__ int slast;
+	const int h = blockIdx.x, c = blockIdx.y, t = blockIdx.z;
+	if (h >= heads || c >= splits || t >= ntok)
+		return;
+	const int tid = threadIdx.x, lane = tid % CR_WARP, warp = tid / CR_WARP, row = t * heads + h;
+	const ats_span s = ats_span_of(t, posp, pos0, window, splits);
+	const float* stt = st + (i64)row * (splits + 2);
+	const float m = stt[splits], inv = stt[splits + 1];
+	float* o = out + (i64)row * dv;
+	if (dv > ATT_DV_MAX || kv_heads <= 0 || heads % kv_heads != 0 || s.n - s.base > sstride || m != m) {
+		if (c == 0)
+			for (int d = tid; d < dv; d += ATT_THREADS)
+				o[d] = cr_as_f(0x7fc00000u);
+		return;
+	}
+	const int g = h / (heads / kv_heads);
+	const int p0 = s.base + c * s.chunk, p1 = p0 + s.chunk < s.n ? p0 + s.chunk : s.n;
+	if (p0 >= s.n) // past the last chunk: nothing to add, and not counted
+		return;
+	const float* sct = sc + (i64)row * sstride;
+	const KV* vb = v + (i64)g * vh_stride;
+	float acc[ATT_DV_MAX / CR_WARP];
+#pragma unroll
+	for (int j = 0; j < ATT_DV_MAX / CR_WARP; j++)
+		acc[j] = 0.0f;
+	for (int p = (p0 > s.lo ? p0 : s.lo) + warp; p < p1; p += ATT_WARPS) {
+		float pr = cr_fmul(cr_exp_v(sct[p - s.base] - m), inv);
+		if (f16)
+			pr = cr_round_h(pr);
+		const KV* vr = vb + att_slot(p, ring) * vstride;
+#pragma unroll
+		for (int j = 0; j < ATT_DV_MAX / CR_WARP; j++) {
+			int d = lane + CR_WARP * j;
+			if (d < dv)
+				acc[j] = cr_fma(pr, att_ld(vr, d), acc[j]);
+		}
+	}
+#pragma unroll
+	for (int j = 0; j < ATT_DV_MAX / CR_WARP; j++) {
+		int d = lane + CR_WARP * j;
+		if (d < dv)
+			sred[warp][d] = acc[j];
+	}
+	__syncthreads();
+	float* pt = part + (i64)row * splits * dv;
+	for (int d = tid; d < dv; d += ATT_THREADS) {
+		float a = sred[0][d];
+		for (int w = 1; w < ATT_WARPS; w++)
+			a = cr_fadd(a, sred[w][d]);
+		pt[(i64)c * dv + d] = a;
+	}
+	if (!ats_last(cnt + row, s.nchunks, &slast))
+		return;
+	for (int d = tid; d < dv; d += ATT_THREADS) {
+		float a = cr_ld_cg(pt + d);
+		for (int i = 1; i < s.nchunks; i++)
+			a = cr_fadd(a, cr_ld_cg(pt + (i64)i * dv + d));
+		o[d] = a;
+	}
+}
+
+// attn_split_scores_f32(const float* q, const float* k, float* sc, float* st, unsigned* cnt,
+//                       int ntok, int heads, int kv_heads, int dk, int kstride, int kh_stride,
+//                       const int* posp, int pos0, float scale, int window, const float* sinks,
+//                       int ring, int sstride, int splits)
+// attn_split_pv_f32(const float* sc, const float* st, const float* v, float* part,
+//                   unsigned* cnt, float* out, int ntok, int heads, int kv_heads, int dv,
+//                   int vstride, int vh_stride, const int* posp, int pos0, int window,
+//                   int ring, int sstride, int splits)
+//   attn_f32 in two launches, the first then the second, each on grid (heads, splits, ntok)
+//   and block (256, 1, 1) exactly; q, k, v, out, the shapes, posp, pos0, scale, window, sinks
+//   and ring as attn_f32's (its layouts and limits, dk <= 1024 and dv <= 512; outputs of NaN
+//   where they do not hold).
+//   sc     the scores: ntok*heads rows of sstride floats; sstride is at least the positions a
+//          token sees plus 15 (the cache's rows plus 16 always are).
+//   st     ntok*heads rows of splits+2 floats: the chunks' maxima, then m and 1/sum.
+//   part   the chunks' weighted values: ntok*heads*splits rows of dv floats.
+//   cnt    ntok*heads counters, 0 before the first launch; each launch leaves them at 0.
+//   splits the blocks of a head: its positions go in chunks of a multiple of 16, at least 32,
+//          to as many of them as needed (the rest end at once), so splits can be sized for
+//          the longest context and a captured launch replayed at any position.
+extern "C" __global__ void attn_split_scores_f32(const float* q, const float* k, float* sc, float* st, u32* cnt, int ntok, int heads,
+                                                 int kv_heads, int dk, int kstride, int kh_stride, const int* posp, int pos0,
+                                                 float scale, int window, const float* sinks, int ring, int sstride, int splits) {
+	ats_scores<float>(q, k, sc, st, cnt, ntok, heads, kv_heads, dk, kstride, kh_stride, posp, pos0, scale, window, sinks, ring, sstride,
+	                  splits, 0);
+}
+
+extern "C" __global__ void attn_split_pv_f32(const float* sc, const float* st, const float* v, float* part, u32* cnt, float* out,
+                                             int ntok, int heads, int kv_heads, int dv, int vstride, int vh_stride, const int* posp,
+                                             int pos0, int window, int ring, int sstride, int splits) {
+	ats_pv<float>(sc, st, v, part, cnt, out, ntok, heads, kv_heads, dv, vstride, vh_stride, posp, pos0, window, ring, sstride, splits, 0);
+}
+
+// attn_split_scores_f16kv, attn_split_pv_f16kv: the same with an F16 cache (k and v of
+// unsigned shorts), rounding as attn_f16kv: q before the dot products, each probability
+// before it weighs the values.
+extern "C" __global__ void attn_split_scores_f16kv(const float* q, const u16* k, float* sc, float* st, u32* cnt, int ntok, int heads,
+                                                   int kv_heads, int dk, int kstride, int kh_stride, const int* posp, int pos0,
+                                                   float scale, int window, const float* sinks, int ring, int sstride, int splits) {
+	ats_scores<u16>(q, k, sc, st, cnt, ntok, heads, kv_heads, dk, kstride, kh_stride, posp, pos0, scale, window, sinks, ring, sstride,
+	                splits, 1);
+}
+
+extern "C" __global__ void attn_split_pv_f16kv(const float* sc, const float* st, const u16* v, float* part, u32* cnt, float* out,
+                                               int ntok, int heads, int kv_heads, int dv, int vstride, int vh_stride, const int* posp,
+                                               int pos0, int window, int ring, int sstride, int splits) {
+	ats_pv<u16>(sc, st, v, part, cnt, out, ntok, heads, kv_heads, dv, vstride, vh_stride, posp, pos0, window, ring, sstride, splits, 1);
 }

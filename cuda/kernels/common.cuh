@@ -509,6 +509,44 @@ CR_FN u32 cr_ldg_u8(const void* p) {
 #endif
 }
 
+// ---- blocks that meet: the last of a group of blocks to finish does what needs all of theirs ----
+
+// cr_fence_gpu orders the calling thread's writes to global memory before its later ones, as
+// every thread of the device sees them (membar.gl).
+CR_FN void cr_fence_gpu(void) {
+#if defined(CR_DEVICE)
+	asm volatile("membar.gl;" ::: "memory");
+#else
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+#endif
+}
+
+// cr_atomic_inc returns *p and adds 1 to it, atomically for the whole device.
+CR_FN u32 cr_atomic_inc(u32* p) {
+	u32 r;
+#if defined(CR_DEVICE)
+	asm volatile("atom.global.add.u32 %0, [%1], 1;" : "=r"(r) : "l"(p) : "memory");
+#else
+	CR_ALIGNED(p, 4);
+	r = __atomic_fetch_add(p, 1u, __ATOMIC_SEQ_CST);
+#endif
+	return r;
+}
+
+// cr_ld_cg reads a float that another block of the same launch wrote (before a cr_fence_gpu
+// and the counter that says it has): from the L2, past this SM's L1, which the device keeps
+// coherent only between launches.
+CR_FN float cr_ld_cg(const float* p) {
+#if defined(CR_DEVICE)
+	float r;
+	asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(r) : "l"(p) : "memory");
+	return r;
+#else
+	CR_ALIGNED(p, 4);
+	return *(const volatile float*)p;
+#endif
+}
+
 // cr_ldg_words reads N consecutive little-endian u32 words from p, of any alignment (the
 // 2-byte-aligned layouts, MXFP4's 17-byte blocks), with aligned 4-byte loads (a quarter as many
 // load instructions as byte loads), realigned with byte permutes. When p is not 4-byte
