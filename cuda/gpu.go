@@ -109,6 +109,7 @@ type GPU struct {
 	mmvq1         map[quant.Type]*Function // one token's
 	mmqi          map[quant.Type]*Function // many tokens' integer products on the tensor cores (ops_quant.go)
 	qscr          qscratch                 // their quantized activations (under mu)
+	attnCnt       DevicePtr                // the split attention's counters, attnCounters of them at 0 (ops.go)
 	rowWarps      int                      // GPUOptions.RowWarps, 1 for 0
 
 	// mu orders the synchronous products: one staging area, one sequence on the stream.
@@ -252,6 +253,12 @@ func (g *GPU) open(o GPUOptions) error {
 	if g.mod, err = loadKernels(g.ctx, g.info, ptx, sm80); err != nil {
 		return err
 	}
+	if g.attnCnt, err = g.ctx.Alloc(4 * attnCounters); err != nil {
+		return err
+	}
+	if err := errors.Join(g.compute.Memset(g.attnCnt, 0, 4*attnCounters), g.compute.Synchronize()); err != nil {
+		return err
+	}
 	// A type whose kernel the module lacks takes another path: the host for mmv, mmv for mmq,
 	// mmv's float products for mmvq, mmq's float tiles for mmqi.
 	for _, k := range []struct {
@@ -290,11 +297,11 @@ func (g *GPU) Close() error {
 	}
 	g.pinned = nil
 	g.mu.Lock()
-	errs = append(errs, g.ctx.Free(g.dx), g.ctx.Free(g.dy), g.ctx.Free(g.ring), g.ctx.Free(g.qscr.p))
+	errs = append(errs, g.ctx.Free(g.dx), g.ctx.Free(g.dy), g.ctx.Free(g.ring), g.ctx.Free(g.qscr.p), g.ctx.Free(g.attnCnt))
 	for _, p := range g.qscr.old {
 		errs = append(errs, g.ctx.Free(p))
 	}
-	g.dx, g.dy, g.dxN, g.dyN, g.ring, g.qscr = 0, 0, 0, 0, 0, qscratch{}
+	g.dx, g.dy, g.dxN, g.dyN, g.ring, g.qscr, g.attnCnt = 0, 0, 0, 0, 0, qscratch{}, 0
 	if g.ringHost != nil {
 		errs = append(errs, g.ringHost.Free(), g.ringEv[0].Destroy(), g.ringEv[1].Destroy())
 		g.ringHost = nil

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"unsafe"
@@ -348,10 +349,65 @@ func (g *GPU) Attend(out, q []float32, kv *device.KVLayer, pos0, T int, a *devic
 		vstride = kv.KDim
 	}
 	posp, off := c.pos(pos0)
+	rows := max(len(kv.K), len(kv.K16)) / max(kv.KDim, 1)
+	if kv.Ring > 0 {
+		rows = min(rows, kv.Ring)
+	}
+	if splits := attnSplits(a.Heads, rows, g.info.SMs); T == 1 && splits > 1 && a.Heads <= attnCounters {
+		c.attendSplit(qp, kp, vp, op, posp, off, sp, kv, vstride, rows+16, splits, a)
+		return
+	}
 	g.args.Reset().Ptr(qp).Ptr(kp).Ptr(vp).Ptr(op).Int(T).Int(a.Heads).Int(a.KVHeads).Int(a.DK).Int(a.DV).
 		Int(kv.KDim).Int(vstride).Int(a.KHeadStride).Int(a.VHeadStride).Ptr(posp).Int(off).Float(a.Scale).
 		Int(a.Window).Ptr(sp).Int(kv.Ring)
 	c.launch(name, Dim3{X: a.Heads, Y: T}, Dim3{X: 256})
+}
+
+// attnCounters is how many heads of a decoded token the split attention takes: the counters
+// that tell each head's last block to finish (kernels/attention.cu), allocated with the GPU.
+const attnCounters = 4096
+
+// attnSplits is how many blocks a query head of a decoded token's attention takes, each a
+// chunk of the positions (attn_split_*): about four blocks an SM in all, as long as chunks of
+// at least 32 of the cache's rows are left to each, and no more than 64. The attention of one
+// token otherwise has a block a head, as few as 16 on a card of 80 to 132 SMs. It depends
+// on the cache's size and not on the position, so that a captured step's grid suits every
+// position it is replayed at; the chunks a short context leaves empty end at once.
+func attnSplits(heads, rows, sms int) int {
+	if heads < 1 {
+		return 1
+	}
+	return max(1, min((4*sms+heads-1)/heads, (rows+31)/32, 64))
+}
+
+// attendSplit launches a decoded token's attention as attn_split_scores and attn_split_pv:
+// splits blocks a head, with their scores, maxima and partial sums in the quantized
+// activations' scratch, which the next operation may take again once these have run.
+func (c *opCall) attendSplit(qp, kp, vp, op, posp DevicePtr, off int, sp DevicePtr, kv *device.KVLayer, vstride, sstride, splits int, a *device.AttnShape) {
+	g := c.g
+	if c.err != nil {
+		return
+	}
+	h := int64(a.Heads)
+	var sc, st, part DevicePtr
+	var err1, err2, err3 error
+	sc, err1 = g.takeScratch(4*h*int64(sstride), &c.qoff)
+	st, err2 = g.takeScratch(4*h*int64(splits+2), &c.qoff)
+	part, err3 = g.takeScratch(4*h*int64(splits)*int64(a.DV), &c.qoff)
+	if c.err = errors.Join(err1, err2, err3); c.err != nil {
+		return
+	}
+	suffix := "f32"
+	if kv.F16 {
+		suffix = "f16kv"
+	}
+	grid := Dim3{X: a.Heads, Y: splits, Z: 1}
+	g.args.Reset().Ptr(qp).Ptr(kp).Ptr(sc).Ptr(st).Ptr(g.attnCnt).Int(1).Int(a.Heads).Int(a.KVHeads).Int(a.DK).Int(kv.KDim).
+		Int(a.KHeadStride).Ptr(posp).Int(off).Float(a.Scale).Int(a.Window).Ptr(sp).Int(kv.Ring).Int(sstride).Int(splits)
+	c.launch("attn_split_scores_"+suffix, grid, Dim3{X: 256})
+	g.args.Reset().Ptr(sc).Ptr(st).Ptr(vp).Ptr(part).Ptr(g.attnCnt).Ptr(op).Int(1).Int(a.Heads).Int(a.KVHeads).Int(a.DV).Int(vstride).
+		Int(a.VHeadStride).Ptr(posp).Int(off).Int(a.Window).Int(kv.Ring).Int(sstride).Int(splits)
+	c.launch("attn_split_pv_"+suffix, grid, Dim3{X: 256})
 }
 
 // Gather implements device.Ops.

@@ -1,11 +1,17 @@
 package cuda
 
 import (
+	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
+	"github.com/commit-run/commit-run/cpu"
+	"github.com/commit-run/commit-run/device"
+	"github.com/commit-run/commit-run/models"
 	"github.com/commit-run/commit-run/quant"
 )
 
@@ -85,4 +91,101 @@ func TestGPUStepCapture(t *testing.T) {
 	}
 	g.Embed(dst, emb, []int32{2})
 	checkBits(t, "row after the failed capture", hostFloats(g, dst), table[2*d:3*d])
+}
+
+// TestAttnSplits sizes a decoded token's split attention: about four blocks an SM, chunks of
+// at least 32 of the cache's rows, at most 64 blocks a head.
+func TestAttnSplits(t *testing.T) {
+	for _, c := range []struct{ heads, rows, sms, want int }{
+		{16, 4096, 132, 33}, // OLMoE on an H200
+		{32, 4096, 132, 17}, // Qwen3-30B-A3B, Mixtral
+		{32, 32768, 68, 9},  // on a 2080 Ti
+		{4, 64, 128, 2},     // the bundled model's tests: 64 rows
+		{16, 8, 132, 1},     // one chunk's rows: attn_f32
+		{64, 8192, 8, 1},    // as many heads as a card's blocks
+		{1, 1 << 20, 132, 64},
+		{0, 4096, 132, 1},
+	} {
+		if got := attnSplits(c.heads, c.rows, c.sms); got != c.want {
+			t.Errorf("attnSplits(%d heads, %d rows, %d SMs) = %d, want %d", c.heads, c.rows, c.sms, got, c.want)
+		}
+	}
+}
+
+// TestGPUAttendSplits runs Attend on the GPU's Ops: a decoded token takes the split kernels
+// (two launches) and a prompt's tokens attn_f32 (one), both within float32 rounding of the
+// CPU's (HostOps; F16 probabilities may round to a neighbouring half); and a step captured at
+// one position replays the split kernels at others with the bits of their eager launches.
+func TestGPUAttendSplits(t *testing.T) {
+	g := openFakeGPU(t, GPUOptions{})
+	host := models.HostOps{K: cpu.New(2)}
+	r := rand.New(rand.NewPCG(9, 9))
+	const heads, kvHeads, dk, rows = 4, 2, 32, 100
+	kd := kvHeads * dk
+	a := device.AttnShape{Heads: heads, KVHeads: kvHeads, DK: dk, DV: dk, KHeadStride: dk, VHeadStride: dk, Scale: float32(1 / math.Sqrt(dk))}
+	for _, f16 := range []bool{false, true} {
+		t.Run(fmt.Sprintf("f16=%v", f16), func(t *testing.T) {
+			kh, vh, qh := randF32(r, rows*kd, 1), randF32(r, rows*kd, 1), randF32(r, 2*heads*dk, 1)
+			dkv, hkv := device.KVLayer{KDim: kd, VDim: kd, F16: f16}, device.KVLayer{KDim: kd, VDim: kd, F16: f16}
+			if f16 {
+				half := func() []uint16 {
+					b := deviceFloats(t, g, rows*kd/2, nil)
+					return unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(b))), rows*kd)
+				}
+				dkv.K16, dkv.V16 = half(), half()
+				hkv.K16, hkv.V16 = make([]uint16, rows*kd), make([]uint16, rows*kd)
+			} else {
+				dkv.K, dkv.V = deviceFloats(t, g, rows*kd, nil), deviceFloats(t, g, rows*kd, nil)
+				hkv.K, hkv.V = make([]float32, rows*kd), make([]float32, rows*kd)
+			}
+			g.StoreKV(&dkv, 0, deviceFloats(t, g, rows*kd, kh), deviceFloats(t, g, rows*kd, vh))
+			host.StoreKV(&hkv, 0, kh, vh)
+			q, out := deviceFloats(t, g, 2*heads*dk, qh), deviceFloats(t, g, 2*heads*dk, nil)
+			tol := 1e-5
+			if f16 {
+				tol = 2e-3 // a probability's half, one ulp (2^-11) off
+			}
+			attend := func(pos, T, launches int) []float32 {
+				t.Helper()
+				before := g.Stats().Kernels
+				g.Attend(out[:T*heads*dk], q[:T*heads*dk], &dkv, pos, T, &a)
+				if n := g.Stats().Kernels - before; n != int64(launches) {
+					t.Errorf("%d tokens at %d: %d kernels, want %d", T, pos, n, launches)
+				}
+				got := hostFloats(g, out[:T*heads*dk])
+				want := make([]float32, len(got))
+				host.Attend(want, qh[:T*heads*dk], &hkv, pos, T, &a)
+				for i := range got {
+					if d := math.Abs(float64(got[i] - want[i])); !(d <= tol*(1+math.Abs(float64(want[i])))) {
+						t.Fatalf("%d tokens at %d: out[%d] = %v, the CPU's %v", T, pos, i, got[i], want[i])
+					}
+				}
+				return got
+			}
+			eager := map[int][]float32{}
+			for _, pos := range []int{0, 17, 60, 99} {
+				eager[pos] = attend(pos, 1, 2)
+			}
+			attend(40, 2, 1)
+
+			if err := g.BeginStep([]int32{0}, 17); err != nil {
+				t.Fatal(err)
+			}
+			g.Attend(out[:heads*dk], q[:heads*dk], &dkv, 17, 1, &a)
+			step, err := g.EndStep()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.ReleaseStep(step)
+			for _, pos := range []int{60, 0, 99} {
+				if err := g.Replay(step, []int32{0}, pos); err != nil {
+					t.Fatal(err)
+				}
+				checkBits(t, fmt.Sprintf("replayed at %d", pos), hostFloats(g, out[:heads*dk]), eager[pos])
+			}
+			if err := g.Err(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
 }
