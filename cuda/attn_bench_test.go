@@ -7,17 +7,21 @@ import (
 	"testing"
 )
 
-// BenchmarkAttnDecode times a decoded token's attention (attn_f16kv, one token over an F16
-// cache, as the engine's decode steps run it) at growing contexts, on OLMoE's heads (16 of 128
-// values, each its own KV head) and Qwen3-30B-A3B's (32 query heads on 4 KV heads): its launch
-// is a block a query head, so on a card of a hundred SMs or more most of them wait, and every
-// warp walks its share of the positions one after another. Whether that is where a decoded
-// token's time goes at a long context is what it measures.
+// BenchmarkAttnDecode times a decoded token's attention (one token over an F16 cache, as the
+// engine's decode steps run it) at growing contexts, on OLMoE's heads (16 of 128 values, each
+// its own KV head) and Qwen3-30B-A3B's (32 query heads on 4 KV heads), two ways:
 //
-//	us/token  the device's time for one launch;
+//	one       attn_f16kv: a block a query head, so on a card of a hundred SMs or more most of
+//	          them wait, and every warp walks its share of the positions one after another;
+//	split=S   attn_split_scores_f16kv then attn_split_pv_f16kv, S blocks a head as the engine
+//	          sizes them (attnSplits) for a cache of that many positions.
+//
+// Each reports
+//
+//	us/token  the device's time for the token's launches;
 //	kv-GB/s   the keys and values read (each position's, each KV head's once) over that time.
 //
-// Times are the device's, between events around b.N launches. It runs only on a CUDA device.
+// Times are the device's, between events around b.N tokens. It runs only on a CUDA device.
 func BenchmarkAttnDecode(b *testing.B) {
 	k := openKernels(b)
 	if !k.real {
@@ -36,14 +40,35 @@ func BenchmarkAttnDecode(b *testing.B) {
 			}
 			dk, dv := k.put(b, cache), k.put(b, cache)
 			dq, dout := k.putF32(b, randF32(r, s.heads*s.dk, 1)), k.alloc(b, 4*s.heads*s.dk)
-			b.Run(fmt.Sprintf("%s/n=%d", s.name, n), func(b *testing.B) {
-				var a Args
-				a.Ptr(dq).Ptr(dk).Ptr(dv).Ptr(dout).Int(1).Int(s.heads).Int(s.kvHeads).Int(s.dk).Int(s.dk).Int(kvd).Int(kvd).Int(s.dk).Int(s.dk).
-					Ptr(0).Int(n - 1).Float(float32(1 / math.Sqrt(float64(s.dk)))).Int(0).Ptr(0).Int(0)
-				sec := timeLaunches(b, k, k.function(b, "attn_f16kv"), Dim3{X: s.heads, Y: 1}, Dim3{X: 256}, []Args{a})
-				b.ReportMetric(sec*1e6, "us/token")
-				b.ReportMetric(float64(2*len(cache))/sec/1e9, "kv-GB/s")
-			})
+			scale := float32(1 / math.Sqrt(float64(s.dk)))
+			var one Args
+			one.Ptr(dq).Ptr(dk).Ptr(dv).Ptr(dout).Int(1).Int(s.heads).Int(s.kvHeads).Int(s.dk).Int(s.dk).Int(kvd).Int(kvd).Int(s.dk).Int(s.dk).
+				Ptr(0).Int(n - 1).Float(scale).Int(0).Ptr(0).Int(0)
+			splits, sstride := attnSplits(s.heads, n, k.info.SMs), n+16
+			sc, st := k.alloc(b, 4*s.heads*sstride), k.alloc(b, 4*s.heads*(splits+2))
+			part, cnt := k.alloc(b, 4*s.heads*splits*s.dk), k.put(b, make([]byte, 4*s.heads))
+			var scores, pv Args
+			scores.Ptr(dq).Ptr(dk).Ptr(sc).Ptr(st).Ptr(cnt).Int(1).Int(s.heads).Int(s.kvHeads).Int(s.dk).Int(kvd).Int(s.dk).
+				Ptr(0).Int(n - 1).Float(scale).Int(0).Ptr(0).Int(0).Int(sstride).Int(splits)
+			pv.Ptr(sc).Ptr(st).Ptr(dv).Ptr(part).Ptr(cnt).Ptr(dout).Int(1).Int(s.heads).Int(s.kvHeads).Int(s.dk).Int(kvd).Int(s.dk).
+				Ptr(0).Int(n - 1).Int(0).Int(0).Int(sstride).Int(splits)
+			grid := Dim3{X: s.heads, Y: splits, Z: 1}
+			for _, v := range []struct {
+				name string
+				step []timedLaunch
+			}{
+				{"one", []timedLaunch{{k.function(b, "attn_f16kv"), Dim3{X: s.heads, Y: 1}, Dim3{X: 256}, &one}}},
+				{fmt.Sprintf("split=%d", splits), []timedLaunch{
+					{k.function(b, "attn_split_scores_f16kv"), grid, Dim3{X: 256}, &scores},
+					{k.function(b, "attn_split_pv_f16kv"), grid, Dim3{X: 256}, &pv},
+				}},
+			} {
+				b.Run(fmt.Sprintf("%s/n=%d/%s", s.name, n, v.name), func(b *testing.B) {
+					sec := timeSteps(b, k, [][]timedLaunch{v.step})
+					b.ReportMetric(sec*1e6, "us/token")
+					b.ReportMetric(float64(2*len(cache))/sec/1e9, "kv-GB/s")
+				})
+			}
 		}
 	}
 }

@@ -86,7 +86,24 @@ func BenchmarkMMQ(b *testing.B) {
 // lists args, and returns the device's seconds per launch.
 func timeLaunches(b *testing.B, k *kernelEnv, f *Function, grid, block Dim3, args []Args) float64 {
 	b.Helper()
-	var err error
+	steps := make([][]timedLaunch, len(args))
+	for i := range args {
+		steps[i] = []timedLaunch{{f, grid, block, &args[i]}}
+	}
+	return timeSteps(b, k, steps)
+}
+
+// timedLaunch is one launch of a step that timeSteps times.
+type timedLaunch struct {
+	f           *Function
+	grid, block Dim3
+	args        *Args
+}
+
+// timeSteps runs each step (its launches in turn) once as a warm-up, then b.N steps, cycling
+// through steps, and returns the device's seconds per step.
+func timeSteps(b *testing.B, k *kernelEnv, steps [][]timedLaunch) float64 {
+	b.Helper()
 	start, err1 := k.ctx.NewEvent(true)
 	end, err2 := k.ctx.NewEvent(true)
 	if err := errors.Join(err1, err2); err != nil {
@@ -94,8 +111,15 @@ func timeLaunches(b *testing.B, k *kernelEnv, f *Function, grid, block Dim3, arg
 	}
 	defer start.Destroy()
 	defer end.Destroy()
-	for i := range args {
-		err = errors.Join(err, k.s.Launch(f, grid, block, 0, &args[i]))
+	run := func(step []timedLaunch) (err error) {
+		for _, l := range step {
+			err = errors.Join(err, k.s.Launch(l.f, l.grid, l.block, 0, l.args))
+		}
+		return err
+	}
+	var err error
+	for _, step := range steps {
+		err = errors.Join(err, run(step))
 	}
 	if err := errors.Join(err, k.s.Synchronize()); err != nil {
 		b.Fatal(err)
@@ -103,7 +127,7 @@ func timeLaunches(b *testing.B, k *kernelEnv, f *Function, grid, block Dim3, arg
 	b.ResetTimer()
 	err = start.Record(k.s)
 	for i := 0; i < b.N && err == nil; i++ {
-		err = k.s.Launch(f, grid, block, 0, &args[i%len(args)])
+		err = run(steps[i%len(steps)])
 	}
 	if err := errors.Join(err, end.Record(k.s), end.Synchronize()); err != nil {
 		b.Fatal(err)

@@ -117,16 +117,22 @@ profile() {
 # Why a decode product takes the time it does, from Nsight Compute where the toolkit has it and
 # the machine lets it read the counters: throughput against the card's peaks, occupancy and the
 # warps' stall reasons of BenchmarkMMVDecode's Q4_K down shape (read_u4 alone, mmvq1 with a warp
-# a row, then with four), and of a decoded token's moe_up and moe_down (whatever their types) on the OLMoE shape.
+# a row, then with four), of BenchmarkAttnDecode's OLMoE heads at 2048 positions (a block a
+# head, then the split kernels), and of a decoded token's moe_up and moe_down (whatever their
+# types) on the OLMoE shape.
 ncu_stage() {
 	command -v ncu >/dev/null || { echo "no ncu on this machine"; return 1; }
 	local sections=(--section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis)
-	# Each benchmark's first launches of its kernel are the weights' warm-up over their copies; the
-	# third is one of them, on weights out of the L2.
-	for b in 'read_u4:Q4_K/4096x14336/read_u4$' 'mmvq1_q4_K:Q4_K/4096x14336/mmvq1_q4_K/w1$' 'mmvq1_q4_K:Q4_K/4096x14336/mmvq1_q4_K/w4$'; do
-		echo "== ${b#*:}"
-		(cd cuda && ncu "${sections[@]}" --kernel-name "${b%%:*}" --launch-skip 2 --launch-count 1 "$bin/cuda.test" -test.run '^$' \
-			-test.bench "MMVDecode/${b#*:}" -test.benchtime 3x)
+	# KERNEL|LAUNCHES|BENCHMARK: each benchmark's first launches are the warm-up (for the
+	# products, over the weights' copies); the third step is one of them, out of the L2.
+	for b in 'read_u4|1|MMVDecode/Q4_K/4096x14336/read_u4$' 'mmvq1_q4_K|1|MMVDecode/Q4_K/4096x14336/mmvq1_q4_K/w1$' \
+		'mmvq1_q4_K|1|MMVDecode/Q4_K/4096x14336/mmvq1_q4_K/w4$' 'attn_f16kv|1|AttnDecode/olmoe/n=2048/one$' \
+		'regex:^attn_split_|2|AttnDecode/olmoe/n=2048/split'; do
+		local kernel=${b%%|*} rest=${b#*|}
+		local count=${rest%%|*} bench=${rest#*|}
+		echo "== $bench"
+		(cd cuda && ncu "${sections[@]}" --kernel-name "$kernel" --launch-skip $((2 * count)) --launch-count "$count" "$bin/cuda.test" \
+			-test.run '^$' -test.bench "$bench" -test.benchtime 3x)
 	done
 	local m=/tmp/profile-olmoe-8.gguf
 	[[ -e $m ]] || "$bin/synth" -arch olmoe -layers 8 -type q4km -out $m || return 1
