@@ -10,7 +10,9 @@ OUT holds lcpp-SHAPE/bench-gpu.json, lcpp-SHAPE/bench-nographs.json and
 lcpp-SHAPE/bench-ncmoeN.json (llama-bench -o json), and vs-SHAPE-card.json and
 vs-SHAPE-budget.json (commit-run bench --json with --prompt-len 512; vs-SHAPE-cold.json the first
 without bench's warm-up prompt, whose prefill shows the one-time costs; vs-SHAPE-card-wN.json the
-first with --gpu-row-warps N, N warps a row of the integer decode products). commit-run's prefill rate
+first with --gpu-row-warps N, N warps a row of the integer decode products), and for decode at a long
+context lcpp-SHAPE/bench-dD.json (llama-bench -p 0 -n 64 -d D) and vs-SHAPE-dD.json (64 tokens after
+a D-token prompt). commit-run's prefill rate
 is 512 / its time to first token, which also holds the first token's sampling; llama-bench's pp
 times the batch alone. Decode: llama-bench's tg128 from an empty cache, commit-run's tokens after
 the 512-token prompt.
@@ -76,6 +78,11 @@ def main(argv):
             w = os.path.basename(path)[len(f"vs-{shape}-card-w"):-len(".json")]
             wpp, wtg, _ = ours(load(path))
             print(f"{'':>10} {f'ours, {w} warps a row':>28} {num(lpp):>12} {num(wpp):>11} {ratio(wpp, lpp):>7} {num(ltg):>9} {num(wtg):>8} {ratio(wtg, ltg):>7}")
+        for path in sorted(glob.glob(os.path.join(out, f"lcpp-{shape}", "bench-d*.json"))):
+            d = os.path.basename(path)[len("bench-d"):-len(".json")]
+            _, dtg = llama(path)
+            _, otg, _ = ours(load(os.path.join(out, f"vs-{shape}-d{d}.json")))
+            print(f"{'':>10} {f'decode after {d} tokens':>28} {'':>12} {'':>11} {'':>7} {num(dtg):>9} {num(otg):>8} {ratio(otg, dtg):>7}")
         ncmoe = sorted(glob.glob(os.path.join(out, f"lcpp-{shape}", "bench-ncmoe*.json")))
         budget = load(os.path.join(out, f"vs-{shape}-budget.json"))
         for path in ncmoe:
