@@ -32,6 +32,40 @@ template <class KV> CR_FN float att_score(const float* sq, const KV* kr, int dk)
 // att_slot returns the cache row of position p: p % ring in a sliding window's ring.
 CR_FN i64 att_slot(int p, int ring) { return ring > 0 ? p % ring : p; }
 
+// att_weigh adds the probability of score sc (exp(sc - m) * inv, rounded to F16 with an F16
+// cache) times the value row vr to the lane's accumulators: values lane, lane+32, ...
+template <class KV> CR_FN void att_weigh(float* acc, float sc, float m, float inv, const KV* vr, int dv, int f16) {
+	float pr = cr_fmul(cr_exp_v(sc - m), inv);
+	if (f16)
+		pr = cr_round_h(pr);
+	const int lane = threadIdx.x % CR_WARP;
+#pragma unroll
+	for (int j = 0; j < ATT_DV_MAX / CR_WARP; j++) {
+		int d = lane + CR_WARP * j;
+		if (d < dv)
+			acc[j] = cr_fma(pr, att_ld(vr, d), acc[j]);
+	}
+}
+
+// att_sum_warps writes to o[0..dv) the sum of the block's warps' accumulators, added in the
+// warps' order. Every thread of the block calls it.
+CR_FN void att_sum_warps(float (*sred)[ATT_DV_MAX], const float* acc, int dv, float* o) {
+	const int tid = threadIdx.x, lane = tid % CR_WARP, warp = tid / CR_WARP;
+#pragma unroll
+	for (int j = 0; j < ATT_DV_MAX / CR_WARP; j++) {
+		int d = lane + CR_WARP * j;
+		if (d < dv)
+			sred[warp][d] = acc[j];
+	}
+	__syncthreads();
+	for (int d = tid; d < dv; d += ATT_THREADS) {
+		float a = sred[0][d];
+		for (int w = 1; w < ATT_WARPS; w++)
+			a = cr_fadd(a, sred[w][d]);
+		o[d] = a;
+	}
+}
+
 template <class KV>
 CR_FN void attn_body(const float* q, const KV* k, const KV* v, float* out, int ntok, int heads, int kv_heads, int dk, int dv,
                      int kstride, int vstride, int kh_stride, int vh_stride, const int* posp, int pos0, float scale, int window,
@@ -117,30 +151,9 @@ CR_FN void attn_body(const float* q, const KV* k, const KV* v, float* out, int n
 		acc[j] = 0.0f;
 	for (int p = lo + warp; p < n; p += ATT_WARPS) {
 		float s = p - base < ATT_SMAX ? ss[p - base] : cr_fmul(att_score(sq, kb + att_slot(p, ring) * kstride, dk), scale);
-		float pr = cr_fmul(cr_exp_v(s - m), inv);
-		if (f16)
-			pr = cr_round_h(pr);
-		const KV* vr = vb + att_slot(p, ring) * vstride;
-#pragma unroll
-		for (int j = 0; j < ATT_DV_MAX / CR_WARP; j++) {
-			int d = lane + CR_WARP * j;
-			if (d < dv)
-				acc[j] = cr_fma(pr, att_ld(vr, d), acc[j]);
-		}
+		att_weigh(acc, s, m, inv, vb + att_slot(p, ring) * vstride, dv, f16);
 	}
-#pragma unroll
-	for (int j = 0; j < ATT_DV_MAX / CR_WARP; j++) {
-		int d = lane + CR_WARP * j;
-		if (d < dv)
-			sred[warp][d] = acc[j];
-	}
-	__syncthreads();
-	for (int d = tid; d < dv; d += ATT_THREADS) {
-		float a = sred[0][d];
-		for (int w = 1; w < ATT_WARPS; w++)
-			a = cr_fadd(a, sred[w][d]);
-		o[d] = a;
-	}
+	att_sum_warps(sred, acc, dv, o);
 }
 
 // attn_f32(const float* q, const float* k, const float* v, float* out, int ntok, int heads,
@@ -335,7 +348,7 @@ CR_FN void ats_pv(const float* sc, const float* st, const KV* v, float* part, u3
 	const int h = blockIdx.x, c = blockIdx.y, t = blockIdx.z;
 	if (h >= heads || c >= splits || t >= ntok)
 		return;
-	const int tid = threadIdx.x, lane = tid % CR_WARP, warp = tid / CR_WARP, row = t * heads + h;
+	const int tid = threadIdx.x, warp = tid / CR_WARP, row = t * heads + h;
 	const ats_span s = ats_span_of(t, posp, pos0, window, splits);
 	const float* stt = st + (i64)row * (splits + 2);
 	const float m = stt[splits], inv = stt[splits + 1];
@@ -356,32 +369,10 @@ CR_FN void ats_pv(const float* sc, const float* st, const KV* v, float* part, u3
 #pragma unroll
 	for (int j = 0; j < ATT_DV_MAX / CR_WARP; j++)
 		acc[j] = 0.0f;
-	for (int p = (p0 > s.lo ? p0 : s.lo) + warp; p < p1; p += ATT_WARPS) {
-		float pr = cr_fmul(cr_exp_v(sct[p - s.base] - m), inv);
-		if (f16)
-			pr = cr_round_h(pr);
-		const KV* vr = vb + att_slot(p, ring) * vstride;
-#pragma unroll
-		for (int j = 0; j < ATT_DV_MAX / CR_WARP; j++) {
-			int d = lane + CR_WARP * j;
-			if (d < dv)
-				acc[j] = cr_fma(pr, att_ld(vr, d), acc[j]);
-		}
-	}
-#pragma unroll
-	for (int j = 0; j < ATT_DV_MAX / CR_WARP; j++) {
-		int d = lane + CR_WARP * j;
-		if (d < dv)
-			sred[warp][d] = acc[j];
-	}
-	__syncthreads();
+	for (int p = (p0 > s.lo ? p0 : s.lo) + warp; p < p1; p += ATT_WARPS)
+		att_weigh(acc, sct[p - s.base], m, inv, vb + att_slot(p, ring) * vstride, dv, f16);
 	float* pt = part + (i64)row * splits * dv;
-	for (int d = tid; d < dv; d += ATT_THREADS) {
-		float a = sred[0][d];
-		for (int w = 1; w < ATT_WARPS; w++)
-			a = cr_fadd(a, sred[w][d]);
-		pt[(i64)c * dv + d] = a;
-	}
+	att_sum_warps(sred, acc, dv, pt + (i64)c * dv);
 	if (!ats_last(cnt + row, s.nchunks, &slast))
 		return;
 	for (int d = tid; d < dv; d += ATT_THREADS) {
