@@ -262,7 +262,10 @@ CR_FN bool ats_last(u32* cnt, int blocks, int* sh) {
 		*sh = last;
 	}
 	__syncthreads();
-	return *sh != 0;
+	if (!*sh)
+		return false;
+	cr_fence_gpu(); // the others' writes before the last block's reads (an acquire)
+	return true;
 }
 
 template <class KV>
