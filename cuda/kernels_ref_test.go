@@ -1222,6 +1222,12 @@ func attnCases() []kernelCase {
 		{ntok: 3, heads: 4, kvHeads: 2, dk: 64, dv: 64, pos0: 40, window: 7, sinks: true, ring: 16},
 		{ntok: 1, heads: 4, kvHeads: 2, dk: 64, dv: 64, pos0: 100, window: 19, dev: true, ring: 32},
 		{ntok: 4, heads: 2, kvHeads: 1, dk: 32, dv: 48, pos0: 61, window: 20, ring: 64},
+		// The head sizes the split kernels weigh values of with loads unguarded (32 and 64
+		// above): Mixtral's and Qwen3's 128, 256, and DeepSeek-V2's absorbed MLA (rank 512
+		// plus rope 64).
+		{ntok: 1, heads: 2, kvHeads: 1, dk: 128, dv: 128, pos0: 70},
+		{ntok: 1, heads: 2, kvHeads: 2, dk: 96, dv: 256, pos0: 45, window: 30},
+		{ntok: 1, heads: 2, kvHeads: 1, dk: 576, dv: 512, pos0: 40, mla: true, dev: true},
 	} {
 		for _, f16 := range []bool{false, true} {
 			kv := "f32"

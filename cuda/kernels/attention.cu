@@ -21,29 +21,111 @@
 CR_FN float att_ld(const float* p, i64 i) { return p[i]; }
 CR_FN float att_ld(const u16* p, i64 i) { return cr_h2f(p[i]); }
 
-// att_score returns q . key with the whole warp (every lane gets the same value).
+// att_score returns q . key with the whole warp (every lane gets the same value): lane l adds
+// q[i] * key[i] for i = l, l+32, ... in that order, then a butterfly. The loads of four of a
+// lane's values go out before their products: one after another, each waiting for the last
+// product, they would leave a warp a single load in flight.
 template <class KV> CR_FN float att_score(const float* sq, const KV* kr, int dk) {
+	int i = threadIdx.x % CR_WARP;
 	float a = 0.0f;
-	for (int i = threadIdx.x % CR_WARP; i < dk; i += CR_WARP)
+	for (; i + 3 * CR_WARP < dk; i += 4 * CR_WARP) {
+		const float k0 = att_ld(kr, i), k1 = att_ld(kr, i + CR_WARP), k2 = att_ld(kr, i + 2 * CR_WARP), k3 = att_ld(kr, i + 3 * CR_WARP);
+		a = cr_fma(sq[i], k0, a);
+		a = cr_fma(sq[i + CR_WARP], k1, a);
+		a = cr_fma(sq[i + 2 * CR_WARP], k2, a);
+		a = cr_fma(sq[i + 3 * CR_WARP], k3, a);
+	}
+	for (; i < dk; i += CR_WARP)
 		a = cr_fma(sq[i], att_ld(kr, i), a);
 	return cr_warp_sum(a);
+}
+
+// att_score2 is att_score of two keys at once (each with att_score's bits), their loads
+// together.
+template <class KV> CR_FN void att_score2(const float* sq, const KV* kr0, const KV* kr1, int dk, float* s0, float* s1) {
+	int i = threadIdx.x % CR_WARP;
+	float a = 0.0f, b = 0.0f;
+	for (; i + 3 * CR_WARP < dk; i += 4 * CR_WARP) {
+		float k[4], l[4];
+#pragma unroll
+		for (int u = 0; u < 4; u++) {
+			k[u] = att_ld(kr0, i + u * CR_WARP);
+			l[u] = att_ld(kr1, i + u * CR_WARP);
+		}
+#pragma unroll
+		for (int u = 0; u < 4; u++) {
+			a = cr_fma(sq[i + u * CR_WARP], k[u], a);
+			b = cr_fma(sq[i + u * CR_WARP], l[u], b);
+		}
+	}
+	for (; i < dk; i += CR_WARP) {
+		const float k0 = att_ld(kr0, i), l0 = att_ld(kr1, i);
+		a = cr_fma(sq[i], k0, a);
+		b = cr_fma(sq[i], l0, b);
+	}
+	*s0 = cr_warp_sum(a);
+	*s1 = cr_warp_sum(b);
 }
 
 // att_slot returns the cache row of position p: p % ring in a sliding window's ring.
 CR_FN i64 att_slot(int p, int ring) { return ring > 0 ? p % ring : p; }
 
-// att_weigh adds the probability of score sc (exp(sc - m) * inv, rounded to F16 with an F16
-// cache) times the value row vr to the lane's accumulators: values lane, lane+32, ...
+// att_prob is the probability of score sc: exp(sc - m) * inv, rounded to F16 with an F16
+// cache.
+CR_FN float att_prob(float sc, float m, float inv, int f16) {
+	const float pr = cr_fmul(cr_exp_v(sc - m), inv);
+	return f16 ? cr_round_h(pr) : pr;
+}
+
+// att_weigh adds the probability of score sc (att_prob) times the value row vr to the lane's
+// accumulators: values lane, lane+32, ...
 template <class KV> CR_FN void att_weigh(float* acc, float sc, float m, float inv, const KV* vr, int dv, int f16) {
-	float pr = cr_fmul(cr_exp_v(sc - m), inv);
-	if (f16)
-		pr = cr_round_h(pr);
+	const float pr = att_prob(sc, m, inv, f16);
 	const int lane = threadIdx.x % CR_WARP;
 #pragma unroll
 	for (int j = 0; j < ATT_DV_MAX / CR_WARP; j++) {
 		int d = lane + CR_WARP * j;
 		if (d < dv)
 			acc[j] = cr_fma(pr, att_ld(vr, d), acc[j]);
+	}
+}
+
+// att_weigh_run is att_weigh over a warp's positions p = from, from+ATT_WARPS, ... < to, with
+// their scores at sc[p - base], for values of exactly 32*NJ floats: each lane's NJ values of
+// two positions are loaded together, unguarded, before their products, which add in the
+// positions' order as att_weigh's.
+template <int NJ, class KV>
+CR_FN void att_weigh_run(float* acc, const float* sc, int base, float m, float inv, const KV* vb, int vstride, int ring, int from, int to,
+                         int f16) {
+	const int lane = threadIdx.x % CR_WARP;
+	int p = from;
+	for (; p + ATT_WARPS < to; p += 2 * ATT_WARPS) {
+		const KV* v0 = vb + att_slot(p, ring) * vstride + lane;
+		const KV* v1 = vb + att_slot(p + ATT_WARPS, ring) * vstride + lane;
+		float x0[NJ], x1[NJ];
+#pragma unroll
+		for (int j = 0; j < NJ; j++) {
+			x0[j] = att_ld(v0, CR_WARP * j);
+			x1[j] = att_ld(v1, CR_WARP * j);
+		}
+		const float pr0 = att_prob(sc[p - base], m, inv, f16), pr1 = att_prob(sc[p + ATT_WARPS - base], m, inv, f16);
+#pragma unroll
+		for (int j = 0; j < NJ; j++)
+			acc[j] = cr_fma(pr0, x0[j], acc[j]);
+#pragma unroll
+		for (int j = 0; j < NJ; j++)
+			acc[j] = cr_fma(pr1, x1[j], acc[j]);
+	}
+	if (p < to) {
+		const KV* v0 = vb + att_slot(p, ring) * vstride + lane;
+		float x0[NJ];
+#pragma unroll
+		for (int j = 0; j < NJ; j++)
+			x0[j] = att_ld(v0, CR_WARP * j);
+		const float pr0 = att_prob(sc[p - base], m, inv, f16);
+#pragma unroll
+		for (int j = 0; j < NJ; j++)
+			acc[j] = cr_fma(pr0, x0[j], acc[j]);
 	}
 }
 
@@ -298,7 +380,20 @@ CR_FN void ats_scores(const float* q, const KV* k, float* sc, float* st, u32* cn
 	__syncthreads();
 	const KV* kb = k + (i64)g * kh_stride;
 	float wmax = -cr_inf();
-	for (int p = p0 + warp; p < p1; p += ATT_WARPS) {
+	int p = p0 + warp;
+	for (; p + ATT_WARPS < p1; p += 2 * ATT_WARPS) { // two keys' loads in flight together
+		float x0, x1;
+		att_score2(sq, kb + att_slot(p, ring) * kstride, kb + att_slot(p + ATT_WARPS, ring) * kstride, dk, &x0, &x1);
+		x0 = p < s.lo ? -cr_inf() : cr_fmul(x0, scale); // a masked key was read, not used
+		x1 = p + ATT_WARPS < s.lo ? -cr_inf() : cr_fmul(x1, scale);
+		if (lane == 0) {
+			sct[p - s.base] = x0;
+			sct[p + ATT_WARPS - s.base] = x1;
+		}
+		wmax = x0 > wmax ? x0 : wmax;
+		wmax = x1 > wmax ? x1 : wmax;
+	}
+	if (p < p1) {
 		const float x = p < s.lo ? -cr_inf() : cr_fmul(att_score(sq, kb + att_slot(p, ring) * kstride, dk), scale);
 		if (lane == 0)
 			sct[p - s.base] = x;
@@ -372,8 +467,27 @@ CR_FN void ats_pv(const float* sc, const float* st, const KV* v, float* part, u3
 #pragma unroll
 	for (int j = 0; j < ATT_DV_MAX / CR_WARP; j++)
 		acc[j] = 0.0f;
-	for (int p = (p0 > s.lo ? p0 : s.lo) + warp; p < p1; p += ATT_WARPS)
-		att_weigh(acc, sct[p - s.base], m, inv, vb + att_slot(p, ring) * vstride, dv, f16);
+	const int from = (p0 > s.lo ? p0 : s.lo) + warp;
+	switch (dv) { // the common head sizes' loads unguarded and together
+	case 32:
+		att_weigh_run<1>(acc, sct, s.base, m, inv, vb, vstride, ring, from, p1, f16);
+		break;
+	case 64:
+		att_weigh_run<2>(acc, sct, s.base, m, inv, vb, vstride, ring, from, p1, f16);
+		break;
+	case 128:
+		att_weigh_run<4>(acc, sct, s.base, m, inv, vb, vstride, ring, from, p1, f16);
+		break;
+	case 256:
+		att_weigh_run<8>(acc, sct, s.base, m, inv, vb, vstride, ring, from, p1, f16);
+		break;
+	case 512:
+		att_weigh_run<16>(acc, sct, s.base, m, inv, vb, vstride, ring, from, p1, f16);
+		break;
+	default:
+		for (int p = from; p < p1; p += ATT_WARPS)
+			att_weigh(acc, sct[p - s.base], m, inv, vb + att_slot(p, ring) * vstride, dv, f16);
+	}
 	float* pt = part + (i64)row * splits * dv;
 	att_sum_warps(sred, acc, dv, pt + (i64)c * dv);
 	if (!ats_last(cnt + row, s.nchunks, &slast))
