@@ -103,14 +103,18 @@ offload() {
 
 # Where a prompt's pass and a decoded token spend the card's time, kernel by kernel (bench
 # --kernel-profile), with the whole model on the card: an OLMoE-shaped Q4_K_M file
-# of 8 layers (PROFILE_SHAPES, PROFILE_LAYERS to change it), a 512-token prompt.
+# of 8 layers (PROFILE_SHAPES, PROFILE_LAYERS to change it), a 512-token prompt; then tokens
+# decoded after PROFILE_DEPTH (4000), where a token's attention reads that many positions.
 profile() {
-	local layers=${PROFILE_LAYERS:-8}
+	local layers=${PROFILE_LAYERS:-8} depth=${PROFILE_DEPTH:-4000}
 	for shape in ${PROFILE_SHAPES:-olmoe}; do
 		local m=/tmp/profile-$shape-$layers.gguf
 		[[ -e $m ]] || "$bin/synth" -arch $shape -layers $layers -type q4km -out $m || continue
 		echo "== $shape"
 		"$bin/commit-run" -m $m --device cuda:0 ${CUDA_LIB:+--cuda-lib "$CUDA_LIB"} --ctx 1024 bench --prompt-len 512 --tokens 16 --kernel-profile
+		echo "== $shape, decoding after $depth tokens"
+		"$bin/commit-run" -m $m --device cuda:0 ${CUDA_LIB:+--cuda-lib "$CUDA_LIB"} --ctx $((depth + 96)) bench --prompt-len $depth --tokens 16 \
+			--kernel-profile
 	done
 }
 
