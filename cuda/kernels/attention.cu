@@ -1,15 +1,16 @@
 // attention.cu: causal softmax attention of a few tokens over the KV cache, one block per
 // (query head, token) (attn_f32), or for a decoded token several a head, each a chunk of its
-// positions (attn_split_*, below), following models.attend / attendLatent: scores = (q . k) * scale, the
-// softmax of models.SoftmaxPadded (maximum subtracted, exps by cr_exp_v summed in groups of 16
+// positions (attn_split_*, below), following models.attend / attendLatent: scores =
+// (q . k) * scale, the softmax of models.SoftmaxPadded (maximum subtracted, exps by cr_exp_v summed in groups of 16
 // in float32 and the groups in float64, times float32(1/sum)), then the probabilities times
 // the values. With an F16 cache, q and the probabilities are rounded to F16 first, as the CPU
 // does. The dot products and the weighted sum add in other orders than the CPU's, so results
 // agree to float32 rounding, not bit for bit.
 //
-// Any context length works: in attn_f32 the first ATT_SMAX scores of a row (of its window) stay in shared memory; the
-// scores of later positions are kept as a running (max, sum) in the first pass and computed
-// again in the second, so past ATT_SMAX positions the keys are read twice.
+// Any context length works: in attn_f32 the first ATT_SMAX scores of a row (of its window)
+// stay in shared memory; the scores of later positions are kept as a running (max, sum) in the
+// first pass and computed again in the second, so past ATT_SMAX positions the keys are read
+// twice. The split kernels keep every score in a scratch.
 #include "common.cuh"
 
 #define ATT_WARPS 8
@@ -333,7 +334,8 @@ CR_FN ats_span ats_span_of(int t, const int* posp, int pos0, int window, int spl
 // ats_last reports to the whole block whether it is the last of the blocks that count on
 // *cnt to get here (each of a head's chunks calls it once; the blocks past them end before,
 // all of them alike, since the chunks depend on the token alone); the last sets the counter
-// back to 0 for the next launch. What the others wrote before they called it, the last reads with cr_ld_cg.
+// back to 0 for the next launch. What the others wrote before they called it, the last
+// reads with cr_ld_cg.
 CR_FN bool ats_last(u32* cnt, int blocks, int* sh) {
 	cr_fence_gpu();
 	__syncthreads();
