@@ -71,6 +71,35 @@ template <class KV> CR_FN void att_score2(const float* sq, const KV* kr0, const 
 // att_slot returns the cache row of position p: p % ring in a sliding window's ring.
 CR_FN i64 att_slot(int p, int ring) { return ring > 0 ? p % ring : p; }
 
+// att_score_run scores a warp's positions p = from, from+ATT_WARPS, ... < to, two keys at a
+// time, into sc[p - base] (lane 0 writes; a position before lo gets -Inf, its key read but not
+// used), and returns the maximum of wmax and of those scores, taken in the positions' order.
+template <class KV>
+CR_FN float att_score_run(float* sc, int base, const float* sq, const KV* kb, int kstride, int ring, int dk, float scale, int lo,
+                          int from, int to, float wmax) {
+	const int lane = threadIdx.x % CR_WARP;
+	int p = from;
+	for (; p + ATT_WARPS < to; p += 2 * ATT_WARPS) {
+		float x0, x1;
+		att_score2(sq, kb + att_slot(p, ring) * kstride, kb + att_slot(p + ATT_WARPS, ring) * kstride, dk, &x0, &x1);
+		x0 = p < lo ? -cr_inf() : cr_fmul(x0, scale);
+		x1 = p + ATT_WARPS < lo ? -cr_inf() : cr_fmul(x1, scale);
+		if (lane == 0) {
+			sc[p - base] = x0;
+			sc[p + ATT_WARPS - base] = x1;
+		}
+		wmax = x0 > wmax ? x0 : wmax;
+		wmax = x1 > wmax ? x1 : wmax;
+	}
+	if (p < to) {
+		const float x = p < lo ? -cr_inf() : cr_fmul(att_score(sq, kb + att_slot(p, ring) * kstride, dk), scale);
+		if (lane == 0)
+			sc[p - base] = x;
+		wmax = x > wmax ? x : wmax;
+	}
+	return wmax;
+}
+
 // att_prob is the probability of score sc: exp(sc - m) * inv, rounded to F16 with an F16
 // cache.
 CR_FN float att_prob(float sc, float m, float inv, int f16) {
@@ -130,6 +159,33 @@ CR_FN void att_weigh_run(float* acc, const float* sc, int base, float m, float i
 	}
 }
 
+// att_weigh_all weighs the values of a warp's positions p = from, from+ATT_WARPS, ... < to,
+// their scores at sc[p - base]: att_weigh_run for the common head sizes, att_weigh for any.
+template <class KV>
+CR_FN void att_weigh_all(float* acc, const float* sc, int base, float m, float inv, const KV* vb, int vstride, int ring, int from, int to,
+                         int dv, int f16) {
+	switch (dv) {
+	case 32:
+		att_weigh_run<1>(acc, sc, base, m, inv, vb, vstride, ring, from, to, f16);
+		break;
+	case 64:
+		att_weigh_run<2>(acc, sc, base, m, inv, vb, vstride, ring, from, to, f16);
+		break;
+	case 128:
+		att_weigh_run<4>(acc, sc, base, m, inv, vb, vstride, ring, from, to, f16);
+		break;
+	case 256:
+		att_weigh_run<8>(acc, sc, base, m, inv, vb, vstride, ring, from, to, f16);
+		break;
+	case 512:
+		att_weigh_run<16>(acc, sc, base, m, inv, vb, vstride, ring, from, to, f16);
+		break;
+	default:
+		for (int p = from; p < to; p += ATT_WARPS)
+			att_weigh(acc, sc[p - base], m, inv, vb + att_slot(p, ring) * vstride, dv, f16);
+	}
+}
+
 // att_sum_warps writes to o[0..dv) the sum of the block's warps' accumulators, added in the
 // warps' order. Every thread of the block calls it.
 CR_FN void att_sum_warps(float (*sred)[ATT_DV_MAX], const float* acc, int dv, float* o) {
@@ -182,13 +238,13 @@ CR_FN void attn_body(const float* q, const KV* k, const KV* v, float* out, int n
 	const KV* vb = v + (i64)g * vh_stride;
 
 	// Pass 1: scores; the maximum; a running sum for the positions past ATT_SMAX.
-	float wmax = -cr_inf(), bm = -cr_inf(), bl = 0.0f;
-	for (int p = base + warp; p < n; p += ATT_WARPS) {
+	const int stored = n - base < ATT_SMAX ? n : base + ATT_SMAX; // positions base..stored-1 in ss
+	float wmax = att_score_run(ss, base, sq, kb, kstride, ring, dk, scale, lo, base + warp, stored, -cr_inf()), bm = -cr_inf(),
+	      bl = 0.0f;
+	const int past = base + warp < stored ? base + warp + ((stored - 1 - base - warp) / ATT_WARPS + 1) * ATT_WARPS : base + warp;
+	for (int p = past; p < n; p += ATT_WARPS) { // the warp's positions past them
 		float s = p < lo ? -cr_inf() : cr_fmul(att_score(sq, kb + att_slot(p, ring) * kstride, dk), scale);
-		if (p - base < ATT_SMAX) {
-			if (lane == 0)
-				ss[p - base] = s;
-		} else if (s > bm) {
+		if (s > bm) {
 			bl = cr_fma(bl, cr_exp_v(bm - s), 1.0f);
 			bm = s;
 		} else {
@@ -232,9 +288,13 @@ CR_FN void attn_body(const float* q, const KV* k, const KV* v, float* out, int n
 #pragma unroll
 	for (int j = 0; j < ATT_DV_MAX / CR_WARP; j++)
 		acc[j] = 0.0f;
-	for (int p = lo + warp; p < n; p += ATT_WARPS) {
-		float s = p - base < ATT_SMAX ? ss[p - base] : cr_fmul(att_score(sq, kb + att_slot(p, ring) * kstride, dk), scale);
-		att_weigh(acc, s, m, inv, vb + att_slot(p, ring) * vstride, dv, f16);
+	if (stored == n) { // every score in ss
+		att_weigh_all(acc, ss, base, m, inv, vb, vstride, ring, lo + warp, n, dv, f16);
+	} else {
+		for (int p = lo + warp; p < n; p += ATT_WARPS) {
+			float s = p - base < ATT_SMAX ? ss[p - base] : cr_fmul(att_score(sq, kb + att_slot(p, ring) * kstride, dk), scale);
+			att_weigh(acc, s, m, inv, vb + att_slot(p, ring) * vstride, dv, f16);
+		}
 	}
 	att_sum_warps(sred, acc, dv, o);
 }
@@ -381,26 +441,7 @@ CR_FN void ats_scores(const float* q, const KV* k, float* sc, float* st, u32* cn
 		sq[i] = f16 ? cr_round_h(qh[i]) : qh[i];
 	__syncthreads();
 	const KV* kb = k + (i64)g * kh_stride;
-	float wmax = -cr_inf();
-	int p = p0 + warp;
-	for (; p + ATT_WARPS < p1; p += 2 * ATT_WARPS) { // two keys' loads in flight together
-		float x0, x1;
-		att_score2(sq, kb + att_slot(p, ring) * kstride, kb + att_slot(p + ATT_WARPS, ring) * kstride, dk, &x0, &x1);
-		x0 = p < s.lo ? -cr_inf() : cr_fmul(x0, scale); // a masked key was read, not used
-		x1 = p + ATT_WARPS < s.lo ? -cr_inf() : cr_fmul(x1, scale);
-		if (lane == 0) {
-			sct[p - s.base] = x0;
-			sct[p + ATT_WARPS - s.base] = x1;
-		}
-		wmax = x0 > wmax ? x0 : wmax;
-		wmax = x1 > wmax ? x1 : wmax;
-	}
-	if (p < p1) {
-		const float x = p < s.lo ? -cr_inf() : cr_fmul(att_score(sq, kb + att_slot(p, ring) * kstride, dk), scale);
-		if (lane == 0)
-			sct[p - s.base] = x;
-		wmax = x > wmax ? x : wmax;
-	}
+	const float wmax = att_score_run(sct, s.base, sq, kb, kstride, ring, dk, scale, s.lo, p0 + warp, p1, -cr_inf());
 	if (lane == 0)
 		swm[warp] = wmax;
 	__syncthreads();
@@ -469,27 +510,7 @@ CR_FN void ats_pv(const float* sc, const float* st, const KV* v, float* part, u3
 #pragma unroll
 	for (int j = 0; j < ATT_DV_MAX / CR_WARP; j++)
 		acc[j] = 0.0f;
-	const int from = (p0 > s.lo ? p0 : s.lo) + warp;
-	switch (dv) { // the common head sizes' loads unguarded and together
-	case 32:
-		att_weigh_run<1>(acc, sct, s.base, m, inv, vb, vstride, ring, from, p1, f16);
-		break;
-	case 64:
-		att_weigh_run<2>(acc, sct, s.base, m, inv, vb, vstride, ring, from, p1, f16);
-		break;
-	case 128:
-		att_weigh_run<4>(acc, sct, s.base, m, inv, vb, vstride, ring, from, p1, f16);
-		break;
-	case 256:
-		att_weigh_run<8>(acc, sct, s.base, m, inv, vb, vstride, ring, from, p1, f16);
-		break;
-	case 512:
-		att_weigh_run<16>(acc, sct, s.base, m, inv, vb, vstride, ring, from, p1, f16);
-		break;
-	default:
-		for (int p = from; p < p1; p += ATT_WARPS)
-			att_weigh(acc, sct[p - s.base], m, inv, vb + att_slot(p, ring) * vstride, dv, f16);
-	}
+	att_weigh_all(acc, sct, s.base, m, inv, vb, vstride, ring, (p0 > s.lo ? p0 : s.lo) + warp, p1, dv, f16);
 	float* pt = part + (i64)row * splits * dv;
 	att_sum_warps(sred, acc, dv, pt + (i64)c * dv);
 	if (!ats_last(cnt + row, s.nchunks, &slast))
