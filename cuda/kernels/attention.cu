@@ -543,31 +543,20 @@ CR_FN void ats_pv(const float* sc, const float* st, const KV* v, float* part, u3
 //   splits the blocks of a head: its positions go in chunks of a multiple of 16, at least 32,
 //          to as many of them as needed (the rest end at once), so splits can be sized for
 //          the longest context and a captured launch replayed at any position.
-extern "C" __global__ void attn_split_scores_f32(const float* q, const float* k, float* sc, float* st, u32* cnt, int ntok, int heads,
-                                                 int kv_heads, int dk, int kstride, int kh_stride, const int* posp, int pos0,
-                                                 float scale, int window, const float* sinks, int ring, int sstride, int splits) {
-	ats_scores<float>(q, k, sc, st, cnt, ntok, heads, kv_heads, dk, kstride, kh_stride, posp, pos0, scale, window, sinks, ring, sstride,
-	                  splits, 0);
-}
-
-extern "C" __global__ void attn_split_pv_f32(const float* sc, const float* st, const float* v, float* part, u32* cnt, float* out,
-                                             int ntok, int heads, int kv_heads, int dv, int vstride, int vh_stride, const int* posp,
-                                             int pos0, int window, int ring, int sstride, int splits) {
-	ats_pv<float>(sc, st, v, part, cnt, out, ntok, heads, kv_heads, dv, vstride, vh_stride, posp, pos0, window, ring, sstride, splits, 0);
-}
-
+#define ATS_KERNELS(sfx, KV, F16)                                                                                                  \
+	extern "C" __global__ void attn_split_scores_##sfx(const float* q, const KV* k, float* sc, float* st, u32* cnt, int ntok, int heads,   \
+	                                                   int kv_heads, int dk, int kstride, int kh_stride, const int* posp, int pos0,        \
+	                                                   float scale, int window, const float* sinks, int ring, int sstride, int splits) {   \
+		ats_scores<KV>(q, k, sc, st, cnt, ntok, heads, kv_heads, dk, kstride, kh_stride, posp, pos0, scale, window, sinks, ring, sstride, \
+		               splits, F16);                                                                                                     \
+	}                                                                                                                                    \
+	extern "C" __global__ void attn_split_pv_##sfx(const float* sc, const float* st, const KV* v, float* part, u32* cnt, float* out,      \
+	                                               int ntok, int heads, int kv_heads, int dv, int vstride, int vh_stride, const int* posp, \
+	                                               int pos0, int window, int ring, int sstride, int splits) {                              \
+		ats_pv<KV>(sc, st, v, part, cnt, out, ntok, heads, kv_heads, dv, vstride, vh_stride, posp, pos0, window, ring, sstride, splits, F16); \
+	}
+ATS_KERNELS(f32, float, 0)
 // attn_split_scores_f16kv, attn_split_pv_f16kv: the same with an F16 cache (k and v of
 // unsigned shorts), rounding as attn_f16kv: q before the dot products, each probability
 // before it weighs the values.
-extern "C" __global__ void attn_split_scores_f16kv(const float* q, const u16* k, float* sc, float* st, u32* cnt, int ntok, int heads,
-                                                   int kv_heads, int dk, int kstride, int kh_stride, const int* posp, int pos0,
-                                                   float scale, int window, const float* sinks, int ring, int sstride, int splits) {
-	ats_scores<u16>(q, k, sc, st, cnt, ntok, heads, kv_heads, dk, kstride, kh_stride, posp, pos0, scale, window, sinks, ring, sstride,
-	                splits, 1);
-}
-
-extern "C" __global__ void attn_split_pv_f16kv(const float* sc, const float* st, const u16* v, float* part, u32* cnt, float* out,
-                                               int ntok, int heads, int kv_heads, int dv, int vstride, int vh_stride, const int* posp,
-                                               int pos0, int window, int ring, int sstride, int splits) {
-	ats_pv<u16>(sc, st, v, part, cnt, out, ntok, heads, kv_heads, dv, vstride, vh_stride, posp, pos0, window, ring, sstride, splits, 1);
-}
+ATS_KERNELS(f16kv, u16, 1)
