@@ -397,17 +397,17 @@ func (c *opCall) attendSplit(qp, kp, vp, op, posp DevicePtr, off int, sp DeviceP
 	if c.err = errors.Join(err1, err2, err3); c.err != nil {
 		return
 	}
-	suffix := "f32"
+	scores, pv := "attn_split_scores_f32", "attn_split_pv_f32"
 	if kv.F16 {
-		suffix = "f16kv"
+		scores, pv = "attn_split_scores_f16kv", "attn_split_pv_f16kv"
 	}
 	grid := Dim3{X: a.Heads, Y: splits, Z: 1}
 	g.args.Reset().Ptr(qp).Ptr(kp).Ptr(sc).Ptr(st).Ptr(g.attnCnt).Int(1).Int(a.Heads).Int(a.KVHeads).Int(a.DK).Int(kv.KDim).
 		Int(a.KHeadStride).Ptr(posp).Int(off).Float(a.Scale).Int(a.Window).Ptr(sp).Int(kv.Ring).Int(sstride).Int(splits)
-	c.launch("attn_split_scores_"+suffix, grid, Dim3{X: 256})
+	c.launch(scores, grid, Dim3{X: 256})
 	g.args.Reset().Ptr(sc).Ptr(st).Ptr(vp).Ptr(part).Ptr(g.attnCnt).Ptr(op).Int(1).Int(a.Heads).Int(a.KVHeads).Int(a.DV).Int(vstride).
 		Int(a.VHeadStride).Ptr(posp).Int(off).Int(a.Window).Int(kv.Ring).Int(sstride).Int(splits)
-	c.launch("attn_split_pv_"+suffix, grid, Dim3{X: 256})
+	c.launch(pv, grid, Dim3{X: 256})
 }
 
 // Gather implements device.Ops.
