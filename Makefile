@@ -4,7 +4,7 @@ MODEL ?= models/testdata/tinymoe-qwen2moe.gguf
 THREADS ?= 0
 BIN := bin/commit-run
 
-.PHONY: run test build bench-cpu golden fuzz vet clean kernels gpu-pack
+.PHONY: run test build bench-cpu golden fuzz vet clean kernels ptxas gpu-pack
 
 build:
 	$(GO) build -o $(BIN) ./cmd/commit-run
@@ -59,6 +59,13 @@ golden:
 # cuda/kernels/ (nvcc, or clang).
 kernels:
 	bash tools/kernels/build.sh
+
+# ptxas, NVIDIA's PTX assembler, from Debian's non-free nvidia-cuda-toolkit (ptxas alone; the
+# machine's apt sources untouched): with it, go test ./cuda assembles the PTX as a card's
+# driver does (TestPTXAssembles). PTXAS_DIR picks where it goes.
+PTXAS_DIR ?= /usr/local/bin
+ptxas:
+	bash tools/kernels/ptxas.sh $(PTXAS_DIR)
 
 # Binaries for a lent GPU machine, which has no Go: carry bin/gpu.tar.xz (bin/gpu itself is too
 # large beside the checkout for a call's 64 MiB) and .lcpp, llama.cpp's source for its CUDA build

@@ -1,0 +1,160 @@
+package cuda
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// ptxasSpills lists the kernels allowed to spill registers on a target, with the bytes they
+// may store: a spill is a local-memory round trip on every use, so a new one fails the test.
+var ptxasSpills = map[string]int{
+	// sm_75 has fewer registers to spare for mmv_heads's per-head scales of Q5_K; a
+	// prompt-only float path.
+	"sm_75/mmv_heads_q5_K": 8,
+}
+
+// ptxasInfoRE matches ptxas -v's lines about one entry.
+var (
+	ptxasEntryRE = regexp.MustCompile(`Compiling entry function '(\w+)' for '(sm_\d+)'`)
+	ptxasSpillRE = regexp.MustCompile(`(\d+) bytes spill stores, (\d+) bytes spill loads`)
+	ptxasRegsRE  = regexp.MustCompile(`Used (\d+) registers`)
+)
+
+// ptxasFunc is what ptxas -v says of one kernel on one target.
+type ptxasFunc struct {
+	spillStores, spillLoads, regs int
+}
+
+// parsePtxasInfo reads ptxas -v's report: each kernel's spills and registers.
+func parsePtxasInfo(out []byte) map[string]ptxasFunc {
+	funcs := map[string]ptxasFunc{}
+	var cur string
+	for _, line := range strings.Split(string(out), "\n") {
+		if m := ptxasEntryRE.FindStringSubmatch(line); m != nil {
+			cur = m[2] + "/" + m[1]
+			funcs[cur] = ptxasFunc{}
+			continue
+		}
+		if cur == "" {
+			continue
+		}
+		f := funcs[cur]
+		if m := ptxasSpillRE.FindStringSubmatch(line); m != nil {
+			f.spillStores, _ = strconv.Atoi(m[1])
+			f.spillLoads, _ = strconv.Atoi(m[2])
+		}
+		if m := ptxasRegsRE.FindStringSubmatch(line); m != nil {
+			f.regs, _ = strconv.Atoi(m[1])
+		}
+		funcs[cur] = f
+	}
+	return funcs
+}
+
+// TestPTXAssembles assembles both PTX modules with NVIDIA's ptxas for the oldest and newest
+// targets each serves (the base module for sm_75 and sm_90, the sm_80 module for sm_80 and
+// sm_90), as a card's driver does when it loads them, and fails on what the driver would
+// refuse (a syntax error in inline PTX, an instruction the target lacks) and on register
+// spills. Without a GPU this is the only check of the PTX below clang. ptxas is $PTXAS or on
+// the PATH (tools/kernels/ptxas.sh installs it from Debian); without it the test skips.
+func TestPTXAssembles(t *testing.T) {
+	ptxas := os.Getenv("PTXAS")
+	if ptxas == "" {
+		var err error
+		if ptxas, err = exec.LookPath("ptxas"); err != nil {
+			t.Skip("no ptxas on the PATH and no $PTXAS: bash tools/kernels/ptxas.sh installs it")
+		}
+	}
+	dir := t.TempDir()
+	type job struct {
+		module, arch string
+		ptx          []byte
+	}
+	jobs := []job{{"kernels.ptx", "sm_75", PTX()}, {"kernels.ptx", "sm_90", PTX()},
+		{"kernels_sm80.ptx", "sm_80", PTXSM80()}, {"kernels_sm80.ptx", "sm_90", PTXSM80()}}
+	outs := make([][]byte, len(jobs))
+	errs := make([]error, len(jobs))
+	var wg sync.WaitGroup
+	for i, j := range jobs {
+		src := filepath.Join(dir, j.module)
+		if _, err := os.Stat(src); err != nil {
+			if err := os.WriteFile(src, j.ptx, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cmd := exec.Command(ptxas, "-v", "-arch="+j.arch, "-o", os.DevNull, src)
+			outs[i], errs[i] = cmd.CombinedOutput()
+		}()
+	}
+	wg.Wait()
+	for i, j := range jobs {
+		if errs[i] != nil {
+			t.Errorf("ptxas -arch=%s %s: %v\n%s", j.arch, j.module, errs[i], firstLines(outs[i], 40))
+			continue
+		}
+		funcs := parsePtxasInfo(outs[i])
+		if n := len(entryRE.FindAll(j.ptx, -1)); len(funcs) != n {
+			t.Errorf("ptxas -arch=%s %s reported %d kernels, the module has %d entries", j.arch, j.module, len(funcs), n)
+		}
+		names := make([]string, 0, len(funcs))
+		for n := range funcs {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		most := ""
+		for _, n := range names {
+			f := funcs[n]
+			if f.spillStores > ptxasSpills[n] || f.spillLoads > 0 && ptxasSpills[n] == 0 {
+				t.Errorf("%s (%s) spills registers: %d bytes stored, %d loaded", n, j.module, f.spillStores, f.spillLoads)
+			}
+			if most == "" || f.regs > funcs[most].regs {
+				most = n
+			}
+		}
+		t.Logf("%s %s: %d kernels assembled, the most registers %d (%s)", j.arch, j.module, len(funcs), funcs[most].regs, most)
+	}
+}
+
+// firstLines returns the first n lines of b.
+func firstLines(b []byte, n int) string {
+	lines := bytes.SplitN(b, []byte("\n"), n+1)
+	if len(lines) > n {
+		lines = append(lines[:n], []byte(fmt.Sprintf("... (%d bytes in all)", len(b))))
+	}
+	return string(bytes.Join(lines, []byte("\n")))
+}
+
+func TestParsePtxasInfo(t *testing.T) {
+	out := []byte(`ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'mmv_heads_q5_K' for 'sm_75'
+ptxas info    : Function properties for mmv_heads_q5_K
+    168 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads
+ptxas info    : Used 255 registers, 388 bytes cmem[0]
+ptxas info    : Compiling entry function 'mmv_f32' for 'sm_75'
+ptxas info    : Function properties for mmv_f32
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 64 registers, 388 bytes cmem[0]
+`)
+	got := parsePtxasInfo(out)
+	want := map[string]ptxasFunc{"sm_75/mmv_heads_q5_K": {8, 4, 255}, "sm_75/mmv_f32": {0, 0, 64}}
+	if len(got) != len(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	for k, w := range want {
+		if got[k] != w {
+			t.Errorf("%s: got %+v, want %+v", k, got[k], w)
+		}
+	}
+}
