@@ -1246,6 +1246,35 @@ func attnCases() []kernelCase {
 			}
 		}
 	}
+	// The tensor-core prompt kernels (flash.cu): several blocks of 64 tokens and rows past the
+	// last token, several tiles of positions (64 for heads of 64, 32 for 128), grouped queries, windows that start inside a tile,
+	// rings, sinks, a position in device memory.
+	for _, c := range []attnCase{
+		{ntok: 70, heads: 4, kvHeads: 2, dk: 64, dv: 64, pos0: 0},
+		{ntok: 20, heads: 2, kvHeads: 1, dk: 128, dv: 128, pos0: 90},
+		{ntok: 37, heads: 4, kvHeads: 2, dk: 64, dv: 64, pos0: 40, window: 19, sinks: true, ring: 64},
+		{ntok: 33, heads: 2, kvHeads: 2, dk: 128, dv: 128, pos0: 5, dev: true, sinks: true},
+		{ntok: 16, heads: 8, kvHeads: 1, dk: 64, dv: 64, pos0: 130, window: 70},
+		{ntok: 40, heads: 4, kvHeads: 1, dk: 128, dv: 128, pos0: 50, window: 37, sinks: true, ring: 80},
+	} {
+		kernel := fmt.Sprintf("attn_fa_f16kv_d%d", c.dk)
+		cs = append(cs, kernelCase{kernel, c.String(), func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkAttn(t, k, c, true, attnFlash, r) }})
+	}
+	// Heads of another size than the entry point's give NaN outputs.
+	cs = append(cs, kernelCase{"attn_fa_f16kv_d64", "bad,dk=32", func(t *testing.T, k *kernelEnv, r *rand.Rand) {
+		const ntok, heads, d = 3, 2, 32
+		dq, dkv := k.putF32(t, randF32(r, ntok*heads*d, 1)), k.put(t, make([]byte, 2*ntok*d))
+		out := k.alloc(t, 4*ntok*heads*d)
+		var a Args
+		k.run(t, "attn_fa_f16kv_d64", Dim3{X: 1, Y: heads}, Dim3{X: 128},
+			a.Ptr(dq).Ptr(dkv).Ptr(dkv).Ptr(out).Int(ntok).Int(heads).Int(1).Int(d).Int(d).Int(d).Int(d).Int(0).Int(0).
+				Ptr(0).Int(0).Float(0.125).Int(0).Ptr(0).Int(0))
+		for i, v := range k.getF32(t, out, ntok*heads*d) {
+			if !math.IsNaN(float64(v)) {
+				t.Fatalf("output %d is %v, want NaN", i, v)
+			}
+		}
+	}})
 	// Shapes the split kernels do not take give NaN outputs and leave the counters at 0.
 	for _, c := range []struct {
 		name                      string
@@ -1310,10 +1339,20 @@ func attnCases() []kernelCase {
 // positions no token's window sees. A ring holds the last c.ring positions at their rows,
 // and NaNs in the rows of none.
 //
+// With splits == attnFlash it launches the tensor-core kernel of the heads' size
+// (attn_fa_f16kv_d64 or _d128) and holds it to the exact probabilities, unrounded: its
+// probabilities are exp(s - m) against a running maximum, rounded to halves (half an ulp, 2^-11
+// relative, or 2^-25 absolute among the subnormals) and rescaled as the maximum grows, and its
+// sums are the tensor cores' (exact products, float32 sums in an order of their own, counted
+// here as twice as many roundings as a chain would take).
+//
 // With splits > 0 it launches attn_split_scores and attn_split_pv instead, twice over the same
 // scratch, and requires the second outputs to be the first's to the bit and the counters
 // back at 0: a replayed graph's launches. Their chunks' last additions and shorter chains of
 // fused multiply-adds keep them within the same bounds.
+// attnFlash, as checkAttn's splits, selects the tensor-core prompt kernels.
+const attnFlash = -1
+
 func checkAttn(t *testing.T, k *kernelEnv, c attnCase, f16 bool, splits int, r *rand.Rand) {
 	npos := c.pos0 + c.ntok // positions the cache holds
 	capPos := npos + 3      // and room past them, filled with NaN
@@ -1401,7 +1440,14 @@ func checkAttn(t *testing.T, k *kernelEnv, c attnCase, f16 bool, splits int, r *
 		posp, pos0 = k.put(t, i32bytes([]int32{int32(c.pos0)})), 0
 	}
 	var got []float32
-	if splits == 0 {
+	flash := splits == attnFlash
+	if flash {
+		var args Args
+		k.run(t, fmt.Sprintf("attn_fa_f16kv_d%d", c.dk), Dim3{X: ceilDiv(c.ntok, 64), Y: c.heads}, Dim3{X: 128},
+			args.Ptr(dq).Ptr(dk).Ptr(dv).Ptr(dout).Int(c.ntok).Int(c.heads).Int(c.kvHeads).Int(c.dk).Int(c.dv).
+				Int(kstride).Int(vstride).Int(khs).Int(vhs).Ptr(posp).Int(pos0).Float(scale).Int(c.window).Ptr(dsinks).Int(c.ring))
+		got = k.getF32(t, dout, c.ntok*c.heads*c.dv)
+	} else if splits == 0 {
 		var args Args
 		k.run(t, kernel, Dim3{X: c.heads, Y: c.ntok}, Dim3{X: 256},
 			args.Ptr(dq).Ptr(dk).Ptr(dv).Ptr(dout).Int(c.ntok).Int(c.heads).Int(c.kvHeads).Int(c.dk).Int(c.dv).
@@ -1480,21 +1526,30 @@ func checkAttn(t *testing.T, k *kernelEnv, c attnCase, f16 bool, splits int, r *
 				sum += math.Exp(float64(sinks[h]) - m)
 			}
 			e := gamma(ceilDiv(c.dk, 32)+6) * sabs
+			if flash {
+				e = gamma(2*c.dk+2) * sabs
+			}
 			perExp := 2*e + unit*spread + 4*unit
 			delta := 2*perExp + gamma(ceilDiv(n, 8)+4) + 2*unit
+			if flash { // the sums and rescalings of the tiles, and the halves
+				delta = 2*perExp + gamma(2*n+4*ceilDiv(n, 64)+8) + 0x1p-11
+			}
 			// The probabilities; for attn_f16kv the halves the kernel rounds them to, and where
 			// the kernel's float32 probability may round to either of two halves, the gap.
 			prs, gap := make([]float64, n), make([]float64, n)
 			for p := lo; p < n; p++ {
 				prs[p] = s[p] / sum
-				if f16 {
+				if f16 && !flash {
 					lo, hi := roundHalf(prs[p]*(1-delta)), roundHalf(prs[p]*(1+delta))
 					prs[p], gap[p] = roundHalf(prs[p]), hi-lo
 				}
 			}
 			rel := gamma(ceilDiv(n, 8) + 8)
-			if !f16 {
+			if !f16 || flash {
 				rel += delta
+			}
+			if flash {
+				rel += gamma(2*n + 8)
 			}
 			o := (tk*c.heads + h) * c.dv
 			for d := 0; d < c.dv; d++ {
@@ -1504,6 +1559,9 @@ func checkAttn(t *testing.T, k *kernelEnv, c attnCase, f16 bool, splits int, r *
 					out += prs[p] * v
 					a += prs[p] * math.Abs(v)
 					b += gap[p] * math.Abs(v)
+					if flash {
+						b += 0x1p-24 * math.Abs(v)
+					}
 				}
 				want[o+d], tol[o+d] = out, rel*a+b
 			}

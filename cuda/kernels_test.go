@@ -100,19 +100,26 @@ func TestPTXTarget(t *testing.T) {
 	if major < 6 || major == 6 && minor < 5 {
 		t.Errorf("PTX ISA %d.%d is older than mmqi.cu's mma.sync m8n8k16 needs (6.5)", major, minor)
 	}
-	if bytes.Contains(PTX(), []byte("mma.sync.aligned.m16n8k")) {
-		t.Error("the base PTX has an m16n8k* mma: sm_80's, which sm_75 does not have")
+	// sm_75 has the integer m8n8k16 and the half m16n8k8; the integer m16n8k* and the half
+	// m16n8k16 are sm_80's.
+	for _, op := range []string{"mma.sync.aligned.m16n8k16", "mma.sync.aligned.m16n8k32", "mma.sync.aligned.m16n8k8.row.col.s32"} {
+		if bytes.Contains(PTX(), []byte(op)) {
+			t.Errorf("the base PTX has %s: sm_80's, which sm_75 does not have", op)
+		}
 	}
 	sm, major, minor = target(PTXSM80())
 	if sm != 80 || major < 7 {
 		t.Errorf("the sm_80 PTX targets sm_%d at ISA %d.%d, want sm_80 at 7.0 or newer", sm, major, minor)
 	}
-	for _, op := range []string{"mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32", "mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32"} {
+	for _, op := range []string{"mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32", "mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32",
+		"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"} {
 		if !bytes.Contains(PTXSM80(), []byte(op)) {
 			t.Errorf("the sm_80 PTX has no %s: built without CR_SM80?", op)
 		}
 	}
-	if bytes.Contains(PTXSM80(), []byte("m8n8k16")) {
-		t.Error("the sm_80 PTX still multiplies with m8n8k16")
+	for _, op := range []string{"m8n8k16", "m16n8k8"} {
+		if bytes.Contains(PTXSM80(), []byte(op)) {
+			t.Errorf("the sm_80 PTX still multiplies with %s", op)
+		}
 	}
 }

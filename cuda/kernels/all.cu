@@ -12,6 +12,7 @@
 #include "router.cu"
 #include "rope.cu"
 #include "attention.cu"
+#include "flash.cu"
 #include "mla.cu"
 #include "moe.cu"
 #include "fused.cu"

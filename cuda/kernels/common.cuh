@@ -424,6 +424,60 @@ CR_FN float cr_round_h(float f) { return cr_h2f(cr_f2h(f)); }
 
 CR_FN float cr_bf2f(u16 h) { return cr_as_f((u32)h << 16); }
 
+// cr_pack_h2 rounds two floats to halves, lo in the low 16 bits (an .f16x2 register).
+CR_FN u32 cr_pack_h2(float lo, float hi) { return (u32)cr_f2h(lo) | (u32)cr_f2h(hi) << 16; }
+
+// cr_mma_f16_k8 adds to c the 16 x 8 product of a 16 x 8 matrix A by an 8 x 8 matrix B of
+// halves, in float32 (mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32: the tensor cores, sm_75
+// and newer, PTX ISA 6.5). Lane l, with g = l/4 and t = l%4, holds in a[0] row g of A at
+// columns 2t and 2t+1 (the first in the low half), in a[1] row g+8 at the same columns; in b
+// column g of B at rows 2t and 2t+1; in c[0], c[1] row g of the product at columns 2t, 2t+1,
+// in c[2], c[3] row g+8. The products of halves are exact in float32; the hardware's order and
+// rounding of their sum is its own, so results agree with a float32 sum to rounding, not bit
+// for bit. The emulator gathers each lane's rows and columns with shuffles and adds the
+// products in k's order.
+CR_FN void cr_mma_f16_k8(const u32* a, u32 b, float* c) {
+#if defined(CR_DEVICE)
+	asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
+	    : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+	    : "r"(a[0]), "r"(a[1]), "r"(b));
+#else
+	const int l = threadIdx.x % CR_WARP, g = l / 4, n0 = 2 * (l % 4);
+	u32 r0[4], r1[4], b0[4], b1[4];
+	for (int j = 0; j < 4; j++) {
+		// A shuffle whose mask is l ^ src reads lane src.
+		r0[j] = cr_host_shfl_xor(a[0], l ^ (4 * g + j));
+		r1[j] = cr_host_shfl_xor(a[1], l ^ (4 * g + j));
+		b0[j] = cr_host_shfl_xor(b, l ^ (4 * n0 + j));
+		b1[j] = cr_host_shfl_xor(b, l ^ (4 * (n0 + 1) + j));
+	}
+	for (int k = 0; k < 8; k++) {
+		const int j = k / 2, sh = 16 * (k % 2);
+		const float x0 = cr_h2f((u16)(r0[j] >> sh)), x1 = cr_h2f((u16)(r1[j] >> sh));
+		const float y0 = cr_h2f((u16)(b0[j] >> sh)), y1 = cr_h2f((u16)(b1[j] >> sh));
+		c[0] += x0 * y0;
+		c[1] += x0 * y1;
+		c[2] += x1 * y0;
+		c[3] += x1 * y1;
+	}
+#endif
+}
+
+// cr_mma_f16_k16 adds to c the 16 x 8 product of a 16 x 16 A by a 16 x 8 B of halves
+// (mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32, sm_80's): a[0], a[1] as cr_mma_f16_k8's
+// (columns 0..7), a[2], a[3] the same rows at columns 8..15; b[0] rows 2t, 2t+1 of column g,
+// b[1] rows 8+2t, 9+2t. Before sm_80, and in the emulator, two m16n8k8.
+CR_FN void cr_mma_f16_k16(const u32* a, const u32* b, float* c) {
+#if defined(CR_SM80)
+	asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+	    : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+	    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+	cr_mma_f16_k8(a, b[0], c);
+	cr_mma_f16_k8(a + 2, b[1], c);
+#endif
+}
+
 // ---- loads ----
 // cr_ldg_* read global memory through the read-only (non-coherent) path: only for data no
 // thread writes during the kernel. The pointer must be aligned to the access size: a GPU
