@@ -322,7 +322,10 @@ func (c *opCall) kvCache(d32 []float32, d16 []uint16, what string) DevicePtr {
 	return c.f(d32, what)
 }
 
-// Attend implements device.Ops.
+// Attend implements device.Ops. A decoded token's heads are split over the cache
+// (attendSplit); a pass of 32 tokens or more over an F16 cache with heads of 64 or 128 takes
+// the tensor cores (flashKernel); anything else a block a (head, token) of attn_f32 or
+// attn_f16kv.
 func (g *GPU) Attend(out, q []float32, kv *device.KVLayer, pos0, T int, a *device.AttnShape) {
 	c := g.begin("attention")
 	defer c.end()
@@ -357,10 +360,41 @@ func (g *GPU) Attend(out, q []float32, kv *device.KVLayer, pos0, T int, a *devic
 		c.attendSplit(qp, kp, vp, op, posp, off, sp, kv, vstride, rows+16, splits, a)
 		return
 	}
+	grid, block := Dim3{X: a.Heads, Y: T}, Dim3{X: 256}
+	if fa := flashKernel(T, kv, vstride, a); fa != "" && kp%16 == 0 && vp%16 == 0 {
+		name, grid, block = fa, Dim3{X: (T + flashTokens - 1) / flashTokens, Y: a.Heads}, Dim3{X: 128}
+	}
 	g.args.Reset().Ptr(qp).Ptr(kp).Ptr(vp).Ptr(op).Int(T).Int(a.Heads).Int(a.KVHeads).Int(a.DK).Int(a.DV).
 		Int(kv.KDim).Int(vstride).Int(a.KHeadStride).Int(a.VHeadStride).Ptr(posp).Int(off).Float(a.Scale).
 		Int(a.Window).Ptr(sp).Int(kv.Ring)
-	c.launch(name, Dim3{X: a.Heads, Y: T}, Dim3{X: 256})
+	c.launch(name, grid, block)
+}
+
+// flashTokens is how many tokens a block of the tensor-core prompt attention takes
+// (kernels/flash.cu's FA_BM), and flashMinTokens the fewest a pass gives it: below that a block
+// a (head, token) of attn_f16kv fills the card better than a block of 64 tokens a head.
+const (
+	flashTokens    = 64
+	flashMinTokens = 32
+)
+
+// flashKernel names the tensor-core prompt attention for a pass of T tokens, or "" where
+// attn_f16kv takes it: flash.cu's kernels take an F16 cache of standard or grouped heads of 64
+// or 128 values, read 16 bytes at a time, and a ring that holds a pass's window and tokens.
+func flashKernel(T int, kv *device.KVLayer, vstride int, a *device.AttnShape) string {
+	if T < flashMinTokens || !kv.F16 || a.Latent || a.DK != a.DV || (a.DK != 64 && a.DK != 128) ||
+		a.KVHeads <= 0 || a.Heads%a.KVHeads != 0 || kv.Ring > 0 && kv.Ring < a.Window+T-1 {
+		return ""
+	}
+	for _, n := range []int{kv.KDim, vstride, a.KHeadStride, a.VHeadStride} {
+		if n%8 != 0 {
+			return ""
+		}
+	}
+	if a.DK == 64 {
+		return "attn_fa_f16kv_d64"
+	}
+	return "attn_fa_f16kv_d128"
 }
 
 // attnCounters is how many heads of a decoded token the split attention takes: the counters

@@ -116,6 +116,107 @@ func TestAttnSplits(t *testing.T) {
 // (two launches) and a prompt's tokens attn_f32 (one), both within float32 rounding of the
 // CPU's (HostOps; F16 probabilities may round to a neighbouring half); and a step captured at
 // one position replays the split kernels at others with the bits of their eager launches.
+// TestGPUAttendFlash checks which kernel GPU.Attend takes for a pass (the tensor-core
+// kernels for 32 tokens or more of an F16 cache with heads of 64 or 128, attn_f16kv or
+// attn_f32 otherwise), and that each agrees with HostOps within a half's rounding of the
+// probabilities.
+func TestGPUAttendFlash(t *testing.T) {
+	g := openFakeGPU(t, GPUOptions{ProfileKernels: true})
+	host := models.HostOps{K: cpu.New(2)}
+	r := rand.New(rand.NewPCG(11, 3))
+	const rows = 120
+	for _, c := range []struct {
+		heads, kvHeads, d, pos, T int
+		f16                       bool
+		window, ring              int
+		want                      string
+	}{
+		{4, 2, 64, 0, 40, true, 0, 0, "attn_fa_f16kv_d64"},
+		{2, 1, 128, 50, 70, true, 0, 0, "attn_fa_f16kv_d128"},
+		{4, 4, 64, 30, 48, true, 20, 0, "attn_fa_f16kv_d64"},
+		{4, 2, 64, 0, 31, true, 0, 0, "attn_f16kv"},  // too few tokens
+		{4, 2, 64, 0, 40, false, 0, 0, "attn_f32"},   // an F32 cache
+		{2, 1, 32, 10, 40, true, 0, 0, "attn_f16kv"}, // heads of 32
+		{4, 2, 64, 60, 40, true, 20, 64, "attn_fa_f16kv_d64"},
+	} {
+		name := fmt.Sprintf("heads=%d/%d,d=%d,pos=%d,T=%d,f16=%v,window=%d,ring=%d", c.heads, c.kvHeads, c.d, c.pos, c.T, c.f16, c.window, c.ring)
+		t.Run(name, func(t *testing.T) {
+			kd, n := c.kvHeads*c.d, c.pos+c.T
+			a := device.AttnShape{Heads: c.heads, KVHeads: c.kvHeads, DK: c.d, DV: c.d, KHeadStride: c.d, VHeadStride: c.d,
+				Scale: float32(1 / math.Sqrt(float64(c.d))), Window: c.window}
+			slots := rows
+			if c.ring > 0 {
+				slots = c.ring
+			}
+			dkv := device.KVLayer{KDim: kd, VDim: kd, F16: c.f16, Ring: c.ring}
+			hkv := device.KVLayer{KDim: kd, VDim: kd, F16: c.f16}
+			if c.f16 {
+				half := func() []uint16 {
+					b := deviceFloats(t, g, slots*kd/2, nil)
+					return unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(b))), slots*kd)
+				}
+				dkv.K16, dkv.V16 = half(), half()
+				hkv.K16, hkv.V16 = make([]uint16, rows*kd), make([]uint16, rows*kd)
+			} else {
+				dkv.K, dkv.V = deviceFloats(t, g, slots*kd, nil), deviceFloats(t, g, slots*kd, nil)
+				hkv.K, hkv.V = make([]float32, rows*kd), make([]float32, rows*kd)
+			}
+			kh, vh, qh := randF32(r, n*kd, 1), randF32(r, n*kd, 1), randF32(r, c.T*c.heads*c.d, 1)
+			// The positions before the pass that its tokens see (a ring holds no more), then
+			// the pass's own, as the engine stores them.
+			if from := max(0, n-slots); from < c.pos {
+				m := (c.pos - from) * kd
+				g.StoreKV(&dkv, from, deviceFloats(t, g, m, kh[from*kd:c.pos*kd]), deviceFloats(t, g, m, vh[from*kd:c.pos*kd]))
+			}
+			g.StoreKV(&dkv, c.pos, deviceFloats(t, g, c.T*kd, kh[c.pos*kd:]), deviceFloats(t, g, c.T*kd, vh[c.pos*kd:]))
+			host.StoreKV(&hkv, 0, kh, vh)
+			q, out := deviceFloats(t, g, len(qh), qh), deviceFloats(t, g, len(qh), nil)
+			before := kernelCalls(g)
+			g.Attend(out, q, &dkv, c.pos, c.T, &a)
+			got := hostFloats(g, out)
+			if err := g.Err(); err != nil {
+				t.Fatal(err)
+			}
+			after := kernelCalls(g)
+			if after[c.want]-before[c.want] != 1 {
+				t.Errorf("the pass launched %v, want %s", diffCalls(before, after), c.want)
+			}
+			want := make([]float32, len(got))
+			host.Attend(want, qh, &hkv, c.pos, c.T, &a)
+			tol := 1e-5
+			if c.f16 {
+				tol = 2e-3 // a probability's half, one ulp (2^-11) off
+			}
+			for i := range got {
+				if d := math.Abs(float64(got[i] - want[i])); !(d <= tol*(1+math.Abs(float64(want[i])))) {
+					t.Fatalf("out[%d] = %v, the CPU's %v", i, got[i], want[i])
+				}
+			}
+		})
+	}
+}
+
+// kernelCalls is g's kernel profile as calls by name.
+func kernelCalls(g *GPU) map[string]int64 {
+	m := map[string]int64{}
+	for _, k := range g.KernelProfile() {
+		m[k.Name] = k.Calls
+	}
+	return m
+}
+
+// diffCalls lists the kernels that ran between two kernelCalls.
+func diffCalls(before, after map[string]int64) []string {
+	var ran []string
+	for n, c := range after {
+		if c > before[n] {
+			ran = append(ran, fmt.Sprintf("%s x%d", n, c-before[n]))
+		}
+	}
+	slices.Sort(ran)
+	return ran
+}
+
 func TestGPUAttendSplits(t *testing.T) {
 	g := openFakeGPU(t, GPUOptions{})
 	host := models.HostOps{K: cpu.New(2)}

@@ -105,6 +105,54 @@ func TestCUDAPrefillTensorCores(t *testing.T) {
 	}
 }
 
+// TestCUDAPrefillFlashAttention prefills 100-token prompts over the default F16 cache on the
+// fake GPU, where a pass's attention takes the tensor-core kernels (cuda/kernels/flash.cu):
+// Qwen3-MoE's heads of 128 on 2 KV heads, gpt-oss's heads of 64 with sinks and a window of 8
+// (two blocks of 64 tokens a head, several tiles of positions). The models' weights are F32,
+// so that the products agree with the CPU's to float rounding and the attention's own
+// difference shows: the flash kernel rounds each probability to a half before dividing by the
+// sum, where the CPU (and attn_f16kv, to the bit) rounds after. Measured at 100 tokens: a
+// median of 8.5e-5 and 2.3e-4 from the CPU's probabilities, at worst 3.9e-4 and 2.5e-3
+// (attn_f16kv: 1e-5 and 3.4e-5, at worst 2.7e-4 and 2.4e-4). Required: the CPU's greedy
+// tokens, a median within 1e-3 and every position within 1e-2. (At 100 tokens the quantized
+// golden models' random weights turn last-bit differences into medians of 7e-3 with either
+// kernel, beyond any bound that would still catch a wrong kernel.)
+func TestCUDAPrefillFlashAttention(t *testing.T) {
+	lib := engine.GPUForTests(t)
+	for _, c := range []struct{ name, kernel string }{
+		{"qwen3moe-f32", "attn_fa_f16kv_d128"}, {"gpt-oss-f32", "attn_fa_f16kv_d64"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path, spec, golden := goldenWithPrompt(t, c.name)
+			var prompt []int32 // the golden prompt's tokens, shifted by one more each time round
+			for i := 0; len(prompt) < 100; i++ {
+				prompt = append(prompt, (golden[i%len(golden)]+int32(i/len(golden)))%int32(spec.Vocab))
+			}
+			base := engine.Options{Threads: 2, ContextLength: 256}
+			o := base
+			o.Device, o.CUDALibrary, o.ProfileKernels = "cuda:0", lib, true
+			want, got := runOn(t, path, base, prompt, 4), runOn(t, path, o, prompt, 4)
+			if got.kernels[c.kernel] == 0 {
+				t.Fatalf("the prompt's attention did not take %s: %v", c.kernel, got.kernels)
+			}
+			if !slices.Equal(got.tokens, want.tokens) {
+				t.Errorf("greedy on the GPU %v, on the CPU %v", got.tokens, want.tokens)
+			}
+			var diffs []float64
+			for p := range got.probs {
+				diffs = append(diffs, maxDiff(got.probs[p:p+1], want.probs[p:p+1]))
+			}
+			slices.Sort(diffs)
+			med, worst := diffs[len(diffs)/2], diffs[len(diffs)-1]
+			t.Logf("%s ran %d times; the GPU's probabilities differ from the CPU's by a median of %.2g over %d positions, by up to %.2g",
+				c.kernel, got.kernels[c.kernel], med, len(diffs), worst)
+			if med > 1e-3 || worst > 1e-2 {
+				t.Errorf("probabilities differ from the CPU's by a median of %g (want at most 1e-3) and up to %g (want at most 1e-2)", med, worst)
+			}
+		})
+	}
+}
+
 // promptsPerModel is how many of a golden model's prompts TestCUDAPrefillTensorCores runs.
 const promptsPerModel = 3
 

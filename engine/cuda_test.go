@@ -23,7 +23,8 @@ type gpuRun struct {
 	gpu      engine.GPUStats
 	off      engine.OffloadStats
 	resident bool
-	graphs   string // the model's GraphNote
+	graphs   string           // the model's GraphNote
+	kernels  map[string]int64 // calls by kernel, where o.ProfileKernels asked for them
 }
 
 // runOn opens path with o and returns the next-token probabilities along prompt, n greedy
@@ -40,6 +41,12 @@ func runOn(t *testing.T, path string, o engine.Options, prompt []int32, n int) g
 	r.resident = m.Resident()
 	r.graphs = m.GraphNote()
 	r.off, _ = m.Offload()
+	if p, ok := m.KernelProfile(); ok {
+		r.kernels = map[string]int64{}
+		for _, k := range p {
+			r.kernels[k.Name] += k.Calls
+		}
+	}
 	if r.off.PeakDeviceMem > r.off.DeviceMemLimit {
 		t.Fatalf("peak device memory %d over the %d budget", r.off.PeakDeviceMem, r.off.DeviceMemLimit)
 	}
