@@ -72,3 +72,58 @@ func BenchmarkAttnDecode(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAttnPrefill times a prompt's attention (n tokens from position 0 over an F16 cache,
+// as a first pass runs it) on the same heads as BenchmarkAttnDecode, two ways:
+//
+//	f16kv  attn_f16kv: a block a (query head, token), each warp scoring one position at a time
+//	       with float32 products and warp sums;
+//	flash  attn_fa_f16kv_d128: a block 64 tokens of a head, the scores and the weighted values
+//	       on the tensor cores (m16n8k16 on sm_80 and newer), each tile of keys and values read
+//	       once for the 64 tokens.
+//
+// Each reports
+//
+//	ms/pass     the device's time for the launch;
+//	TFLOP/s     the products' operations (2 dk for a score, 2 dv for a weighted value, over the
+//	            n(n+1)/2 visible pairs of each head) over that time.
+//
+// It runs only on a CUDA device.
+func BenchmarkAttnPrefill(b *testing.B) {
+	k := openKernels(b)
+	if !k.real {
+		b.Skip("no CUDA device: the fake driver's emulator has no meaningful timings")
+	}
+	r := rand.New(rand.NewPCG(5, 5))
+	for _, s := range []struct {
+		name               string
+		heads, kvHeads, dk int
+	}{{"olmoe", 16, 16, 128}, {"qwen3moe", 32, 4, 128}} {
+		for _, n := range []int{512, 2048, 4096} {
+			kvd := s.kvHeads * s.dk
+			cache := make([]byte, 2*n*kvd)
+			for i := range cache {
+				cache[i] = byte(r.Uint32() & 0x3b) // halves of modest magnitude, no NaN or Inf
+			}
+			dk, dv := k.put(b, cache), k.put(b, cache)
+			dq, dout := k.putF32(b, randF32(r, n*s.heads*s.dk, 1)), k.alloc(b, 4*n*s.heads*s.dk)
+			var args Args
+			args.Ptr(dq).Ptr(dk).Ptr(dv).Ptr(dout).Int(n).Int(s.heads).Int(s.kvHeads).Int(s.dk).Int(s.dk).Int(kvd).Int(kvd).Int(s.dk).Int(s.dk).
+				Ptr(0).Int(0).Float(float32(1 / math.Sqrt(float64(s.dk)))).Int(0).Ptr(0).Int(0)
+			flops := 4 * float64(s.heads) * float64(s.dk) * float64(n) * float64(n+1) / 2
+			for _, v := range []struct {
+				name string
+				l    timedLaunch
+			}{
+				{"f16kv", timedLaunch{k.function(b, "attn_f16kv"), Dim3{X: s.heads, Y: n}, Dim3{X: 256}, &args}},
+				{"flash", timedLaunch{k.function(b, "attn_fa_f16kv_d128"), Dim3{X: (n + flashTokens - 1) / flashTokens, Y: s.heads}, Dim3{X: 128}, &args}},
+			} {
+				b.Run(fmt.Sprintf("%s/n=%d/%s", s.name, n, v.name), func(b *testing.B) {
+					sec := timeSteps(b, k, [][]timedLaunch{{v.l}})
+					b.ReportMetric(sec*1e3, "ms/pass")
+					b.ReportMetric(flops/sec/1e12, "TFLOP/s")
+				})
+			}
+		}
+	}
+}

@@ -56,8 +56,14 @@ engine_tests() { (cd engine && "$bin/engine.test" -test.v -test.count=1 -test.ti
 
 # Decode's bandwidth (goal 60% of peak for Q4_K and Q8_0), a decoded token's attention at growing
 # contexts, prefill's mmq against mmv, and a Qwen3.6 DeltaNet layer's kernels on a token and on a
-# prompt.
-kernels() { (cd cuda && "$bin/cuda.test" -test.run '^$' -test.bench 'MMVDecode|AttnDecode|MMQ|DeltaNet' -test.benchtime 200x); }
+# prompt; then a prompt's attention at 512 to 4096 tokens, attn_f16kv against the tensor-core
+# flash kernel (20 passes each: a pass of attn_f16kv at 4096 tokens takes milliseconds).
+kernels() {
+	local rc=0
+	(cd cuda && "$bin/cuda.test" -test.run '^$' -test.bench 'MMVDecode|AttnDecode|MMQ|DeltaNet' -test.benchtime 200x) || rc=1
+	(cd cuda && "$bin/cuda.test" -test.run '^$' -test.bench 'AttnPrefill' -test.benchtime 20x) || rc=1
+	return $rc
+}
 
 # The host's product at 1 to 32 tokens: what device.HostRates model for cpu-miss on this machine.
 host_rates() { (cd cpu && "$bin/cpu.test" -test.run '^$' -test.bench HostMatMulBatch -test.benchtime 20x); }
@@ -122,8 +128,9 @@ profile() {
 # the machine lets it read the counters: throughput against the card's peaks, occupancy and the
 # warps' stall reasons of BenchmarkMMVDecode's Q4_K down shape (read_u4 alone, mmvq1 with a warp
 # a row, then with four), of BenchmarkAttnDecode's OLMoE heads at 2048 positions (a block a
-# head, then the split kernels), and of a decoded token's moe_up and moe_down (whatever their
-# types) on the OLMoE shape.
+# head, then the split kernels), of BenchmarkAttnPrefill's flash kernel on a 2048-token OLMoE
+# prompt, and of a decoded token's moe_up and moe_down (whatever their types) on the OLMoE
+# shape.
 ncu_stage() {
 	command -v ncu >/dev/null || { echo "no ncu on this machine"; return 1; }
 	local sections=(--section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis)
@@ -131,7 +138,7 @@ ncu_stage() {
 	# products, over the weights' copies); the third step is one of them, out of the L2.
 	for b in 'read_u4|1|MMVDecode/Q4_K/4096x14336/read_u4$' 'mmvq1_q4_K|1|MMVDecode/Q4_K/4096x14336/mmvq1_q4_K/w1$' \
 		'mmvq1_q4_K|1|MMVDecode/Q4_K/4096x14336/mmvq1_q4_K/w4$' 'attn_f16kv|1|AttnDecode/olmoe/n=2048/one$' \
-		'regex:^attn_split_|2|AttnDecode/olmoe/n=2048/split'; do
+		'regex:^attn_split_|2|AttnDecode/olmoe/n=2048/split' 'attn_fa_f16kv_d128|1|AttnPrefill/olmoe/n=2048/flash$'; do
 		local kernel=${b%%|*} rest=${b#*|}
 		local count=${rest%%|*} bench=${rest#*|}
 		echo "== $bench"
