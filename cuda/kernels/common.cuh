@@ -509,6 +509,41 @@ CR_FN cr_u4 cr_ldg_u4(const void* p) {
 	return r;
 }
 
+// cr_cp_async16 copies 16 bytes from global memory at src to shared memory at dst (both
+// 16-byte aligned), or writes 16 zero bytes when valid is 0 (src is then not read). On sm_80
+// it is cp.async.cg: the copy goes through the L2 to shared memory without a register and
+// lands by a later cr_cp_async_wait1, so a block loads its next tile while it computes on
+// this one. Before sm_80, and in the emulator, it is a load and a store, done on return.
+CR_FN void cr_cp_async16(void* dst, const void* src, int valid) {
+#if defined(CR_SM80)
+	asm volatile("{\n\t.reg .u64 s;\n\tcvta.to.shared.u64 s, %0;\n\tcp.async.cg.shared.global [s], [%1], 16, %2;\n\t}" ::"l"(dst), "l"(src),
+	             "r"(valid ? 16 : 0)
+	             : "memory");
+#else
+	cr_u4 w = {0, 0, 0, 0};
+	if (valid)
+		w = cr_ldg_u4(src);
+	u32* d = (u32*)dst;
+	d[0] = w.x, d[1] = w.y, d[2] = w.z, d[3] = w.w;
+#endif
+}
+
+// cr_cp_async_commit closes the group of the thread's cr_cp_async16 copies issued since the
+// last; cr_cp_async_wait1 waits until no more than the latest group is still in flight. (No
+// operation before sm_80, whose copies are done on return.) A block reads the copies of its
+// other threads only after a __syncthreads that follows the wait.
+CR_FN void cr_cp_async_commit(void) {
+#if defined(CR_SM80)
+	asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+
+CR_FN void cr_cp_async_wait1(void) {
+#if defined(CR_SM80)
+	asm volatile("cp.async.wait_group 1;" ::: "memory");
+#endif
+}
+
 CR_FN cr_f4 cr_ldg_f4(const float* p) {
 	cr_f4 r;
 #if defined(CR_DEVICE)

@@ -3,8 +3,9 @@
 // whose warps score one position at a time with float32 products and warp sums: a prompt of n
 // tokens does n^2/2 such steps a head, which at a few thousand tokens is most of its time. Here
 // a block takes FA_BM tokens of one query head, a warp 16 of them; each tile of BN positions'
-// keys and values (64 for heads of 64, 32 for heads of 128, whose outputs take more of a
-// thread's registers) is read once into shared memory for all of them, and the scores
+// keys and values (64 for heads of 64, 32 for heads of 128: two tiles of each fit the 48 KiB
+// of static shared memory) is read once into shared memory for all of them, the next tile
+// copied in while this one is used (cp.async from sm_80), and the scores
 // (Q K^T) and the weighted values (P V) are mma.sync products of halves with float32 sums:
 // m16n8k16 in the sm_80 module (sm80.cu), two m16n8k8 in the base module (sm_75) and the
 // emulator.
@@ -29,6 +30,92 @@
 
 CR_FN int fa_slot(int p, int ring) { return ring > 0 ? p % ring : p; }
 
+// fa_fetch starts the copies of the keys and values of positions base .. base+BN-1 into ks and
+// vs, 16 bytes a copy, zeros past bhi.
+template <int D, int BN>
+CR_FN void fa_fetch(u32 (*ks)[(D + FA_PAD) / 2], u32 (*vs)[(D + FA_PAD) / 2], const u16* kb, const u16* vb, int kstride, int vstride,
+                    int base, int bhi, int ring, int tid) {
+	for (int i = tid; i < BN * (D / 8); i += FA_THREADS) {
+		const int r = i / (D / 8), c = 8 * (i % (D / 8)), p = base + r;
+		const i64 slot = p < bhi ? fa_slot(p, ring) : 0;
+		cr_cp_async16(&ks[r][c / 2], kb + slot * kstride + c, p < bhi);
+		cr_cp_async16(&vs[r][c / 2], vb + slot * vstride + c, p < bhi);
+	}
+}
+
+// fa_tile takes one tile of positions base .. base+BN-1 (ks, vs) into the warp's rows: their
+// scores, the running maxima (ma, mb) and the lane's shares of the sums (la, lb), rescaled as
+// the maxima grow, and the outputs o.
+template <int D, int BN>
+CR_FN void fa_tile(const u32 (*ks)[(D + FA_PAD) / 2], const u32 (*vs)[(D + FA_PAD) / 2], const u32 (*qa)[4], float (*o)[4], float& ma,
+                   float& mb, float& la, float& lb, int base, int na, int nb, int loa, int lob, float scale, int g, int tq) {
+	// Scores of the warp's 16 rows against the tile's positions.
+	float s[BN / 8][4];
+#pragma unroll
+	for (int nt = 0; nt < BN / 8; nt++) {
+		s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+		for (int kk = 0; kk < D / 16; kk++) {
+			const u32 bf[2] = {ks[8 * nt + g][8 * kk + tq], ks[8 * nt + g][8 * kk + 4 + tq]};
+			cr_mma_f16_k16(qa[kk], bf, s[nt]);
+		}
+	}
+	// Scale and mask; the tile's maxima of the two rows.
+	float xa = -cr_inf(), xb = -cr_inf();
+#pragma unroll
+	for (int nt = 0; nt < BN / 8; nt++) {
+#pragma unroll
+		for (int e = 0; e < 2; e++) {
+			const int p = base + 8 * nt + 2 * tq + e;
+			s[nt][e] = p >= loa && p < na ? cr_fmul(s[nt][e], scale) : -cr_inf();
+			s[nt][2 + e] = p >= lob && p < nb ? cr_fmul(s[nt][2 + e], scale) : -cr_inf();
+			xa = s[nt][e] > xa ? s[nt][e] : xa;
+			xb = s[nt][2 + e] > xb ? s[nt][2 + e] : xb;
+		}
+	}
+#pragma unroll
+	for (int m = 1; m < 4; m <<= 1) { // the four lanes of a row
+		const float ya = cr_shfl_xor(xa, m), yb = cr_shfl_xor(xb, m);
+		xa = ya > xa ? ya : xa;
+		xb = yb > xb ? yb : xb;
+	}
+	const float na_m = xa > ma ? xa : ma, nb_m = xb > mb ? xb : mb;
+	// exp(-Inf - -Inf) would be NaN: a row with nothing seen yet subtracts 0 instead.
+	const float ra = na_m == -cr_inf() ? 0.0f : na_m, rb = nb_m == -cr_inf() ? 0.0f : nb_m;
+	const float fa = cr_exp_v(ma - ra), fb = cr_exp_v(mb - rb);
+	ma = na_m;
+	mb = nb_m;
+	la = cr_fmul(la, fa);
+	lb = cr_fmul(lb, fb);
+#pragma unroll
+	for (int j = 0; j < D / 8; j++) {
+		o[j][0] = cr_fmul(o[j][0], fa);
+		o[j][1] = cr_fmul(o[j][1], fa);
+		o[j][2] = cr_fmul(o[j][2], fb);
+		o[j][3] = cr_fmul(o[j][3], fb);
+	}
+	// Probabilities (unnormalised) as A fragments, and the values they weigh.
+	u32 pa[BN / 16][4];
+#pragma unroll
+	for (int nt = 0; nt < BN / 8; nt++) {
+		const float e0 = cr_exp_v(s[nt][0] - ra), e1 = cr_exp_v(s[nt][1] - ra);
+		const float e2 = cr_exp_v(s[nt][2] - rb), e3 = cr_exp_v(s[nt][3] - rb);
+		la = cr_fadd(la, cr_fadd(e0, e1));
+		lb = cr_fadd(lb, cr_fadd(e2, e3));
+		pa[nt / 2][2 * (nt % 2)] = cr_pack_h2(e0, e1);
+		pa[nt / 2][2 * (nt % 2) + 1] = cr_pack_h2(e2, e3);
+	}
+#pragma unroll
+	for (int kk = 0; kk < BN / 16; kk++) {
+#pragma unroll
+		for (int j = 0; j < D / 8; j++) {
+			const u16* vc = (const u16*)&vs[16 * kk + 2 * tq][0] + 8 * j + g; // rows 2t, 2t+1, 2t+8, 2t+9
+			const u32 bf[2] = {(u32)vc[0] | (u32)vc[D + FA_PAD] << 16, (u32)vc[8 * (D + FA_PAD)] | (u32)vc[9 * (D + FA_PAD)] << 16};
+			cr_mma_f16_k16(pa[kk], bf, o[j]);
+		}
+	}
+}
+
 // fa_body is the kernel for heads of D values (dk == dv == D), in tiles of BN positions.
 template <int D, int BN>
 CR_FN void fa_body(const float* q, const u16* k, const u16* v, float* out, int ntok, int heads, int kv_heads, int dk, int dv,
@@ -39,8 +126,9 @@ CR_FN void fa_body(const float* q, const u16* k, const u16* v, float* out, int n
 	// pairs two positions' halves of one value index, which two 16-bit loads from rows 2t and
 	// 2t+1 give without bank conflicts, where storing the tile transposed would put the lanes
 	// of a store in one bank.
-	__shared__ u32 ks[BN][(D + FA_PAD) / 2];
-	__shared__ u32 vs[BN][(D + FA_PAD) / 2];
+	// Two of each: the next tile is copied in (cp.async from sm_80) while this one is used.
+	__shared__ __attribute__((aligned(16))) u32 ks[2][BN][(D + FA_PAD) / 2];
+	__shared__ __attribute__((aligned(16))) u32 vs[2][BN][(D + FA_PAD) / 2];
 	const int h = blockIdx.y, t0 = blockIdx.x * FA_BM;
 	if (h >= heads || t0 >= ntok)
 		return;
@@ -89,91 +177,17 @@ CR_FN void fa_body(const float* q, const u16* k, const u16* v, float* out, int n
 	const u16* kb = k + (i64)kvh * kh_stride;
 	const u16* vb = v + (i64)kvh * vh_stride;
 
-	for (int base = blo; base < bhi; base += BN) {
-		__syncthreads(); // the last tile's readers are done
-		// Keys and values of positions base .. base+BN-1, 8 halves a load; zeros past bhi.
-		for (int i = tid; i < BN * (D / 8); i += FA_THREADS) {
-			const int r = i / (D / 8), c = 8 * (i % (D / 8)), p = base + r;
-			cr_u4 kw = {0, 0, 0, 0}, vw = {0, 0, 0, 0};
-			if (p < bhi) {
-				const i64 slot = fa_slot(p, ring);
-				kw = cr_ldg_u4(kb + slot * kstride + c);
-				vw = cr_ldg_u4(vb + slot * vstride + c);
-			}
-			u32* kd = &ks[r][c / 2];
-			u32* vd = &vs[r][c / 2];
-			kd[0] = kw.x, kd[1] = kw.y, kd[2] = kw.z, kd[3] = kw.w;
-			vd[0] = vw.x, vd[1] = vw.y, vd[2] = vw.z, vd[3] = vw.w;
-		}
-		__syncthreads();
-		if (base >= whi || base + BN <= wlo)
-			continue; // no position of this tile is seen by the warp's rows
-
-		// Scores of the warp's 16 rows against the tile's positions.
-		float s[BN / 8][4];
-#pragma unroll
-		for (int nt = 0; nt < BN / 8; nt++) {
-			s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-#pragma unroll
-			for (int kk = 0; kk < D / 16; kk++) {
-				const u32 bf[2] = {ks[8 * nt + g][8 * kk + tq], ks[8 * nt + g][8 * kk + 4 + tq]};
-				cr_mma_f16_k16(qa[kk], bf, s[nt]);
-			}
-		}
-		// Scale and mask; the tile's maxima of the two rows.
-		float xa = -cr_inf(), xb = -cr_inf();
-#pragma unroll
-		for (int nt = 0; nt < BN / 8; nt++) {
-#pragma unroll
-			for (int e = 0; e < 2; e++) {
-				const int p = base + 8 * nt + 2 * tq + e;
-				s[nt][e] = p >= loa && p < na ? cr_fmul(s[nt][e], scale) : -cr_inf();
-				s[nt][2 + e] = p >= lob && p < nb ? cr_fmul(s[nt][2 + e], scale) : -cr_inf();
-				xa = s[nt][e] > xa ? s[nt][e] : xa;
-				xb = s[nt][2 + e] > xb ? s[nt][2 + e] : xb;
-			}
-		}
-#pragma unroll
-		for (int m = 1; m < 4; m <<= 1) { // the four lanes of a row
-			const float ya = cr_shfl_xor(xa, m), yb = cr_shfl_xor(xb, m);
-			xa = ya > xa ? ya : xa;
-			xb = yb > xb ? yb : xb;
-		}
-		const float na_m = xa > ma ? xa : ma, nb_m = xb > mb ? xb : mb;
-		// exp(-Inf - -Inf) would be NaN: a row with nothing seen yet subtracts 0 instead.
-		const float ra = na_m == -cr_inf() ? 0.0f : na_m, rb = nb_m == -cr_inf() ? 0.0f : nb_m;
-		const float fa = cr_exp_v(ma - ra), fb = cr_exp_v(mb - rb);
-		ma = na_m;
-		mb = nb_m;
-		la = cr_fmul(la, fa);
-		lb = cr_fmul(lb, fb);
-#pragma unroll
-		for (int j = 0; j < D / 8; j++) {
-			o[j][0] = cr_fmul(o[j][0], fa);
-			o[j][1] = cr_fmul(o[j][1], fa);
-			o[j][2] = cr_fmul(o[j][2], fb);
-			o[j][3] = cr_fmul(o[j][3], fb);
-		}
-		// Probabilities (unnormalised) as A fragments, and the values they weigh.
-		u32 pa[BN / 16][4];
-#pragma unroll
-		for (int nt = 0; nt < BN / 8; nt++) {
-			const float e0 = cr_exp_v(s[nt][0] - ra), e1 = cr_exp_v(s[nt][1] - ra);
-			const float e2 = cr_exp_v(s[nt][2] - rb), e3 = cr_exp_v(s[nt][3] - rb);
-			la = cr_fadd(la, cr_fadd(e0, e1));
-			lb = cr_fadd(lb, cr_fadd(e2, e3));
-			pa[nt / 2][2 * (nt % 2)] = cr_pack_h2(e0, e1);
-			pa[nt / 2][2 * (nt % 2) + 1] = cr_pack_h2(e2, e3);
-		}
-#pragma unroll
-		for (int kk = 0; kk < BN / 16; kk++) {
-#pragma unroll
-			for (int j = 0; j < D / 8; j++) {
-				const u16* vc = (const u16*)&vs[16 * kk + 2 * tq][0] + 8 * j + g; // rows 2t, 2t+1, 2t+8, 2t+9
-				const u32 bf[2] = {(u32)vc[0] | (u32)vc[D + FA_PAD] << 16, (u32)vc[8 * (D + FA_PAD)] | (u32)vc[9 * (D + FA_PAD)] << 16};
-				cr_mma_f16_k16(pa[kk], bf, o[j]);
-			}
-		}
+	fa_fetch<D, BN>(ks[0], vs[0], kb, vb, kstride, vstride, blo, bhi, ring, tid);
+	cr_cp_async_commit();
+	for (int base = blo, buf = 0; base < bhi; base += BN, buf ^= 1) {
+		if (base + BN < bhi)
+			fa_fetch<D, BN>(ks[buf ^ 1], vs[buf ^ 1], kb, vb, kstride, vstride, base + BN, bhi, ring, tid);
+		cr_cp_async_commit(); // a group each round, empty at the last, so that wait1 waits for this tile's
+		cr_cp_async_wait1();
+		__syncthreads(); // this tile is in ks[buf], vs[buf] for every thread
+		if (base < whi && base + BN > wlo) // a position of the tile is seen by the warp's rows
+			fa_tile<D, BN>(ks[buf], vs[buf], qa, o, ma, mb, la, lb, base, na, nb, loa, lob, scale, g, tq);
+		__syncthreads(); // every warp is done with ks[buf], vs[buf]: the next round copies into them
 	}
 
 	// The rows' sums over their four lanes, the sink's share, and the output.
@@ -214,7 +228,7 @@ CR_FN void fa_body(const float* q, const u16* k, const u16* v, float* out, int n
 //   token of a block sees: its window and the block's FA_BM tokens (the engine's rings hold
 //   the window and a whole pass).
 //   grid (ceil(ntok / 64), heads, 1); block (128, 1, 1) exactly; no dynamic shared memory
-//   (18 KiB static for 64, 17 KiB for 128).
+//   (36 KiB static for 64, 34 KiB for 128).
 #define FA_KERNEL(D, BN)                                                                                                     \
 	extern "C" __global__ void attn_fa_f16kv_d##D(const float* q, const u16* k, const u16* v, float* out, int ntok, int heads, \
 	                                              int kv_heads, int dk, int dv, int kstride, int vstride, int kh_stride,      \
