@@ -148,19 +148,8 @@ func TestGPUAttendFlash(t *testing.T) {
 			if c.ring > 0 {
 				slots = c.ring
 			}
-			dkv := device.KVLayer{KDim: kd, VDim: kd, F16: c.f16, Ring: c.ring}
-			hkv := device.KVLayer{KDim: kd, VDim: kd, F16: c.f16}
-			if c.f16 {
-				half := func() []uint16 {
-					b := deviceFloats(t, g, slots*kd/2, nil)
-					return unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(b))), slots*kd)
-				}
-				dkv.K16, dkv.V16 = half(), half()
-				hkv.K16, hkv.V16 = make([]uint16, rows*kd), make([]uint16, rows*kd)
-			} else {
-				dkv.K, dkv.V = deviceFloats(t, g, slots*kd, nil), deviceFloats(t, g, slots*kd, nil)
-				hkv.K, hkv.V = make([]float32, rows*kd), make([]float32, rows*kd)
-			}
+			dkv, hkv := kvPair(t, g, slots, rows, kd, c.f16)
+			dkv.Ring = c.ring
 			kh, vh, qh := randF32(r, n*kd, 1), randF32(r, n*kd, 1), randF32(r, c.T*c.heads*c.d, 1)
 			// The positions before the pass that its tokens see (a ring holds no more), then
 			// the pass's own, as the engine stores them.
@@ -196,6 +185,24 @@ func TestGPUAttendFlash(t *testing.T) {
 	}
 }
 
+// kvPair returns an empty KV cache of slots rows on g and one of rows rows on the host, of kd
+// values a row, F16 or F32.
+func kvPair(t *testing.T, g *GPU, slots, rows, kd int, f16 bool) (dev, host device.KVLayer) {
+	dev, host = device.KVLayer{KDim: kd, VDim: kd, F16: f16}, device.KVLayer{KDim: kd, VDim: kd, F16: f16}
+	if !f16 {
+		dev.K, dev.V = deviceFloats(t, g, slots*kd, nil), deviceFloats(t, g, slots*kd, nil)
+		host.K, host.V = make([]float32, rows*kd), make([]float32, rows*kd)
+		return dev, host
+	}
+	half := func() []uint16 {
+		b := deviceFloats(t, g, slots*kd/2, nil)
+		return unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(b))), slots*kd)
+	}
+	dev.K16, dev.V16 = half(), half()
+	host.K16, host.V16 = make([]uint16, rows*kd), make([]uint16, rows*kd)
+	return dev, host
+}
+
 // kernelCalls is g's kernel profile as calls by name.
 func kernelCalls(g *GPU) map[string]int64 {
 	m := map[string]int64{}
@@ -227,18 +234,7 @@ func TestGPUAttendSplits(t *testing.T) {
 	for _, f16 := range []bool{false, true} {
 		t.Run(fmt.Sprintf("f16=%v", f16), func(t *testing.T) {
 			kh, vh, qh := randF32(r, rows*kd, 1), randF32(r, rows*kd, 1), randF32(r, 2*heads*dk, 1)
-			dkv, hkv := device.KVLayer{KDim: kd, VDim: kd, F16: f16}, device.KVLayer{KDim: kd, VDim: kd, F16: f16}
-			if f16 {
-				half := func() []uint16 {
-					b := deviceFloats(t, g, rows*kd/2, nil)
-					return unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(b))), rows*kd)
-				}
-				dkv.K16, dkv.V16 = half(), half()
-				hkv.K16, hkv.V16 = make([]uint16, rows*kd), make([]uint16, rows*kd)
-			} else {
-				dkv.K, dkv.V = deviceFloats(t, g, rows*kd, nil), deviceFloats(t, g, rows*kd, nil)
-				hkv.K, hkv.V = make([]float32, rows*kd), make([]float32, rows*kd)
-			}
+			dkv, hkv := kvPair(t, g, rows, rows, kd, f16)
 			g.StoreKV(&dkv, 0, deviceFloats(t, g, rows*kd, kh), deviceFloats(t, g, rows*kd, vh))
 			host.StoreKV(&hkv, 0, kh, vh)
 			q, out := deviceFloats(t, g, 2*heads*dk, qh), deviceFloats(t, g, 2*heads*dk, nil)
