@@ -6,6 +6,10 @@
 # would say so on the card, failing every kernel of the module.
 #
 #   bash tools/kernels/ptxas.sh [DIR]     (default DIR /usr/local/bin; or: make ptxas)
+#   CUDA_TOOLS="ptxas cuobjdump nvdisasm" bash tools/kernels/ptxas.sh
+#                                          (also the disassemblers, to read a kernel's SASS:
+#                                           ptxas -arch=sm_90 cuda/ptx/kernels.ptx -o k.cubin;
+#                                           cuobjdump -sass -fun mmvq1_q4_K k.cubin)
 #
 # It takes ptxas alone out of Debian's nvidia-cuda-toolkit package (non-free; CUDA 11.8 in
 # bookworm, which knows sm_75 to sm_90), read through a private apt configuration in a
@@ -47,5 +51,7 @@ opts=(-o "Dir::Etc::SourceList=$tmp/nonfree.sources" -o "Dir::Etc::SourceParts=/
 apt-get "${opts[@]}" update -qq
 (cd "$tmp" && apt-get "${opts[@]}" download -qq nvidia-cuda-toolkit)
 dpkg-deb -x "$tmp"/nvidia-cuda-toolkit_*.deb "$tmp/x"
-$sudo install -D -m 755 "$tmp/x/usr/bin/ptxas" "$dir/ptxas"
+for tool in ${CUDA_TOOLS:-ptxas}; do
+	$sudo install -D -m 755 "$tmp/x/usr/bin/$tool" "$dir/$tool"
+done
 "$dir/ptxas" --version | tail -n 1
