@@ -372,7 +372,8 @@ func (g *GPU) Attend(out, q []float32, kv *device.KVLayer, pos0, T int, a *devic
 
 // flashTokens is how many tokens a block of the tensor-core prompt attention takes
 // (kernels/flash.cu's FA_BM), and flashMinTokens the fewest a pass gives it: below that a block
-// a (head, token) of attn_f16kv fills the card better than a block of 64 tokens a head.
+// a (head, token) of attn_f16kv is expected to fill the card better than a block of 64 tokens
+// a head. Both are estimates until BenchmarkAttnPrefill has run on a card.
 const (
 	flashTokens    = 64
 	flashMinTokens = 32
