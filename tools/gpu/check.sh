@@ -177,8 +177,8 @@ peak_mib() {
 # synth's Q4_K_M mix; VS_SHAPES, VS_LAYERS to change them), prompts of 512 tokens and VS_TOKENS
 # decoded: the whole model on the card; then llama.cpp's --n-cpu-moe N (half the layers) and
 # commit-run's static (the same split), hot, cpu-miss and auto with the device memory that
-# llama.cpp's run took at its peak (sampled with nvidia-smi); then 64 tokens decoded after
-# VS_DEPTH (4000; OLMoE's context is 4096) on the card.
+# llama.cpp's run took at its peak (sampled with nvidia-smi); then a prompt of VS_DEPTH tokens
+# (4000; OLMoE's context is 4096) and 64 tokens decoded after it, on the card.
 vs() {
 	local tokens=${VS_TOKENS:-64}
 	[[ -x /tmp/lcpp-build/bin/llama-bench ]] || { echo "no llama-bench: run check.sh lcpp first on this machine"; return 1; }
@@ -206,9 +206,14 @@ vs() {
 		# Decode at a long context, the whole model on the card: llama-bench's tg64 with VS_DEPTH
 		# tokens in the cache (-d) against commit-run's 64 tokens after a prompt of as many,
 		# where each decoded token's attention reads the whole cache (split over it, attn_split_*).
+		# The same prompt of VS_DEPTH tokens prefilled from an empty cache (llama-bench's pp of as
+		# many, against the prompt's time to first token here): a long prompt's attention, on the
+		# tensor cores in both (flash attention).
 		local depth=${VS_DEPTH:-4000}
 		LD_LIBRARY_PATH=/tmp/lcpp-build/bin /tmp/lcpp-build/bin/llama-bench -m $m -ngl 99 -fa on -p 0 -n 64 -d $depth -r 3 -o json \
 			>"$out/lcpp-$shape/bench-d$depth.json"
+		LD_LIBRARY_PATH=/tmp/lcpp-build/bin /tmp/lcpp-build/bin/llama-bench -m $m -ngl 99 -fa on -p $depth -n 0 -r 3 -o json \
+			>"$out/lcpp-$shape/bench-pp$depth.json"
 		"$bin/commit-run" -m $m --device cuda:0 --ctx $((depth + 96)) bench --prompt-len $depth --tokens 64 --json >"$out/vs-$shape-d$depth.json"
 	done
 	python3 tools/gpu/vs.py "$out" ${VS_SHAPES:-olmoe qwen3moe}

@@ -12,7 +12,8 @@ vs-SHAPE-budget.json (commit-run bench --json with --prompt-len 512; vs-SHAPE-co
 without bench's warm-up prompt, whose prefill shows the one-time costs; vs-SHAPE-card-wN.json the
 first with --gpu-row-warps N, N warps a row of the integer decode products), and for decode at a long
 context lcpp-SHAPE/bench-dD.json (llama-bench -p 0 -n 64 -d D) and vs-SHAPE-dD.json (64 tokens after
-a D-token prompt). commit-run's prefill rate
+a D-token prompt), whose prompt is set beside lcpp-SHAPE/bench-ppD.json (llama-bench -p D -n 0).
+commit-run's prefill rate
 is 512 / its time to first token, which also holds the first token's sampling; llama-bench's pp
 times the batch alone. Decode: llama-bench's tg128 from an empty cache, commit-run's tokens after
 the 512-token prompt.
@@ -43,11 +44,11 @@ def llama(path):
     return pp, tg
 
 
-def ours(rep, policy=None):
-    """prefill and decode tokens/s of a commit-run bench row."""
+def ours(rep, policy=None, prompt=512):
+    """prefill and decode tokens/s of a commit-run bench row whose prompts were prompt tokens."""
     for r in (rep or {}).get("Rows", []):
         if policy is None or r["Policy"] == policy:
-            return 512 / r["TTFT"], r["TokensPerSecond"], r.get("GPUPerToken")
+            return prompt / r["TTFT"], r["TokensPerSecond"], r.get("GPUPerToken")
     return None, None, None
 
 
@@ -81,8 +82,9 @@ def main(argv):
         for path in sorted(glob.glob(os.path.join(out, f"lcpp-{shape}", "bench-d*.json"))):
             d = os.path.basename(path)[len("bench-d"):-len(".json")]
             _, dtg = llama(path)
-            _, otg, _ = ours(load(os.path.join(out, f"vs-{shape}-d{d}.json")))
-            print(f"{'':>10} {f'decode after {d} tokens':>28} {'':>12} {'':>11} {'':>7} {num(dtg):>9} {num(otg):>8} {ratio(otg, dtg):>7}")
+            opp, otg, _ = ours(load(os.path.join(out, f"vs-{shape}-d{d}.json")), prompt=int(d))
+            dpp, _ = llama(os.path.join(out, f"lcpp-{shape}", f"bench-pp{d}.json"))
+            print(f"{'':>10} {f'prompt of {d}, decode after':>28} {num(dpp):>12} {num(opp):>11} {ratio(opp, dpp):>7} {num(dtg):>9} {num(otg):>8} {ratio(otg, dtg):>7}")
         ncmoe = sorted(glob.glob(os.path.join(out, f"lcpp-{shape}", "bench-ncmoe*.json")))
         budget = load(os.path.join(out, f"vs-{shape}-budget.json"))
         for path in ncmoe:
