@@ -74,11 +74,12 @@ func BenchmarkAttnDecode(b *testing.B) {
 }
 
 // BenchmarkAttnPrefill times a prompt's attention (n tokens from position 0 over an F16 cache,
-// as a first pass runs it) on the same heads as BenchmarkAttnDecode, two ways:
+// as a first pass runs it) on the same heads as BenchmarkAttnDecode and on Qwen3.6's
+// full-attention layers (16 heads of 256 on 2 KV heads), two ways:
 //
 //	f16kv  attn_f16kv: a block a (query head, token), each warp scoring one position at a time
 //	       with float32 products and warp sums;
-//	flash  attn_fa_f16kv_d128: a block 64 tokens of a head, the scores and the weighted values
+//	flash  attn_fa_f16kv_d128 (_d256): a block 64 tokens (32) of a head, the scores and the weighted values
 //	       on the tensor cores (m16n8k16 on sm_80 and newer), each tile of keys and values read
 //	       once for the 64 tokens.
 //
@@ -98,7 +99,7 @@ func BenchmarkAttnPrefill(b *testing.B) {
 	for _, s := range []struct {
 		name               string
 		heads, kvHeads, dk int
-	}{{"olmoe", 16, 16, 128}, {"qwen3moe", 32, 4, 128}} {
+	}{{"olmoe", 16, 16, 128}, {"qwen3moe", 32, 4, 128}, {"qwen36", 16, 2, 256}} {
 		for _, n := range []int{512, 2048, 4096} {
 			kvd := s.kvHeads * s.dk
 			cache := make([]byte, 2*n*kvd)
@@ -116,7 +117,7 @@ func BenchmarkAttnPrefill(b *testing.B) {
 				l    timedLaunch
 			}{
 				{"f16kv", timedLaunch{k.function(b, "attn_f16kv"), Dim3{X: s.heads, Y: n}, Dim3{X: 256}, &args}},
-				{"flash", timedLaunch{k.function(b, "attn_fa_f16kv_d128"), Dim3{X: (n + flashTokens - 1) / flashTokens, Y: s.heads}, Dim3{X: 128}, &args}},
+				{"flash", timedLaunch{k.function(b, fmt.Sprintf("attn_fa_f16kv_d%d", s.dk)), Dim3{X: ceilDiv(n, flashBlockTokens(s.dk)), Y: s.heads}, Dim3{X: 128}, &args}},
 			} {
 				b.Run(fmt.Sprintf("%s/n=%d/%s", s.name, n, v.name), func(b *testing.B) {
 					sec := timeSteps(b, k, [][]timedLaunch{{v.l}})

@@ -1247,7 +1247,7 @@ func attnCases() []kernelCase {
 		}
 	}
 	// The tensor-core prompt kernels (flash.cu): several blocks of 64 tokens and rows past the
-	// last token, several tiles of positions (64 for heads of 64, 32 for 128), grouped queries, windows that start inside a tile,
+	// last token, several tiles of positions (64 for heads of 64, 32 for 128, 16 for 256), grouped queries, windows that start inside a tile,
 	// rings, sinks, a position in device memory.
 	for _, c := range []attnCase{
 		{ntok: 70, heads: 4, kvHeads: 2, dk: 64, dv: 64, pos0: 0},
@@ -1256,6 +1256,9 @@ func attnCases() []kernelCase {
 		{ntok: 33, heads: 2, kvHeads: 2, dk: 128, dv: 128, pos0: 5, dev: true, sinks: true},
 		{ntok: 16, heads: 8, kvHeads: 1, dk: 64, dv: 64, pos0: 130, window: 70},
 		{ntok: 40, heads: 4, kvHeads: 1, dk: 128, dv: 128, pos0: 50, window: 37, sinks: true, ring: 80},
+		// Heads of 256 (Qwen3.6's full attention): blocks of 32 tokens, two warps a row's values.
+		{ntok: 45, heads: 4, kvHeads: 2, dk: 256, dv: 256, pos0: 20},
+		{ntok: 33, heads: 2, kvHeads: 1, dk: 256, dv: 256, pos0: 40, window: 25, sinks: true, ring: 64},
 	} {
 		kernel := fmt.Sprintf("attn_fa_f16kv_d%d", c.dk)
 		cs = append(cs, kernelCase{kernel, c.String(), func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkAttn(t, k, c, true, attnFlash, r) }})
@@ -1443,7 +1446,7 @@ func checkAttn(t *testing.T, k *kernelEnv, c attnCase, f16 bool, splits int, r *
 	flash := splits == attnFlash
 	if flash {
 		var args Args
-		k.run(t, fmt.Sprintf("attn_fa_f16kv_d%d", c.dk), Dim3{X: ceilDiv(c.ntok, 64), Y: c.heads}, Dim3{X: 128},
+		k.run(t, fmt.Sprintf("attn_fa_f16kv_d%d", c.dk), Dim3{X: ceilDiv(c.ntok, flashBlockTokens(c.dk)), Y: c.heads}, Dim3{X: 128},
 			args.Ptr(dq).Ptr(dk).Ptr(dv).Ptr(dout).Int(c.ntok).Int(c.heads).Int(c.kvHeads).Int(c.dk).Int(c.dv).
 				Int(kstride).Int(vstride).Int(khs).Int(vhs).Ptr(posp).Int(pos0).Float(scale).Int(c.window).Ptr(dsinks).Int(c.ring))
 		got = k.getF32(t, dout, c.ntok*c.heads*c.dv)

@@ -323,8 +323,8 @@ func (c *opCall) kvCache(d32 []float32, d16 []uint16, what string) DevicePtr {
 }
 
 // Attend implements device.Ops. A decoded token's heads are split over the cache
-// (attendSplit); a pass of 32 tokens or more over an F16 cache with heads of 64 or 128 takes
-// the tensor cores (flashKernel); anything else a block a (head, token) of attn_f32 or
+// (attendSplit); a pass of 32 tokens or more over an F16 cache with heads of 64, 128 or 256
+// takes the tensor cores (flashKernel); anything else a block a (head, token) of attn_f32 or
 // attn_f16kv.
 func (g *GPU) Attend(out, q []float32, kv *device.KVLayer, pos0, T int, a *device.AttnShape) {
 	c := g.begin("attention")
@@ -361,8 +361,8 @@ func (g *GPU) Attend(out, q []float32, kv *device.KVLayer, pos0, T int, a *devic
 		return
 	}
 	grid, block := Dim3{X: a.Heads, Y: T}, Dim3{X: 256}
-	if fa := flashKernel(T, kv, vstride, a); fa != "" && kp%16 == 0 && vp%16 == 0 {
-		name, grid, block = fa, Dim3{X: (T + flashTokens - 1) / flashTokens, Y: a.Heads}, Dim3{X: 128}
+	if fa, tokens := flashKernel(T, kv, vstride, a); fa != "" && kp%16 == 0 && vp%16 == 0 {
+		name, grid, block = fa, Dim3{X: (T + tokens - 1) / tokens, Y: a.Heads}, Dim3{X: 128}
 	}
 	g.args.Reset().Ptr(qp).Ptr(kp).Ptr(vp).Ptr(op).Int(T).Int(a.Heads).Int(a.KVHeads).Int(a.DK).Int(a.DV).
 		Int(kv.KDim).Int(vstride).Int(a.KHeadStride).Int(a.VHeadStride).Ptr(posp).Int(off).Float(a.Scale).
@@ -370,32 +370,43 @@ func (g *GPU) Attend(out, q []float32, kv *device.KVLayer, pos0, T int, a *devic
 	c.launch(name, grid, block)
 }
 
-// flashTokens is how many tokens a block of the tensor-core prompt attention takes
-// (kernels/flash.cu's FA_BM), and flashMinTokens the fewest a pass gives it: below that a block
-// a (head, token) of attn_f16kv is expected to fill the card better than a block of 64 tokens
-// a head. Both are estimates until BenchmarkAttnPrefill has run on a card.
-const (
-	flashTokens    = 64
-	flashMinTokens = 32
-)
+// flashMinTokens is the fewest tokens of a pass the tensor-core prompt attention takes: below
+// that a block a (head, token) of attn_f16kv is expected to fill the card better than a block
+// of 64 tokens a head. An estimate until BenchmarkAttnPrefill has run on a card.
+const flashMinTokens = 32
 
-// flashKernel names the tensor-core prompt attention for a pass of T tokens, or "" where
-// attn_f16kv takes it: flash.cu's kernels take an F16 cache of standard or grouped heads of 64
-// or 128 values, read 16 bytes at a time, and a ring that holds a pass's window and tokens.
-func flashKernel(T int, kv *device.KVLayer, vstride int, a *device.AttnShape) string {
-	if T < flashMinTokens || !kv.F16 || a.Latent || a.DK != a.DV || (a.DK != 64 && a.DK != 128) ||
-		a.KVHeads <= 0 || a.Heads%a.KVHeads != 0 || kv.Ring > 0 && kv.Ring < a.Window+T-1 {
-		return ""
+// flashKernel names the tensor-core prompt attention for a pass of T tokens and the tokens a
+// block of it takes, or "" where attn_f16kv takes the pass: flash.cu's kernels take an F16
+// cache of standard or grouped heads of 64, 128 or 256 values, read 16 bytes at a time, and a
+// ring that holds a pass's window and tokens.
+func flashKernel(T int, kv *device.KVLayer, vstride int, a *device.AttnShape) (name string, tokens int) {
+	if T < flashMinTokens || !kv.F16 || a.Latent || a.DK != a.DV || a.KVHeads <= 0 || a.Heads%a.KVHeads != 0 ||
+		kv.Ring > 0 && kv.Ring < a.Window+T-1 {
+		return "", 0
 	}
 	for _, n := range []int{kv.KDim, vstride, a.KHeadStride, a.VHeadStride} {
 		if n%8 != 0 {
-			return ""
+			return "", 0
 		}
 	}
-	if a.DK == 64 {
-		return "attn_fa_f16kv_d64"
+	switch a.DK {
+	case 64:
+		return "attn_fa_f16kv_d64", flashBlockTokens(64)
+	case 128:
+		return "attn_fa_f16kv_d128", flashBlockTokens(128)
+	case 256:
+		return "attn_fa_f16kv_d256", flashBlockTokens(256)
 	}
-	return "attn_fa_f16kv_d128"
+	return "", 0
+}
+
+// flashBlockTokens is how many tokens a block of the flash kernel for heads of d values takes
+// (kernels/flash.cu's FA_BM): 64, and 32 for heads of 256, whose values two warps share.
+func flashBlockTokens(d int) int {
+	if d == 256 {
+		return 32
+	}
+	return 64
 }
 
 // attnCounters is how many heads of a decoded token the split attention takes: the counters

@@ -117,7 +117,7 @@ func TestAttnSplits(t *testing.T) {
 // CPU's (HostOps; F16 probabilities may round to a neighbouring half); and a step captured at
 // one position replays the split kernels at others with the bits of their eager launches.
 // TestGPUAttendFlash checks which kernel GPU.Attend takes for a pass (the tensor-core
-// kernels for 32 tokens or more of an F16 cache with heads of 64 or 128, attn_f16kv or
+// kernels for 32 tokens or more of an F16 cache with heads of 64, 128 or 256, attn_f16kv or
 // attn_f32 otherwise), and that each agrees with HostOps within a half's rounding of the
 // probabilities.
 func TestGPUAttendFlash(t *testing.T) {
@@ -138,6 +138,7 @@ func TestGPUAttendFlash(t *testing.T) {
 		{4, 2, 64, 0, 40, false, 0, 0, "attn_f32"},   // an F32 cache
 		{2, 1, 32, 10, 40, true, 0, 0, "attn_f16kv"}, // heads of 32
 		{4, 2, 64, 60, 40, true, 20, 64, "attn_fa_f16kv_d64"},
+		{2, 1, 256, 10, 40, true, 0, 0, "attn_fa_f16kv_d256"},
 	} {
 		name := fmt.Sprintf("heads=%d/%d,d=%d,pos=%d,T=%d,f16=%v,window=%d,ring=%d", c.heads, c.kvHeads, c.d, c.pos, c.T, c.f16, c.window, c.ring)
 		t.Run(name, func(t *testing.T) {

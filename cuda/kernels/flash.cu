@@ -2,9 +2,10 @@
 // tiling and online softmax). attn_f16kv (attention.cu) gives each (query head, token) a block
 // whose warps score one position at a time with float32 products and warp sums: a prompt of n
 // tokens does n^2/2 such steps a head, which at a few thousand tokens is most of its time. Here
-// a block takes FA_BM tokens of one query head, a warp 16 of them; each tile of BN positions'
-// keys and values (64 for heads of 64, 32 for heads of 128: two tiles of each fit the 48 KiB
-// of static shared memory) is read once into shared memory for all of them, the next tile
+// a block takes 64 tokens of one query head, a warp 16 of them (32 tokens for heads of 256,
+// two warps sharing 16 tokens' values); each tile of BN positions' keys and values (64 for
+// heads of 64, 32 for 128, 16 for 256: two tiles of each fit the 48 KiB of static shared
+// memory) is read once into shared memory for all of them, the next tile
 // copied in while this one is used (cp.async from sm_80), and the scores
 // (Q K^T) and the weighted values (P V) are mma.sync products of halves with float32 sums:
 // m16n8k16 in the sm_80 module (sm80.cu), two m16n8k8 in the base module (sm_75) and the
@@ -19,13 +20,16 @@
 // CPU rounds exp(s - m) / sum. So results agree with attn_f16kv's to about F16 rounding of the
 // probabilities (the tests' bounds), not bit for bit.
 //
-// Shapes: standard and grouped-query attention with dk == dv == 64 or 128 (one entry point
-// each). Other heads take attn_f16kv.
+// Shapes: standard and grouped-query attention with dk == dv == 64, 128 or 256 (one entry
+// point each). Other heads take attn_f16kv.
 #include "common.cuh"
 
 #define FA_WARPS 4
 #define FA_THREADS (FA_WARPS * CR_WARP)
-#define FA_BM (16 * FA_WARPS) // tokens a block: 16 a warp, the rows of an m16 product
+// A warp takes 16 tokens, the rows of an m16 product; with a value split VS (heads of 256,
+// whose outputs would not fit a thread's registers) VS warps take the same 16 tokens, each
+// VS-th of the values (each computing the scores in full), so a block takes 16 * FA_WARPS / VS.
+#define FA_BM(VS) (16 * FA_WARPS / (VS))
 #define FA_PAD 8              // halves after each shared row: a fragment's loads hit distinct banks
 
 CR_FN int fa_slot(int p, int ring) { return ring > 0 ? p % ring : p; }
@@ -46,9 +50,9 @@ CR_FN void fa_fetch(u32 (*ks)[(D + FA_PAD) / 2], u32 (*vs)[(D + FA_PAD) / 2], co
 // fa_tile takes one tile of positions base .. base+BN-1 (ks, vs) into the warp's rows: their
 // scores, the running maxima (ma, mb) and the lane's shares of the sums (la, lb), rescaled as
 // the maxima grow, and the outputs o.
-template <int D, int BN>
+template <int D, int BN, int VS>
 CR_FN void fa_tile(const u32 (*ks)[(D + FA_PAD) / 2], const u32 (*vs)[(D + FA_PAD) / 2], const u32 (*qa)[4], float (*o)[4], float& ma,
-                   float& mb, float& la, float& lb, int base, int na, int nb, int loa, int lob, float scale, int g, int tq) {
+                   float& mb, float& la, float& lb, int base, int na, int nb, int loa, int lob, float scale, int g, int tq, int v0) {
 	// Scores of the warp's 16 rows against the tile's positions.
 	float s[BN / 8][4];
 #pragma unroll
@@ -88,7 +92,7 @@ CR_FN void fa_tile(const u32 (*ks)[(D + FA_PAD) / 2], const u32 (*vs)[(D + FA_PA
 	la = cr_fmul(la, fa);
 	lb = cr_fmul(lb, fb);
 #pragma unroll
-	for (int j = 0; j < D / 8; j++) {
+	for (int j = 0; j < D / VS / 8; j++) {
 		o[j][0] = cr_fmul(o[j][0], fa);
 		o[j][1] = cr_fmul(o[j][1], fa);
 		o[j][2] = cr_fmul(o[j][2], fb);
@@ -108,16 +112,17 @@ CR_FN void fa_tile(const u32 (*ks)[(D + FA_PAD) / 2], const u32 (*vs)[(D + FA_PA
 #pragma unroll
 	for (int kk = 0; kk < BN / 16; kk++) {
 #pragma unroll
-		for (int j = 0; j < D / 8; j++) {
-			const u16* vc = (const u16*)&vs[16 * kk + 2 * tq][0] + 8 * j + g; // rows 2t, 2t+1, 2t+8, 2t+9
+		for (int j = 0; j < D / VS / 8; j++) {
+			const u16* vc = (const u16*)&vs[16 * kk + 2 * tq][0] + v0 + 8 * j + g; // rows 2t, 2t+1, 2t+8, 2t+9
 			const u32 bf[2] = {(u32)vc[0] | (u32)vc[D + FA_PAD] << 16, (u32)vc[8 * (D + FA_PAD)] | (u32)vc[9 * (D + FA_PAD)] << 16};
 			cr_mma_f16_k16(pa[kk], bf, o[j]);
 		}
 	}
 }
 
-// fa_body is the kernel for heads of D values (dk == dv == D), in tiles of BN positions.
-template <int D, int BN>
+// fa_body is the kernel for heads of D values (dk == dv == D), in tiles of BN positions, the
+// values split VS ways.
+template <int D, int BN, int VS>
 CR_FN void fa_body(const float* q, const u16* k, const u16* v, float* out, int ntok, int heads, int kv_heads, int dk, int dv,
                    int kstride, int vstride, int kh_stride, int vh_stride, const int* posp, int pos0, float scale, int window,
                    const float* sinks, int ring) {
@@ -129,11 +134,12 @@ CR_FN void fa_body(const float* q, const u16* k, const u16* v, float* out, int n
 	// Two of each: the next tile is copied in (cp.async from sm_80) while this one is used.
 	__shared__ __attribute__((aligned(16))) u32 ks[2][BN][(D + FA_PAD) / 2];
 	__shared__ __attribute__((aligned(16))) u32 vs[2][BN][(D + FA_PAD) / 2];
-	const int h = blockIdx.y, t0 = blockIdx.x * FA_BM;
+	const int h = blockIdx.y, t0 = blockIdx.x * FA_BM(VS);
 	if (h >= heads || t0 >= ntok)
 		return;
-	const int tid = threadIdx.x, lane = tid % CR_WARP, warp = tid / CR_WARP, g = lane / 4, tq = lane % 4;
-	const int tlast = (t0 + FA_BM < ntok ? t0 + FA_BM : ntok) - 1; // the block's last token
+	const int tid = threadIdx.x, lane = tid % CR_WARP, g = lane / 4, tq = lane % 4;
+	const int warp = tid / CR_WARP / VS, v0 = tid / CR_WARP % VS * (D / VS); // the warp's 16 tokens, its values from v0
+	const int tlast = (t0 + FA_BM(VS) < ntok ? t0 + FA_BM(VS) : ntok) - 1; // the block's last token
 	if (dk != D || dv != D || kv_heads <= 0 || heads % kv_heads != 0) {
 		for (int i = tid; i < (tlast - t0 + 1) * dv; i += FA_THREADS)
 			out[((i64)(t0 + i / dv) * heads + h) * dv + i % dv] = cr_as_f(0x7fc00000u); // NaN: shapes it does not take
@@ -166,9 +172,9 @@ CR_FN void fa_body(const float* q, const u16* k, const u16* v, float* out, int n
 			qa[kk][3] = cr_pack_h2(qrb[c + 8], qrb[c + 9]);
 		}
 	}
-	float o[D / 8][4];
+	float o[D / VS / 8][4];
 #pragma unroll
-	for (int j = 0; j < D / 8; j++)
+	for (int j = 0; j < D / VS / 8; j++)
 		o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
 	// Running maxima and the lane's share of the running sums. A sink joins the maximum from
 	// the start (ggml's MAX(max, sink)) and the sum at the end.
@@ -186,7 +192,7 @@ CR_FN void fa_body(const float* q, const u16* k, const u16* v, float* out, int n
 		cr_cp_async_wait1();
 		__syncthreads(); // this tile is in ks[buf], vs[buf] for every thread
 		if (base < whi && base + BN > wlo) // a position of the tile is seen by the warp's rows
-			fa_tile<D, BN>(ks[buf], vs[buf], qa, o, ma, mb, la, lb, base, na, nb, loa, lob, scale, g, tq);
+			fa_tile<D, BN, VS>(ks[buf], vs[buf], qa, o, ma, mb, la, lb, base, na, nb, loa, lob, scale, g, tq, v0);
 		__syncthreads(); // every warp is done with ks[buf], vs[buf]: the next round copies into them
 	}
 
@@ -202,8 +208,8 @@ CR_FN void fa_body(const float* q, const u16* k, const u16* v, float* out, int n
 	}
 	const float ia = 1.0f / la, ib = 1.0f / lb;
 #pragma unroll
-	for (int j = 0; j < D / 8; j++) {
-		const int d = 8 * j + 2 * tq;
+	for (int j = 0; j < D / VS / 8; j++) {
+		const int d = v0 + 8 * j + 2 * tq;
 		if (ta < ntok) {
 			float* oa = out + ((i64)ta * heads + h) * D + d;
 			oa[0] = cr_fmul(o[j][0], ia);
@@ -217,25 +223,27 @@ CR_FN void fa_body(const float* q, const u16* k, const u16* v, float* out, int n
 	}
 }
 
-// attn_fa_f16kv_d64, attn_fa_f16kv_d128(const float* q, const unsigned short* k,
-//          const unsigned short* v, float* out, int ntok, int heads, int kv_heads, int dk,
-//          int dv, int kstride, int vstride, int kh_stride, int vh_stride, const int* posp,
-//          int pos0, float scale, int window, const float* sinks, int ring)
-//   attn_f16kv's arguments and meaning (attention.cu), for heads of 64 or 128 values: dk ==
-//   dv == 64 (128), else every output of the block is NaN. The keys and values are read 16
-//   bytes at a time: k, v, kstride, vstride, kh_stride and vh_stride must keep every row
+// attn_fa_f16kv_d64, attn_fa_f16kv_d128, attn_fa_f16kv_d256(const float* q,
+//          const unsigned short* k, const unsigned short* v, float* out, int ntok, int heads,
+//          int kv_heads, int dk, int dv, int kstride, int vstride, int kh_stride, int vh_stride,
+//          const int* posp, int pos0, float scale, int window, const float* sinks, int ring)
+//   attn_f16kv's arguments and meaning (attention.cu), for heads of 64, 128 or 256 values: dk ==
+//   dv == 64 (128, 256), else every output of the block is NaN. The keys and values are read
+//   16 bytes at a time: k, v, kstride, vstride, kh_stride and vh_stride must keep every row
 //   16-byte aligned (multiples of 8 halves). The ring, when > 0, must hold the positions every
-//   token of a block sees: its window and the block's FA_BM tokens (the engine's rings hold
-//   the window and a whole pass).
-//   grid (ceil(ntok / 64), heads, 1); block (128, 1, 1) exactly; no dynamic shared memory
-//   (36 KiB static for 64, 34 KiB for 128).
-#define FA_KERNEL(D, BN)                                                                                                     \
+//   token of a block sees: its window and the block's tokens (the engine's rings hold the
+//   window and a whole pass).
+//   A block takes 64 tokens (32 for heads of 256, whose values two warps share): grid
+//   (ceil(ntok / 64), heads, 1) (ceil(ntok / 32) for 256); block (128, 1, 1) exactly; no
+//   dynamic shared memory (36 KiB static for 64, 34 KiB for 128 and 256).
+#define FA_KERNEL(D, BN, VS)                                                                                                 \
 	extern "C" __global__ void attn_fa_f16kv_d##D(const float* q, const u16* k, const u16* v, float* out, int ntok, int heads, \
 	                                              int kv_heads, int dk, int dv, int kstride, int vstride, int kh_stride,      \
 	                                              int vh_stride, const int* posp, int pos0, float scale, int window,          \
 	                                              const float* sinks, int ring) {                                             \
-		fa_body<D, BN>(q, k, v, out, ntok, heads, kv_heads, dk, dv, kstride, vstride, kh_stride, vh_stride, posp, pos0, scale, \
-		               window, sinks, ring);                                                                                  \
+		fa_body<D, BN, VS>(q, k, v, out, ntok, heads, kv_heads, dk, dv, kstride, vstride, kh_stride, vh_stride, posp, pos0,    \
+		                   scale, window, sinks, ring);                                                                       \
 	}
-FA_KERNEL(64, 64)
-FA_KERNEL(128, 32)
+FA_KERNEL(64, 64, 1)
+FA_KERNEL(128, 32, 1)
+FA_KERNEL(256, 16, 2)
