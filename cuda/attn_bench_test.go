@@ -34,10 +34,7 @@ func BenchmarkAttnDecode(b *testing.B) {
 	}{{"olmoe", 16, 16, 128}, {"qwen3moe", 32, 4, 128}} {
 		for _, n := range []int{512, 2048, 8192} {
 			kvd := s.kvHeads * s.dk
-			cache := make([]byte, 2*n*kvd)
-			for i := range cache {
-				cache[i] = byte(r.Uint32() & 0x3b) // halves of modest magnitude, no NaN or Inf
-			}
+			cache := benchHalves(r, n*kvd)
 			dk, dv := k.put(b, cache), k.put(b, cache)
 			dq, dout := k.putF32(b, randF32(r, s.heads*s.dk, 1)), k.alloc(b, 4*s.heads*s.dk)
 			scale := float32(1 / math.Sqrt(float64(s.dk)))
@@ -102,10 +99,7 @@ func BenchmarkAttnPrefill(b *testing.B) {
 	}{{"olmoe", 16, 16, 128}, {"qwen3moe", 32, 4, 128}, {"qwen36", 16, 2, 256}} {
 		for _, n := range []int{512, 2048, 4096} {
 			kvd := s.kvHeads * s.dk
-			cache := make([]byte, 2*n*kvd)
-			for i := range cache {
-				cache[i] = byte(r.Uint32() & 0x3b) // halves of modest magnitude, no NaN or Inf
-			}
+			cache := benchHalves(r, n*kvd)
 			dk, dv := k.put(b, cache), k.put(b, cache)
 			dq, dout := k.putF32(b, randF32(r, n*s.heads*s.dk, 1)), k.alloc(b, 4*n*s.heads*s.dk)
 			var args Args
@@ -127,4 +121,14 @@ func BenchmarkAttnPrefill(b *testing.B) {
 			}
 		}
 	}
+}
+
+// benchHalves returns n random halves of modest magnitude, no NaN or Inf, as bytes: a cache's
+// keys or values for the attention benchmarks.
+func benchHalves(r *rand.Rand, n int) []byte {
+	b := make([]byte, 2*n)
+	for i := range b {
+		b[i] = byte(r.Uint32() & 0x3b)
+	}
+	return b
 }
