@@ -68,9 +68,6 @@ template <class KV> CR_FN void att_score2(const float* sq, const KV* kr0, const 
 	*s1 = cr_warp_sum(b);
 }
 
-// att_slot returns the cache row of position p: p % ring in a sliding window's ring.
-CR_FN i64 att_slot(int p, int ring) { return ring > 0 ? p % ring : p; }
-
 // att_score_run scores a warp's positions p = from, from+ATT_WARPS, ... < to, two keys at a
 // time, into sc[p - base] (lane 0 writes; a position before lo gets -Inf, its key read but not
 // used), and returns the maximum of wmax and of those scores, taken in the positions' order.
@@ -81,7 +78,7 @@ CR_FN float att_score_run(float* sc, int base, const float* sq, const KV* kb, in
 	int p = from;
 	for (; p + ATT_WARPS < to; p += 2 * ATT_WARPS) {
 		float x0, x1;
-		att_score2(sq, kb + att_slot(p, ring) * kstride, kb + att_slot(p + ATT_WARPS, ring) * kstride, dk, &x0, &x1);
+		att_score2(sq, kb + cr_kv_row(p, ring) * kstride, kb + cr_kv_row(p + ATT_WARPS, ring) * kstride, dk, &x0, &x1);
 		x0 = p < lo ? -cr_inf() : cr_fmul(x0, scale);
 		x1 = p + ATT_WARPS < lo ? -cr_inf() : cr_fmul(x1, scale);
 		if (lane == 0) {
@@ -92,7 +89,7 @@ CR_FN float att_score_run(float* sc, int base, const float* sq, const KV* kb, in
 		wmax = x1 > wmax ? x1 : wmax;
 	}
 	if (p < to) {
-		const float x = p < lo ? -cr_inf() : cr_fmul(att_score(sq, kb + att_slot(p, ring) * kstride, dk), scale);
+		const float x = p < lo ? -cr_inf() : cr_fmul(att_score(sq, kb + cr_kv_row(p, ring) * kstride, dk), scale);
 		if (lane == 0)
 			sc[p - base] = x;
 		wmax = x > wmax ? x : wmax;
@@ -130,8 +127,8 @@ CR_FN void att_weigh_run(float* acc, const float* sc, int base, float m, float i
 	const int lane = threadIdx.x % CR_WARP;
 	int p = from;
 	for (; p + ATT_WARPS < to; p += 2 * ATT_WARPS) {
-		const KV* v0 = vb + att_slot(p, ring) * vstride + lane;
-		const KV* v1 = vb + att_slot(p + ATT_WARPS, ring) * vstride + lane;
+		const KV* v0 = vb + cr_kv_row(p, ring) * vstride + lane;
+		const KV* v1 = vb + cr_kv_row(p + ATT_WARPS, ring) * vstride + lane;
 		float x0[NJ], x1[NJ];
 #pragma unroll
 		for (int j = 0; j < NJ; j++) {
@@ -147,7 +144,7 @@ CR_FN void att_weigh_run(float* acc, const float* sc, int base, float m, float i
 			acc[j] = cr_fma(pr1, x1[j], acc[j]);
 	}
 	if (p < to) {
-		const KV* v0 = vb + att_slot(p, ring) * vstride + lane;
+		const KV* v0 = vb + cr_kv_row(p, ring) * vstride + lane;
 		float x0[NJ];
 #pragma unroll
 		for (int j = 0; j < NJ; j++)
@@ -182,7 +179,7 @@ CR_FN void att_weigh_all(float* acc, const float* sc, int base, float m, float i
 		break;
 	default:
 		for (int p = from; p < to; p += ATT_WARPS)
-			att_weigh(acc, sc[p - base], m, inv, vb + att_slot(p, ring) * vstride, dv, f16);
+			att_weigh(acc, sc[p - base], m, inv, vb + cr_kv_row(p, ring) * vstride, dv, f16);
 	}
 }
 
@@ -243,7 +240,7 @@ CR_FN void attn_body(const float* q, const KV* k, const KV* v, float* out, int n
 	      bl = 0.0f;
 	const int past = base + warp < stored ? base + warp + ((stored - 1 - base - warp) / ATT_WARPS + 1) * ATT_WARPS : base + warp;
 	for (int p = past; p < n; p += ATT_WARPS) { // the warp's positions past them
-		float s = p < lo ? -cr_inf() : cr_fmul(att_score(sq, kb + att_slot(p, ring) * kstride, dk), scale);
+		float s = p < lo ? -cr_inf() : cr_fmul(att_score(sq, kb + cr_kv_row(p, ring) * kstride, dk), scale);
 		if (s > bm) {
 			bl = cr_fma(bl, cr_exp_v(bm - s), 1.0f);
 			bm = s;
@@ -292,8 +289,8 @@ CR_FN void attn_body(const float* q, const KV* k, const KV* v, float* out, int n
 		att_weigh_all(acc, ss, base, m, inv, vb, vstride, ring, lo + warp, n, dv, f16);
 	} else {
 		for (int p = lo + warp; p < n; p += ATT_WARPS) {
-			float s = p - base < ATT_SMAX ? ss[p - base] : cr_fmul(att_score(sq, kb + att_slot(p, ring) * kstride, dk), scale);
-			att_weigh(acc, s, m, inv, vb + att_slot(p, ring) * vstride, dv, f16);
+			float s = p - base < ATT_SMAX ? ss[p - base] : cr_fmul(att_score(sq, kb + cr_kv_row(p, ring) * kstride, dk), scale);
+			att_weigh(acc, s, m, inv, vb + cr_kv_row(p, ring) * vstride, dv, f16);
 		}
 	}
 	att_sum_warps(sred, acc, dv, o);

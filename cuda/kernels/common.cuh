@@ -478,6 +478,13 @@ CR_FN void cr_mma_f16_k16(const u32* a, const u32* b, float* c) {
 #endif
 }
 
+// ---- KV caches ----
+
+// cr_kv_row returns the cache row of position p: p % ring in a sliding window's ring
+// (device.KVLayer.Ring), p where ring is 0. The division is in int, not i64: the attention
+// kernels take it for every position they read.
+CR_FN i64 cr_kv_row(int p, int ring) { return ring > 0 ? p % ring : p; }
+
 // ---- loads ----
 // cr_ldg_* read global memory through the read-only (non-coherent) path: only for data no
 // thread writes during the kernel. The pointer must be aligned to the access size: a GPU

@@ -32,8 +32,6 @@
 #define FA_BM(VS) (16 * FA_WARPS / (VS))
 #define FA_PAD 8              // halves after each shared row: a fragment's loads hit distinct banks
 
-CR_FN int fa_slot(int p, int ring) { return ring > 0 ? p % ring : p; }
-
 // fa_fetch starts the copies of the keys and values of positions base .. base+BN-1 into ks and
 // vs, 16 bytes a copy, zeros past bhi.
 template <int D, int BN>
@@ -41,7 +39,7 @@ CR_FN void fa_fetch(u32 (*ks)[(D + FA_PAD) / 2], u32 (*vs)[(D + FA_PAD) / 2], co
                     int base, int bhi, int ring, int tid) {
 	for (int i = tid; i < BN * (D / 8); i += FA_THREADS) {
 		const int r = i / (D / 8), c = 8 * (i % (D / 8)), p = base + r;
-		const i64 slot = p < bhi ? fa_slot(p, ring) : 0;
+		const i64 slot = p < bhi ? cr_kv_row(p, ring) : 0;
 		cr_cp_async16(&ks[r][c / 2], kb + slot * kstride + c, p < bhi);
 		cr_cp_async16(&vs[r][c / 2], vb + slot * vstride + c, p < bhi);
 	}
