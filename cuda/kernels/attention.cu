@@ -117,6 +117,21 @@ template <class KV> CR_FN void att_weigh(float* acc, float sc, float m, float in
 	}
 }
 
+// att_ld_row loads a lane's NJ values of a value row (lane, lane+32, ...), unguarded.
+template <int NJ, class KV> CR_FN void att_ld_row(float* x, const KV* vr) {
+	const int lane = threadIdx.x % CR_WARP;
+#pragma unroll
+	for (int j = 0; j < NJ; j++)
+		x[j] = att_ld(vr, lane + CR_WARP * j);
+}
+
+// att_fma_row adds pr times a lane's NJ values x to its accumulators.
+template <int NJ> CR_FN void att_fma_row(float* acc, float pr, const float* x) {
+#pragma unroll
+	for (int j = 0; j < NJ; j++)
+		acc[j] = cr_fma(pr, x[j], acc[j]);
+}
+
 // att_weigh_run is att_weigh over a warp's positions p = from, from+ATT_WARPS, ... < to, with
 // their scores at sc[p - base], for values of exactly 32*NJ floats: each lane's NJ values of
 // two positions are loaded together, unguarded, before their products, which add in the
@@ -124,35 +139,17 @@ template <class KV> CR_FN void att_weigh(float* acc, float sc, float m, float in
 template <int NJ, class KV>
 CR_FN void att_weigh_run(float* acc, const float* sc, int base, float m, float inv, const KV* vb, int vstride, int ring, int from, int to,
                          int f16) {
-	const int lane = threadIdx.x % CR_WARP;
+	float x0[NJ], x1[NJ];
 	int p = from;
 	for (; p + ATT_WARPS < to; p += 2 * ATT_WARPS) {
-		const KV* v0 = vb + cr_kv_row(p, ring) * vstride + lane;
-		const KV* v1 = vb + cr_kv_row(p + ATT_WARPS, ring) * vstride + lane;
-		float x0[NJ], x1[NJ];
-#pragma unroll
-		for (int j = 0; j < NJ; j++) {
-			x0[j] = att_ld(v0, CR_WARP * j);
-			x1[j] = att_ld(v1, CR_WARP * j);
-		}
-		const float pr0 = att_prob(sc[p - base], m, inv, f16), pr1 = att_prob(sc[p + ATT_WARPS - base], m, inv, f16);
-#pragma unroll
-		for (int j = 0; j < NJ; j++)
-			acc[j] = cr_fma(pr0, x0[j], acc[j]);
-#pragma unroll
-		for (int j = 0; j < NJ; j++)
-			acc[j] = cr_fma(pr1, x1[j], acc[j]);
+		att_ld_row<NJ>(x0, vb + cr_kv_row(p, ring) * vstride);
+		att_ld_row<NJ>(x1, vb + cr_kv_row(p + ATT_WARPS, ring) * vstride);
+		att_fma_row<NJ>(acc, att_prob(sc[p - base], m, inv, f16), x0);
+		att_fma_row<NJ>(acc, att_prob(sc[p + ATT_WARPS - base], m, inv, f16), x1);
 	}
 	if (p < to) {
-		const KV* v0 = vb + cr_kv_row(p, ring) * vstride + lane;
-		float x0[NJ];
-#pragma unroll
-		for (int j = 0; j < NJ; j++)
-			x0[j] = att_ld(v0, CR_WARP * j);
-		const float pr0 = att_prob(sc[p - base], m, inv, f16);
-#pragma unroll
-		for (int j = 0; j < NJ; j++)
-			acc[j] = cr_fma(pr0, x0[j], acc[j]);
+		att_ld_row<NJ>(x0, vb + cr_kv_row(p, ring) * vstride);
+		att_fma_row<NJ>(acc, att_prob(sc[p - base], m, inv, f16), x0);
 	}
 }
 
