@@ -361,7 +361,7 @@ func (g *GPU) Attend(out, q []float32, kv *device.KVLayer, pos0, T int, a *devic
 		return
 	}
 	grid, block := Dim3{X: a.Heads, Y: T}, Dim3{X: 256}
-	if fa, tokens := flashKernel(T, kv, vstride, a); fa != "" && kp%16 == 0 && vp%16 == 0 {
+	if fa, tokens := flashKernel(T, kv, kp, vp, vstride, a); fa != "" {
 		name, grid, block = fa, Dim3{X: (T + tokens - 1) / tokens, Y: a.Heads}, Dim3{X: 128}
 	}
 	g.args.Reset().Ptr(qp).Ptr(kp).Ptr(vp).Ptr(op).Int(T).Int(a.Heads).Int(a.KVHeads).Int(a.DK).Int(a.DV).
@@ -378,10 +378,10 @@ const flashMinTokens = 32
 // flashKernel names the tensor-core prompt attention for a pass of T tokens and the tokens a
 // block of it takes, or "" where attn_f16kv takes the pass: flash.cu's kernels take an F16
 // cache of standard or grouped heads of 64, 128 or 256 values, read 16 bytes at a time, and a
-// ring that holds a pass's window and tokens.
-func flashKernel(T int, kv *device.KVLayer, vstride int, a *device.AttnShape) (name string, tokens int) {
+// ring that holds a pass's window and tokens. kp and vp are the caches' device addresses.
+func flashKernel(T int, kv *device.KVLayer, kp, vp DevicePtr, vstride int, a *device.AttnShape) (name string, tokens int) {
 	if T < flashMinTokens || !kv.F16 || a.Latent || a.DK != a.DV || a.KVHeads <= 0 || a.Heads%a.KVHeads != 0 ||
-		kv.Ring > 0 && kv.Ring < a.Window+T-1 {
+		kv.Ring > 0 && kv.Ring < a.Window+T-1 || kp%16 != 0 || vp%16 != 0 {
 		return "", 0
 	}
 	for _, n := range []int{kv.KDim, vstride, a.KHeadStride, a.VHeadStride} {
@@ -391,13 +391,15 @@ func flashKernel(T int, kv *device.KVLayer, vstride int, a *device.AttnShape) (n
 	}
 	switch a.DK {
 	case 64:
-		return "attn_fa_f16kv_d64", flashBlockTokens(64)
+		name = "attn_fa_f16kv_d64"
 	case 128:
-		return "attn_fa_f16kv_d128", flashBlockTokens(128)
+		name = "attn_fa_f16kv_d128"
 	case 256:
-		return "attn_fa_f16kv_d256", flashBlockTokens(256)
+		name = "attn_fa_f16kv_d256"
+	default:
+		return "", 0
 	}
-	return "", 0
+	return name, flashBlockTokens(a.DK)
 }
 
 // flashBlockTokens is how many tokens a block of the flash kernel for heads of d values takes

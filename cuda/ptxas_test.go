@@ -22,7 +22,7 @@ var ptxasSpills = map[string]int{
 	"sm_75/mmv_heads_q5_K": 8,
 }
 
-// ptxasInfoRE matches ptxas -v's lines about one entry.
+// ptxas -v's lines about one entry: its name and target, its spills, its registers.
 var (
 	ptxasEntryRE = regexp.MustCompile(`Compiling entry function '(\w+)' for '(sm_\d+)'`)
 	ptxasSpillRE = regexp.MustCompile(`(\d+) bytes spill stores, (\d+) bytes spill loads`)
