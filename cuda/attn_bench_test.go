@@ -71,14 +71,17 @@ func BenchmarkAttnDecode(b *testing.B) {
 }
 
 // BenchmarkAttnPrefill times a prompt's attention (n tokens from position 0 over an F16 cache,
-// as a first pass runs it) on the same heads as BenchmarkAttnDecode and on Qwen3.6's
-// full-attention layers (16 heads of 256 on 2 KV heads), two ways:
+// as a first pass runs it) on the same heads as BenchmarkAttnDecode, on Qwen3.6's
+// full-attention layers (16 heads of 256 on 2 KV heads) and on DeepSeek-V2-Lite's 16 MLA heads
+// in both file layouts (legacy: 16 KV heads of 192 keys and 128 values; absorbed: the latent
+// cache of 576, its first 512 the values), two ways:
 //
 //	f16kv  attn_f16kv: a block a (query head, token), each warp scoring one position at a time
 //	       with float32 products and warp sums;
-//	flash  attn_fa_f16kv_d128 (_d256): a block 64 tokens (32) of a head, the scores and the weighted values
-//	       on the tensor cores (m16n8k16 on sm_80 and newer), each tile of keys and values read
-//	       once for the 64 tokens.
+//	flash  the flash kernel of the heads (flashLaunch): a block 64 tokens of a head (32 for
+//	       heads of 256; 16 rows (token, head) for the latent cache), the scores and the
+//	       weighted values on the tensor cores (m16n8k16 on sm_80 and newer), each tile of keys
+//	       and values read once for the block's rows.
 //
 // Each reports
 //
@@ -94,24 +97,35 @@ func BenchmarkAttnPrefill(b *testing.B) {
 	}
 	r := rand.New(rand.NewPCG(5, 5))
 	for _, s := range []struct {
-		name               string
-		heads, kvHeads, dk int
-	}{{"olmoe", 16, 16, 128}, {"qwen3moe", 32, 4, 128}, {"qwen36", 16, 2, 256}} {
+		name                   string
+		heads, kvHeads, dk, dv int
+		latent                 bool
+	}{
+		{"olmoe", 16, 16, 128, 128, false}, {"qwen3moe", 32, 4, 128, 128, false}, {"qwen36", 16, 2, 256, 256, false},
+		{"dsv2lite-legacy", 16, 16, 192, 128, false}, {"dsv2lite-mla", 16, 1, 576, 512, true},
+	} {
 		for _, n := range []int{512, 2048, 4096} {
-			kvd := s.kvHeads * s.dk
-			cache := benchHalves(r, n*kvd)
-			dk, dv := k.put(b, cache), k.put(b, cache)
-			dq, dout := k.putF32(b, randF32(r, n*s.heads*s.dk, 1)), k.alloc(b, 4*n*s.heads*s.dk)
+			kstride, vstride, khs, vhs := s.kvHeads*s.dk, s.kvHeads*s.dv, s.dk, s.dv
+			if s.latent {
+				kstride, vstride, khs, vhs = s.dk, s.dk, 0, 0
+			}
+			dk := k.put(b, benchHalves(r, n*kstride))
+			dv := dk
+			if !s.latent {
+				dv = k.put(b, benchHalves(r, n*vstride))
+			}
+			dq, dout := k.putF32(b, randF32(r, n*s.heads*s.dk, 1)), k.alloc(b, 4*n*s.heads*s.dv)
 			var args Args
-			args.Ptr(dq).Ptr(dk).Ptr(dv).Ptr(dout).Int(n).Int(s.heads).Int(s.kvHeads).Int(s.dk).Int(s.dk).Int(kvd).Int(kvd).Int(s.dk).Int(s.dk).
+			args.Ptr(dq).Ptr(dk).Ptr(dv).Ptr(dout).Int(n).Int(s.heads).Int(s.kvHeads).Int(s.dk).Int(s.dv).Int(kstride).Int(vstride).Int(khs).Int(vhs).
 				Ptr(0).Int(0).Float(float32(1 / math.Sqrt(float64(s.dk)))).Int(0).Ptr(0).Int(0)
-			flops := 4 * float64(s.heads) * float64(s.dk) * float64(n) * float64(n+1) / 2
+			flops := 2 * float64(s.heads) * float64(s.dk+s.dv) * float64(n) * float64(n+1) / 2
+			flash, grid := flashLaunch(s.dk, s.dv, s.latent, n, s.heads)
 			for _, v := range []struct {
 				name string
 				l    timedLaunch
 			}{
 				{"f16kv", timedLaunch{k.function(b, "attn_f16kv"), Dim3{X: s.heads, Y: n}, Dim3{X: 256}, &args}},
-				{"flash", timedLaunch{k.function(b, fmt.Sprintf("attn_fa_f16kv_d%d", s.dk)), Dim3{X: ceilDiv(n, flashBlockTokens(s.dk)), Y: s.heads}, Dim3{X: 128}, &args}},
+				{"flash", timedLaunch{k.function(b, flash), grid, Dim3{X: 128}, &args}},
 			} {
 				b.Run(fmt.Sprintf("%s/n=%d/%s", s.name, n, v.name), func(b *testing.B) {
 					sec := timeSteps(b, k, [][]timedLaunch{{v.l}})

@@ -163,7 +163,7 @@ var KernelNames = []string{
 	"rope_f32",
 	// attention.cu
 	"attn_f32", "attn_f16kv", "attn_split_scores_f32", "attn_split_pv_f32", "attn_split_scores_f16kv", "attn_split_pv_f16kv",
-	"attn_fa_f16kv_d64", "attn_fa_f16kv_d128", "attn_fa_f16kv_d256",
+	"attn_fa_f16kv_d64", "attn_fa_f16kv_d128", "attn_fa_f16kv_d256", "attn_fa_f16kv_d192v128", "attn_fa_f16kv_latent576",
 	// mla.cu: MLA's per-head products
 	"mmv_heads_f32", "mmv_heads_f16", "mmv_heads_bf16",
 	"mmv_heads_q4_0", "mmv_heads_q4_1", "mmv_heads_q5_0", "mmv_heads_q5_1", "mmv_heads_q8_0", "mmv_heads_iq4_nl", "mmv_heads_mxfp4",

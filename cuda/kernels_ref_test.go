@@ -1259,25 +1259,51 @@ func attnCases() []kernelCase {
 		// Heads of 256 (Qwen3.6's full attention): blocks of 32 tokens, two warps a row's values.
 		{ntok: 45, heads: 4, kvHeads: 2, dk: 256, dv: 256, pos0: 20},
 		{ntok: 33, heads: 2, kvHeads: 1, dk: 256, dv: 256, pos0: 40, window: 25, sinks: true, ring: 64},
+		// DeepSeek's MLA, legacy layout: 192 keys, 128 values.
+		{ntok: 40, heads: 2, kvHeads: 2, dk: 192, dv: 128, pos0: 30},
+		{ntok: 35, heads: 4, kvHeads: 2, dk: 192, dv: 128, pos0: 9, window: 21, dev: true, sinks: true, ring: 64},
+		// The absorbed layout's latent cache: blocks of 16 rows (token, head), the warps
+		// splitting the scores' and the values' sums; 5 heads put rows of two tokens in a
+		// lane and leave the last block 3 rows.
+		{ntok: 40, heads: 4, kvHeads: 1, dk: 576, dv: 512, pos0: 20, mla: true},
+		{ntok: 7, heads: 5, kvHeads: 1, dk: 576, dv: 512, pos0: 33, mla: true, dev: true, sinks: true},
+		{ntok: 9, heads: 3, kvHeads: 1, dk: 576, dv: 512, pos0: 50, mla: true, window: 20, ring: 48},
 	} {
-		kernel := fmt.Sprintf("attn_fa_f16kv_d%d", c.dk)
+		kernel, _ := flashLaunch(c.dk, c.dv, c.mla, c.ntok, c.heads)
 		cs = append(cs, kernelCase{kernel, c.String(), func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkAttn(t, k, c, true, attnFlash, r) }})
 	}
-	// Heads of another size than the entry point's give NaN outputs.
-	cs = append(cs, kernelCase{"attn_fa_f16kv_d64", "bad,dk=32", func(t *testing.T, k *kernelEnv, r *rand.Rand) {
-		const ntok, heads, d = 3, 2, 32
-		dq, dkv := k.putF32(t, randF32(r, ntok*heads*d, 1)), k.put(t, make([]byte, 2*ntok*d))
-		out := k.alloc(t, 4*ntok*heads*d)
-		var a Args
-		k.run(t, "attn_fa_f16kv_d64", Dim3{X: 1, Y: heads}, Dim3{X: 128},
-			a.Ptr(dq).Ptr(dkv).Ptr(dkv).Ptr(out).Int(ntok).Int(heads).Int(1).Int(d).Int(d).Int(d).Int(d).Int(0).Int(0).
-				Ptr(0).Int(0).Float(0.125).Int(0).Ptr(0).Int(0))
-		for i, v := range k.getF32(t, out, ntok*heads*d) {
-			if !math.IsNaN(float64(v)) {
-				t.Fatalf("output %d is %v, want NaN", i, v)
+	// Heads of another size than the entry point's, and a latent cache whose values are not
+	// its keys, give NaN outputs.
+	for _, c := range []struct {
+		kernel, name string
+		grid         Dim3
+		dk, dv       int
+		apart        bool // values in a cache of their own
+	}{
+		{"attn_fa_f16kv_d64", "bad,dk=32", Dim3{X: 1, Y: 2}, 32, 32, false},
+		{"attn_fa_f16kv_d192v128", "bad,dk=dv=128", Dim3{X: 1, Y: 2}, 128, 128, false},
+		{"attn_fa_f16kv_latent576", "bad,dv=576", Dim3{X: 1, Y: 1}, 576, 576, false},
+		{"attn_fa_f16kv_latent576", "bad,values_apart", Dim3{X: 1, Y: 1}, 576, 512, true},
+	} {
+		cs = append(cs, kernelCase{c.kernel, c.name, func(t *testing.T, k *kernelEnv, r *rand.Rand) {
+			const ntok, heads = 3, 2
+			dq, dkv := k.putF32(t, randF32(r, ntok*heads*c.dk, 1)), k.put(t, make([]byte, 2*ntok*c.dk))
+			dvc := dkv
+			if c.apart {
+				dvc = k.put(t, make([]byte, 2*ntok*c.dk))
 			}
-		}
-	}})
+			out := k.alloc(t, 4*ntok*heads*c.dv)
+			var a Args
+			k.run(t, c.kernel, c.grid, Dim3{X: 128},
+				a.Ptr(dq).Ptr(dkv).Ptr(dvc).Ptr(out).Int(ntok).Int(heads).Int(1).Int(c.dk).Int(c.dv).Int(c.dk).Int(c.dk).Int(0).Int(0).
+					Ptr(0).Int(0).Float(0.125).Int(0).Ptr(0).Int(0))
+			for i, v := range k.getF32(t, out, ntok*heads*c.dv) {
+				if !math.IsNaN(float64(v)) {
+					t.Fatalf("output %d is %v, want NaN", i, v)
+				}
+			}
+		}})
+	}
 	// Shapes the split kernels do not take give NaN outputs and leave the counters at 0.
 	for _, c := range []struct {
 		name                      string
@@ -1342,8 +1368,7 @@ func attnCases() []kernelCase {
 // positions no token's window sees. A ring holds the last c.ring positions at their rows,
 // and NaNs in the rows of none.
 //
-// With splits == attnFlash it launches the tensor-core kernel of the heads' size
-// (attn_fa_f16kv_d64 or _d128) and holds it to the exact probabilities, unrounded: its
+// With splits == attnFlash it launches the tensor-core kernel of the heads (flashLaunch) and holds it to the exact probabilities, unrounded: its
 // probabilities are exp(s - m) against a running maximum, rounded to halves (half an ulp, 2^-11
 // relative, or 2^-25 absolute among the subnormals) and rescaled as the maximum grows, and its
 // sums are the tensor cores' (exact products, float32 sums in an order of their own, counted
@@ -1446,7 +1471,11 @@ func checkAttn(t *testing.T, k *kernelEnv, c attnCase, f16 bool, splits int, r *
 	flash := splits == attnFlash
 	if flash {
 		var args Args
-		k.run(t, fmt.Sprintf("attn_fa_f16kv_d%d", c.dk), Dim3{X: ceilDiv(c.ntok, flashBlockTokens(c.dk)), Y: c.heads}, Dim3{X: 128},
+		name, grid := flashLaunch(c.dk, c.dv, c.mla, c.ntok, c.heads)
+		if name == "" {
+			t.Fatalf("no flash kernel takes %v", c)
+		}
+		k.run(t, name, grid, Dim3{X: 128},
 			args.Ptr(dq).Ptr(dk).Ptr(dv).Ptr(dout).Int(c.ntok).Int(c.heads).Int(c.kvHeads).Int(c.dk).Int(c.dv).
 				Int(kstride).Int(vstride).Int(khs).Int(vhs).Ptr(posp).Int(pos0).Float(scale).Int(c.window).Ptr(dsinks).Int(c.ring))
 		got = k.getF32(t, dout, c.ntok*c.heads*c.dv)
@@ -1534,8 +1563,8 @@ func checkAttn(t *testing.T, k *kernelEnv, c attnCase, f16 bool, splits int, r *
 			}
 			perExp := 2*e + unit*spread + 4*unit
 			delta := 2*perExp + gamma(ceilDiv(n, 8)+4) + 2*unit
-			if flash { // the sums and rescalings of the tiles, and the halves
-				delta = 2*perExp + gamma(2*n+4*ceilDiv(n, 64)+8) + 0x1p-11
+			if flash { // the sums and rescalings of the tiles (of 16 positions or more), and the halves
+				delta = 2*perExp + gamma(2*n+4*ceilDiv(n, 16)+8) + 0x1p-11
 			}
 			// The probabilities; for attn_f16kv the halves the kernel rounds them to, and where
 			// the kernel's float32 probability may round to either of two halves, the gap.

@@ -323,9 +323,9 @@ func (c *opCall) kvCache(d32 []float32, d16 []uint16, what string) DevicePtr {
 }
 
 // Attend implements device.Ops. A decoded token's heads are split over the cache
-// (attendSplit); a pass of 32 tokens or more over an F16 cache with heads of 64, 128 or 256
-// takes the tensor cores (flashKernel); anything else a block a (head, token) of attn_f32 or
-// attn_f16kv.
+// (attendSplit); a pass of 32 tokens or more over an F16 cache with heads of 64, 128 or 256,
+// DeepSeek's MLA heads (192 keys and 128 values, or the latent cache of 576) takes the tensor
+// cores (flashKernel); anything else a block a (head, token) of attn_f32 or attn_f16kv.
 func (g *GPU) Attend(out, q []float32, kv *device.KVLayer, pos0, T int, a *device.AttnShape) {
 	c := g.begin("attention")
 	defer c.end()
@@ -361,8 +361,8 @@ func (g *GPU) Attend(out, q []float32, kv *device.KVLayer, pos0, T int, a *devic
 		return
 	}
 	grid, block := Dim3{X: a.Heads, Y: T}, Dim3{X: 256}
-	if fa, tokens := flashKernel(T, kv, kp, vp, vstride, a); fa != "" {
-		name, grid, block = fa, Dim3{X: (T + tokens - 1) / tokens, Y: a.Heads}, Dim3{X: 128}
+	if fa, fg := flashKernel(T, kv, kp, vp, vstride, a); fa != "" {
+		name, grid, block = fa, fg, Dim3{X: 128}
 	}
 	g.args.Reset().Ptr(qp).Ptr(kp).Ptr(vp).Ptr(op).Int(T).Int(a.Heads).Int(a.KVHeads).Int(a.DK).Int(a.DV).
 		Int(kv.KDim).Int(vstride).Int(a.KHeadStride).Int(a.VHeadStride).Ptr(posp).Int(off).Float(a.Scale).
@@ -375,40 +375,52 @@ func (g *GPU) Attend(out, q []float32, kv *device.KVLayer, pos0, T int, a *devic
 // of 64 tokens a head. An estimate until BenchmarkAttnPrefill has run on a card.
 const flashMinTokens = 32
 
-// flashKernel names the tensor-core prompt attention for a pass of T tokens and the tokens a
-// block of it takes, or "" where attn_f16kv takes the pass: flash.cu's kernels take an F16
-// cache of standard or grouped heads of 64, 128 or 256 values, read 16 bytes at a time, and a
-// ring that holds a pass's window and tokens. kp and vp are the caches' device addresses.
-func flashKernel(T int, kv *device.KVLayer, kp, vp DevicePtr, vstride int, a *device.AttnShape) (name string, tokens int) {
-	if T < flashMinTokens || !kv.F16 || a.Latent || a.DK != a.DV || a.KVHeads <= 0 || a.Heads%a.KVHeads != 0 ||
+// flashKernel names the tensor-core prompt attention for a pass of T tokens and its grid, or
+// "" where attn_f16kv takes the pass: flash.cu's kernels take an F16 cache, read 16 bytes at a
+// time, with a ring that holds a pass's window and tokens, and the heads of flashLaunch. kp and
+// vp are the caches' device addresses, vstride the values' row (the keys' for MLA's latent).
+func flashKernel(T int, kv *device.KVLayer, kp, vp DevicePtr, vstride int, a *device.AttnShape) (string, Dim3) {
+	if T < flashMinTokens || !kv.F16 || a.KVHeads <= 0 || a.Heads%a.KVHeads != 0 ||
 		kv.Ring > 0 && kv.Ring < a.Window+T-1 || kp%16 != 0 || vp%16 != 0 {
-		return "", 0
+		return "", Dim3{}
 	}
 	for _, n := range []int{kv.KDim, vstride, a.KHeadStride, a.VHeadStride} {
 		if n%8 != 0 {
-			return "", 0
+			return "", Dim3{}
 		}
 	}
-	switch a.DK {
-	case 64:
-		name = "attn_fa_f16kv_d64"
-	case 128:
-		name = "attn_fa_f16kv_d128"
-	case 256:
-		name = "attn_fa_f16kv_d256"
-	default:
-		return "", 0
+	// The latent kernel reads the values from the keys' rows.
+	if a.Latent && (a.KVHeads != 1 || kp != vp || vstride != kv.KDim) {
+		return "", Dim3{}
 	}
-	return name, flashBlockTokens(a.DK)
+	return flashLaunch(a.DK, a.DV, a.Latent, T, a.Heads)
 }
 
-// flashBlockTokens is how many tokens a block of the flash kernel for heads of d values takes
-// (kernels/flash.cu's FA_BM): 64, and 32 for heads of 256, whose values two warps share.
-func flashBlockTokens(d int) int {
-	if d == 256 {
-		return 32
+// flashLaunch names the flash kernel for query heads of dk key and dv value values (latent:
+// MLA's absorbed cache, one KV head whose keys hold the values) and its grid for T tokens of
+// heads query heads, or "" for heads no flash kernel takes. A block takes 64 tokens of a head
+// (32 for heads of 256, whose values two warps share), or for the latent cache 16 rows
+// (token, head) in the order of the queries.
+func flashLaunch(dk, dv int, latent bool, T, heads int) (string, Dim3) {
+	tokens := 64
+	var name string
+	switch {
+	case latent && dk == 576 && dv == 512:
+		return "attn_fa_f16kv_latent576", Dim3{X: (T*heads + 15) / 16, Y: 1}
+	case latent:
+		return "", Dim3{}
+	case dk == dv && dk == 64:
+		name = "attn_fa_f16kv_d64"
+	case dk == dv && dk == 128:
+		name = "attn_fa_f16kv_d128"
+	case dk == dv && dk == 256:
+		name, tokens = "attn_fa_f16kv_d256", 32
+	case dk == 192 && dv == 128:
+		name = "attn_fa_f16kv_d192v128"
+	default:
+		return "", Dim3{}
 	}
-	return 64
+	return name, Dim3{X: (T + tokens - 1) / tokens, Y: heads}
 }
 
 // attnCounters is how many heads of a decoded token the split attention takes: the counters

@@ -128,9 +128,9 @@ profile() {
 # the machine lets it read the counters: throughput against the card's peaks, occupancy and the
 # warps' stall reasons of BenchmarkMMVDecode's Q4_K down shape (read_u4 alone, mmvq1 with a warp
 # a row, then with four), of BenchmarkAttnDecode's OLMoE heads at 2048 positions (a block a
-# head, then the split kernels), of BenchmarkAttnPrefill's flash kernel on a 2048-token OLMoE
-# prompt, and of a decoded token's moe_up and moe_down (whatever their types) on the OLMoE
-# shape.
+# head, then the split kernels), of BenchmarkAttnPrefill's flash kernels on a 2048-token OLMoE
+# prompt and on DeepSeek-V2-Lite's latent cache, and of a decoded token's moe_up and moe_down
+# (whatever their types) on the OLMoE shape.
 ncu_stage() {
 	command -v ncu >/dev/null || { echo "no ncu on this machine"; return 1; }
 	local sections=(--section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis)
@@ -138,7 +138,8 @@ ncu_stage() {
 	# products, over the weights' copies); the third step is one of them, out of the L2.
 	for b in 'read_u4|1|MMVDecode/Q4_K/4096x14336/read_u4$' 'mmvq1_q4_K|1|MMVDecode/Q4_K/4096x14336/mmvq1_q4_K/w1$' \
 		'mmvq1_q4_K|1|MMVDecode/Q4_K/4096x14336/mmvq1_q4_K/w4$' 'attn_f16kv|1|AttnDecode/olmoe/n=2048/one$' \
-		'regex:^attn_split_|2|AttnDecode/olmoe/n=2048/split' 'attn_fa_f16kv_d128|1|AttnPrefill/olmoe/n=2048/flash$'; do
+		'regex:^attn_split_|2|AttnDecode/olmoe/n=2048/split' 'attn_fa_f16kv_d128|1|AttnPrefill/olmoe/n=2048/flash$' \
+		'attn_fa_f16kv_latent576|1|AttnPrefill/dsv2lite-mla/n=2048/flash$'; do
 		local kernel=${b%%|*} rest=${b#*|}
 		local count=${rest%%|*} bench=${rest#*|}
 		echo "== $bench"
