@@ -150,9 +150,11 @@ func fusedCases() []kernelCase {
 			continue
 		}
 		// Rows over several warps: moe_down's groups take several rounds (k over its groups),
-		// a shared expert's group waits with them, another type's launch keeps a warp a row.
+		// a shared expert's group waits with them, another type's launch keeps a warp a row;
+		// at eight warps a row the shared expert takes a launch of its own (moeDownSplit).
 		for _, c := range []moeCase{
 			{typ: typ, experts: 6, k: 5, ntok: 2, d: narrow, ff: narrow, shared: true, gated: true, warps: 4},
+			{typ: typ, experts: 5, k: 3, ntok: 2, d: narrow, ff: narrow, shared: true, gated: true, warps: 8},
 			{typ: typ, experts: 4, k: 2, ntok: 1, d: 256, ff: 256, shared: true, up: other, shTyp: other, warps: 2},
 			{typ: typ, experts: 3, k: 3, ntok: 1, d: narrow, ff: narrow, biased: true, warps: 8},
 		} {
@@ -533,7 +535,7 @@ func checkMoE(t *testing.T, k *kernelEnv, c moeCase, r *rand.Rand, up bool) {
 			args.Reset().Ptr(tab).Ptr(dids).Ptr(dw).Int(c.k).Int(c.ntok).Ptr(dg).Int(c.ff).Ptr(dout).Int(c.d).Ptr(sd).Ptr(dshg).Int(c.ff).Ptr(dgate).Int(acc).
 				Ptr(gq.q).Ptr(gq.d).Ptr(gq.s).Ptr(hq.q).Ptr(hq.d).Ptr(hq.s))
 	}
-	if !c.shared || c.shTyp == c.down {
+	if !c.shared || c.shTyp == c.down && !moeDownSplit(c.k, warpsOf(gq.q != 0 && hq.q != 0)) {
 		down(c.down, dtab, sd, 0)
 	} else {
 		down(c.down, dtab, 0, 0)

@@ -190,6 +190,10 @@ func (c *opCall) launch(name string, grid, block Dim3) {
 	if c.err != nil {
 		return
 	}
+	if n, most := block.X*block.Y*block.Z, maxBlockThreads(name); n > most {
+		c.err = fmt.Errorf("%s: a block of %d threads, more than the %d its registers are known to fit", name, n, most)
+		return
+	}
 	var fn *Function
 	if fn, c.err = g.function(name); c.err != nil {
 		return
@@ -197,6 +201,18 @@ func (c *opCall) launch(name string, grid, block Dim3) {
 	if c.err = g.launch(fn, grid, block, &g.args); c.err == nil {
 		g.launched(false)
 	}
+}
+
+// maxBlockThreads is the largest block kernel is launched with: 256, whose registers always
+// fit an SM's 65536 (a kernel takes at most 255 a thread), or moe_down's larger blocks
+// (moeDownMaxThreads), whose registers TestPTXAssembles checks. A card refuses a launch whose
+// block's registers do not fit (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES), and the JIT decides
+// them, so neither the fake driver nor a test of the launches alone would see it.
+func maxBlockThreads(kernel string) int {
+	if strings.HasPrefix(kernel, "moe_down_") {
+		return moeDownMaxThreads
+	}
+	return 256
 }
 
 func blocks(n, per int) int { return max((n+per-1)/per, 1) }
@@ -279,7 +295,7 @@ func (g *GPU) Rope(x []float32, pos0, T, heads, headStride, tokStride int, r *de
 	neox := b2i(r.NeoX)
 	g.args.Reset().Ptr(xp).Ptr(posp).Int(off).Int(T).Int(heads).Int(headStride).Int(tokStride).Int(r.Dims).Int(neox).
 		Float(r.ThetaScale).Float(r.FreqScale).Float(r.ExtFactor).Float(r.MScale).Float(r.CorrLo).Float(r.CorrHi).Ptr(ff)
-	c.launch("rope_f32", Dim3{X: T}, Dim3{X: min(max((r.Dims/2+31)&^31, 32), 1024)})
+	c.launch("rope_f32", Dim3{X: T}, Dim3{X: min(max((r.Dims/2+31)&^31, 32), 256)}) // the threads loop over the pairs
 }
 
 // StoreKV implements device.Ops.

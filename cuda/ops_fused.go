@@ -170,6 +170,21 @@ const moeTabStride = 6
 // multiply its row by the routed experts' down matrices.
 const moeDownWarps = 8
 
+// moeDownMaxThreads is the largest moe_down block (maxBlockThreads): up to 12 warps, the
+// routed experts' two groups and the shared expert's of four warps a row, or nine groups of a
+// warp. A block of 16 (eight warps a row and a shared expert) would need the kernels to take
+// at most 128 registers where some take up to 148, and a card refuses a block whose
+// registers do not fit (65536 an SM); TestPTXAssembles holds the kernels to this size.
+const moeDownMaxThreads = 384
+
+// moeDownSplit reports whether a moe_down launch of k routed experts and the shared expert,
+// warps a row, would take a block larger than moeDownMaxThreads: the shared expert then takes
+// a launch of its own.
+func moeDownSplit(k, warps int) bool {
+	_, b := moeDownDims(1, 1, k, true, true, warps)
+	return b.X*b.Y*b.Z > moeDownMaxThreads
+}
+
 // moeDownDims are a moe_down launch's grid and block (fused.cu): a block for each row of d and
 // each of T tokens, its groups of rowWarps warps the routed experts' (k of them, when routed,
 // up to moeDownWarps warps in all) and the shared expert's.
@@ -400,17 +415,32 @@ func (c *opCall) moeProducts(up, down []moeLaunch, o moeOperands) {
 		if d.shared {
 			sd, hq = o.sd, c.quantize(o.sh, o.T, o.shFF, d.typ)
 		}
-		g.args.Reset().Ptr(tab).Ptr(o.ids).Ptr(o.w).Int(o.k).Int(o.T).Ptr(o.up).Int(o.ff).Ptr(o.out).Int(o.d).Ptr(sd).Ptr(o.sh).Int(o.shFF).Ptr(o.shGate).Int(d.mode).
-			Ptr(gq.q).Ptr(gq.d).Ptr(gq.s).Ptr(hq.q).Ptr(hq.d).Ptr(hq.s)
 		// Several warps a row only where every dot of the launch is an integer one: moe_down's
 		// float dots take no part in them.
 		warps := 1
 		if (!d.routed || gq.q != 0) && (!d.shared || hq.q != 0) {
 			warps = g.rowWarps
 		}
-		grid, block := moeDownDims(o.d, o.T, o.k, d.routed, d.shared, warps)
-		c.launch(d.kernel, grid, block)
+		if d.routed && d.shared && moeDownSplit(o.k, warps) {
+			// The shared expert's product in a launch of its own, added to the routed
+			// experts' sum (acc) as the joined launch adds it: the same bits, in blocks whose
+			// registers fit.
+			c.moeDown(d.kernel, o, tab, 0, gq, q8{}, d.mode, warps)
+			c.moeDown(d.kernel, o, 0, sd, q8{}, hq, 1, warps)
+			continue
+		}
+		c.moeDown(d.kernel, o, tab, sd, gq, hq, d.mode, warps)
 	}
+}
+
+// moeDown enqueues a moe_down launch: the routed experts' down products (tab, their input
+// quantized as gq) and the shared expert's (sd, hq), either 0, summed into o.out from 0 or,
+// with acc, onto it.
+func (c *opCall) moeDown(kernel string, o moeOperands, tab, sd DevicePtr, gq, hq q8, acc, warps int) {
+	c.g.args.Reset().Ptr(tab).Ptr(o.ids).Ptr(o.w).Int(o.k).Int(o.T).Ptr(o.up).Int(o.ff).Ptr(o.out).Int(o.d).Ptr(sd).Ptr(o.sh).Int(o.shFF).Ptr(o.shGate).Int(acc).
+		Ptr(gq.q).Ptr(gq.d).Ptr(gq.s).Ptr(hq.q).Ptr(hq.d).Ptr(hq.s)
+	grid, block := moeDownDims(o.d, o.T, o.k, tab != 0, sd != 0, warps)
+	c.launch(kernel, grid, block)
 }
 
 // Experts implements device.RoutedMoE: the experts the host chose, found through a table of

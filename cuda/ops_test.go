@@ -287,3 +287,38 @@ func TestGPUAttendSplits(t *testing.T) {
 		})
 	}
 }
+
+// TestMoEDownBlocks: every moe_down launch moeProducts issues, for every choice of warps a
+// row and up to routeMaxUsed experts a token, with and without a shared expert, takes a block
+// within moeDownMaxThreads (which TestPTXAssembles holds the kernels' registers to), and the
+// shared expert takes a launch of its own only where the joined block would not fit.
+func TestMoEDownBlocks(t *testing.T) {
+	threads := func(b Dim3) int { return b.X * b.Y * b.Z }
+	for _, w := range RowWarpsChoices {
+		for k := 1; k <= routeMaxUsed; k++ {
+			_, joined := moeDownDims(2048, 1, k, true, true, w)
+			split := moeDownSplit(k, w)
+			if split != (threads(joined) > moeDownMaxThreads) {
+				t.Errorf("%d warps a row, %d experts: split %v, a joined block of %d threads", w, k, split, threads(joined))
+			}
+			var blocks []Dim3
+			if split {
+				_, r := moeDownDims(2048, 1, k, true, false, w)
+				_, s := moeDownDims(2048, 1, k, false, true, w)
+				blocks = append(blocks, r, s)
+			} else {
+				blocks = append(blocks, joined)
+			}
+			_, alone := moeDownDims(2048, 1, k, true, false, w)
+			for _, b := range append(blocks, alone) {
+				if threads(b) > moeDownMaxThreads || threads(b) > maxBlockThreads("moe_down_q4_K") {
+					t.Errorf("%d warps a row, %d experts: a block %+v of %d threads, more than %d", w, k, b, threads(b), moeDownMaxThreads)
+				}
+			}
+		}
+	}
+	if !moeDownSplit(8, 8) || moeDownSplit(8, 4) || moeDownSplit(8, 1) {
+		t.Errorf("moeDownSplit(8 experts): %v at 8 warps a row, %v at 4, %v at 1; want only at 8",
+			moeDownSplit(8, 8), moeDownSplit(8, 4), moeDownSplit(8, 1))
+	}
+}

@@ -61,10 +61,11 @@ func parsePtxasInfo(out []byte) map[string]ptxasFunc {
 }
 
 // TestPTXAssembles assembles both PTX modules with NVIDIA's ptxas for the oldest and newest
-// targets each serves (the base module for sm_75 and sm_90, the sm_80 module for sm_80 and
-// sm_90), as a card's driver does when it loads them, and fails on what the driver would
-// refuse (a syntax error in inline PTX, an instruction the target lacks) and on register
-// spills. Without a GPU this is the only check of the PTX below clang. ptxas is $PTXAS or on
+// targets each serves (the base module for sm_75, sm_86 and sm_90, the sm_80 module for sm_80
+// and sm_90), as a card's driver does when it loads them, and fails on what the driver would
+// refuse (a syntax error in inline PTX, an instruction the target lacks), on register spills,
+// and on registers that the kernel's largest block (maxBlockThreads) would not fit, which a
+// card refuses at launch. Without a GPU this is the only check of the PTX below clang. ptxas is $PTXAS or on
 // the PATH (tools/kernels/ptxas.sh installs it from Debian); without it the test skips.
 func TestPTXAssembles(t *testing.T) {
 	ptxas := os.Getenv("PTXAS")
@@ -79,7 +80,7 @@ func TestPTXAssembles(t *testing.T) {
 		module, arch string
 		ptx          []byte
 	}
-	jobs := []job{{"kernels.ptx", "sm_75", PTX()}, {"kernels.ptx", "sm_90", PTX()},
+	jobs := []job{{"kernels.ptx", "sm_75", PTX()}, {"kernels.ptx", "sm_86", PTX()}, {"kernels.ptx", "sm_90", PTX()},
 		{"kernels_sm80.ptx", "sm_80", PTXSM80()}, {"kernels_sm80.ptx", "sm_90", PTXSM80()}}
 	outs := make([][]byte, len(jobs))
 	errs := make([]error, len(jobs))
@@ -118,6 +119,12 @@ func TestPTXAssembles(t *testing.T) {
 			f := funcs[n]
 			if f.spillStores > ptxasSpills[n] || f.spillLoads > 0 && ptxasSpills[n] == 0 {
 				t.Errorf("%s (%s) spills registers: %d bytes stored, %d loaded", n, j.module, f.spillStores, f.spillLoads)
+			}
+			// An SM's 65536 registers must hold the kernel's largest block, a warp's taken in
+			// units of 256 (8 a thread).
+			if most := maxBlockThreads(n[strings.IndexByte(n, '/')+1:]); (f.regs+7)&^7*most > 65536 {
+				t.Errorf("%s (%s) takes %d registers a thread: a block of %d threads (maxBlockThreads) would not fit an SM's 65536",
+					n, j.module, f.regs, most)
 			}
 			if most == "" || f.regs > funcs[most].regs {
 				most = n

@@ -340,3 +340,31 @@ func writeSpec(t *testing.T, spec synth.Spec, file string) (string, []int32) {
 	}
 	return path, prompts[0]
 }
+
+// TestCUDARowWarpsSharedExpert decodes GLM-4.5's shape in Q8_0 (routed experts top-4 and a
+// shared expert of the same type, whose down products one moe_down launch joins) with eight
+// warps a row of the integer products: a joined block would be 16 warps, more registers than
+// an SM holds for some types (cuda's moeDownMaxThreads), so the shared expert takes a launch
+// of its own. The run must succeed and give the greedy tokens of a warp a row, its
+// probabilities within float rounding of them (the rows' sums add in another order).
+func TestCUDARowWarpsSharedExpert(t *testing.T) {
+	lib := engine.GPUForTests(t)
+	path, _, prompt := goldenWithPrompt(t, "glm4moe-q8_0")
+	o := engine.Options{Threads: 2, ContextLength: 64, Device: "cuda:0", CUDALibrary: lib, ProfileKernels: true}
+	one := runOn(t, path, o, prompt, 6)
+	o.GPURowWarps = 8
+	eight := runOn(t, path, o, prompt, 6)
+	if !slices.Equal(eight.tokens, one.tokens) {
+		t.Errorf("greedy with eight warps a row %v, with one %v", eight.tokens, one.tokens)
+	}
+	d := maxDiff(eight.probs, one.probs)
+	t.Logf("moe_down_q8_0 ran %d times with eight warps a row, %d with one; probabilities differ by up to %.2g",
+		eight.kernels["moe_down_q8_0"], one.kernels["moe_down_q8_0"], d)
+	if d > 1e-4 {
+		t.Errorf("probabilities with eight warps a row differ from one's by up to %g", d)
+	}
+	if eight.kernels["moe_down_q8_0"] <= one.kernels["moe_down_q8_0"] {
+		t.Errorf("moe_down_q8_0 ran %d times with eight warps a row, %d with one: want the shared expert's launches apart",
+			eight.kernels["moe_down_q8_0"], one.kernels["moe_down_q8_0"])
+	}
+}
