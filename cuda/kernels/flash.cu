@@ -4,8 +4,8 @@
 // tokens does n^2/2 such steps a head, which at a few thousand tokens is most of its time. Here
 // a block takes 64 tokens of one query head, a warp 16 of them (32 tokens for heads of 256,
 // two warps sharing 16 tokens' values); each tile of BN positions' keys and values (64 for
-// heads of 64, 32 for 128, 16 for 256: two tiles of each fit the 48 KiB of static shared
-// memory) is read once into shared memory for all of them, the next tile
+// heads of 64, 32 for 128 and for MLA's 192/128, 16 for 256: two tiles of each fit the 48 KiB
+// of static shared memory) is read once into shared memory for all of them, the next tile
 // copied in while this one is used (cp.async from sm_80), and the scores
 // (Q K^T) and the weighted values (P V) are mma.sync products of halves with float32 sums:
 // m16n8k16 in the sm_80 module (sm80.cu), two m16n8k8 in the base module (sm_75) and the
@@ -267,7 +267,7 @@ CR_FN void fa_body(const float* q, const u16* k, const u16* v, float* out, int n
 //   window and a whole pass).
 //   A block takes 64 tokens (32 for heads of 256, whose values two warps share): grid
 //   (ceil(ntok / 64), heads, 1) (ceil(ntok / 32) for 256); block (128, 1, 1) exactly; no
-//   dynamic shared memory (36 KiB static for 64, 34 KiB for 128 and 256, 43 KiB for 192).
+//   dynamic shared memory (36 KiB static for 64, 34 KiB for 128 and 256, 42 KiB for 192).
 #define FA_KERNEL(NAME, DK, DV, BN, VS)                                                                                        \
 	extern "C" __global__ void attn_fa_f16kv_##NAME(const float* q, const u16* k, const u16* v, float* out, int ntok, int heads, \
 	                                                int kv_heads, int dk, int dv, int kstride, int vstride, int kh_stride,      \
@@ -295,7 +295,7 @@ FA_KERNEL(d192v128, 192, 128, 32, 1)
 // heads, which see the same positions.
 #define FA_LAT_K 576
 #define FA_LAT_V 512
-#define FA_LAT_BN 16                          // positions a tile: two tiles of 576 halves fill 37 KiB
+#define FA_LAT_BN 16                          // positions a tile: two tiles of 576 halves fill 36.5 KiB
 #define FA_LAT_KS (FA_LAT_K / 16 / FA_WARPS) // steps of 16 key values a warp scores
 
 // attn_fa_f16kv_latent576(attn_f16kv's arguments)
@@ -304,7 +304,7 @@ FA_KERNEL(d192v128, 192, 128, 32, 1)
 //   else the block's outputs are NaN. The keys are read 16 bytes at a time: k and kstride must
 //   keep every row 16-byte aligned. Windows, rings and sinks as attn_fa_f16kv_d64's.
 //   A block takes 16 rows (token, head): grid (ceil(ntok * heads / 16), 1, 1); block (128, 1, 1)
-//   exactly; no dynamic shared memory (41 KiB static).
+//   exactly; no dynamic shared memory (40.5 KiB static).
 extern "C" __global__ void attn_fa_f16kv_latent576(const float* q, const u16* k, const u16* v, float* out, int ntok, int heads,
                                                    int kv_heads, int dk, int dv, int kstride, int vstride, int kh_stride,
                                                    int vh_stride, const int* posp, int pos0, float scale, int window,
