@@ -322,3 +322,75 @@ func TestMoEDownBlocks(t *testing.T) {
 			moeDownSplit(8, 8), moeDownSplit(8, 4), moeDownSplit(8, 1))
 	}
 }
+
+// TestFlashKernel: which flash kernel a pass takes, and its grid, from the heads, the cache's
+// layout and alignment (flashKernel), where GPU.Attend's other tests cannot reach each
+// condition.
+func TestFlashKernel(t *testing.T) {
+	std := func(heads, kvHeads, dk, dv int) (device.KVLayer, device.AttnShape) {
+		return device.KVLayer{KDim: kvHeads * dk, VDim: kvHeads * dv, F16: true},
+			device.AttnShape{Heads: heads, KVHeads: kvHeads, DK: dk, DV: dv, KHeadStride: dk, VHeadStride: dv}
+	}
+	latent := func(heads int) (device.KVLayer, device.AttnShape) {
+		return device.KVLayer{KDim: 576, F16: true}, device.AttnShape{Heads: heads, KVHeads: 1, DK: 576, DV: 512, Latent: true}
+	}
+	const kp, vp = DevicePtr(0x10000), DevicePtr(0x20000)
+	for _, c := range []struct {
+		name      string
+		T         int
+		kp, vp    DevicePtr // 0: kp, vp
+		vstride   int       // 0: kv.VDim
+		want      string
+		wantGrid  Dim3
+		transform func(*device.KVLayer, *device.AttnShape)
+	}{
+		{name: "qwen3", T: 100, want: "attn_fa_f16kv_d128", wantGrid: Dim3{X: 2, Y: 32}},
+		{name: "qwen3,T=31", T: 31},
+		{name: "qwen3,f32", T: 100, transform: func(kv *device.KVLayer, _ *device.AttnShape) { kv.F16 = false }},
+		// A ring must hold a pass's window and its tokens: 29 + 100 - 1 positions.
+		{name: "qwen3,ring", T: 100, want: "attn_fa_f16kv_d128", wantGrid: Dim3{X: 2, Y: 32},
+			transform: func(kv *device.KVLayer, a *device.AttnShape) { kv.Ring, a.Window = 128, 29 }},
+		{name: "qwen3,short_ring", T: 100, transform: func(kv *device.KVLayer, a *device.AttnShape) { kv.Ring, a.Window = 128, 30 }},
+		{name: "qwen3,misaligned", T: 100, kp: kp + 8},
+		{name: "d256", T: 40, want: "attn_fa_f16kv_d256", wantGrid: Dim3{X: 2, Y: 32},
+			transform: func(kv *device.KVLayer, a *device.AttnShape) { *kv, *a = std(32, 4, 256, 256) }},
+		{name: "dsv2-legacy", T: 100, want: "attn_fa_f16kv_d192v128", wantGrid: Dim3{X: 2, Y: 16},
+			transform: func(kv *device.KVLayer, a *device.AttnShape) { *kv, *a = std(16, 16, 192, 128) }},
+		{name: "dk192,dv192", T: 100, transform: func(kv *device.KVLayer, a *device.AttnShape) { *kv, *a = std(16, 16, 192, 192) }},
+		{name: "dsv2-latent", T: 100, vp: kp, vstride: 576, want: "attn_fa_f16kv_latent576", wantGrid: Dim3{X: 100, Y: 1},
+			transform: func(kv *device.KVLayer, a *device.AttnShape) { *kv, *a = latent(16) }},
+		{name: "latent,5_heads", T: 33, vp: kp, vstride: 576, want: "attn_fa_f16kv_latent576", wantGrid: Dim3{X: 11, Y: 1},
+			transform: func(kv *device.KVLayer, a *device.AttnShape) { *kv, *a = latent(5) }},
+		{name: "latent,values_apart", T: 100, vstride: 576,
+			transform: func(kv *device.KVLayer, a *device.AttnShape) { *kv, *a = latent(16) }},
+		{name: "latent,two_kv_heads", T: 100, vp: kp, vstride: 576,
+			transform: func(kv *device.KVLayer, a *device.AttnShape) { *kv, *a = latent(16); a.KVHeads = 2 }},
+		{name: "latent,rank_256", T: 100, vp: kp, vstride: 320,
+			transform: func(kv *device.KVLayer, a *device.AttnShape) {
+				*kv, *a = latent(16)
+				kv.KDim, a.DK, a.DV = 320, 320, 256
+			}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			kv, a := std(32, 4, 128, 128)
+			if c.transform != nil {
+				c.transform(&kv, &a)
+			}
+			k, v := kp, vp
+			if c.kp != 0 {
+				k = c.kp
+			}
+			if c.vp != 0 {
+				v = c.vp
+			}
+			vs := kv.VDim
+			if c.vstride != 0 {
+				vs = c.vstride
+			}
+			name, grid := flashKernel(c.T, &kv, k, v, vs, &a)
+			if name != c.want || c.want != "" && grid != c.wantGrid {
+				t.Errorf("flashKernel = %q, grid %+v; want %q, grid %+v", name, grid, c.want, c.wantGrid)
+			}
+		})
+	}
+}
