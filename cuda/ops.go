@@ -203,7 +203,7 @@ func (c *opCall) launch(name string, grid, block Dim3) {
 	}
 }
 
-// maxBlockThreads is the largest block kernel is launched with: 256, whose registers always
+// maxBlockThreads is the largest block a kernel may be launched with: 256, whose registers always
 // fit an SM's 65536 (a kernel takes at most 255 a thread), or moe_down's larger blocks
 // (moeDownMaxThreads), whose registers TestPTXAssembles checks. A card refuses a launch whose
 // block's registers do not fit (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES), and the JIT decides
