@@ -363,6 +363,15 @@ func TestModuleAndLaunch(t *testing.T) {
 	if err := s.Launch(axpy, Dim3{X: 1}, Dim3{X: 2048}, 0, args.Reset().Float(1).Ptr(dx).Ptr(dy).Int(0)); !errors.Is(err, ErrInvalidValue) || !strings.Contains(err.Error(), "kernel fake_axpy") {
 		t.Errorf("2048-thread block = %v", err)
 	}
+	// A card's other limits, which the fake driver keeps so that the engine's launches are
+	// held to them: grid.y and grid.z up to 65535, block.z up to 64.
+	for _, c := range []struct{ grid, block Dim3 }{
+		{Dim3{X: 1, Y: 65536}, Dim3{X: 1}}, {Dim3{X: 1, Y: 1, Z: 65536}, Dim3{X: 1}}, {Dim3{X: 1}, Dim3{X: 1, Y: 1, Z: 65}},
+	} {
+		if err := s.Launch(axpy, c.grid, c.block, 0, args.Reset().Float(1).Ptr(dx).Ptr(dy).Int(0)); !errors.Is(err, ErrInvalidValue) {
+			t.Errorf("grid %+v, block %+v = %v, want CUDA_ERROR_INVALID_VALUE", c.grid, c.block, err)
+		}
+	}
 	if err := s.Launch(axpy, Dim3{X: 1}, Dim3{X: 1}, 0, args.Reset().Int(1<<40)); err == nil || !strings.Contains(err.Error(), "does not fit an int") {
 		t.Errorf("an int argument of 2^40 = %v", err)
 	}

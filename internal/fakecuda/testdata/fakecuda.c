@@ -608,7 +608,10 @@ CUresult cuLaunchKernel(void *f, unsigned int gx, unsigned int gy, unsigned int 
                         unsigned int bz, unsigned int shared, struct stream *s, void **params, void **extra) {
 	NEED_CTX();
 	if (!f || !s || s->magic != 0x5757 || extra) return INVALID_HANDLE;
+	// A card's limits: grid.y and grid.z up to 65535, block.z up to 64 (block.x and .y up to
+	// 1024, as the product), and grid.x up to 2^31 - 1 (an unsigned int past it is refused).
 	if (gx == 0 || gy == 0 || gz == 0 || bx * by * bz == 0 || bx * by * bz > 1024) return INVALID_VALUE;
+	if (gx > 0x7fffffffu || gy > 65535 || gz > 65535 || bz > 64) return INVALID_VALUE;
 	unsigned int v[8] = {gx, gy, gz, bx, by, bz, shared, 1};
 	memcpy(last, v, sizeof v);
 	if (s->capturing) return kernel_node(s, f, v, params);
