@@ -179,10 +179,18 @@ const moeDownMaxThreads = 384
 
 // moeDownSplit reports whether a moe_down launch of k routed experts and the shared expert,
 // warps a row, would take a block larger than moeDownMaxThreads: the shared expert then takes
-// a launch of its own.
+// a launch of its own (moeLaunches), added onto the routed experts' sum as the joined launch
+// adds it, the same bits.
 func moeDownSplit(k, warps int) bool {
 	_, b := moeDownDims(1, 1, k, true, true, warps)
 	return b.X*b.Y*b.Z > moeDownMaxThreads
+}
+
+// integerDot reports whether the products of m take an integer dot on a quantized input
+// (quantizeLocked's condition), whose rows moeProducts deals over the GPU's warps a row.
+func integerDot(m quant.Matrix) bool {
+	_, qb, ok := q8Kind(m.Type)
+	return ok && m.Cols%qb == 0
 }
 
 // moeDownDims are a moe_down launch's grid and block (fused.cu): a block for each row of d and
@@ -205,11 +213,13 @@ type moeLaunch struct {
 	routed, shared bool
 }
 
-// moeLaunches plans the products of a layer: one launch of moe_up for gate and up of one
-// type (two where they differ: the gate's product, then the up's and the SwiGLU), and one of
-// moe_down; the shared expert joins the routed experts' launches where its types are theirs,
-// else takes launches of its own (its down product then added to their sum).
-func moeLaunches(e0 device.ExpertMatrices, sh *device.ExpertMatrices) (up, down []moeLaunch, err error) {
+// moeLaunches plans the products of a layer of used experts a token, rowWarps warps a row of
+// its integer products: one launch of moe_up for gate and up of one type (two where they
+// differ: the gate's product, then the up's and the SwiGLU), and one of moe_down; the shared
+// expert joins the routed experts' launches where its types are theirs, else takes launches of
+// its own (its down product then added to their sum), as its down product also does where the
+// joined block would not fit (moeDownSplit).
+func moeLaunches(e0 device.ExpertMatrices, sh *device.ExpertMatrices, used, rowWarps int) (up, down []moeLaunch, err error) {
 	kernel := func(prefix string, t quant.Type) (string, error) {
 		sfx, ok := fusedSuffix(t)
 		if !ok {
@@ -233,6 +243,9 @@ func moeLaunches(e0 device.ExpertMatrices, sh *device.ExpertMatrices) (up, down 
 	}
 	joinUp := sh != nil && sh.Gate.Type == e0.Gate.Type && sh.Up.Type == e0.Up.Type
 	joinDown := sh != nil && sh.Down.Type == e0.Down.Type
+	if joinDown && integerDot(e0.Down) && integerDot(sh.Down) { // moeProducts deals their rows over rowWarps warps
+		joinDown = !moeDownSplit(used, rowWarps)
+	}
 	if err := ups(e0.Gate.Type, e0.Up.Type, true, joinUp); err != nil {
 		return nil, nil, err
 	}
@@ -267,7 +280,7 @@ func (g *GPU) PrepareMoE(l *device.MoELayer) error {
 		return fmt.Errorf("%d experts, %d used, in %d groups: the routing kernel takes up to %d, %d and %d", n, l.Used, l.Gating.Groups,
 			routeMaxExperts, routeMaxUsed, routeMaxGroups)
 	}
-	up, down, err := moeLaunches(e0, l.Shared)
+	up, down, err := moeLaunches(e0, l.Shared, l.Used, g.rowWarps)
 	if err != nil {
 		return err
 	}
@@ -421,26 +434,11 @@ func (c *opCall) moeProducts(up, down []moeLaunch, o moeOperands) {
 		if (!d.routed || gq.q != 0) && (!d.shared || hq.q != 0) {
 			warps = g.rowWarps
 		}
-		if d.routed && d.shared && moeDownSplit(o.k, warps) {
-			// The shared expert's product in a launch of its own, added to the routed
-			// experts' sum (acc) as the joined launch adds it: the same bits, in blocks whose
-			// registers fit.
-			c.moeDown(d.kernel, o, tab, 0, gq, q8{}, d.mode, warps)
-			c.moeDown(d.kernel, o, 0, sd, q8{}, hq, 1, warps)
-			continue
-		}
-		c.moeDown(d.kernel, o, tab, sd, gq, hq, d.mode, warps)
+		g.args.Reset().Ptr(tab).Ptr(o.ids).Ptr(o.w).Int(o.k).Int(o.T).Ptr(o.up).Int(o.ff).Ptr(o.out).Int(o.d).Ptr(sd).Ptr(o.sh).Int(o.shFF).Ptr(o.shGate).Int(d.mode).
+			Ptr(gq.q).Ptr(gq.d).Ptr(gq.s).Ptr(hq.q).Ptr(hq.d).Ptr(hq.s)
+		grid, block := moeDownDims(o.d, o.T, o.k, d.routed, d.shared, warps)
+		c.launch(d.kernel, grid, block)
 	}
-}
-
-// moeDown enqueues a moe_down launch: the routed experts' down products (tab, their input
-// quantized as gq) and the shared expert's (sd, hq), either 0, summed into o.out from 0 or,
-// with acc, onto it.
-func (c *opCall) moeDown(kernel string, o moeOperands, tab, sd DevicePtr, gq, hq q8, acc, warps int) {
-	c.g.args.Reset().Ptr(tab).Ptr(o.ids).Ptr(o.w).Int(o.k).Int(o.T).Ptr(o.up).Int(o.ff).Ptr(o.out).Int(o.d).Ptr(sd).Ptr(o.sh).Int(o.shFF).Ptr(o.shGate).Int(acc).
-		Ptr(gq.q).Ptr(gq.d).Ptr(gq.s).Ptr(hq.q).Ptr(hq.d).Ptr(hq.s)
-	grid, block := moeDownDims(o.d, o.T, o.k, tab != 0, sd != 0, warps)
-	c.launch(kernel, grid, block)
 }
 
 // Experts implements device.RoutedMoE: the experts the host chose, found through a table of
@@ -496,7 +494,7 @@ func (g *GPU) moePlan(e device.ExpertMatrices) (moePlan, error) {
 	if p, ok := g.moePlans[key]; ok {
 		return p, nil
 	}
-	up, down, err := moeLaunches(e, nil)
+	up, down, err := moeLaunches(e, nil, 0, g.rowWarps)
 	if err != nil {
 		return moePlan{}, err
 	}

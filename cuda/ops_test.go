@@ -288,10 +288,11 @@ func TestGPUAttendSplits(t *testing.T) {
 	}
 }
 
-// TestMoEDownBlocks: every moe_down launch moeProducts issues, for every choice of warps a
-// row and up to routeMaxUsed experts a token, with and without a shared expert, takes a block
+// TestMoEDownBlocks: every moe_down launch moeLaunches plans, for every choice of warps a row
+// and up to routeMaxUsed experts a token, with and without a shared expert, takes a block
 // within moeDownMaxThreads (which TestPTXAssembles holds the kernels' registers to), and the
-// shared expert takes a launch of its own only where the joined block would not fit.
+// shared expert takes a launch of its own only where the joined block would not fit: at eight
+// warps a row of integer products, not for float ones, whose rows keep a warp.
 func TestMoEDownBlocks(t *testing.T) {
 	threads := func(b Dim3) int { return b.X * b.Y * b.Z }
 	for _, w := range RowWarpsChoices {
@@ -320,6 +321,23 @@ func TestMoEDownBlocks(t *testing.T) {
 	if !moeDownSplit(8, 8) || moeDownSplit(8, 4) || moeDownSplit(8, 1) {
 		t.Errorf("moeDownSplit(8 experts): %v at 8 warps a row, %v at 4, %v at 1; want only at 8",
 			moeDownSplit(8, 8), moeDownSplit(8, 4), moeDownSplit(8, 1))
+	}
+	experts := func(typ quant.Type) device.ExpertMatrices {
+		m := func(rows, cols int) quant.Matrix { return quant.Matrix{Type: typ, Rows: rows, Cols: cols} }
+		return device.ExpertMatrices{Gate: m(512, 256), Up: m(512, 256), Down: m(256, 512)}
+	}
+	for _, c := range []struct {
+		typ         quant.Type
+		warps, want int // moe_down launches
+	}{{quant.Q8_0, 8, 2}, {quant.Q8_0, 4, 1}, {quant.Q4_K, 8, 2}, {quant.F16, 8, 1}} {
+		e := experts(c.typ)
+		_, down, err := moeLaunches(e, &e, 8, c.warps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(down) != c.want {
+			t.Errorf("%s experts and shared expert, %d warps a row: %d moe_down launches, want %d", c.typ, c.warps, len(down), c.want)
+		}
 	}
 }
 
