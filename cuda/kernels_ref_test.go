@@ -1247,8 +1247,9 @@ func attnCases() []kernelCase {
 		}
 	}
 	// The tensor-core prompt kernels (flash.cu): several blocks of 64 tokens and rows past the
-	// last token, several tiles of positions (64 for heads of 64, 32 for 128, 16 for 256), grouped queries, windows that start inside a tile,
-	// rings, sinks, a position in device memory.
+	// last token, several tiles of positions (64 for heads of 64, 32 for 128 and 192, 16 for 256
+	// and the latent cache), grouped queries, windows that start inside a tile, rings, sinks, a
+	// position in device memory.
 	for _, c := range []attnCase{
 		{ntok: 70, heads: 4, kvHeads: 2, dk: 64, dv: 64, pos0: 0},
 		{ntok: 20, heads: 2, kvHeads: 1, dk: 128, dv: 128, pos0: 90},
@@ -1368,9 +1369,10 @@ func attnCases() []kernelCase {
 // positions no token's window sees. A ring holds the last c.ring positions at their rows,
 // and NaNs in the rows of none.
 //
-// With splits == attnFlash it launches the tensor-core kernel of the heads (flashLaunch) and holds it to the exact probabilities, unrounded: its
-// probabilities are exp(s - m) against a running maximum, rounded to halves (half an ulp, 2^-11
-// relative, or 2^-25 absolute among the subnormals) and rescaled as the maximum grows, and its
+// With splits == attnFlash it launches the tensor-core kernel of the heads (flashLaunch) and
+// holds it to the exact probabilities, unrounded: its probabilities are exp(s - m) against a
+// running maximum, rounded to halves (half an ulp, 2^-11 relative, or 2^-25 absolute among the
+// subnormals) and rescaled as the maximum grows (once a tile, of 16 positions or more), and its
 // sums are the tensor cores' (exact products, float32 sums in an order of their own, counted
 // here as twice as many roundings as a chain would take).
 //

@@ -297,23 +297,18 @@ func TestMoEDownBlocks(t *testing.T) {
 	threads := func(b Dim3) int { return b.X * b.Y * b.Z }
 	for _, w := range RowWarpsChoices {
 		for k := 1; k <= routeMaxUsed; k++ {
-			_, joined := moeDownDims(2048, 1, k, true, true, w)
-			split := moeDownSplit(k, w)
-			if split != (threads(joined) > moeDownMaxThreads) {
-				t.Errorf("%d warps a row, %d experts: split %v, a joined block of %d threads", w, k, split, threads(joined))
-			}
-			var blocks []Dim3
-			if split {
-				_, r := moeDownDims(2048, 1, k, true, false, w)
-				_, s := moeDownDims(2048, 1, k, false, true, w)
-				blocks = append(blocks, r, s)
-			} else {
+			// The routed experts' launch and the shared expert's alone, and the joined one
+			// where moeDownSplit keeps it.
+			_, routed := moeDownDims(2048, 1, k, true, false, w)
+			_, shared := moeDownDims(2048, 1, k, false, true, w)
+			blocks := []Dim3{routed, shared}
+			if !moeDownSplit(k, w) {
+				_, joined := moeDownDims(2048, 1, k, true, true, w)
 				blocks = append(blocks, joined)
 			}
-			_, alone := moeDownDims(2048, 1, k, true, false, w)
-			for _, b := range append(blocks, alone) {
-				if threads(b) > moeDownMaxThreads || threads(b) > maxBlockThreads("moe_down_q4_K") {
-					t.Errorf("%d warps a row, %d experts: a block %+v of %d threads, more than %d", w, k, b, threads(b), moeDownMaxThreads)
+			for _, b := range blocks {
+				if n := threads(b); n > maxBlockThreads("moe_down_q4_K") {
+					t.Errorf("%d warps a row, %d experts: a block %+v of %d threads, more than %d", w, k, b, n, moeDownMaxThreads)
 				}
 			}
 		}

@@ -65,8 +65,9 @@ func parsePtxasInfo(out []byte) map[string]ptxasFunc {
 // and sm_90), as a card's driver does when it loads them, and fails on what the driver would
 // refuse (a syntax error in inline PTX, an instruction the target lacks), on register spills,
 // and on registers that the kernel's largest block (maxBlockThreads) would not fit, which a
-// card refuses at launch. Without a GPU this is the only check of the PTX below clang. ptxas is $PTXAS or on
-// the PATH (tools/kernels/ptxas.sh installs it from Debian); without it the test skips.
+// card refuses at launch. Without a GPU this is the only check of the PTX below clang. ptxas
+// is $PTXAS or on the PATH (tools/kernels/ptxas.sh installs it from Debian); without it the
+// test skips.
 func TestPTXAssembles(t *testing.T) {
 	ptxas := os.Getenv("PTXAS")
 	if ptxas == "" {
