@@ -38,6 +38,10 @@ struct cr_dim3 {
 extern thread_local cr_dim3 threadIdx, blockIdx, blockDim, gridDim;
 void cr_host_syncthreads(void);
 unsigned cr_host_shfl_xor(unsigned v, int lane_mask);
+// cr_host_warp_gather: every lane of the warp calls it with the same n; then lane l's
+// all[s*n + i] is lane s's v[i]. The emulator's warp-wide helpers (sums, tensor-core products)
+// exchange their values in one step where shuffles would take one step per value.
+void cr_host_warp_gather(const unsigned* v, int n, unsigned* all);
 // cr_host_fault ends the launch with CUDA_ERROR_LAUNCH_FAILED and the message what: where a
 // GPU would fault (a misaligned load).
 void cr_host_fault(const char* what);
@@ -146,25 +150,66 @@ CR_FN double cr_shfl_xor_d(double v, int m) {
 	return cr_as_d((u64)hi << 32 | lo);
 }
 
+#if defined(CR_HOST)
+// The emulator's warp reductions gather the warp's values once and run, for this lane, the
+// butterfly of the device's shuffles: v[j] holds lane (l ^ j)'s value, and at each step a
+// lane's value becomes op(its own, lane (l ^ j ^ m)'s), as on the GPU.
+template <typename T, typename Op> CR_FN T cr_host_butterfly(T* v, Op op) {
+	for (int m = 16; m > 0; m >>= 1)
+		for (int j = 0; j < m; j++)
+			v[j] = op(v[j], v[j + m]);
+	return v[0];
+}
+template <typename Op> CR_FN float cr_host_warp_reduce_f(float x, Op op) {
+	u32 b = cr_f_bits(x), all[CR_WARP];
+	cr_host_warp_gather(&b, 1, all);
+	const int l = threadIdx.x % CR_WARP;
+	float v[CR_WARP];
+	for (int j = 0; j < CR_WARP; j++)
+		v[j] = cr_as_f(all[l ^ j]);
+	return cr_host_butterfly(v, op);
+}
+#endif
+
 // cr_warp_sum returns the sum of v over the warp to every lane (butterfly order).
 CR_FN float cr_warp_sum(float v) {
+#if defined(CR_HOST)
+	return cr_host_warp_reduce_f(v, [](float a, float o) { return a + o; });
+#else
 	for (int m = 16; m > 0; m >>= 1)
 		v += cr_shfl_xor(v, m);
 	return v;
+#endif
 }
 
 CR_FN double cr_warp_sum_d(double v) {
+#if defined(CR_HOST)
+	const u64 b = cr_d_bits(v);
+	const u32 lh[2] = {(u32)b, (u32)(b >> 32)};
+	u32 all[2 * CR_WARP];
+	cr_host_warp_gather(lh, 2, all);
+	const int l = threadIdx.x % CR_WARP;
+	double x[CR_WARP];
+	for (int j = 0; j < CR_WARP; j++)
+		x[j] = cr_as_d((u64)all[2 * (l ^ j) + 1] << 32 | all[2 * (l ^ j)]);
+	return cr_host_butterfly(x, [](double a, double o) { return a + o; });
+#else
 	for (int m = 16; m > 0; m >>= 1)
 		v += cr_shfl_xor_d(v, m);
 	return v;
+#endif
 }
 
 CR_FN float cr_warp_max(float v) {
+#if defined(CR_HOST)
+	return cr_host_warp_reduce_f(v, [](float a, float o) { return o > a ? o : a; });
+#else
 	for (int m = 16; m > 0; m >>= 1) {
 		float o = cr_shfl_xor(v, m);
 		v = o > v ? o : v;
 	}
 	return v;
+#endif
 }
 
 // ---- byte permute: result byte i = byte (s >> 4i) & 7 of the 8 bytes {y:x} (x = bytes 0-3).
@@ -288,12 +333,26 @@ CR_FN double cr_dadd(double a, double b) {
 CR_FN float cr_fabs(float a) { return cr_as_f(cr_f_bits(a) & 0x7fffffffu); }
 CR_FN float cr_inf(void) { return cr_as_f(0x7f800000u); }
 
+#if defined(CR_HOST)
+// cr_host_mma_s8 is cr_mma_s8 on a warp's gathered registers (all: n a lane): A's in register
+// ia, B's in ib.
+CR_FN void cr_host_mma_s8(const u32* all, int n, int ia, int ib, int* c) {
+	const int l = threadIdx.x % CR_WARP, r = 4 * (l / 4), n0 = 4 * (2 * (l % 4));
+	for (int k = 0; k < 16; k++) {
+		const int sh = 8 * (k % 4);
+		const int av = (signed char)(all[n * (r + k / 4) + ia] >> sh);
+		c[0] += av * (signed char)(all[n * (n0 + k / 4) + ib] >> sh);
+		c[1] += av * (signed char)(all[n * (n0 + 4 + k / 4) + ib] >> sh);
+	}
+}
+#endif
+
 // cr_mma_s8 adds to c the 8 x 8 product of an 8 x 16 matrix A by a 16 x 8 matrix B of signed
 // bytes, in int32 (mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32: the tensor cores, sm_75 and
 // newer, PTX ISA 6.5). Every lane of the warp takes part: lane l holds in a row l/4 of A,
 // columns 4(l%4) .. 4(l%4)+3 (a byte each, the first lowest), in b column l/4 of B, rows
 // 4(l%4) .. 4(l%4)+3, and in c[0], c[1] row l/4 of the product, columns 2(l%4) and 2(l%4)+1.
-// The emulator gathers each lane's row of A and columns of B with shuffles. (Plain asm, not
+// The emulator gathers the warp's A and B registers in one step. (Plain asm, not
 // volatile: the product has no side effect, so the compiler may schedule loads around it.)
 CR_FN void cr_mma_s8(u32 a, u32 b, int* c) {
 #if defined(CR_DEVICE)
@@ -301,19 +360,10 @@ CR_FN void cr_mma_s8(u32 a, u32 b, int* c) {
 	    : "+r"(c[0]), "+r"(c[1])
 	    : "r"(a), "r"(b));
 #else
-	const int l = threadIdx.x % CR_WARP, n0 = 2 * (l % 4);
-	u32 ar[4], b0[4], b1[4];
-	for (int j = 0; j < 4; j++) {
-		// A shuffle whose mask is l ^ src reads lane src.
-		ar[j] = cr_host_shfl_xor(a, l ^ (4 * (l / 4) + j));
-		b0[j] = cr_host_shfl_xor(b, l ^ (4 * n0 + j));
-		b1[j] = cr_host_shfl_xor(b, l ^ (4 * (n0 + 1) + j));
-	}
-	for (int k = 0; k < 16; k++) {
-		const int av = (signed char)(ar[k / 4] >> (8 * (k % 4)));
-		c[0] += av * (signed char)(b0[k / 4] >> (8 * (k % 4)));
-		c[1] += av * (signed char)(b1[k / 4] >> (8 * (k % 4)));
-	}
+	const u32 v[2] = {a, b};
+	u32 all[2 * CR_WARP];
+	cr_host_warp_gather(v, 2, all);
+	cr_host_mma_s8(all, 2, 0, 1, c);
 #endif
 }
 
@@ -330,11 +380,19 @@ CR_FN void cr_mma_s8_k32(const u32* a, const u32* b, int* c) {
 	asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
 	    : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
 	    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#else
+#elif defined(CR_DEVICE)
 	cr_mma_s8(a[0], b[0], c);
 	cr_mma_s8(a[1], b[0], c + 2);
 	cr_mma_s8(a[2], b[1], c);
 	cr_mma_s8(a[3], b[1], c + 2);
+#else
+	const u32 v[6] = {a[0], a[1], a[2], a[3], b[0], b[1]};
+	u32 all[6 * CR_WARP];
+	cr_host_warp_gather(v, 6, all);
+	cr_host_mma_s8(all, 6, 0, 4, c);
+	cr_host_mma_s8(all, 6, 1, 4, c + 2);
+	cr_host_mma_s8(all, 6, 2, 5, c);
+	cr_host_mma_s8(all, 6, 3, 5, c + 2);
 #endif
 }
 
@@ -345,9 +403,15 @@ CR_FN void cr_mma_s8_k16(const u32* a, u32 b, int* c) {
 	asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
 	    : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
 	    : "r"(a[0]), "r"(a[1]), "r"(b));
-#else
+#elif defined(CR_DEVICE)
 	cr_mma_s8(a[0], b, c);
 	cr_mma_s8(a[1], b, c + 2);
+#else
+	const u32 v[3] = {a[0], a[1], b};
+	u32 all[3 * CR_WARP];
+	cr_host_warp_gather(v, 3, all);
+	cr_host_mma_s8(all, 3, 0, 2, c);
+	cr_host_mma_s8(all, 3, 1, 2, c + 2);
 #endif
 }
 
@@ -427,6 +491,23 @@ CR_FN float cr_bf2f(u16 h) { return cr_as_f((u32)h << 16); }
 // cr_pack_h2 rounds two floats to halves, lo in the low 16 bits (an .f16x2 register).
 CR_FN u32 cr_pack_h2(float lo, float hi) { return (u32)cr_f2h(lo) | (u32)cr_f2h(hi) << 16; }
 
+#if defined(CR_HOST)
+// cr_host_mma_f16 is cr_mma_f16_k8 on a warp's gathered registers (all: n a lane): A's rows g
+// and g+8 in registers ia0 and ia1, B's in ib.
+CR_FN void cr_host_mma_f16(const u32* all, int n, int ia0, int ia1, int ib, float* c) {
+	const int l = threadIdx.x % CR_WARP, r = 4 * (l / 4), n0 = 4 * (2 * (l % 4));
+	for (int k = 0; k < 8; k++) {
+		const int j = k / 2, sh = 16 * (k % 2);
+		const float x0 = cr_h2f((u16)(all[n * (r + j) + ia0] >> sh)), x1 = cr_h2f((u16)(all[n * (r + j) + ia1] >> sh));
+		const float y0 = cr_h2f((u16)(all[n * (n0 + j) + ib] >> sh)), y1 = cr_h2f((u16)(all[n * (n0 + 4 + j) + ib] >> sh));
+		c[0] += x0 * y0;
+		c[1] += x0 * y1;
+		c[2] += x1 * y0;
+		c[3] += x1 * y1;
+	}
+}
+#endif
+
 // cr_mma_f16_k8 adds to c the 16 x 8 product of a 16 x 8 matrix A by an 8 x 8 matrix B of
 // halves, in float32 (mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32: the tensor cores, sm_75
 // and newer, PTX ISA 6.5). Lane l, with g = l/4 and t = l%4, holds in a[0] row g of A at
@@ -434,32 +515,18 @@ CR_FN u32 cr_pack_h2(float lo, float hi) { return (u32)cr_f2h(lo) | (u32)cr_f2h(
 // column g of B at rows 2t and 2t+1; in c[0], c[1] row g of the product at columns 2t, 2t+1,
 // in c[2], c[3] row g+8. The products of halves are exact in float32; the hardware's order and
 // rounding of their sum is its own, so results agree with a float32 sum to rounding, not bit
-// for bit. The emulator gathers each lane's rows and columns with shuffles and adds the
-// products in k's order.
+// for bit. The emulator gathers the warp's registers in one step and adds the products in k's
+// order.
 CR_FN void cr_mma_f16_k8(const u32* a, u32 b, float* c) {
 #if defined(CR_DEVICE)
 	asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
 	    : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
 	    : "r"(a[0]), "r"(a[1]), "r"(b));
 #else
-	const int l = threadIdx.x % CR_WARP, g = l / 4, n0 = 2 * (l % 4);
-	u32 r0[4], r1[4], b0[4], b1[4];
-	for (int j = 0; j < 4; j++) {
-		// A shuffle whose mask is l ^ src reads lane src.
-		r0[j] = cr_host_shfl_xor(a[0], l ^ (4 * g + j));
-		r1[j] = cr_host_shfl_xor(a[1], l ^ (4 * g + j));
-		b0[j] = cr_host_shfl_xor(b, l ^ (4 * n0 + j));
-		b1[j] = cr_host_shfl_xor(b, l ^ (4 * (n0 + 1) + j));
-	}
-	for (int k = 0; k < 8; k++) {
-		const int j = k / 2, sh = 16 * (k % 2);
-		const float x0 = cr_h2f((u16)(r0[j] >> sh)), x1 = cr_h2f((u16)(r1[j] >> sh));
-		const float y0 = cr_h2f((u16)(b0[j] >> sh)), y1 = cr_h2f((u16)(b1[j] >> sh));
-		c[0] += x0 * y0;
-		c[1] += x0 * y1;
-		c[2] += x1 * y0;
-		c[3] += x1 * y1;
-	}
+	const u32 v[3] = {a[0], a[1], b};
+	u32 all[3 * CR_WARP];
+	cr_host_warp_gather(v, 3, all);
+	cr_host_mma_f16(all, 3, 0, 1, 2, c);
 #endif
 }
 
@@ -472,9 +539,15 @@ CR_FN void cr_mma_f16_k16(const u32* a, const u32* b, float* c) {
 	asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
 	    : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
 	    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#else
+#elif defined(CR_DEVICE)
 	cr_mma_f16_k8(a, b[0], c);
 	cr_mma_f16_k8(a + 2, b[1], c);
+#else
+	const u32 v[6] = {a[0], a[1], a[2], a[3], b[0], b[1]};
+	u32 all[6 * CR_WARP];
+	cr_host_warp_gather(v, 6, all);
+	cr_host_mma_f16(all, 6, 0, 1, 4, c);
+	cr_host_mma_f16(all, 6, 2, 3, 5, c);
 #endif
 }
 

@@ -5,7 +5,9 @@
 //
 // A block's fibers run until each finishes or waits: at __syncthreads the whole block must
 // arrive (every thread that has not exited, and none may have exited), at a warp shuffle every
-// lane of the warp. Blocks run one after another, so __shared__ variables (static locals
+// lane of the warp, and at a warp-wide exchange (cr_host_warp_gather: common.cuh's warp sums
+// and tensor-core products on the host, one switch a lane where shuffles took one a value)
+// every lane of a whole warp. Blocks run one after another, so __shared__ variables (static locals
 // here, see common.cuh) belong to the running block. Before each block they are filled with
 // 0xff bytes (NaN floats), since a GPU leaves a block's shared memory undefined, so that a
 // kernel reading it before a barrier orders the write fails here too. (GCC ignores the section
@@ -51,7 +53,7 @@ extern "C" char __stop_cr_shared[] __attribute__((weak, visibility("hidden")));
 
 namespace {
 
-enum State { RUNNABLE, AT_SYNC, AT_SHFL, DONE, FAULTED };
+enum State { RUNNABLE, AT_SYNC, AT_SHFL, AT_GATHER, DONE, FAULTED };
 
 struct Fiber {
 #if defined(__x86_64__)
@@ -64,10 +66,15 @@ struct Fiber {
 	cr_dim3 idx;
 	u32 val, result;
 	int mask;
+	// At a gather (cr_host_warp_gather): the lane's gn values and where the warp's go.
+	const u32* gv;
+	u32* gall;
+	int gn;
 };
 
 constexpr size_t kStack = 128 << 10; // kernels keep small arrays in registers, ~ a few KiB here
 constexpr int kMaxThreads = 1024;
+constexpr int kMaxGather = 16; // values a lane gives a warp-wide exchange
 
 struct Launch {
 	void (*run)(void**);
@@ -213,11 +220,32 @@ const char* run_block(int n) {
 		bool released = false;
 		int at_sync = 0, exited = 0;
 		for (int w = 0; w < n; w += CR_WARP) {
-			int end = w + CR_WARP < n ? w + CR_WARP : n, shfl = 0;
+			int end = w + CR_WARP < n ? w + CR_WARP : n, shfl = 0, gather = 0;
 			for (int t = w; t < end; t++) {
 				shfl += fibers[t].state == AT_SHFL;
+				gather += fibers[t].state == AT_GATHER;
 				at_sync += fibers[t].state == AT_SYNC;
 				exited += fibers[t].state == DONE;
+			}
+			if (gather > 0) {
+				if (gather != CR_WARP)
+					return "a warp-wide exchange (a warp sum, a tensor-core product) that not every lane of a "
+					       "whole warp reached";
+				for (int t = w; t < end; t++)
+					if (fibers[t].gn != fibers[w].gn)
+						return "a warp-wide exchange whose lanes give different numbers of values";
+				const int gn = fibers[w].gn;
+				if (gn < 1 || gn > kMaxGather)
+					return "a warp-wide exchange of more values than the emulator holds";
+				static u32 warp[CR_WARP * kMaxGather];
+				for (int s = 0; s < CR_WARP; s++)
+					memcpy(warp + s * gn, fibers[w + s].gv, sizeof(u32) * gn);
+				for (int t = w; t < end; t++)
+					memcpy(fibers[t].gall, warp, sizeof(u32) * CR_WARP * gn);
+				for (int t = w; t < end; t++)
+					fibers[t].state = RUNNABLE;
+				released = true;
+				continue;
 			}
 			if (shfl == 0)
 				continue;
@@ -288,6 +316,16 @@ unsigned cr_host_shfl_xor(unsigned v, int lane_mask) {
 	f->mask = lane_mask;
 	yield(AT_SHFL);
 	return f->result;
+}
+
+// cr_host_warp_gather parks the lane until every lane of its warp has called it; then each
+// lane's all[s*n + i] holds lane s's v[i]. One switch where shuffles would take one per value.
+void cr_host_warp_gather(const u32* v, int n, u32* all) {
+	Fiber* f = current->cur;
+	f->gv = v;
+	f->gall = all;
+	f->gn = n;
+	yield(AT_GATHER);
 }
 
 namespace {
