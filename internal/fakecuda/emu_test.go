@@ -1,0 +1,215 @@
+package fakecuda
+
+import (
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"github.com/ebitengine/purego"
+
+	"github.com/commit-run/commit-run/internal/cbuild"
+	"github.com/commit-run/commit-run/quant"
+)
+
+// emu is the emulator built around testdata/emutest/all.cu's kernels.
+type emu struct {
+	find, launch uintptr
+}
+
+var emuKernelRE = regexp.MustCompile(`(?m)^__global__ void (\w+)\(`)
+
+// buildEmu compiles emu.cc with the test's kernels in place of the project's and loads it.
+func buildEmu(t *testing.T) emu {
+	t.Helper()
+	cxx, err := cbuild.Compiler("CXX", "g++")
+	if err != nil {
+		t.Skip(err)
+	}
+	cudaDir, err := kernelDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	testDir, err := filepath.Abs(filepath.Join("testdata", "emutest"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile(filepath.Join(testDir, "all.cu"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table strings.Builder
+	for _, m := range emuKernelRE.FindAllSubmatch(src, -1) {
+		table.WriteString("EMU_KERNEL(" + string(m[1]) + ")\n")
+	}
+	dir := t.TempDir()
+	for name, b := range map[string][]byte{"emu.cc": emuSource, "emu_table.inc": []byte(table.String())} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The test's directory comes first on the include path, so emu.cc's "all.cu" is its own.
+	args := append(cxx[1:], "-std=c++17", "-shared", "-fPIC", "-O1", "-ftls-model=initial-exec",
+		"-I", testDir, "-I", filepath.Join(cudaDir, "kernels"), "-I", dir, "-o", "libemutest.so", "emu.cc")
+	cmd := exec.Command(cxx[0], args...)
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building the emulator's test library: %v\n%s", err, out)
+	}
+	h, err := purego.Dlopen(filepath.Join(dir, "libemutest.so"), purego.RTLD_NOW|purego.RTLD_LOCAL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e emu
+	for _, s := range []struct {
+		name string
+		p    *uintptr
+	}{{"emu_find", &e.find}, {"emu_launch", &e.launch}} {
+		if *s.p, err = purego.Dlsym(h, s.name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e
+}
+
+// run launches kernel name on one block of threads threads with the given buffers as its
+// parameters and returns emu_launch's result: 0, or 719 for a failed launch.
+func (e emu) run(t *testing.T, name string, threads int, bufs ...unsafe.Pointer) uintptr {
+	t.Helper()
+	var pin runtime.Pinner
+	defer pin.Unpin()
+	cname := append([]byte(name), 0)
+	pin.Pin(&cname[0])
+	k, _, _ := purego.SyscallN(e.find, uintptr(unsafe.Pointer(&cname[0])))
+	if k == 0 {
+		t.Fatalf("no kernel %s", name)
+	}
+	ptrs := make([]uintptr, len(bufs)) // the parameters' values: the buffers' addresses
+	params := make([]uintptr, len(bufs)+1)
+	for i, b := range bufs {
+		pin.Pin(b)
+		ptrs[i] = uintptr(b)
+	}
+	pin.Pin(&ptrs[0])
+	for i := range bufs {
+		params[i] = uintptr(unsafe.Pointer(&ptrs[i]))
+	}
+	pin.Pin(&params[0])
+	r, _, _ := purego.SyscallN(e.launch, k, 1, 1, 1, uintptr(threads), 1, 1, uintptr(unsafe.Pointer(&params[0])))
+	return r
+}
+
+// TestEmulatorCollectives: the warp collectives every lane reaches give each lane what a GPU
+// gives it, and a launch fails where a GPU would hang or leave the result undefined.
+func TestEmulatorCollectives(t *testing.T) {
+	e := buildEmu(t)
+	out := make([]float32, 64)
+	p := unsafe.Pointer(&out[0])
+	want := func(name string, f func(i int) float32) {
+		t.Helper()
+		clear(out)
+		if r := e.run(t, name, 64, p); r != 0 {
+			t.Fatalf("%s: launch failed (%d)", name, r)
+		}
+		for i, v := range out {
+			if v != f(i) {
+				t.Errorf("%s: thread %d has %g, want %g", name, i, v, f(i))
+			}
+		}
+	}
+	warpSum := func(i int) float32 { w := i / 32 * 32; return float32(32*w + 31*32/2) }
+	want("warp_sum", warpSum)
+	want("warp_sum_d", warpSum)
+	want("warp_max", func(int) float32 { return 31 })
+	want("shfl_xor", func(i int) float32 { return float32(i ^ 5) })
+
+	for _, c := range []struct {
+		name    string
+		threads int
+	}{
+		{"warp_sum_half", 32},
+		{"shfl_half", 32},
+		{"sum_or_shfl", 64},
+		{"warp_sum", 16}, // a warp sum in a block of less than a warp
+		{"sync_half", 64},
+	} {
+		if r := e.run(t, c.name, c.threads, p); r != 719 {
+			t.Errorf("%s on %d threads: emu_launch returned %d, want 719 (CUDA_ERROR_LAUNCH_FAILED)", c.name, c.threads, r)
+		}
+	}
+	// A failed launch leaves the emulator ready for the next.
+	want("warp_sum", warpSum)
+}
+
+// TestEmulatorTensorCores: common.cuh's tensor-core products, on fragments loaded as the PTX
+// ISA lays them out, equal the products of the matrices: exactly in int32, and in float32 added
+// in k's order (halves' products are exact in float32).
+func TestEmulatorTensorCores(t *testing.T) {
+	e := buildEmu(t)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, c := range []struct {
+		kernel  string
+		m, k    int
+		halves  bool
+		threads int
+	}{
+		{"mma_s8", 8, 16, false, 32},
+		{"mma_s8_k16", 16, 16, false, 32},
+		{"mma_s8_k32", 16, 32, false, 32},
+		{"mma_f16_k8", 16, 8, true, 32},
+		{"mma_f16_k16", 16, 16, true, 32},
+	} {
+		const n = 8
+		if !c.halves {
+			a, b := make([]int8, c.m*c.k), make([]int8, n*c.k)
+			for i := range a {
+				a[i] = int8(rng.IntN(256) - 128)
+			}
+			for i := range b {
+				b[i] = int8(rng.IntN(256) - 128)
+			}
+			got := make([]int32, c.m*n)
+			if r := e.run(t, c.kernel, c.threads, unsafe.Pointer(&a[0]), unsafe.Pointer(&b[0]), unsafe.Pointer(&got[0])); r != 0 {
+				t.Fatalf("%s: launch failed (%d)", c.kernel, r)
+			}
+			for i := range c.m {
+				for j := range n {
+					var w int32
+					for k := range c.k {
+						w += int32(a[c.k*i+k]) * int32(b[c.k*j+k])
+					}
+					if got[n*i+j] != w {
+						t.Errorf("%s: C[%d][%d] = %d, want %d", c.kernel, i, j, got[n*i+j], w)
+					}
+				}
+			}
+			continue
+		}
+		a, b := make([]uint16, c.m*c.k), make([]uint16, n*c.k)
+		for _, x := range [][]uint16{a, b} {
+			for i := range x {
+				x[i] = quant.FP32ToFP16(float32(rng.NormFloat64()))
+			}
+		}
+		got := make([]float32, c.m*n)
+		if r := e.run(t, c.kernel, c.threads, unsafe.Pointer(&a[0]), unsafe.Pointer(&b[0]), unsafe.Pointer(&got[0])); r != 0 {
+			t.Fatalf("%s: launch failed (%d)", c.kernel, r)
+		}
+		for i := range c.m {
+			for j := range n {
+				var w float32
+				for k := range c.k {
+					w += float32(quant.FP16ToFP32(a[c.k*i+k]) * quant.FP16ToFP32(b[c.k*j+k]))
+				}
+				if got[n*i+j] != w {
+					t.Errorf("%s: C[%d][%d] = %g, want %g", c.kernel, i, j, got[n*i+j], w)
+				}
+			}
+		}
+	}
+}
