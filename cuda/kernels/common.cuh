@@ -38,10 +38,11 @@ struct cr_dim3 {
 extern thread_local cr_dim3 threadIdx, blockIdx, blockDim, gridDim;
 void cr_host_syncthreads(void);
 unsigned cr_host_shfl_xor(unsigned v, int lane_mask);
-// cr_host_warp_gather: every lane of the warp calls it with the same n; then lane l's
-// all[s*n + i] is lane s's v[i]. The emulator's warp-wide helpers (sums, tensor-core products)
-// exchange their values in one step where shuffles would take one step per value.
-void cr_host_warp_gather(const unsigned* v, int n, unsigned* all);
+// cr_host_warp_gather: every lane of the warp calls it with the same n; it returns the warp's
+// values, lane s's v[i] at [s*n + i], valid until the lane's next warp collective. The
+// emulator's warp-wide helpers (sums, tensor-core products) exchange their values in one step
+// where shuffles would take one step per value.
+const unsigned* cr_host_warp_gather(const unsigned* v, int n);
 // cr_host_fault ends the launch with CUDA_ERROR_LAUNCH_FAILED and the message what: where a
 // GPU would fault (a misaligned load).
 void cr_host_fault(const char* what);
@@ -161,8 +162,8 @@ template <typename T, typename Op> CR_FN T cr_host_butterfly(T* v, Op op) {
 	return v[0];
 }
 template <typename Op> CR_FN float cr_host_warp_reduce_f(float x, Op op) {
-	u32 b = cr_f_bits(x), all[CR_WARP];
-	cr_host_warp_gather(&b, 1, all);
+	u32 b = cr_f_bits(x);
+	const u32* all = cr_host_warp_gather(&b, 1);
 	const int l = threadIdx.x % CR_WARP;
 	float v[CR_WARP];
 	for (int j = 0; j < CR_WARP; j++)
@@ -186,8 +187,7 @@ CR_FN double cr_warp_sum_d(double v) {
 #if defined(CR_HOST)
 	const u64 b = cr_d_bits(v);
 	const u32 lh[2] = {(u32)b, (u32)(b >> 32)};
-	u32 all[2 * CR_WARP];
-	cr_host_warp_gather(lh, 2, all);
+	const u32* all = cr_host_warp_gather(lh, 2);
 	const int l = threadIdx.x % CR_WARP;
 	double x[CR_WARP];
 	for (int j = 0; j < CR_WARP; j++)
@@ -361,8 +361,7 @@ CR_FN void cr_mma_s8(u32 a, u32 b, int* c) {
 	    : "r"(a), "r"(b));
 #else
 	const u32 v[2] = {a, b};
-	u32 all[2 * CR_WARP];
-	cr_host_warp_gather(v, 2, all);
+	const u32* all = cr_host_warp_gather(v, 2);
 	cr_host_mma_s8(all, 2, 0, 1, c);
 #endif
 }
@@ -387,8 +386,7 @@ CR_FN void cr_mma_s8_k32(const u32* a, const u32* b, int* c) {
 	cr_mma_s8(a[3], b[1], c + 2);
 #else
 	const u32 v[6] = {a[0], a[1], a[2], a[3], b[0], b[1]};
-	u32 all[6 * CR_WARP];
-	cr_host_warp_gather(v, 6, all);
+	const u32* all = cr_host_warp_gather(v, 6);
 	cr_host_mma_s8(all, 6, 0, 4, c);
 	cr_host_mma_s8(all, 6, 1, 4, c + 2);
 	cr_host_mma_s8(all, 6, 2, 5, c);
@@ -408,8 +406,7 @@ CR_FN void cr_mma_s8_k16(const u32* a, u32 b, int* c) {
 	cr_mma_s8(a[1], b, c + 2);
 #else
 	const u32 v[3] = {a[0], a[1], b};
-	u32 all[3 * CR_WARP];
-	cr_host_warp_gather(v, 3, all);
+	const u32* all = cr_host_warp_gather(v, 3);
 	cr_host_mma_s8(all, 3, 0, 2, c);
 	cr_host_mma_s8(all, 3, 1, 2, c + 2);
 #endif
@@ -524,8 +521,7 @@ CR_FN void cr_mma_f16_k8(const u32* a, u32 b, float* c) {
 	    : "r"(a[0]), "r"(a[1]), "r"(b));
 #else
 	const u32 v[3] = {a[0], a[1], b};
-	u32 all[3 * CR_WARP];
-	cr_host_warp_gather(v, 3, all);
+	const u32* all = cr_host_warp_gather(v, 3);
 	cr_host_mma_f16(all, 3, 0, 1, 2, c);
 #endif
 }
@@ -544,8 +540,7 @@ CR_FN void cr_mma_f16_k16(const u32* a, const u32* b, float* c) {
 	cr_mma_f16_k8(a + 2, b[1], c);
 #else
 	const u32 v[6] = {a[0], a[1], a[2], a[3], b[0], b[1]};
-	u32 all[6 * CR_WARP];
-	cr_host_warp_gather(v, 6, all);
+	const u32* all = cr_host_warp_gather(v, 6);
 	cr_host_mma_f16(all, 6, 0, 1, 4, c);
 	cr_host_mma_f16(all, 6, 2, 3, 5, c);
 #endif

@@ -49,8 +49,7 @@ CR_FN int cr_rne_i32(float v) {
 
 CR_FN int cr_warp_sum_i(int v) {
 #if defined(CR_HOST)
-	u32 all[CR_WARP];
-	cr_host_warp_gather((const u32*)&v, 1, all);
+	const u32* all = cr_host_warp_gather((const u32*)&v, 1);
 	const int l = threadIdx.x % CR_WARP;
 	u32 x[CR_WARP];
 	for (int j = 0; j < CR_WARP; j++)

@@ -66,9 +66,8 @@ struct Fiber {
 	cr_dim3 idx;
 	u32 val, result;
 	int mask;
-	// At a gather (cr_host_warp_gather): the lane's gn values and where the warp's go.
+	// At a gather (cr_host_warp_gather): the lane's gn values.
 	const u32* gv;
-	u32* gall;
 	int gn;
 };
 
@@ -110,6 +109,9 @@ struct Schedule {
 
 Launch* current;           // the launch in progress
 Fiber fibers[kMaxThreads]; // the running block's threads
+// Each warp's values at its last gather: rewritten only when every lane is at the next one,
+// so a lane reads them until its next collective.
+u32 gathered[kMaxThreads / CR_WARP][CR_WARP * kMaxGather];
 Schedule sched{FORWARD, 0, 1, {}, {}, 0};
 char* stacks;              // kMaxThreads stacks of kStack bytes, mapped once
 std::mutex launch_mu;
@@ -237,11 +239,9 @@ const char* run_block(int n) {
 				const int gn = fibers[w].gn;
 				if (gn < 1 || gn > kMaxGather)
 					return "a warp-wide exchange of more values than the emulator holds";
-				static u32 warp[CR_WARP * kMaxGather];
+				u32* warp = gathered[w / CR_WARP];
 				for (int s = 0; s < CR_WARP; s++)
 					memcpy(warp + s * gn, fibers[w + s].gv, sizeof(u32) * gn);
-				for (int t = w; t < end; t++)
-					memcpy(fibers[t].gall, warp, sizeof(u32) * CR_WARP * gn);
 				for (int t = w; t < end; t++)
 					fibers[t].state = RUNNABLE;
 				released = true;
@@ -318,14 +318,15 @@ unsigned cr_host_shfl_xor(unsigned v, int lane_mask) {
 	return f->result;
 }
 
-// cr_host_warp_gather parks the lane until every lane of its warp has called it; then each
-// lane's all[s*n + i] holds lane s's v[i]. One switch where shuffles would take one per value.
-void cr_host_warp_gather(const u32* v, int n, u32* all) {
+// cr_host_warp_gather parks the lane until every lane of its warp has called it, then returns
+// the warp's values, lane s's v[i] at [s*n + i]. One switch where shuffles would take one a
+// value.
+const u32* cr_host_warp_gather(const u32* v, int n) {
 	Fiber* f = current->cur;
 	f->gv = v;
-	f->gall = all;
 	f->gn = n;
 	yield(AT_GATHER);
+	return gathered[(f - fibers) / CR_WARP];
 }
 
 namespace {
