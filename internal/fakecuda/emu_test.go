@@ -152,63 +152,40 @@ func TestEmulatorCollectives(t *testing.T) {
 func TestEmulatorTensorCores(t *testing.T) {
 	e := buildEmu(t)
 	rng := rand.New(rand.NewPCG(1, 2))
-	for _, c := range []struct {
-		kernel  string
-		m, k    int
-		halves  bool
-		threads int
-	}{
-		{"mma_s8", 8, 16, false, 32},
-		{"mma_s8_k16", 16, 16, false, 32},
-		{"mma_s8_k32", 16, 32, false, 32},
-		{"mma_f16_k8", 16, 8, true, 32},
-		{"mma_f16_k16", 16, 16, true, 32},
-	} {
-		const n = 8
-		if !c.halves {
-			a, b := make([]int8, c.m*c.k), make([]int8, n*c.k)
-			for i := range a {
-				a[i] = int8(rng.IntN(256) - 128)
-			}
-			for i := range b {
-				b[i] = int8(rng.IntN(256) - 128)
-			}
-			got := make([]int32, c.m*n)
-			if r := e.run(t, c.kernel, c.threads, unsafe.Pointer(&a[0]), unsafe.Pointer(&b[0]), unsafe.Pointer(&got[0])); r != 0 {
-				t.Fatalf("%s: launch failed (%d)", c.kernel, r)
-			}
-			for i := range c.m {
-				for j := range n {
-					var w int32
-					for k := range c.k {
-						w += int32(a[c.k*i+k]) * int32(b[c.k*j+k])
-					}
-					if got[n*i+j] != w {
-						t.Errorf("%s: C[%d][%d] = %d, want %d", c.kernel, i, j, got[n*i+j], w)
-					}
-				}
-			}
-			continue
+	s8 := func() int8 { return int8(rng.IntN(256) - 128) }
+	dotS8 := func(a, b int8) int32 { return int32(a) * int32(b) }
+	f16 := func() uint16 { return quant.FP32ToFP16(float32(rng.NormFloat64())) }
+	dotF16 := func(a, b uint16) float32 { return float32(quant.FP16ToFP32(a) * quant.FP16ToFP32(b)) }
+	checkProduct(t, e, "mma_s8", 8, 16, s8, dotS8)
+	checkProduct(t, e, "mma_s8_k16", 16, 16, s8, dotS8)
+	checkProduct(t, e, "mma_s8_k32", 16, 32, s8, dotS8)
+	checkProduct(t, e, "mma_f16_k8", 16, 8, f16, dotF16)
+	checkProduct(t, e, "mma_f16_k16", 16, 16, f16, dotF16)
+}
+
+// checkProduct runs kernel (one warp) on an m x k A and a k x 8 B (column-major) of elements
+// from gen and compares its m x 8 product with the products dot summed in k's order.
+func checkProduct[E int8 | uint16, T int32 | float32](t *testing.T, e emu, kernel string, m, k int, gen func() E, dot func(a, b E) T) {
+	t.Helper()
+	const n = 8
+	a, b := make([]E, m*k), make([]E, n*k)
+	for _, x := range [][]E{a, b} {
+		for i := range x {
+			x[i] = gen()
 		}
-		a, b := make([]uint16, c.m*c.k), make([]uint16, n*c.k)
-		for _, x := range [][]uint16{a, b} {
-			for i := range x {
-				x[i] = quant.FP32ToFP16(float32(rng.NormFloat64()))
+	}
+	got := make([]T, m*n)
+	if r := e.run(t, kernel, 32, unsafe.Pointer(&a[0]), unsafe.Pointer(&b[0]), unsafe.Pointer(&got[0])); r != 0 {
+		t.Fatalf("%s: launch failed (%d)", kernel, r)
+	}
+	for i := range m {
+		for j := range n {
+			var w T
+			for kk := range k {
+				w += dot(a[k*i+kk], b[k*j+kk])
 			}
-		}
-		got := make([]float32, c.m*n)
-		if r := e.run(t, c.kernel, c.threads, unsafe.Pointer(&a[0]), unsafe.Pointer(&b[0]), unsafe.Pointer(&got[0])); r != 0 {
-			t.Fatalf("%s: launch failed (%d)", c.kernel, r)
-		}
-		for i := range c.m {
-			for j := range n {
-				var w float32
-				for k := range c.k {
-					w += float32(quant.FP16ToFP32(a[c.k*i+k]) * quant.FP16ToFP32(b[c.k*j+k]))
-				}
-				if got[n*i+j] != w {
-					t.Errorf("%s: C[%d][%d] = %g, want %g", c.kernel, i, j, got[n*i+j], w)
-				}
+			if got[n*i+j] != w {
+				t.Errorf("%s: C[%d][%d] = %v, want %v", kernel, i, j, got[n*i+j], w)
 			}
 		}
 	}
