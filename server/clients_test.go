@@ -143,7 +143,9 @@ func TestSlowBody(t *testing.T) {
 // cancels, as serve's shutdown does after its grace period.
 func cutServer(t *testing.T) (url string, stop context.CancelCauseFunc) {
 	t.Helper()
-	m, err := engine.Open(bundled, engine.Options{Threads: 2, KVType: "f32", ContextLength: 128})
+	// A context of 1024 tokens, for streams of 1000: the bundled model writes 120 tokens in
+	// about 40 ms, at times all of them before the client has read the first and cut.
+	m, err := engine.Open(bundled, engine.Options{Threads: 2, KVType: "f32", ContextLength: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,13 +170,13 @@ func cutServer(t *testing.T) (url string, stop context.CancelCauseFunc) {
 // an error event (OpenAI's "data: {"error": ...}", ollama's {"error": ...} line) and no
 // [DONE] or done line; a whole answer is 503 with Retry-After.
 func TestCutAnswers(t *testing.T) {
-	long := `"max_tokens":120,"temperature":0,"ignore_eos":true`
+	long := `"max_tokens":1000,"temperature":0,"ignore_eos":true`
 	for _, c := range []struct {
 		name, path, body string
 		done             string // what a whole stream ends with
 	}{
 		{"OpenAI stream", "/v1/completions", `{"prompt":"The old prince",` + long + `,"stream":true}`, "data: [DONE]"},
-		{"ollama stream", "/api/generate", `{"prompt":"The old prince","options":{"num_predict":120,"temperature":0}}`, `"done":true`},
+		{"ollama stream", "/api/generate", `{"prompt":"The old prince","raw":true,"options":{"num_predict":1000,"temperature":0}}`, `"done":true`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			url, stop := cutServer(t)
@@ -219,7 +221,7 @@ func TestCutStreamSDK(t *testing.T) {
 	url, stop := cutServer(t)
 	c := client(url, "")
 	s := c.Completions.NewStreaming(context.Background(), openai.CompletionNewParams{Model: "any",
-		Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("The old prince")}, MaxTokens: openai.Int(120), Temperature: openai.Float(0)},
+		Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("The old prince")}, MaxTokens: openai.Int(1000), Temperature: openai.Float(0)},
 		option.WithJSONSet("ignore_eos", true))
 	defer s.Close()
 	n := 0
