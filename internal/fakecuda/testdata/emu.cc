@@ -7,8 +7,8 @@
 // arrive (every thread that has not exited, and none may have exited), at a warp shuffle every
 // lane of the warp, and at a warp-wide exchange (cr_host_warp_gather: common.cuh's warp sums
 // and tensor-core products on the host, one switch a lane where shuffles took one a value)
-// every lane of a whole warp. Blocks run one after another, so __shared__ variables (static locals
-// here, see common.cuh) belong to the running block. Before each block they are filled with
+// every lane of a whole warp. Blocks run one after another, so __shared__ variables (static
+// locals here, see common.cuh) belong to the running block. Before each block they are filled with
 // 0xff bytes (NaN floats), since a GPU leaves a block's shared memory undefined, so that a
 // kernel reading it before a barrier orders the write fails here too. (GCC ignores the section
 // attribute that gathers them for the static locals of function templates: the attention's and
