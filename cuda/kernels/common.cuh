@@ -161,13 +161,16 @@ template <typename T, typename Op> CR_FN T cr_host_butterfly(T* v, Op op) {
 			v[j] = op(v[j], v[j + m]);
 	return v[0];
 }
-template <typename Op> CR_FN float cr_host_warp_reduce_f(float x, Op op) {
-	u32 b = cr_f_bits(x);
+// cr_host_warp_reduce reduces a 4-byte value (a float, an int) over the warp.
+template <typename T, typename Op> CR_FN T cr_host_warp_reduce(T x, Op op) {
+	static_assert(sizeof(T) == sizeof(u32), "a warp exchange moves 4-byte registers");
+	u32 b;
+	memcpy(&b, &x, sizeof b);
 	const u32* all = cr_host_warp_gather(&b, 1);
 	const int l = threadIdx.x % CR_WARP;
-	float v[CR_WARP];
+	T v[CR_WARP];
 	for (int j = 0; j < CR_WARP; j++)
-		v[j] = cr_as_f(all[l ^ j]);
+		memcpy(&v[j], &all[l ^ j], sizeof b);
 	return cr_host_butterfly(v, op);
 }
 #endif
@@ -175,7 +178,7 @@ template <typename Op> CR_FN float cr_host_warp_reduce_f(float x, Op op) {
 // cr_warp_sum returns the sum of v over the warp to every lane (butterfly order).
 CR_FN float cr_warp_sum(float v) {
 #if defined(CR_HOST)
-	return cr_host_warp_reduce_f(v, [](float a, float o) { return a + o; });
+	return cr_host_warp_reduce(v, [](float a, float o) { return a + o; });
 #else
 	for (int m = 16; m > 0; m >>= 1)
 		v += cr_shfl_xor(v, m);
@@ -202,7 +205,7 @@ CR_FN double cr_warp_sum_d(double v) {
 
 CR_FN float cr_warp_max(float v) {
 #if defined(CR_HOST)
-	return cr_host_warp_reduce_f(v, [](float a, float o) { return o > a ? o : a; });
+	return cr_host_warp_reduce(v, [](float a, float o) { return o > a ? o : a; });
 #else
 	for (int m = 16; m > 0; m >>= 1) {
 		float o = cr_shfl_xor(v, m);

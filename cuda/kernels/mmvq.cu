@@ -49,12 +49,7 @@ CR_FN int cr_rne_i32(float v) {
 
 CR_FN int cr_warp_sum_i(int v) {
 #if defined(CR_HOST)
-	const u32* all = cr_host_warp_gather((const u32*)&v, 1);
-	const int l = threadIdx.x % CR_WARP;
-	u32 x[CR_WARP];
-	for (int j = 0; j < CR_WARP; j++)
-		x[j] = all[l ^ j];
-	return (int)cr_host_butterfly(x, [](u32 a, u32 o) { return a + o; });
+	return cr_host_warp_reduce(v, [](int a, int o) { return (int)((u32)a + (u32)o); }); // wrapping, as the device's add
 #else
 	for (int m = 16; m > 0; m >>= 1)
 		v += (int)cr_shfl_xor_u32((u32)v, m);

@@ -140,9 +140,10 @@ CR_FN void rope_pair(float* x0, float* x1, float cs, float sn) {
 //     mscale      = Rope.AttnFactor, times fma32(logf(1/FreqScale), 0.1, 1) if ext_factor != 0
 //     corr_lo, corr_hi = Rope.yarnCorrDims() (used only if ext_factor != 0)
 //   freq_factors: n_dims/2 floats dividing each pair's angle (llama 3 rope_freqs), or NULL.
-//   grid (ntok, 1, 1); block (n_dims/2 rounded up to a multiple of 32, at most 256, since it
-//   has no launch bounds (common.cuh's CR_BOUNDS); any block size works, threads loop over the
-//   pairs); no shared memory.
+//   grid (ntok, 1, 1); block (n_dims/2 rounded up to a multiple of 32, at most 256: no kernel
+//   declares launch bounds, so only blocks of up to 256 threads are sure to fit its registers
+//   (cuda's maxBlockThreads); any block size works, threads loop over the pairs); no shared
+//   memory.
 extern "C" __global__ void rope_f32(float* x, const int* posp, int pos0, int ntok, int heads, int head_stride, int tok_stride,
                                     int n_dims, int neox, float theta_scale, float freq_scale, float ext_factor, float mscale,
                                     float corr_lo, float corr_hi, const float* freq_factors) {

@@ -238,7 +238,7 @@ const char* run_block(int n) {
 						return "a warp-wide exchange whose lanes give different numbers of values";
 				const int gn = fibers[w].gn;
 				if (gn < 1 || gn > kMaxGather)
-					return "a warp-wide exchange of more values than the emulator holds";
+					return "a warp-wide exchange of no values, or of more than the emulator holds";
 				u32* warp = gathered[w / CR_WARP];
 				for (int s = 0; s < CR_WARP; s++)
 					memcpy(warp + s * gn, fibers[w + s].gv, sizeof(u32) * gn);
