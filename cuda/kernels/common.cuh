@@ -46,6 +46,12 @@ const unsigned* cr_host_warp_gather(const unsigned* v, int n);
 // cr_host_fault ends the launch with CUDA_ERROR_LAUNCH_FAILED and the message what: where a
 // GPU would fault (a misaligned load).
 void cr_host_fault(const char* what);
+// The emulator's cp.async (CR_EMU_SM80): a copy of 16 bytes, or 16 zero bytes where valid is
+// 0, that lands at any moment up to the wait that covers its group; a group closed by commit;
+// a wait until no more than n groups are in flight.
+void cr_host_cp_async16(void* dst, const void* src, int valid);
+void cr_host_cp_commit(void);
+void cr_host_cp_wait(int n);
 #define __global__
 #define __device__
 #define __host__
@@ -63,6 +69,15 @@ void cr_host_fault(const char* what);
 // undefined.
 #if defined(CR_DEVICE) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define CR_SM80 1
+#endif
+
+// CR_CP_ASYNC: copies from global to shared memory are asynchronous (cp.async, sm_80's), so a
+// kernel gains from copying its next tile while it computes on this one; without them a copy
+// is a load and a store, done on return, and a second buffer only takes shared memory that
+// more blocks on an SM would use better. The sm_80 module defines it, and so does the
+// emulator's build of that module (CR_EMU_SM80, internal/fakecuda), whose copies land late.
+#if defined(CR_SM80) || (defined(CR_HOST) && defined(CR_EMU_SM80))
+#define CR_CP_ASYNC 1
 #endif
 
 typedef unsigned char u8;
@@ -588,15 +603,20 @@ CR_FN cr_u4 cr_ldg_u4(const void* p) {
 }
 
 // cr_cp_async16 copies 16 bytes from global memory at src to shared memory at dst (both
-// 16-byte aligned), or writes 16 zero bytes when valid is 0 (src is then not read). On sm_80
-// it is cp.async.cg: the copy goes through the L2 to shared memory without a register and
-// lands by a later cr_cp_async_wait1, so a block loads its next tile while it computes on
-// this one. Before sm_80, and in the emulator, it is a load and a store, done on return.
+// 16-byte aligned), or writes 16 zero bytes when valid is 0 (src is then not read). Where
+// CR_CP_ASYNC is defined it is cp.async.cg: the copy goes through the L2 to shared memory
+// without a register and lands by a later cr_cp_async_wait, so a block loads its next tile
+// while it computes on this one (the emulator lands it at a moment of its schedule's choosing
+// up to that wait). Otherwise it is a load and a store, done on return.
 CR_FN void cr_cp_async16(void* dst, const void* src, int valid) {
 #if defined(CR_SM80)
 	asm volatile("{\n\t.reg .u64 s;\n\tcvta.to.shared.u64 s, %0;\n\tcp.async.cg.shared.global [s], [%1], 16, %2;\n\t}" ::"l"(dst), "l"(src),
 	             "r"(valid ? 16 : 0)
 	             : "memory");
+#elif defined(CR_CP_ASYNC)
+	if (valid)
+		CR_ALIGNED(src, 16);
+	cr_host_cp_async16(dst, src, valid);
 #else
 	cr_u4 w = {0, 0, 0, 0};
 	if (valid)
@@ -607,18 +627,22 @@ CR_FN void cr_cp_async16(void* dst, const void* src, int valid) {
 }
 
 // cr_cp_async_commit closes the group of the thread's cr_cp_async16 copies issued since the
-// last; cr_cp_async_wait1 waits until no more than the latest group is still in flight. (No
-// operation before sm_80, whose copies are done on return.) A block reads the copies of its
-// other threads only after a __syncthreads that follows the wait.
+// last; cr_cp_async_wait<N> waits until no more than the latest N groups are still in flight.
+// (No operation without CR_CP_ASYNC, where copies are done on return.) A block reads the
+// copies of its other threads only after a __syncthreads that follows the wait.
 CR_FN void cr_cp_async_commit(void) {
 #if defined(CR_SM80)
 	asm volatile("cp.async.commit_group;" ::: "memory");
+#elif defined(CR_CP_ASYNC)
+	cr_host_cp_commit();
 #endif
 }
 
-CR_FN void cr_cp_async_wait1(void) {
+template <int N> CR_FN void cr_cp_async_wait(void) {
 #if defined(CR_SM80)
-	asm volatile("cp.async.wait_group 1;" ::: "memory");
+	asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#elif defined(CR_CP_ASYNC)
+	cr_host_cp_wait(N);
 #endif
 }
 

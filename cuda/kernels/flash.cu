@@ -237,8 +237,8 @@ CR_FN void fa_body(const float* q, const u16* k, const u16* v, float* out, int n
 			fa_fetch<DK, BN>(ks[buf ^ 1], kb, kstride, base + BN, bhi, ring, tid);
 			fa_fetch<DV, BN>(vs[buf ^ 1], vb, vstride, base + BN, bhi, ring, tid);
 		}
-		cr_cp_async_commit(); // a group each round, empty at the last, so that wait1 waits for this tile's
-		cr_cp_async_wait1();
+		cr_cp_async_commit(); // a group each round, empty at the last, so that the wait waits for this tile's
+		cr_cp_async_wait<1>();
 		__syncthreads(); // this tile is in ks[buf], vs[buf] for every thread
 		if (base < whi && base + BN > wlo) { // a position of the tile is seen by the warp's rows
 			float s[BN / 8][4];
@@ -357,8 +357,8 @@ extern "C" __global__ void attn_fa_f16kv_latent576(const float* q, const u16* k,
 	for (int base = blo, buf = 0; base < bhi; base += FA_LAT_BN, buf ^= 1) {
 		if (base + FA_LAT_BN < bhi)
 			fa_fetch<FA_LAT_K, FA_LAT_BN>(ks[buf ^ 1], k, kstride, base + FA_LAT_BN, bhi, ring, tid);
-		cr_cp_async_commit(); // a group each round, empty at the last, so that wait1 waits for this tile's
-		cr_cp_async_wait1();
+		cr_cp_async_commit(); // a group each round, empty at the last, so that the wait waits for this tile's
+		cr_cp_async_wait<1>();
 		__syncthreads(); // this tile is in ks[buf] for every thread
 		float s[FA_LAT_BN / 8][4];
 		fa_scores<FA_LAT_K, FA_LAT_BN, FA_LAT_KS>(ks[buf], qa, s, FA_LAT_KS * warp, g, tq);

@@ -3,11 +3,10 @@ package fakecuda
 import (
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
-	"strings"
+	"slices"
 	"testing"
 	"unsafe"
 
@@ -17,14 +16,15 @@ import (
 	"github.com/commit-run/commit-run/quant"
 )
 
-// emu is the emulator built around testdata/emutest/all.cu's kernels.
+// emu is the emulator built around testdata/emutest's kernels.
 type emu struct {
 	find, launch uintptr
 }
 
 var emuKernelRE = regexp.MustCompile(`(?m)^__global__ void (\w+)\(`)
 
-// buildEmu compiles emu.cc with the test's kernels in place of the project's and loads it.
+// buildEmu compiles emu.cc with the test's kernels in place of the project's (all.cu's as the
+// base module, sm80.cu's as the sm_80 module) and loads it.
 func buildEmu(t *testing.T) emu {
 	t.Helper()
 	cxx, err := cbuild.Compiler("CXX", "g++")
@@ -39,27 +39,31 @@ func buildEmu(t *testing.T) emu {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := os.ReadFile(filepath.Join(testDir, "all.cu"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var table strings.Builder
-	for _, m := range emuKernelRE.FindAllSubmatch(src, -1) {
-		table.WriteString("EMU_KERNEL(" + string(m[1]) + ")\n")
+	var mods [2][]string
+	for i, name := range []string{"all.cu", "sm80.cu"} {
+		src, err := os.ReadFile(filepath.Join(testDir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range emuKernelRE.FindAllSubmatch(src, -1) {
+			mods[i] = append(mods[i], string(m[1]))
+		}
 	}
 	dir := t.TempDir()
-	for name, b := range map[string][]byte{"emu.cc": emuSource, "emu_table.inc": []byte(table.String())} {
+	for name, b := range emuFiles(mods[0], mods[1]) {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// The test's directory comes first on the include path, so emu.cc's "all.cu" is its own.
-	args := append(cxx[1:], "-std=c++17", "-shared", "-fPIC", "-O1", "-ftls-model=initial-exec",
-		"-I", testDir, "-I", filepath.Join(cudaDir, "kernels"), "-I", dir, "-o", "libemutest.so", "emu.cc")
-	cmd := exec.Command(cxx[0], args...)
-	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building the emulator's test library: %v\n%s", err, out)
+	// The test's directory comes first on the include path, so emu_kernels.cc's "all.cu" and
+	// "sm80.cu" are its own.
+	steps, objs := emuSteps(cxx, "-O1", []string{testDir, filepath.Join(cudaDir, "kernels")}, true)
+	if err := runSteps(dir, steps); err != nil {
+		t.Fatalf("building the emulator's test library: %v", err)
+	}
+	link := append(append(slices.Clone(cxx), "-shared", "-o", "libemutest.so"), objs...)
+	if err := runSteps(dir, [][]string{link}); err != nil {
+		t.Fatalf("linking the emulator's test library: %v", err)
 	}
 	h, err := purego.Dlopen(filepath.Join(dir, "libemutest.so"), purego.RTLD_NOW|purego.RTLD_LOCAL)
 	if err != nil {
@@ -78,14 +82,15 @@ func buildEmu(t *testing.T) emu {
 }
 
 // run launches kernel name on one block of threads threads with the given buffers as its
-// parameters and returns emu_launch's result: 0, or 719 for a failed launch.
+// parameters and returns emu_launch's result: 0, or 719 for a failed launch. It finds name
+// as a module of sm_80 does: in sm80.cu's kernels, else in all.cu's.
 func (e emu) run(t *testing.T, name string, threads int, bufs ...unsafe.Pointer) uintptr {
 	t.Helper()
 	var pin runtime.Pinner
 	defer pin.Unpin()
 	cname := append([]byte(name), 0)
 	pin.Pin(&cname[0])
-	k, _, _ := purego.SyscallN(e.find, uintptr(unsafe.Pointer(&cname[0])))
+	k, _, _ := purego.SyscallN(e.find, uintptr(unsafe.Pointer(&cname[0])), 80)
 	if k == 0 {
 		t.Fatalf("no kernel %s", name)
 	}
@@ -188,5 +193,71 @@ func checkProduct[E int8 | uint16, T int32 | float32](t *testing.T, e emu, kerne
 				t.Errorf("%s: C[%d][%d] = %v, want %v", kernel, i, j, got[n*i+j], w)
 			}
 		}
+	}
+}
+
+// TestEmulatorAsyncCopies: the sm_80 module's cp.async copies land between their issue and
+// the wait that covers them, late or early as the schedule says, so a double-buffered pipeline
+// gives the same values under every schedule while one that reads a tile before its wait, or
+// copies into a buffer another thread may still read, gives wrong ones under some schedule;
+// and a thread may not end with copies in flight.
+func TestEmulatorAsyncCopies(t *testing.T) {
+	e := buildEmu(t)
+	const tiles, threads = 4, 64
+	src := make([]float32, tiles*threads*4)
+	for i := range src {
+		src[i] = float32(i)
+	}
+	// Thread j writes thread j+1's row of each tile.
+	want := make([]float32, len(src))
+	for i := range tiles {
+		for j := range threads {
+			copy(want[256*i+4*j:256*i+4*j+4], src[256*i+4*((j+1)%threads):])
+		}
+	}
+	out := make([]float32, len(src))
+	run := func(kernel, schedule string) (diffs int) {
+		t.Helper()
+		t.Setenv("FAKECUDA_SCHEDULE", schedule)
+		clear(out)
+		if r := e.run(t, kernel, threads, unsafe.Pointer(&src[0]), unsafe.Pointer(&out[0])); r != 0 {
+			t.Fatalf("%s under %s: launch failed (%d)", kernel, schedule, r)
+		}
+		for i := range out {
+			if out[i] != want[i] {
+				diffs++
+			}
+		}
+		return diffs
+	}
+	for _, s := range []string{"forward", "reverse", "shuffle:1", "shuffle:2", "shuffle:3"} {
+		if d := run("cp_pipeline", s); d != 0 {
+			t.Errorf("cp_pipeline under %s: %d values differ from the source's", s, d)
+		}
+	}
+	// Copies land late under forward: a tile read before its wait is not there yet.
+	if d := run("cp_no_wait", "forward"); d == 0 {
+		t.Error("cp_no_wait under forward read every tile right: its copies landed before the wait")
+	}
+	// Copies land early under reverse: the first thread to finish a tile overwrites the buffer
+	// the others have still to read.
+	if d := run("cp_no_end_sync", "reverse"); d == 0 {
+		t.Error("cp_no_end_sync under reverse read every tile right: its copies did not land when issued")
+	}
+	t.Setenv("FAKECUDA_SCHEDULE", "forward")
+	clear(out)
+	if r := e.run(t, "cp_zeros", threads, unsafe.Pointer(&src[0]), unsafe.Pointer(&out[0])); r != 0 {
+		t.Fatalf("cp_zeros: launch failed (%d)", r)
+	}
+	for i, v := range out[:4*threads] {
+		if v != 0 {
+			t.Fatalf("cp_zeros: out[%d] = %v, want 0", i, v)
+		}
+	}
+	if r := e.run(t, "cp_in_flight", threads, unsafe.Pointer(&src[0]), unsafe.Pointer(&out[0])); r != 719 {
+		t.Errorf("cp_in_flight: emu_launch returned %d, want 719 (CUDA_ERROR_LAUNCH_FAILED)", r)
+	}
+	if d := run("cp_pipeline", "forward"); d != 0 {
+		t.Errorf("cp_pipeline after a failed launch: %d values differ", d)
 	}
 }

@@ -1,17 +1,18 @@
 // Package fakecuda builds a fake CUDA driver library for tests on machines without a GPU.
 // testdata/fakecuda.c exports the driver calls package cuda binds and keeps "device memory"
-// in host memory; testdata/emu.cc runs the project's own kernels (cuda/kernels) with every CUDA
-// thread emulated. So the binding, the kernels and the engine's GPU path are tested
-// everywhere, against the same sources the GPU runs.
+// in host memory; testdata/emu.cc runs the project's own kernels (cuda/kernels, both PTX
+// modules' builds of them: testdata/emu_kernels.cc) with every CUDA thread emulated. So the
+// binding, the kernels and the engine's GPU path are tested everywhere, against the same
+// sources the GPU runs.
 package fakecuda
 
 import (
-	"bytes"
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,6 +31,10 @@ var (
 	driverSource []byte
 	//go:embed testdata/emu.cc
 	emuSource []byte
+	//go:embed testdata/emu.h
+	emuHeader []byte
+	//go:embed testdata/emu_kernels.cc
+	emuKernelsSource []byte
 )
 
 // ErrNoCompiler reports that no C or C++ compiler was found to build the library; tests skip
@@ -61,6 +66,72 @@ func kernelDir() (string, error) {
 
 var entryRE = regexp.MustCompile(`(?m)^\.visible \.entry (\w+)\(`)
 
+// entries returns the names of a PTX module's kernels.
+func entries(ptx []byte) []string {
+	var names []string
+	for _, m := range entryRE.FindAllSubmatch(ptx, -1) {
+		names = append(names, string(m[1]))
+	}
+	return names
+}
+
+// emuFiles returns the emulator's sources with the tables emu_kernels.cc includes: the base
+// module's kernels, base, and the sm_80 module's, sm80, with their renames.
+func emuFiles(base, sm80 []string) map[string][]byte {
+	var table, table80, rename strings.Builder
+	for _, n := range base {
+		fmt.Fprintf(&table, "EMU_KERNEL(%s)\n", n)
+	}
+	for _, n := range sm80 {
+		fmt.Fprintf(&table80, "EMU_KERNEL(%s)\n", n)
+		fmt.Fprintf(&rename, "#define %s emu_sm80_%s\n", n, n)
+	}
+	return map[string][]byte{"emu.cc": emuSource, "emu.h": emuHeader, "emu_kernels.cc": emuKernelsSource,
+		"emu_table.inc": []byte(table.String()), "emu_table_sm80.inc": []byte(table80.String()),
+		"emu_rename_sm80.inc": []byte(rename.String())}
+}
+
+// emuSteps returns the commands that compile the emulator in a directory holding emuFiles'
+// files, with the include directories includes (before that directory), into objects, and
+// the objects: emu.cc's, the base module's table's, and where sm80 the sm_80 module's.
+func emuSteps(cxx []string, opt string, includes []string, sm80 bool) (steps [][]string, objs []string) {
+	flags := []string{"-std=c++17", "-fPIC", opt, "-ftls-model=initial-exec"}
+	for _, d := range includes {
+		flags = append(flags, "-I", d)
+	}
+	flags = append(flags, "-I", ".")
+	compile := func(obj, src string, extra ...string) {
+		steps = append(steps, append(append(append(slices.Clone(cxx), flags...), extra...), "-c", "-o", obj, src))
+		objs = append(objs, obj)
+	}
+	compile("emu.o", "emu.cc")
+	compile("emu_base.o", "emu_kernels.cc")
+	if sm80 {
+		compile("emu_sm80.o", "emu_kernels.cc", "-DCR_EMU_SM80")
+	}
+	return steps, objs
+}
+
+// runSteps runs the commands in dir at once (the emulator's kernel tables take most of the
+// build, each its own compiler) and returns the first failure.
+func runSteps(dir string, steps [][]string) error {
+	errs := make([]error, len(steps))
+	var wg sync.WaitGroup
+	for i, s := range steps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cmd := exec.Command(s[0], s[1:]...)
+			cmd.Dir = dir
+			if out, err := cmd.CombinedOutput(); err != nil {
+				errs[i] = fmt.Errorf("%s: %v\n%s", strings.Join(s, " "), err, out)
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
 func build() (string, error) {
 	ccArgs, err := cbuild.Compiler("CC", "gcc")
 	if err != nil {
@@ -75,15 +146,17 @@ func build() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	// The kernel table lists the PTX module's entries: the kernels the driver can be asked for.
-	ptx, err := os.ReadFile(filepath.Join(cudaDir, "ptx", "kernels.ptx"))
-	if err != nil {
-		return "", fmt.Errorf("fakecuda: %w", err)
+	// The kernel tables list the PTX modules' entries: the kernels the driver can be asked for.
+	var mods [2][]string
+	for i, name := range []string{"kernels.ptx", "kernels_sm80.ptx"} {
+		ptx, err := os.ReadFile(filepath.Join(cudaDir, "ptx", name))
+		if err != nil {
+			return "", fmt.Errorf("fakecuda: %w", err)
+		}
+		mods[i] = entries(ptx)
 	}
-	var table bytes.Buffer
-	for _, m := range entryRE.FindAllSubmatch(ptx, -1) {
-		fmt.Fprintf(&table, "EMU_KERNEL(%s)\n", m[1])
-	}
+	files := emuFiles(mods[0], mods[1])
+	files["fakecuda.c"] = driverSource
 	kernels, err := filepath.Glob(filepath.Join(cudaDir, "kernels", "*"))
 	if err != nil {
 		return "", err
@@ -91,8 +164,14 @@ func build() (string, error) {
 	sort.Strings(kernels)
 
 	h := sha256.New()
-	for _, b := range [][]byte{driverSource, emuSource, table.Bytes(), []byte(cc), []byte(cxx)} {
-		h.Write(b)
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		h.Write([]byte(name))
+		h.Write([]byte{0})
+		h.Write(files[name])
+		h.Write([]byte{0})
+	}
+	for _, b := range []string{cc, cxx} {
+		h.Write([]byte(b))
 		h.Write([]byte{0})
 	}
 	for _, k := range kernels {
@@ -107,23 +186,19 @@ func build() (string, error) {
 	}
 	key := hex.EncodeToString(h.Sum(nil))[:16]
 	return cbuild.Cached("commit-run-fakecuda", key, "libcuda.so.1", func(dir string) error {
-		files := map[string][]byte{"fakecuda.c": driverSource, "emu.cc": emuSource, "emu_table.inc": table.Bytes()}
 		for name, b := range files {
 			if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
 				return err
 			}
 		}
-		steps := [][]string{
-			append(slices.Clone(ccArgs), "-c", "-fPIC", "-O1", "-o", "fakecuda.o", "fakecuda.c"),
-			append(slices.Clone(cxxArgs), "-std=c++17", "-shared", "-fPIC", "-O2", "-ftls-model=initial-exec", "-I", filepath.Join(cudaDir, "kernels"), "-I", ".",
-				"-o", "libcuda.so.1", "emu.cc", "fakecuda.o"),
+		steps, objs := emuSteps(cxxArgs, "-O2", []string{filepath.Join(cudaDir, "kernels")}, len(mods[1]) > 0)
+		steps = append(steps, append(slices.Clone(ccArgs), "-c", "-fPIC", "-O1", "-o", "fakecuda.o", "fakecuda.c"))
+		if err := runSteps(dir, steps); err != nil {
+			return fmt.Errorf("building the fake CUDA driver: %w", err)
 		}
-		for _, s := range steps {
-			cmd := exec.Command(s[0], s[1:]...)
-			cmd.Dir = dir
-			if out, err := cmd.CombinedOutput(); err != nil {
-				return fmt.Errorf("building the fake CUDA driver: %s: %v\n%s", s[0], err, out)
-			}
+		link := append(append(slices.Clone(cxxArgs), "-shared", "-o", "libcuda.so.1"), append(objs, "fakecuda.o")...)
+		if err := runSteps(dir, [][]string{link}); err != nil {
+			return fmt.Errorf("linking the fake CUDA driver: %w", err)
 		}
 		return nil
 	})

@@ -1,5 +1,6 @@
-// The CUDA emulator of the fake driver: the project's real kernels (cuda/kernels/all.cu),
-// compiled for the host, with every CUDA thread of a block run as a fiber on the calling
+// The CUDA emulator of the fake driver: the project's real kernels (cuda/kernels), compiled
+// for the host (emu_kernels.cc: the base module's, and the sm_80 module's for a module whose
+// .target is sm_80 or newer), with every CUDA thread of a block run as a fiber on the calling
 // thread. So a kernel launched through the fake driver runs the same source the GPU runs, and
 // the engine's GPU path is tested, kernels included, on machines without a GPU.
 //
@@ -24,13 +25,20 @@
 // change with it reads what another thread writes without a barrier between them, or relies
 // on one block running before another; the tests run every kernel under all three.
 //
+// The sm_80 module's asynchronous copies (cp.async: common.cuh's cr_cp_async16, under
+// CR_EMU_SM80) land as late as a GPU may land them, at the wait that covers their group, under
+// "forward"; as early, when issued, under "reverse"; and each at one or the other under
+// "shuffle". So a kernel that reads a tile before waiting for it, or copies into a buffer
+// another warp may still be reading, gets wrong values under one of them. A thread that ends
+// with copies not waited for faults.
+//
 // Fibers switch with a few instructions of assembly on x86-64 (callee-saved registers and the
 // stack pointer), and with swapcontext elsewhere, which is correct but makes two system calls
 // per switch. They live on between blocks and launches, each parked where its kernel
 // returned, and are made anew only after a failed launch.
 //
-// Built by fakecuda.Build with the kernels' directory on the include path and emu_table.inc,
-// one EMU_KERNEL(name) line per kernel of the PTX module.
+// Built by fakecuda.Build with the kernels' directory on the include path, into one library
+// with emu_kernels.cc's tables.
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,7 +50,8 @@
 #include <utility>
 #include <vector>
 
-#include "all.cu"
+#include "common.cuh"
+#include "emu.h"
 
 thread_local cr_dim3 threadIdx, blockIdx, blockDim, gridDim;
 
@@ -52,6 +61,11 @@ extern "C" char __start_cr_shared[] __attribute__((weak, visibility("hidden")));
 extern "C" char __stop_cr_shared[] __attribute__((weak, visibility("hidden")));
 
 namespace {
+
+constexpr size_t kStack = 128 << 10; // kernels keep small arrays in registers, ~ a few KiB here
+constexpr int kMaxThreads = 1024;
+constexpr int kMaxGather = 16; // values a lane gives a warp-wide exchange
+constexpr int kMaxCopies = 32; // a thread's cp.async copies in flight
 
 enum State { RUNNABLE, AT_SYNC, AT_SHFL, AT_GATHER, DONE, FAULTED };
 
@@ -69,11 +83,15 @@ struct Fiber {
 	// At a gather (cr_host_warp_gather): the lane's gn values.
 	const u32* gv;
 	int gn;
+	// Its cp.async copies not yet landed, each with its group (group: the open one; those
+	// before it are committed).
+	struct Copy {
+		void* dst;
+		const void* src; // null: zeros
+		int group;
+	} copies[kMaxCopies];
+	int ncopies, group;
 };
-
-constexpr size_t kStack = 128 << 10; // kernels keep small arrays in registers, ~ a few KiB here
-constexpr int kMaxThreads = 1024;
-constexpr int kMaxGather = 16; // values a lane gives a warp-wide exchange
 
 struct Launch {
 	void (*run)(void**);
@@ -181,6 +199,8 @@ void yield(State s) {
 void fiber_main() {
 	for (;;) {
 		current->run(current->params);
+		if (current->cur->ncopies > 0)
+			cr_host_fault("a thread ended with cp.async copies it did not wait for");
 		yield(DONE);
 	}
 }
@@ -198,6 +218,7 @@ const char* run_block(int n) {
 		f.idx.y = t / blockDim.x % blockDim.y;
 		f.idx.z = t / (blockDim.x * blockDim.y);
 		f.state = RUNNABLE;
+		f.ncopies = f.group = 0;
 		if (!f.started) {
 			fiber_start(&f, stacks + (size_t)t * kStack);
 			f.started = true;
@@ -329,47 +350,18 @@ const u32* cr_host_warp_gather(const u32* v, int n) {
 	return gathered[(f - fibers) / CR_WARP];
 }
 
-namespace {
-
-template <typename F> struct Invoker;
-template <typename... A> struct Invoker<void (*)(A...)> {
-	template <void (*K)(A...), size_t... I> static void call(void** p, std::index_sequence<I...>) { K(*(A*)p[I]...); }
-	template <void (*K)(A...)> static void run(void** p) { call<K>(p, std::index_sequence_for<A...>{}); }
-	// sizes writes the bytes of each parameter, which a captured launch copies.
-	static int sizes(int* out, int max) {
-		const int s[] = {(int)sizeof(A)..., 0};
-		const int n = (int)sizeof...(A);
-		for (int i = 0; i < n && i < max; i++)
-			out[i] = s[i];
-		return n;
-	}
-};
-
-struct Entry {
-	const char* name;
-	void (*run)(void**);
-	int (*sizes)(int*, int);
-};
-
-const Entry table[] = {
-#define EMU_KERNEL(name) {#name, &Invoker<decltype(&name)>::run<&name>, &Invoker<decltype(&name)>::sizes},
-#include "emu_table.inc"
-#undef EMU_KERNEL
-};
-
-} // namespace
-
-// emu_find returns the kernel called name, or null.
-extern "C" void* emu_find(const char* name) {
-	for (const Entry& e : table)
-		if (!strcmp(e.name, name))
-			return (void*)&e;
-	return nullptr;
+// emu_find returns the kernel called name of a module whose .target is sm_SM, or null: from
+// the sm_80 module's table where sm >= 80 and it has one, else from the base module's.
+extern "C" void* emu_find(const char* name, int sm) {
+	if (sm >= 80 && emu_find_sm80)
+		if (const EmuKernel* k = emu_find_sm80(name))
+			return (void*)k;
+	return (void*)emu_find_base(name);
 }
 
 // emu_param_sizes writes the byte size of each of kernel k's parameters to sizes (at most max)
 // and returns how many it takes.
-extern "C" int emu_param_sizes(void* k, int* sizes, int max) { return ((const Entry*)k)->sizes(sizes, max); }
+extern "C" int emu_param_sizes(void* k, int* sizes, int max) { return ((const EmuKernel*)k)->sizes(sizes, max); }
 
 // fake_first_order writes the order in which the last launch's last block's threads first
 // ran to out (up to 1024 thread indices) and returns how many there were.
@@ -383,7 +375,7 @@ extern "C" int fake_first_order(int* out) {
 // (CUDA_ERROR_LAUNCH_FAILED) after printing why.
 extern "C" int emu_launch(void* k, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                           void** params) {
-	const Entry* e = (const Entry*)k;
+	const EmuKernel* e = (const EmuKernel*)k;
 	int n = (int)(bx * by * bz);
 	if (n <= 0 || n > kMaxThreads)
 		return 1; // CUDA_ERROR_INVALID_VALUE
@@ -430,4 +422,47 @@ extern "C" int emu_launch(void* k, unsigned gx, unsigned gy, unsigned gz, unsign
 	}
 	current = nullptr;
 	return 0;
+}
+
+namespace {
+
+// land writes copy c to shared memory: the 16 bytes at its source, or zeros.
+void land(const Fiber::Copy& c) {
+	if (c.src)
+		memcpy(c.dst, c.src, 16);
+	else
+		memset(c.dst, 0, 16);
+}
+
+} // namespace
+
+// cr_host_cp_async16 issues a copy of the thread's open group: landed now, or kept until the
+// wait that covers it, as the schedule says (the opening comment).
+void cr_host_cp_async16(void* dst, const void* src, int valid) {
+	Fiber* f = current->cur;
+	Fiber::Copy c{dst, valid ? src : nullptr, f->group};
+	if (sched.order == REVERSE || (sched.order == SHUFFLE && (sched.next() >> 32 & 1))) {
+		land(c);
+		return;
+	}
+	if (f->ncopies == kMaxCopies)
+		cr_host_fault("more cp.async copies in flight in a thread than the emulator holds");
+	f->copies[f->ncopies++] = c;
+}
+
+// cr_host_cp_commit closes the thread's open group.
+void cr_host_cp_commit(void) { current->cur->group++; }
+
+// cr_host_cp_wait lands the copies of every committed group but the latest n (cp.async's
+// wait_group n), in the order they were issued.
+void cr_host_cp_wait(int n) {
+	Fiber* f = current->cur;
+	int kept = 0;
+	for (int i = 0; i < f->ncopies; i++) {
+		if (f->copies[i].group < f->group - n)
+			land(f->copies[i]);
+		else
+			f->copies[kept++] = f->copies[i];
+	}
+	f->ncopies = kept;
 }

@@ -531,8 +531,9 @@ static void fake_iota64(void **p) {
 	for (int i = 0; i < n; i++) dst[i] = v + i;
 }
 
-// The project's kernels (cuda/kernels) run in the emulator of emu.cc.
-void *emu_find(const char *name);
+// The project's kernels (cuda/kernels) run in the emulator of emu.cc: a module of .target
+// sm_80 or newer takes the sm_80 module's build of them.
+void *emu_find(const char *name, int sm);
 int emu_launch(void *k, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, void **params);
 
 int emu_param_sizes(void *k, int *sizes, int max);
@@ -553,7 +554,7 @@ CUresult cuModuleGetFunction(void **f, struct module *m, const char *name) {
 	for (; i < sizeof kernels / sizeof kernels[0] && kernels[i].name; i++)
 		if (!strcmp(kernels[i].name, name) && (kernels[i].fn || kernels[i].sm == m->sm)) { *f = &kernels[i]; r = SUCCESS; break; }
 	if (r == NOT_FOUND && i < sizeof kernels / sizeof kernels[0]) {
-		void *k = emu_find(name);
+		void *k = emu_find(name, m->sm);
 		if (k) {
 			kernels[i].name = strdup(name);
 			kernels[i].emu = k;
