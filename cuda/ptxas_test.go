@@ -22,16 +22,45 @@ var ptxasSpills = map[string]int{
 	"sm_75/mmv_heads_q5_K": 8,
 }
 
-// ptxas -v's lines about one entry: its name and target, its spills, its registers.
+// ptxasMinBlocks lists kernels with the blocks of theirs an SM must hold at once on a target,
+// by registers and shared memory: the prompt's flash attention before sm_80 keeps one tile of
+// keys and values (FA_STAGES) so that two or three blocks share a 2080 Ti's SM where one did,
+// and a compiler that hoists their tiles' addresses again (cr_opaque_zero) takes that back.
+var ptxasMinBlocks = map[string]int{
+	"sm_75/attn_fa_f16kv_d64":       3,
+	"sm_75/attn_fa_f16kv_d128":      3,
+	"sm_75/attn_fa_f16kv_d256":      2,
+	"sm_75/attn_fa_f16kv_d192v128":  2,
+	"sm_75/attn_fa_f16kv_latent576": 2,
+}
+
+// flashBlockThreads is the block of the flash kernels (flash.cu's FA_THREADS).
+const flashBlockThreads = 128
+
+// smBlocks returns how many blocks of threads threads, each taking regs registers a thread and
+// smem bytes of shared memory, an SM of 65536 registers and smemSM bytes holds at once: a
+// warp's registers are taken in units of 256.
+func smBlocks(threads, regs, smem, smemSM int) int {
+	warps := (threads + 31) / 32
+	n := 65536 / (warps * ((regs*32 + 255) &^ 255))
+	if smem > 0 {
+		n = min(n, smemSM/smem)
+	}
+	return n
+}
+
+// ptxas -v's lines about one entry: its name and target, its spills, its registers and shared
+// memory.
 var (
 	ptxasEntryRE = regexp.MustCompile(`Compiling entry function '(\w+)' for '(sm_\d+)'`)
 	ptxasSpillRE = regexp.MustCompile(`(\d+) bytes spill stores, (\d+) bytes spill loads`)
 	ptxasRegsRE  = regexp.MustCompile(`Used (\d+) registers`)
+	ptxasSmemRE  = regexp.MustCompile(`(\d+) bytes smem`)
 )
 
 // ptxasFunc is what ptxas -v says of one kernel on one target.
 type ptxasFunc struct {
-	spillStores, spillLoads, regs int
+	spillStores, spillLoads, regs, smem int
 }
 
 // parsePtxasInfo reads ptxas -v's report: each kernel's spills and registers.
@@ -55,6 +84,9 @@ func parsePtxasInfo(out []byte) map[string]ptxasFunc {
 		if m := ptxasRegsRE.FindStringSubmatch(line); m != nil {
 			f.regs, _ = strconv.Atoi(m[1])
 		}
+		if m := ptxasSmemRE.FindStringSubmatch(line); m != nil {
+			f.smem, _ = strconv.Atoi(m[1])
+		}
 		funcs[cur] = f
 	}
 	return funcs
@@ -64,8 +96,8 @@ func parsePtxasInfo(out []byte) map[string]ptxasFunc {
 // targets each serves (the base module for sm_75, sm_86 and sm_90, the sm_80 module for sm_80
 // and sm_90), as a card's driver does when it loads them, and fails on what the driver would
 // refuse (a syntax error in inline PTX, an instruction the target lacks), on register spills,
-// and on registers that the kernel's largest block (maxBlockThreads) would not fit, which a
-// card refuses at launch. Without a GPU this is the only check of the PTX below clang. ptxas
+// on registers that the kernel's largest block (maxBlockThreads) would not fit, which a card
+// refuses at launch, and on fewer blocks an SM than ptxasMinBlocks asks. Without a GPU this is the only check of the PTX below clang. ptxas
 // is $PTXAS or on the PATH (tools/kernels/ptxas.sh installs it from Debian); without it the
 // test skips.
 func TestPTXAssembles(t *testing.T) {
@@ -127,6 +159,15 @@ func TestPTXAssembles(t *testing.T) {
 				t.Errorf("%s (%s) takes %d registers a thread: a block of %d threads (maxBlockThreads) would not fit an SM's 65536",
 					n, j.module, f.regs, most)
 			}
+			if want, ok := ptxasMinBlocks[n]; ok {
+				// sm_75's SMs have 64 KiB of shared memory.
+				if got := smBlocks(flashBlockThreads, f.regs, f.smem, 64<<10); got < want {
+					t.Errorf("%s (%s): %d registers a thread and %d bytes of shared memory fit %d blocks an SM, want %d",
+						n, j.module, f.regs, f.smem, got, want)
+				} else {
+					t.Logf("%s: %d registers, %d bytes of shared memory, %d blocks an SM", n, f.regs, f.smem, got)
+				}
+			}
 			if most == "" || f.regs > funcs[most].regs {
 				most = n
 			}
@@ -154,15 +195,37 @@ ptxas info    : Compiling entry function 'mmv_f32' for 'sm_75'
 ptxas info    : Function properties for mmv_f32
     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 ptxas info    : Used 64 registers, 388 bytes cmem[0]
+ptxas info    : Compiling entry function 'attn_fa_f16kv_d64' for 'sm_75'
+ptxas info    : Function properties for attn_fa_f16kv_d64
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 143 registers, 18432 bytes smem, 460 bytes cmem[0], 24 bytes cmem[2]
 `)
 	got := parsePtxasInfo(out)
-	want := map[string]ptxasFunc{"sm_75/mmv_heads_q5_K": {8, 4, 255}, "sm_75/mmv_f32": {0, 0, 64}}
+	want := map[string]ptxasFunc{"sm_75/mmv_heads_q5_K": {8, 4, 255, 0}, "sm_75/mmv_f32": {0, 0, 64, 0},
+		"sm_75/attn_fa_f16kv_d64": {0, 0, 143, 18432}}
 	if len(got) != len(want) {
 		t.Fatalf("got %v, want %v", got, want)
 	}
 	for k, w := range want {
 		if got[k] != w {
 			t.Errorf("%s: got %+v, want %+v", k, got[k], w)
+		}
+	}
+}
+
+// TestSMBlocks: the blocks an SM holds, by registers and by shared memory, as CUDA's
+// occupancy calculator counts them for sm_75.
+func TestSMBlocks(t *testing.T) {
+	for _, c := range []struct{ threads, regs, smem, want int }{
+		{128, 143, 18432, 3}, // 144 a thread: 18432 registers a block
+		{128, 168, 17408, 3}, // 21504 registers a block: 3.05
+		{128, 169, 0, 2},     // 176 a thread
+		{128, 145, 36864, 1}, // shared memory: 64 KiB / 36 KiB
+		{256, 32, 0, 8},
+		{128, 255, 0, 2},
+	} {
+		if got := smBlocks(c.threads, c.regs, c.smem, 64<<10); got != c.want {
+			t.Errorf("smBlocks(%d threads, %d registers, %d bytes) = %d, want %d", c.threads, c.regs, c.smem, got, c.want)
 		}
 	}
 }

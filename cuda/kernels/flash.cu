@@ -5,11 +5,10 @@
 // a block takes 64 tokens of one query head, a warp 16 of them (32 tokens for heads of 256,
 // two warps sharing 16 tokens' values); each tile of BN positions' keys and values (64 for
 // heads of 64, 32 for 128 and for MLA's 192/128, 16 for 256: two tiles of each fit the 48 KiB
-// of static shared memory) is read once into shared memory for all of them, the next tile
-// copied in while this one is used (cp.async from sm_80), and the scores
-// (Q K^T) and the weighted values (P V) are mma.sync products of halves with float32 sums:
-// m16n8k16 in the sm_80 module (sm80.cu), two m16n8k8 in the base module (sm_75) and the
-// emulator.
+// of static shared memory) is read once into shared memory for all of them (from sm_80 the
+// next tile copied in while this one is used: FA_STAGES), and the scores (Q K^T) and the
+// weighted values (P V) are mma.sync products of halves with float32 sums: m16n8k16 in the
+// sm_80 module (sm80.cu), two m16n8k8 in the base module (sm_75) and the emulator.
 //
 // What it computes is attn_f16kv's (models.attend with an F16 cache): q rounded to F16, scores
 // (q . k) * scale, the causal mask, a sliding window, a ring, attention sinks, the softmax, the
@@ -33,6 +32,18 @@
 // VS-th of the values (each computing the scores in full), so a block takes 16 * FA_WARPS / VS.
 #define FA_BM(VS) (16 * FA_WARPS / (VS))
 #define FA_PAD 8              // halves after each shared row: a fragment's loads hit distinct banks
+
+// FA_STAGES: the tiles of keys and values a block holds. Where copies are asynchronous
+// (CR_CP_ASYNC: the sm_80 module) two, the next copied in while this one is used. Before
+// sm_80 one, as in llama.cpp's Turing kernels: there a copy is a load and a store, done before
+// the barrier that follows it, so a second buffer overlaps nothing, and a block of half the
+// shared memory (17-22 KiB instead of 33-42) lets two or three blocks share a 2080 Ti's SM
+// (64 KiB) where one did, their warps hiding each other's loads.
+#if defined(CR_CP_ASYNC)
+#define FA_STAGES 2
+#else
+#define FA_STAGES 1
+#endif
 
 // fa_fetch starts the copies of the first W halves of the cache rows of positions base ..
 // base+BN-1 (b: the cache, stride halves a row) into t, 16 bytes a copy, zeros past bhi.
@@ -177,9 +188,9 @@ CR_FN void fa_body(const float* q, const u16* k, const u16* v, float* out, int n
 	// pairs two positions' halves of one value index, which two 16-bit loads from rows 2t and
 	// 2t+1 give without bank conflicts, where storing the tile transposed would put the lanes
 	// of a store in one bank.
-	// Two of each: the next tile is copied in (cp.async from sm_80) while this one is used.
-	__shared__ __attribute__((aligned(16))) u32 ks[2][BN][(DK + FA_PAD) / 2];
-	__shared__ __attribute__((aligned(16))) u32 vs[2][BN][(DV + FA_PAD) / 2];
+	// FA_STAGES of each.
+	__shared__ __attribute__((aligned(16))) u32 ks[FA_STAGES][BN][(DK + FA_PAD) / 2];
+	__shared__ __attribute__((aligned(16))) u32 vs[FA_STAGES][BN][(DV + FA_PAD) / 2];
 	const int h = blockIdx.y, t0 = blockIdx.x * FA_BM(VS);
 	if (h >= heads || t0 >= ntok)
 		return;
@@ -229,25 +240,31 @@ CR_FN void fa_body(const float* q, const u16* k, const u16* v, float* out, int n
 	const u16* kb = k + (i64)kvh * kh_stride;
 	const u16* vb = v + (i64)kvh * vh_stride;
 
-	fa_fetch<DK, BN>(ks[0], kb, kstride, blo, bhi, ring, tid);
-	fa_fetch<DV, BN>(vs[0], vb, vstride, blo, bhi, ring, tid);
-	cr_cp_async_commit();
-	for (int base = blo, buf = 0; base < bhi; base += BN, buf ^= 1) {
-		if (base + BN < bhi) {
-			fa_fetch<DK, BN>(ks[buf ^ 1], kb, kstride, base + BN, bhi, ring, tid);
-			fa_fetch<DV, BN>(vs[buf ^ 1], vb, vstride, base + BN, bhi, ring, tid);
+	if (FA_STAGES > 1) {
+		fa_fetch<DK, BN>(ks[0], kb, kstride, blo, bhi, ring, tid);
+		fa_fetch<DV, BN>(vs[0], vb, vstride, blo, bhi, ring, tid);
+		cr_cp_async_commit();
+	}
+	for (int base = blo, buf = 0; base < bhi; base += BN, buf = (buf + 1) % FA_STAGES) {
+		// Each round copies the tile FA_STAGES - 1 ahead: the next, into the other buffer, or
+		// with one stage this one.
+		const int ahead = base + (FA_STAGES - 1) * BN, into = (buf + FA_STAGES - 1) % FA_STAGES;
+		if (ahead < bhi) {
+			fa_fetch<DK, BN>(ks[into], kb, kstride, ahead, bhi, ring, tid);
+			fa_fetch<DV, BN>(vs[into], vb, vstride, ahead, bhi, ring, tid);
 		}
 		cr_cp_async_commit(); // a group each round, empty at the last, so that the wait waits for this tile's
-		cr_cp_async_wait<1>();
+		cr_cp_async_wait<FA_STAGES - 1>();
 		__syncthreads(); // this tile is in ks[buf], vs[buf] for every thread
 		if (base < whi && base + BN > wlo) { // a position of the tile is seen by the warp's rows
 			float s[BN / 8][4];
 			u32 pa[BN / 16][4];
-			fa_scores<DK, BN, DK / 16>(ks[buf], qa, s, 0, g, tq);
+			const int z = cr_opaque_zero(); // see cr_opaque_zero: with one stage, ks[buf] is a fixed address
+			fa_scores<DK, BN, DK / 16>(ks[buf] + z, qa, s, 0, g, tq);
 			fa_softmax<BN, DV / VS / 8>(s, pa, o, ma, mb, la, lb, base, na, nb, loa, lob, scale, tq);
-			fa_pv<DV, BN, DV / VS / 8>(vs[buf], pa, o, v0, g, tq);
+			fa_pv<DV, BN, DV / VS / 8>(vs[buf] + z, pa, o, v0, g, tq);
 		}
-		__syncthreads(); // every warp is done with ks[buf], vs[buf]: the next round copies into them
+		__syncthreads(); // every warp is done with ks[buf], vs[buf]: a later round copies into them
 	}
 	fa_store<DV / VS / 8>(o, la, lb, ma, mb, sinks, sink, sink, ta < ntok ? out + ((i64)ta * heads + h) * DV + v0 : nullptr,
 	                      tb < ntok ? out + ((i64)tb * heads + h) * DV + v0 : nullptr, tq);
@@ -267,7 +284,8 @@ CR_FN void fa_body(const float* q, const u16* k, const u16* v, float* out, int n
 //   window and a whole pass).
 //   A block takes 64 tokens (32 for heads of 256, whose values two warps share): grid
 //   (ceil(ntok / 64), heads, 1) (ceil(ntok / 32) for 256); block (128, 1, 1) exactly; no
-//   dynamic shared memory (36 KiB static for 64, 34 KiB for 128 and 256, 42 KiB for 192).
+//   dynamic shared memory (static, in the sm_80 module: 36 KiB for 64, 34 KiB for 128 and 256,
+//   42 KiB for 192; half that in the base module, FA_STAGES).
 #define FA_KERNEL(NAME, DK, DV, BN, VS)                                                                                        \
 	extern "C" __global__ void attn_fa_f16kv_##NAME(const float* q, const u16* k, const u16* v, float* out, int ntok, int heads, \
 	                                                int kv_heads, int dk, int dv, int kstride, int vstride, int kh_stride,      \
@@ -295,7 +313,7 @@ FA_KERNEL(d192v128, 192, 128, 32, 1)
 // heads, which see the same positions.
 #define FA_LAT_K 576
 #define FA_LAT_V 512
-#define FA_LAT_BN 16                          // positions a tile: two tiles of 576 halves fill 36.5 KiB
+#define FA_LAT_BN 16                          // positions a tile: two tiles of 576 halves take 36.5 KiB
 #define FA_LAT_KS (FA_LAT_K / 16 / FA_WARPS) // steps of 16 key values a warp scores
 
 // attn_fa_f16kv_latent576(attn_f16kv's arguments)
@@ -304,13 +322,14 @@ FA_KERNEL(d192v128, 192, 128, 32, 1)
 //   else the block's outputs are NaN. The keys are read 16 bytes at a time: k and kstride must
 //   keep every row 16-byte aligned. Windows, rings and sinks as attn_fa_f16kv_d64's.
 //   A block takes 16 rows (token, head): grid (ceil(ntok * heads / 16), 1, 1); block (128, 1, 1)
-//   exactly; no dynamic shared memory (40.5 KiB static).
+//   exactly; no dynamic shared memory (40.5 KiB static in the sm_80 module, 22.3 KiB in the
+//   base module).
 extern "C" __global__ void attn_fa_f16kv_latent576(const float* q, const u16* k, const u16* v, float* out, int ntok, int heads,
                                                    int kv_heads, int dk, int dv, int kstride, int vstride, int kh_stride,
                                                    int vh_stride, const int* posp, int pos0, float scale, int window,
                                                    const float* sinks, int ring) {
 	(void)kh_stride, (void)vh_stride; // one KV head
-	__shared__ __attribute__((aligned(16))) u32 ks[2][FA_LAT_BN][(FA_LAT_K + FA_PAD) / 2];
+	__shared__ __attribute__((aligned(16))) u32 ks[FA_STAGES][FA_LAT_BN][(FA_LAT_K + FA_PAD) / 2];
 	__shared__ float sp[FA_WARPS][FA_LAT_BN / 8][CR_WARP][4]; // the warps' partial scores, as their fragments
 	const int rows = ntok * heads, r0 = blockIdx.x * 16;
 	if (heads <= 0 || r0 >= rows)
@@ -352,16 +371,20 @@ extern "C" __global__ void attn_fa_f16kv_latent576(const float* q, const u16* k,
 	const float sa = sinks ? sinks[ca % heads] : -cr_inf(), sb = sinks ? sinks[cb % heads] : -cr_inf();
 	float ma = sa, mb = sb, la = 0.0f, lb = 0.0f;
 
-	fa_fetch<FA_LAT_K, FA_LAT_BN>(ks[0], k, kstride, blo, bhi, ring, tid);
-	cr_cp_async_commit();
-	for (int base = blo, buf = 0; base < bhi; base += FA_LAT_BN, buf ^= 1) {
-		if (base + FA_LAT_BN < bhi)
-			fa_fetch<FA_LAT_K, FA_LAT_BN>(ks[buf ^ 1], k, kstride, base + FA_LAT_BN, bhi, ring, tid);
-		cr_cp_async_commit(); // a group each round, empty at the last, so that the wait waits for this tile's
-		cr_cp_async_wait<1>();
+	if (FA_STAGES > 1) {
+		fa_fetch<FA_LAT_K, FA_LAT_BN>(ks[0], k, kstride, blo, bhi, ring, tid);
+		cr_cp_async_commit();
+	}
+	for (int base = blo, buf = 0; base < bhi; base += FA_LAT_BN, buf = (buf + 1) % FA_STAGES) {
+		const int ahead = base + (FA_STAGES - 1) * FA_LAT_BN; // as fa_body's rounds
+		if (ahead < bhi)
+			fa_fetch<FA_LAT_K, FA_LAT_BN>(ks[(buf + FA_STAGES - 1) % FA_STAGES], k, kstride, ahead, bhi, ring, tid);
+		cr_cp_async_commit();
+		cr_cp_async_wait<FA_STAGES - 1>();
 		__syncthreads(); // this tile is in ks[buf] for every thread
 		float s[FA_LAT_BN / 8][4];
-		fa_scores<FA_LAT_K, FA_LAT_BN, FA_LAT_KS>(ks[buf], qa, s, FA_LAT_KS * warp, g, tq);
+		const u32(*kt)[(FA_LAT_K + FA_PAD) / 2] = ks[buf] + cr_opaque_zero(); // as fa_body's
+		fa_scores<FA_LAT_K, FA_LAT_BN, FA_LAT_KS>(kt, qa, s, FA_LAT_KS * warp, g, tq);
 #pragma unroll
 		for (int nt = 0; nt < FA_LAT_BN / 8; nt++)
 #pragma unroll
@@ -375,8 +398,8 @@ extern "C" __global__ void attn_fa_f16kv_latent576(const float* q, const u16* k,
 				s[nt][e] = cr_fadd(cr_fadd(cr_fadd(sp[0][nt][lane][e], sp[1][nt][lane][e]), sp[2][nt][lane][e]), sp[3][nt][lane][e]);
 		u32 pa[FA_LAT_BN / 16][4];
 		fa_softmax<FA_LAT_BN, FA_LAT_V / FA_WARPS / 8>(s, pa, o, ma, mb, la, lb, base, na, nb, loa, lob, scale, tq);
-		fa_pv<FA_LAT_K, FA_LAT_BN, FA_LAT_V / FA_WARPS / 8>(ks[buf], pa, o, v0, g, tq);
-		__syncthreads(); // every warp is done with ks[buf] and sp: the next round writes them
+		fa_pv<FA_LAT_K, FA_LAT_BN, FA_LAT_V / FA_WARPS / 8>(kt, pa, o, v0, g, tq);
+		__syncthreads(); // every warp is done with ks[buf] and sp: a later round writes them
 	}
 	fa_store<FA_LAT_V / FA_WARPS / 8>(o, la, lb, ma, mb, sinks, sa, sb, ra <= rlast ? out + (i64)ra * FA_LAT_V + v0 : nullptr,
 	                                  rb <= rlast ? out + (i64)rb * FA_LAT_V + v0 : nullptr, tq);
