@@ -209,9 +209,11 @@ func TestKernels(t *testing.T) {
 	runKernelCases(t, openKernels(t), func(kernelCase) bool { return true })
 }
 
-// TestKernelsSM75 runs the cases of the kernels the sm_80 module replaces (mmqi's) on the base
-// module alone: what a device older than compute capability 8.0 runs, the products as four
-// m8n8k16 each where TestKernels ran sm_80's m16n8k32.
+// TestKernelsSM75 runs the cases of the kernels the sm_80 module replaces (mmqi's and the
+// flash attention's) on the base module alone: what a device older than compute capability
+// 8.0 runs, the products as four m8n8k16 each where TestKernels ran sm_80's m16n8k32, the
+// flash attention with one tile of keys and values where sm_80's keeps two. On the fake
+// driver, under the reverse schedule too (TestKernelsAnySchedule's run the sm_80 module's).
 func TestKernelsSM75(t *testing.T) {
 	k := openKernelModules(t, nil)
 	if k.info.Major < 8 {
@@ -221,7 +223,17 @@ func TestKernelsSM75(t *testing.T) {
 	for _, m := range entryRE.FindAllSubmatch(PTXSM80(), -1) {
 		replaced[string(m[1])] = true
 	}
-	runKernelCases(t, k, func(c kernelCase) bool { return replaced[c.kernel] })
+	pick := func(c kernelCase) bool { return replaced[c.kernel] }
+	if k.real {
+		runKernelCases(t, k, pick)
+		return
+	}
+	for _, sched := range []string{"forward", "reverse"} {
+		t.Run(sched, func(t *testing.T) {
+			t.Setenv("FAKECUDA_SCHEDULE", sched)
+			runKernelCases(t, k, pick)
+		})
+	}
 }
 
 // runKernelCases runs the cases that pick chooses, each as the subtest kernel/shape.

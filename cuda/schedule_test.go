@@ -14,7 +14,8 @@ import (
 // runs them in index order unless $FAKECUDA_SCHEDULE says otherwise, so a kernel that reads
 // another thread's write without a barrier between them, or that needs one block to run before
 // another, could pass there and fail on a card. TestKernelsAnySchedule runs every kernel case
-// again with the threads and blocks reversed, and shuffled at every round.
+// again with the threads and blocks reversed (and each warp running as far as it can before the
+// next), and shuffled at every round.
 func TestKernelsAnySchedule(t *testing.T) {
 	k := openKernels(t)
 	if k.real {

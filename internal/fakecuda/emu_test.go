@@ -261,3 +261,39 @@ func TestEmulatorAsyncCopies(t *testing.T) {
 		t.Errorf("cp_pipeline after a failed launch: %d values differ", d)
 	}
 }
+
+// TestEmulatorWarpsRunAhead: under the reverse schedule a warp runs as far as it can before the
+// next, so a kernel whose warps keep step through their collectives, and which leaves out the
+// barrier between one warp's last read of a buffer and the other's next write, gets wrong
+// values there (forward, taking the threads in turns, keeps them in step and would not see it).
+func TestEmulatorWarpsRunAhead(t *testing.T) {
+	e := buildEmu(t)
+	out := make([]float32, 4*64)
+	// Round r: warp w sums the other warp's row, 100r + 32(1-w) + lane over its 32 lanes.
+	want := func(i int) float32 {
+		r, w := i/64, i%64/32
+		return float32(32*(100*r+32*(1-w)) + 31*32/2)
+	}
+	diffs := func(kernel, schedule string) (n int) {
+		t.Helper()
+		t.Setenv("FAKECUDA_SCHEDULE", schedule)
+		clear(out)
+		if r := e.run(t, kernel, 64, unsafe.Pointer(&out[0])); r != 0 {
+			t.Fatalf("%s under %s: launch failed (%d)", kernel, schedule, r)
+		}
+		for i, v := range out {
+			if v != want(i) {
+				n++
+			}
+		}
+		return n
+	}
+	for _, s := range []string{"forward", "reverse", "shuffle:1", "shuffle:2"} {
+		if d := diffs("skew_sync", s); d != 0 {
+			t.Errorf("skew_sync under %s: %d sums wrong", s, d)
+		}
+	}
+	if d := diffs("skew_no_sync", "reverse"); d == 0 {
+		t.Error("skew_no_sync under reverse: every sum right, so no warp ran ahead of the other")
+	}
+}

@@ -20,10 +20,11 @@
 // Launches are serialized: the kernels' static shared memory is one per process.
 //
 // $FAKECUDA_SCHEDULE chooses the order threads and blocks run in: "forward" (the default: in
-// index order), "reverse", or "shuffle:SEED" (a new random order at every round of a block,
-// and a random order of the blocks). A GPU promises no order, so a kernel whose results
-// change with it reads what another thread writes without a barrier between them, or relies
-// on one block running before another; the tests run every kernel under all three.
+// index order), "reverse" (the reverse, and each warp, the last first, running as far as it
+// can before the next: see run_block), or "shuffle:SEED" (a new random order at every round
+// of a block, and a random order of the blocks). A GPU promises no order, so a kernel whose
+// results change with it reads what another thread writes without a barrier between them, or
+// relies on one block running before another; the tests run every kernel under all three.
 //
 // The sm_80 module's asynchronous copies (cp.async: common.cuh's cr_cp_async16, under
 // CR_EMU_SM80) land as late as a GPU may land them, at the wait that covers their group, under
@@ -205,6 +206,59 @@ void fiber_main() {
 	}
 }
 
+// run_thread runs thread t, if it can run, until it waits or ends; it returns why it faulted,
+// or nullptr. first: the block's first round, whose order sched.first records.
+const char* run_thread(int t, bool first) {
+	if (fibers[t].state != RUNNABLE)
+		return nullptr;
+	if (first)
+		sched.first[sched.nfirst++] = t;
+	current->cur = &fibers[t];
+	threadIdx = fibers[t].idx;
+	to_fiber(&fibers[t]);
+	return fibers[t].state == FAULTED ? current->fault : nullptr;
+}
+
+// release_warp completes the collective that every lane of the warp of threads w .. end-1
+// waits at, if they all wait at one, and makes them runnable (*released); it returns an error
+// for one that only part of the warp reached.
+const char* release_warp(int w, int end, bool* released) {
+	int shfl = 0, gather = 0;
+	for (int t = w; t < end; t++) {
+		shfl += fibers[t].state == AT_SHFL;
+		gather += fibers[t].state == AT_GATHER;
+	}
+	if (gather > 0) {
+		if (gather != CR_WARP)
+			return "a warp-wide exchange (a warp sum, a tensor-core product) that not every lane of a "
+			       "whole warp reached";
+		for (int t = w; t < end; t++)
+			if (fibers[t].gn != fibers[w].gn)
+				return "a warp-wide exchange whose lanes give different numbers of values";
+		const int gn = fibers[w].gn;
+		if (gn < 1 || gn > kMaxGather)
+			return "a warp-wide exchange of no values, or of more than the emulator holds";
+		u32* warp = gathered[w / CR_WARP];
+		for (int s = 0; s < CR_WARP; s++)
+			memcpy(warp + s * gn, fibers[w + s].gv, sizeof(u32) * gn);
+	} else if (shfl > 0) {
+		if (shfl != end - w)
+			return "a warp shuffle that not every lane of the warp reached";
+		for (int t = w; t < end; t++) {
+			int p = w + ((t - w) ^ fibers[t].mask);
+			if (p >= end)
+				return "a warp shuffle from a lane past the block's last thread";
+			fibers[t].result = fibers[p].val;
+		}
+	} else {
+		return nullptr;
+	}
+	for (int t = w; t < end; t++)
+		fibers[t].state = RUNNABLE;
+	*released = true;
+	return nullptr;
+}
+
 // run_block runs one block to completion; it returns an error message or nullptr.
 const char* run_block(int n) {
 	sched.nfirst = 0;
@@ -225,62 +279,40 @@ const char* run_block(int n) {
 		}
 	}
 	for (int round = 0;; round++) {
-		sched.arrange(n);
-		for (int i = 0; i < n; i++) {
-			int t = sched.perm[i];
-			if (fibers[t].state != RUNNABLE)
-				continue;
-			if (round == 0)
-				sched.first[sched.nfirst++] = t;
-			current->cur = &fibers[t];
-			threadIdx = fibers[t].idx;
-			to_fiber(&fibers[t]);
-			if (fibers[t].state == FAULTED)
-				return current->fault;
+		if (sched.order == REVERSE) {
+			// Each warp, the last first, runs as far as it can, through its shuffles and
+			// exchanges, before the next starts: where the others keep step with it through
+			// their collectives, a warp running ahead overwrites what another has still to read
+			// if no barrier stands between them.
+			for (int w = (n - 1) / CR_WARP * CR_WARP; w >= 0; w -= CR_WARP) {
+				const int end = w + CR_WARP < n ? w + CR_WARP : n;
+				for (bool released = true, first = round == 0; released; first = false) {
+					for (int t = end - 1; t >= w; t--)
+						if (const char* err = run_thread(t, first))
+							return err;
+					released = false;
+					if (const char* err = release_warp(w, end, &released))
+						return err;
+				}
+			}
+		} else {
+			sched.arrange(n);
+			for (int i = 0; i < n; i++)
+				if (const char* err = run_thread(sched.perm[i], round == 0))
+					return err;
 		}
-		// Nothing runs now: release the warps whose lanes all wait at a shuffle, else the block
-		// if all its threads wait at __syncthreads.
+		// Nothing runs now: release the warps whose lanes all wait at a collective, else the
+		// block if all its threads wait at __syncthreads.
 		bool released = false;
 		int at_sync = 0, exited = 0;
 		for (int w = 0; w < n; w += CR_WARP) {
-			int end = w + CR_WARP < n ? w + CR_WARP : n, shfl = 0, gather = 0;
+			const int end = w + CR_WARP < n ? w + CR_WARP : n;
 			for (int t = w; t < end; t++) {
-				shfl += fibers[t].state == AT_SHFL;
-				gather += fibers[t].state == AT_GATHER;
 				at_sync += fibers[t].state == AT_SYNC;
 				exited += fibers[t].state == DONE;
 			}
-			if (gather > 0) {
-				if (gather != CR_WARP)
-					return "a warp-wide exchange (a warp sum, a tensor-core product) that not every lane of a "
-					       "whole warp reached";
-				for (int t = w; t < end; t++)
-					if (fibers[t].gn != fibers[w].gn)
-						return "a warp-wide exchange whose lanes give different numbers of values";
-				const int gn = fibers[w].gn;
-				if (gn < 1 || gn > kMaxGather)
-					return "a warp-wide exchange of no values, or of more than the emulator holds";
-				u32* warp = gathered[w / CR_WARP];
-				for (int s = 0; s < CR_WARP; s++)
-					memcpy(warp + s * gn, fibers[w + s].gv, sizeof(u32) * gn);
-				for (int t = w; t < end; t++)
-					fibers[t].state = RUNNABLE;
-				released = true;
-				continue;
-			}
-			if (shfl == 0)
-				continue;
-			if (shfl != end - w)
-				return "a warp shuffle that not every lane of the warp reached";
-			for (int t = w; t < end; t++) {
-				int p = w + ((t - w) ^ fibers[t].mask);
-				if (p >= end)
-					return "a warp shuffle from a lane past the block's last thread";
-				fibers[t].result = fibers[p].val;
-			}
-			for (int t = w; t < end; t++)
-				fibers[t].state = RUNNABLE;
-			released = true;
+			if (const char* err = release_warp(w, end, &released))
+				return err;
 		}
 		if (released)
 			continue;

@@ -77,3 +77,23 @@ __global__ void mma_f16_k16(const u16* a, const u16* b, float* c) { // m16n8k16
 	for (int i = 0; i < 4; i++)
 		c[8 * (g + 8 * (i / 2)) + 2 * t + i % 2] = r[i];
 }
+
+// skew: two warps take turns with a shared row each. Every round each warp writes its row, a
+// barrier, reads the other warp's row and sums it over the warp (a collective after the read),
+// and, with end_sync, a barrier before the next round's write. Without it the warps still keep
+// step through their collectives when they run in turns, so only a warp that runs ahead of the
+// other writes its next row before the other has read it.
+CR_FN void skew(float* out, bool end_sync) {
+	__shared__ float row[2][CR_WARP];
+	const int w = threadIdx.x / CR_WARP, l = threadIdx.x % CR_WARP;
+	for (int r = 0; r < 4; r++) {
+		row[w][l] = (float)(100 * r + threadIdx.x);
+		__syncthreads();
+		const float v = row[1 - w][l];
+		out[64 * r + threadIdx.x] = cr_warp_sum(v);
+		if (end_sync)
+			__syncthreads();
+	}
+}
+__global__ void skew_sync(float* out) { skew(out, true); }
+__global__ void skew_no_sync(float* out) { skew(out, false); }
