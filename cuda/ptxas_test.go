@@ -23,19 +23,20 @@ var ptxasSpills = map[string]int{
 }
 
 // ptxasMinBlocks lists kernels with the blocks of theirs an SM must hold at once on a target,
-// by registers and shared memory: the prompt's flash attention before sm_80 keeps one tile of
-// keys and values (FA_STAGES) so that two or three blocks share a 2080 Ti's SM where one did,
-// and a compiler that hoists their tiles' addresses again (cr_opaque_zero) takes that back.
-var ptxasMinBlocks = map[string]int{
-	"sm_75/attn_fa_f16kv_d64":       3,
-	"sm_75/attn_fa_f16kv_d128":      3,
-	"sm_75/attn_fa_f16kv_d256":      2,
-	"sm_75/attn_fa_f16kv_d192v128":  2,
-	"sm_75/attn_fa_f16kv_latent576": 2,
+// by registers and shared memory, and their block's threads. Before sm_80 the prompt's flash
+// attention keeps one tile of keys and values (FA_STAGES), so that two or three blocks share a
+// 2080 Ti's SM where one did, and a compiler that hoists their tiles' addresses again
+// (cr_opaque_zero) takes that back; attn_f32 and attn_f16kv keep their scores and their warps'
+// sums in the same shared memory, three blocks where one fitted.
+var ptxasMinBlocks = map[string]struct{ threads, blocks int }{
+	"sm_75/attn_fa_f16kv_d64":       {128, 3},
+	"sm_75/attn_fa_f16kv_d128":      {128, 3},
+	"sm_75/attn_fa_f16kv_d256":      {128, 2},
+	"sm_75/attn_fa_f16kv_d192v128":  {128, 2},
+	"sm_75/attn_fa_f16kv_latent576": {128, 2},
+	"sm_75/attn_f32":                {256, 3},
+	"sm_75/attn_f16kv":              {256, 3},
 }
-
-// flashBlockThreads is the block of the flash kernels (flash.cu's FA_THREADS).
-const flashBlockThreads = 128
 
 // smBlocks returns how many blocks of threads threads, each taking regs registers a thread and
 // smem bytes of shared memory, an SM of 65536 registers and smemSM bytes holds at once: a
@@ -161,9 +162,9 @@ func TestPTXAssembles(t *testing.T) {
 			}
 			if want, ok := ptxasMinBlocks[n]; ok {
 				// sm_75's SMs have 64 KiB of shared memory.
-				if got := smBlocks(flashBlockThreads, f.regs, f.smem, 64<<10); got < want {
+				if got := smBlocks(want.threads, f.regs, f.smem, 64<<10); got < want.blocks {
 					t.Errorf("%s (%s): %d registers a thread and %d bytes of shared memory fit %d blocks an SM, want %d",
-						n, j.module, f.regs, f.smem, got, want)
+						n, j.module, f.regs, f.smem, got, want.blocks)
 				} else {
 					t.Logf("%s: %d registers, %d bytes of shared memory, %d blocks an SM", n, f.regs, f.smem, got)
 				}
