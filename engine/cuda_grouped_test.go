@@ -83,8 +83,13 @@ func goldenVariant(t *testing.T, name string, change func(*synth.Spec)) (string,
 // cpuAndGPU generates 6 tokens after prompt on the CPU and on cuda:0 with the driver lib.
 func cpuAndGPU(t *testing.T, path string, prompt []int32, lib string) (cpu, gpu gpuRun) {
 	t.Helper()
-	base := engine.Options{Threads: 2, KVType: "f32", ContextLength: 64}
-	o := base
-	o.Device, o.CUDALibrary = "cuda:0", lib
-	return runOn(t, path, base, prompt, 6), runOn(t, path, o, prompt, 6)
+	o := cpuAndGPUOptions(lib)
+	o.Device, o.CUDALibrary = "", ""
+	return runOn(t, path, o, prompt, 6), runOn(t, path, cpuAndGPUOptions(lib), prompt, 6)
+}
+
+// cpuAndGPUOptions are cpuAndGPU's options on cuda:0 of the CUDA driver lib ("": the
+// machine's).
+func cpuAndGPUOptions(lib string) engine.Options {
+	return engine.Options{Threads: 2, KVType: "f32", ContextLength: 64, Device: "cuda:0", CUDALibrary: lib}
 }

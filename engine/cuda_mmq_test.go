@@ -62,7 +62,9 @@ func TestCUDAPrefillMMQ(t *testing.T) {
 // from its second position on; qwen3moe-q5km's first prompt by 0.017. A fault in a kernel or in
 // the plumbing moves every position of every prompt, so at least half the positions of
 // promptsPerModel prompts are held to 2e-3, and every one to what a flip moves, 0.05. The
-// kernels themselves are held to the exact products in package cuda.
+// kernels themselves are held to the exact products in package cuda. On the fake driver the
+// first prompt runs again as on a 2080 Ti (compute capability 7.5: no sm_80 module), which
+// must give the same bits: its products are the same integer sums.
 func TestCUDAPrefillTensorCores(t *testing.T) {
 	lib := engine.GPUForTests(t)
 	for _, name := range []string{"olmoe-q8_0", "olmoe-q5_1", "olmoe-iq4_nl", "llama-q4_0", "gpt-oss-mxfp4", "qwen2moe-q4km", "mixtral-q2k", "qwen3-q2k", "qwen3moe-q3km", "qwen3moe-q5km"} {
@@ -77,8 +79,12 @@ func TestCUDAPrefillTensorCores(t *testing.T) {
 				t.Fatal(err)
 			}
 			var diffs []float64 // every position's, of every prompt
+			var first gpuRun    // the first prompt's on the GPU
 			for i, prompt := range prompts {
 				want, got := cpuAndGPU(t, path, prompt, lib)
+				if i == 0 {
+					first = got
+				}
 				if !slices.Equal(got.tokens, want.tokens) {
 					t.Errorf("prompt %d: greedy on the GPU %v, on the CPU %v", i, got.tokens, want.tokens)
 				}
@@ -100,6 +106,19 @@ func TestCUDAPrefillTensorCores(t *testing.T) {
 			}
 			if worst > 0.05 {
 				t.Errorf("probabilities differ from the CPU's by up to %g, more than a flipped quant or expert moves them", worst)
+			}
+			if lib == "" {
+				return // a card's compute capability is its own
+			}
+			// The first prompt again as on a 2080 Ti (compute capability 7.5): the base module's
+			// mmqi, four m8n8k16 for each m16n8k32, whose integer sums are the same.
+			t.Setenv("FAKECUDA_CC", "75")
+			sm75 := runOn(t, path, cpuAndGPUOptions(lib), prompts[0], 6)
+			if !slices.Equal(sm75.tokens, first.tokens) || len(sm75.probs) != len(first.probs) || maxDiff(sm75.probs, first.probs) != 0 {
+				t.Errorf("prompt 0 on compute capability 7.5: greedy %v, probabilities not 8.9's (greedy %v) bit for bit", sm75.tokens, first.tokens)
+			}
+			if sm75.gpu.MMQLaunches != first.gpu.MMQLaunches {
+				t.Errorf("prompt 0: %d batched products on compute capability 7.5, %d on 8.9", sm75.gpu.MMQLaunches, first.gpu.MMQLaunches)
 			}
 		})
 	}
