@@ -75,7 +75,8 @@ void cr_host_cp_wait(int n);
 // kernel gains from copying its next tile while it computes on this one; without them a copy
 // is a load and a store, done on return, and a second buffer only takes shared memory that
 // more blocks on an SM would use better. The sm_80 module defines it, and so does the
-// emulator's build of that module (CR_EMU_SM80, internal/fakecuda), whose copies land late.
+// emulator's build of that module (CR_EMU_SM80, internal/fakecuda), whose copies land as its
+// schedule says, as late or as early as a GPU may land them.
 #if defined(CR_SM80) || (defined(CR_HOST) && defined(CR_EMU_SM80))
 #define CR_CP_ASYNC 1
 #endif
@@ -606,7 +607,7 @@ CR_FN cr_u4 cr_ldg_u4(const void* p) {
 // tiles by it computes its lanes' addresses in them each round: where a tile lies at a fixed
 // address (one buffer, not two taken in turn), LLVM hoists every address a loop reads out of
 // it, 64 bits each, and holds them in registers across the loop (flash.cu's single-buffered
-// kernels took 36-55 more registers a thread, and an SM one block fewer).
+// kernels took 31-55 more registers a thread, and an SM one block fewer).
 CR_FN int cr_opaque_zero(void) {
 	int z = 0;
 #if defined(CR_DEVICE)

@@ -113,7 +113,7 @@ func emuSteps(cxx []string, opt string, includes []string, sm80 bool) (steps [][
 }
 
 // runSteps runs the commands in dir at once (the emulator's kernel tables take most of the
-// build, each its own compiler) and returns the first failure.
+// build, each its own compiler) and returns their failures.
 func runSteps(dir string, steps [][]string) error {
 	errs := make([]error, len(steps))
 	var wg sync.WaitGroup
