@@ -92,9 +92,17 @@ func emuFiles(base, sm80 []string) map[string][]byte {
 }
 
 // emuSteps returns the commands that compile the emulator in a directory holding emuFiles'
-// files, with the include directories includes (before that directory), into objects, and
-// the objects: emu.cc's, the base module's table's, and where sm80 the sm_80 module's.
-func emuSteps(cxx []string, opt string, includes []string, sm80 bool) (steps [][]string, objs []string) {
+// files, with the include directories includes (before that directory), into objects, the
+// commands to run on them after (post), and the objects: emu.cc's, the base module's
+// table's, and where sm80 the sm_80 module's.
+//
+// GCC ignores the section attribute that gathers the kernels' __shared__ variables
+// (common.cuh) for the static locals of function templates, which are most of them (the
+// tiles of mmqi, mmq, the attention and the flash attention: about 1 MB in all), and puts
+// them in .bss. The tables' objects hold nothing else there, so objcopy (post) renames their
+// .bss cr_tshared, which the emulator fills before each launch. Without objcopy on the PATH
+// (binutils, beside the compilers) those variables keep what the last launch left.
+func emuSteps(cxx, objcopy []string, opt string, includes []string, sm80 bool) (steps, post [][]string, objs []string) {
 	flags := []string{"-std=c++17", "-fPIC", opt, "-ftls-model=initial-exec"}
 	for _, d := range includes {
 		flags = append(flags, "-I", d)
@@ -103,13 +111,25 @@ func emuSteps(cxx []string, opt string, includes []string, sm80 bool) (steps [][
 	compile := func(obj, src string, extra ...string) {
 		steps = append(steps, append(append(append(slices.Clone(cxx), flags...), extra...), "-c", "-o", obj, src))
 		objs = append(objs, obj)
+		if obj != "emu.o" && objcopy != nil {
+			post = append(post, append(slices.Clone(objcopy), "--rename-section", ".bss=cr_tshared", obj))
+		}
 	}
 	compile("emu.o", "emu.cc")
 	compile("emu_base.o", "emu_kernels.cc")
 	if sm80 {
 		compile("emu_sm80.o", "emu_kernels.cc", "-DCR_EMU_SM80")
 	}
-	return steps, objs
+	return steps, post, objs
+}
+
+// objcopyArgs returns the command line of $OBJCOPY or objcopy, or nil where there is none.
+func objcopyArgs() []string {
+	args, err := cbuild.Compiler("OBJCOPY", "objcopy")
+	if err != nil {
+		return nil
+	}
+	return args
 }
 
 // runSteps runs the commands in dir at once (the emulator's kernel tables take most of the
@@ -170,7 +190,8 @@ func build() (string, error) {
 		h.Write(files[name])
 		h.Write([]byte{0})
 	}
-	for _, b := range []string{cc, cxx} {
+	objcopy := objcopyArgs()
+	for _, b := range []string{cc, cxx, strings.Join(objcopy, " ")} {
 		h.Write([]byte(b))
 		h.Write([]byte{0})
 	}
@@ -191,9 +212,12 @@ func build() (string, error) {
 				return err
 			}
 		}
-		steps, objs := emuSteps(cxxArgs, "-O2", []string{filepath.Join(cudaDir, "kernels")}, len(mods[1]) > 0)
+		steps, post, objs := emuSteps(cxxArgs, objcopy, "-O2", []string{filepath.Join(cudaDir, "kernels")}, len(mods[1]) > 0)
 		steps = append(steps, append(slices.Clone(ccArgs), "-c", "-fPIC", "-O1", "-o", "fakecuda.o", "fakecuda.c"))
 		if err := runSteps(dir, steps); err != nil {
+			return fmt.Errorf("building the fake CUDA driver: %w", err)
+		}
+		if err := runSteps(dir, post); err != nil {
 			return fmt.Errorf("building the fake CUDA driver: %w", err)
 		}
 		link := append(append(slices.Clone(cxxArgs), "-shared", "-o", "libcuda.so.1"), append(objs, "fakecuda.o")...)

@@ -9,13 +9,15 @@
 // lane of the warp, and at a warp-wide exchange (cr_host_warp_gather: common.cuh's warp sums
 // and tensor-core products on the host, one switch a lane where shuffles took one a value)
 // every lane of a whole warp. Blocks run one after another, so __shared__ variables (static
-// locals here, see common.cuh) belong to the running block. Before each block they are filled with
-// 0xff bytes (NaN floats), since a GPU leaves a block's shared memory undefined, so that a
-// kernel reading it before a barrier orders the write fails here too. (GCC ignores the section
-// attribute that gathers them for the static locals of function templates: the attention's and
-// mmq's tiles are filled only when $CXX is clang++.) A launch that deadlocks, shuffles with an
-// exited lane or passes a barrier only part of the block reaches fails with
-// CUDA_ERROR_LAUNCH_FAILED and a message on stderr, where a GPU would hang or be undefined.
+// locals here, see common.cuh) belong to the running block. Before each block they are
+// filled with 0xff bytes (NaN floats), since a GPU leaves a block's shared memory undefined,
+// so that a kernel reading it before a barrier orders the write fails here too. (GCC ignores
+// the section attribute that gathers them for the static locals of function templates: most
+// of the tiles, about 1 MB. fakecuda.Build moves those to section cr_tshared, filled before
+// each launch instead, since a megabyte a block would slow the tests down.) A launch that
+// deadlocks, shuffles with an exited lane or passes a barrier only part of the block reaches
+// fails with CUDA_ERROR_LAUNCH_FAILED and a message on stderr, where a GPU would hang or be
+// undefined.
 //
 // Launches are serialized: the kernels' static shared memory is one per process.
 //
@@ -60,6 +62,9 @@ thread_local cr_dim3 threadIdx, blockIdx, blockDim, gridDim;
 // marks its bounds.
 extern "C" char __start_cr_shared[] __attribute__((weak, visibility("hidden")));
 extern "C" char __stop_cr_shared[] __attribute__((weak, visibility("hidden")));
+// The __shared__ variables of function templates, built with GCC (see the opening comment).
+extern "C" char __start_cr_tshared[] __attribute__((weak, visibility("hidden")));
+extern "C" char __stop_cr_tshared[] __attribute__((weak, visibility("hidden")));
 
 namespace {
 
@@ -422,6 +427,8 @@ extern "C" int emu_launch(void* k, unsigned gx, unsigned gy, unsigned gz, unsign
 		fprintf(stderr, "fakecuda: kernel %s: %s\n", e->name, err);
 		return 1; // CUDA_ERROR_INVALID_VALUE
 	}
+	if (__start_cr_tshared)
+		memset(__start_cr_tshared, 0xff, (size_t)(__stop_cr_tshared - __start_cr_tshared));
 	Launch l{};
 	l.run = e->run;
 	l.params = params;

@@ -97,3 +97,15 @@ CR_FN void skew(float* out, bool end_sync) {
 }
 __global__ void skew_sync(float* out) { skew(out, true); }
 __global__ void skew_no_sync(float* out) { skew(out, false); }
+
+// tshared: a function template's __shared__ variable (which GCC leaves out of the section
+// cr_shared): tshared_w writes it, tshared_r reads it without writing.
+template <int N> CR_FN void tshared(float* out, bool write) {
+	__shared__ float x[N];
+	if (write)
+		x[threadIdx.x] = 1.0f;
+	else
+		out[threadIdx.x] = x[threadIdx.x];
+}
+__global__ void tshared_w(float* out) { tshared<64>(out, true); }
+__global__ void tshared_r(float* out) { tshared<64>(out, false); }
