@@ -108,17 +108,19 @@ func emuSteps(cxx, objcopy []string, opt string, includes []string, sm80 bool) (
 		flags = append(flags, "-I", d)
 	}
 	flags = append(flags, "-I", ".")
-	compile := func(obj, src string, extra ...string) {
+	// compile adds the step that compiles src into obj; kernels: a table of kernels, whose
+	// .bss objcopy renames.
+	compile := func(obj, src string, kernels bool, extra ...string) {
 		steps = append(steps, append(append(append(slices.Clone(cxx), flags...), extra...), "-c", "-o", obj, src))
 		objs = append(objs, obj)
-		if obj != "emu.o" && objcopy != nil {
+		if kernels && objcopy != nil {
 			post = append(post, append(slices.Clone(objcopy), "--rename-section", ".bss=cr_tshared", obj))
 		}
 	}
-	compile("emu.o", "emu.cc")
-	compile("emu_base.o", "emu_kernels.cc")
+	compile("emu.o", "emu.cc", false)
+	compile("emu_base.o", "emu_kernels.cc", true)
 	if sm80 {
-		compile("emu_sm80.o", "emu_kernels.cc", "-DCR_EMU_SM80")
+		compile("emu_sm80.o", "emu_kernels.cc", true, "-DCR_EMU_SM80")
 	}
 	return steps, post, objs
 }

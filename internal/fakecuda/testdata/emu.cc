@@ -121,10 +121,11 @@ struct Schedule {
 		rng ^= rng >> 27;
 		return rng * 2685821657736338717ull;
 	}
-	// arrange fills perm[0..n) with the order of the next round.
+	// arrange fills perm[0..n) with the order of the next round under forward or shuffle
+	// (reverse runs a warp at a time: run_block).
 	void arrange(int n) {
 		for (int i = 0; i < n; i++)
-			perm[i] = order == REVERSE ? n - 1 - i : i;
+			perm[i] = i;
 		if (order == SHUFFLE)
 			for (int i = n - 1; i > 0; i--)
 				std::swap(perm[i], perm[next() % (uint64_t)(i + 1)]);
