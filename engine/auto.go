@@ -151,9 +151,7 @@ func (m *Model) autoPlaces() bool {
 	if o.NoAuto || o.Offload != nil || o.EP != nil || o.TimingOnly != nil || m.info.Experts == 0 {
 		return false
 	}
-	switch m.dev.(type) {
-	case *sim.Device, *cuda.GPU:
-	default:
+	if !hasCardMemory(m.dev) {
 		return false
 	}
 	need := m.info.NonExpertBytes + m.info.ExpertBytes + kvCacheBytes(m)*int64(max(o.Parallel, 1)) + m.act.bytes()

@@ -25,8 +25,8 @@ func newDevice(opts Options) (dev device.Device, note string, err error) {
 		TimingOnly: opts.TimingOnly != nil, CUDALibrary: opts.CUDALibrary, ProfileKernels: opts.ProfileKernels, CPUForAuto: opts.EP != nil,
 		RowWarps: opts.GPURowWarps}
 	if opts.Offload != nil {
-		if opts.Offload.GPUMem <= 0 {
-			return nil, "", fmt.Errorf("offload: device memory budget %d bytes: want a positive size", opts.Offload.GPUMem)
+		if opts.Offload.GPUMem < 0 {
+			return nil, "", fmt.Errorf("offload: device memory budget %d bytes: want a positive size, or 0 for a card's whole memory", opts.Offload.GPUMem)
 		}
 		s.Budget = opts.Offload.GPUMem
 	}
@@ -35,6 +35,32 @@ func newDevice(opts Options) (dev device.Device, note string, err error) {
 		s.Threads = max(1, runtime.NumCPU()/max(opts.EP.Devices, 1))
 	}
 	return devices.Open(s)
+}
+
+// hasCardMemory says whether dev is a card, real or simulated, whose memory is its own and
+// finite: the CPU's "device memory" is the host's, with no size but a budget's.
+func hasCardMemory(dev device.Device) bool {
+	switch dev.(type) {
+	case *sim.Device, *cuda.GPU:
+		return true
+	}
+	return false
+}
+
+// offloadBudget returns opts with the offload budget made the card's whole memory (a GPU's
+// free memory, a simulated card's size) where it is 0, as llama.cpp's --n-cpu-moe takes
+// what the card has; the CPU has no such size, so there it needs one.
+func offloadBudget(opts Options, dev device.Device) (Options, error) {
+	if opts.Offload == nil || opts.Offload.GPUMem != 0 {
+		return opts, nil
+	}
+	if !hasCardMemory(dev) {
+		return opts, fmt.Errorf("offload on %s: no card's memory to fill: give a device memory budget (--gpu-mem)", dev.Name())
+	}
+	o := *opts.Offload // the caller's options stay as they were
+	o.GPUMem = dev.Memory().Budget()
+	opts.Offload = &o
+	return opts, nil
 }
 
 // closeDevice releases a device that holds resources beyond Go memory (a GPU).

@@ -147,6 +147,10 @@ func openFile(f *models.File, opts Options, kvF16 bool) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts, err = offloadBudget(opts, dev); err != nil {
+		closeDevice(dev)
+		return nil, err
+	}
 	m := &Model{opts: opts, file: f, arch: arch, tok: tok, dev: dev, kvF16: kvF16, devNote: note}
 	// The returns below name no model: m, not the result, is what a failure closes.
 	defer func() {

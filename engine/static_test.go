@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/commit-run/commit-run/engine"
@@ -104,5 +105,45 @@ func TestStatic(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestStaticCardMemory opens llama.cpp's split with no budget, as its --n-cpu-moe runs: on a
+// card the budget is the card's memory (every device layer's experts in a slot, the numbers
+// those of the run without offloading), the caller's options are left as they were, and on
+// the CPU, which has no card's memory to fill, Open says to give a budget.
+func TestStaticCardMemory(t *testing.T) {
+	path := "../models/testdata/tinymoe-qwen2moe.gguf"
+	info, err := engine.Inspect(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	L := len(info.MoELayers)
+	prompt := []int32{1, 5, 9, 14, 3, 27, 8, 2, 11, 6}
+	base := engine.Options{Threads: 2, KVType: "f32", ContextLength: 64}
+	want := runOn(t, path, base, prompt, 4)
+
+	o := base
+	o.Device = "sim:rtx2080ti"
+	o.Offload = &engine.OffloadOptions{Policy: offload.Static, HostLayers: L / 2}
+	got := runOn(t, path, o, prompt, 4)
+	if o.Offload.GPUMem != 0 {
+		t.Errorf("Open changed the caller's budget to %d", o.Offload.GPUMem)
+	}
+	if !slices.Equal(got.tokens, want.tokens) {
+		t.Errorf("greedy %v, without offloading %v", got.tokens, want.tokens)
+	}
+	if n := (L - L/2) * info.Experts; got.off.Slots < n || got.off.OnCPU == 0 {
+		t.Errorf("%d slots and %d experts on the host: want the %d device layers' experts in slots (%d) and the host computing its layers'",
+			got.off.Slots, got.off.OnCPU, L-L/2, n)
+	}
+
+	o.Device = "cpu"
+	if _, err := engine.Open(path, o); err == nil || !strings.Contains(err.Error(), "give a device memory budget") {
+		t.Errorf("static with no budget on the CPU: %v, want an error asking for a budget", err)
+	}
+	o.Offload = &engine.OffloadOptions{Policy: offload.Static, GPUMem: -1}
+	if _, err := engine.Open(path, o); err == nil || !strings.Contains(err.Error(), "want a positive size") {
+		t.Errorf("a budget of -1 byte: %v, want an error", err)
 	}
 }

@@ -16,7 +16,8 @@ import (
 type Options struct {
 	Policy Policy
 	// GPUMem is the device memory budget in bytes: resident weights, one session's KV cache
-	// and the expert slots must fit in it.
+	// and the expert slots must fit in it. The engine takes 0 as the card's whole memory
+	// (a GPU's free memory, a simulated card's size).
 	GPUMem   int64
 	Eviction Eviction
 	// Predictor names what prefetch and commit predict the next layer's experts with:

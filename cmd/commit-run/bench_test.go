@@ -131,6 +131,7 @@ func TestBenchBadInput(t *testing.T) {
 		{[]string{"--device", "sim:rtx4090", "bench", "--shape", "mixtral-8x7b", "--predictor", "accuracy=7"}, "accuracy"},
 		{[]string{"--device", "sim:rtx4090", "bench", "--shape", "mixtral-8x7b", "--skew", "-2"}, "skew"},
 		{[]string{"bench", "--policy", "ondemand"}, "--gpu-mem"},
+		{[]string{"--device", "sim:rtx4090", "--cpu-moe-layers", "2", "bench"}, "bench: offloading needs a device memory budget (--gpu-mem)"},
 		{[]string{"bench", "--prompt-len", "8", "--prompts", "bench_test.go"}, "not both"},
 		{[]string{"bench", "--prompt-len", "0"}, "--prompt-len 0: want 1 to"},
 		{[]string{"--device", "sim:rtx4090", "bench", "--shape", "mixtral-8x7b", "--prompt-len", "-1"}, "prompt length"},

@@ -223,6 +223,9 @@ func TestGenerateOffloaded(t *testing.T) {
 		{"--gpu-mem", "3.4MiB", "--policy", "prefetch", "--predictor", "frequency", "--eviction", "lfu"},
 		{"--device", "sim:rtx4090", "--gpu-mem", "8.5MiB", "--policy", "cpu-miss", "--host-bw", "30GB"},
 		{"--device", "sim:h100-pcie"},
+		// llama.cpp's split as its --n-cpu-moe runs, with no budget: the card's memory.
+		{"--device", "sim:rtx2080ti", "--cpu-moe-layers", "2"},
+		{"--device", "sim:rtx2080ti", "--policy", "static-cache", "--cpu-moe-layers", "3"},
 	} {
 		got, _ := mustRun(t, "", append(extra, base...)...)
 		var rg generateJSON
@@ -259,6 +262,9 @@ func TestOffloadFlagsBadInput(t *testing.T) {
 		{[]string{"--device", "sim:rtx4090", "--host-flops", "-3G"}, "--host-flops"},
 		{[]string{"--device", "sim:rtx4090", "--host", "pentium-ii"}, "unknown host profile"},
 		{[]string{"--device", "sim:rtx4090", "--host", "/nonexistent/host.json"}, "no such file"},
+		{[]string{"--device", "cpu", "--cpu-moe-layers", "2"}, "offload on cpu: no card's memory to fill: give a device memory budget (--gpu-mem)"},
+		{[]string{"--device", "sim:rtx4090", "--cpu-moe-layers", "9"}, "static with 9 host layers: the model has 4 MoE layers"},
+		{[]string{"--device", "sim:rtx4090", "--cpu-moe-layers", "2", "--policy", "hot"}, "--gpu-mem"},
 	}
 	for _, c := range cases {
 		args := append(c.args, "generate", "-m", model, "--prompt", "Hello", "-n", "1")

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/commit-run/commit-run/offload"
 	"github.com/spf13/pflag"
 )
 
@@ -293,5 +294,45 @@ func TestInterrupts(t *testing.T) {
 	in.deliver(os.Interrupt) // repeated: force
 	if custom != 2 || canceled != 1 || forced != 1 {
 		t.Errorf("custom %d canceled %d forced %d, want 2 1 1", custom, canceled, forced)
+	}
+}
+
+// TestSplitFlags: --cpu-moe-layers alone asks for llama.cpp's split, as its --n-cpu-moe
+// does, in the card's whole memory (a budget of 0 to the engine); with --gpu-mem, in that
+// budget; beside another policy it is refused.
+func TestSplitFlags(t *testing.T) {
+	for _, c := range []struct {
+		args   []string
+		policy offload.Policy
+		layers int
+		mem    int64
+		err    string
+	}{
+		{args: []string{"--cpu-moe-layers", "3"}, policy: offload.Static, layers: 3},
+		{args: []string{"--cpu-moe-layers", "3", "--gpu-mem", "1GiB"}, policy: offload.Static, layers: 3, mem: 1 << 30},
+		{args: []string{"--cpu-moe-layers", "2", "--policy", "static-cache"}, policy: offload.StaticCache, layers: 2},
+		{args: []string{"--policy", "static"}, policy: offload.Static},
+		{args: []string{"--cpu-moe-layers", "2", "--policy", "hot"}, err: "pass a device memory budget with --gpu-mem"},
+		{args: []string{"--cpu-moe-layers", "2", "--policy", "hot", "--gpu-mem", "1GiB"}, err: "pass --policy static or static-cache"},
+	} {
+		a := &app{stopProf: func() {}}
+		root := a.rootCmd()
+		if err := root.PersistentFlags().Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		opts, err := a.engineOptions("sim:rtx4090", a.runPolicy())
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%v: %v, want an error mentioning %q", c.args, err, c.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%v: %v", c.args, err)
+			continue
+		}
+		if o := opts.Offload; o == nil || o.Policy != c.policy || o.HostLayers != c.layers || o.GPUMem != c.mem {
+			t.Errorf("%v: offload %+v, want policy %v, %d host layers, a budget of %d bytes", c.args, o, c.policy, c.layers, c.mem)
+		}
 	}
 }

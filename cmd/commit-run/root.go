@@ -158,7 +158,7 @@ func (a *app) rootCmd() *cobra.Command {
 	pf.StringVar(&a.macsCalibration, "macs-calibration", "", "with --macs-eta: a text `FILE` whose routing gives each expert its centroid (its first 4096 tokens, run on the CPU at start)")
 	pf.StringVar(&a.linkBW, "link-bw", "", "with --ep on simulated devices: each device's all-to-all bandwidth, e.g. 50GB (default: the profile's PCIe rate)")
 	pf.IntVar(&a.harmoenyQ, "harmoeny-q", 0, "with --ep: HarMoEny's token threshold q, the fewest tokens worth moving to a device that must fetch the expert (0: eq. 4 from the profile's FLOPS and PCIe rate; 150 on the CPU)")
-	pf.IntVar(&a.cpuMoELayers, "cpu-moe-layers", 0, "with --policy static or static-cache (llama.cpp's split, as its --n-cpu-moe N): the routed experts of the first `N` MoE layers stay in host memory and the host computes them, the others stay on the device; bench adds both to its policies when N is given")
+	pf.IntVar(&a.cpuMoELayers, "cpu-moe-layers", 0, "llama.cpp's split, as its --n-cpu-moe N: the routed experts of the first `N` MoE layers stay in host memory and the host computes them, the others stay on the device; alone it means --policy static in the card's whole memory (--gpu-mem to give less, --policy static-cache for its cache); bench adds both to its policies when N is given")
 	pf.StringVar(&a.host, "host", "", "GPUs, real or simulated: the host's rates for the experts it computes (cpu-miss, static) from a host profile, "+strings.Join(engine.Hosts(), ", ")+", or a JSON `FILE` like them; --host-bw and --host-flops override its rates (default: measured on this machine)")
 	pf.StringVar(&a.host, "host-profile", "", "the same as --host, for serve, whose --host is the address it listens on")
 	pf.StringVar(&a.hostBW, "host-bw", "", "GPUs, real or simulated: the rate the host reads a missed expert's weights at when it computes the expert itself (cpu-miss), e.g. 20GB (default: measured on this machine)")
@@ -219,7 +219,7 @@ func (a *app) checkModelPath(path string) error {
 // openModel opens the -m model with the global options, drawing a load progress bar on a
 // terminal.
 func (a *app) openModel() (*engine.Model, error) {
-	opts, err := a.engineOptions(a.device, a.policy)
+	opts, err := a.engineOptions(a.device, a.runPolicy())
 	if err != nil {
 		return nil, err
 	}
@@ -295,7 +295,7 @@ func (a *app) engineOptions(device, policy string) (engine.Options, error) {
 	if err := a.checkOffloadSyntax(); err != nil {
 		return opts, err
 	}
-	if a.gpuMem == "" {
+	if a.gpuMem == "" && !a.splitAlone() {
 		err = a.residentOptions(&opts, policy, learnt)
 	} else {
 		err = a.offloadOptions(&opts, device, policy, learnt)
@@ -340,6 +340,32 @@ func (a *app) checkOffloadSyntax() error {
 	return nil
 }
 
+// runPolicy is the policy a command that runs one takes: --policy, or llama.cpp's split
+// where --cpu-moe-layers alone asks for it, as llama.cpp's --n-cpu-moe does.
+func (a *app) runPolicy() string {
+	if a.policy == "" && a.cpuMoELayers != 0 {
+		return offload.Static.String()
+	}
+	return a.policy
+}
+
+// splitAlone says whether llama.cpp's split is asked for without --gpu-mem (--cpu-moe-layers,
+// or --policy static or static-cache): then the budget is the card's whole memory, as
+// llama.cpp's --n-cpu-moe fills the card, where other policies need a budget to size their
+// cache by.
+func (a *app) splitAlone() bool {
+	if a.gpuMem != "" {
+		return false
+	}
+	if a.policy == "" {
+		return a.cpuMoELayers != 0
+	}
+	return !slices.ContainsFunc(strings.Split(a.policy, ","), func(p string) bool {
+		q, err := offload.ParsePolicy(p)
+		return err != nil || !q.Split()
+	})
+}
+
 // residentOptions are the options with every expert in device memory (no --gpu-mem): then
 // only --policy commit means something, and the other offloading flags are mistakes.
 func (a *app) residentOptions(opts *engine.Options, policy string, learnt bool) error {
@@ -356,18 +382,22 @@ func (a *app) residentOptions(opts *engine.Options, policy string, learnt bool) 
 	return nil
 }
 
-// offloadOptions sets the offloading that --gpu-mem asks for: the budget, the policy and its
-// predictor, llama.cpp's split, and the host's rates where the policy weighs them.
+// offloadOptions sets the offloading that --gpu-mem, or llama.cpp's split alone, asks for:
+// the budget, the policy and its predictor, the split, and the host's rates where the policy
+// weighs them.
 func (a *app) offloadOptions(opts *engine.Options, device, policy string, learnt bool) error {
 	if (a.predictorFile != "" || a.owaSpec != "" || a.crossToken) && !(learnt && (policy == "commit" || policy == "")) {
 		return fmt.Errorf("--predictor-file, --owa and --cross-token configure the Commit Router: use them with --policy commit and --predictor router")
 	}
 	o := &engine.OffloadOptions{Predictor: a.predictor, HostLayers: a.cpuMoELayers}
-	mem, err := parseBytes(a.gpuMem)
-	if err != nil {
-		return fmt.Errorf("--gpu-mem: %w", err)
+	if a.gpuMem != "" { // else splitAlone: 0, the card's memory (engine.OffloadOptions)
+		mem, err := parseBytes(a.gpuMem)
+		if err != nil {
+			return fmt.Errorf("--gpu-mem: %w", err)
+		}
+		o.GPUMem = int64(mem)
 	}
-	o.GPUMem = int64(mem)
+	var err error
 	if policy != "" {
 		if o.Policy, err = offload.ParsePolicy(policy); err != nil {
 			return fmt.Errorf("--policy: %w", err)

@@ -130,7 +130,7 @@ func (a *app) serve(ctx context.Context, sf *serveFlags) error {
 	if err := sf.check(); err != nil {
 		return err
 	}
-	opts, err := a.engineOptions(a.device, a.policy)
+	opts, err := a.engineOptions(a.device, a.runPolicy())
 	if err != nil {
 		return err
 	}
