@@ -22,9 +22,10 @@ const (
 
 // HostRates price the host's expert kernels (cpu-miss) as a Planner sees them. A kernel reads
 // its weights once for a batch: the first token's pass is bound by reading and decoding them,
-// each further token by its multiply-adds. That is what the engine's BenchmarkHostMatMulBatch
-// measures: on a 2-core x86-64 machine a Q4_K 2048x4096 product takes 0.30 ms for one token
-// and 0.136 ms more for each further one, within 10% from 2 to 32 tokens.
+// each further token by its multiply-adds. That is what package cpu's BenchmarkHostMatMulBatch
+// measures: on a 2-core x86-64 machine a Q4_K 2048x4096 product takes 0.25 ms for one token
+// with its weights read from memory, as an expert's are (0.14 ms from the caches), and about
+// 0.05 ms more for each further one.
 type HostRates struct {
 	// Bandwidth is the rate in bytes/s at which a kernel reads its weights for one token;
 	// 0 = DefaultHostBandwidth.

@@ -65,7 +65,8 @@ kernels() {
 	return $rc
 }
 
-# The host's product at 1 to 32 tokens: what device.HostRates model for cpu-miss on this machine.
+# The host's product at 1 to 32 tokens: what device.HostRates model for cpu-miss on this machine,
+# with the weights in the caches (warm) and read from memory as an expert's are (cold).
 host_rates() { (cd cpu && "$bin/cpu.test" -test.run '^$' -test.bench HostMatMulBatch -test.benchtime 20x); }
 
 # The simulated card to set against this one: its own profile when sim/profiles has one (matched
