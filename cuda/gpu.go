@@ -883,6 +883,10 @@ func (h gpuHost) Parallel(n int, fn func(i int)) { h.g.host.Parallel(n, fn) }
 func (h gpuHost) Record() device.Event           { return nil }
 func (h gpuHost) Wait(ev device.Event)           { h.g.Sync(ev) }
 
+// Kernels returns the host's own kernels, for their optional capabilities (the CPU's
+// several products in one parallel region): they too finish before the call returns.
+func (h gpuHost) Kernels() device.Kernels { return h.g.host }
+
 var (
 	_ device.Device        = (*GPU)(nil)
 	_ device.Resident      = (*GPU)(nil)

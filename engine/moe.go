@@ -382,38 +382,59 @@ func (m *Model) fusedExperts(b models.Backend, layer int, x []float32, jobs []ex
 	if !ok || m.off != nil || m.resident || len(jobs) < 2 || !moe.PlainExperts() {
 		return false
 	}
-	d := m.arch.Config.Embd
 	fj := fusedPool.Get().(*fusedJobs)
-	fj.ps, fj.gs = fj.ps[:0], fj.gs[:0]
 	for _, j := range jobs {
-		gate, up := moe.GateExps.Expert(j.e), moe.UpExps.Expert(j.e)
+		fj.ws = append(fj.ws, offload.ExpertWeights{Gate: moe.GateExps.Expert(j.e), Up: moe.UpExps.Expert(j.e), Down: moe.DownExps.Expert(j.e)})
+		fj.ys = append(fj.ys, j.y)
+	}
+	fj.run(md, b, x, m.arch.Config.Embd, jobs)
+	fj.reset()
+	fusedPool.Put(fj)
+	return true
+}
+
+// fusedJobs is the scratch of a layer's experts computed in two parallel regions
+// (fusedExperts, hostExperts), from a pool so that a layer allocates none.
+type fusedJobs struct {
+	ws    []offload.ExpertWeights // each job's weights
+	ys    [][]float32             // each job's outputs
+	ps    []cpu.Product
+	gs    [][]float32 // each expert's gate and up outputs
+	dones []func() error
+}
+
+var fusedPool = sync.Pool{New: func() any { return new(fusedJobs) }}
+
+// run computes the SwiGLU experts jobs with the weights ws into ys from their rows of x (d
+// wide): every gate and up product in one of md's parallel regions, the SwiGLUs, then every
+// down product in one.
+func (fj *fusedJobs) run(md multiDevice, b models.Backend, x []float32, d int, jobs []expertJob) {
+	for i, j := range jobs {
+		w := fj.ws[i]
 		in := j.input(b, x, d)
-		g, u := b.Floats(j.n*gate.Rows), b.Floats(j.n*up.Rows)
-		fj.ps = append(fj.ps, cpu.Product{W: gate, X: in, T: j.n, Out: g}, cpu.Product{W: up, X: in, T: j.n, Out: u})
+		g, u := b.Floats(j.n*w.Gate.Rows), b.Floats(j.n*w.Up.Rows)
+		fj.ps = append(fj.ps, cpu.Product{W: w.Gate, X: in, T: j.n, Out: g}, cpu.Product{W: w.Up, X: in, T: j.n, Out: u})
 		fj.gs = append(fj.gs, g, u)
 	}
 	md.MatMulIDs(fj.ps)
 	fj.ps = fj.ps[:0]
 	for i, j := range jobs {
 		g, u := fj.gs[2*i], fj.gs[2*i+1]
-		nff := len(g) / j.n
-		b.SwiGLU(g, u, nff)
-		fj.ps = append(fj.ps, cpu.Product{W: moe.DownExps.Expert(j.e), X: g, T: j.n, Out: j.y})
+		b.SwiGLU(g, u, fj.ws[i].Gate.Rows)
+		fj.ps = append(fj.ps, cpu.Product{W: fj.ws[i].Down, X: g, T: j.n, Out: fj.ys[i]})
 	}
 	md.MatMulIDs(fj.ps)
+}
+
+// reset empties the scratch, dropping its references.
+func (fj *fusedJobs) reset() {
+	clear(fj.ws)
+	clear(fj.ys)
 	clear(fj.ps)
 	clear(fj.gs)
-	fusedPool.Put(fj)
-	return true
+	clear(fj.dones)
+	fj.ws, fj.ys, fj.ps, fj.gs, fj.dones = fj.ws[:0], fj.ys[:0], fj.ps[:0], fj.gs[:0], fj.dones[:0]
 }
-
-// fusedJobs is fusedExperts's scratch, from a pool so that a layer allocates none.
-type fusedJobs struct {
-	ps []cpu.Product
-	gs [][]float32 // each expert's gate and up outputs
-}
-
-var fusedPool = sync.Pool{New: func() any { return new(fusedJobs) }}
 
 // smallJobs is one smallExperts call's experts, from a pool with its function value made
 // once, so that a layer allocates nothing.
@@ -557,12 +578,75 @@ func (j expertJob) input(b models.Backend, x []float32, d int) []float32 {
 
 // hostExperts computes the experts hostPlan put on the host (cpu-miss) from xh, the layer's
 // input on the host, which the device computed by xReady; the device's later work waits for
-// them.
+// them. Where the host's kernels compute several products in one parallel region (the CPU's,
+// also behind a GPU: hostMulti), a layer's host experts take two regions, as fusedExperts's
+// on the CPU, not three each: a static split's host layer computes a token's top-k there.
 func (m *Model) hostExperts(layer int, jobs []expertJob, xh []float32, xReady device.Event) error {
-	d := m.arch.Config.Embd
 	host := m.dev.Host()
 	host.Wait(xReady)
 	hb := &backend{Kernels: host, Ops: models.HostOps{K: host}, a: &arena{}}
+	var err error
+	if md, ok := hostMulti(host); ok && len(jobs) > 1 && m.arch.Layers[layer].MoE.PlainExperts() {
+		err = m.hostExpertsAtOnce(md, hb, layer, jobs, xh)
+	} else {
+		err = m.hostExpertsOneByOne(host, hb, layer, jobs, xh)
+	}
+	if err != nil {
+		return err
+	}
+	// The device combines the experts' outputs once the host's are back.
+	m.dev.Compute().Wait(host.Record())
+	return nil
+}
+
+// hostMulti returns the host's MatMulIDs where its kernels have it: the CPU's own, or a
+// GPU's host's (its Kernels), whose products finish before the call returns either way.
+func hostMulti(h device.HostKernels) (multiDevice, bool) {
+	var k any = h
+	if u, ok := h.(interface{ Kernels() device.Kernels }); ok {
+		k = u.Kernels()
+	}
+	md, ok := k.(multiDevice)
+	return md, ok
+}
+
+// hostExpertsAtOnce computes the SwiGLU experts jobs on the host in md's two parallel
+// regions (fusedJobs.run), with the same numbers as one by one.
+func (m *Model) hostExpertsAtOnce(md multiDevice, hb *backend, layer int, jobs []expertJob, xh []float32) (err error) {
+	fj := fusedPool.Get().(*fusedJobs)
+	defer func() {
+		for _, done := range fj.dones {
+			err = errors.Join(err, done())
+		}
+		fj.reset()
+		fusedPool.Put(fj)
+	}()
+	for _, j := range jobs {
+		w, done, werr := m.place.Weights(layer, j.e, true)
+		if werr != nil {
+			return werr
+		}
+		fj.dones = append(fj.dones, done)
+		m.label("cpu", "cpu", layer, j.e)
+		yh := j.y
+		if m.resident { // j.y is device memory: the host writes its own, then copies it there
+			yh = hb.Floats(len(j.y))
+		}
+		fj.ws, fj.ys = append(fj.ws, w), append(fj.ys, yh)
+	}
+	fj.run(md, hb, xh, m.arch.Config.Embd, jobs)
+	if m.resident {
+		for i, j := range jobs {
+			m.ops.Write(j.y, fj.ys[i])
+		}
+	}
+	return nil
+}
+
+// hostExpertsOneByOne computes the experts jobs on the host one after the other, each
+// product a parallel region of its own.
+func (m *Model) hostExpertsOneByOne(host device.HostKernels, hb *backend, layer int, jobs []expertJob, xh []float32) error {
+	d := m.arch.Config.Embd
 	for _, j := range jobs {
 		w, done, err := m.place.Weights(layer, j.e, true)
 		if err != nil {
@@ -581,8 +665,6 @@ func (m *Model) hostExperts(layer int, jobs []expertJob, xh []float32, xReady de
 			return err
 		}
 	}
-	// The device combines the experts' outputs once the host's are back.
-	m.dev.Compute().Wait(host.Record())
 	return nil
 }
 
