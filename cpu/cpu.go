@@ -89,7 +89,10 @@ type hostKernels struct{ *Device }
 func (hostKernels) Record() device.Event { return nil }
 func (hostKernels) Wait(device.Event)    {}
 
-var _ device.Device = (*Device)(nil)
+var (
+	_ device.Device  = (*Device)(nil)
+	_ device.Batcher = (*Device)(nil)
+)
 
 // Threads returns the number of compute threads.
 func (d *Device) Threads() int { return d.threads }
@@ -251,12 +254,7 @@ func (j *matMulJob) runRange(lo, hi int) {
 }
 
 // A Product is one matrix product of MatMulIDs: Out = W times the T rows of X, row by row.
-type Product struct {
-	W   quant.Matrix
-	X   []float32
-	T   int
-	Out []float32
-}
+type Product = device.BatchProduct
 
 // MatMulIDs computes several MatMulID products in one parallel region: their rows, end to
 // end and weighed by their activation rows, are split over the threads, so that a layer's experts are waited for once rather than

@@ -80,6 +80,32 @@ func (w HostWork) Plus(m quant.Matrix, tokens int) HostWork {
 	return w
 }
 
+// BatchProduct is one product of a Batcher's batch: Out = W times the T rows of X.
+type BatchProduct struct {
+	W   quant.Matrix
+	X   []float32
+	T   int
+	Out []float32
+}
+
+// Batcher is implemented by host kernels that compute several MatMulID products in one
+// parallel region (the CPU's), each output MatMulID's: the engine's host experts of a layer
+// take two such regions (ExpertRegions).
+type Batcher interface {
+	MatMulIDs([]BatchProduct)
+}
+
+// ExpertRegions is how many parallel regions, each a host kernel's fixed cost
+// (HostRates.Overhead), the host computes n SwiGLU experts of a layer in: two or more as all
+// their gate and up products in one Batcher region and all their downs in another, one as
+// its three products.
+func ExpertRegions(n int) int {
+	if n >= 2 {
+		return 2
+	}
+	return 3 * n
+}
+
 // Add is the sum of w and v.
 func (w HostWork) Add(v HostWork) HostWork {
 	return HostWork{Bytes: w.Bytes + v.Bytes, FLOPs: w.FLOPs + v.FLOPs, Kernels: w.Kernels + v.Kernels}

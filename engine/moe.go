@@ -5,7 +5,6 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/commit-run/commit-run/cpu"
 	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/models"
 	"github.com/commit-run/commit-run/multigpu"
@@ -364,12 +363,6 @@ func (m *Model) smallExperts(b models.Backend, layer int, x []float32, jobs []ex
 	return true
 }
 
-// multiDevice is a device that computes several products in one parallel region
-// (cpu.Device.MatMulIDs).
-type multiDevice interface {
-	MatMulIDs([]cpu.Product)
-}
-
 // fusedExperts computes a layer's experts jobs on the CPU in two parallel regions, where
 // smallExperts does not take them: every expert's gate and up products in one, their SwiGLU,
 // then every down product in one, instead of three regions per expert, each waited for (a
@@ -377,7 +370,7 @@ type multiDevice interface {
 // output is one kernel's. It returns false, having done nothing, where it does not apply
 // (the weights are not the model's own on the CPU).
 func (m *Model) fusedExperts(b models.Backend, layer int, x []float32, jobs []expertJob) bool {
-	md, ok := m.dev.(multiDevice)
+	md, ok := m.dev.(device.Batcher)
 	moe := m.arch.Layers[layer].MoE
 	if !ok || m.off != nil || m.resident || len(jobs) < 2 || !moe.PlainExperts() {
 		return false
@@ -398,7 +391,7 @@ func (m *Model) fusedExperts(b models.Backend, layer int, x []float32, jobs []ex
 type fusedJobs struct {
 	ws    []offload.ExpertWeights // each job's weights
 	ys    [][]float32             // each job's outputs
-	ps    []cpu.Product
+	ps    []device.BatchProduct
 	gs    [][]float32 // each expert's gate and up outputs
 	dones []func() error
 }
@@ -408,12 +401,12 @@ var fusedPool = sync.Pool{New: func() any { return new(fusedJobs) }}
 // run computes the SwiGLU experts jobs with the weights ws into ys from their rows of x (d
 // wide): every gate and up product in one of md's parallel regions, the SwiGLUs, then every
 // down product in one.
-func (fj *fusedJobs) run(md multiDevice, b models.Backend, x []float32, d int, jobs []expertJob) {
+func (fj *fusedJobs) run(md device.Batcher, b models.Backend, x []float32, d int, jobs []expertJob) {
 	for i, j := range jobs {
 		w := fj.ws[i]
 		in := j.input(b, x, d)
 		g, u := b.Floats(j.n*w.Gate.Rows), b.Floats(j.n*w.Up.Rows)
-		fj.ps = append(fj.ps, cpu.Product{W: w.Gate, X: in, T: j.n, Out: g}, cpu.Product{W: w.Up, X: in, T: j.n, Out: u})
+		fj.ps = append(fj.ps, device.BatchProduct{W: w.Gate, X: in, T: j.n, Out: g}, device.BatchProduct{W: w.Up, X: in, T: j.n, Out: u})
 		fj.gs = append(fj.gs, g, u)
 	}
 	md.MatMulIDs(fj.ps)
@@ -421,7 +414,7 @@ func (fj *fusedJobs) run(md multiDevice, b models.Backend, x []float32, d int, j
 	for i, j := range jobs {
 		g, u := fj.gs[2*i], fj.gs[2*i+1]
 		b.SwiGLU(g, u, fj.ws[i].Gate.Rows)
-		fj.ps = append(fj.ps, cpu.Product{W: fj.ws[i].Down, X: g, T: j.n, Out: fj.ys[i]})
+		fj.ps = append(fj.ps, device.BatchProduct{W: fj.ws[i].Down, X: g, T: j.n, Out: fj.ys[i]})
 	}
 	md.MatMulIDs(fj.ps)
 }
@@ -579,8 +572,9 @@ func (j expertJob) input(b models.Backend, x []float32, d int) []float32 {
 // hostExperts computes the experts hostPlan put on the host (cpu-miss) from xh, the layer's
 // input on the host, which the device computed by xReady; the device's later work waits for
 // them. Where the host's kernels compute several products in one parallel region (the CPU's,
-// also behind a GPU: hostMulti), a layer's host experts take two regions, as fusedExperts's
-// on the CPU, not three each: a static split's host layer computes a token's top-k there.
+// also behind a real or simulated GPU: hostMulti), a layer's host experts take two regions,
+// as fusedExperts's on the CPU, not three each (device.ExpertRegions): a static split's host
+// layer computes a token's top-k there.
 func (m *Model) hostExperts(layer int, jobs []expertJob, xh []float32, xReady device.Event) error {
 	host := m.dev.Host()
 	host.Wait(xReady)
@@ -599,20 +593,23 @@ func (m *Model) hostExperts(layer int, jobs []expertJob, xh []float32, xReady de
 	return nil
 }
 
-// hostMulti returns the host's MatMulIDs where its kernels have it: the CPU's own, or a
-// GPU's host's (its Kernels), whose products finish before the call returns either way.
-func hostMulti(h device.HostKernels) (multiDevice, bool) {
-	var k any = h
-	if u, ok := h.(interface{ Kernels() device.Kernels }); ok {
-		k = u.Kernels()
+// hostMulti returns the host's MatMulIDs where its kernels have it: the CPU's own, a
+// simulated GPU's host's, or a GPU's host's (its Kernels, whose products finish before the
+// call returns either way).
+func hostMulti(h device.HostKernels) (device.Batcher, bool) {
+	if b, ok := h.(device.Batcher); ok {
+		return b, true
 	}
-	md, ok := k.(multiDevice)
-	return md, ok
+	if u, ok := h.(interface{ Kernels() device.Kernels }); ok {
+		b, ok := u.Kernels().(device.Batcher)
+		return b, ok
+	}
+	return nil, false
 }
 
 // hostExpertsAtOnce computes the SwiGLU experts jobs on the host in md's two parallel
 // regions (fusedJobs.run), with the same numbers as one by one.
-func (m *Model) hostExpertsAtOnce(md multiDevice, hb *backend, layer int, jobs []expertJob, xh []float32) (err error) {
+func (m *Model) hostExpertsAtOnce(md device.Batcher, hb *backend, layer int, jobs []expertJob, xh []float32) (err error) {
 	fj := fusedPool.Get().(*fusedJobs)
 	defer func() {
 		for _, done := range fj.dones {
@@ -627,13 +624,13 @@ func (m *Model) hostExpertsAtOnce(md multiDevice, hb *backend, layer int, jobs [
 			return werr
 		}
 		fj.dones = append(fj.dones, done)
-		m.label("cpu", "cpu", layer, j.e)
 		yh := j.y
 		if m.resident { // j.y is device memory: the host writes its own, then copies it there
 			yh = hb.Floats(len(j.y))
 		}
 		fj.ws, fj.ys = append(fj.ws, w), append(fj.ys, yh)
 	}
+	m.label("cpu", "cpu", layer, -1)
 	fj.run(md, hb, xh, m.arch.Config.Embd, jobs)
 	if m.resident {
 		for i, j := range jobs {

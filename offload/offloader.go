@@ -317,6 +317,15 @@ func expertWork(w ExpertWeights, tokens int) device.HostWork {
 	return device.HostWork{}.Plus(w.Gate, tokens).Plus(w.Up, tokens).Plus(w.Down, tokens)
 }
 
+// hostBatch is a layer's host work with expert w on a batch of tokens added to work, that of
+// the n experts already put on the host: their products, in the parallel regions the engine
+// computes n+1 experts in (device.ExpertRegions).
+func hostBatch(work device.HostWork, w ExpertWeights, tokens, n int) device.HostWork {
+	next := work.Add(expertWork(w, tokens))
+	next.Kernels = device.ExpertRegions(n + 1)
+	return next
+}
+
 // Weights returns expert e of layer's weights. On the device (host false), they are in its
 // slot, copied in if it missed, pinned until done is called, and the compute stream waits
 // for the copy. For an expert OnHost put on the host they are the host store's. One expert

@@ -33,6 +33,7 @@ func (cpuMiss) onHost(f *Offloader, layer int, experts, tokens []int) []bool {
 	b := f.store.SlotBytes()
 	var copied int64
 	var work device.HostWork
+	onHost := 0
 	for i, e := range experts {
 		k := ExpertKey{Layer: layer, Expert: e}
 		if _, ok := f.cache.Lookup(k); ok {
@@ -43,7 +44,7 @@ func (cpuMiss) onHost(f *Offloader, layer int, experts, tokens []int) []bool {
 			if err != nil {
 				continue // Weights reports it
 			}
-			next := work.Add(expertWork(w, tokens[i]))
+			next := hostBatch(work, w, tokens[i], onHost)
 			if f.planner.HostDone(next) > f.planner.CopyDone(copied+b) {
 				copied += b
 				continue
@@ -54,6 +55,7 @@ func (cpuMiss) onHost(f *Offloader, layer int, experts, tokens []int) []bool {
 			plan = make([]bool, len(experts))
 		}
 		plan[i] = true
+		onHost++
 	}
 	return plan
 }

@@ -25,17 +25,19 @@ func (p staticCache) onHost(f *Offloader, layer int, experts, tokens []int) []bo
 	}
 	plan := make([]bool, len(experts))
 	var work device.HostWork
+	onHost := 0
 	for i, e := range experts {
 		k := ExpertKey{Layer: layer, Expert: e}
 		w, err := f.store.Expert(k)
 		if err != nil {
 			continue // weights reports it
 		}
-		next := work.Add(expertWork(w, tokens[i]))
+		next := hostBatch(work, w, tokens[i], onHost)
 		if _, ok := f.cache.Lookup(k); ok && (f.planner == nil || f.landsAt[k] <= f.planner.HostDone(next)) {
 			continue
 		}
 		plan[i], work = true, next
+		onHost++
 	}
 	return plan
 }

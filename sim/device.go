@@ -275,17 +275,40 @@ func (h host) MatMulID(w quant.Matrix, x []float32, T int, out []float32) {
 	h.charge(w, T)
 }
 
+// MatMulIDs implements device.Batcher as the CPU does: the products in one parallel region,
+// charged as one host kernel (its fixed cost once) that reads every product's weights.
+func (h host) MatMulIDs(ps []device.BatchProduct) {
+	if b, ok := h.d.num.(device.Batcher); ok {
+		b.MatMulIDs(ps)
+	} else if h.d.num != nil {
+		for _, p := range ps {
+			h.d.num.MatMulID(p.W, p.X, p.T, p.Out)
+		}
+	}
+	var w device.HostWork
+	for _, p := range ps {
+		w = w.Plus(p.W, p.T)
+	}
+	w.Kernels = min(w.Kernels, 1)
+	h.enqueue(w)
+}
+
 func (h host) Parallel(n int, fn func(i int)) { parallel(h.d.num, n, fn) }
 
 // charge prices a host kernel of T tokens at the host's rates: its weights read once, and
 // the arithmetic of its tokens after the first.
-func (h host) charge(w quant.Matrix, T int) {
+func (h host) charge(w quant.Matrix, T int) { h.enqueue(device.HostWork{}.Plus(w, T)) }
+
+// enqueue puts work w on the host's stream, priced at the host's rates.
+func (h host) enqueue(w device.HostWork) {
 	d := h.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	_, l := d.names("cpu")
-	d.cpu.Enqueue("cpu", l, d.host.Seconds(device.HostWork{}.Plus(w, T)))
+	d.cpu.Enqueue("cpu", l, d.host.Seconds(w))
 }
+
+var _ device.Batcher = host{}
 
 var (
 	_ device.Device  = (*Device)(nil)

@@ -137,6 +137,26 @@ func TestDeviceHostBatch(t *testing.T) {
 	}
 }
 
+// Several host products in one parallel region (device.Batcher) cost their weights' reads and
+// one kernel's fixed cost, as the CPU computes a layer's experts, and each is computed.
+func TestDeviceHostBatcher(t *testing.T) {
+	k := &countingKernels{}
+	d := newRoundDevice(t, k)
+	w := quant.Matrix{Type: quant.F32, Rows: 1, Cols: 250_000, Data: make([]byte, 1_000_000)}
+	x := make([]float32, 250_000)
+	ps := []device.BatchProduct{{W: w, X: x, T: 1, Out: make([]float32, 1)}, {W: w, X: x, T: 1, Out: make([]float32, 1)},
+		{W: w, X: x, T: 1, Out: make([]float32, 1)}}
+	d.Host().(device.Batcher).MatMulIDs(ps)
+	if want := 3e6/2e9 + 5e-6; !near(d.Stats().HostCompute, want) || k.ids != 3 {
+		t.Errorf("3 products in one region: %v s and %d computed, want %v s and 3", d.Stats().HostCompute, k.ids, want)
+	}
+	for _, c := range []struct{ n, regions int }{{0, 0}, {1, 3}, {2, 2}, {8, 2}} {
+		if got := device.ExpertRegions(c.n); got != c.regions {
+			t.Errorf("ExpertRegions(%d) = %d, want %d", c.n, got, c.regions)
+		}
+	}
+}
+
 func TestDeviceLabels(t *testing.T) {
 	d := newRoundDevice(t, &countingKernels{})
 	d.Label("expert", "L1 E3")
