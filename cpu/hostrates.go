@@ -20,7 +20,7 @@ import (
 // The host's experts come from a store of gigabytes, so the read rate is timed on weights in
 // memory. A 9.4 MB matrix read again and again stays in the last-level cache, and priced at
 // the cache's rate the host's experts look about twice as fast as they are: on a 2-core
-// machine 21-41 GB/s, where an OLMoE-shaped decode read its weights at 15 GB/s. On the lent
+// machine 21-36 GB/s, where an OLMoE-shaped decode read its weights at 15 GB/s. On the lent
 // H200's 16-core host, cpu-miss decoded at 0.63x ondemand and took twice the time its
 // simulation charged, with the host's rate measured so (79 GB/s) above a copy's over PCIe
 // (50 GB/s): the likeliest cause. So the matrix is copied through a buffer of several times
