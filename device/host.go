@@ -89,21 +89,10 @@ type BatchProduct struct {
 }
 
 // Batcher is implemented by host kernels that compute several MatMulID products in one
-// parallel region (the CPU's), each output MatMulID's: the engine's host experts of a layer
-// take two such regions (ExpertRegions).
+// parallel region (the CPU's), each output MatMulID's, at one kernel's fixed cost
+// (HostRates.Overhead).
 type Batcher interface {
 	MatMulIDs([]BatchProduct)
-}
-
-// ExpertRegions is how many parallel regions, each a host kernel's fixed cost
-// (HostRates.Overhead), the host computes n SwiGLU experts of a layer in: two or more as all
-// their gate and up products in one Batcher region and all their downs in another, one as
-// its three products.
-func ExpertRegions(n int) int {
-	if n >= 2 {
-		return 2
-	}
-	return 3 * n
 }
 
 // Add is the sum of w and v.

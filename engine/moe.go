@@ -573,8 +573,8 @@ func (j expertJob) input(b models.Backend, x []float32, d int) []float32 {
 // input on the host, which the device computed by xReady; the device's later work waits for
 // them. Where the host's kernels compute several products in one parallel region (the CPU's,
 // also behind a real or simulated GPU: hostMulti), a layer's host experts take two regions,
-// as fusedExperts's on the CPU, not three each (device.ExpertRegions): a static split's host
-// layer computes a token's top-k there.
+// as fusedExperts's on the CPU, not three each (as offload's planners price them): a static
+// split's host layer computes a token's top-k there.
 func (m *Model) hostExperts(layer int, jobs []expertJob, xh []float32, xReady device.Event) error {
 	host := m.dev.Host()
 	host.Wait(xReady)

@@ -319,11 +319,22 @@ func expertWork(w ExpertWeights, tokens int) device.HostWork {
 
 // hostBatch is a layer's host work with expert w on a batch of tokens added to work, that of
 // the n experts already put on the host: their products, in the parallel regions the engine
-// computes n+1 experts in (device.ExpertRegions).
+// computes n+1 experts in (expertRegions).
 func hostBatch(work device.HostWork, w ExpertWeights, tokens, n int) device.HostWork {
 	next := work.Add(expertWork(w, tokens))
-	next.Kernels = device.ExpertRegions(n + 1)
+	next.Kernels = expertRegions(n + 1)
 	return next
+}
+
+// expertRegions is how many parallel regions, each a host kernel's fixed cost
+// (device.HostRates.Overhead), the engine's hostExperts computes n SwiGLU experts of a layer
+// in: two or more as all their gate and up products in one device.Batcher region and all
+// their downs in another, one as its three products.
+func expertRegions(n int) int {
+	if n >= 2 {
+		return 2
+	}
+	return 3 * n
 }
 
 // Weights returns expert e of layer's weights. On the device (host false), they are in its

@@ -3,6 +3,9 @@ package offload
 import (
 	"strings"
 	"testing"
+
+	"github.com/commit-run/commit-run/device"
+	"github.com/commit-run/commit-run/quant"
 )
 
 // TestOffloadPolicies holds each policy type to what the policy is: its predictors and their
@@ -68,5 +71,21 @@ func TestOffloadPolicies(t *testing.T) {
 		if _, err := newStrategy(&o, layers); err == nil {
 			t.Errorf("%+v: no error", o)
 		}
+	}
+}
+
+// A layer's host experts are priced in the parallel regions the engine computes them in: two
+// or more in two (all gates and ups, then all downs), one in its three products.
+func TestExpertRegions(t *testing.T) {
+	for _, c := range []struct{ n, regions int }{{0, 0}, {1, 3}, {2, 2}, {8, 2}} {
+		if got := expertRegions(c.n); got != c.regions {
+			t.Errorf("expertRegions(%d) = %d, want %d", c.n, got, c.regions)
+		}
+	}
+	w := ExpertWeights{Gate: quant.Matrix{Data: make([]byte, 10)}, Up: quant.Matrix{Data: make([]byte, 10)}, Down: quant.Matrix{Data: make([]byte, 10)}}
+	one := hostBatch(device.HostWork{}, w, 1, 0)
+	two := hostBatch(one, w, 1, 1)
+	if one.Kernels != 3 || two.Kernels != 2 || two.Bytes != 60 {
+		t.Errorf("one expert %+v, two %+v: want 3 kernels, then 2 kernels and 60 bytes", one, two)
 	}
 }

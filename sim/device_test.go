@@ -150,11 +150,6 @@ func TestDeviceHostBatcher(t *testing.T) {
 	if want := 3e6/2e9 + 5e-6; !near(d.Stats().HostCompute, want) || k.ids != 3 {
 		t.Errorf("3 products in one region: %v s and %d computed, want %v s and 3", d.Stats().HostCompute, k.ids, want)
 	}
-	for _, c := range []struct{ n, regions int }{{0, 0}, {1, 3}, {2, 2}, {8, 2}} {
-		if got := device.ExpertRegions(c.n); got != c.regions {
-			t.Errorf("ExpertRegions(%d) = %d, want %d", c.n, got, c.regions)
-		}
-	}
 }
 
 func TestDeviceLabels(t *testing.T) {
