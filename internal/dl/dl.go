@@ -4,7 +4,9 @@
 package dl
 
 import (
+	"cmp"
 	"errors"
+	"runtime"
 	"strings"
 	"unsafe"
 
@@ -24,13 +26,27 @@ type Symbol struct {
 func Open(names []string) (handle uintptr, path string, err error) {
 	var errs []string
 	for _, name := range names {
-		h, err := purego.Dlopen(name, purego.RTLD_NOW|purego.RTLD_LOCAL)
+		h, err := dlopen(name)
 		if err == nil {
 			return h, name, nil
 		}
-		errs = append(errs, err.Error())
+		msg := err.Error()
+		if !strings.Contains(msg, name) {
+			msg = name + ": " + cmp.Or(msg, "the loader gave no reason")
+		}
+		errs = append(errs, msg)
 	}
 	return 0, "", errors.New(strings.Join(errs, "; "))
+}
+
+// dlopen is purego.Dlopen on one OS thread: the loader keeps its reason for a failure
+// (dlerror) per thread, and purego asks for it in a second call, which the Go scheduler may
+// run on another thread, where it reads nothing or another call's reason (a test saw
+// "no NCCL library found (; libnccl.so: ...)", the first reason empty).
+func dlopen(name string) (uintptr, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	return purego.Dlopen(name, purego.RTLD_NOW|purego.RTLD_LOCAL)
 }
 
 // Bind looks up every symbol of the tables in the library. It returns the name of the first
@@ -38,7 +54,7 @@ func Open(names []string) (handle uintptr, path string, err error) {
 func Bind(handle uintptr, tables ...[]Symbol) (missing string) {
 	for _, t := range tables {
 		for _, s := range t {
-			addr, err := purego.Dlsym(handle, s.Name)
+			addr, err := dlsym(handle, s.Name)
 			if err != nil {
 				if s.Optional {
 					continue
@@ -50,6 +66,13 @@ func Bind(handle uintptr, tables ...[]Symbol) (missing string) {
 		}
 	}
 	return ""
+}
+
+// dlsym is purego.Dlsym on one OS thread, as dlopen.
+func dlsym(handle uintptr, name string) (uintptr, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	return purego.Dlsym(handle, name)
 }
 
 // GoString copies the NUL-terminated C string at p (at most 64 KiB of it): names, messages

@@ -1,7 +1,9 @@
 package dl
 
 import (
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"unsafe"
 )
@@ -25,6 +27,31 @@ func TestGoString(t *testing.T) {
 		}
 		if got := GoString(p); got != c.want {
 			t.Errorf("%s: %d bytes %.20q, want %d bytes", c.name, len(got), got, len(c.want))
+		}
+	}
+}
+
+// Every failure names its library and says why, also when many goroutines open libraries at
+// once and the scheduler moves them between threads: the loader's reason is per thread.
+func TestOpenMissingConcurrently(t *testing.T) {
+	var wg sync.WaitGroup
+	errs := make([]error, 64)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			names := []string{fmt.Sprintf("libcommit-run-missing-%d.so.1", i), "libcommit-run-missing.so"}
+			if _, _, err := Open(names); err != nil {
+				errs[i] = err
+			}
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		first := fmt.Sprintf("libcommit-run-missing-%d.so.1: ", i)
+		if err == nil || !strings.HasPrefix(err.Error(), first) || !strings.Contains(err.Error(), "; libcommit-run-missing.so: ") ||
+			strings.Contains(err.Error(), "gave no reason") || strings.Count(err.Error(), "cannot open") != 2 {
+			t.Errorf("open %d: %v, want each library named with its reason", i, err)
 		}
 	}
 }
