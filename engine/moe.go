@@ -578,7 +578,10 @@ func (j expertJob) input(b models.Backend, x []float32, d int) []float32 {
 func (m *Model) hostExperts(layer int, jobs []expertJob, xh []float32, xReady device.Event) error {
 	host := m.dev.Host()
 	host.Wait(xReady)
-	hb := &backend{Kernels: host, Ops: models.HostOps{K: host}, a: &arena{}}
+	// The host's activations come from a pooled arena, reused token after token.
+	ha := m.hostArena()
+	defer m.putArena(ha)
+	hb := &backend{Kernels: host, Ops: models.HostOps{K: host}, a: ha}
 	var err error
 	if md, ok := hostMulti(host); ok && len(jobs) > 1 && m.arch.Layers[layer].MoE.PlainExperts() {
 		err = m.hostExpertsAtOnce(md, hb, layer, jobs, xh)
@@ -651,7 +654,7 @@ func (m *Model) hostExpertsOneByOne(host device.HostKernels, hb *backend, layer 
 		}
 		yh := j.y
 		if m.resident {
-			yh = make([]float32, len(j.y))
+			yh = hb.Floats(len(j.y))
 		}
 		m.label("cpu", "cpu", layer, j.e)
 		m.expertFFN(hb, host.MatMulID, nil, layer, j.e, &models.FFN{Gate: w.Gate, Up: w.Up, Down: w.Down}, j.input(hb, xh, d), j.n, yh)

@@ -364,10 +364,7 @@ const (
 // Nothing handed out may be read after putArena.
 func (m *Model) getArena(kind int) *arena {
 	if !m.resident {
-		if a, ok := m.hostArenas.Get().(*arena); ok {
-			return a
-		}
-		return &arena{carve: true}
+		return m.hostArena()
 	}
 	a := m.act.arenas[kind]
 	if a == nil {
@@ -379,6 +376,15 @@ func (m *Model) getArena(kind int) *arena {
 		m.act.arenas[kind] = a
 	}
 	return a
+}
+
+// hostArena returns one of the model's host arenas, for a host pass or for the host's share
+// of a device's (hostExperts), until putArena.
+func (m *Model) hostArena() *arena {
+	if a, ok := m.hostArenas.Get().(*arena); ok {
+		return a
+	}
+	return &arena{carve: true}
 }
 
 func (m *Model) putArena(a *arena) {
