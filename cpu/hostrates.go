@@ -74,28 +74,38 @@ const (
 )
 
 // evictionBytes is how much memory to stream through so that the first of it has left the
-// caches: four times the largest cache dir describes (its index*/size files, as "32768K"),
-// within minEviction and maxEviction.
+// caches: four times the largest cache dir describes (largestCache), within minEviction and
+// maxEviction.
 func evictionBytes(dir string) int {
-	largest := 0
+	return min(max(4*int(largestCache(dir)), minEviction), maxEviction)
+}
+
+// LargestCache is the size in bytes of this machine's largest CPU cache as Linux describes
+// it, 0 where it does not.
+func LargestCache() int64 { return largestCache(cacheDir) }
+
+// largestCache reads the largest of the caches dir describes (its index*/size files, as
+// "32768K"), 0 if none.
+func largestCache(dir string) int64 {
+	var largest int64
 	files, _ := filepath.Glob(filepath.Join(dir, "index*", "size"))
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			continue
 		}
-		s, mul := strings.TrimSpace(string(b)), 1
+		s, mul := strings.TrimSpace(string(b)), int64(1)
 		switch {
 		case strings.HasSuffix(s, "K"):
 			s, mul = strings.TrimSuffix(s, "K"), 1<<10
 		case strings.HasSuffix(s, "M"):
 			s, mul = strings.TrimSuffix(s, "M"), 1<<20
 		}
-		if n, err := strconv.Atoi(s); err == nil && n > 0 {
+		if n, err := strconv.ParseInt(s, 10, 64); err == nil && n > 0 {
 			largest = max(largest, n*mul)
 		}
 	}
-	return min(max(4*largest, minEviction), maxEviction)
+	return largest
 }
 
 // coldCopies copies data over and over through one buffer of about total bytes, and returns

@@ -3,11 +3,8 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"os"
 	"runtime"
 	"runtime/debug"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -118,28 +115,4 @@ func measureBandwidth(threads int, size int64, reps int) (bandwidth, error) {
 		}
 	}
 	return bw, nil
-}
-
-// l3Bytes reads the largest CPU cache's size from sysfs (0 if unknown), to check the
-// bandwidth buffer is well above it.
-func l3Bytes() int64 {
-	var largest int64
-	for i := range 5 {
-		b, err := os.ReadFile(fmt.Sprintf("/sys/devices/system/cpu/cpu0/cache/index%d/size", i))
-		if err != nil {
-			continue
-		}
-		s := strings.TrimSpace(string(b))
-		mult := int64(1)
-		switch {
-		case strings.HasSuffix(s, "K"):
-			mult, s = 1<<10, strings.TrimSuffix(s, "K")
-		case strings.HasSuffix(s, "M"):
-			mult, s = 1<<20, strings.TrimSuffix(s, "M")
-		}
-		if n, err := strconv.ParseInt(s, 10, 64); err == nil {
-			largest = max(largest, n*mult)
-		}
-	}
-	return largest
 }

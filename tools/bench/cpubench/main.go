@@ -32,6 +32,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/commit-run/commit-run/cpu"
 )
 
 func main() {
@@ -190,7 +192,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // hostInfo names the CPU (from /proc/cpuinfo where there is one).
 func hostInfo() host {
-	h := host{CPU: runtime.GOARCH, Cores: runtime.NumCPU(), L3Bytes: l3Bytes()}
+	h := host{CPU: runtime.GOARCH, Cores: runtime.NumCPU(), L3Bytes: cpu.LargestCache()}
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
 			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
