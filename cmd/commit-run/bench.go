@@ -168,7 +168,8 @@ func parseBytes(s string) (float64, error) {
 	return v * mul, nil
 }
 
-// measureHostRates fills the rates r lacks with this machine's (a few tens of milliseconds).
+// measureHostRates fills the rates r lacks with this machine's (cpu.MeasureHostRates, about a
+// quarter of a second: it reads a matrix from memory as experts are read).
 func measureHostRates(r engine.HostRates) engine.HostRates {
 	if r.Bandwidth == 0 || r.FLOPS == 0 {
 		m := cpu.MeasureHostRates()
