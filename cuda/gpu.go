@@ -151,9 +151,9 @@ type GPU struct {
 	idScratch  []int32
 	moePlans   map[[3]quant.Type]moePlan
 
-	launches, fallbacks, mmqLaunches, reads atomic.Int64
-	kernels, graphLaunches                  atomic.Int64
-	err                                     atomic.Pointer[error] // the first failure
+	launches, fallbacks, mmqLaunches, reads  atomic.Int64
+	kernels, graphLaunches, writes, pageable atomic.Int64
+	err                                      atomic.Pointer[error] // the first failure
 }
 
 // span maps a range of host addresses to device memory: an uploaded tensor (whose host copy
@@ -600,9 +600,14 @@ type GPUStats struct {
 	HostFallbacks int64 // products computed on the host: no kernel for the type, or weights not on the device
 	// Reads are the host's synchronous read-backs (Ops.Read): each holds the host until the
 	// compute stream has run everything enqueued before it.
-	Reads       int64
-	CopyBytes   int64 // host-to-device expert copies, measured
-	CopySeconds float64
+	Reads int64
+	// Writes are the host's writes of activations to the device (Ops.Write: the outputs of
+	// the experts the host computed). Pageable counts the reads and writes whose host memory
+	// is not pinned: the driver stages each through a buffer of its own, holding the host,
+	// where from pinned memory the copy is the link's DMA and a write does not wait.
+	Writes, Pageable int64
+	CopyBytes        int64 // host-to-device expert copies, measured
+	CopySeconds      float64
 	// StallSeconds is the compute stream's time in waits for the copy stream, from when its
 	// earlier work was done to when the awaited copy landed: the time offloading cost the
 	// kernels, measured by the device itself rather than inferred from the host's clock. A
@@ -640,6 +645,24 @@ func (g *GPU) Stats() GPUStats {
 func (g *GPU) counters(s *GPUStats) {
 	s.Launches, s.MMQLaunches, s.HostFallbacks = g.launches.Load(), g.mmqLaunches.Load(), g.fallbacks.Load()
 	s.Kernels, s.GraphLaunches, s.Reads = g.kernels.Load(), g.graphLaunches.Load(), g.reads.Load()
+	s.Writes, s.Pageable = g.writes.Load(), g.pageable.Load()
+}
+
+// isPinned says whether the host bytes b lie in pinned memory the GPU allocated (HostAlloc).
+func (g *GPU) isPinned(b []byte) bool {
+	if len(b) == 0 {
+		return true
+	}
+	a := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	g.spansMu.RLock()
+	defer g.spansMu.RUnlock()
+	for _, p := range g.pinned {
+		lo := uintptr(unsafe.Pointer(unsafe.SliceData(p.Bytes)))
+		if a >= lo && a+uintptr(len(b)) <= lo+uintptr(len(p.Bytes)) {
+			return true
+		}
+	}
+	return false
 }
 
 // Parallel spreads host work over the host's threads.

@@ -544,6 +544,9 @@ func (g *GPU) Read(dst, src []float32) {
 		c.err = errCapture("a read the host waits for")
 	}
 	g.reads.Add(1)
+	if !g.isPinned(floatBytes(dst)) {
+		g.pageable.Add(1)
+	}
 	if p := c.f(src, "the source"); c.err == nil {
 		if c.err = g.compute.CopyDtoH(floatBytes(dst), p); c.err == nil {
 			c.err = g.compute.Synchronize()
@@ -560,6 +563,10 @@ func (g *GPU) Write(dst, src []float32) {
 	defer c.end()
 	if g.step != nil {
 		c.err = errCapture("a write from host memory")
+	}
+	g.writes.Add(1)
+	if !g.isPinned(floatBytes(src)) {
+		g.pageable.Add(1)
 	}
 	if p := c.f(dst, "the destination"); c.err == nil {
 		c.err = g.compute.CopyHtoD(p, floatBytes(src))

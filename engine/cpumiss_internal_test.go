@@ -58,7 +58,7 @@ func TestCUDACPUMiss(t *testing.T) {
 	budget := st.Resident + 2*int64(probe.info.ExpertsUsed)*st.SlotBytes
 	probe.Close()
 
-	var noHost int64 // the read-backs with every expert on the device
+	var noHost, noHostPageable int64 // the read-backs with every expert on the device, and those staged by the driver
 	for _, c := range []struct {
 		name    string
 		planner device.Planner // nil: the GPU's
@@ -90,7 +90,12 @@ func TestCUDACPUMiss(t *testing.T) {
 			t.Errorf("%s: perplexity %v, the CPU's %v; %+v", c.name, got.Perplexity, want.Perplexity, s)
 		}
 		if noHost == 0 {
-			noHost = g.Reads
+			noHost, noHostPageable = g.Reads, g.Pageable
+		}
+		// The host's experts take their input and give their outputs through pinned memory.
+		if g.Pageable != noHostPageable || s.OnCPU > 0 && (g.Writes == 0 || g.Writes > s.OnCPU) {
+			t.Errorf("%s: %d copies from pageable memory (%d without host experts), %d writes for %d host experts",
+				c.name, g.Pageable, noHostPageable, g.Writes, s.OnCPU)
 		}
 		// The host reads a layer's input once, however many experts it computes.
 		if layers := int64(48 * len(m.info.MoELayers)); g.Reads > noHost+layers {

@@ -282,10 +282,20 @@ func (g expertGroups) gather(b models.Backend, d int) []float32 {
 func (m *Model) computeJobs(b models.Backend, layer, T int, x, xh []float32, jobs []expertJob, plan []bool, yAll []float32) error {
 	d := m.arch.Config.Embd
 	var xReady device.Event // when the device has computed xh
+	var ex *arena           // in a pass in device memory, the host's side of the exchange
 	if plan != nil {
+		if m.resident {
+			ex = m.exchangeArena()
+			defer ex.reset()
+		}
 		// Read before the device's experts are enqueued, so that the host computes its
 		// experts while the device computes the others, unless observe read it already.
-		if xh == nil {
+		switch {
+		case xh != nil:
+		case ex != nil:
+			xh = ex.floats(T * d)
+			m.ops.Read(xh, x[:T*d])
+		default:
 			xh = m.toHost(x[:T*d])
 		}
 		xReady = m.dev.Compute().Record()
@@ -311,7 +321,7 @@ func (m *Model) computeJobs(b models.Backend, layer, T int, x, xh []float32, job
 		}
 	}
 	if len(onHost) > 0 {
-		return m.hostExperts(layer, onHost, xh, xReady)
+		return m.hostExperts(layer, onHost, xh, xReady, yAll, ex)
 	}
 	return nil
 }
@@ -575,25 +585,66 @@ func (j expertJob) input(b models.Backend, x []float32, d int) []float32 {
 // also behind a real or simulated GPU: hostMulti), a layer's host experts take two regions,
 // as fusedExperts's on the CPU, not three each (as offload's planners price them): a static
 // split's host layer computes a token's top-k there.
-func (m *Model) hostExperts(layer int, jobs []expertJob, xh []float32, xReady device.Event) error {
+//
+// In a pass in device memory (ex, the exchange arena, not nil) the host writes the outputs
+// in ex, rows as in yAll, and they go to yAll in one write for each run of adjacent rows: one
+// a layer where the host computes all of its experts (a static split's host layer).
+func (m *Model) hostExperts(layer int, jobs []expertJob, xh []float32, xReady device.Event, yAll []float32, ex *arena) error {
 	host := m.dev.Host()
 	host.Wait(xReady)
 	// The host's activations come from a pooled arena, reused token after token.
 	ha := m.hostArena()
 	defer m.putArena(ha)
 	hb := &backend{Kernels: host, Ops: models.HostOps{K: host}, a: ha}
+	d := m.arch.Config.Embd
+	var out hostOutputs
+	if ex != nil {
+		lo, hi := jobs[0].at, 0
+		for _, j := range jobs {
+			lo, hi = min(lo, j.at), max(hi, j.at+j.n)
+		}
+		out.first, out.d = lo*d, d
+		out.ys = ex.floats((hi - lo) * d)
+	}
 	var err error
 	if md, ok := hostMulti(host); ok && len(jobs) > 1 && m.arch.Layers[layer].MoE.PlainExperts() {
-		err = m.hostExpertsAtOnce(md, hb, layer, jobs, xh)
+		err = m.hostExpertsAtOnce(md, hb, layer, jobs, xh, out)
 	} else {
-		err = m.hostExpertsOneByOne(host, hb, layer, jobs, xh)
+		err = m.hostExpertsOneByOne(host, hb, layer, jobs, xh, out)
 	}
 	if err != nil {
 		return err
 	}
+	if ex != nil {
+		for i := 0; i < len(jobs); {
+			k := i + 1
+			for k < len(jobs) && jobs[k].at == jobs[k-1].at+jobs[k-1].n {
+				k++
+			}
+			lo, hi := jobs[i].at*d, (jobs[k-1].at+jobs[k-1].n)*d
+			m.ops.Write(yAll[lo:hi], out.ys[lo-out.first:hi-out.first])
+			i = k
+		}
+	}
 	// The device combines the experts' outputs once the host's are back.
 	m.dev.Compute().Wait(host.Record())
 	return nil
+}
+
+// hostOutputs is where the host writes its experts' outputs: their rows of yAll (ys nil), or
+// of ys, host memory standing for yAll's rows of d floats from the float first on.
+type hostOutputs struct {
+	ys       []float32
+	first, d int
+}
+
+// of returns j's output rows.
+func (o hostOutputs) of(j expertJob) []float32 {
+	if o.ys == nil {
+		return j.y
+	}
+	at := j.at*o.d - o.first
+	return o.ys[at : at+len(j.y)]
 }
 
 // hostMulti returns the host's MatMulIDs where its kernels have it: the CPU's own, a
@@ -612,7 +663,7 @@ func hostMulti(h device.HostKernels) (device.Batcher, bool) {
 
 // hostExpertsAtOnce computes the SwiGLU experts jobs on the host in md's two parallel
 // regions (fusedJobs.run), with the same numbers as one by one.
-func (m *Model) hostExpertsAtOnce(md device.Batcher, hb *backend, layer int, jobs []expertJob, xh []float32) (err error) {
+func (m *Model) hostExpertsAtOnce(md device.Batcher, hb *backend, layer int, jobs []expertJob, xh []float32, out hostOutputs) (err error) {
 	fj := fusedPool.Get().(*fusedJobs)
 	defer func() {
 		for _, done := range fj.dones {
@@ -627,40 +678,24 @@ func (m *Model) hostExpertsAtOnce(md device.Batcher, hb *backend, layer int, job
 			return werr
 		}
 		fj.dones = append(fj.dones, done)
-		yh := j.y
-		if m.resident { // j.y is device memory: the host writes its own, then copies it there
-			yh = hb.Floats(len(j.y))
-		}
-		fj.ws, fj.ys = append(fj.ws, w), append(fj.ys, yh)
+		fj.ws, fj.ys = append(fj.ws, w), append(fj.ys, out.of(j))
 	}
 	m.label("cpu", "cpu", layer, -1)
 	fj.run(md, hb, xh, m.arch.Config.Embd, jobs)
-	if m.resident {
-		for i, j := range jobs {
-			m.ops.Write(j.y, fj.ys[i])
-		}
-	}
 	return nil
 }
 
 // hostExpertsOneByOne computes the experts jobs on the host one after the other, each
 // product a parallel region of its own.
-func (m *Model) hostExpertsOneByOne(host device.HostKernels, hb *backend, layer int, jobs []expertJob, xh []float32) error {
+func (m *Model) hostExpertsOneByOne(host device.HostKernels, hb *backend, layer int, jobs []expertJob, xh []float32, out hostOutputs) error {
 	d := m.arch.Config.Embd
 	for _, j := range jobs {
 		w, done, err := m.place.Weights(layer, j.e, true)
 		if err != nil {
 			return err
 		}
-		yh := j.y
-		if m.resident {
-			yh = hb.Floats(len(j.y))
-		}
 		m.label("cpu", "cpu", layer, j.e)
-		m.expertFFN(hb, host.MatMulID, nil, layer, j.e, &models.FFN{Gate: w.Gate, Up: w.Up, Down: w.Down}, j.input(hb, xh, d), j.n, yh)
-		if m.resident {
-			m.ops.Write(j.y, yh)
-		}
+		m.expertFFN(hb, host.MatMulID, nil, layer, j.e, &models.FFN{Gate: w.Gate, Up: w.Up, Down: w.Down}, j.input(hb, xh, d), j.n, out.of(j))
 		if err := done(); err != nil {
 			return err
 		}

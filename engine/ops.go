@@ -271,6 +271,9 @@ type arena struct {
 	carve  bool
 	blocks [][]float32
 	bi     int
+	// pin, where set, allocates the blocks in the device's pinned memory (the exchange
+	// arena's, exchangeArena).
+	pin device.HostAllocator
 }
 
 // hostBlockFloats is the least floats of a host arena's block: a small model's whole pass.
@@ -332,7 +335,7 @@ func (a *arena) hostFloats(n int) []float32 {
 			if len(a.blocks) > 0 {
 				size = 2 * len(a.blocks[len(a.blocks)-1])
 			}
-			a.blocks = append(a.blocks, make([]float32, max(size, n64)))
+			a.blocks = append(a.blocks, a.block(max(size, n64)))
 		}
 		a.buf, a.off = a.blocks[a.bi], 0
 	}
@@ -342,12 +345,28 @@ func (a *arena) hostFloats(n int) []float32 {
 	return s
 }
 
+// block is a new host block of n floats: pinned where the arena pins and the device still
+// pins, else Go memory (a refused pinning makes the copies through the block the driver's
+// slower staged ones, nothing worse).
+func (a *arena) block(n int) []float32 {
+	if a.pin != nil {
+		if b, err := a.pin.HostAlloc(int64(4 * n)); err == nil {
+			return unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(b))), n)
+		}
+		a.pin = nil
+	}
+	return make([]float32, n)
+}
+
 // activations are a model's activation reserve: on a device, the floats of a pass's arena and
 // of its layer arena, and the two arenas, which passes in device memory (one at a time,
 // under passMu) reuse.
 type activations struct {
 	pass, layer int64
 	arenas      [2]*arena
+	// exchange is the host memory through which a pass in device memory hands a layer's
+	// input to the experts the host computes and their outputs back (exchangeArena).
+	exchange *arena
 }
 
 // bytes is the reserve's size.
@@ -393,6 +412,21 @@ func (m *Model) putArena(a *arena) {
 	if a.carve {
 		m.hostArenas.Put(a)
 	}
+}
+
+// exchangeArena returns the arena of host memory, pinned where the device allocates it, that
+// a pass in device memory (holding passMu) reads a layer's input into and writes its host
+// experts' outputs from, reset by the caller when the layer's copies are enqueued. Pinned,
+// a read is the link's DMA and a write returns at once, where from Go memory the driver
+// stages each copy itself, holding the host (GPUStats.Pageable). Reusing it is safe: the
+// next layer's host work starts after a read or an event on the compute stream, which runs
+// the copies enqueued before it first. Its blocks live as long as the device.
+func (m *Model) exchangeArena() *arena {
+	if m.act.exchange == nil {
+		ha, _ := m.dev.(device.HostAllocator)
+		m.act.exchange = &arena{carve: true, pin: ha}
+	}
+	return m.act.exchange
 }
 
 // backend is what a layer computes with: the device's kernels, the pass's Ops and an arena.

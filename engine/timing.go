@@ -266,6 +266,8 @@ func (r *timer) prompt(ctx context.Context, i int) error {
 				r.per.Launches += float64(now.GPU.Launches - last.GPU.Launches)
 				r.per.Kernels += float64(now.GPU.Kernels - last.GPU.Kernels)
 				r.per.Reads += float64(now.GPU.Reads - last.GPU.Reads)
+				r.per.Writes += float64(now.GPU.Writes - last.GPU.Writes)
+				r.per.Pageable += float64(now.GPU.Pageable - last.GPU.Pageable)
 			}
 			r.profileToken(tok, &pm)
 			tok++
@@ -313,7 +315,8 @@ func (r *timer) row() PolicyReport {
 	n := float64(len(r.st))
 	if r.timed {
 		row.DeviceTimePerToken = r.devTime / n
-		row.GPUPerToken = &GPUTokenStats{Launches: r.per.Launches / n, Kernels: r.per.Kernels / n, Reads: r.per.Reads / n}
+		row.GPUPerToken = &GPUTokenStats{Launches: r.per.Launches / n, Kernels: r.per.Kernels / n, Reads: r.per.Reads / n,
+			Writes: r.per.Writes / n, Pageable: r.per.Pageable / n}
 		if r.profiled {
 			row.Kernels = &runstats.KernelReport{Prefill: r.pre.Shares(prompts), Decode: r.dec.Shares(n)}
 		}

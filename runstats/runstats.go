@@ -112,6 +112,10 @@ type GPUTokenStats struct {
 	// Reads are the host's waits for results of the device (the logits, and on the paths
 	// that route on the host each MoE layer's router logits).
 	Reads float64
+	// Writes are the activations the host writes to the device (the experts it computed);
+	// Pageable the reads and writes from host memory that is not pinned, which the driver
+	// stages itself, holding the host.
+	Writes, Pageable float64
 }
 
 // MarshalJSON writes the figures that do not apply (NaN: no predictor, no simulated clock)

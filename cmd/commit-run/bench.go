@@ -605,8 +605,8 @@ func (a *app) gpuPerToken(p engine.PolicyReport) {
 		if t.Launches < t.Kernels {
 			how = "a CUDA graph replayed"
 		}
-		fmt.Fprintf(a.stdout, "%s, per decoded token: %.1f host launches (%s), %.1f kernels, %.1f read-backs\n",
-			p.Policy, t.Launches, how, t.Kernels, t.Reads)
+		fmt.Fprintf(a.stdout, "%s, per decoded token: %.1f host launches (%s), %.1f kernels, %.1f read-backs, %.1f writes, %.1f of them from pageable memory\n",
+			p.Policy, t.Launches, how, t.Kernels, t.Reads, t.Writes, t.Pageable)
 	}
 }
 
