@@ -18,21 +18,25 @@ import (
 // kernel gives the unfused kernels' results to the bit, so a fused pass equals an unfused one.
 
 // setupFused finds the device's fused operations for passes in its memory, and prepares the
-// MoE layers the device routes itself: every layer's, when the experts are the model's own
-// weights on the device (no offloading, no expert parallelism) and no Commit Router chooses
-// them. A layer the device cannot take (too many experts, experts of mixed types) is routed
+// MoE layers the device routes itself: those whose every expert stays on the device for as
+// long as the model is open (placement.keptWeights), when no Commit Router chooses them and
+// no expert parallelism spreads them. That is every layer without offloading, and the device
+// layers of llama.cpp's split (static, static-cache), whose experts keep their slots: a
+// decoded token reads back no routing there, and the host takes part only in its host
+// layers. A layer the device cannot take (too many experts, experts of mixed types) is routed
 // on the host as before.
-func (m *Model) setupFused() {
+func (m *Model) setupFused() error {
 	f, ok := m.dev.(device.Fused)
 	if !ok || !m.resident || m.opts.unfused {
-		return
+		return nil
 	}
 	m.fused = f
 	rm, ok := m.dev.(device.RoutedMoE)
-	if !ok || m.off != nil || m.ep != nil || m.commit != nil {
-		return
+	if !ok || m.ep != nil || m.commit != nil {
+		return nil
 	}
 	m.moeDev = make([]*device.MoELayer, len(m.arch.Layers))
+layers:
 	for i, l := range m.arch.Layers {
 		moe := l.MoE
 		if moe == nil {
@@ -40,7 +44,14 @@ func (m *Model) setupFused() {
 		}
 		ml := &device.MoELayer{Used: moe.Used, Gating: *gatingOf(moe), SharedGate: moe.SharedGate, SharedSigmoid: moe.SharedSigmoid}
 		for e := 0; e < moe.Experts; e++ {
-			ml.Experts = append(ml.Experts, expertMatrices(moe, e, moe.GateExps.Expert(e), moe.UpExps.Expert(e), moe.DownExps.Expert(e)))
+			w, kept, err := m.place.keptWeights(i, e)
+			if err != nil {
+				return fmt.Errorf("layer %d: %w", i, err)
+			}
+			if !kept {
+				continue layers // routed on the host, which places its experts
+			}
+			ml.Experts = append(ml.Experts, expertMatrices(moe, e, w.Gate, w.Up, w.Down))
 		}
 		if sh := moe.Shared; sh != nil {
 			ml.Shared = &device.ExpertMatrices{Gate: sh.Gate, Up: sh.Up, Down: sh.Down}
@@ -53,6 +64,7 @@ func (m *Model) setupFused() {
 		}
 		m.moeDev[i] = ml
 	}
+	return nil
 }
 
 // expertMatrices is expert e of moe as a device computes it, with the weights gate, up and
@@ -92,6 +104,7 @@ func (m *Model) moeOnDevice(b models.Backend, l *device.MoELayer, moe *models.Mo
 	// The router's bias (gpt-oss) is added in the product's launch.
 	m.fused.Products(x, T, [3]device.Product{{W: moe.Router.Matrix(), Out: logits, Bias: moe.RouterBias}})
 	m.dev.(device.RoutedMoE).MoE(l, x, logits, T, out, b.Floats(l.ScratchFloats(T)))
+	m.place.deviceRouted(T * l.Used)
 }
 
 // Fused returns the device's fused operations, or nil (models.FusedBackend).

@@ -287,7 +287,9 @@ func (m *Model) prepare() error {
 	if err := m.setupCommitDevice(); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	m.setupFused()
+	if err := m.setupFused(); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
 	m.setupGraphs()
 	if opts.Parallel > 1 && opts.EP != nil {
 		return fmt.Errorf("%s: %d parallel sequences with expert parallelism: not supported yet (one sequence at a time)", path, opts.Parallel)

@@ -45,6 +45,13 @@ type placement interface {
 	// Holds says whether the device holds expert e of layer now, so that Weights serves it
 	// without a copy or an eviction.
 	Holds(layer, e int) bool
+	// keptWeights returns expert e of layer's weights where they stay on the device for as
+	// long as the model is open (false where they may move), for a device that routes the
+	// layer itself (setupFused).
+	keptWeights(layer, e int) (offload.ExpertWeights, bool, error)
+	// deviceRouted tells that the device routed a pass's tokens of a layer and computed their
+	// n experts from keptWeights', none of which the host saw.
+	deviceRouted(n int)
 	// Heuristic says whether Ahead predicts from the routing the host has read (prev-token,
 	// frequency), so that a committed pass must read it first.
 	Heuristic() bool
@@ -77,6 +84,12 @@ func (residentPlacement) Heuristic() bool                    { return false }
 func (residentPlacement) Pinnable() int                      { return math.MaxInt }
 func (residentPlacement) Kept(int, int) bool                 { return true }
 func (residentPlacement) Holds(int, int) bool                { return true }
+func (residentPlacement) deviceRouted(int)                   {}
+
+func (p residentPlacement) keptWeights(layer, e int) (offload.ExpertWeights, bool, error) {
+	moe := p.m.arch.Layers[layer].MoE
+	return offload.ExpertWeights{Gate: moe.GateExps.Expert(e), Up: moe.UpExps.Expert(e), Down: moe.DownExps.Expert(e)}, true, nil
+}
 
 func (residentPlacement) Ahead(int, int, int, []int, device.Event) error { return nil }
 
@@ -103,3 +116,9 @@ func (f offloaderPlacement) routed(layer int, routes []routing, pred []int, comm
 	}
 	f.Routed(layer, chosen, pred, committed)
 }
+
+func (f offloaderPlacement) keptWeights(layer, e int) (offload.ExpertWeights, bool, error) {
+	return f.KeptWeights(layer, e)
+}
+
+func (f offloaderPlacement) deviceRouted(n int) { f.DeviceRouted(n) }

@@ -147,3 +147,86 @@ func TestStaticCardMemory(t *testing.T) {
 		t.Errorf("a budget of -1 byte: %v, want an error", err)
 	}
 }
+
+// TestCUDAStatic runs llama.cpp's split on cuda:0 (the fake driver, or -gpu=system) with none,
+// half and all of the bundled model's MoE layers on the host. The device routes its own
+// layers from the experts' slots, as it routes a resident model's: with no host layer a
+// decoded token is the resident model's launches, kernels and one read-back, and its numbers
+// the resident model's to the bit. A host layer adds its two read-backs (the router's logits
+// and the layer's input) and one write of its experts' outputs; the input and the outputs
+// travel through pinned memory, so only the logits' and the routers' read-backs are staged by
+// the driver. The device layers' experts count as hits.
+func TestCUDAStatic(t *testing.T) {
+	lib := engine.GPUForTests(t)
+	path := "../models/testdata/tinymoe-qwen2moe.gguf"
+	info, err := engine.Inspect(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	L := len(info.MoELayers)
+	prompt := []int32{1, 5, 9, 14, 3, 27, 8, 2, 11, 6}
+	base := engine.Options{Threads: 2, KVType: "f32", ContextLength: 64, Device: "cuda:0", CUDALibrary: lib, NoGraphs: true}
+	want, wantTok := decodeCounters(t, path, base, prompt)
+	for _, N := range []int{0, L / 2, L} {
+		o := base
+		o.Offload = &engine.OffloadOptions{Policy: offload.Static, HostLayers: N}
+		got, tok := decodeCounters(t, path, o, prompt)
+		t.Logf("%d host layers: per token %+v; resident %+v", N, tok, wantTok)
+		if !slices.Equal(got.tokens, want.tokens) {
+			t.Errorf("%d host layers: greedy %v, resident %v", N, got.tokens, want.tokens)
+		}
+		d, bound := maxDiff(got.probs, want.probs), 2e-3
+		if N == 0 {
+			bound = 0
+		}
+		if d > bound {
+			t.Errorf("%d host layers: probabilities differ from the resident model's by up to %g, want at most %g", N, d, bound)
+		}
+		if tok.Reads != wantTok.Reads+float64(2*N) || tok.Writes != float64(N) || tok.Pageable != wantTok.Pageable+float64(N) {
+			t.Errorf("%d host layers: per token %v read-backs, %v writes, %v from pageable memory; want %d, %d and %v",
+				N, tok.Reads, tok.Writes, tok.Pageable, int(wantTok.Reads)+2*N, N, wantTok.Pageable+float64(N))
+		}
+		if N == 0 && tok.Launches != wantTok.Launches {
+			t.Errorf("no host layer: %v launches a token, the resident model %v", tok.Launches, wantTok.Launches)
+		}
+		if deviceHits := int64((L - N) * info.ExpertsUsed * 5); got.off.Hits < deviceHits {
+			t.Errorf("%d host layers: %d hits, want at least %d for the device layers' 5 decoded tokens", N, got.off.Hits, deviceHits)
+		}
+	}
+}
+
+// decodeCounters runs prompt on path and 6 greedy tokens after it (runOn), and returns the
+// device's counters per decoded token, over the 5 passes after the first token.
+func decodeCounters(t *testing.T, path string, o engine.Options, prompt []int32) (gpuRun, engine.GPUTokenStats) {
+	t.Helper()
+	m, s := openSession(t, path, o)
+	defer m.Close()
+	defer s.Close()
+	var r gpuRun
+	if err := s.Probs(context.Background(), prompt, func(_ int, p []float32) error {
+		r.probs = append(r.probs, slices.Clone(p))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var first, last engine.GPUStats
+	n := 0
+	res, err := s.Generate(context.Background(), prompt, engine.GenerateOptions{MaxTokens: 6, IgnoreEOS: true, Sampler: engine.SamplerOptions{Greedy: true},
+		OnToken: func(engine.Token) error {
+			g, _ := m.GPUStats()
+			if n == 0 {
+				first = g
+			}
+			last = g
+			n++
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.tokens = res.Tokens
+	r.off, _ = m.Offload()
+	k := float64(n - 1)
+	return r, engine.GPUTokenStats{Launches: float64(last.Launches-first.Launches) / k, Kernels: float64(last.Kernels-first.Kernels) / k,
+		Reads: float64(last.Reads-first.Reads) / k, Writes: float64(last.Writes-first.Writes) / k, Pageable: float64(last.Pageable-first.Pageable) / k}
+}

@@ -421,6 +421,36 @@ func (f *Offloader) Kept(layer, e int) bool {
 	return f.kept[ExpertKey{Layer: layer, Expert: e}]
 }
 
+// KeptWeights returns expert e of layer's weights in its slot where the expert is Kept (false
+// where not): the slot is its own for the offloader's life and its copy has landed, so a
+// device may record where the weights lie and route the layer itself (the engine's device
+// routing of static's device layers).
+func (f *Offloader) KeptWeights(layer, e int) (ExpertWeights, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k := ExpertKey{Layer: layer, Expert: e}
+	if !f.kept[k] {
+		return ExpertWeights{}, false, nil
+	}
+	slot, ok := f.cache.Lookup(k)
+	if !ok {
+		return ExpertWeights{}, false, fmt.Errorf("offload: kept expert %d of layer %d has no slot", e, layer)
+	}
+	lay, err := f.store.Layout(layer)
+	if err != nil {
+		return ExpertWeights{}, false, err
+	}
+	return lay.View(f.slots[slot]), true, nil
+}
+
+// DeviceRouted counts n experts that the device chose and computed from their slots by
+// itself (KeptWeights): hits the host never saw.
+func (f *Offloader) DeviceRouted(n int) {
+	f.mu.Lock()
+	f.stats.Hits += int64(n)
+	f.mu.Unlock()
+}
+
 // Holds says whether expert e of layer has a slot now (its copy landed or on its way):
 // Weights serves it without a copy or an eviction.
 func (f *Offloader) Holds(layer, e int) bool {
