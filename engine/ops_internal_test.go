@@ -1,10 +1,12 @@
 package engine
 
 import (
+	"errors"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"testing"
+	"unsafe"
 
 	"github.com/commit-run/commit-run/cpu"
 	"github.com/commit-run/commit-run/device"
@@ -119,5 +121,53 @@ func TestChargedRecurrence(t *testing.T) {
 			t.Errorf("%d tokens: charged %v, %v bytes, %v flops; want one attention kernel of %v bytes (the states once), %v flops",
 				T, c.kinds, c.bytes, c.flops, wantBytes, wantFlops)
 		}
+	}
+}
+
+// pinner is a HostAllocator that pins up to left bytes, then refuses.
+type pinner struct {
+	left  int64
+	given [][]byte
+}
+
+func (p *pinner) HostAlloc(n int64) ([]byte, error) {
+	if n > p.left {
+		return nil, errors.New("out of pinned memory")
+	}
+	p.left -= n
+	b := make([]byte, n)
+	p.given = append(p.given, b)
+	return b, nil
+}
+
+// TestExchangeArenaPins holds the exchange arena's blocks to the device's pinned memory while
+// it pins, and to Go memory, still zeroed and as large as asked, once it refuses; a reset
+// reuses the blocks without pinning more.
+func TestExchangeArenaPins(t *testing.T) {
+	p := &pinner{left: 4 * hostBlockFloats}
+	a := &arena{carve: true, pin: p}
+	inPinned := func(x []float32) bool {
+		a := uintptr(unsafe.Pointer(unsafe.SliceData(x)))
+		for _, b := range p.given {
+			lo := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+			if a >= lo && a+4*uintptr(len(x)) <= lo+uintptr(len(b)) {
+				return true
+			}
+		}
+		return false
+	}
+	x := a.floats(100)
+	if !inPinned(x) || len(p.given) != 1 {
+		t.Fatalf("the first block: pinned %v, %d pinned allocations", inPinned(x), len(p.given))
+	}
+	x[0] = 1
+	big := a.floats(3 * hostBlockFloats) // more than the pinner has left: Go memory
+	if inPinned(big) || len(big) != 3*hostBlockFloats || a.pin != nil {
+		t.Fatalf("past the pinned memory: pinned %v, %d floats, still pinning %v", inPinned(big), len(big), a.pin != nil)
+	}
+	a.reset()
+	again := a.floats(100)
+	if !inPinned(again) || again[0] != 0 || len(p.given) != 1 {
+		t.Errorf("after a reset: pinned %v, first float %v (want 0), %d pinned allocations (want 1)", inPinned(again), again[0], len(p.given))
 	}
 }
