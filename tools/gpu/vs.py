@@ -52,6 +52,16 @@ def ours(rep, policy=None, prompt=512):
     return None, None, None
 
 
+def per_token(per):
+    """A decoded token's launches, kernels, read-backs and writes (GPUPerToken), "" where none."""
+    if not per:
+        return ""
+    s = f"{per['Launches']:.1f} launches, {per['Kernels']:.0f} kernels, {per['Reads']:.1f} reads"
+    if "Writes" in per:
+        s += f", {per['Writes']:.1f} writes, {per['Pageable']:.1f} pageable"
+    return s
+
+
 def ratio(a, b):
     return f"{a / b:.2f}x" if a and b else "-"
 
@@ -70,7 +80,7 @@ def main(argv):
         lpp, ltg = llama(os.path.join(out, f"lcpp-{shape}", "bench-gpu.json"))
         _, lng = llama(os.path.join(out, f"lcpp-{shape}", "bench-nographs.json"))
         pp, tg, per = ours(load(os.path.join(out, f"vs-{shape}-card.json")))
-        launches = f"{per['Launches']:.1f} launches, {per['Kernels']:.0f} kernels, {per['Reads']:.1f} reads" if per else ""
+        launches = per_token(per)
         print(f"{shape:>10} {'whole model on the card':>28} {num(lpp):>12} {num(pp):>11} {ratio(pp, lpp):>7} {num(ltg):>9} {num(tg):>8} {ratio(tg, ltg):>7}  {launches}")
         print(f"{'':>10} {'llama.cpp without graphs':>28} {'':>12} {'':>11} {'':>7} {num(lng):>9}")
         cpp, _, _ = ours(load(os.path.join(out, f"vs-{shape}-cold.json")))
@@ -93,8 +103,8 @@ def main(argv):
             mem = budget["GPUMem"] / 2**20 if budget else 0
             print(f"{'':>10} {f'--n-cpu-moe {n}, {mem:.0f} MiB':>28} {num(lpp):>12} {'':>11} {'':>7} {num(ltg):>9}")
             for r in (budget or {}).get("Rows", []):
-                pp, tg, _ = ours(budget, r["Policy"])
-                print(f"{'':>10} {r['Policy']:>28} {'':>12} {num(pp):>11} {ratio(pp, lpp):>7} {'':>9} {num(tg):>8} {ratio(tg, ltg):>7}")
+                pp, tg, per = ours(budget, r["Policy"])
+                print(f"{'':>10} {r['Policy']:>28} {'':>12} {num(pp):>11} {ratio(pp, lpp):>7} {'':>9} {num(tg):>8} {ratio(tg, ltg):>7}  {per_token(per)}")
     return 0
 
 
