@@ -584,7 +584,7 @@ func (j expertJob) input(b models.Backend, x []float32, d int) []float32 {
 // them. Where the host's kernels compute several products in one parallel region (the CPU's,
 // also behind a real or simulated GPU: hostMulti), a layer's host experts take two regions,
 // as fusedExperts's on the CPU, not three each (as offload's planners price them): a static
-// split's host layer computes a token's top-k there.
+// split's host layer computes a token's top-k there, and a cpu-miss layer its one miss.
 //
 // In a pass in device memory (ex, the exchange arena, not nil) the host writes the outputs
 // in ex, rows as in yAll, and they go to yAll in one write for each run of adjacent rows: one
@@ -607,7 +607,7 @@ func (m *Model) hostExperts(layer int, jobs []expertJob, xh []float32, xReady de
 		out.ys = ex.floats((hi - lo) * d)
 	}
 	var err error
-	if md, ok := hostMulti(host); ok && len(jobs) > 1 && m.arch.Layers[layer].MoE.PlainExperts() {
+	if md, ok := hostMulti(host); ok && m.arch.Layers[layer].MoE.PlainExperts() {
 		err = m.hostExpertsAtOnce(md, hb, layer, jobs, xh, out)
 	} else {
 		err = m.hostExpertsOneByOne(host, hb, layer, jobs, xh, out)

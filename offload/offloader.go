@@ -328,13 +328,10 @@ func hostBatch(work device.HostWork, w ExpertWeights, tokens, n int) device.Host
 
 // expertRegions is how many parallel regions, each a host kernel's fixed cost
 // (device.HostRates.Overhead), the engine's hostExperts computes n SwiGLU experts of a layer
-// in: two or more as all their gate and up products in one device.Batcher region and all
-// their downs in another, one as its three products.
+// in: all their gate and up products in one device.Batcher region and all their downs in
+// another, one expert's as several's.
 func expertRegions(n int) int {
-	if n >= 2 {
-		return 2
-	}
-	return 3 * n
+	return 2 * min(n, 1)
 }
 
 // Weights returns expert e of layer's weights. On the device (host false), they are in its
