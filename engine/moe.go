@@ -374,15 +374,15 @@ func (m *Model) smallExperts(b models.Backend, layer int, x []float32, jobs []ex
 }
 
 // fusedExperts computes a layer's experts jobs on the CPU in two parallel regions, where
-// smallExperts does not take them: every expert's gate and up products in one, their SwiGLU,
-// then every down product in one, instead of three regions per expert, each waited for (a
-// decoded token of OLMoE's shape has eight experts a layer). The numbers are the same: each
-// output is one kernel's. It returns false, having done nothing, where it does not apply
+// smallExperts does not take them: every expert's gate and up products in one, their biases
+// and activation, then every down product in one, instead of three regions per expert, each
+// waited for (a decoded token of OLMoE's shape has eight experts a layer, gpt-oss's four).
+// The numbers are the same: each output is one kernel's. It returns false, having done nothing, where it does not apply
 // (the weights are not the model's own on the CPU).
 func (m *Model) fusedExperts(b models.Backend, layer int, x []float32, jobs []expertJob) bool {
 	md, ok := m.dev.(device.Batcher)
 	moe := m.arch.Layers[layer].MoE
-	if !ok || m.off != nil || m.resident || len(jobs) < 2 || !moe.PlainExperts() {
+	if !ok || m.off != nil || m.resident || len(jobs) < 2 {
 		return false
 	}
 	fj := fusedPool.Get().(*fusedJobs)
@@ -390,7 +390,7 @@ func (m *Model) fusedExperts(b models.Backend, layer int, x []float32, jobs []ex
 		fj.ws = append(fj.ws, offload.ExpertWeights{Gate: moe.GateExps.Expert(j.e), Up: moe.UpExps.Expert(j.e), Down: moe.DownExps.Expert(j.e)})
 		fj.ys = append(fj.ys, j.y)
 	}
-	fj.run(md, b, x, m.arch.Config.Embd, jobs)
+	fj.run(md, b, moe, x, m.arch.Config.Embd, jobs)
 	fj.reset()
 	fusedPool.Put(fj)
 	return true
@@ -408,10 +408,12 @@ type fusedJobs struct {
 
 var fusedPool = sync.Pool{New: func() any { return new(fusedJobs) }}
 
-// run computes the SwiGLU experts jobs with the weights ws into ys from their rows of x (d
-// wide): every gate and up product in one of md's parallel regions, the SwiGLUs, then every
-// down product in one.
-func (fj *fusedJobs) run(md device.Batcher, b models.Backend, x []float32, d int, jobs []expertJob) {
+// run computes moe's experts jobs with the weights ws into ys from their rows of x (d wide):
+// every gate and up product in one of md's parallel regions, their biases and activation
+// (SwiGLU, or gpt-oss's), then every down product in one and its bias. The numbers are
+// expertFFN's: each product is one kernel's, and the rest is the same operations in the same
+// order.
+func (fj *fusedJobs) run(md device.Batcher, b models.Backend, moe *models.MoE, x []float32, d int, jobs []expertJob) {
 	for i, j := range jobs {
 		w := fj.ws[i]
 		in := j.input(b, x, d)
@@ -423,10 +425,24 @@ func (fj *fusedJobs) run(md device.Batcher, b models.Backend, x []float32, d int
 	fj.ps = fj.ps[:0]
 	for i, j := range jobs {
 		g, u := fj.gs[2*i], fj.gs[2*i+1]
-		b.SwiGLU(g, u, fj.ws[i].Gate.Rows)
+		nff := fj.ws[i].Gate.Rows
+		gb, ub, _ := moe.ExpertBiases(j.e)
+		addBias(b, u, ub)
+		addBias(b, g, gb)
+		if a := moe.OAI; a != nil {
+			b.SwiGLUOAI(g, u, nff, a.Alpha, a.Limit)
+		} else {
+			b.SwiGLU(g, u, nff)
+		}
 		fj.ps = append(fj.ps, device.BatchProduct{W: fj.ws[i].Down, X: g, T: j.n, Out: fj.ys[i]})
 	}
 	md.MatMulIDs(fj.ps)
+	if moe.DownBias != nil {
+		for i, j := range jobs {
+			_, _, db := moe.ExpertBiases(j.e)
+			addBias(b, fj.ys[i], db)
+		}
+	}
 }
 
 // reset empties the scratch, dropping its references.
@@ -607,7 +623,7 @@ func (m *Model) hostExperts(layer int, jobs []expertJob, xh []float32, xReady de
 		out.ys = ex.floats((hi - lo) * d)
 	}
 	var err error
-	if md, ok := hostMulti(host); ok && m.arch.Layers[layer].MoE.PlainExperts() {
+	if md, ok := hostMulti(host); ok {
 		err = m.hostExpertsAtOnce(md, hb, layer, jobs, xh, out)
 	} else {
 		err = m.hostExpertsOneByOne(host, hb, layer, jobs, xh, out)
@@ -661,8 +677,8 @@ func hostMulti(h device.HostKernels) (device.Batcher, bool) {
 	return nil, false
 }
 
-// hostExpertsAtOnce computes the SwiGLU experts jobs on the host in md's two parallel
-// regions (fusedJobs.run), with the same numbers as one by one.
+// hostExpertsAtOnce computes the experts jobs on the host in md's two parallel regions
+// (fusedJobs.run), with the same numbers as one by one.
 func (m *Model) hostExpertsAtOnce(md device.Batcher, hb *backend, layer int, jobs []expertJob, xh []float32, out hostOutputs) (err error) {
 	fj := fusedPool.Get().(*fusedJobs)
 	defer func() {
@@ -681,7 +697,7 @@ func (m *Model) hostExpertsAtOnce(md device.Batcher, hb *backend, layer int, job
 		fj.ws, fj.ys = append(fj.ws, w), append(fj.ys, out.of(j))
 	}
 	m.label("cpu", "cpu", layer, -1)
-	fj.run(md, hb, xh, m.arch.Config.Embd, jobs)
+	fj.run(md, hb, m.arch.Layers[layer].MoE, xh, m.arch.Config.Embd, jobs)
 	return nil
 }
 

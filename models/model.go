@@ -97,10 +97,10 @@ func (m *MoE) ExpertBiases(e int) (gate, up, down []float32) {
 	return slice(m.GateBias), slice(m.UpBias), slice(m.DownBias)
 }
 
-// PlainExperts says whether the experts are SwiGLU blocks without biases, as the CPU's
-// batched expert kernels (the engine's smallExperts, fusedExperts) compute them; the others
-// (gpt-oss's) take the engine's expert path of device operations (expertFFN), or a GPU's
-// fused kernels, which know biases and the SwiGLU-OAI activation.
+// PlainExperts says whether the experts are SwiGLU blocks without biases, as the engine's
+// smallExperts computes them; the others (gpt-oss's) take the paths that know biases and
+// the SwiGLU-OAI activation: the engine's expertFFN and fusedExperts, and a GPU's fused
+// kernels.
 func (m *MoE) PlainExperts() bool {
 	return m.OAI == nil && m.GateBias == nil && m.UpBias == nil && m.DownBias == nil
 }

@@ -327,7 +327,7 @@ func hostBatch(work device.HostWork, w ExpertWeights, tokens, n int) device.Host
 }
 
 // expertRegions is how many parallel regions, each a host kernel's fixed cost
-// (device.HostRates.Overhead), the engine's hostExperts computes n SwiGLU experts of a layer
+// (device.HostRates.Overhead), the engine's hostExperts computes n experts of a layer
 // in: all their gate and up products in one device.Batcher region and all their downs in
 // another, one expert's as several's.
 func expertRegions(n int) int {
