@@ -11,7 +11,8 @@
 # `check.sh lcpp` builds llama-bench for the card (5-7 minutes of its 16 cores), then `check.sh vs`
 # times both engines on the same synthetic files and prints one table (tools/gpu/vs.py).
 # A dry run on a machine without a GPU: CUDA_LIB names a driver library for cuda:0 (the fake one
-# the tests build) and OFFLOAD_MODEL a small model for the offload stage in place of OLMoE's shape.
+# the tests build) and OFFLOAD_MODEL a small model for the offload stage in place of OLMoE's shape,
+# with OFFLOAD_MEM its budget (the bundled model: 10MiB).
 set -u
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -83,8 +84,11 @@ card_profile() {
 	echo h100-pcie
 }
 
-# The four policies on a real shape at Q4_K with random weights, the budget well below the
-# experts, on the GPU and on its simulated profile (card_profile) for calibration.
+# The policies on a real shape at Q4_K with random weights, the budget well below the
+# experts, on the GPU and on its simulated profile (card_profile) for calibration: ondemand,
+# prefetch, commit, cpu-miss, hot, and llama.cpp's split (static) with the experts of three
+# quarters of the MoE layers on the host, which leaves the device layers' experts room in
+# the budget.
 offload() {
 	local m=${OFFLOAD_MODEL:-/tmp/olmoe-q4k.gguf}
 	[[ -e $m ]] || "$bin/synth" -arch olmoe -layers 8 -type q4_k -out $m || return
@@ -92,12 +96,13 @@ offload() {
 	# Half the file: with a 512-position KV cache about 37% of the 512 experts fit beside the
 	# resident weights (at the model's own 4096 positions the cache leaves 7%, every token misses
 	# every expert and the policies cannot differ).
-	local mem=$((size * 50 / 100 / 1048576))MiB
+	local mem=${OFFLOAD_MEM:-$((size * 50 / 100 / 1048576))MiB}
 	local prof=$(card_profile)
+	local n=$("$bin/commit-run" inspect --json $m | python3 -c "import json,sys;d=json.load(sys.stdin);print((d['layers']-d['dense_layers'])*3//4)")
 	for dev in cuda:0 sim:$prof; do
-		echo "== $dev, --gpu-mem $mem of $((size / 1048576)) MiB"
-		"$bin/commit-run" -m $m --ctx 512 --device $dev ${CUDA_LIB:+--cuda-lib "$CUDA_LIB"} --gpu-mem $mem bench --policy ondemand,prefetch,commit,cpu-miss \
-			--predictor prev-token --tokens 64 --json >"$out/offload-${dev%%:*}.json"
+		echo "== $dev, --gpu-mem $mem of $((size / 1048576)) MiB, static at --cpu-moe-layers $n"
+		"$bin/commit-run" -m $m --ctx 512 --device $dev ${CUDA_LIB:+--cuda-lib "$CUDA_LIB"} --gpu-mem $mem --cpu-moe-layers $n \
+			bench --policy ondemand,prefetch,commit,cpu-miss,hot,static --predictor prev-token --tokens 64 --json >"$out/offload-${dev%%:*}.json"
 	done
 	# Every figure of both runs, then the calibration: simulated against measured per policy,
 	# and the copy stream's rate against the profile's.

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Compares a bench run on a real GPU with the same run on a simulated one (issue 6's simulator
-calibration): per policy, the measured and the simulated mean per-token latency and their ratio
-(goal: within 25%), and the copy stream's measured bandwidth against the profile's pcie_effective.
-First it prints every figure of both runs (what `commit-run bench` prints as text), with each
-policy's copy-stream bandwidth and its fraction of the profile's PCIe link.
+"""Compares a bench run on a real GPU with the same run on a simulated one (the simulator's
+calibration, issue 35): per policy, the measured and the simulated mean per-token latency and
+time to first token and their ratios, and whether every policy is within 15% on both (what
+`calibrated: true` in a profile asks for); and the copy stream's measured bandwidth against
+the profile's pcie_effective. First it prints every figure of both runs (what `commit-run bench`
+prints as text), with each policy's copy-stream bandwidth and its fraction of the profile's
+PCIe link.
 
     python3 tools/gpu/compare.py MEASURED.json SIMULATED.json [PROFILE.json]
 
@@ -64,22 +66,27 @@ def main(argv):
     rows = {r["Policy"]: r for r in sim["Rows"]}
     print(f"{real['Device']} against {sim['Device']}, {real['Prompts']} prompts x {real['Tokens']} tokens, "
           f"{real['GPUMem'] / 2**20:.0f} MiB budget")
-    print(f"{'policy':>10} {'measured ms':>12} {'device ms':>10} {'simulated ms':>13} {'sim/measured':>13} {'within 25%':>11}")
-    worst, copy_bytes, copy_sec = 0.0, 0, 0.0
+    print(f"{'policy':>10} {'measured ms':>12} {'device ms':>10} {'simulated ms':>13} {'sim/measured':>13} "
+          f"{'TTFT ms':>9} {'sim TTFT ms':>12} {'sim/measured':>13} {'within 15%':>11}")
+    worst, worst_ttft, missing, copy_bytes, copy_sec = 0.0, 0.0, False, 0, 0.0
     for r in real["Rows"]:
         s = rows.get(r["Policy"])
         if s is None:
             print(f"{r['Policy']:>10}: not in the simulated run")
+            missing = True
             continue
-        ratio = s["Mean"] / r["Mean"]
-        worst = max(worst, abs(ratio - 1))
-        dev = r.get("DeviceTimePerToken", 0) * 1e3
+        ratio, ttft = s["Mean"] / r["Mean"], s["TTFT"] / r["TTFT"]
+        worst, worst_ttft = max(worst, abs(ratio - 1)), max(worst_ttft, abs(ttft - 1))
+        dev = (r.get("DeviceTimePerToken") or 0) * 1e3
+        ok = abs(ratio - 1) <= 0.15 and abs(ttft - 1) <= 0.15
         print(f"{r['Policy']:>10} {r['Mean'] * 1e3:12.3f} {dev:10.3f} {s['Mean'] * 1e3:13.3f} {ratio:13.3f} "
-              f"{'yes' if abs(ratio - 1) <= 0.25 else 'NO':>11}")
+              f"{r['TTFT'] * 1e3:9.2f} {s['TTFT'] * 1e3:12.2f} {ttft:13.3f} {'yes' if ok else 'NO':>11}")
         g = r.get("GPU") or {}
         copy_bytes += g.get("CopyBytes", 0)
         copy_sec += g.get("CopySeconds", 0.0)
-    print(f"largest deviation: {worst * 100:.1f}%")
+    print(f"largest deviation: {worst * 100:.1f}% per token, {worst_ttft * 100:.1f}% TTFT")
+    print("calibrated: " + ("yes, every policy within 15% on both" if worst <= 0.15 and worst_ttft <= 0.15 and not missing
+                            else "no (the profile stays calibrated: false)"))
     if copy_sec > 0:
         bw = copy_bytes / copy_sec
         line = f"copy stream measured {bw / 1e9:.2f} GB/s over {copy_bytes / 1e6:.1f} MB"
