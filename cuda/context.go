@@ -60,16 +60,69 @@ func (c *Context) Release() error {
 	return err
 }
 
-// do runs one call with the context current.
+// do runs one call with the context current. It allocates the arguments' slice; the calls a
+// token makes take do1 .. do11.
 //
 //go:uintptrescapes
 func (c *Context) do(name string, fn uintptr, args ...uintptr) error {
-	unlock, err := c.d.current(c.h)
-	if err != nil {
+	return c.doArgs(name, fn, args)
+}
+
+// doArgs is do on arguments whose pointers, if any, the caller keeps alive.
+func (c *Context) doArgs(name string, fn uintptr, args []uintptr) error {
+	if err := c.d.current(c.h); err != nil {
 		return err
 	}
 	defer unlock()
-	return c.d.call(name, fn, args...)
+	return c.d.callArgs(name, fn, args)
+}
+
+// do1 .. do11 are do for that many arguments, allocating nothing (argArrays). Their
+// arguments may be Go pointers converted in the call expression, as do's.
+//
+//go:uintptrescapes
+func (c *Context) do1(name string, fn, a1 uintptr) error {
+	a := argArrays.Get().(*[maxCallArgs]uintptr)
+	a[0] = a1
+	err := c.doArgs(name, fn, a[:1])
+	argArrays.Put(a)
+	return err
+}
+
+//go:uintptrescapes
+func (c *Context) do2(name string, fn, a1, a2 uintptr) error {
+	a := argArrays.Get().(*[maxCallArgs]uintptr)
+	a[0], a[1] = a1, a2
+	err := c.doArgs(name, fn, a[:2])
+	argArrays.Put(a)
+	return err
+}
+
+//go:uintptrescapes
+func (c *Context) do3(name string, fn, a1, a2, a3 uintptr) error {
+	a := argArrays.Get().(*[maxCallArgs]uintptr)
+	a[0], a[1], a[2] = a1, a2, a3
+	err := c.doArgs(name, fn, a[:3])
+	argArrays.Put(a)
+	return err
+}
+
+//go:uintptrescapes
+func (c *Context) do4(name string, fn, a1, a2, a3, a4 uintptr) error {
+	a := argArrays.Get().(*[maxCallArgs]uintptr)
+	a[0], a[1], a[2], a[3] = a1, a2, a3, a4
+	err := c.doArgs(name, fn, a[:4])
+	argArrays.Put(a)
+	return err
+}
+
+//go:uintptrescapes
+func (c *Context) do11(name string, fn, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11 uintptr) error {
+	a := argArrays.Get().(*[maxCallArgs]uintptr)
+	*a = [maxCallArgs]uintptr{a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11}
+	err := c.doArgs(name, fn, a[:11])
+	argArrays.Put(a)
+	return err
 }
 
 // Synchronize blocks until all of the context's work is done, and reports the first

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync"
 
 	"github.com/commit-run/commit-run/internal/dl"
 	"github.com/ebitengine/purego"
@@ -74,10 +75,18 @@ func (d *Driver) Version() int { return d.version }
 
 // call calls a bound driver function and turns its CUresult into an error naming the call.
 // The uintptr arguments may be Go pointers converted in the call expression: the directive
-// keeps what they point to alive and on the heap until the call returns.
+// keeps what they point to alive and on the heap until the call returns. The arguments'
+// slice is made on the heap for each call; the calls of a token (launches, copies, events)
+// take Context.do1 .. do11, which allocate nothing.
 //
 //go:uintptrescapes
 func (d *Driver) call(name string, fn uintptr, args ...uintptr) error {
+	return d.callArgs(name, fn, args)
+}
+
+// callArgs is call on arguments whose pointers, if any, the caller keeps alive (its own
+// uintptrescapes parameters).
+func (d *Driver) callArgs(name string, fn uintptr, args []uintptr) error {
 	r, _, _ := purego.SyscallN(fn, args...)
 	if res := Result(int32(r)); res != Success {
 		return d.newError(name, res)
@@ -85,14 +94,28 @@ func (d *Driver) call(name string, fn uintptr, args ...uintptr) error {
 	return nil
 }
 
+// argArrays hold the arguments of the calls that allocate nothing: purego.SyscallN's
+// parameters escape, so that arguments in a new slice, or in one on the stack, would be
+// allocated on the heap at every call.
+var argArrays = sync.Pool{New: func() any { return new([maxCallArgs]uintptr) }}
+
+// maxCallArgs is the most arguments of a driver call (cuLaunchKernel's 11).
+const maxCallArgs = 11
+
 // current makes ctx the calling thread's context and locks the goroutine to the thread until
-// the returned function is called. Every call that works in a context goes through it: Go
-// moves goroutines between threads, and a CUDA context is current per thread.
-func (d *Driver) current(ctx uintptr) (func(), error) {
+// unlock is called. Every call that works in a context goes through it: Go moves goroutines
+// between threads, and a CUDA context is current per thread.
+func (d *Driver) current(ctx uintptr) error {
 	runtime.LockOSThread()
-	if err := d.call("cuCtxSetCurrent", d.ctxSetCurrent, ctx); err != nil {
+	a := argArrays.Get().(*[maxCallArgs]uintptr)
+	a[0] = ctx
+	err := d.callArgs("cuCtxSetCurrent", d.ctxSetCurrent, a[:1])
+	argArrays.Put(a)
+	if err != nil {
 		runtime.UnlockOSThread()
-		return nil, err
 	}
-	return runtime.UnlockOSThread, nil
+	return err
 }
+
+// unlock ends what current began.
+func unlock() { runtime.UnlockOSThread() }

@@ -510,3 +510,58 @@ func TestGraphs(t *testing.T) {
 		t.Error("EndCapture without a capture succeeded")
 	}
 }
+
+// TestTokenCallsAllocateNothing holds the driver calls a decoded token makes (launches,
+// copies, memsets, events, stream waits and synchronisations, graph launches aside) to no
+// allocation each: an offloaded token makes hundreds of them.
+func TestTokenCallsAllocateNothing(t *testing.T) {
+	c := fakeContext(t)
+	s, err := c.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	m, err := c.LoadModule([]byte("// fake module"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Unload()
+	axpy, err := m.Function("fake_axpy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 64
+	dx, _ := c.Alloc(4 * n)
+	dy, _ := c.Alloc(4 * n)
+	defer c.Free(dx)
+	defer c.Free(dy)
+	host := make([]byte, 4*n)
+	ev, err := c.NewEvent(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Destroy()
+	var args Args
+	for _, call := range []struct {
+		name string
+		fn   func() error
+	}{
+		{"a launch", func() error {
+			return s.Launch(axpy, Dim3{X: 1}, Dim3{X: n}, 0, args.Reset().Float(1).Ptr(dx).Ptr(dy).Int(n))
+		}},
+		{"a copy to the device", func() error { return s.CopyHtoD(dx, host) }},
+		{"a copy to the host", func() error { return s.CopyDtoH(host, dy) }},
+		{"a copy on the device", func() error { return s.CopyDtoD(dy, dx, 4*n) }},
+		{"a memset", func() error { return s.Memset(dx, 0, 4*n) }},
+		{"an event's record", func() error { return ev.Record(s) }},
+		{"a wait for an event", func() error { return s.Wait(ev) }},
+		{"an event's synchronisation", func() error { return ev.Synchronize() }},
+		{"an event's query", func() error { _, err := ev.Done(); return err }},
+		{"a stream's synchronisation", func() error { return s.Synchronize() }},
+	} {
+		var err error
+		if got := testing.AllocsPerRun(50, func() { err = errors.Join(err, call.fn()) }); got != 0 || err != nil {
+			t.Errorf("%s: %v allocations, error %v", call.name, got, err)
+		}
+	}
+}

@@ -62,17 +62,17 @@ func (e *Event) Destroy() error {
 
 // Record captures the work enqueued on s so far: the event happens when it is done.
 func (e *Event) Record(s *Stream) error {
-	return e.c.do("cuEventRecord", e.c.d.eventRecord, e.h, s.h)
+	return e.c.do2("cuEventRecord", e.c.d.eventRecord, e.h, s.h)
 }
 
 // Synchronize blocks the host until the event has happened.
 func (e *Event) Synchronize() error {
-	return e.c.do("cuEventSynchronize", e.c.d.eventSynchronize, e.h)
+	return e.c.do1("cuEventSynchronize", e.c.d.eventSynchronize, e.h)
 }
 
 // Done says whether the event has happened, without blocking.
 func (e *Event) Done() (bool, error) {
-	err := e.c.do("cuEventQuery", e.c.d.eventQuery, e.h)
+	err := e.c.do1("cuEventQuery", e.c.d.eventQuery, e.h)
 	if errors.Is(err, ErrNotReady) {
 		return false, nil
 	}
@@ -82,7 +82,7 @@ func (e *Event) Done() (bool, error) {
 // Elapsed is the time in seconds from start to end, both timing events that have happened.
 func Elapsed(start, end *Event) (float64, error) {
 	var ms float32
-	if err := start.c.do("cuEventElapsedTime", start.c.d.eventElapsedTime, uintptr(unsafe.Pointer(&ms)), start.h, end.h); err != nil {
+	if err := start.c.do3("cuEventElapsedTime", start.c.d.eventElapsedTime, uintptr(unsafe.Pointer(&ms)), start.h, end.h); err != nil {
 		return 0, err
 	}
 	return float64(ms) / 1e3, nil

@@ -96,7 +96,7 @@ func (g *Graph) Destroy() error {
 
 // Launch enqueues the whole graph on the stream.
 func (e *GraphExec) Launch(s *Stream) error {
-	return e.c.do("cuGraphLaunch", e.c.d.graphLaunch, e.h, s.h)
+	return e.c.do2("cuGraphLaunch", e.c.d.graphLaunch, e.h, s.h)
 }
 
 // Destroy frees the instantiated graph once its launches are done.

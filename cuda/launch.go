@@ -82,9 +82,9 @@ func (s *Stream) Launch(f *Function, grid, block Dim3, shared int, a *Args) erro
 	for i := 0; i < a.n; i++ {
 		a.ptrs[i] = unsafe.Pointer(&a.vals[i])
 	}
-	// The pointer is converted in the call expression so that do's uintptrescapes keeps a on
+	// The pointer is converted in the call expression so that do11's uintptrescapes keeps a on
 	// the heap: the parameter array holds pointers into a itself.
-	err := s.c.do("cuLaunchKernel", s.c.d.launchKernel, f.h,
+	err := s.c.do11("cuLaunchKernel", s.c.d.launchKernel, f.h,
 		uintptr(grid.X), uintptr(grid.Y), uintptr(grid.Z), uintptr(block.X), uintptr(block.Y), uintptr(block.Z),
 		uintptr(shared), s.h, uintptr(unsafe.Pointer(&a.ptrs[0])), 0)
 	if err != nil {

@@ -140,7 +140,7 @@ func (s *Stream) CopyHtoD(dst DevicePtr, src []byte) error {
 	if len(src) == 0 {
 		return nil
 	}
-	return s.c.do("cuMemcpyHtoDAsync_v2", s.c.d.memcpyHtoDAsync, uintptr(dst), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)), s.h)
+	return s.c.do4("cuMemcpyHtoDAsync_v2", s.c.d.memcpyHtoDAsync, uintptr(dst), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)), s.h)
 }
 
 // CopyDtoH enqueues a copy of device memory src to host dst on the stream. dst holds the
@@ -149,7 +149,7 @@ func (s *Stream) CopyDtoH(dst []byte, src DevicePtr) error {
 	if len(dst) == 0 {
 		return nil
 	}
-	return s.c.do("cuMemcpyDtoHAsync_v2", s.c.d.memcpyDtoHAsync, uintptr(unsafe.Pointer(&dst[0])), uintptr(src), uintptr(len(dst)), s.h)
+	return s.c.do4("cuMemcpyDtoHAsync_v2", s.c.d.memcpyDtoHAsync, uintptr(unsafe.Pointer(&dst[0])), uintptr(src), uintptr(len(dst)), s.h)
 }
 
 // CopyDtoD enqueues a copy of n bytes between device addresses on the stream.
@@ -157,7 +157,7 @@ func (s *Stream) CopyDtoD(dst, src DevicePtr, n int64) error {
 	if n <= 0 {
 		return nil
 	}
-	return s.c.do("cuMemcpyDtoDAsync_v2", s.c.d.memcpyDtoDAsync, uintptr(dst), uintptr(src), uintptr(n), s.h)
+	return s.c.do4("cuMemcpyDtoDAsync_v2", s.c.d.memcpyDtoDAsync, uintptr(dst), uintptr(src), uintptr(n), s.h)
 }
 
 // Memset enqueues setting n bytes at p to v on the stream.
@@ -165,5 +165,5 @@ func (s *Stream) Memset(p DevicePtr, v byte, n int64) error {
 	if n <= 0 {
 		return nil
 	}
-	return s.c.do("cuMemsetD8Async", s.c.d.memsetD8Async, uintptr(p), uintptr(v), uintptr(n), s.h)
+	return s.c.do4("cuMemsetD8Async", s.c.d.memsetD8Async, uintptr(p), uintptr(v), uintptr(n), s.h)
 }

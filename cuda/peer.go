@@ -16,8 +16,7 @@ func (s *Stream) Handle() uintptr { return s.h }
 // keep state per thread (NCCL's group calls) or that work on the current device go inside
 // one Do.
 func (c *Context) Do(fn func() error) error {
-	unlock, err := c.d.current(c.h)
-	if err != nil {
+	if err := c.d.current(c.h); err != nil {
 		return err
 	}
 	defer unlock()

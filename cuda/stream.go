@@ -50,10 +50,10 @@ func (s *Stream) Destroy() error {
 
 // Synchronize blocks until the stream's work is done.
 func (s *Stream) Synchronize() error {
-	return s.c.do("cuStreamSynchronize", s.c.d.streamSynchronize, s.h)
+	return s.c.do1("cuStreamSynchronize", s.c.d.streamSynchronize, s.h)
 }
 
 // Wait makes the stream's later work wait for ev (recorded on any stream of the context).
 func (s *Stream) Wait(ev *Event) error {
-	return s.c.do("cuStreamWaitEvent", s.c.d.streamWaitEvent, s.h, ev.h, 0)
+	return s.c.do3("cuStreamWaitEvent", s.c.d.streamWaitEvent, s.h, ev.h, 0)
 }
