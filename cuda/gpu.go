@@ -103,6 +103,7 @@ type GPU struct {
 	mem  *device.Memory
 
 	compute, copy *Stream
+	streams       [2]device.Stream // Compute's and Copy's, made once: an interface made per call allocates
 	mod           *kernelSet
 	mmv, mmq      map[quant.Type]*Function // products by weight type: few tokens, many (prefill)
 	mmvq          map[quant.Type]*Function // few tokens' integer products (ops_quant.go)
@@ -113,15 +114,15 @@ type GPU struct {
 	rowWarps      int                      // GPUOptions.RowWarps, 1 for 0
 
 	// mu orders the synchronous products: one staging area, one sequence on the stream.
-	mu        sync.Mutex
-	args      Args
-	in, out   *HostBuffer
-	dx, dy    DevicePtr
-	dxN, dyN  int64
-	spansMu   sync.RWMutex
-	spans     []span // sorted by host address
-	pinned    []*HostBuffer
-	eventPool sync.Pool
+	mu       sync.Mutex
+	args     Args
+	in, out  *HostBuffer
+	dx, dy   DevicePtr
+	dxN, dyN int64
+	spansMu  sync.RWMutex
+	spans    []span // sorted by host address
+	pinned   []*HostBuffer
+	recorded recordEvents
 
 	copyMu    sync.Mutex
 	timers    []*Event // timing events of drained copies, for reuse
@@ -238,6 +239,7 @@ func (g *GPU) open(o GPUOptions) error {
 	if g.copy, err = g.ctx.NewStream(); err != nil {
 		return err
 	}
+	g.streams = [2]device.Stream{gpuStream{g, g.compute}, gpuStream{g, g.copy}}
 	ptx := o.PTX
 	if ptx == nil {
 		ptx = PTX()
@@ -324,6 +326,7 @@ func (g *GPU) Close() error {
 	g.copyMu.Unlock()
 	errs = append(errs, g.closeTiming()...)
 	errs = append(errs, g.closeProfile()...)
+	errs = append(errs, g.recorded.destroy()...)
 	for _, s := range []*Stream{g.compute, g.copy} {
 		if s != nil {
 			errs = append(errs, s.Destroy())
@@ -482,21 +485,70 @@ type gpuEvent struct {
 }
 
 func (g *GPU) record(s *Stream) device.Event {
-	ev, _ := g.eventPool.Get().(*Event)
-	if ev == nil {
-		var err error
-		if ev, err = g.ctx.NewEvent(false); err != nil {
-			g.fail(err)
-			return nil
-		}
+	ev, err := g.recorded.get(g.ctx)
+	if err != nil {
+		g.fail(err)
+		return nil
 	}
 	if err := ev.Record(s); err != nil {
+		g.recorded.put(ev)
 		g.fail(err)
 		return nil
 	}
 	e := &gpuEvent{ev: ev, from: s}
-	runtime.AddCleanup(e, func(ev *Event) { g.eventPool.Put(ev) }, ev)
+	runtime.AddCleanup(e, g.recorded.put, ev)
 	return e
+}
+
+// recordEvents are the events behind the device.Events that Record returns. An event goes
+// back to free once the engine has dropped its device.Event (a cleanup), and is reused; Close
+// destroys them. (A sync.Pool would drop them at a garbage collection without destroying
+// them: a driver event lost at every collection, hundreds a second while decoding.)
+type recordEvents struct {
+	mu     sync.Mutex
+	free   []*Event
+	made   int  // created: in free, or behind a device.Event not yet collected
+	closed bool // Close destroyed them: an event coming back is the context's, gone with it
+}
+
+// get returns a free event, or a new one.
+func (r *recordEvents) get(c *Context) (*Event, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, errors.New("cuda: the GPU is closed")
+	}
+	if n := len(r.free); n > 0 {
+		ev := r.free[n-1]
+		r.free = r.free[:n-1]
+		return ev, nil
+	}
+	ev, err := c.NewEvent(false)
+	if err == nil {
+		r.made++
+	}
+	return ev, err
+}
+
+// put takes ev back for reuse.
+func (r *recordEvents) put(ev *Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.closed {
+		r.free = append(r.free, ev)
+	}
+}
+
+// destroy destroys the free events and takes none back after.
+func (r *recordEvents) destroy() []error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var errs []error
+	for _, ev := range r.free {
+		errs = append(errs, ev.Destroy())
+	}
+	r.free, r.closed = nil, true
+	return errs
 }
 
 type gpuStream struct {
@@ -519,10 +571,10 @@ func (s gpuStream) Wait(ev device.Event) {
 }
 
 // Compute is the stream the kernels run on.
-func (g *GPU) Compute() device.Stream { return gpuStream{g, g.compute} }
+func (g *GPU) Compute() device.Stream { return g.streams[0] }
 
 // Copy is the stream expert copies run on.
-func (g *GPU) Copy() device.Stream { return gpuStream{g, g.copy} }
+func (g *GPU) Copy() device.Stream { return g.streams[1] }
 
 // Sync blocks the host until ev has happened.
 func (g *GPU) Sync(ev device.Event) {
@@ -764,22 +816,25 @@ func (g *GPU) matMul(w quant.Matrix, x []float32, T int, out []float32) bool {
 			return false
 		}
 	}
-	var errs []error
+	// No slice of errors: a product allocates nothing.
+	var err error
 	if !xDev {
 		copy(g.in.Bytes, xb)
-		errs = append(errs, g.compute.CopyHtoD(g.dx, g.in.Bytes[:nx]))
+		err = g.compute.CopyHtoD(g.dx, g.in.Bytes[:nx])
 		xp = g.dx
 	}
 	if !yDev {
 		yp = g.dy
 	}
-	if errors.Join(errs...) == nil {
-		errs = append(errs, g.launchMatMul(fn, mmq, w, wp, xp, yp, T))
+	if err == nil {
+		err = g.launchMatMul(fn, mmq, w, wp, xp, yp, T)
 	}
-	if !yDev {
-		errs = append(errs, g.compute.CopyDtoH(g.out.Bytes[:ny], g.dy), g.compute.Synchronize())
+	if !yDev && err == nil {
+		if err = g.compute.CopyDtoH(g.out.Bytes[:ny], g.dy); err == nil {
+			err = g.compute.Synchronize()
+		}
 	}
-	if err := errors.Join(errs...); err != nil {
+	if err != nil {
 		if g.step != nil {
 			g.failCompute(err)
 			return true

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/commit-run/commit-run/cpu"
 	"github.com/commit-run/commit-run/quant"
@@ -310,5 +312,42 @@ func exactProduct(w quant.Matrix, x []float32, T int, out []float32) {
 			}
 			out[t*w.Rows+o] = float32(s)
 		}
+	}
+}
+
+// TestRecordedEventsReused records events the engine drops, garbage collection after
+// garbage collection: each comes back to be reused, so that the GPU creates no more driver
+// events than are alive at once (a sync.Pool had dropped them at every collection without
+// destroying them), and Close destroys them.
+func TestRecordedEventsReused(t *testing.T) {
+	fakeDriver(t)
+	g, err := Open(GPUOptions{Library: fake.path, PTX: fakeModule, Host: cpu.New(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	const n = 50
+	free := func() int {
+		g.recorded.mu.Lock()
+		defer g.recorded.mu.Unlock()
+		return len(g.recorded.free)
+	}
+	for round := 0; round < 5; round++ {
+		for i := 0; i < n; i++ {
+			if ev := g.Compute().Record(); ev == nil {
+				t.Fatal(g.Err())
+			}
+		}
+		// The events' cleanups run after a collection, on a goroutine of their own.
+		for deadline := time.Now().Add(5 * time.Second); free() < n && time.Now().Before(deadline); {
+			runtime.GC()
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if made, f := g.recorded.made, free(); made != n || f != n {
+		t.Errorf("%d rounds of %d events dropped: %d driver events made, %d free; want %d and %d", 5, n, made, f, n, n)
+	}
+	if errs := g.recorded.destroy(); errors.Join(errs...) != nil || free() != 0 {
+		t.Errorf("destroy: %v, %d left free", errs, free())
 	}
 }
