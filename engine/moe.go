@@ -377,8 +377,8 @@ func (m *Model) smallExperts(b models.Backend, layer int, x []float32, jobs []ex
 // smallExperts does not take them: every expert's gate and up products in one, their biases
 // and activation, then every down product in one, instead of three regions per expert, each
 // waited for (a decoded token of OLMoE's shape has eight experts a layer, gpt-oss's four).
-// The numbers are the same: each output is one kernel's. It returns false, having done nothing, where it does not apply
-// (the weights are not the model's own on the CPU).
+// The numbers are the same: each output is one kernel's. It returns false, having done
+// nothing, where it does not apply (the weights are not the model's own on the CPU).
 func (m *Model) fusedExperts(b models.Backend, layer int, x []float32, jobs []expertJob) bool {
 	md, ok := m.dev.(device.Batcher)
 	moe := m.arch.Layers[layer].MoE
