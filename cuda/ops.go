@@ -557,6 +557,24 @@ func (g *GPU) Read(dst, src []float32) {
 	}
 }
 
+// ReadAhead implements device.ReadAheader: a copy back to the host that the next Read waits
+// for, not one of its own.
+func (g *GPU) ReadAhead(dst, src []float32) {
+	c := g.begin("read back ahead")
+	defer c.end()
+	if g.step != nil {
+		c.err = errCapture("a read the host waits for")
+	}
+	if !g.isPinned(floatBytes(dst)) {
+		g.pageable.Add(1)
+	}
+	if p := c.f(src, "the source"); c.err == nil {
+		c.err = g.compute.CopyDtoH(floatBytes(dst), p)
+	}
+}
+
+var _ device.ReadAheader = (*GPU)(nil)
+
 // Write implements device.Ops.
 func (g *GPU) Write(dst, src []float32) {
 	c := g.begin("write")

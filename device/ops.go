@@ -77,6 +77,14 @@ type Ops interface {
 	Write(dst, src []float32)
 }
 
+// ReadAheader is implemented by Ops whose reads can be enqueued without the host waiting for
+// them (a GPU's): ReadAhead copies device floats src to host memory dst in stream order, and
+// dst holds them once the host's next Read returns, which waits for both. Two values the
+// host needs at one point (a layer's router logits and its input) then cost one wait.
+type ReadAheader interface {
+	ReadAhead(dst, src []float32)
+}
+
 // RoPE is a rotary embedding's parameters as the kernels use them (models.Rope computes them
 // from the file's hyper-parameters).
 type RoPE struct {

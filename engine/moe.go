@@ -95,6 +95,7 @@ func (m *Model) localMoE(b models.Backend, layer int, moe *models.MoE, x []float
 		// The device weighs the committed experts itself: the host never reads the routing.
 		return m.moeCommitted(b, layer, moe, x, pos0, out, cs, sel.pred, sel.commit)
 	}
+	xAhead := m.readAhead(layer, x, T)
 	logits, routes, err := m.routeTokens(b, layer, moe, x, T, pos0)
 	if err != nil {
 		return err
@@ -102,6 +103,9 @@ func (m *Model) localMoE(b models.Backend, layer int, moe *models.MoE, x []float
 	next, nextLayer, predEv, xh, err := m.observe(layer, moe, x, T, pos0, logits, routes, ev, cs)
 	if err != nil {
 		return err
+	}
+	if xh == nil {
+		xh = xAhead
 	}
 	m.place.routed(layer, routes, sel.pred, sel.commit != nil)
 	m.apply(sel, layer, moe, logits, routes)
@@ -121,6 +125,25 @@ func (m *Model) localMoE(b models.Backend, layer int, moe *models.MoE, x []float
 	}
 	m.sharedExpert(b, layer, moe, x, T, out)
 	return nil
+}
+
+// readAhead enqueues the read-back of a decoded token's input to layer, where the host may
+// compute some of the layer's experts, on a device that reads ahead (device.ReadAheader), and
+// returns where it lands (nil: not read): the read-back of the router's logits, which the host
+// waits for next, waits for it too, so that a host layer waits once, as llama.cpp's split
+// does, not twice. It lands in the exchange arena, which it resets: the layer's host work
+// starts there.
+func (m *Model) readAhead(layer int, x []float32, T int) []float32 {
+	ra, ok := m.ops.(device.ReadAheader)
+	if !ok || !m.resident || T != 1 || m.replay != nil || !m.place.hostsLayer(layer) {
+		return nil
+	}
+	ex := m.exchangeArena()
+	ex.reset()
+	d := m.arch.Config.Embd
+	xh := ex.floats(d)
+	ra.ReadAhead(xh, x[:d])
+	return xh
 }
 
 // selection is which experts a pass computes with: pred, the experts predicted for it while

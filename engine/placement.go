@@ -52,6 +52,8 @@ type placement interface {
 	// deviceRouted tells that the device routed a pass's tokens of a layer and computed their
 	// n experts from keptWeights', none of which the host saw.
 	deviceRouted(n int)
+	// hostsLayer says whether OnHost may put any of layer's experts on the host.
+	hostsLayer(layer int) bool
 	// Heuristic says whether Ahead predicts from the routing the host has read (prev-token,
 	// frequency), so that a committed pass must read it first.
 	Heuristic() bool
@@ -85,6 +87,7 @@ func (residentPlacement) Pinnable() int                      { return math.MaxIn
 func (residentPlacement) Kept(int, int) bool                 { return true }
 func (residentPlacement) Holds(int, int) bool                { return true }
 func (residentPlacement) deviceRouted(int)                   {}
+func (residentPlacement) hostsLayer(int) bool                { return false }
 
 func (p residentPlacement) keptWeights(layer, e int) (offload.ExpertWeights, bool, error) {
 	moe := p.m.arch.Layers[layer].MoE
@@ -121,4 +124,5 @@ func (f offloaderPlacement) keptWeights(layer, e int) (offload.ExpertWeights, bo
 	return f.KeptWeights(layer, e)
 }
 
-func (f offloaderPlacement) deviceRouted(n int) { f.DeviceRouted(n) }
+func (f offloaderPlacement) deviceRouted(n int)        { f.DeviceRouted(n) }
+func (f offloaderPlacement) hostsLayer(layer int) bool { return f.HostsLayer(layer) }

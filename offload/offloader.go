@@ -312,6 +312,14 @@ func (f *Offloader) OnHost(layer int, experts, tokens []int) []bool {
 	return f.pol.onHost(f, layer, experts, tokens)
 }
 
+// HostsLayer says whether OnHost may put any of layer's experts on the host under the
+// policy: never under ondemand, only in their host layers under the splits.
+func (f *Offloader) HostsLayer(layer int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.pol.hostsLayer(f, layer)
+}
+
 // expertWork is the host's work for expert w on a batch of tokens: its three products.
 func expertWork(w ExpertWeights, tokens int) device.HostWork {
 	return device.HostWork{}.Plus(w.Gate, tokens).Plus(w.Up, tokens).Plus(w.Down, tokens)

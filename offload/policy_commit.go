@@ -24,6 +24,8 @@ func (commitPolicy) commits() bool                           { return true }
 func (commitPolicy) copiesBehind(*Offloader, ExpertKey) bool { return false }
 func (commitPolicy) prepare(f *Offloader) error              { return fillSlots(f) }
 
+func (commitPolicy) hostsLayer(*Offloader, int) bool { return true }
+
 func (commitPolicy) onHost(f *Offloader, layer int, experts, tokens []int) []bool {
 	return weighedMisses(f, layer, experts, tokens)
 }

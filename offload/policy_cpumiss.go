@@ -21,6 +21,8 @@ func (cpuMiss) copiesBehind(f *Offloader, _ ExpertKey) bool { return f.planner =
 
 func (cpuMiss) prepare(f *Offloader) error { return fillSlots(f) }
 
+func (cpuMiss) hostsLayer(*Offloader, int) bool { return true }
+
 // onHost says which of a layer's experts the host computes (nil: none): tokens[i] rows go to
 // experts[i]. On a device that cannot weigh host against copy
 // (the CPU) that is every miss. On one with a Planner it is a miss the host would finish no

@@ -21,6 +21,7 @@ func (hotPolicy) minSlots(_, _, used int, _ string) int { return used }
 func (hotPolicy) loadsAhead() bool                      { return false }
 func (hotPolicy) commits() bool                         { return false }
 func (hotPolicy) prepare(f *Offloader) error            { return fillSlots(f) }
+func (hotPolicy) hostsLayer(*Offloader, int) bool       { return true }
 
 // onHost weighs each miss as cpu-miss does: the host computes it unless a copy would land
 // first.

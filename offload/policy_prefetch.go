@@ -14,6 +14,8 @@ func (prefetchPolicy) commits() bool                           { return false }
 func (prefetchPolicy) copiesBehind(*Offloader, ExpertKey) bool { return false }
 func (prefetchPolicy) prepare(f *Offloader) error              { return fillSlots(f) }
 
+func (prefetchPolicy) hostsLayer(*Offloader, int) bool { return true }
+
 func (prefetchPolicy) onHost(f *Offloader, layer int, experts, tokens []int) []bool {
 	return weighedMisses(f, layer, experts, tokens)
 }

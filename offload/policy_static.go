@@ -41,6 +41,9 @@ func (p staticPolicy) onHost(f *Offloader, layer int, experts, tokens []int) []b
 	return plan
 }
 
+// hostsLayer says whether layer is one of the host layers (static-cache's too).
+func (p staticPolicy) hostsLayer(f *Offloader, layer int) bool { return f.moeIdx[layer] < p.hostLayers }
+
 // prepare copies the device layers' experts into their slots and waits for the copies, as
 // llama.cpp loads its weights before it serves: a run's first token finds them there. They
 // stay pinned, so that no cache of host experts (static-cache) evicts them.

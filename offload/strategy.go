@@ -25,6 +25,9 @@ type strategy interface {
 	// onHost says which of a layer's experts the host computes, as Offloader.OnHost; f's
 	// lock is held.
 	onHost(f *Offloader, layer int, experts, tokens []int) []bool
+	// hostsLayer says whether onHost may put any of layer's experts on the host, so that a
+	// device reads the layer's input back ahead of its routing; f's lock is held.
+	hostsLayer(f *Offloader, layer int) bool
 	// copiesBehind says whether expert k, which the host computes now, is then copied into
 	// a slot for later tokens; f's lock is held.
 	copiesBehind(f *Offloader, k ExpertKey) bool
