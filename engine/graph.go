@@ -16,11 +16,14 @@ import (
 // session's KV cache where it lies and the pass's activations in the model's reserve (passes in
 // device memory take turns, passMu), so there is one step per KV cache, released with it.
 // What the host must see or decide during a pass (a layer routed on the host, an offloader's
-// copies, an observer, the Commit Router) keeps passes eager.
+// copies, an observer, the Commit Router) keeps passes eager; an offloader whose every layer's
+// experts keep their slots for good (llama.cpp's split with no host layer, which auto chooses
+// for a model that fits) decides nothing during a decode step, and its steps replay too.
 
 // stepGraphs are a model's captured decode steps.
 type stepGraphs struct {
 	g      device.Grapher
+	used   int        // the experts a step computes: every MoE layer's top-k
 	mu     sync.Mutex // steps: sessions close on their own goroutines
 	steps  map[*models.KVCache]*stepGraph
 	failed error // why a capture failed: passes run eagerly from then on
@@ -37,15 +40,19 @@ type stepGraph struct {
 // the device, and nothing that makes the host take part in a pass.
 func (m *Model) setupGraphs() {
 	g, ok := m.dev.(device.Grapher)
-	if !ok || m.opts.NoGraphs || m.opts.ProfileKernels || m.fused == nil || m.off != nil || m.ep != nil || m.commit != nil || m.commitDev != nil || m.replay != nil {
+	if !ok || m.opts.NoGraphs || m.opts.ProfileKernels || m.fused == nil || m.ep != nil || m.commit != nil || m.commitDev != nil || m.replay != nil {
 		return
 	}
+	used := 0
 	for i, l := range m.arch.Layers {
 		if l.MoE != nil && (m.moeDev == nil || m.moeDev[i] == nil) {
 			return
 		}
+		if l.MoE != nil {
+			used += l.MoE.Used
+		}
 	}
-	m.graphs = &stepGraphs{g: g, steps: map[*models.KVCache]*stepGraph{}}
+	m.graphs = &stepGraphs{g: g, used: used, steps: map[*models.KVCache]*stepGraph{}}
 }
 
 // takes says whether a pass is a decode step that replays a graph: one token of one sequence,
@@ -67,6 +74,7 @@ func (m *Model) replayStep(s seqRows, tokens []int32) (logits []float32, ok bool
 	gs.mu.Lock()
 	sg, failed := gs.steps[s.kv], gs.failed
 	gs.mu.Unlock()
+	captured := sg == nil // the capture's enqueue counted the step's experts
 	if sg == nil {
 		if failed != nil {
 			return nil, false, nil
@@ -85,6 +93,9 @@ func (m *Model) replayStep(s seqRows, tokens []int32) (logits []float32, ok bool
 		return nil, true, err
 	}
 	s.kv.Replayed(s.pos0 + 1)
+	if !captured {
+		m.place.deviceRouted(gs.used)
+	}
 	logits = m.toHost(sg.logits)
 	return logits, true, m.deviceErr()
 }
