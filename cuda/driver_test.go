@@ -392,26 +392,34 @@ func f32bytes(v []float32) []byte {
 	return b
 }
 
-// TestGraphs captures launches and copies on a stream, replays them, and checks what a
-// capturing stream refuses.
-func TestGraphs(t *testing.T) {
+// fakeAxpy returns a context of the fake driver, a stream on it and the fake module's
+// fake_axpy kernel, released when the test ends.
+func fakeAxpy(t *testing.T) (*Context, *Stream, *Function) {
+	t.Helper()
 	c := fakeContext(t)
-	if !c.d.Graphs() {
-		t.Fatal("the fake driver has no graph calls")
-	}
 	s, err := c.NewStream()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Destroy()
+	t.Cleanup(func() { s.Destroy() })
 	m, err := c.LoadModule([]byte("// fake module"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Unload()
+	t.Cleanup(func() { m.Unload() })
 	axpy, err := m.Function("fake_axpy")
 	if err != nil {
 		t.Fatal(err)
+	}
+	return c, s, axpy
+}
+
+// TestGraphs captures launches and copies on a stream, replays them, and checks what a
+// capturing stream refuses.
+func TestGraphs(t *testing.T) {
+	c, s, axpy := fakeAxpy(t)
+	if !c.d.Graphs() {
+		t.Fatal("the fake driver has no graph calls")
 	}
 	const n = 8
 	in, err := c.HostAlloc(4 * n)
@@ -515,21 +523,7 @@ func TestGraphs(t *testing.T) {
 // copies, memsets, events, stream waits and synchronisations, graph launches aside) to no
 // allocation each: an offloaded token makes hundreds of them.
 func TestTokenCallsAllocateNothing(t *testing.T) {
-	c := fakeContext(t)
-	s, err := c.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Destroy()
-	m, err := c.LoadModule([]byte("// fake module"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Unload()
-	axpy, err := m.Function("fake_axpy")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, s, axpy := fakeAxpy(t)
 	const n = 64
 	dx, _ := c.Alloc(4 * n)
 	dy, _ := c.Alloc(4 * n)

@@ -207,7 +207,7 @@ func Open(o GPUOptions) (*GPU, error) {
 	}
 	g := &GPU{drv: drv, ctx: ctx, info: info, host: o.Host, mmv: map[quant.Type]*Function{}, mmq: map[quant.Type]*Function{}, mmvq: map[quant.Type]*Function{},
 		mmvq1: map[quant.Type]*Function{}, mmqi: map[quant.Type]*Function{},
-		fns: map[string]*Function{}, opened: time.Now(), hostRates: rates, rowWarps: warps}
+		fns: map[string]*Function{}, opened: time.Now(), hostRates: rates, rowWarps: warps, recorded: recordEvents{pool: eventPool{plain: true}}}
 	g.prof.on = o.ProfileKernels
 	if err := g.open(o); err != nil {
 		g.Close()
@@ -500,15 +500,15 @@ func (g *GPU) record(s *Stream) device.Event {
 	return e
 }
 
-// recordEvents are the events behind the device.Events that Record returns. An event goes
-// back to free once the engine has dropped its device.Event (a cleanup), and is reused; Close
-// destroys them. (A sync.Pool would drop them at a garbage collection without destroying
-// them: a driver event lost at every collection, hundreds a second while decoding.)
+// recordEvents are the events behind the device.Events that Record returns, in a pool of
+// plain events: one goes back once the engine has dropped its device.Event (a cleanup, on a
+// goroutine of its own: hence the lock), and is reused; Close destroys them. (A sync.Pool
+// would drop them at a garbage collection without destroying them: a driver event lost at
+// every collection, hundreds a second while decoding.)
 type recordEvents struct {
 	mu     sync.Mutex
-	free   []*Event
-	made   int  // created: in free, or behind a device.Event not yet collected
-	closed bool // Close destroyed them: an event coming back is the context's, gone with it
+	pool   eventPool // made: in free, or behind a device.Event not yet collected
+	closed bool      // Close destroyed them: an event coming back is the context's, gone with it
 }
 
 // get returns a free event, or a new one.
@@ -518,16 +518,7 @@ func (r *recordEvents) get(c *Context) (*Event, error) {
 	if r.closed {
 		return nil, errors.New("cuda: the GPU is closed")
 	}
-	if n := len(r.free); n > 0 {
-		ev := r.free[n-1]
-		r.free = r.free[:n-1]
-		return ev, nil
-	}
-	ev, err := c.NewEvent(false)
-	if err == nil {
-		r.made++
-	}
-	return ev, err
+	return r.pool.event(c)
 }
 
 // put takes ev back for reuse.
@@ -535,7 +526,7 @@ func (r *recordEvents) put(ev *Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.closed {
-		r.free = append(r.free, ev)
+		r.pool.release(ev)
 	}
 }
 
@@ -543,12 +534,8 @@ func (r *recordEvents) put(ev *Event) {
 func (r *recordEvents) destroy() []error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var errs []error
-	for _, ev := range r.free {
-		errs = append(errs, ev.Destroy())
-	}
-	r.free, r.closed = nil, true
-	return errs
+	r.closed = true
+	return r.pool.destroy()
 }
 
 type gpuStream struct {
@@ -698,6 +685,14 @@ func (g *GPU) counters(s *GPUStats) {
 	s.Launches, s.MMQLaunches, s.HostFallbacks = g.launches.Load(), g.mmqLaunches.Load(), g.fallbacks.Load()
 	s.Kernels, s.GraphLaunches, s.Reads = g.kernels.Load(), g.graphLaunches.Load(), g.reads.Load()
 	s.Writes, s.Pageable = g.writes.Load(), g.pageable.Load()
+}
+
+// countPageable counts a read or write of host bytes b that do not lie in pinned memory the
+// GPU allocated (GPUStats.Pageable).
+func (g *GPU) countPageable(b []byte) {
+	if !g.isPinned(b) {
+		g.pageable.Add(1)
+	}
 }
 
 // isPinned says whether the host bytes b lie in pinned memory the GPU allocated (HostAlloc).

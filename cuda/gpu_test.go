@@ -330,7 +330,7 @@ func TestRecordedEventsReused(t *testing.T) {
 	free := func() int {
 		g.recorded.mu.Lock()
 		defer g.recorded.mu.Unlock()
-		return len(g.recorded.free)
+		return len(g.recorded.pool.free)
 	}
 	for round := 0; round < 5; round++ {
 		for i := 0; i < n; i++ {
@@ -344,7 +344,7 @@ func TestRecordedEventsReused(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	if made, f := g.recorded.made, free(); made != n || f != n {
+	if made, f := g.recorded.pool.made, free(); made != n || f != n {
 		t.Errorf("%d rounds of %d events dropped: %d driver events made, %d free; want %d and %d", 5, n, made, f, n, n)
 	}
 	if errs := g.recorded.destroy(); errors.Join(errs...) != nil || free() != 0 {

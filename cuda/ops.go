@@ -544,9 +544,7 @@ func (g *GPU) Read(dst, src []float32) {
 		c.err = errCapture("a read the host waits for")
 	}
 	g.reads.Add(1)
-	if !g.isPinned(floatBytes(dst)) {
-		g.pageable.Add(1)
-	}
+	g.countPageable(floatBytes(dst))
 	if p := c.f(src, "the source"); c.err == nil {
 		if c.err = g.compute.CopyDtoH(floatBytes(dst), p); c.err == nil {
 			c.err = g.compute.Synchronize()
@@ -565,9 +563,7 @@ func (g *GPU) ReadAhead(dst, src []float32) {
 	if g.step != nil {
 		c.err = errCapture("a read the host waits for")
 	}
-	if !g.isPinned(floatBytes(dst)) {
-		g.pageable.Add(1)
-	}
+	g.countPageable(floatBytes(dst))
 	if p := c.f(src, "the source"); c.err == nil {
 		c.err = g.compute.CopyDtoH(floatBytes(dst), p)
 	}
@@ -583,9 +579,7 @@ func (g *GPU) Write(dst, src []float32) {
 		c.err = errCapture("a write from host memory")
 	}
 	g.writes.Add(1)
-	if !g.isPinned(floatBytes(src)) {
-		g.pageable.Add(1)
-	}
+	g.countPageable(floatBytes(src))
 	if p := c.f(dst, "the destination"); c.err == nil {
 		c.err = g.compute.CopyHtoD(p, floatBytes(src))
 	}

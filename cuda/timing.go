@@ -20,21 +20,22 @@ type computeTimer struct {
 	marks int64
 }
 
-// eventPool keeps timing events for reuse: creating one per use would cost a driver call a
-// token (or, profiling, two a launch). Its owner's lock guards it.
+// eventPool keeps events for reuse: creating one per use would cost a driver call a token
+// (or, profiling, two a launch). Its owner's lock guards it.
 type eventPool struct {
-	free []*Event // ready for reuse
-	made int      // created, all in free or held by the owner
+	free  []*Event // ready for reuse
+	made  int      // created, all in free or held by the owner
+	plain bool     // events without timing (Record's), cheaper to record
 }
 
-// event returns a timing event from the pool, or a new one.
+// event returns an event from the pool, or a new one.
 func (p *eventPool) event(c *Context) (*Event, error) {
 	if n := len(p.free); n > 0 {
 		ev := p.free[n-1]
 		p.free = p.free[:n-1]
 		return ev, nil
 	}
-	ev, err := c.NewEvent(true)
+	ev, err := c.NewEvent(!p.plain)
 	if err == nil {
 		p.made++
 	}

@@ -416,7 +416,8 @@ func (m *Model) putArena(a *arena) {
 
 // exchangeArena returns the arena of host memory, pinned where the device allocates it, that
 // a pass in device memory (holding passMu) reads a layer's input into and writes its host
-// experts' outputs from, reset by the caller when the layer's copies are enqueued. Pinned,
+// experts' outputs from, reset when a layer's copies are enqueued (computeJobs) and when a
+// layer's input is read ahead (readAhead). Pinned,
 // a read is the link's DMA and a write returns at once, where from Go memory the driver
 // stages each copy itself, holding the host (GPUStats.Pageable). Reusing it is safe: the
 // next layer's host work starts after a read or an event on the compute stream, which runs

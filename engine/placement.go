@@ -97,8 +97,8 @@ func (p residentPlacement) keptWeights(layer, e int) (offload.ExpertWeights, boo
 func (residentPlacement) Ahead(int, int, int, []int, device.Event) error { return nil }
 
 func (p residentPlacement) Weights(layer, e int, _ bool) (offload.ExpertWeights, func() error, error) {
-	moe := p.m.arch.Layers[layer].MoE
-	return offload.ExpertWeights{Gate: moe.GateExps.Expert(e), Up: moe.UpExps.Expert(e), Down: moe.DownExps.Expert(e)}, noDone, nil
+	w, _, _ := p.keptWeights(layer, e)
+	return w, noDone, nil
 }
 
 func noDone() error { return nil }
