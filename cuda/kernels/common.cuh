@@ -591,6 +591,20 @@ struct cr_u4 {
 struct cr_f4 {
 	float x, y, z, w;
 };
+struct cr_u2 {
+	u32 x, y;
+};
+
+CR_FN cr_u2 cr_ldg_u2(const void* p) {
+	cr_u2 r;
+#if defined(CR_DEVICE)
+	asm("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(p));
+#else
+	CR_ALIGNED(p, 8);
+	memcpy(&r, p, 8);
+#endif
+	return r;
+}
 
 CR_FN cr_u4 cr_ldg_u4(const void* p) {
 	cr_u4 r;
