@@ -5,7 +5,7 @@
 # the repo root:
 #   bash tools/gpu/check.sh [STAGE ...]      (default: smi ptxas cuda engine kernels host offload profile ncu;
 #                                             logs under $OUT or /tmp/gpu-check)
-# Stages: smi ptxas cuda engine kernels host offload profile ncu, and lcpp vs. Each writes STAGE.log and goes on
+# Stages: smi ptxas cuda engine kernels host offload profile ncu, and lcpp vs ncudec. Each writes STAGE.log and goes on
 # after a failure, so that one call of a short lease gathers everything.
 # llama.cpp's CUDA backend beside commit-run (issue 35) takes two calls on the same warm machine:
 # `check.sh lcpp` builds llama-bench for the card (5-7 minutes of its 16 cores), then `check.sh vs`
@@ -161,6 +161,26 @@ ncu_stage() {
 	done
 }
 
+# A decoded token's kernels, each launch's device time from Nsight Compute (graph nodes one by
+# one), for commit-run and for llama.cpp on the same OLMoE-shaped file, whole model on the card:
+# where the time of a token goes in both (tools/gpu/kernsum.py), the kernels' own time against
+# what lies between them. Needs llama-bench (the lcpp stage) for its half.
+ncudec() {
+	command -v ncu >/dev/null || { echo "no ncu on this machine"; return 1; }
+	local m=/tmp/vs-olmoe.gguf
+	[[ -e $m ]] || "$bin/synth" -arch olmoe ${VS_LAYERS:+-layers $VS_LAYERS} -type q4km -out $m || return 1
+	local q=(ncu --clock-control none --csv --print-units base --metrics gpu__time_duration.sum)
+	# One-token prompts and no warm-up: every step of the run is a decode step, and there are
+	# as many as the prompts' tokens (bench's built-in prompts times --tokens).
+	"${q[@]}" --log-file "$out/ncudec-ours.csv" "$bin/commit-run" -m $m --device cuda:0 --ctx 256 bench --prompt-len 1 \
+		--tokens ${NCUDEC_TOKENS:-2} --warmup-prompt=false --json >"$out/ncudec-ours.json" || return 1
+	local steps=$(python3 -c "import json;d=json.load(open('$out/ncudec-ours.json'));print(d['Prompts']*d['Tokens'])")
+	[[ -x /tmp/lcpp-build/bin/llama-bench ]] || { echo "no llama-bench: run check.sh lcpp first on this machine"; return 1; }
+	LD_LIBRARY_PATH=/tmp/lcpp-build/bin "${q[@]}" --log-file "$out/ncudec-lcpp.csv" /tmp/lcpp-build/bin/llama-bench -m $m -ngl 99 \
+		-fa on -p 0 -n 8 -r 1 --no-warmup >"$out/ncudec-lcpp.json" || return 1
+	python3 tools/gpu/kernsum.py "$out/ncudec-ours.csv" $steps "$out/ncudec-lcpp.csv" 8
+}
+
 # llama.cpp's CUDA backend: built from the source `make gpu-pack` copied into .lcpp, into
 # /tmp/lcpp-build, where the next call on the same machine finds it.
 lcpp=$root/.lcpp
@@ -237,6 +257,7 @@ for s in "${stages[@]}"; do
 	offload) f=offload ;;
 	profile) f=profile ;;
 	ncu) f=ncu_stage ;;
+	ncudec) f=ncudec ;;
 	lcpp) f=lcpp_build ;;
 	vs) f=vs ;;
 	*) echo "check.sh: unknown stage $s" >&2; exit 2 ;;
