@@ -51,7 +51,7 @@ func runDecode(t *testing.T, path string, o Options, seq, prompt []int32) decode
 	}
 	after, _ := m.GPUStats()
 	r.step = cuda.GPUStats{Launches: after.Launches - before.Launches, Kernels: after.Kernels - before.Kernels,
-		Reads: after.Reads - before.Reads, GraphLaunches: after.GraphLaunches - before.GraphLaunches}
+		Reads: after.Reads - before.Reads, GraphLaunches: after.GraphLaunches - before.GraphLaunches, Pageable: after.Pageable - before.Pageable}
 	res, err := s.Generate(ctx, prompt, GenerateOptions{MaxTokens: 10, IgnoreEOS: true, Sampler: SamplerOptions{Greedy: true}})
 	if err != nil {
 		t.Fatal(err)
@@ -162,12 +162,62 @@ func checkDecodeSteps(t *testing.T, path, lib string, launches bool) decodeRun {
 	t.Logf("one decode step: unfused %+v", want.step)
 	t.Logf("one decode step: fused, eager %+v", gotEager.step)
 	t.Logf("one decode step: graphs %+v", gotGraph.step)
-	if s := gotGraph.step; s.Launches != 1 || s.GraphLaunches != 1 || s.Reads != 1 || s.Kernels != gotEager.step.Kernels || gotGraph.note != "" {
-		t.Errorf("a replayed step: %+v (%q), want 1 launch, 1 read and the eager step's %d kernels", s, gotGraph.note, gotEager.step.Kernels)
+	if s := gotGraph.step; s.Launches != 1 || s.GraphLaunches != 1 || s.Reads != 1 || s.Pageable != 0 || s.Kernels != gotEager.step.Kernels ||
+		gotGraph.note != "" {
+		t.Errorf("a replayed step: %+v (%q), want 1 launch, 1 read into pinned memory and the eager step's %d kernels", s,
+			gotGraph.note, gotEager.step.Kernels)
 	}
 	if s := gotEager.step; launches && s.Launches > int64(12*layers) || s.Launches != s.Kernels || s.Reads != 1 || s.GraphLaunches != 0 {
 		t.Errorf("an eager fused step: %+v, want at most 12 launches a layer (%d layers) and 1 read", s, layers)
 	}
 	gotGraph.seq, gotGraph.prompt = seq, prompt
 	return gotGraph
+}
+
+// TestStepLogitsReused checks that a replayed step's logits come back into pinned memory that
+// the session keeps for its steps (no read staged by the driver), and that a closed session's
+// memory goes to the next session's step rather than each session pinning its own for the
+// device's life.
+func TestStepLogitsReused(t *testing.T) {
+	lib := GPUForTests(t)
+	m, err := Open(bundledQwenPath, Options{Threads: 2, ContextLength: 64, Device: "cuda:0", CUDALibrary: lib})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if m.graphs == nil {
+		t.Fatalf("no decode steps as graphs: %s", m.GraphNote())
+	}
+	ctx := context.Background()
+	seq := []int32{1, 2, 3, 4}
+	host := func() *float32 {
+		t.Helper()
+		s, err := m.NewSession()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		before, _ := m.GPUStats()
+		if err := s.probs(ctx, seq, 1, func(int, []float32) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		after, _ := m.GPUStats()
+		if n, r := after.Pageable-before.Pageable, after.GraphLaunches-before.GraphLaunches; n != 0 || r != int64(len(seq)) {
+			t.Errorf("%d tokens' passes: %d graph launches and %d reads staged by the driver, want %d and 0", len(seq), r, n, len(seq))
+		}
+		m.graphs.mu.Lock()
+		defer m.graphs.mu.Unlock()
+		sg := m.graphs.steps[s.kv]
+		if sg == nil || len(sg.host) != m.Info().Vocab {
+			t.Fatalf("the session's step: %+v, want its logits' host memory", sg)
+		}
+		return &sg.host[0]
+	}
+	first := host()
+	if second := host(); second != first {
+		t.Error("the second session's step took new host memory where the closed first session's was free")
+	}
+	if n := len(m.graphs.free); n != 1 {
+		t.Errorf("%d steps' host memory free after both sessions closed, want 1", n)
+	}
 }

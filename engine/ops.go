@@ -350,12 +350,22 @@ func (a *arena) hostFloats(n int) []float32 {
 // slower staged ones, nothing worse).
 func (a *arena) block(n int) []float32 {
 	if a.pin != nil {
-		if b, err := a.pin.HostAlloc(int64(4 * n)); err == nil {
-			return unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(b))), n)
+		if f, ok := pinnedFloats(a.pin, n); ok {
+			return f
 		}
 		a.pin = nil
 	}
 	return make([]float32, n)
+}
+
+// pinnedFloats returns n floats of the device's pinned host memory, which live as long as
+// the device, or false where it refuses them.
+func pinnedFloats(ha device.HostAllocator, n int) ([]float32, bool) {
+	b, err := ha.HostAlloc(int64(4 * n))
+	if err != nil {
+		return nil, false
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(b))), n), true
 }
 
 // activations are a model's activation reserve: on a device, the floats of a pass's arena and
