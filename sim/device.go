@@ -149,7 +149,10 @@ func (d *Device) MatMulID(w quant.Matrix, x []float32, T int, out []float32) {
 
 func (d *Device) charge(kind string, w quant.Matrix, T int) {
 	b, f := matMulCost(w, T)
-	d.Charge(kind, b, f)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	k, l := d.names(kind)
+	d.compute.Enqueue(k, l, d.prof.ProductTime(w.Type, T, b, f))
 }
 
 // Charge enqueues a kernel priced by the profile's roofline.

@@ -11,6 +11,10 @@
 //	KernelTime(bytes, flops) = max(bytes / memory_bandwidth, flops / peak_flops) + launch_overhead
 //	CopyTime(bytes)          = bytes / pcie_effective + copy_latency
 //
+// A matrix product of up to DecodeTokens tokens reads its weights at decode_bandwidth[type]
+// instead of memory_bandwidth where the profile measured one (ProductTime): a card's decode
+// kernels reach a share of its memory's rate that depends on the weights' type.
+//
 // pcie_effective is the measured pinned host-to-device rate (bandwidthTest, nvbandwidth),
 // not the link's theoretical rate, because that is what an expert upload actually gets.
 // Profiles ship embedded (see Profiles) and users can load their own JSON file; none is

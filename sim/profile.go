@@ -8,12 +8,16 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"math"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
+
+	"github.com/commit-run/commit-run/quant"
 )
 
 // Profile is the data that describes one GPU to the simulator. All rates are per second and
@@ -38,6 +42,12 @@ type Profile struct {
 	CopyLatency float64 `json:"copy_latency"`
 	// LaunchOverhead is the fixed cost of one kernel.
 	LaunchOverhead float64 `json:"launch_overhead"`
+	// DecodeBandwidth is, for each weight type it names (quant.Type's name: "Q4_K", "Q8_0",
+	// ...), the rate in bytes/s at which the card's products of up to DecodeTokens tokens read
+	// weights of that type, as measured (cuda's BenchmarkMMVDecode): what its decode kernels
+	// reach, where memory_bandwidth is what its memory could give. Products of a type it does
+	// not name, and of more tokens, are priced at memory_bandwidth.
+	DecodeBandwidth map[string]float64 `json:"decode_bandwidth,omitempty"`
 	// Sources says where each number comes from.
 	Sources []string `json:"sources"`
 	// Calibrated is false until the profile was compared against a real GPU run.
@@ -186,6 +196,19 @@ func (p *Profile) Validate() error {
 			return fail(r.field, r.v, "is more than "+r.unit)
 		}
 	}
+	for _, name := range slices.Sorted(maps.Keys(p.DecodeBandwidth)) {
+		field, v := "decode_bandwidth."+name, p.DecodeBandwidth[name]
+		switch {
+		case !weightTypes[name]:
+			return fail(field, v, "names no weight type (Q4_K, Q8_0, F16, ...)")
+		case math.IsNaN(v) || math.IsInf(v, 0):
+			return fail(field, v, "must be finite")
+		case v <= 0:
+			return fail(field, v, "must be positive")
+		case v > p.MemoryBandwidth:
+			return fail(field, v, fmt.Sprintf("exceeds memory_bandwidth %v: a kernel cannot read faster than the memory", p.MemoryBandwidth))
+		}
+	}
 	if p.PCIeEffective > p.PCIeBandwidth {
 		return fail("pcie_effective", p.PCIeEffective,
 			fmt.Sprintf("exceeds pcie_bandwidth %v: a measured rate cannot beat the link", p.PCIeBandwidth))
@@ -212,6 +235,31 @@ func (p *Profile) Validate() error {
 func (p *Profile) KernelTime(bytes, flops float64) float64 {
 	return max(bytes/p.MemoryBandwidth, flops/p.PeakFLOPS) + p.LaunchOverhead
 }
+
+// DecodeTokens is the most tokens of a product that DecodeBandwidth prices: the CUDA engine's
+// matrix-vector kernels take up to 8 tokens a pass, more go to its tiled kernels.
+const DecodeTokens = 8
+
+// ProductTime is KernelTime for a matrix product of T tokens with weights of type t that
+// moves bytes and performs flops: its weights read at the card's measured decode rate for t
+// where the profile has one and T is at most DecodeTokens.
+func (p *Profile) ProductTime(t quant.Type, T int, bytes, flops float64) float64 {
+	if bw, ok := p.DecodeBandwidth[t.String()]; ok && T <= DecodeTokens {
+		return max(bytes/bw, flops/p.PeakFLOPS) + p.LaunchOverhead
+	}
+	return p.KernelTime(bytes, flops)
+}
+
+// weightTypes are the names of the weight types, which DecodeBandwidth may name.
+var weightTypes = func() map[string]bool {
+	m := map[string]bool{}
+	for t := quant.Type(0); t < 256; t++ {
+		if t.Weight() {
+			m[t.String()] = true
+		}
+	}
+	return m
+}()
 
 // CopyTime is the time of one pinned host-to-device copy of bytes.
 func (p *Profile) CopyTime(bytes float64) float64 {

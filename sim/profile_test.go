@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/commit-run/commit-run/quant"
 )
 
 // testProfile has round numbers so that costs can be worked out by hand.
@@ -45,6 +47,34 @@ func TestKernelTime(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			if got := p.KernelTime(c.bytes, c.flops); !near(got, c.want) {
 				t.Errorf("KernelTime(%g, %g) = %g, want %g", c.bytes, c.flops, got, c.want)
+			}
+		})
+	}
+}
+
+func TestProductTime(t *testing.T) {
+	p := testProfile()
+	p.DecodeBandwidth = map[string]float64{"Q4_K": 40e9} // 40% of the 100 GB/s
+	cases := []struct {
+		name         string
+		typ          quant.Type
+		T            int
+		bytes, flops float64
+		want         float64
+	}{
+		// 4 MB at Q4_K's 40 GB/s: 100 us, where the memory's rate would give 40.
+		{"decode at the type's rate", quant.Q4_K, 1, 4e6, 8e6, 100e-6 + 5e-6},
+		{"the most tokens of a decode product", quant.Q4_K, DecodeTokens, 4e6, 64e6, 100e-6 + 5e-6},
+		// A prompt's product runs on other kernels: the roofline at the memory's rate.
+		{"a prompt's product", quant.Q4_K, DecodeTokens + 1, 4e6, 72e6, 40e-6 + 5e-6},
+		{"a type the profile does not name", quant.Q8_0, 1, 4e6, 8e6, 40e-6 + 5e-6},
+		// Compute still binds where it is the longer: 5 GFLOP at 10 TFLOP/s.
+		{"compute-bound", quant.Q4_K, 1, 4e6, 5e9, 500e-6 + 5e-6},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := p.ProductTime(c.typ, c.T, c.bytes, c.flops); !near(got, c.want) {
+				t.Errorf("ProductTime(%v, %d, %g, %g) = %g, want %g", c.typ, c.T, c.bytes, c.flops, got, c.want)
 			}
 		})
 	}
@@ -225,6 +255,9 @@ func TestLoadProfileBadFiles(t *testing.T) {
 		{"absurd launch overhead", set("launch_overhead", 5.0), "launch_overhead"},
 		{"empty name", set("name", ""), "name is empty"},
 		{"misspelt key", set("pcie_efective", 1e9), "pcie_efective"},
+		{"decode rate of no weight type", set("decode_bandwidth", map[string]any{"Q4_KM": 1e9}), "decode_bandwidth.Q4_KM"},
+		{"decode rate above the memory's", set("decode_bandwidth", map[string]any{"Q4_K": 1e15}), "decode_bandwidth.Q4_K"},
+		{"zero decode rate", set("decode_bandwidth", map[string]any{"Q8_0": 0}), "decode_bandwidth.Q8_0"},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
