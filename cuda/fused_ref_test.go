@@ -35,6 +35,13 @@ func fusedCases() []kernelCase {
 		{ntok: 2, heads: 6, kvHeads: 2, dk: 48, dv: 48, nDims: 48, pos0: 1, dev: 5},
 		{ntok: 3, heads: 4, kvHeads: 2, dk: 64, dv: 64, nDims: 64, pos0: 6, dev: 1, ring: 4, f16: true}, // wraps
 		{ntok: 2, heads: 6, kvHeads: 2, dk: 48, dv: 48, nDims: 48, pos0: 9, ring: 5},
+		// The q/k norms: OLMoE's over a token's 2048 queries and keys, at the engine's 1024
+		// threads; Qwen3's head by head (32 query heads over 8 warps), with biases, and heads
+		// shorter than a warp; a row longer than 8 values a thread.
+		{ntok: 2, heads: 16, kvHeads: 16, dk: 128, dv: 128, nDims: 128, neox: true, pos0: 3, f16: true, norm: qkFull, threads: 1024},
+		{ntok: 2, heads: 32, kvHeads: 4, dk: 128, dv: 128, nDims: 128, neox: true, pos0: 5, dev: 2, f16: true, norm: qkHead, bias: true},
+		{ntok: 3, heads: 4, kvHeads: 2, dk: 24, dv: 24, nDims: 16, pos0: 1, norm: qkHead, threads: 1024},
+		{ntok: 1, heads: 40, kvHeads: 8, dk: 64, dv: 64, nDims: 64, pos0: 2, norm: qkFull, bias: true},
 	} {
 		add("rope_kv_f32", c.String(), func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkRopeKV(t, k, c, r) })
 	}
@@ -194,18 +201,51 @@ type ropeKVCase struct {
 	neox, f16, yarn                     bool
 	pos0, dev                           int // positions pos0 + dev + t, dev from device memory
 	ring                                int // the cache is a ring of this many rows (0: none)
+	// norm: the q/k norms first, over a token's every head (qkFull, OLMoE's) or head by
+	// head (qkHead, Qwen3's); threads: the block (0: 256); bias: the norms have biases.
+	norm, threads int
+	bias          bool
 }
+
+// The q/k norms of ropeKVCase.
+const (
+	qkNone = iota
+	qkFull
+	qkHead
+)
 
 func (c ropeKVCase) String() string {
-	return fmt.Sprintf("ntok=%d,heads=%d/%d,dk=%d,dv=%d,n_dims=%d,neox=%v,f16=%v,yarn=%v,pos0=%d,dev=%d,ring=%d",
+	s := fmt.Sprintf("ntok=%d,heads=%d/%d,dk=%d,dv=%d,n_dims=%d,neox=%v,f16=%v,yarn=%v,pos0=%d,dev=%d,ring=%d",
 		c.ntok, c.heads, c.kvHeads, c.dk, c.dv, c.nDims, c.neox, c.f16, c.yarn, c.pos0, c.dev, c.ring)
+	if c.norm != qkNone {
+		s += fmt.Sprintf(",norm=%s,bias=%v", [...]string{"", "full", "head"}[c.norm], c.bias)
+	}
+	if c.threads != 0 {
+		s += fmt.Sprintf(",threads=%d", c.threads)
+	}
+	return s
 }
 
-// checkRopeKV: rope_kv_f32 against rope_f32 on the queries and on the keys, then kv_store_f32
-// of the keys and the values.
+// checkRopeKV: rope_kv_f32 against rms_norm_f32 on the queries and on the keys (with
+// c.norm), rope_f32 on both, then kv_store_f32 of the keys and the values.
 func checkRopeKV(t *testing.T, k *kernelEnv, c ropeKVCase, r *rand.Rand) {
 	qd, kd, vd := c.heads*c.dk, c.kvHeads*c.dk, c.kvHeads*c.dv
 	q, kk, v := randF32(r, c.ntok*qd, 1), randF32(r, c.ntok*kd, 1), randF32(r, c.ntok*vd, 1)
+	qdim, kdim := 0, 0
+	switch c.norm {
+	case qkFull:
+		qdim, kdim = qd, kd
+	case qkHead:
+		qdim, kdim = c.dk, c.dk
+	}
+	var qnw, qnb, knw, knb DevicePtr
+	if c.norm != qkNone {
+		qnw, knw = k.putF32(t, randF32(r, qdim, 1)), k.putF32(t, randF32(r, kdim, 1))
+		if c.bias {
+			qnb, knb = k.putF32(t, randF32(r, qdim, 1)), k.putF32(t, randF32(r, kdim, 1))
+		}
+	}
+	const eps = 1e-6
 	npos := c.pos0 + c.dev + c.ntok + 2
 	elem := 4
 	if c.f16 {
@@ -228,11 +268,22 @@ func checkRopeKV(t *testing.T, k *kernelEnv, c ropeKVCase, r *rand.Rand) {
 	dq, dk, dv := k.putF32(t, q), k.putF32(t, kk), k.putF32(t, v)
 	kc, vc := k.alloc(t, npos*kd*elem), k.alloc(t, npos*vd*elem)
 	var args Args
-	k.run(t, "rope_kv_f32", Dim3{X: c.ntok}, Dim3{X: 256}, rope(args.Ptr(dq).Ptr(dk).Ptr(dv).Ptr(kc).Ptr(vc).Int(b2i(c.f16)).Ptr(posp).
-		Int(c.pos0).Int(c.ntok).Int(c.heads).Int(c.kvHeads).Int(c.dk).Int(c.dv)).Int(c.ring))
+	threads := c.threads
+	if threads == 0 {
+		threads = 256
+	}
+	k.run(t, "rope_kv_f32", Dim3{X: c.ntok}, Dim3{X: threads}, rope(args.Ptr(dq).Ptr(dk).Ptr(dv).Ptr(kc).Ptr(vc).Int(b2i(c.f16)).Ptr(posp).
+		Int(c.pos0).Int(c.ntok).Int(c.heads).Int(c.kvHeads).Int(c.dk).Int(c.dv)).Int(c.ring).
+		Ptr(qnw).Ptr(qnb).Int(qdim).Ptr(knw).Ptr(knb).Int(kdim).Float(eps))
 	// Unfused.
 	rq, rk, rv := k.putF32(t, q), k.putF32(t, kk), k.putF32(t, v)
 	rkc, rvc := k.alloc(t, npos*kd*elem), k.alloc(t, npos*vd*elem)
+	if c.norm != qkNone {
+		k.run(t, "rms_norm_f32", Dim3{X: c.ntok * qd / qdim}, Dim3{X: 256}, args.Reset().Ptr(rq).Ptr(rq).Ptr(qnw).Ptr(qnb).Int(qdim).Float(eps))
+		k.run(t, "rms_norm_f32", Dim3{X: c.ntok * kd / kdim}, Dim3{X: 256}, args.Reset().Ptr(rk).Ptr(rk).Ptr(knw).Ptr(knb).Int(kdim).Float(eps))
+		// The keys rope_kv_f32 leaves in place: normalised, not rotated.
+		kk = k.getF32(t, rk, len(kk))
+	}
 	block := Dim3{X: min(max((c.nDims/2+31)&^31, 32), 1024)}
 	k.run(t, "rope_f32", Dim3{X: c.ntok}, block, rope(args.Reset().Ptr(rq).Ptr(posp).Int(c.pos0).Int(c.ntok).Int(c.heads).Int(c.dk).Int(qd)))
 	k.run(t, "rope_f32", Dim3{X: c.ntok}, block, rope(args.Reset().Ptr(rk).Ptr(posp).Int(c.pos0).Int(c.ntok).Int(c.kvHeads).Int(c.dk).Int(kd)))

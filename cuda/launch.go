@@ -22,8 +22,8 @@ func (s *launchSyms) table() []symbol {
 // Dim3 is a grid or block size.
 type Dim3 struct{ X, Y, Z int }
 
-// maxArgs bounds a kernel's parameters; ours take a dozen at most.
-const maxArgs = 24
+// maxArgs bounds a kernel's parameters; ours take 30 at most (rope_kv_f32).
+const maxArgs = 32
 
 // Args are a kernel's arguments in the order of its C parameters. Each is stored in its own
 // 8-byte slot, low bytes first, which is how a 4-byte int or float parameter is read on the

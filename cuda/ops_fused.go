@@ -101,10 +101,14 @@ const ropeKVThreads = 1024
 // RopeKV implements device.Fused: one launch of rope_kv_f32, or where its limits do not
 // allow (heads of more than 1024 rotated values, a layout it does not know) the unfused
 // operations.
-func (g *GPU) RopeKV(q, k, v []float32, kv *device.KVLayer, pos0, T int, a *device.AttnShape, r *device.RoPE) {
+func (g *GPU) RopeKV(q, k, v []float32, kv *device.KVLayer, pos0, T int, a *device.AttnShape, r *device.RoPE, n *device.QKNorm) {
 	H, G, dk, dv := a.Heads, a.KVHeads, a.DK, a.DV
 	if r.Dims/2 > ropeKVMaxPairs || r.Dims > dk || r.Dims%2 != 0 || kv.KDim != G*dk || kv.VDim != G*dv || a.Latent ||
-		a.KHeadStride != dk || a.VHeadStride != dv {
+		a.KHeadStride != dk || a.VHeadStride != dv || n != nil && !qkNormFits(n, H*dk, G*dk) {
+		if n != nil {
+			g.RMSNorm(q[:T*H*dk], q[:T*H*dk], n.QDim, n.QWeight, n.QBias, n.Eps)
+			g.RMSNorm(k[:T*G*dk], k[:T*G*dk], n.KDim, n.KWeight, n.KBias, n.Eps)
+		}
 		g.Rope(q, pos0, T, H, dk, H*dk, r)
 		g.Rope(k, pos0, T, G, dk, G*dk, r)
 		g.StoreKV(kv, pos0, k, v)
@@ -125,11 +129,37 @@ func (g *GPU) RopeKV(q, k, v []float32, kv *device.KVLayer, pos0, T int, a *devi
 	qp, kp, vp := c.f(q[:T*H*dk], "the queries"), c.f(k[:T*G*dk], "the keys"), c.f(v[:T*G*dv], "the values")
 	kc, vc := c.kvCache(kv.K, kv.K16, "the key cache"), c.kvCache(kv.V, kv.V16, "the value cache")
 	ff := c.f(r.FreqFactors, "the frequency factors")
+	var nq, nk norm
+	if n != nil {
+		nq = norm{c.f(n.QWeight, "the queries' norm"), c.f(n.QBias, "the queries' norm bias"), n.QDim}
+		nk = norm{c.f(n.KWeight, "the keys' norm"), c.f(n.KBias, "the keys' norm bias"), n.KDim}
+	}
 	posp, off := c.pos(pos0)
 	g.args.Reset().Ptr(qp).Ptr(kp).Ptr(vp).Ptr(kc).Ptr(vc).Int(b2i(kv.F16)).Ptr(posp).Int(off).Int(T).Int(H).Int(G).Int(dk).Int(dv).
 		Int(r.Dims).Int(b2i(r.NeoX)).Float(r.ThetaScale).Float(r.FreqScale).Float(r.ExtFactor).Float(r.MScale).
-		Float(r.CorrLo).Float(r.CorrHi).Ptr(ff).Int(kv.Ring)
+		Float(r.CorrLo).Float(r.CorrHi).Ptr(ff).Int(kv.Ring).Ptr(nq.w).Ptr(nq.b).Int(nq.dim).Ptr(nk.w).Ptr(nk.b).Int(nk.dim)
+	if n != nil {
+		g.args.Float(n.Eps)
+	} else {
+		g.args.Float(0)
+	}
 	c.launch("rope_kv_f32", Dim3{X: T}, Dim3{X: ropeKVThreads})
+}
+
+// norm is one of rope_kv_f32's q/k norms: its weight and bias (0: none) and the floats of its
+// rows (0: no norm).
+type norm struct {
+	w, b DevicePtr
+	dim  int
+}
+
+// qkNormFits says whether rope_kv_f32 takes norms n of a token's q floats and k floats: rows
+// that divide them, with weights (and biases) of a row's length.
+func qkNormFits(n *device.QKNorm, q, k int) bool {
+	fits := func(floats, dim int, w, b []float32) bool {
+		return dim > 0 && floats%dim == 0 && (w == nil || len(w) == dim) && (b == nil || len(b) == dim)
+	}
+	return fits(q, n.QDim, n.QWeight, n.QBias) && fits(k, n.KDim, n.KWeight, n.KBias)
 }
 
 // The bounds of moe_route_f32 (kernels/fused.cu).

@@ -18,12 +18,23 @@ type Fused interface {
 	// AddRMSNorm adds add to x (Add: the residual) and writes the rows of x, d floats each,
 	// normalised to dst (RMSNorm with w, b and eps); dst overlaps neither.
 	AddRMSNorm(x, add, dst []float32, d int, w, b []float32, eps float32)
-	// RopeKV is standard attention's RoPE and cache store for T tokens at positions pos0..:
-	// the queries q (T rows of a.Heads heads of a.DK) rotated in place, and the keys k
+	// RopeKV is standard attention's q/k norms, RoPE and cache store for T tokens at
+	// positions pos0..: with n, the queries and the keys normalised in place (RMSNorm of n's
+	// rows); the queries q (T rows of a.Heads heads of a.DK) rotated in place, and the keys k
 	// (a.KVHeads heads of a.DK) rotated and stored with the values v (a.KVHeads*a.DV a
 	// token) into c, as Rope of q and of k and then StoreKV would, except that k itself is
-	// left as it was.
-	RopeKV(q, k, v []float32, c *KVLayer, pos0, T int, a *AttnShape, r *RoPE)
+	// not rotated.
+	RopeKV(q, k, v []float32, c *KVLayer, pos0, T int, a *AttnShape, r *RoPE, n *QKNorm)
+}
+
+// QKNorm is the RMSNorm of queries and keys before RoPE (OLMoE's over a token's every head,
+// Qwen3's head by head): each row of QDim query floats normalised with QWeight and QBias
+// (nil: none), each row of KDim key floats with KWeight and KBias, eps Eps, as RMSNorm does.
+type QKNorm struct {
+	QDim, KDim     int
+	QWeight, QBias []float32
+	KWeight, KBias []float32
+	Eps            float32
 }
 
 // Product is one matrix product of Fused.Products.

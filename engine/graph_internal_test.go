@@ -65,7 +65,8 @@ func runDecode(t *testing.T, path string, o Options, seq, prompt []int32) decode
 // replayed as CUDA graphs. Across 24 positions, each token's experts its own, all three give
 // the same probabilities and greedy tokens to the bit: on the bundled model (F16 weights,
 // float products) and on a Qwen2-MoE of Q4_K_M's mix (integer products of a quantized
-// activation, the shared expert's down product of another type than the experts'). A decode
+// activation, the shared expert's down product of another type than the experts'), and on an
+// OLMoE and a Qwen3-MoE, whose q/k norms run in the RoPE kernel where the device fuses. A decode
 // step is one host launch and one read-back (the logits) on graphs, and on the bundled model
 // at most 12 launches a layer eagerly.
 //
@@ -86,6 +87,20 @@ func TestGPUDecodeSteps(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Run(filepath.Base(bundledQwenPath), func(t *testing.T) { checkDecodeSteps(t, bundledQwenPath, lib, true) })
+	// The q/k norms in rope_kv_f32: OLMoE's over a token's every head, Qwen3's head by head.
+	for _, name := range []string{"olmoe-q8_0", "qwen3moe-q5km"} {
+		t.Run(name, func(t *testing.T) {
+			spec, err := synth.GoldenSpec(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(t.TempDir(), name+".gguf")
+			if _, err := synth.WriteFile(spec, path); err != nil {
+				t.Fatal(err)
+			}
+			checkDecodeSteps(t, path, lib, false)
+		})
+	}
 	var one decodeRun
 	t.Run(filepath.Base(q4km), func(t *testing.T) { one = checkDecodeSteps(t, q4km, lib, false) })
 	t.Run(filepath.Base(q4km)+",warps=4", func(t *testing.T) {

@@ -2,6 +2,7 @@ package models
 
 import (
 	"math"
+	"sync"
 
 	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/quant"
@@ -38,6 +39,29 @@ type StdAttention struct {
 	// attention's output is multiplied by the gate's sigmoid before O (Qwen3.5's full
 	// attention layers).
 	OutGate bool
+
+	// qkNorm is QKNorm's norms as RopeKV takes them, made once (qkNormOnce) so that a pass
+	// hands the device a pointer without allocating.
+	qkNorm     *device.QKNorm
+	qkNormOnce sync.Once
+}
+
+// norms returns the q/k norms as device.Fused.RopeKV takes them, nil for none.
+func (a *StdAttention) norms() *device.QKNorm {
+	a.qkNormOnce.Do(func() {
+		var n device.QKNorm
+		switch a.QKNorm {
+		case QKNormFull:
+			n.QDim, n.KDim = a.Heads*a.HeadDK, a.HeadsKV*a.HeadDK
+		case QKNormPerHead:
+			n.QDim, n.KDim = a.HeadDK, a.HeadDK
+		default:
+			return
+		}
+		n.QWeight, n.QBias, n.KWeight, n.KBias, n.Eps = a.QNorm.Weight, a.QNorm.Bias, a.KNorm.Weight, a.KNorm.Bias, a.Eps
+		a.qkNorm = &n
+	})
+	return a.qkNorm
 }
 
 // CacheDims implements Attention.
@@ -77,13 +101,10 @@ func (a *StdAttention) ForwardSeqs(b Backend, seqs []Seq, x []float32, out []flo
 		addBias(b, k, a.BK)
 		addBias(b, v, a.BV)
 	}
-	switch a.QKNorm {
-	case QKNormFull:
-		b.RMSNorm(q, q, qd, a.QNorm.Weight, a.QNorm.Bias, a.Eps)
-		b.RMSNorm(k, k, kd, a.KNorm.Weight, a.KNorm.Bias, a.Eps)
-	case QKNormPerHead:
-		b.RMSNorm(q, q, a.HeadDK, a.QNorm.Weight, a.QNorm.Bias, a.Eps)
-		b.RMSNorm(k, k, a.HeadDK, a.KNorm.Weight, a.KNorm.Bias, a.Eps)
+	norm := a.norms()
+	if norm != nil && f == nil { // else with RoPE, in one kernel
+		b.RMSNorm(q, q, norm.QDim, norm.QWeight, norm.QBias, norm.Eps)
+		b.RMSNorm(k, k, norm.KDim, norm.KWeight, norm.KBias, norm.Eps)
 	}
 	rp := a.Rope.Params()
 	ctx := b.Floats(T * a.Heads * a.HeadDV)
@@ -97,7 +118,7 @@ func (a *StdAttention) ForwardSeqs(b Backend, seqs []Seq, x []float32, out []flo
 	for _, s := range seqs {
 		qs, ks, vs := q[r*qd:(r+s.T)*qd], k[r*kd:(r+s.T)*kd], v[r*vd:(r+s.T)*vd]
 		if f != nil {
-			f.RopeKV(qs, ks, vs, &s.Cache.KVLayer, s.Pos0, s.T, &shape, rp)
+			f.RopeKV(qs, ks, vs, &s.Cache.KVLayer, s.Pos0, s.T, &shape, rp, norm)
 		} else {
 			b.Rope(qs, s.Pos0, s.T, a.Heads, a.HeadDK, qd, rp)
 			b.Rope(ks, s.Pos0, s.T, a.HeadsKV, a.HeadDK, kd, rp)

@@ -41,40 +41,126 @@ CR_FN void kv_put(void* c, i64 i, int f16, float v) {
 		((float*)c)[i] = v;
 }
 
-// rope_kv_f32(float* q, const float* k, const float* v, void* kc, void* vc, int f16,
+// ---- the q/k norms, to the bit as rms_norm_f32 in a block of 256 threads ----
+
+// qk_norm_out normalises row x (d floats) in place, given the float64 sum of its squares s,
+// as rms_norm_row does; the calling thread takes elements t, t + step, ...
+CR_FN void qk_norm_out(float* x, int d, double s, const float* w, const float* b, float eps, int t, int step) {
+	const float scale = cr_fdiv(1.0f, cr_fsqrt(cr_fadd((float)(s / (double)d), eps)));
+	for (int i = t; i < d; i += step) {
+		float o = cr_fmul(x[i], scale);
+		if (w)
+			o = cr_fmul(o, w[i]);
+		if (b)
+			o = cr_fadd(o, b[i]);
+		x[i] = o;
+	}
+}
+
+// qk_norm_warp normalises a row of d <= 256 floats (a head) with one warp. In rms_norm_f32's
+// block of 256, thread v = lane + 32j (warp j) squares x[v], each warp sums its lanes by the
+// butterfly, and the block's sum is a second butterfly over the 8 warps' sums and 24 zeros:
+// ((W0+W4)+(W2+W6))+((W1+W5)+(W3+W7)) on every lane. The warp here runs the 8 warps'
+// butterflies side by side and adds their sums in that order.
+CR_FN double qk_square_sum(const float* v, int j) { return cr_warp_sum_d((double)cr_fmul(v[j], v[j])); }
+
+CR_FN void qk_norm_warp(float* x, int d, const float* w, const float* b, float eps) {
+	const int lane = threadIdx.x % CR_WARP;
+	float v[8]; // 0 past d, whose square adds +0.0 as a thread with no element does
+#pragma unroll
+	for (int j = 0; j < 8; j++) {
+		const int i = lane + CR_WARP * j;
+		v[j] = i < d ? x[i] : 0.0f;
+	}
+	// The sums in the order they are added, few held at once: 8 doubles and the row's floats
+	// took rope_kv_f32 past the 64 registers a thread of its 1024 may have.
+	double s04 = qk_square_sum(v, 0);
+	s04 += qk_square_sum(v, 4);
+	double s26 = qk_square_sum(v, 2);
+	s26 += qk_square_sum(v, 6);
+	double s15 = qk_square_sum(v, 1);
+	s15 += qk_square_sum(v, 5);
+	double s37 = qk_square_sum(v, 3);
+	s37 += qk_square_sum(v, 7);
+	qk_norm_out(x, d, (s04 + s26) + (s15 + s37), w, b, eps, lane, CR_WARP);
+}
+
+// qk_norm_block normalises a row of d floats (every head of a token) with the whole block of
+// 256 or more threads: the first 256 add the squares as rms_norm_f32's block does, the others
+// add zeros, which cr_block_sum_d's second butterfly adds as it adds the lanes past 8 warps.
+CR_FN void qk_norm_block(float* x, int d, const float* w, const float* b, float eps, double* sh) {
+	const int t = threadIdx.x;
+	double s = 0.0;
+	if (t < 256) {
+#pragma unroll 4
+		for (int i = t; i < d; i += 256) {
+			const float v = x[i];
+			s += (double)cr_fmul(v, v);
+		}
+	}
+	s = cr_block_sum_d(s, sh);
+	qk_norm_out(x, d, s, w, b, eps, t, (int)blockDim.x);
+}
+
+// qk_norm_rows normalises the rows rows of dim floats at x in place, a warp a row where a row
+// is a head (dim <= 256), else the block a row; every thread of the block calls it.
+CR_FN void qk_norm_rows(float* x, int rows, int dim, const float* w, const float* b, float eps, double* sh) {
+	if (dim <= 256) {
+		const int nw = (int)blockDim.x / CR_WARP;
+		for (int r = (int)threadIdx.x / CR_WARP; r < rows; r += nw)
+			qk_norm_warp(x + (i64)r * dim, dim, w, b, eps);
+		return;
+	}
+	for (int r = 0; r < rows; r++)
+		qk_norm_block(x + (i64)r * dim, dim, w, b, eps, sh);
+}
+
+// rope_kv_f32(float* q, float* k, const float* v, void* kc, void* vc, int f16,
 //             const int* posp, int pos0, int ntok, int heads, int kv_heads, int dk, int dv,
 //             int n_dims, int neox, float theta_scale, float freq_scale, float ext_factor,
-//             float mscale, float corr_lo, float corr_hi, const float* freq_factors, int ring)
-//   Standard attention's RoPE and KV store in one launch: rope_f32 on the queries (in place)
-//   and on the keys, then the keys and the values stored into the cache at row p = pos0 + t
-//   (+ *posp when posp is not NULL; p % ring when ring > 0) as kv_store_f32 would: rope_f32 twice and kv_store_f32
-//   twice, to the bit. Token t's queries are heads rows of dk floats at q + t*heads*dk, its
-//   keys kv_heads rows of dk at k + t*kv_heads*dk (read, not rotated in place), its values
-//   kv_heads*dv floats at v + t*kv_heads*dv; the cache holds kv_heads*dk keys and
-//   kv_heads*dv values per position (floats, or IEEE halves when f16 != 0). The RoPE
-//   parameters are rope_f32's; n_dims/2 <= 512 pairs, n_dims <= dk.
-//   grid (ntok, 1, 1); block (256, 1, 1) (any multiple of 32 up to 1024); no dynamic shared
-//   memory (4 KiB static).
-extern "C" __global__ void rope_kv_f32(float* q, const float* k, const float* v, void* kc, void* vc, int f16, const int* posp,
-                                       int pos0, int ntok, int heads, int kv_heads, int dk, int dv, int n_dims, int neox,
-                                       float theta_scale, float freq_scale, float ext_factor, float mscale, float corr_lo,
-                                       float corr_hi, const float* freq_factors, int ring) {
+//             float mscale, float corr_lo, float corr_hi, const float* freq_factors, int ring,
+//             const float* qnw, const float* qnb, int qdim, const float* knw, const float* knb,
+//             int kdim, float eps)
+//   Standard attention's q/k norms, RoPE and KV store in one launch: with qdim > 0 each row of
+//   qdim query floats (a head, or all of a token's) normalised in place as rms_norm_f32 does
+//   with weight qnw and bias qnb (either NULL: none), with kdim > 0 each row of kdim key
+//   floats likewise with knw and knb (in place: k is left normalised, not rotated); then
+//   rope_f32 on the queries (in place) and on the keys, and the keys and the values stored
+//   into the cache at row p = pos0 + t (+ *posp when posp is not NULL; p % ring when ring >
+//   0) as kv_store_f32 would: rms_norm_f32 twice, rope_f32 twice and kv_store_f32 twice, to
+//   the bit. Token t's queries are heads rows of dk floats at q + t*heads*dk, its keys
+//   kv_heads rows of dk at k + t*kv_heads*dk, its values kv_heads*dv floats at
+//   v + t*kv_heads*dv; the cache holds kv_heads*dk keys and kv_heads*dv values per position
+//   (floats, or IEEE halves when f16 != 0). The RoPE parameters are rope_f32's; n_dims/2 <=
+//   512 pairs, n_dims <= dk; qdim divides heads*dk and kdim kv_heads*dk.
+//   grid (ntok, 1, 1); block (256, 1, 1) to (1024, 1, 1), a multiple of 32; no dynamic shared
+//   memory (4.25 KiB static).
+extern "C" __global__ void rope_kv_f32(float* q, float* k, const float* v, void* kc, void* vc, int f16, const int* posp, int pos0,
+                                       int ntok, int heads, int kv_heads, int dk, int dv, int n_dims, int neox, float theta_scale,
+                                       float freq_scale, float ext_factor, float mscale, float corr_lo, float corr_hi,
+                                       const float* freq_factors, int ring, const float* qnw, const float* qnb, int qdim,
+                                       const float* knw, const float* knb, int kdim, float eps) {
 	__shared__ float scs[ROPE_KV_MAX_PAIRS], ssn[ROPE_KV_MAX_PAIRS];
+	__shared__ double shn[32];
 	const int t = blockIdx.x;
 	if (t >= ntok)
 		return;
 	const int tid = threadIdx.x, nth = blockDim.x, npairs = n_dims / 2;
+	float* qt = q + (i64)t * heads * dk;
+	float* kt = k + (i64)t * kv_heads * dk;
+	if (qdim > 0)
+		qk_norm_rows(qt, heads * dk / qdim, qdim, qnw, qnb, eps, shn);
+	if (kdim > 0)
+		qk_norm_rows(kt, kv_heads * dk / kdim, kdim, knw, knb, eps, shn);
 	const int pos = pos0 + t + (posp ? *posp : 0);
 	for (int i = tid; i < npairs; i += nth)
 		rope_cs((float)pos, i, theta_scale, freq_scale, ext_factor, mscale, corr_lo, corr_hi, freq_factors, &scs[i], &ssn[i]);
-	__syncthreads();
-	float* qt = q + (i64)t * heads * dk;
+	__syncthreads(); // the angles, and the normalised rows, which other threads rotate
 	for (int j = tid; j < heads * npairs; j += nth) {
 		const int h = j / npairs, i = j % npairs;
 		const int i0 = neox ? i : 2 * i, i1 = neox ? i + npairs : 2 * i + 1;
 		rope_pair(qt + (i64)h * dk + i0, qt + (i64)h * dk + i1, scs[i], ssn[i]);
 	}
-	const float* kt = k + (i64)t * kv_heads * dk;
 	const i64 row = ring > 0 ? pos % ring : pos;
 	const i64 krow = row * kv_heads * dk;
 	for (int j = tid; j < kv_heads * npairs; j += nth) {
