@@ -139,7 +139,11 @@ func (m *Model) enqueue(seqs []seqRows, tokens []int32, want logitRows, obs Rout
 	if want == noLogits {
 		return nil, m.endPass(pa, la) // nobody reads a head's logits here, nor x
 	}
-	return m.logits(b, pa, la, x, xn, tmp, T, want, pending, capture)
+	var dst []float32 // one sequence's one row of logits: read back into its session's memory
+	if len(seqs) == 1 && (want == lastLogits || T == 1) && !capture && m.logitsHost != nil {
+		dst = m.logitsHost.get(seqs[0].kv, c.Vocab)
+	}
+	return m.logits(b, pa, la, x, xn, tmp, T, want, pending, capture, dst)
 }
 
 // feedForward runs block i's feed-forward on xn's T rows into tmp: its MoE block, whose
@@ -165,8 +169,9 @@ func (m *Model) feedForward(bl *backend, i int, l *models.Layer, xn []float32, T
 
 // logits ends enqueue's pass with the head: the output norm and product of the rows want
 // asks for, x's last or all of its T, with the last block's residual (pending) added first.
-// With capture they stay in device memory, in the pass arena pa.
-func (m *Model) logits(b *backend, pa, la *arena, x, xn, tmp []float32, T int, want logitRows, pending, capture bool) ([]float32, error) {
+// With capture they stay in device memory, in the pass arena pa; else one row of them is
+// read back into dst where it is not nil (hostLogits).
+func (m *Model) logits(b *backend, pa, la *arena, x, xn, tmp []float32, T int, want logitRows, pending, capture bool, dst []float32) ([]float32, error) {
 	d := m.arch.Config.Embd
 	rows := x
 	if want != allLogits {
@@ -184,7 +189,7 @@ func (m *Model) logits(b *backend, pa, la *arena, x, xn, tmp []float32, T int, w
 		b.MatMul(out, xn[:T*d], T, logits)
 		return logits, errors.Join(pa.err, la.err)
 	}
-	logits := m.head(b, out, xn[:T*d], T)
+	logits := m.head(b, out, xn[:T*d], T, dst)
 	if err := m.endPass(pa, la); err != nil {
 		return nil, err
 	}
@@ -265,8 +270,8 @@ const headRows = 64
 
 // head computes the output logits of the T normalised rows xn and returns them where the
 // host reads them (to sample, or score every row): on a device, headRows rows at a time,
-// each read back before the next is computed.
-func (m *Model) head(b models.Backend, out quant.Matrix, xn []float32, T int) []float32 {
+// each read back before the next is computed, one row into dst where it is not nil.
+func (m *Model) head(b models.Backend, out quant.Matrix, xn []float32, T int, dst []float32) []float32 {
 	if !m.resident {
 		// Its own memory, not the arena's: the caller keeps the logits after the pass.
 		logits := make([]float32, T*out.Rows)
@@ -276,6 +281,10 @@ func (m *Model) head(b models.Backend, out quant.Matrix, xn []float32, T int) []
 	if T <= headRows {
 		logits := b.Floats(T * out.Rows)
 		b.MatMul(out, xn, T, logits)
+		if T == 1 && len(dst) == len(logits) {
+			m.ops.Read(dst, logits)
+			return dst
+		}
 		return m.toHost(logits)
 	}
 	d, V := m.arch.Config.Embd, out.Rows

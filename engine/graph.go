@@ -3,7 +3,6 @@ package engine
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 
 	"github.com/commit-run/commit-run/device"
@@ -28,41 +27,14 @@ type stepGraphs struct {
 	mu     sync.Mutex // steps: sessions close on their own goroutines
 	steps  map[*models.KVCache]*stepGraph
 	failed error // why a capture failed: passes run eagerly from then on
-	// pin allocates the host memory the steps' logits are read into (nil: Go memory), and
-	// free holds those of released steps, for the next capture: pinned memory lives as long
-	// as the device, so a server's sessions reuse it rather than each leaving its own.
-	pin  device.HostAllocator
-	free [][]float32
 }
 
 // stepGraph is one KV cache's captured decode step.
 type stepGraph struct {
 	step   device.Step
 	logits []float32 // where the step writes the logits (device memory)
-	// host is where a replay reads the logits back to: the session's, reused at every step
-	// (its caller samples from them before it asks for the next), and pinned where the
-	// device allows, so the read is the link's DMA into them rather than the driver's
-	// staging and a fresh vocabulary's worth of Go memory each token.
+	// host is where a replay reads the logits back to: its session's (Model.logitsHost).
 	host []float32
-}
-
-// hostLogits returns n floats of host memory for a step's logits: a released step's, or
-// pinned memory where the device allocates it, else Go memory.
-func (gs *stepGraphs) hostLogits(n int) []float32 {
-	gs.mu.Lock()
-	defer gs.mu.Unlock()
-	for i, h := range gs.free {
-		if len(h) == n {
-			gs.free = slices.Delete(gs.free, i, i+1)
-			return h
-		}
-	}
-	if gs.pin != nil {
-		if f, ok := pinnedFloats(gs.pin, n); ok {
-			return f
-		}
-	}
-	return make([]float32, n)
 }
 
 // setupGraphs turns on captured decode steps where every pass of one token can be captured:
@@ -82,8 +54,7 @@ func (m *Model) setupGraphs() {
 			used += l.MoE.Used
 		}
 	}
-	pin, _ := m.dev.(device.HostAllocator)
-	m.graphs = &stepGraphs{g: g, used: used, steps: map[*models.KVCache]*stepGraph{}, pin: pin}
+	m.graphs = &stepGraphs{g: g, used: used, steps: map[*models.KVCache]*stepGraph{}}
 }
 
 // takes says whether a pass is a decode step that replays a graph: one token of one sequence,
@@ -151,7 +122,7 @@ func (m *Model) captureStep(s seqRows, tokens []int32) (*stepGraph, error) {
 	}
 	sg := &stepGraph{step: step, logits: logits}
 	if m.resident {
-		sg.host = m.graphs.hostLogits(len(logits))
+		sg.host = m.logitsHost.get(s.kv, len(logits))
 	}
 	return sg, nil
 }
@@ -164,9 +135,6 @@ func (gs *stepGraphs) drop(kv *models.KVCache) {
 	gs.mu.Lock()
 	sg := gs.steps[kv]
 	delete(gs.steps, kv)
-	if sg != nil && sg.host != nil {
-		gs.free = append(gs.free, sg.host)
-	}
 	gs.mu.Unlock()
 	if sg != nil {
 		gs.g.ReleaseStep(sg.step)

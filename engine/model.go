@@ -59,7 +59,10 @@ type Model struct {
 	moeDevErr error // why the first layer the device does not route is not
 	// graphs replays captured decode steps on a device that captures them (nil: eager).
 	graphs *stepGraphs
-	act    activations
+	// logitsHost is where passes in device memory read a session's row of logits back to
+	// (nil on the host, whose passes write them where they are).
+	logitsHost *hostLogits
+	act        activations
 	// hostArenas are the passes' arenas on the host, reused (any number of passes run at
 	// once there).
 	hostArenas sync.Pool
@@ -289,6 +292,9 @@ func (m *Model) prepare() error {
 	}
 	if err := m.setupFused(); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
+	}
+	if m.resident {
+		m.logitsHost = newHostLogits(m.dev)
 	}
 	m.setupGraphs()
 	if opts.Parallel > 1 && opts.EP != nil {

@@ -239,6 +239,7 @@ func (m *Model) newKVWith(alloc models.Alloc, free func([]byte)) (*models.KVCach
 // freeKV gives a KV cache's device memory back.
 func (m *Model) freeKV(kv *models.KVCache) {
 	m.graphs.drop(kv)
+	m.logitsHost.release(kv)
 	if !m.resident && m.replay == nil {
 		return
 	}
