@@ -750,7 +750,7 @@ func (m *Model) routeTokens(b models.Backend, layer int, moe *models.MoE, x []fl
 	m.label("router", "router", layer, -1)
 	b.MatMul(moe.Router.Matrix(), x, T, logits)
 	addBias(b, logits, moe.RouterBias)
-	logits = m.toHost(logits)
+	logits = m.routerToHost(logits)
 	if m.replay != nil {
 		routes, err := m.replay.routes(layer, moe, pos0, T)
 		return logits, routes, err

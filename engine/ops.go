@@ -378,6 +378,9 @@ type activations struct {
 	// exchange is the host memory through which a pass in device memory hands a layer's
 	// input to the experts the host computes and their outputs back (exchangeArena).
 	exchange *arena
+	// router is the host memory a layer routed on the host reads its router's logits into
+	// (routerToHost).
+	router *arena
 }
 
 // bytes is the reserve's size.
@@ -439,6 +442,26 @@ func (m *Model) exchangeArena() *arena {
 		m.act.exchange = &arena{carve: true, pin: ha}
 	}
 	return m.act.exchange
+}
+
+// routerToHost returns a layer's router logits x readable by the host: x itself on the host,
+// else read back into pinned memory the model keeps for them, which the next layer's reuse
+// (their last readers, the routing, the Commit Router's apply and the observer's event, are
+// done with them by then: RouteObserver's slices are valid during its call only). Passes in
+// device memory run one at a time (passMu).
+func (m *Model) routerToHost(x []float32) []float32 {
+	if !m.resident {
+		return x
+	}
+	if m.act.router == nil {
+		ha, _ := m.dev.(device.HostAllocator)
+		m.act.router = &arena{carve: true, pin: ha}
+	}
+	a := m.act.router
+	a.reset()
+	h := a.floats(len(x))
+	m.ops.Read(h, x)
+	return h
 }
 
 // backend is what a layer computes with: the device's kernels, the pass's Ops and an arena.
