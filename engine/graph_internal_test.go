@@ -78,28 +78,11 @@ func runDecode(t *testing.T, path string, o Options, seq, prompt []int32) decode
 // warp reads.
 func TestGPUDecodeSteps(t *testing.T) {
 	lib := GPUForTests(t)
-	spec, err := synth.GoldenSpec("qwen2moe-q4km")
-	if err != nil {
-		t.Fatal(err)
-	}
-	q4km := filepath.Join(t.TempDir(), "qwen2moe-q4km.gguf")
-	if _, err := synth.WriteFile(spec, q4km); err != nil {
-		t.Fatal(err)
-	}
+	q4km := goldenModel(t, "qwen2moe-q4km")
 	t.Run(filepath.Base(bundledQwenPath), func(t *testing.T) { checkDecodeSteps(t, bundledQwenPath, lib, true) })
 	// The q/k norms in rope_kv_f32: OLMoE's over a token's every head, Qwen3's head by head.
 	for _, name := range []string{"olmoe-q8_0", "qwen3moe-q5km"} {
-		t.Run(name, func(t *testing.T) {
-			spec, err := synth.GoldenSpec(name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			path := filepath.Join(t.TempDir(), name+".gguf")
-			if _, err := synth.WriteFile(spec, path); err != nil {
-				t.Fatal(err)
-			}
-			checkDecodeSteps(t, path, lib, false)
-		})
+		t.Run(name, func(t *testing.T) { checkDecodeSteps(t, goldenModel(t, name), lib, false) })
 	}
 	var one decodeRun
 	t.Run(filepath.Base(q4km), func(t *testing.T) { one = checkDecodeSteps(t, q4km, lib, false) })
@@ -236,4 +219,19 @@ func TestStepLogitsReused(t *testing.T) {
 	if n := len(m.logitsHost.free); n != 1 {
 		t.Errorf("%d sessions' logits memory free after both sessions closed, want 1", n)
 	}
+}
+
+// goldenModel writes synth's golden model called name (synth.GoldenSpec) into a temporary
+// folder and returns its path.
+func goldenModel(t *testing.T, name string) string {
+	t.Helper()
+	spec, err := synth.GoldenSpec(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), name+".gguf")
+	if _, err := synth.WriteFile(spec, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -3,7 +3,6 @@ package engine
 import (
 	"errors"
 	"math/rand/v2"
-	"path/filepath"
 	"slices"
 	"testing"
 	"unsafe"
@@ -12,7 +11,6 @@ import (
 	"github.com/commit-run/commit-run/device"
 	"github.com/commit-run/commit-run/models"
 	"github.com/commit-run/commit-run/quant"
-	"github.com/commit-run/commit-run/synth"
 )
 
 // charges records what a Charger was charged.
@@ -62,14 +60,7 @@ func TestChargedOps(t *testing.T) {
 	}
 
 	// A model with MLA charges its heads' products on the simulator, not on the CPU.
-	spec, err := synth.GoldenSpec("deepseek2-mla-f32")
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "mla.gguf")
-	if _, err := synth.WriteFile(spec, path); err != nil {
-		t.Fatal(err)
-	}
+	path := goldenModel(t, "deepseek2-mla-f32")
 	for dev, charged := range map[string]bool{"cpu": false, "sim:rtx4090": true} {
 		m, err := Open(path, Options{Device: dev, Threads: 1, ContextLength: 32})
 		if err != nil {
@@ -86,14 +77,7 @@ func TestChargedOps(t *testing.T) {
 // states once (the device's recurrence keeps them in registers through the pass) and each
 // token's rows through its four kernels, and a token's work for every token.
 func TestChargedRecurrence(t *testing.T) {
-	spec, err := synth.GoldenSpec("qwen35moe-f32")
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "qwen35moe.gguf")
-	if _, err := synth.WriteFile(spec, path); err != nil {
-		t.Fatal(err)
-	}
+	path := goldenModel(t, "qwen35moe-f32")
 	m, err := Open(path, Options{Device: "sim:rtx4090", Threads: 1, ContextLength: 64})
 	if err != nil {
 		t.Fatal(err)

@@ -19,15 +19,10 @@ import (
 // layers leave no slot), and static-cache on the CPU, which cannot weigh a copy, copies each
 // expert the host computed into its cache.
 func TestStatic(t *testing.T) {
-	prompt := []int32{1, 5, 9, 14, 3, 27, 8, 2, 11, 6}
 	for _, path := range []string{"../models/testdata/tinymoe-qwen2moe.gguf", "../models/testdata/tinymoe-mixtral.gguf"} {
-		info, err := engine.Inspect(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		L := len(info.MoELayers)
+		info, L := inspectMoE(t, path)
 		base := engine.Options{Threads: 2, KVType: "f32", ContextLength: 64, HostRates: engine.HostRates{Bandwidth: 20e9, FLOPS: 200e9}}
-		want := runOn(t, path, base, prompt, 6)
+		want := runOn(t, path, base, staticPrompt, 6)
 		for _, c := range []struct {
 			pol   offload.Policy
 			dev   string
@@ -54,7 +49,7 @@ func TestStatic(t *testing.T) {
 				}
 				ctx := context.Background()
 				var probs [][]float32
-				if err := s.Probs(ctx, prompt, func(_ int, p []float32) error {
+				if err := s.Probs(ctx, staticPrompt, func(_ int, p []float32) error {
 					probs = append(probs, slices.Clone(p))
 					return nil
 				}); err != nil {
@@ -62,7 +57,7 @@ func TestStatic(t *testing.T) {
 				}
 				before, _ := m.Offload()
 				var decoding engine.OffloadStats // after the prompt's pass
-				res, err := s.Generate(ctx, prompt, engine.GenerateOptions{MaxTokens: 6, IgnoreEOS: true, Sampler: engine.SamplerOptions{Greedy: true},
+				res, err := s.Generate(ctx, staticPrompt, engine.GenerateOptions{MaxTokens: 6, IgnoreEOS: true, Sampler: engine.SamplerOptions{Greedy: true},
 					OnToken: func(tok engine.Token) error {
 						if decoding.Slots == 0 {
 							decoding, _ = m.Offload()
@@ -88,7 +83,7 @@ func TestStatic(t *testing.T) {
 				copied := after.BytesCopied - opened.BytesCopied
 				hostExperts := after.OnCPU - before.OnCPU
 				// The prompt's pass, then 5 single-token passes (the sixth token is sampled).
-				passes := int64(len(prompt) + 5)
+				passes := int64(len(staticPrompt) + 5)
 				switch {
 				case c.pol == offload.Static && (after.BytesCopied != decoding.BytesCopied || N < L && copied != 0):
 					// A prompt may copy a host layer's experts into a slot the device layers
@@ -114,19 +109,14 @@ func TestStatic(t *testing.T) {
 // the CPU, which has no card's memory to fill, Open says to give a budget.
 func TestStaticCardMemory(t *testing.T) {
 	path := "../models/testdata/tinymoe-qwen2moe.gguf"
-	info, err := engine.Inspect(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	L := len(info.MoELayers)
-	prompt := []int32{1, 5, 9, 14, 3, 27, 8, 2, 11, 6}
+	info, L := inspectMoE(t, path)
 	base := engine.Options{Threads: 2, KVType: "f32", ContextLength: 64}
-	want := runOn(t, path, base, prompt, 4)
+	want := runOn(t, path, base, staticPrompt, 4)
 
 	o := base
 	o.Device = "sim:rtx2080ti"
 	o.Offload = &engine.OffloadOptions{Policy: offload.Static, HostLayers: L / 2}
-	got := runOn(t, path, o, prompt, 4)
+	got := runOn(t, path, o, staticPrompt, 4)
 	if o.Offload.GPUMem != 0 {
 		t.Errorf("Open changed the caller's budget to %d", o.Offload.GPUMem)
 	}
@@ -160,18 +150,13 @@ func TestStaticCardMemory(t *testing.T) {
 func TestCUDAStatic(t *testing.T) {
 	lib := engine.GPUForTests(t)
 	path := "../models/testdata/tinymoe-qwen2moe.gguf"
-	info, err := engine.Inspect(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	L := len(info.MoELayers)
-	prompt := []int32{1, 5, 9, 14, 3, 27, 8, 2, 11, 6}
+	info, L := inspectMoE(t, path)
 	base := engine.Options{Threads: 2, KVType: "f32", ContextLength: 64, Device: "cuda:0", CUDALibrary: lib, NoGraphs: true}
-	want, wantTok, _ := decodeCounters(t, path, base, prompt)
+	want, wantTok, _ := decodeCounters(t, path, base, staticPrompt)
 	for _, N := range []int{0, L / 2, L} {
 		o := base
 		o.Offload = &engine.OffloadOptions{Policy: offload.Static, HostLayers: N}
-		got, tok, hits := decodeCounters(t, path, o, prompt)
+		got, tok, hits := decodeCounters(t, path, o, staticPrompt)
 		t.Logf("%d host layers: per token %+v; resident %+v", N, tok, wantTok)
 		if !slices.Equal(got.tokens, want.tokens) {
 			t.Errorf("%d host layers: greedy %v, resident %v", N, got.tokens, want.tokens)
@@ -197,10 +182,10 @@ func TestCUDAStatic(t *testing.T) {
 	// With no host layer the offloader decides nothing during a decoded token, which then
 	// replays a CUDA graph as the resident model's does, its experts still counted as hits.
 	base.NoGraphs = false
-	want, wantTok, _ = decodeCounters(t, path, base, prompt)
+	want, wantTok, _ = decodeCounters(t, path, base, staticPrompt)
 	o := base
 	o.Offload = &engine.OffloadOptions{Policy: offload.Static}
-	got, tok, hits := decodeCounters(t, path, o, prompt)
+	got, tok, hits := decodeCounters(t, path, o, staticPrompt)
 	if !slices.Equal(got.tokens, want.tokens) || maxDiff(got.probs, want.probs) != 0 {
 		t.Errorf("no host layer, graphs: greedy %v, resident %v; probabilities differ by %g", got.tokens, want.tokens, maxDiff(got.probs, want.probs))
 	}
@@ -210,6 +195,19 @@ func TestCUDAStatic(t *testing.T) {
 	if want := float64(L * info.ExpertsUsed); hits != want {
 		t.Errorf("no host layer, graphs: %v hits a decoded token, want %v", hits, want)
 	}
+}
+
+// staticPrompt is the static tests' prompt, on both bundled models.
+var staticPrompt = []int32{1, 5, 9, 14, 3, 27, 8, 2, 11, 6}
+
+// inspectMoE returns path's model information and its MoE layers.
+func inspectMoE(t *testing.T, path string) (*engine.Info, int) {
+	t.Helper()
+	info, err := engine.Inspect(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info, len(info.MoELayers)
 }
 
 // decodeCounters runs prompt on path and 6 greedy tokens after it (runOn), and returns the
