@@ -43,20 +43,6 @@ CR_FN void kv_put(void* c, i64 i, int f16, float v) {
 
 // ---- the q/k norms, to the bit as rms_norm_f32 in a block of 256 threads ----
 
-// qk_norm_out normalises row x (d floats) in place, given the float64 sum of its squares s,
-// as rms_norm_row does; the calling thread takes elements t, t + step, ...
-CR_FN void qk_norm_out(float* x, int d, double s, const float* w, const float* b, float eps, int t, int step) {
-	const float scale = cr_fdiv(1.0f, cr_fsqrt(cr_fadd((float)(s / (double)d), eps)));
-	for (int i = t; i < d; i += step) {
-		float o = cr_fmul(x[i], scale);
-		if (w)
-			o = cr_fmul(o, w[i]);
-		if (b)
-			o = cr_fadd(o, b[i]);
-		x[i] = o;
-	}
-}
-
 // qk_norm_warp normalises a row of d <= 256 floats (a head) with one warp. In rms_norm_f32's
 // block of 256, thread v = lane + 32j (warp j) squares x[v], each warp sums its lanes by the
 // butterfly, and the block's sum is a second butterfly over the 8 warps' sums and 24 zeros:
@@ -82,7 +68,7 @@ CR_FN void qk_norm_warp(float* x, int d, const float* w, const float* b, float e
 	s15 += qk_square_sum(v, 5);
 	double s37 = qk_square_sum(v, 3);
 	s37 += qk_square_sum(v, 7);
-	qk_norm_out(x, d, (s04 + s26) + (s15 + s37), w, b, eps, lane, CR_WARP);
+	rms_norm_write(x, x, d, rms_norm_scale((s04 + s26) + (s15 + s37), d, eps), w, b, lane, CR_WARP);
 }
 
 // qk_norm_block normalises a row of d floats (every head of a token) with the whole block of
@@ -90,16 +76,8 @@ CR_FN void qk_norm_warp(float* x, int d, const float* w, const float* b, float e
 // add zeros, which cr_block_sum_d's second butterfly adds as it adds the lanes past 8 warps.
 CR_FN void qk_norm_block(float* x, int d, const float* w, const float* b, float eps, double* sh) {
 	const int t = threadIdx.x;
-	double s = 0.0;
-	if (t < 256) {
-#pragma unroll 4
-		for (int i = t; i < d; i += 256) {
-			const float v = x[i];
-			s += (double)cr_fmul(v, v);
-		}
-	}
-	s = cr_block_sum_d(s, sh);
-	qk_norm_out(x, d, s, w, b, eps, t, (int)blockDim.x);
+	const double s = cr_block_sum_d(t < 256 ? rms_norm_squares(x, d, t, 256) : 0.0, sh);
+	rms_norm_write(x, x, d, rms_norm_scale(s, d, eps), w, b, t, (int)blockDim.x);
 }
 
 // qk_norm_rows normalises the rows rows of dim floats at x in place, a warp a row where a row

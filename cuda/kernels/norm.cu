@@ -12,13 +12,44 @@
 // the same order either way (i = threadIdx.x, + blockDim.x, ...), so both give the same bits.
 #define NORM_REG 8
 
+// rms_norm_squares is one thread's share of a row's sum of squares: the float32 squares of
+// x[i], i = t, t + step, ..., added in float64 in that order.
+CR_FN double rms_norm_squares(const float* x, int d, int t, int step) {
+	double s = 0.0;
+#pragma unroll 4
+	for (int i = t; i < d; i += step) {
+		const float v = x[i];
+		s += (double)cr_fmul(v, v);
+	}
+	return s;
+}
+
+// rms_norm_scale is 1/sqrt(mean + eps) of a row of d values whose squares sum to s.
+CR_FN float rms_norm_scale(double s, int d, float eps) { return cr_fdiv(1.0f, cr_fsqrt(cr_fadd((float)(s / (double)d), eps))); }
+
+// rms_norm_value is one normalised value: (v * scale) * w (+ b), rounded at each step, w
+// where has_w and b where has_b.
+CR_FN float rms_norm_value(float v, float scale, bool has_w, float w, bool has_b, float b) {
+	float o = cr_fmul(v, scale);
+	if (has_w)
+		o = cr_fmul(o, w);
+	if (has_b)
+		o = cr_fadd(o, b);
+	return o;
+}
+
+// rms_norm_write normalises x[i] into dst[i] (dst may be x) for i = t, t + step, ...
+CR_FN void rms_norm_write(float* dst, const float* x, int d, float scale, const float* w, const float* b, int t, int step) {
+	for (int i = t; i < d; i += step)
+		dst[i] = rms_norm_value(x[i], scale, w, w ? w[i] : 1.0f, b, b ? b[i] : 0.0f);
+}
+
 // rms_norm_row normalises x (d floats) into dst. With add, x + add is the row (x[i] + add[i],
 // rounded), stored to xw first: the residual add of add_rms_norm_f32, in the same pass.
 CR_FN void rms_norm_row(float* dst, const float* x, const float* add, float* xw, const float* weight, const float* bias, int d,
                         float eps) {
 	__shared__ double sh[32];
 	const int n = (int)blockDim.x, t = (int)threadIdx.x;
-	double s = 0.0;
 	if (d <= NORM_REG * n) {
 		// Every load before the first store, which the compiler cannot move a load above.
 		float v[NORM_REG], a[NORM_REG], w[NORM_REG], b[NORM_REG];
@@ -40,23 +71,18 @@ CR_FN void rms_norm_row(float* dst, const float* x, const float* add, float* xw,
 				}
 			}
 		}
+		double s = 0.0;
 #pragma unroll
 		for (int k = 0; k < NORM_REG; k++)
 			if (t + k * n < d)
 				s += (double)cr_fmul(v[k], v[k]);
-		s = cr_block_sum_d(s, sh);
-		const float scale = cr_fdiv(1.0f, cr_fsqrt(cr_fadd((float)(s / (double)d), eps)));
+		const float scale = rms_norm_scale(cr_block_sum_d(s, sh), d, eps);
 #pragma unroll
 		for (int k = 0; k < NORM_REG; k++) {
 			const int i = t + k * n;
 			if (i >= d)
 				break;
-			float o = cr_fmul(v[k], scale);
-			if (weight)
-				o = cr_fmul(o, w[k]);
-			if (bias)
-				o = cr_fadd(o, b[k]);
-			dst[i] = o;
+			dst[i] = rms_norm_value(v[k], scale, weight, w[k], bias, b[k]);
 		}
 		return;
 	}
@@ -66,21 +92,8 @@ CR_FN void rms_norm_row(float* dst, const float* x, const float* add, float* xw,
 			xw[i] = cr_fadd(x[i], add[i]);
 		x = xw;
 	}
-	for (int i = t; i < d; i += n) {
-		float v = x[i];
-		s += (double)cr_fmul(v, v);
-	}
-	s = cr_block_sum_d(s, sh);
-	float mean = (float)(s / (double)d);
-	float scale = cr_fdiv(1.0f, cr_fsqrt(cr_fadd(mean, eps)));
-	for (int i = t; i < d; i += n) {
-		float v = cr_fmul(x[i], scale);
-		if (weight)
-			v = cr_fmul(v, weight[i]);
-		if (bias)
-			v = cr_fadd(v, bias[i]);
-		dst[i] = v;
-	}
+	const float scale = rms_norm_scale(cr_block_sum_d(rms_norm_squares(x, d, t, n), sh), d, eps);
+	rms_norm_write(dst, x, d, scale, weight, bias, t, n);
 }
 
 // rms_norm_f32(float* dst, const float* x, const float* weight, const float* bias, int d, float eps)
