@@ -611,8 +611,41 @@ template <> struct mmv_is_float<mmv_half_t<1> > {
 	enum { value = 1 };
 };
 
+// mmv_walk calls dot(r, b) for the blocks b, b + step, ... below nb of row wr, in that order,
+// r being block b's raw words as lane s of it loads them, with the loads of the next block
+// (Ahead 1) or of the next two (Ahead 2) in flight while a block is used. Two help a warp
+// alone on a short row of one token, which otherwise waits for memory at every step (on the
+// H200 every one-token product took 31-37 us whatever its bytes, and the router's float
+// product 7.5 us to llama.cpp's 3.1); with several tokens, the sums take the registers a
+// second block would. Either way the blocks come in the same order: the same sums.
+template <class T, int Ahead, class F> CR_FN void mmv_walk(const u8* wr, int b, int nb, int step, int s, F dot) {
+	if (b >= nb)
+		return;
+	typename T::raw r = T::load(wr + (i64)b * T::BB, s), rn = r;
+	if (Ahead == 2 && b + step < nb)
+		rn = T::load(wr + (i64)(b + step) * T::BB, s);
+	for (;;) {
+		const int ba = b + Ahead * step; // the block whose loads start now
+		typename T::raw ra = Ahead == 2 ? rn : r;
+		if (ba < nb)
+			ra = T::load(wr + (i64)ba * T::BB, s);
+		dot(r, b);
+		if (b + step >= nb)
+			break;
+		if (Ahead == 2) {
+			r = rn;
+			rn = ra;
+		} else {
+			r = ra;
+		}
+		b += step;
+	}
+}
+
 // mmv_sums computes the dot products of one row with nt <= NT tokens with the whole warp: token
-// t's activations at x + t*x_tok; every lane gets the warp's sums in acc[0..nt).
+// t's activations at x + t*x_tok; every lane gets the warp's sums in acc[0..nt). A float
+// matrix's one token reads two blocks ahead (mmv_walk); the block types' raw words are more
+// registers than their kernels have to spare.
 template <class T, int NT>
 CR_FN void mmv_sums(const u8* wr, const float* x, int cols, int x_tok, int nt, float* acc, const float* tab) {
 	const int lane = threadIdx.x, s = lane % T::LPB, step = CR_WARP / T::LPB;
@@ -620,42 +653,9 @@ CR_FN void mmv_sums(const u8* wr, const float* x, int cols, int x_tok, int nt, f
 #pragma unroll
 	for (int t = 0; t < NT; t++)
 		acc[t] = 0.0f;
-	int b = lane / T::LPB;
-	if (b < nb && NT == 1 && mmv_is_float<T>::value) {
-		// Two steps read ahead for one token of a float matrix, as mmvq_sums (mmvq.cu) reads
-		// them: a warp alone on a router's row (64 rows of 2048 floats) otherwise waits for
-		// memory at every step (7.5 us on the H200, llama.cpp's 3.1). The same blocks in the
-		// same order: the same sums. (The block types' raw words are more registers than
-		// their kernels have to spare.)
-		typename T::raw r = T::load(wr + (i64)b * T::BB, s), rn = r;
-		if (b + step < nb)
-			rn = T::load(wr + (i64)(b + step) * T::BB, s);
-		for (;;) {
-			const int bnn = b + 2 * step;
-			typename T::raw rnn = rn;
-			if (bnn < nb)
-				rnn = T::load(wr + (i64)bnn * T::BB, s); // in flight with rn while r is used
-			mmv_call<T, NT>::dot(r, s, x + (i64)b * T::QK, x_tok, nt, acc, tab);
-			if (b + step >= nb)
-				break;
-			r = rn;
-			rn = rnn;
-			b += step;
-		}
-	} else if (b < nb) {
-		typename T::raw r = T::load(wr + (i64)b * T::BB, s);
-		for (;;) {
-			int bn = b + step;
-			typename T::raw rn = r;
-			if (bn < nb)
-				rn = T::load(wr + (i64)bn * T::BB, s); // in flight while r is used
-			mmv_call<T, NT>::dot(r, s, x + (i64)b * T::QK, x_tok, nt, acc, tab);
-			if (bn >= nb)
-				break;
-			r = rn;
-			b = bn;
-		}
-	}
+	mmv_walk<T, NT == 1 && mmv_is_float<T>::value ? 2 : 1>(wr, lane / T::LPB, nb, step, s, [&](const typename T::raw& r, int b) {
+		mmv_call<T, NT>::dot(r, s, x + (i64)b * T::QK, x_tok, nt, acc, tab);
+	});
 #pragma unroll
 	for (int t = 0; t < NT; t++)
 		if (t < nt)

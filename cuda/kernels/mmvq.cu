@@ -503,11 +503,8 @@ template <int NT> CR_FN void mmvq_combine(float* acc, float* red, bool sum) {
 // for tokens t < nt in acc[0..nt) (mmvq_combine's, so with W > 1 every thread of the block calls
 // it; a thread with on false reads nothing and adds nothing, for a row that has no dot here).
 //
-// The weights are read ahead of the dots: one step with several tokens, whose sums hold
-// registers enough, and two steps for one token (a decoded token's products, mmvq1 and the
-// fused kernels), where a warp alone on its row otherwise waits for memory at every step
-// (on the H200 every one-token product took 31-37 us whatever its bytes). The dots take the
-// blocks in the same order either way, so the sums are the same to the bit.
+// The weights are read ahead of the dots by mmv_walk (mmv.cu): two blocks for one token (a
+// decoded token's products, mmvq1 and the fused kernels), one with several.
 template <class T, int NT>
 CR_FN void mmvq_sums(const u8* wr, const q8act* x, int cols, int nt, float* acc, float* red, bool on = true) {
 	const int p = (int)(threadIdx.z * CR_WARP + threadIdx.x), s = p % T::LPB, step = (int)blockDim.z * CR_WARP / T::LPB;
@@ -515,37 +512,8 @@ CR_FN void mmvq_sums(const u8* wr, const q8act* x, int cols, int nt, float* acc,
 #pragma unroll
 	for (int t = 0; t < NT; t++)
 		acc[t] = 0.0f;
-	int b = p / T::LPB;
-	if (b < nb && NT == 1) {
-		typename T::raw r = T::load(wr + (i64)b * T::BB, s), rn = r;
-		if (b + step < nb)
-			rn = T::load(wr + (i64)(b + step) * T::BB, s);
-		for (;;) {
-			const int bnn = b + 2 * step;
-			typename T::raw rnn = rn;
-			if (bnn < nb)
-				rnn = T::load(wr + (i64)bnn * T::BB, s); // in flight with rn while r is used
-			T::template dotq<NT>(r, s, b, x, nt, acc);
-			if (b + step >= nb)
-				break;
-			r = rn;
-			rn = rnn;
-			b += step;
-		}
-	} else if (b < nb) {
-		typename T::raw r = T::load(wr + (i64)b * T::BB, s);
-		for (;;) {
-			int bn = b + step;
-			typename T::raw rn = r;
-			if (bn < nb)
-				rn = T::load(wr + (i64)bn * T::BB, s); // in flight while r is used
-			T::template dotq<NT>(r, s, b, x, nt, acc);
-			if (bn >= nb)
-				break;
-			r = rn;
-			b = bn;
-		}
-	}
+	mmv_walk<T, NT == 1 ? 2 : 1>(wr, p / T::LPB, nb, step, s,
+	                             [&](const typename T::raw& r, int b) { T::template dotq<NT>(r, s, b, x, nt, acc); });
 	if (on) {
 #pragma unroll
 		for (int t = 0; t < NT; t++)
