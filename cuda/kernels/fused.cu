@@ -179,7 +179,6 @@ extern "C" __global__ void kv_store_f32(void* cache, const float* src, int f16, 
 
 #define ROUTE_MAX_EXPERTS 512
 #define ROUTE_MAX_USED 16
-#define ROUTE_THREADS 256
 
 // route_softmax replaces p[0..n) by its softmax in the arithmetic and order of models.Softmax,
 // every float64 addition included (so unlike softmax_rows_f32 it is the CPU's to the bit):
