@@ -602,7 +602,7 @@ func checkMoE(t *testing.T, k *kernelEnv, c moeCase, r *rand.Rand, up bool) {
 		}
 		out := k.alloc(t, 4*c.d)
 		k.run(t, "combine_off_f32", Dim3{X: ceilDiv(c.d, 256)}, Dim3{X: 256},
-			args.Reset().Ptr(out).Ptr(ys).Ptr(k.putF32(t, w[tk*c.k:(tk+1)*c.k])).Ptr(k.put(t, i32bytes([]int32{0, int32(c.k)}))).Int(c.d))
+			args.Reset().Ptr(out).Ptr(ys).Ptr(k.putF32(t, w[tk*c.k:(tk+1)*c.k])).Ptr(k.put(t, i32bytes([]int32{0, int32(c.k)}))).Ptr(0).Int(0).Int(c.d))
 		want := k.getF32(t, out, c.d)
 		if c.shared {
 			s := k.alloc(t, 4*c.d)

@@ -169,7 +169,7 @@ var KernelNames = []string{
 	"mmv_heads_q4_0", "mmv_heads_q4_1", "mmv_heads_q5_0", "mmv_heads_q5_1", "mmv_heads_q8_0", "mmv_heads_iq4_nl", "mmv_heads_mxfp4",
 	"mmv_heads_q2_K", "mmv_heads_q3_K", "mmv_heads_q4_K", "mmv_heads_q5_K", "mmv_heads_q6_K",
 	// moe.cu
-	"combine_off_f32", "add_rows_id_f32", "gated_add_f32",
+	"combine_off_f32", "add_rows_id_f32", "gated_add_f32", "moe_group_ids",
 	// deltanet.cu: a gated DeltaNet layer between its products
 	"deltanet_conv_f32", "deltanet_prep_f32", "deltanet_rec_f32", "deltanet_norm_f32",
 	// fused.cu: a decode step's runs of operations, one launch each

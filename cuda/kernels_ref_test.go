@@ -143,6 +143,16 @@ func (k *kernelEnv) getF32(tb testing.TB, p DevicePtr, n int) []float32 {
 	return f32sOf(k.get(tb, p, 4*n))
 }
 
+func (k *kernelEnv) getI32(tb testing.TB, p DevicePtr, n int) []int32 {
+	tb.Helper()
+	b := k.get(tb, p, 4*n)
+	v := make([]int32, n)
+	for i := range v {
+		v[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return v
+}
+
 func (k *kernelEnv) getU16(tb testing.TB, p DevicePtr, n int) []uint16 {
 	tb.Helper()
 	return u16sOf(k.get(tb, p, 2*n))
@@ -1636,7 +1646,7 @@ func moeCases() []kernelCase {
 				ys, w := randF32(r, n*c.d, 1), randUniform(r, n, 0, 1)
 				dout, dys, dw, doff := k.alloc(t, 4*ntok*c.d), k.putF32(t, ys), k.putF32(t, w), k.put(t, i32bytes(c.off))
 				var args Args
-				k.run(t, "combine_off_f32", Dim3{X: c.grid, Y: ntok}, Dim3{X: 256}, args.Ptr(dout).Ptr(dys).Ptr(dw).Ptr(doff).Int(c.d))
+				k.run(t, "combine_off_f32", Dim3{X: c.grid, Y: ntok}, Dim3{X: 256}, args.Ptr(dout).Ptr(dys).Ptr(dw).Ptr(doff).Ptr(0).Int(0).Int(c.d))
 				want := make([]float32, ntok*c.d)
 				models.HostOps{}.Combine(want, ys, w, c.off, c.d)
 				checkBits(t, "out", k.getF32(t, dout, len(want)), want)
@@ -1645,27 +1655,29 @@ func moeCases() []kernelCase {
 	// add_rows_id_f32: each group's bias added to its rows as add_rows_f32 adds it (a float
 	// sum, so the CPU's to the bit): outputs from at's rows (in reverse of the groups'), or
 	// beside the inputs' (no at), a group without a bias left alone, an empty group, and more
-	// rows than the grid's y.
+	// rows than the grid's y; a table of the biases alone, or of a moe table's 6 entries a
+	// group (ts).
 	for _, c := range []struct {
 		d, gridY int
 		off      []int32
 		at       []int32
-	}{{300, 4, []int32{0, 3, 3, 8}, []int32{5, 5, 0}}, {37, 2, []int32{0, 5, 6}, nil}} {
+		ts       int
+	}{{300, 4, []int32{0, 3, 3, 8}, []int32{5, 5, 0}, 1}, {37, 2, []int32{0, 5, 6}, nil, 1}, {37, 2, []int32{0, 5, 5, 6}, nil, moeTabStride}} {
 		groups := len(c.off) - 1
-		cs = append(cs, kernelCase{"add_rows_id_f32", fmt.Sprintf("d=%d,off=%v,at=%v,gridY=%d", c.d, c.off, c.at, c.gridY),
+		cs = append(cs, kernelCase{"add_rows_id_f32", fmt.Sprintf("d=%d,off=%v,at=%v,gridY=%d,ts=%d", c.d, c.off, c.at, c.gridY, c.ts),
 			func(t *testing.T, k *kernelEnv, r *rand.Rand) {
 				rows := int(c.off[groups])
 				y := ewValues(r, rows*c.d)
-				tab := make([]uint64, groups)
+				tab := make([]uint64, groups*c.ts)
 				biases := make([][]float32, groups)
-				for z := range tab {
+				for z := range groups {
 					if z == 1 {
 						continue // no bias
 					}
 					biases[z] = ewValues(r, c.d)
-					tab[z] = uint64(k.putF32(t, biases[z]))
+					tab[z*c.ts] = uint64(k.putF32(t, biases[z]))
 				}
-				tb := make([]byte, 8*groups)
+				tb := make([]byte, 8*len(tab))
 				for z, p := range tab {
 					binary.LittleEndian.PutUint64(tb[8*z:], p)
 				}
@@ -1676,7 +1688,7 @@ func moeCases() []kernelCase {
 				}
 				var args Args
 				k.run(t, "add_rows_id_f32", Dim3{X: ceilDiv(c.d, 256), Y: c.gridY, Z: groups}, Dim3{X: 256},
-					args.Ptr(dy).Ptr(dtab).Ptr(doff).Ptr(dat).Int(c.d))
+					args.Ptr(dy).Ptr(dtab).Int(c.ts).Ptr(doff).Ptr(dat).Int(c.d))
 				want := slices.Clone(y)
 				for z := 0; z < groups; z++ {
 					if biases[z] == nil {
@@ -1690,6 +1702,71 @@ func moeCases() []kernelCase {
 					models.HostOps{}.AddRows(want[int(r0)*c.d:][:n*c.d], biases[z])
 				}
 				checkBits(t, "y", k.getF32(t, dy, len(want)), want)
+			}})
+	}
+	// combine_off_f32 through each slot's row (inv) with k experts a token (no off), as
+	// GPU.MoEGrouped sums its groups' outputs: HostOps.Combine of the rows gathered.
+	for _, c := range []struct{ d, ntok, k int }{{300, 3, 2}, {64, 5, 8}} {
+		cs = append(cs, kernelCase{"combine_off_f32", fmt.Sprintf("d=%d,ntok=%d,k=%d,inv", c.d, c.ntok, c.k),
+			func(t *testing.T, k *kernelEnv, r *rand.Rand) {
+				n := c.ntok * c.k
+				ys, w, inv := randF32(r, n*c.d, 1), randUniform(r, n, 0, 1), r.Perm(n)
+				inv32, off := make([]int32, n), make([]int32, c.ntok+1)
+				gathered := make([]float32, n*c.d)
+				for j, i := range inv {
+					inv32[j] = int32(i)
+					copy(gathered[j*c.d:(j+1)*c.d], ys[i*c.d:])
+				}
+				for tk := range off {
+					off[tk] = int32(tk * c.k)
+				}
+				dout := k.alloc(t, 4*c.ntok*c.d)
+				var args Args
+				k.run(t, "combine_off_f32", Dim3{X: ceilDiv(c.d, 256), Y: c.ntok}, Dim3{X: 256},
+					args.Ptr(dout).Ptr(k.putF32(t, ys)).Ptr(k.putF32(t, w)).Ptr(0).Ptr(k.put(t, i32bytes(inv32))).Int(c.k).Int(c.d))
+				want := make([]float32, c.ntok*c.d)
+				models.HostOps{}.Combine(want, gathered, w, off, c.d)
+				checkBits(t, "out", k.getF32(t, dout, len(want)), want)
+			}})
+	}
+	// moe_group_ids: a prompt's routing grouped by expert as the engine's groupByExpert groups
+	// it (each expert's slots in order, the experts' groups one after another): experts no
+	// token chose, more slots than a block's width, one expert a token, and blocks of one warp.
+	for _, c := range []struct{ experts, ntok, k, block int }{{64, 37, 8, 512}, {5, 1000, 2, 512}, {128, 3, 1, 512}, {16, 40, 4, 32}} {
+		cs = append(cs, kernelCase{"moe_group_ids", fmt.Sprintf("experts=%d,ntok=%d,k=%d,block=%d", c.experts, c.ntok, c.k, c.block),
+			func(t *testing.T, k *kernelEnv, r *rand.Rand) {
+				n := c.ntok * c.k
+				ids := make([]int32, 0, n)
+				for range c.ntok {
+					// k distinct experts in top-k order, the low ones likelier, so that some
+					// have no token
+					for j := 0; j < c.k; {
+						e := int32(r.Float64() * r.Float64() * float64(c.experts))
+						if !slices.Contains(ids[len(ids)-j:], e) {
+							ids, j = append(ids, e), j+1
+						}
+					}
+				}
+				doff, drows, dinv := k.alloc(t, 4*(c.experts+1)), k.alloc(t, 4*n), k.alloc(t, 4*n)
+				var args Args
+				k.run(t, "moe_group_ids", Dim3{X: c.experts}, Dim3{X: c.block},
+					args.Ptr(k.put(t, i32bytes(ids))).Int(n).Int(c.k).Ptr(doff).Ptr(drows).Ptr(dinv))
+				off, rows, inv := make([]int32, c.experts+1), make([]int32, 0, n), make([]int32, n)
+				for e := range c.experts {
+					for s, id := range ids {
+						if int(id) == e {
+							inv[s] = int32(len(rows))
+							rows = append(rows, int32(s/c.k))
+						}
+					}
+					off[e+1] = int32(len(rows))
+				}
+				for what, v := range map[string][2][]int32{"off": {k.getI32(t, doff, len(off)), off}, "rows": {k.getI32(t, drows, n), rows},
+					"inv": {k.getI32(t, dinv, n), inv}} {
+					if !slices.Equal(v[0], v[1]) {
+						t.Errorf("%s: %v, want %v", what, v[0], v[1])
+					}
+				}
 			}})
 	}
 	// gated_add_f32: models.HostOps.GatedAdd to the bit. The gate and x are multiples of 1/16

@@ -200,7 +200,7 @@ func BenchmarkMMQID(b *testing.B) {
 				Int(s.rows).Int(s.cols).Int(s.nt)
 		}
 		var grouped Args
-		grouped.Ptr(k.put(b, u64bytes(tab))).Ptr(k.put(b, i32bytes(off))).Ptr(0).Ptr(dq).Ptr(dd).Ptr(0).Ptr(dy).Int(s.rows).Int(s.cols)
+		grouped.Ptr(k.put(b, u64bytes(tab))).Int(1).Ptr(k.put(b, i32bytes(off))).Ptr(0).Ptr(0).Ptr(dq).Ptr(dd).Ptr(0).Ptr(dy).Int(s.rows).Int(s.cols)
 		bytes := float64(s.experts * len(data))
 		report := func(b *testing.B, sec float64) {
 			b.ReportMetric(sec*1e6, "us/layer")

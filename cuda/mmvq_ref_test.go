@@ -331,10 +331,14 @@ type mmqiGroupCase struct {
 	tokens     []int
 	gridY      int
 	at         bool // the groups' outputs in reverse order (mmqi_id's at), not in the inputs'
+	// rix: the groups' rows gathered by index from a prompt's (GPU.MoEGrouped), not one
+	// group's after another; stride: the table's entries a group (a moe table's 6), 0 for 1.
+	rix    bool
+	stride int
 }
 
 func (c mmqiGroupCase) String() string {
-	return fmt.Sprintf("rows=%d,cols=%d,tokens=%v,grid.y=%d,at=%v", c.rows, c.cols, c.tokens, c.gridY, c.at)
+	return fmt.Sprintf("rows=%d,cols=%d,tokens=%v,grid.y=%d,at=%v,rix=%v,stride=%d", c.rows, c.cols, c.tokens, c.gridY, c.at, c.rix, c.stride)
 }
 
 // mmqiGroupCases: a layer's experts' token groups (an empty one, one token, tiles' edges)
@@ -347,8 +351,9 @@ func mmqiGroupCases() []kernelCase {
 			cols = 512
 		}
 		for _, c := range []mmqiGroupCase{
-			{typ, 70, cols, []int{3, 0, 65, 1, 9}, 1, true},
-			{typ, 9, cols, []int{130, 2}, 2, false},
+			{typ, 70, cols, []int{3, 0, 65, 1, 9}, 1, true, false, 0},
+			{typ, 9, cols, []int{130, 2}, 2, false, false, 0},
+			{typ, 70, cols, []int{0, 66, 2, 0, 9}, 2, false, true, moeTabStride},
 		} {
 			cs = append(cs, kernelCase{"mmqi_id_" + strings.TrimPrefix(mmqiKernels[typ], "mmqi_"), c.String(),
 				func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkMMQIGroups(t, k, c, r) }})
@@ -367,18 +372,49 @@ func checkMMQIGroups(t *testing.T, k *kernelEnv, c mmqiGroupCase, r *rand.Rand) 
 		off = append(off, off[len(off)-1]+int32(n))
 	}
 	N := int(off[len(off)-1])
-	x := randF32(r, N*c.cols, 1)
-	p := planesOf(dt, quantizeRows(dt, x, c.cols, N), c.cols, N)
+	qb := dt.BlockSize()
+	// With rix the launch reads the groups' rows rix[i] of X rows (a prompt's, fewer than the
+	// groups' rows: a token in several groups), the reference the rows gathered.
+	X, rix, rixp := N, []int32(nil), DevicePtr(0)
+	if c.rix {
+		X = N/2 + 1
+		for range N {
+			rix = append(rix, int32(r.IntN(X)))
+		}
+		rixp = k.put(t, i32bytes(rix))
+	}
+	x := randF32(r, X*c.cols, 1)
+	p := planesOf(dt, quantizeRows(dt, x, c.cols, X), c.cols, X)
 	dq, dd, ds := k.put(t, int8bytes(p.q)), k.putF32(t, p.d), DevicePtr(0)
 	if p.s != nil {
 		ds = k.putF32(t, p.s)
 	}
+	gq, gd, gs := dq, dd, ds // the groups' rows one after another
+	if c.rix {
+		var g q8Planes
+		nb := c.cols / qb
+		for _, i := range rix {
+			g.q = append(g.q, p.q[int(i)*c.cols:][:c.cols]...)
+			g.d = append(g.d, p.d[int(i)*nb:][:nb]...)
+			if p.s != nil {
+				g.s = append(g.s, p.s[int(i)*nb:][:nb]...)
+			}
+		}
+		gq, gd = k.put(t, int8bytes(g.q)), k.putF32(t, g.d)
+		if g.s != nil {
+			gs = k.putF32(t, g.s)
+		}
+	}
+	stride := max(c.stride, 1)
 	var tab []uint64
 	var ws []DevicePtr
 	for range c.tokens {
 		w := randMatrix(t, c.typ, c.rows, c.cols, r)
 		ws = append(ws, k.put(t, w.Data))
 		tab = append(tab, uint64(ws[len(ws)-1]))
+		for range stride - 1 {
+			tab = append(tab, 0) // another matrix's entry, never read
+		}
 	}
 	// at[g]: where group g's outputs start; with c.at the last group's come first.
 	at, atp := slices.Clone(off[:len(c.tokens)]), DevicePtr(0)
@@ -392,9 +428,9 @@ func checkMMQIGroups(t *testing.T, k *kernelEnv, c mmqiGroupCase, r *rand.Rand) 
 	dy := k.alloc(t, 4*max(N, 1)*c.rows)
 	var args Args
 	k.run(t, "mmqi_id_"+strings.TrimPrefix(mmqiKernels[c.typ], "mmqi_"), Dim3{X: ceilDiv(c.rows, mmqRowsPerBlock), Y: c.gridY, Z: len(c.tokens)},
-		Dim3{X: mmqiThreads}, args.Ptr(k.put(t, u64bytes(tab))).Ptr(k.put(t, i32bytes(off))).Ptr(atp).Ptr(dq).Ptr(dd).Ptr(ds).Ptr(dy).Int(c.rows).Int(c.cols))
+		Dim3{X: mmqiThreads}, args.Ptr(k.put(t, u64bytes(tab))).Int(stride).Ptr(k.put(t, i32bytes(off))).Ptr(atp).Ptr(rixp).Ptr(dq).Ptr(dd).Ptr(ds).
+			Ptr(dy).Int(c.rows).Int(c.cols))
 	got := k.getF32(t, dy, N*c.rows)
-	qb := dt.BlockSize()
 	for g, n := range c.tokens {
 		if n == 0 {
 			continue
@@ -402,12 +438,12 @@ func checkMMQIGroups(t *testing.T, k *kernelEnv, c mmqiGroupCase, r *rand.Rand) 
 		t0 := int(off[g])
 		one := k.alloc(t, 4*n*c.rows)
 		sp := DevicePtr(0)
-		if ds != 0 {
-			sp = ds.Add(int64(4 * t0 * c.cols / qb))
+		if gs != 0 {
+			sp = gs.Add(int64(4 * t0 * c.cols / qb))
 		}
 		var a Args
 		k.run(t, mmqiKernels[c.typ], Dim3{X: ceilDiv(c.rows, mmqRowsPerBlock), Y: 1}, Dim3{X: mmqiThreads},
-			a.Ptr(ws[g]).Ptr(dq.Add(int64(t0*c.cols))).Ptr(dd.Add(int64(4*t0*c.cols/qb))).Ptr(sp).Ptr(one).Int(c.rows).Int(c.cols).Int(n))
+			a.Ptr(ws[g]).Ptr(gq.Add(int64(t0*c.cols))).Ptr(gd.Add(int64(4*t0*c.cols/qb))).Ptr(sp).Ptr(one).Int(c.rows).Int(c.cols).Int(n))
 		want := k.getF32(t, one, n*c.rows)
 		for i, v := range want {
 			if w := got[int(at[g])*c.rows+i]; math.Float32bits(w) != math.Float32bits(v) {
@@ -435,7 +471,8 @@ func FuzzMMQI(f *testing.F) {
 
 // FuzzMMQIID draws a layer's experts' token groups for mmqi_id, each held to mmqi on its
 // rows alone (checkMMQIGroups): up to six groups of 0 to 80 tokens, most of them few, as a
-// prompt's experts are (a prompt's pass groups every expert a token chose).
+// prompt's experts are (a prompt's pass groups every expert a token chose), their rows one
+// group's after another or gathered by index, from a table of 1 or 6 entries a group.
 func FuzzMMQIID(f *testing.F) {
 	for i := range mmqiTypes {
 		f.Add(uint8(i), uint8(60+i), uint8(i), uint64(i))
@@ -443,7 +480,8 @@ func FuzzMMQIID(f *testing.F) {
 	k := openKernels(f)
 	f.Fuzz(func(t *testing.T, typ, rows, gy uint8, seed uint64) {
 		r := rand.New(rand.NewPCG(seed, 5))
-		c := mmqiGroupCase{typ: mmqiTypes[int(typ)%len(mmqiTypes)], rows: 1 + int(rows)%140, gridY: 1 + int(gy)%3, at: seed%2 == 1}
+		c := mmqiGroupCase{typ: mmqiTypes[int(typ)%len(mmqiTypes)], rows: 1 + int(rows)%140, gridY: 1 + int(gy)%3, at: seed%2 == 1,
+			rix: seed>>1%2 == 1, stride: int(seed>>2%2) * moeTabStride}
 		c.cols = fuzzCols(c.typ, uint8(seed>>8))
 		for range 1 + r.IntN(6) {
 			n := r.IntN(9) // an expert of a few tokens, or now and then of up to 80

@@ -205,7 +205,8 @@ func (c *opCall) launch(name string, grid, block Dim3) {
 
 // maxBlockThreads is the largest block a kernel may be launched with: 256, whose registers always
 // fit an SM's 65536 (a kernel takes at most 255 a thread), or moe_down's larger blocks
-// (moeDownMaxThreads) and rope_kv_f32's 1024 (ropeKVThreads), whose registers
+// (moeDownMaxThreads), rope_kv_f32's 1024 (ropeKVThreads) and moe_group_ids's 512
+// (moeGroupThreads), whose registers
 // TestPTXAssembles checks. A card refuses a launch whose block's registers do not fit
 // (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES), and the JIT decides them, so neither the fake driver
 // nor a test of the launches alone would see it.
@@ -215,6 +216,8 @@ func maxBlockThreads(kernel string) int {
 		return moeDownMaxThreads
 	case kernel == "rope_kv_f32":
 		return ropeKVThreads
+	case kernel == "moe_group_ids":
+		return moeGroupThreads
 	}
 	return 256
 }
@@ -510,7 +513,7 @@ func (g *GPU) Combine(out, ys []float32, weights []float32, off []int32, d int) 
 	T := len(off) - 1
 	op, yp := c.f(out, "the output"), c.f(ys, "the experts' outputs")
 	wp, offp := c.param(floatBytes(weights)), c.param(int32Bytes(off))
-	g.args.Reset().Ptr(op).Ptr(yp).Ptr(wp).Ptr(offp).Int(d)
+	g.args.Reset().Ptr(op).Ptr(yp).Ptr(wp).Ptr(offp).Ptr(0).Int(0).Int(d)
 	c.launch("combine_off_f32", Dim3{X: blocks(d, 256), Y: T}, Dim3{X: 256})
 }
 

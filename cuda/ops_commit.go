@@ -50,7 +50,7 @@ func (g *GPU) CombineOne(out, ys, w []float32, d int) {
 	}
 	op, yp, wp := c.f(out, "the output"), c.f(ys, "the experts' outputs"), c.f(w, "the weights")
 	offp := c.param(int32Bytes([]int32{0, int32(len(w))}))
-	g.args.Reset().Ptr(op).Ptr(yp).Ptr(wp).Ptr(offp).Int(d)
+	g.args.Reset().Ptr(op).Ptr(yp).Ptr(wp).Ptr(offp).Ptr(0).Int(0).Int(d)
 	c.launch("combine_off_f32", Dim3{X: blocks(d, 256)}, Dim3{X: 256})
 }
 

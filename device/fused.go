@@ -70,6 +70,47 @@ type RoutedMoE interface {
 	Experts(x []float32, T, k int, experts []ExpertMatrices, weights []float32, out, scratch []float32)
 }
 
+// GroupedMoE is implemented by RoutedMoE devices that also route a prompt's pass on their own
+// and compute each chosen expert on its tokens grouped (GroupedExperts's products, llama.cpp's
+// MUL_MAT_ID with the ids on the device): the host reads no routing back, where without it a
+// prompt's every MoE layer waits for its router's logits to reach the host, which routes and
+// groups the tokens while the device idles. The numbers are the host-routed pass's with
+// GroupedExperts to the bit.
+type GroupedMoE interface {
+	// GroupsMoE says whether MoEGrouped takes layer l's pass of T tokens.
+	GroupsMoE(l *MoELayer, T int) bool
+	// MoEGrouped computes the routed experts of T rows of x into out from the router's
+	// logits as MoE does, but not the shared expert, which the caller adds: the routing,
+	// each expert's tokens grouped in token order, every chosen expert's gated FFN on its
+	// group, and each token's outputs summed weighted in top-k order. scratch (device
+	// memory) holds l.GroupedScratchFloats(T) floats, the routing first as MoE's.
+	MoEGrouped(l *MoELayer, x, logits []float32, T int, out, scratch []float32)
+}
+
+// GroupedScratch lays out MoEGrouped's scratch for T rows of l, each part from a multiple of 4
+// floats (16 bytes): the routing's ids and weights (T*Used each), the groups' offsets
+// (len(l.Experts)+1), each group's rows and each slot's row (T*Used each), then the experts'
+// gate and up outputs (T*Used times their width each) and their down outputs (T*Used times
+// their input's width). It returns the parts' sizes in that order and their total.
+func (l *MoELayer) GroupedScratch(T int) (parts [8]int, total int) {
+	var d, ff int
+	if len(l.Experts) > 0 {
+		d, ff = l.Experts[0].Gate.Cols, l.Experts[0].Gate.Rows
+	}
+	n := T * l.Used
+	parts = [8]int{n, n, len(l.Experts) + 1, n, n, n * ff, n * ff, n * d}
+	for _, p := range parts {
+		total += (p + 3) &^ 3
+	}
+	return parts, total
+}
+
+// GroupedScratchFloats is the scratch MoEGrouped needs for T rows (GroupedScratch).
+func (l *MoELayer) GroupedScratchFloats(T int) int {
+	_, n := l.GroupedScratch(T)
+	return n
+}
+
 // GroupedExperts is implemented by devices that compute a prompt pass's routed experts a
 // product of all of them at a time (a GPU: one launch per product, llama.cpp's MUL_MAT_ID)
 // rather than each expert's products one by one.

@@ -231,7 +231,9 @@ const promptsPerModel = 3
 // the probabilities and greedy tokens of the experts computed one by one in more launches.
 // Bit for bit where every expert has 9 tokens or more, which one by one take mmqi too; an
 // expert of fewer takes mmvq one by one, whose float sums add in another order, so there
-// the probabilities agree to float rounding (1e-5).
+// the probabilities agree to float rounding (1e-5). The device routes and groups a prompt's
+// tokens itself (device.GroupedMoE), which must give the host-routed groups' numbers (the
+// unfused pass's) bit for bit, with one read-back fewer a MoE layer in each prompt's pass.
 func TestCUDAGroupedExperts(t *testing.T) {
 	lib := engine.GPUForTests(t)
 	for _, c := range []struct {
@@ -258,7 +260,19 @@ func TestCUDAGroupedExperts(t *testing.T) {
 			if got.gpu.Launches >= want.gpu.Launches {
 				t.Errorf("%d launches grouped, %d one by one: nothing was grouped", got.gpu.Launches, want.gpu.Launches)
 			}
-			t.Logf("%s: %d launches grouped, %d one by one", name, got.gpu.Launches, want.gpu.Launches)
+			host := runOn(t, path, engine.UnfusedForTests(o), prompt, 4)
+			if !slices.Equal(got.tokens, host.tokens) || len(got.probs) != len(host.probs) || maxDiff(got.probs, host.probs) != 0 {
+				t.Errorf("greedy %v routed and grouped on the device, %v on the host; probabilities %g apart, want the same bits",
+					got.tokens, host.tokens, maxDiff(got.probs, host.probs))
+			}
+			// The unfused pass reads every MoE layer's router logits back in the two prompt
+			// passes (Probs's, then Generate's) and in the 3 decode steps after the first
+			// token; the device-routed run in none of them.
+			if moeLayers := int64(spec.Layers - spec.LeadingDense); host.gpu.Reads-got.gpu.Reads != (2+3)*moeLayers {
+				t.Errorf("%d read-backs routed on the device, %d on the host: want %d fewer", got.gpu.Reads, host.gpu.Reads, (2+3)*moeLayers)
+			}
+			t.Logf("%s: %d launches grouped, %d one by one; %d read-backs routed on the device, %d on the host", name, got.gpu.Launches,
+				want.gpu.Launches, got.gpu.Reads, host.gpu.Reads)
 		})
 	}
 }

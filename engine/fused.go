@@ -107,6 +107,32 @@ func (m *Model) moeOnDevice(b models.Backend, l *device.MoELayer, moe *models.Mo
 	m.place.deviceRouted(T * l.Used)
 }
 
+// groupedOnDevice returns layer's MoE as the device routes it and computes its experts on
+// their tokens grouped (device.GroupedMoE), with the device, or nil where it does not: a
+// layer the device does not route, a pass whose routing the host reads or plans (an
+// observer, the Commit Router, token drop), or one the device does not group (a decode
+// step's, experts without grouped products).
+func (m *Model) groupedOnDevice(layer, T int, ev *RouteEvent, cs *commitState) (*device.MoELayer, device.GroupedMoE) {
+	if m.moeDev == nil || m.moeDev[layer] == nil || ev != nil || cs != nil || m.drop != nil || m.replay != nil || m.opts.ungrouped {
+		return nil, nil
+	}
+	gm, ok := m.dev.(device.GroupedMoE)
+	if !ok || !gm.GroupsMoE(m.moeDev[layer], T) {
+		return nil, nil
+	}
+	return m.moeDev[layer], gm
+}
+
+// moeGroupedOnDevice is moe for a prompt's pass of a layer the device routes and groups: the
+// router's product, then the routing, the grouped experts and their weighted sum, reading
+// nothing back. The shared expert is the caller's, as on the host-routed path.
+func (m *Model) moeGroupedOnDevice(b models.Backend, gm device.GroupedMoE, l *device.MoELayer, moe *models.MoE, x []float32, T int, out []float32) {
+	logits := b.Floats(T * len(l.Experts))
+	m.fused.Products(x, T, [3]device.Product{{W: moe.Router.Matrix(), Out: logits, Bias: moe.RouterBias}})
+	gm.MoEGrouped(l, x, logits, T, out, b.Floats(l.GroupedScratchFloats(T)))
+	m.place.deviceRouted(T * l.Used)
+}
+
 // Fused returns the device's fused operations, or nil (models.FusedBackend).
 func (b *backend) Fused() device.Fused { return b.fused }
 

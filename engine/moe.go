@@ -90,6 +90,11 @@ func (m *Model) localMoE(b models.Backend, layer int, moe *models.MoE, x []float
 		m.moeOnDevice(b, l, moe, x, T, out)
 		return nil
 	}
+	if l, gm := m.groupedOnDevice(layer, T, ev, cs); l != nil {
+		m.moeGroupedOnDevice(b, gm, l, moe, x, T, out)
+		m.sharedExpert(b, layer, moe, x, T, out)
+		return nil
+	}
 	sel := m.selected(layer, moe, T, pos0, cs)
 	if sel.commit != nil && ev == nil && m.commitDev != nil && m.commitDev.fits(moe) {
 		// The device weighs the committed experts itself: the host never reads the routing.

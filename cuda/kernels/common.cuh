@@ -231,6 +231,28 @@ CR_FN float cr_warp_max(float v) {
 #endif
 }
 
+// cr_ballot returns the warp's predicates p as bits, lane l's at bit l, to every lane (all 32
+// lanes take part; a one-dimensional block, so that a lane is threadIdx.x % 32).
+CR_FN u32 cr_ballot(int p) {
+	u32 b = p ? 1u << (threadIdx.x % CR_WARP) : 0u;
+#if defined(CR_HOST)
+	return cr_host_warp_reduce(b, [](u32 a, u32 o) { return a | o; });
+#else
+	for (int m = 16; m > 0; m >>= 1)
+		b |= cr_shfl_xor_u32(b, m);
+	return b;
+#endif
+}
+
+// cr_popc is the number of bits set in v.
+CR_FN int cr_popc(u32 v) {
+#if defined(CR_NVCC)
+	return __popc(v);
+#else
+	return __builtin_popcount(v);
+#endif
+}
+
 // ---- byte permute: result byte i = byte (s >> 4i) & 7 of the 8 bytes {y:x} (x = bytes 0-3).
 // Callers keep bit 3 of every selector nibble clear (no sign replication).
 

@@ -292,11 +292,11 @@ struct mmqi_tiles {
 	float dw[MMQI_ROWS][2], mw[MMQI_ROWS][2], dx[MMQI_TOK], sxs[MMQI_TOK][2];
 };
 
-// mmqi_fetch reads thread tid's share of block c (of the tile's rows from r0 and tokens from
-// t0) into st.
+// mmqi_fetch reads thread tid's share of block c (of the tile's rows from r0; a token thread's
+// activation row xr, -1 past the tokens) into st.
 template <class T>
-CR_FN void mmqi_fetch(const u8* w, const signed char* xq, const float* xd, const float* xs, int rows, int cols, int ntok,
-                      int r0, int t0, int c, int tid, mmqi_stage& st) {
+CR_FN void mmqi_fetch(const u8* w, const signed char* xq, const float* xd, const float* xs, int rows, int cols, int r0, int xr,
+                      int c, int tid, mmqi_stage& st) {
 	if (tid < MMQI_ROWS) {
 		// A row past the matrix repeats its last row: it only feeds outputs never stored.
 		const i64 rb = (i64)(cols / (32 * T::PIECES)) * T::BB;
@@ -306,10 +306,9 @@ CR_FN void mmqi_fetch(const u8* w, const signed char* xq, const float* xd, const
 		return;
 	}
 	// Tokens past ntok are zeros with a zero scale and sum.
-	const int t = tid - MMQI_ROWS;
-	const bool in = t0 + t < ntok;
+	const bool in = xr >= 0;
 	if (in)
-		mmqi_ld32((const u8*)xq + (i64)(t0 + t) * cols + 32 * c, st.v);
+		mmqi_ld32((const u8*)xq + (i64)xr * cols + 32 * c, st.v);
 	int n[2] = {0, 0}; // the quants' sums over each half
 #pragma unroll
 	for (int k = 0; k < 8; k++) {
@@ -318,7 +317,7 @@ CR_FN void mmqi_fetch(const u8* w, const signed char* xq, const float* xd, const
 		if (T::KSUM)
 			n[k / 4] = cr_dp4a(0x01010101, (int)st.v[k], n[k / 4]);
 	}
-	const i64 bi = (i64)(t0 + t) * (cols / T::QB) + 32 * c / T::QB;
+	const i64 bi = (i64)xr * (cols / T::QB) + 32 * c / T::QB;
 	st.d[0] = in ? xd[bi] : 0.0f;
 	if (!in || !T::MIN)
 		st.m[0] = st.m[1] = 0.0f;
@@ -366,9 +365,11 @@ CR_FN void mmqi_scale(const mmqi_tiles& b, int wr, int wt, int g, int k4, int h,
 			}
 }
 
-// mmqi_entry is the body of every mmqi kernel (the ABI at the top of this file).
+// mmqi_entry is the body of every mmqi kernel (the ABI at the top of this file), token t's
+// activation row rix[t] where rix is not null (mmqi_id's gathered groups), else t.
 template <class T>
-CR_FN void mmqi_entry(const u8* w, const signed char* xq, const float* xd, const float* xs, float* y, int rows, int cols, int ntok) {
+CR_FN void mmqi_entry(const u8* w, const signed char* xq, const float* xd, const float* xs, float* y, int rows, int cols, int ntok,
+                      const int* rix) {
 	// Double-buffered: block c's tiles are in buf[c % 2]. A thread reads its share of block c+1
 	// into registers before the warps multiply block c, and stores it into the other buffer
 	// after: the loads are in flight during the products, and one barrier per block suffices
@@ -394,14 +395,17 @@ CR_FN void mmqi_entry(const u8* w, const signed char* xq, const float* xd, const
 				for (int e = 0; e < 4; e++)
 					acc[i][j][e] = 0.0f;
 
+		// A token thread's activation row, read once a tile.
+		const int tt = t0 + tid - MMQI_ROWS;
+		const int xr = tid < MMQI_ROWS || tt >= ntok ? -1 : rix ? rix[tt] : tt;
 		mmqi_stage st;
-		mmqi_fetch<T>(w, xq, xd, xs, rows, cols, ntok, r0, t0, 0, tid, st);
+		mmqi_fetch<T>(w, xq, xd, xs, rows, cols, r0, xr, 0, tid, st);
 		mmqi_store(buf[0], tid, st);
 		__syncthreads();
 		for (int c = 0; c < nb; c++) {
 			const mmqi_tiles& b = buf[c & 1];
 			if (c + 1 < nb)
-				mmqi_fetch<T>(w, xq, xd, xs, rows, cols, ntok, r0, t0, c + 1, tid, st);
+				mmqi_fetch<T>(w, xq, xd, xs, rows, cols, r0, xr, c + 1, tid, st);
 
 			// The warp's 32 rows by 32 tokens as 2 x 4 tiles of 16 x 8: one m16n8k32 each for
 			// the block, or with HALVES one m16n8k16 per half of 16 values, scaled apart.
@@ -463,32 +467,42 @@ CR_FN void mmqi_entry(const u8* w, const signed char* xq, const float* xd, const
 //   block (128, 1, 1); grid (ceil(rows/64), ceil(ntok/64), 1) (any grid.y >= 1 is correct).
 //
 // And mmqi_id_<type>, a layer's experts' token groups in one launch (llama.cpp's MUL_MAT_ID):
-//   (const unsigned long long* tab, const int* off, const int* at, const signed char* q,
-//    const float* d, const float* s, float* y, int rows, int cols)
-//   group z multiplies the rows x cols weights at tab[z] by the activation's rows off[z] ..
-//   off[z+1]-1 (the planes q, d and s as above, the groups' rows one after another) into the
-//   off[z+1]-off[z] rows of y from row at[z] (from off[z] where at is null; y[t*rows + r]):
-//   each group as mmqi_<type> on its rows, to the bit.
+//   (const unsigned long long* tab, int ts, const int* off, const int* at, const int* rix,
+//    const signed char* q, const float* d, const float* s, float* y, int rows, int cols)
+//   group z multiplies the rows x cols weights at tab[ts*z] by its off[z+1]-off[z] rows of the
+//   activation (the planes q, d and s as above): rows off[z] .. off[z+1]-1 (the groups' rows
+//   one after another), or where rix is not null rows rix[off[z]] .. rix[off[z+1]-1] (a
+//   prompt's tokens, each group's gathered by index: GPU.MoEGrouped); into the off[z+1]-off[z]
+//   rows of y from row at[z] (from off[z] where at is null; y[t*rows + r]): each group as
+//   mmqi_<type> on its rows, to the bit. ts spaces the table's entries (1: a table of the
+//   groups' matrices alone; moe tables hold each expert's 6).
 //   block (128, 1, 1); grid (ceil(rows/64), gy, groups): any gy >= 1, each group's token tiles
 //   spread over the gy block rows; a block past its group's tokens returns at once.
 #define MMQI_KERNEL(name, id, T)                                                                                      \
 	extern "C" __global__ void name(const u8* w, const signed char* q, const float* d, const float* s, float* y, int rows, \
 	                                int cols, int ntok) {                                                               \
-		mmqi_entry<T>(w, q, d, s, y, rows, cols, ntok);                                                               \
+		mmqi_entry<T>(w, q, d, s, y, rows, cols, ntok, (const int*)0);                                                \
 	}                                                                                                                 \
-	extern "C" __global__ void id(const u64* tab, const int* off, const int* at, const signed char* q, const float* d,  \
-	                              const float* s, float* y, int rows, int cols) {                                     \
-		mmqi_group<T>(tab, off, at, q, d, s, y, rows, cols);                                                          \
+	extern "C" __global__ void id(const u64* tab, int ts, const int* off, const int* at, const int* rix,                \
+	                              const signed char* q, const float* d, const float* s, float* y, int rows, int cols) { \
+		mmqi_group<T>(tab, ts, off, at, rix, q, d, s, y, rows, cols);                                                 \
 	}
 
 // mmqi_group is the body of mmqi_id_<type>: group blockIdx.z's rows as mmqi_entry's ntok.
 template <class T>
-CR_FN void mmqi_group(const u64* tab, const int* off, const int* at, const signed char* q, const float* d, const float* s, float* y,
-                      int rows, int cols) {
+CR_FN void mmqi_group(const u64* tab, int ts, const int* off, const int* at, const int* rix, const signed char* q, const float* d,
+                      const float* s, float* y, int rows, int cols) {
 	const int z = blockIdx.z, t0 = off[z], n = off[z + 1] - t0;
+	if (n <= 0)
+		return; // an expert no token chose
+	const u8* w = (const u8*)tab[(i64)ts * z];
+	float* yz = y + (i64)(at ? at[z] : t0) * rows;
+	if (rix) {
+		mmqi_entry<T>(w, q, d, s, yz, rows, cols, n, rix + t0);
+		return;
+	}
 	const i64 blocks = (i64)t0 * (cols / T::QB); // the group's first activation block
-	mmqi_entry<T>((const u8*)tab[z], q + (i64)t0 * cols, d + blocks, T::MIN && !T::KSUM ? s + blocks : s,
-	              y + (i64)(at ? at[z] : t0) * rows, rows, cols, n);
+	mmqi_entry<T>(w, q + (i64)t0 * cols, d + blocks, T::MIN && !T::KSUM ? s + blocks : s, yz, rows, cols, n, (const int*)0);
 }
 
 // mmqi_q4_0: Q4_0 weights, a Q8_0 activation.
