@@ -66,8 +66,9 @@ func TestBatchedSequencesMatchAlone(t *testing.T) {
 
 // checkBatched decodes n greedy tokens after each prompt alone, then all at once with
 // continuous batching, and checks that each sequence's tokens and their log-probabilities
-// (with the top 5) are the same to the bit, and that the steps did share passes.
-func checkBatched(t *testing.T, path string, o engine.Options, prompts [][]int32, n int) {
+// (with the top 5) are the same to the bit, and that the steps did share passes. It returns
+// the batched model's GPU figures (if on a GPU) and its batching's.
+func checkBatched(t *testing.T, path string, o engine.Options, prompts [][]int32, n int) (engine.GPUStats, engine.BatchStats) {
 	t.Helper()
 	o.Parallel = 1
 	want := make([]engine.Result, len(prompts))
@@ -113,6 +114,8 @@ func checkBatched(t *testing.T, path string, o engine.Options, prompts [][]int32
 	if !ok || st.Rows <= st.Passes {
 		t.Errorf("batch stats %+v (on: %v): no step shared a pass", st, ok)
 	}
+	gpu, _ := m.GPUStats()
+	return gpu, st
 }
 
 // TestCUDABatchedSequencesMatchAlone is TestBatchedSequencesMatchAlone on cuda:0 (the fake
@@ -138,7 +141,16 @@ func TestCUDABatchedSequencesMatchAlone(t *testing.T) {
 				o.Offload.GPUMem = st.Resident + int64(info.Experts*len(info.MoELayers)/2)*st.SlotBytes
 				name += "/" + pol.String()
 			}
-			t.Run(name, func(t *testing.T) { checkBatched(t, path, o, prompts, 8) })
+			t.Run(name, func(t *testing.T) {
+				gpu, st := checkBatched(t, path, o, prompts, 8)
+				// With the model on the card every pass, a prompt's of a few tokens or a
+				// batch of decode steps, is routed on the device (the fused kernels, a row's
+				// experts as entries of their own): it reads back its logits and nothing else.
+				if pol < 0 && gpu.Reads > st.Passes+int64(len(prompts)) {
+					t.Errorf("%d read-backs for %d prompts and %d batched passes: want one a pass", gpu.Reads, len(prompts), st.Passes)
+				}
+				t.Logf("%d read-backs for %d prompts and %d batched passes (%d rows)", gpu.Reads, len(prompts), st.Passes, st.Rows)
+			})
 		}
 	}
 }

@@ -86,14 +86,27 @@ func gatingOf(moe *models.MoE) *device.Gating {
 	return g
 }
 
-// routedOnDevice returns layer's MoE as the device routes and computes it, or nil where the
-// host routes it: a layer the device did not take, or a pass whose routing the host reads
-// (an observer, the Commit Router) or whose tokens share a plan (token drop, several rows).
+// routedOnDevice returns layer's MoE as the device routes and computes it in its fused
+// kernels, or nil where it does not: a layer the device did not take, a pass whose routing
+// the host reads (an observer, the Commit Router) or plans (token drop, which a pass of
+// several rows may take), or a prompt's, whose experts the device groups (groupedOnDevice)
+// or the host does. A pass of a few rows (several sequences' decode steps batched) takes the
+// fused kernels as one token does: each row's chosen experts as entries of their own, so the
+// host never waits for a layer's routing, where grouping the rows by expert on the host cost
+// a read-back and a wait a layer.
 func (m *Model) routedOnDevice(layer, T int, ev *RouteEvent, cs *commitState) *device.MoELayer {
-	if m.moeDev == nil || T != 1 || ev != nil || cs != nil {
+	if m.moeDev == nil || T < 1 || ev != nil || cs != nil || T > 1 && (m.drop != nil || !m.tokenByToken(T)) {
 		return nil
 	}
 	return m.moeDev[layer]
+}
+
+// tokenByToken says whether the device computes a pass of T rows' experts row by row, not
+// grouped by expert: a decode batch's few rows (device.GroupedExperts's GroupMinTokens above
+// 1: no expert is grouped).
+func (m *Model) tokenByToken(T int) bool {
+	gd, ok := m.dev.(device.GroupedExperts)
+	return ok && gd.GroupMinTokens(T) > 1
 }
 
 // moeOnDevice is moe for a layer the device routes: the router's product, then the routing,
