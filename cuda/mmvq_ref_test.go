@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -519,4 +520,28 @@ func TestFakeFaultsOnMisalignedLoads(t *testing.T) {
 		t.Errorf("a Q4_K matrix 4 bytes off its alignment: %v, want CUDA_ERROR_LAUNCH_FAILED", err)
 	}
 	checkMMQI(t, k, mmvCase{typ: quant.Q4_K, rows: 5, cols: 256, ntok: 3, gridY: 1}, r)
+}
+
+// TestFakeSkipsKernels: with FAKECUDA_SKIP_KERNELS set the fake driver takes a launch and runs
+// no kernel, so that a pass's time through it is the host's alone (docs/benchmarking.md); unset,
+// the same launch runs.
+func TestFakeSkipsKernels(t *testing.T) {
+	k := openKernels(t)
+	if k.real {
+		t.Skip("the fake driver's switch")
+	}
+	dst, src := k.putF32(t, []float32{1, 2, 3}), k.putF32(t, []float32{10, 20, 30})
+	var args Args
+	add := func() []float32 {
+		k.run(t, "add_f32", Dim3{X: 1}, Dim3{X: 32}, args.Reset().Ptr(dst).Ptr(src).Int(3))
+		return k.getF32(t, dst, 3)
+	}
+	t.Setenv("FAKECUDA_SKIP_KERNELS", "1")
+	if got := add(); !slices.Equal(got, []float32{1, 2, 3}) {
+		t.Errorf("kernels skipped: %v, want the destination as it was", got)
+	}
+	os.Unsetenv("FAKECUDA_SKIP_KERNELS")
+	if got := add(); !slices.Equal(got, []float32{11, 22, 33}) {
+		t.Errorf("kernels run: %v, want the sums", got)
+	}
 }
