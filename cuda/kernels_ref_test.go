@@ -143,6 +143,66 @@ func (k *kernelEnv) getF32(tb testing.TB, p DevicePtr, n int) []float32 {
 	return f32sOf(k.get(tb, p, 4*n))
 }
 
+// moeGroupCase is one launch of moe_group_ids: ntok tokens choosing k experts each of
+// experts, in blocks of block threads.
+type moeGroupCase struct{ experts, ntok, k, block int }
+
+func (c moeGroupCase) String() string {
+	return fmt.Sprintf("experts=%d,ntok=%d,k=%d,block=%d", c.experts, c.ntok, c.k, c.block)
+}
+
+// checkMoEGroupIDs draws a routing (each token's k distinct experts, the low ones likelier, so
+// that some have no token) and requires moe_group_ids's offsets, rows and slots' rows to be
+// groupByExpert's: each expert's slots in slot order, the experts one after another.
+func checkMoEGroupIDs(t *testing.T, k *kernelEnv, c moeGroupCase, r *rand.Rand) {
+	t.Helper()
+	n := c.ntok * c.k
+	ids := make([]int32, 0, n)
+	for range c.ntok {
+		for j := 0; j < c.k; {
+			e := int32(r.Float64() * r.Float64() * float64(c.experts))
+			if !slices.Contains(ids[len(ids)-j:], e) {
+				ids, j = append(ids, e), j+1
+			}
+		}
+	}
+	doff, drows, dinv := k.alloc(t, 4*(c.experts+1)), k.alloc(t, 4*max(n, 1)), k.alloc(t, 4*max(n, 1))
+	var args Args
+	k.run(t, "moe_group_ids", Dim3{X: c.experts}, Dim3{X: c.block}, args.Ptr(k.put(t, i32bytes(ids))).Int(n).Int(c.k).Ptr(doff).Ptr(drows).Ptr(dinv))
+	off, rows, inv := make([]int32, c.experts+1), make([]int32, 0, n), make([]int32, n)
+	for e := range c.experts {
+		for s, id := range ids {
+			if int(id) == e {
+				inv[s] = int32(len(rows))
+				rows = append(rows, int32(s/c.k))
+			}
+		}
+		off[e+1] = int32(len(rows))
+	}
+	for _, v := range []struct {
+		what      string
+		got, want []int32
+	}{{"off", k.getI32(t, doff, len(off)), off}, {"rows", k.getI32(t, drows, n), rows}, {"inv", k.getI32(t, dinv, n), inv}} {
+		if !slices.Equal(v.got, v.want) {
+			t.Fatalf("%s: %v, want %v", v.what, v.got, v.want)
+		}
+	}
+}
+
+// FuzzMoEGroupIDs draws routings for moe_group_ids (checkMoEGroupIDs): up to 256 experts,
+// 300 tokens and 8 experts a token, blocks of 1 to 16 warps.
+func FuzzMoEGroupIDs(f *testing.F) {
+	f.Add(uint8(63), uint16(36), uint8(7), uint8(15), uint64(1))
+	f.Add(uint8(4), uint16(299), uint8(1), uint8(0), uint64(2))
+	k := openKernels(f)
+	f.Fuzz(func(t *testing.T, experts uint8, ntok uint16, used, warps uint8, seed uint64) {
+		c := moeGroupCase{experts: 1 + int(experts), ntok: 1 + int(ntok)%300, block: 32 * (1 + int(warps)%16)}
+		c.k = 1 + int(used)%min(8, c.experts)
+		t.Log(c)
+		checkMoEGroupIDs(t, k, c, rand.New(rand.NewPCG(seed, 11)))
+	})
+}
+
 func (k *kernelEnv) getI32(tb testing.TB, p DevicePtr, n int) []int32 {
 	tb.Helper()
 	b := k.get(tb, p, 4*n)
@@ -1730,44 +1790,10 @@ func moeCases() []kernelCase {
 			}})
 	}
 	// moe_group_ids: a prompt's routing grouped by expert as the engine's groupByExpert groups
-	// it (each expert's slots in order, the experts' groups one after another): experts no
-	// token chose, more slots than a block's width, one expert a token, and blocks of one warp.
-	for _, c := range []struct{ experts, ntok, k, block int }{{64, 37, 8, 512}, {5, 1000, 2, 512}, {128, 3, 1, 512}, {16, 40, 4, 32}} {
-		cs = append(cs, kernelCase{"moe_group_ids", fmt.Sprintf("experts=%d,ntok=%d,k=%d,block=%d", c.experts, c.ntok, c.k, c.block),
-			func(t *testing.T, k *kernelEnv, r *rand.Rand) {
-				n := c.ntok * c.k
-				ids := make([]int32, 0, n)
-				for range c.ntok {
-					// k distinct experts in top-k order, the low ones likelier, so that some
-					// have no token
-					for j := 0; j < c.k; {
-						e := int32(r.Float64() * r.Float64() * float64(c.experts))
-						if !slices.Contains(ids[len(ids)-j:], e) {
-							ids, j = append(ids, e), j+1
-						}
-					}
-				}
-				doff, drows, dinv := k.alloc(t, 4*(c.experts+1)), k.alloc(t, 4*n), k.alloc(t, 4*n)
-				var args Args
-				k.run(t, "moe_group_ids", Dim3{X: c.experts}, Dim3{X: c.block},
-					args.Ptr(k.put(t, i32bytes(ids))).Int(n).Int(c.k).Ptr(doff).Ptr(drows).Ptr(dinv))
-				off, rows, inv := make([]int32, c.experts+1), make([]int32, 0, n), make([]int32, n)
-				for e := range c.experts {
-					for s, id := range ids {
-						if int(id) == e {
-							inv[s] = int32(len(rows))
-							rows = append(rows, int32(s/c.k))
-						}
-					}
-					off[e+1] = int32(len(rows))
-				}
-				for what, v := range map[string][2][]int32{"off": {k.getI32(t, doff, len(off)), off}, "rows": {k.getI32(t, drows, n), rows},
-					"inv": {k.getI32(t, dinv, n), inv}} {
-					if !slices.Equal(v[0], v[1]) {
-						t.Errorf("%s: %v, want %v", what, v[0], v[1])
-					}
-				}
-			}})
+	// it (checkMoEGroupIDs): experts no token chose, more slots than a block's width, one
+	// expert a token, and blocks of one warp.
+	for _, c := range []moeGroupCase{{64, 37, 8, 512}, {5, 1000, 2, 512}, {128, 3, 1, 512}, {16, 40, 4, 32}} {
+		cs = append(cs, kernelCase{"moe_group_ids", c.String(), func(t *testing.T, k *kernelEnv, r *rand.Rand) { checkMoEGroupIDs(t, k, c, r) }})
 	}
 	// gated_add_f32: models.HostOps.GatedAdd to the bit. The gate and x are multiples of 1/16
 	// below 2 in magnitude: their products are multiples of 2^-8 below 4, and sums of a few
