@@ -5,7 +5,7 @@
 # the repo root:
 #   bash tools/gpu/check.sh [STAGE ...]      (default: smi ptxas cuda engine kernels host offload profile ncu;
 #                                             logs under $OUT or /tmp/gpu-check)
-# Stages: smi ptxas cuda engine kernels host offload profile ncu, and lcpp vs ncudec. Each writes STAGE.log and goes on
+# Stages: smi ptxas cuda engine kernels host offload profile ncu, and lcpp vs ncudec ncupre. Each writes STAGE.log and goes on
 # after a failure, so that one call of a short lease gathers everything.
 # llama.cpp's CUDA backend beside commit-run (issue 35) takes two calls on the same warm machine:
 # `check.sh lcpp` builds llama-bench for the card (5-7 minutes of its 16 cores), then `check.sh vs`
@@ -181,6 +181,26 @@ ncudec() {
 	python3 tools/gpu/kernsum.py "$out/ncudec-ours.csv" $steps "$out/ncudec-lcpp.csv" 8
 }
 
+# A prompt's kernels, as ncudec a decoded token's: each launch of one NCUPRE_LEN-token prompt
+# (512) of the same file, whole model on the card, in both engines. commit-run's prompt is its
+# run's first launches (bench runs no kernel before it without a warm-up prompt), as many as its
+# kernel profile counts in a prompt's pass (a run without ncu); llama-bench runs -p alone, once.
+ncupre() {
+	command -v ncu >/dev/null || { echo "no ncu on this machine"; return 1; }
+	local m=/tmp/vs-olmoe.gguf len=${NCUPRE_LEN:-512}
+	[[ -e $m ]] || "$bin/synth" -arch olmoe ${VS_LAYERS:+-layers $VS_LAYERS} -type q4km -out $m || return 1
+	local run=("$bin/commit-run" -m $m --device cuda:0 --ctx $((len + 64)) bench --prompt-len $len --tokens 2 --warmup-prompt=false)
+	"${run[@]}" --kernel-profile --json >"$out/ncupre-profile.json" || return 1
+	local n=$(python3 -c "import json;d=json.load(open('$out/ncupre-profile.json'));print(round(sum(k['Calls'] for k in d['Rows'][0]['Kernels']['Prefill'])))")
+	echo "== commit-run: $n launches a $len-token prompt"
+	local q=(ncu --clock-control none --csv --print-units base --metrics gpu__time_duration.sum)
+	"${q[@]}" --launch-count $n --log-file "$out/ncupre-ours.csv" "${run[@]}" >/dev/null || return 1
+	[[ -x /tmp/lcpp-build/bin/llama-bench ]] || { echo "no llama-bench: run check.sh lcpp first on this machine"; return 1; }
+	LD_LIBRARY_PATH=/tmp/lcpp-build/bin "${q[@]}" --log-file "$out/ncupre-lcpp.csv" /tmp/lcpp-build/bin/llama-bench -m $m -ngl 99 \
+		-fa on -p $len -n 0 -r 1 --no-warmup >"$out/ncupre-lcpp.json" || return 1
+	python3 tools/gpu/kernsum.py "$out/ncupre-ours.csv" 1 "$out/ncupre-lcpp.csv" 1
+}
+
 # llama.cpp's CUDA backend: built from the source `make gpu-pack` copied into .lcpp, into
 # /tmp/lcpp-build, where the next call on the same machine finds it.
 lcpp=$root/.lcpp
@@ -258,6 +278,7 @@ for s in "${stages[@]}"; do
 	profile) f=profile ;;
 	ncu) f=ncu_stage ;;
 	ncudec) f=ncudec ;;
+	ncupre) f=ncupre ;;
 	lcpp) f=lcpp_build ;;
 	vs) f=vs ;;
 	*) echo "check.sh: unknown stage $s" >&2; exit 2 ;;

@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
-"""Sets a decoded token's kernels of commit-run beside llama.cpp's, from Nsight Compute's
-duration of every launch (tools/gpu/check.sh's ncudec stage): per kernel name, its launches and
-its device time per token, and the sums; so the gap between the two engines' decode rates splits
-into the kernels' own time and what lies between them (launch latency, gaps in a graph).
+"""Sets a decoded token's kernels of commit-run beside llama.cpp's, or a prompt's, from Nsight
+Compute's duration of every launch (tools/gpu/check.sh's ncudec and ncupre stages): per kernel
+name, its launches and its device time per step (a token, or a prompt), and the sums; so the gap
+between the two engines' rates splits into the kernels' own time and what lies between them
+(launch latency, gaps in a graph, the host).
 
     python3 tools/gpu/kernsum.py OURS.csv OURS_STEPS LCPP.csv LCPP_STEPS
 
 Each CSV is `ncu --csv --print-units base --metrics gpu__time_duration.sum`'s output; STEPS is how
-many decode steps the run took (every launch of the run counts, so a run is chosen whose steps
-are all decode-like: a one-token prompt for commit-run, llama-bench -p 0 --no-warmup).
+many steps the run took (every launch of the CSV counts, so a run is chosen whose launches are
+all of such steps: a one-token prompt for commit-run, llama-bench -p 0 --no-warmup for decode;
+one prompt's launches, llama-bench -n 0 for prompts).
 """
 import csv
 import sys
