@@ -35,7 +35,9 @@
 //     mmvq_block and the CPU's dot add a minimum); the halves of 16 values of Q2_K, Q3_K and
 //     Q6_K, one m16n8k16 each, are scaled apart and each add their own;
 //   - double-buffered: each thread reads its share of the next block into registers before
-//     the products and stores it into the other buffer after them, then one barrier.
+//     the products and stores it into the other buffer after them, then one barrier; the
+//     types with a scale per 16 values read two blocks ahead (a second stage of registers),
+//     whose loads then have two blocks' products to land in.
 // The tiles' rows are 12 words (8 of quants, 4 of padding), so that the 8 rows and 4 words a
 // warp's fragment loads touch fall on 32 distinct banks. Not timed on a GPU yet
 // (BenchmarkMMQ on a card).
@@ -365,16 +367,71 @@ CR_FN void mmqi_scale(const mmqi_tiles& b, int wr, int wt, int g, int k4, int h,
 			}
 }
 
+// mmqi_step is the tile loop's step for block c (in buf[c % 2]): it reads thread tid's share
+// of block c+AHEAD into free (whose block is stored), adds block c's products into acc,
+// stores next (block c+1's share; with AHEAD = 1, free itself) into the other buffer, and
+// waits for the block's threads. The other buffer's last readers were block c-1's products,
+// before the previous barrier.
+template <class T, int AHEAD>
+CR_FN void mmqi_step(mmqi_tiles* buf, const u8* w, const signed char* xq, const float* xd, const float* xs, int rows, int cols, int r0,
+                     int xr, int c, int nb, int tid, int wr, int wt, int g, int k4, mmqi_stage& free, const mmqi_stage& next,
+                     float acc[2][4][4]) {
+	const mmqi_tiles& b = buf[c & 1];
+	if (c + AHEAD < nb)
+		mmqi_fetch<T>(w, xq, xd, xs, rows, cols, r0, xr, c + AHEAD, tid, free);
+
+	// The warp's 32 rows by 32 tokens as 2 x 4 tiles of 16 x 8: one m16n8k32 each for the
+	// block, or with HALVES one m16n8k16 per half of 16 values, scaled apart.
+	int s[2][4][4];
+#pragma unroll
+	for (int h = 0; h < 1 + T::HALVES; h++) {
+#pragma unroll
+		for (int i = 0; i < 2; i++)
+#pragma unroll
+			for (int j = 0; j < 4; j++)
+#pragma unroll
+				for (int e = 0; e < 4; e++)
+					s[i][j][e] = 0;
+		// k16 reads half h's 4 words of a row, k32 all 8.
+		u32 a[2][4], x[4][2];
+#pragma unroll
+		for (int i = 0; i < 2; i++)
+#pragma unroll
+			for (int q = 0; q < 4 - 2 * T::HALVES; q++) // q: rows +8 (odd q), words +4 (q >= 2)
+				a[i][q] = b.sw[wr + 16 * i + 8 * (q & 1) + g][4 * h + 4 * (q >> 1) + k4];
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+#pragma unroll
+			for (int q = 0; q < 2 - T::HALVES; q++)
+				x[j][q] = b.sx[wt + 8 * j + g][4 * h + 4 * q + k4];
+#pragma unroll
+		for (int i = 0; i < 2; i++)
+#pragma unroll
+			for (int j = 0; j < 4; j++) {
+				if (T::HALVES)
+					cr_mma_s8_k16(a[i], x[j][0], s[i][j]);
+				else
+					cr_mma_s8_k32(a[i], x[j], s[i][j]);
+			}
+		mmqi_scale<T>(b, wr, wt, g, k4, h, s, acc);
+	}
+
+	if (c + 1 < nb)
+		mmqi_store(buf[(c + 1) & 1], tid, next);
+	__syncthreads();
+}
+
 // mmqi_entry is the body of every mmqi kernel (the ABI at the top of this file), token t's
 // activation row rix[t] where rix is not null (mmqi_id's gathered groups), else t.
 template <class T>
 CR_FN void mmqi_entry(const u8* w, const signed char* xq, const float* xd, const float* xs, float* y, int rows, int cols, int ntok,
                       const int* rix) {
-	// Double-buffered: block c's tiles are in buf[c % 2]. A thread reads its share of block c+1
-	// into registers before the warps multiply block c, and stores it into the other buffer
-	// after: the loads are in flight during the products, and one barrier per block suffices
-	// (the other buffer's last readers were the previous block's products, before the
-	// previous barrier).
+	// Double-buffered: block c's tiles are in buf[c % 2], one barrier a block (mmqi_step).
+	// The types with a scale per 16 values (HALVES: Q2_K, Q3_K, Q6_K) take 200 to 250
+	// registers a thread whatever the stages, so two blocks share an SM: their loads go two
+	// blocks ahead, where a second stage costs no block. The others' one stage keeps them
+	// under 170 registers, three blocks an SM (a second would take about 200: two).
+	enum { AHEAD = T::HALVES ? 2 : 1 };
 	__shared__ mmqi_tiles buf[2];
 
 	const int tid = threadIdx.x, warp = tid / CR_WARP, lane = tid % CR_WARP;
@@ -398,54 +455,25 @@ CR_FN void mmqi_entry(const u8* w, const signed char* xq, const float* xd, const
 		// A token thread's activation row, read once a tile.
 		const int tt = t0 + tid - MMQI_ROWS;
 		const int xr = tid < MMQI_ROWS || tt >= ntok ? -1 : rix ? rix[tt] : tt;
-		mmqi_stage st;
-		mmqi_fetch<T>(w, xq, xd, xs, rows, cols, r0, xr, 0, tid, st);
-		mmqi_store(buf[0], tid, st);
+		// With AHEAD = 2 a block's loads are issued two blocks ahead, in a second stage of
+		// registers (the loop unrolled by two, so that each stage is registers, not a local
+		// array); with 1, one stage, each block's loads issued before the previous block's
+		// products.
+		mmqi_stage st0, st1;
+		mmqi_fetch<T>(w, xq, xd, xs, rows, cols, r0, xr, 0, tid, st0);
+		if (AHEAD == 2 && nb > 1)
+			mmqi_fetch<T>(w, xq, xd, xs, rows, cols, r0, xr, 1, tid, st1);
+		mmqi_store(buf[0], tid, st0);
 		__syncthreads();
-		for (int c = 0; c < nb; c++) {
-			const mmqi_tiles& b = buf[c & 1];
-			if (c + 1 < nb)
-				mmqi_fetch<T>(w, xq, xd, xs, rows, cols, r0, xr, c + 1, tid, st);
-
-			// The warp's 32 rows by 32 tokens as 2 x 4 tiles of 16 x 8: one m16n8k32 each for
-			// the block, or with HALVES one m16n8k16 per half of 16 values, scaled apart.
-			int s[2][4][4];
-#pragma unroll
-			for (int h = 0; h < 1 + T::HALVES; h++) {
-#pragma unroll
-				for (int i = 0; i < 2; i++)
-#pragma unroll
-					for (int j = 0; j < 4; j++)
-#pragma unroll
-						for (int e = 0; e < 4; e++)
-							s[i][j][e] = 0;
-				// k16 reads half h's 4 words of a row, k32 all 8.
-				u32 a[2][4], x[4][2];
-#pragma unroll
-				for (int i = 0; i < 2; i++)
-#pragma unroll
-					for (int q = 0; q < 4 - 2 * T::HALVES; q++) // q: rows +8 (odd q), words +4 (q >= 2)
-						a[i][q] = b.sw[wr + 16 * i + 8 * (q & 1) + g][4 * h + 4 * (q >> 1) + k4];
-#pragma unroll
-				for (int j = 0; j < 4; j++)
-#pragma unroll
-					for (int q = 0; q < 2 - T::HALVES; q++)
-						x[j][q] = b.sx[wt + 8 * j + g][4 * h + 4 * q + k4];
-#pragma unroll
-				for (int i = 0; i < 2; i++)
-#pragma unroll
-					for (int j = 0; j < 4; j++) {
-						if (T::HALVES)
-							cr_mma_s8_k16(a[i], x[j][0], s[i][j]);
-						else
-							cr_mma_s8_k32(a[i], x[j], s[i][j]);
-					}
-				mmqi_scale<T>(b, wr, wt, g, k4, h, s, acc);
+		if (AHEAD == 2) {
+			for (int c = 0; c < nb; c += 2) {
+				mmqi_step<T, 2>(buf, w, xq, xd, xs, rows, cols, r0, xr, c, nb, tid, wr, wt, g, k4, st0, st1, acc);
+				if (c + 1 < nb)
+					mmqi_step<T, 2>(buf, w, xq, xd, xs, rows, cols, r0, xr, c + 1, nb, tid, wr, wt, g, k4, st1, st0, acc);
 			}
-
-			if (c + 1 < nb)
-				mmqi_store(buf[(c + 1) & 1], tid, st);
-			__syncthreads();
+		} else {
+			for (int c = 0; c < nb; c++)
+				mmqi_step<T, 1>(buf, w, xq, xd, xs, rows, cols, r0, xr, c, nb, tid, wr, wt, g, k4, st0, st0, acc);
 		}
 
 #pragma unroll
