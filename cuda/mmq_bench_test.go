@@ -30,7 +30,8 @@ func BenchmarkMMQ(b *testing.B) {
 	}
 	const rows, cols = 4096, 4096
 	r := rand.New(rand.NewPCG(1, 1))
-	for _, typ := range []quant.Type{quant.Q4_K, quant.Q8_0, quant.Q4_0} {
+	// Q6_K: a type whose mmqi reads two blocks ahead (mmqi.cu's AHEAD), beside Q4_K's one.
+	for _, typ := range []quant.Type{quant.Q4_K, quant.Q6_K, quant.Q8_0, quant.Q4_0} {
 		// 64 quantized rows, repeated: quantizing 16M values would take longer than the runs.
 		rb, err := typ.RowBytes(cols)
 		if err != nil {
