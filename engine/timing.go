@@ -145,6 +145,7 @@ type timer struct {
 	st              []offload.TokenStats // the timed decode steps
 	devTime         float64              // device seconds of the timed tokens, summed
 	per             GPUTokenStats        // a GPU's counters of the timed tokens, summed
+	perPrompt       GPUTokenStats        // and of the prompts up to their first tokens
 	ttft, ttftLimit float64
 	// profiled: the GPU times each kernel (Options.ProfileKernels); pre and dec sum its
 	// kernels' time in the prompt passes and in the timed decode steps.
@@ -260,14 +261,11 @@ func (r *timer) prompt(ctx context.Context, i int) error {
 			case tok == 0:
 				r.ttft += now.T - start.T
 				r.ttftLimit += runstats.Step(start, now, r.pcie, r.hostMem).Limit
+				r.perPrompt.Add(start.GPU, now.GPU)
 			case tok > r.o.Warmup:
 				r.st = append(r.st, runstats.Step(last, now, r.pcie, r.hostMem))
 				r.devTime += now.GPU.DeviceSeconds - last.GPU.DeviceSeconds
-				r.per.Launches += float64(now.GPU.Launches - last.GPU.Launches)
-				r.per.Kernels += float64(now.GPU.Kernels - last.GPU.Kernels)
-				r.per.Reads += float64(now.GPU.Reads - last.GPU.Reads)
-				r.per.Writes += float64(now.GPU.Writes - last.GPU.Writes)
-				r.per.Pageable += float64(now.GPU.Pageable - last.GPU.Pageable)
+				r.per.Add(last.GPU, now.GPU)
 			}
 			r.profileToken(tok, &pm)
 			tok++
@@ -315,8 +313,7 @@ func (r *timer) row() PolicyReport {
 	n := float64(len(r.st))
 	if r.timed {
 		row.DeviceTimePerToken = r.devTime / n
-		row.GPUPerToken = &GPUTokenStats{Launches: r.per.Launches / n, Kernels: r.per.Kernels / n, Reads: r.per.Reads / n,
-			Writes: r.per.Writes / n, Pageable: r.per.Pageable / n}
+		row.GPUPerToken, row.GPUPerPrompt = r.per.Over(n), r.perPrompt.Over(prompts)
 		if r.profiled {
 			row.Kernels = &runstats.KernelReport{Prefill: r.pre.Shares(prompts), Decode: r.dec.Shares(n)}
 		}

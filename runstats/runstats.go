@@ -49,6 +49,9 @@ type Report struct {
 	// GPUPerToken is what a CUDA GPU did for a decoded token, the mean over the timed ones;
 	// nil on other devices.
 	GPUPerToken *GPUTokenStats `json:",omitempty"`
+	// GPUPerPrompt is the same for a prompt's passes, up to its first token, the mean over
+	// the timed prompts; nil on other devices.
+	GPUPerPrompt *GPUTokenStats `json:",omitempty"`
 	// Kernels is where a profiled CUDA GPU's time went, kernel by kernel (engine's
 	// Options.ProfileKernels); nil otherwise.
 	Kernels *KernelReport `json:",omitempty"`
@@ -103,7 +106,7 @@ func (s KernelSum) Shares(n float64) []KernelShare {
 	return out
 }
 
-// GPUTokenStats are a CUDA GPU's counters for one decoded token.
+// GPUTokenStats are a CUDA GPU's counters for one decoded token (or one prompt).
 type GPUTokenStats struct {
 	// Launches are what the host issued: kernels, or one graph for a replayed decode step.
 	Launches float64
@@ -116,6 +119,20 @@ type GPUTokenStats struct {
 	// Pageable the reads and writes from host memory that is not pinned, which the driver
 	// stages itself, holding the host.
 	Writes, Pageable float64
+}
+
+// Add adds to s the counters of what the GPU did between its stats from and to.
+func (s *GPUTokenStats) Add(from, to cuda.GPUStats) {
+	s.Launches += float64(to.Launches - from.Launches)
+	s.Kernels += float64(to.Kernels - from.Kernels)
+	s.Reads += float64(to.Reads - from.Reads)
+	s.Writes += float64(to.Writes - from.Writes)
+	s.Pageable += float64(to.Pageable - from.Pageable)
+}
+
+// Over is s's mean over n units of work (tokens, prompts).
+func (s GPUTokenStats) Over(n float64) *GPUTokenStats {
+	return &GPUTokenStats{Launches: s.Launches / n, Kernels: s.Kernels / n, Reads: s.Reads / n, Writes: s.Writes / n, Pageable: s.Pageable / n}
 }
 
 // MarshalJSON writes the figures that do not apply (NaN: no predictor, no simulated clock)

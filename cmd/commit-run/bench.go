@@ -598,7 +598,8 @@ func (a *app) policyTable(rows []engine.PolicyReport, gpu bool) error {
 	return tw.Flush()
 }
 
-// gpuPerToken prints what a CUDA GPU did for a decoded token.
+// gpuPerToken prints what a CUDA GPU did for a decoded token, and for a prompt up to its first
+// token.
 func (a *app) gpuPerToken(p engine.PolicyReport) {
 	if t := p.GPUPerToken; t != nil {
 		how := "kernels launched one by one"
@@ -607,6 +608,10 @@ func (a *app) gpuPerToken(p engine.PolicyReport) {
 		}
 		fmt.Fprintf(a.stdout, "%s, per decoded token: %.1f host launches (%s), %.1f kernels, %.1f read-backs, %.1f writes, %.1f of them from pageable memory\n",
 			p.Policy, t.Launches, how, t.Kernels, t.Reads, t.Writes, t.Pageable)
+	}
+	if t := p.GPUPerPrompt; t != nil {
+		fmt.Fprintf(a.stdout, "%s, per prompt: %.1f host launches, %.1f read-backs, %.1f writes, %.1f of them from pageable memory\n",
+			p.Policy, t.Launches, t.Reads, t.Writes, t.Pageable)
 	}
 }
 

@@ -167,9 +167,11 @@ func TestBenchModelOnFakeGPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The whole model on the card: a decoded token replays a CUDA graph and reads back its
-	// logits alone; with --no-graphs it launches its kernels one by one.
+	// logits alone; with --no-graphs it launches its kernels one by one. The prompt, of a few
+	// tokens, is routed on the device too: its logits are its one read-back.
 	for _, c := range []struct{ flag, want string }{
 		{"--threads=2", "resident, per decoded token: 1.0 host launches (a CUDA graph replayed), 47.0 kernels, 1.0 read-backs, 0.0 writes, 0.0 of them from pageable memory"},
+		{"--threads=2", "resident, per prompt: 64.0 host launches, 1.0 read-backs, 0.0 writes, 0.0 of them from pageable memory"},
 		{"--no-graphs", "resident, per decoded token: 47.0 host launches (kernels launched one by one), 47.0 kernels, 1.0 read-backs, 0.0 writes, 0.0 of them from pageable memory"},
 		// The bundled model's F16 products are float ones, which keep a warp a row: the flag
 		// changes no count, and the header says it was given.
