@@ -367,6 +367,17 @@ CR_FN void mmqi_scale(const mmqi_tiles& b, int wr, int wt, int g, int k4, int h,
 			}
 }
 
+// mmqi_zero clears a warp's 2 x 4 tiles of 16 x 8, a lane's 4 values of each.
+template <class V> CR_FN void mmqi_zero(V v[2][4][4]) {
+#pragma unroll
+	for (int i = 0; i < 2; i++)
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+				v[i][j][e] = 0;
+}
+
 // mmqi_step is the tile loop's step for block c (in buf[c % 2]): it reads thread tid's share
 // of block c+AHEAD into free (whose block is stored), adds block c's products into acc,
 // stores next (block c+1's share; with AHEAD = 1, free itself) into the other buffer, and
@@ -385,13 +396,7 @@ CR_FN void mmqi_step(mmqi_tiles* buf, const u8* w, const signed char* xq, const 
 	int s[2][4][4];
 #pragma unroll
 	for (int h = 0; h < 1 + T::HALVES; h++) {
-#pragma unroll
-		for (int i = 0; i < 2; i++)
-#pragma unroll
-			for (int j = 0; j < 4; j++)
-#pragma unroll
-				for (int e = 0; e < 4; e++)
-					s[i][j][e] = 0;
+		mmqi_zero(s);
 		// k16 reads half h's 4 words of a row, k32 all 8.
 		u32 a[2][4], x[4][2];
 #pragma unroll
@@ -444,13 +449,7 @@ CR_FN void mmqi_entry(const u8* w, const signed char* xq, const float* xd, const
 
 	for (int t0 = blockIdx.y * MMQI_TOK; t0 < ntok; t0 += gridDim.y * MMQI_TOK) {
 		float acc[2][4][4];
-#pragma unroll
-		for (int i = 0; i < 2; i++)
-#pragma unroll
-			for (int j = 0; j < 4; j++)
-#pragma unroll
-				for (int e = 0; e < 4; e++)
-					acc[i][j][e] = 0.0f;
+		mmqi_zero(acc);
 
 		// A token thread's activation row, read once a tile.
 		const int tt = t0 + tid - MMQI_ROWS;
