@@ -35,8 +35,9 @@ func (g *GPU) GroupsExperts(e device.ExpertMatrices) bool {
 	return true
 }
 
-// ExpertGroups implements device.GroupedExperts in groupedFFN's seven launches whatever the
-// number of experts, each expert's outputs written to its rows of y.
+// ExpertGroups implements device.GroupedExperts in groupedFFN's six launches whatever the
+// number of experts (seven with the engine's gather of their inputs), each expert's outputs
+// written to its rows of y.
 func (g *GPU) ExpertGroups(ex []device.ExpertMatrices, x []float32, off, at []int32, y, scratch []float32) bool {
 	if len(ex) == 0 || len(off) != len(ex)+1 || len(at) != len(ex) {
 		return len(ex) == 0
@@ -131,10 +132,11 @@ type groupedFFN struct {
 	y          DevicePtr // the outputs
 }
 
-// groupedFFN enqueues the experts' gated FFNs on their groups in seven launches whatever the
-// number of groups: the input quantized once, the gates and the ups (mmqi_id each), their
-// SwiGLU (or gpt-oss's activation), its quantization, and the downs (mmqi_id); experts with
-// biases take a launch more per product (add_rows_id_f32).
+// groupedFFN enqueues the experts' gated FFNs on their groups in six launches whatever the
+// number of groups: the input quantized once (twice where the gates' and the ups' dot types
+// differ), the gates and the ups (mmqi_id each), their SwiGLU (or gpt-oss's activation), its
+// quantization, and the downs (mmqi_id); experts with biases take a launch more per product
+// (add_rows_id_f32).
 func (c *opCall) groupedFFN(o groupedFFN) {
 	g := c.g
 	d, ff := o.gate.Cols, o.gate.Rows
@@ -201,7 +203,8 @@ func (g *GPU) GroupsMoE(l *device.MoELayer, T int) bool {
 	return true
 }
 
-// MoEGrouped implements device.GroupedMoE in at most twelve launches, reading nothing back:
+// MoEGrouped implements device.GroupedMoE in nine launches (a quantization more where the gates'
+// and the ups' dot types differ, three more for gpt-oss's biases), reading nothing back:
 // the routing (moe_route_f32, as MoE), the tokens grouped by expert (moe_group_ids), the
 // experts' FFNs on their groups (groupedFFN, every expert of the layer a group, those no
 // token chose returning at once), and each token's outputs weighted and summed in top-k
