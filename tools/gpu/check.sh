@@ -59,9 +59,12 @@ engine_tests() { (cd engine && "$bin/engine.test" -test.v -test.count=1 -test.ti
 # contexts, prefill's mmq against mmv, and a Qwen3.6 DeltaNet layer's kernels on a token and on a
 # prompt; then a prompt's attention at 512 to 4096 tokens, attn_f16kv against the tensor-core
 # flash kernel (20 passes each: a pass of attn_f16kv at 4096 tokens takes milliseconds).
+# KERNELS_BENCH narrows the first set to those benchmarks (a lease's short call: 'MMVDecode|MMQ'),
+# and then the prompt's attention is left out.
 kernels() {
 	local rc=0
-	(cd cuda && "$bin/cuda.test" -test.run '^$' -test.bench 'MMVDecode|AttnDecode|MMQ|DeltaNet' -test.benchtime 200x) || rc=1
+	(cd cuda && "$bin/cuda.test" -test.run '^$' -test.bench "${KERNELS_BENCH:-MMVDecode|AttnDecode|MMQ|DeltaNet}" -test.benchtime 200x) || rc=1
+	[[ -n ${KERNELS_BENCH:-} ]] && return $rc
 	(cd cuda && "$bin/cuda.test" -test.run '^$' -test.bench 'AttnPrefill' -test.benchtime 20x) || rc=1
 	return $rc
 }
