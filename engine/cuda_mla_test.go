@@ -52,13 +52,9 @@ func TestCUDAFakeDriverMLA(t *testing.T) {
 		{"deepseek2-legacy-q5_1", "f32", true}, // Q5_1 kv_b
 	} {
 		t.Run(c.name+"/kv-"+c.kv, func(t *testing.T) {
-			spec, err := synth.GoldenSpec(c.name)
-			if err != nil {
-				t.Fatal(err)
-			}
 			dir := t.TempDir()
 			path := filepath.Join(dir, c.name+".gguf")
-			if _, err := synth.WriteFile(spec, path); err != nil {
+			if _, err := synth.WriteGolden(c.name, path); err != nil {
 				t.Fatal(err)
 			}
 			ref := floatReference(t, path, filepath.Join(dir, c.name+"-ref.gguf"))

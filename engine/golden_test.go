@@ -174,12 +174,8 @@ func goldenModel(t *testing.T, fx *fixture.Fixture) string {
 		}
 		return path
 	}
-	spec, err := synth.GoldenSpec(fx.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
 	path := filepath.Join(t.TempDir(), fx.Name+".gguf")
-	sum, err := synth.WriteFile(spec, path)
+	sum, err := synth.WriteGolden(fx.Name, path)
 	if err != nil {
 		t.Fatal(err)
 	}

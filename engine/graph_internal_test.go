@@ -225,12 +225,8 @@ func TestStepLogitsReused(t *testing.T) {
 // folder and returns its path.
 func goldenModel(t *testing.T, name string) string {
 	t.Helper()
-	spec, err := synth.GoldenSpec(name)
-	if err != nil {
-		t.Fatal(err)
-	}
 	path := filepath.Join(t.TempDir(), name+".gguf")
-	if _, err := synth.WriteFile(spec, path); err != nil {
+	if _, err := synth.WriteGolden(name, path); err != nil {
 		t.Fatal(err)
 	}
 	return path

@@ -43,12 +43,8 @@ func TestDescribe(t *testing.T) {
 // fourth gated full attention; a sequence's recurrent state is each DeltaNet layer's last 3
 // inputs of the 2*2*32+4*32 convolved channels and its 4 value heads' 32x32 state, in float32.
 func TestDescribeQwen35MoE(t *testing.T) {
-	spec, err := synth.GoldenSpec("qwen35moe-q8_0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	path := filepath.Join(t.TempDir(), "qwen35moe.gguf")
-	if _, err := synth.WriteFile(spec, path); err != nil {
+	if _, err := synth.WriteGolden("qwen35moe-q8_0", path); err != nil {
 		t.Fatal(err)
 	}
 	f, err := Open(path)

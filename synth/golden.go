@@ -150,6 +150,15 @@ func GoldenSpec(name string) (Spec, error) {
 	return Spec{}, fmt.Errorf("no golden model named %q", name)
 }
 
+// WriteGolden writes the golden model called name to path; it returns the file's hex SHA-256.
+func WriteGolden(name, path string) (string, error) {
+	s, err := GoldenSpec(name)
+	if err != nil {
+		return "", err
+	}
+	return WriteFile(s, path)
+}
+
 // PromptLen is the number of tokens of a golden prompt.
 const PromptLen = 16
 

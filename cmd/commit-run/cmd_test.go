@@ -278,12 +278,8 @@ func TestOffloadFlagsBadInput(t *testing.T) {
 // goldenFile writes synth's golden model of the given name into a temporary folder.
 func goldenFile(t *testing.T, name string) string {
 	t.Helper()
-	spec, err := synth.GoldenSpec(name)
-	if err != nil {
-		t.Fatal(err)
-	}
 	path := filepath.Join(t.TempDir(), name+".gguf")
-	if _, err := synth.WriteFile(spec, path); err != nil {
+	if _, err := synth.WriteGolden(name, path); err != nil {
 		t.Fatal(err)
 	}
 	return path
