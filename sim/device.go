@@ -147,20 +147,24 @@ func (d *Device) MatMulID(w quant.Matrix, x []float32, T int, out []float32) {
 	d.charge("expert", w, T)
 }
 
+// charge enqueues a product of T tokens with w, priced at the card's decode rate for w's type
+// where the profile has one (Profile.ProductTime).
 func (d *Device) charge(kind string, w quant.Matrix, T int) {
 	b, f := matMulCost(w, T)
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	k, l := d.names(kind)
-	d.compute.Enqueue(k, l, d.prof.ProductTime(w.Type, T, b, f))
+	d.enqueue(kind, d.prof.ProductTime(w.Type, T, b, f))
 }
 
 // Charge enqueues a kernel priced by the profile's roofline.
 func (d *Device) Charge(kind string, bytes, flops float64) {
+	d.enqueue(kind, d.prof.KernelTime(bytes, flops))
+}
+
+// enqueue puts a kernel of kind taking seconds on the compute stream.
+func (d *Device) enqueue(kind string, seconds float64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	k, l := d.names(kind)
-	d.compute.Enqueue(k, l, d.prof.KernelTime(bytes, flops))
+	d.compute.Enqueue(k, l, seconds)
 }
 
 // Parallel spreads host work over the numerics device's threads (in turn when timing only);

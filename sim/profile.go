@@ -233,7 +233,12 @@ func (p *Profile) Validate() error {
 // KernelTime is the roofline time of one kernel that moves bytes through device memory and
 // performs flops: whichever limit binds, plus the launch overhead.
 func (p *Profile) KernelTime(bytes, flops float64) float64 {
-	return max(bytes/p.MemoryBandwidth, flops/p.PeakFLOPS) + p.LaunchOverhead
+	return p.roofline(bytes, flops, p.MemoryBandwidth)
+}
+
+// roofline is a kernel's time with its bytes moved at bw.
+func (p *Profile) roofline(bytes, flops, bw float64) float64 {
+	return max(bytes/bw, flops/p.PeakFLOPS) + p.LaunchOverhead
 }
 
 // DecodeTokens is the most tokens of a product that DecodeBandwidth prices: the CUDA engine's
@@ -245,7 +250,7 @@ const DecodeTokens = 8
 // where the profile has one and T is at most DecodeTokens.
 func (p *Profile) ProductTime(t quant.Type, T int, bytes, flops float64) float64 {
 	if bw, ok := p.DecodeBandwidth[t.String()]; ok && T <= DecodeTokens {
-		return max(bytes/bw, flops/p.PeakFLOPS) + p.LaunchOverhead
+		return p.roofline(bytes, flops, bw)
 	}
 	return p.KernelTime(bytes, flops)
 }
