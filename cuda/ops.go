@@ -206,10 +206,9 @@ func (c *opCall) launch(name string, grid, block Dim3) {
 // maxBlockThreads is the largest block a kernel may be launched with: 256, whose registers always
 // fit an SM's 65536 (a kernel takes at most 255 a thread), or moe_down's larger blocks
 // (moeDownMaxThreads), rope_kv_f32's 1024 (ropeKVThreads) and moe_group_ids's 512
-// (moeGroupThreads), whose registers
-// TestPTXAssembles checks. A card refuses a launch whose block's registers do not fit
-// (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES), and the JIT decides them, so neither the fake driver
-// nor a test of the launches alone would see it.
+// (moeGroupThreads), whose registers TestPTXAssembles checks. A card refuses a launch whose
+// block's registers do not fit (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES), and the JIT decides them,
+// so neither the fake driver nor a test of the launches alone would see it.
 func maxBlockThreads(kernel string) int {
 	switch {
 	case strings.HasPrefix(kernel, "moe_down_"):

@@ -126,7 +126,7 @@ func (m *Model) moeOnDevice(b models.Backend, l *device.MoELayer, moe *models.Mo
 // observer, the Commit Router, token drop), or one the device does not group (a decode
 // step's, experts without grouped products).
 func (m *Model) groupedOnDevice(layer, T int, ev *RouteEvent, cs *commitState) (*device.MoELayer, device.GroupedMoE) {
-	if m.moeDev == nil || m.moeDev[layer] == nil || ev != nil || cs != nil || m.drop != nil || m.replay != nil || m.opts.ungrouped {
+	if m.moeDev == nil || m.moeDev[layer] == nil || ev != nil || cs != nil || m.drop != nil || m.opts.ungrouped {
 		return nil, nil
 	}
 	gm, ok := m.dev.(device.GroupedMoE)
